@@ -1,0 +1,59 @@
+"""Logical axis names for parameters and activations, and the hook that constrains activations.
+
+The model only speaks *logical* names (`embed`, `mlp`, `heads`, ...). Mapping them to mesh axes is
+the job of `sharding/rules.py`; while a step function is being traced it installs that mapping
+with `activation_sharding(fn)`, and `constrain(x, names)` turns into
+`jax.lax.with_sharding_constraint`. Outside that context `constrain` is the identity, so the model
+runs unchanged on one device and in tests.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from typing import Callable, Iterator, Sequence
+
+import jax
+
+# Parameter axes.
+EMBED = "embed"          # d_model dimension of a weight
+MLP = "mlp"              # d_ff dimension of a weight
+HEADS = "heads"          # query-head dimension of a weight
+KV_HEADS = "kv_heads"    # key/value-head dimension of a weight
+KV = "kv"                # per-head feature dimension (d_head)
+VOCAB = "vocab"          # vocabulary dimension of the embedding / head
+NORM = "norm"            # the d_model dimension of a norm scale (never sharded)
+
+# Activation axes.
+BATCH = "batch"
+LENGTH = "length"
+ACT_EMBED = "act_embed"
+ACT_MLP = "act_mlp"
+ACT_HEADS = "act_heads"
+ACT_KV_HEADS = "act_kv_heads"
+ACT_VOCAB = "act_vocab"
+
+PARAM_AXES = (EMBED, MLP, HEADS, KV_HEADS, KV, VOCAB, NORM)
+ACTIVATION_AXES = (BATCH, LENGTH, ACT_EMBED, ACT_MLP, ACT_HEADS, ACT_KV_HEADS, ACT_VOCAB, KV)
+
+_local = threading.local()
+
+
+@contextlib.contextmanager
+def activation_sharding(to_sharding: Callable[[Sequence[str | None]], object]) -> Iterator[None]:
+    """Within this block, `constrain(x, names)` applies `to_sharding(names)` to `x`."""
+    prev = getattr(_local, "fn", None)
+    _local.fn = to_sharding
+    try:
+        yield
+    finally:
+        _local.fn = prev
+
+
+def constrain(x: jax.Array, names: Sequence[str | None]) -> jax.Array:
+    """Constrain activation `x` (one logical name per dim) if a mapping is installed."""
+    fn = getattr(_local, "fn", None)
+    if fn is None:
+        return x
+    assert len(names) == x.ndim, (names, x.shape)
+    return jax.lax.with_sharding_constraint(x, fn(tuple(names)))

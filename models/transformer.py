@@ -1,0 +1,211 @@
+"""Decoder-only transformer LM in Flax NNX.
+
+token embedding -> n_layers x [RMSNorm -> causal GQA attention with RoPE -> residual,
+RMSNorm -> SwiGLU MLP -> residual] -> RMSNorm -> output head (optionally tied to the embedding).
+
+Numerics: parameters are float32; matmuls run in `cfg.dtype` (float32 or bfloat16); attention
+scores, softmax, norms and the returned logits are float32.
+
+Every parameter carries its logical axis names as `out_sharding` metadata (eager sharding off:
+placement is decided later by `sharding/`, from `logical_axes(model)`), and the main activations
+are passed through `models.partitioning.constrain` with logical names.
+Shapes are named in suffixes: B batch, L length, D d_model, H query heads, K kv heads,
+G = H/K group size, E d_head, F d_ff, V vocab.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from models import partitioning as P
+from models.config import ModelConfig
+
+
+def _param(rngs: nnx.Rngs, shape: tuple[int, ...], std: float, names: tuple[str, ...]) -> nnx.Param:
+    assert len(shape) == len(names)
+    value = std * jax.random.truncated_normal(rngs.params(), -2.0, 2.0, shape, jnp.float32)
+    return nnx.Param(value, out_sharding=names, eager_sharding=False)
+
+
+def _ones(shape: tuple[int, ...], names: tuple[str, ...]) -> nnx.Param:
+    return nnx.Param(jnp.ones(shape, jnp.float32), out_sharding=names, eager_sharding=False)
+
+
+class RMSNorm(nnx.Module):
+    """Root-mean-square norm computed in float32, with a learned per-channel scale."""
+
+    def __init__(self, d: int, eps: float):
+        self.scale = _ones((d,), (P.NORM,))
+        self.eps = eps
+
+    def __call__(self, x_BxLxD: jax.Array) -> jax.Array:
+        x = x_BxLxD.astype(jnp.float32)
+        x = x * jax.lax.rsqrt(jnp.mean(x * x, axis=-1, keepdims=True) + self.eps)
+        return (x * self.scale[...]).astype(x_BxLxD.dtype)
+
+
+def rope(x_BxLxNxE: jax.Array, theta: float) -> jax.Array:
+    """Rotary position embedding (rotate-half convention), computed in float32."""
+    _, L, _, E = x_BxLxNxE.shape
+    inv_freq = 1.0 / (theta ** (jnp.arange(0, E, 2, dtype=jnp.float32) / E))
+    ang_LxE2 = jnp.arange(L, dtype=jnp.float32)[:, None] * inv_freq[None, :]
+    cos = jnp.cos(ang_LxE2)[None, :, None, :]
+    sin = jnp.sin(ang_LxE2)[None, :, None, :]
+    x = x_BxLxNxE.astype(jnp.float32)
+    x1, x2 = x[..., : E // 2], x[..., E // 2:]
+    out = jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
+    return out.astype(x_BxLxNxE.dtype)
+
+
+class Attention(nnx.Module):
+    """Causal multi-head attention with grouped KV heads (GQA when n_kv_heads < n_heads)."""
+
+    def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs):
+        D, H, K, E = cfg.d_model, cfg.n_heads, cfg.kv_heads, cfg.d_head
+        std_in = 1.0 / math.sqrt(D)
+        std_out = 1.0 / math.sqrt(H * E) / math.sqrt(2 * cfg.n_layers)
+        self.wq_DxHxE = _param(rngs, (D, H, E), std_in, (P.EMBED, P.HEADS, P.KV))
+        self.wk_DxKxE = _param(rngs, (D, K, E), std_in, (P.EMBED, P.KV_HEADS, P.KV))
+        self.wv_DxKxE = _param(rngs, (D, K, E), std_in, (P.EMBED, P.KV_HEADS, P.KV))
+        self.wo_HxExD = _param(rngs, (H, E, D), std_out, (P.HEADS, P.KV, P.EMBED))
+        self.cfg = cfg
+
+    def __call__(self, x_BxLxD: jax.Array) -> jax.Array:
+        cfg = self.cfg
+        dt = x_BxLxD.dtype
+        B, L, _ = x_BxLxD.shape
+        H, K, E = cfg.n_heads, cfg.kv_heads, cfg.d_head
+        G = H // K
+        q = jnp.einsum("bld,dhe->blhe", x_BxLxD, self.wq_DxHxE[...].astype(dt))
+        k = jnp.einsum("bld,dke->blke", x_BxLxD, self.wk_DxKxE[...].astype(dt))
+        v = jnp.einsum("bld,dke->blke", x_BxLxD, self.wv_DxKxE[...].astype(dt))
+        q = P.constrain(q, (P.BATCH, P.LENGTH, P.ACT_HEADS, P.KV))
+        k = P.constrain(k, (P.BATCH, P.LENGTH, P.ACT_KV_HEADS, P.KV))
+        v = P.constrain(v, (P.BATCH, P.LENGTH, P.ACT_KV_HEADS, P.KV))
+        q, k = rope(q, cfg.rope_theta), rope(k, cfg.rope_theta)
+        q_BxLxKxGxE = q.reshape(B, L, K, G, E)
+        # Scores and softmax in float32 whatever the compute dtype.
+        s_BxKxGxLxL = jnp.einsum("blkge,bske->bkgls", q_BxLxKxGxE, k,
+                                 preferred_element_type=jnp.float32) / math.sqrt(E)
+        causal_LxL = jnp.tril(jnp.ones((L, L), dtype=bool))
+        s_BxKxGxLxL = jnp.where(causal_LxL, s_BxKxGxLxL, jnp.finfo(jnp.float32).min)
+        p_BxKxGxLxL = jax.nn.softmax(s_BxKxGxLxL, axis=-1).astype(dt)
+        o_BxLxKxGxE = jnp.einsum("bkgls,bske->blkge", p_BxKxGxLxL, v)
+        o_BxLxHxE = P.constrain(o_BxLxKxGxE.reshape(B, L, H, E), (P.BATCH, P.LENGTH, P.ACT_HEADS, P.KV))
+        out = jnp.einsum("blhe,hed->bld", o_BxLxHxE, self.wo_HxExD[...].astype(dt))
+        return P.constrain(out, (P.BATCH, P.LENGTH, P.ACT_EMBED))
+
+
+class SwiGLU(nnx.Module):
+    """MLP: (silu(x W_gate) * x W_up) W_down."""
+
+    def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs):
+        D, F = cfg.d_model, cfg.ff
+        self.w_gate_DxF = _param(rngs, (D, F), 1.0 / math.sqrt(D), (P.EMBED, P.MLP))
+        self.w_up_DxF = _param(rngs, (D, F), 1.0 / math.sqrt(D), (P.EMBED, P.MLP))
+        self.w_down_FxD = _param(rngs, (F, D), 1.0 / math.sqrt(F) / math.sqrt(2 * cfg.n_layers),
+                                 (P.MLP, P.EMBED))
+
+    def __call__(self, x_BxLxD: jax.Array) -> jax.Array:
+        dt = x_BxLxD.dtype
+        g = jnp.einsum("bld,df->blf", x_BxLxD, self.w_gate_DxF[...].astype(dt))
+        u = jnp.einsum("bld,df->blf", x_BxLxD, self.w_up_DxF[...].astype(dt))
+        h_BxLxF = P.constrain(jax.nn.silu(g) * u, (P.BATCH, P.LENGTH, P.ACT_MLP))
+        out = jnp.einsum("blf,fd->bld", h_BxLxF, self.w_down_FxD[...].astype(dt))
+        return P.constrain(out, (P.BATCH, P.LENGTH, P.ACT_EMBED))
+
+
+class Block(nnx.Module):
+    """Pre-norm residual block: attention then SwiGLU."""
+
+    def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs):
+        self.attn_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
+        self.attn = Attention(cfg, rngs)
+        self.mlp_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
+        self.mlp = SwiGLU(cfg, rngs)
+
+    def __call__(self, x_BxLxD: jax.Array) -> jax.Array:
+        x = x_BxLxD + self.attn(self.attn_norm(x_BxLxD))
+        x = x + self.mlp(self.mlp_norm(x))
+        return P.constrain(x, (P.BATCH, P.LENGTH, P.ACT_EMBED))
+
+
+def _block_forward(block: Block, x_BxLxD: jax.Array) -> jax.Array:
+    return block(x_BxLxD)
+
+
+_remat_block_forward = nnx.remat(_block_forward)
+
+
+class Transformer(nnx.Module):
+    """`Transformer(cfg, rngs=nnx.Rngs(seed))`; `model(tokens_BxL) -> logits_BxLxV` (float32)."""
+
+    def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
+        cfg.validate()
+        self.cfg = cfg
+        V, D = cfg.vocab_size, cfg.d_model
+        self.embed_VxD = _param(rngs, (V, D), cfg.init_std, (P.VOCAB, P.EMBED))
+        # Blocks are named attributes (block_0, block_1, ...) so the parameter tree has string
+        # keys only, which keeps optimizer masks and Orbax checkpoints simple.
+        for i in range(cfg.n_layers):
+            setattr(self, f"block_{i}", Block(cfg, rngs))
+        self.final_norm = RMSNorm(D, cfg.norm_eps)
+        if not cfg.tie_embeddings:
+            self.head_DxV = _param(rngs, (D, V), 1.0 / math.sqrt(D), (P.EMBED, P.VOCAB))
+
+    def blocks(self) -> list[Block]:
+        return [getattr(self, f"block_{i}") for i in range(self.cfg.n_layers)]
+
+    def __call__(self, tokens_BxL: jax.Array) -> jax.Array:
+        cfg = self.cfg
+        dt = jnp.dtype(cfg.dtype)
+        x = jnp.take(self.embed_VxD[...], tokens_BxL, axis=0).astype(dt)
+        x = P.constrain(x, (P.BATCH, P.LENGTH, P.ACT_EMBED))
+        fwd = _remat_block_forward if cfg.remat else _block_forward
+        for block in self.blocks():
+            x = fwd(block, x)
+        x = self.final_norm(x)
+        if cfg.tie_embeddings:
+            logits = jnp.einsum("bld,vd->blv", x, self.embed_VxD[...].astype(dt),
+                                preferred_element_type=jnp.float32)
+        else:
+            logits = jnp.einsum("bld,dv->blv", x, self.head_DxV[...].astype(dt),
+                                preferred_element_type=jnp.float32)
+        return P.constrain(logits.astype(jnp.float32), (P.BATCH, P.LENGTH, P.ACT_VOCAB))
+
+
+# ---- functional view used by the trainer, the sharding layer and the tests ---------------------
+
+def split_params(model: Transformer) -> tuple[nnx.GraphDef, dict[str, Any]]:
+    """(graphdef, params) with params a nested dict of float32 arrays (string keys only)."""
+    graphdef, state = nnx.split(model, nnx.Param)
+    return graphdef, state.to_pure_dict()
+
+
+def logical_axes(model: Transformer) -> dict[str, Any]:
+    """Same tree as `split_params(model)[1]`, each leaf the tuple of logical axis names."""
+    state = nnx.state(model, nnx.Param)
+    return jax.tree.map(lambda v: tuple(v.get_metadata()["out_sharding"]), state,
+                        is_leaf=lambda x: isinstance(x, nnx.Variable)).to_pure_dict()
+
+
+def abstract_model(cfg: ModelConfig) -> Transformer:
+    """The model with shape-only parameters (no FLOPs, no memory): for specs and shapes."""
+    return nnx.eval_shape(lambda: Transformer(cfg, rngs=nnx.Rngs(0)))
+
+
+def apply(graphdef: nnx.GraphDef, params: dict[str, Any], tokens_BxL: jax.Array) -> jax.Array:
+    """Pure forward pass: logits_BxLxV (float32) of the model given by (graphdef, params)."""
+    state = nnx.State(jax.tree.map(lambda a: nnx.Param(a, eager_sharding=False), params))
+    model = nnx.merge(graphdef, state)
+    return model(tokens_BxL)
+
+
+def init_params(cfg: ModelConfig, seed: int) -> tuple[nnx.GraphDef, dict[str, Any]]:
+    """Build the model with `nnx.Rngs(seed)` and return (graphdef, params)."""
+    return split_params(Transformer(cfg, rngs=nnx.Rngs(seed)))
