@@ -1,0 +1,103 @@
+"""Per-run CPU limits for parallel local sweeps, and a record of what each launch really got.
+
+Two runs sharing two cores must not each start a thread pool as wide as the machine, or both
+slow down (and their tokens/s and MFU become meaningless). A parallel launcher therefore gives
+every run a *slot*: an exclusive file lock `slot<k>.lock` under the sweep dir, which maps to a
+fixed, disjoint set of `threads_per_job` CPUs. The job process pins all its threads to those
+CPUs (`sched_setaffinity`, which XLA's CPU client also reads to size its pools), sets the
+usual thread-count variables (OMP/MKL/OpenBLAS) and, for single-thread slots, turns off XLA's
+multi-threaded Eigen. A slot is held for the run's lifetime, so a reused worker process or a
+late-starting run can never land on a busy core.
+
+`record_launch` appends one line per launch to `<run dir>/launches.jsonl` (pid, CPUs, thread
+settings, wall and CPU seconds), so oversubscription can be measured after the fact.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import pathlib
+import socket
+import time
+from typing import Any, Iterator
+
+THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS",
+               "NUMEXPR_NUM_THREADS", "TF_NUM_INTRAOP_THREADS")
+SLOT_ENV = "SCALELAB_CPU_SLOT"
+EIGEN_OFF = "--xla_cpu_multi_thread_eigen=false"
+
+
+def cpu_sets(n_slots: int, threads_per_job: int) -> list[list[int]]:
+    """Disjoint CPU lists for each slot, taken from this process's affinity mask.
+
+    If the machine has fewer CPUs than `n_slots * threads_per_job`, slots wrap around (the
+    caller asked for oversubscription; the launcher logs it).
+    """
+    avail = sorted(os.sched_getaffinity(0))
+    sets = []
+    for k in range(n_slots):
+        sets.append([avail[(k * threads_per_job + i) % len(avail)] for i in range(threads_per_job)])
+    return sets
+
+
+@contextlib.contextmanager
+def hold_slot(lock_dir: pathlib.Path, n_slots: int, poll_s: float = 0.05) -> Iterator[int]:
+    """Block until one of `n_slots` slot locks is free; yield its index while holding it."""
+    lock_dir = pathlib.Path(lock_dir)
+    lock_dir.mkdir(parents=True, exist_ok=True)
+    while True:
+        for k in range(n_slots):
+            f = open(lock_dir / f"slot{k}.lock", "w")
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                f.close()
+                continue
+            try:
+                yield k
+            finally:
+                fcntl.flock(f, fcntl.LOCK_UN)
+                f.close()
+            return
+        time.sleep(poll_s)
+
+
+def apply_limits(cpus: list[int], threads: int, slot: int | None = None) -> None:
+    """Pin every thread of this process to `cpus` and cap library thread pools at `threads`."""
+    mask = set(cpus)
+    for tid in os.listdir("/proc/self/task"):
+        with contextlib.suppress(OSError):
+            os.sched_setaffinity(int(tid), mask)
+    os.sched_setaffinity(0, mask)
+    for var in THREAD_VARS:
+        os.environ[var] = str(threads)
+    flags = os.environ.get("XLA_FLAGS", "")
+    if threads == 1 and EIGEN_OFF not in flags:
+        os.environ["XLA_FLAGS"] = (flags + " " + EIGEN_OFF).strip()
+    if slot is not None:
+        os.environ[SLOT_ENV] = str(slot)
+
+
+@contextlib.contextmanager
+def record_launch(run_dir: pathlib.Path) -> Iterator[None]:
+    """Append this launch's resources and timings to `<run_dir>/launches.jsonl`."""
+    t0, c0 = time.time(), os.times()
+    rec: dict[str, Any] = {
+        "pid": os.getpid(), "host": socket.gethostname(), "start": t0,
+        "cpus": sorted(os.sched_getaffinity(0)), "slot": os.environ.get(SLOT_ENV),
+        "threads": {v: os.environ.get(v) for v in THREAD_VARS},
+        "xla_flags": os.environ.get("XLA_FLAGS", ""),
+    }
+    try:
+        yield
+    finally:
+        c1 = os.times()
+        rec.update(end=time.time(), wall_s=time.time() - t0,
+                   cpu_s=(c1.user - c0.user) + (c1.system - c0.system))
+        run_dir = pathlib.Path(run_dir)
+        if run_dir.is_dir():
+            with open(run_dir / "launches.jsonl", "a") as f:
+                f.write(json.dumps(rec) + "\n")

@@ -1,0 +1,83 @@
+"""`LocalParallelLauncher`: Hydra's joblib launcher with one CPU slot per concurrent run.
+
+Hydra's own joblib launcher runs N jobs in N loky worker processes but lets each of them use the
+whole machine, so two JAX runs on two cores fight over both. This launcher runs the same
+`execute_job` inside `hold_slot` + `apply_limits` (experiments/sweep_limits.py): every run owns
+`threads_per_job` CPUs that no other concurrent run touches. `n_jobs: null` means as many jobs as
+there are free CPU slots.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import pathlib
+from typing import Any, Dict, Optional, Sequence
+
+from hydra.core.singleton import Singleton
+from hydra.core.utils import JobReturn, filter_overrides, setup_globals
+from hydra.plugins.launcher import Launcher
+from hydra.types import HydraContext, TaskFunction
+from omegaconf import DictConfig, OmegaConf
+
+log = logging.getLogger("scalelab.launcher")
+
+
+def run_in_slot(lock_dir: str, slots: list[list[int]], threads: int, idx: int,
+                overrides: Sequence[str], hydra_context: HydraContext, config: DictConfig,
+                task_function: TaskFunction, singleton_state: Dict[Any, Any]) -> JobReturn:
+    """Worker-side: take a free CPU slot, pin to it, then run the job as Hydra's joblib does."""
+    from hydra_plugins.hydra_joblib_launcher._core import execute_job
+
+    from experiments.sweep_limits import apply_limits, hold_slot
+
+    with hold_slot(pathlib.Path(lock_dir), len(slots)) as k:
+        apply_limits(slots[k], threads, slot=k)
+        return execute_job(idx, overrides, hydra_context, config, task_function, singleton_state)
+
+
+class LocalParallelLauncher(Launcher):
+    """Parallel local runs (joblib/loky processes), each pinned to its own CPUs."""
+
+    def __init__(self, n_jobs: Optional[int] = None, threads_per_job: int = 1,
+                 **joblib_kwargs: Any) -> None:
+        if isinstance(threads_per_job, bool) or not isinstance(threads_per_job, int) or threads_per_job < 1:
+            raise ValueError(f"hydra.launcher.threads_per_job must be a positive integer (got {threads_per_job!r})")
+        self.threads = threads_per_job
+        avail = len(os.sched_getaffinity(0))
+        self.n_jobs = int(n_jobs) if n_jobs else max(1, avail // threads_per_job)
+        if self.n_jobs < 1:
+            raise ValueError(f"hydra.launcher.n_jobs must be >= 1 (got {n_jobs!r})")
+        if self.n_jobs * self.threads > avail:
+            log.warning(f"{self.n_jobs} jobs x {self.threads} threads > {avail} CPUs: runs will share cores")
+        self.joblib = {k: (OmegaConf.to_container(v) if OmegaConf.is_config(v) else v)
+                       for k, v in joblib_kwargs.items()}
+        self.config: Optional[DictConfig] = None
+        self.task_function: Optional[TaskFunction] = None
+        self.hydra_context: Optional[HydraContext] = None
+
+    def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction,
+              config: DictConfig) -> None:
+        self.config = config
+        self.task_function = task_function
+        self.hydra_context = hydra_context
+
+    def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
+        from experiments.sweep_limits import cpu_sets
+        from joblib import Parallel, delayed
+
+        setup_globals()
+        assert self.config is not None and self.task_function is not None
+        sweep_dir = pathlib.Path(str(self.config.hydra.sweep.dir))
+        sweep_dir.mkdir(parents=True, exist_ok=True)
+        slots = cpu_sets(self.n_jobs, self.threads)
+        log.info(f"launching {len(job_overrides)} jobs, {self.n_jobs} at a time, CPU slots {slots}")
+        for i, ov in enumerate(job_overrides):
+            log.info(f"\t#{initial_job_idx + i} : {' '.join(filter_overrides(ov))}")
+        state = Singleton.get_state()
+        runs = Parallel(n_jobs=self.n_jobs, backend="loky", **self.joblib)(
+            delayed(run_in_slot)(str(sweep_dir / ".cpu_slots"), slots, self.threads,
+                                 initial_job_idx + i, list(ov), self.hydra_context, self.config,
+                                 self.task_function, state)
+            for i, ov in enumerate(job_overrides))
+        return list(runs)
