@@ -1,0 +1,178 @@
+"""Fit the cost model's `Efficiency` constants to measured runs.
+
+Two fits, because the two kinds of measurement carry different information:
+- time constants: robust least squares (scipy.optimize.least_squares, soft-L1 loss) on the log
+  of measured step time of the runs that completed;
+- memory constants (`mem_overhead_bytes`, `act_frag`): a grid search maximising OOM
+  classification accuracy over all runs, because the OOM label is a step function of them.
+Fitting is deterministic (fixed start, no random restarts), so a calibration script reproduces
+the shipped constants exactly.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Sequence
+
+import numpy as np
+from scipy import optimize
+
+from sharding.costmodel.efficiency import PRIOR_EFFICIENCY, Efficiency
+from sharding.costmodel.hardware import Hardware
+from sharding.costmodel.spec import BF16_MIXED, Layout, LayoutError, ModelShape, Precision
+from sharding.costmodel.step import estimate_step
+
+# name: (lower, upper) bounds of each time constant the fit may move
+TIME_BOUNDS: dict[str, tuple[float, float]] = {
+    "gemm_eff_max": (0.3, 0.95),
+    "gemm_half_dim": (1.0, 2000.0),
+    "flash1_eff": (0.05, 0.8),  # FlashAttention-2 paper: ≤ 73% of A100 peak fwd+bwd
+    "flash2_eff": (0.05, 0.8),
+    "score_traffic_naive": (1.0, 400.0),
+    "score_traffic_fused": (1.0, 400.0),
+    "elem_bytes_h": (1.0, 2000.0),
+    "elem_bytes_h_unfused_norm": (1.0, 4000.0),
+    "layer_overhead_s": (1e-6, 5e-2),
+    "link_eff": (0.4, 0.95),  # NCCL bus bandwidth reaches 50-90% of the link
+    "dp_overlap": (0.0, 1.0),
+    "tp_overlap": (0.0, 0.9),
+    "stage_jitter": (0.0, 0.5),
+}
+_LOG_SCALED = {"gemm_half_dim", "score_traffic_naive", "score_traffic_fused", "elem_bytes_h",
+               "elem_bytes_h_unfused_norm", "layer_overhead_s"}
+
+
+@dataclasses.dataclass(frozen=True)
+class Measurement:
+    """One measured run: step time in seconds, or `oom=True` (then step_time_s is None)."""
+
+    model: ModelShape
+    layout: Layout
+    hardware: Hardware
+    step_time_s: float | None
+    oom: bool
+    precision: Precision = BF16_MIXED
+    label: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class Scores:
+    """Agreement of predictions with measurements (MFU in fractions of peak)."""
+
+    n_timed: int
+    n_oom_labelled: int
+    spearman_mfu: float
+    median_abs_mfu_error: float
+    oom_accuracy: float
+
+    def as_dict(self) -> dict[str, float]:
+        return dataclasses.asdict(self)
+
+
+def _predict(meas: Measurement, eff: Efficiency):
+    return estimate_step(meas.model, meas.layout, meas.hardware, meas.precision, eff)
+
+
+def _encode(eff: Efficiency, names: Sequence[str]) -> np.ndarray:
+    return np.array([math.log(getattr(eff, n)) if n in _LOG_SCALED else getattr(eff, n)
+                     for n in names])
+
+
+def _decode(x: np.ndarray, names: Sequence[str], base: Efficiency) -> Efficiency:
+    kw = {n: (math.exp(v) if n in _LOG_SCALED else float(v)) for n, v in zip(names, x)}
+    return base.replace(**kw)
+
+
+def fit_time_constants(measurements: Sequence[Measurement], base: Efficiency = PRIOR_EFFICIENCY,
+                       names: Sequence[str] | None = None) -> Efficiency:
+    """Least-squares fit of the time constants to log step times of completed runs."""
+    timed = [mm for mm in measurements if mm.step_time_s is not None and not mm.oom]
+    if len(timed) < 3:
+        raise LayoutError(f"calibration needs at least 3 timed runs (got {len(timed)})")
+    names = list(names or TIME_BOUNDS)
+    # only fit attention constants that the data can see
+    kernels = {mm.layout.attention for mm in timed}
+    unfused = any(not mm.layout.fused_norm for mm in timed)
+    skip = {"flash1_eff": "flash1" not in kernels, "flash2_eff": "flash2" not in kernels,
+            "score_traffic_naive": "naive" not in kernels,
+            "score_traffic_fused": "fused_softmax" not in kernels,
+            "elem_bytes_h_unfused_norm": not unfused,
+            "tp_overlap": all(mm.layout.tp == 1 for mm in timed),
+            "stage_jitter": all(mm.layout.pp == 1 for mm in timed),
+            "dp_overlap": all(mm.layout.dp == 1 for mm in timed)}
+    names = [n for n in names if not skip.get(n, False)]
+    lo = np.array([math.log(TIME_BOUNDS[n][0]) if n in _LOG_SCALED else TIME_BOUNDS[n][0]
+                   for n in names])
+    hi = np.array([math.log(TIME_BOUNDS[n][1]) if n in _LOG_SCALED else TIME_BOUNDS[n][1]
+                   for n in names])
+    y = np.log([mm.step_time_s for mm in timed])
+
+    def residuals(x: np.ndarray) -> np.ndarray:
+        eff = _decode(x, names, base)
+        return np.log([_predict(mm, eff).step_time_s for mm in timed]) - y
+
+    x0 = np.clip(_encode(base, names), lo + 1e-9, hi - 1e-9)
+    sol = optimize.least_squares(residuals, x0, bounds=(lo, hi), loss="soft_l1", f_scale=0.05,
+                                 x_scale="jac", max_nfev=400)
+    return _decode(sol.x, names, base)
+
+
+def fit_memory_constants(measurements: Sequence[Measurement], base: Efficiency) -> Efficiency:
+    """Grid search of (mem_overhead_bytes, act_frag) for the best OOM accuracy (ties: the
+    smallest overhead and fragmentation, i.e. the least pessimistic model)."""
+    labelled = list(measurements)
+    if not labelled:
+        raise LayoutError("calibration needs at least one run with an OOM/ran label")
+    # memory is linear in the two constants: total = fixed + overhead + frag·acts
+    parts = []
+    for mm in labelled:
+        mem = _predict(mm, base.replace(mem_overhead_bytes=0.0, act_frag=1.0)).memory
+        parts.append((mem.total - mem.activations, mem.activations, mem.capacity, mm.oom))
+    fixed, acts, cap, oom = (np.array(v, dtype=float) for v in zip(*parts))
+    best = (-1.0, 0.0, 1.0)
+    for frag in np.round(np.arange(1.0, 1.301, 0.01), 3):
+        for over in np.arange(0.0, 12.01e9, 0.1e9):
+            acc = float(np.mean((fixed + over + frag * acts > cap) == oom.astype(bool)))
+            if acc > best[0] + 1e-12:
+                best = (acc, float(over), float(frag))
+    return base.replace(mem_overhead_bytes=best[1], act_frag=best[2])
+
+
+def calibrate(measurements: Sequence[Measurement], base: Efficiency = PRIOR_EFFICIENCY,
+              provenance: str = "") -> Efficiency:
+    """Memory constants from OOM labels, then time constants from step times."""
+    eff = fit_memory_constants(measurements, base)
+    eff = fit_time_constants(measurements, eff)
+    return eff.replace(provenance=provenance or f"fitted to {len(measurements)} runs")
+
+
+def _spearman(a: np.ndarray, b: np.ndarray) -> float:
+    from scipy import stats
+    return float(stats.spearmanr(a, b).statistic)
+
+
+def score(measurements: Sequence[Measurement], eff: Efficiency,
+          measured_mfu: Sequence[float | None] | None = None) -> Scores:
+    """Spearman ρ and median |error| of MFU over timed runs; OOM accuracy over all runs.
+
+    MFU of a measurement is model FLOPs / (step time · devices · peak) under the model's
+    convention unless `measured_mfu` supplies the published figure (same convention).
+    """
+    pred_mfu, meas_mfu, correct = [], [], []
+    for i, mm in enumerate(measurements):
+        est = _predict(mm, eff)
+        correct.append((not est.fits) == mm.oom)
+        if mm.step_time_s is None or mm.oom:
+            continue
+        pred_mfu.append(est.mfu)
+        if measured_mfu is not None and measured_mfu[i] is not None:
+            meas_mfu.append(float(measured_mfu[i]))
+        else:
+            meas_mfu.append(est.model_flops / (mm.step_time_s * mm.layout.n_devices
+                                               * mm.hardware.peak_flops))
+    a, b = np.array(pred_mfu), np.array(meas_mfu)
+    return Scores(n_timed=len(a), n_oom_labelled=len(correct),
+                  spearman_mfu=_spearman(a, b) if len(a) > 2 else float("nan"),
+                  median_abs_mfu_error=float(np.median(np.abs(a - b))) if len(a) else float("nan"),
+                  oom_accuracy=float(np.mean(correct)) if correct else float("nan"))

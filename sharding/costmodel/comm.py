@@ -1,0 +1,84 @@
+"""Collectives: which ranks share a node, and what a ring collective costs over which link.
+
+Ranks are placed tensor-parallel innermost, then data-parallel, then pipeline (Megatron-LM's
+default order), so a TP group sits inside one node whenever tp <= devices_per_node. A collective
+over n ranks with g of them per node runs at the intra-node bandwidth if g = n, else at the
+node's network share that its g members get, min(intra, g · inter_node_bw): every node runs
+devices_per_node/g such groups at once and they share its NICs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from sharding.costmodel.hardware import Hardware
+
+# bytes on the wire per rank, as a multiple of the buffer size, for ring algorithms
+_RING_FACTOR = {"all_reduce": lambda n: 2 * (n - 1) / n, "all_gather": lambda n: (n - 1) / n,
+                "reduce_scatter": lambda n: (n - 1) / n}
+_RING_STEPS = {"all_reduce": lambda n: 2 * (n - 1), "all_gather": lambda n: n - 1,
+               "reduce_scatter": lambda n: n - 1}
+
+
+@dataclasses.dataclass(frozen=True)
+class Collective:
+    """One kind of collective in a training step, summed over the step, per device.
+
+    buffer_bytes: size of the full (unsharded) buffer of one call; count: calls per step;
+    wire_bytes: bytes each rank sends per step; time_s: per step, before any overlap.
+    """
+
+    name: str
+    kind: str  # all_reduce | all_gather | reduce_scatter | p2p
+    group_size: int
+    buffer_bytes: float
+    count: float
+    wire_bytes: float
+    time_s: float
+    link: str  # intra | inter
+
+
+def ranks_per_node(hw: Hardware, tp: int, dp: int, pp: int) -> dict[str, int]:
+    """How many members of one TP / DP / PP group share a node under tp < dp < pp placement."""
+    dpn = hw.devices_per_node
+    g_tp = min(tp, dpn)
+    g_dp = 1 if tp >= dpn else max(1, min(dp, dpn // tp))
+    g_pp = 1 if tp * dp >= dpn else max(1, min(pp, dpn // (tp * dp)))
+    return {"tp": g_tp, "dp": g_dp, "pp": g_pp}
+
+
+def collective_time(kind: str, buffer_bytes: float, n: int, g: int, hw: Hardware,
+                    link_eff: float) -> tuple[float, float, str]:
+    """(seconds, wire bytes per rank, link) of one ring collective of `buffer_bytes` over n ranks.
+
+    Latency counts the ring's steps, inter-node hops at the network latency and the rest at the
+    intra-node latency (NCCL's hierarchical rings).
+    """
+    if n <= 1 or buffer_bytes <= 0:
+        return 0.0, 0.0, "intra"
+    wire = _RING_FACTOR[kind](n) * buffer_bytes
+    if g >= n:
+        bw, link = hw.intra_node_bw, "intra"
+        lat = _RING_STEPS[kind](n) * hw.intra_node_latency_s
+    else:
+        bw, link = min(hw.intra_node_bw, g * hw.inter_node_bw), "inter"
+        nodes = -(-n // g)
+        lat = (_RING_STEPS[kind](nodes) * hw.inter_node_latency_s
+               + (_RING_STEPS[kind](g) * hw.intra_node_latency_s if g > 1 else 0.0))
+    return wire / (bw * link_eff) + lat, wire, link
+
+
+def p2p_time(nbytes: float, same_node: bool, hw: Hardware, link_eff: float) -> float:
+    """One pipeline send/recv of `nbytes` between neighbouring stages."""
+    if nbytes <= 0:
+        return 0.0
+    if same_node:
+        return nbytes / (hw.intra_node_bw * link_eff) + hw.intra_node_latency_s
+    return nbytes / (hw.inter_node_bw * link_eff) + hw.inter_node_latency_s
+
+
+def make_collective(name: str, kind: str, buffer_bytes: float, count: float, n: int, g: int,
+                    hw: Hardware, link_eff: float) -> Collective:
+    t, wire, link = collective_time(kind, buffer_bytes, n, g, hw, link_eff)
+    return Collective(name=name, kind=kind, group_size=n, buffer_bytes=buffer_bytes, count=count,
+                      wire_bytes=wire * count, time_s=t * count, link=link)

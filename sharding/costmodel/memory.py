@@ -1,0 +1,152 @@
+"""Per-device memory of one training step: states (params, grads, optimizer) and activations.
+
+Activations follow Korthikanti et al. 2022 ("Reducing Activation Recomputation in Large
+Transformer Models", §4, Table 2), generalised from GPT (GeLU MLP of 4h, dropout) to any MLP
+width, SwiGLU, grouped-query attention, and attention kernels that do or do not store the
+s×s score matrix. For GPT-3 shapes with dropout and a naive softmax it reduces to their
+sbh(34 + 5as/h) bytes per layer (tensor parallel: sbh(10 + 24/t + 5as/(ht)); with sequence
+parallelism everything divides by t).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+from sharding.costmodel.efficiency import Efficiency
+from sharding.costmodel.spec import Layout, ModelShape, Precision
+
+# Bytes stored per attention-score element for backward when the kernel materialises s×s scores.
+# naive: fp32 softmax output kept for backward + its bf16 copy fed to the AV matmul (4 + 2);
+# fused_softmax: Megatron's fused scale-mask-softmax keeps only its bf16 output (2).
+SCORE_STORE_BYTES = {"naive": 6.0, "fused_softmax": 2.0, "flash1": 0.0, "flash2": 0.0}
+# Extra bytes per element kept by an un-fused (PyTorch op-by-op) RMSNorm beyond its bf16 input:
+# the fp32 upcast (4) and the fp32 normalised tensor (4).
+UNFUSED_NORM_EXTRA_BYTES = 8.0
+# Bytes per logit element alive at the loss: bf16 logits (2) + fp32 log-softmax for the loss (4).
+LOGITS_BYTES = 6.0
+
+
+@dataclasses.dataclass(frozen=True)
+class MemoryBreakdown:
+    """Bytes per device on the most loaded pipeline stage (`stage`: 'first' or 'last')."""
+
+    params: float
+    grads: float
+    optimizer: float
+    activations: float
+    activations_per_layer: float  # one layer, one micro-batch, no checkpointing
+    logits: float
+    temporaries: float
+    overhead: float
+    capacity: float
+    stage: str
+
+    @property
+    def total(self) -> float:
+        return (self.params + self.grads + self.optimizer + self.activations + self.logits
+                + self.temporaries + self.overhead)
+
+    @property
+    def fits(self) -> bool:
+        return self.total <= self.capacity
+
+    def as_gb(self) -> dict[str, float]:
+        keys = ("params", "grads", "optimizer", "activations", "logits", "temporaries", "overhead")
+        out = {k: getattr(self, k) / 1e9 for k in keys}
+        out["total"] = self.total / 1e9
+        out["capacity"] = self.capacity / 1e9
+        return out
+
+
+def activation_bytes_per_layer(m: ModelShape, lo: Layout, recompute_attention: bool = False,
+                               act_bytes: int = 2) -> float:
+    """Activation bytes one layer keeps for backward, for one micro-batch on one device.
+
+    `recompute_attention` drops the s×s score terms (selective recomputation, Korthikanti §4.3).
+    """
+    t = lo.tp
+    sp = lo.sp and t > 1
+    rep = 1.0 / t if sp else 1.0  # tensors replicated across TP ranks unless sequence-parallel
+    s, b, h, f = m.seq_len, lo.micro_batch, m.d_model, m.ffn
+    sbh = s * b * h
+    ab = act_bytes
+    norm = 2 * ab * sbh * rep  # each of the two norms keeps its input
+    if not lo.fused_norm:
+        norm += 2 * UNFUSED_NORM_EXTRA_BYTES * sbh * rep
+    attn = ab * sbh * rep  # input of the QKV projection (norm output)
+    attn += ab * s * b * (h + 2 * m.kv_dim) / t  # Q, K, V
+    attn += ab * sbh / t  # attention context = input of the output projection
+    if lo.attention in ("flash1", "flash2"):
+        attn += 4 * s * b * m.n_heads / t  # fp32 log-sum-exp per row
+    elif not recompute_attention:
+        per_score = SCORE_STORE_BYTES[lo.attention] + (3.0 if m.dropout else 0.0)
+        attn += per_score * m.n_heads * s * s * b / t
+    mlp = ab * sbh * rep  # input of the first MLP matmul (norm output)
+    mlp += (3 if m.mlp == "swiglu" else 2) * ab * s * b * f / t  # gate, up, gate·up | fc1, act
+    drop = 2 * sbh * rep if m.dropout else 0.0  # 1-byte masks after attention and MLP
+    return norm + attn + mlp + drop
+
+
+def in_flight_layers(m: ModelShape, lo: Layout) -> float:
+    """Layer-activations held at once by the first pipeline stage under (interleaved) 1F1B.
+
+    1F1B: stage 0 holds min(p, m) micro-batches of its L/p layers. Interleaved with v chunks:
+    L·(1 + (p−1)/(p·v)) (Korthikanti et al. 2022, §4.2.3), capped by m micro-batches.
+    """
+    p, v, n_mb = lo.pp, lo.interleave, lo.grad_accum
+    per_stage = math.ceil(m.n_layers / p)
+    if v == 1 or p == 1:
+        return min(p, n_mb) * per_stage
+    return min(m.n_layers * (1 + (p - 1) / (p * v)), n_mb * per_stage)
+
+
+def stage_params(m: ModelShape, lo: Layout) -> tuple[float, float]:
+    """Parameters held by one TP rank of the first and of the last pipeline stage."""
+    per_stage_layers = math.ceil(m.n_layers / lo.pp) * m.params_per_layer
+    first = per_stage_layers + m.embedding_params
+    last = per_stage_layers + m.head_params + m.d_model
+    if lo.pp == 1:
+        first = last = first + m.head_params + m.d_model
+    if m.tied_embeddings and lo.pp > 1:
+        last += m.embedding_params  # the last stage keeps its own copy of the tied matrix
+    return first / lo.tp, last / lo.tp
+
+
+def memory_breakdown(m: ModelShape, lo: Layout, prec: Precision, eff: Efficiency,
+                     capacity: float) -> MemoryBreakdown:
+    """Memory of the most loaded pipeline stage (first: most activations; last: logits)."""
+    act_layer = activation_bytes_per_layer(m, lo, act_bytes=prec.act_bytes)
+    if lo.act_ckpt == "full":
+        rep = 1.0 / lo.tp if (lo.sp and lo.tp > 1) else 1.0
+        stored_layer = prec.act_bytes * m.seq_len * lo.micro_batch * m.d_model * rep
+        recompute_buf = act_layer  # one layer is rebuilt at a time during backward
+    elif lo.act_ckpt == "selective":
+        stored_layer = activation_bytes_per_layer(m, lo, recompute_attention=True,
+                                                  act_bytes=prec.act_bytes)
+        recompute_buf = act_layer - stored_layer
+    else:
+        stored_layer, recompute_buf = act_layer, 0.0
+    dp = lo.dp
+    candidates = []
+    for stage, n_par in zip(("first", "last"), stage_params(m, lo)):
+        params = n_par * prec.param_bytes / (dp if lo.zero_stage >= 3 else 1)
+        grads = n_par * prec.grad_bytes / (dp if lo.zero_stage >= 2 else 1)
+        opt = 0.0 if lo.offload_optimizer else (
+            n_par * (prec.master_bytes + prec.optimizer_bytes) / (dp if lo.zero_stage >= 1 else 1))
+        layers = in_flight_layers(m, lo) if stage == "first" else math.ceil(m.n_layers / lo.pp)
+        if lo.pp == 1:
+            layers = m.n_layers
+        acts = eff.act_frag * (layers * stored_layer + recompute_buf)
+        tokens = m.seq_len * lo.micro_batch
+        logits = tokens * m.vocab_size / lo.tp * LOGITS_BYTES if stage == "last" else 0.0
+        temps = 0.0
+        if lo.zero_stage >= 3:  # gathered weights of the current and the prefetched layer
+            temps += 2 * m.params_per_layer / lo.tp * prec.param_bytes
+        if lo.attention in ("naive", "fused_softmax"):  # fp32 scores of the layer being computed
+            temps += 4.0 * m.n_heads / lo.tp * m.seq_len ** 2 * lo.micro_batch
+        candidates.append(MemoryBreakdown(
+            params=params, grads=grads, optimizer=opt, activations=acts,
+            activations_per_layer=act_layer, logits=logits, temporaries=temps,
+            overhead=eff.mem_overhead_bytes, capacity=capacity, stage=stage))
+    return max(candidates, key=lambda mb: mb.total)

@@ -1,0 +1,237 @@
+"""Frozen inputs of the cost model: model shape, parallel layout, numeric precision.
+
+The cost model never sees a live model or mesh: it works from these descriptions so that a
+planner can evaluate thousands of candidate layouts for models that could never be built on the
+machine running it. `validate_layout` turns impossible meshes into one-line `LayoutError`s that
+name the nearest layout that would work.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+from analysis.errors import AnalysisError
+
+ATTENTION_KERNELS = ("naive", "fused_softmax", "flash1", "flash2")
+ACT_CKPT = ("none", "selective", "full")
+
+
+class LayoutError(AnalysisError):
+    """An impossible or unsupported layout/model/hardware combination (one-line message)."""
+
+
+def llama_d_ff(d_model: int, multiple_of: int = 256) -> int:
+    """SwiGLU width of Llama 1/2: int(8/3 * d) rounded up to `multiple_of` (13824 for d=5120)."""
+    hidden = int(2 * 4 * d_model / 3)
+    return multiple_of * (-(-hidden // multiple_of))
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelShape:
+    """Architecture of a dense decoder-only transformer (pre-norm, RoPE, no biases).
+
+    `d_ff=None` takes the Llama rule (`llama_d_ff`); `mlp="gelu"` gives a GPT-style 2-matrix MLP.
+    `dropout=True` adds the dropout masks of Korthikanti et al. (GPT-3 style); Llama has none.
+    """
+
+    n_layers: int
+    d_model: int
+    n_heads: int
+    seq_len: int
+    vocab_size: int
+    d_ff: int | None = None
+    n_kv_heads: int | None = None
+    mlp: str = "swiglu"
+    tied_embeddings: bool = False
+    dropout: bool = False
+
+    def __post_init__(self) -> None:
+        for name in ("n_layers", "d_model", "n_heads", "seq_len", "vocab_size"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+                raise LayoutError(f"model {name} must be a positive integer (got {v!r})")
+        if self.d_model % self.n_heads:
+            raise LayoutError(f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}")
+        if self.kv_heads <= 0 or self.n_heads % self.kv_heads:
+            raise LayoutError(f"n_kv_heads={self.n_kv_heads} must divide n_heads={self.n_heads}")
+        if self.mlp not in ("swiglu", "gelu"):
+            raise LayoutError(f"mlp must be 'swiglu' or 'gelu' (got {self.mlp!r})")
+
+    @classmethod
+    def from_model_config(cls, cfg: Any) -> "ModelShape":
+        """From the training core's `models.config.ModelConfig` (duck-typed; SwiGLU, no dropout)."""
+        return cls(n_layers=cfg.n_layers, d_model=cfg.d_model, n_heads=cfg.n_heads,
+                   seq_len=cfg.seq_len, vocab_size=cfg.vocab_size, d_ff=cfg.ff,
+                   n_kv_heads=cfg.kv_heads, mlp="swiglu", tied_embeddings=bool(cfg.tie_embeddings))
+
+    # ---- derived sizes ------------------------------------------------------------------------
+    @property
+    def kv_heads(self) -> int:
+        return self.n_heads if self.n_kv_heads is None else int(self.n_kv_heads)
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.n_heads
+
+    @property
+    def ffn(self) -> int:
+        return llama_d_ff(self.d_model) if self.d_ff is None else int(self.d_ff)
+
+    @property
+    def kv_dim(self) -> int:
+        return self.kv_heads * self.head_dim
+
+    @property
+    def attn_params_per_layer(self) -> int:
+        h = self.d_model
+        return 2 * h * h + 2 * h * self.kv_dim  # Wq, Wo (h×h) and Wk, Wv (h×kv)
+
+    @property
+    def mlp_params_per_layer(self) -> int:
+        return (3 if self.mlp == "swiglu" else 2) * self.d_model * self.ffn
+
+    @property
+    def params_per_layer(self) -> int:
+        return self.attn_params_per_layer + self.mlp_params_per_layer + 2 * self.d_model
+
+    @property
+    def embedding_params(self) -> int:
+        return self.vocab_size * self.d_model
+
+    @property
+    def head_params(self) -> int:
+        return 0 if self.tied_embeddings else self.vocab_size * self.d_model
+
+    @property
+    def n_params(self) -> int:
+        """All parameters, embeddings included (the PaLM/Hagemann MFU convention's N)."""
+        return (self.n_layers * self.params_per_layer + self.embedding_params + self.head_params
+                + self.d_model)
+
+    @property
+    def n_params_nonembedding(self) -> int:
+        return self.n_layers * self.params_per_layer + self.d_model
+
+    def model_flops_per_token(self) -> float:
+        """PaLM (Chowdhery et al. 2022, App. B) model FLOPs: 6N + 12·L·h·s, attention non-causal.
+
+        N counts every parameter including the input embedding, as Hagemann et al. do, so that
+        predicted MFU is directly comparable with the published sheets.
+        """
+        return 6.0 * self.n_params + 12.0 * self.n_layers * self.d_model * self.seq_len
+
+
+@dataclasses.dataclass(frozen=True)
+class Precision:
+    """Bytes per element of each training-state tensor.
+
+    Default = Megatron/DeepSpeed bf16 mixed precision: bf16 weights and gradients, fp32 master
+    weights and Adam moments (2+2+4+8 = 16 bytes/param, Rajbhandari et al. 2020). `FP32_PARAMS`
+    is the JAX training core of this repo: fp32 params and grads, no master copy.
+    """
+
+    param_bytes: int = 2
+    grad_bytes: int = 2
+    master_bytes: int = 4
+    optimizer_bytes: int = 8  # Adam m and v
+    act_bytes: int = 2
+    grad_reduce_bytes: int | None = None  # dtype of the DP gradient collective; None = grad_bytes
+
+    @property
+    def reduce_bytes(self) -> int:
+        return self.grad_bytes if self.grad_reduce_bytes is None else self.grad_reduce_bytes
+
+
+BF16_MIXED = Precision()
+FP32_PARAMS = Precision(param_bytes=4, grad_bytes=4, master_bytes=0, optimizer_bytes=8, act_bytes=2)
+
+
+@dataclasses.dataclass(frozen=True)
+class Layout:
+    """How one training step is laid out on `dp·tp·pp` devices.
+
+    global_batch and micro_batch count sequences. zero_stage: 0 = plain DP, 1 = optimizer state
+    sharded over DP, 2 = + gradients, 3 = + parameters (= FSDP full sharding). `interleave` is the
+    number of virtual pipeline stages per device (1 = plain 1F1B). `attention` is the attention
+    kernel: naive (unfused softmax), fused_softmax (Megatron fused kernel), flash1, flash2;
+    `fused_norm` says whether RMSNorm is a fused kernel (saves activation memory and HBM traffic).
+    """
+
+    dp: int = 1
+    tp: int = 1
+    pp: int = 1
+    micro_batch: int = 1
+    global_batch: int = 1
+    sp: bool = False
+    zero_stage: int = 1
+    act_ckpt: str = "none"
+    attention: str = "flash2"
+    fused_norm: bool = True
+    interleave: int = 1
+    offload_optimizer: bool = False
+
+    @property
+    def n_devices(self) -> int:
+        return self.dp * self.tp * self.pp
+
+    @property
+    def grad_accum(self) -> int:
+        """Micro-batches per pipeline per step (m in the bubble formula (p-1)/m)."""
+        return self.global_batch // (self.dp * self.micro_batch)
+
+    def replace(self, **kw: Any) -> "Layout":
+        return dataclasses.replace(self, **kw)
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def nearest_mesh(n_devices: int, tp: int, pp: int) -> str:
+    """Closest (tp, pp) with tp·pp dividing n_devices, as text for an error message."""
+    best = min(((t, p) for t in _divisors(n_devices) for p in _divisors(n_devices // t)),
+               key=lambda tp_pp: (abs(math.log2(tp_pp[0] / tp)) + abs(math.log2(tp_pp[1] / pp)),
+                                  tp_pp[0] * tp_pp[1]))
+    return f"dp={n_devices // (best[0] * best[1])}, tp={best[0]}, pp={best[1]}"
+
+
+def validate_layout(model: ModelShape, layout: Layout, n_devices: int | None = None) -> None:
+    """Raise `LayoutError` (one line, with the nearest valid choice) for impossible layouts."""
+    lo = layout
+    for name in ("dp", "tp", "pp", "micro_batch", "global_batch", "interleave"):
+        v = getattr(lo, name)
+        if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+            raise LayoutError(f"layout {name} must be a positive integer (got {v!r})")
+    if lo.zero_stage not in (0, 1, 2, 3):
+        raise LayoutError(f"zero_stage must be 0, 1, 2 or 3 (got {lo.zero_stage!r})")
+    if lo.act_ckpt not in ACT_CKPT:
+        raise LayoutError(f"act_ckpt must be one of {ACT_CKPT} (got {lo.act_ckpt!r})")
+    if lo.attention not in ATTENTION_KERNELS:
+        raise LayoutError(f"attention must be one of {ATTENTION_KERNELS} (got {lo.attention!r})")
+    if n_devices is not None and lo.n_devices != n_devices:
+        hint = nearest_mesh(n_devices, lo.tp, lo.pp) if n_devices > 0 else "n_devices > 0"
+        raise LayoutError(f"dp×tp×pp = {lo.dp}×{lo.tp}×{lo.pp} = {lo.n_devices} does not match "
+                          f"{n_devices} devices; nearest valid mesh: {hint}")
+    if model.n_heads % lo.tp or model.kv_heads % lo.tp:
+        ok = [t for t in _divisors(model.kv_heads) if t <= max(lo.tp, 1)]
+        raise LayoutError(f"tp={lo.tp} must divide n_heads={model.n_heads} and "
+                          f"kv heads={model.kv_heads}; nearest valid tp: {max(ok)}")
+    if lo.pp > model.n_layers:
+        raise LayoutError(f"pp={lo.pp} exceeds n_layers={model.n_layers}; nearest valid: "
+                          f"pp={model.n_layers}")
+    if lo.interleave > 1 and model.n_layers % (lo.pp * lo.interleave):
+        ok = [p for p in _divisors(model.n_layers) if p <= lo.pp * lo.interleave]
+        raise LayoutError(f"pp×interleave = {lo.pp * lo.interleave} must divide n_layers="
+                          f"{model.n_layers}; nearest valid: {max(ok)}")
+    if lo.global_batch % (lo.dp * lo.micro_batch):
+        per = lo.global_batch / lo.dp
+        raise LayoutError(f"global_batch={lo.global_batch} is not divisible by dp×micro_batch = "
+                          f"{lo.dp}×{lo.micro_batch}; each DP rank would get {per:g} sequences")
+    if lo.interleave > 1 and lo.grad_accum % lo.pp:
+        raise LayoutError(f"interleaved pipeline needs micro-batches per step ({lo.grad_accum}) "
+                          f"divisible by pp={lo.pp}; use interleave=1")
+    if lo.sp and model.seq_len % lo.tp:  # sp with tp=1 is a no-op, not an error
+        raise LayoutError(f"sequence parallelism needs seq_len={model.seq_len} divisible by "
+                          f"tp={lo.tp}")
