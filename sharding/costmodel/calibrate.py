@@ -141,8 +141,10 @@ def fit_memory_constants(measurements: Sequence[Measurement], base: Efficiency) 
 
 def calibrate(measurements: Sequence[Measurement], base: Efficiency = PRIOR_EFFICIENCY,
               provenance: str = "") -> Efficiency:
-    """Memory constants from OOM labels, then time constants from step times."""
-    eff = fit_memory_constants(measurements, base)
+    """Memory constants from OOM labels (kept from `base` unless some runs hit OOM and some
+    did not), then time constants from step times."""
+    labels = {mm.oom for mm in measurements}
+    eff = fit_memory_constants(measurements, base) if labels == {True, False} else base
     eff = fit_time_constants(measurements, eff)
     return eff.replace(provenance=provenance or f"fitted to {len(measurements)} runs")
 

@@ -1,0 +1,207 @@
+"""`python -m analysis layout-eval LAYOUTS.csv --json OUT.json` — cost-model predictions per row.
+
+One layout per CSV row. Required columns: n_layers, d_model, n_heads, seq_len, vocab_size,
+global_batch (sequences per optimizer step), hardware (catalogue name or YAML path; or pass
+--hardware). Optional columns and their defaults:
+  micro_batch=1, tp=1, pp=1, dp=n_devices/(tp·pp), n_devices=dp·tp·pp, sp=0, zero_stage=1,
+  act_ckpt=none (none|selective|full), flash_attn=1 (1 → FlashAttention-2, 0 → naive softmax),
+  attention (naive|fused_softmax|flash1|flash2; overrides flash_attn), fused_norm=1,
+  interleave=1, offload_optimizer=0, d_ff (Llama rule 8/3·d rounded up to 256),
+  n_kv_heads=n_heads, mlp=swiglu, tied_embeddings=0.
+Writes {"rows": [...]} in input order; each row repeats its inputs and adds pred_step_time_s,
+pred_tokens_per_s, pred_mfu, pred_hfu, pred_mem_gb_per_device and pred_fits.
+
+Calibration on your own sweep: give measured columns `measured_step_time_s` or
+`measured_tokens_per_s` (and optionally `oom` 0/1) and `--calibrate EFF.json` fits the
+efficiency constants to them; `--efficiency EFF.json` uses such a file for the predictions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import pathlib
+from typing import Any
+
+import pandas as pd
+
+from analysis.errors import AnalysisError
+from sharding.costmodel import (BF16_MIXED, DEFAULT_EFFICIENCY, FP32_PARAMS, Efficiency, Layout,
+                                LayoutError, ModelShape, estimate_step, load_hardware)
+from sharding.costmodel.calibrate import Measurement, calibrate, score
+
+REQUIRED = ("n_layers", "d_model", "n_heads", "seq_len", "vocab_size", "global_batch")
+PRECISIONS = {"bf16-mixed": BF16_MIXED, "fp32-params": FP32_PARAMS}
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("layout-eval", help="predict step time, MFU and memory per layout row",
+                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("csv", type=pathlib.Path, help="one layout per row (see columns above)")
+    p.add_argument("--json", type=pathlib.Path, help="write {'rows': [...]} here")
+    p.add_argument("--hardware", help="default hardware for rows without a `hardware` column")
+    p.add_argument("--precision", choices=sorted(PRECISIONS), default="bf16-mixed")
+    p.add_argument("--efficiency", type=pathlib.Path, help="efficiency constants JSON")
+    p.add_argument("--calibrate", type=pathlib.Path, metavar="EFF.json",
+                   help="fit efficiency constants to the measured columns and write them here")
+    p.set_defaults(func=run)
+
+
+def _int(row: dict, key: str, default: Any, i: int) -> int:
+    v = row.get(key, default)
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        v = default
+    if v is None:
+        raise AnalysisError(f"row {i}: column {key!r} is required")
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        if str(v).strip().lower() in ("true", "false"):
+            return int(str(v).strip().lower() == "true")
+        raise AnalysisError(f"row {i}: {key}={v!r} is not a number")
+    if not f.is_integer():
+        raise AnalysisError(f"row {i}: {key}={v!r} must be a whole number")
+    return int(f)
+
+
+def _str(row: dict, key: str, default: str | None) -> str | None:
+    v = row.get(key)
+    if v is None or (isinstance(v, float) and math.isnan(v)) or str(v).strip() == "":
+        return default
+    return str(v).strip()
+
+
+def parse_row(row: dict, i: int, default_hw: str | None, hw_cache: dict):
+    """(ModelShape, Layout, Hardware) of CSV row i (1-based for messages)."""
+    try:
+        d_ff = row.get("d_ff")
+        kv = row.get("n_kv_heads")
+        shape = ModelShape(
+            n_layers=_int(row, "n_layers", None, i), d_model=_int(row, "d_model", None, i),
+            n_heads=_int(row, "n_heads", None, i), seq_len=_int(row, "seq_len", None, i),
+            vocab_size=_int(row, "vocab_size", None, i),
+            d_ff=None if d_ff is None or pd.isna(d_ff) else _int(row, "d_ff", None, i),
+            n_kv_heads=None if kv is None or pd.isna(kv) else _int(row, "n_kv_heads", None, i),
+            mlp=_str(row, "mlp", "swiglu"), tied_embeddings=bool(_int(row, "tied_embeddings", 0, i)))
+        tp, pp = _int(row, "tp", 1, i), _int(row, "pp", 1, i)
+        n_dev = row.get("n_devices")
+        dp_default = None
+        if n_dev is not None and not pd.isna(n_dev):
+            nd = _int(row, "n_devices", None, i)
+            dp_default = nd // (tp * pp) if tp * pp and nd % (tp * pp) == 0 else None
+            if dp_default is None and ("dp" not in row or pd.isna(row.get("dp"))):
+                raise LayoutError(f"n_devices={nd} is not divisible by tp×pp = {tp * pp}")
+        dp = _int(row, "dp", dp_default if dp_default is not None else 1, i)
+        attention = _str(row, "attention", None) or (
+            "flash2" if _int(row, "flash_attn", 1, i) else "naive")
+        layout = Layout(dp=dp, tp=tp, pp=pp, micro_batch=_int(row, "micro_batch", 1, i),
+                        global_batch=_int(row, "global_batch", None, i),
+                        sp=bool(_int(row, "sp", 0, i)), zero_stage=_int(row, "zero_stage", 1, i),
+                        act_ckpt=_str(row, "act_ckpt", "none"), attention=attention,
+                        fused_norm=bool(_int(row, "fused_norm", 1, i)),
+                        interleave=_int(row, "interleave", 1, i),
+                        offload_optimizer=bool(_int(row, "offload_optimizer", 0, i)))
+        if n_dev is not None and not pd.isna(n_dev) and layout.n_devices != int(float(n_dev)):
+            from sharding.costmodel.spec import nearest_mesh
+            raise LayoutError(f"dp×tp×pp = {dp}×{tp}×{pp} = {layout.n_devices} does not match "
+                              f"n_devices={int(float(n_dev))}; nearest valid mesh: "
+                              f"{nearest_mesh(int(float(n_dev)), tp, pp)}")
+        hw_name = _str(row, "hardware", default_hw)
+        if hw_name is None:
+            raise LayoutError("no hardware: add a `hardware` column or pass --hardware")
+        if hw_name not in hw_cache:
+            hw_cache[hw_name] = load_hardware(hw_name)
+        return shape, layout, hw_cache[hw_name]
+    except AnalysisError as e:
+        raise AnalysisError(f"row {i}: {e}") from None
+
+
+def load_efficiency(path: pathlib.Path | None) -> Efficiency:
+    if path is None:
+        return DEFAULT_EFFICIENCY
+    try:
+        data = json.loads(pathlib.Path(path).read_text())
+    except json.JSONDecodeError as e:
+        raise AnalysisError(f"efficiency file {path} is not valid JSON ({e.msg})")
+    if not isinstance(data, dict):
+        raise AnalysisError(f"efficiency file {path} must hold a JSON object")
+    return Efficiency.from_mapping(data.get("efficiency", data))
+
+
+def read_rows(path: pathlib.Path) -> list[dict]:
+    if not path.is_file():
+        raise AnalysisError(f"file not found: {path}")
+    try:
+        df = pd.read_csv(path)
+    except pd.errors.EmptyDataError:
+        raise AnalysisError(f"{path} is empty; expected a CSV with columns {', '.join(REQUIRED)}")
+    except (pd.errors.ParserError, UnicodeDecodeError) as e:
+        raise AnalysisError(f"{path} is not a readable CSV ({str(e).splitlines()[0]})")
+    missing = [c for c in REQUIRED if c not in df.columns]
+    if missing:
+        raise AnalysisError(f"{path} lacks column(s) {missing}; required: {', '.join(REQUIRED)}")
+    if df.empty:
+        raise AnalysisError(f"{path} has no rows")
+    return df.to_dict(orient="records")
+
+
+def _clean(v: Any) -> Any:
+    if isinstance(v, float) and math.isnan(v):
+        return None
+    if hasattr(v, "item"):
+        return v.item()
+    return v
+
+
+def run(args: argparse.Namespace) -> int:
+    rows = read_rows(args.csv)
+    prec = PRECISIONS[args.precision]
+    eff = load_efficiency(args.efficiency)
+    hw_cache: dict = {}
+    parsed = [parse_row(r, i + 1, args.hardware, hw_cache) for i, r in enumerate(rows)]
+    if args.calibrate is not None:
+        eff = _calibrate(rows, parsed, prec, eff, args.calibrate)
+    out = []
+    for r, (shape, layout, hw) in zip(rows, parsed):
+        est = estimate_step(shape, layout, hw, prec, eff)
+        rec = {k: _clean(v) for k, v in r.items()}
+        rec.update(pred_step_time_s=est.step_time_s, pred_tokens_per_s=est.tokens_per_s,
+                   pred_mfu=est.mfu, pred_hfu=est.hfu,
+                   pred_mem_gb_per_device=est.memory.total / 1e9, pred_fits=bool(est.fits))
+        out.append(rec)
+    if args.json:
+        args.json.write_text(json.dumps({"rows": out, "efficiency": eff.as_dict()}, indent=2))
+    print(f"{'row':>4} {'layout':28s} {'step s':>9} {'tok/s':>11} {'MFU':>6} {'mem GB':>7} fits")
+    for i, ((_, lo, _), rec) in enumerate(zip(parsed, out)):
+        lay = f"dp{lo.dp} tp{lo.tp} pp{lo.pp} mb{lo.micro_batch} z{lo.zero_stage} {lo.act_ckpt}"
+        print(f"{i + 1:>4} {lay:28s} {rec['pred_step_time_s']:9.3f} {rec['pred_tokens_per_s']:11.0f} "
+              f"{rec['pred_mfu']:6.3f} {rec['pred_mem_gb_per_device']:7.1f} "
+              f"{'yes' if rec['pred_fits'] else 'OOM'}")
+    return 0
+
+
+def _calibrate(rows: list[dict], parsed: list, prec, base: Efficiency,
+               out_path: pathlib.Path) -> Efficiency:
+    """Fit constants to the rows' measured step times / tokens per second and OOM flags."""
+    ms = []
+    for i, (r, (shape, layout, hw)) in enumerate(zip(rows, parsed)):
+        step = r.get("measured_step_time_s")
+        if step is None or pd.isna(step):
+            tps = r.get("measured_tokens_per_s")
+            step = (layout.global_batch * shape.seq_len / float(tps)
+                    if tps is not None and not pd.isna(tps) and float(tps) > 0 else None)
+        oom = bool(_int(r, "oom", 0, i + 1)) if "oom" in r else False
+        if step is None and not oom:
+            continue
+        ms.append(Measurement(shape, layout, hw, None if oom else float(step), oom, prec))
+    if sum(m.step_time_s is not None for m in ms) < 3:
+        raise AnalysisError("--calibrate needs >= 3 rows with measured_step_time_s or "
+                            "measured_tokens_per_s")
+    eff = calibrate(ms, base, provenance=f"fitted to {len(ms)} rows of {out_path.name}")
+    s = score(ms, eff)
+    out_path.write_text(json.dumps({"efficiency": eff.as_dict(), "scores": s.as_dict()}, indent=2))
+    print(f"calibrated on {len(ms)} rows: Spearman rho(MFU) {s.spearman_mfu:.3f}, median |MFU err| "
+          f"{100 * s.median_abs_mfu_error:.2f} pts, OOM accuracy {100 * s.oom_accuracy:.1f}% "
+          f"(in-sample) -> {out_path}")
+    return eff
