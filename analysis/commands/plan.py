@@ -1,0 +1,88 @@
+"""`python -m analysis plan --budget 1e23 [--law FIT.json] --hardware h100 --gpus 1024` — plan a run.
+
+Finds the compute-optimal model size and tokens for the budget under the law (a `python -m
+analysis fit` JSON, default Chinchilla's published constants), rounds to real shapes, searches
+TP × PP × DP × micro-batch × ZeRO × checkpointing for the fastest layout that fits, and prints a
+ranked table. With --max-days or --gpu-hours, tokens are capped by what fits in the time and the
+lowest predicted loss wins. --json writes {"best": {...}, "candidates": [...]}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import pathlib
+
+from analysis.errors import AnalysisError
+from analysis.planner import load_law, plan
+
+
+def _positive_float(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number")
+    if not v > 0 or v == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r} must be a positive finite number")
+    return v
+
+
+def _positive_int(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number")
+    if v <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be > 0")
+    return v
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("plan", help="scaling law + cost model -> model size, tokens, layout",
+                              description=__doc__)
+    p.add_argument("--budget", type=_positive_float, help="training compute in FLOPs (C = 6ND)")
+    p.add_argument("--law", type=pathlib.Path, help="fit JSON from `python -m analysis fit` "
+                   "(default: Hoffmann et al. 2022 constants)")
+    p.add_argument("--hardware", required=True, help="catalogue name (h100, a100-80gb, ...) or YAML")
+    p.add_argument("--gpus", type=_positive_int, required=True, help="number of devices")
+    p.add_argument("--max-days", type=_positive_float, help="wall-clock limit in days")
+    p.add_argument("--gpu-hours", type=_positive_float, help="device-hour limit")
+    p.add_argument("--seq-len", type=_positive_int, default=2048)
+    p.add_argument("--vocab", type=_positive_int, default=32000)
+    p.add_argument("--batch-tokens", type=_positive_int, default=4 * 1024 * 1024,
+                   help="target tokens per optimizer step (default 4M)")
+    p.add_argument("--top", type=_positive_int, default=8, help="candidates to list")
+    p.add_argument("--json", type=pathlib.Path, help="write {'best': ..., 'candidates': [...]}")
+    p.add_argument("--markdown", type=pathlib.Path, help="write a planning section for a report")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    law = load_law(args.law)
+    result = plan(args.budget, args.gpus, args.hardware, law=law, max_days=args.max_days,
+                  max_gpu_hours=args.gpu_hours, seq_len=args.seq_len, vocab=args.vocab,
+                  batch_tokens=args.batch_tokens, top=args.top)
+    b = result.best
+    if result.n_opt is not None:
+        print(f"law: {law.source}")
+        print(f"compute-optimal for {result.budget_flops:.3g} FLOPs: N* = {result.n_opt / 1e9:.1f}B "
+              f"params, D* = {result.d_opt / 1e12:.2f}T tokens")
+    print(result.table())
+    lo = b.layout
+    ci = (f"95% CI [{b.loss_ci[0]:.3f}, {b.loss_ci[1]:.3f}]" if b.loss_ci
+          else "CI unavailable: law has no bootstrap samples")
+    print(f"best: {b.shape.n_params / 1e9:.1f}B params (L={b.shape.n_layers}, d={b.shape.d_model}) "
+          f"on {b.tokens / 1e12:.2f}T tokens, dp={lo.dp} tp={lo.tp} pp={lo.pp} mb={lo.micro_batch} "
+          f"ZeRO-{lo.zero_stage} ckpt={lo.act_ckpt}: MFU {100 * b.mfu:.1f}%, {b.days:.1f} days on "
+          f"{result.n_devices} x {result.hardware.name} ({b.gpu_hours:.3g} GPU-hours), "
+          f"loss {b.loss:.3f} ({ci})")
+    for n in result.notes:
+        print(f"note: {n}")
+    if args.json:
+        try:
+            args.json.write_text(json.dumps(result.as_dict(), indent=2))
+        except OSError as e:
+            raise AnalysisError(f"cannot write {args.json}: {e.strerror}")
+    if args.markdown:
+        args.markdown.write_text(result.to_markdown() + "\n")
+    return 0
