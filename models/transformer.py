@@ -156,7 +156,7 @@ class Transformer(nnx.Module):
             setattr(self, f"block_{i}", Block(cfg, rngs))
         self.final_norm = RMSNorm(D, cfg.norm_eps)
         if not cfg.tie_embeddings:
-            self.head_DxV = _param(rngs, (D, V), 1.0 / math.sqrt(D), (P.EMBED, P.VOCAB))
+            self.head_DxV = _param(rngs, (D, V), cfg.init_std, (P.EMBED, P.VOCAB))
 
     def blocks(self) -> list[Block]:
         return [getattr(self, f"block_{i}") for i in range(self.cfg.n_layers)]

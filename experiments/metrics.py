@@ -1,0 +1,112 @@
+"""Run records: `metrics.jsonl` (one JSON object per logged step) and the console progress line.
+
+metrics.jsonl keys: step, tokens, flops, loss, lr, grad_norm, step_time_s, tokens_per_s, mfu, and
+eval_loss on eval steps. On resume the file is cut back to the checkpointed step so it never holds
+a step twice.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+import time
+from pathlib import Path
+from typing import Any, TextIO
+
+
+class MetricsLog:
+    """Append-only JSONL writer that can drop the lines after a given step."""
+
+    def __init__(self, path: Path, enabled: bool = True):
+        self.path = Path(path)
+        self.enabled = enabled
+        self._f: TextIO | None = None
+
+    def truncate_after(self, step: int) -> None:
+        """Keep only records with record['step'] <= step (called on resume)."""
+        if not self.enabled or not self.path.exists():
+            return
+        keep = []
+        for line in self.path.read_text().splitlines():
+            try:
+                if json.loads(line)["step"] <= step:
+                    keep.append(line)
+            except (ValueError, KeyError, TypeError):
+                continue  # a line torn by a kill
+        tmp = self.path.with_suffix(".jsonl.tmp")
+        tmp.write_text("".join(l + "\n" for l in keep))
+        tmp.replace(self.path)
+
+    def reset(self) -> None:
+        if self.enabled and self.path.exists():
+            self.path.unlink()
+
+    def write(self, record: dict[str, Any]) -> None:
+        if not self.enabled:
+            return
+        if self._f is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._f = open(self.path, "a", buffering=1)
+        self._f.write(json.dumps({k: _clean(v) for k, v in record.items()}) + "\n")
+
+    def flush(self) -> None:
+        if self._f is not None:
+            self._f.flush()
+
+    def close(self) -> None:
+        if self._f is not None:
+            self._f.close()
+            self._f = None
+
+
+def _clean(v: Any) -> Any:
+    """JSON has no NaN/inf: write them as strings so the file stays valid JSON."""
+    if isinstance(v, float) and not math.isfinite(v):
+        return str(v)
+    return v
+
+
+def read_metrics(path: Path) -> list[dict[str, Any]]:
+    out = []
+    for line in Path(path).read_text().splitlines():
+        if line.strip():
+            out.append(json.loads(line))
+    return out
+
+
+def _si(x: float) -> str:
+    for unit, div in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(x) >= div:
+            return f"{x / div:.1f}{unit}"
+    return f"{x:.0f}"
+
+
+def _dur(s: float) -> str:
+    if not math.isfinite(s):
+        return "?"
+    s = int(round(s))
+    return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else (f"{s // 60}m{s % 60:02d}s" if s >= 60 else f"{s}s")
+
+
+class Progress:
+    """Prints `step a/b | tokens x/y (p%) | loss | tok/s | mfu | ETA` at most every `every_s`."""
+
+    def __init__(self, total_steps: int, tokens_per_step: int, every_s: float = 2.0,
+                 enabled: bool = True, stream: TextIO | None = None):
+        self.total, self.tps, self.every = total_steps, tokens_per_step, every_s
+        self.enabled, self.stream = enabled, stream or sys.stdout
+        self._last = -math.inf
+
+    def update(self, step: int, loss: float, tokens_per_s: float, mfu: float,
+               eval_loss: float | None = None, force: bool = False) -> None:
+        now = time.monotonic()
+        if not self.enabled or (not force and now - self._last < self.every):
+            return
+        self._last = now
+        done, total = step * self.tps, self.total * self.tps
+        eta = (total - done) / tokens_per_s if tokens_per_s > 0 else float("inf")
+        ev = f" eval {eval_loss:.4f}" if eval_loss is not None else ""
+        print(f"step {step}/{self.total} | tokens {_si(done)}/{_si(total)} ({100 * done / total:.0f}%) | "
+              f"loss {loss:.4f}{ev} | {_si(tokens_per_s)} tok/s | mfu {mfu:.3f} | ETA {_dur(eta)}",
+              file=self.stream, flush=True)

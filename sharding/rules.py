@@ -1,0 +1,94 @@
+"""THE table from logical axis names (see models/partitioning.py) to mesh axes.
+
+Mesh axes: `data` (pure data parallel: parameters replicated), `fsdp` (data parallel whose
+parameters and optimizer state are sharded over it, ZeRO-3 style), `tensor` (Megatron-style
+column/row split of attention heads, MLP width and vocabulary). A layout is nothing but the sizes
+of these three axes: with one table, dp / fsdp / tp and their 2-D combinations all follow (a
+mesh axis of size 1 shards nothing).
+
+Megatron pairing falls out of the names: W_q/W_k/W_v and W_gate/W_up are split on their output
+(heads / mlp) dim = column parallel, W_o and W_down on their input dim = row parallel, so each
+attention or MLP sub-layer needs one reduction of its output.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import jax
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+from models import partitioning as P
+
+MESH_AXES = ("data", "fsdp", "tensor")
+BATCH_AXES = ("data", "fsdp")
+
+RULES: dict[str, tuple[str, ...] | str | None] = {
+    # parameters
+    P.EMBED: "fsdp",        # ZeRO-3: every weight's d_model dim is split over fsdp
+    P.MLP: "tensor",
+    P.HEADS: "tensor",
+    P.KV_HEADS: "tensor",
+    P.VOCAB: "tensor",
+    P.KV: None,
+    P.NORM: None,
+    # activations
+    P.BATCH: BATCH_AXES,
+    P.LENGTH: None,
+    P.ACT_EMBED: None,
+    P.ACT_MLP: "tensor",
+    P.ACT_HEADS: "tensor",
+    P.ACT_KV_HEADS: "tensor",
+    P.ACT_VOCAB: "tensor",
+}
+
+
+def logical_to_spec(names: Sequence[str | None]) -> PartitionSpec:
+    """PartitionSpec for one array given its logical axis names (unknown name = error)."""
+    out = []
+    for n in names:
+        if n is None:
+            out.append(None)
+            continue
+        if n not in RULES:
+            raise KeyError(f"logical axis {n!r} has no rule in sharding/rules.py")
+        out.append(RULES[n])
+    return PartitionSpec(*out)
+
+
+def mesh_size(mesh_shape: dict[str, int], rule: tuple[str, ...] | str | None) -> int:
+    """Number of shards a dim mapped by `rule` gets on a mesh of the given axis sizes."""
+    if rule is None:
+        return 1
+    axes = (rule,) if isinstance(rule, str) else rule
+    n = 1
+    for a in axes:
+        n *= mesh_shape[a]
+    return n
+
+
+def is_axes_leaf(x: Any) -> bool:
+    return isinstance(x, tuple) and all(isinstance(a, (str, type(None))) for a in x)
+
+
+def param_specs(axes_tree: Any) -> Any:
+    """Tree of logical-name tuples -> tree of PartitionSpecs."""
+    return jax.tree.map(logical_to_spec, axes_tree, is_leaf=is_axes_leaf)
+
+
+def param_shardings(mesh: Mesh, axes_tree: Any) -> Any:
+    """Tree of logical-name tuples -> tree of NamedShardings on `mesh`."""
+    return jax.tree.map(lambda n: NamedSharding(mesh, logical_to_spec(n)), axes_tree,
+                        is_leaf=is_axes_leaf)
+
+
+def activation_sharding_fn(mesh: Mesh):
+    """For models.partitioning.activation_sharding: logical names -> NamedSharding."""
+    cache: dict[tuple, NamedSharding] = {}
+
+    def fn(names: tuple[str | None, ...]) -> NamedSharding:
+        if names not in cache:
+            cache[names] = NamedSharding(mesh, logical_to_spec(names))
+        return cache[names]
+
+    return fn
