@@ -69,6 +69,9 @@ def main(cfg: DictConfig) -> None:
         metrics.flush()
         with open(run / "steps.log", "a") as f:
             f.write(f"{step}\n")
+        if cfg.fake.crash_d_model == cfg.model.d_model and step >= 3:
+            _atomic(summary, {"status": "failed", "n_params": n})
+            raise RuntimeError("fake crash")
         if cfg.fake.diverge_d_model == cfg.model.d_model and step >= 3:
             _atomic(summary, {"status": "diverged", "n_params": n})
             raise SystemExit(3)

@@ -22,13 +22,20 @@ from typing import Any, List, Optional, Sequence
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.utils import JobReturn, JobStatus
-from hydra.errors import HydraException
+from hydra.errors import CompactHydraException
 from hydra.plugins.launcher import Launcher
 from hydra.plugins.sweeper import Sweeper
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf
 
 log = logging.getLogger("scalelab.sweep")
+
+
+class SweepError(CompactHydraException):
+    """A sweep-level problem; Hydra prints just this one-line message (no traceback)."""
+
+    def __init__(self, msg: str) -> None:
+        super().__init__(f"error: {msg}")
 
 
 class TaskGuard:
@@ -108,13 +115,13 @@ class ScalelabSweeper(Sweeper):
             base = loader.load_sweep_config(self.config, list(combo))
             sweep = _container(base, "sweep")
             if not isinstance(sweep, dict):
-                raise HydraException("the scalelab sweeper needs a `sweep` config node: "
+                raise SweepError("the scalelab sweeper needs a `sweep` config node: "
                                      "select a preset with +sweep=isoflop (or model_ladder, data_ladder, layouts)")
             run_cfg = _run_config(base)
             try:
                 planned = plan(run_cfg, sweep, corpus_tokens=_corpus_tokens(run_cfg, sweep))
             except LadderError as e:
-                raise HydraException(str(e)) from None
+                raise SweepError(str(e)) from None
             rerun_failed = bool(sweep.get("rerun_failed", False))
             ignore = list(sweep.get("id_ignore") or [])
             for p in planned:
@@ -149,7 +156,7 @@ class ScalelabSweeper(Sweeper):
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
-            raise HydraException(f"sweep dir {sweep_dir} is in use by another running sweep; "
+            raise SweepError(f"sweep dir {sweep_dir} is in use by another running sweep; "
                                  "wait for it or choose another hydra.sweep.dir") from None
         try:
             return self._sweep_locked(arguments, sweep_dir)
@@ -191,7 +198,7 @@ class ScalelabSweeper(Sweeper):
             log.warning(f"diverged: {r['run_dir']}")
         if failed:
             names = ", ".join(f"{r['run_dir']} ({r.get('error') or r.get('status_after')})" for r in failed)
-            raise HydraException(f"{len(failed)} of {len(ran)} launched runs failed: {names}")
+            raise SweepError(f"{len(failed)} of {len(ran)} launched runs failed: {names}")
         return returns
 
 

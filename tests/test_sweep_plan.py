@@ -1,0 +1,132 @@
+"""Sweep planning without launching anything: ladder rules, IsoFLOP token counts, skip rules,
+run ids and the relaunch decision table."""
+
+import math
+
+import pytest
+
+from experiments.sweep_ladder import LadderError, Shape, ladder, shapes_from_config
+from experiments.sweep_plan import PlanError, format_budget, plan
+from experiments.sweep_runs import decide, read_status, run_id
+from models.config import ModelConfig
+from models.flops import flops_per_token, param_count
+
+BASE = {
+    "model": {"vocab_size": 256, "d_model": 64, "n_layers": 2, "n_heads": 4, "n_kv_heads": None,
+              "d_ff": None, "seq_len": 64},
+    "train": {"batch_size": 8, "tokens": None, "steps": 50, "seed": 0},
+    "optim": {"lr": 3e-3, "warmup_tokens": 0},
+    "data": {"source": "auto"},
+}
+SWEEP = {"kind": "isoflop", "budgets": [1e11, 3e11], "ladder": {"depths": [1, 2, 3, 4], "head_dim": 16,
+         "aspect_ratio": 32}, "min_steps": 20, "max_epochs": 1.0, "warmup_fraction": 0.05}
+
+
+def test_ladder_keeps_head_width_and_aspect_ratio():
+    shapes = ladder([4, 1, 2], head_dim=16, aspect_ratio=32)
+    assert [s.n_layers for s in shapes] == [1, 2, 4]
+    for s in shapes:
+        assert s.d_model == 32 * s.n_layers and s.d_model // s.n_heads == 16
+    gqa = ladder([2, 4], head_dim=16, aspect_ratio=32, kv_groups=2)
+    assert [s.n_kv_heads for s in gqa] == [2, 4]
+    # widths that are not whole heads are rounded up
+    assert ladder([1], head_dim=64, aspect_ratio=40)[0].d_model == 64
+
+
+@pytest.mark.parametrize("kw, msg", [
+    ({"depths": []}, "depths is empty"),
+    ({"depths": [2, 2]}, "repeated"),
+    ({"depths": [1], "head_dim": 15}, "even"),
+    ({"depths": [1], "kv_groups": 4}, "kv_groups"),
+    ({"depths": [0]}, "positive integer"),
+])
+def test_ladder_rejects_bad_rules(kw, msg):
+    with pytest.raises(LadderError, match=msg):
+        ladder(**kw)
+
+
+def test_explicit_shapes_replace_the_rule():
+    shapes = shapes_from_config({"shapes": [{"n_layers": 3, "d_model": 48, "n_heads": 3}],
+                                 "ladder": {"depths": [1]}})
+    assert shapes == [Shape(3, 48, 3)]
+    with pytest.raises(LadderError, match=r"sweep.shapes\[0\]"):
+        shapes_from_config({"shapes": [{"n_layers": 3}]})
+
+
+def test_isoflop_tokens_come_from_real_flops_per_token():
+    runs = plan(BASE, SWEEP, corpus_tokens=10**9)
+    assert len(runs) == 8
+    tps = 8 * 64
+    for r in runs:
+        shape = {o.split("=")[0].split(".")[1]: o.split("=")[1] for o in r.overrides if o.startswith("model.")}
+        mc = ModelConfig.from_mapping({**BASE["model"], **{k: (None if v == "null" else int(v)) for k, v in shape.items()}})
+        assert r.flops_per_token == flops_per_token(mc) and r.n_params == param_count(mc)
+        assert r.flops_per_token > 6 * (param_count(mc) - 256 * mc.d_model)  # attention counted
+        assert r.tokens % tps == 0 and r.steps == r.tokens // tps
+        assert abs(r.tokens - r.budget / r.flops_per_token) <= tps / 2  # nearest whole step
+        assert f"train.tokens={r.tokens}" in r.overrides and "train.steps=null" in r.overrides
+        assert f"optim.warmup_tokens={round(0.05 * r.tokens)}" in r.overrides
+        assert f"sweep.budget={r.budget:g}" in r.overrides
+        assert (r.skip is None) == (r.steps >= 20)
+    assert [r.label for r in runs][:2] == ["C1e11_L1-d32", "C1e11_L2-d64"]
+
+
+def test_epoch_limit_skips_with_reason():
+    runs = plan(BASE, SWEEP, corpus_tokens=50_000)
+    big = [r for r in runs if r.tokens > 50_000 and r.steps >= 20]
+    assert big and all("epochs" in r.skip and "max_epochs=1.0" in r.skip for r in big)
+    assert all(r.skip is None for r in runs if r.tokens <= 50_000 and r.steps >= 20)
+
+
+def test_other_kinds():
+    ml = plan(BASE, {"kind": "model_ladder", "tokens_per_param": 2, "ladder": {"depths": [1, 2]},
+                     "min_steps": 1})
+    assert [abs(r.tokens - 2 * r.n_params) <= 256 for r in ml] == [True, True]
+    dl = plan(BASE, {"kind": "data_ladder", "tokens": [1e5, 2e4], "min_steps": 1})
+    assert [r.tokens for r in dl] == [19968, 99840] and all(r.n_params == dl[0].n_params for r in dl)
+    lay = plan(BASE, {"kind": "layouts", "meshes": [{"data": 8}, {"data": 2, "tensor": 4}]})
+    assert lay[1].overrides == ("sharding.data=2", "sharding.fsdp=1", "sharding.tensor=4")
+    assert lay[0].steps == 50
+
+
+@pytest.mark.parametrize("sweep, msg", [
+    ({**SWEEP, "budgets": []}, "sweep.budgets is empty"),
+    ({**SWEEP, "budgets": [1e11, -1]}, "positive number"),
+    ({**SWEEP, "kind": "grid"}, "sweep.kind"),
+    ({**SWEEP, "warmup_fraction": 1.5}, "warmup_fraction"),
+    ({"kind": "layouts", "meshes": [{"pipe": 2}]}, "unknown axes"),
+    ({"kind": "data_ladder"}, "sweep.tokens is empty"),
+])
+def test_bad_sweep_configs_name_the_key(sweep, msg):
+    with pytest.raises(PlanError, match=msg):
+        plan(BASE, sweep, corpus_tokens=None)
+
+
+def test_format_budget():
+    assert [format_budget(c) for c in (1e11, 3e11, 1.5e12, 9.9999e9, 2.5e9)] == ["1e11", "3e11", "1.5e12", "1e10", "2.5e9"]
+
+
+def test_run_id_ignores_hydra_and_sweep_but_not_the_run():
+    cfg = {**BASE, "sweep": {"budgets": [1]}, "hydra": {"run": {"dir": "x"}}}
+    rid = run_id(cfg)
+    assert rid == run_id({**BASE, "sweep": {"budgets": [1, 2, 3]}})
+    assert rid != run_id({**BASE, "optim": {**BASE["optim"], "lr": 1e-3}})
+    assert rid == run_id({**BASE, "train": {**BASE["train"], "seed": 0}})
+    assert run_id(BASE, ignore=["train.seed"]) == run_id(
+        {**BASE, "train": {**BASE["train"], "seed": 7}}, ignore=["train.seed"])
+    assert len(rid) == 10 and math.isfinite(int(rid, 16))
+
+
+def test_status_and_decision(tmp_path):
+    assert read_status(tmp_path / "nope") == "new"
+    d = tmp_path / "r"
+    d.mkdir()
+    assert read_status(d) == "interrupted"
+    (d / "summary.json").write_text("{not json")
+    assert read_status(d) == "interrupted"
+    for status in ("completed", "diverged", "failed", "running"):
+        (d / "summary.json").write_text(f'{{"status": "{status}"}}')
+        assert read_status(d) == (status if status != "running" else "interrupted")
+    assert decide("completed", True) == (False, "completed earlier; reused")
+    assert decide("diverged", False)[0] is False and decide("diverged", True)[0] is True
+    assert decide("interrupted", False)[0] is True and decide("new", False) == (True, "new")
