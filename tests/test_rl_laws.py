@@ -1,0 +1,169 @@
+"""RL compute-performance laws: recovery with nominal coverage, flags, ScaleRL main recipe, CLI."""
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from analysis.errors import AnalysisError
+from analysis.rl_data import RLCurve, burn_in_cutoff, load_curve
+from analysis.rl_fit import FitOptions, fit_recipe
+from analysis.rl_laws import Points, fit_gao, fit_law, gao_log, power_law, sigmoid
+
+
+def _binomial_curve(rng, A, B, Cm, R0, C, n=1000):
+    R = sigmoid(C, A, B, Cm, R0)
+    p = rng.binomial(n, R) / n
+    return p, np.sqrt(p * (1 - p) / n)
+
+
+def test_sigmoid_function_limits():
+    C = np.array([0.0, 1e-9, 2542.0, 1e12])
+    R = sigmoid(C, 0.61, 1.92, 2542.0, 0.3)
+    assert R[0] == pytest.approx(0.3)
+    assert R[2] == pytest.approx(0.3 + 0.31 / 2)
+    assert R[3] == pytest.approx(0.61, abs=1e-6)
+
+
+@pytest.mark.slow
+def test_recovery_with_nominal_coverage():
+    """20 secret laws with 1,000-prompt binomial noise: the 95% intervals hold the truth at about
+    the nominal rate (>= 16/20 each, i.e. not grossly over-confident) and A is close."""
+    rng = np.random.default_rng(1234)
+    hits = {"A": 0, "B": 0, "C_mid": 0}
+    n = 20
+    for _ in range(n):
+        A, B, Cm, R0 = rng.uniform(0.5, 0.8), rng.uniform(1.2, 2.4), rng.uniform(1e3, 4e3), rng.uniform(0.1, 0.3)
+        C = np.geomspace(Cm / 20, Cm * 30, 60)
+        p, s = _binomial_curve(rng, A, B, Cm, R0, C)
+        fit = fit_law(Points.make(C, p, s))
+        assert abs(fit.params["A"] - A) < 0.03
+        assert not fit.flags, fit.flags
+        for k, v in (("A", A), ("B", B), ("C_mid", Cm)):
+            lo, hi = fit.ci[k]
+            hits[k] += lo <= v <= hi
+    for k, h in hits.items():
+        assert h >= 16, f"{k}: truth inside the 95% interval only {h}/{n} times"
+
+
+def test_pre_midpoint_window_is_flagged():
+    rng = np.random.default_rng(7)
+    for _ in range(3):
+        A, B, Cm, R0 = rng.uniform(0.5, 0.8), rng.uniform(1.2, 2.4), rng.uniform(1e3, 4e3), rng.uniform(0.1, 0.3)
+        C = np.geomspace(Cm / 20, Cm * 30, 60)
+        p, s = _binomial_curve(rng, A, B, Cm, R0, C)
+        early = C < 0.5 * Cm
+        fit = fit_law(Points.make(C[early], p[early], s[early]))
+        assert "pre_midpoint" in fit.flags or "A_unbounded" in fit.flags, fit.flags
+        assert "A_unbounded" in fit.flags       # the ceiling cannot be bounded from below C_mid
+
+
+@pytest.mark.parametrize("r0", ["fit", "start"])
+def test_scalerl_main_recipe_recovers_A(r0):
+    """ScaleRL main recipe (A=0.610, B=1.92, C_mid=2542 GPU-h, R0~0.3), a 1,000-prompt eval
+    every 500 GPU-h, fitted on 1.5k-50k GPU-h plus the start: A within 0.02."""
+    rng = np.random.default_rng(0)
+    C = np.concatenate([[0.0], np.arange(1500.0, 50001.0, 500.0)])
+    for _ in range(3):
+        p, s = _binomial_curve(rng, 0.610, 1.92, 2542.0, 0.3, C)
+        curve = RLCurve("scalerl", C, p, s, is_run=False)
+        res = fit_recipe([curve], FitOptions(r0=r0))
+        assert abs(res["params"]["A"] - 0.610) <= 0.02
+        assert res["flags"] == []
+        assert res["ci"]["A"][0] <= 0.610 + 0.02 and res["ci"]["A"][1] >= 0.610 - 0.02
+
+
+def test_power_law_recovery():
+    rng = np.random.default_rng(3)
+    C = np.geomspace(1e2, 1e5, 40)
+    y = power_law(C, 0.7, 0.5, 5.0)
+    s = np.full_like(y, 0.005)
+    fit = fit_law(Points.make(C, y + rng.normal(0, 0.005, C.size), s), "powerlaw")
+    assert fit.params["A"] == pytest.approx(0.7, abs=0.03)
+    assert fit.params["B"] == pytest.approx(0.5, rel=0.2)
+    assert fit.ci["A"][0] <= 0.7 <= fit.ci["A"][1]
+
+
+def test_gao_forms_recovered():
+    kl = np.linspace(0.5, 40, 30)
+    d = np.sqrt(kl)
+    g = gao_log(d, 0.3, 0.08)
+    f = fit_gao(kl, g + np.random.default_rng(0).normal(0, 1e-3, d.size), "log")
+    assert f.alpha == pytest.approx(0.3, abs=0.01) and f.beta == pytest.approx(0.08, abs=0.01)
+    lin = fit_gao(kl, d * (0.2 - 0.03 * d), "linear")
+    assert lin.alpha == pytest.approx(0.2, abs=1e-6) and lin.d_peak == pytest.approx(0.2 / 0.06)
+
+
+def test_falling_reward_flags_unstable():
+    C = np.linspace(100, 10000, 40)
+    y = sigmoid(C, 0.7, 2.0, 1500, 0.1)
+    y[-10:] -= np.linspace(0.0, 0.15, 10)
+    fit = fit_law(Points.make(C, y, np.full_like(y, 0.01)))
+    assert "unstable" in fit.flags
+
+
+def test_bad_input_is_a_clear_error():
+    with pytest.raises(AnalysisError, match="at least"):
+        fit_law(Points.make([1.0, 2.0, 3.0], [0.1, 0.2, 0.3]))
+    with pytest.raises(AnalysisError, match=r"\[0, 1\]"):
+        fit_law(Points.make(np.arange(1, 9.0), np.full(8, 1.5)))
+    with pytest.raises(AnalysisError, match="unknown law"):
+        fit_law(Points.make(np.arange(1, 9.0), np.full(8, 0.5)), "exp")
+
+
+def _run_dir(tmp_path, C, y, per_pass=None, prompts=None):
+    d = tmp_path / "run"
+    d.mkdir()
+    rows = [{"step": i, "flops_rl": float(c), "pass_rate": float(v),
+             "pass_rate_stderr": 0.01, "prompts_seen": int(prompts[i]) if prompts is not None else i * 10,
+             "train_reward": 0.5, "zero_var_frac": 0.1} for i, (c, v) in enumerate(zip(C, y))]
+    (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (d / "summary.json").write_text(json.dumps({"status": "completed", "prompts_per_pass": per_pass}))
+    return d
+
+
+def test_run_dir_burn_in_policy(tmp_path):
+    C = np.linspace(0, 1000, 21)
+    d = _run_dir(tmp_path, C, sigmoid(C, 0.7, 2.0, 300, 0.1), per_pass=10,
+                 prompts=np.arange(21) * 10)
+    curve = load_curve(d)
+    assert curve.is_run
+    assert burn_in_cutoff(curve) == pytest.approx(50.0)     # one pass (10 prompts) < 10% (100)
+    assert burn_in_cutoff(curve, burn_in=7.0) == 7.0
+    assert burn_in_cutoff(curve, frac=0.2) == pytest.approx(200.0)
+
+
+def test_cli_json_schema_and_prediction(tmp_path):
+    rng = np.random.default_rng(11)
+    C = np.linspace(0, 20000, 41)
+    paths = []
+    for seed in range(2):
+        p, s = _binomial_curve(rng, 0.65, 2.0, 2500, 0.2, C)
+        f = tmp_path / f"s{seed}.csv"
+        pd.DataFrame({"compute": C, "pass_rate": p, "stderr": s}).to_csv(f, index=False)
+        paths.append(str(f))
+    out = tmp_path / "o.json"
+    r = subprocess.run([sys.executable, "-m", "analysis", "fit-rl", *paths, "--fit-until-frac",
+                        "0.5", "--json", str(out)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    res = json.loads(out.read_text())
+    assert set(res["params"]) >= {"A", "B", "C_mid", "R0"}
+    assert set(res["ci"]) == {"A", "B", "C_mid"} and all(len(v) == 2 for v in res["ci"].values())
+    assert isinstance(res["flags"], list)
+    pr = res["prediction"]
+    assert set(pr) >= {"final_pred", "final_actual", "final_abs_error", "mean_abs_error"}
+    assert pr["final_abs_error"] < 0.05
+    assert len(res["per_seed"]) == 2 and res["seed_spread"]["A"]["n"] == 2
+
+
+def test_cli_bad_input_one_line(tmp_path):
+    bad = tmp_path / "bad.csv"
+    bad.write_text("compute,pass_rate\n1,0.2\n2,abc\n3,0.4\n")
+    r = subprocess.run([sys.executable, "-m", "analysis", "fit-rl", str(bad), "--json",
+                        str(tmp_path / "o.json")], capture_output=True, text=True)
+    assert r.returncode == 2
+    assert r.stderr.strip().count("\n") == 0 and "pass_rate" in r.stderr
+    assert "Traceback" not in r.stderr
