@@ -157,6 +157,11 @@ class Layout:
     number of virtual pipeline stages per device (1 = plain 1F1B). `attention` is the attention
     kernel: naive (unfused softmax), fused_softmax (Megatron fused kernel), flash1, flash2;
     `fused_norm` says whether RMSNorm is a fused kernel (saves activation memory and HBM traffic).
+    `fused_projections`: Q/K/V and gate/up are one matmul each (Megatron), so backward needs one
+    TP all-reduce per sub-layer input; False = separate matmuls, one all-reduce per projection
+    (what XLA emits for this repo's model). `zero3_regather`: ZeRO-3/FSDP gathers weights again
+    for backward (DeepSpeed, PyTorch FSDP reshard-after-forward); False = keeps the gathered
+    weights from forward (XLA on this repo's model).
     """
 
     dp: int = 1
@@ -171,6 +176,8 @@ class Layout:
     fused_norm: bool = True
     interleave: int = 1
     offload_optimizer: bool = False
+    fused_projections: bool = True
+    zero3_regather: bool = True
 
     @property
     def n_devices(self) -> int:

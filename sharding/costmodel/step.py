@@ -166,27 +166,40 @@ def estimate_step(model: ModelShape, layout: Layout, hardware: Hardware,
     elem_time = elem_bytes * (fwd_passes + 2) / 3 / hw.hbm_bw
     overhead = eff.layer_overhead_s * (fwd_passes + 2) / 3
 
-    # ---- tensor-parallel collectives per layer ------------------------------------------------
+    # ---- tensor-parallel collectives ------------------------------------------------------------
+    # Per layer: forward reduces the outputs of the attention and MLP row-parallel matmuls (2);
+    # backward reduces the input gradients of the column-parallel matmuls: 2 when QKV and
+    # gate/up are fused, 3 (q, k, v) + 2 (gate, up) when they are separate. Full recompute
+    # repeats the forward's 2. Per micro-batch: vocab-parallel embedding (fwd) and head input
+    # gradient (bwd) reduce a (tokens, d_model) tensor, and the vocab-parallel softmax reduces
+    # its max and sum (tokens fp32 values each).
     g = ranks_per_node(hw, t, dp, p)
     colls: list[Collective] = []
     act_buf = tok * h * ab
-    tp_calls_per_layer = 2 * (fwd_passes + 1)  # 2 in fwd (+2 in recompute) and 2 in bwd
+    bwd_calls = 2 if lo.fused_projections else (3 + (2 if m.mlp == "swiglu" else 1))
+    tp_calls_per_layer = 2 * fwd_passes + bwd_calls
     tp_time_layer = 0.0
+    tp_time_edge = 0.0  # embedding + head + softmax statistics, once per micro-batch
     if t > 1:
         kinds = (("all_gather", "reduce_scatter") if sp else ("all_reduce",))
-        calls = tp_calls_per_layer * m.n_layers / p * n_mb
+        layer_calls = tp_calls_per_layer * m.n_layers / p * n_mb
         for kind in kinds:
-            c = make_collective(f"tp_{kind}", kind, act_buf, calls, t, g["tp"], hw, eff.link_eff)
+            c = make_collective(f"tp_{kind}", kind, act_buf, layer_calls, t, g["tp"], hw,
+                                eff.link_eff)
             colls.append(c)
-            tp_time_layer += c.time_s / calls * tp_calls_per_layer
-        # vocab-parallel head: all-reduce of the softmax statistics is tiny; ignored.
+            tp_time_layer += c.time_s / layer_calls * tp_calls_per_layer
+        for name, kind, buf, calls in (("tp_embed_head", "all_reduce", act_buf, 2),
+                                       ("tp_softmax_stats", "all_reduce", tok * 4.0, 2)):
+            c = make_collective(name, kind, buf, calls * n_mb, t, g["tp"], hw, eff.link_eff)
+            colls.append(c)
+            tp_time_edge += c.time_s / n_mb
     tp_exposed_layer = tp_time_layer * (1 - eff.tp_overlap)
 
     # ---- one micro-batch on the slowest stage ---------------------------------------------------
     per_layer = layer_gemm_time + attn_time + elem_time + overhead + tp_exposed_layer
     loss_traffic = tok * V / t * 16.0 / hw.hbm_bw  # fp32 softmax + grad of the logits
     last_extra = head_time + loss_traffic
-    stage_time = layers * per_layer + last_extra  # pp=1: the single stage does everything
+    stage_time = layers * per_layer + last_extra + tp_time_edge * (1 - eff.tp_overlap)
     p2p = 0.0
     if p > 1:
         same_node = g["pp"] >= p
@@ -211,7 +224,8 @@ def estimate_step(model: ModelShape, layout: Layout, hardware: Hardware,
             specs = [("dp_grad_reduce_scatter", "reduce_scatter", grad_buf, 1),
                      ("dp_param_all_gather", "all_gather", param_buf, 1)]
         else:  # ZeRO-3/FSDP: gather weights for fwd and bwd, scatter grads, every micro-batch
-            specs = [("dp_param_all_gather", "all_gather", param_buf, 2 * n_mb),
+            gathers = 2 if lo.zero3_regather else 1
+            specs = [("dp_param_all_gather", "all_gather", param_buf, gathers * n_mb),
                      ("dp_grad_reduce_scatter", "reduce_scatter", grad_buf, n_mb)]
         for name, kind, buf, count in specs:
             c = make_collective(name, kind, buf, count, dp, g["dp"], hw, eff.link_eff)
@@ -248,7 +262,8 @@ def estimate_step(model: ModelShape, layout: Layout, hardware: Hardware,
         gemm_per_microbatch=layers * layer_gemm_time + head_time,
         attention_per_microbatch=layers * attn_time,
         elementwise_per_microbatch=layers * elem_time + loss_traffic,
-        overhead_per_microbatch=layers * overhead, tp_comm_per_microbatch=layers * tp_time_layer,
+        overhead_per_microbatch=layers * overhead,
+        tp_comm_per_microbatch=layers * tp_time_layer + tp_time_edge,
         pp_p2p_per_microbatch=p2p, slot=slot, pipeline=pipeline, bubble=bubble, dp_comm=dp_time,
         dp_comm_exposed=dp_exposed, optimizer=opt_time, step=step)
     return StepEstimate(model=m, layout=lo, hardware=hw, memory=mem, time=times,
