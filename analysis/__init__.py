@@ -1,0 +1,66 @@
+"""scalelab.analysis — scaling-law fits with honest uncertainty.
+
+Public API (import from `analysis`; loaded lazily so `python -m analysis --help` stays fast):
+
+Point laws (one row per run):
+    fit_law(df, law="chinchilla", columns=None, bootstrap=1000, seed=0, holdout_above=None,
+            weights=None, fixed=None, grid=None) -> FitResult
+        FitResult: .params .ci .se .bootstrap_samples (B, P in .param_names order) .objective
+        .starts_at_optimum .converged .holdout .predict(df) .predict_samples(inputs)
+        .allocation(budgets) .to_dict() .to_json(path) .summary()
+    allocation(fit, budgets, flops_per_param_token=None) -> dict   (N*, D*, a, b with CIs)
+    holdout_validate(df, law, threshold, ...) -> FitResult with .holdout
+    approach1(df, ...), approach2(df, ...) / isoflop_profiles(df, ...), compare_approaches(fit, a2)
+    laws: get_law(name), known_laws(), register_law(name, predict, param_names, inputs, grid, ...)
+
+Loss curves (one run's loss against step under an LR schedule):
+    load_curve(path_or_df), fit_curve(fit_curves, law="mpl"|"tissue", predict=..., fit_until=...)
+        -> CurveFitResult (.params .predict(curve) .predictions .to_dict())
+
+Runs written by the training core:
+    runs.load(*paths) -> (runs_df, curves_df)
+
+Errors in user input raise `AnalysisError` with a one-line message.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from analysis.errors import AnalysisError
+
+_EXPORTS = {
+    "fit_law": "analysis.fitting",
+    "FitResult": "analysis.fitting",
+    "HUBER_DELTA": "analysis.fitting",
+    "allocation": "analysis.allocation",
+    "holdout_validate": "analysis.holdout",
+    "approach1": "analysis.isoflop",
+    "approach2": "analysis.isoflop",
+    "isoflop_profiles": "analysis.isoflop",
+    "compare_approaches": "analysis.isoflop",
+    "get_law": "analysis.laws",
+    "known_laws": "analysis.laws",
+    "register_law": "analysis.laws",
+    "Law": "analysis.laws",
+    "fit_curve": "analysis.curves",
+    "load_curve": "analysis.curves",
+    "Curve": "analysis.curves",
+    "CurveFitResult": "analysis.curves",
+    "get_curve_law": "analysis.curve_laws",
+    "known_curve_laws": "analysis.curve_laws",
+}
+
+__all__ = ["AnalysisError", "runs", *_EXPORTS]
+
+
+def __getattr__(name: str):
+    if name == "runs":
+        return importlib.import_module("analysis.runs")
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module 'analysis' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(__all__)

@@ -1,0 +1,73 @@
+"""`python -m analysis fit DATA.csv --law chinchilla ... --json OUT.json`: fit a point law.
+
+Prints the parameters with CIs and the convergence report; `--json` writes the full result
+(params, ci, objective, n_points, converged, starts_at_optimum, allocation, holdout,
+param_names, bootstrap_samples, ...), the schema documented in docs/analysis.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from analysis.errors import AnalysisError
+
+
+def _fixed(items: list[str]) -> dict[str, float]:
+    out = {}
+    for item in items or []:
+        name, sep, value = item.partition("=")
+        try:
+            if not sep:
+                raise ValueError
+            out[name.strip()] = float(value)
+        except ValueError:
+            raise AnalysisError(f"--fix expects NAME=VALUE (e.g. --fix E=1.69), got {item!r}") from None
+    return out
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("fit", help="fit a scaling law to a table of runs (CSV)", description=__doc__.splitlines()[0])
+    p.add_argument("data", help="CSV (or .parquet) with one row per run")
+    p.add_argument("--law", default="chinchilla", help="law name (default chinchilla; see docs/analysis.md)")
+    p.add_argument("--n-col", help="model-size column (default: N, n_params or 'Model Size')")
+    p.add_argument("--d-col", help="tokens column (default: D or tokens; else derived as C/(6N))")
+    p.add_argument("--c-col", help="compute column (default: C, flops or 'Training FLOP'; else 6ND)")
+    p.add_argument("--loss-col", help="target column (default: loss or final_eval_loss)")
+    p.add_argument("--x-col", help="input column of the generic 'power' law")
+    p.add_argument("--weight-col", help="column of per-run weights")
+    p.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples for CIs (default 1000; 0 = none)")
+    p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
+    p.add_argument("--holdout-above", type=float, help="leave runs with C above this out of the fit and predict them")
+    p.add_argument("--budget", type=float, action="append", help="compute budget (FLOPs) for the allocation; repeatable")
+    p.add_argument("--fix", action="append", metavar="NAME=VALUE", help="hold a parameter fixed; repeatable")
+    p.add_argument("--delta", type=float, default=1e-3, help="Huber delta on log residuals (default 1e-3)")
+    p.add_argument("--precision", choices=("mixed", "float64"), default="mixed",
+                   help="mixed: float32 search + float64 polish (default); float64: every start in float64")
+    p.add_argument("--json", dest="json_out", help="write the result as JSON here")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from analysis.fitting import fit_law
+    from analysis.laws import get_law
+
+    get_law(args.law)  # unknown law: fail before reading data
+    columns = {role: name for role, name in (("N", args.n_col), ("D", args.d_col), ("C", args.c_col),
+                                               ("loss", args.loss_col), ("x", args.x_col)) if name}
+    fit = fit_law(args.data, args.law, columns, bootstrap=args.bootstrap, seed=args.seed,
+                  holdout_above=args.holdout_above, weights=args.weight_col, fixed=_fixed(args.fix),
+                  delta=args.delta, precision=args.precision)
+    print(fit.summary())
+    result = fit.to_dict(args.budget)
+    if "allocation" in result:
+        al = result["allocation"]
+        ci = al.get("a_ci", [float("nan")] * 2)
+        print(f"  allocation: N* ~ C^{al['a']:.4f} (CI [{ci[0]:.4f}, {ci[1]:.4f}]), D* ~ C^{al['b']:.4f}")
+    if fit.holdout is not None:
+        h = fit.holdout
+        print(f"  held out {h['n_points']} runs above C={h['threshold']:.3g}: mean |rel err| {h['mean_rel_error']:.3%}, "
+              f"max {h['max_rel_error']:.3%}")
+    if args.json_out:
+        fit.to_json(args.json_out, args.budget)
+        print(f"wrote {args.json_out}")
+    return 0
