@@ -1,0 +1,169 @@
+"""Unit tests of the analytic cost model: formulas against their published forms, invariants,
+hardware catalogue and one-line errors."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from analysis.errors import AnalysisError
+from sharding.costmodel import (BF16_MIXED, DEFAULT_EFFICIENCY, Layout, LayoutError, ModelShape,
+                                activation_bytes_per_layer, catalogue_names, estimate_step,
+                                load_hardware)
+from sharding.costmodel.comm import collective_time, ranks_per_node
+
+CATALOGUE = ["a100-40gb", "a100-80gb", "h100-sxm", "h200", "b200", "mi250x", "tpu-v4", "tpu-v5e",
+             "tpu-v5p"]
+LLAMA13B = ModelShape(n_layers=40, d_model=5120, n_heads=40, seq_len=2048, vocab_size=128000)
+GPT = ModelShape(n_layers=24, d_model=2048, n_heads=16, seq_len=2048, vocab_size=51200,
+                 d_ff=4 * 2048, mlp="gelu", dropout=True)
+
+
+def test_catalogue_complete_with_sources():
+    assert set(CATALOGUE) <= set(catalogue_names())
+    for name in CATALOGUE:
+        hw = load_hardware(name)
+        assert hw.peak_flops > 1e14 and hw.hbm_bytes > 1e10 and hw.devices_per_node >= 1
+        for key in ("peak_flops", "hbm_bytes", "hbm_bw", "intra_node_bw", "inter_node_bw"):
+            assert key in hw.sources, (name, key)
+
+
+def test_alias_user_file_and_unknown_hardware(tmp_path):
+    assert load_hardware("h100") == load_hardware("h100-sxm")
+    a100 = load_hardware("a100-80gb")
+    assert a100.devices_per_node == 8 and a100.inter_node_bw * 8 == pytest.approx(200e9)
+    f = tmp_path / "mine.yaml"
+    f.write_text("peak_flops: 1e15\nhbm_bytes: 1e11\nhbm_bw: 4e12\ndevices_per_node: 4\n"
+                 "intra_node_bw: 4e11\ninter_node_bw: 5e10\n")
+    assert load_hardware(str(f)).name == "mine"
+    with pytest.raises(AnalysisError, match="unknown hardware 'h900'.*a100-80gb"):
+        load_hardware("h900")
+    f.write_text("peak_flops: 1e15\n")
+    with pytest.raises(AnalysisError, match="lacks"):
+        load_hardware(str(f))
+
+
+def test_param_count_matches_hagemann_sheets():
+    # the sheets' MFU implies 14.00B / 33.77B / 66.86B parameters with a 128k vocabulary
+    for (L, h, a), n in (((40, 5120, 40), 14.00e9), ((60, 6656, 52), 33.77e9),
+                         ((80, 8192, 64), 66.86e9)):
+        s = ModelShape(n_layers=L, d_model=h, n_heads=a, seq_len=2048, vocab_size=128000)
+        assert s.n_params == pytest.approx(n, rel=2e-3)
+
+
+@pytest.mark.parametrize("t,sp", [(1, False), (2, False), (4, False), (4, True), (8, True)])
+def test_activation_memory_reduces_to_korthikanti(t, sp):
+    """GPT shape, dropout, naive softmax: sbh(10 + 24/t + 5as/(ht)) bytes per layer (no SP) and
+    sbh/t·(34 + 5as/h) with SP — Korthikanti et al. 2022, Table 2 (fp16 masks of 1 byte)."""
+    s, h, a, b = GPT.seq_len, GPT.d_model, GPT.n_heads, 1
+    lo = Layout(tp=t, sp=sp, micro_batch=b, global_batch=8, attention="fused_softmax",
+                fused_norm=True)
+    got = activation_bytes_per_layer(GPT, lo)
+    # our fused_softmax stores 2 bytes/score + 3 for dropout mask & output = 5as²b/t ✓
+    sbh = s * b * h
+    expect = sbh * (34 + 5 * a * s / h) / t if sp else sbh * (10 + 24 / t + 5 * a * s / (h * t))
+    assert got == pytest.approx(expect, rel=1e-9)
+
+
+def test_selective_recompute_drops_score_memory_only():
+    lo = Layout(micro_batch=1, global_batch=8, attention="naive", fused_norm=True)
+    full = activation_bytes_per_layer(GPT, lo)
+    sel = activation_bytes_per_layer(GPT, lo, recompute_attention=True)
+    assert full - sel == pytest.approx((6 + 3) * GPT.n_heads * GPT.seq_len ** 2)
+
+
+def _est(model=LLAMA13B, hw="a100-80gb", **kw):
+    base = dict(dp=64, tp=1, pp=1, micro_batch=1, global_batch=2048, zero_stage=1)
+    base.update(kw)
+    return estimate_step(model, Layout(**base), load_hardware(hw))
+
+
+def test_zero_stages_shard_states_as_stated():
+    z = {k: _est(zero_stage=k).memory for k in (0, 1, 2, 3)}
+    n = LLAMA13B.n_params
+    assert z[0].params == pytest.approx(2 * n) and z[0].optimizer == pytest.approx(12 * n)
+    assert z[1].optimizer == pytest.approx(12 * n / 64) and z[1].grads == pytest.approx(2 * n)
+    assert z[2].grads == pytest.approx(2 * n / 64)
+    assert z[3].params == pytest.approx(2 * n / 64)
+
+
+def test_pipeline_bubble_is_p_minus_1_over_m():
+    for pp, mb in ((2, 1), (4, 2), (8, 1)):
+        e = _est(dp=64 // pp, pp=pp, micro_batch=mb)
+        m = e.layout.grad_accum
+        assert e.time.bubble / (e.time.pipeline - e.time.bubble) == pytest.approx((pp - 1) / m)
+    inter = _est(dp=16, pp=4, micro_batch=1, interleave=2)
+    assert inter.time.bubble / (inter.time.pipeline - inter.time.bubble) == pytest.approx(
+        3 / 2 / inter.layout.grad_accum)
+
+
+def test_checkpointing_trades_memory_for_time_and_hfu():
+    none, full = _est(dp=32, tp=2), _est(dp=32, tp=2, act_ckpt="full")
+    assert full.memory.activations < 0.3 * none.memory.activations
+    assert full.step_time_s > none.step_time_s
+    assert full.hfu > full.mfu and none.hfu == pytest.approx(none.mfu)
+
+
+def test_mfu_consistent_with_throughput():
+    e = _est()
+    flops_per_token = LLAMA13B.model_flops_per_token()
+    assert e.mfu == pytest.approx(e.tokens_per_s * flops_per_token / (64 * 312e12))
+    assert 0.2 < e.mfu < 0.8
+
+
+def test_ring_collective_volume_and_links():
+    hw = load_hardware("a100-80gb")
+    t, wire, link = collective_time("all_reduce", 1e9, 8, 8, hw, 1.0)
+    assert wire == pytest.approx(2 * 7 / 8 * 1e9) and link == "intra"
+    assert t == pytest.approx(wire / 300e9 + 14 * hw.intra_node_latency_s)
+    t2, _, link2 = collective_time("all_reduce", 1e9, 64, 8, hw, 1.0)
+    assert link2 == "inter" and t2 > t  # 8 nodes: min(NVLink, 8 × 25 GB/s) = 200 GB/s
+    assert ranks_per_node(hw, tp=8, dp=16, pp=1) == {"tp": 8, "dp": 1, "pp": 1}
+    assert ranks_per_node(hw, tp=2, dp=32, pp=2) == {"tp": 2, "dp": 4, "pp": 1}
+
+
+def test_dp_collectives_by_zero_stage():
+    hw = "a100-80gb"
+    n_bytes = 2 * LLAMA13B.n_params
+    z0 = _est(hw=hw, zero_stage=0).collective_bytes()
+    z1 = _est(hw=hw, zero_stage=1).collective_bytes()
+    z3 = _est(hw=hw, zero_stage=3).collective_bytes()
+    assert z0["all_reduce"] == pytest.approx(n_bytes)
+    assert z1["reduce_scatter"] == pytest.approx(n_bytes) == z1["all_gather"]
+    m = 2048 // 64
+    assert z3["all_gather"] == pytest.approx(2 * m * n_bytes)  # fwd + bwd every micro-batch
+
+
+def test_offload_moves_optimizer_off_device():
+    on, off = _est(zero_stage=0), _est(zero_stage=0, offload_optimizer=True)
+    assert off.memory.optimizer == 0 and on.memory.optimizer > 0
+    assert off.time.optimizer > on.time.optimizer
+
+
+@pytest.mark.parametrize("kw,msg", [
+    (dict(dp=3, tp=2, pp=1, n=8), "does not match 8 devices; nearest valid mesh"),
+    (dict(dp=8, tp=3, pp=1, n=None), "tp=3 must divide n_heads"),
+    (dict(dp=7, tp=1, pp=1, n=None), "not divisible by dp"),
+    (dict(dp=1, tp=1, pp=50, n=None), "exceeds n_layers"),
+])
+def test_impossible_layouts_are_one_line_errors(kw, msg):
+    from sharding.costmodel import validate_layout
+    n = kw.pop("n")
+    lo = Layout(micro_batch=1, global_batch=64, **kw)
+    with pytest.raises(LayoutError, match=msg) as ei:
+        validate_layout(LLAMA13B, lo, n)
+    assert "\n" not in str(ei.value)
+
+
+def test_bad_model_shape_errors():
+    with pytest.raises(LayoutError, match="not divisible by n_heads"):
+        ModelShape(n_layers=2, d_model=100, n_heads=3, seq_len=8, vocab_size=10)
+    with pytest.raises(LayoutError, match="positive integer"):
+        ModelShape(n_layers=0, d_model=128, n_heads=1, seq_len=8, vocab_size=10)
+
+
+def test_efficiency_defaults_are_documented_fit():
+    assert "Hagemann" in DEFAULT_EFFICIENCY.provenance
+    assert 0 < DEFAULT_EFFICIENCY.gemm_eff_max < 1 and 0 < DEFAULT_EFFICIENCY.link_eff <= 1
+    assert dataclasses.is_dataclass(BF16_MIXED)
