@@ -305,7 +305,7 @@ def minimize_batch(
     if batched_args is None:
         batched_args = (False,) * len(args)
     batched_args = tuple(bool(b) for b in batched_args)
-    args = tuple(jnp.asarray(a) for a in args)
+    args = tuple(jax.tree.map(jnp.asarray, a) for a in args)
     host = jax.tree.map(np.array, _init_batch(fun, x0, args, cfg, batched_args))
     pending = list(np.flatnonzero(host.status == RUNNING)[::-1])  # pop() takes the lowest index
     n_dev = len(jax.devices())
@@ -322,7 +322,7 @@ def minimize_batch(
             break
         idx = np.where(live, slot_idx, slot_idx[live][0])
         sub = jax.tree.map(lambda a: a[idx], host)
-        sub_args = tuple(a[idx] if b else a for a, b in zip(args, batched_args))
+        sub_args = tuple(jax.tree.map(lambda v: v[idx], a) if b else a for a, b in zip(args, batched_args))
         out = jax.tree.map(np.asarray, _run_batch(fun, sub, sub_args, cfg, batched_args, round_evals))
         rows = slot_idx[live]
         for field, value in zip(host._fields, out):
