@@ -1,0 +1,231 @@
+"""Collecting training runs into tables: `load(paths...) -> (runs_df, curves_df)`.
+
+A run directory (written by the training core) holds
+- `summary.json`: status (completed | diverged | failed), n_params, n_params_non_embedding, tokens,
+  flops, final_train_loss, final_eval_loss, tokens_per_s, mfu, ... (written at the end);
+- `metrics.jsonl`: one JSON object per logged step (step, tokens, flops, loss, lr, grad_norm,
+  step_time_s, tokens_per_s, mfu, and eval_loss at eval steps);
+- `.hydra/config.yaml`: the composed config, flattened here into dotted columns (`model.d_model`).
+
+Run directories are found recursively under each path (a sweep directory, or a run itself).
+Runs without `summary.json` (unfinished) or whose status is not `completed` (diverged, failed)
+are skipped with one warning naming them; a corrupt `metrics.jsonl` line is skipped and counted,
+never fatal. Each run's parsed tables are cached as Parquet (keyed by the source files' sizes and
+modification times), so re-loading a large sweep reads two small files per run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import pathlib
+import warnings
+from typing import Iterable
+
+import numpy as np
+import pandas as pd
+
+from analysis.errors import AnalysisError
+
+MARKERS = ("summary.json", "metrics.jsonl", os.path.join(".hydra", "config.yaml"))
+COMPLETED = "completed"
+
+
+class RunWarning(UserWarning):
+    """A run was skipped or partly unreadable (the message names it)."""
+
+
+def find_run_dirs(paths: Iterable[str | os.PathLike]) -> list[pathlib.Path]:
+    """Every directory at or under `paths` holding a run marker file, sorted, without duplicates."""
+    found: set[pathlib.Path] = set()
+    for p in paths:
+        root = pathlib.Path(p)
+        if not root.exists():
+            raise AnalysisError(f"run path not found: {root}")
+        if root.is_file():
+            root = root.parent
+        for dirpath, dirnames, filenames in os.walk(root):
+            dirnames[:] = [d for d in dirnames if d != ".hydra" and not d.startswith(".scalelab")]
+            d = pathlib.Path(dirpath)
+            if any((d / m).is_file() for m in MARKERS):
+                found.add(d.resolve())
+    return sorted(found)
+
+
+def flatten(config: object, prefix: str = "") -> dict[str, object]:
+    """Nested dicts -> {"a.b.c": value}; lists become JSON strings (one cell per key)."""
+    out: dict[str, object] = {}
+    if isinstance(config, dict):
+        for k, v in config.items():
+            out.update(flatten(v, f"{prefix}{k}."))
+    elif isinstance(config, (list, tuple)):
+        out[prefix[:-1]] = json.dumps(config, default=str)
+    else:
+        out[prefix[:-1]] = config
+    return out
+
+
+def read_metrics(run_dir: str | os.PathLike) -> pd.DataFrame:
+    """metrics.jsonl as a DataFrame; corrupt or non-object lines are skipped with a warning."""
+    path = pathlib.Path(run_dir) / "metrics.jsonl"
+    if not path.is_file():
+        return pd.DataFrame()
+    rows, bad = [], 0
+    with open(path, "rb") as fh:
+        for raw in fh:
+            line = raw.strip()
+            if not line:
+                continue
+            try:
+                obj = json.loads(line)
+            except (json.JSONDecodeError, UnicodeDecodeError):
+                bad += 1
+                continue
+            if isinstance(obj, dict):
+                rows.append(obj)
+            else:
+                bad += 1
+    if bad:
+        warnings.warn(f"{path}: skipped {bad} corrupt line(s)", RunWarning, stacklevel=2)
+    df = pd.DataFrame(rows)
+    if "step" in df.columns:
+        df["step"] = pd.to_numeric(df["step"], errors="coerce")
+        df = df.dropna(subset=["step"]).sort_values("step", kind="stable").reset_index(drop=True)
+    for c in df.columns:
+        if df[c].dtype == object:
+            conv = pd.to_numeric(df[c], errors="coerce")
+            if conv.notna().sum() == df[c].notna().sum():
+                df[c] = conv
+    return df
+
+
+def _read_json(path: pathlib.Path) -> dict | None:
+    try:
+        with open(path) as fh:
+            obj = json.load(fh)
+        return obj if isinstance(obj, dict) else None
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError):
+        return None
+
+
+def _read_config(run_dir: pathlib.Path) -> dict[str, object]:
+    path = run_dir / ".hydra" / "config.yaml"
+    if not path.is_file():
+        return {}
+    import yaml
+
+    try:
+        with open(path) as fh:
+            cfg = yaml.safe_load(fh)
+    except (OSError, yaml.YAMLError):
+        warnings.warn(f"{path}: unreadable Hydra config, its columns are missing", RunWarning, stacklevel=2)
+        return {}
+    return flatten(cfg) if isinstance(cfg, dict) else {}
+
+
+def _signature(run_dir: pathlib.Path) -> str:
+    parts = []
+    for m in MARKERS:
+        p = run_dir / m
+        st = p.stat() if p.is_file() else None
+        parts.append(f"{m}:{st.st_size}:{st.st_mtime_ns}" if st else f"{m}:-")
+    return "|".join(parts)
+
+
+def default_cache_dir() -> pathlib.Path:
+    env = os.environ.get("SCALELAB_CACHE_DIR")
+    return pathlib.Path(env) if env else pathlib.Path.home() / ".cache" / "scalelab" / "runs"
+
+
+def _cache_paths(cache_dir: pathlib.Path, run_dir: pathlib.Path) -> tuple[pathlib.Path, pathlib.Path]:
+    key = hashlib.sha1(str(run_dir).encode()).hexdigest()[:20]
+    return cache_dir / f"{key}.run.parquet", cache_dir / f"{key}.curve.parquet"
+
+
+def _parse_run(run_dir: pathlib.Path, name: str) -> tuple[dict, pd.DataFrame]:
+    summary = _read_json(run_dir / "summary.json")
+    row: dict[str, object] = {"run": name, "path": str(run_dir)}
+    if summary is None:
+        row["status"] = "unfinished" if not (run_dir / "summary.json").exists() else "corrupt-summary"
+    else:
+        row.update({k: (json.dumps(v) if isinstance(v, (dict, list)) else v) for k, v in summary.items()})
+        row["status"] = str(summary.get("status", "unknown"))
+    for k, v in _read_config(run_dir).items():
+        row[k if k not in row else f"config.{k}"] = v
+    curve = read_metrics(run_dir)
+    if not curve.empty:
+        curve.insert(0, "run", name)
+    return row, curve
+
+
+def _load_one(run_dir: pathlib.Path, name: str, cache_dir: pathlib.Path | None) -> tuple[dict, pd.DataFrame]:
+    if cache_dir is None:
+        return _parse_run(run_dir, name)
+    sig = _signature(run_dir)
+    run_p, curve_p = _cache_paths(cache_dir, run_dir)
+    if run_p.is_file() and curve_p.is_file():
+        try:
+            cached = pd.read_parquet(run_p)
+            if cached["_signature"].iloc[0] == sig:
+                row = cached.drop(columns=["_signature"]).iloc[0].to_dict()
+                row["run"] = name
+                curve = pd.read_parquet(curve_p)
+                if "run" in curve.columns:
+                    curve["run"] = name
+                return row, curve
+        except Exception:  # a damaged cache file is just a cache miss
+            pass
+    row, curve = _parse_run(run_dir, name)
+    try:
+        cache_dir.mkdir(parents=True, exist_ok=True)
+        rdf = pd.DataFrame([{**{k: _cell(v) for k, v in row.items()}, "_signature": sig}])
+        rdf.to_parquet(run_p, index=False)
+        curve.to_parquet(curve_p, index=False)
+    except (OSError, ValueError, TypeError) as e:  # caching is an optimisation, never an error
+        warnings.warn(f"could not cache {run_dir} ({type(e).__name__}: {e})", RunWarning, stacklevel=2)
+    return row, curve
+
+
+def _cell(v):
+    """Parquet needs one type per column; mixed objects are stored as their JSON/str form."""
+    if v is None or isinstance(v, (bool, int, float, str, np.floating, np.integer)):
+        return v
+    return json.dumps(v, default=str)
+
+
+def load(*paths: str | os.PathLike, cache_dir: str | os.PathLike | None | bool = True,
+         include_unfinished: bool = False) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Runs under `paths` -> (runs_df: one row per completed run, curves_df: long per-step table).
+
+    cache_dir: True (default location, $SCALELAB_CACHE_DIR or ~/.cache/scalelab/runs), a path,
+    or False/None to disable caching. include_unfinished keeps skipped runs (with their status)
+    in runs_df instead of dropping them.
+    """
+    if not paths:
+        raise AnalysisError("runs.load needs at least one run or sweep directory")
+    cdir = default_cache_dir() if cache_dir is True else (pathlib.Path(cache_dir) if cache_dir else None)
+    dirs = find_run_dirs(paths)
+    if not dirs:
+        raise AnalysisError(f"no run directories (with {', '.join(MARKERS)}) under {', '.join(map(str, paths))}")
+    roots = [pathlib.Path(p).resolve() for p in paths]
+    rows, curves, skipped = [], [], []
+    for d in dirs:
+        root = next((r for r in roots if d == r or r in d.parents), d)
+        name = str(d.relative_to(root.parent))
+        row, curve = _load_one(d, name, cdir)
+        if row["status"] != COMPLETED:
+            skipped.append(f"{name} ({row['status']})")
+            if not include_unfinished:
+                continue
+        rows.append(row)
+        if not curve.empty:
+            curves.append(curve)
+    if skipped:
+        warnings.warn(f"skipped {len(skipped)} run(s) that did not complete: {', '.join(skipped)}", RunWarning, stacklevel=2)
+    runs_df = pd.DataFrame(rows)
+    curves_df = pd.concat(curves, ignore_index=True) if curves else pd.DataFrame(columns=["run", "step"])
+    if not runs_df.empty:
+        keep = set(runs_df["run"])
+        curves_df = curves_df[curves_df["run"].isin(keep)].reset_index(drop=True)
+    return runs_df, curves_df
