@@ -183,8 +183,11 @@ class ScalelabSweeper(Sweeper):
             for job, ret in zip(batch, results):
                 rec = job["rec"]
                 rec["status_after"] = read_status(sweep_dir / rec["run_dir"])
+                value = ret._return_value
                 if ret.status == JobStatus.FAILED:
-                    rec["error"] = str(ret._return_value)
+                    rec["error"] = str(value)
+                elif isinstance(value, dict) and value.get("error"):
+                    rec["error"] = str(value["error"])
         _write_plan(sweep_dir, records)
 
         ran = [r for r in records if r["action"] == "launch"]
