@@ -131,7 +131,7 @@ def fit_memory_constants(measurements: Sequence[Measurement], base: Efficiency) 
         parts.append((mem.total - mem.activations, mem.activations, mem.capacity, mm.oom))
     fixed, acts, cap, oom = (np.array(v, dtype=float) for v in zip(*parts))
     best = (-1.0, 0.0, 1.0)
-    for frag in np.round(np.arange(1.0, 1.301, 0.01), 3):
+    for frag in np.round(np.arange(1.0, 1.601, 0.01), 3):
         for over in np.arange(0.0, 12.01e9, 0.1e9):
             acc = float(np.mean((fixed + over + frag * acts > cap) == oom.astype(bool)))
             if acc > best[0] + 1e-12:

@@ -23,8 +23,11 @@ SCORE_STORE_BYTES = {"naive": 6.0, "fused_softmax": 2.0, "flash1": 0.0, "flash2"
 # Extra bytes per element kept by an un-fused (PyTorch op-by-op) RMSNorm beyond its bf16 input:
 # the fp32 upcast (4) and the fp32 normalised tensor (4).
 UNFUSED_NORM_EXTRA_BYTES = 8.0
-# Bytes per logit element alive at the loss: bf16 logits (2) + fp32 log-softmax for the loss (4).
-LOGITS_BYTES = 6.0
+# Bytes per logit element alive at the loss: bf16 logits (2), the fp32 softmax kept for backward
+# (4) and the fp32 gradient of the logits (4), as in Megatron's vocab-parallel cross-entropy.
+LOGITS_BYTES = 10.0
+# Backward through a recomputed layer holds its rebuilt activations and their gradients.
+RECOMPUTE_FACTOR = 2.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -120,7 +123,7 @@ def memory_breakdown(m: ModelShape, lo: Layout, prec: Precision, eff: Efficiency
     if lo.act_ckpt == "full":
         rep = 1.0 / lo.tp if (lo.sp and lo.tp > 1) else 1.0
         stored_layer = prec.act_bytes * m.seq_len * lo.micro_batch * m.d_model * rep
-        recompute_buf = act_layer  # one layer is rebuilt at a time during backward
+        recompute_buf = RECOMPUTE_FACTOR * act_layer  # one layer is rebuilt at a time in backward
     elif lo.act_ckpt == "selective":
         stored_layer = activation_bytes_per_layer(m, lo, recompute_attention=True,
                                                   act_bytes=prec.act_bytes)
