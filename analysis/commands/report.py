@@ -1,0 +1,42 @@
+"""`python -m analysis report SWEEP_DIR [--out DIR] [--budget C ...]`: the fitted-law report."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def _run(args: argparse.Namespace) -> int:
+    from analysis.report import build_report
+    from analysis.report_render import headline
+
+    rep = build_report(args.sweep_dir, args.out, budgets=args.budget, bootstrap=args.bootstrap, seed=args.seed)
+    for line in headline(rep):
+        print(line)
+    for w in rep["warnings"]:
+        print(f"warning: {w}")
+    print(f"report: {rep['paths']['html']} (and report.md, report.json, figures/)")
+    return 0
+
+
+def _budget(s: str) -> float:
+    try:
+        v = float(s)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a FLOP count: {s!r}") from None
+    if not v > 0 or v != v or v == float("inf"):
+        raise argparse.ArgumentTypeError(f"budget must be a positive FLOP count (got {s})")
+    return v
+
+
+def register(sub) -> None:
+    p = sub.add_parser("report", help="fitted-law report of a sweep (HTML + Markdown + PNG figures)",
+                       description="Collect the runs under SWEEP_DIR, fit the Chinchilla law (Approach 3) and IsoFLOP "
+                                   "profiles (Approach 2) with bootstrap CIs, check the law on the held-out largest "
+                                   "budget, and write report.html, report.md, report.json and figures/.")
+    p.add_argument("sweep_dir", metavar="SWEEP_DIR", help="sweep directory (hydra.sweep.dir) or any folder of runs")
+    p.add_argument("--out", default=None, help="output directory (default: SWEEP_DIR/report)")
+    p.add_argument("--budget", type=_budget, nargs="+", default=None, metavar="C",
+                   help="compute budget(s) in FLOPs to state N*/D* for (default: 10x the largest swept budget)")
+    p.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples for CIs (default 1000)")
+    p.add_argument("--seed", type=int, default=0, help="bootstrap seed")
+    p.set_defaults(func=_run)

@@ -1,0 +1,253 @@
+"""The report's figures: one function per figure, each saving a PNG and returning its path.
+
+Every figure is readable on its own: labelled axes with units, log scales where the quantity
+spans decades, a legend, and a title that says what to look at. Functions return None when the
+data cannot support the figure (the report then says why instead of showing an empty plot).
+matplotlib runs on the Agg backend (no display needed).
+"""
+
+from __future__ import annotations
+
+import pathlib
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+
+DPI = 110
+
+
+def _save(fig, path: pathlib.Path) -> pathlib.Path:
+    fig.tight_layout()
+    fig.savefig(path, dpi=DPI)
+    plt.close(fig)
+    return path
+
+
+def _plain_log_y(ax) -> None:
+    """Log-scaled y axis labelled 1.8, 2, 2.5 rather than 1.8x10^0 (losses span < 1 decade)."""
+    from matplotlib.ticker import FormatStrFormatter
+
+    ax.yaxis.set_major_formatter(FormatStrFormatter("%.3g"))
+    ax.yaxis.set_minor_formatter(FormatStrFormatter("%.3g"))
+
+
+def _budget_colors(budgets) -> dict:
+    ub = sorted(set(float(b) for b in budgets))
+    cmap = plt.get_cmap("viridis")
+    return {b: cmap(i / max(1, len(ub) - 1) * 0.9) for i, b in enumerate(ub)}
+
+
+def _fmt_c(c: float) -> str:
+    return f"{c:.2g}".replace("e+", "e")
+
+
+def loss_vs_compute(done: pd.DataFrame, frontier: dict | None, path: pathlib.Path) -> pathlib.Path:
+    """Every run's final eval loss against its compute, with the fitted compute-optimal frontier."""
+    fig, ax = plt.subplots(figsize=(7, 4.6))
+    sc = ax.scatter(done["flops"], done["final_eval_loss"], c=np.log10(done["n_params"]), cmap="plasma",
+                    s=36, edgecolor="k", linewidth=0.4, label="runs (colour: model size)", zorder=3)
+    cb = fig.colorbar(sc, ax=ax)
+    cb.set_label("log10 N (parameters)")
+    if frontier:
+        C = np.asarray(frontier["C"])
+        ax.plot(C, frontier["loss"], color="C0", lw=2, label="fitted frontier L(N*(C), D*(C))")
+        lo, hi = np.asarray(frontier["loss_lo"]), np.asarray(frontier["loss_hi"])
+        if np.isfinite(lo).all() and np.isfinite(hi).all():
+            ax.fill_between(C, lo, hi, color="C0", alpha=0.2, label="95% bootstrap CI")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    _plain_log_y(ax)
+    ax.set_xlabel("training compute C (FLOPs)")
+    ax.set_ylabel("final eval loss (nats/token)")
+    ax.set_title("Loss vs compute with the fitted frontier (Approach 3)")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    return _save(fig, path)
+
+
+def isoflop_curves(done: pd.DataFrame, fit: Any, k_flops: float, a2: dict | None,
+                   path: pathlib.Path) -> pathlib.Path:
+    """Loss against N for each budget: points, the law's IsoFLOP profile, parabola, minima."""
+    fig, ax = plt.subplots(figsize=(7, 4.6))
+    colors = _budget_colors(done["budget"])
+    a2_rows = {round(np.log10(r["C"]), 2): r for r in (a2 or {}).get("budgets", [])}
+    for b, g in done.groupby("budget"):
+        col = colors[float(b)]
+        g = g.sort_values("n_params")
+        N, L = g["n_params"].to_numpy(float), g["final_eval_loss"].to_numpy(float)
+        ax.scatter(N, L, color=col, s=36, edgecolor="k", linewidth=0.4, zorder=3, label=f"C = {_fmt_c(b)}")
+        Ng = np.geomspace(N.min() / 1.5, N.max() * 1.5, 100)
+        if fit is not None:
+            Cb = float(np.exp(np.mean(np.log(g["flops"]))))
+            ax.plot(Ng, fit.predict(pd.DataFrame({"N": Ng, "D": Cb / (k_flops * Ng)}), {"N": "N", "D": "D"}),
+                    color=col, lw=1.6)
+        if len(np.unique(N)) >= 3:
+            c2 = np.polyfit(np.log(N), L, 2)
+            ax.plot(Ng, np.polyval(c2, np.log(Ng)), color=col, lw=1, ls="--")
+        row = min(a2_rows.items(), key=lambda kv: abs(kv[0] - np.log10(float(b))), default=(None, None))[1]
+        if row is not None and np.isfinite(row["N_opt"]):
+            lo, hi = row["N_opt_ci"]
+            y = row["min_loss_observed"]
+            xerr = None
+            if np.isfinite(lo) and np.isfinite(hi):
+                xerr = [[max(row["N_opt"] - lo, 0)], [max(hi - row["N_opt"], 0)]]
+            ax.errorbar([row["N_opt"]], [y], xerr=xerr, fmt="*", ms=13, color=col, mec="k", capsize=3, zorder=4)
+    ax.plot([], [], color="gray", lw=1.6, label="law profile (Approach 3)")
+    ax.plot([], [], color="gray", lw=1, ls="--", label="parabola in log N (Approach 2)")
+    ax.plot([], [], "*", color="gray", mec="k", ms=11, ls="none", label="Approach 2 minimum (95% CI)")
+    ax.set_xscale("log")
+    ax.set_xlabel("parameters N")
+    ax.set_ylabel("final eval loss (nats/token)")
+    ax.set_title("IsoFLOP profiles: loss vs model size at fixed compute")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=7, ncol=2)
+    return _save(fig, path)
+
+
+def optimal_allocation(a2: dict | None, alloc_grid: dict | None, requested: list[float],
+                       path: pathlib.Path) -> pathlib.Path | None:
+    """N_opt(C) and D_opt(C): Approach 2 per-budget minima (with CIs) and Approach 3's law."""
+    if a2 is None and alloc_grid is None:
+        return None
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4.2))
+    for ax, key, label in ((axes[0], "N_opt", "optimal parameters N*"), (axes[1], "D_opt", "optimal tokens D*")):
+        if alloc_grid is not None:
+            C = np.asarray(alloc_grid["C"])
+            ax.plot(C, alloc_grid[key], color="C0", lw=2, label="Approach 3 (law fit)")
+            lo, hi = np.asarray(alloc_grid[key + "_lo"]), np.asarray(alloc_grid[key + "_hi"])
+            ok = np.isfinite(lo) & np.isfinite(hi) & (lo > 0)
+            if ok.any():
+                ax.fill_between(C[ok], lo[ok], hi[ok], color="C0", alpha=0.2, label="Approach 3 95% CI")
+        if a2 is not None:
+            rows = [r for r in a2["budgets"] if np.isfinite(r["N_opt"])]
+            if rows:
+                C2 = np.array([r["C"] for r in rows])
+                Nopt = np.array([r["N_opt"] for r in rows])
+                ci = np.array([r["N_opt_ci"] for r in rows], dtype=float)
+                k = a2["flops_per_param_token"]
+                if key == "N_opt":
+                    y, ylo, yhi = Nopt, ci[:, 0], ci[:, 1]
+                else:
+                    y, ylo, yhi = C2 / (k * Nopt), C2 / (k * ci[:, 1]), C2 / (k * ci[:, 0])
+                err = np.array([np.clip(y - ylo, 0, None), np.clip(yhi - y, 0, None)])
+                err = np.where(np.isfinite(err), err, 0)
+                ax.errorbar(C2, y, yerr=err, fmt="s", color="C3", capsize=3, label="Approach 2 minima (95% CI)")
+                if np.isfinite(a2.get("a", np.nan)):
+                    Cg = np.geomspace(min(C2.min(), *(requested or [C2.min()])), max(C2.max(), *(requested or [C2.max()])), 50)
+                    Ng = a2["G"] * Cg ** a2["a"]
+                    ax.plot(Cg, Ng if key == "N_opt" else Cg / (k * Ng), color="C3", ls="--",
+                            label=f"Approach 2 power law (a={a2['a']:.2f})")
+        for c in requested:
+            ax.axvline(c, color="gray", ls=":", lw=1)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("training compute C (FLOPs)")
+        ax.set_ylabel(label)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.suptitle("Compute-optimal allocation (dotted: requested budgets)")
+    return _save(fig, path)
+
+
+def residuals(done: pd.DataFrame, pred: np.ndarray, path: pathlib.Path) -> pathlib.Path:
+    """Relative residuals of the law fit against compute and model size."""
+    rel = (pred - done["final_eval_loss"].to_numpy(float)) / done["final_eval_loss"].to_numpy(float)
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8), sharey=True)
+    colors = _budget_colors(done["budget"])
+    c = [colors[float(b)] for b in done["budget"]]
+    for ax, col, xl in ((axes[0], "flops", "training compute C (FLOPs)"), (axes[1], "n_params", "parameters N")):
+        ax.scatter(done[col], 100 * rel, c=c, s=32, edgecolor="k", linewidth=0.4)
+        ax.axhline(0, color="k", lw=0.8)
+        ax.set_xscale("log")
+        ax.set_xlabel(xl)
+        ax.grid(True, which="both", alpha=0.3)
+    axes[0].set_ylabel("(predicted - actual) / actual  [%]")
+    for b, col in colors.items():
+        axes[1].scatter([], [], color=col, label=f"C = {_fmt_c(b)}")
+    axes[1].legend(fontsize=7)
+    fig.suptitle("Residuals of the law fit (Approach 3, all runs)")
+    return _save(fig, path)
+
+
+def holdout(points_fit: pd.DataFrame, pred_fit: np.ndarray, hold: dict, path: pathlib.Path) -> pathlib.Path:
+    """Predicted vs actual loss: runs the law was fitted on and the held-out largest budget."""
+    fig, ax = plt.subplots(figsize=(5.6, 5))
+    act_f = points_fit["final_eval_loss"].to_numpy(float)
+    ax.scatter(act_f, pred_fit, s=32, color="C0", edgecolor="k", linewidth=0.4, label="fitted runs")
+    ha = np.array([p["actual"] for p in hold["points"]])
+    hp = np.array([p["predicted"] for p in hold["points"]])
+    ax.scatter(ha, hp, s=60, marker="D", color="C3", edgecolor="k", linewidth=0.4,
+               label=f"held out (C > {_fmt_c(hold['threshold'])}): mean |err| {100 * hold['mean_rel_error']:.2f}%")
+    lo = min(act_f.min(), ha.min(), pred_fit.min(), hp.min()) * 0.97
+    hi = max(act_f.max(), ha.max(), pred_fit.max(), hp.max()) * 1.03
+    ax.plot([lo, hi], [lo, hi], color="k", lw=0.8, label="predicted = actual")
+    ax.fill_between([lo, hi], [lo * 0.97, hi * 0.97], [lo * 1.03, hi * 1.03], color="gray", alpha=0.15, label="±3%")
+    ax.set_xlim(lo, hi)
+    ax.set_ylim(lo, hi)
+    ax.set_xlabel("actual final eval loss")
+    ax.set_ylabel("predicted final eval loss")
+    ax.set_title("Held-out check: fit smaller budgets, predict the largest")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=7)
+    return _save(fig, path)
+
+
+def loss_curves(done: pd.DataFrame, curves: pd.DataFrame, path: pathlib.Path) -> pathlib.Path | None:
+    """Training and eval loss against tokens for every run (colour: budget, shade: size)."""
+    if curves.empty or "tokens" not in curves.columns:
+        return None
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), sharey=True)
+    colors = _budget_colors(done["budget"])
+    for _, r in done.sort_values(["budget", "n_params"]).iterrows():
+        c = curves[curves["run"] == r["run"]]
+        if c.empty:
+            continue
+        col = colors[float(r["budget"])]
+        lab = f"C={_fmt_c(r['budget'])} N={r['n_params'] / 1e3:.0f}k"
+        if "loss" in c.columns:
+            axes[0].plot(c["tokens"], c["loss"].rolling(20, min_periods=1).mean(), color=col, lw=1, alpha=0.85, label=lab)
+        if "eval_loss" in c.columns:
+            e = c.dropna(subset=["eval_loss"])
+            axes[1].plot(e["tokens"], e["eval_loss"], "o-", color=col, ms=2.5, lw=1, alpha=0.85, label=lab)
+    for ax, t in ((axes[0], "training loss (20-step mean)"), (axes[1], "eval loss")):
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("tokens seen")
+        ax.set_title(t)
+        ax.grid(True, which="both", alpha=0.3)
+    axes[0].set_ylabel("loss (nats/token)")
+    _plain_log_y(axes[0])
+    axes[1].legend(fontsize=6, ncol=2)
+    fig.suptitle("Loss curves per run")
+    return _save(fig, path)
+
+
+def throughput(runs: pd.DataFrame, path: pathlib.Path) -> pathlib.Path | None:
+    """Tokens/s and MFU of every run with a summary, against model size."""
+    r = runs.dropna(subset=["tokens_per_s"]) if "tokens_per_s" in runs.columns else runs.iloc[0:0]
+    if r.empty:
+        return None
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
+    st = r["status"].astype(str)
+    for status, m in (("completed", "o"), ("diverged", "x"), ("failed", "v")):
+        sel = r[st == status]
+        if sel.empty:
+            continue
+        axes[0].scatter(sel["n_params"], sel["tokens_per_s"], marker=m, s=36, label=status)
+        if "mfu" in sel.columns:
+            axes[1].scatter(sel["n_params"], 100 * sel["mfu"].astype(float), marker=m, s=36, label=status)
+    axes[0].set_ylabel("training throughput (tokens/s)")
+    axes[0].set_yscale("log")
+    axes[1].set_ylabel("MFU (% of peak FLOP/s)")
+    for ax in axes:
+        ax.set_xscale("log")
+        ax.set_xlabel("parameters N")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.suptitle("Throughput and model FLOPs utilisation per run")
+    return _save(fig, path)
