@@ -144,11 +144,15 @@ def resolve_config(cfg: Any, n_devices: int | None = None) -> RunSpec:
     unknown = sorted(set(sh) - {"data", "fsdp", "tensor"})
     if unknown:
         raise ConfigError(f"unknown sharding key(s) {unknown}; known: data, fsdp, tensor")
+    from sharding.mesh import resolve_axis_sizes
+    from sharding.validate import validate_layout
+    # Divisibility by the axes given explicitly first (the clearer message), then the device count.
+    fixed = [sh.get(k, 1) for k in ("data", "fsdp", "tensor")]
+    if all(isinstance(v, int) and not isinstance(v, bool) and (v >= 1 or v == -1) for v in fixed):
+        validate_layout(model, *[max(v, 1) for v in fixed], micro_batch_size=micro, eval_batch_size=eval_bs)
     if n_devices is None:
         import jax
         n_devices = jax.device_count()
-    from sharding.mesh import resolve_axis_sizes
-    from sharding.validate import validate_layout
     mesh_shape = resolve_axis_sizes([sh.get("data", 1), sh.get("fsdp", 1), sh.get("tensor", 1)], n_devices)
     validate_layout(model, *mesh_shape, micro_batch_size=micro, eval_batch_size=eval_bs)
 

@@ -106,7 +106,7 @@ def build_train_setup(model_cfg: ModelConfig, tx: optax.GradientTransformation, 
             grads = jax.tree.map(lambda g: g / n_micro, grads)
             loss = loss / n_micro
         grads = jax.lax.with_sharding_constraint(grads, p_sh)
-        grad_norm = optax.global_norm(grads)
+        grad_norm = optax.tree.norm(grads)
         updates, opt_state = tx.update(grads, opt_state, params)
         params = optax.apply_updates(params, updates)
         return params, opt_state, {"loss": loss, "grad_norm": grad_norm}

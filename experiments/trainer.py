@@ -97,12 +97,11 @@ class Prefetcher:
 
 # ---- the run --------------------------------------------------------------------------------
 
-def run(cfg: Any, run_dir: Path, *, kill_after_step: int | None = None) -> dict[str, Any]:
+def run(cfg: Any, run_dir: Path) -> dict[str, Any]:
     """Train (or resume, or skip if completed) the run described by `cfg` in `run_dir`.
 
     Returns the summary dict (also written to run_dir/summary.json). Raises ConfigError for bad
     configuration (after writing a `failed` summary), and re-raises unexpected errors likewise.
-    `kill_after_step` is a test hook: os._exit(137) right after that step's checkpoint.
     """
     run_dir = Path(run_dir)
     t_start = time.time()
@@ -120,7 +119,7 @@ def run(cfg: Any, run_dir: Path, *, kill_after_step: int | None = None) -> dict[
     state: dict[str, Any] = {"spec": None, "is_main": True}
     try:
         distributed.initialize((raw or {}).get("distributed"))
-        return _run(raw, run_dir, t_start, state, kill_after_step)
+        return _run(raw, run_dir, t_start, state)
     except Exception as e:  # write a failed summary, then let the caller report
         if state["is_main"]:
             summary = _summary_base(state.get("spec"), state)
@@ -152,8 +151,7 @@ def _summary_base(spec, state: dict[str, Any]) -> dict[str, Any]:
     return s
 
 
-def _run(raw: dict[str, Any], run_dir: Path, t_start: float, state: dict[str, Any],
-         kill_after_step: int | None) -> dict[str, Any]:
+def _run(raw: dict[str, Any], run_dir: Path, t_start: float, state: dict[str, Any]) -> dict[str, Any]:
     import jax
 
     from experiments.config import resolve_config
@@ -264,8 +262,9 @@ def _run(raw: dict[str, Any], run_dir: Path, t_start: float, state: dict[str, An
         n = step_i + 1
         tps = spec.tokens_per_step / dt
         mfu = tps * fpt / (n_dev * peak) if peak == peak else float("nan")
-        session_tokens += spec.tokens_per_step
-        session_time += dt
+        if n > start + 1 or spec.steps - start == 1:  # the session's first step pays warm-up
+            session_tokens += spec.tokens_per_step
+            session_time += dt
         flops = float(n * spec.tokens_per_step * fpt)
         state.update(step=n, tokens=n * spec.tokens_per_step, flops=flops, train_loss=loss)
         rec = {"step": n, "tokens": n * spec.tokens_per_step, "flops": flops, "loss": loss,
@@ -301,10 +300,6 @@ def _run(raw: dict[str, Any], run_dir: Path, t_start: float, state: dict[str, An
                     metrics.flush()
                     save(n)
                     pause += time.perf_counter() - t_s
-                    if kill_after_step is not None and n >= kill_after_step:
-                        import os
-                        sys.stdout.flush()
-                        os._exit(137)
         if pending is not None:
             finish(*pending)
     except Diverged as e:

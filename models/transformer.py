@@ -184,14 +184,14 @@ class Transformer(nnx.Module):
 def split_params(model: Transformer) -> tuple[nnx.GraphDef, dict[str, Any]]:
     """(graphdef, params) with params a nested dict of float32 arrays (string keys only)."""
     graphdef, state = nnx.split(model, nnx.Param)
-    return graphdef, state.to_pure_dict()
+    return graphdef, nnx.to_pure_dict(state)
 
 
 def logical_axes(model: Transformer) -> dict[str, Any]:
     """Same tree as `split_params(model)[1]`, each leaf the tuple of logical axis names."""
     state = nnx.state(model, nnx.Param)
-    return jax.tree.map(lambda v: tuple(v.get_metadata()["out_sharding"]), state,
-                        is_leaf=lambda x: isinstance(x, nnx.Variable)).to_pure_dict()
+    return nnx.to_pure_dict(jax.tree.map(lambda v: tuple(v.get_metadata()["out_sharding"]), state,
+                                         is_leaf=lambda x: isinstance(x, nnx.Variable)))
 
 
 def abstract_model(cfg: ModelConfig) -> Transformer:
@@ -201,8 +201,7 @@ def abstract_model(cfg: ModelConfig) -> Transformer:
 
 def apply(graphdef: nnx.GraphDef, params: dict[str, Any], tokens_BxL: jax.Array) -> jax.Array:
     """Pure forward pass: logits_BxLxV (float32) of the model given by (graphdef, params)."""
-    state = nnx.State(jax.tree.map(lambda a: nnx.Param(a, eager_sharding=False), params))
-    model = nnx.merge(graphdef, state)
+    model = nnx.merge(graphdef, jax.tree.map(lambda a: nnx.Param(a, eager_sharding=False), params))
     return model(tokens_BxL)
 
 
