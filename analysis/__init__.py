@@ -33,7 +33,7 @@ _EXPORTS = {
     "fit_law": "analysis.fitting",
     "FitResult": "analysis.fitting",
     "HUBER_DELTA": "analysis.fitting",
-    "allocation": "analysis.allocation",
+    "allocation": "analysis.compute_optimal",
     "holdout_validate": "analysis.holdout",
     "approach1": "analysis.isoflop",
     "approach2": "analysis.isoflop",

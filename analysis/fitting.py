@@ -5,8 +5,8 @@ The objective is `sum_i w_i * Huber_delta(log y_i - log f(x_i; theta))` with del
 Huber loss is so flat that optimisers stop early (the original Chinchilla fit did).
 
 Search: L-BFGS from every point of the law's start grid, all starts vectorised
-(`analysis.optim.minimize_batch`). By default (`precision="mixed"`) every start first runs to
-convergence in float32 (about 3x cheaper on CPU), then the starts whose float32 optimum is within
+(`analysis.optim.minimize_batch`). For big searches (`precision="auto"`, e.g. the
+4,500-start Chinchilla grid; or `"mixed"`) every start first runs to convergence in float32 (about 3x cheaper on CPU), then the starts whose float32 optimum is within
 1% of the best are polished in float64, which is needed to resolve the optimum to the digits of
 the published reference. `precision="float64"` runs every start in float64 instead.
 
@@ -42,6 +42,7 @@ HUBER_DELTA = 1e-3
 OPTIMUM_RTOL = 1e-6  # a start "reached the optimum" when its objective is this close to the best
 _CFG32 = LBFGSConfig(ftol=1e-9, gtol=0.0, max_evals=1500)
 _CFG64 = LBFGSConfig(max_evals=2000)
+MIXED_MIN_WORK = 200_000  # starts x points above which precision="auto" adds the float32 search
 
 
 def huber(r, delta: float):
@@ -83,12 +84,28 @@ class Problem:
     def fun(self):
         return objective_fn(self.law, self.free_idx, self.delta)
 
+    @property
+    def padded_n(self) -> int:
+        """Points are padded (weight 0) to a size from a short ladder, so that fits of different
+        datasets reuse one compiled optimiser instead of compiling for every point count."""
+        n = self.logy.shape[0]
+        return max(32, 1 << (n - 1).bit_length()) if n <= 256 else -(-n // 256) * 256
+
+    def pad(self, v: np.ndarray) -> np.ndarray:
+        """Pad the last axis to `padded_n` by repeating the first point (its weight is padded 0)."""
+        extra = self.padded_n - v.shape[-1]
+        return np.concatenate([v, np.repeat(v[..., :1], extra, axis=-1)], axis=-1) if extra else v
+
+    def pad_weights(self, w: np.ndarray) -> np.ndarray:
+        extra = self.padded_n - w.shape[-1]
+        return np.concatenate([w, np.zeros(w.shape[:-1] + (extra,))], axis=-1) if extra else w
+
     def args(self, dtype) -> tuple:
         return (
             jnp.asarray(self.theta_full, dtype),
-            tuple(jnp.asarray(v, dtype) for v in self.logX),
-            jnp.asarray(self.logy, dtype),
-            jnp.asarray(self.w, dtype),
+            tuple(jnp.asarray(self.pad(v), dtype) for v in self.logX),
+            jnp.asarray(self.pad(self.logy), dtype),
+            jnp.asarray(self.pad_weights(self.w), dtype),
         )
 
     def full(self, theta_free_xF: np.ndarray) -> np.ndarray:
@@ -117,12 +134,25 @@ def _flat_args(prob: Problem, dtype):
     return (theta_full, logX, logy, w)
 
 
-def multistart(prob: Problem, starts_SxF: np.ndarray, precision: str = "mixed") -> MultiStart:
+def _run64(prob: Problem, x0_SxF: np.ndarray, w_SxN: np.ndarray):
+    """Float64 L-BFGS with per-start weights: the point fit and the bootstrap share this one
+    compiled program (the fit's weights are just the same row for every start)."""
+    with jax.enable_x64(True):
+        theta_full, logX, logy, _ = prob.args(jnp.float64)
+        return minimize_batch(
+            prob.fun, x0_SxF, (theta_full, logX, logy, jnp.asarray(prob.pad_weights(np.asarray(w_SxN)))),
+            batched_args=(False, False, False, True), cfg=_CFG64,
+        )
+
+
+def multistart(prob: Problem, starts_SxF: np.ndarray, precision: str = "auto") -> MultiStart:
     """L-BFGS from every start; float32 exploration + float64 polish unless precision='float64'."""
     starts = np.asarray(starts_SxF, dtype=float)
     S = starts.shape[0]
-    if precision not in ("mixed", "float64"):
-        raise AnalysisError(f"precision must be 'mixed' or 'float64', not {precision!r}")
+    if precision not in ("auto", "mixed", "float64"):
+        raise AnalysisError(f"precision must be 'auto', 'mixed' or 'float64', not {precision!r}")
+    if precision == "auto":  # the float32 pass pays for its extra compilation only on big searches
+        precision = "mixed" if S * prob.padded_n >= MIXED_MIN_WORK else "float64"
     if precision == "mixed":
         with jax.enable_x64(False):
             r32 = minimize_batch(prob.fun, starts.astype(np.float32), _flat_args(prob, jnp.float32), cfg=_CFG32)
@@ -138,14 +168,15 @@ def multistart(prob: Problem, starts_SxF: np.ndarray, precision: str = "mixed") 
         polish_from = r32.x[keep].astype(np.float64)
     else:
         polish_from = starts
-    with jax.enable_x64(True):
-        r = minimize_batch(prob.fun, polish_from, _flat_args(prob, jnp.float64), cfg=_CFG64)
+    r = _run64(prob, polish_from, np.broadcast_to(prob.w, (polish_from.shape[0], prob.w.size)))
     f = np.where(np.isfinite(r.f), r.f, np.inf)
     i = int(np.argmin(f))
     best = float(f[i])
     if not math.isfinite(best):
         raise AnalysisError(f"law {prob.law.name}: the objective is not finite at any start; check the data's scale")
-    at_opt = f <= best + OPTIMUM_RTOL * abs(best) + 1e-300
+    # Relative tolerance, with a floor for (near-)perfect fits: residuals of ~1e-7 are all equal.
+    floor = 0.5 * (1e-7) ** 2 * float(np.sum(prob.w))
+    at_opt = f <= best + OPTIMUM_RTOL * abs(best) + floor
     # Distinct other local minima (by objective), best first: extra bootstrap starts.
     others = []
     seen = [best]
@@ -187,12 +218,7 @@ def run_bootstrap(
     K = starts_KxF.shape[0]
     w_SxN = np.repeat(counts_BxN * prob.w[None, :], K, axis=0)
     x0 = np.tile(starts_KxF, (n_resamples, 1))
-    with jax.enable_x64(True):
-        theta_full, logX, logy, _ = prob.args(jnp.float64)
-        r = minimize_batch(
-            prob.fun, x0, (theta_full, logX, logy, jnp.asarray(w_SxN)),
-            batched_args=(False, False, False, True), cfg=_CFG64,
-        )
+    r = _run64(prob, x0, w_SxN)
     f = np.where(np.isfinite(r.f), r.f, np.inf).reshape(n_resamples, K)
     x = r.x.reshape(n_resamples, K, -1)
     best = np.argmin(f, axis=1)
@@ -266,13 +292,13 @@ class FitResult:
             return np.exp(np.asarray(out))
 
     def allocation(self, budgets: Sequence[float] | None = None) -> dict:
-        from analysis.allocation import allocation
+        from analysis.compute_optimal import allocation
 
         return allocation(self, budgets)
 
     def to_dict(self, budgets: Sequence[float] | None = None) -> dict:
         """JSON-ready summary (the `fit --json` schema); allocation is added for Chinchilla laws."""
-        from analysis.allocation import supports_allocation
+        from analysis.compute_optimal import supports_allocation
 
         out: dict[str, Any] = {
             "law": self.law,
@@ -396,7 +422,7 @@ def fit_points(
     fixed: Mapping[str, float] | None = None,
     grid: np.ndarray | None = None,
     delta: float = HUBER_DELTA,
-    precision: str = "mixed",
+    precision: str = "auto",
     ci_level: float = 0.95,
     bootstrap_starts: int = 4,
 ) -> FitResult:
@@ -451,7 +477,7 @@ def fit_law(
     fixed: Mapping[str, float] | None = None,
     grid: np.ndarray | None = None,
     delta: float = HUBER_DELTA,
-    precision: str = "mixed",
+    precision: str = "auto",
     ci_level: float = 0.95,
 ) -> FitResult:
     """Fit a registered law to a table of runs (DataFrame or CSV path). Main entry point.

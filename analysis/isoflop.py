@@ -270,7 +270,7 @@ def compare_approaches(fit, other: dict, name: str = "approach2") -> dict:
 
     They disagree when their CIs do not overlap; the message says so in one line.
     """
-    from analysis.allocation import allocation
+    from analysis.compute_optimal import allocation
 
     al = allocation(fit, budgets=[1e21])
     a3, ci3 = al["a"], al.get("a_ci", [math.nan, math.nan])

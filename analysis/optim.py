@@ -306,10 +306,14 @@ def minimize_batch(
         batched_args = (False,) * len(args)
     batched_args = tuple(bool(b) for b in batched_args)
     args = tuple(jax.tree.map(jnp.asarray, a) for a in args)
-    host = jax.tree.map(np.array, _init_batch(fun, x0, args, cfg, batched_args))
+    # Start counts are padded to a power of two (or a multiple of 512) so compiled shapes repeat.
+    S_pad = max(32, 1 << (S - 1).bit_length()) if S <= 512 else -(-S // 512) * 512
+    pad_idx = np.concatenate([np.arange(S), np.zeros(S_pad - S, dtype=np.int64)])
+    init_args = tuple(jax.tree.map(lambda v: v[pad_idx], a) if b else a for a, b in zip(args, batched_args))
+    host = jax.tree.map(lambda v: np.array(v)[:S], _init_batch(fun, x0[pad_idx], init_args, cfg, batched_args))
     pending = list(np.flatnonzero(host.status == RUNNING)[::-1])  # pop() takes the lowest index
     n_dev = len(jax.devices())
-    W = min(slots, max(len(pending), 1))
+    W = min(slots, max(32, 1 << (max(len(pending), 1) - 1).bit_length()))
     W = -(-W // n_dev) * n_dev  # a multiple of the device count, so slots split evenly
     slot_idx = np.full(W, -1)
     while True:

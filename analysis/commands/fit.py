@@ -41,8 +41,8 @@ def register(subparsers) -> None:
     p.add_argument("--budget", type=float, action="append", help="compute budget (FLOPs) for the allocation; repeatable")
     p.add_argument("--fix", action="append", metavar="NAME=VALUE", help="hold a parameter fixed; repeatable")
     p.add_argument("--delta", type=float, default=1e-3, help="Huber delta on log residuals (default 1e-3)")
-    p.add_argument("--precision", choices=("mixed", "float64"), default="mixed",
-                   help="mixed: float32 search + float64 polish (default); float64: every start in float64")
+    p.add_argument("--precision", choices=("auto", "mixed", "float64"), default="auto",
+                   help="auto (default): float32 search + float64 polish for big grids; mixed: always; float64: never")
     p.add_argument("--json", dest="json_out", help="write the result as JSON here")
     p.set_defaults(func=run)
 

@@ -1,0 +1,170 @@
+"""Point-law fits: the Epoch reference optimum, synthetic recovery, fixed params, weights,
+allocation, prediction, user laws."""
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from analysis import AnalysisError, allocation, fit_law, get_law, known_laws, register_law
+from analysis.laws import CHINCHILLA_GRID
+
+REF = dict(E=1.8172, A=477.8, B=2143, alpha=0.3473, beta=0.3672)
+
+
+@pytest.fixture(scope="module")
+def epoch(shared_data):
+    d = pd.read_csv(shared_data / "chinchilla_epoch" / "svg_extracted_data.csv")
+    return d[d.loss < d.loss.nlargest(5).min()]
+
+
+@pytest.fixture(scope="module")
+def epoch_fit(epoch):
+    return fit_law(epoch, "chinchilla", bootstrap=1000, seed=0)
+
+
+def synth(truth, rng, noise=0.002, n=8):
+    N = np.repeat(np.geomspace(2e7, 3e9, n), n)
+    D = np.tile(np.geomspace(4e8, 2e11, n), n)
+    L = (truth["E"] + truth["A"] / N ** truth["alpha"] + truth["B"] / D ** truth["beta"]) * np.exp(rng.normal(0, noise, N.size))
+    return pd.DataFrame({"N": N, "D": D, "loss": L})
+
+
+def test_grid_is_epochs_4500_points():
+    assert CHINCHILLA_GRID.shape == (4500, 5)
+    assert len(np.unique(CHINCHILLA_GRID, axis=0)) == 4500
+
+
+def test_epoch_reference_optimum(epoch_fit):
+    p = epoch_fit.params
+    for k, v in REF.items():
+        tol = 0.03 if k in "AB" else 0.01
+        assert abs(p[k] - v) / v <= tol, (k, p[k], v)
+    assert epoch_fit.n_points == 240
+    assert epoch_fit.n_starts == 4500
+    assert epoch_fit.converged and epoch_fit.starts_at_optimum >= 2
+    assert epoch_fit.grad_norm < 1e-6
+
+
+def test_epoch_bootstrap_ses_match_published(epoch_fit):
+    se = epoch_fit.se
+    # Published (Besiroglu et al. 2024): E 0.026, alpha 0.015, beta 0.021 — same order of magnitude.
+    for k, pub in (("E", 0.026), ("alpha", 0.015), ("beta", 0.021)):
+        assert pub / 2 < se[k] < pub * 2, (k, se[k])
+    assert epoch_fit.bootstrap_samples.shape == (1000, 5)
+    for k in REF:
+        lo, hi = epoch_fit.ci[k]
+        assert lo < epoch_fit.params[k] < hi
+
+
+def test_epoch_allocation_exponent(epoch_fit):
+    al = allocation(epoch_fit, [1e21, 1e24])
+    assert abs(al["a"] - 0.514) < 0.005
+    assert al["a_ci"][0] < al["a"] < al["a_ci"][1]
+    row = al["budgets"][0]
+    # The closed form is the constrained minimum: perturbing N along C = 6ND raises the loss.
+    p = epoch_fit.params
+    loss = lambda N: p["E"] + p["A"] / N ** p["alpha"] + p["B"] / (1e21 / (6 * N)) ** p["beta"]  # noqa: E731
+    assert loss(row["N_opt"]) < loss(row["N_opt"] * 1.05) and loss(row["N_opt"]) < loss(row["N_opt"] / 1.05)
+    assert math.isclose(row["N_opt"] * row["D_opt"] * 6, 1e21, rel_tol=1e-9)
+    assert row["N_opt_ci"][0] < row["N_opt"] < row["N_opt_ci"][1]
+
+
+def test_bootstrap_is_seeded(epoch):
+    a = fit_law(epoch.iloc[::3], bootstrap=50, seed=7)
+    b = fit_law(epoch.iloc[::3], bootstrap=50, seed=7)
+    c = fit_law(epoch.iloc[::3], bootstrap=50, seed=8)
+    np.testing.assert_allclose(a.bootstrap_samples, b.bootstrap_samples)
+    assert not np.allclose(a.bootstrap_samples, c.bootstrap_samples)
+
+
+def test_synthetic_law_recovered_and_predicts():
+    truth = dict(E=2.1, A=900.0, B=1500.0, alpha=0.31, beta=0.36)
+    df = synth(truth, np.random.default_rng(0), noise=0.001)
+    fit = fit_law(df, bootstrap=0)
+    for k in ("E", "alpha", "beta"):
+        assert abs(fit.params[k] - truth[k]) / truth[k] < 0.02
+    pred = fit.predict(df)
+    assert np.max(np.abs(pred - df.loss) / df.loss) < 0.01
+    assert math.isnan(fit.ci["E"][0])  # no bootstrap, no CI
+
+
+def test_fixed_parameter_is_held_and_others_refit():
+    truth = dict(E=2.1, A=900.0, B=1500.0, alpha=0.31, beta=0.36)
+    df = synth(truth, np.random.default_rng(1), noise=0.0)
+    fit = fit_law(df, bootstrap=20, fixed={"E": 2.1})
+    assert fit.params["E"] == pytest.approx(2.1)
+    assert np.all(fit.bootstrap_samples[:, 0] == pytest.approx(2.1))
+    assert fit.params["alpha"] == pytest.approx(0.31, rel=1e-3)
+    wrong = fit_law(df, bootstrap=0, fixed={"E": 1.5})
+    assert wrong.objective > fit.objective
+
+
+def test_weights_change_the_fit():
+    truth = dict(E=2.1, A=900.0, B=1500.0, alpha=0.31, beta=0.36)
+    df = synth(truth, np.random.default_rng(2), noise=0.0)
+    df.loc[df.index[:8], "loss"] *= 1.05  # a corrupted first model size
+    w = np.ones(len(df))
+    w[:8] = 0.0
+    clean = fit_law(df, bootstrap=0, weights=w)
+    assert clean.params["alpha"] == pytest.approx(0.31, rel=1e-3)
+    dirty = fit_law(df, bootstrap=0)
+    assert abs(dirty.params["alpha"] - 0.31) > abs(clean.params["alpha"] - 0.31)
+
+
+def test_tokens_derived_from_compute_and_columns_named():
+    truth = dict(E=2.1, A=900.0, B=1500.0, alpha=0.31, beta=0.36)
+    df = synth(truth, np.random.default_rng(3), noise=0.0)
+    alt = pd.DataFrame({"params": df.N, "flop": 6 * df.N * df.D, "val": df.loss})
+    fit = fit_law(alt, columns={"N": "params", "C": "flop", "loss": "val"}, bootstrap=0)
+    assert fit.params["beta"] == pytest.approx(0.36, rel=1e-3)
+    assert fit.columns["D"].startswith("<derived")
+
+
+def test_kaplan_and_power_laws():
+    rng = np.random.default_rng(4)
+    N = np.geomspace(1e7, 1e10, 12)
+    y = 1.7 + 300.0 * N ** -0.3
+    fit = fit_law(pd.DataFrame({"N": N, "loss": y * np.exp(rng.normal(0, 1e-4, N.size))}), "kaplan_n_e", bootstrap=0)
+    assert fit.params["alpha"] == pytest.approx(0.3, rel=0.02)
+    pure = fit_law(pd.DataFrame({"C": N, "loss": 50 * N ** -0.05}), "kaplan_c", bootstrap=0)
+    assert pure.params["alpha"] == pytest.approx(0.05, rel=1e-4)
+    x = np.linspace(1, 50, 15)
+    p = fit_law(pd.DataFrame({"x": x, "loss": 0.2 + 3 * x ** -0.7}), "power", bootstrap=0)
+    assert p.params["alpha"] == pytest.approx(0.7, rel=1e-3)
+    assert {"chinchilla", "kaplan_n", "kaplan_d_e", "power"} <= set(known_laws())
+
+
+def test_user_registered_law():
+    import jax.numpy as jnp
+
+    register_law("inv_sqrt_test", lambda p, c: p["E"] + p["A"] / jnp.sqrt(c["N"]), ["E", "A"], ["N"],
+                 {"E": [1.0, 3.0], "A": [10.0, 1000.0]}, positive=["E", "A"], replace=True)
+    N = np.geomspace(1e6, 1e9, 10)
+    fit = fit_law(pd.DataFrame({"N": N, "loss": 2.0 + 500 / np.sqrt(N)}), "inv_sqrt_test", bootstrap=0)
+    assert fit.params == pytest.approx({"E": 2.0, "A": 500.0}, rel=1e-4)
+    with pytest.raises(AnalysisError, match="already registered"):
+        register_law("inv_sqrt_test", lambda p, c: c["N"], ["E"], ["N"], {"E": [1.0]})
+
+
+@pytest.mark.parametrize(
+    "frame, message",
+    [
+        (pd.DataFrame({"N": [1e8, 2e8], "D": [1e9, 2e9], "loss": [3.0, 2.9]}), "2 point"),
+        (pd.DataFrame({"N": [1e8] * 6, "D": np.geomspace(1e9, 1e11, 6), "loss": np.linspace(3, 2.5, 6)}), "model size"),
+        (pd.DataFrame({"N": [1e8, 2e8, np.inf], "D": [1e9] * 3, "loss": [3.0] * 3}), "NaN/inf"),
+        (pd.DataFrame({"N": [1e8, 2e8], "D": [1e9, 2e9], "loss": [3.0, 0.0]}), "non-positive"),
+        (pd.DataFrame({"size": [1e8], "loss": [3.0]}), "--n-col"),
+    ],
+)
+def test_bad_input_is_a_clear_error(frame, message):
+    with pytest.raises(AnalysisError, match=message):
+        fit_law(frame, bootstrap=0)
+
+
+def test_unknown_law_lists_known_ones():
+    with pytest.raises(AnalysisError, match="known laws: .*chinchilla"):
+        get_law("nope")
+    with pytest.raises(AnalysisError, match="cannot fix"):
+        fit_law(pd.DataFrame({"N": [1e8, 2e8, 4e8], "D": [1e9] * 3, "loss": [3.0, 2.9, 2.8]}), fixed={"Z": 1.0})
