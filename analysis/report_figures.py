@@ -198,22 +198,26 @@ def holdout(points_fit: pd.DataFrame, pred_fit: np.ndarray, hold: dict, path: pa
 
 
 def loss_curves(done: pd.DataFrame, curves: pd.DataFrame, path: pathlib.Path) -> pathlib.Path | None:
-    """Training and eval loss against tokens for every run (colour: budget, shade: size)."""
+    """Training and eval loss against tokens for every run (colour: model size, line style: budget)."""
     if curves.empty or "tokens" not in curves.columns:
         return None
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), sharey=True)
-    colors = _budget_colors(done["budget"])
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.4), sharey=True)
+    sizes = sorted(done["n_params"].unique())
+    cmap = plt.get_cmap("plasma")
+    color = {n: cmap(0.85 * i / max(1, len(sizes) - 1)) for i, n in enumerate(sizes)}
+    styles = ["-", "--", ":", "-."]
+    style = {b: styles[i % len(styles)] for i, b in enumerate(sorted(done["budget"].unique()))}
     for _, r in done.sort_values(["budget", "n_params"]).iterrows():
         c = curves[curves["run"] == r["run"]]
         if c.empty:
             continue
-        col = colors[float(r["budget"])]
-        lab = f"C={_fmt_c(r['budget'])} N={r['n_params'] / 1e3:.0f}k"
+        kw = dict(color=color[r["n_params"]], ls=style[r["budget"]], lw=1.1, alpha=0.9,
+                  label=f"C={_fmt_c(r['budget'])} N={r['n_params'] / 1e3:.0f}k")
         if "loss" in c.columns:
-            axes[0].plot(c["tokens"], c["loss"].rolling(20, min_periods=1).mean(), color=col, lw=1, alpha=0.85, label=lab)
+            axes[0].plot(c["tokens"], c["loss"].rolling(20, min_periods=1).mean(), **kw)
         if "eval_loss" in c.columns:
             e = c.dropna(subset=["eval_loss"])
-            axes[1].plot(e["tokens"], e["eval_loss"], "o-", color=col, ms=2.5, lw=1, alpha=0.85, label=lab)
+            axes[1].plot(e["tokens"], e["eval_loss"], marker="o", ms=2, **kw)
     for ax, t in ((axes[0], "training loss (20-step mean)"), (axes[1], "eval loss")):
         ax.set_xscale("log")
         ax.set_yscale("log")
@@ -222,7 +226,7 @@ def loss_curves(done: pd.DataFrame, curves: pd.DataFrame, path: pathlib.Path) ->
         ax.grid(True, which="both", alpha=0.3)
     axes[0].set_ylabel("loss (nats/token)")
     _plain_log_y(axes[0])
-    axes[1].legend(fontsize=6, ncol=2)
+    axes[1].legend(fontsize=6, ncol=2, title="colour: N, line: budget", title_fontsize=7)
     fig.suptitle("Loss curves per run")
     return _save(fig, path)
 

@@ -1,0 +1,138 @@
+"""`python -m experiments.demo`: the main job, sweep -> collect -> fit -> report, on a laptop CPU.
+
+It runs the `demo` sweep preset (conf/sweep/demo.yaml: an IsoFLOP sweep of 3 budgets x 4 model
+sizes on the embedded stdlib corpus, two runs at a time, each pinned to its own core) through the
+real command line, `python -m experiments.train -m +sweep=demo`, then writes the fitted-law
+report (analysis/report.py): Chinchilla law + IsoFLOP profiles with bootstrap CIs, a held-out
+check that fits the smaller budgets and predicts the largest, figures, HTML and Markdown.
+
+Idempotent: the sweep lives at a fixed path, so running the demo again reuses every finished
+run (and resumes an interrupted one from its checkpoint); only the report is rebuilt. Progress
+is printed as runs start and finish; the full sweep log is in <out>/sweep.log. Ends by printing
+the report's path and the headline numbers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+SHOW = ("[launch]", "[reuse", "[skip", "sweep done", "error", "launching ")
+
+
+def _die_with_parent() -> None:
+    """Child side of Popen: get SIGKILL when the demo dies, so a killed demo leaves no orphans."""
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
+def _fmt_t(s: float) -> str:
+    return f"{int(s) // 60}:{int(s) % 60:02d}"
+
+
+def _status_counts(sweep_dir: pathlib.Path) -> tuple[int, int]:
+    planned = done = 0
+    try:
+        runs = json.loads((sweep_dir / "sweep_plan.json").read_text())["runs"]
+    except (OSError, ValueError, KeyError):
+        return 0, 0
+    for r in runs:
+        if r.get("action") in ("launch", "reuse"):
+            planned += 1
+            try:
+                st = json.loads((sweep_dir / r["run_dir"] / "summary.json").read_text()).get("status")
+            except (OSError, ValueError):
+                st = None
+            done += st in ("completed", "diverged", "failed")
+    return planned, done
+
+
+def run_sweep(sweep_dir: pathlib.Path, log_path: pathlib.Path, extra: list[str], t0: float) -> int:
+    """Run the demo sweep as a child process, echoing the plan and each run's end."""
+    cmd = [sys.executable, "-m", "experiments.train", "-m", "+sweep=demo", f"hydra.sweep.dir={sweep_dir}", *extra]
+    print(f"[demo] sweep: {' '.join(cmd[1:])}", flush=True)
+    repo = pathlib.Path(__file__).resolve().parents[1]
+    env = dict(os.environ, PYTHONUNBUFFERED="1", PYTHONPATH=os.pathsep.join(
+        [str(repo), *filter(None, [os.environ.get("PYTHONPATH")])]))
+    stop = threading.Event()
+
+    def ticker() -> None:
+        while not stop.wait(20):
+            planned, done = _status_counts(sweep_dir)
+            if planned:
+                print(f"[demo {_fmt_t(time.time() - t0)}] {done}/{planned} runs finished", flush=True)
+
+    threading.Thread(target=ticker, daemon=True).start()
+    with open(log_path, "a") as log:
+        p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=repo,
+                             env=env, preexec_fn=_die_with_parent, bufsize=1)
+        assert p.stdout is not None
+        for line in p.stdout:
+            log.write(line)
+            s = line.rstrip()
+            if s.startswith("completed:"):
+                print(f"[demo {_fmt_t(time.time() - t0)}] run {s}", flush=True)
+            elif any(k in s for k in SHOW) and "#" not in s[:40]:
+                print(f"[demo {_fmt_t(time.time() - t0)}] {s.split('] ', 1)[-1]}", flush=True)
+        rc = p.wait()
+    stop.set()
+    return rc
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m experiments.demo", description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default="outputs/demo", help="demo directory: sweep/, report/, sweep.log (default outputs/demo)")
+    ap.add_argument("--budget", type=float, default=1e13, help="compute budget (FLOPs) to state N*/D* for (default 1e13)")
+    ap.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples for the CIs (default 1000)")
+    ap.add_argument("overrides", nargs="*", help="extra Hydra overrides for the sweep, e.g. 'sweep.budgets=[1e11,3e11,1e12]'")
+    args = ap.parse_args(argv)
+    if not (args.budget > 0 and args.budget < float("inf")):
+        print(f"error: --budget must be a positive FLOP count (got {args.budget})", file=sys.stderr)
+        return 2
+    t0 = time.time()
+    out = pathlib.Path(args.out).resolve()
+    sweep_dir, report_dir = out / "sweep", out / "report"
+    out.mkdir(parents=True, exist_ok=True)
+    rc = run_sweep(sweep_dir, out / "sweep.log", args.overrides, t0)
+    if rc != 0:
+        print(f"error: the sweep failed (exit {rc}); see {out / 'sweep.log'}; run the demo again to resume it",
+              file=sys.stderr)
+        return 1
+    t_sweep = time.time() - t0
+    print(f"[demo {_fmt_t(t_sweep)}] sweep finished; fitting laws ({args.bootstrap} bootstrap resamples) and "
+          "writing the report", flush=True)
+    from analysis.errors import AnalysisError
+    from analysis.report import build_report
+    from analysis.report_render import headline
+
+    try:
+        rep = build_report(sweep_dir, report_dir, budgets=[args.budget], bootstrap=args.bootstrap,
+                           title="scalelab demo: IsoFLOP sweep on the Python stdlib corpus")
+    except AnalysisError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    total = time.time() - t0
+    print()
+    print(f"=== scalelab demo: {rep['n_completed']} runs, budgets "
+          f"{', '.join(f'{b:.3g}' for b in rep['budgets_swept'])} FLOPs; sweep {_fmt_t(t_sweep)}, total {_fmt_t(total)} ===")
+    for line in headline(rep):
+        print(line)
+    for w in rep["warnings"]:
+        print(f"warning: {w}")
+    print(f"report: {rep['paths']['html']}")
+    print(f"        {rep['paths']['md']}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
