@@ -117,7 +117,7 @@ def build_rl_setup(model_cfg: ModelConfig, tx: optax.GradientTransformation, mes
                 p, o = carry
                 (loss, aux), g = jax.value_and_grad(loss_fn, has_aux=True)(p)
                 g = jax.lax.with_sharding_constraint(g, p_sh)
-                gn = optax.global_norm(g)
+                gn = optax.tree.norm(g)
                 upd, o = tx.update(g, o, p)
                 return (optax.apply_updates(p, upd), o), {"loss": loss, "grad_norm": gn, **aux}
 
