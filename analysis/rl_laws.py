@@ -574,3 +574,20 @@ def fit_gao(kl: Sequence[float], gain: Sequence[float], form: str = "log",
     if b > 0:
         peak = math.exp(a / b - 1.0) if form == "log" else a / (2.0 * b)
     return GaoFit(form, a, b, float(se[0]), float(se[1]), peak)
+
+
+def fit_params(pts: Points, law: str = "sigmoid", r0: float | None = None,
+               n_starts: int = 2) -> dict[str, float | None]:
+    """Best-fit parameters only (no intervals, no flags): for bootstrap bands and refits."""
+    spec = _sigmoid_law(pts.C, r0) if law == "sigmoid" else _power_law(pts.C[pts.C > 0])
+    if law != "sigmoid":
+        pts = pts.take(pts.C > 0)
+    sol = _Fitter(spec, pts).solve(n_starts=n_starts)
+    return _to_params(law, spec, sol, r0)
+
+
+def predict(law: str, params: dict[str, float | None], C) -> np.ndarray:
+    """Evaluate a fitted law's parameters at compute C."""
+    if law == "sigmoid":
+        return sigmoid(C, params["A"], params["B"], params["C_mid"], params["R0"])
+    return power_law(C, params["A"], params["B"], params["D"])
