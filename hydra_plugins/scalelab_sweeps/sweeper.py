@@ -89,6 +89,7 @@ class ScalelabSweeper(Sweeper):
         self.config: Optional[DictConfig] = None
         self.hydra_context: Optional[HydraContext] = None
         self.launcher: Optional[Launcher] = None
+        self.dry_run = False
 
     def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction,
               config: DictConfig) -> None:
@@ -123,6 +124,7 @@ class ScalelabSweeper(Sweeper):
             except LadderError as e:
                 raise SweepError(str(e)) from None
             rerun_failed = bool(sweep.get("rerun_failed", False))
+            self.dry_run = self.dry_run or bool(sweep.get("dry_run", False))
             ignore = list(sweep.get("id_ignore") or [])
             for p in planned:
                 rec = {"label": p.label, "budget": p.budget, "n_params": p.n_params,
@@ -171,6 +173,9 @@ class ScalelabSweeper(Sweeper):
         OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
         _log_plan(records)
         _write_plan(sweep_dir, records)
+        if self.dry_run:
+            log.info("sweep.dry_run=true: nothing launched")
+            return []
 
         returns: List[Sequence[JobReturn]] = []
         batch_size = self.max_batch_size or max(1, len(launch))
