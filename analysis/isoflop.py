@@ -211,9 +211,11 @@ def approach1(
     bootstrap: int = 200,
     seed: int = 0,
     ci_level: float = 0.95,
+    exclude_edges: bool = True,
 ) -> dict:
     """Envelope of minimum loss over compute -> N_opt(C) power law, with a bootstrap over runs.
 
+    exclude_edges drops budgets won by the smallest or largest model (censored optima).
     `df` is either a curves table (several rows per run: `run_col`, `c_col` cumulative FLOPs,
     `loss_col`), with N per run from `df[n_col]` or `runs_df` (columns run, n_params), or a
     table with one final point per run (then `run_col=None`).
@@ -255,6 +257,12 @@ def approach1(
     Lm = np.where(masks[:, :, None], Lg[None], np.inf)  # (B, R, G)
     best = np.argmin(Lm, axis=1)  # (B, G)
     valid = np.isfinite(np.min(Lm, axis=1))
+    if exclude_edges:
+        # Where the smallest or largest model wins, the true optimum may lie beyond the sampled
+        # sizes (censored): those budgets would flatten the fitted exponent.
+        Nb = np.where(masks, Nrun[None, :], np.nan)
+        edge = (Nrun[best] <= np.nanmin(Nb, axis=1)[:, None]) | (Nrun[best] >= np.nanmax(Nb, axis=1)[:, None])
+        valid &= ~edge
     logN = np.where(valid, np.log(Nrun[best]), np.nan)
     a, logG = _powerlaw(np.log(grid), logN)
     lo, hi = 50 * (1 - ci_level), 50 * (1 + ci_level)
