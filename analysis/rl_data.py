@@ -177,11 +177,15 @@ def start_pass_rate(curve: RLCurve) -> float:
     return float(curve.pass_rate[0])
 
 
-def variance_collapsed(curve: RLCurve, min_zero_var: float = 0.8) -> bool:
-    """True when, at the last evaluation, most training groups have zero reward variance while
-    the train reward is neither ~0 nor ~1: the policy became deterministic (exploration
-    collapsed), so the curve's future is not the fitted law's."""
+def variance_collapsed(curve: RLCurve, until: float | None = None,
+                       min_zero_var: float = 0.8) -> bool:
+    """True when, at the last evaluation (up to compute `until`), most training groups have
+    zero reward variance while the train reward is neither ~0 nor ~1: the policy became
+    deterministic (exploration collapsed), so the curve's future is not the fitted law's."""
     zv, tr = curve.extra.get("zero_var_frac"), curve.extra.get("train_reward")
-    if zv is None or tr is None or not np.isfinite(zv[-1]) or not np.isfinite(tr[-1]):
+    if zv is None or tr is None:
         return False
-    return bool(zv[-1] >= min_zero_var and 0.05 < tr[-1] < 0.95)
+    i = len(zv) - 1 if until is None else int(np.searchsorted(curve.compute, until, "right")) - 1
+    if i < 0 or not np.isfinite(zv[i]) or not np.isfinite(tr[i]):
+        return False
+    return bool(zv[i] >= min_zero_var and 0.05 < tr[i] < 0.95)

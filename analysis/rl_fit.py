@@ -76,7 +76,9 @@ def _fit(curves: Sequence[RLCurve], opts: FitOptions, until_frac: float | None
                             "at least 4 (evaluate more often, or lower --burn-in)")
     fit = fit_law(pooled, opts.law, r0=r0, ci_method=opts.ci_method, n_boot=opts.n_boot)
     flags = list(fit.flags)
-    if "unstable" not in flags and any(variance_collapsed(c) for c in curves):
+    if "unstable" not in flags and any(
+            variance_collapsed(c, None if until_frac is None else until_frac * c.final_compute)
+            for c in curves):
         flags.append("unstable")
         fit = dataclasses.replace(fit, flags=tuple(flags))
     return fit, pooled, held

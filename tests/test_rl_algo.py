@@ -137,3 +137,34 @@ def test_flop_accounting_matches_hand_count():
     assert f2.reference == rows * 12 * fwd and f2.old_policy == rows * 12 * fwd
     assert f2.total == f2.sample + f2.train + f2.reference + f2.old_policy
     assert eval_flops(cfg, 12, 5, 512, 4) == 512 * 4 * (5 + 1) * 12 * fwd
+
+
+def test_rl_step_sharded_matches_single_device():
+    """One RL step on an 8-device (data=2, fsdp=2, tensor=2) mesh equals the 1-device step."""
+    import optax
+
+    from experiments.rl_step import TaskShape, build_rl_setup
+    from sharding.mesh import make_mesh
+
+    if len(jax.devices()) < 8:
+        pytest.skip("needs 8 (simulated) devices")
+    cfg = ModelConfig(vocab_size=256, d_model=32, n_layers=1, n_heads=2, d_ff=64, seq_len=8)
+    task = Task(TaskConfig(name="add", min_len=1, max_len=2, eval_size=16))
+    algo = AlgoConfig(kl_beta=0.1, epochs=2)
+    b = task.train_batch(0, 0, 8)
+    _, p0 = init_params(cfg, 0)
+    out = []
+    for sizes in ((1, 1, 1), (2, 2, 2)):
+        tx = optax.adam(1e-2)
+        setup = build_rl_setup(cfg, tx, make_mesh(sizes), TaskShape(task.prompt_len, task.completion_len),
+                               algo, group_size=4, temperature=1.0)
+        params = setup.place(jax.tree.map(jnp.array, p0))
+        ref = setup.place(jax.tree.map(jnp.array, p0))
+        new, _, m = setup.rl_step(params, setup.init_opt(params), ref, b.prompts, b.answers,
+                                  jax.random.PRNGKey(3))
+        out.append((jax.device_get(new), {k: float(v) for k, v in m.items()}))
+    (pa, ma), (pb, mb) = out
+    assert ma["train_reward"] == mb["train_reward"]
+    for k in ma:
+        assert ma[k] == pytest.approx(mb[k], rel=1e-4, abs=1e-5), k
+    jax.tree.map(lambda x, y: np.testing.assert_allclose(x, y, rtol=1e-4, atol=1e-5), pa, pb)

@@ -167,3 +167,18 @@ def test_cli_bad_input_one_line(tmp_path):
     assert r.returncode == 2
     assert r.stderr.strip().count("\n") == 0 and "pass_rate" in r.stderr
     assert "Traceback" not in r.stderr
+
+
+def test_variance_collapse_flags_unstable_only_inside_the_fit_window(tmp_path):
+    from analysis.rl_data import variance_collapsed
+    C = np.linspace(0, 1000, 21)
+    d = _run_dir(tmp_path, C, sigmoid(C, 0.7, 2.0, 300, 0.1))
+    rows = [json.loads(l) for l in (d / "metrics.jsonl").read_text().splitlines()]
+    for r in rows[15:]:
+        r["zero_var_frac"], r["train_reward"] = 0.9, 0.5         # collapse late in the run
+    (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    curve = load_curve(d)
+    assert variance_collapsed(curve)
+    assert not variance_collapsed(curve, until=500.0)
+    assert "unstable" in fit_recipe([curve])["flags"]
+    assert "unstable" not in fit_recipe([curve], FitOptions(fit_until_frac=0.5))["flags"]
