@@ -15,8 +15,8 @@ and how the best one stopped; `converged` is true when the best start met a conv
 at least two starts agree on the optimum.
 
 Uncertainty: case-resampling bootstrap over points (runs), seeded, vectorised like the grid:
-every resample starts from the full-data optimum and a few other points (other local optima and
-random grid starts), all resamples in one batched run. CIs are percentile intervals.
+every resample starts from the full-data optimum and two more points (other local optima found
+on the full data, else random grid starts), all resamples in one batched run. CIs are percentile intervals.
 """
 
 from __future__ import annotations
@@ -261,6 +261,7 @@ class FitResult:
     holdout: dict | None = None
     bootstrap_failed: int = 0
     extras: dict = field(default_factory=dict)
+    bootstrap_x0: np.ndarray | None = field(default=None, repr=False)  # internal starts of every resample
 
     @property
     def law_obj(self) -> Law:
@@ -424,13 +425,13 @@ def fit_points(
     delta: float = HUBER_DELTA,
     precision: str = "auto",
     ci_level: float = 0.95,
-    bootstrap_starts: int = 4,
+    bootstrap_starts: int = 2,
 ) -> FitResult:
     """Fit `law` to validated points (see `fit_law` for the DataFrame entry point)."""
     prob = prepare(law, pts, fixed, delta)
     ms = multistart(prob, _starts(law, prob, grid), precision)
     public = law.to_public(ms.theta)
-    samples, failed = None, 0
+    samples, failed, boot_x0 = None, 0, None
     ci = {k: [math.nan, math.nan] for k in law.param_names}
     se = {k: math.nan for k in law.param_names}
     if bootstrap:
@@ -440,6 +441,7 @@ def fit_points(
         rand = grid_all[rng.choice(grid_all.shape[0], size=min(n_rand, grid_all.shape[0]), replace=False)]
         extra = np.vstack([ms.local_optima[:bootstrap_starts], rand])
         theta_hat_free = ms.theta[list(prob.free_idx)]
+        boot_x0 = np.vstack([theta_hat_free[None, :], extra])
         samples_int, failed = run_bootstrap(prob, theta_hat_free, extra, int(bootstrap), seed)
         samples = law.to_public(samples_int)
         bounds = _percentile_ci(samples, ci_level)
@@ -462,6 +464,7 @@ def fit_points(
         delta=delta, ci_level=ci_level, seed=seed, flops_per_param_token=k_flops,
         input_ranges={k: [float(v.min()), float(v.max())] for k, v in pts.inputs.items()},
         bootstrap_failed=failed,
+        bootstrap_x0=None if boot_x0 is None else prob.full(boot_x0),
     )
 
 

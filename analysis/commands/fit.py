@@ -50,6 +50,9 @@ def register(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     from analysis.fitting import fit_law
     from analysis.laws import get_law
+    from analysis.jaxcache import enable_compile_cache
+
+    enable_compile_cache()
 
     get_law(args.law)  # unknown law: fail before reading data
     columns = {role: name for role, name in (("N", args.n_col), ("D", args.d_col), ("C", args.c_col),

@@ -32,6 +32,9 @@ def register(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     from analysis.curve_laws import get_curve_law
     from analysis.curves import fit_curve, load_curve
+    from analysis.jaxcache import enable_compile_cache
+
+    enable_compile_cache()
 
     get_curve_law(args.law)
     fit = [load_curve(c, warmup=args.warmup) for c in args.fit]

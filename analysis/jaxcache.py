@@ -1,0 +1,28 @@
+"""Persistent XLA compilation cache for the analysis CLI.
+
+A fit compiles a few optimiser programs (seconds on CPU) that are identical from one invocation
+to the next, because data and start counts are padded to a short ladder of shapes. Caching them
+on disk makes a repeated `python -m analysis fit` start in a fraction of that time. Only the CLI
+turns this on (a library should not change a notebook's global JAX configuration).
+Set SCALELAB_JAX_CACHE=0 to disable, or to a directory to choose where it lives.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+
+
+def enable_compile_cache() -> None:
+    setting = os.environ.get("SCALELAB_JAX_CACHE", "")
+    if setting == "0":
+        return
+    path = pathlib.Path(setting) if setting else pathlib.Path.home() / ".cache" / "scalelab" / "jax"
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        import jax
+
+        jax.config.update("jax_compilation_cache_dir", str(path))
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.2)
+    except (OSError, AttributeError, ValueError):  # the cache is an optimisation only
+        pass
