@@ -287,7 +287,9 @@ class CurveFitResult:
         }
 
     def to_json(self, path: str | None = None) -> str:
-        text = json.dumps(self.to_dict(), indent=2)
+        from analysis.fitting import _nan_to_none
+
+        text = json.dumps(_nan_to_none(self.to_dict()), indent=2, allow_nan=False)
         if path is not None:
             with open(path, "w") as fh:
                 fh.write(text + "\n")

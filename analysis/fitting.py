@@ -337,7 +337,8 @@ class FitResult:
         return out
 
     def to_json(self, path: str | None = None, budgets: Sequence[float] | None = None) -> str:
-        text = json.dumps(self.to_dict(budgets), indent=2, allow_nan=True)
+        """Strict JSON (NaN, e.g. a CI without bootstrap, is written as null)."""
+        text = json.dumps(_nan_to_none(self.to_dict(budgets)), indent=2, allow_nan=False)
         if path is not None:
             with open(path, "w") as fh:
                 fh.write(text + "\n")
@@ -354,6 +355,18 @@ class FitResult:
             f"polished starts (of {self.n_starts}) at the optimum; {self.status}; converged={self.converged}"
         )
         return "\n".join(lines)
+
+
+def _nan_to_none(obj):
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: _nan_to_none(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_nan_to_none(v) for v in obj]
+    if isinstance(obj, (np.floating, np.integer)):
+        return _nan_to_none(obj.item())
+    return obj
 
 
 def _check_identifiable(law: Law, pts: data_mod.Points, n_free: int, fixed: Mapping[str, float]) -> None:

@@ -308,7 +308,7 @@ def minimize_batch(
     args = tuple(jax.tree.map(jnp.asarray, a) for a in args)
     # Start counts are padded to a power of two (or a multiple of 512) so compiled shapes repeat.
     S_pad = max(32, 1 << (S - 1).bit_length()) if S <= 512 else -(-S // 512) * 512
-    pad_idx = np.concatenate([np.arange(S), np.zeros(S_pad - S, dtype=np.int64)])
+    pad_idx = np.concatenate([np.arange(S), np.zeros(S_pad - S, dtype=np.int64)]).astype(np.int32)
     init_args = tuple(jax.tree.map(lambda v: v[pad_idx], a) if b else a for a, b in zip(args, batched_args))
     host = jax.tree.map(lambda v: np.array(v)[:S], _init_batch(fun, x0[pad_idx], init_args, cfg, batched_args))
     pending = list(np.flatnonzero(host.status == RUNNING)[::-1])  # pop() takes the lowest index
@@ -324,7 +324,7 @@ def minimize_batch(
         live = slot_idx >= 0
         if not live.any():
             break
-        idx = np.where(live, slot_idx, slot_idx[live][0])
+        idx = np.where(live, slot_idx, slot_idx[live][0]).astype(np.int32)
         sub = jax.tree.map(lambda a: a[idx], host)
         sub_args = tuple(jax.tree.map(lambda v: v[idx], a) if b else a for a, b in zip(args, batched_args))
         out = jax.tree.map(np.asarray, _run_batch(fun, sub, sub_args, cfg, batched_args, round_evals))

@@ -43,6 +43,8 @@ def register(subparsers) -> None:
     p.add_argument("--delta", type=float, default=1e-3, help="Huber delta on log residuals (default 1e-3)")
     p.add_argument("--precision", choices=("auto", "mixed", "float64"), default="auto",
                    help="auto (default): float32 search + float64 polish for big grids; mixed: always; float64: never")
+    p.add_argument("--approach2", choices=("parabola", "cubic", "law"),
+                   help="also fit IsoFLOP profiles (Approach 2) and report whether its exponent disagrees with the law fit")
     p.add_argument("--json", dest="json_out", help="write the result as JSON here")
     p.set_defaults(func=run)
 
@@ -70,6 +72,14 @@ def run(args: argparse.Namespace) -> int:
         h = fit.holdout
         print(f"  held out {h['n_points']} runs above C={h['threshold']:.3g}: mean |rel err| {h['mean_rel_error']:.3%}, "
               f"max {h['max_rel_error']:.3%}")
+    if args.approach2:
+        from analysis.isoflop import approach2, compare_approaches
+
+        a2 = approach2(args.data, columns, method=args.approach2,
+                       bootstrap=min(args.bootstrap, 1000) or 200, seed=args.seed)
+        cmp_ = compare_approaches(fit, a2)
+        fit.extras.update(approach2=a2, approach_comparison=cmp_)
+        print(f"  {cmp_['message']}")
     if args.json_out:
         fit.to_json(args.json_out, args.budget)
         print(f"wrote {args.json_out}")
