@@ -19,8 +19,11 @@ import pytest
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 APP = REPO / "tests" / "sweep_fake_app.py"
-# budgets chosen so the 4-rung default ladder gives 2 + 3 trainable runs (the rest too short)
+# a fixed ladder (d = 32 L, 16-wide heads, depths 1-4) and budgets that give 2 + 3 trainable runs
+# (the rest too short), independent of the preset's defaults
 BUDGETS = "sweep.budgets=[1e10,3e10]"
+LADDER = ["sweep.ladder.head_dim=16", "sweep.ladder.aspect_ratio=32", "sweep.ladder.depths=[1,2,3,4]",
+          "train.batch_size=8"]
 
 
 def env():
@@ -30,7 +33,7 @@ def env():
 
 
 def cmd(sweep_dir, *extra):
-    return [sys.executable, str(APP), "-m", "+sweep=isoflop", BUDGETS, f"hydra.sweep.dir={sweep_dir}",
+    return [sys.executable, str(APP), "-m", "+sweep=isoflop", BUDGETS, *LADDER, f"hydra.sweep.dir={sweep_dir}",
             f"hydra.searchpath=[file://{REPO}/conf]", *extra]
 
 
