@@ -59,7 +59,6 @@ def load_params(run_dir: Path, step: int | None = None):
     from flax import nnx
     from jax.sharding import SingleDeviceSharding
 
-    from experiments.runinfo import read_json
     from models.config import ModelConfig
     from models.transformer import Transformer, split_params
 
@@ -71,11 +70,10 @@ def load_params(run_dir: Path, step: int | None = None):
     meta = ck.read_meta(step)
     cfg = ModelConfig(**meta["model"])
     sh = SingleDeviceSharding(jax.devices()[0])
-    graphdef, shapes = nnx.split(nnx.eval_shape(lambda: Transformer(cfg, rngs=nnx.Rngs(0))), nnx.Param)
+    graphdef, _ = nnx.split(nnx.eval_shape(lambda: Transformer(cfg, rngs=nnx.Rngs(0))), nnx.Param)
     p_shapes = jax.eval_shape(lambda: split_params(Transformer(cfg, rngs=nnx.Rngs(0)))[1])
     target = jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh), p_shapes)
     out = ck._mngr.restore(step, args=ocp.args.Composite(
         state=ocp.args.PyTreeRestore({"params": target}, partial_restore=True)))
-    del read_json, shapes
     ck.close()
     return cfg, graphdef, out.state["params"]

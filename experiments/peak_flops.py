@@ -118,3 +118,10 @@ def peak_flops_per_device(device: Any, dtype: str, devices_on_host: int = 1) -> 
     if peak is None:
         return float("nan"), f"unknown device kind {kind!r}: no peak in experiments/peak_flops.py table"
     return peak, f"table: {kind} {dtype} dense peak"
+
+
+if __name__ == "__main__":  # `python -m experiments.peak_flops [--refresh]`: show / re-measure
+    import sys
+
+    flops, src = cpu_host_peak("float32", refresh="--refresh" in sys.argv)
+    print(f"{flops / 1e9:.1f} GFLOP/s float32 host peak: {src}")
