@@ -21,9 +21,10 @@ def env():
 
 @pytest.fixture(scope="module")
 def fake_sweep(tmp_path_factory):
+    """3 budgets x 5 rungs; the 80-wide rung diverges, and is too short (< 10 steps) at 2e10."""
     sw = tmp_path_factory.mktemp("rep") / "sweep"
     p = subprocess.run([sys.executable, str(REPO / "tests" / "sweep_fake_app.py"), "-m", "+sweep=isoflop",
-                        "sweep.budgets=[2e10,6e10,1.8e11]", "sweep.min_steps=5", "train.eval_every=1000",
+                        "sweep.budgets=[2e10,6e10,1.8e11]", "sweep.min_steps=10", "train.eval_every=1000",
                         "train.ckpt_every=100000", "fake.diverge_d_model=80", "sweep.ladder.depths=[1,2,3,4,5]",
                         f"hydra.sweep.dir={sw}", f"hydra.searchpath=[file://{REPO}/conf]"],
                        env=env(), cwd=REPO, capture_output=True, text=True, timeout=300)
