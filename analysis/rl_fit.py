@@ -140,6 +140,9 @@ def fit_recipe(curves: Sequence[RLCurve], opts: FitOptions = FitOptions()) -> di
         out["seed_spread"] = {
             k: _spread([r["params"].get(k) for r in per_seed]) for k in ("A", "B", "C_mid")
             if per_seed[0]["params"].get(k) is not None}
+        out["seed_spread"]["gain_per_decade"] = _spread(
+            [(r.get("gain_per_decade") or {}).get("value") for r in per_seed])
+        out["seed_spread"]["n_flagged"] = sum(bool(r["flags"]) for r in per_seed)
     return out
 
 

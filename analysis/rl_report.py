@@ -264,10 +264,18 @@ def rl_section(runs_dir: str | pathlib.Path, out_dir: str | pathlib.Path,
         lines.append(f"| {i} | {label} | {len(by_label[label].runs)} | {a_txt} | {b_txt} | {c_txt} "
                      f"| {f_txt} | {final:.3f} | {p_txt} |")
     for label, res in results.items():
-        if "seed_spread" in res and "A" in res["seed_spread"]:
-            sp = res["seed_spread"]["A"]
-            lines.append(f"\n{label}: seed-to-seed A (per-seed fits) {sp['mean']:.3f} ± {sp['std']:.3f} "
-                         f"(n={sp['n']}).")
+        sp = res.get("seed_spread")
+        if not sp:
+            continue
+        if sp["n_flagged"] == 0:
+            a = sp["A"]
+            lines.append(f"\n{label}: seed-to-seed A (per-seed fits) {a['mean']:.3f} ± {a['std']:.3f} "
+                         f"(n={a['n']}).")
+        else:
+            g = sp["gain_per_decade"]
+            lines.append(f"\n{label}: {sp['n_flagged']} of {g['n']} per-seed fits flagged, so no "
+                         f"per-seed ceilings; seed-to-seed gain per decade {g['mean']:+.3f} ± "
+                         f"{g['std']:.3f}.")
     for label, msg in errors.items():
         lines.append(f"\n{label}: not fitted ({msg}).")
     if gao_lines:

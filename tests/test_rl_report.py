@@ -39,7 +39,7 @@ def test_rl_section_ranks_and_writes_figures(tmp_path):
     early = table[2]
     assert "pre_midpoint" in early or "A_unbounded" in early
     assert early.split("|")[4].strip() == "—"              # no ceiling for a flagged recipe
-    assert "seed-to-seed A" in md
+    assert "seed-to-seed A" in md          # the 2 seeds of "good" are identified
 
 
 def test_rank_orders_by_B_when_A_overlaps():
