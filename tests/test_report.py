@@ -32,6 +32,7 @@ def fake_sweep(tmp_path_factory):
     return sw
 
 
+@pytest.mark.slow
 def test_report_on_a_known_law(fake_sweep, tmp_path):
     out = tmp_path / "rep"
     p = subprocess.run([sys.executable, "-m", "analysis", "report", str(fake_sweep), "--out", str(out),
