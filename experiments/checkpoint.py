@@ -74,6 +74,7 @@ def load_params(run_dir: Path, step: int | None = None):
     p_shapes = jax.eval_shape(lambda: split_params(Transformer(cfg, rngs=nnx.Rngs(0)))[1])
     target = jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh), p_shapes)
     out = ck._mngr.restore(step, args=ocp.args.Composite(
-        state=ocp.args.PyTreeRestore({"params": target}, partial_restore=True)))
+        state=ocp.args.PyTreeRestore({"params": target}, partial_restore=True,
+                                     restore_args=ocp.checkpoint_utils.construct_restore_args({"params": target}))))
     ck.close()
     return cfg, graphdef, out.state["params"]
