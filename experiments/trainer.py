@@ -210,7 +210,8 @@ def _run(raw: dict[str, Any], run_dir: Path, t_start: float, state: dict[str, An
         params, opt_state = ts.init(spec.train.seed)
         start = 0
         metrics.reset()
-    state["step"] = start
+    state.update(step=start, tokens=start * spec.tokens_per_step,
+                 flops=float(start * spec.tokens_per_step * spec.flops_per_token))
     fpt = spec.flops_per_token
     _log(f"model: {spec.n_params:,} params ({spec.n_params_non_embedding:,} non-embedding), "
          f"{fpt:,} FLOPs/token | run: {spec.steps} steps x {spec.tokens_per_step:,} tokens = "
