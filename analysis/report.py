@@ -62,13 +62,26 @@ def _read_plan(sweep_dir: pathlib.Path) -> list[dict]:
 
 
 def collect(sweep_dir: pathlib.Path) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, list[str]]:
-    """(all runs, completed runs with a `budget` column, curves, load warnings)."""
+    """(all runs, completed runs with a `budget` column, curves, load warnings).
+
+    RL runs (found by `analysis.rl_report.find_rl_runs`) are left out: they have their own section.
+    """
     from analysis import runs as runs_mod
+    from analysis.rl_report import find_rl_runs
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         all_runs, curves = runs_mod.load(sweep_dir, include_unfinished=True, cache_dir=False)
     notes = [str(w.message) for w in caught if issubclass(w.category, runs_mod.RunWarning)]
+    rl_dirs = {str(d) for d in find_rl_runs(sweep_dir)}
+    if rl_dirs and "path" in all_runs.columns:
+        rl_names = set(all_runs.loc[all_runs["path"].astype(str).isin(rl_dirs), "run"])
+        all_runs = all_runs[~all_runs["path"].astype(str).isin(rl_dirs)].copy()
+        if "run" in curves.columns:
+            curves = curves[~curves["run"].isin(rl_names)]
+        notes = [n for n in notes if not any(r in n for r in rl_names)]
+        if all_runs.empty:
+            raise NoPretrainingRuns(f"only RL runs under {sweep_dir}")
     for c in ("n_params", "tokens", "flops", "final_eval_loss", "tokens_per_s", "mfu", "wall_time_s"):
         if c in all_runs.columns:
             all_runs[c] = pd.to_numeric(all_runs[c], errors="coerce")
@@ -86,6 +99,10 @@ def collect(sweep_dir: pathlib.Path) -> tuple[pd.DataFrame, pd.DataFrame, pd.Dat
         all_runs["budget"] = np.nan
     all_runs.loc[done.index, "budget"] = done["budget"]
     return all_runs, done.reset_index(drop=True), curves, notes
+
+
+class NoPretrainingRuns(AnalysisError):
+    """The directory holds RL runs only: the report is then the RL section alone."""
 
 
 def _frontier(fit, C: np.ndarray) -> dict:
@@ -157,10 +174,14 @@ def _run_table(all_runs: pd.DataFrame) -> list[dict]:
 
 def build_report(sweep_dir: str | pathlib.Path, out_dir: str | pathlib.Path | None = None,
                  budgets: Sequence[float] | None = None, bootstrap: int = 1000, seed: int = 0,
-                 title: str | None = None) -> dict:
+                 title: str | None = None, hardware: str | None = None, gpus: int = 1024) -> dict:
     """Analyse the runs under `sweep_dir` and write report.{html,md,json} + figures to `out_dir`.
 
     `budgets`: compute budgets to state N*/D* for (default: 10x the largest budget swept).
+    `hardware` (a conf/hardware name or YAML) and `gpus`: with explicit `budgets`, add a planning
+    section per budget (analysis.planner: shape, layout, days, loss with CI from the fitted law).
+    RL runs under `sweep_dir` get the RL section (analysis.rl_report); a directory of RL runs
+    only gives a report of that section alone.
     Returns the report dict (also written as report.json); its `paths` name the files.
     """
     sweep_dir = pathlib.Path(sweep_dir)
@@ -173,11 +194,64 @@ def build_report(sweep_dir: str | pathlib.Path, out_dir: str | pathlib.Path | No
     fig_dir.mkdir(parents=True, exist_ok=True)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # overflow in bootstrap resamples far from the optimum
-        return _build(sweep_dir, out, fig_dir, budgets, bootstrap, seed, title)
+        try:
+            rep = _build(sweep_dir, out, fig_dir, budgets, bootstrap, seed, title, hardware, gpus)
+        except NoPretrainingRuns:
+            rep = _rl_only(sweep_dir, out, title)
+    return rep
+
+
+def _rl_section(sweep_dir: pathlib.Path, out: pathlib.Path, warn: list[str]) -> dict | None:
+    """The RL section (markdown + its figures in `out`) when `sweep_dir` holds RL runs."""
+    from analysis.rl_report import find_rl_runs, rl_section
+
+    if not find_rl_runs(sweep_dir):
+        return None
+    try:
+        return {"markdown": rl_section(sweep_dir, out)}
+    except AnalysisError as e:
+        warn.append(f"no RL section: {e}")
+        return None
+
+
+def _plan_sections(fit, requested: list[float], hardware: str, gpus: int, warn: list[str]) -> list[dict]:
+    """One planning section per requested budget, from the law fitted here (with its bootstrap)."""
+    from analysis.planner import ScalingLaw, plan
+
+    law = ScalingLaw(**{k: float(fit.params[k]) for k in ("E", "A", "B", "alpha", "beta")},
+                     source="Chinchilla law fitted in this report",
+                     samples=None if fit.bootstrap_samples is None else np.asarray(
+                         fit.bootstrap_samples)[:, [list(fit.param_names).index(k)
+                                                    for k in ("E", "A", "B", "alpha", "beta")]])
+    out = []
+    for c in requested:
+        try:
+            out.append({"markdown": plan(c, gpus, hardware, law=law).to_markdown(), "budget": c})
+        except AnalysisError as e:
+            warn.append(f"no plan for {c:.3g} FLOPs on {gpus} x {hardware}: {e}")
+    return out
+
+
+def _rl_only(sweep_dir: pathlib.Path, out: pathlib.Path, title: str | None) -> dict:
+    from analysis.report_render import write_html, write_markdown
+
+    warn: list[str] = []
+    rl = _rl_section(sweep_dir, out, warn)
+    if rl is None:
+        raise AnalysisError(f"no completed pretraining runs and no RL runs with evaluations under {sweep_dir}; "
+                            "nothing to report" + (f" ({warn[0]})" if warn else ""))
+    rep = {"title": title or f"RL scaling report: {sweep_dir.name}", "sweep_dir": str(sweep_dir.resolve()),
+           "generated": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+           "warnings": warn, "sections": [rl], "rl_only": True,
+           "paths": {"html": str(out / "report.html"), "md": str(out / "report.md"), "json": str(out / "report.json")}}
+    write_markdown(rep, out / "report.md")
+    write_html(rep, out / "report.html")
+    (out / "report.json").write_text(json.dumps(rep, indent=1, default=_json_default, allow_nan=True))
+    return rep
 
 
 def _build(sweep_dir: pathlib.Path, out: pathlib.Path, fig_dir: pathlib.Path, budgets, bootstrap: int,
-           seed: int, title: str | None) -> dict:
+           seed: int, title: str | None, hardware: str | None = None, gpus: int = 1024) -> dict:
     from analysis import approach2, compare_approaches, fit_law
     from analysis.report_render import write_html, write_markdown
 
@@ -286,6 +360,15 @@ def _build(sweep_dir: pathlib.Path, out: pathlib.Path, fig_dir: pathlib.Path, bu
     add("loss_curves", figs.loss_curves(done, curves, fig_dir / "loss_curves.png"))
     add("throughput", figs.throughput(all_runs, fig_dir / "throughput.png"))
     rep["figures"] = files
+
+    # --- extra sections: planning (explicit budgets + hardware) and RL runs ---------------------
+    sections = []
+    if hardware and budgets and fit is not None:
+        sections += _plan_sections(fit, requested, hardware, gpus, warn)
+    rl = _rl_section(sweep_dir, out, warn)
+    if rl is not None:
+        sections.append(rl)
+    rep["sections"] = sections
 
     paths = {"html": str(out / "report.html"), "md": str(out / "report.md"), "json": str(out / "report.json")}
     rep["paths"] = paths

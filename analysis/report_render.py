@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import html
+import re
 import math
 import pathlib
 from typing import Any
@@ -89,6 +90,11 @@ def _skipped_rows(rep: dict) -> list[list[str]]:
 
 
 def write_markdown(rep: dict, path: pathlib.Path) -> None:
+    if rep.get("rl_only"):
+        L = [f"# {rep['title']}", "", f"Runs `{rep['sweep_dir']}`; generated {rep['generated']}.", ""]
+        L += [f"- warning: {w}" for w in rep["warnings"]]
+        path.write_text("\n".join(L + [sec["markdown"] for sec in rep["sections"]]) + "\n")
+        return
     L = [f"# {rep['title']}", "", f"Sweep `{rep['sweep_dir']}` — {rep['n_completed']} of {rep['n_runs']} runs "
          f"completed; budgets {', '.join(_g(b, '.3g') for b in rep['budgets_swept'])} FLOPs; "
          f"{rep['bootstrap']} bootstrap resamples (seed {rep['seed']}); generated {rep['generated']}.", "",
@@ -108,6 +114,8 @@ def write_markdown(rep: dict, path: pathlib.Path) -> None:
         L += ["", "## Held-out runs", "", "| N | D | C | actual | predicted | error % |", "|---|---|---|---|---|---|"]
         L += [f"| {p['N']:,.0f} | {p['D']:,.0f} | {p['C']:.3g} | {p['actual']:.4f} | {p['predicted']:.4f} | "
               f"{100 * p['rel_error']:+.2f} |" for p in h["points"]]
+    for sec in rep.get("sections", []):
+        L += ["", sec["markdown"]]
     path.write_text("\n".join(L) + "\n")
 
 
@@ -124,8 +132,54 @@ td,th{border:1px solid #ccc;padding:3px 7px;text-align:right}td:first-child,th:f
 figure{margin:1.2em 0}figcaption{font-style:italic;color:#555}img{max-width:100%}"""
 
 
+def _img(out: pathlib.Path, rel: str, alt: str) -> str:
+    b64 = base64.b64encode((out / rel).read_bytes()).decode()
+    return f"<img alt='{html.escape(alt)}' src='data:image/png;base64,{b64}'>"
+
+
+def markdown_to_html(md: str, out: pathlib.Path) -> str:
+    """The small Markdown subset the report's extra sections use (headings, paragraphs, bold,
+    fenced code, pipe tables shown as preformatted text, images embedded as base64)."""
+    parts, block, fenced = [], [], False
+
+    def flush():
+        if block:
+            parts.append("<pre>" + html.escape("\n".join(block)) + "</pre>")
+            block.clear()
+
+    for line in md.splitlines():
+        if line.startswith("```"):
+            if fenced:
+                flush()
+            fenced = not fenced
+            continue
+        if fenced or line.startswith("|"):
+            block.append(line)
+            continue
+        flush()
+        m = re.fullmatch(r"!\[([^\]]*)\]\(([^)]+)\)", line.strip())
+        if m:
+            parts.append(f"<figure>{_img(out, m.group(2), m.group(1))}</figure>" if (out / m.group(2)).is_file()
+                         else f"<p>(missing figure {html.escape(m.group(2))})</p>")
+        elif line.startswith("#"):
+            level = min(len(line) - len(line.lstrip("#")), 4)
+            parts.append(f"<h{level}>{html.escape(line.lstrip('#').strip())}</h{level}>")
+        elif line.strip():
+            text = re.sub(r"\*\*(.+?)\*\*", r"<b>\1</b>", html.escape(line.lstrip("- ")))
+            parts.append(f"<p>{text}</p>")
+    flush()
+    return "\n".join(parts)
+
+
 def write_html(rep: dict, path: pathlib.Path) -> None:
     out = path.parent
+    if rep.get("rl_only"):
+        parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(rep['title'])}</title>"
+                 f"<style>{CSS}</style></head><body><h1>{html.escape(rep['title'])}</h1>"]
+        parts += [f"<div class='warn'>{html.escape(w)}</div>" for w in rep["warnings"]]
+        parts += [markdown_to_html(sec["markdown"], out) for sec in rep["sections"]]
+        path.write_text("\n".join(parts + ["</body></html>"]))
+        return
     parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(rep['title'])}</title>"
              f"<style>{CSS}</style></head><body>", f"<h1>{html.escape(rep['title'])}</h1>",
              f"<p>Sweep <code>{html.escape(rep['sweep_dir'])}</code> — {rep['n_completed']} of {rep['n_runs']} runs "
@@ -148,5 +202,6 @@ def write_html(rep: dict, path: pathlib.Path) -> None:
             ["N", "D", "C", "actual", "predicted", "error %"],
             [[f"{p['N']:,.0f}", f"{p['D']:,.0f}", f"{p['C']:.3g}", f"{p['actual']:.4f}", f"{p['predicted']:.4f}",
               f"{100 * p['rel_error']:+.2f}"] for p in h["points"]])]
+    parts += [markdown_to_html(sec["markdown"], out) for sec in rep.get("sections", [])]
     parts.append("</body></html>")
     path.write_text("\n".join(parts))

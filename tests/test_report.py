@@ -94,3 +94,32 @@ def test_report_bad_input_one_line(args, msg, tmp_path):
     p = subprocess.run([sys.executable, "-m", "analysis", "report", *args], env=env(), cwd=REPO,
                        capture_output=True, text=True, timeout=120)
     assert p.returncode == 2 and msg in p.stderr and "Traceback" not in p.stderr
+
+
+@pytest.mark.slow
+def test_report_adds_planning_and_rl_sections(fake_sweep, tmp_path):
+    """With --budget and --hardware the report gains a planning section; RL runs under the sweep
+    get the RL section and stay out of the pretraining fit; a folder of RL runs alone is an RL report."""
+    import shutil
+
+    import numpy as np
+
+    from analysis.report import build_report
+    from test_rl_report import _write_run
+
+    sw = tmp_path / "sweep"
+    shutil.copytree(fake_sweep, sw)
+    rng = np.random.default_rng(0)
+    for s in range(2):
+        _write_run(sw / "rl" / f"grpo_s{s}", "grpo", s, 0.7, 2.0, 1e11, 2e12, rng)
+    rep = build_report(sw, tmp_path / "rep", budgets=[1e21], bootstrap=50, hardware="a100-80gb", gpus=64)
+    assert all("rl/" not in r["run"] and not r["run"].startswith("grpo") for r in rep["runs"])
+    md = (tmp_path / "rep" / "report.md").read_text()
+    assert "## Planning" in md and "on 64 × a100-80gb" in md and "## RL scaling" in md
+    html = (tmp_path / "rep" / "report.html").read_text()
+    assert html.count("<img") == len(rep["figures"]) + 3          # + RL curves, card, reward-vs-KL
+    assert not re.search(r"<img[^>]+src=['\"](?!data:image/png;base64,)", html)
+    assert "<h2>Planning</h2>" in html and "<h2>RL scaling</h2>" in html
+
+    rl_rep = build_report(sw / "rl", tmp_path / "rl_rep")
+    assert rl_rep["rl_only"] and (tmp_path / "rl_rep" / "report.html").read_text().count("<img") == 3

@@ -4,13 +4,18 @@ from __future__ import annotations
 
 import argparse
 
+from analysis.errors import AnalysisError
+
 
 def _run(args: argparse.Namespace) -> int:
     from analysis.report import build_report
     from analysis.report_render import headline
 
-    rep = build_report(args.sweep_dir, args.out, budgets=args.budget, bootstrap=args.bootstrap, seed=args.seed)
-    for line in headline(rep):
+    if args.gpus <= 0:
+        raise AnalysisError(f"--gpus must be a positive integer (got {args.gpus})")
+    rep = build_report(args.sweep_dir, args.out, budgets=args.budget, bootstrap=args.bootstrap, seed=args.seed,
+                       hardware=args.hardware, gpus=args.gpus)
+    for line in ([] if rep.get("rl_only") else headline(rep)):
         print(line)
     for w in rep["warnings"]:
         print(f"warning: {w}")
@@ -39,4 +44,8 @@ def register(sub) -> None:
                    help="compute budget(s) in FLOPs to state N*/D* for (default: 10x the largest swept budget)")
     p.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples for CIs (default 1000)")
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed")
+    p.add_argument("--hardware", default=None, metavar="NAME",
+                   help="with --budget: add a planning section (shape, layout, days) per budget on this hardware "
+                        "(a conf/hardware name such as h100-sxm, or a YAML path)")
+    p.add_argument("--gpus", type=int, default=1024, help="devices for the planning section (default 1024)")
     p.set_defaults(func=_run)
