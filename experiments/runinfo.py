@@ -9,9 +9,10 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import sys
 import tempfile
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 # Keys whose change makes a run a different run (resuming it would mix two experiments).
 # Sharding, eval/ckpt/log cadence are excluded: a run may resume on another mesh.
@@ -112,3 +113,40 @@ def completed_summary(run_dir: Path, cfg: Mapping[str, Any]) -> dict[str, Any] |
         raise ValueError(f"{run_dir} already holds a completed run of another config "
                          f"({'; '.join(diffs[:3]) or 'fingerprint differs'}); choose another hydra.run.dir")
     return s
+
+
+# ---- the command-line contract shared by `experiments.train` and `experiments.rl` ---------------
+EXIT_CONFIG, EXIT_FAILED, EXIT_DIVERGED = 2, 1, 3
+
+
+def fail(msg: str, code: int, multirun: bool) -> dict[str, Any]:
+    """One `error: ...` line; exit with `code`, or in a multirun job return a failed status so
+    the other jobs of the sweep go on."""
+    print(f"error: {msg}", file=sys.stderr, flush=True)
+    if not multirun:
+        sys.exit(code)
+    return {"status": "failed", "error": msg}
+
+
+def run_guarded(run_fn: Callable[[Any, Path], dict[str, Any]], cfg: Any, run_dir: Path, multirun: bool,
+                label: str = "training") -> dict[str, Any]:
+    """`run_fn(cfg, run_dir)` under the contract: bad config -> exit 2, diverged -> exit 3, any
+    other failure -> exit 1 with one line (the traceback is in summary.json), never a traceback."""
+    from models.config import ConfigError
+
+    try:
+        summary = run_fn(cfg, run_dir)
+    except ConfigError as e:
+        return fail(str(e), EXIT_CONFIG, multirun)
+    except KeyboardInterrupt:
+        return fail(f"interrupted; start the same command again to resume from the last checkpoint "
+                    f"in {run_dir}", 130, multirun)
+    except Exception as e:  # noqa: BLE001 - one line here, the traceback is in summary.json
+        msg = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        return fail(f"{label} failed: {type(e).__name__}: {msg[:300]} (traceback in "
+                    f"{run_dir / 'summary.json'})", EXIT_FAILED, multirun)
+    if summary.get("status") == "diverged" and not multirun:
+        print(f"error: {label} diverged at step {summary.get('steps_done')}; metrics kept in "
+              f"{run_dir / 'metrics.jsonl'}", file=sys.stderr, flush=True)
+        sys.exit(EXIT_DIVERGED)
+    return summary

@@ -9,20 +9,13 @@ In a multirun (`-m`) job nothing exits: the status is returned so the other jobs
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import hydra
 from omegaconf import DictConfig
 
-EXIT_CONFIG, EXIT_FAILED, EXIT_DIVERGED = 2, 1, 3
-
-
-def _fail(msg: str, code: int, multirun: bool) -> dict:
-    print(f"error: {msg}", file=sys.stderr, flush=True)
-    if not multirun:
-        sys.exit(code)
-    return {"status": "failed", "error": msg}
+from experiments.runinfo import EXIT_CONFIG, run_guarded
+from experiments.runinfo import fail as _fail
 
 
 @hydra.main(config_path="../conf", config_name="config", version_base=None)
@@ -47,24 +40,8 @@ def main(cfg: DictConfig) -> dict:
         return done
 
     from experiments.trainer import run
-    from models.config import ConfigError
 
-    try:
-        summary = run(cfg, run_dir)
-    except ConfigError as e:
-        return _fail(str(e), EXIT_CONFIG, multirun)
-    except KeyboardInterrupt:
-        return _fail(f"interrupted; start the same command again to resume from the last checkpoint "
-                     f"in {run_dir}", 130, multirun)
-    except Exception as e:  # noqa: BLE001 - one line here, the traceback is in summary.json
-        msg = str(e).strip().splitlines()[0] if str(e).strip() else ""
-        return _fail(f"training failed: {type(e).__name__}: {msg[:300]} (traceback in "
-                     f"{run_dir / 'summary.json'})", EXIT_FAILED, multirun)
-    if summary.get("status") == "diverged" and not multirun:
-        print(f"error: run diverged at step {summary.get('steps_done')}; metrics kept in "
-              f"{run_dir / 'metrics.jsonl'}", file=sys.stderr, flush=True)
-        sys.exit(EXIT_DIVERGED)
-    return summary
+    return run_guarded(run, cfg, run_dir, multirun, "training")
 
 
 if __name__ == "__main__":
