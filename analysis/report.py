@@ -216,13 +216,12 @@ def _rl_section(sweep_dir: pathlib.Path, out: pathlib.Path, warn: list[str]) -> 
 
 def _plan_sections(fit, requested: list[float], hardware: str, gpus: int, warn: list[str]) -> list[dict]:
     """One planning section per requested budget, from the law fitted here (with its bootstrap)."""
-    from analysis.planner import ScalingLaw, plan
+    from analysis.planner import PARAM_NAMES, ScalingLaw, plan
 
-    law = ScalingLaw(**{k: float(fit.params[k]) for k in ("E", "A", "B", "alpha", "beta")},
-                     source="Chinchilla law fitted in this report",
-                     samples=None if fit.bootstrap_samples is None else np.asarray(
-                         fit.bootstrap_samples)[:, [list(fit.param_names).index(k)
-                                                    for k in ("E", "A", "B", "alpha", "beta")]])
+    idx = [list(fit.param_names).index(k) for k in PARAM_NAMES]
+    samples = None if fit.bootstrap_samples is None else np.asarray(fit.bootstrap_samples)[:, idx]
+    law = ScalingLaw(**{k: float(fit.params[k]) for k in PARAM_NAMES},
+                     source="Chinchilla law fitted in this report", samples=samples)
     out = []
     for c in requested:
         try:
