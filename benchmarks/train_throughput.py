@@ -57,27 +57,35 @@ def bare_loss(p, tokens_BxL1, n_layers, n_heads, n_kv, theta=10000.0, eps=1e-6):
         t1, t2 = t[..., : E // 2], t[..., E // 2:]
         return jnp.concatenate([t1 * c - t2 * s, t2 * c + t1 * s], -1)
 
-    mask = jnp.tril(jnp.ones((L, L), bool))
+    nb = max(1, min(8, L // 64))            # query blocks, as models.transformer.attention_blocks
+    size = -(-L // nb)
+    x = x.reshape(B * L, -1)                 # tokens x d_model: every projection is a 2-D matmul
     for i in range(n_layers):
         b = p[f"block_{i}"]
         a = b["attn"]
+        D, _, E = a["wq_DxHxE"].shape
         h = norm(x, b["attn_norm"]["scale"])
-        q = rot(jnp.einsum("bld,dhe->blhe", h, a["wq_DxHxE"]))
-        k = rot(jnp.einsum("bld,dke->blke", h, a["wk_DxKxE"]))
-        v = jnp.einsum("bld,dke->blke", h, a["wv_DxKxE"])
-        E = q.shape[-1]
-        q = q.reshape(B, L, n_kv, n_heads // n_kv, E)
-        s = jnp.einsum("blkge,bske->bkgls", q, k) / math.sqrt(E)
-        s = jnp.where(mask, s, jnp.finfo(jnp.float32).min)
-        o = jnp.einsum("bkgls,bske->blkge", jax.nn.softmax(s, -1), v).reshape(B, L, n_heads, E)
-        x = x + jnp.einsum("blhe,hed->bld", o, a["wo_HxExD"])
+        q = rot((h @ a["wq_DxHxE"].reshape(D, -1)).reshape(B, L, n_heads, E))
+        k = rot((h @ a["wk_DxKxE"].reshape(D, -1)).reshape(B, L, n_kv, E))
+        v = (h @ a["wv_DxKxE"].reshape(D, -1)).reshape(B, L, n_kv, E)
+        q = q.reshape(B, L, n_kv, n_heads // n_kv, E) / math.sqrt(E)
+        outs = []
+        for lo in range(0, L, size):         # block i attends keys [0, hi): masked tiles skipped
+            hi = min(lo + size, L)
+            s = jnp.einsum("blkge,bske->bkgls", q[:, lo:hi], k[:, :hi])
+            s = jnp.where(jnp.arange(lo, hi)[:, None] >= jnp.arange(hi)[None, :], s, -jnp.inf)
+            e = jnp.exp(s - jax.lax.stop_gradient(jnp.max(s, -1, keepdims=True)))
+            z = jnp.moveaxis(jnp.sum(e, -1), 3, 1)[..., None]
+            outs.append(jnp.einsum("bkgls,bske->blkge", e, v[:, :hi]) / z)
+        o = jnp.concatenate(outs, 1).reshape(B * L, -1)
+        x = x + o @ a["wo_HxExD"].reshape(-1, D)
         m = b["mlp"]
         h = norm(x, b["mlp_norm"]["scale"])
-        g = jax.nn.silu(h @ m["w_gate_DxF"]) * (h @ m["w_up_DxF"])
-        x = x + g @ m["w_down_FxD"]
+        g = h @ m["w_gate_DxF"]
+        x = x + (g * jax.nn.sigmoid(g) * (h @ m["w_up_DxF"])) @ m["w_down_FxD"]
     logits = norm(x, p["final_norm"]["scale"]) @ p["head_DxV"]
     logz = jax.nn.logsumexp(logits, -1)
-    return jnp.mean(logz - jnp.take_along_axis(logits, y[..., None], -1)[..., 0])
+    return jnp.mean(logz - jnp.take_along_axis(logits, y.reshape(-1, 1), -1)[..., 0])
 
 
 def make_bare_step(n_layers, n_heads, n_kv, lr=3e-3, b1=0.9, b2=0.95, eps=1e-8, wd=0.1, clip=1.0):

@@ -62,6 +62,49 @@ def rope(x_BxLxNxE: jax.Array, theta: float) -> jax.Array:
     return out.astype(x_BxLxNxE.dtype)
 
 
+def _matmul(x_NxI: jax.Array, w_IxO: jax.Array, dt: jnp.dtype) -> jax.Array:
+    return jnp.dot(x_NxI, w_IxO.astype(dt))
+
+
+def attention_blocks(L: int) -> list[tuple[int, int]]:
+    """Query blocks [(start, stop), ...] for block-causal attention: at most 8 blocks of >= 64.
+
+    Block i only attends keys [0, stop_i), so the fully masked upper-right tiles of the score
+    matrix are never computed (work (nb+1)/(2nb) of the full matrix); few, large blocks keep
+    the matmuls efficient and the program small.
+    """
+    nb = max(1, min(8, L // 64))
+    size = -(-L // nb)
+    return [(a, min(a + size, L)) for a in range(0, L, size)]
+
+
+def causal_attention(q_BxLxKxGxE: jax.Array, k_BxLxKxE: jax.Array, v_BxLxKxE: jax.Array) -> jax.Array:
+    """softmax(q k^T / sqrt(E) + causal mask) v, scores and softmax in float32.
+
+    Exactly the textbook formula, computed per query block (see `attention_blocks`) with the
+    softmax normalisation applied after the PV matmul (o / z instead of (p / z) v): one pass less
+    over the L x L scores in both directions, which is what dominates attention time on CPU.
+    The row max is treated as a constant in the gradient (softmax is shift invariant, so the
+    gradient is exact).
+    """
+    dt = q_BxLxKxGxE.dtype
+    L, E = q_BxLxKxGxE.shape[1], q_BxLxKxGxE.shape[-1]
+    q = q_BxLxKxGxE * jnp.asarray(1.0 / math.sqrt(E), dt)
+    outs = []
+    for a, b in attention_blocks(L):
+        s_BxKxGxlxs = jnp.einsum("blkge,bske->bkgls", q[:, a:b], k_BxLxKxE[:, :b],
+                                 preferred_element_type=jnp.float32)
+        visible_lxs = jnp.arange(a, b)[:, None] >= jnp.arange(b)[None, :]
+        s_BxKxGxlxs = jnp.where(visible_lxs, s_BxKxGxlxs, -jnp.inf)
+        m = jax.lax.stop_gradient(jnp.max(s_BxKxGxlxs, axis=-1, keepdims=True))
+        p_BxKxGxlxs = jnp.exp(s_BxKxGxlxs - m)
+        z_BxlxKxG = jnp.moveaxis(jnp.sum(p_BxKxGxlxs, axis=-1), 3, 1)
+        o_BxlxKxGxE = jnp.einsum("bkgls,bske->blkge", p_BxKxGxlxs.astype(dt), v_BxLxKxE[:, :b],
+                                 preferred_element_type=jnp.float32)
+        outs.append((o_BxlxKxGxE / z_BxlxKxG[..., None]).astype(dt))
+    return outs[0] if len(outs) == 1 else jnp.concatenate(outs, axis=1)
+
+
 class Attention(nnx.Module):
     """Causal multi-head attention with grouped KV heads (GQA when n_kv_heads < n_heads)."""
 
@@ -78,27 +121,22 @@ class Attention(nnx.Module):
     def __call__(self, x_BxLxD: jax.Array) -> jax.Array:
         cfg = self.cfg
         dt = x_BxLxD.dtype
-        B, L, _ = x_BxLxD.shape
+        B, L, D = x_BxLxD.shape
         H, K, E = cfg.n_heads, cfg.kv_heads, cfg.d_head
-        G = H // K
-        q = jnp.einsum("bld,dhe->blhe", x_BxLxD, self.wq_DxHxE[...].astype(dt))
-        k = jnp.einsum("bld,dke->blke", x_BxLxD, self.wk_DxKxE[...].astype(dt))
-        v = jnp.einsum("bld,dke->blke", x_BxLxD, self.wv_DxKxE[...].astype(dt))
+        # Projections as plain 2-D matmuls over the B*L tokens: XLA:CPU lays out the forward and
+        # backward of 2-D dots far better than 3-D einsums (measured 1.5-2x on the MLP).
+        x_NxD = x_BxLxD.reshape(B * L, D)
+        q = _matmul(x_NxD, self.wq_DxHxE[...].reshape(D, H * E), dt).reshape(B, L, H, E)
+        k = _matmul(x_NxD, self.wk_DxKxE[...].reshape(D, K * E), dt).reshape(B, L, K, E)
+        v = _matmul(x_NxD, self.wv_DxKxE[...].reshape(D, K * E), dt).reshape(B, L, K, E)
         q = P.constrain(q, (P.BATCH, P.LENGTH, P.ACT_HEADS, P.KV))
         k = P.constrain(k, (P.BATCH, P.LENGTH, P.ACT_KV_HEADS, P.KV))
         v = P.constrain(v, (P.BATCH, P.LENGTH, P.ACT_KV_HEADS, P.KV))
         q, k = rope(q, cfg.rope_theta), rope(k, cfg.rope_theta)
-        q_BxLxKxGxE = q.reshape(B, L, K, G, E)
-        # Scores and softmax in float32 whatever the compute dtype.
-        s_BxKxGxLxL = jnp.einsum("blkge,bske->bkgls", q_BxLxKxGxE, k,
-                                 preferred_element_type=jnp.float32) / math.sqrt(E)
-        causal_LxL = jnp.tril(jnp.ones((L, L), dtype=bool))
-        s_BxKxGxLxL = jnp.where(causal_LxL, s_BxKxGxLxL, jnp.finfo(jnp.float32).min)
-        p_BxKxGxLxL = jax.nn.softmax(s_BxKxGxLxL, axis=-1).astype(dt)
-        o_BxLxKxGxE = jnp.einsum("bkgls,bske->blkge", p_BxKxGxLxL, v)
+        o_BxLxKxGxE = causal_attention(q.reshape(B, L, K, H // K, E), k, v)
         o_BxLxHxE = P.constrain(o_BxLxKxGxE.reshape(B, L, H, E), (P.BATCH, P.LENGTH, P.ACT_HEADS, P.KV))
-        out = jnp.einsum("blhe,hed->bld", o_BxLxHxE, self.wo_HxExD[...].astype(dt))
-        return P.constrain(out, (P.BATCH, P.LENGTH, P.ACT_EMBED))
+        out = _matmul(o_BxLxHxE.reshape(B * L, H * E), self.wo_HxExD[...].reshape(H * E, D), dt)
+        return P.constrain(out.reshape(B, L, D), (P.BATCH, P.LENGTH, P.ACT_EMBED))
 
 
 class SwiGLU(nnx.Module):
@@ -113,11 +151,15 @@ class SwiGLU(nnx.Module):
 
     def __call__(self, x_BxLxD: jax.Array) -> jax.Array:
         dt = x_BxLxD.dtype
-        g = jnp.einsum("bld,df->blf", x_BxLxD, self.w_gate_DxF[...].astype(dt))
-        u = jnp.einsum("bld,df->blf", x_BxLxD, self.w_up_DxF[...].astype(dt))
-        h_BxLxF = P.constrain(jax.nn.silu(g) * u, (P.BATCH, P.LENGTH, P.ACT_MLP))
-        out = jnp.einsum("blf,fd->bld", h_BxLxF, self.w_down_FxD[...].astype(dt))
-        return P.constrain(out, (P.BATCH, P.LENGTH, P.ACT_EMBED))
+        B, L, D = x_BxLxD.shape
+        x_NxD = x_BxLxD.reshape(B * L, D)
+        g = _matmul(x_NxD, self.w_gate_DxF[...], dt)
+        u = _matmul(x_NxD, self.w_up_DxF[...], dt)
+        # silu written as g * sigmoid(g): jax.nn.silu's custom derivative costs XLA:CPU an extra
+        # ~40% on the whole MLP backward; the math is identical.
+        h_BxLxF = P.constrain((g * jax.nn.sigmoid(g) * u).reshape(B, L, -1), (P.BATCH, P.LENGTH, P.ACT_MLP))
+        out = _matmul(h_BxLxF.reshape(B * L, -1), self.w_down_FxD[...], dt)
+        return P.constrain(out.reshape(B, L, D), (P.BATCH, P.LENGTH, P.ACT_EMBED))
 
 
 class Block(nnx.Module):

@@ -94,3 +94,56 @@ def test_every_param_has_logical_axes():
 def test_config_errors_name_the_key(kw, needle):
     with pytest.raises(ConfigError, match=needle.replace("(", r"\(")):
         dataclasses.replace(TINY, **kw).validate()
+
+
+def _naive_attention(q_BxLxKxGxE, k_BxLxKxE, v_BxLxKxE):
+    """The textbook formula on the full L x L matrix, for comparison."""
+    E = q_BxLxKxGxE.shape[-1]
+    L = q_BxLxKxGxE.shape[1]
+    s = jnp.einsum("blkge,bske->bkgls", q_BxLxKxGxE, k_BxLxKxE) / jnp.sqrt(E)
+    s = jnp.where(jnp.tril(jnp.ones((L, L), bool)), s, -1e30)
+    return jnp.einsum("bkgls,bske->blkge", jax.nn.softmax(s, axis=-1), v_BxLxKxE)
+
+
+@pytest.mark.parametrize("L", [1, 37, 200, 520])
+def test_block_causal_attention_equals_full_softmax_values_and_grads(L):
+    from models.transformer import attention_blocks, causal_attention
+
+    blocks = attention_blocks(L)
+    assert blocks[0][0] == 0 and blocks[-1][1] == L and all(a[1] == b[0] for a, b in zip(blocks, blocks[1:]))
+    B, K, G, E = 2, 2, 3, 8
+    kq, kk, kv, kw = jax.random.split(jax.random.PRNGKey(L), 4)
+    q = jax.random.normal(kq, (B, L, K, G, E))
+    k = jax.random.normal(kk, (B, L, K, E))
+    v = jax.random.normal(kv, (B, L, K, E))
+    w = jax.random.normal(kw, (B, L, K, G, E))
+    np.testing.assert_allclose(jax.jit(causal_attention)(q, k, v), jax.jit(_naive_attention)(q, k, v),
+                               atol=2e-5, rtol=2e-5)
+    g_blk = jax.jit(jax.grad(lambda *a: jnp.sum(causal_attention(*a) * w), argnums=(0, 1, 2)))(q, k, v)
+    g_ref = jax.jit(jax.grad(lambda *a: jnp.sum(_naive_attention(*a) * w), argnums=(0, 1, 2)))(q, k, v)
+    for a, b in zip(g_blk, g_ref):
+        assert bool(jnp.all(jnp.isfinite(a)))
+        np.testing.assert_allclose(a, b, atol=5e-5, rtol=5e-5)
+
+
+def test_benchmark_bare_step_is_the_same_model():
+    """benchmarks/train_throughput.py's hand-written loss must equal the Flax model's, or its
+    framework/bare ratio measures two different models."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "train_throughput.py"
+    spec = importlib.util.spec_from_file_location("train_throughput_bench", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    cfg = ModelConfig(vocab_size=64, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, seq_len=160)
+    g, p = init_params(cfg, 5)
+    t = _tokens(cfg, b=2, seed=3)
+    fw_vg = jax.jit(jax.value_and_grad(lambda p_, t_: cross_entropy_loss(g, p_, t_)))
+    bare_vg = jax.jit(jax.value_and_grad(lambda p_, t_: bench.bare_loss(p_, t_, cfg.n_layers, cfg.n_heads,
+                                                                          cfg.kv_heads)))
+    fw, gf = fw_vg(p, t)
+    bare, gb = bare_vg(p, t)
+    np.testing.assert_allclose(float(bare), float(fw), rtol=1e-5)
+    for a, b in zip(jax.tree.leaves(gf), jax.tree.leaves(gb)):
+        np.testing.assert_allclose(a, b, atol=1e-5, rtol=1e-4)
