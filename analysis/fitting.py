@@ -134,14 +134,14 @@ def _flat_args(prob: Problem, dtype):
     return (theta_full, logX, logy, w)
 
 
-def _run64(prob: Problem, x0_SxF: np.ndarray, w_SxN: np.ndarray):
+def _run64(prob: Problem, x0_SxF: np.ndarray, w_SxN: np.ndarray, tail_slots: int | None = None):
     """Float64 L-BFGS with per-start weights: the point fit and the bootstrap share this one
     compiled program (the fit's weights are just the same row for every start)."""
     with jax.enable_x64(True):
         theta_full, logX, logy, _ = prob.args(jnp.float64)
         return minimize_batch(
             prob.fun, x0_SxF, (theta_full, logX, logy, jnp.asarray(prob.pad_weights(np.asarray(w_SxN)))),
-            batched_args=(False, False, False, True), cfg=_CFG64,
+            batched_args=(False, False, False, True), cfg=_CFG64, tail_slots=tail_slots,
         )
 
 
@@ -218,7 +218,7 @@ def run_bootstrap(
     K = starts_KxF.shape[0]
     w_SxN = np.repeat(counts_BxN * prob.w[None, :], K, axis=0)
     x0 = np.tile(starts_KxF, (n_resamples, 1))
-    r = _run64(prob, x0, w_SxN)
+    r = _run64(prob, x0, w_SxN, tail_slots=64)
     f = np.where(np.isfinite(r.f), r.f, np.inf).reshape(n_resamples, K)
     x = r.x.reshape(n_resamples, K, -1)
     best = np.argmin(f, axis=1)

@@ -289,6 +289,7 @@ def minimize_batch(
     cfg: LBFGSConfig = LBFGSConfig(),
     slots: int = 512,
     round_evals: int = 16,
+    tail_slots: int | None = None,
 ) -> MinimizeResult:
     """Minimise `fun(x, *args)` from every row of `x0_SxP`; returns per-start results.
 
@@ -298,7 +299,10 @@ def minimize_batch(
     Work-queue scheduling: a fixed batch of `slots` starts runs `round_evals` evaluations at a
     time; between rounds, finished starts leave their slot and waiting starts take it. The batch
     therefore stays full of unfinished work and pays for the evaluations each start needs, not
-    for those of the slowest start, with a single compiled shape.
+    for those of the slowest start, with a single compiled shape. With `tail_slots`, once no
+    start is waiting and at most that many are unfinished, they move to a batch of that size
+    running 4x the evaluations per round (one more compiled shape): worth it for long queues
+    with a slow tail, such as a bootstrap's thousands of fits.
     """
     x0 = jnp.asarray(x0_SxP)
     S = x0.shape[0]
@@ -315,7 +319,9 @@ def minimize_batch(
     n_dev = len(jax.devices())
     W = min(slots, max(32, 1 << (max(len(pending), 1) - 1).bit_length()))
     W = -(-W // n_dev) * n_dev  # a multiple of the device count, so slots split evenly
+    W_tail = -(-tail_slots // n_dev) * n_dev if tail_slots else W
     slot_idx = np.full(W, -1)
+    n_evals = round_evals
     while True:
         for w in np.flatnonzero(slot_idx < 0):
             if not pending:
@@ -324,10 +330,16 @@ def minimize_batch(
         live = slot_idx >= 0
         if not live.any():
             break
+        if not pending and W > W_tail and live.sum() <= W_tail:
+            # The tail: a few slow starts would each pay for a full batch of finished ones. Move
+            # them to a small batch (one more compiled shape) running more evaluations per round.
+            slot_idx = np.concatenate([slot_idx[live], np.full(W_tail - live.sum(), -1)])
+            live = slot_idx >= 0
+            W, n_evals = W_tail, 4 * round_evals
         idx = np.where(live, slot_idx, slot_idx[live][0]).astype(np.int32)
         sub = jax.tree.map(lambda a: a[idx], host)
         sub_args = tuple(jax.tree.map(lambda v: v[idx], a) if b else a for a, b in zip(args, batched_args))
-        out = jax.tree.map(np.asarray, _run_batch(fun, sub, sub_args, cfg, batched_args, round_evals))
+        out = jax.tree.map(np.asarray, _run_batch(fun, sub, sub_args, cfg, batched_args, n_evals))
         rows = slot_idx[live]
         for field, value in zip(host._fields, out):
             getattr(host, field)[rows] = value[live]
