@@ -181,12 +181,10 @@ def main(argv=None) -> int:
     import logging
 
     logging.getLogger().setLevel(logging.WARNING)
-    from experiments.peak_flops import peak_flops_per_device
+    from experiments.peak_flops import measure_cpu_matmul_peak, peak_flops_per_device
 
     peak, src = peak_flops_per_device(jax.devices()[0], "float32", devices_on_host=1)
     print(f"peak: {peak / 1e9:.1f} GFLOP/s ({src})")
-    from experiments.peak_flops import measure_cpu_matmul_peak
-
     print(f"the same 2048^3 matmul right now: {measure_cpu_matmul_peak() / 1e9:.1f} GFLOP/s "
           "(this machine's speed drifts; MFU below is against the cached peak, as runs record it)")
     rows = []

@@ -15,7 +15,7 @@ from typing import Any, Mapping
 from experiments.data import DataConfig, check_paths, data_vocab_size
 from experiments.optim import OptimConfig
 from experiments.runinfo import config_fingerprint, fingerprint_fields, to_plain
-from models.config import ConfigError, ModelConfig
+from models.config import ConfigError, ModelConfig, config_from_mapping
 from models.flops import flops_per_token, non_embedding_param_count, param_count
 
 
@@ -36,11 +36,7 @@ class TrainConfig:
 
     @classmethod
     def from_mapping(cls, m: Mapping[str, Any]) -> "TrainConfig":
-        names = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(m) - names)
-        if unknown:
-            raise ConfigError(f"unknown train key(s) {unknown}; known: {sorted(names)}")
-        return cls(**m)
+        return config_from_mapping(cls, m, "train")
 
 
 @dataclasses.dataclass(frozen=True)

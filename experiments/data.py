@@ -33,7 +33,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from models.config import ConfigError
+from models.config import ConfigError, config_from_mapping
 
 _EXCLUDED_DIRS = {"test", "tests", "idle_test", "site-packages", "dist-packages", "__pycache__"}
 _EVAL_STREAM = 0x5EED_E7A1  # eval batches are the same for every run seed
@@ -51,11 +51,7 @@ class DataConfig:
 
     @classmethod
     def from_mapping(cls, m: dict[str, Any]) -> "DataConfig":
-        names = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(m) - names)
-        if unknown:
-            raise ConfigError(f"unknown data key(s) {unknown}; known: {sorted(names)}")
-        return cls(**m)
+        return config_from_mapping(cls, m, "data")
 
     def resolved_source(self) -> str:
         if self.source not in ("auto", "stdlib", "text", "tokens"):

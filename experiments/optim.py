@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from models.config import ConfigError
+from models.config import ConfigError, config_from_mapping
 
 SCHEDULES = ("cosine", "linear", "wsd", "constant")
 
@@ -40,13 +40,7 @@ class OptimConfig:
 
     @classmethod
     def from_mapping(cls, m: dict[str, Any]) -> "OptimConfig":
-        names = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(m) - names)
-        if unknown:
-            raise ConfigError(f"unknown optim key(s) {unknown}; known: {sorted(names)}")
-        cfg = cls(**m)
-        cfg.validate()
-        return cfg
+        return config_from_mapping(cls, m, "optim")
 
     def validate(self) -> None:
         if self.name != "adamw":

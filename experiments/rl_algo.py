@@ -23,7 +23,7 @@ from typing import Any, Mapping
 import jax
 import jax.numpy as jnp
 
-from models.config import ConfigError
+from models.config import ConfigError, config_from_mapping
 
 ADVANTAGES = ("group", "batch", "none")
 LOSSES = ("ppo_clip", "cispo")
@@ -49,13 +49,7 @@ class AlgoConfig:
 
     @classmethod
     def from_mapping(cls, m: Mapping[str, Any]) -> "AlgoConfig":
-        names = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(m) - names)
-        if unknown:
-            raise ConfigError(f"unknown rl.algo key(s) {unknown}; known: {sorted(names)}")
-        cfg = cls(**dict(m))
-        cfg.validate()
-        return cfg
+        return config_from_mapping(cls, m, "rl.algo")
 
     def validate(self) -> None:
         for key, allowed in (("advantage", ADVANTAGES), ("loss", LOSSES),

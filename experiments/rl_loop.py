@@ -17,12 +17,11 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-import traceback
 from pathlib import Path
 from typing import Any
 
 from experiments.rl_config import RLConfig, fingerprint, fingerprint_fields
-from experiments.runinfo import read_json, to_plain, write_json_atomic
+from experiments.runinfo import read_json, to_plain, write_failed_summary, write_json_atomic
 from models.config import ConfigError, ModelConfig
 
 
@@ -95,15 +94,8 @@ def run(cfg: Any, run_dir: Path) -> dict[str, Any]:
         distributed.initialize((raw or {}).get("distributed"))
         return _run(raw, run_dir, t_start, state)
     except Exception as e:
-        summary = dict(state.get("summary_base", {}), status="failed",
-                       error=f"{type(e).__name__}: {e}",
-                       wall_time_s=state.get("wall_prev", 0.0) + time.time() - t_start)
-        if not isinstance(e, ConfigError):
-            summary["traceback"] = traceback.format_exc()
-        try:
-            write_json_atomic(run_dir / "summary.json", summary)
-        except OSError:
-            pass
+        write_failed_summary(run_dir, state.get("summary_base", {}), e,
+                             state.get("wall_prev", 0.0) + time.time() - t_start)
         raise
 
 

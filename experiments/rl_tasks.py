@@ -31,7 +31,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from models.config import ConfigError
+from models.config import ConfigError, config_from_mapping
 
 EOS = ord("\n")
 TASKS = ("add", "reverse", "sort", "copy", "parity")
@@ -53,13 +53,7 @@ class TaskConfig:
 
     @classmethod
     def from_mapping(cls, m: Mapping[str, Any]) -> "TaskConfig":
-        names = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(m) - names)
-        if unknown:
-            raise ConfigError(f"unknown rl.task key(s) {unknown}; known: {sorted(names)}")
-        cfg = cls(**dict(m))
-        cfg.validate()
-        return cfg
+        return config_from_mapping(cls, m, "rl.task")
 
     def validate(self) -> None:
         if self.name not in TASKS:

@@ -11,6 +11,7 @@ import json
 import os
 import sys
 import tempfile
+import traceback
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
@@ -97,6 +98,20 @@ def _json_default(o: Any) -> Any:
     except ImportError:  # pragma: no cover
         pass
     return str(o)
+
+
+def write_failed_summary(run_dir: Path, base: Mapping[str, Any], err: BaseException, wall_time_s: float) -> None:
+    """Best-effort `status: failed` summary.json: the error, and its traceback unless it is a
+    ConfigError (whose message already says what to fix). Call from an `except` block."""
+    from models.config import ConfigError
+
+    summary = dict(base, status="failed", error=f"{type(err).__name__}: {err}", wall_time_s=wall_time_s)
+    if not isinstance(err, ConfigError):
+        summary["traceback"] = traceback.format_exc()
+    try:
+        write_json_atomic(run_dir / "summary.json", summary)
+    except OSError:
+        pass
 
 
 def completed_summary(run_dir: Path, cfg: Mapping[str, Any]) -> dict[str, Any] | None:

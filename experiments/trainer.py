@@ -15,15 +15,13 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import math
-import sys
 import time
-import traceback
 from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
 
-from experiments.runinfo import completed_summary, read_json, write_json_atomic
+from experiments.runinfo import completed_summary, write_failed_summary, write_json_atomic
 from models.config import ConfigError
 
 
@@ -122,15 +120,8 @@ def run(cfg: Any, run_dir: Path) -> dict[str, Any]:
         return _run(raw, run_dir, t_start, state)
     except Exception as e:  # write a failed summary, then let the caller report
         if state["is_main"]:
-            summary = _summary_base(state.get("spec"), state)
-            summary.update(status="failed", error=f"{type(e).__name__}: {e}",
-                           wall_time_s=state.get("wall_prev", 0.0) + time.time() - t_start)
-            if not isinstance(e, ConfigError):
-                summary["traceback"] = traceback.format_exc()
-            try:
-                write_json_atomic(run_dir / "summary.json", summary)
-            except OSError:
-                pass
+            write_failed_summary(run_dir, _summary_base(state.get("spec"), state), e,
+                                 state.get("wall_prev", 0.0) + time.time() - t_start)
         raise
 
 

@@ -18,6 +18,19 @@ class ConfigError(ValueError):
     """Bad user configuration; the message says which key is wrong and how to fix it."""
 
 
+def config_from_mapping(cls: type, m: Mapping[str, Any], section: str) -> Any:
+    """`cls(**m)` for a config dataclass, after checking every key is one of its fields (the error
+    names the section and the bad key), then `validate()` if the class has one."""
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(m) - names)
+    if unknown:
+        raise ConfigError(f"unknown {section} key(s) {unknown}; known: {sorted(names)}")
+    cfg = cls(**dict(m))
+    if hasattr(cfg, "validate"):
+        cfg.validate()
+    return cfg
+
+
 def default_d_ff(d_model: int) -> int:
     """SwiGLU width that keeps the MLP at ~8*d^2 params: 8/3*d rounded up to a multiple of 64."""
     return max(64, -(-(8 * d_model) // 3 // 64) * 64)
@@ -63,13 +76,7 @@ class ModelConfig:
     @classmethod
     def from_mapping(cls, m: Mapping[str, Any]) -> "ModelConfig":
         """Build from a (Hydra) mapping; unknown keys are an error naming the key."""
-        names = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(m) - names)
-        if unknown:
-            raise ConfigError(f"unknown model key(s) {unknown}; known: {sorted(names)}")
-        cfg = cls(**{k: m[k] for k in m})
-        cfg.validate()
-        return cfg
+        return config_from_mapping(cls, m, "model")
 
     def validate(self) -> "ModelConfig":
         def pos_int(name: str, v: Any) -> None:
