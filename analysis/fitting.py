@@ -134,14 +134,13 @@ def _flat_args(prob: Problem, dtype):
     return (theta_full, logX, logy, w)
 
 
-def _run64(prob: Problem, x0_SxF: np.ndarray, w_SxN: np.ndarray, tail_slots: int | None = None):
-    """Float64 L-BFGS with per-start weights: the point fit and the bootstrap share this one
-    compiled program (the fit's weights are just the same row for every start)."""
+def _run64(prob: Problem, x0_SxF: np.ndarray, w_SxN: np.ndarray):
+    """Float64 L-BFGS with per-start weights (the point fit's are the same row for every start)."""
     with jax.enable_x64(True):
         theta_full, logX, logy, _ = prob.args(jnp.float64)
         return minimize_batch(
             prob.fun, x0_SxF, (theta_full, logX, logy, jnp.asarray(prob.pad_weights(np.asarray(w_SxN)))),
-            batched_args=(False, False, False, True), cfg=_CFG64, tail_slots=tail_slots,
+            batched_args=(False, False, False, True), cfg=_CFG64,
         )
 
 
@@ -199,6 +198,16 @@ def multistart(prob: Problem, starts_SxF: np.ndarray, precision: str = "auto") -
     )
 
 
+def _resample_size(n: int) -> int:
+    """Points each resample's compacted data is padded to: a deterministic bound on the number
+    of distinct points in a size-n case resample (mean + 6 sd, rounded up to 16), so that every
+    seed compiles the same shape; a rare larger resample raises it."""
+    q1, q2 = (1 - 1 / n) ** n, (1 - 2 / n) ** n
+    mean = n * (1 - q1)
+    var = n * q1 + n * (n - 1) * q2 - (n * q1) ** 2
+    return min(n, -(-int(math.ceil(mean + 6 * math.sqrt(max(var, 0.0)))) // 16) * 16)
+
+
 def run_bootstrap(
     prob: Problem,
     theta_hat_free: np.ndarray,
@@ -210,15 +219,31 @@ def run_bootstrap(
 
     One batched run holds every (resample, start) pair; each resample keeps its best start.
     Point weights multiply the resampling counts, so weighted fits bootstrap consistently.
+    A resample holds only ~63% of the distinct points, so each one is compacted to its own
+    points (with their counts as weights) rather than evaluating every point with weight 0.
     """
     n = prob.logy.shape[0]
     rng = np.random.default_rng(seed)
     counts_BxN = rng.multinomial(n, np.full(n, 1.0 / n), size=n_resamples).astype(float)
+    w_BxN = counts_BxN * prob.w[None, :]
+    nonzero_BxN = w_BxN > 0
+    M = max(_resample_size(n), int(nonzero_BxN.sum(axis=1).max()))
+    idx_BxM = np.argsort(~nonzero_BxN, axis=1, kind="stable")[:, :M]  # a resample's points first
+    w_BxM = np.take_along_axis(w_BxN, idx_BxM, axis=1)  # then padding with weight 0
     starts_KxF = np.vstack([theta_hat_free[None, :], extra_starts_KxF])
     K = starts_KxF.shape[0]
-    w_SxN = np.repeat(counts_BxN * prob.w[None, :], K, axis=0)
+    idx_SxM = np.repeat(idx_BxM, K, axis=0)
     x0 = np.tile(starts_KxF, (n_resamples, 1))
-    r = _run64(prob, x0, w_SxN, tail_slots=64)
+    with jax.enable_x64(True):
+        args = (
+            jnp.asarray(prob.theta_full, jnp.float64),
+            tuple(jnp.asarray(v[idx_SxM], jnp.float64) for v in prob.logX),
+            jnp.asarray(prob.logy[idx_SxM], jnp.float64),
+            jnp.asarray(np.repeat(w_BxM, K, axis=0), jnp.float64),
+        )
+        r = minimize_batch(
+            prob.fun, x0, args, batched_args=(False, True, True, True), cfg=_CFG64, tail_slots=64,
+        )
     f = np.where(np.isfinite(r.f), r.f, np.inf).reshape(n_resamples, K)
     x = r.x.reshape(n_resamples, K, -1)
     best = np.argmin(f, axis=1)

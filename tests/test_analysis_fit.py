@@ -80,6 +80,20 @@ def test_bootstrap_is_seeded(epoch):
     assert not np.allclose(a.bootstrap_samples, c.bootstrap_samples)
 
 
+def test_bootstrap_samples_are_the_weighted_fits_of_their_resamples(epoch):
+    """Each resample is compacted to its own points before the batched fit: every sample must
+    still be the optimum of the full weighted fit with the resample's counts as weights."""
+    df = epoch.iloc[::3].reset_index(drop=True)
+    fit = fit_law(df, bootstrap=4, seed=7)
+    n = len(df)
+    counts = np.random.default_rng(7).multinomial(n, np.full(n, 1.0 / n), size=4)
+    for i in range(4):
+        direct = fit_law(df, bootstrap=0, weights=counts[i].astype(float))
+        got = dict(zip(fit.param_names, fit.bootstrap_samples[i]))
+        for k, v in direct.params.items():
+            assert got[k] == pytest.approx(v, rel=1e-5), (i, k)
+
+
 def test_synthetic_law_recovered_and_predicts():
     truth = dict(E=2.1, A=900.0, B=1500.0, alpha=0.31, beta=0.36)
     df = synth(truth, np.random.default_rng(0), noise=0.001)
