@@ -6,7 +6,8 @@ For each model size it runs
     final eval and checkpoint); its tokens/s is the summary's steady-state figure (first step
     and eval/checkpoint pauses excluded);
   * `bare`: the identical model and optimizer written directly in jax.numpy (no Flax, no optax,
-    no logging), one jitted step on a fixed device-resident batch, timed over the same steps;
+    no logging), one jitted step on a fixed device-resident batch, timed over the same number of
+    steps, half just before and half just after the framework run;
 and prints tokens/s, achieved model FLOP/s (models.flops, causal convention), MFU against the
 measured CPU matmul peak (experiments.peak_flops), and framework/bare. Targets (issue 2):
 framework >= 0.9x bare; MFU >= 0.5 for d_model >= 256. Both sides are timed by their median
@@ -136,15 +137,6 @@ def bench(name, steps, peak_dev):
                  "train.eval_tokens=4096", "train.progress_every_s=1000", "train.log_every=1", "optim.warmup_tokens=0"]
     with initialize_config_dir(config_dir=str(Path(__file__).resolve().parents[1] / "conf"), version_base=None):
         cfg = compose(config_name="config", overrides=overrides)
-    with tempfile.TemporaryDirectory() as td:
-        t0 = time.perf_counter()
-        s = run(cfg, Path(td) / "run")
-        fw_wall = time.perf_counter() - t0
-        recs = [json.loads(line) for line in (Path(td) / "run" / "metrics.jsonl").read_text().splitlines()]
-    # Median step time over steps 2.. (step 1 pays compilation; the last one the final eval):
-    # the machine's speed drifts by +-10% over a minute, and a median is robust to that.
-    fw_step = statistics.median(r["step_time_s"] for r in recs if 1 < r["step"] < steps)
-    fw_tps = tok_step / fw_step
 
     _, params = init_params(mc, 0)
     tokens = jnp.asarray(np.random.default_rng(0).integers(0, 256, (B, L + 1)), jnp.int32)
@@ -155,12 +147,30 @@ def bench(name, steps, peak_dev):
     params, mu, nu, t, loss = step(params, mu, nu, t, tokens)   # compile + warm-up
     loss.block_until_ready()
     chunk, per_step = 5, []                  # median over chunks of 5 pipelined steps
-    for _ in range(max(1, (steps - 1) // chunk)):
+
+    def time_bare(n_chunks):
+        nonlocal params, mu, nu, t, loss
+        for _ in range(n_chunks):
+            t0 = time.perf_counter()
+            for _ in range(chunk):
+                params, mu, nu, t, loss = step(params, mu, nu, t, tokens)
+            loss.block_until_ready()
+            per_step.append((time.perf_counter() - t0) / chunk)
+
+    # Half the bare chunks before the framework run and half after: the VM's speed drifts over
+    # minutes, and bracketing keeps the ratio from reading that drift as framework overhead.
+    n_chunks = max(2, (steps - 1) // chunk)
+    time_bare(n_chunks // 2)
+    with tempfile.TemporaryDirectory() as td:
         t0 = time.perf_counter()
-        for _ in range(chunk):
-            params, mu, nu, t, loss = step(params, mu, nu, t, tokens)
-        loss.block_until_ready()
-        per_step.append((time.perf_counter() - t0) / chunk)
+        s = run(cfg, Path(td) / "run")
+        fw_wall = time.perf_counter() - t0
+        recs = [json.loads(line) for line in (Path(td) / "run" / "metrics.jsonl").read_text().splitlines()]
+    # Median step time over steps 2.. (step 1 pays compilation; the last one the final eval):
+    # the machine's speed drifts by +-10% over a minute, and a median is robust to that.
+    fw_step = statistics.median(r["step_time_s"] for r in recs if 1 < r["step"] < steps)
+    fw_tps = tok_step / fw_step
+    time_bare(n_chunks - n_chunks // 2)
     bare_tps = tok_step / statistics.median(per_step)
     return {
         "size": name, "d_model": d, "n_layers": nl, "seq_len": L, "batch": B, "n_params": s["n_params"],
