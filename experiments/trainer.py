@@ -93,6 +93,30 @@ class Prefetcher:
         self.pool.shutdown(wait=True)
 
 
+class HostSchedule:
+    """Learning rate of step i as a Python float, without running a JAX op every step.
+
+    Calling an optax schedule eagerly runs a small XLA computation. On CPU that computation
+    queues behind the train step in flight, so logging step i-1's lr stalled the loop until step
+    i ended, and the device idled until step i+1 was dispatched. Values come `chunk` steps at a
+    time instead.
+    """
+
+    def __init__(self, schedule: Callable[[Any], Any], chunk: int = 4096):
+        self.schedule, self.chunk = schedule, chunk
+        self._c, self._vals = -1, np.empty(0)
+
+    def __call__(self, i: int) -> float:
+        c = i // self.chunk
+        if c != self._c:
+            import jax
+            import jax.numpy as jnp
+
+            steps = jnp.arange(c * self.chunk, (c + 1) * self.chunk)
+            self._c, self._vals = c, np.asarray(jax.jit(jax.vmap(self.schedule))(steps))
+        return float(self._vals[i - c * self.chunk])
+
+
 # ---- the run --------------------------------------------------------------------------------
 
 def run(cfg: Any, run_dir: Path) -> dict[str, Any]:
@@ -178,6 +202,7 @@ def _run(raw: dict[str, Any], run_dir: Path, t_start: float, state: dict[str, An
 
     schedule = make_schedule(spec.optim, spec.steps, spec.warmup_steps)
     tx = make_optimizer(spec.optim, schedule)
+    lr_of_step = HostSchedule(schedule)
     ts = build_train_setup(spec.model, tx, mesh, n_micro=spec.n_micro)
 
     ckpt = Checkpointer(run_dir, keep=spec.train.keep_checkpoints)
@@ -260,7 +285,7 @@ def _run(raw: dict[str, Any], run_dir: Path, t_start: float, state: dict[str, An
         flops = float(n * spec.tokens_per_step * fpt)
         state.update(step=n, tokens=n * spec.tokens_per_step, flops=flops, train_loss=loss)
         rec = {"step": n, "tokens": n * spec.tokens_per_step, "flops": flops, "loss": loss,
-               "lr": float(schedule(step_i)), "grad_norm": gnorm, "step_time_s": dt,
+               "lr": lr_of_step(step_i), "grad_norm": gnorm, "step_time_s": dt,
                "tokens_per_s": tps, "mfu": mfu}
         diverged = not math.isfinite(loss) or loss > spec.loss_ceiling
         if eval_params is not None and not diverged:

@@ -18,7 +18,7 @@ from experiments.config import resolve_config
 from experiments.metrics import read_metrics
 from experiments.optim import OptimConfig, decay_mask, make_optimizer, make_schedule
 from experiments.steps import build_train_setup
-from experiments.trainer import run
+from experiments.trainer import HostSchedule, run
 from models.config import ConfigError, ModelConfig
 from models.transformer import init_params
 from sharding.mesh import make_mesh
@@ -121,6 +121,15 @@ def test_schedules_and_decay_mask():
     assert not mask["embed_VxD"] and not mask["head_DxV"]
     assert decay_mask(params, OptimConfig(decay_embeddings=True, decay_norms=True))["final_norm"]["scale"]
 
+
+
+def test_host_schedule_equals_the_schedule_across_chunks():
+    """The logged lr comes from chunked host-side values; they must be the schedule's own."""
+    for kind in ("cosine", "wsd", "linear"):
+        sched = make_schedule(OptimConfig(lr=3e-3, schedule=kind), 300, 20)
+        host = HostSchedule(sched, chunk=64)
+        for i in (0, 1, 19, 20, 63, 64, 65, 127, 128, 200, 299):
+            assert host(i) == pytest.approx(float(sched(i)), rel=1e-6), (kind, i)  # float32 rounding
 
 @pytest.mark.parametrize("overrides,msg", [
     (["train.steps=-5"], "train.steps must be an integer >= 1"),
