@@ -115,7 +115,6 @@ def main() -> int:
     sf, sx = scipy_fit(f, CHINCHILLA_GRID[idx])
     per_start = (time.perf_counter() - t) / k
     scipy_grid = per_start * CHINCHILLA_GRID.shape[0]
-    theta = np.log([fit.params["E"], fit.params["A"], fit.params["B"]]).tolist() + [fit.params["alpha"], fit.params["beta"]]
     sx_pub = np.r_[np.exp(sx[:3]), sx[3:]]
     print(f"SciPy L-BFGS-B loop: {per_start * 1e3:.1f} ms/start -> {scipy_grid:.1f} s for 4,500 starts "
           f"({'measured' if args.full else f'{k} run, scaled'}); best objective {sf:.10g}")

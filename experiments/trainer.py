@@ -103,17 +103,17 @@ class HostSchedule:
     """
 
     def __init__(self, schedule: Callable[[Any], Any], chunk: int = 4096):
-        self.schedule, self.chunk = schedule, chunk
+        import jax
+
+        self.values_at = jax.jit(jax.vmap(schedule))  # compiled once, evaluated once per chunk
+        self.chunk = chunk
         self._c, self._vals = -1, np.empty(0)
 
     def __call__(self, i: int) -> float:
         c = i // self.chunk
         if c != self._c:
-            import jax
-            import jax.numpy as jnp
-
-            steps = jnp.arange(c * self.chunk, (c + 1) * self.chunk)
-            self._c, self._vals = c, np.asarray(jax.jit(jax.vmap(self.schedule))(steps))
+            steps = np.arange(c * self.chunk, (c + 1) * self.chunk, dtype=np.int32)
+            self._c, self._vals = c, np.asarray(self.values_at(steps))
         return float(self._vals[i - c * self.chunk])
 
 
