@@ -45,15 +45,25 @@ SIZES = {  # name: (d_model, n_layers, n_heads, seq_len, batch)
 
 # ---- the bare step: same math as models/transformer.py + experiments/optim.py, by hand -------
 
-def bare_loss(p, tokens_BxL1, n_layers, n_heads, n_kv, theta=10000.0, eps=1e-6):
+ABLATIONS = ("attention", "rope", "swiglu", "norms")
+
+
+def bare_loss(p, tokens_BxL1, n_layers, n_heads, n_kv, theta=10000.0, eps=1e-6, ablate=frozenset()):
+    """The model's loss by hand. `ablate` (for benchmarks/step_breakdown.py only) replaces parts
+    with the cheapest op of the same shapes: attention -> o = q + k + v, rope -> none,
+    swiglu -> gate * up, norms -> x * scale; every matmul and the loss are kept."""
     x_in, y = tokens_BxL1[:, :-1], tokens_BxL1[:, 1:]
     B, L = x_in.shape
     x = p["embed_VxD"][x_in]
 
     def norm(h, s):
+        if "norms" in ablate:
+            return h * s
         return h * jax.lax.rsqrt(jnp.mean(h * h, -1, keepdims=True) + eps) * s
 
     def rot(t):
+        if "rope" in ablate:
+            return t
         E = t.shape[-1]
         inv = 1.0 / theta ** (jnp.arange(0, E, 2, dtype=jnp.float32) / E)
         a = jnp.arange(L, dtype=jnp.float32)[:, None] * inv[None]
@@ -74,31 +84,35 @@ def bare_loss(p, tokens_BxL1, n_layers, n_heads, n_kv, theta=10000.0, eps=1e-6):
         v = (h @ a["wv_DxKxE"].reshape(D, -1)).reshape(B, L, n_kv, E)
         q = q.reshape(B, L, n_kv, n_heads // n_kv, E) / math.sqrt(E)
         outs = []
-        for lo in range(0, L, size):         # block i attends keys [0, hi): masked tiles skipped
+        for lo in range(0, L, size) if "attention" not in ablate else ():  # block i: keys [0, hi)
             hi = min(lo + size, L)
             s = jnp.einsum("blkge,bske->bkgls", q[:, lo:hi], k[:, :hi])
             s = jnp.where(jnp.arange(lo, hi)[:, None] >= jnp.arange(hi)[None, :], s, -jnp.inf)
             e = jnp.exp(s - jax.lax.stop_gradient(jnp.max(s, -1, keepdims=True)))
             z = jnp.moveaxis(jnp.sum(e, -1), 3, 1)[..., None]
             outs.append(jnp.einsum("bkgls,bske->blkge", e, v[:, :hi]) / z)
+        if not outs:                         # ablated: keep q, k, v (and their matmuls) alive
+            outs = [q + (k + v)[:, :, :, None]]
         o = jnp.concatenate(outs, 1).reshape(B * L, -1)
         x = x + o @ a["wo_HxExD"].reshape(-1, D)
         m = b["mlp"]
         h = norm(x, b["mlp_norm"]["scale"])
         g = h @ m["w_gate_DxF"]
-        x = x + (g * jax.nn.sigmoid(g) * (h @ m["w_up_DxF"])) @ m["w_down_FxD"]
+        act = g if "swiglu" in ablate else g * jax.nn.sigmoid(g)
+        x = x + (act * (h @ m["w_up_DxF"])) @ m["w_down_FxD"]
     logits = norm(x, p["final_norm"]["scale"]) @ p["head_DxV"]
     logz = jax.nn.logsumexp(logits, -1)
     return jnp.mean(logz - jnp.take_along_axis(logits, y.reshape(-1, 1), -1)[..., 0])
 
 
-def make_bare_step(n_layers, n_heads, n_kv, lr=3e-3, b1=0.9, b2=0.95, eps=1e-8, wd=0.1, clip=1.0):
+def make_bare_step(n_layers, n_heads, n_kv, lr=3e-3, b1=0.9, b2=0.95, eps=1e-8, wd=0.1, clip=1.0,
+                   ablate=frozenset()):
     def decays(path, leaf):
         names = [str(getattr(k, "key", k)) for k in path]
         return leaf.ndim >= 2 and not any(n.startswith(("embed_", "head_")) for n in names)
 
     def step(p, mu, nu, t, tokens):
-        loss, g = jax.value_and_grad(bare_loss)(p, tokens, n_layers, n_heads, n_kv)
+        loss, g = jax.value_and_grad(bare_loss)(p, tokens, n_layers, n_heads, n_kv, ablate=ablate)
         gn = jnp.sqrt(sum(jnp.sum(x * x) for x in jax.tree.leaves(g)))
         scale = jnp.minimum(1.0, clip / (gn + 1e-6))
         g = jax.tree.map(lambda x: x * scale, g)

@@ -147,3 +147,23 @@ def test_benchmark_bare_step_is_the_same_model():
     np.testing.assert_allclose(float(bare), float(fw), rtol=1e-5)
     for a, b in zip(jax.tree.leaves(gf), jax.tree.leaves(gb)):
         np.testing.assert_allclose(a, b, atol=1e-5, rtol=1e-4)
+
+
+def test_rope_is_the_rotate_half_rotation_and_depends_only_on_relative_position():
+    """rope(x)[..., i] and [..., i + E/2] are the pair (x_i, x_{i+E/2}) rotated by
+    pos * theta^(-2i/E) (written here with complex numbers, independently of models.transformer),
+    and q.k after rope depends only on the distance between the two positions."""
+    from models.transformer import rope
+
+    B, L, N, E, theta = 2, 24, 3, 16, 10000.0
+    x = np.random.default_rng(0).normal(size=(B, L, N, E)).astype(np.float32)
+    z = x[..., : E // 2] + 1j * x[..., E // 2:]
+    ang = np.arange(L)[:, None] * theta ** (-np.arange(0, E, 2) / E)[None, :]
+    zr = z * np.exp(1j * ang)[None, :, None, :]
+    want = np.concatenate([zr.real, zr.imag], -1)
+    np.testing.assert_allclose(np.asarray(rope(jnp.asarray(x), theta)), want, rtol=1e-5, atol=1e-5)
+
+    q, k = (np.broadcast_to(v, (1, L, 1, E)).astype(np.float32) for v in x[0, :2, 0])
+    dots = np.einsum("blne,blne->bln", np.asarray(rope(jnp.asarray(q), theta))[:, 5:],
+                     np.asarray(rope(jnp.asarray(k), theta))[:, :-5])[0, :, 0]
+    np.testing.assert_allclose(dots, dots[0], rtol=1e-4)   # same offset 5 at every position
