@@ -58,7 +58,8 @@ def objective_fn(law: Law, free_idx: tuple[int, ...], delta: float):
     Signature: f(theta_free, theta_full, logX, logy, w) -> scalar, where `theta_full` supplies
     the fixed parameters.
     """
-    idx = jnp.asarray(free_idx)
+    idx = np.asarray(free_idx, dtype=np.int32)  # numpy, not jnp: this cached closure is traced
+    # under both x64 settings, and a jnp array made under x64 would be int64 in the float32 pass
 
     def f(theta_free, theta_full, logX, logy, w):
         theta = theta_full.astype(theta_free.dtype).at[idx].set(theta_free)
