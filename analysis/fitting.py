@@ -209,6 +209,12 @@ def _resample_size(n: int) -> int:
     return min(n, -(-int(math.ceil(mean + 6 * math.sqrt(max(var, 0.0)))) // 16) * 16)
 
 
+def bootstrap_counts(n: int, n_resamples: int, seed: int) -> np.ndarray:
+    """[n_resamples, n] case-resampling counts that `run_bootstrap(..., seed)` draws (so a
+    benchmark or notebook can refit exactly the same resamples another way)."""
+    return np.random.default_rng(seed).multinomial(n, np.full(n, 1.0 / n), size=n_resamples).astype(float)
+
+
 def run_bootstrap(
     prob: Problem,
     theta_hat_free: np.ndarray,
@@ -224,8 +230,7 @@ def run_bootstrap(
     points (with their counts as weights) rather than evaluating every point with weight 0.
     """
     n = prob.logy.shape[0]
-    rng = np.random.default_rng(seed)
-    counts_BxN = rng.multinomial(n, np.full(n, 1.0 / n), size=n_resamples).astype(float)
+    counts_BxN = bootstrap_counts(n, n_resamples, seed)
     w_BxN = counts_BxN * prob.w[None, :]
     nonzero_BxN = w_BxN > 0
     M = max(_resample_size(n), int(nonzero_BxN.sum(axis=1).max()))

@@ -176,8 +176,6 @@ def _run(raw: dict[str, Any], run_dir: Path, t_start: float, state: dict[str, An
     is_main = jax.process_index() == 0
     state["is_main"] = is_main
 
-    import jax.numpy as jnp  # noqa: F401  (heavy imports only after validation)
-
     from experiments.checkpoint import Checkpointer
     from experiments.data import BatchSampler, eval_sampler, load_corpus
     from experiments.metrics import MetricsLog, Progress

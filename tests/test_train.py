@@ -122,7 +122,6 @@ def test_schedules_and_decay_mask():
     assert decay_mask(params, OptimConfig(decay_embeddings=True, decay_norms=True))["final_norm"]["scale"]
 
 
-
 def test_host_schedule_equals_the_schedule_across_chunks():
     """The logged lr comes from chunked host-side values; they must be the schedule's own."""
     for kind in ("cosine", "wsd", "linear"):
@@ -130,6 +129,7 @@ def test_host_schedule_equals_the_schedule_across_chunks():
         host = HostSchedule(sched, chunk=64)
         for i in (0, 1, 19, 20, 63, 64, 65, 127, 128, 200, 299):
             assert host(i) == pytest.approx(float(sched(i)), rel=1e-6), (kind, i)  # float32 rounding
+
 
 @pytest.mark.parametrize("overrides,msg", [
     (["train.steps=-5"], "train.steps must be an integer >= 1"),
