@@ -27,28 +27,28 @@ from __future__ import annotations
 
 import importlib
 
-from analysis.errors import AnalysisError
+from models.base.errors import AnalysisError
 
 _EXPORTS = {
-    "fit_law": "analysis.fitting",
-    "FitResult": "analysis.fitting",
-    "HUBER_DELTA": "analysis.fitting",
-    "allocation": "analysis.compute_optimal",
-    "holdout_validate": "analysis.holdout",
-    "approach1": "analysis.isoflop",
-    "approach2": "analysis.isoflop",
-    "isoflop_profiles": "analysis.isoflop",
-    "compare_approaches": "analysis.isoflop",
-    "get_law": "analysis.laws",
-    "known_laws": "analysis.laws",
-    "register_law": "analysis.laws",
-    "Law": "analysis.laws",
-    "fit_curve": "analysis.curves",
-    "load_curve": "analysis.curves",
-    "Curve": "analysis.curves",
-    "CurveFitResult": "analysis.curves",
-    "get_curve_law": "analysis.curve_laws",
-    "known_curve_laws": "analysis.curve_laws",
+    "fit_law": "analysis.laws.fitting",
+    "FitResult": "analysis.laws.fitting",
+    "HUBER_DELTA": "analysis.laws.fitting",
+    "allocation": "analysis.laws.allocation",
+    "holdout_validate": "analysis.laws.fitting",
+    "approach1": "analysis.laws.isoflop",
+    "approach2": "analysis.laws.isoflop",
+    "isoflop_profiles": "analysis.laws.isoflop",
+    "compare_approaches": "analysis.laws.isoflop",
+    "get_law": "analysis.laws.registry",
+    "known_laws": "analysis.laws.registry",
+    "register_law": "analysis.laws.registry",
+    "Law": "analysis.laws.registry",
+    "fit_curve": "analysis.curves.fitting",
+    "load_curve": "analysis.curves.fitting",
+    "Curve": "analysis.curves.fitting",
+    "CurveFitResult": "analysis.curves.fitting",
+    "get_curve_law": "analysis.curves.laws",
+    "known_curve_laws": "analysis.curves.laws",
 }
 
 __all__ = ["AnalysisError", "runs", *_EXPORTS]

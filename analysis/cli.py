@@ -12,7 +12,7 @@ import pkgutil
 import sys
 
 from analysis import commands
-from analysis.errors import AnalysisError
+from models.base.errors import AnalysisError
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -26,7 +26,7 @@ from typing import Iterable
 import numpy as np
 import pandas as pd
 
-from analysis.errors import AnalysisError
+from models.base.errors import AnalysisError
 
 MARKERS = ("summary.json", "metrics.jsonl", os.path.join(".hydra", "config.yaml"))
 COMPLETED = "completed"

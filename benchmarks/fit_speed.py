@@ -31,8 +31,8 @@ import pandas as pd  # noqa: E402
 from scipy.optimize import minimize  # noqa: E402
 from scipy.special import huber, logsumexp  # noqa: E402
 
-from analysis.fitting import bootstrap_counts, fit_law  # noqa: E402
-from analysis.laws import CHINCHILLA_GRID  # noqa: E402
+from analysis.laws.fitting import bootstrap_counts, fit_law  # noqa: E402
+from analysis.laws.registry import CHINCHILLA_GRID  # noqa: E402
 
 DATA = pathlib.Path(__file__).resolve().parents[1].parent / "shared" / "data" / "chinchilla_epoch" / "svg_extracted_data.csv"
 DELTA = 1e-3

@@ -9,7 +9,7 @@ even when absolute times are not.
 
 For each variant it prints ms/step, the time the removed parts cost (full - variant), and
 "MFU if free": the full model's FLOPs over the variant's step time, against the cached CPU peak
-(experiments.peak_flops), i.e. the MFU the real step would reach if the removed parts cost
+(experiments.train.peak_flops), i.e. the MFU the real step would reach if the removed parts cost
 nothing. The `matmuls-only` row is the ceiling for this shape on this machine with XLA:CPU.
 
     python benchmarks/step_breakdown.py [--size small] [--rounds 8]
@@ -50,7 +50,7 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=8)
     ap.add_argument("--steps-per-round", type=int, default=3)
     args = ap.parse_args(argv)
-    from experiments.peak_flops import measure_cpu_matmul_peak, peak_flops_per_device
+    from experiments.train.peak_flops import measure_cpu_matmul_peak, peak_flops_per_device
     from models.config import ModelConfig
     from models.flops import flops_per_token
     from models.transformer import init_params

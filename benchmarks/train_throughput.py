@@ -1,7 +1,7 @@
 """Training throughput on this machine: the full framework vs a bare hand-written JAX step.
 
 For each model size it runs
-  * `framework`: `experiments.trainer.run` end to end (Hydra config, data sampling + host->device
+  * `framework`: `experiments.train.loop.run` end to end (Hydra config, data sampling + host->device
     copies on a prefetch thread, sharded jitted step, per-step metrics.jsonl, progress line,
     final eval and checkpoint); its tokens/s is the summary's steady-state figure (first step
     and eval/checkpoint pauses excluded);
@@ -9,7 +9,7 @@ For each model size it runs
     no logging), one jitted step on a fixed device-resident batch, timed over the same number of
     steps, half just before and half just after the framework run;
 and prints tokens/s, achieved model FLOP/s (models.flops, causal convention), MFU against the
-measured CPU matmul peak (experiments.peak_flops), and framework/bare. Targets (issue 2):
+measured CPU matmul peak (experiments.train.peak_flops), and framework/bare. Targets (issue 2):
 framework >= 0.9x bare; MFU >= 0.5 for d_model >= 256. Both sides are timed by their median
 step (framework: metrics.jsonl's step_time_s; bare: chunks of 5 steps).
 
@@ -43,7 +43,7 @@ SIZES = {  # name: (d_model, n_layers, n_heads, seq_len, batch)
 }
 
 
-# ---- the bare step: same math as models/transformer.py + experiments/optim.py, by hand -------
+# ---- the bare step: same math as models/transformer.py + experiments/train/optimizer.py, by hand -------
 
 ABLATIONS = ("attention", "rope", "swiglu", "norms")
 
@@ -137,7 +137,7 @@ def make_bare_step(n_layers, n_heads, n_kv, lr=3e-3, b1=0.9, b2=0.95, eps=1e-8, 
 def bench(name, steps, peak_dev):
     from hydra import compose, initialize_config_dir
 
-    from experiments.trainer import run
+    from experiments.train.loop import run
     from models.config import ModelConfig
     from models.flops import flops_per_token
     from models.transformer import init_params
@@ -205,7 +205,7 @@ def main(argv=None) -> int:
     import logging
 
     logging.getLogger().setLevel(logging.WARNING)
-    from experiments.peak_flops import measure_cpu_matmul_peak, peak_flops_per_device
+    from experiments.train.peak_flops import measure_cpu_matmul_peak, peak_flops_per_device
 
     peak, src = peak_flops_per_device(jax.devices()[0], "float32", devices_on_host=1)
     print(f"peak: {peak / 1e9:.1f} GFLOP/s ({src})")

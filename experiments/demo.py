@@ -3,7 +3,7 @@
 It runs the `demo` sweep preset (conf/sweep/demo.yaml: an IsoFLOP sweep of 3 budgets x 4 model
 sizes on the embedded stdlib corpus, two runs at a time, each pinned to its own core) through the
 real command line, `python -m experiments.train -m +sweep=demo`, then writes the fitted-law
-report (analysis/report.py): Chinchilla law + IsoFLOP profiles with bootstrap CIs, a held-out
+report (analysis/report/build.py): Chinchilla law + IsoFLOP profiles with bootstrap CIs, a held-out
 check that fits the smaller budgets and predicts the largest, figures, HTML and Markdown.
 
 Idempotent: the sweep lives at a fixed path, so running the demo again reuses every finished
@@ -111,9 +111,9 @@ def main(argv: list[str] | None = None) -> int:
     t_sweep = time.time() - t0
     print(f"[demo {_fmt_t(t_sweep)}] sweep finished; fitting laws ({args.bootstrap} bootstrap resamples) and "
           "writing the report", flush=True)
-    from analysis.errors import AnalysisError
-    from analysis.report import build_report
-    from analysis.report_render import headline
+    from models.base.errors import AnalysisError
+    from analysis.report.build import build_report
+    from analysis.report.render import headline
 
     try:
         rep = build_report(sweep_dir, report_dir, budgets=[args.budget], bootstrap=args.bootstrap,

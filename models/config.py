@@ -11,24 +11,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Mapping
 
+from models.base.configs import config_from_mapping
+from models.base.errors import ConfigError
+
 _DTYPES = ("float32", "bfloat16")
-
-
-class ConfigError(ValueError):
-    """Bad user configuration; the message says which key is wrong and how to fix it."""
-
-
-def config_from_mapping(cls: type, m: Mapping[str, Any], section: str) -> Any:
-    """`cls(**m)` for a config dataclass, after checking every key is one of its fields (the error
-    names the section and the bad key), then `validate()` if the class has one."""
-    names = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(set(m) - names)
-    if unknown:
-        raise ConfigError(f"unknown {section} key(s) {unknown}; known: {sorted(names)}")
-    cfg = cls(**dict(m))
-    if hasattr(cfg, "validate"):
-        cfg.validate()
-    return cfg
 
 
 def default_d_ff(d_model: int) -> int:

@@ -8,7 +8,7 @@ scores, softmax, norms and the returned logits are float32.
 
 Every parameter carries its logical axis names as `out_sharding` metadata (eager sharding off:
 placement is decided later by `sharding/`, from `logical_axes(model)`), and the main activations
-are passed through `models.partitioning.constrain` with logical names.
+are passed through `models.axes.constrain` with logical names.
 Shapes are named in suffixes: B batch, L length, D d_model, H query heads, K kv heads,
 G = H/K group size, E d_head, F d_ff, V vocab.
 """
@@ -22,7 +22,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from models import partitioning as P
+from models import axes
 from models.config import ModelConfig
 
 
@@ -40,7 +40,7 @@ class RMSNorm(nnx.Module):
     """Root-mean-square norm computed in float32, with a learned per-channel scale."""
 
     def __init__(self, d: int, eps: float):
-        self.scale = _ones((d,), (P.NORM,))
+        self.scale = _ones((d,), (axes.NORM,))
         self.eps = eps
 
     def __call__(self, x_BxLxD: jax.Array) -> jax.Array:
@@ -112,10 +112,10 @@ class Attention(nnx.Module):
         D, H, K, E = cfg.d_model, cfg.n_heads, cfg.kv_heads, cfg.d_head
         std_in = 1.0 / math.sqrt(D)
         std_out = 1.0 / math.sqrt(H * E) / math.sqrt(2 * cfg.n_layers)
-        self.wq_DxHxE = _param(rngs, (D, H, E), std_in, (P.EMBED, P.HEADS, P.KV))
-        self.wk_DxKxE = _param(rngs, (D, K, E), std_in, (P.EMBED, P.KV_HEADS, P.KV))
-        self.wv_DxKxE = _param(rngs, (D, K, E), std_in, (P.EMBED, P.KV_HEADS, P.KV))
-        self.wo_HxExD = _param(rngs, (H, E, D), std_out, (P.HEADS, P.KV, P.EMBED))
+        self.wq_DxHxE = _param(rngs, (D, H, E), std_in, (axes.EMBED, axes.HEADS, axes.KV))
+        self.wk_DxKxE = _param(rngs, (D, K, E), std_in, (axes.EMBED, axes.KV_HEADS, axes.KV))
+        self.wv_DxKxE = _param(rngs, (D, K, E), std_in, (axes.EMBED, axes.KV_HEADS, axes.KV))
+        self.wo_HxExD = _param(rngs, (H, E, D), std_out, (axes.HEADS, axes.KV, axes.EMBED))
         self.cfg = cfg
 
     def __call__(self, x_BxLxD: jax.Array) -> jax.Array:
@@ -129,14 +129,14 @@ class Attention(nnx.Module):
         q = _matmul(x_NxD, self.wq_DxHxE[...].reshape(D, H * E), dt).reshape(B, L, H, E)
         k = _matmul(x_NxD, self.wk_DxKxE[...].reshape(D, K * E), dt).reshape(B, L, K, E)
         v = _matmul(x_NxD, self.wv_DxKxE[...].reshape(D, K * E), dt).reshape(B, L, K, E)
-        q = P.constrain(q, (P.BATCH, P.LENGTH, P.ACT_HEADS, P.KV))
-        k = P.constrain(k, (P.BATCH, P.LENGTH, P.ACT_KV_HEADS, P.KV))
-        v = P.constrain(v, (P.BATCH, P.LENGTH, P.ACT_KV_HEADS, P.KV))
+        q = axes.constrain(q, (axes.BATCH, axes.LENGTH, axes.ACT_HEADS, axes.KV))
+        k = axes.constrain(k, (axes.BATCH, axes.LENGTH, axes.ACT_KV_HEADS, axes.KV))
+        v = axes.constrain(v, (axes.BATCH, axes.LENGTH, axes.ACT_KV_HEADS, axes.KV))
         q, k = rope(q, cfg.rope_theta), rope(k, cfg.rope_theta)
         o_BxLxKxGxE = causal_attention(q.reshape(B, L, K, H // K, E), k, v)
-        o_BxLxHxE = P.constrain(o_BxLxKxGxE.reshape(B, L, H, E), (P.BATCH, P.LENGTH, P.ACT_HEADS, P.KV))
+        o_BxLxHxE = axes.constrain(o_BxLxKxGxE.reshape(B, L, H, E), (axes.BATCH, axes.LENGTH, axes.ACT_HEADS, axes.KV))
         out = _matmul(o_BxLxHxE.reshape(B * L, H * E), self.wo_HxExD[...].reshape(H * E, D), dt)
-        return P.constrain(out.reshape(B, L, D), (P.BATCH, P.LENGTH, P.ACT_EMBED))
+        return axes.constrain(out.reshape(B, L, D), (axes.BATCH, axes.LENGTH, axes.ACT_EMBED))
 
 
 class SwiGLU(nnx.Module):
@@ -144,10 +144,10 @@ class SwiGLU(nnx.Module):
 
     def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs):
         D, F = cfg.d_model, cfg.ff
-        self.w_gate_DxF = _param(rngs, (D, F), 1.0 / math.sqrt(D), (P.EMBED, P.MLP))
-        self.w_up_DxF = _param(rngs, (D, F), 1.0 / math.sqrt(D), (P.EMBED, P.MLP))
+        self.w_gate_DxF = _param(rngs, (D, F), 1.0 / math.sqrt(D), (axes.EMBED, axes.MLP))
+        self.w_up_DxF = _param(rngs, (D, F), 1.0 / math.sqrt(D), (axes.EMBED, axes.MLP))
         self.w_down_FxD = _param(rngs, (F, D), 1.0 / math.sqrt(F) / math.sqrt(2 * cfg.n_layers),
-                                 (P.MLP, P.EMBED))
+                                 (axes.MLP, axes.EMBED))
 
     def __call__(self, x_BxLxD: jax.Array) -> jax.Array:
         dt = x_BxLxD.dtype
@@ -157,9 +157,9 @@ class SwiGLU(nnx.Module):
         u = _matmul(x_NxD, self.w_up_DxF[...], dt)
         # silu written as g * sigmoid(g): jax.nn.silu's custom derivative costs XLA:CPU an extra
         # ~40% on the whole MLP backward; the math is identical.
-        h_BxLxF = P.constrain((g * jax.nn.sigmoid(g) * u).reshape(B, L, -1), (P.BATCH, P.LENGTH, P.ACT_MLP))
+        h_BxLxF = axes.constrain((g * jax.nn.sigmoid(g) * u).reshape(B, L, -1), (axes.BATCH, axes.LENGTH, axes.ACT_MLP))
         out = _matmul(h_BxLxF.reshape(B * L, -1), self.w_down_FxD[...], dt)
-        return P.constrain(out.reshape(B, L, D), (P.BATCH, P.LENGTH, P.ACT_EMBED))
+        return axes.constrain(out.reshape(B, L, D), (axes.BATCH, axes.LENGTH, axes.ACT_EMBED))
 
 
 class Block(nnx.Module):
@@ -174,7 +174,7 @@ class Block(nnx.Module):
     def __call__(self, x_BxLxD: jax.Array) -> jax.Array:
         x = x_BxLxD + self.attn(self.attn_norm(x_BxLxD))
         x = x + self.mlp(self.mlp_norm(x))
-        return P.constrain(x, (P.BATCH, P.LENGTH, P.ACT_EMBED))
+        return axes.constrain(x, (axes.BATCH, axes.LENGTH, axes.ACT_EMBED))
 
 
 def _block_forward(block: Block, x_BxLxD: jax.Array) -> jax.Array:
@@ -191,14 +191,14 @@ class Transformer(nnx.Module):
         cfg.validate()
         self.cfg = cfg
         V, D = cfg.vocab_size, cfg.d_model
-        self.embed_VxD = _param(rngs, (V, D), cfg.init_std, (P.VOCAB, P.EMBED))
+        self.embed_VxD = _param(rngs, (V, D), cfg.init_std, (axes.VOCAB, axes.EMBED))
         # Blocks are named attributes (block_0, block_1, ...) so the parameter tree has string
         # keys only, which keeps optimizer masks and Orbax checkpoints simple.
         for i in range(cfg.n_layers):
             setattr(self, f"block_{i}", Block(cfg, rngs))
         self.final_norm = RMSNorm(D, cfg.norm_eps)
         if not cfg.tie_embeddings:
-            self.head_DxV = _param(rngs, (D, V), cfg.init_std, (P.EMBED, P.VOCAB))
+            self.head_DxV = _param(rngs, (D, V), cfg.init_std, (axes.EMBED, axes.VOCAB))
 
     def blocks(self) -> list[Block]:
         return [getattr(self, f"block_{i}") for i in range(self.cfg.n_layers)]
@@ -207,7 +207,7 @@ class Transformer(nnx.Module):
         cfg = self.cfg
         dt = jnp.dtype(cfg.dtype)
         x = jnp.take(self.embed_VxD[...], tokens_BxL, axis=0).astype(dt)
-        x = P.constrain(x, (P.BATCH, P.LENGTH, P.ACT_EMBED))
+        x = axes.constrain(x, (axes.BATCH, axes.LENGTH, axes.ACT_EMBED))
         fwd = _remat_block_forward if cfg.remat else _block_forward
         for block in self.blocks():
             x = fwd(block, x)
@@ -218,7 +218,7 @@ class Transformer(nnx.Module):
         else:
             logits = jnp.einsum("bld,dv->blv", x, self.head_DxV[...].astype(dt),
                                 preferred_element_type=jnp.float32)
-        return P.constrain(logits.astype(jnp.float32), (P.BATCH, P.LENGTH, P.ACT_VOCAB))
+        return axes.constrain(logits.astype(jnp.float32), (axes.BATCH, axes.LENGTH, axes.ACT_VOCAB))
 
 
 # ---- functional view used by the trainer, the sharding layer and the tests ---------------------

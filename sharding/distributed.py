@@ -14,7 +14,7 @@ import os
 import re
 from typing import Any, Mapping
 
-from models.config import ConfigError
+from models.base.errors import ConfigError
 
 DEFAULT_PORT = 12355
 

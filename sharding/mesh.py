@@ -14,7 +14,7 @@ import jax
 import numpy as np
 from jax.sharding import AxisType, Mesh
 
-from models.config import ConfigError
+from models.base.errors import ConfigError
 from sharding.rules import MESH_AXES
 
 # Auto axes: shardings are propagated by XLA from our constraints (explicit-sharding mode would

@@ -1,4 +1,4 @@
-"""THE table from logical axis names (see models/partitioning.py) to mesh axes.
+"""THE table from logical axis names (see models/axes.py) to mesh axes.
 
 Mesh axes: `data` (pure data parallel: parameters replicated), `fsdp` (data parallel whose
 parameters and optimizer state are sharded over it, ZeRO-3 style), `tensor` (Megatron-style
@@ -18,28 +18,28 @@ from typing import Any, Sequence
 import jax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from models import partitioning as P
+from models import axes
 
 MESH_AXES = ("data", "fsdp", "tensor")
 BATCH_AXES = ("data", "fsdp")
 
 RULES: dict[str, tuple[str, ...] | str | None] = {
     # parameters
-    P.EMBED: "fsdp",        # ZeRO-3: every weight's d_model dim is split over fsdp
-    P.MLP: "tensor",
-    P.HEADS: "tensor",
-    P.KV_HEADS: "tensor",
-    P.VOCAB: "tensor",
-    P.KV: None,
-    P.NORM: None,
+    axes.EMBED: "fsdp",        # ZeRO-3: every weight's d_model dim is split over fsdp
+    axes.MLP: "tensor",
+    axes.HEADS: "tensor",
+    axes.KV_HEADS: "tensor",
+    axes.VOCAB: "tensor",
+    axes.KV: None,
+    axes.NORM: None,
     # activations
-    P.BATCH: BATCH_AXES,
-    P.LENGTH: None,
-    P.ACT_EMBED: None,
-    P.ACT_MLP: "tensor",
-    P.ACT_HEADS: "tensor",
-    P.ACT_KV_HEADS: "tensor",
-    P.ACT_VOCAB: "tensor",
+    axes.BATCH: BATCH_AXES,
+    axes.LENGTH: None,
+    axes.ACT_EMBED: None,
+    axes.ACT_MLP: "tensor",
+    axes.ACT_HEADS: "tensor",
+    axes.ACT_KV_HEADS: "tensor",
+    axes.ACT_VOCAB: "tensor",
 }
 
 
@@ -60,9 +60,9 @@ def mesh_size(mesh_shape: dict[str, int], rule: tuple[str, ...] | str | None) ->
     """Number of shards a dim mapped by `rule` gets on a mesh of the given axis sizes."""
     if rule is None:
         return 1
-    axes = (rule,) if isinstance(rule, str) else rule
+    mesh_axes = (rule,) if isinstance(rule, str) else rule
     n = 1
-    for a in axes:
+    for a in mesh_axes:
         n *= mesh_shape[a]
     return n
 
@@ -83,7 +83,7 @@ def param_shardings(mesh: Mesh, axes_tree: Any) -> Any:
 
 
 def activation_sharding_fn(mesh: Mesh):
-    """For models.partitioning.activation_sharding: logical names -> NamedSharding."""
+    """For models.axes.activation_sharding: logical names -> NamedSharding."""
     cache: dict[tuple, NamedSharding] = {}
 
     def fn(names: tuple[str | None, ...]) -> NamedSharding:

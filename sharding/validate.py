@@ -6,7 +6,8 @@ Each failure names the config keys involved, e.g.
 
 from __future__ import annotations
 
-from models.config import ConfigError, ModelConfig
+from models.config import ModelConfig
+from models.base.errors import ConfigError
 
 
 def validate_layout(model: ModelConfig, data: int, fsdp: int, tensor: int,

@@ -12,9 +12,9 @@ pytest.importorskip("jax")
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
-from analysis.fitting import objective_fn  # noqa: E402
-from analysis.laws import get_law  # noqa: E402
-from analysis.optim import LBFGSConfig, minimize_batch  # noqa: E402
+from analysis.laws.fitting import objective_fn  # noqa: E402
+from analysis.laws.registry import get_law  # noqa: E402
+from analysis.laws.lbfgs import LBFGSConfig, minimize_batch  # noqa: E402
 
 
 def test_percentile_bootstrap_coverage_near_95_percent():

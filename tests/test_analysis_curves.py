@@ -5,7 +5,7 @@ import pandas as pd
 import pytest
 
 from analysis import AnalysisError, fit_curve, load_curve
-from analysis.curves import Curve, features
+from analysis.curves.fitting import Curve, features
 
 FIT = ("cosine_24000", "constant_24000", "wsdcon_9")
 PREDICT = ("cosine_72000", "constant_72000", "wsd_20000_24000", "wsdld_20000_24000", "wsdcon_3", "wsdcon_18")

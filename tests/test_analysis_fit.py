@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from analysis import AnalysisError, allocation, fit_law, get_law, known_laws, register_law
-from analysis.laws import CHINCHILLA_GRID
+from analysis.laws.registry import CHINCHILLA_GRID
 
 REF = dict(E=1.8172, A=477.8, B=2143, alpha=0.3473, beta=0.3672)
 

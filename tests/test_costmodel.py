@@ -7,7 +7,7 @@ import dataclasses
 
 import pytest
 
-from analysis.errors import AnalysisError
+from models.base.errors import AnalysisError
 from sharding.costmodel import (BF16_MIXED, DEFAULT_EFFICIENCY, Layout, LayoutError, ModelShape,
                                 activation_bytes_per_layer, catalogue_names, estimate_step,
                                 load_hardware)

@@ -1,6 +1,6 @@
 """The paper cost model against the real sharded train step compiled by XLA (8 CPU devices).
 
-For dp, fsdp, tp and two 2-D layouts of a small model, `experiments.steps.build_train_setup`'s
+For dp, fsdp, tp and two 2-D layouts of a small model, `experiments.train.steps.build_train_setup`'s
 train step is lowered and compiled (not run), and:
 - per-device params + optimizer state from the cost model match the compiled executable's
   argument bytes (minus the token batch) within 10%;
@@ -94,7 +94,7 @@ def model_layout(data: int, fsdp: int, tensor: int) -> Layout:
 @pytest.fixture(scope="module")
 def compiled():
     """name -> (compiled train step, per-device batch bytes), compiled lazily and cached."""
-    from experiments.steps import build_train_setup
+    from experiments.train.steps import build_train_setup
     from sharding.mesh import make_mesh
 
     if len(jax.devices()) < 8:

@@ -6,9 +6,9 @@ import jax
 import numpy as np
 import pytest
 
-from experiments.data import (BatchSampler, DataConfig, _is_val, eval_sampler, load_corpus,
+from experiments.train.corpus import (BatchSampler, DataConfig, _is_val, eval_sampler, load_corpus,
                               stdlib_files)
-from models.config import ConfigError
+from models.base.errors import ConfigError
 
 
 @pytest.fixture()
@@ -87,7 +87,7 @@ def test_batches_are_pure_functions_of_seed_and_index():
 
 
 def test_sharded_batch_assembly_reads_only_its_rows():
-    from experiments.trainer import make_train_batch
+    from experiments.train.loop import make_train_batch
     from jax.sharding import NamedSharding, PartitionSpec
     from sharding.mesh import make_mesh
 

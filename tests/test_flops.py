@@ -6,7 +6,7 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from experiments.steps import cross_entropy_loss
+from experiments.train.steps import cross_entropy_loss
 from models.config import ModelConfig
 from models.flops import (attention_flops_per_token, flops_per_token, matmul_param_count,
                           non_embedding_param_count, param_count)

@@ -105,7 +105,7 @@ def test_ray_and_local_launcher_configs_compose():
 
 
 def test_cpu_slots_are_disjoint_and_exclusive(tmp_path):
-    from experiments.sweep_limits import cpu_sets, hold_slot
+    from experiments.sweeps.limits import cpu_sets, hold_slot
 
     sets = cpu_sets(2, 1)
     if len(os.sched_getaffinity(0)) >= 2:

@@ -8,9 +8,10 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from models.config import ConfigError, ModelConfig
+from models.config import ModelConfig
+from models.base.errors import ConfigError
 from models.transformer import Transformer, apply, init_params, logical_axes, split_params
-from experiments.steps import cross_entropy_loss
+from experiments.train.steps import cross_entropy_loss
 
 TINY = ModelConfig(vocab_size=64, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, seq_len=16)
 

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from scipy import optimize
 
-from analysis.errors import AnalysisError
-from analysis.planner import (ScalingLaw, candidate_shapes, chinchilla_law, load_law, plan)
+from models.base.errors import AnalysisError
+from analysis.planning.planner import (ScalingLaw, candidate_shapes, chinchilla_law, load_law, plan)
 
 # Epoch AI's refit of Chinchilla approach 3 (Besiroglu et al. 2024), as given in the brief.
 EPOCH = {"E": 1.8172, "A": 477.8, "B": 2143.0, "alpha": 0.3473, "beta": 0.3672}

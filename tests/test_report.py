@@ -72,7 +72,7 @@ def test_report_flags_edge_minima_and_missing_holdout(fake_sweep, tmp_path):
     for d in fake_sweep.iterdir():
         if d.name.startswith(("C2e10", "C6e10")):
             shutil.copytree(d, sw / d.name)
-    from analysis.report import build_report
+    from analysis.report.build import build_report
 
     rep = build_report(sw, tmp_path / "out", bootstrap=0)
     assert rep["holdout"] is None
@@ -104,7 +104,7 @@ def test_report_adds_planning_and_rl_sections(fake_sweep, tmp_path):
 
     import numpy as np
 
-    from analysis.report import build_report
+    from analysis.report.build import build_report
     from test_rl_report import _write_run
 
     sw = tmp_path / "sweep"

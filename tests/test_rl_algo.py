@@ -5,12 +5,13 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from experiments.rl_algo import (AlgoConfig, advantages, aggregate, kl_per_token,
+from experiments.rl.algo import (AlgoConfig, advantages, aggregate, kl_per_token,
                                  nonzero_variance, policy_loss, token_losses)
-from experiments.rl_flops import eval_flops, rl_step_flops
-from experiments.rl_policy import completion_logits, sample, token_logp
-from experiments.rl_tasks import EOS, TASKS, Task, TaskConfig, completion_mask, rewards
-from models.config import ConfigError, ModelConfig
+from experiments.rl.flops import eval_flops, rl_step_flops
+from experiments.rl.policy import completion_logits, sample, token_logp
+from experiments.rl.tasks import EOS, TASKS, Task, TaskConfig, completion_mask, rewards
+from models.config import ModelConfig
+from models.base.errors import ConfigError
 from models.transformer import init_params
 
 
@@ -143,7 +144,7 @@ def test_rl_step_sharded_matches_single_device():
     """One RL step on an 8-device (data=2, fsdp=2, tensor=2) mesh equals the 1-device step."""
     import optax
 
-    from experiments.rl_step import TaskShape, build_rl_setup
+    from experiments.rl.step import TaskShape, build_rl_setup
     from sharding.mesh import make_mesh
 
     if len(jax.devices()) < 8:

@@ -8,10 +8,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis.errors import AnalysisError
-from analysis.rl_data import RLCurve, burn_in_cutoff, load_curve
-from analysis.rl_fit import FitOptions, fit_recipe
-from analysis.rl_laws import Points, fit_gao, fit_law, gao_log, power_law, sigmoid
+from models.base.errors import AnalysisError
+from analysis.rl.curves import RLCurve, burn_in_cutoff, load_curve
+from analysis.rl.fitting import FitOptions, fit_recipe
+from analysis.rl.laws import Points, fit_gao, fit_law, gao_log, power_law, sigmoid
 
 
 def _binomial_curve(rng, A, B, Cm, R0, C, n=1000):
@@ -170,7 +170,7 @@ def test_cli_bad_input_one_line(tmp_path):
 
 
 def test_variance_collapse_flags_unstable_only_inside_the_fit_window(tmp_path):
-    from analysis.rl_data import variance_collapsed
+    from analysis.rl.curves import variance_collapsed
     C = np.linspace(0, 1000, 21)
     d = _run_dir(tmp_path, C, sigmoid(C, 0.7, 2.0, 300, 0.1))
     rows = [json.loads(l) for l in (d / "metrics.jsonl").read_text().splitlines()]

@@ -4,8 +4,8 @@ import json
 
 import numpy as np
 
-from analysis.rl_laws import sigmoid
-from analysis.rl_report import rank, rl_section
+from analysis.rl.laws import sigmoid
+from analysis.rl.report import rank, rl_section
 
 
 def _write_run(d, algo, seed, A, B, Cm, c_end, rng, n=30):

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from experiments import rl_loop
-from experiments.rl_warmstart import StartTooWeak
+from experiments.rl import loop as rl_loop
+from experiments.rl.warmstart import StartTooWeak
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -70,7 +70,7 @@ def test_rl_end_to_end_and_resume(tmp_path, cache, monkeypatch):
 
     # Same run, failing after its step-4 checkpoint; started again it resumes there.
     b = tmp_path / "b"
-    from experiments.rl_tasks import Task
+    from experiments.rl.tasks import Task
     orig = Task.train_batch
 
     def boom(self, seed, step, n):

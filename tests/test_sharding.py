@@ -12,9 +12,10 @@ import jax
 import numpy as np
 import pytest
 
-from experiments.optim import OptimConfig, make_optimizer, make_schedule
-from experiments.steps import build_train_setup
-from models.config import ConfigError, ModelConfig
+from experiments.train.optimizer import OptimConfig, make_optimizer, make_schedule
+from experiments.train.steps import build_train_setup
+from models.config import ModelConfig
+from models.base.errors import ConfigError
 from sharding import distributed
 from sharding.mesh import LAYOUTS, make_mesh, resolve_axis_sizes
 from sharding.rules import RULES, logical_to_spec

@@ -5,9 +5,9 @@ import math
 
 import pytest
 
-from experiments.sweep_ladder import LadderError, Shape, ladder, shapes_from_config
-from experiments.sweep_plan import PlanError, format_budget, plan
-from experiments.sweep_runs import decide, read_status, run_id
+from experiments.sweeps.ladder import LadderError, Shape, ladder, shapes_from_config
+from experiments.sweeps.grid import PlanError, format_budget, plan
+from experiments.sweeps.runs import decide, read_status, run_id
 from models.config import ModelConfig
 from models.flops import flops_per_token, param_count
 

@@ -14,12 +14,13 @@ import numpy as np
 import pytest
 from hydra import compose, initialize_config_dir
 
-from experiments.config import resolve_config
-from experiments.metrics import read_metrics
-from experiments.optim import OptimConfig, decay_mask, make_optimizer, make_schedule
-from experiments.steps import build_train_setup
-from experiments.trainer import HostSchedule, run
-from models.config import ConfigError, ModelConfig
+from experiments.train.config import resolve_config
+from experiments.train.metrics import read_metrics
+from experiments.train.optimizer import OptimConfig, decay_mask, make_optimizer, make_schedule
+from experiments.train.steps import build_train_setup
+from experiments.train.loop import HostSchedule, run
+from models.config import ModelConfig
+from models.base.errors import ConfigError
 from models.transformer import init_params
 from sharding.mesh import make_mesh
 
@@ -59,8 +60,8 @@ def test_run_writes_metrics_summary_checkpoints_and_skips_when_done(tmp_path, ca
     assert sorted(p.name for p in (rd / "checkpoints").iterdir() if p.name.isdigit()) == ["3", "6"]
     assert "step 6/6" in capsys.readouterr().out
     # The checkpoint loads back for analysis and reproduces the final eval loss.
-    from experiments.checkpoint import load_params
-    from experiments.data import DataConfig, eval_sampler, load_corpus
+    from experiments.train.checkpoint import load_params
+    from experiments.train.corpus import DataConfig, eval_sampler, load_corpus
     from models.transformer import apply
     mc, graphdef, params = load_params(rd)
     ev = eval_sampler(load_corpus(DataConfig()).val, mc.seq_len, 8)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 
-from analysis.errors import AnalysisError
+from models.base.errors import AnalysisError
 
 
 def _fixed(items: list[str]) -> dict[str, float]:
@@ -50,8 +50,8 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from analysis.fitting import fit_law
-    from analysis.laws import get_law
+    from analysis.laws.fitting import fit_law
+    from analysis.laws.registry import get_law
     from analysis.jaxcache import enable_compile_cache
 
     enable_compile_cache()
@@ -73,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"  held out {h['n_points']} runs above C={h['threshold']:.3g}: mean |rel err| {h['mean_rel_error']:.3%}, "
               f"max {h['max_rel_error']:.3%}")
     if args.approach2:
-        from analysis.isoflop import approach2, compare_approaches
+        from analysis.laws.isoflop import approach2, compare_approaches
 
         a2 = approach2(args.data, columns, method=args.approach2,
                        bootstrap=min(args.bootstrap, 1000) or 200, seed=args.seed)

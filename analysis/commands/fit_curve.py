@@ -30,8 +30,8 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from analysis.curve_laws import get_curve_law
-    from analysis.curves import fit_curve, load_curve
+    from analysis.curves.laws import get_curve_law
+    from analysis.curves.fitting import fit_curve, load_curve
     from analysis.jaxcache import enable_compile_cache
 
     enable_compile_cache()

@@ -13,10 +13,10 @@ import json
 import math
 import pathlib
 
-from analysis.errors import AnalysisError
-from analysis.rl_data import load_curve
-from analysis.rl_fit import FitOptions, fit_recipe
-from analysis.rl_laws import LAWS
+from models.base.errors import AnalysisError
+from analysis.rl.curves import load_curve
+from analysis.rl.fitting import FitOptions, fit_recipe
+from analysis.rl.laws import LAWS
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -26,7 +26,7 @@ from typing import Any
 
 import pandas as pd
 
-from analysis.errors import AnalysisError
+from models.base.errors import AnalysisError
 from sharding.costmodel import (BF16_MIXED, DEFAULT_EFFICIENCY, FP32_PARAMS, Efficiency, Layout,
                                 LayoutError, ModelShape, estimate_step, load_hardware)
 from sharding.costmodel.calibrate import Measurement, calibrate, score

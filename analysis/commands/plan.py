@@ -13,8 +13,8 @@ import argparse
 import json
 import pathlib
 
-from analysis.errors import AnalysisError
-from analysis.planner import load_law, plan
+from models.base.errors import AnalysisError
+from analysis.planning.planner import load_law, plan
 
 
 def _positive_float(text: str) -> float:

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import argparse
 
-from analysis.errors import AnalysisError
+from models.base.errors import AnalysisError
 
 
 def _run(args: argparse.Namespace) -> int:
-    from analysis.report import build_report
-    from analysis.report_render import headline
+    from analysis.report.build import build_report
+    from analysis.report.render import headline
 
     if args.gpus <= 0:
         raise AnalysisError(f"--gpus must be a positive integer (got {args.gpus})")

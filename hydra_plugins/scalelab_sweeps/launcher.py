@@ -2,7 +2,7 @@
 
 Hydra's own joblib launcher runs N jobs in N loky worker processes but lets each of them use the
 whole machine, so two JAX runs on two cores fight over both. This launcher runs the same
-`execute_job` inside `hold_slot` + `apply_limits` (experiments/sweep_limits.py): every run owns
+`execute_job` inside `hold_slot` + `apply_limits` (experiments/sweeps/limits.py): every run owns
 `threads_per_job` CPUs that no other concurrent run touches. `n_jobs: null` means as many jobs as
 there are free CPU slots.
 """
@@ -29,7 +29,7 @@ def run_in_slot(lock_dir: str, slots: list[list[int]], threads: int, idx: int,
     """Worker-side: take a free CPU slot, pin to it, then run the job as Hydra's joblib does."""
     from hydra_plugins.hydra_joblib_launcher._core import execute_job
 
-    from experiments.sweep_limits import apply_limits, hold_slot
+    from experiments.sweeps.limits import apply_limits, hold_slot
 
     with hold_slot(pathlib.Path(lock_dir), len(slots)) as k:
         apply_limits(slots[k], threads, slot=k)
@@ -63,7 +63,7 @@ class LocalParallelLauncher(Launcher):
         self.hydra_context = hydra_context
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
-        from experiments.sweep_limits import cpu_sets
+        from experiments.sweeps.limits import cpu_sets
         from joblib import Parallel, delayed
 
         setup_globals()

@@ -3,9 +3,9 @@
 Selected by `+sweep=<preset>` (conf/sweep/*.yaml set `hydra/sweeper: scalelab`). It keeps `-m`
 semantics: any other command-line overrides are expanded exactly like Hydra's basic sweeper
 (`optim.lr=1e-3,3e-3` gives two sweeps), and each of those combinations is crossed with the
-runs planned from the `sweep` node (experiments/sweep_plan.py). Every run gets
+runs planned from the `sweep` node (experiments/sweeps/grid.py). Every run gets
 `hydra.sweep.subdir=<label>_<id>` where the id hashes the run's resolved config
-(experiments/sweep_runs.py), so relaunching finds earlier runs by path: completed runs are not
+(experiments/sweeps/runs.py), so relaunching finds earlier runs by path: completed runs are not
 launched at all, interrupted runs are launched and resume from their checkpoints, failed or
 diverged runs are kept unless `sweep.rerun_failed=true`.
 """
@@ -52,7 +52,7 @@ class TaskGuard:
     def __call__(self, cfg: DictConfig) -> Any:
         from hydra.core.hydra_config import HydraConfig
 
-        from experiments.sweep_limits import record_launch
+        from experiments.sweeps.limits import record_launch
 
         with record_launch(pathlib.Path(HydraConfig.get().runtime.output_dir)):
             try:
@@ -102,9 +102,9 @@ class ScalelabSweeper(Sweeper):
 
     # ---- planning ----------------------------------------------------------------------------
     def _plan_jobs(self, arguments: List[str]) -> tuple[list[dict], list[dict]]:
-        from experiments.sweep_ladder import LadderError
-        from experiments.sweep_plan import plan
-        from experiments.sweep_runs import decide, read_status, run_dirname, run_id
+        from experiments.sweeps.ladder import LadderError
+        from experiments.sweeps.grid import plan
+        from experiments.sweeps.runs import decide, read_status, run_dirname, run_id
 
         assert self.config is not None and self.hydra_context is not None
         loader = self.hydra_context.config_loader
@@ -167,7 +167,7 @@ class ScalelabSweeper(Sweeper):
             lock.close()
 
     def _sweep_locked(self, arguments: List[str], sweep_dir: pathlib.Path) -> Any:
-        from experiments.sweep_runs import read_status
+        from experiments.sweeps.runs import read_status
 
         launch, records = self._plan_jobs(arguments)
         OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
@@ -214,7 +214,7 @@ def _corpus_tokens(run_cfg: dict, sweep: dict) -> Optional[int]:
     """Training-split size for the epoch limit (None when no limit is asked for)."""
     if sweep.get("max_epochs") is None:
         return None
-    from experiments.sweep_corpus import train_tokens
+    from experiments.sweeps.corpus import train_tokens
 
     return train_tokens(run_cfg)
 

@@ -6,7 +6,7 @@ Public API:
     Efficiency, DEFAULT_EFFICIENCY                             fitted constants   (efficiency.py)
     estimate_step(model, layout, hardware, precision, eff) -> StepEstimate         (step.py)
     memory_breakdown, activation_bytes_per_layer                                 (memory.py)
-    LayoutError (an analysis.errors.AnalysisError)
+    LayoutError (an models.base.errors.AnalysisError)
 
 See docs/costmodel.md for the equations and their sources.
 """

@@ -12,7 +12,7 @@ import dataclasses
 import math
 from typing import Any
 
-from analysis.errors import AnalysisError
+from models.base.errors import AnalysisError
 
 ATTENTION_KERNELS = ("naive", "fused_softmax", "flash1", "flash2")
 ACT_CKPT = ("none", "selective", "full")

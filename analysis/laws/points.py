@@ -1,0 +1,205 @@
+"""Reading and checking the points a law is fitted to.
+
+Why a module of its own: every bad input (missing file, empty CSV, unknown column, NaN or
+non-positive value, too few points, one model size) must stop with one line that says what to
+fix, before any optimiser runs. A silent garbage fit is worse than no fit.
+
+Columns have *roles*: `N` (parameters), `D` (tokens), `C` (training FLOPs), `loss` (the target),
+`x` (the input of the generic `power` law). Each role is found by an explicit column name or, by
+default, the first present of a few common spellings (including the run table that
+`analysis.runs.load` writes). Missing D is derived as C / (6N) and missing C as 6ND, as the
+Chinchilla papers do.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Mapping
+
+import numpy as np
+import pandas as pd
+
+from models.base.errors import AnalysisError
+
+ALIASES: dict[str, tuple[str, ...]] = {
+    "N": ("N", "n_params", "Model Size", "params_n"),
+    "D": ("D", "tokens", "n_tokens"),
+    "C": ("C", "flops", "FLOPs", "Training FLOP", "compute"),
+    "loss": ("loss", "final_eval_loss", "eval_loss", "final_train_loss"),
+    "x": ("x",),
+}
+FLAGS = {"N": "--n-col", "D": "--d-col", "C": "--c-col", "loss": "--loss-col", "x": "--x-col"}
+FLOPS_PER_PARAM_TOKEN = 6.0
+
+
+def read_table(path: str | os.PathLike) -> pd.DataFrame:
+    """Read a CSV (or Parquet) of points; one-line errors for missing, empty or unreadable files."""
+    path = os.fspath(path)
+    if not os.path.exists(path):
+        raise AnalysisError(f"file not found: {path}")
+    if os.path.isdir(path):
+        raise AnalysisError(f"{path} is a directory; pass a CSV file (or load runs with analysis.runs.load)")
+    if os.path.getsize(path) == 0:
+        raise AnalysisError(f"{path} is empty; it needs a header row and one row per run")
+    try:
+        df = pd.read_parquet(path) if path.endswith(".parquet") else pd.read_csv(path)
+    except pd.errors.EmptyDataError:
+        raise AnalysisError(f"{path} has no columns; it needs a header row and one row per run") from None
+    except (pd.errors.ParserError, UnicodeDecodeError, ValueError) as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise AnalysisError(f"cannot parse {path}: {first}") from None
+    if df.empty:
+        raise AnalysisError(f"{path} has a header but no rows")
+    return df
+
+
+def _find(df: pd.DataFrame, role: str, explicit: str | None) -> str | None:
+    if explicit is not None:
+        if explicit not in df.columns:
+            raise AnalysisError(
+                f"column {explicit!r} (given for {role}) not found; the data has columns: "
+                f"{', '.join(map(str, df.columns))}"
+            )
+        return explicit
+    for name in ALIASES.get(role, (role,)):
+        if name in df.columns:
+            return name
+    return None
+
+
+def _missing(df: pd.DataFrame, role: str, what: str) -> AnalysisError:
+    tried = ", ".join(ALIASES.get(role, (role,)))
+    flag = FLAGS.get(role, "columns={...}")
+    return AnalysisError(
+        f"no {what} column: looked for {tried}; the data has columns {', '.join(map(str, df.columns))}; "
+        f"name the right one with {flag} NAME"
+    )
+
+
+@dataclass(frozen=True)
+class Points:
+    """Validated inputs of one fit: positive finite arrays per role, plus the target."""
+
+    inputs: dict[str, np.ndarray]  # role -> values, for the law's inputs (and C when known)
+    y: np.ndarray
+    weights: np.ndarray
+    columns: dict[str, str]  # role -> column name used ("<derived>" when computed)
+    index: np.ndarray  # row labels of the source frame
+
+    @property
+    def n(self) -> int:
+        return self.y.shape[0]
+
+
+_WHAT = {"N": "model-size (parameters)", "D": "tokens", "C": "compute (FLOPs)", "loss": "loss", "x": "x"}
+
+
+def resolve_inputs(
+    df: pd.DataFrame, roles: tuple[str, ...], columns: Mapping[str, str] | None = None
+) -> tuple[dict[str, np.ndarray], dict[str, str]]:
+    """Arrays for `roles` (plus C whenever it is known or derivable) and the column names used.
+
+    D is derived as C / (6N) when absent, C as 6ND. Only the columns that are needed are checked,
+    so a NaN in an unused column does not block a fit.
+    """
+    columns = dict(columns or {})
+    unknown_roles = set(columns) - set(ALIASES) - set(roles)
+    if unknown_roles:
+        raise AnalysisError(f"columns given for unknown roles {sorted(unknown_roles)}; roles are {', '.join(ALIASES)}")
+    used: dict[str, str] = {}
+    cache: dict[str, np.ndarray | None] = {}
+
+    def col(role: str, required: bool) -> np.ndarray | None:
+        if role not in cache:
+            name = _find(df, role, columns.get(role))
+            if name is None:
+                cache[role] = None
+            else:
+                try:
+                    cache[role] = _numeric(df, name, role)
+                    used[role] = str(name)
+                except AnalysisError:
+                    if required:
+                        raise
+                    cache[role] = None
+        if cache[role] is None and required:
+            raise _missing(df, role, _WHAT.get(role, role))
+        return cache[role]
+
+    vals: dict[str, np.ndarray] = {}
+    for role in roles:
+        if role == "D" and _find(df, "D", columns.get("D")) is None and _find(df, "C", columns.get("C")) is not None:
+            N, C = col("N", True), col("C", True)
+            vals["D"], used["D"] = C / (FLOPS_PER_PARAM_TOKEN * N), f"<derived: {used['C']} / (6 * {used['N']})>"
+        elif role == "C" and _find(df, "C", columns.get("C")) is None and _find(df, "N", columns.get("N")) is not None:
+            N, D = col("N", True), col("D", True)
+            vals["C"], used["C"] = FLOPS_PER_PARAM_TOKEN * N * D, f"<derived: 6 * {used['N']} * {used['D']}>"
+        else:
+            vals[role] = col(role, True)
+    if "C" not in vals:
+        C = col("C", False)
+        if C is not None:
+            vals["C"] = C
+        else:
+            N, D = vals.get("N", col("N", False)), vals.get("D", col("D", False))
+            if N is not None and D is not None:
+                vals["C"], used["C"] = FLOPS_PER_PARAM_TOKEN * N * D, "<derived: 6 N D>"
+    return vals, used
+
+
+def resolve(
+    df: pd.DataFrame,
+    inputs: tuple[str, ...],
+    columns: Mapping[str, str] | None = None,
+    weights: str | np.ndarray | None = None,
+) -> Points:
+    """Pick the columns for `inputs` + loss (deriving D or C), check them, return `Points`."""
+    columns = dict(columns or {})
+    loss_name = _find(df, "loss", columns.get("loss"))
+    if loss_name is None:
+        raise _missing(df, "loss", "loss")
+    vals, used = resolve_inputs(df, inputs, {k: v for k, v in columns.items() if k != "loss"})
+    y = _numeric(df, loss_name, "loss")
+    used["loss"] = str(loss_name)
+    if isinstance(weights, str):
+        if weights not in df.columns:
+            raise AnalysisError(f"weight column {weights!r} not found; columns: {', '.join(map(str, df.columns))}")
+        w = _numeric(df, weights, "weight")
+    elif weights is None:
+        w = np.ones(len(df))
+    else:
+        w = np.asarray(weights, dtype=float)
+        if w.shape != (len(df),):
+            raise AnalysisError(f"weights must have one value per row ({len(df)}), got shape {w.shape}")
+        _check_values(w, "weights", "weight")
+    if np.any(w < 0) or not np.any(w > 0):
+        raise AnalysisError("weights must be >= 0 with at least one > 0")
+    return Points(inputs=vals, y=y, weights=w, columns=used, index=np.asarray(df.index))
+
+
+def _numeric(df: pd.DataFrame, name: str, role: str) -> np.ndarray:
+    try:
+        v = pd.to_numeric(df[name], errors="raise").to_numpy(dtype=float)
+    except (ValueError, TypeError):
+        raise AnalysisError(f"column {name!r} ({role}) has non-numeric values") from None
+    _check_values(v, name, role)
+    return v
+
+
+def _check_values(v: np.ndarray, name: str, role: str) -> None:
+    bad = ~np.isfinite(v)
+    if bad.any():
+        rows = np.flatnonzero(bad)[:5].tolist()
+        raise AnalysisError(
+            f"column {name!r} ({role}) has {int(bad.sum())} NaN/inf value(s) (rows {rows}); remove or fix those rows"
+        )
+    if role == "weight":
+        return
+    nonpos = v <= 0
+    if nonpos.any():
+        rows = np.flatnonzero(nonpos)[:5].tolist()
+        raise AnalysisError(
+            f"column {name!r} ({role}) has {int(nonpos.sum())} non-positive value(s) (rows {rows}, e.g. {v[nonpos][0]:g}); "
+            "scaling laws are fitted in log space, so every value must be > 0"
+        )

@@ -1,0 +1,1 @@
+"""Compute-budget planning: model size, tokens and the fastest parallel layout for a budget."""

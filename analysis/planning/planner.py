@@ -1,0 +1,386 @@
+"""Compute-budget planner: scaling law → model shape and tokens → fastest layout that fits.
+
+A scaling law says how big a model and how many tokens a budget buys; the cost model says
+whether that model fits the cluster, how fast it trains and so how many days and GPU-hours the
+budget really means. `plan()` joins them:
+
+1. the law L(N, D) = E + A/N^α + B/D^β (Hoffmann et al. 2022, "Chinchilla", approach 3), from a
+   fit JSON written by `python -m analysis fit` or Chinchilla's published constants;
+2. compute-optimal N*, D* for C FLOPs with C = 6ND (closed form);
+3. real shapes near N*: head dim 128, d_model a multiple of 128, aspect ratio
+   d_model / n_layers in [64, 192] (GPT-3 and Llama use 100–128), SwiGLU MLP;
+4. for each shape, every TP × PP × DP × micro-batch × ZeRO × checkpointing layout the cost model
+   accepts; the fastest one that fits memory wins;
+5. with a wall-clock (`max_days`) or GPU-hour limit, tokens are capped by what the layout can
+   process in time, and the shape with the lowest predicted loss wins (usually smaller than N*).
+Loss confidence intervals come from the fit's bootstrap samples when it has them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import pathlib
+from typing import Any, Sequence
+
+import numpy as np
+
+from models.base.errors import AnalysisError
+from sharding.costmodel import (BF16_MIXED, DEFAULT_EFFICIENCY, Efficiency, Hardware, Layout,
+                                LayoutError, ModelShape, Precision, estimate_step, load_hardware)
+
+# Hoffmann et al. 2022, eq. 10 (approach 3): E, A, B, alpha, beta.
+CHINCHILLA = {"E": 1.69, "A": 406.4, "B": 410.7, "alpha": 0.34, "beta": 0.28}
+PARAM_NAMES = ("E", "A", "B", "alpha", "beta")
+HEAD_DIM = 128
+ASPECT_RANGE = (64.0, 192.0)
+ASPECT_TARGET = 128.0
+
+
+@dataclasses.dataclass(frozen=True)
+class ScalingLaw:
+    """L(N, D) = E + A/N^alpha + B/D^beta, with optional bootstrap parameter samples."""
+
+    E: float
+    A: float
+    B: float
+    alpha: float
+    beta: float
+    source: str
+    samples: np.ndarray | None = dataclasses.field(default=None, compare=False, repr=False)
+
+    def loss(self, n: float, d: float) -> float:
+        return self.E + self.A / n ** self.alpha + self.B / d ** self.beta
+
+    def loss_ci(self, n: float, d: float, level: float = 0.95) -> tuple[float, float] | None:
+        """Percentile interval of the loss over the bootstrap samples; None without samples."""
+        if self.samples is None or len(self.samples) < 10:
+            return None
+        e, a, b, al, be = self.samples.T
+        with np.errstate(over="ignore", invalid="ignore"):
+            vals = e + a / n ** al + b / d ** be
+        vals = vals[np.isfinite(vals)]
+        if len(vals) < 10:
+            return None
+        q = (1 - level) / 2
+        return float(np.quantile(vals, q)), float(np.quantile(vals, 1 - q))
+
+    def optimal_allocation(self, flops: float) -> tuple[float, float]:
+        """N*, D* minimising L under 6·N·D = C (Hoffmann et al. 2022, eq. 4)."""
+        g = (self.alpha * self.A / (self.beta * self.B)) ** (1 / (self.alpha + self.beta))
+        n = g * (flops / 6) ** (self.beta / (self.alpha + self.beta))
+        return n, flops / (6 * n)
+
+
+def chinchilla_law() -> ScalingLaw:
+    return ScalingLaw(**CHINCHILLA, source="Hoffmann et al. 2022 (Chinchilla) approach 3: "
+                      "E=1.69, A=406.4, B=410.7, alpha=0.34, beta=0.28")
+
+
+def load_law(path: str | pathlib.Path | None) -> ScalingLaw:
+    """A `python -m analysis fit` JSON (`params` {E, A, B, alpha, beta}, optional
+    `bootstrap_samples` in `param_names` order), or Chinchilla's constants if path is None."""
+    if path is None:
+        return chinchilla_law()
+    p = pathlib.Path(path)
+    if not p.is_file():
+        raise AnalysisError(f"law file not found: {p}")
+    try:
+        data = json.loads(p.read_text())
+    except json.JSONDecodeError as e:
+        raise AnalysisError(f"law file {p} is not valid JSON ({e.msg} at line {e.lineno})")
+    if not isinstance(data, dict):
+        raise AnalysisError(f"law file {p} must hold a JSON object")
+    law_name = str(data.get("law", "chinchilla")).lower()
+    params = data.get("params")
+    if not isinstance(params, dict):
+        raise AnalysisError(f"law file {p} has no 'params' object (write it with `python -m "
+                            f"analysis fit DATA.csv --law chinchilla --json {p.name}`)")
+    missing = [k for k in PARAM_NAMES if k not in params]
+    if missing:
+        raise AnalysisError(f"law {law_name!r} in {p} lacks parameter(s) {missing}; the planner "
+                            f"needs a Chinchilla-form law L = E + A/N^alpha + B/D^beta")
+    try:
+        vals = {k: float(params[k]) for k in PARAM_NAMES}
+    except (TypeError, ValueError):
+        raise AnalysisError(f"law file {p}: parameters must be numbers (got {params})")
+    if not all(math.isfinite(v) for v in vals.values()) or min(vals["A"], vals["B"], vals["alpha"],
+                                                                 vals["beta"]) <= 0:
+        raise AnalysisError(f"law file {p}: A, B, alpha, beta must be finite and > 0 (got {vals})")
+    samples = None
+    raw = data.get("bootstrap_samples")
+    if raw:
+        names = list(data.get("param_names") or PARAM_NAMES)
+        try:
+            arr = np.asarray(raw, dtype=float)
+            idx = [names.index(k) for k in PARAM_NAMES]
+            samples = arr[:, idx]
+        except (ValueError, IndexError, TypeError):
+            samples = None  # malformed samples: fall back to the point estimate, said in output
+    return ScalingLaw(**vals, source=f"{law_name} law fitted in {p.name}", samples=samples)
+
+
+# ---- shapes -------------------------------------------------------------------------------------
+def shape_for(n_layers: int, d_model: int, seq_len: int, vocab: int) -> ModelShape:
+    return ModelShape(n_layers=n_layers, d_model=d_model, n_heads=d_model // HEAD_DIM,
+                      seq_len=seq_len, vocab_size=vocab)
+
+
+def candidate_shapes(n_target: float, seq_len: int, vocab: int, k: int = 4) -> list[ModelShape]:
+    """The k real shapes whose parameter count is closest to n_target (aspect ratio near 128).
+
+    Score = |log(N/N*)| + 0.05·|log(aspect/128)|: parameter count first, shape second.
+    """
+    scored = []
+    for L in [*range(2, 16, 2), *range(16, 257, 4)]:  # real stacks: even, multiples of 4 when deep
+        d_ideal = ASPECT_TARGET * L
+        for d in {128 * max(1, round(d_ideal * f / 128)) for f in (0.5, 0.6, 0.7, 0.8, 0.9, 1.0,
+                                                                   1.1, 1.2, 1.3, 1.4, 1.5)}:
+            aspect = d / L
+            if not ASPECT_RANGE[0] <= aspect <= ASPECT_RANGE[1]:
+                continue
+            s = shape_for(L, d, seq_len, vocab)
+            err = abs(math.log(s.n_params / n_target))
+            if err > 0.35:
+                continue
+            scored.append((err + 0.05 * abs(math.log(aspect / ASPECT_TARGET)), L, d, s))
+    if not scored:
+        raise AnalysisError(f"no transformer shape with head dim {HEAD_DIM} comes within 40% of "
+                            f"{n_target:.3g} parameters; the budget is too small or too large")
+    scored.sort(key=lambda x: x[:3])
+    return [s for *_, s in scored[:k]]
+
+
+# ---- layouts ------------------------------------------------------------------------------------
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def layouts_for(shape: ModelShape, n_devices: int, hw: Hardware, batch_tokens: int,
+                micro_batches: Sequence[int] = (1, 2, 4, 8),
+                zero_stages: Sequence[int] = (1, 3),
+                act_ckpts: Sequence[str] = ("none", "selective", "full")) -> list[Layout]:
+    """Every valid layout: TP within a node (divides the heads), PP dividing the layers."""
+    out = []
+    for tp in (t for t in (1, 2, 4, 8, 16) if t <= hw.devices_per_node and n_devices % t == 0
+               and shape.n_heads % t == 0):
+        for pp in (p for p in _divisors(n_devices // tp) if p <= 64 and shape.n_layers % p == 0):
+            dp = n_devices // (tp * pp)
+            for mb in micro_batches:
+                unit = dp * mb
+                gb = max(unit, unit * round(batch_tokens / shape.seq_len / unit))
+                if gb * shape.seq_len > 2 * batch_tokens:
+                    continue  # the DP × micro-batch product alone exceeds the batch
+                for z in zero_stages:
+                    for ck in act_ckpts:
+                        out.append(Layout(dp=dp, tp=tp, pp=pp, micro_batch=mb, global_batch=gb,
+                                          sp=tp > 1, zero_stage=z, act_ckpt=ck))
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
+class Candidate:
+    """One planned run: shape, tokens, best layout and what it costs."""
+
+    shape: ModelShape
+    tokens: float
+    layout: Layout
+    mem_gb_per_device: float
+    step_time_s: float
+    mfu: float
+    tokens_per_s: float
+    days: float
+    gpu_hours: float
+    flops: float
+    loss: float
+    loss_ci: tuple[float, float] | None
+
+    def as_dict(self) -> dict[str, Any]:
+        lo = self.layout
+        return {
+            "n_params": self.shape.n_params, "tokens": self.tokens,
+            "n_layers": self.shape.n_layers, "d_model": self.shape.d_model,
+            "n_heads": self.shape.n_heads, "d_ff": self.shape.ffn, "seq_len": self.shape.seq_len,
+            "vocab_size": self.shape.vocab_size,
+            "layout": {"dp": lo.dp, "tp": lo.tp, "pp": lo.pp, "micro_batch": lo.micro_batch,
+                       "zero_stage": lo.zero_stage, "act_ckpt": lo.act_ckpt, "sp": lo.sp,
+                       "global_batch": lo.global_batch, "grad_accum": lo.grad_accum,
+                       "attention": lo.attention},
+            "mem_gb_per_device": self.mem_gb_per_device, "step_time_s": self.step_time_s,
+            "mfu": self.mfu, "tokens_per_s": self.tokens_per_s, "days": self.days,
+            "gpu_hours": self.gpu_hours, "flops": self.flops, "loss": self.loss,
+            "loss_ci": list(self.loss_ci) if self.loss_ci else None,
+        }
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    best: Candidate
+    candidates: tuple[Candidate, ...]
+    law: ScalingLaw
+    hardware: Hardware
+    n_devices: int
+    budget_flops: float | None
+    max_days: float | None
+    n_opt: float | None
+    d_opt: float | None
+    notes: tuple[str, ...]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"best": self.best.as_dict(), "candidates": [c.as_dict() for c in self.candidates],
+                "law": {"E": self.law.E, "A": self.law.A, "B": self.law.B,
+                        "alpha": self.law.alpha, "beta": self.law.beta, "source": self.law.source},
+                "hardware": self.hardware.name, "n_devices": self.n_devices,
+                "budget_flops": self.budget_flops, "max_days": self.max_days,
+                "n_opt": self.n_opt, "d_opt": self.d_opt, "notes": list(self.notes)}
+
+    def table(self) -> str:
+        head = (f"{'#':>2} {'params':>8} {'tokens':>8} {'L':>4} {'d':>6} {'layout':34s} "
+                f"{'mem GB':>7} {'step s':>7} {'MFU':>5} {'days':>7} {'GPU-h':>10} loss (95% CI)")
+        lines = [head]
+        for i, c in enumerate(self.candidates):
+            lo = c.layout
+            lay = (f"dp{lo.dp} tp{lo.tp}{'+sp' if lo.sp else ''} pp{lo.pp} mb{lo.micro_batch} "
+                   f"z{lo.zero_stage} {lo.act_ckpt}")
+            ci = f"[{c.loss_ci[0]:.3f}, {c.loss_ci[1]:.3f}]" if c.loss_ci else "(CI unavailable)"
+            lines.append(f"{i + 1:>2} {c.shape.n_params / 1e9:7.1f}B {c.tokens / 1e12:7.2f}T "
+                         f"{c.shape.n_layers:>4} {c.shape.d_model:>6} {lay:34s} "
+                         f"{c.mem_gb_per_device:7.1f} {c.step_time_s:7.2f} {c.mfu:5.3f} "
+                         f"{c.days:7.1f} {c.gpu_hours:10.3g} {c.loss:.3f} {ci}")
+        return "\n".join(lines)
+
+    def to_markdown(self) -> str:
+        """A planning section for reports."""
+        b = self.best
+        lo = b.layout
+        ci = (f"{b.loss_ci[0]:.3f}–{b.loss_ci[1]:.3f}" if b.loss_ci
+              else "unavailable (the law has no bootstrap samples)")
+        budget = f"{self.budget_flops:.3g} FLOPs" if self.budget_flops else "no FLOP budget"
+        lines = [
+            "## Planning", "",
+            f"Budget: {budget} on {self.n_devices} × {self.hardware.name}"
+            + (f", at most {self.max_days:g} days" if self.max_days else "") + f". Law: {self.law.source}.",
+            "",
+            f"Proposed: **{b.shape.n_params / 1e9:.1f}B parameters** (L={b.shape.n_layers}, "
+            f"d_model={b.shape.d_model}, {b.shape.n_heads} heads) on **{b.tokens / 1e12:.2f}T "
+            f"tokens**, layout dp={lo.dp} tp={lo.tp} pp={lo.pp} micro-batch={lo.micro_batch} "
+            f"ZeRO-{lo.zero_stage} checkpointing={lo.act_ckpt}: {b.mem_gb_per_device:.1f} GB/device, "
+            f"{b.step_time_s:.2f} s/step, MFU {100 * b.mfu:.1f}%, **{b.days:.1f} days** "
+            f"({b.gpu_hours:.3g} GPU-hours); predicted loss {b.loss:.3f} (95% CI {ci}).", "",
+            "```", self.table(), "```"]
+        lines += [f"- {n}" for n in self.notes]
+        return "\n".join(lines)
+
+
+def fastest_layout(shape: ModelShape, n_devices: int, hw: Hardware, batch_tokens: int,
+                   precision: Precision, eff: Efficiency):
+    """(estimate, n_evaluated, leanest estimate) of the fastest fitting layout, or None first."""
+    best, lean, n = None, None, 0
+    for lo in layouts_for(shape, n_devices, hw, batch_tokens):
+        try:
+            est = estimate_step(shape, lo, hw, precision, eff)
+        except LayoutError:
+            continue
+        n += 1
+        if lean is None or est.memory.total < lean.memory.total:
+            lean = est
+        if est.fits and (best is None or est.tokens_per_s > best.tokens_per_s):
+            best = est
+    return best, n, lean
+
+
+def _no_fit_message(shape: ModelShape, n_devices: int, hw: Hardware, lean) -> str:
+    need = ""
+    if lean is not None:
+        need = (f"; the leanest layout (tp{lean.layout.tp} pp{lean.layout.pp} "
+                f"ZeRO-{lean.layout.zero_stage} {lean.layout.act_ckpt}) needs "
+                f"{lean.memory.total / 1e9:.0f} GB per device")
+    return (f"no layout of the {shape.n_params / 1e9:.1f}B model (L={shape.n_layers}, "
+            f"d={shape.d_model}) fits {hw.hbm_bytes / 1e9:.0f} GB {hw.name} devices on "
+            f"{n_devices} devices{need}")
+
+
+def plan(budget_flops: float | None, n_devices: int, hardware: str | Hardware,
+         law: ScalingLaw | None = None, max_days: float | None = None,
+         max_gpu_hours: float | None = None, seq_len: int = 2048, vocab: int = 32000,
+         batch_tokens: int = 4 * 1024 * 1024, precision: Precision = BF16_MIXED,
+         eff: Efficiency = DEFAULT_EFFICIENCY, top: int = 8) -> Plan:
+    """Plan a training run; see the module docstring. Raises AnalysisError for bad input."""
+    law = law or chinchilla_law()
+    hw = hardware if isinstance(hardware, Hardware) else load_hardware(hardware)
+    if isinstance(n_devices, bool) or not isinstance(n_devices, int) or n_devices <= 0:
+        raise AnalysisError(f"--gpus must be a positive integer (got {n_devices!r})")
+    if budget_flops is not None and not (math.isfinite(budget_flops) and budget_flops > 0):
+        raise AnalysisError(f"--budget must be a positive number of FLOPs (got {budget_flops!r})")
+    for name, v in (("--max-days", max_days), ("--gpu-hours", max_gpu_hours)):
+        if v is not None and not (math.isfinite(v) and v > 0):
+            raise AnalysisError(f"{name} must be a positive number (got {v!r})")
+    if max_gpu_hours is not None:
+        d = max_gpu_hours / (24 * n_devices)
+        max_days = d if max_days is None else min(max_days, d)
+    if budget_flops is None and max_days is None:
+        raise AnalysisError("give --budget FLOPS, or a time limit (--max-days / --gpu-hours)")
+    notes = []
+    if law.samples is None:
+        notes.append("loss CI unavailable: the law has no bootstrap samples (point estimate only)")
+
+    n_opt = d_opt = None
+    if budget_flops is not None:
+        n_opt, d_opt = law.optimal_allocation(budget_flops)
+        targets = [n_opt]
+    if max_days is not None:
+        # the time limit may make a smaller model better: scan sizes down to N*/30
+        ref = n_opt if n_opt is not None else _size_for_time(law, n_devices, hw, max_days)
+        targets = [ref * f for f in (1.0, 0.7, 0.5, 0.35, 0.25, 0.18, 0.12, 0.08, 0.05, 0.033)]
+
+    shapes: dict[tuple[int, int], ModelShape] = {}
+    for n_t in targets:
+        for s in candidate_shapes(n_t, seq_len, vocab, k=3 if max_days is None else 2):
+            shapes[(s.n_layers, s.d_model)] = s
+    cands, failures = [], []
+    for s in shapes.values():
+        est, _, lean = fastest_layout(s, n_devices, hw, batch_tokens, precision, eff)
+        if est is None:
+            failures.append(_no_fit_message(s, n_devices, hw, lean))
+            continue
+        tokens = budget_flops / (6 * s.n_params) if budget_flops is not None else math.inf
+        if max_days is not None:
+            tokens = min(tokens, est.tokens_per_s * max_days * 86400)
+        seconds = tokens / est.tokens_per_s
+        cands.append(Candidate(
+            shape=s, tokens=tokens, layout=est.layout, mem_gb_per_device=est.memory.total / 1e9,
+            step_time_s=est.step_time_s, mfu=est.mfu, tokens_per_s=est.tokens_per_s,
+            days=seconds / 86400, gpu_hours=seconds / 3600 * n_devices,
+            flops=6 * s.n_params * tokens, loss=law.loss(s.n_params, tokens),
+            loss_ci=law.loss_ci(s.n_params, tokens)))
+    if not cands:
+        raise AnalysisError(failures[0] + "; " + _more_devices_hint(
+            min(shapes.values(), key=lambda s: s.n_params), n_devices, hw, batch_tokens,
+            precision, eff))
+    if max_days is not None:
+        cands.sort(key=lambda c: c.loss)
+        notes.append(f"tokens capped by what each layout processes in {max_days:g} days")
+    else:
+        cands.sort(key=lambda c: (abs(math.log(c.shape.n_params / n_opt)) > 0.1, c.days))
+    notes.append(f"layouts: flash-attention 2, fused norms, bf16 mixed precision, "
+                 f"~{batch_tokens / 2**20:.0f}M tokens per step; efficiency constants: "
+                 f"{eff.provenance}")
+    return Plan(best=cands[0], candidates=tuple(cands[:top]), law=law, hardware=hw,
+                n_devices=n_devices, budget_flops=budget_flops, max_days=max_days, n_opt=n_opt,
+                d_opt=d_opt, notes=tuple(notes))
+
+
+def _size_for_time(law: ScalingLaw, n_devices: int, hw: Hardware, days: float) -> float:
+    """N* for the FLOPs the cluster delivers in `days` at 40% MFU (a starting point only)."""
+    return law.optimal_allocation(0.4 * hw.peak_flops * n_devices * days * 86400)[0]
+
+
+def _more_devices_hint(shape: ModelShape, n_devices: int, hw: Hardware, batch_tokens: int,
+                       precision: Precision, eff: Efficiency) -> str:
+    n = n_devices
+    for _ in range(8):
+        n *= 2
+        if fastest_layout(shape, n, hw, batch_tokens, precision, eff)[0] is not None:
+            return f"the {shape.n_params / 1e9:.1f}B model first fits on {n} devices"
+    return "use devices with more memory"

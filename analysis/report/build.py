@@ -1,0 +1,385 @@
+"""The fitted-law report of a sweep: collect runs, fit, validate, plot, write HTML + Markdown.
+
+`build_report(sweep_dir, out_dir)` is what `python -m analysis report` runs. It uses only the
+public analysis API (runs.load, fit_law, approach2, compare_approaches, allocation, held-out
+fits), so the report shows exactly what a notebook user would get:
+
+1. every run under the sweep dir (completed or not) and the shapes the sweep skipped;
+2. Approach 3: the Chinchilla law fitted to all completed runs, bootstrap CIs, N*/D* at the
+   requested budgets and the compute-optimal frontier;
+3. Approach 2: IsoFLOP parabolas per budget -> N_opt(C) power law, compared with Approach 3;
+4. the held-out check: the law fitted on all budgets but the largest predicts the largest;
+5. warnings a reader must see before trusting the numbers (too few sizes per budget, minima at
+   the ladder's edge, parameters at their bounds, approaches disagreeing, big held-out error).
+
+Sections whose data is insufficient are replaced by a warning saying why; the report is still
+written. Outputs: report.html (self-contained, figures inlined as base64 PNG), report.md with
+figures/*.png beside it, and report.json with the numbers.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import math
+import pathlib
+import warnings
+from typing import Any, Sequence
+
+import numpy as np
+import pandas as pd
+
+from analysis.report import figures as figs
+from models.base.errors import AnalysisError
+
+COLS = {"N": "n_params", "D": "tokens", "C": "flops", "loss": "final_eval_loss"}
+HOLDOUT_TARGET = 0.03
+MIN_SIZES = 3
+
+
+def _budget_labels(df: pd.DataFrame) -> pd.Series:
+    """The compute budget each run belongs to: the sweep's `sweep.budget`, else grouped FLOPs."""
+    if "sweep.budget" in df.columns:
+        b = pd.to_numeric(df["sweep.budget"], errors="coerce")
+        if b.notna().all():
+            return b.astype(float)
+    from analysis.laws.isoflop import group_budgets
+
+    C = df["flops"].to_numpy(float)
+    lab = group_budgets(C)
+    out = np.empty_like(C)
+    for g in np.unique(lab):
+        out[lab == g] = float(np.exp(np.mean(np.log(C[lab == g]))))
+    return pd.Series(out, index=df.index)
+
+
+def _read_plan(sweep_dir: pathlib.Path) -> list[dict]:
+    p = sweep_dir / "sweep_plan.json"
+    try:
+        return [r for r in json.loads(p.read_text())["runs"] if r.get("action") == "skip"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return []
+
+
+def collect(sweep_dir: pathlib.Path) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, list[str]]:
+    """(all runs, completed runs with a `budget` column, curves, load warnings).
+
+    RL runs (found by `analysis.rl.report.find_rl_runs`) are left out: they have their own section.
+    """
+    from analysis import runs as runs_mod
+    from analysis.rl.report import find_rl_runs
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        all_runs, curves = runs_mod.load(sweep_dir, include_unfinished=True, cache_dir=False)
+    notes = [str(w.message) for w in caught if issubclass(w.category, runs_mod.RunWarning)]
+    rl_dirs = {str(d) for d in find_rl_runs(sweep_dir)}
+    if rl_dirs and "path" in all_runs.columns:
+        rl_names = set(all_runs.loc[all_runs["path"].astype(str).isin(rl_dirs), "run"])
+        all_runs = all_runs[~all_runs["path"].astype(str).isin(rl_dirs)].copy()
+        if "run" in curves.columns:
+            curves = curves[~curves["run"].isin(rl_names)]
+        notes = [n for n in notes if not any(r in n for r in rl_names)]
+        if all_runs.empty:
+            raise NoPretrainingRuns(f"only RL runs under {sweep_dir}")
+    for c in ("n_params", "tokens", "flops", "final_eval_loss", "tokens_per_s", "mfu", "wall_time_s"):
+        if c in all_runs.columns:
+            all_runs[c] = pd.to_numeric(all_runs[c], errors="coerce")
+    done = all_runs[all_runs["status"] == "completed"].copy()
+    need = ["n_params", "tokens", "flops", "final_eval_loss"]
+    missing = [c for c in need if c not in done.columns]
+    if missing:
+        raise AnalysisError(f"run summaries under {sweep_dir} lack {missing}; were they written by experiments.train?")
+    done = done.dropna(subset=need)
+    done = done[np.isfinite(done["final_eval_loss"]) & (done["final_eval_loss"] > 0)]
+    if done.empty:
+        raise AnalysisError(f"no completed runs with a final eval loss under {sweep_dir}; nothing to report")
+    done["budget"] = _budget_labels(done)
+    if "budget" not in all_runs.columns:
+        all_runs["budget"] = np.nan
+    all_runs.loc[done.index, "budget"] = done["budget"]
+    return all_runs, done.reset_index(drop=True), curves, notes
+
+
+class NoPretrainingRuns(AnalysisError):
+    """The directory holds RL runs only: the report is then the RL section alone."""
+
+
+def _frontier(fit, C: np.ndarray) -> dict:
+    al = fit.allocation(list(C))
+    rows = al["budgets"]
+    out: dict[str, Any] = {"C": [r["C"] for r in rows]}
+    for key in ("loss", "N_opt", "D_opt"):
+        out[key] = [r[key] for r in rows]
+        cis = [r.get(f"{key}_ci", [math.nan, math.nan]) for r in rows]
+        out[key + "_lo"] = [c[0] for c in cis]
+        out[key + "_hi"] = [c[1] for c in cis]
+    return out
+
+
+def _edge_and_size_warnings(done: pd.DataFrame) -> list[str]:
+    out = []
+    for b, g in done.groupby("budget"):
+        sizes = np.unique(g["n_params"])
+        if len(sizes) < MIN_SIZES:
+            out.append(f"budget C={b:.3g}: only {len(sizes)} model size(s) completed (< {MIN_SIZES}); "
+                       "its IsoFLOP minimum is not identified")
+            continue
+        best = g.loc[g["final_eval_loss"].idxmin(), "n_params"]
+        if best == sizes.min():
+            out.append(f"budget C={b:.3g}: the lowest loss is at the smallest model (N={int(best):,}); the "
+                       "optimum may lie below the ladder -- add smaller shapes")
+        elif best == sizes.max():
+            out.append(f"budget C={b:.3g}: the lowest loss is at the largest model (N={int(best):,}); the "
+                       "optimum may lie above the ladder -- add larger shapes")
+    return out
+
+
+def _bound_warnings(fit) -> list[str]:
+    out = []
+    law = fit.law_obj
+    for name, (lo, hi) in zip(fit.param_names, law.bounds):
+        v = fit.params[name]
+        scale = max(abs(v), 1e-12)
+        if (np.isfinite(lo) and abs(v - lo) <= 1e-6 * max(1.0, abs(lo)) + 1e-9 * scale) or \
+                (np.isfinite(hi) and abs(v - hi) <= 1e-6 * max(1.0, abs(hi))):
+            out.append(f"law parameter {name} = {v:.4g} sits at its bound [{lo}, {hi}]: the data do not "
+                       "determine it; treat the law and its allocation with care")
+        lo_ci, hi_ci = fit.ci.get(name, [math.nan, math.nan])
+        if np.isfinite(lo_ci) and np.isfinite(hi_ci) and lo_ci > 0 and hi_ci / lo_ci > 100:
+            out.append(f"law parameter {name}: 95% CI [{lo_ci:.3g}, {hi_ci:.3g}] spans more than 100x "
+                       "-- poorly constrained by these runs")
+    if not fit.converged:
+        out.append(f"the law fit did not converge ({fit.status})")
+    return out
+
+
+def _run_table(all_runs: pd.DataFrame) -> list[dict]:
+    rows = []
+    for _, r in all_runs.sort_values(["budget", "n_params"], na_position="last").iterrows():
+        def num(k):
+            v = r.get(k)
+            try:
+                v = float(v)
+            except (TypeError, ValueError):
+                return None
+            return v if math.isfinite(v) else None
+
+        rows.append({"run": str(r["run"]), "status": str(r["status"]), "budget": num("budget"),
+                     "N": num("n_params"), "D": num("tokens"), "C": num("flops"),
+                     "loss": num("final_eval_loss"), "tokens_per_s": num("tokens_per_s"),
+                     "mfu": num("mfu"), "wall_time_s": num("wall_time_s")})
+    return rows
+
+
+def build_report(sweep_dir: str | pathlib.Path, out_dir: str | pathlib.Path | None = None,
+                 budgets: Sequence[float] | None = None, bootstrap: int = 1000, seed: int = 0,
+                 title: str | None = None, hardware: str | None = None, gpus: int = 1024) -> dict:
+    """Analyse the runs under `sweep_dir` and write report.{html,md,json} + figures to `out_dir`.
+
+    `budgets`: compute budgets to state N*/D* for (default: 10x the largest budget swept).
+    `hardware` (a conf/hardware name or YAML) and `gpus`: with explicit `budgets`, add a planning
+    section per budget (analysis.planning.planner: shape, layout, days, loss with CI from the fitted law).
+    RL runs under `sweep_dir` get the RL section (analysis.rl.report); a directory of RL runs
+    only gives a report of that section alone.
+    Returns the report dict (also written as report.json); its `paths` name the files.
+    """
+    sweep_dir = pathlib.Path(sweep_dir)
+    if not sweep_dir.is_dir():
+        raise AnalysisError(f"sweep directory not found: {sweep_dir}")
+    out = pathlib.Path(out_dir) if out_dir is not None else sweep_dir / "report"
+    if bootstrap < 0:
+        raise AnalysisError(f"--bootstrap must be >= 0 (got {bootstrap})")
+    fig_dir = out / "figures"
+    fig_dir.mkdir(parents=True, exist_ok=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # overflow in bootstrap resamples far from the optimum
+        try:
+            rep = _build(sweep_dir, out, fig_dir, budgets, bootstrap, seed, title, hardware, gpus)
+        except NoPretrainingRuns:
+            rep = _rl_only(sweep_dir, out, title)
+    return rep
+
+
+def _rl_section(sweep_dir: pathlib.Path, out: pathlib.Path, warn: list[str]) -> dict | None:
+    """The RL section (markdown + its figures in `out`) when `sweep_dir` holds RL runs."""
+    from analysis.rl.report import find_rl_runs, rl_section
+
+    if not find_rl_runs(sweep_dir):
+        return None
+    try:
+        return {"markdown": rl_section(sweep_dir, out)}
+    except AnalysisError as e:
+        warn.append(f"no RL section: {e}")
+        return None
+
+
+def _plan_sections(fit, requested: list[float], hardware: str, gpus: int, warn: list[str]) -> list[dict]:
+    """One planning section per requested budget, from the law fitted here (with its bootstrap)."""
+    from analysis.planning.planner import PARAM_NAMES, ScalingLaw, plan
+
+    idx = [list(fit.param_names).index(k) for k in PARAM_NAMES]
+    samples = None if fit.bootstrap_samples is None else np.asarray(fit.bootstrap_samples)[:, idx]
+    law = ScalingLaw(**{k: float(fit.params[k]) for k in PARAM_NAMES},
+                     source="Chinchilla law fitted in this report", samples=samples)
+    out = []
+    for c in requested:
+        try:
+            out.append({"markdown": plan(c, gpus, hardware, law=law).to_markdown(), "budget": c})
+        except AnalysisError as e:
+            warn.append(f"no plan for {c:.3g} FLOPs on {gpus} x {hardware}: {e}")
+    return out
+
+
+def _rl_only(sweep_dir: pathlib.Path, out: pathlib.Path, title: str | None) -> dict:
+    from analysis.report.render import write_html, write_markdown
+
+    warn: list[str] = []
+    rl = _rl_section(sweep_dir, out, warn)
+    if rl is None:
+        raise AnalysisError(f"no completed pretraining runs and no RL runs with evaluations under {sweep_dir}; "
+                            "nothing to report" + (f" ({warn[0]})" if warn else ""))
+    rep = {"title": title or f"RL scaling report: {sweep_dir.name}", "sweep_dir": str(sweep_dir.resolve()),
+           "generated": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+           "warnings": warn, "sections": [rl], "rl_only": True,
+           "paths": {"html": str(out / "report.html"), "md": str(out / "report.md"), "json": str(out / "report.json")}}
+    write_markdown(rep, out / "report.md")
+    write_html(rep, out / "report.html")
+    (out / "report.json").write_text(json.dumps(rep, indent=1, default=_json_default, allow_nan=True))
+    return rep
+
+
+def _build(sweep_dir: pathlib.Path, out: pathlib.Path, fig_dir: pathlib.Path, budgets, bootstrap: int,
+           seed: int, title: str | None, hardware: str | None = None, gpus: int = 1024) -> dict:
+    from analysis import approach2, compare_approaches, fit_law
+    from analysis.report.render import write_html, write_markdown
+
+    all_runs, done, curves, notes = collect(sweep_dir)
+    budgets_swept = sorted(done["budget"].unique())
+    requested = [float(b) for b in budgets] if budgets else [10 * max(budgets_swept)]
+    if any(not (math.isfinite(b) and b > 0) for b in requested):
+        raise AnalysisError(f"--budget values must be positive FLOP counts (got {requested})")
+
+    warn: list[str] = list(notes)
+    not_done = all_runs[all_runs["status"] != "completed"]
+    if len(not_done):
+        warn.append(f"{len(not_done)} run(s) did not complete and are left out of every fit: "
+                    + ", ".join(f"{r} ({s})" for r, s in zip(not_done["run"], not_done["status"])))
+    warn += _edge_and_size_warnings(done)
+    rep: dict[str, Any] = {
+        "title": title or f"Scaling-law report: {sweep_dir.name}",
+        "sweep_dir": str(sweep_dir.resolve()),
+        "generated": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "n_runs": int(len(all_runs)), "n_completed": int(len(done)),
+        "budgets_swept": [float(b) for b in budgets_swept], "requested_budgets": requested,
+        "runs": _run_table(all_runs), "skipped_shapes": _read_plan(sweep_dir),
+        "bootstrap": int(bootstrap), "seed": int(seed),
+    }
+
+    # --- Approach 3: the law fitted to every completed run ----------------------------------
+    fit = None
+    try:
+        fit = fit_law(done, "chinchilla", COLS, bootstrap=bootstrap, seed=seed)
+        rep["law"] = {k: v for k, v in fit.to_dict(requested).items() if k != "bootstrap_samples"}
+        warn += _bound_warnings(fit)
+    except AnalysisError as e:
+        rep["law"] = None
+        warn.append(f"no law fit (Approach 3): {e}")
+
+    # --- Approach 2: IsoFLOP profiles --------------------------------------------------------
+    a2 = None
+    try:
+        a2 = approach2(done, COLS, method="parabola", budget_col="budget", bootstrap=min(bootstrap, 1000) or 200,
+                       seed=seed)
+        if not np.isfinite(a2["a"]):
+            warn.append("Approach 2: fewer than two budgets have an interior parabola minimum, so N_opt(C) has "
+                        "no power law; widen the ladder or add budgets")
+        rep["approach2"] = a2
+        rep["approach2_at_requested"] = [
+            {"C": c, "N_opt": a2["G"] * c ** a2["a"], "D_opt": c / (a2["flops_per_param_token"] * a2["G"] * c ** a2["a"])}
+            for c in requested] if np.isfinite(a2["a"]) else []
+    except AnalysisError as e:
+        rep["approach2"] = None
+        warn.append(f"no Approach 2 (IsoFLOP) estimate: {e}")
+    if fit is not None and a2 is not None and np.isfinite(a2["a"]):
+        cmp_ = compare_approaches(fit, a2)
+        rep["comparison"] = cmp_
+        if cmp_["disagree"]:
+            warn.append("Approaches 2 and 3 disagree: " + cmp_["message"])
+    else:
+        rep["comparison"] = None
+
+    # --- held-out check: fit on all budgets but the largest, predict the largest ---------------
+    hold, hold_fit = None, None
+    if len(budgets_swept) >= 3:
+        thr = float(math.sqrt(budgets_swept[-1] * budgets_swept[-2]))
+        fit_part = done[done["budget"] < thr]
+        held = done[done["budget"] >= thr]
+        try:
+            hold_fit = fit_law(pd.concat([fit_part, held]), "chinchilla", COLS, bootstrap=0, seed=seed,
+                               holdout_above=float(held["flops"].min() * 0.999))
+            hold = dict(hold_fit.holdout, threshold=thr, fit_budgets=[float(b) for b in budgets_swept[:-1]],
+                        held_out_budget=float(budgets_swept[-1]), n_fit=int(len(fit_part)),
+                        fit_params=hold_fit.params)
+            if not math.isfinite(hold["mean_rel_error"]):
+                warn.append("held-out check failed: the law fitted on the smaller budgets gives no finite prediction")
+                hold = None
+            elif hold["mean_rel_error"] > HOLDOUT_TARGET:
+                warn.append(f"held-out error {100 * hold['mean_rel_error']:.2f}% on the largest budget exceeds the "
+                            f"{100 * HOLDOUT_TARGET:.0f}% target: the law extrapolates poorly from these runs")
+        except AnalysisError as e:
+            warn.append(f"no held-out check: {e}")
+    else:
+        warn.append("no held-out check: it needs at least three compute budgets (two to fit the law on -- at one "
+                    "budget N and D are tied by C = kND -- and the largest to predict)")
+    rep["holdout"] = hold
+    rep["warnings"] = warn
+
+    # --- figures -------------------------------------------------------------------------------
+    files: dict[str, str] = {}
+
+    def add(name: str, path):
+        if path is not None:
+            files[name] = str(pathlib.Path(path).relative_to(out))
+
+    frontier = alloc_grid = None
+    if fit is not None:
+        hi_c = max(done["flops"].max(), *requested) * 1.5
+        grid = np.geomspace(done["flops"].min() / 1.5, hi_c, 40)
+        frontier = alloc_grid = _frontier(fit, grid)
+    add("loss_vs_compute", figs.loss_vs_compute(done, frontier, fig_dir / "loss_vs_compute.png"))
+    k = fit.flops_per_param_token if fit is not None else float(np.median(done["flops"] / (done["n_params"] * done["tokens"])))
+    add("isoflop", figs.isoflop_curves(done, fit, k, a2, fig_dir / "isoflop.png"))
+    add("allocation", figs.optimal_allocation(a2, alloc_grid, requested, fig_dir / "allocation.png"))
+    if fit is not None:
+        add("residuals", figs.residuals(done, fit.predict(done, COLS), fig_dir / "residuals.png"))
+    if hold is not None:
+        part = done[done["budget"] < hold["threshold"]]
+        add("holdout", figs.holdout(part, hold_fit.predict(part, COLS), hold, fig_dir / "holdout.png"))
+    add("loss_curves", figs.loss_curves(done, curves, fig_dir / "loss_curves.png"))
+    add("throughput", figs.throughput(all_runs, fig_dir / "throughput.png"))
+    rep["figures"] = files
+
+    # --- extra sections: planning (explicit budgets + hardware) and RL runs ---------------------
+    sections = []
+    if hardware and budgets and fit is not None:
+        sections += _plan_sections(fit, requested, hardware, gpus, warn)
+    rl = _rl_section(sweep_dir, out, warn)
+    if rl is not None:
+        sections.append(rl)
+    rep["sections"] = sections
+
+    paths = {"html": str(out / "report.html"), "md": str(out / "report.md"), "json": str(out / "report.json")}
+    rep["paths"] = paths
+    write_markdown(rep, out / "report.md")
+    write_html(rep, out / "report.html")
+    (out / "report.json").write_text(json.dumps(rep, indent=1, default=_json_default, allow_nan=True))
+    return rep
+
+
+def _json_default(o):
+    if isinstance(o, (np.floating, np.integer)):
+        return o.item()
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    return str(o)

@@ -1,0 +1,207 @@
+"""Render a report dict (analysis/report/build.py) as Markdown and as self-contained HTML.
+
+Both formats carry the same sections in the same order; HTML inlines each PNG as a base64
+`<img>` so the one file can be mailed or archived, Markdown links the PNGs in figures/.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import re
+import math
+import pathlib
+from typing import Any
+
+FIGURE_CAPTIONS = {
+    "loss_vs_compute": "Final eval loss of every run against compute, with the fitted compute-optimal frontier and its 95% bootstrap band.",
+    "isoflop": "IsoFLOP profiles: loss against model size at each budget, the law's profile (solid), the parabola in log N (dashed) and Approach 2's minimum with its CI.",
+    "allocation": "N_opt(C) and D_opt(C) from Approach 2 (per-budget minima, power law) and Approach 3 (law fit, 95% CI band).",
+    "residuals": "Relative residuals of the law fit on every completed run.",
+    "holdout": "Held-out check: the law fitted on the smaller budgets predicts the largest budget's runs.",
+    "loss_curves": "Training and eval loss curves of every run.",
+    "throughput": "Training throughput and MFU of every run.",
+}
+
+
+def _g(v: Any, fmt: str = ".4g") -> str:
+    try:
+        v = float(v)
+    except (TypeError, ValueError):
+        return "–"
+    return "–" if not math.isfinite(v) else format(v, fmt)
+
+
+def _ci(ci: Any, fmt: str = ".4g") -> str:
+    if not ci or len(ci) != 2:
+        return ""
+    return f"[{_g(ci[0], fmt)}, {_g(ci[1], fmt)}]"
+
+
+def headline(rep: dict) -> list[str]:
+    """Plain-text lines with the numbers a reader wants first (also printed by the demo)."""
+    out = []
+    law = rep.get("law")
+    if law:
+        p, ci = law["params"], law["ci"]
+        out.append(f"law: L(N,D) = {p['E']:.3f} + {p['A']:.4g}/N^{p['alpha']:.3f} + {p['B']:.4g}/D^{p['beta']:.3f}"
+                   f"  ({law['n_points']} runs)")
+        out.append("  95% CIs: " + ", ".join(f"{k} {_ci(ci[k], '.3g')}" for k in law["param_names"]))
+        al = law.get("allocation")
+        if al:
+            out.append(f"  N* ∝ C^a, D* ∝ C^b: a = {al['a']:.3f} {_ci(al.get('a_ci'), '.3f')}, "
+                       f"b = {al['b']:.3f} {_ci(al.get('b_ci'), '.3f')}")
+            for r in al["budgets"]:
+                out.append(f"  at C = {r['C']:.3g} FLOPs: N* = {r['N_opt']:,.0f} {_ci(r.get('N_opt_ci'), ',.0f')}, "
+                           f"D* = {r['D_opt']:,.0f} {_ci(r.get('D_opt_ci'), ',.0f')} tokens, "
+                           f"loss {r['loss']:.3f} {_ci(r.get('loss_ci'), '.3f')}")
+    else:
+        out.append("law: not fitted (see warnings)")
+    a2 = rep.get("approach2")
+    if a2 and math.isfinite(a2.get("a", math.nan)):
+        out.append(f"Approach 2 (IsoFLOP parabolas): a = {a2['a']:.3f} {_ci(a2.get('a_ci'), '.3f')}")
+        for r in rep.get("approach2_at_requested", []):
+            out.append(f"  at C = {r['C']:.3g} FLOPs: N_opt = {r['N_opt']:,.0f}, D_opt = {r['D_opt']:,.0f} tokens")
+    h = rep.get("holdout")
+    if h:
+        out.append(f"held-out check: fitted on C <= {max(h['fit_budgets']):.3g} ({h['n_fit']} runs), predicted the "
+                   f"{h['n_points']} runs at C = {h['held_out_budget']:.3g}: mean |error| "
+                   f"{100 * h['mean_rel_error']:.2f}%, max {100 * h['max_rel_error']:.2f}% (target <= 3%)")
+    else:
+        out.append("held-out check: not available (see warnings)")
+    return out
+
+
+def _runs_rows(rep: dict) -> list[list[str]]:
+    rows = []
+    for r in rep["runs"]:
+        rows.append([r["run"], r["status"], _g(r["budget"], ".3g"), _g(r["N"], ",.0f"), _g(r["D"], ",.0f"),
+                     _g(r["C"], ".3g"), _g(r["loss"], ".4f"), _g(r["tokens_per_s"], ",.0f"),
+                     _g(None if r["mfu"] is None else 100 * r["mfu"], ".1f")])
+    return rows
+
+
+RUN_HEADER = ["run", "status", "budget C", "N (params)", "D (tokens)", "C (FLOPs)", "eval loss", "tokens/s", "MFU %"]
+
+
+def _skipped_rows(rep: dict) -> list[list[str]]:
+    return [[s["label"], _g(s.get("budget"), ".3g"), _g(s.get("n_params"), ",.0f"), str(s.get("steps")), s["reason"]]
+            for s in rep.get("skipped_shapes", [])]
+
+
+def write_markdown(rep: dict, path: pathlib.Path) -> None:
+    if rep.get("rl_only"):
+        L = [f"# {rep['title']}", "", f"Runs `{rep['sweep_dir']}`; generated {rep['generated']}.", ""]
+        L += [f"- warning: {w}" for w in rep["warnings"]]
+        path.write_text("\n".join(L + [sec["markdown"] for sec in rep["sections"]]) + "\n")
+        return
+    L = [f"# {rep['title']}", "", f"Sweep `{rep['sweep_dir']}` — {rep['n_completed']} of {rep['n_runs']} runs "
+         f"completed; budgets {', '.join(_g(b, '.3g') for b in rep['budgets_swept'])} FLOPs; "
+         f"{rep['bootstrap']} bootstrap resamples (seed {rep['seed']}); generated {rep['generated']}.", "",
+         "## Headline", "", "```", *headline(rep), "```", ""]
+    L += ["## Warnings", ""] + ([f"- {w}" for w in rep["warnings"]] or ["- none"]) + [""]
+    L += ["## Figures", ""]
+    for name, rel in rep["figures"].items():
+        L += [f"![{name}]({rel})", "", f"*{FIGURE_CAPTIONS.get(name, name)}*", ""]
+    L += ["## Runs", "", "| " + " | ".join(RUN_HEADER) + " |", "|" + "---|" * len(RUN_HEADER)]
+    L += ["| " + " | ".join(r) + " |" for r in _runs_rows(rep)]
+    sk = _skipped_rows(rep)
+    if sk:
+        L += ["", "## Shapes the sweep skipped", "", "| shape | budget C | N | steps | reason |", "|---|---|---|---|---|"]
+        L += ["| " + " | ".join(r) + " |" for r in sk]
+    h = rep.get("holdout")
+    if h:
+        L += ["", "## Held-out runs", "", "| N | D | C | actual | predicted | error % |", "|---|---|---|---|---|---|"]
+        L += [f"| {p['N']:,.0f} | {p['D']:,.0f} | {p['C']:.3g} | {p['actual']:.4f} | {p['predicted']:.4f} | "
+              f"{100 * p['rel_error']:+.2f} |" for p in h["points"]]
+    for sec in rep.get("sections", []):
+        L += ["", sec["markdown"]]
+    path.write_text("\n".join(L) + "\n")
+
+
+def _table(header: list[str], rows: list[list[str]]) -> str:
+    th = "".join(f"<th>{html.escape(h)}</th>" for h in header)
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>" for r in rows)
+    return f"<table><thead><tr>{th}</tr></thead><tbody>{body}</tbody></table>"
+
+
+CSS = """body{font-family:system-ui,sans-serif;max-width:1150px;margin:2em auto;padding:0 1em;color:#222}
+pre{background:#f5f5f5;padding:.8em;overflow-x:auto}table{border-collapse:collapse;font-size:13px}
+td,th{border:1px solid #ccc;padding:3px 7px;text-align:right}td:first-child,th:first-child{text-align:left}
+.warn{background:#fff4e0;border-left:4px solid #e69500;padding:.4em .8em;margin:.3em 0}
+figure{margin:1.2em 0}figcaption{font-style:italic;color:#555}img{max-width:100%}"""
+
+
+def _img(out: pathlib.Path, rel: str, alt: str) -> str:
+    b64 = base64.b64encode((out / rel).read_bytes()).decode()
+    return f"<img alt='{html.escape(alt)}' src='data:image/png;base64,{b64}'>"
+
+
+def markdown_to_html(md: str, out: pathlib.Path) -> str:
+    """The small Markdown subset the report's extra sections use (headings, paragraphs, bold,
+    fenced code, pipe tables shown as preformatted text, images embedded as base64)."""
+    parts, block, fenced = [], [], False
+
+    def flush():
+        if block:
+            parts.append("<pre>" + html.escape("\n".join(block)) + "</pre>")
+            block.clear()
+
+    for line in md.splitlines():
+        if line.startswith("```"):
+            if fenced:
+                flush()
+            fenced = not fenced
+            continue
+        if fenced or line.startswith("|"):
+            block.append(line)
+            continue
+        flush()
+        m = re.fullmatch(r"!\[([^\]]*)\]\(([^)]+)\)", line.strip())
+        if m:
+            parts.append(f"<figure>{_img(out, m.group(2), m.group(1))}</figure>" if (out / m.group(2)).is_file()
+                         else f"<p>(missing figure {html.escape(m.group(2))})</p>")
+        elif line.startswith("#"):
+            level = min(len(line) - len(line.lstrip("#")), 4)
+            parts.append(f"<h{level}>{html.escape(line.lstrip('#').strip())}</h{level}>")
+        elif line.strip():
+            text = re.sub(r"\*\*(.+?)\*\*", r"<b>\1</b>", html.escape(line.lstrip("- ")))
+            parts.append(f"<p>{text}</p>")
+    flush()
+    return "\n".join(parts)
+
+
+def write_html(rep: dict, path: pathlib.Path) -> None:
+    out = path.parent
+    if rep.get("rl_only"):
+        parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(rep['title'])}</title>"
+                 f"<style>{CSS}</style></head><body><h1>{html.escape(rep['title'])}</h1>"]
+        parts += [f"<div class='warn'>{html.escape(w)}</div>" for w in rep["warnings"]]
+        parts += [markdown_to_html(sec["markdown"], out) for sec in rep["sections"]]
+        path.write_text("\n".join(parts + ["</body></html>"]))
+        return
+    parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(rep['title'])}</title>"
+             f"<style>{CSS}</style></head><body>", f"<h1>{html.escape(rep['title'])}</h1>",
+             f"<p>Sweep <code>{html.escape(rep['sweep_dir'])}</code> — {rep['n_completed']} of {rep['n_runs']} runs "
+             f"completed; budgets {', '.join(_g(b, '.3g') for b in rep['budgets_swept'])} FLOPs; "
+             f"{rep['bootstrap']} bootstrap resamples (seed {rep['seed']}); generated {rep['generated']}.</p>",
+             "<h2>Headline</h2>", "<pre>" + html.escape("\n".join(headline(rep))) + "</pre>", "<h2>Warnings</h2>"]
+    parts += [f"<div class='warn'>{html.escape(w)}</div>" for w in rep["warnings"]] or ["<p>none</p>"]
+    parts.append("<h2>Figures</h2>")
+    for name, rel in rep["figures"].items():
+        b64 = base64.b64encode((out / rel).read_bytes()).decode()
+        parts.append(f"<figure><img alt='{name}' src='data:image/png;base64,{b64}'>"
+                     f"<figcaption>{html.escape(FIGURE_CAPTIONS.get(name, name))}</figcaption></figure>")
+    parts += ["<h2>Runs</h2>", _table(RUN_HEADER, _runs_rows(rep))]
+    sk = _skipped_rows(rep)
+    if sk:
+        parts += ["<h2>Shapes the sweep skipped</h2>", _table(["shape", "budget C", "N", "steps", "reason"], sk)]
+    h = rep.get("holdout")
+    if h:
+        parts += ["<h2>Held-out runs</h2>", _table(
+            ["N", "D", "C", "actual", "predicted", "error %"],
+            [[f"{p['N']:,.0f}", f"{p['D']:,.0f}", f"{p['C']:.3g}", f"{p['actual']:.4f}", f"{p['predicted']:.4f}",
+              f"{100 * p['rel_error']:+.2f}"] for p in h["points"]])]
+    parts += [markdown_to_html(sec["markdown"], out) for sec in rep.get("sections", [])]
+    parts.append("</body></html>")
+    path.write_text("\n".join(parts))

@@ -1,0 +1,152 @@
+"""Fit one RL recipe (one or more seeds) and produce the JSON-ready result.
+
+This is the layer the CLI (`fit-rl`), the RL report and notebooks call. It applies the burn-in,
+pools the seeds for the main fit, fits each seed on its own for the seed-to-seed spread,
+optionally fits on the first part of the compute budget and scores the extrapolation on the
+rest, and turns flags into the only honest statement left when they fire: the gain per decade
+of compute observed so far, not a ceiling.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Sequence
+
+import numpy as np
+
+from models.base.errors import AnalysisError
+from analysis.rl.curves import (RLCurve, burn_in_cutoff, fit_points, start_pass_rate,
+                              variance_collapsed)
+from analysis.rl.laws import Fit, Points, fit_law, gain_per_decade
+
+
+@dataclasses.dataclass(frozen=True)
+class FitOptions:
+    """How to fit: law, burn-in (compute, or fraction of final compute), R0 handling
+    ("fit" | "start" | a number), CI method, and the optional fit-until fraction."""
+
+    law: str = "sigmoid"
+    burn_in: float | None = None
+    burn_in_frac: float | None = None
+    r0: str | float = "fit"
+    ci_method: str = "profile"
+    fit_until_frac: float | None = None
+    n_boot: int = 200
+
+
+def _concat(pts: Sequence[Points]) -> Points:
+    s = np.concatenate([p.s if p.s_known else np.full(p.s.shape, np.nan) for p in pts])
+    return Points.make(np.concatenate([p.C for p in pts]), np.concatenate([p.y for p in pts]), s)
+
+
+def _r0_value(opts: FitOptions, curves: Sequence[RLCurve]) -> float | None:
+    if opts.law != "sigmoid" or opts.r0 == "fit":
+        return None
+    if opts.r0 == "start":
+        return float(np.mean([start_pass_rate(c) for c in curves]))
+    try:
+        v = float(opts.r0)
+    except (TypeError, ValueError):
+        raise AnalysisError(f"--r0 must be fit, start or a number in [0, 1] (got {opts.r0!r})") from None
+    if not 0 <= v <= 1:
+        raise AnalysisError(f"--r0 must lie in [0, 1] (got {v})")
+    return v
+
+
+def _fit(curves: Sequence[RLCurve], opts: FitOptions, until_frac: float | None
+         ) -> tuple[Fit, Points, list[Points]]:
+    """Fit the pooled points of `curves`; returns (fit, fit points, held-out points per curve)."""
+    r0 = _r0_value(opts, curves)
+    fit_pts, held = [], []
+    for c in curves:
+        cut = burn_in_cutoff(c, opts.burn_in, opts.burn_in_frac)
+        until = None if until_frac is None else until_frac * c.final_compute
+        keep_start = opts.law == "sigmoid" and r0 is None
+        fp = fit_points(c, cut, until, keep_start=keep_start)
+        fit_pts.append(fp)
+        if until is not None:
+            m = c.compute > until
+            held.append(Points.make(c.compute[m], c.pass_rate[m], c.stderr[m]))
+    pooled = _concat(fit_pts)
+    n_pos = int((pooled.C > 0).sum())
+    if n_pos < 4:
+        what = f" before {until_frac:g} of the final compute" if until_frac else ""
+        raise AnalysisError(f"only {n_pos} evaluation point(s) after the burn-in{what}; need "
+                            "at least 4 (evaluate more often, or lower --burn-in)")
+    fit = fit_law(pooled, opts.law, r0=r0, ci_method=opts.ci_method, n_boot=opts.n_boot)
+    flags = list(fit.flags)
+    if "unstable" not in flags and any(
+            variance_collapsed(c, None if until_frac is None else until_frac * c.final_compute)
+            for c in curves):
+        flags.append("unstable")
+        fit = dataclasses.replace(fit, flags=tuple(flags))
+    return fit, pooled, held
+
+
+def _prediction(fit: Fit, curves: Sequence[RLCurve], held: Sequence[Points]) -> dict[str, Any]:
+    errs, preds, actual = [], [], []
+    for c, h in zip(curves, held):
+        if len(h) == 0:
+            raise AnalysisError(f"{c.name}: no evaluation after the fit-until cutoff to predict")
+        errs.append(np.abs(fit.predict(h.C) - h.y))
+        preds.append(float(fit.predict(np.array([c.final_compute]))[0]))
+        actual.append(float(c.pass_rate[-1]))
+    fp, fa = float(np.mean(preds)), float(np.mean(actual))
+    return {"final_pred": fp, "final_actual": fa, "final_abs_error": abs(fp - fa),
+            "mean_abs_error": float(np.mean(np.concatenate(errs))),
+            "n_heldout": int(sum(len(h) for h in held)),
+            "withheld": bool(fit.flags)}
+
+
+def _summary(fit: Fit, pts: Points) -> dict[str, Any]:
+    flagged = bool(fit.flags)
+    gpd = gain_per_decade(pts.take(pts.C > 0)) if (pts.C > 0).sum() >= 3 else None
+    if flagged:
+        verdict = (f"no ceiling: {', '.join(fit.flags)}; observed gain "
+                   f"{gpd['value']:+.3f} ± {gpd['stderr']:.3f} pass rate per 10x compute"
+                   if gpd else f"no ceiling: {', '.join(fit.flags)}")
+    else:
+        lo, hi = fit.ci["A"]
+        verdict = f"ceiling A = {fit.params['A']:.3f} [{lo:.3f}, {hi:.3f}]"
+    return {"law": fit.law, "params": fit.params, "ci": fit.ci, "flags": list(fit.flags),
+            "ceiling": None if flagged else fit.params["A"], "gain_per_decade": gpd,
+            "verdict": verdict, "chi2": fit.chi2, "dof": fit.dof, "n_points": fit.n_points,
+            "fit_range": list(fit.fit_range), "ci_method": fit.ci_method}
+
+
+def fit_recipe(curves: Sequence[RLCurve], opts: FitOptions = FitOptions()) -> dict[str, Any]:
+    """Pooled fit of all seeds (+ per-seed fits and their spread when there are several)."""
+    if not curves:
+        raise AnalysisError("no input curves")
+    if opts.fit_until_frac is not None and not 0 < opts.fit_until_frac < 1:
+        raise AnalysisError("--fit-until-frac must be in (0, 1)")
+    fit, pts, held = _fit(curves, opts, opts.fit_until_frac)
+    out: dict[str, Any] = {"inputs": [c.name for c in curves], **_summary(fit, pts),
+                           "burn_in": [burn_in_cutoff(c, opts.burn_in, opts.burn_in_frac)
+                                       for c in curves],
+                           "r0_mode": opts.r0, "fit_until_frac": opts.fit_until_frac}
+    if opts.fit_until_frac is not None:
+        out["prediction"] = _prediction(fit, curves, held)
+    if len(curves) > 1:
+        per_seed = []
+        for c in curves:
+            f, p, h = _fit([c], opts, opts.fit_until_frac)
+            row = {"input": c.name, **_summary(f, p)}
+            if opts.fit_until_frac is not None:
+                row["prediction"] = _prediction(f, [c], h)
+            per_seed.append(row)
+        out["per_seed"] = per_seed
+        out["seed_spread"] = {
+            k: _spread([r["params"].get(k) for r in per_seed]) for k in ("A", "B", "C_mid")
+            if per_seed[0]["params"].get(k) is not None}
+        out["seed_spread"]["gain_per_decade"] = _spread(
+            [(r.get("gain_per_decade") or {}).get("value") for r in per_seed])
+        out["seed_spread"]["n_flagged"] = sum(bool(r["flags"]) for r in per_seed)
+    return out
+
+
+def _spread(values: Sequence[float | None]) -> dict[str, float]:
+    v = np.array([x for x in values if x is not None and math.isfinite(x)], np.float64)
+    return {"mean": float(v.mean()), "std": float(v.std(ddof=1)) if v.size > 1 else 0.0,
+            "min": float(v.min()), "max": float(v.max()), "n": int(v.size)}

@@ -1,0 +1,149 @@
+"""Typed, validated view of the `rl.*` config (conf/rl.yaml + conf/rl/{task,algo}/).
+
+All validation happens here, before any compile, and bad values raise `ConfigError` naming the
+key as typed on the command line (`rl.group_size=...`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Mapping
+
+from experiments.rl.algo import AlgoConfig
+from experiments.rl.tasks import TaskConfig
+from models.base.fingerprint import fingerprint as _fingerprint
+from models.base.errors import ConfigError
+
+
+def _from(cls, m: Mapping[str, Any] | None, prefix: str):
+    m = dict(m or {})
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(m) - names)
+    if unknown:
+        raise ConfigError(f"unknown {prefix} key(s) {unknown}; known: {sorted(names)}")
+    return cls(**m)
+
+
+def _pos_int(name: str, v: Any, lo: int = 1) -> None:
+    if isinstance(v, bool) or not isinstance(v, int) or v < lo:
+        raise ConfigError(f"{name} must be an integer >= {lo} (got {v!r})")
+
+
+def _num(name: str, v: Any, lo: float, hi: float | None = None, lo_open: bool = False) -> None:
+    ok = isinstance(v, (int, float)) and not isinstance(v, bool) and v == v
+    ok = ok and (v > lo if lo_open else v >= lo) and (hi is None or v <= hi)
+    if not ok:
+        rng = f"{'>' if lo_open else '>='} {lo}" + (f" and <= {hi}" if hi is not None else "")
+        raise ConfigError(f"{name} must be a number {rng} (got {v!r})")
+
+
+@dataclasses.dataclass(frozen=True)
+class WarmStartConfig:
+    """Supervised warm start on the task format, stopped once the pass rate reaches `target`.
+
+    RL from a policy that never succeeds has no signal (every group has zero reward variance),
+    so the warm start trains on (prompt, answer) pairs until the sampled pass rate on a dev set
+    (disjoint from the eval set) reaches `target_pass_rate`, checking every `check_every` steps.
+    The result is cached under `cache_dir` keyed by everything that determines it.
+    """
+
+    target_pass_rate: float = 0.05
+    max_steps: int = 3000
+    check_every: int = 25
+    batch_size: int = 64
+    lr: float = 3e-3
+    warmup_steps: int = 20
+    dev_size: int = 256
+    seed: int = 0
+    cache_dir: str = "~/.cache/scalelab/rl_warmstart"
+
+    def validate(self) -> None:
+        p = "rl.warm_start."
+        _num(p + "target_pass_rate", self.target_pass_rate, 0.0, 1.0, lo_open=True)
+        for k in ("max_steps", "check_every", "batch_size", "dev_size"):
+            _pos_int(p + k, getattr(self, k))
+        _pos_int(p + "warmup_steps", self.warmup_steps, 0)
+        _pos_int(p + "seed", self.seed, 0)
+        _num(p + "lr", self.lr, 0.0, lo_open=True)
+
+
+@dataclasses.dataclass(frozen=True)
+class StartCheckConfig:
+    """Refuse to start RL from a policy too weak to learn from (see experiments/rl/warmstart.py)."""
+
+    min_pass_rate: float = 0.01
+    max_zero_var_frac: float = 0.95
+    probe_prompts: int = 128
+
+    def validate(self) -> None:
+        _num("rl.start_check.min_pass_rate", self.min_pass_rate, 0.0, 1.0)
+        _num("rl.start_check.max_zero_var_frac", self.max_zero_var_frac, 0.0, 1.0)
+        _pos_int("rl.start_check.probe_prompts", self.probe_prompts)
+
+
+@dataclasses.dataclass(frozen=True)
+class RLConfig:
+    steps: int = 200
+    prompts_per_step: int = 32
+    group_size: int = 8
+    eval_every: int = 10
+    eval_samples: int = 4          # k samples per eval prompt: pass@1 = mean over them
+    temperature: float = 1.0
+    seed: int = 0
+    init: str | None = None        # training / RL run dir or checkpoint dir; None = warm start
+    ckpt_every: int = 50
+    keep_checkpoints: int = 2
+    progress_every_s: float = 5.0
+    task: TaskConfig = TaskConfig()
+    algo: AlgoConfig = AlgoConfig()
+    warm_start: WarmStartConfig = WarmStartConfig()
+    start_check: StartCheckConfig = StartCheckConfig()
+
+    @classmethod
+    def from_mapping(cls, m: Mapping[str, Any]) -> "RLConfig":
+        m = dict(m or {})
+        sub = {
+            "task": TaskConfig.from_mapping(m.pop("task", {}) or {}),
+            "algo": AlgoConfig.from_mapping(m.pop("algo", {}) or {}),
+            "warm_start": _from(WarmStartConfig, m.pop("warm_start", {}), "rl.warm_start"),
+            "start_check": _from(StartCheckConfig, m.pop("start_check", {}), "rl.start_check"),
+        }
+        cfg = _from(cls, {**m, **sub}, "rl")
+        cfg.validate()
+        return cfg
+
+    def validate(self) -> None:
+        _pos_int("rl.steps", self.steps)
+        _pos_int("rl.prompts_per_step", self.prompts_per_step)
+        _pos_int("rl.group_size", self.group_size, 2)
+        _pos_int("rl.eval_every", self.eval_every)
+        _pos_int("rl.eval_samples", self.eval_samples)
+        _pos_int("rl.seed", self.seed, 0)
+        _pos_int("rl.ckpt_every", self.ckpt_every, 0)
+        _pos_int("rl.keep_checkpoints", self.keep_checkpoints)
+        _num("rl.temperature", self.temperature, 0.0, lo_open=True)
+        _num("rl.progress_every_s", self.progress_every_s, 0.0)
+        if self.init is not None and not isinstance(self.init, str):
+            raise ConfigError(f"rl.init must be a path or null (got {self.init!r})")
+        self.task.validate()
+        self.algo.validate()
+        self.warm_start.validate()
+        self.start_check.validate()
+
+
+# Keys that make a run a different experiment (resume refuses a mismatch). Cadence keys
+# (eval_every, ckpt_every, progress) and the cache location are left out.
+_CADENCE = ("eval_every", "ckpt_every", "keep_checkpoints", "progress_every_s")
+
+
+def fingerprint_fields(model: Mapping[str, Any], optim: Mapping[str, Any],
+                       rl: Mapping[str, Any]) -> dict[str, Any]:
+    rl = {k: v for k, v in dict(rl).items() if k not in _CADENCE}
+    ws = dict(rl.get("warm_start") or {})
+    ws.pop("cache_dir", None)
+    rl["warm_start"] = ws
+    return {"model": dict(model), "optim": dict(optim), "rl": rl}
+
+
+def fingerprint(fields: Mapping[str, Any]) -> str:
+    return _fingerprint(fields)

@@ -1,0 +1,81 @@
+"""Deterministic run identity and on-disk status, the two halves of idempotent sweeps.
+
+A run's id is a hash of its resolved configuration (everything the training code sees, minus
+Hydra's own settings and the `sweep` bookkeeping node), so the same run always lands in the same
+directory: `<sweep dir>/<label>_<id>`. Relaunching a sweep therefore finds every earlier run by
+path and decides from its `summary.json` alone what to do:
+
+* `completed`               -> skip (not even launched, so Hydra rewrites nothing in it);
+* `diverged` / `failed`     -> skip, unless the sweep asks for `sweep.rerun_failed=true`;
+* anything else (no summary, or a summary from an unfinished run) -> launch; the training code
+  resumes from the run's latest checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+from typing import Any, Iterable, Mapping
+
+from models.base.fingerprint import fingerprint
+
+FINISHED_OK = "completed"
+FINISHED_BAD = ("diverged", "failed")
+ID_LEN = 10
+
+
+def _drop(tree: dict[str, Any], dotted: str) -> None:
+    node: Any = tree
+    parts = dotted.split(".")
+    for p in parts[:-1]:
+        if not isinstance(node, dict) or p not in node:
+            return
+        node = node[p]
+    if isinstance(node, dict):
+        node.pop(parts[-1], None)
+
+
+def identity(run_cfg: Mapping[str, Any], ignore: Iterable[str] = ()) -> dict[str, Any]:
+    """The part of a resolved run config that defines the run (no `hydra`, no `sweep`)."""
+    tree = json.loads(json.dumps(dict(run_cfg), default=str))
+    tree.pop("hydra", None)
+    tree.pop("sweep", None)
+    for key in ignore:
+        _drop(tree, key)
+    return tree
+
+
+def run_id(run_cfg: Mapping[str, Any], ignore: Iterable[str] = ()) -> str:
+    """Stable short hash of `identity(run_cfg)` (canonical JSON, sorted keys)."""
+    return fingerprint(identity(run_cfg, ignore), ID_LEN)
+
+
+def run_dirname(label: str, rid: str) -> str:
+    return f"{label}_{rid}"
+
+
+def read_status(run_dir: pathlib.Path) -> str:
+    """`completed` | `diverged` | `failed` | `interrupted` (dir exists, unfinished) | `new`."""
+    run_dir = pathlib.Path(run_dir)
+    if not run_dir.is_dir():
+        return "new"
+    try:
+        status = json.loads((run_dir / "summary.json").read_text()).get("status")
+    except (OSError, ValueError, AttributeError):
+        return "interrupted"
+    if status == FINISHED_OK or status in FINISHED_BAD:
+        return status
+    return "interrupted"
+
+
+def decide(status: str, rerun_failed: bool) -> tuple[bool, str]:
+    """(launch?, why) for a run found in `status`."""
+    if status == FINISHED_OK:
+        return False, "completed earlier; reused"
+    if status in FINISHED_BAD:
+        if rerun_failed:
+            return True, f"{status} earlier; re-running (sweep.rerun_failed=true)"
+        return False, f"{status} earlier; kept (set sweep.rerun_failed=true to re-run)"
+    if status == "interrupted":
+        return True, "interrupted earlier; resuming from its checkpoint"
+    return True, "new"

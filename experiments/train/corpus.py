@@ -1,0 +1,309 @@
+"""Training data: corpora as flat token arrays, and deterministic index-based batches.
+
+Three sources (chosen by `data.source`, or by `data.path` when `source: auto`):
+
+* `stdlib` (default, no download): the `.py` files of the running Python's standard library,
+  sorted by relative path, test directories and site-packages excluded, as raw bytes (vocab 256).
+  Files go to train or held-out validation by a hash of their relative path.
+* `text`: local text files or globs, as bytes (vocab 256), split the same way.
+* `tokens`: pre-tokenized nanoGPT-style files, raw `.bin` (`data.dtype` uint16/uint32) or `.npy`,
+  with a stated `data.vocab_size`; validation is `data.val_path` or the tail of the file.
+
+Byte corpora are cached as uint8 arrays under `data.cache_dir` (default ~/.cache/scalelab) keyed
+by the file list, sizes and mtimes, so a run starts without re-reading the sources. Every corpus
+carries an identity (file count, byte count, SHA-256) that the run records.
+
+Sampling: batch i of a run is a pure function of (seed, i): the row offsets come from
+`np.random.default_rng([seed, i])`, so resuming at step i needs no replay. Callers ask for
+*rows* of a batch; a multi-host process reads only the rows its devices hold.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import glob as globlib
+import hashlib
+import json
+import os
+import sys
+import sysconfig
+import tempfile
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from models.base.configs import config_from_mapping
+from models.base.errors import ConfigError
+
+_EXCLUDED_DIRS = {"test", "tests", "idle_test", "site-packages", "dist-packages", "__pycache__"}
+_EVAL_STREAM = 0x5EED_E7A1  # eval batches are the same for every run seed
+
+
+@dataclasses.dataclass(frozen=True)
+class DataConfig:
+    source: str = "auto"            # auto | stdlib | text | tokens
+    path: Any = None                # file, glob, or list of them (text/tokens)
+    val_path: str | None = None     # tokens: separate validation file
+    dtype: str = "uint16"           # tokens: element type of a raw .bin file
+    vocab_size: int | None = None   # tokens: required; bytes: 256
+    val_fraction: float = 0.05
+    cache_dir: str = "~/.cache/scalelab"
+
+    @classmethod
+    def from_mapping(cls, m: dict[str, Any]) -> "DataConfig":
+        return config_from_mapping(cls, m, "data")
+
+    def resolved_source(self) -> str:
+        if self.source not in ("auto", "stdlib", "text", "tokens"):
+            raise ConfigError(f"data.source must be auto, stdlib, text or tokens (got {self.source!r})")
+        if self.source != "auto":
+            return self.source
+        if self.path in (None, "", []):
+            return "stdlib"
+        first = self.path[0] if isinstance(self.path, (list, tuple)) else self.path
+        return "tokens" if str(first).endswith((".bin", ".npy")) else "text"
+
+
+@dataclasses.dataclass
+class Corpus:
+    """Train and validation token arrays (1-D, any unsigned int dtype) plus their identity."""
+
+    train: np.ndarray
+    val: np.ndarray
+    vocab_size: int
+    identity: dict[str, Any]
+
+
+# ---- helpers --------------------------------------------------------------------------------
+
+def _cache_root(cfg: DataConfig) -> Path:
+    return Path(os.environ.get("SCALELAB_CACHE", cfg.cache_dir)).expanduser()
+
+
+def _is_val(relpath: str, val_fraction: float) -> bool:
+    h = int.from_bytes(hashlib.sha256(relpath.encode()).digest()[:8], "big")
+    return h / 2**64 < val_fraction
+
+
+def stdlib_files() -> tuple[Path, list[str]]:
+    """(stdlib root, sorted relative paths of its .py files, tests and site-packages excluded)."""
+    root = Path(sysconfig.get_paths()["stdlib"])
+    rels: list[str] = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = [d for d in dirnames if d not in _EXCLUDED_DIRS]
+        for f in filenames:
+            if f.endswith(".py"):
+                rels.append(Path(dirpath, f).relative_to(root).as_posix())
+    return root, sorted(rels)
+
+
+def _expand_paths(path: Any) -> list[Path]:
+    items = list(path) if isinstance(path, (list, tuple)) else [path]
+    out: list[Path] = []
+    for item in items:
+        s = os.path.expanduser(str(item))
+        if any(ch in s for ch in "*?["):
+            hits = sorted(globlib.glob(s, recursive=True))
+            if not hits:
+                raise ConfigError(f"data.path: no files match {s!r}")
+            out += [Path(h) for h in hits if Path(h).is_file()]
+        else:
+            p = Path(s)
+            if not p.is_file():
+                raise ConfigError(f"data.path: file not found: {s}")
+            out.append(p)
+    if not out:
+        raise ConfigError(f"data.path: no files in {path!r}")
+    return out
+
+
+def _atomic_dir_write(final: Path, files: dict[str, bytes | np.ndarray]) -> None:
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=final.parent, prefix=".tmp-"))
+    for name, content in files.items():
+        if isinstance(content, np.ndarray):
+            content.tofile(tmp / name)
+        else:
+            (tmp / name).write_bytes(content)
+    try:
+        os.replace(tmp, final)
+    except OSError:  # another process won the race; its copy is identical
+        for f in tmp.iterdir():
+            f.unlink()
+        tmp.rmdir()
+
+
+def _byte_corpus(name: str, root: Path, rels: list[str], cfg: DataConfig) -> Corpus:
+    """Bytes of `rels` (relative to root), split by file hash, cached as uint8 arrays."""
+    stats = [(r, *(lambda s: (s.st_size, s.st_mtime_ns))((root / r).stat())) for r in rels]
+    key_src = json.dumps([name, str(root), sys.version, cfg.val_fraction, stats])
+    key = hashlib.sha256(key_src.encode()).hexdigest()[:20]
+    cdir = _cache_root(cfg) / "corpus" / key
+    if not (cdir / "identity.json").is_file():
+        content_hash = hashlib.sha256()
+        train_parts: list[bytes] = []
+        val_parts: list[bytes] = []
+        n_train = n_val = 0
+        for r in rels:
+            b = (root / r).read_bytes()
+            content_hash.update(r.encode() + b"\0" + len(b).to_bytes(8, "big") + b)
+            if _is_val(r, cfg.val_fraction):
+                val_parts.append(b); n_val += 1
+            else:
+                train_parts.append(b); n_train += 1
+        split = "file_hash"
+        train_b, val_b = b"".join(train_parts), b"".join(val_parts)
+        if not train_b or not val_b:  # too few files for a hash split: hold out the tail
+            allb = train_b + val_b
+            cut = int(len(allb) * (1 - cfg.val_fraction))
+            train_b, val_b, split = allb[:cut], allb[cut:], "tail"
+        identity = {
+            "name": name, "source_root": str(root), "files": len(rels),
+            "bytes": len(train_b) + len(val_b), "sha256": content_hash.hexdigest(),
+            "split": split, "val_fraction": cfg.val_fraction,
+            "train_files": n_train, "val_files": n_val,
+            "train_tokens": len(train_b), "val_tokens": len(val_b), "vocab_size": 256,
+        }
+        _atomic_dir_write(cdir, {"train.u8": train_b, "val.u8": val_b,
+                                 "identity.json": json.dumps(identity, indent=1).encode()})
+    identity = json.loads((cdir / "identity.json").read_text())
+    train = np.memmap(cdir / "train.u8", dtype=np.uint8, mode="r") if identity["train_tokens"] else np.zeros(0, np.uint8)
+    val = np.memmap(cdir / "val.u8", dtype=np.uint8, mode="r") if identity["val_tokens"] else np.zeros(0, np.uint8)
+    return Corpus(train=train, val=val, vocab_size=256, identity=identity)
+
+
+def _load_token_file(p: Path, dtype: str) -> np.ndarray:
+    if p.suffix == ".npy":
+        arr = np.load(p, mmap_mode="r")
+        if arr.ndim != 1 or arr.dtype.kind != "u":
+            raise ConfigError(f"data.path: {p} must hold a 1-D unsigned integer array (got {arr.dtype}{list(arr.shape)})")
+        return arr
+    if dtype not in ("uint16", "uint32"):
+        raise ConfigError(f"data.dtype must be uint16 or uint32 (got {dtype!r})")
+    size = p.stat().st_size
+    item = np.dtype(dtype).itemsize
+    if size == 0 or size % item:
+        raise ConfigError(f"data.path: {p} has {size} bytes, not a whole number of {dtype} tokens")
+    return np.memmap(p, dtype=dtype, mode="r")
+
+
+def _file_identity(p: Path, arr: np.ndarray, cfg: DataConfig) -> dict[str, Any]:
+    st = p.stat()
+    key = hashlib.sha256(json.dumps([str(p.resolve()), st.st_size, st.st_mtime_ns]).encode()).hexdigest()[:20]
+    cfile = _cache_root(cfg) / "tokfiles" / f"{key}.json"
+    if cfile.is_file():
+        return json.loads(cfile.read_text())
+    h = hashlib.sha256()
+    with open(p, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 24), b""):
+            h.update(chunk)
+    ident = {"path": str(p.resolve()), "bytes": st.st_size, "tokens": int(arr.size),
+             "sha256": h.hexdigest(), "max_token": int(arr.max()) if arr.size else -1}
+    cfile.parent.mkdir(parents=True, exist_ok=True)
+    tmp = cfile.with_suffix(f".tmp{os.getpid()}")
+    tmp.write_text(json.dumps(ident))
+    os.replace(tmp, cfile)
+    return ident
+
+
+def _token_corpus(cfg: DataConfig) -> Corpus:
+    if cfg.vocab_size is None:
+        raise ConfigError("data.vocab_size is required for pre-tokenized .bin/.npy files")
+    files = _expand_paths(cfg.path)
+    if len(files) != 1:
+        raise ConfigError(f"data.path: give one token file (got {len(files)}); concatenate shards first")
+    train = _load_token_file(files[0], cfg.dtype)
+    tid = _file_identity(files[0], train, cfg)
+    if cfg.val_path:
+        vfile = _expand_paths(cfg.val_path)[0]
+        val = _load_token_file(vfile, cfg.dtype)
+        vid = _file_identity(vfile, val, cfg)
+        split = "val_path"
+    else:
+        cut = int(train.size * (1 - cfg.val_fraction))
+        train, val, vid, split = train[:cut], train[cut:], None, "tail"
+    for ident, what in ((tid, "data.path"), (vid, "data.val_path")):
+        if ident and ident["max_token"] >= cfg.vocab_size:
+            raise ConfigError(f"{what}: token id {ident['max_token']} >= data.vocab_size={cfg.vocab_size}")
+    identity = {"name": "tokens", "files": 1 + (vid is not None),
+                "bytes": tid["bytes"] + (vid["bytes"] if vid else 0),
+                "sha256": hashlib.sha256((tid["sha256"] + (vid["sha256"] if vid else "")).encode()).hexdigest(),
+                "split": split, "train_tokens": int(train.size), "val_tokens": int(val.size),
+                "vocab_size": cfg.vocab_size, "path": tid["path"], "val": vid and vid["path"]}
+    return Corpus(train=train, val=val, vocab_size=int(cfg.vocab_size), identity=identity)
+
+
+def check_paths(cfg: DataConfig) -> None:
+    """Cheap existence checks for the config validator (no reading)."""
+    src = cfg.resolved_source()
+    if src in ("text", "tokens"):
+        if cfg.path in (None, "", []):
+            raise ConfigError(f"data.path is required for data.source={src}")
+        _expand_paths(cfg.path)
+        if cfg.val_path:
+            _expand_paths(cfg.val_path)
+    if src == "tokens" and cfg.vocab_size is None:
+        raise ConfigError("data.vocab_size is required for pre-tokenized .bin/.npy files")
+    if src != "tokens" and cfg.vocab_size not in (None, 256):
+        raise ConfigError(f"data.vocab_size={cfg.vocab_size} but byte corpora have vocab 256")
+    if not 0.0 < float(cfg.val_fraction) < 1.0:
+        raise ConfigError(f"data.val_fraction must be in (0, 1) (got {cfg.val_fraction})")
+
+
+def data_vocab_size(cfg: DataConfig) -> int:
+    return 256 if cfg.resolved_source() != "tokens" else int(cfg.vocab_size)
+
+
+def load_corpus(cfg: DataConfig) -> Corpus:
+    """Build (or load from cache) the corpus described by `cfg`."""
+    check_paths(cfg)
+    src = cfg.resolved_source()
+    if src == "stdlib":
+        root, rels = stdlib_files()
+        v = sys.version_info
+        return _byte_corpus(f"python-stdlib-{v.major}.{v.minor}.{v.micro}", root, rels, cfg)
+    if src == "text":
+        files = [p.resolve() for p in _expand_paths(cfg.path)]
+        root = Path(os.path.commonpath([str(p.parent) for p in files]))
+        return _byte_corpus("text", root, [p.relative_to(root).as_posix() for p in files], cfg)
+    return _token_corpus(cfg)
+
+
+# ---- sampling -------------------------------------------------------------------------------
+
+class BatchSampler:
+    """Batch i = `batch_size` windows of `seq_len + 1` tokens at offsets drawn from rng(seed, i).
+
+    `rows(i, rows)` returns the int32 windows for the given global row indices only, so each
+    process can read just its own part of the global batch.
+    """
+
+    def __init__(self, tokens: np.ndarray, seq_len: int, batch_size: int, seed: int, what: str = "train"):
+        self.tokens, self.seq_len, self.batch_size, self.seed = tokens, seq_len, batch_size, seed
+        self.n_starts = int(tokens.size) - seq_len
+        if self.n_starts < 1:
+            raise ConfigError(f"the {what} split has {tokens.size} tokens, fewer than model.seq_len+1="
+                              f"{seq_len + 1}; use a larger corpus or a shorter model.seq_len")
+
+    def offsets(self, i: int) -> np.ndarray:
+        rng = np.random.default_rng([self.seed, i])
+        return rng.integers(0, self.n_starts, size=self.batch_size)
+
+    def rows(self, i: int, rows: Sequence[int] | np.ndarray | slice | None = None) -> np.ndarray:
+        offs = self.offsets(i)
+        sel = offs if rows is None else offs[rows]
+        L1 = self.seq_len + 1
+        out = np.empty((len(sel), L1), dtype=np.int32)
+        for j, o in enumerate(sel):
+            out[j] = self.tokens[o:o + L1]
+        return out
+
+    def batch(self, i: int) -> np.ndarray:
+        """The whole global batch i, shape (batch_size, seq_len + 1), int32."""
+        return self.rows(i)
+
+
+def eval_sampler(val: np.ndarray, seq_len: int, batch_size: int) -> BatchSampler:
+    """Fixed validation batches: identical for every run seed, so eval losses compare."""
+    return BatchSampler(val, seq_len, batch_size, _EVAL_STREAM, what="validation")

@@ -1,0 +1,121 @@
+"""Sharded train / eval steps: the compiled core that the trainer, tests and benchmarks share.
+
+    ts = build_train_setup(model_cfg, tx, mesh, n_micro=2)
+    params, opt_state = ts.init(seed)                  # sharded per sharding/rules.py
+    params, opt_state, m = ts.train_step(params, opt_state, batch_NxMxL1)
+    loss = ts.eval_step(params, batch_BxL1)
+
+`batch_NxMxL1` holds N micro-batches of M rows of seq_len+1 tokens (inputs = [:, :-1], targets =
+[:, 1:]); the step averages the micro-batch gradients, which equals the big-batch gradient.
+Gradient norm is measured before clipping.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+import optax
+from flax import nnx
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+from models.axes import activation_sharding
+from models.config import ModelConfig
+from models.transformer import Transformer, abstract_model, apply, logical_axes, split_params
+from sharding.rules import BATCH_AXES, activation_sharding_fn, param_shardings
+
+
+def cross_entropy_loss(graphdef: nnx.GraphDef, params: Any, tokens_BxL1: jax.Array) -> jax.Array:
+    """Mean next-token cross-entropy (nats) of the model on a window batch."""
+    logits_BxLxV = apply(graphdef, params, tokens_BxL1[:, :-1])
+    targets_BxL = tokens_BxL1[:, 1:]
+    logz_BxL = jax.nn.logsumexp(logits_BxLxV, axis=-1)
+    picked_BxL = jnp.take_along_axis(logits_BxLxV, targets_BxL[..., None], axis=-1)[..., 0]
+    return jnp.mean(logz_BxL - picked_BxL)
+
+
+@dataclasses.dataclass
+class TrainSetup:
+    """Everything compiled for one (model, optimizer, mesh, micro-batching)."""
+
+    model_cfg: ModelConfig
+    mesh: Mesh
+    graphdef: nnx.GraphDef
+    axes: Any                      # logical axis names per parameter
+    param_shardings: Any
+    opt_shardings: Any
+    batch_sharding: NamedSharding  # for (N, M, L+1) train batches
+    eval_batch_sharding: NamedSharding  # for (B, L+1) eval batches
+    init: Callable[[int], tuple[Any, Any]]
+    train_step: Callable[..., tuple[Any, Any, dict[str, jax.Array]]]
+    eval_step: Callable[[Any, jax.Array], jax.Array]
+    loss_fn: Callable[[Any, jax.Array], jax.Array]
+    tx: optax.GradientTransformation
+
+    def abstract_state(self) -> tuple[Any, Any]:
+        """ShapeDtypeStructs (with shardings) of (params, opt_state): restore targets."""
+        p_shapes = jax.eval_shape(lambda: split_params(Transformer(self.model_cfg, rngs=nnx.Rngs(0)))[1])
+        o_shapes = jax.eval_shape(self.tx.init, p_shapes)
+        attach = lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh)
+        return (jax.tree.map(attach, p_shapes, self.param_shardings),
+                jax.tree.map(attach, o_shapes, self.opt_shardings))
+
+
+def build_train_setup(model_cfg: ModelConfig, tx: optax.GradientTransformation, mesh: Mesh,
+                      n_micro: int = 1, donate: bool = True) -> TrainSetup:
+    """Shardings from the logical-axis rules, and the jitted init / train / eval functions."""
+    abstract = abstract_model(model_cfg)
+    graphdef, _ = nnx.split(abstract, nnx.Param)
+    axes = logical_axes(abstract)
+    p_sh = param_shardings(mesh, axes)
+    replicated = NamedSharding(mesh, PartitionSpec())
+    p_shapes = jax.eval_shape(lambda: split_params(Transformer(model_cfg, rngs=nnx.Rngs(0)))[1])
+    o_shapes = jax.eval_shape(tx.init, p_shapes)
+    o_sh = optax.tree_map_params(tx, lambda _, sh: sh, o_shapes, p_sh,
+                                 transform_non_params=lambda _: replicated,
+                                 is_leaf=lambda x: isinstance(x, jax.ShapeDtypeStruct))
+    batch_sh = NamedSharding(mesh, PartitionSpec(None, BATCH_AXES, None))
+    eval_sh = NamedSharding(mesh, PartitionSpec(BATCH_AXES, None))
+    act_fn = activation_sharding_fn(mesh)
+
+    def loss_fn(params: Any, tokens_BxL1: jax.Array) -> jax.Array:
+        with activation_sharding(act_fn):
+            tokens_BxL1 = jax.lax.with_sharding_constraint(tokens_BxL1, eval_sh)
+            return cross_entropy_loss(graphdef, params, tokens_BxL1)
+
+    grad_fn = jax.value_and_grad(loss_fn)
+
+    def init_fn(seed: int) -> tuple[Any, Any]:
+        params = split_params(Transformer(model_cfg, rngs=nnx.Rngs(seed)))[1]
+        return params, tx.init(params)
+
+    init_jit = jax.jit(init_fn, static_argnums=0, out_shardings=(p_sh, o_sh))
+
+    def train_step(params: Any, opt_state: Any, batch_NxMxL1: jax.Array):
+        if n_micro == 1:
+            loss, grads = grad_fn(params, batch_NxMxL1[0])
+        else:
+            def micro(carry, mb_MxL1):
+                g_acc, l_acc = carry
+                l, g = grad_fn(params, mb_MxL1)
+                return (jax.tree.map(jnp.add, g_acc, g), l_acc + l), None
+            zeros = jax.tree.map(jnp.zeros_like, params)
+            (grads, loss), _ = jax.lax.scan(micro, (zeros, jnp.zeros((), jnp.float32)), batch_NxMxL1)
+            grads = jax.tree.map(lambda g: g / n_micro, grads)
+            loss = loss / n_micro
+        grads = jax.lax.with_sharding_constraint(grads, p_sh)
+        grad_norm = optax.tree.norm(grads)
+        updates, opt_state = tx.update(grads, opt_state, params)
+        params = optax.apply_updates(params, updates)
+        return params, opt_state, {"loss": loss, "grad_norm": grad_norm}
+
+    train_jit = jax.jit(train_step, in_shardings=(p_sh, o_sh, batch_sh),
+                        out_shardings=(p_sh, o_sh, replicated),
+                        donate_argnums=(0, 1) if donate else ())
+    eval_jit = jax.jit(loss_fn, in_shardings=(p_sh, eval_sh), out_shardings=replicated)
+    return TrainSetup(model_cfg=model_cfg, mesh=mesh, graphdef=graphdef, axes=axes,
+                      param_shardings=p_sh, opt_shardings=o_sh, batch_sharding=batch_sh,
+                      eval_batch_sharding=eval_sh, init=lambda seed: init_jit(int(seed)),
+                      train_step=train_jit, eval_step=eval_jit, loss_fn=loss_fn, tx=tx)
