@@ -18,7 +18,15 @@ Loss curves (one run's loss against step under an LR schedule):
         -> CurveFitResult (.params .predict(curve) .predictions .to_dict())
 
 Runs written by the training core:
-    runs.load(*paths) -> (runs_df, curves_df)
+    runs.load(*paths) -> (runs_df, curves_df); runs.table(*paths) -> the runs table `fit` reads
+
+Report and planning:
+    build_report(sweep_dir, out_dir=None, budgets=None, bootstrap=1000, seed=0, hardware=None, gpus=1024)
+        -> report dict (also written as report.{html,md,json} + figures/)
+    plan(budget_flops, n_devices, hardware, law=None, max_days=None, ...) -> Plan (.best .candidates
+        .table() .to_markdown() .as_dict())
+    Figures for notebooks: analysis.report.figures.* and analysis.rl.report.*_figure return
+    matplotlib Figures; importing analysis never selects or switches the matplotlib backend.
 
 Errors in user input raise `AnalysisError` with a one-line message.
 """
@@ -49,6 +57,8 @@ _EXPORTS = {
     "CurveFitResult": "analysis.curves.fitting",
     "get_curve_law": "analysis.curves.laws",
     "known_curve_laws": "analysis.curves.laws",
+    "build_report": "analysis.report.build",
+    "plan": "analysis.planning.planner",
 }
 
 __all__ = ["AnalysisError", "runs", *_EXPORTS]

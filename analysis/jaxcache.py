@@ -20,7 +20,7 @@ def enable_compile_cache() -> None:
     path = pathlib.Path(setting) if setting else pathlib.Path.home() / ".cache" / "scalelab" / "jax"
     try:
         path.mkdir(parents=True, exist_ok=True)
-        import jax
+        import jax  # lazy: callers enable the cache before their first compile, not at import
 
         jax.config.update("jax_compilation_cache_dir", str(path))
         jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.2)

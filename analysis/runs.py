@@ -12,6 +12,9 @@ Runs without `summary.json` (unfinished) or whose status is not `completed` (div
 are skipped with one warning naming them; a corrupt `metrics.jsonl` line is skipped and counted,
 never fatal. Each run's parsed tables are cached as Parquet (keyed by the source files' sizes and
 modification times), so re-loading a large sweep reads two small files per run.
+
+`table(*paths)` is the runs table `python -m analysis collect` writes (`write_table`: CSV or
+Parquet): runs_df with the column roles `fit` looks for first — N, D, C, loss — in front.
 """
 
 from __future__ import annotations
@@ -25,8 +28,10 @@ from typing import Iterable
 
 import numpy as np
 import pandas as pd
+import yaml
 
 from models.base.errors import AnalysisError
+from models.base.jsonio import write_text_atomic
 
 MARKERS = ("summary.json", "metrics.jsonl", os.path.join(".hydra", "config.yaml"))
 COMPLETED = "completed"
@@ -113,8 +118,6 @@ def _read_config(run_dir: pathlib.Path) -> dict[str, object]:
     path = run_dir / ".hydra" / "config.yaml"
     if not path.is_file():
         return {}
-    import yaml
-
     try:
         with open(path) as fh:
             cfg = yaml.safe_load(fh)
@@ -229,3 +232,49 @@ def load(*paths: str | os.PathLike, cache_dir: str | os.PathLike | None | bool =
         keep = set(runs_df["run"])
         curves_df = curves_df[curves_df["run"].isin(keep)].reset_index(drop=True)
     return runs_df, curves_df
+
+
+# Column roles of `analysis fit` (see analysis.laws.points) -> the run summary field holding each.
+ROLE_COLUMNS = {"N": "n_params", "D": "tokens", "C": "flops", "loss": "final_eval_loss"}
+TABLE_SUFFIXES = (".csv", ".parquet")
+
+
+def table(*paths: str | os.PathLike, cache_dir: str | os.PathLike | None | bool = True,
+          include_unfinished: bool = False) -> pd.DataFrame:
+    """The runs table of `paths`: `load(...)[0]` with N, D, C, loss in front (`with_roles`)."""
+    return with_roles(load(*paths, cache_dir=cache_dir, include_unfinished=include_unfinished)[0])
+
+
+def with_roles(runs_df: pd.DataFrame) -> pd.DataFrame:
+    """`runs_df` with N, D, C, loss (numeric copies of n_params, tokens, flops, final_eval_loss)
+    as its first columns, so `python -m analysis fit` finds them without column flags."""
+    roles = {role: pd.to_numeric(runs_df[src], errors="coerce")
+             for role, src in ROLE_COLUMNS.items() if src in runs_df.columns and role not in runs_df.columns}
+    return pd.concat([pd.DataFrame(roles, index=runs_df.index), runs_df], axis=1)
+
+
+def write_table(df: pd.DataFrame, path: str | os.PathLike) -> pathlib.Path:
+    """Write a table as CSV or Parquet, chosen by the suffix; the file appears whole or not at all."""
+    path = pathlib.Path(path)
+    suffix = path.suffix.lower()
+    if suffix not in TABLE_SUFFIXES:
+        raise AnalysisError(f"{path}: the runs table must end in {' or '.join(TABLE_SUFFIXES)}")
+    if not path.parent.is_dir():
+        raise AnalysisError(f"{path}: directory {path.parent} does not exist")
+    if suffix == ".csv":
+        write_text_atomic(path, df.to_csv(index=False))
+        return path
+    tmp = path.with_name(f".{path.name}.tmp")
+    _parquet_safe(df).to_parquet(tmp, index=False)
+    os.replace(tmp, path)
+    return path
+
+
+def _parquet_safe(df: pd.DataFrame) -> pd.DataFrame:
+    """Parquet needs one type per column: object columns hold strings (non-strings as JSON)."""
+    out = df.copy()
+    for c in out.columns:
+        if out[c].dtype == object:
+            out[c] = out[c].map(lambda v: None if v is None or (isinstance(v, float) and np.isnan(v))
+                                else v if isinstance(v, str) else json.dumps(v, default=str))
+    return out

@@ -35,6 +35,8 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
+from experiments.train.peak_flops import measure_cpu_matmul_peak, peak_flops_per_device  # noqa: E402
+
 SIZES = {  # name: (d_model, n_layers, n_heads, seq_len, batch)
     "tiny": (128, 2, 4, 128, 16),
     "small": (256, 4, 8, 256, 8),
@@ -205,8 +207,6 @@ def main(argv=None) -> int:
     import logging
 
     logging.getLogger().setLevel(logging.WARNING)
-    from experiments.train.peak_flops import measure_cpu_matmul_peak, peak_flops_per_device
-
     peak, src = peak_flops_per_device(jax.devices()[0], "float32", devices_on_host=1)
     print(f"peak: {peak / 1e9:.1f} GFLOP/s ({src})")
     print(f"the same 2048^3 matmul right now: {measure_cpu_matmul_peak() / 1e9:.1f} GFLOP/s "

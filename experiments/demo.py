@@ -25,6 +25,8 @@ import sys
 import threading
 import time
 
+from models.base.errors import AnalysisError
+
 SHOW = ("[launch]", "[reuse", "[skip", "sweep done", "error", "launching ")
 
 
@@ -111,7 +113,8 @@ def main(argv: list[str] | None = None) -> int:
     t_sweep = time.time() - t0
     print(f"[demo {_fmt_t(t_sweep)}] sweep finished; fitting laws ({args.bootstrap} bootstrap resamples) and "
           "writing the report", flush=True)
-    from models.base.errors import AnalysisError
+    # The analysis stack (JAX, pandas, matplotlib) loads only now, after the sweep: the demo's
+    # parent process stays small while its children train.
     from analysis.report.build import build_report
     from analysis.report.render import headline
 

@@ -3,20 +3,30 @@ experiments.train` and `python -m experiments.rl` (no JAX import).
 
 `python -m experiments.train` checks `summary.json` with these before importing JAX, so that a
 completed run started again exits in about a second.
+
+A single run's directory is a function of its config: `hydra.run.dir` defaults (conf/config.yaml,
+conf/rl.yaml) to `outputs/runs/${scalelab.train_run:}` / `outputs/rl/${scalelab.rl_run:}`, the
+resolvers registered by `register_run_name`, so the same command started again finds its run and
+resumes it. `console_log` copies what the run prints into `<run dir>/<job name>.log`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import sys
 import traceback
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterator, Mapping, TextIO
+
+from omegaconf import DictConfig, OmegaConf
 
 from models.base.configs import to_plain
 from models.base.errors import ConfigError
 from models.base.fingerprint import diff_fields, fingerprint
 from models.base.jsonio import read_json, write_json_atomic
+from sharding import distributed
 
 # Keys whose change makes a run a different run (resuming it would mix two experiments).
 # Sharding, eval/ckpt/log cadence are excluded: a run may resume on another mesh.
@@ -36,6 +46,7 @@ def fingerprint_fields(cfg: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def config_fingerprint(cfg: Mapping[str, Any]) -> str:
+    """The fingerprint of `fingerprint_fields(cfg)`: `config_fingerprint` in summary.json."""
     return fingerprint(fingerprint_fields(cfg))
 
 
@@ -97,6 +108,12 @@ def fail(msg: str, code: int, multirun: bool) -> dict[str, Any]:
     return {"status": "failed", "error": msg}
 
 
+def first_line(err: BaseException) -> str:
+    """The first line of an error's message (OmegaConf adds `full_key: ...` lines below it)."""
+    lines = str(err).strip().splitlines()
+    return lines[0] if lines else type(err).__name__
+
+
 def run_guarded(run_fn: Callable[[Any, Path], dict[str, Any]], cfg: Any, run_dir: Path, multirun: bool,
                 label: str = "training") -> dict[str, Any]:
     """`run_fn(cfg, run_dir)` under the contract: bad config -> exit 2, diverged -> exit 3, any
@@ -117,3 +134,98 @@ def run_guarded(run_fn: Callable[[Any, Path], dict[str, Any]], cfg: Any, run_dir
               f"{run_dir / 'metrics.jsonl'}", file=sys.stderr, flush=True)
         sys.exit(EXIT_DIVERGED)
     return summary
+
+
+# ---- the directory of a single run, and its console log --------------------------------------------
+UNRESOLVED_RUN_NAME = "invalid-config"   # the run then stops with `error: bad config: ...`
+
+
+def model_label(model: Mapping[str, Any] | None) -> str:
+    """`d<d_model>l<n_layers>`: the readable part of a run directory's name."""
+    model = model or {}
+    return f"d{model.get('d_model')}l{model.get('n_layers')}"
+
+
+def train_run_name(cfg: Mapping[str, Any]) -> str:
+    """`<model>-<config fingerprint>` of a training config: the same fields that decide whether
+    a run directory holds this run (sharding and cadence may change, the directory does not)."""
+    fields = fingerprint_fields({k: to_plain(cfg.get(k)) for k in ("model", "optim", "data", "train")})
+    return f"{model_label(fields['model'])}-{fingerprint(fields)}"
+
+
+def register_run_name(name: str, run_name: Callable[[DictConfig], str]) -> None:
+    """Register the OmegaConf resolver `${<name>:}`: `run_name(composed config)`.
+
+    Hydra resolves `hydra.run.dir` after composing the config, so a default of
+    `outputs/runs/${<name>:}` names a single run after its config; an explicit
+    `hydra.run.dir=...` replaces it, and multirun jobs use `hydra.sweep.dir` instead. A config
+    the name cannot be computed from gets UNRESOLVED_RUN_NAME: the entry point then reports the
+    bad config in one line."""
+    def resolve(*, _root_: DictConfig) -> str:
+        try:
+            return run_name(_root_)
+        except Exception:  # noqa: BLE001 - reported by the entry point's config check
+            return UNRESOLVED_RUN_NAME
+
+    OmegaConf.register_new_resolver(name, resolve, replace=True)
+
+
+def process_index(cfg: Mapping[str, Any]) -> int:
+    """This process's index in a multi-process run, from the config / environment as
+    `sharding.distributed` reads them (0 for a single process or an unreadable setting)."""
+    try:
+        args = distributed.resolve(to_plain(cfg.get("distributed")))
+    except Exception:  # noqa: BLE001 - the run itself reports a bad distributed config
+        return 0
+    return int(args["process_id"]) if args else 0
+
+
+def log_path(run_dir: Path, job_name: str, cfg: Mapping[str, Any]) -> Path:
+    """`<run dir>/<job>.log` for process 0, `<job>.<k>.log` for process k of a multi-process run."""
+    k = process_index(cfg)
+    return Path(run_dir) / (f"{job_name}.log" if k == 0 else f"{job_name}.{k}.log")
+
+
+class _Tee:
+    """A text stream that writes to `stream` and to `log`; everything else is `stream`'s."""
+
+    def __init__(self, stream: TextIO, log: TextIO):
+        self._stream, self._log = stream, log
+
+    def write(self, s: str) -> int:
+        n = self._stream.write(s)
+        self._log.write(s)
+        return n
+
+    def writelines(self, lines: Any) -> None:
+        for line in lines:
+            self.write(line)
+
+    def flush(self) -> None:
+        self._stream.flush()
+        self._log.flush()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+@contextlib.contextmanager
+def console_log(path: Path) -> Iterator[None]:
+    """Copy what the run prints (stdout, stderr) and logs (the root logger) into `path`, appended,
+    until the block ends (also by `sys.exit` or an exception); then the streams are restored, so
+    each job of a multirun process logs to its own directory. Output that bypasses Python's
+    streams (C++ libraries writing to the file descriptors) reaches the console only."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a", buffering=1) as log:
+        out, err = sys.stdout, sys.stderr
+        handler = logging.StreamHandler(log)
+        handler.setFormatter(logging.Formatter("%(message)s"))
+        root = logging.getLogger()
+        sys.stdout, sys.stderr = _Tee(out, log), _Tee(err, log)
+        root.addHandler(handler)
+        try:
+            yield
+        finally:
+            root.removeHandler(handler)
+            sys.stdout, sys.stderr = out, err

@@ -29,18 +29,20 @@ class ModelConfig:
     `n_kv_heads=None` means standard multi-head attention (= n_heads); a smaller value gives
     grouped-query attention. `d_ff=None` picks `default_d_ff(d_model)`. Parameters are always
     float32; `dtype` is the compute dtype of the matmuls (softmax, norms and logits stay f32).
+    The defaults are conf/model/tiny.yaml; this class is also the Hydra schema of `model.*`
+    (registered by experiments/train/config.py).
     """
 
     vocab_size: int = 256
     d_model: int = 128
     n_layers: int = 2
     n_heads: int = 4
-    n_kv_heads: int | None = None
-    d_ff: int | None = None
+    n_kv_heads: int | None = None   # None = n_heads (plain MHA); smaller = grouped-query attention
+    d_ff: int | None = None         # None = 8/3 * d_model rounded up to a multiple of 64 (SwiGLU)
     seq_len: int = 128
     tie_embeddings: bool = False
-    remat: bool = False
-    dtype: str = "float32"
+    remat: bool = False             # rematerialize each block in the backward pass
+    dtype: str = "float32"          # compute dtype: float32 | bfloat16 (params, softmax, logits stay f32)
     rope_theta: float = 10000.0
     norm_eps: float = 1e-6
     init_std: float = 0.02

@@ -74,7 +74,7 @@ def initialize(cfg: Mapping[str, Any] | None = None, env: Mapping[str, str] | No
     args = resolve(cfg, env)
     if args is None or _initialized:
         return args
-    import jax
+    import jax  # lazy: `resolve` (env/SLURM parsing) is used by tests and tools without JAX
 
     kwargs = {k: v for k, v in args.items() if k != "source"}
     collectives = (cfg or {}).get("cpu_collectives") or "gloo"

@@ -8,13 +8,15 @@ import dataclasses
 import pytest
 
 from models.base.errors import AnalysisError
+from models.config import ModelConfig
+from models.flops import non_embedding_param_count, param_count
 from sharding.costmodel import (BF16_MIXED, DEFAULT_EFFICIENCY, Layout, LayoutError, ModelShape,
                                 activation_bytes_per_layer, catalogue_names, estimate_step,
-                                load_hardware)
+                                load_hardware, validate_layout)
 from sharding.costmodel.comm import collective_time, ranks_per_node
 
 CATALOGUE = ["a100-40gb", "a100-80gb", "h100-sxm", "h200", "b200", "mi250x", "tpu-v4", "tpu-v5e",
-             "tpu-v5p"]
+             "tpu-v5p", "tpu-v6e"]
 LLAMA13B = ModelShape(n_layers=40, d_model=5120, n_heads=40, seq_len=2048, vocab_size=128000)
 GPT = ModelShape(n_layers=24, d_model=2048, n_heads=16, seq_len=2048, vocab_size=51200,
                  d_ff=4 * 2048, mlp="gelu", dropout=True)
@@ -50,6 +52,17 @@ def test_param_count_matches_hagemann_sheets():
                          ((80, 8192, 64), 66.86e9)):
         s = ModelShape(n_layers=L, d_model=h, n_heads=a, seq_len=2048, vocab_size=128000)
         assert s.n_params == pytest.approx(n, rel=2e-3)
+
+
+@pytest.mark.parametrize("kw", [dict(), dict(n_kv_heads=2, tie_embeddings=True),
+                                dict(d_ff=320, vocab_size=1000, n_layers=3)])
+def test_param_count_agrees_with_models_flops(kw):
+    """ModelShape counts its own parameters (per component, for the stage split); for a shape the
+    training model can build, the totals equal models.flops' (the one count of summary.json)."""
+    cfg = ModelConfig(**{"d_model": 256, "n_heads": 8, "n_layers": 4, "vocab_size": 512, **kw})
+    shape = ModelShape.from_model_config(cfg)
+    assert shape.n_params == param_count(cfg)
+    assert shape.n_params_non_embedding == non_embedding_param_count(cfg)
 
 
 @pytest.mark.parametrize("t,sp", [(1, False), (2, False), (4, False), (4, True), (8, True)])
@@ -148,7 +161,6 @@ def test_offload_moves_optimizer_off_device():
     (dict(dp=1, tp=1, pp=50, n=None), "exceeds n_layers"),
 ])
 def test_impossible_layouts_are_one_line_errors(kw, msg):
-    from sharding.costmodel import validate_layout
     n = kw.pop("n")
     lo = Layout(micro_batch=1, global_batch=64, **kw)
     with pytest.raises(LayoutError, match=msg) as ei:

@@ -23,10 +23,12 @@ import jax.numpy as jnp
 import optax
 import pytest
 
+from experiments.train.steps import build_train_setup
 from models.config import ModelConfig
 from sharding.costmodel import FP32_PARAMS, Layout, Precision, ModelShape, estimate_step, load_hardware
 from sharding.costmodel.efficiency import DEFAULT_EFFICIENCY
 from sharding.costmodel.memory import memory_breakdown
+from sharding.mesh import make_mesh
 
 CFG = ModelConfig(vocab_size=256, d_model=256, n_layers=4, n_heads=8, seq_len=64)
 GLOBAL_BATCH = 16
@@ -94,9 +96,6 @@ def model_layout(data: int, fsdp: int, tensor: int) -> Layout:
 @pytest.fixture(scope="module")
 def compiled():
     """name -> (compiled train step, per-device batch bytes), compiled lazily and cached."""
-    from experiments.train.steps import build_train_setup
-    from sharding.mesh import make_mesh
-
     if len(jax.devices()) < 8:
         pytest.skip("needs 8 (simulated) devices")
     cache = {}

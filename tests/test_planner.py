@@ -2,17 +2,23 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import subprocess
 import sys
 
 import numpy as np
+import pandas as pd
 import pytest
 from scipy import optimize
 
 from models.base.errors import AnalysisError
-from analysis.planning.planner import (ScalingLaw, candidate_shapes, chinchilla_law, load_law, plan)
+from analysis import allocation, fit_law
+from analysis.laws.allocation import ScalingLaw
+from analysis.laws.points import FLOPS_PER_PARAM_TOKEN
+from analysis.planning.planner import candidate_shapes, plan
+from sharding.costmodel import PRIOR_EFFICIENCY, Layout, ModelShape, estimate_step, load_hardware
 
 # Epoch AI's refit of Chinchilla approach 3 (Besiroglu et al. 2024), as given in the brief.
 EPOCH = {"E": 1.8172, "A": 477.8, "B": 2143.0, "alpha": 0.3473, "beta": 0.3672}
@@ -27,14 +33,82 @@ def _law_file(tmp_path, samples=None, **extra):
     return p
 
 
-def test_optimal_allocation_matches_numeric_minimum():
-    law = chinchilla_law()
+@pytest.mark.parametrize("k", [6.0, 8.0])
+def test_optimal_allocation_matches_numeric_minimum(k):
+    law = dataclasses.replace(ScalingLaw.chinchilla_2022(), flops_per_param_token=k)
     c = 1e23
-    n, d = law.optimal_allocation(c)
-    assert 6 * n * d == pytest.approx(c)
-    res = optimize.minimize_scalar(lambda ln: law.loss(math.exp(ln), c / (6 * math.exp(ln))),
+    n, d = law.optimal(c)
+    assert k * n * d == pytest.approx(c)
+    res = optimize.minimize_scalar(lambda ln: law.loss(math.exp(ln), c / (k * math.exp(ln))),
                                    bounds=(15, 30), method="bounded")
     assert n == pytest.approx(math.exp(res.x), rel=1e-3)
+
+
+@pytest.fixture(scope="module")
+def fit_8nd():
+    """A Chinchilla fit on synthetic runs whose recorded FLOPs are C = 8ND (k = 8, not 6)."""
+    rng = np.random.default_rng(0)
+    N = np.repeat(np.geomspace(2e7, 3e9, 6), 6)
+    D = np.tile(np.geomspace(4e8, 2e11, 6), 6)
+    L = EPOCH["E"] + EPOCH["A"] / N ** EPOCH["alpha"] + EPOCH["B"] / D ** EPOCH["beta"]
+    df = pd.DataFrame({"N": N, "D": D, "C": 8 * N * D, "loss": L * np.exp(rng.normal(0, 1e-3, N.size))})
+    starts = np.array([[1.8, 400.0, 2000.0, 0.3, 0.3], [1.5, 100.0, 500.0, 0.5, 0.5]])  # small grid: fast
+    return fit_law(df, "chinchilla", bootstrap=20, seed=0, grid=starts)
+
+
+def test_plan_uses_the_fits_flops_factor(fit_8nd, tmp_path):
+    """A law fitted on C = 8ND data plans with k = 8: N* equals the fit's own allocation, and
+    every candidate's FLOPs are k·N·D = the budget (with C = 6ND N* would be ~16% off)."""
+    assert fit_8nd.flops_per_param_token == pytest.approx(8.0)
+    want = fit_8nd.allocation([1e22])["budgets"][0]
+    path = tmp_path / "fit8.json"
+    fit_8nd.to_json(str(path))
+    for law in (ScalingLaw.from_fit(fit_8nd), ScalingLaw.from_json(path)):
+        assert law.flops_per_param_token == pytest.approx(8.0)
+        p = plan(1e22, 64, "h100-sxm", law=law)
+        assert p.n_opt == pytest.approx(want["N_opt"], rel=1e-9)
+        assert p.d_opt == pytest.approx(want["D_opt"], rel=1e-9)
+        assert p.as_dict()["law"]["flops_per_param_token"] == pytest.approx(8.0)
+        for c in p.candidates:
+            assert c.flops == pytest.approx(1e22, rel=1e-9)
+            assert c.tokens == pytest.approx(1e22 / (8 * c.shape.n_params), rel=1e-9)
+    six = dataclasses.replace(ScalingLaw.from_fit(fit_8nd), flops_per_param_token=6.0)
+    assert abs(six.optimal(1e22)[0] / want["N_opt"] - 1) > 0.05
+
+
+def test_allocation_is_the_laws(fit_8nd):
+    """`allocation(fit)` is `ScalingLaw.from_fit(fit).allocation`: same keys and CIs, k override."""
+    law = ScalingLaw.from_fit(fit_8nd)
+    assert law.samples.shape == (20, 5) and law.ci_level == fit_8nd.ci_level
+    al = allocation(fit_8nd, [1e21, 1e23])
+    assert al == law.allocation([1e21, 1e23])
+    assert list(al) == ["a", "b", "G", "flops_per_param_token", "a_ci", "b_ci", "budgets"]
+    assert set(al["budgets"][0]) == {"C", "N_opt", "D_opt", "tokens_per_param", "loss", "N_opt_ci",
+                                     "D_opt_ci", "tokens_per_param_ci", "loss_ci"}
+    row = al["budgets"][1]
+    assert row["N_opt"] * row["D_opt"] * 8 == pytest.approx(1e23, rel=1e-9)
+    assert (row["N_opt"], row["D_opt"]) == pytest.approx(law.optimal(1e23), rel=1e-12)
+    six = allocation(fit_8nd, [1e23], flops_per_param_token=6.0)["budgets"][0]
+    assert six["N_opt"] * six["D_opt"] * 6 == pytest.approx(1e23, rel=1e-9)
+    with pytest.raises(AnalysisError, match="budgets must be positive"):
+        law.allocation([0.0])
+
+
+def test_law_file_flops_factor(tmp_path):
+    assert ScalingLaw.from_json(_law_file(tmp_path)).flops_per_param_token == 6.0
+    assert ScalingLaw.from_json(_law_file(tmp_path, flops_per_param_token=7.5)).flops_per_param_token == 7.5
+    with pytest.raises(AnalysisError, match="flops_per_param_token must be a positive number"):
+        ScalingLaw.from_json(_law_file(tmp_path, flops_per_param_token=-1))
+
+
+def test_one_default_flops_factor():
+    assert ScalingLaw.chinchilla_2022().flops_per_param_token == FLOPS_PER_PARAM_TOKEN == 6.0
+
+
+def test_loss_ci_needs_enough_samples():
+    base = np.array(list(EPOCH.values()))
+    law = ScalingLaw(**EPOCH, samples=np.tile(base, (5, 1)))
+    assert law.loss_ci(7e10, 1.4e12) is None
 
 
 def test_shapes_are_real():
@@ -46,7 +120,7 @@ def test_shapes_are_real():
 
 def test_chinchilla_budget_acceptance(tmp_path):
     """Epoch-refit law, 5.76e23 FLOPs, 1024 A100-80GB -> ~60-80B on ~1.2-1.6T, MFU 30-60%."""
-    p = plan(5.76e23, 1024, "a100-80gb", law=load_law(_law_file(tmp_path)))
+    p = plan(5.76e23, 1024, "a100-80gb", law=ScalingLaw.from_json(_law_file(tmp_path)))
     b = p.best
     assert 60e9 <= b.shape.n_params <= 80e9
     assert 1.2e12 <= b.tokens <= 1.6e12
@@ -63,14 +137,14 @@ def test_loss_ci_from_bootstrap_samples(tmp_path):
     rng = np.random.default_rng(0)
     base = np.array(list(EPOCH.values()))
     samples = (base * (1 + 0.02 * rng.standard_normal((200, 5)))).tolist()
-    law = load_law(_law_file(tmp_path, samples=samples))
+    law = ScalingLaw.from_json(_law_file(tmp_path, samples=samples))
     lo, hi = law.loss_ci(7e10, 1.4e12)
     assert lo < law.loss(7e10, 1.4e12) < hi
 
 
 def test_time_limit_shrinks_model():
-    unlimited = plan(1e24, 256, "h100", law=chinchilla_law())
-    limited = plan(1e24, 256, "h100", law=chinchilla_law(), max_days=10)
+    unlimited = plan(1e24, 256, "h100", law=ScalingLaw.chinchilla_2022())
+    limited = plan(1e24, 256, "h100", law=ScalingLaw.chinchilla_2022(), max_days=10)
     assert limited.best.days <= 10 * 1.0001
     assert limited.best.shape.n_params < unlimited.best.shape.n_params
 
@@ -90,12 +164,12 @@ def test_bad_law_files(tmp_path):
     p = tmp_path / "x.json"
     p.write_text("{not json")
     with pytest.raises(AnalysisError, match="not valid JSON"):
-        load_law(p)
+        ScalingLaw.from_json(p)
     p.write_text(json.dumps({"law": "kaplan", "params": {"alpha": 0.1}}))
     with pytest.raises(AnalysisError, match="lacks parameter"):
-        load_law(p)
+        ScalingLaw.from_json(p)
     with pytest.raises(AnalysisError, match="not found"):
-        load_law(tmp_path / "missing.json")
+        ScalingLaw.from_json(tmp_path / "missing.json")
 
 
 def _cli(*args):
@@ -148,7 +222,6 @@ def test_layout_eval_cli(tmp_path):
 
 def test_layout_eval_calibrates_on_user_sweep(tmp_path):
     """Synthetic sweep timed by a known model: calibration recovers a better fit than priors."""
-    from sharding.costmodel import PRIOR_EFFICIENCY, Layout, ModelShape, estimate_step, load_hardware
     truth = PRIOR_EFFICIENCY.replace(gemm_eff_max=0.6, layer_overhead_s=5e-4)
     hw = load_hardware("h100")
     lines = ["n_layers,d_model,n_heads,seq_len,vocab_size,global_batch,micro_batch,dp,tp,pp,"

@@ -76,6 +76,11 @@ def test_report_flags_edge_minima_and_missing_holdout(fake_sweep, tmp_path):
 
     rep = build_report(sw, tmp_path / "out", bootstrap=0)
     assert rep["holdout"] is None
+    # report.json is strict JSON: without bootstrap the CIs are NaN, written as null
+    from test_analysis_cli import strict_loads
+
+    on_disk = strict_loads((tmp_path / "out" / "report.json").read_text())
+    assert on_disk["law"]["ci"]["alpha"] == [None, None] and on_disk["warnings"] == rep["warnings"]
     assert any("at least three compute budgets" in w for w in rep["warnings"])
     assert any("lowest loss is at the" in w for w in rep["warnings"])
     assert len(rep["figures"]) >= 5

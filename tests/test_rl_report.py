@@ -51,3 +51,39 @@ def test_rank_orders_by_B_when_A_overlaps():
               "gain_per_decade": {"value": 0.2}},
     }
     assert rank(res) == ["y", "x", "z", "f"]
+
+
+def test_rl_report_command_prints_section_and_strict_json(tmp_path, capsys):
+    """`python -m analysis rl-report RUNS OUT --json -` (replaces `python -m analysis.rl_report`)."""
+    from analysis.cli import main
+    from test_analysis_cli import strict_loads
+
+    rng = np.random.default_rng(1)
+    runs = tmp_path / "runs"
+    _write_run(runs / "good_s0", "good", 0, 0.7, 2.0, 1e11, 2e12, rng)
+    _write_run(runs / "early_s0", "early", 0, 0.8, 2.0, 1e13, 2e12, rng)
+    assert main(["rl-report", str(runs), str(tmp_path / "out"), "--json", "-"]) == 0
+    cap = capsys.readouterr()
+    rep = strict_loads(cap.out)
+    assert "## RL scaling" in cap.err and rep["markdown"].startswith("## RL scaling")
+    assert [r["label"] for r in rep["recipes"]] == ["add/good", "add/early"]
+    assert rep["recipes"][0]["rank"] == 1 and rep["recipes"][1]["fit"]["flags"]
+    for f in rep["figures"].values():
+        assert (tmp_path / "out" / f).stat().st_size > 0
+    assert main(["rl-report", str(tmp_path / "nothing"), str(tmp_path / "o2")]) == 2
+    assert "not a directory of RL runs" in capsys.readouterr().err
+
+
+def test_rl_figures_are_figures_made_without_pyplot(tmp_path):
+    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure
+
+    from analysis.rl.report import curves_figure, fit_recipes, prediction_card_figure, reward_vs_kl_figure
+
+    rng = np.random.default_rng(2)
+    _write_run(tmp_path / "runs" / "good_s0", "good", 0, 0.7, 2.0, 1e11, 2e12, rng)
+    before = plt.get_fignums()
+    fits = fit_recipes(tmp_path / "runs")
+    for make in (curves_figure, prediction_card_figure, reward_vs_kl_figure):
+        assert isinstance(make(fits), Figure)
+    assert plt.get_fignums() == before  # nothing registered with pyplot, nothing to close

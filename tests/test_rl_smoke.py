@@ -119,6 +119,9 @@ def test_cli_runs_and_rejects_bad_config(tmp_path, cache):
     s = json.loads((run_dir / "summary.json").read_text())
     assert s["status"] == "completed" and (run_dir / ".hydra" / "config.yaml").exists()
     assert len(_rows(run_dir)) == 3
+    log = (run_dir / "rl.log").read_text()              # the console output, kept in the run dir
+    assert "step 2/2 | pass@1" in log and "completed: final held-out pass@1" in log
+    assert log.strip().splitlines() == r.stdout.strip().splitlines()
     bad = subprocess.run([sys.executable, "-m", "experiments.rl", *tiny, "rl.group_size=1",
                           f"hydra.run.dir={tmp_path / 'bad'}"], cwd=REPO, env=env,
                          capture_output=True, text=True, timeout=120)

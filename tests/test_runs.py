@@ -106,3 +106,51 @@ def test_missing_paths_are_errors(tmp_path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(AnalysisError, match="no run directories"):
         runs.load(tmp_path / "empty")
+
+
+def _law_sweep(root):
+    """16 completed runs whose final eval loss follows a known Chinchilla law exactly."""
+    truth = dict(E=1.8, A=400.0, B=900.0, alpha=0.34, beta=0.30)
+    for i, N in enumerate(np.geomspace(1e7, 1e9, 4)):
+        for j, D in enumerate(np.geomspace(1e9, 1e11, 4)):
+            d = make_run(root / f"C{j}", f"N{i}", n_params=float(N))
+            s = json.loads((d / "summary.json").read_text())
+            s.update(tokens=float(D), flops=6 * float(N) * float(D),
+                     final_eval_loss=truth["E"] + truth["A"] / N ** truth["alpha"] + truth["B"] / D ** truth["beta"])
+            (d / "summary.json").write_text(json.dumps(s))
+    make_run(root / "C0", "diverged", status="diverged")
+    return truth
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".parquet"])
+def test_collect_then_fit_needs_no_column_flags(tmp_path, capsys, suffix):
+    """`python -m analysis collect SWEEP --out runs.csv` writes the table `fit runs.csv` reads as is."""
+    import pandas as pd
+
+    from analysis.cli import main
+
+    truth = _law_sweep(tmp_path / "sweep")
+    table = tmp_path / f"runs{suffix}"
+    assert main(["collect", str(tmp_path / "sweep"), "--out", str(table), "--no-cache",
+                 "--curves", str(tmp_path / f"curves{suffix}")]) == 0
+    cap = capsys.readouterr()
+    assert "diverged" in cap.err  # the skipped run is named on stderr
+    df = pd.read_csv(table) if suffix == ".csv" else pd.read_parquet(table)
+    assert list(df.columns[:4]) == ["N", "D", "C", "loss"] and len(df) == 16
+    assert (df["N"] == df["n_params"]).all() and (df["loss"] == df["final_eval_loss"]).all()
+    assert "model.d_model" in df.columns  # the flattened Hydra config rides along
+    out = tmp_path / "fit.json"
+    assert main(["fit", str(table), "--bootstrap", "0", "--json", str(out)]) == 0
+    fit = json.loads(out.read_text())
+    assert fit["columns"]["N"] == "N" and fit["n_points"] == 16
+    for k in ("E", "alpha", "beta"):
+        assert fit["params"][k] == pytest.approx(truth[k], rel=0.02), k
+
+
+def test_collect_bad_output_suffix_is_one_line(sweep, tmp_path, capsys):
+    from analysis.cli import main
+
+    assert main(["collect", str(sweep), "--out", str(tmp_path / "runs.txt"), "--no-cache"]) == 2
+    assert "must end in .csv or .parquet" in capsys.readouterr().err
+    assert main(["collect", str(tmp_path / "nope"), "--out", str(tmp_path / "runs.csv")]) == 2
+    assert "not found" in capsys.readouterr().err

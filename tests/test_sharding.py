@@ -17,7 +17,8 @@ from experiments.train.steps import build_train_setup
 from models.config import ModelConfig
 from models.base.errors import ConfigError
 from sharding import distributed
-from sharding.mesh import LAYOUTS, make_mesh, resolve_axis_sizes
+from sharding.layouts import LAYOUTS, resolve_axis_sizes
+from sharding.mesh import make_mesh
 from sharding.rules import RULES, logical_to_spec
 from sharding.validate import validate_layout
 
@@ -95,6 +96,8 @@ def _n(shape, rule):
 
 
 def test_named_layouts_resolve_on_8_devices():
+    assert LAYOUTS == {"single": (1, 1, 1), "dp": (-1, 1, 1), "fsdp": (1, -1, 1), "tp": (1, 1, -1),
+                       "dp_tp": (-1, 1, 2), "fsdp_tp": (1, -1, 2)}   # conf/sharding/*.yaml
     assert resolve_axis_sizes(LAYOUTS["dp"], 8) == (8, 1, 1)
     assert resolve_axis_sizes(LAYOUTS["fsdp_tp"], 8) == (1, 4, 2)
     assert resolve_axis_sizes((2, -1, 2), 8) == (2, 2, 2)

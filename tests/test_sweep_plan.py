@@ -6,7 +6,7 @@ import math
 import pytest
 
 from experiments.sweeps.ladder import LadderError, Shape, ladder, shapes_from_config
-from experiments.sweeps.grid import PlanError, format_budget, plan
+from experiments.sweeps.grid import PlanError, format_budget, plan_sweep
 from experiments.sweeps.runs import decide, read_status, run_id
 from models.config import ModelConfig
 from models.flops import flops_per_token, param_count
@@ -54,7 +54,7 @@ def test_explicit_shapes_replace_the_rule():
 
 
 def test_isoflop_tokens_come_from_real_flops_per_token():
-    runs = plan(BASE, SWEEP, corpus_tokens=10**9)
+    runs = plan_sweep(BASE, SWEEP, corpus_tokens=10**9)
     assert len(runs) == 8
     tps = 8 * 64
     for r in runs:
@@ -72,19 +72,19 @@ def test_isoflop_tokens_come_from_real_flops_per_token():
 
 
 def test_epoch_limit_skips_with_reason():
-    runs = plan(BASE, SWEEP, corpus_tokens=50_000)
+    runs = plan_sweep(BASE, SWEEP, corpus_tokens=50_000)
     big = [r for r in runs if r.tokens > 50_000 and r.steps >= 20]
     assert big and all("epochs" in r.skip and "max_epochs=1.0" in r.skip for r in big)
     assert all(r.skip is None for r in runs if r.tokens <= 50_000 and r.steps >= 20)
 
 
 def test_other_kinds():
-    ml = plan(BASE, {"kind": "model_ladder", "tokens_per_param": 2, "ladder": {"depths": [1, 2]},
+    ml = plan_sweep(BASE, {"kind": "model_ladder", "tokens_per_param": 2, "ladder": {"depths": [1, 2]},
                      "min_steps": 1})
     assert [abs(r.tokens - 2 * r.n_params) <= 256 for r in ml] == [True, True]
-    dl = plan(BASE, {"kind": "data_ladder", "tokens": [1e5, 2e4], "min_steps": 1})
+    dl = plan_sweep(BASE, {"kind": "data_ladder", "tokens": [1e5, 2e4], "min_steps": 1})
     assert [r.tokens for r in dl] == [19968, 99840] and all(r.n_params == dl[0].n_params for r in dl)
-    lay = plan(BASE, {"kind": "layouts", "meshes": [{"data": 8}, {"data": 2, "tensor": 4}]})
+    lay = plan_sweep(BASE, {"kind": "layouts", "meshes": [{"data": 8}, {"data": 2, "tensor": 4}]})
     assert lay[1].overrides == ("sharding.data=2", "sharding.fsdp=1", "sharding.tensor=4")
     assert lay[0].steps == 50
 
@@ -99,7 +99,7 @@ def test_other_kinds():
 ])
 def test_bad_sweep_configs_name_the_key(sweep, msg):
     with pytest.raises(PlanError, match=msg):
-        plan(BASE, sweep, corpus_tokens=None)
+        plan_sweep(BASE, sweep, corpus_tokens=None)
 
 
 def test_format_budget():

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 
+from analysis.commands._options import add_json_argument, emit_json
 from analysis.commands.fit import _fixed
 
 
@@ -25,17 +26,17 @@ def register(subparsers) -> None:
                    help="steps per annealing quadrature node (default 32; 1 = exact per-step sum)")
     p.add_argument("--warmup", choices=("linear", "constant"), default="linear",
                    help="schedule before the first logged step (default: linear warm-up from 0)")
-    p.add_argument("--json", dest="json_out", help="write the result as JSON here")
+    add_json_argument(p, "params, the convergence report and per-curve prediction errors")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from analysis.curves.laws import get_curve_law
+    # JAX and the fitting code load here, not at import, so `python -m analysis --help` stays fast.
     from analysis.curves.fitting import fit_curve, load_curve
+    from analysis.curves.laws import get_curve_law
     from analysis.jaxcache import enable_compile_cache
 
     enable_compile_cache()
-
     get_curve_law(args.law)
     fit = [load_curve(c, warmup=args.warmup) for c in args.fit]
     pred = [load_curve(c, warmup=args.warmup) for c in args.predict]
@@ -46,7 +47,5 @@ def run(args: argparse.Namespace) -> int:
     for name, e in r.predictions.items():
         print(f"  {name}: mean |rel err| {e['mean_rel_error']:.3%}, max {e['max_rel_error']:.3%}, "
               f"final loss {e['final_loss_pred']:.4f} (actual {e['final_loss_actual']:.4f})")
-    if args.json_out:
-        r.to_json(args.json_out)
-        print(f"wrote {args.json_out}")
+    emit_json(args, r.to_dict())
     return 0

@@ -9,21 +9,17 @@ a ceiling.
 from __future__ import annotations
 
 import argparse
-import json
-import math
-import pathlib
 
+from analysis.commands._options import add_json_argument, emit_json
 from models.base.errors import AnalysisError
-from analysis.rl.curves import load_curve
-from analysis.rl.fitting import FitOptions, fit_recipe
-from analysis.rl.laws import LAWS
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("fit-rl", help="fit pass rate vs RL compute (ScaleRL sigmoid / power law)",
                        description=__doc__.splitlines()[0])
     p.add_argument("inputs", nargs="+", metavar="INPUT", help="RL run directory or CSV (seeds)")
-    p.add_argument("--law", choices=LAWS, default="sigmoid")
+    p.add_argument("--law", default="sigmoid",
+                   help="sigmoid (ScaleRL, default) or powerlaw (analysis.rl.laws.LAWS)")
     p.add_argument("--burn-in", type=float, default=None, metavar="C",
                    help="exclude evaluations below this compute (default: runs: min(10%% of "
                         "final compute, one pass over the prompts); CSV: none)")
@@ -31,44 +27,42 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="exclude the first fraction F of the final compute instead")
     p.add_argument("--r0", default="fit", help="fit (default) | start (fix to the measured "
                    "start, as ScaleRL) | a number")
-    p.add_argument("--ci", choices=("profile", "bootstrap"), default="profile")
+    p.add_argument("--ci", choices=("profile", "bootstrap"), default="profile",
+                   help="parameter intervals: profile likelihood (default) or bootstrap")
     p.add_argument("--fit-until-frac", type=float, default=None, metavar="F",
                    help="fit on compute <= F x final, score the prediction on the rest")
-    p.add_argument("--json", required=True, metavar="OUT.json")
+    add_json_argument(p, "the fit (params, ci, flags, verdict, per_seed, prediction)")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    out = pathlib.Path(args.json)
-    if out.parent and not out.parent.exists():
-        raise AnalysisError(f"--json: directory {out.parent} does not exist")
+    # SciPy-based fitting loads here, not at import, so `python -m analysis --help` stays fast.
+    from analysis.rl.curves import load_curve
+    from analysis.rl.fitting import FitOptions, fit_recipe
+    from analysis.rl.laws import LAWS
+
+    if args.law not in LAWS:
+        raise AnalysisError(f"unknown --law {args.law!r}; choose one of {', '.join(LAWS)}")
     curves = [load_curve(i) for i in args.inputs]
     opts = FitOptions(law=args.law, burn_in=args.burn_in, burn_in_frac=args.burn_in_frac,
                       r0=args.r0, ci_method=args.ci, fit_until_frac=args.fit_until_frac)
     res = fit_recipe(curves, opts)
-    out.write_text(json.dumps(_clean(res), indent=2) + "\n")
     print(f"{args.law} fit of {len(curves)} input(s): {res['verdict']}")
-    if "prediction" in res:
-        pr = res["prediction"]
-        tag = " (flagged: not a trustworthy extrapolation)" if pr["withheld"] else ""
-        print(f"  prediction from the first {args.fit_until_frac:g} of compute: final "
-              f"{pr['final_pred']:.3f} vs actual {pr['final_actual']:.3f} "
-              f"(|err| {pr['final_abs_error']:.3f}, mean |err| {pr['mean_abs_error']:.3f}){tag}")
+    _print_prediction(res, args.fit_until_frac)
     for row in res.get("per_seed", []):
         line = f"  {row['input']}: {row['verdict']}"
         if "prediction" in row:
             line += f"; final |err| {row['prediction']['final_abs_error']:.3f}"
         print(line)
-    print(f"wrote {out}")
+    emit_json(args, res)
     return 0
 
 
-def _clean(x):
-    """JSON without NaN/inf (they become null)."""
-    if isinstance(x, dict):
-        return {k: _clean(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_clean(v) for v in x]
-    if isinstance(x, float) and not math.isfinite(x):
-        return None
-    return x
+def _print_prediction(res: dict, fit_until_frac: float | None) -> None:
+    if "prediction" not in res:
+        return
+    pr = res["prediction"]
+    tag = " (flagged: not a trustworthy extrapolation)" if pr["withheld"] else ""
+    print(f"  prediction from the first {fit_until_frac:g} of compute: final "
+          f"{pr['final_pred']:.3f} vs actual {pr['final_actual']:.3f} "
+          f"(|err| {pr['final_abs_error']:.3f}, mean |err| {pr['mean_abs_error']:.3f}){tag}")

@@ -24,12 +24,12 @@ import math
 import pathlib
 from typing import Any
 
-import pandas as pd
-
+from analysis.commands._options import add_json_argument, emit_json
 from models.base.errors import AnalysisError
+from models.base.jsonio import write_json
 from sharding.costmodel import (BF16_MIXED, DEFAULT_EFFICIENCY, FP32_PARAMS, Efficiency, Layout,
                                 LayoutError, ModelShape, estimate_step, load_hardware)
-from sharding.costmodel.calibrate import Measurement, calibrate, score
+from sharding.costmodel.spec import nearest_mesh
 
 REQUIRED = ("n_layers", "d_model", "n_heads", "seq_len", "vocab_size", "global_batch")
 PRECISIONS = {"bf16-mixed": BF16_MIXED, "fp32-params": FP32_PARAMS}
@@ -39,18 +39,24 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("layout-eval", help="predict step time, MFU and memory per layout row",
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("csv", type=pathlib.Path, help="one layout per row (see columns above)")
-    p.add_argument("--json", type=pathlib.Path, help="write {'rows': [...]} here")
+    add_json_argument(p, "{'rows': [...], 'efficiency': {...}}")
     p.add_argument("--hardware", help="default hardware for rows without a `hardware` column")
-    p.add_argument("--precision", choices=sorted(PRECISIONS), default="bf16-mixed")
+    p.add_argument("--precision", choices=sorted(PRECISIONS), default="bf16-mixed",
+                   help="bf16-mixed (default: bf16 compute, fp32 master weights) or fp32-params")
     p.add_argument("--efficiency", type=pathlib.Path, help="efficiency constants JSON")
     p.add_argument("--calibrate", type=pathlib.Path, metavar="EFF.json",
                    help="fit efficiency constants to the measured columns and write them here")
     p.set_defaults(func=run)
 
 
+def _missing(v: Any) -> bool:
+    """An empty CSV cell: None or NaN."""
+    return v is None or (isinstance(v, float) and math.isnan(v))
+
+
 def _int(row: dict, key: str, default: Any, i: int) -> int:
     v = row.get(key, default)
-    if v is None or (isinstance(v, float) and math.isnan(v)):
+    if _missing(v):
         v = default
     if v is None:
         raise AnalysisError(f"row {i}: column {key!r} is required")
@@ -65,48 +71,54 @@ def _int(row: dict, key: str, default: Any, i: int) -> int:
     return int(f)
 
 
+def _optional_int(row: dict, key: str, i: int) -> int | None:
+    return None if _missing(row.get(key)) else _int(row, key, None, i)
+
+
 def _str(row: dict, key: str, default: str | None) -> str | None:
     v = row.get(key)
-    if v is None or (isinstance(v, float) and math.isnan(v)) or str(v).strip() == "":
+    if _missing(v) or str(v).strip() == "":
         return default
     return str(v).strip()
+
+
+def _shape(row: dict, i: int) -> ModelShape:
+    return ModelShape(
+        n_layers=_int(row, "n_layers", None, i), d_model=_int(row, "d_model", None, i),
+        n_heads=_int(row, "n_heads", None, i), seq_len=_int(row, "seq_len", None, i),
+        vocab_size=_int(row, "vocab_size", None, i), d_ff=_optional_int(row, "d_ff", i),
+        n_kv_heads=_optional_int(row, "n_kv_heads", i), mlp=_str(row, "mlp", "swiglu"),
+        tied_embeddings=bool(_int(row, "tied_embeddings", 0, i)))
+
+
+def _layout(row: dict, i: int) -> Layout:
+    """The row's layout; dp defaults to n_devices / (tp·pp), and the product must match n_devices."""
+    tp, pp = _int(row, "tp", 1, i), _int(row, "pp", 1, i)
+    n_dev = _optional_int(row, "n_devices", i)
+    dp_default = None
+    if n_dev is not None:
+        dp_default = n_dev // (tp * pp) if tp * pp and n_dev % (tp * pp) == 0 else None
+        if dp_default is None and _missing(row.get("dp")):
+            raise LayoutError(f"n_devices={n_dev} is not divisible by tp×pp = {tp * pp}")
+    dp = _int(row, "dp", dp_default if dp_default is not None else 1, i)
+    attention = _str(row, "attention", None) or ("flash2" if _int(row, "flash_attn", 1, i) else "naive")
+    layout = Layout(dp=dp, tp=tp, pp=pp, micro_batch=_int(row, "micro_batch", 1, i),
+                    global_batch=_int(row, "global_batch", None, i),
+                    sp=bool(_int(row, "sp", 0, i)), zero_stage=_int(row, "zero_stage", 1, i),
+                    act_ckpt=_str(row, "act_ckpt", "none"), attention=attention,
+                    fused_norm=bool(_int(row, "fused_norm", 1, i)),
+                    interleave=_int(row, "interleave", 1, i),
+                    offload_optimizer=bool(_int(row, "offload_optimizer", 0, i)))
+    if n_dev is not None and layout.n_devices != n_dev:
+        raise LayoutError(f"dp×tp×pp = {dp}×{tp}×{pp} = {layout.n_devices} does not match "
+                          f"n_devices={n_dev}; nearest valid mesh: {nearest_mesh(n_dev, tp, pp)}")
+    return layout
 
 
 def parse_row(row: dict, i: int, default_hw: str | None, hw_cache: dict):
     """(ModelShape, Layout, Hardware) of CSV row i (1-based for messages)."""
     try:
-        d_ff = row.get("d_ff")
-        kv = row.get("n_kv_heads")
-        shape = ModelShape(
-            n_layers=_int(row, "n_layers", None, i), d_model=_int(row, "d_model", None, i),
-            n_heads=_int(row, "n_heads", None, i), seq_len=_int(row, "seq_len", None, i),
-            vocab_size=_int(row, "vocab_size", None, i),
-            d_ff=None if d_ff is None or pd.isna(d_ff) else _int(row, "d_ff", None, i),
-            n_kv_heads=None if kv is None or pd.isna(kv) else _int(row, "n_kv_heads", None, i),
-            mlp=_str(row, "mlp", "swiglu"), tied_embeddings=bool(_int(row, "tied_embeddings", 0, i)))
-        tp, pp = _int(row, "tp", 1, i), _int(row, "pp", 1, i)
-        n_dev = row.get("n_devices")
-        dp_default = None
-        if n_dev is not None and not pd.isna(n_dev):
-            nd = _int(row, "n_devices", None, i)
-            dp_default = nd // (tp * pp) if tp * pp and nd % (tp * pp) == 0 else None
-            if dp_default is None and ("dp" not in row or pd.isna(row.get("dp"))):
-                raise LayoutError(f"n_devices={nd} is not divisible by tp×pp = {tp * pp}")
-        dp = _int(row, "dp", dp_default if dp_default is not None else 1, i)
-        attention = _str(row, "attention", None) or (
-            "flash2" if _int(row, "flash_attn", 1, i) else "naive")
-        layout = Layout(dp=dp, tp=tp, pp=pp, micro_batch=_int(row, "micro_batch", 1, i),
-                        global_batch=_int(row, "global_batch", None, i),
-                        sp=bool(_int(row, "sp", 0, i)), zero_stage=_int(row, "zero_stage", 1, i),
-                        act_ckpt=_str(row, "act_ckpt", "none"), attention=attention,
-                        fused_norm=bool(_int(row, "fused_norm", 1, i)),
-                        interleave=_int(row, "interleave", 1, i),
-                        offload_optimizer=bool(_int(row, "offload_optimizer", 0, i)))
-        if n_dev is not None and not pd.isna(n_dev) and layout.n_devices != int(float(n_dev)):
-            from sharding.costmodel.spec import nearest_mesh
-            raise LayoutError(f"dp×tp×pp = {dp}×{tp}×{pp} = {layout.n_devices} does not match "
-                              f"n_devices={int(float(n_dev))}; nearest valid mesh: "
-                              f"{nearest_mesh(int(float(n_dev)), tp, pp)}")
+        shape, layout = _shape(row, i), _layout(row, i)
         hw_name = _str(row, "hardware", default_hw)
         if hw_name is None:
             raise LayoutError("no hardware: add a `hardware` column or pass --hardware")
@@ -130,6 +142,8 @@ def load_efficiency(path: pathlib.Path | None) -> Efficiency:
 
 
 def read_rows(path: pathlib.Path) -> list[dict]:
+    import pandas as pd  # here, not at import: keeps `python -m analysis --help` fast
+
     if not path.is_file():
         raise AnalysisError(f"file not found: {path}")
     try:
@@ -147,7 +161,7 @@ def read_rows(path: pathlib.Path) -> list[dict]:
 
 
 def _clean(v: Any) -> Any:
-    if isinstance(v, float) and math.isnan(v):
+    if _missing(v):
         return None
     if hasattr(v, "item"):
         return v.item()
@@ -162,35 +176,51 @@ def run(args: argparse.Namespace) -> int:
     parsed = [parse_row(r, i + 1, args.hardware, hw_cache) for i, r in enumerate(rows)]
     if args.calibrate is not None:
         eff = _calibrate(rows, parsed, prec, eff, args.calibrate)
-    out = []
-    for r, (shape, layout, hw) in zip(rows, parsed):
-        est = estimate_step(shape, layout, hw, prec, eff)
-        rec = {k: _clean(v) for k, v in r.items()}
-        rec.update(pred_step_time_s=est.step_time_s, pred_tokens_per_s=est.tokens_per_s,
-                   pred_mfu=est.mfu, pred_hfu=est.hfu,
-                   pred_mem_gb_per_device=est.memory.total / 1e9, pred_fits=bool(est.fits))
-        out.append(rec)
-    if args.json:
-        args.json.write_text(json.dumps({"rows": out, "efficiency": eff.as_dict()}, indent=2))
+    out = [_predict_row(r, shape, layout, hw, prec, eff) for r, (shape, layout, hw) in zip(rows, parsed)]
+    _print_table(parsed, out)
+    emit_json(args, {"rows": out, "efficiency": eff.as_dict()})
+    return 0
+
+
+def _predict_row(row: dict, shape, layout, hw, prec, eff: Efficiency) -> dict:
+    """The row's inputs plus the cost model's predictions (pred_* columns)."""
+    est = estimate_step(shape, layout, hw, prec, eff)
+    rec = {k: _clean(v) for k, v in row.items()}
+    rec.update(pred_step_time_s=est.step_time_s, pred_tokens_per_s=est.tokens_per_s,
+               pred_mfu=est.mfu, pred_hfu=est.hfu,
+               pred_mem_gb_per_device=est.memory.total / 1e9, pred_fits=bool(est.fits))
+    return rec
+
+
+def _print_table(parsed: list, out: list[dict]) -> None:
     print(f"{'row':>4} {'layout':28s} {'step s':>9} {'tok/s':>11} {'MFU':>6} {'mem GB':>7} fits")
     for i, ((_, lo, _), rec) in enumerate(zip(parsed, out)):
         lay = f"dp{lo.dp} tp{lo.tp} pp{lo.pp} mb{lo.micro_batch} z{lo.zero_stage} {lo.act_ckpt}"
         print(f"{i + 1:>4} {lay:28s} {rec['pred_step_time_s']:9.3f} {rec['pred_tokens_per_s']:11.0f} "
               f"{rec['pred_mfu']:6.3f} {rec['pred_mem_gb_per_device']:7.1f} "
               f"{'yes' if rec['pred_fits'] else 'OOM'}")
-    return 0
+
+
+def _measured_step_time(row: dict, shape, layout) -> float | None:
+    """measured_step_time_s, else global_batch·seq_len / measured_tokens_per_s, else None."""
+    step = row.get("measured_step_time_s")
+    if not _missing(step):
+        return float(step)
+    tps = row.get("measured_tokens_per_s")
+    if _missing(tps) or float(tps) <= 0:
+        return None
+    return layout.global_batch * shape.seq_len / float(tps)
 
 
 def _calibrate(rows: list[dict], parsed: list, prec, base: Efficiency,
                out_path: pathlib.Path) -> Efficiency:
     """Fit constants to the rows' measured step times / tokens per second and OOM flags."""
+    # SciPy-based calibration loads only when asked for, keeping `python -m analysis --help` fast.
+    from sharding.costmodel.calibrate import Measurement, calibrate, score
+
     ms = []
     for i, (r, (shape, layout, hw)) in enumerate(zip(rows, parsed)):
-        step = r.get("measured_step_time_s")
-        if step is None or pd.isna(step):
-            tps = r.get("measured_tokens_per_s")
-            step = (layout.global_batch * shape.seq_len / float(tps)
-                    if tps is not None and not pd.isna(tps) and float(tps) > 0 else None)
+        step = _measured_step_time(r, shape, layout)
         oom = bool(_int(r, "oom", 0, i + 1)) if "oom" in r else False
         if step is None and not oom:
             continue
@@ -200,7 +230,7 @@ def _calibrate(rows: list[dict], parsed: list, prec, base: Efficiency,
                             "measured_tokens_per_s")
     eff = calibrate(ms, base, provenance=f"fitted to {len(ms)} rows of {out_path.name}")
     s = score(ms, eff)
-    out_path.write_text(json.dumps({"efficiency": eff.as_dict(), "scores": s.as_dict()}, indent=2))
+    write_json(out_path, {"efficiency": eff.as_dict(), "scores": s.as_dict()})
     print(f"calibrated on {len(ms)} rows: Spearman rho(MFU) {s.spearman_mfu:.3f}, median |MFU err| "
           f"{100 * s.median_abs_mfu_error:.2f} pts, OOM accuracy {100 * s.oom_accuracy:.1f}% "
           f"(in-sample) -> {out_path}")

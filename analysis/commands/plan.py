@@ -4,17 +4,18 @@ Finds the compute-optimal model size and tokens for the budget under the law (a 
 analysis fit` JSON, default Chinchilla's published constants), rounds to real shapes, searches
 TP × PP × DP × micro-batch × ZeRO × checkpointing for the fastest layout that fits, and prints a
 ranked table. With --max-days or --gpu-hours, tokens are capped by what fits in the time and the
-lowest predicted loss wins. --json writes {"best": {...}, "candidates": [...]}.
+lowest predicted loss wins. --json writes {"best": {...}, "candidates": [...], "N_opt", "D_opt",
+...}; with several --budget values, one plan per budget: {"plans": [{...}, ...]}.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import pathlib
 
-from models.base.errors import AnalysisError
-from analysis.planning.planner import load_law, plan
+from analysis.commands._options import add_budget_argument, add_json_argument, emit_json
+from analysis.laws.allocation import ScalingLaw
+from analysis.planning.planner import plan
 
 
 def _positive_float(text: str) -> float:
@@ -40,31 +41,50 @@ def _positive_int(text: str) -> int:
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("plan", help="scaling law + cost model -> model size, tokens, layout",
                               description=__doc__)
-    p.add_argument("--budget", type=_positive_float, help="training compute in FLOPs (C = 6ND)")
+    add_budget_argument(p, "to plan for (C = 6ND; one plan per budget)")
     p.add_argument("--law", type=pathlib.Path, help="fit JSON from `python -m analysis fit` "
                    "(default: Hoffmann et al. 2022 constants)")
     p.add_argument("--hardware", required=True, help="catalogue name (h100, a100-80gb, ...) or YAML")
     p.add_argument("--gpus", type=_positive_int, required=True, help="number of devices")
     p.add_argument("--max-days", type=_positive_float, help="wall-clock limit in days")
     p.add_argument("--gpu-hours", type=_positive_float, help="device-hour limit")
-    p.add_argument("--seq-len", type=_positive_int, default=2048)
-    p.add_argument("--vocab", type=_positive_int, default=32000)
+    p.add_argument("--seq-len", type=_positive_int, default=2048, help="sequence length (default 2048)")
+    p.add_argument("--vocab", type=_positive_int, default=32000, help="vocabulary size (default 32000)")
     p.add_argument("--batch-tokens", type=_positive_int, default=4 * 1024 * 1024,
                    help="target tokens per optimizer step (default 4M)")
     p.add_argument("--top", type=_positive_int, default=8, help="candidates to list")
-    p.add_argument("--json", type=pathlib.Path, help="write {'best': ..., 'candidates': [...]}")
+    add_json_argument(p, "the plan ({'best': ..., 'candidates': [...], 'N_opt', 'D_opt', ...})")
     p.add_argument("--markdown", type=pathlib.Path, help="write a planning section for a report")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    law = load_law(args.law)
-    result = plan(args.budget, args.gpus, args.hardware, law=law, max_days=args.max_days,
-                  max_gpu_hours=args.gpu_hours, seq_len=args.seq_len, vocab=args.vocab,
-                  batch_tokens=args.batch_tokens, top=args.top)
+    law = ScalingLaw.from_json(args.law) if args.law is not None else ScalingLaw.chinchilla_2022()
+    results = [plan(budget, args.gpus, args.hardware, law=law, max_days=args.max_days,
+                    max_gpu_hours=args.gpu_hours, seq_len=args.seq_len, vocab=args.vocab,
+                    batch_tokens=args.batch_tokens, top=args.top)
+               for budget in (args.budget or [None])]
+    for result in results:
+        _print_plan(result)
+    payloads = [plan_payload(r) for r in results]
+    emit_json(args, payloads[0] if len(payloads) == 1 else {"plans": payloads})
+    if args.markdown:
+        args.markdown.write_text("\n\n".join(r.to_markdown() for r in results) + "\n")
+    return 0
+
+
+def plan_payload(result) -> dict:
+    """The plan's JSON: `Plan.as_dict()` plus `N_opt`/`D_opt`, the casing of the fit's allocation
+    (`n_opt`/`d_opt` stay as deprecated aliases)."""
+    out = result.as_dict()
+    out["N_opt"], out["D_opt"] = out.get("n_opt"), out.get("d_opt")
+    return out
+
+
+def _print_plan(result) -> None:
     b = result.best
     if result.n_opt is not None:
-        print(f"law: {law.source}")
+        print(f"law: {result.law.source}")
         print(f"compute-optimal for {result.budget_flops:.3g} FLOPs: N* = {result.n_opt / 1e9:.1f}B "
               f"params, D* = {result.d_opt / 1e12:.2f}T tokens")
     print(result.table())
@@ -78,11 +98,3 @@ def run(args: argparse.Namespace) -> int:
           f"loss {b.loss:.3f} ({ci})")
     for n in result.notes:
         print(f"note: {n}")
-    if args.json:
-        try:
-            args.json.write_text(json.dumps(result.as_dict(), indent=2))
-        except OSError as e:
-            raise AnalysisError(f"cannot write {args.json}: {e.strerror}")
-    if args.markdown:
-        args.markdown.write_text(result.to_markdown() + "\n")
-    return 0

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import argparse
 
+from analysis.commands._options import add_budget_argument, add_json_argument, emit_json
 from models.base.errors import AnalysisError
 
 
 def _run(args: argparse.Namespace) -> int:
+    # The report pulls in JAX, pandas and matplotlib; loaded here so `--help` stays fast.
     from analysis.report.build import build_report
     from analysis.report.render import headline
 
@@ -20,17 +22,8 @@ def _run(args: argparse.Namespace) -> int:
     for w in rep["warnings"]:
         print(f"warning: {w}")
     print(f"report: {rep['paths']['html']} (and report.md, report.json, figures/)")
+    emit_json(args, rep)
     return 0
-
-
-def _budget(s: str) -> float:
-    try:
-        v = float(s)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a FLOP count: {s!r}") from None
-    if not v > 0 or v != v or v == float("inf"):
-        raise argparse.ArgumentTypeError(f"budget must be a positive FLOP count (got {s})")
-    return v
 
 
 def register(sub) -> None:
@@ -40,12 +33,12 @@ def register(sub) -> None:
                                    "budget, and write report.html, report.md, report.json and figures/.")
     p.add_argument("sweep_dir", metavar="SWEEP_DIR", help="sweep directory (hydra.sweep.dir) or any folder of runs")
     p.add_argument("--out", default=None, help="output directory (default: SWEEP_DIR/report)")
-    p.add_argument("--budget", type=_budget, nargs="+", default=None, metavar="C",
-                   help="compute budget(s) in FLOPs to state N*/D* for (default: 10x the largest swept budget)")
+    add_budget_argument(p, "to state N*/D* for (default: 10x the largest swept budget)")
     p.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples for CIs (default 1000)")
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed")
     p.add_argument("--hardware", default=None, metavar="NAME",
                    help="with --budget: add a planning section (shape, layout, days) per budget on this hardware "
                         "(a conf/hardware name such as h100-sxm, or a YAML path)")
     p.add_argument("--gpus", type=int, default=1024, help="devices for the planning section (default 1024)")
+    add_json_argument(p, "the report's numbers (the same as report.json)")
     p.set_defaults(func=_run)

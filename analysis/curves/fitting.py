@@ -22,7 +22,6 @@ predicts the rest of those curves and any other curves given. Errors are relativ
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from dataclasses import dataclass, field
@@ -33,9 +32,12 @@ import jax.numpy as jnp
 import numpy as np
 import pandas as pd
 
+from models.base import jsonio
 from models.base.errors import AnalysisError
 from analysis.laws.fitting import HUBER_DELTA, huber
 from analysis.laws.lbfgs import CONVERGED_CODES, STATUS_NAMES, LBFGSConfig, minimize_batch
+from analysis.curves.laws import CurveLaw, get_curve_law, start_grid
+from analysis.runs import read_metrics
 
 
 @dataclass(frozen=True)
@@ -118,8 +120,6 @@ def load_curve(source, name: str | None = None, loss_col: str | None = None, war
     if not os.path.exists(path):
         raise AnalysisError(f"file not found: {path}")
     if os.path.isdir(path):
-        from analysis.runs import read_metrics
-
         m = read_metrics(path)
         if m.empty:
             raise AnalysisError(f"{path}: no metrics.jsonl rows to build a curve from")
@@ -264,8 +264,6 @@ class CurveFitResult:
 
     def predict(self, curve, steps: np.ndarray | None = None) -> np.ndarray:
         """Predicted loss of `curve` (a Curve, CSV path or run dir) at `steps` (default: its logged steps)."""
-        from analysis.curves.laws import get_curve_law
-
         curve = load_curve(curve)
         t = curve.steps if steps is None else np.asarray(steps, dtype=np.int64)
         if np.any(t > curve.steps[-1]) or np.any(t < curve.steps[0]):
@@ -287,13 +285,12 @@ class CurveFitResult:
         }
 
     def to_json(self, path: str | None = None) -> str:
-        from analysis.laws.fitting import _nan_to_none
-
-        text = json.dumps(_nan_to_none(self.to_dict()), indent=2, allow_nan=False)
+        """Strict JSON (NaN and inf written as null); written to `path` (atomically; `-` =
+        stdout) when given."""
+        obj = self.to_dict()
         if path is not None:
-            with open(path, "w") as fh:
-                fh.write(text + "\n")
-        return text
+            jsonio.write_json(path, obj)
+        return jsonio.dumps(obj, indent=2)
 
 
 def fit_curve(
@@ -312,8 +309,6 @@ def fit_curve(
     predicted (forecasting). predict: further curves predicted in full. The result's
     `predictions` maps curve name -> mean/max relative error and final loss (predicted, actual).
     """
-    from analysis.curves.laws import get_curve_law, start_grid
-
     claw = get_curve_law(law)
     curves = [load_curve(c) for c in fit]
     others = [load_curve(c) for c in predict]
@@ -324,15 +319,52 @@ def fit_curve(
     names = [c.name for c in curves + others]
     if len(set(names)) != len(names):
         raise AnalysisError(f"curve names must be unique, got {names}; rename the files")
-    fit_parts = []
+    fit_parts = _fit_parts(curves, fit_until)
+    F = features(fit_parts, resolution)
+    logy = np.log(np.concatenate([c.loss[np.isin(c.steps, t)] for c, t in fit_parts]))
+    fixed = _check_fixed(claw, law, dict(fixed or {}), F)
+    free_idx = tuple(i for i, k in enumerate(claw.param_names) if k not in fixed)
+    if F.n < len(free_idx):
+        raise AnalysisError(f"{F.n} fitted points for {len(free_idx)} free parameters of law {law}")
+    theta_full = np.zeros(len(claw.param_names))
+    for k, v in fixed.items():
+        theta_full[claw.param_names.index(k)] = np.log(v)
+    starts = _log_starts(claw, grid, logy, F)[:, list(free_idx)]
+    fun = _objective(claw, free_idx, delta, F.n)
+    with jax.enable_x64(True):
+        args = (jnp.asarray(theta_full), _feature_dict(F), jnp.asarray(logy))
+        r = minimize_batch(fun, starts, args, cfg=_CFG, slots=64, round_evals=32)
+    f = np.where(np.isfinite(r.f), r.f, np.inf)
+    i = int(np.argmin(f))
+    if not np.isfinite(f[i]):
+        raise AnalysisError(f"law {law}: the objective is not finite at any start; check the curves")
+    theta = theta_full.copy()
+    theta[list(free_idx)] = r.x[i]
+    result = CurveFitResult(
+        law=law, param_names=claw.param_names, params={k: float(np.exp(theta[j])) for j, k in enumerate(claw.param_names)},
+        objective=float(f[i]), grad_norm=float(r.grad_norm[i]), converged=bool(int(r.status[i]) in CONVERGED_CODES),
+        status=STATUS_NAMES[int(r.status[i])], n_starts=starts.shape[0],
+        starts_at_optimum=int(np.sum(f <= f[i] + 1e-6 * abs(f[i]))),
+        n_points=F.n, fitted={}, fixed={k: float(v) for k, v in fixed.items()}, resolution=resolution,
+    )
+    _attach_errors(result, fit_parts, others, fit_until)
+    return result
+
+
+def _fit_parts(curves: list[Curve], fit_until: int | None) -> list[tuple[Curve, np.ndarray]]:
+    """(curve, its fitted steps) pairs: all logged steps, or those at or before `fit_until`."""
+    parts = []
     for c in curves:
         t = c.steps if fit_until is None else c.steps[c.steps <= fit_until]
         if t.size < 2:
             raise AnalysisError(f"curve {c.name}: fewer than 2 logged steps at or before --fit-until {fit_until}")
-        fit_parts.append((c, t))
-    F = features(fit_parts, resolution)
-    logy = np.log(np.concatenate([c.loss[np.isin(c.steps, t)] for c, t in fit_parts]))
-    fixed = dict(fixed or {})
+        parts.append((c, t))
+    return parts
+
+
+def _check_fixed(claw: CurveLaw, law: str, fixed: dict[str, float], F) -> dict[str, float]:
+    """Validate the fixed parameters, and that the annealing terms are identifiable: they are
+    only determined when the learning rate decreases somewhere in the fitted steps."""
     unknown = set(fixed) - set(claw.param_names)
     if unknown:
         raise AnalysisError(f"cannot fix {sorted(unknown)}: law {law} has parameters {', '.join(claw.param_names)}")
@@ -343,34 +375,20 @@ def fit_curve(
             f"law {law} cannot be identified: the learning rate never decreases in the fitted steps, so "
             f"{', '.join(claw.anneal_params)} are undetermined; fit on a curve with LR decay or fix them (--fix)"
         )
-    free_idx = tuple(i for i, k in enumerate(claw.param_names) if k not in fixed)
-    if F.n < len(free_idx):
-        raise AnalysisError(f"{F.n} fitted points for {len(free_idx)} free parameters of law {law}")
-    theta_full = np.zeros(len(claw.param_names))
-    for k, v in fixed.items():
-        theta_full[claw.param_names.index(k)] = np.log(v)
+    return fixed
+
+
+def _log_starts(claw: CurveLaw, grid: np.ndarray | None, logy: np.ndarray, F) -> np.ndarray:
+    """(S, P) log start points: the law's data-scaled grid, or the user's positive `grid`."""
     starts = start_grid(claw, np.exp(logy), F.logS1) if grid is None else np.atleast_2d(np.asarray(grid, float))
     if starts.shape[1] != len(claw.param_names) or np.any(starts <= 0):
         raise AnalysisError(f"curve-law starts must be positive rows of {', '.join(claw.param_names)}")
-    starts = np.log(starts)[:, list(free_idx)]
-    fun = _objective(claw, free_idx, delta, F.n)
-    with jax.enable_x64(True):
-        args = (jnp.asarray(theta_full), _feature_dict(F), jnp.asarray(logy))
-        r = minimize_batch(fun, starts, args, cfg=_CFG, slots=64, round_evals=32)
-    f = np.where(np.isfinite(r.f), r.f, np.inf)
-    i = int(np.argmin(f))
-    if not np.isfinite(f[i]):
-        raise AnalysisError(f"law {law}: the objective is not finite at any start; check the curves")
-    at_opt = int(np.sum(f <= f[i] + 1e-6 * abs(f[i])))
-    theta = theta_full.copy()
-    theta[list(free_idx)] = r.x[i]
-    params = {k: float(np.exp(theta[j])) for j, k in enumerate(claw.param_names)}
-    result = CurveFitResult(
-        law=law, param_names=claw.param_names, params=params, objective=float(f[i]),
-        grad_norm=float(r.grad_norm[i]), converged=bool(int(r.status[i]) in CONVERGED_CODES),
-        status=STATUS_NAMES[int(r.status[i])], n_starts=starts.shape[0], starts_at_optimum=at_opt,
-        n_points=F.n, fitted={}, fixed={k: float(v) for k, v in fixed.items()}, resolution=resolution,
-    )
+    return np.log(starts)
+
+
+def _attach_errors(result: CurveFitResult, fit_parts, others: list[Curve], fit_until: int | None) -> None:
+    """Per-curve errors: in-fit steps (`fitted`), forecast steps after `fit_until` and the
+    curves only predicted (`predictions`)."""
     for c, t in fit_parts:
         pred = result.predict(c)
         inside = np.isin(c.steps, t)
@@ -379,4 +397,3 @@ def fit_curve(
             result.predictions[c.name] = {"from_step": int(c.steps[~inside][0]), **_errors(pred[~inside], c.loss[~inside])}
     for c in others:
         result.predictions[c.name] = _errors(result.predict(c), c.loss)
-    return result

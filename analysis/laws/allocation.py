@@ -1,21 +1,25 @@
-"""Compute-optimal allocation from a fitted Chinchilla law, with bootstrap CIs.
+"""The Chinchilla scaling law as one object: loss, bootstrap CIs and compute-optimal allocation.
 
-Minimising `E + A/N^alpha + B/D^beta` subject to `C = k N D` (k = 6 for the usual 6ND FLOPs
-model) gives
+`ScalingLaw` is what the fit hands to the report's allocation and to the planner, so that all
+three use the same constants *and the same FLOPs model*. Minimising `E + A/N^alpha + B/D^beta`
+subject to `C = k N D` gives
 
     N*(C) = G (C/k)^a,   D*(C) = G^-1 (C/k)^b,   a = beta/(alpha+beta),  b = alpha/(alpha+beta),
     G = (alpha A / (beta B))^(1/(alpha+beta)).
 
-k defaults to the fit's `flops_per_param_token`: 6, or the median of C/(N D) when the runs
-recorded real FLOPs next to N and D (so a FLOPs model with attention or embedding terms carries
-into the allocation). Every quantity is also computed for each bootstrap sample; CIs are
-percentile intervals of those.
+k (`flops_per_param_token`) is the fit's: 6 for the usual 6ND model, or the median of C/(N D)
+when the runs recorded real FLOPs next to N and D (so a FLOPs model with attention or embedding
+terms, k near 8 for long contexts, carries into the allocation and the plan). Every quantity is
+also computed for each bootstrap sample; CIs are percentile intervals of those.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import math
-from typing import Sequence
+import pathlib
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -23,14 +27,26 @@ from models.base.errors import AnalysisError
 
 CHINCHILLA_NAMES = ("E", "A", "B", "alpha", "beta")
 DEFAULT_BUDGETS = (1e19, 1e20, 1e21, 1e22, 1e23, 1e24, 1e25)
+# The 6ND convention; equal to analysis.laws.points.FLOPS_PER_PARAM_TOKEN (not imported from there:
+# points pulls in pandas, which `python -m analysis --help` does not load).
+DEFAULT_FLOPS_PER_PARAM_TOKEN = 6.0
+MIN_CI_SAMPLES = 10  # fewer finite bootstrap values than this give no loss interval
+
+# Hoffmann et al. 2022, eq. 10 (approach 3).
+HOFFMANN_2022 = {"E": 1.69, "A": 406.4, "B": 410.7, "alpha": 0.34, "beta": 0.28}
 
 
 def supports_allocation(fit) -> bool:
+    """True when `fit` (a FitResult) is a Chinchilla-form law: the form with a closed-form optimum."""
     return tuple(fit.param_names) == CHINCHILLA_NAMES
 
 
-def optimal(params_xP: np.ndarray, C: np.ndarray, k: float) -> dict[str, np.ndarray]:
-    """Closed-form optimum for parameter rows (..., 5) in E, A, B, alpha, beta order and budgets C."""
+def closed_form_optimum(params_xP: np.ndarray, C: np.ndarray, k: float) -> dict[str, np.ndarray]:
+    """Closed-form optimum for parameter rows (..., 5) in E, A, B, alpha, beta order and budgets C.
+
+    One row gives arrays over the budgets; (S, 5) rows (bootstrap samples) give (S, n_budgets)
+    arrays, so point estimate and CIs come from the same formula.
+    """
     p = np.asarray(params_xP, dtype=float)
     E, A, B, al, be = (p[..., i, None] for i in range(5))
     C = np.asarray(C, dtype=float)[None, :] if p.ndim > 1 else np.asarray(C, dtype=float)
@@ -46,38 +62,201 @@ def optimal(params_xP: np.ndarray, C: np.ndarray, k: float) -> dict[str, np.ndar
             "tokens_per_param": D / N, "loss": loss}
 
 
-def _ci(samples: np.ndarray, level: float) -> list:
-    s = samples[np.isfinite(samples)] if samples.ndim == 1 else samples
+def percentile_interval(values: np.ndarray, level: float) -> list[float]:
+    """[lo, hi] central percentile interval of the finite `values`; [nan, nan] when none are.
+
+    The one CI rule of the allocation and the planner's loss interval (bootstrap resamples far
+    from the optimum can overflow, so non-finite values are dropped, not propagated).
+    """
+    v = np.asarray(values, dtype=float).ravel()
+    v = v[np.isfinite(v)]
+    if not v.size:
+        return [math.nan, math.nan]
     lo, hi = 50 * (1 - level), 50 * (1 + level)
-    if samples.ndim == 1:
-        return [float(np.percentile(s, lo)), float(np.percentile(s, hi))] if s.size else [math.nan, math.nan]
-    return np.nanpercentile(samples, [lo, hi], axis=0).T.tolist()
+    return [float(np.percentile(v, lo)), float(np.percentile(v, hi))]
 
 
-def allocation(fit, budgets: Sequence[float] | None = None, flops_per_param_token: float | None = None) -> dict:
-    """N*, D*, tokens per parameter and loss at each budget, with CIs from `fit.bootstrap_samples`."""
-    if not supports_allocation(fit):
-        raise AnalysisError(f"compute-optimal allocation needs a Chinchilla-form law ({', '.join(CHINCHILLA_NAMES)}); "
-                            f"law {fit.law} has {', '.join(fit.param_names)}")
-    budgets = np.asarray(DEFAULT_BUDGETS if budgets is None else budgets, dtype=float)
-    if budgets.size == 0 or np.any(~np.isfinite(budgets)) or np.any(budgets <= 0):
-        raise AnalysisError("budgets must be positive FLOP counts")
-    k = float(flops_per_param_token or fit.flops_per_param_token)
-    point = optimal(np.array([fit.params[n] for n in CHINCHILLA_NAMES]), budgets, k)
-    out = {"a": float(point["a"]), "b": float(point["b"]), "G": float(point["G"]), "flops_per_param_token": k}
-    level = fit.ci_level
-    samples = fit.bootstrap_samples
-    boot = optimal(samples, budgets, k) if samples is not None else None
-    if boot is not None:
-        out["a_ci"] = _ci(boot["a"], level)
-        out["b_ci"] = _ci(boot["b"], level)
-    rows = []
-    for j, C in enumerate(budgets):
+def _positive_k(value: Any, origin: str) -> float:
+    """FLOPs per parameter-token as a float, or a one-line AnalysisError naming `origin`."""
+    try:
+        k = float(value)
+    except (TypeError, ValueError):
+        k = math.nan
+    if not (math.isfinite(k) and k > 0):
+        raise AnalysisError(f"{origin}: flops_per_param_token must be a positive number (got {value!r})")
+    return k
+
+
+@dataclasses.dataclass(frozen=True)
+class ScalingLaw:
+    """L(N, D) = E + A/N^alpha + B/D^beta with the FLOPs model C = k·N·D it was fitted under.
+
+    Build it with `from_fit` (a FitResult), `from_json` (a `python -m analysis fit --json` file)
+    or `chinchilla_2022()` (Hoffmann et al.'s published constants).
+    """
+
+    E: float  # irreducible loss (nats per token)
+    A: float  # scale of the parameter term A/N^alpha
+    B: float  # scale of the data term B/D^beta
+    alpha: float  # exponent of the parameter count N
+    beta: float  # exponent of the token count D
+    flops_per_param_token: float = DEFAULT_FLOPS_PER_PARAM_TOKEN  # k in C = k·N·D (6: 6ND)
+    source: str = "user-supplied constants"  # where the constants came from (plans, reports)
+    # (S, 5) bootstrap parameter samples in E, A, B, alpha, beta order, or None (no CIs)
+    samples: np.ndarray | None = dataclasses.field(default=None, compare=False, repr=False)
+    ci_level: float = 0.95  # central coverage of every interval this law reports
+
+    def __post_init__(self) -> None:
+        _positive_k(self.flops_per_param_token, "scaling law")
+        if not 0 < self.ci_level < 1:
+            raise AnalysisError(f"scaling law: ci_level must be in (0, 1) (got {self.ci_level!r})")
+
+    # ---- constructors ---------------------------------------------------------------------------
+    @classmethod
+    def chinchilla_2022(cls) -> "ScalingLaw":
+        """Hoffmann et al. 2022 (Chinchilla) approach 3, eq. 10, with C = 6ND."""
+        return cls(**HOFFMANN_2022, source="Hoffmann et al. 2022 (Chinchilla) approach 3: "
+                   "E=1.69, A=406.4, B=410.7, alpha=0.34, beta=0.28")
+
+    @classmethod
+    def from_fit(cls, fit, source: str | None = None,
+                 flops_per_param_token: float | None = None) -> "ScalingLaw":
+        """The law of a Chinchilla-form FitResult, with its k, bootstrap samples and CI level.
+
+        `flops_per_param_token` overrides the fit's k (None keeps it).
+        """
+        if not supports_allocation(fit):
+            raise AnalysisError(f"compute-optimal allocation needs a Chinchilla-form law "
+                                f"({', '.join(CHINCHILLA_NAMES)}); law {fit.law} has "
+                                f"{', '.join(fit.param_names)}")
+        k = fit.flops_per_param_token if flops_per_param_token is None else flops_per_param_token
+        samples = None
+        if fit.bootstrap_samples is not None:
+            idx = [list(fit.param_names).index(n) for n in CHINCHILLA_NAMES]
+            samples = np.asarray(fit.bootstrap_samples, dtype=float)[:, idx]
+        return cls(**{n: float(fit.params[n]) for n in CHINCHILLA_NAMES},
+                   flops_per_param_token=_positive_k(k, f"law {fit.law}"),
+                   source=source or f"{fit.law} law fitted on {fit.n_points} points",
+                   samples=samples, ci_level=float(fit.ci_level))
+
+    @classmethod
+    def from_json(cls, path: str | pathlib.Path) -> "ScalingLaw":
+        """A `python -m analysis fit --json` file: `params` {E, A, B, alpha, beta}, optional
+        `bootstrap_samples` in `param_names` order, `flops_per_param_token` and `ci_level`."""
+        p = pathlib.Path(path)
+        if not p.is_file():
+            raise AnalysisError(f"law file not found: {p}")
+        try:
+            data = json.loads(p.read_text())
+        except json.JSONDecodeError as e:
+            raise AnalysisError(f"law file {p} is not valid JSON ({e.msg} at line {e.lineno})")
+        if not isinstance(data, dict):
+            raise AnalysisError(f"law file {p} must hold a JSON object")
+        return cls.from_dict(data, p)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], origin: pathlib.Path) -> "ScalingLaw":
+        """The law in a parsed fit JSON object; `origin` (its file) names it in errors and `source`."""
+        law_name = str(data.get("law", "chinchilla")).lower()
+        vals = _law_constants(data, law_name, origin)
+        k = data.get("flops_per_param_token")
+        level = data.get("ci_level")
+        return cls(**vals, source=f"{law_name} law fitted in {origin.name}",
+                   flops_per_param_token=(DEFAULT_FLOPS_PER_PARAM_TOKEN if k is None
+                                          else _positive_k(k, f"law file {origin}")),
+                   samples=_json_samples(data),
+                   ci_level=float(level) if isinstance(level, (int, float)) and 0 < level < 1 else 0.95)
+
+    # ---- predictions ----------------------------------------------------------------------------
+    @property
+    def params(self) -> np.ndarray:
+        """(5,) constants in E, A, B, alpha, beta order (the `samples` column order)."""
+        return np.array([self.E, self.A, self.B, self.alpha, self.beta], dtype=float)
+
+    def loss(self, n: float, d: float) -> float:
+        """Predicted loss of an N-parameter model trained on D tokens."""
+        return self.E + self.A / n ** self.alpha + self.B / d ** self.beta
+
+    def loss_ci(self, n: float, d: float, level: float | None = None) -> tuple[float, float] | None:
+        """Percentile interval (default `ci_level`) of the loss over the bootstrap samples;
+        None without samples or with fewer than MIN_CI_SAMPLES finite values."""
+        if self.samples is None or len(self.samples) < MIN_CI_SAMPLES:
+            return None
+        e, a, b, al, be = np.asarray(self.samples, dtype=float).T
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+            vals = e + a / n ** al + b / d ** be
+        if np.isfinite(vals).sum() < MIN_CI_SAMPLES:
+            return None
+        lo, hi = percentile_interval(vals, self.ci_level if level is None else level)
+        return lo, hi
+
+    def optimal(self, flops: float) -> tuple[float, float]:
+        """(N*, D*) minimising L under k·N·D = C (Hoffmann et al. 2022, eq. 4)."""
+        opt = closed_form_optimum(self.params, [flops], self.flops_per_param_token)
+        return float(opt["N_opt"][0]), float(opt["D_opt"][0])
+
+    def allocation(self, budgets: Sequence[float] | None = None) -> dict:
+        """a, b, G, k and, per budget, N*, D*, tokens per parameter and loss, with CIs from the
+        bootstrap samples (the `allocation` object of `fit --json`)."""
+        budgets = np.asarray(DEFAULT_BUDGETS if budgets is None else budgets, dtype=float)
+        if budgets.size == 0 or np.any(~np.isfinite(budgets)) or np.any(budgets <= 0):
+            raise AnalysisError("budgets must be positive FLOP counts")
+        k = self.flops_per_param_token
+        point = closed_form_optimum(self.params, budgets, k)
+        out = {"a": float(point["a"]), "b": float(point["b"]), "G": float(point["G"]),
+               "flops_per_param_token": k}
+        boot = closed_form_optimum(self.samples, budgets, k) if self.samples is not None else None
+        if boot is not None:
+            out["a_ci"] = percentile_interval(boot["a"], self.ci_level)
+            out["b_ci"] = percentile_interval(boot["b"], self.ci_level)
+        out["budgets"] = [self._budget_row(j, C, point, boot) for j, C in enumerate(budgets)]
+        return out
+
+    def _budget_row(self, j: int, C: float, point: dict, boot: dict | None) -> dict:
+        """One budget's row of `allocation`: point values and, with samples, their CIs."""
         row = {"C": float(C)}
         for key in ("N_opt", "D_opt", "tokens_per_param", "loss"):
             row[key] = float(point[key][j])
             if boot is not None:
-                row[f"{key}_ci"] = _ci(boot[key][:, j], level)
-        rows.append(row)
-    out["budgets"] = rows
-    return out
+                row[f"{key}_ci"] = percentile_interval(boot[key][:, j], self.ci_level)
+        return row
+
+
+def _law_constants(data: Mapping[str, Any], law_name: str, origin: pathlib.Path) -> dict[str, float]:
+    """E, A, B, alpha, beta from a fit JSON's `params`, checked (finite; A, B, alpha, beta > 0)."""
+    params = data.get("params")
+    if not isinstance(params, dict):
+        raise AnalysisError(f"law file {origin} has no 'params' object (write it with `python -m "
+                            f"analysis fit DATA.csv --law chinchilla --json {origin.name}`)")
+    missing = [k for k in CHINCHILLA_NAMES if k not in params]
+    if missing:
+        raise AnalysisError(f"law {law_name!r} in {origin} lacks parameter(s) {missing}; the planner "
+                            f"needs a Chinchilla-form law L = E + A/N^alpha + B/D^beta")
+    try:
+        vals = {k: float(params[k]) for k in CHINCHILLA_NAMES}
+    except (TypeError, ValueError):
+        raise AnalysisError(f"law file {origin}: parameters must be numbers (got {params})")
+    if not all(math.isfinite(v) for v in vals.values()) or min(vals["A"], vals["B"], vals["alpha"],
+                                                                 vals["beta"]) <= 0:
+        raise AnalysisError(f"law file {origin}: A, B, alpha, beta must be finite and > 0 (got {vals})")
+    return vals
+
+
+def _json_samples(data: Mapping[str, Any]) -> np.ndarray | None:
+    """`bootstrap_samples` reordered to E, A, B, alpha, beta; None when absent or malformed
+    (the law then falls back to its point estimate, and plans say the CI is unavailable)."""
+    raw = data.get("bootstrap_samples")
+    if not raw:
+        return None
+    names = list(data.get("param_names") or CHINCHILLA_NAMES)
+    try:
+        arr = np.asarray(raw, dtype=float)
+        return arr[:, [names.index(k) for k in CHINCHILLA_NAMES]]
+    except (ValueError, IndexError, TypeError):
+        return None
+
+
+def allocation(fit, budgets: Sequence[float] | None = None, flops_per_param_token: float | None = None) -> dict:
+    """N*, D*, tokens per parameter and loss at each budget, with CIs from `fit.bootstrap_samples`
+    (`ScalingLaw.from_fit(fit).allocation(budgets)`; `flops_per_param_token` overrides the fit's k)."""
+    return ScalingLaw.from_fit(fit, flops_per_param_token=flops_per_param_token).allocation(budgets)

@@ -21,7 +21,6 @@ on the full data, else random grid starts), all resamples in one batched run. CI
 
 from __future__ import annotations
 
-import json
 import math
 import warnings
 from dataclasses import dataclass, field
@@ -36,6 +35,7 @@ import pandas as pd
 from analysis.laws import holdout
 from analysis.laws.allocation import allocation, supports_allocation
 from analysis.laws import points as data_mod
+from models.base import jsonio
 from models.base.errors import AnalysisError
 from analysis.laws.registry import Law, get_law
 from analysis.laws.lbfgs import CONVERGED_CODES, STATUS_NAMES, LBFGSConfig, minimize_batch
@@ -367,12 +367,12 @@ class FitResult:
         return out
 
     def to_json(self, path: str | None = None, budgets: Sequence[float] | None = None) -> str:
-        """Strict JSON (NaN, e.g. a CI without bootstrap, is written as null)."""
-        text = json.dumps(_nan_to_none(self.to_dict(budgets)), indent=2, allow_nan=False)
+        """Strict JSON (NaN, e.g. a CI without bootstrap, is written as null); written to `path`
+        (atomically; `-` = stdout) when given."""
+        obj = self.to_dict(budgets)
         if path is not None:
-            with open(path, "w") as fh:
-                fh.write(text + "\n")
-        return text
+            jsonio.write_json(path, obj)
+        return jsonio.dumps(obj, indent=2)
 
     def summary(self) -> str:
         lines = [f"law {self.law}: {self.law_obj.formula}  ({self.n_points} points)"]
@@ -385,18 +385,6 @@ class FitResult:
             f"polished starts (of {self.n_starts}) at the optimum; {self.status}; converged={self.converged}"
         )
         return "\n".join(lines)
-
-
-def _nan_to_none(obj):
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
-    if isinstance(obj, dict):
-        return {k: _nan_to_none(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_nan_to_none(v) for v in obj]
-    if isinstance(obj, (np.floating, np.integer)):
-        return _nan_to_none(obj.item())
-    return obj
 
 
 def _check_identifiable(law: Law, pts: data_mod.Points, n_free: int, fixed: Mapping[str, float]) -> None:

@@ -29,6 +29,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.laws import points as data_mod
+from analysis.laws.allocation import allocation
 from models.base.errors import AnalysisError
 
 METHODS = ("parabola", "cubic", "law")
@@ -278,8 +279,6 @@ def compare_approaches(fit, other: dict, name: str = "approach2") -> dict:
 
     They disagree when their CIs do not overlap; the message says so in one line.
     """
-    from analysis.laws.allocation import allocation
-
     al = allocation(fit, budgets=[1e21])
     a3, ci3 = al["a"], al.get("a_ci", [math.nan, math.nan])
     a2, ci2 = other["a"], other.get("a_ci", [math.nan, math.nan])

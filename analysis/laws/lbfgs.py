@@ -136,17 +136,22 @@ def init_state(fun: Callable, x0: jax.Array, args: tuple, cfg: LBFGSConfig) -> S
     )
 
 
-def _step(fun, args, cfg: LBFGSConfig, st: State) -> State:
-    """One function+gradient evaluation: a line-search trial, possibly completing an iteration."""
-    xt = st.x + st.t * st.d
-    ft, gt, finite = _safe_vg(fun, xt, args)
-    armijo = finite & (ft <= st.f + cfg.c1 * st.t * st.gd)
-    gtd = jnp.dot(gt, st.d)
-    curvature = gtd >= cfg.c2 * st.gd
-    ls_n = st.ls_n + 1
-    accept_trial = armijo & curvature
+class _Bracket(NamedTuple):
+    """The line search's bracket after one trial: [lo, hi] with f (and g) at its ends."""
 
-    # Bracket update for a rejected trial.
+    lo: jax.Array
+    hi: jax.Array
+    f_lo: jax.Array
+    f_hi: jax.Array
+    g_lo: jax.Array
+    t_next: jax.Array     # the next trial step if the search goes on
+    collapsed: jax.Array  # the bracket is too narrow (or too many trials): stop searching
+
+
+def _update_bracket(st: State, cfg: LBFGSConfig, ft, gt, armijo, curvature, ls_n) -> _Bracket:
+    """Shrink or grow the bracket after a rejected trial and pick the next trial step:
+    safeguarded quadratic interpolation on [lo, hi] (f, slope at lo; f at hi), else bisection;
+    without an upper end yet, extrapolate 4x."""
     hi = jnp.where(~armijo, st.t, st.hi)
     f_hi = jnp.where(~armijo, ft, st.f_hi)
     grow = armijo & ~curvature
@@ -155,7 +160,6 @@ def _step(fun, args, cfg: LBFGSConfig, st: State) -> State:
     g_lo = jnp.where(grow, gt, st.g_lo)
     slope_lo = jnp.where(lo > 0, jnp.dot(g_lo, st.d), st.gd)
     width = hi - lo
-    # Safeguarded quadratic interpolation on [lo, hi] (f, slope at lo; f at hi), else bisection.
     denom = 2.0 * (f_hi - f_lo - slope_lo * width)
     t_q = lo - slope_lo * width**2 / jnp.where(denom > 0, denom, 1.0)
     t_in = jnp.where(jnp.isfinite(f_hi) & (denom > 0), t_q, lo + 0.5 * width)
@@ -164,15 +168,13 @@ def _step(fun, args, cfg: LBFGSConfig, st: State) -> State:
     collapsed = (
         jnp.isfinite(hi) & (width * jnp.sqrt(jnp.dot(st.d, st.d)) <= 1e-15 * (1.0 + jnp.sqrt(jnp.dot(st.x, st.x))))
     ) | (ls_n >= cfg.max_ls)
-    # A line search that collapses takes its best Armijo point if it has one.
-    accept_lo = ~accept_trial & collapsed & (lo > 0)
-    give_up = ~accept_trial & collapsed & (lo <= 0)
-    take = accept_trial | accept_lo
+    return _Bracket(lo, hi, f_lo, f_hi, g_lo, t_next, collapsed)
 
-    x_new = jnp.where(accept_trial, xt, st.x + lo * st.d)
-    f_new = jnp.where(accept_trial, ft, f_lo)
-    g_new = jnp.where(accept_trial, gt, g_lo)
 
+def _next_direction(st: State, x_new, g_new):
+    """Push the accepted (s, y) pair into the memory when it has positive curvature, then the new
+    quasi-Newton direction (steepest descent when that is not a descent direction) and its
+    first trial step. Returns (S, Y, rho, d, gd, t)."""
     s, y = x_new - st.x, g_new - st.g
     sy = jnp.dot(s, y)
     good_pair = sy > 1e-12 * jnp.sqrt(jnp.dot(s, s) * jnp.dot(y, y))
@@ -186,6 +188,27 @@ def _step(fun, args, cfg: LBFGSConfig, st: State) -> State:
     gd_new = jnp.where(descent, gd_new, -jnp.dot(g_new, g_new))
     rho_new = jnp.where(descent, rho_new, 0.0)
     t_new = jnp.where(descent & jnp.any(rho_new > 0), 1.0, _first_step(g_new))
+    return S_new, Y_new, rho_new, d_new, gd_new, t_new
+
+
+def _step(fun, args, cfg: LBFGSConfig, st: State) -> State:
+    """One function+gradient evaluation: a line-search trial, possibly completing an iteration."""
+    xt = st.x + st.t * st.d
+    ft, gt, finite = _safe_vg(fun, xt, args)
+    armijo = finite & (ft <= st.f + cfg.c1 * st.t * st.gd)
+    curvature = jnp.dot(gt, st.d) >= cfg.c2 * st.gd
+    ls_n = st.ls_n + 1
+    accept_trial = armijo & curvature
+    br = _update_bracket(st, cfg, ft, gt, armijo, curvature, ls_n)
+    # A line search that collapses takes its best Armijo point if it has one.
+    accept_lo = ~accept_trial & br.collapsed & (br.lo > 0)
+    give_up = ~accept_trial & br.collapsed & (br.lo <= 0)
+    take = accept_trial | accept_lo
+
+    x_new = jnp.where(accept_trial, xt, st.x + br.lo * st.d)
+    f_new = jnp.where(accept_trial, ft, br.f_lo)
+    g_new = jnp.where(accept_trial, gt, br.g_lo)
+    S_new, Y_new, rho_new, d_new, gd_new, t_new = _next_direction(st, x_new, g_new)
     conv_g = jnp.max(jnp.abs(g_new)) <= cfg.gtol
     conv_f = (st.f - f_new) <= cfg.ftol * jnp.abs(f_new)
     status_take = jnp.where(conv_g, CONVERGED_GTOL, jnp.where(conv_f, CONVERGED_FTOL, RUNNING))
@@ -206,12 +229,12 @@ def _step(fun, args, cfg: LBFGSConfig, st: State) -> State:
         g=jnp.where(take, g_new, st.g),
         d=jnp.where(take, d_new, jnp.where(restart, -st.g, st.d)),
         gd=jnp.where(take, gd_new, jnp.where(restart, -jnp.dot(st.g, st.g), st.gd)),
-        t=jnp.where(take, t_new, jnp.where(restart, _first_step(st.g), t_next)).astype(dtype),
-        lo=jnp.where(reset_ls, 0.0, lo).astype(dtype),
-        hi=jnp.where(reset_ls, inf, hi),
-        f_lo=jnp.where(reset_ls, jnp.where(take, f_new, st.f), f_lo),
-        g_lo=jnp.where(reset_ls, jnp.where(take, g_new, st.g), g_lo),
-        f_hi=jnp.where(reset_ls, inf, f_hi),
+        t=jnp.where(take, t_new, jnp.where(restart, _first_step(st.g), br.t_next)).astype(dtype),
+        lo=jnp.where(reset_ls, 0.0, br.lo).astype(dtype),
+        hi=jnp.where(reset_ls, inf, br.hi),
+        f_lo=jnp.where(reset_ls, jnp.where(take, f_new, st.f), br.f_lo),
+        g_lo=jnp.where(reset_ls, jnp.where(take, g_new, st.g), br.g_lo),
+        f_hi=jnp.where(reset_ls, inf, br.f_hi),
         ls_n=jnp.where(reset_ls, 0, ls_n),
         S_MxP=jnp.where(take, S_new, jnp.where(restart, 0.0, st.S_MxP)),
         Y_MxP=jnp.where(take, Y_new, jnp.where(restart, 0.0, st.Y_MxP)),

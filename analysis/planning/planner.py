@@ -4,9 +4,12 @@ A scaling law says how big a model and how many tokens a budget buys; the cost m
 whether that model fits the cluster, how fast it trains and so how many days and GPU-hours the
 budget really means. `plan()` joins them:
 
-1. the law L(N, D) = E + A/N^α + B/D^β (Hoffmann et al. 2022, "Chinchilla", approach 3), from a
-   fit JSON written by `python -m analysis fit` or Chinchilla's published constants;
-2. compute-optimal N*, D* for C FLOPs with C = 6ND (closed form);
+1. the law L(N, D) = E + A/N^α + B/D^β (Hoffmann et al. 2022, "Chinchilla", approach 3), an
+   `analysis.laws.allocation.ScalingLaw` from a fit (`ScalingLaw.from_fit`), a fit JSON written
+   by `python -m analysis fit` (`ScalingLaw.from_json`) or Chinchilla's published constants;
+2. compute-optimal N*, D* for C FLOPs with C = k·N·D, k the law's FLOPs per parameter-token (6
+   unless the fit measured another), closed form; tokens and FLOPs of every candidate use the
+   same k, so the plan agrees with the fit's own allocation;
 3. real shapes near N*: head dim 128, d_model a multiple of 128, aspect ratio
    d_model / n_layers in [64, 192] (GPT-3 and Llama use 100–128), SwiGLU MLP;
 4. for each shape, every TP × PP × DP × micro-batch × ZeRO × checkpointing layout the cost model
@@ -19,106 +22,17 @@ Loss confidence intervals come from the fit's bootstrap samples when it has them
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
-import pathlib
 from typing import Any, Sequence
 
-import numpy as np
-
+from analysis.laws.allocation import ScalingLaw
 from models.base.errors import AnalysisError
 from sharding.costmodel import (BF16_MIXED, DEFAULT_EFFICIENCY, Efficiency, Hardware, Layout,
                                 LayoutError, ModelShape, Precision, estimate_step, load_hardware)
 
-# Hoffmann et al. 2022, eq. 10 (approach 3): E, A, B, alpha, beta.
-CHINCHILLA = {"E": 1.69, "A": 406.4, "B": 410.7, "alpha": 0.34, "beta": 0.28}
-PARAM_NAMES = ("E", "A", "B", "alpha", "beta")
 HEAD_DIM = 128
 ASPECT_RANGE = (64.0, 192.0)
 ASPECT_TARGET = 128.0
-
-
-@dataclasses.dataclass(frozen=True)
-class ScalingLaw:
-    """L(N, D) = E + A/N^alpha + B/D^beta, with optional bootstrap parameter samples."""
-
-    E: float
-    A: float
-    B: float
-    alpha: float
-    beta: float
-    source: str
-    samples: np.ndarray | None = dataclasses.field(default=None, compare=False, repr=False)
-
-    def loss(self, n: float, d: float) -> float:
-        return self.E + self.A / n ** self.alpha + self.B / d ** self.beta
-
-    def loss_ci(self, n: float, d: float, level: float = 0.95) -> tuple[float, float] | None:
-        """Percentile interval of the loss over the bootstrap samples; None without samples."""
-        if self.samples is None or len(self.samples) < 10:
-            return None
-        e, a, b, al, be = self.samples.T
-        with np.errstate(over="ignore", invalid="ignore"):
-            vals = e + a / n ** al + b / d ** be
-        vals = vals[np.isfinite(vals)]
-        if len(vals) < 10:
-            return None
-        q = (1 - level) / 2
-        return float(np.quantile(vals, q)), float(np.quantile(vals, 1 - q))
-
-    def optimal_allocation(self, flops: float) -> tuple[float, float]:
-        """N*, D* minimising L under 6·N·D = C (Hoffmann et al. 2022, eq. 4)."""
-        g = (self.alpha * self.A / (self.beta * self.B)) ** (1 / (self.alpha + self.beta))
-        n = g * (flops / 6) ** (self.beta / (self.alpha + self.beta))
-        return n, flops / (6 * n)
-
-
-def chinchilla_law() -> ScalingLaw:
-    return ScalingLaw(**CHINCHILLA, source="Hoffmann et al. 2022 (Chinchilla) approach 3: "
-                      "E=1.69, A=406.4, B=410.7, alpha=0.34, beta=0.28")
-
-
-def load_law(path: str | pathlib.Path | None) -> ScalingLaw:
-    """A `python -m analysis fit` JSON (`params` {E, A, B, alpha, beta}, optional
-    `bootstrap_samples` in `param_names` order), or Chinchilla's constants if path is None."""
-    if path is None:
-        return chinchilla_law()
-    p = pathlib.Path(path)
-    if not p.is_file():
-        raise AnalysisError(f"law file not found: {p}")
-    try:
-        data = json.loads(p.read_text())
-    except json.JSONDecodeError as e:
-        raise AnalysisError(f"law file {p} is not valid JSON ({e.msg} at line {e.lineno})")
-    if not isinstance(data, dict):
-        raise AnalysisError(f"law file {p} must hold a JSON object")
-    law_name = str(data.get("law", "chinchilla")).lower()
-    params = data.get("params")
-    if not isinstance(params, dict):
-        raise AnalysisError(f"law file {p} has no 'params' object (write it with `python -m "
-                            f"analysis fit DATA.csv --law chinchilla --json {p.name}`)")
-    missing = [k for k in PARAM_NAMES if k not in params]
-    if missing:
-        raise AnalysisError(f"law {law_name!r} in {p} lacks parameter(s) {missing}; the planner "
-                            f"needs a Chinchilla-form law L = E + A/N^alpha + B/D^beta")
-    try:
-        vals = {k: float(params[k]) for k in PARAM_NAMES}
-    except (TypeError, ValueError):
-        raise AnalysisError(f"law file {p}: parameters must be numbers (got {params})")
-    if not all(math.isfinite(v) for v in vals.values()) or min(vals["A"], vals["B"], vals["alpha"],
-                                                                 vals["beta"]) <= 0:
-        raise AnalysisError(f"law file {p}: A, B, alpha, beta must be finite and > 0 (got {vals})")
-    samples = None
-    raw = data.get("bootstrap_samples")
-    if raw:
-        names = list(data.get("param_names") or PARAM_NAMES)
-        try:
-            arr = np.asarray(raw, dtype=float)
-            idx = [names.index(k) for k in PARAM_NAMES]
-            samples = arr[:, idx]
-        except (ValueError, IndexError, TypeError):
-            samples = None  # malformed samples: fall back to the point estimate, said in output
-    return ScalingLaw(**vals, source=f"{law_name} law fitted in {p.name}", samples=samples)
 
 
 # ---- shapes -------------------------------------------------------------------------------------
@@ -214,8 +128,16 @@ class Candidate:
         }
 
 
+def _layout_text(lo: Layout) -> str:
+    """Compact layout label of the plan table, e.g. `dp64 tp2+sp pp1 mb4 z1 none`."""
+    return (f"dp{lo.dp} tp{lo.tp}{'+sp' if lo.sp else ''} pp{lo.pp} mb{lo.micro_batch} "
+            f"z{lo.zero_stage} {lo.act_ckpt}")
+
+
 @dataclasses.dataclass(frozen=True)
 class Plan:
+    """The planner's answer: the best candidate, the ranked list, and what it was planned from."""
+
     best: Candidate
     candidates: tuple[Candidate, ...]
     law: ScalingLaw
@@ -227,25 +149,29 @@ class Plan:
     d_opt: float | None
     notes: tuple[str, ...]
 
+    @property
+    def ci_percent(self) -> str:
+        """The law's CI level as table text ("95")."""
+        return f"{100 * self.law.ci_level:g}"
+
     def as_dict(self) -> dict[str, Any]:
         return {"best": self.best.as_dict(), "candidates": [c.as_dict() for c in self.candidates],
                 "law": {"E": self.law.E, "A": self.law.A, "B": self.law.B,
-                        "alpha": self.law.alpha, "beta": self.law.beta, "source": self.law.source},
+                        "alpha": self.law.alpha, "beta": self.law.beta, "source": self.law.source,
+                        "flops_per_param_token": self.law.flops_per_param_token},
                 "hardware": self.hardware.name, "n_devices": self.n_devices,
                 "budget_flops": self.budget_flops, "max_days": self.max_days,
                 "n_opt": self.n_opt, "d_opt": self.d_opt, "notes": list(self.notes)}
 
     def table(self) -> str:
         head = (f"{'#':>2} {'params':>8} {'tokens':>8} {'L':>4} {'d':>6} {'layout':34s} "
-                f"{'mem GB':>7} {'step s':>7} {'MFU':>5} {'days':>7} {'GPU-h':>10} loss (95% CI)")
+                f"{'mem GB':>7} {'step s':>7} {'MFU':>5} {'days':>7} {'GPU-h':>10} "
+                f"loss ({self.ci_percent}% CI)")
         lines = [head]
         for i, c in enumerate(self.candidates):
-            lo = c.layout
-            lay = (f"dp{lo.dp} tp{lo.tp}{'+sp' if lo.sp else ''} pp{lo.pp} mb{lo.micro_batch} "
-                   f"z{lo.zero_stage} {lo.act_ckpt}")
             ci = f"[{c.loss_ci[0]:.3f}, {c.loss_ci[1]:.3f}]" if c.loss_ci else "(CI unavailable)"
             lines.append(f"{i + 1:>2} {c.shape.n_params / 1e9:7.1f}B {c.tokens / 1e12:7.2f}T "
-                         f"{c.shape.n_layers:>4} {c.shape.d_model:>6} {lay:34s} "
+                         f"{c.shape.n_layers:>4} {c.shape.d_model:>6} {_layout_text(c.layout):34s} "
                          f"{c.mem_gb_per_device:7.1f} {c.step_time_s:7.2f} {c.mfu:5.3f} "
                          f"{c.days:7.1f} {c.gpu_hours:10.3g} {c.loss:.3f} {ci}")
         return "\n".join(lines)
@@ -267,8 +193,8 @@ class Plan:
             f"tokens**, layout dp={lo.dp} tp={lo.tp} pp={lo.pp} micro-batch={lo.micro_batch} "
             f"ZeRO-{lo.zero_stage} checkpointing={lo.act_ckpt}: {b.mem_gb_per_device:.1f} GB/device, "
             f"{b.step_time_s:.2f} s/step, MFU {100 * b.mfu:.1f}%, **{b.days:.1f} days** "
-            f"({b.gpu_hours:.3g} GPU-hours); predicted loss {b.loss:.3f} (95% CI {ci}).", "",
-            "```", self.table(), "```"]
+            f"({b.gpu_hours:.3g} GPU-hours); predicted loss {b.loss:.3f} ({self.ci_percent}% CI {ci}).",
+            "", "```", self.table(), "```"]
         lines += [f"- {n}" for n in self.notes]
         return "\n".join(lines)
 
@@ -301,13 +227,54 @@ def _no_fit_message(shape: ModelShape, n_devices: int, hw: Hardware, lean) -> st
             f"{n_devices} devices{need}")
 
 
+@dataclasses.dataclass(frozen=True)
+class _Request:
+    """A checked planning request: what the search loops over (internal to `plan`)."""
+
+    law: ScalingLaw
+    hw: Hardware
+    n_devices: int
+    budget_flops: float | None
+    max_days: float | None  # the tighter of --max-days and --gpu-hours / (24 · devices)
+    seq_len: int
+    vocab: int
+    batch_tokens: int
+    precision: Precision
+    eff: Efficiency
+
+
 def plan(budget_flops: float | None, n_devices: int, hardware: str | Hardware,
          law: ScalingLaw | None = None, max_days: float | None = None,
          max_gpu_hours: float | None = None, seq_len: int = 2048, vocab: int = 32000,
          batch_tokens: int = 4 * 1024 * 1024, precision: Precision = BF16_MIXED,
          eff: Efficiency = DEFAULT_EFFICIENCY, top: int = 8) -> Plan:
     """Plan a training run; see the module docstring. Raises AnalysisError for bad input."""
-    law = law or chinchilla_law()
+    req = _check_request(budget_flops, n_devices, hardware, law, max_days, max_gpu_hours,
+                         seq_len, vocab, batch_tokens, precision, eff)
+    n_opt, d_opt, targets = _size_targets(req)
+    shapes = _shapes_near(targets, req)
+    cands, failures = [], []
+    for s in shapes:
+        est, _, lean = fastest_layout(s, req.n_devices, req.hw, req.batch_tokens, req.precision,
+                                      req.eff)
+        if est is None:
+            failures.append(_no_fit_message(s, req.n_devices, req.hw, lean))
+        else:
+            cands.append(_candidate(s, est, req))
+    if not cands:
+        smallest = min(shapes, key=lambda s: s.n_params)
+        raise AnalysisError(failures[0] + "; " + _more_devices_hint(
+            smallest, req.n_devices, req.hw, req.batch_tokens, req.precision, req.eff))
+    _rank(cands, req, n_opt)
+    return Plan(best=cands[0], candidates=tuple(cands[:top]), law=req.law, hardware=req.hw,
+                n_devices=req.n_devices, budget_flops=req.budget_flops, max_days=req.max_days,
+                n_opt=n_opt, d_opt=d_opt, notes=_notes(req))
+
+
+def _check_request(budget_flops, n_devices, hardware, law, max_days, max_gpu_hours, seq_len,
+                   vocab, batch_tokens, precision, eff) -> _Request:
+    """Validate `plan`'s arguments (one-line AnalysisError each) and fold the GPU-hour limit
+    into a day limit, so the search only knows one kind of time limit."""
     hw = hardware if isinstance(hardware, Hardware) else load_hardware(hardware)
     if isinstance(n_devices, bool) or not isinstance(n_devices, int) or n_devices <= 0:
         raise AnalysisError(f"--gpus must be a positive integer (got {n_devices!r})")
@@ -321,63 +288,85 @@ def plan(budget_flops: float | None, n_devices: int, hardware: str | Hardware,
         max_days = d if max_days is None else min(max_days, d)
     if budget_flops is None and max_days is None:
         raise AnalysisError("give --budget FLOPS, or a time limit (--max-days / --gpu-hours)")
-    notes = []
-    if law.samples is None:
-        notes.append("loss CI unavailable: the law has no bootstrap samples (point estimate only)")
+    return _Request(law=law or ScalingLaw.chinchilla_2022(), hw=hw, n_devices=n_devices,
+                    budget_flops=budget_flops, max_days=max_days, seq_len=seq_len, vocab=vocab,
+                    batch_tokens=batch_tokens, precision=precision, eff=eff)
 
+
+# A time limit may make a smaller model better: sizes scanned, as fractions of N*, down to N*/30.
+TIME_LIMITED_FRACTIONS = (1.0, 0.7, 0.5, 0.35, 0.25, 0.18, 0.12, 0.08, 0.05, 0.033)
+
+
+def _size_targets(req: _Request) -> tuple[float | None, float | None, list[float]]:
+    """(N*, D*, parameter counts to find shapes near): N* alone for a FLOP budget, a ladder of
+    smaller sizes under a time limit (from N*, or from what the cluster delivers in the time)."""
     n_opt = d_opt = None
-    if budget_flops is not None:
-        n_opt, d_opt = law.optimal_allocation(budget_flops)
+    targets: list[float] = []
+    if req.budget_flops is not None:
+        n_opt, d_opt = req.law.optimal(req.budget_flops)
         targets = [n_opt]
-    if max_days is not None:
-        # the time limit may make a smaller model better: scan sizes down to N*/30
-        ref = n_opt if n_opt is not None else _size_for_time(law, n_devices, hw, max_days)
-        targets = [ref * f for f in (1.0, 0.7, 0.5, 0.35, 0.25, 0.18, 0.12, 0.08, 0.05, 0.033)]
+    if req.max_days is not None:
+        ref = n_opt if n_opt is not None else _size_for_time(req.law, req.n_devices, req.hw,
+                                                              req.max_days)
+        targets = [ref * f for f in TIME_LIMITED_FRACTIONS]
+    return n_opt, d_opt, targets
 
+
+def _shapes_near(targets: Sequence[float], req: _Request) -> list[ModelShape]:
+    """The real shapes closest to each target size, without duplicates, in first-seen order."""
     shapes: dict[tuple[int, int], ModelShape] = {}
     for n_t in targets:
-        for s in candidate_shapes(n_t, seq_len, vocab, k=3 if max_days is None else 2):
+        for s in candidate_shapes(n_t, req.seq_len, req.vocab, k=3 if req.max_days is None else 2):
             shapes[(s.n_layers, s.d_model)] = s
-    cands, failures = [], []
-    for s in shapes.values():
-        est, _, lean = fastest_layout(s, n_devices, hw, batch_tokens, precision, eff)
-        if est is None:
-            failures.append(_no_fit_message(s, n_devices, hw, lean))
-            continue
-        tokens = budget_flops / (6 * s.n_params) if budget_flops is not None else math.inf
-        if max_days is not None:
-            tokens = min(tokens, est.tokens_per_s * max_days * 86400)
-        seconds = tokens / est.tokens_per_s
-        cands.append(Candidate(
-            shape=s, tokens=tokens, layout=est.layout, mem_gb_per_device=est.memory.total / 1e9,
-            step_time_s=est.step_time_s, mfu=est.mfu, tokens_per_s=est.tokens_per_s,
-            days=seconds / 86400, gpu_hours=seconds / 3600 * n_devices,
-            flops=6 * s.n_params * tokens, loss=law.loss(s.n_params, tokens),
-            loss_ci=law.loss_ci(s.n_params, tokens)))
-    if not cands:
-        raise AnalysisError(failures[0] + "; " + _more_devices_hint(
-            min(shapes.values(), key=lambda s: s.n_params), n_devices, hw, batch_tokens,
-            precision, eff))
-    if max_days is not None:
+    return list(shapes.values())
+
+
+def _candidate(s: ModelShape, est, req: _Request) -> Candidate:
+    """Shape `s` trained with its fastest layout `est`: tokens from the budget (C = k·N·D with
+    the law's k), capped by the time limit, and what that costs and predicts."""
+    k = req.law.flops_per_param_token
+    tokens = req.budget_flops / (k * s.n_params) if req.budget_flops is not None else math.inf
+    if req.max_days is not None:
+        tokens = min(tokens, est.tokens_per_s * req.max_days * 86400)
+    seconds = tokens / est.tokens_per_s
+    return Candidate(
+        shape=s, tokens=tokens, layout=est.layout, mem_gb_per_device=est.memory.total / 1e9,
+        step_time_s=est.step_time_s, mfu=est.mfu, tokens_per_s=est.tokens_per_s,
+        days=seconds / 86400, gpu_hours=seconds / 3600 * req.n_devices,
+        flops=k * s.n_params * tokens, loss=req.law.loss(s.n_params, tokens),
+        loss_ci=req.law.loss_ci(s.n_params, tokens))
+
+
+def _rank(cands: list[Candidate], req: _Request, n_opt: float | None) -> None:
+    """Sort in place: lowest loss first under a time limit; else shapes within 10% of N* first,
+    fastest first among them."""
+    if req.max_days is not None:
         cands.sort(key=lambda c: c.loss)
-        notes.append(f"tokens capped by what each layout processes in {max_days:g} days")
     else:
         cands.sort(key=lambda c: (abs(math.log(c.shape.n_params / n_opt)) > 0.1, c.days))
+
+
+def _notes(req: _Request) -> tuple[str, ...]:
+    """What the user should know about how the plan was made."""
+    notes = []
+    if req.law.samples is None:
+        notes.append("loss CI unavailable: the law has no bootstrap samples (point estimate only)")
+    if req.max_days is not None:
+        notes.append(f"tokens capped by what each layout processes in {req.max_days:g} days")
     notes.append(f"layouts: flash-attention 2, fused norms, bf16 mixed precision, "
-                 f"~{batch_tokens / 2**20:.0f}M tokens per step; efficiency constants: "
-                 f"{eff.provenance}")
-    return Plan(best=cands[0], candidates=tuple(cands[:top]), law=law, hardware=hw,
-                n_devices=n_devices, budget_flops=budget_flops, max_days=max_days, n_opt=n_opt,
-                d_opt=d_opt, notes=tuple(notes))
+                 f"~{req.batch_tokens / 2**20:.0f}M tokens per step; efficiency constants: "
+                 f"{req.eff.provenance}")
+    return tuple(notes)
 
 
 def _size_for_time(law: ScalingLaw, n_devices: int, hw: Hardware, days: float) -> float:
     """N* for the FLOPs the cluster delivers in `days` at 40% MFU (a starting point only)."""
-    return law.optimal_allocation(0.4 * hw.peak_flops * n_devices * days * 86400)[0]
+    return law.optimal(0.4 * hw.peak_flops * n_devices * days * 86400)[0]
 
 
 def _more_devices_hint(shape: ModelShape, n_devices: int, hw: Hardware, batch_tokens: int,
                        precision: Precision, eff: Efficiency) -> str:
+    """Where the smallest candidate first fits (doubling the devices up to 8 times)."""
     n = n_devices
     for _ in range(8):
         n *= 2

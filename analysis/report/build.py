@@ -28,9 +28,16 @@ from typing import Any, Sequence
 
 import numpy as np
 import pandas as pd
+from matplotlib.figure import Figure
 
+from analysis.laws.fitting import FitResult, fit_law
+from analysis.laws.isoflop import approach2, compare_approaches, group_budgets
 from analysis.report import figures as figs
+from analysis.report.render import write_html, write_markdown
+from analysis.rl.report import find_rl_runs, rl_section
+from analysis.runs import RunWarning, load as load_runs
 from models.base.errors import AnalysisError
+from models.base.jsonio import write_json_atomic
 
 COLS = {"N": "n_params", "D": "tokens", "C": "flops", "loss": "final_eval_loss"}
 HOLDOUT_TARGET = 0.03
@@ -43,8 +50,6 @@ def _budget_labels(df: pd.DataFrame) -> pd.Series:
         b = pd.to_numeric(df["sweep.budget"], errors="coerce")
         if b.notna().all():
             return b.astype(float)
-    from analysis.laws.isoflop import group_budgets
-
     C = df["flops"].to_numpy(float)
     lab = group_budgets(C)
     out = np.empty_like(C)
@@ -66,13 +71,10 @@ def collect(sweep_dir: pathlib.Path) -> tuple[pd.DataFrame, pd.DataFrame, pd.Dat
 
     RL runs (found by `analysis.rl.report.find_rl_runs`) are left out: they have their own section.
     """
-    from analysis import runs as runs_mod
-    from analysis.rl.report import find_rl_runs
-
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        all_runs, curves = runs_mod.load(sweep_dir, include_unfinished=True, cache_dir=False)
-    notes = [str(w.message) for w in caught if issubclass(w.category, runs_mod.RunWarning)]
+        all_runs, curves = load_runs(sweep_dir, include_unfinished=True, cache_dir=False)
+    notes = [str(w.message) for w in caught if issubclass(w.category, RunWarning)]
     rl_dirs = {str(d) for d in find_rl_runs(sweep_dir)}
     if rl_dirs and "path" in all_runs.columns:
         rl_names = set(all_runs.loc[all_runs["path"].astype(str).isin(rl_dirs), "run"])
@@ -203,8 +205,6 @@ def build_report(sweep_dir: str | pathlib.Path, out_dir: str | pathlib.Path | No
 
 def _rl_section(sweep_dir: pathlib.Path, out: pathlib.Path, warn: list[str]) -> dict | None:
     """The RL section (markdown + its figures in `out`) when `sweep_dir` holds RL runs."""
-    from analysis.rl.report import find_rl_runs, rl_section
-
     if not find_rl_runs(sweep_dir):
         return None
     try:
@@ -216,12 +216,10 @@ def _rl_section(sweep_dir: pathlib.Path, out: pathlib.Path, warn: list[str]) -> 
 
 def _plan_sections(fit, requested: list[float], hardware: str, gpus: int, warn: list[str]) -> list[dict]:
     """One planning section per requested budget, from the law fitted here (with its bootstrap)."""
-    from analysis.planning.planner import PARAM_NAMES, ScalingLaw, plan
+    from analysis.laws.allocation import ScalingLaw
+    from analysis.planning.planner import plan
 
-    idx = [list(fit.param_names).index(k) for k in PARAM_NAMES]
-    samples = None if fit.bootstrap_samples is None else np.asarray(fit.bootstrap_samples)[:, idx]
-    law = ScalingLaw(**{k: float(fit.params[k]) for k in PARAM_NAMES},
-                     source="Chinchilla law fitted in this report", samples=samples)
+    law = ScalingLaw.from_fit(fit, source="Chinchilla law fitted in this report")
     out = []
     for c in requested:
         try:
@@ -232,135 +230,48 @@ def _plan_sections(fit, requested: list[float], hardware: str, gpus: int, warn: 
 
 
 def _rl_only(sweep_dir: pathlib.Path, out: pathlib.Path, title: str | None) -> dict:
-    from analysis.report.render import write_html, write_markdown
-
+    """The report of a folder holding RL runs only: the RL section alone."""
     warn: list[str] = []
     rl = _rl_section(sweep_dir, out, warn)
     if rl is None:
         raise AnalysisError(f"no completed pretraining runs and no RL runs with evaluations under {sweep_dir}; "
                             "nothing to report" + (f" ({warn[0]})" if warn else ""))
     rep = {"title": title or f"RL scaling report: {sweep_dir.name}", "sweep_dir": str(sweep_dir.resolve()),
-           "generated": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-           "warnings": warn, "sections": [rl], "rl_only": True,
-           "paths": {"html": str(out / "report.html"), "md": str(out / "report.md"), "json": str(out / "report.json")}}
+           "generated": _now(), "warnings": warn, "sections": [rl], "rl_only": True, "paths": _paths(out)}
+    _write_outputs(rep, out)
+    return rep
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def _paths(out: pathlib.Path) -> dict[str, str]:
+    return {"html": str(out / "report.html"), "md": str(out / "report.md"), "json": str(out / "report.json")}
+
+
+def _write_outputs(rep: dict, out: pathlib.Path) -> None:
+    """report.md, report.html and report.json (strict JSON: NaN and inf written as null)."""
     write_markdown(rep, out / "report.md")
     write_html(rep, out / "report.html")
-    (out / "report.json").write_text(json.dumps(rep, indent=1, default=_json_default, allow_nan=True))
-    return rep
+    write_json_atomic(out / "report.json", rep, indent=1, sort_keys=False)
 
 
 def _build(sweep_dir: pathlib.Path, out: pathlib.Path, fig_dir: pathlib.Path, budgets, bootstrap: int,
            seed: int, title: str | None, hardware: str | None = None, gpus: int = 1024) -> dict:
-    from analysis import approach2, compare_approaches, fit_law
-    from analysis.report.render import write_html, write_markdown
-
+    """Collect, fit (Approaches 3 and 2), compare, hold out, plot, add sections, write."""
     all_runs, done, curves, notes = collect(sweep_dir)
     budgets_swept = sorted(done["budget"].unique())
-    requested = [float(b) for b in budgets] if budgets else [10 * max(budgets_swept)]
-    if any(not (math.isfinite(b) and b > 0) for b in requested):
-        raise AnalysisError(f"--budget values must be positive FLOP counts (got {requested})")
-
-    warn: list[str] = list(notes)
-    not_done = all_runs[all_runs["status"] != "completed"]
-    if len(not_done):
-        warn.append(f"{len(not_done)} run(s) did not complete and are left out of every fit: "
-                    + ", ".join(f"{r} ({s})" for r, s in zip(not_done["run"], not_done["status"])))
-    warn += _edge_and_size_warnings(done)
-    rep: dict[str, Any] = {
-        "title": title or f"Scaling-law report: {sweep_dir.name}",
-        "sweep_dir": str(sweep_dir.resolve()),
-        "generated": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "n_runs": int(len(all_runs)), "n_completed": int(len(done)),
-        "budgets_swept": [float(b) for b in budgets_swept], "requested_budgets": requested,
-        "runs": _run_table(all_runs), "skipped_shapes": _read_plan(sweep_dir),
-        "bootstrap": int(bootstrap), "seed": int(seed),
-    }
-
-    # --- Approach 3: the law fitted to every completed run ----------------------------------
-    fit = None
-    try:
-        fit = fit_law(done, "chinchilla", COLS, bootstrap=bootstrap, seed=seed)
-        rep["law"] = {k: v for k, v in fit.to_dict(requested).items() if k != "bootstrap_samples"}
-        warn += _bound_warnings(fit)
-    except AnalysisError as e:
-        rep["law"] = None
-        warn.append(f"no law fit (Approach 3): {e}")
-
-    # --- Approach 2: IsoFLOP profiles --------------------------------------------------------
-    a2 = None
-    try:
-        a2 = approach2(done, COLS, method="parabola", budget_col="budget", bootstrap=min(bootstrap, 1000) or 200,
-                       seed=seed)
-        if not np.isfinite(a2["a"]):
-            warn.append("Approach 2: fewer than two budgets have an interior parabola minimum, so N_opt(C) has "
-                        "no power law; widen the ladder or add budgets")
-        rep["approach2"] = a2
-        rep["approach2_at_requested"] = [
-            {"C": c, "N_opt": a2["G"] * c ** a2["a"], "D_opt": c / (a2["flops_per_param_token"] * a2["G"] * c ** a2["a"])}
-            for c in requested] if np.isfinite(a2["a"]) else []
-    except AnalysisError as e:
-        rep["approach2"] = None
-        warn.append(f"no Approach 2 (IsoFLOP) estimate: {e}")
-    if fit is not None and a2 is not None and np.isfinite(a2["a"]):
-        cmp_ = compare_approaches(fit, a2)
-        rep["comparison"] = cmp_
-        if cmp_["disagree"]:
-            warn.append("Approaches 2 and 3 disagree: " + cmp_["message"])
-    else:
-        rep["comparison"] = None
-
-    # --- held-out check: fit on all budgets but the largest, predict the largest ---------------
-    hold, hold_fit = None, None
-    if len(budgets_swept) >= 3:
-        thr = float(math.sqrt(budgets_swept[-1] * budgets_swept[-2]))
-        fit_part = done[done["budget"] < thr]
-        held = done[done["budget"] >= thr]
-        try:
-            hold_fit = fit_law(pd.concat([fit_part, held]), "chinchilla", COLS, bootstrap=0, seed=seed,
-                               holdout_above=float(held["flops"].min() * 0.999))
-            hold = dict(hold_fit.holdout, threshold=thr, fit_budgets=[float(b) for b in budgets_swept[:-1]],
-                        held_out_budget=float(budgets_swept[-1]), n_fit=int(len(fit_part)),
-                        fit_params=hold_fit.params)
-            if not math.isfinite(hold["mean_rel_error"]):
-                warn.append("held-out check failed: the law fitted on the smaller budgets gives no finite prediction")
-                hold = None
-            elif hold["mean_rel_error"] > HOLDOUT_TARGET:
-                warn.append(f"held-out error {100 * hold['mean_rel_error']:.2f}% on the largest budget exceeds the "
-                            f"{100 * HOLDOUT_TARGET:.0f}% target: the law extrapolates poorly from these runs")
-        except AnalysisError as e:
-            warn.append(f"no held-out check: {e}")
-    else:
-        warn.append("no held-out check: it needs at least three compute budgets (two to fit the law on -- at one "
-                    "budget N and D are tied by C = kND -- and the largest to predict)")
-    rep["holdout"] = hold
+    requested = _requested_budgets(budgets, budgets_swept)
+    warn: list[str] = list(notes) + _incomplete_warnings(all_runs) + _edge_and_size_warnings(done)
+    rep = _header(sweep_dir, title, all_runs, done, budgets_swept, requested, bootstrap, seed)
+    fit = _law_section(rep, done, requested, bootstrap, seed, warn)
+    a2 = _approach2_section(rep, done, requested, bootstrap, seed, warn)
+    rep["comparison"] = _comparison(fit, a2, warn)
+    rep["holdout"], hold_fit = _holdout_check(done, budgets_swept, seed, warn)
     rep["warnings"] = warn
-
-    # --- figures -------------------------------------------------------------------------------
-    files: dict[str, str] = {}
-
-    def add(name: str, path):
-        if path is not None:
-            files[name] = str(pathlib.Path(path).relative_to(out))
-
-    frontier = alloc_grid = None
-    if fit is not None:
-        hi_c = max(done["flops"].max(), *requested) * 1.5
-        grid = np.geomspace(done["flops"].min() / 1.5, hi_c, 40)
-        frontier = alloc_grid = _frontier(fit, grid)
-    add("loss_vs_compute", figs.loss_vs_compute(done, frontier, fig_dir / "loss_vs_compute.png"))
-    k = fit.flops_per_param_token if fit is not None else float(np.median(done["flops"] / (done["n_params"] * done["tokens"])))
-    add("isoflop", figs.isoflop_curves(done, fit, k, a2, fig_dir / "isoflop.png"))
-    add("allocation", figs.optimal_allocation(a2, alloc_grid, requested, fig_dir / "allocation.png"))
-    if fit is not None:
-        add("residuals", figs.residuals(done, fit.predict(done, COLS), fig_dir / "residuals.png"))
-    if hold is not None:
-        part = done[done["budget"] < hold["threshold"]]
-        add("holdout", figs.holdout(part, hold_fit.predict(part, COLS), hold, fig_dir / "holdout.png"))
-    add("loss_curves", figs.loss_curves(done, curves, fig_dir / "loss_curves.png"))
-    add("throughput", figs.throughput(all_runs, fig_dir / "throughput.png"))
-    rep["figures"] = files
-
-    # --- extra sections: planning (explicit budgets + hardware) and RL runs ---------------------
+    figures = report_figures(all_runs, done, curves, fit, a2, rep["holdout"], hold_fit, requested)
+    rep["figures"] = _save_figures(figures, fig_dir, out)
     sections = []
     if hardware and budgets and fit is not None:
         sections += _plan_sections(fit, requested, hardware, gpus, warn)
@@ -368,18 +279,140 @@ def _build(sweep_dir: pathlib.Path, out: pathlib.Path, fig_dir: pathlib.Path, bu
     if rl is not None:
         sections.append(rl)
     rep["sections"] = sections
-
-    paths = {"html": str(out / "report.html"), "md": str(out / "report.md"), "json": str(out / "report.json")}
-    rep["paths"] = paths
-    write_markdown(rep, out / "report.md")
-    write_html(rep, out / "report.html")
-    (out / "report.json").write_text(json.dumps(rep, indent=1, default=_json_default, allow_nan=True))
+    rep["paths"] = _paths(out)
+    _write_outputs(rep, out)
     return rep
 
 
-def _json_default(o):
-    if isinstance(o, (np.floating, np.integer)):
-        return o.item()
-    if isinstance(o, np.ndarray):
-        return o.tolist()
-    return str(o)
+def _requested_budgets(budgets: Sequence[float] | None, budgets_swept: list[float]) -> list[float]:
+    """The budgets to state N*/D* for: the user's, else 10x the largest swept budget."""
+    requested = [float(b) for b in budgets] if budgets else [10 * max(budgets_swept)]
+    if any(not (math.isfinite(b) and b > 0) for b in requested):
+        raise AnalysisError(f"--budget values must be positive FLOP counts (got {requested})")
+    return requested
+
+
+def _incomplete_warnings(all_runs: pd.DataFrame) -> list[str]:
+    not_done = all_runs[all_runs["status"] != "completed"]
+    if not len(not_done):
+        return []
+    return [f"{len(not_done)} run(s) did not complete and are left out of every fit: "
+            + ", ".join(f"{r} ({s})" for r, s in zip(not_done["run"], not_done["status"]))]
+
+
+def _header(sweep_dir: pathlib.Path, title: str | None, all_runs: pd.DataFrame, done: pd.DataFrame,
+            budgets_swept: list[float], requested: list[float], bootstrap: int, seed: int) -> dict[str, Any]:
+    """The report's opening fields: what was swept, which runs there are, how the fits resample."""
+    return {
+        "title": title or f"Scaling-law report: {sweep_dir.name}",
+        "sweep_dir": str(sweep_dir.resolve()), "generated": _now(),
+        "n_runs": int(len(all_runs)), "n_completed": int(len(done)),
+        "budgets_swept": [float(b) for b in budgets_swept], "requested_budgets": requested,
+        "runs": _run_table(all_runs), "skipped_shapes": _read_plan(sweep_dir),
+        "bootstrap": int(bootstrap), "seed": int(seed),
+    }
+
+
+def _law_section(rep: dict, done: pd.DataFrame, requested: list[float], bootstrap: int, seed: int,
+                 warn: list[str]) -> FitResult | None:
+    """Approach 3: the Chinchilla law fitted to every completed run -> rep["law"] (None if it fails)."""
+    try:
+        fit = fit_law(done, "chinchilla", COLS, bootstrap=bootstrap, seed=seed)
+    except AnalysisError as e:
+        rep["law"] = None
+        warn.append(f"no law fit (Approach 3): {e}")
+        return None
+    rep["law"] = {k: v for k, v in fit.to_dict(requested).items() if k != "bootstrap_samples"}
+    warn += _bound_warnings(fit)
+    return fit
+
+
+def _approach2_section(rep: dict, done: pd.DataFrame, requested: list[float], bootstrap: int, seed: int,
+                       warn: list[str]) -> dict | None:
+    """Approach 2: IsoFLOP parabolas -> rep["approach2"] and its N_opt/D_opt at the requested budgets."""
+    try:
+        a2 = approach2(done, COLS, method="parabola", budget_col="budget", bootstrap=min(bootstrap, 1000) or 200,
+                       seed=seed)
+    except AnalysisError as e:
+        rep["approach2"] = None
+        warn.append(f"no Approach 2 (IsoFLOP) estimate: {e}")
+        return None
+    if not np.isfinite(a2["a"]):
+        warn.append("Approach 2: fewer than two budgets have an interior parabola minimum, so N_opt(C) has "
+                    "no power law; widen the ladder or add budgets")
+    rep["approach2"] = a2
+    rep["approach2_at_requested"] = [
+        {"C": c, "N_opt": a2["G"] * c ** a2["a"], "D_opt": c / (a2["flops_per_param_token"] * a2["G"] * c ** a2["a"])}
+        for c in requested] if np.isfinite(a2["a"]) else []
+    return a2
+
+
+def _comparison(fit: FitResult | None, a2: dict | None, warn: list[str]) -> dict | None:
+    """Do Approaches 2 and 3 agree on the exponent a? None when either is missing."""
+    if fit is None or a2 is None or not np.isfinite(a2["a"]):
+        return None
+    cmp_ = compare_approaches(fit, a2)
+    if cmp_["disagree"]:
+        warn.append("Approaches 2 and 3 disagree: " + cmp_["message"])
+    return cmp_
+
+
+def _holdout_check(done: pd.DataFrame, budgets_swept: list[float], seed: int,
+                   warn: list[str]) -> tuple[dict | None, FitResult | None]:
+    """Fit the law on every budget but the largest and predict the largest: (summary, that fit)."""
+    if len(budgets_swept) < 3:
+        warn.append("no held-out check: it needs at least three compute budgets (two to fit the law on -- at one "
+                    "budget N and D are tied by C = kND -- and the largest to predict)")
+        return None, None
+    thr = float(math.sqrt(budgets_swept[-1] * budgets_swept[-2]))
+    fit_part = done[done["budget"] < thr]
+    held = done[done["budget"] >= thr]
+    try:
+        hold_fit = fit_law(pd.concat([fit_part, held]), "chinchilla", COLS, bootstrap=0, seed=seed,
+                           holdout_above=float(held["flops"].min() * 0.999))
+    except AnalysisError as e:
+        warn.append(f"no held-out check: {e}")
+        return None, None
+    hold = dict(hold_fit.holdout, threshold=thr, fit_budgets=[float(b) for b in budgets_swept[:-1]],
+                held_out_budget=float(budgets_swept[-1]), n_fit=int(len(fit_part)), fit_params=hold_fit.params)
+    if not math.isfinite(hold["mean_rel_error"]):
+        warn.append("held-out check failed: the law fitted on the smaller budgets gives no finite prediction")
+        return None, hold_fit
+    if hold["mean_rel_error"] > HOLDOUT_TARGET:
+        warn.append(f"held-out error {100 * hold['mean_rel_error']:.2f}% on the largest budget exceeds the "
+                    f"{100 * HOLDOUT_TARGET:.0f}% target: the law extrapolates poorly from these runs")
+    return hold, hold_fit
+
+
+def report_figures(all_runs: pd.DataFrame, done: pd.DataFrame, curves: pd.DataFrame, fit: FitResult | None,
+                   a2: dict | None, hold: dict | None, hold_fit: FitResult | None,
+                   requested: list[float]) -> dict[str, Figure | None]:
+    """The report's figures by name (None where the data cannot support one), in report order."""
+    frontier = None
+    if fit is not None:
+        hi_c = max(done["flops"].max(), *requested) * 1.5
+        frontier = _frontier(fit, np.geomspace(done["flops"].min() / 1.5, hi_c, 40))
+    k = fit.flops_per_param_token if fit is not None else float(np.median(done["flops"] / (done["n_params"] * done["tokens"])))
+    out = {"loss_vs_compute": figs.loss_vs_compute(done, frontier),
+           "isoflop": figs.isoflop_curves(done, fit, k, a2),
+           "allocation": figs.optimal_allocation(a2, frontier, requested)}
+    if fit is not None:
+        out["residuals"] = figs.residuals(done, fit.predict(done, COLS))
+    if hold is not None:
+        part = done[done["budget"] < hold["threshold"]]
+        out["holdout"] = figs.holdout(part, hold_fit.predict(part, COLS), hold)
+    out["loss_curves"] = figs.loss_curves(done, curves)
+    out["throughput"] = figs.throughput(all_runs)
+    return out
+
+
+def _save_figures(figures: dict[str, Figure | None], fig_dir: pathlib.Path, out: pathlib.Path) -> dict[str, str]:
+    """Save each figure as fig_dir/<name>.png and release it; {name: path relative to `out`}."""
+    files = {}
+    for name, fig in figures.items():
+        if fig is None:
+            continue
+        path = figs.save(fig, fig_dir / f"{name}.png")
+        fig.clear()
+        files[name] = str(path.relative_to(out))
+    return files

@@ -1,9 +1,13 @@
-"""The report's figures: one function per figure, each saving a PNG and returning its path.
+"""The report's figures: one function per figure, each returning a matplotlib `Figure`.
 
 Every figure is readable on its own: labelled axes with units, log scales where the quantity
 spans decades, a legend, and a title that says what to look at. Functions return None when the
 data cannot support the figure (the report then says why instead of showing an empty plot).
-matplotlib runs on the Agg backend (no display needed).
+
+Figures are built as `matplotlib.figure.Figure` objects, not through pyplot: no backend is
+selected or switched (importing this module leaves a notebook's backend alone), nothing is
+registered with pyplot, and `save(fig, path)` renders a PNG with no display. In a notebook, a
+returned Figure shows inline as the cell's value.
 """
 
 from __future__ import annotations
@@ -12,33 +16,35 @@ import pathlib
 from typing import Any
 
 import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+from matplotlib.ticker import FormatStrFormatter
 
 DPI = 110
 
 
-def _save(fig, path: pathlib.Path) -> pathlib.Path:
-    fig.tight_layout()
+def save(fig: Figure, path: str | pathlib.Path) -> pathlib.Path:
+    """Write `fig` as a PNG at the report's resolution."""
     fig.savefig(path, dpi=DPI)
-    plt.close(fig)
-    return path
+    return pathlib.Path(path)
+
+
+def _laid_out(fig: Figure) -> Figure:
+    """Tighten the layout once, so the figure looks the same in a notebook and in the PNG."""
+    fig.tight_layout()
+    return fig
 
 
 def _plain_log_y(ax) -> None:
     """Log-scaled y axis labelled 1.8, 2, 2.5 rather than 1.8x10^0 (losses span < 1 decade)."""
-    from matplotlib.ticker import FormatStrFormatter
-
     ax.yaxis.set_major_formatter(FormatStrFormatter("%.3g"))
     ax.yaxis.set_minor_formatter(FormatStrFormatter("%.3g"))
 
 
 def _budget_colors(budgets) -> dict:
     ub = sorted(set(float(b) for b in budgets))
-    cmap = plt.get_cmap("viridis")
+    cmap = matplotlib.colormaps["viridis"]
     return {b: cmap(i / max(1, len(ub) - 1) * 0.9) for i, b in enumerate(ub)}
 
 
@@ -46,9 +52,10 @@ def _fmt_c(c: float) -> str:
     return f"{c:.2g}".replace("e+", "e")
 
 
-def loss_vs_compute(done: pd.DataFrame, frontier: dict | None, path: pathlib.Path) -> pathlib.Path:
+def loss_vs_compute(done: pd.DataFrame, frontier: dict | None) -> Figure:
     """Every run's final eval loss against its compute, with the fitted compute-optimal frontier."""
-    fig, ax = plt.subplots(figsize=(7, 4.6))
+    fig = Figure(figsize=(7, 4.6))
+    ax = fig.subplots()
     sc = ax.scatter(done["flops"], done["final_eval_loss"], c=np.log10(done["n_params"]), cmap="plasma",
                     s=36, edgecolor="k", linewidth=0.4, label="runs (colour: model size)", zorder=3)
     cb = fig.colorbar(sc, ax=ax)
@@ -67,13 +74,13 @@ def loss_vs_compute(done: pd.DataFrame, frontier: dict | None, path: pathlib.Pat
     ax.set_title("Loss vs compute with the fitted frontier (Approach 3)")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)
-    return _save(fig, path)
+    return _laid_out(fig)
 
 
-def isoflop_curves(done: pd.DataFrame, fit: Any, k_flops: float, a2: dict | None,
-                   path: pathlib.Path) -> pathlib.Path:
+def isoflop_curves(done: pd.DataFrame, fit: Any, k_flops: float, a2: dict | None) -> Figure:
     """Loss against N for each budget: points, the law's IsoFLOP profile, parabola, minima."""
-    fig, ax = plt.subplots(figsize=(7, 4.6))
+    fig = Figure(figsize=(7, 4.6))
+    ax = fig.subplots()
     colors = _budget_colors(done["budget"])
     a2_rows = {round(np.log10(r["C"]), 2): r for r in (a2 or {}).get("budgets", [])}
     for b, g in done.groupby("budget"):
@@ -106,15 +113,15 @@ def isoflop_curves(done: pd.DataFrame, fit: Any, k_flops: float, a2: dict | None
     ax.set_title("IsoFLOP profiles: loss vs model size at fixed compute")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=7, ncol=2)
-    return _save(fig, path)
+    return _laid_out(fig)
 
 
-def optimal_allocation(a2: dict | None, alloc_grid: dict | None, requested: list[float],
-                       path: pathlib.Path) -> pathlib.Path | None:
+def optimal_allocation(a2: dict | None, alloc_grid: dict | None, requested: list[float]) -> Figure | None:
     """N_opt(C) and D_opt(C): Approach 2 per-budget minima (with CIs) and Approach 3's law."""
     if a2 is None and alloc_grid is None:
         return None
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4.2))
+    fig = Figure(figsize=(10, 4.2))
+    axes = fig.subplots(1, 2)
     for ax, key, label in ((axes[0], "N_opt", "optimal parameters N*"), (axes[1], "D_opt", "optimal tokens D*")):
         if alloc_grid is not None:
             C = np.asarray(alloc_grid["C"])
@@ -151,13 +158,14 @@ def optimal_allocation(a2: dict | None, alloc_grid: dict | None, requested: list
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=7)
     fig.suptitle("Compute-optimal allocation (dotted: requested budgets)")
-    return _save(fig, path)
+    return _laid_out(fig)
 
 
-def residuals(done: pd.DataFrame, pred: np.ndarray, path: pathlib.Path) -> pathlib.Path:
+def residuals(done: pd.DataFrame, pred: np.ndarray) -> Figure:
     """Relative residuals of the law fit against compute and model size."""
     rel = (pred - done["final_eval_loss"].to_numpy(float)) / done["final_eval_loss"].to_numpy(float)
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8), sharey=True)
+    fig = Figure(figsize=(10, 3.8))
+    axes = fig.subplots(1, 2, sharey=True)
     colors = _budget_colors(done["budget"])
     c = [colors[float(b)] for b in done["budget"]]
     for ax, col, xl in ((axes[0], "flops", "training compute C (FLOPs)"), (axes[1], "n_params", "parameters N")):
@@ -171,12 +179,13 @@ def residuals(done: pd.DataFrame, pred: np.ndarray, path: pathlib.Path) -> pathl
         axes[1].scatter([], [], color=col, label=f"C = {_fmt_c(b)}")
     axes[1].legend(fontsize=7)
     fig.suptitle("Residuals of the law fit (Approach 3, all runs)")
-    return _save(fig, path)
+    return _laid_out(fig)
 
 
-def holdout(points_fit: pd.DataFrame, pred_fit: np.ndarray, hold: dict, path: pathlib.Path) -> pathlib.Path:
+def holdout(points_fit: pd.DataFrame, pred_fit: np.ndarray, hold: dict) -> Figure:
     """Predicted vs actual loss: runs the law was fitted on and the held-out largest budget."""
-    fig, ax = plt.subplots(figsize=(5.6, 5))
+    fig = Figure(figsize=(5.6, 5))
+    ax = fig.subplots()
     act_f = points_fit["final_eval_loss"].to_numpy(float)
     ax.scatter(act_f, pred_fit, s=32, color="C0", edgecolor="k", linewidth=0.4, label="fitted runs")
     ha = np.array([p["actual"] for p in hold["points"]])
@@ -194,16 +203,17 @@ def holdout(points_fit: pd.DataFrame, pred_fit: np.ndarray, hold: dict, path: pa
     ax.set_title("Held-out check: fit smaller budgets, predict the largest")
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=7)
-    return _save(fig, path)
+    return _laid_out(fig)
 
 
-def loss_curves(done: pd.DataFrame, curves: pd.DataFrame, path: pathlib.Path) -> pathlib.Path | None:
+def loss_curves(done: pd.DataFrame, curves: pd.DataFrame) -> Figure | None:
     """Training and eval loss against tokens for every run (colour: model size, line style: budget)."""
     if curves.empty or "tokens" not in curves.columns:
         return None
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.4), sharey=True)
+    fig = Figure(figsize=(11, 4.4))
+    axes = fig.subplots(1, 2, sharey=True)
     sizes = sorted(done["n_params"].unique())
-    cmap = plt.get_cmap("plasma")
+    cmap = matplotlib.colormaps["plasma"]
     color = {n: cmap(0.85 * i / max(1, len(sizes) - 1)) for i, n in enumerate(sizes)}
     styles = ["-", "--", ":", "-."]
     style = {b: styles[i % len(styles)] for i, b in enumerate(sorted(done["budget"].unique()))}
@@ -228,15 +238,16 @@ def loss_curves(done: pd.DataFrame, curves: pd.DataFrame, path: pathlib.Path) ->
     _plain_log_y(axes[0])
     axes[1].legend(fontsize=6, ncol=2, title="colour: N, line: budget", title_fontsize=7)
     fig.suptitle("Loss curves per run")
-    return _save(fig, path)
+    return _laid_out(fig)
 
 
-def throughput(runs: pd.DataFrame, path: pathlib.Path) -> pathlib.Path | None:
+def throughput(runs: pd.DataFrame) -> Figure | None:
     """Tokens/s and MFU of every run with a summary, against model size."""
     r = runs.dropna(subset=["tokens_per_s"]) if "tokens_per_s" in runs.columns else runs.iloc[0:0]
     if r.empty:
         return None
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
+    fig = Figure(figsize=(10, 3.8))
+    axes = fig.subplots(1, 2)
     st = r["status"].astype(str)
     for status, m in (("completed", "o"), ("diverged", "x"), ("failed", "v")):
         sel = r[st == status]
@@ -254,4 +265,4 @@ def throughput(runs: pd.DataFrame, path: pathlib.Path) -> pathlib.Path | None:
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=7)
     fig.suptitle("Throughput and model FLOPs utilisation per run")
-    return _save(fig, path)
+    return _laid_out(fig)

@@ -4,7 +4,10 @@ reward-vs-KL, and a ranking of recipes (by ceiling A, then by efficiency B at a 
     from analysis.rl.report import rl_section
     markdown = rl_section("sweeps/rl_recipes", "report/rl")     # writes PNGs into report/rl
 
-Also `python -m analysis.rl.report RUNS_DIR OUT_DIR` (prints the markdown).
+Also `python -m analysis rl-report RUNS_DIR OUT_DIR [--json PATH]` (prints the markdown).
+In a notebook: `fits = fit_recipes(runs_dir)`, then `curves_figure(fits)`,
+`prediction_card_figure(fits)` and `reward_vs_kl_figure(fits)` return matplotlib Figures
+(made without pyplot, so they never switch the notebook's backend).
 
 Runs are grouped into recipes by their configuration minus the seed and the run length
 (`summary.json` -> config_fields), so seeds and compute-ladder rungs of one recipe pool into one
@@ -19,16 +22,21 @@ import dataclasses
 import json
 import math
 import pathlib
-import sys
 from typing import Any, Sequence
 
+import matplotlib
 import numpy as np
+from matplotlib.figure import Figure
 
-from models.base.errors import AnalysisError
 from analysis.rl.curves import RLCurve, burn_in_cutoff, fit_points, load_curve
 from analysis.rl.fitting import FitOptions, fit_recipe
-from analysis.rl.laws import Points, fit_gao, fit_params, predict
+from analysis.rl.laws import GaoFit, Points, fit_gao, fit_params, predict
+from models.base.errors import AnalysisError
 from models.base.fingerprint import fingerprint
+
+DPI = 130
+FIGURE_FILES = {"curves": "rl_curves.png", "prediction_card": "rl_prediction_card.png",
+                "reward_vs_kl": "rl_reward_vs_kl.png"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -133,15 +141,35 @@ def _band(curves: Sequence[RLCurve], opts: FitOptions, C_grid: np.ndarray, n_boo
     return np.quantile(d, 0.025, axis=0), np.quantile(d, 0.975, axis=0)
 
 
-def rl_section(runs_dir: str | pathlib.Path, out_dir: str | pathlib.Path,
-               fit_until_frac: float = 0.5) -> str:
-    """Write RL figures into `out_dir` and return the markdown section that references them."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+@dataclasses.dataclass(frozen=True)
+class RLFits:
+    """Every recipe under a runs directory with its two fits: on all compute (`results`) and on
+    the first `fit_until_frac` of it (`preds`, judged on the rest); `errors` holds the recipes
+    that could not be fitted, with why."""
 
-    out = pathlib.Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    runs_dir: str
+    recipes: tuple[Recipe, ...]
+    results: dict[str, dict]
+    preds: dict[str, dict]
+    errors: dict[str, str]
+    fit_until_frac: float
+
+    def recipe(self, label: str) -> Recipe:
+        return next(r for r in self.recipes if r.label == label)
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON form (`rl-report --json`): recipes in rank order, then the unfitted ones."""
+        ranked = rank(self.results)
+        rows = [{"rank": i, "label": label, "runs": [str(r) for r in self.recipe(label).runs],
+                 "fit": self.results[label], "prediction_fit": self.preds.get(label)}
+                for i, label in enumerate(ranked, 1)]
+        rows += [{"rank": None, "label": label, "runs": [str(r) for r in self.recipe(label).runs],
+                  "error": msg} for label, msg in self.errors.items()]
+        return {"runs_dir": self.runs_dir, "fit_until_frac": self.fit_until_frac, "recipes": rows}
+
+
+def fit_recipes(runs_dir: str | pathlib.Path, fit_until_frac: float = 0.5) -> RLFits:
+    """Group the RL runs under `runs_dir` into recipes and fit each on all and on early compute."""
     recipes = group_recipes(find_rl_runs(runs_dir))
     if not recipes:
         raise AnalysisError(f"{runs_dir}: no RL runs with evaluations found")
@@ -153,14 +181,22 @@ def rl_section(runs_dir: str | pathlib.Path, out_dir: str | pathlib.Path,
             preds[rc.label] = fit_recipe(rc.curves, dataclasses.replace(opts, fit_until_frac=fit_until_frac))
         except AnalysisError as e:
             errors[rc.label] = str(e)
-    by_label = {rc.label: rc for rc in recipes}
+    return RLFits(str(runs_dir), tuple(recipes), results, preds, errors, fit_until_frac)
 
-    # ---- figure 1: curves, fits and bands ---------------------------------------------------
-    fig, ax = plt.subplots(figsize=(7.5, 4.8))
-    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    for i, (label, res) in enumerate(results.items()):
+
+def _colors() -> list[str]:
+    return matplotlib.rcParams["axes.prop_cycle"].by_key()["color"]
+
+
+def curves_figure(fits: RLFits) -> Figure:
+    """Figure 1: every recipe's evaluations, its fitted sigmoid and a 95% bootstrap band."""
+    fig = Figure(figsize=(7.5, 4.8))
+    ax = fig.subplots()
+    colors = _colors()
+    opts = FitOptions()
+    for i, (label, res) in enumerate(fits.results.items()):
         col = colors[i % len(colors)]
-        rc = by_label[label]
+        rc = fits.recipe(label)
         for c in rc.curves:
             ax.errorbar(c.compute, c.pass_rate, yerr=np.nan_to_num(c.stderr), fmt="o", ms=2.5,
                         color=col, alpha=0.45, lw=0.6)
@@ -168,12 +204,12 @@ def rl_section(runs_dir: str | pathlib.Path, out_dir: str | pathlib.Path,
         c_min = min(c.compute[c.compute > 0].min() for c in rc.curves)
         flagged = bool(res["flags"])
         grid = np.geomspace(c_min, c_max * (1.0 if flagged else 3.0), 200)
-        y = predict("sigmoid", res["params"], grid)
         lo, hi = _band(rc.curves, opts, grid)
         ax.fill_between(grid, lo, hi, color=col, alpha=0.15, lw=0)
         tag = (f"no ceiling ({', '.join(res['flags'])})" if flagged else
                f"A={res['params']['A']:.3f}, B={res['params']['B']:.2f}")
-        ax.plot(grid, y, "--" if flagged else "-", color=col, lw=1.6, label=f"{label}: {tag}")
+        ax.plot(grid, predict("sigmoid", res["params"], grid), "--" if flagged else "-", color=col, lw=1.6,
+                label=f"{label}: {tag}")
     ax.set_xscale("log")
     ax.set_xlabel("RL compute C (FLOPs, evaluation excluded)")
     ax.set_ylabel("held-out pass@1")
@@ -181,22 +217,25 @@ def rl_section(runs_dir: str | pathlib.Path, out_dir: str | pathlib.Path,
     ax.legend(fontsize=7, loc="upper left")
     ax.grid(alpha=0.3)
     fig.tight_layout()
-    fig.savefig(out / "rl_curves.png", dpi=130)
-    plt.close(fig)
+    return fig
 
-    # ---- figure 2: prediction card (fit on the first half, judged on the rest) ----------------
-    n = max(1, len(preds))
-    fig, axes = plt.subplots(1, n, figsize=(4.6 * n, 3.8), squeeze=False)
-    for ax, (label, pr) in zip(axes[0], preds.items()):
-        rc = by_label[label]
-        cut = fit_until_frac * max(c.final_compute for c in rc.curves)
+
+def prediction_card_figure(fits: RLFits) -> Figure:
+    """Figure 2: per recipe, the law fitted on the first part of compute against the rest."""
+    frac = fits.fit_until_frac
+    n = max(1, len(fits.preds))
+    fig = Figure(figsize=(4.6 * n, 3.8))
+    axes = fig.subplots(1, n, squeeze=False)
+    for ax, (label, pr) in zip(axes[0], fits.preds.items()):
+        rc = fits.recipe(label)
         for c in rc.curves:
-            early = c.compute <= fit_until_frac * c.final_compute
+            early = c.compute <= frac * c.final_compute
             ax.plot(c.compute[early], c.pass_rate[early], "o", ms=3, color="C0", alpha=0.6)
             ax.plot(c.compute[~early], c.pass_rate[~early], "o", ms=3, color="C3", alpha=0.6)
-        grid = np.linspace(0, max(c.final_compute for c in rc.curves), 200)
+        c_end = max(c.final_compute for c in rc.curves)
+        grid = np.linspace(0, c_end, 200)
         ax.plot(grid, predict("sigmoid", pr["params"], grid), "k--", lw=1.2)
-        ax.axvline(cut, color="gray", lw=0.8)
+        ax.axvline(frac * c_end, color="gray", lw=0.8)
         p = pr["prediction"]
         verdict = ("FLAGGED: " + ", ".join(pr["flags"])) if pr["flags"] else "identified"
         ax.set_title(f"{label}\npred {p['final_pred']:.3f} vs actual {p['final_actual']:.3f} "
@@ -205,65 +244,79 @@ def rl_section(runs_dir: str | pathlib.Path, out_dir: str | pathlib.Path,
         ax.set_ylabel("pass@1")
         ax.grid(alpha=0.3)
     fig.tight_layout()
-    fig.savefig(out / "rl_prediction_card.png", dpi=130)
-    plt.close(fig)
+    return fig
 
-    # ---- figure 3: reward gain vs KL (Gao et al.) ---------------------------------------------
-    gao_lines = []
-    fig, ax = plt.subplots(figsize=(5.5, 3.8))
-    for i, label in enumerate(results):
-        rc = by_label[label]
+
+def gao_fits(fits: RLFits) -> dict[str, tuple[np.ndarray, np.ndarray, GaoFit | None]]:
+    """Per fitted recipe with >= 3 positive-KL evaluations: (sqrt KL, pass@1 gain over the start,
+    Gao et al.'s log-form fit or None when it fails)."""
+    out = {}
+    for label in fits.results:
+        rc = fits.recipe(label)
         kl = np.concatenate([c.extra["kl"] for c in rc.curves])
         gain = np.concatenate([c.pass_rate - c.pass_rate[0] for c in rc.curves])
         ok = np.isfinite(kl) & (kl > 0)
         if ok.sum() < 3:
             continue
-        ax.plot(np.sqrt(kl[ok]), gain[ok], "o", ms=3, color=colors[i % len(colors)], alpha=0.5)
         try:
             g = fit_gao(kl[ok], gain[ok], "log")
         except AnalysisError:
+            g = None
+        out[label] = (np.sqrt(kl[ok]), gain[ok], g)
+    return out
+
+
+def gao_lines(gao: dict[str, tuple[np.ndarray, np.ndarray, GaoFit | None]]) -> list[str]:
+    return [f"{label}: gain = d({g.alpha:.3f} {'-' if g.beta >= 0 else '+'} {abs(g.beta):.3f} log d)"
+            for label, (_, _, g) in gao.items() if g is not None]
+
+
+def reward_vs_kl_figure(fits: RLFits, gao: dict | None = None) -> Figure:
+    """Figure 3: pass@1 gain against sqrt(KL to the reference), with Gao et al.'s log form."""
+    gao = gao_fits(fits) if gao is None else gao
+    fig = Figure(figsize=(5.5, 3.8))
+    ax = fig.subplots()
+    colors = _colors()
+    for i, label in enumerate(fits.results):
+        if label not in gao:
             continue
-        d = np.linspace(np.sqrt(kl[ok]).min(), np.sqrt(kl[ok]).max(), 100)
-        ax.plot(d, g.predict(d), color=colors[i % len(colors)], label=label)
-        gao_lines.append(f"{label}: gain = d({g.alpha:.3f} {'-' if g.beta >= 0 else '+'} "
-                         f"{abs(g.beta):.3f} log d)")
+        d, gain, g = gao[label]
+        col = colors[i % len(colors)]
+        ax.plot(d, gain, "o", ms=3, color=col, alpha=0.5)
+        if g is not None:
+            dg = np.linspace(d.min(), d.max(), 100)
+            ax.plot(dg, g.predict(dg), color=col, label=label)
     ax.set_xlabel("d = sqrt(KL to reference)")
     ax.set_ylabel("pass@1 gain over start")
     ax.set_title("Reward vs KL (Gao et al. log form)", fontsize=9)
     ax.grid(alpha=0.3)
-    if gao_lines:
+    if gao_lines(gao):
         ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(out / "rl_reward_vs_kl.png", dpi=130)
-    plt.close(fig)
+    return fig
 
-    # ---- markdown ---------------------------------------------------------------------------
-    lines = ["## RL scaling", "",
-             f"Runs: {sum(len(r.runs) for r in recipes)} in {len(recipes)} recipe(s) under "
-             f"`{runs_dir}`. Fit: ScaleRL sigmoid R(C) = R0 + (A − R0)/(1 + (C_mid/C)^B), R0 "
-             "anchored by the step-0 evaluation, burn-in = min(10% of final compute, one pass over "
-             "the prompts), 95% profile-likelihood intervals. A flagged fit gives no ceiling, only "
-             "the gain per decade of compute observed so far.", "",
-             "Ranking: by ceiling A; recipes whose A intervals overlap are ordered by efficiency B; "
-             "flagged recipes last, by observed gain per decade.", "",
-             "| rank | recipe | runs | A [95% CI] | B | C_mid | flags / gain per decade | final pass@1 | "
-             f"prediction from {fit_until_frac:g} of C: pred vs actual (abs err) |",
-             "|---|---|---|---|---|---|---|---|---|"]
-    for i, label in enumerate(rank(results), 1):
-        r, p = results[label], preds.get(label, {}).get("prediction")
-        final = np.mean([c.pass_rate[-1] for c in by_label[label].curves])
-        if r["flags"]:
-            g = r.get("gain_per_decade") or {}
-            a_txt, b_txt, c_txt = "—", "—", "—"
-            f_txt = f"{', '.join(r['flags'])}; {g.get('value', float('nan')):+.3f} ± {g.get('stderr', float('nan')):.3f}"
-        else:
-            a_txt = f"{r['params']['A']:.3f} [{r['ci']['A'][0]:.3f}, {r['ci']['A'][1]:.3f}]"
-            b_txt, c_txt, f_txt = f"{r['params']['B']:.2f}", f"{r['params']['C_mid']:.3g}", "none"
-        p_txt = (f"{p['final_pred']:.3f} vs {p['final_actual']:.3f} ({p['final_abs_error']:.3f})"
-                 + (" — flagged" if preds[label]["flags"] else "")) if p else "—"
-        lines.append(f"| {i} | {label} | {len(by_label[label].runs)} | {a_txt} | {b_txt} | {c_txt} "
-                     f"| {f_txt} | {final:.3f} | {p_txt} |")
-    for label, res in results.items():
+
+def _ranking_row(fits: RLFits, rank_no: int, label: str) -> str:
+    """One row of the ranking table: ceiling (or flags and gain per decade), prediction error."""
+    r, pr = fits.results[label], fits.preds.get(label, {})
+    p = pr.get("prediction")
+    final = np.mean([c.pass_rate[-1] for c in fits.recipe(label).curves])
+    if r["flags"]:
+        g = r.get("gain_per_decade") or {}
+        a_txt, b_txt, c_txt = "—", "—", "—"
+        f_txt = f"{', '.join(r['flags'])}; {g.get('value', float('nan')):+.3f} ± {g.get('stderr', float('nan')):.3f}"
+    else:
+        a_txt = f"{r['params']['A']:.3f} [{r['ci']['A'][0]:.3f}, {r['ci']['A'][1]:.3f}]"
+        b_txt, c_txt, f_txt = f"{r['params']['B']:.2f}", f"{r['params']['C_mid']:.3g}", "none"
+    p_txt = (f"{p['final_pred']:.3f} vs {p['final_actual']:.3f} ({p['final_abs_error']:.3f})"
+             + (" — flagged" if pr["flags"] else "")) if p else "—"
+    return (f"| {rank_no} | {label} | {len(fits.recipe(label).runs)} | {a_txt} | {b_txt} | {c_txt} "
+            f"| {f_txt} | {final:.3f} | {p_txt} |")
+
+
+def _seed_spread_lines(fits: RLFits) -> list[str]:
+    lines = []
+    for label, res in fits.results.items():
         sp = res.get("seed_spread")
         if not sp:
             continue
@@ -276,29 +329,50 @@ def rl_section(runs_dir: str | pathlib.Path, out_dir: str | pathlib.Path,
             lines.append(f"\n{label}: {sp['n_flagged']} of {g['n']} per-seed fits flagged, so no "
                          f"per-seed ceilings; seed-to-seed gain per decade {g['mean']:+.3f} ± "
                          f"{g['std']:.3f}.")
-    for label, msg in errors.items():
-        lines.append(f"\n{label}: not fitted ({msg}).")
-    if gao_lines:
-        lines += ["", "Reward vs KL (Gao et al.): " + "; ".join(gao_lines) + "."]
-    lines += ["", "![RL curves](rl_curves.png)", "", "![prediction card](rl_prediction_card.png)",
-              "", "![reward vs KL](rl_reward_vs_kl.png)", ""]
-    md = "\n".join(lines)
+    return lines
+
+
+def section_markdown(fits: RLFits, gao: list[str]) -> str:
+    """The markdown section: method, ranking table, seed spread, unfitted recipes, Gao fits, figures."""
+    lines = ["## RL scaling", "",
+             f"Runs: {sum(len(r.runs) for r in fits.recipes)} in {len(fits.recipes)} recipe(s) under "
+             f"`{fits.runs_dir}`. Fit: ScaleRL sigmoid R(C) = R0 + (A − R0)/(1 + (C_mid/C)^B), R0 "
+             "anchored by the step-0 evaluation, burn-in = min(10% of final compute, one pass over "
+             "the prompts), 95% profile-likelihood intervals. A flagged fit gives no ceiling, only "
+             "the gain per decade of compute observed so far.", "",
+             "Ranking: by ceiling A; recipes whose A intervals overlap are ordered by efficiency B; "
+             "flagged recipes last, by observed gain per decade.", "",
+             "| rank | recipe | runs | A [95% CI] | B | C_mid | flags / gain per decade | final pass@1 | "
+             f"prediction from {fits.fit_until_frac:g} of C: pred vs actual (abs err) |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    lines += [_ranking_row(fits, i, label) for i, label in enumerate(rank(fits.results), 1)]
+    lines += _seed_spread_lines(fits)
+    lines += [f"\n{label}: not fitted ({msg})." for label, msg in fits.errors.items()]
+    if gao:
+        lines += ["", "Reward vs KL (Gao et al.): " + "; ".join(gao) + "."]
+    lines += ["", f"![RL curves]({FIGURE_FILES['curves']})", "",
+              f"![prediction card]({FIGURE_FILES['prediction_card']})", "",
+              f"![reward vs KL]({FIGURE_FILES['reward_vs_kl']})", ""]
+    return "\n".join(lines)
+
+
+def rl_report(runs_dir: str | pathlib.Path, out_dir: str | pathlib.Path,
+              fit_until_frac: float = 0.5) -> dict[str, Any]:
+    """Fit, write the three figures and rl_section.md into `out_dir`; return
+    {"markdown", "figures": {name: file}, **RLFits.as_dict()}."""
+    out = pathlib.Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    fits = fit_recipes(runs_dir, fit_until_frac)
+    gao = gao_fits(fits)
+    for name, fig in (("curves", curves_figure(fits)), ("prediction_card", prediction_card_figure(fits)),
+                      ("reward_vs_kl", reward_vs_kl_figure(fits, gao))):
+        fig.savefig(out / FIGURE_FILES[name], dpi=DPI)
+    md = section_markdown(fits, gao_lines(gao))
     (out / "rl_section.md").write_text(md)
-    return md
+    return {"markdown": md, "figures": dict(FIGURE_FILES), **fits.as_dict()}
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if len(argv) != 2:
-        print("usage: python -m analysis.rl.report RUNS_DIR OUT_DIR", file=sys.stderr)
-        return 2
-    try:
-        print(rl_section(argv[0], argv[1]))
-    except AnalysisError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+def rl_section(runs_dir: str | pathlib.Path, out_dir: str | pathlib.Path,
+               fit_until_frac: float = 0.5) -> str:
+    """Write RL figures into `out_dir` and return the markdown section that references them."""
+    return rl_report(runs_dir, out_dir, fit_until_frac)["markdown"]

@@ -13,58 +13,18 @@ Shapes: P prompts x G completions per prompt = B = P*G rows, T completion tokens
 - aggregation of token losses: `token` (mean over all kept tokens of the batch), `sample` (mean
   over kept rows of each row's token mean), `prompt` (mean over kept prompts of the token mean of
   each prompt's G completions, ScaleRL's prompt-level average).
+The switches are `AlgoConfig` (`rl.algo.*`), with the other RL config dataclasses in
+experiments/rl/config.py.
 """
 
 from __future__ import annotations
 
-import dataclasses
-from typing import Any, Mapping
-
 import jax
 import jax.numpy as jnp
 
-from models.base.configs import config_from_mapping
-from models.base.errors import ConfigError
+from experiments.rl.config import AlgoConfig
 
-ADVANTAGES = ("group", "batch", "none")
-LOSSES = ("ppo_clip", "cispo")
-AGGREGATIONS = ("sample", "prompt", "token")
-KL_ESTIMATORS = ("k1", "k3")
 EPS = 1e-6
-
-
-@dataclasses.dataclass(frozen=True)
-class AlgoConfig:
-    """`rl.algo.*`: the GRPO-family switches."""
-
-    name: str = "grpo"
-    advantage: str = "group"
-    loss: str = "ppo_clip"
-    aggregation: str = "token"
-    eps_low: float = 0.2
-    eps_high: float = 0.28
-    zero_variance_filter: bool = True
-    kl_beta: float = 0.0
-    kl_estimator: str = "k3"
-    epochs: int = 1
-
-    @classmethod
-    def from_mapping(cls, m: Mapping[str, Any]) -> "AlgoConfig":
-        return config_from_mapping(cls, m, "rl.algo")
-
-    def validate(self) -> None:
-        for key, allowed in (("advantage", ADVANTAGES), ("loss", LOSSES),
-                             ("aggregation", AGGREGATIONS), ("kl_estimator", KL_ESTIMATORS)):
-            if getattr(self, key) not in allowed:
-                raise ConfigError(f"rl.algo.{key} must be one of {allowed} (got {getattr(self, key)!r})")
-        for key in ("eps_low", "eps_high", "kl_beta"):
-            v = getattr(self, key)
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
-                raise ConfigError(f"rl.algo.{key} must be a number >= 0 (got {v!r})")
-        if isinstance(self.epochs, bool) or not isinstance(self.epochs, int) or self.epochs < 1:
-            raise ConfigError(f"rl.algo.epochs must be an integer >= 1 (got {self.epochs!r})")
-        if not isinstance(self.zero_variance_filter, bool):
-            raise ConfigError("rl.algo.zero_variance_filter must be true or false")
 
 
 def advantages(rewards_PxG: jax.Array, kind: str) -> jax.Array:

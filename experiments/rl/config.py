@@ -1,7 +1,11 @@
-"""Typed, validated view of the `rl.*` config (conf/rl.yaml + conf/rl/{task,algo}/).
+"""The typed config of an RL run: the `rl.*` keys (conf/rl.yaml + conf/rl/{task,algo}/).
 
-All validation happens here, before any compile, and bad values raise `ConfigError` naming the
-key as typed on the command line (`rl.group_size=...`).
+Every `rl.*` key's type and default lives in a dataclass here (`TaskConfig` in
+experiments/rl/tasks.py); `register_configs()` stores them in Hydra's ConfigStore next to the
+training schemas (experiments/train/config.py), so conf/rl/task/*.yaml and conf/rl/algo/*.yaml
+start from `base_task` / `base_algo` and hold only what differs. All validation happens here,
+before any compile, and bad values raise `ConfigError` naming the key as typed on the command
+line (`rl.group_size=...`). Importing this module does not import JAX.
 """
 
 from __future__ import annotations
@@ -9,19 +13,19 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Mapping
 
-from experiments.rl.algo import AlgoConfig
+from hydra.core.config_store import ConfigStore
+
 from experiments.rl.tasks import TaskConfig
-from models.base.fingerprint import fingerprint as _fingerprint
+from experiments.train.config import register_configs as register_training_configs
+from experiments.train.config import schema_node
+from models.base.configs import config_from_mapping
 from models.base.errors import ConfigError
+from models.base.fingerprint import fingerprint as _fingerprint
 
-
-def _from(cls, m: Mapping[str, Any] | None, prefix: str):
-    m = dict(m or {})
-    names = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(set(m) - names)
-    if unknown:
-        raise ConfigError(f"unknown {prefix} key(s) {unknown}; known: {sorted(names)}")
-    return cls(**m)
+ADVANTAGES = ("group", "batch", "none")
+LOSSES = ("ppo_clip", "cispo")
+AGGREGATIONS = ("sample", "prompt", "token")
+KL_ESTIMATORS = ("k1", "k3")
 
 
 def _pos_int(name: str, v: Any, lo: int = 1) -> None:
@@ -38,13 +42,48 @@ def _num(name: str, v: Any, lo: float, hi: float | None = None, lo_open: bool = 
 
 
 @dataclasses.dataclass(frozen=True)
+class AlgoConfig:
+    """`rl.algo.*`: the GRPO-family switches (what each does: experiments/rl/algo.py)."""
+
+    name: str = "grpo"
+    advantage: str = "group"          # group | batch | none
+    loss: str = "ppo_clip"            # ppo_clip | cispo
+    aggregation: str = "token"        # sample | prompt | token
+    eps_low: float = 0.2
+    eps_high: float = 0.28
+    zero_variance_filter: bool = True
+    kl_beta: float = 0.0              # KL-to-reference coefficient (0 = off)
+    kl_estimator: str = "k3"          # k1 | k3
+    epochs: int = 1
+
+    @classmethod
+    def from_mapping(cls, m: Mapping[str, Any]) -> "AlgoConfig":
+        return config_from_mapping(cls, m, "rl.algo")
+
+    def validate(self) -> None:
+        for key, allowed in (("advantage", ADVANTAGES), ("loss", LOSSES),
+                             ("aggregation", AGGREGATIONS), ("kl_estimator", KL_ESTIMATORS)):
+            if getattr(self, key) not in allowed:
+                raise ConfigError(f"rl.algo.{key} must be one of {allowed} (got {getattr(self, key)!r})")
+        for key in ("eps_low", "eps_high", "kl_beta"):
+            v = getattr(self, key)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
+                raise ConfigError(f"rl.algo.{key} must be a number >= 0 (got {v!r})")
+        if isinstance(self.epochs, bool) or not isinstance(self.epochs, int) or self.epochs < 1:
+            raise ConfigError(f"rl.algo.epochs must be an integer >= 1 (got {self.epochs!r})")
+        if not isinstance(self.zero_variance_filter, bool):
+            raise ConfigError("rl.algo.zero_variance_filter must be true or false")
+
+
+@dataclasses.dataclass(frozen=True)
 class WarmStartConfig:
     """Supervised warm start on the task format, stopped once the pass rate reaches `target`.
 
     RL from a policy that never succeeds has no signal (every group has zero reward variance),
     so the warm start trains on (prompt, answer) pairs until the sampled pass rate on a dev set
     (disjoint from the eval set) reaches `target_pass_rate`, checking every `check_every` steps.
-    The result is cached under `cache_dir` keyed by everything that determines it.
+    The result is cached under `cache_dir` keyed by everything that determines it (conf/rl.yaml
+    sets `cache_dir` under `$SCALELAB_CACHE` when that is set).
     """
 
     target_pass_rate: float = 0.05
@@ -56,6 +95,10 @@ class WarmStartConfig:
     dev_size: int = 256
     seed: int = 0
     cache_dir: str = "~/.cache/scalelab/rl_warmstart"
+
+    @classmethod
+    def from_mapping(cls, m: Mapping[str, Any]) -> "WarmStartConfig":
+        return config_from_mapping(cls, m, "rl.warm_start")
 
     def validate(self) -> None:
         p = "rl.warm_start."
@@ -75,6 +118,10 @@ class StartCheckConfig:
     max_zero_var_frac: float = 0.95
     probe_prompts: int = 128
 
+    @classmethod
+    def from_mapping(cls, m: Mapping[str, Any]) -> "StartCheckConfig":
+        return config_from_mapping(cls, m, "rl.start_check")
+
     def validate(self) -> None:
         _num("rl.start_check.min_pass_rate", self.min_pass_rate, 0.0, 1.0)
         _num("rl.start_check.max_zero_var_frac", self.max_zero_var_frac, 0.0, 1.0)
@@ -83,14 +130,16 @@ class StartCheckConfig:
 
 @dataclasses.dataclass(frozen=True)
 class RLConfig:
-    steps: int = 200
+    """`rl.*`: the RL run's length, batch, sampling and cadences, plus its four sub-configs."""
+
+    steps: int = 1500
     prompts_per_step: int = 32
     group_size: int = 8
-    eval_every: int = 10
-    eval_samples: int = 4          # k samples per eval prompt: pass@1 = mean over them
+    eval_every: int = 50
+    eval_samples: int = 4          # k samples per held-out prompt: pass@1 = their mean
     temperature: float = 1.0
     seed: int = 0
-    init: str | None = None        # training / RL run dir or checkpoint dir; None = warm start
+    init: str | None = None        # training / RL run dir or checkpoints/<step>; None = cached warm start
     ckpt_every: int = 50
     keep_checkpoints: int = 2
     progress_every_s: float = 5.0
@@ -105,12 +154,10 @@ class RLConfig:
         sub = {
             "task": TaskConfig.from_mapping(m.pop("task", {}) or {}),
             "algo": AlgoConfig.from_mapping(m.pop("algo", {}) or {}),
-            "warm_start": _from(WarmStartConfig, m.pop("warm_start", {}), "rl.warm_start"),
-            "start_check": _from(StartCheckConfig, m.pop("start_check", {}), "rl.start_check"),
+            "warm_start": WarmStartConfig.from_mapping(m.pop("warm_start", {}) or {}),
+            "start_check": StartCheckConfig.from_mapping(m.pop("start_check", {}) or {}),
         }
-        cfg = _from(cls, {**m, **sub}, "rl")
-        cfg.validate()
-        return cfg
+        return config_from_mapping(cls, {**m, **sub}, "rl")
 
     def validate(self) -> None:
         _pos_int("rl.steps", self.steps)
@@ -129,6 +176,21 @@ class RLConfig:
         self.algo.validate()
         self.warm_start.validate()
         self.start_check.validate()
+
+
+def register_configs() -> None:
+    """Store the RL schemas (and the training ones conf/rl.yaml also uses): `base_rl`, which
+    conf/rl.yaml puts at `rl`, and `base_task` / `base_algo`, the first defaults entry of
+    conf/rl/task/*.yaml and conf/rl/algo/*.yaml. Idempotent."""
+    register_training_configs()
+    store = ConfigStore.instance()
+    store.store(name="base_rl", node=schema_node(RLConfig), package="rl")
+    store.store(group="rl/task", name="base_task", node=schema_node(TaskConfig))
+    store.store(group="rl/algo", name="base_algo", node=schema_node(AlgoConfig))
+
+
+# At import, so whatever composes conf/rl.yaml (the command line, tests) has the schema.
+register_configs()
 
 
 # Keys that make a run a different experiment (resume refuses a mismatch). Cadence keys

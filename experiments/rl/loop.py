@@ -20,12 +20,32 @@ import time
 from pathlib import Path
 from typing import Any
 
+import jax
+import numpy as np
+
 from experiments.rl.config import RLConfig, fingerprint, fingerprint_fields
+from experiments.rl.evaluate import Evaluator
+from experiments.rl.flops import StepFlops, eval_flops, rl_step_flops
+from experiments.rl.step import RLSetup, TaskShape, build_rl_setup
+from experiments.rl.tasks import Task
+from experiments.rl.warmstart import check_start, init_model_config, load_init, warm_start
 from experiments.rundir import write_failed_summary
+from experiments.train.checkpoint import Checkpointer
+from experiments.train.config import OptimConfig
+from experiments.train.loop import quiet_library_logs
+from experiments.train.metrics import MetricsLog, read_metrics
+from experiments.train.optimizer import make_optimizer, make_schedule
 from models.base.configs import to_plain
+from models.base.errors import ConfigError
 from models.base.jsonio import read_json, write_json_atomic
 from models.config import ModelConfig
-from models.base.errors import ConfigError
+from models.flops import non_embedding_param_count, param_count
+from sharding import distributed
+from sharding.layouts import resolve_axis_sizes
+from sharding.mesh import make_mesh
+
+RL_PASSES = ("sample", "train", "reference", "old_policy")   # the passes that make up C
+STEP_METRICS = ("train_reward", "zero_var_frac", "entropy", "clip_frac", "loss", "grad_norm", "kl_train")
 
 
 def _log(msg: str) -> None:
@@ -44,11 +64,6 @@ class RLSpec:
 
 def resolve(raw: dict[str, Any], n_devices: int) -> RLSpec:
     """Validate the whole config (no compile). Raises ConfigError naming the bad key."""
-    from experiments.train.optimizer import OptimConfig
-    from experiments.rl.tasks import Task
-    from experiments.rl.warmstart import init_model_config
-    from sharding.mesh import resolve_axis_sizes
-
     rl = RLConfig.from_mapping(raw.get("rl") or {})
     optim = OptimConfig.from_mapping(raw.get("optim") or {})
     task = Task(rl.task)
@@ -63,7 +78,14 @@ def resolve(raw: dict[str, Any], n_devices: int) -> RLSpec:
                           "need vocab_size >= 128 (256 for byte-level models)")
     sh = raw.get("sharding") or {}
     sizes = resolve_axis_sizes([sh.get("data", 1), sh.get("fsdp", 1), sh.get("tensor", 1)], n_devices)
-    batch_shards = sizes[0] * sizes[1]
+    _check_batch_shards(rl, sizes[0] * sizes[1])
+    fields = fingerprint_fields(model.to_dict(), dataclasses.asdict(optim),
+                                to_plain(raw.get("rl") or {}))
+    return RLSpec(model, rl, optim, sizes, fingerprint(fields), fields)
+
+
+def _check_batch_shards(rl: RLConfig, batch_shards: int) -> None:
+    """Every batch of rows the run builds must split evenly over the batch shards."""
     for name, rows in (("rl.prompts_per_step * rl.group_size", rl.prompts_per_step * rl.group_size),
                        ("rl.task.eval_size * rl.eval_samples", rl.task.eval_size * rl.eval_samples),
                        ("rl.start_check.probe_prompts * rl.group_size",
@@ -73,9 +95,48 @@ def resolve(raw: dict[str, Any], n_devices: int) -> RLSpec:
         if rows % batch_shards:
             raise ConfigError(f"{name} = {rows} rows is not divisible by the {batch_shards} batch "
                               "shards (sharding.data x sharding.fsdp)")
-    fields = fingerprint_fields(model.to_dict(), dataclasses.asdict(optim),
-                                to_plain(raw.get("rl") or {}))
-    return RLSpec(model, rl, optim, sizes, fingerprint(fields), fields)
+
+
+@dataclasses.dataclass
+class RLState:
+    """What the run has done so far: the counters checkpoints store and the summary reports, kept
+    current so that a failure at any point still writes a `failed` summary."""
+
+    summary_base: dict[str, Any] = dataclasses.field(default_factory=dict)
+    wall_prev: float = 0.0          # wall time of earlier sessions (from the checkpoint)
+    wall0: float = 0.0              # time.time() at which this run's wall clock reads 0
+    prompts_seen: int = 0
+    flops: dict[str, float] = dataclasses.field(
+        default_factory=lambda: {k: 0.0 for k in (*RL_PASSES, "eval")})
+    start_check: dict[str, float] | None = None
+    start_pass_rate: float | None = None
+    last_eval: dict[str, Any] | None = None
+    step_metrics: dict[str, list[float]] = dataclasses.field(default_factory=dict)  # since last eval
+    t_last_print: float = 0.0
+
+    def wall(self) -> float:
+        return time.time() - self.wall0
+
+
+@dataclasses.dataclass
+class RLLoop:
+    """The compiled run and its moving parts: what the step loop advances."""
+
+    spec: RLSpec
+    task: Task
+    setup: RLSetup
+    state: RLState
+    ckpt: Checkpointer
+    metrics: MetricsLog
+    evaluator: Evaluator
+    step_flops: StepFlops
+    eval_flops: float
+    params: Any = None
+    opt_state: Any = None
+    ref_params: Any = None
+    init_info: dict[str, Any] | None = None
+    start: int = 0
+    resumed: bool = False
 
 
 def run(cfg: Any, run_dir: Path) -> dict[str, Any]:
@@ -87,45 +148,57 @@ def run(cfg: Any, run_dir: Path) -> dict[str, Any]:
         _log(f"RL run in {run_dir} already completed (final pass rate "
              f"{done.get('final_pass_rate')}); nothing to do")
         return dict(done, already_completed=True)
-    from experiments.train.loop import quiet_library_logs
-    from sharding import distributed
-
     quiet_library_logs()
     raw = to_plain(cfg)
-    state: dict[str, Any] = {}
+    state = RLState()
     try:
         distributed.initialize((raw or {}).get("distributed"))
-        return _run(raw, run_dir, t_start, state)
+        return _run(raw, run_dir, state)
     except Exception as e:
-        write_failed_summary(run_dir, state.get("summary_base", {}), e,
-                             state.get("wall_prev", 0.0) + time.time() - t_start)
+        write_failed_summary(run_dir, state.summary_base, e, state.wall_prev + time.time() - t_start)
         raise
 
 
-def _run(raw: dict[str, Any], run_dir: Path, t_start: float, state: dict[str, Any]) -> dict[str, Any]:
-    import jax
-    import numpy as np
-
-    from experiments.train.checkpoint import Checkpointer
-    from experiments.train.metrics import MetricsLog
-    from experiments.train.optimizer import make_optimizer, make_schedule
-    from experiments.rl.evaluate import Evaluator
-    from experiments.rl.flops import eval_flops, rl_step_flops
-    from experiments.rl.step import TaskShape, build_rl_setup
-    from experiments.rl.tasks import Task
-    from experiments.rl.warmstart import check_start, load_init, warm_start
-    from models.flops import non_embedding_param_count, param_count
-    from sharding.mesh import make_mesh
-
+def _run(raw: dict[str, Any], run_dir: Path, state: RLState) -> dict[str, Any]:
+    """Validate, build, start (restore or initial policy), train, summarise."""
     spec = resolve(raw, len(jax.devices()))
-    rl, model = spec.rl, spec.model
-    task = Task(rl.task)
+    loop = _build_loop(spec, run_dir, state)
+    _start(loop, run_dir)
+    state.summary_base.update(init=loop.init_info, start_check=state.start_check)
+    _log_header(loop)
+    state.wall0 = time.time() - state.wall_prev
+    if loop.start == 0:
+        row0 = _evaluate(loop, 0)
+        state.start_pass_rate = row0["pass_rate"]
+        _log(f"step 0: held-out pass@1 {row0['pass_rate']:.3f} ± {row0['pass_rate_stderr']:.3f}")
+    status = _rl_steps(loop)
+    return _write_summary(loop, run_dir, status)
+
+
+def _build_loop(spec: RLSpec, run_dir: Path, state: RLState) -> RLLoop:
+    """FLOP counts, mesh, compiled RL functions, checkpointers, metrics log and evaluator."""
+    rl, task = spec.rl, Task(spec.rl.task)
     window = task.seq_len - 1
-    sf = rl_step_flops(model, window, task.completion_len, rl.prompts_per_step, rl.group_size,
+    sf = rl_step_flops(spec.model, window, task.completion_len, rl.prompts_per_step, rl.group_size,
                        rl.algo.epochs, rl.algo.kl_beta)
-    ef = eval_flops(model, window, task.completion_len, rl.task.eval_size, rl.eval_samples)
-    mesh = make_mesh(spec.mesh_sizes)
-    base = {"status": None, "n_params": param_count(model),
+    ef = eval_flops(spec.model, window, task.completion_len, rl.task.eval_size, rl.eval_samples)
+    state.summary_base = _summary_base(spec, sf, ef)
+    tx = make_optimizer(spec.optim, make_schedule(spec.optim, rl.steps, 0))
+    setup = build_rl_setup(spec.model, tx, make_mesh(spec.mesh_sizes),
+                           TaskShape(task.prompt_len, task.completion_len),
+                           rl.algo, rl.group_size, rl.temperature)
+    evaluator = Evaluator(setup.rollout, task.eval_set(), rl.eval_samples, task.difficulty_names,
+                          seed=rl.seed + 1)
+    return RLLoop(spec=spec, task=task, setup=setup, state=state,
+                  ckpt=Checkpointer(run_dir, keep=rl.keep_checkpoints),
+                  metrics=MetricsLog(run_dir / "metrics.jsonl"), evaluator=evaluator,
+                  step_flops=sf, eval_flops=ef)
+
+
+def _summary_base(spec: RLSpec, sf: StepFlops, ef: float) -> dict[str, Any]:
+    """summary.json's fields known before the run starts."""
+    rl, model = spec.rl, spec.model
+    return {"status": None, "n_params": param_count(model),
             "n_params_non_embedding": non_embedding_param_count(model), "model": model.to_dict(),
             "task": dataclasses.asdict(rl.task), "algo": dataclasses.asdict(rl.algo),
             "steps": rl.steps, "prompts_per_step": rl.prompts_per_step,
@@ -137,136 +210,162 @@ def _run(raw: dict[str, Any], run_dir: Path, t_start: float, state: dict[str, An
             "mesh": {"data": spec.mesh_sizes[0], "fsdp": spec.mesh_sizes[1],
                      "tensor": spec.mesh_sizes[2], "devices": int(np.prod(spec.mesh_sizes)),
                      "platform": jax.devices()[0].platform}}
-    state["summary_base"] = base
 
-    schedule = make_schedule(spec.optim, rl.steps, 0)
-    tx = make_optimizer(spec.optim, schedule)
-    setup = build_rl_setup(model, tx, mesh, TaskShape(task.prompt_len, task.completion_len),
-                           rl.algo, rl.group_size, rl.temperature)
 
-    ckpt = Checkpointer(run_dir, keep=rl.keep_checkpoints)
+def _start(loop: RLLoop, run_dir: Path) -> None:
+    """Policy, optimizer state and reference: the latest checkpoint, or the initial policy."""
     ref_ckpt = Checkpointer(run_dir / "reference", keep=1)
-    metrics = MetricsLog(run_dir / "metrics.jsonl")
-    evaluator = Evaluator(setup.rollout, task.eval_set(), rl.eval_samples, task.difficulty_names,
-                          seed=rl.seed + 1)
-    latest = ckpt.latest_step()
-    counters = {"sample": 0.0, "train": 0.0, "reference": 0.0, "old_policy": 0.0, "eval": 0.0}
-    if latest is not None:
-        meta = ckpt.read_meta(latest)
-        if meta.get("config_fingerprint") != spec.fingerprint:
-            raise ConfigError(f"{run_dir} holds checkpoints of another RL config; choose another "
-                              "hydra.run.dir")
-        params, opt_state, meta = ckpt.restore(latest, setup.abstract_params(),
-                                               setup.abstract_opt_state())
-        ref_params, _, _ = ref_ckpt.restore(0, setup.abstract_params(), {})
-        start, init_info = int(meta["step"]), meta["init"]
-        counters.update(meta["flops"])
-        state.update(wall_prev=float(meta["wall_time_s"]), prompts_seen=int(meta["prompts_seen"]),
-                     start_check=meta.get("start_check"), start_pass_rate=meta.get("start_pass_rate"))
-        metrics.truncate_after(start)
-        if (run_dir / "metrics.jsonl").exists():
-            from experiments.train.metrics import read_metrics
-            rows = read_metrics(run_dir / "metrics.jsonl")
-            state["last_eval"] = rows[-1] if rows else None
-        _log(f"resuming RL from checkpoint at step {start}/{rl.steps}")
-    else:
-        if rl.init:
-            ref_params, init_info = load_init(rl.init, setup)
-        else:
-            ref_params, init_info = warm_start(model, task, rl, setup, log=_log)
-        ref_params = setup.place(ref_params)
-        state["start_check"] = check_start(ref_params, task, rl, setup)
-        params = jax.tree.map(lambda x: x.copy(), ref_params)
-        opt_state = setup.init_opt(params)
-        ref_ckpt.save(0, ref_params, {}, {"model": model.to_dict(), "init": init_info})
-        start = 0
-        state.update(wall_prev=0.0, prompts_seen=0)
-        metrics.reset()
-    ref_ckpt.close()
-    base.update(init=init_info, start_check=state.get("start_check"))
-    _log(f"RL: {base['n_params']:,} params | task {rl.task.name} (prompt {task.prompt_len} + "
-         f"completion {task.completion_len} tokens) | {rl.steps} steps x {rl.prompts_per_step} "
-         f"prompts x {rl.group_size} samples | algo {rl.algo.name} ({rl.algo.advantage} adv, "
-         f"{rl.algo.loss}, {rl.algo.aggregation} agg, beta={rl.algo.kl_beta:g}, "
-         f"epochs={rl.algo.epochs}) | {sf.total:.3g} FLOPs/step")
-
-    wall0 = time.time() - state["wall_prev"]
-    acc: dict[str, list[float]] = {}
-
-    def wall() -> float:
-        return time.time() - wall0
-
-    def evaluate(step: int) -> dict[str, Any]:
-        res = evaluator(params, ref_params, step)
-        counters["eval"] += ef
-        row = {"step": step, "prompts_seen": state["prompts_seen"],
-               "flops_rl": sum(counters[k] for k in ("sample", "train", "reference", "old_policy")),
-               "flops_sample": counters["sample"], "flops_train": counters["train"],
-               "flops_reference": counters["reference"], "flops_old_policy": counters["old_policy"],
-               "flops_eval": counters["eval"], "wall_s": wall(), **res.as_metrics()}
-        for k in ("train_reward", "zero_var_frac", "entropy", "clip_frac", "loss", "grad_norm",
-                  "kl_train"):
-            v = acc.get(k)
-            row[k] = float(np.mean(v)) if v else None
-        acc.clear()
-        metrics.write(row)
-        metrics.flush()
-        state["last_eval"] = row
-        return row
-
-    def save(step: int) -> None:
-        ckpt.save(step, params, opt_state, {
-            "step": step, "prompts_seen": state["prompts_seen"], "flops": dict(counters),
-            "wall_time_s": wall(), "config_fingerprint": spec.fingerprint, "init": init_info,
-            "model": model.to_dict(), "start_check": state.get("start_check"),
-            "start_pass_rate": state.get("start_pass_rate")})
-
-    if start == 0:
-        row0 = evaluate(0)
-        state["start_pass_rate"] = row0["pass_rate"]
-        _log(f"step 0: held-out pass@1 {row0['pass_rate']:.3f} ± {row0['pass_rate_stderr']:.3f}")
-    key = jax.random.PRNGKey(rl.seed)
-    t_last_print = 0.0
-    status = "completed"
     try:
-        for i in range(start, rl.steps):
-            b = task.train_batch(rl.seed, i, rl.prompts_per_step)
-            params, opt_state, m = setup.rl_step(params, opt_state, ref_params, b.prompts,
-                                                 b.answers, jax.random.fold_in(key, i))
-            m = {k: float(v) for k, v in jax.device_get(m).items()}
+        latest = loop.ckpt.latest_step()
+        if latest is None:
+            _init_policy(loop, ref_ckpt)
+        else:
+            _restore(loop, ref_ckpt, latest, run_dir)
+    finally:
+        ref_ckpt.close()
+
+
+def _restore(loop: RLLoop, ref_ckpt: Checkpointer, latest: int, run_dir: Path) -> None:
+    """Resume from checkpoint `latest` of this same config (another config's is refused)."""
+    state, setup = loop.state, loop.setup
+    meta = loop.ckpt.read_meta(latest)
+    if meta.get("config_fingerprint") != loop.spec.fingerprint:
+        raise ConfigError(f"{run_dir} holds checkpoints of another RL config; choose another "
+                          "hydra.run.dir")
+    loop.params, loop.opt_state, meta = loop.ckpt.restore(latest, setup.abstract_params(),
+                                                          setup.abstract_opt_state())
+    loop.ref_params, _, _ = ref_ckpt.restore(0, setup.abstract_params(), {})
+    loop.start, loop.init_info, loop.resumed = int(meta["step"]), meta["init"], True
+    state.flops.update(meta["flops"])
+    state.wall_prev, state.prompts_seen = float(meta["wall_time_s"]), int(meta["prompts_seen"])
+    state.start_check, state.start_pass_rate = meta.get("start_check"), meta.get("start_pass_rate")
+    loop.metrics.truncate_after(loop.start)
+    if (run_dir / "metrics.jsonl").exists():
+        rows = read_metrics(run_dir / "metrics.jsonl")
+        state.last_eval = rows[-1] if rows else None
+    _log(f"resuming RL from checkpoint at step {loop.start}/{loop.spec.rl.steps}")
+
+
+def _init_policy(loop: RLLoop, ref_ckpt: Checkpointer) -> None:
+    """The initial policy (rl.init or the cached warm start), checked strong enough for RL; it
+    is also the KL reference, saved in the run directory."""
+    spec, setup = loop.spec, loop.setup
+    if spec.rl.init:
+        ref_params, loop.init_info = load_init(spec.rl.init, setup)
+    else:
+        ref_params, loop.init_info = warm_start(spec.model, loop.task, spec.rl, setup, log=_log)
+    loop.ref_params = setup.place(ref_params)
+    loop.state.start_check = check_start(loop.ref_params, loop.task, spec.rl, setup)
+    loop.params = jax.tree.map(lambda x: x.copy(), loop.ref_params)
+    loop.opt_state = setup.init_opt(loop.params)
+    ref_ckpt.save(0, loop.ref_params, {}, {"model": spec.model.to_dict(), "init": loop.init_info})
+    loop.metrics.reset()
+
+
+def _log_header(loop: RLLoop) -> None:
+    """One line: model, task, run length, algorithm and FLOPs per step."""
+    rl, task = loop.spec.rl, loop.task
+    _log(f"RL: {loop.state.summary_base['n_params']:,} params | task {rl.task.name} (prompt "
+         f"{task.prompt_len} + completion {task.completion_len} tokens) | {rl.steps} steps x "
+         f"{rl.prompts_per_step} prompts x {rl.group_size} samples | algo {rl.algo.name} "
+         f"({rl.algo.advantage} adv, {rl.algo.loss}, {rl.algo.aggregation} agg, "
+         f"beta={rl.algo.kl_beta:g}, epochs={rl.algo.epochs}) | {loop.step_flops.total:.3g} FLOPs/step")
+
+
+def _evaluate(loop: RLLoop, step: int) -> dict[str, Any]:
+    """Held-out evaluation after `step` steps: one metrics.jsonl row with the compute so far and
+    the means of the step metrics since the previous evaluation."""
+    state = loop.state
+    res = loop.evaluator(loop.params, loop.ref_params, step)
+    state.flops["eval"] += loop.eval_flops
+    f = state.flops
+    row = {"step": step, "prompts_seen": state.prompts_seen,
+           "flops_rl": sum(f[k] for k in RL_PASSES),
+           "flops_sample": f["sample"], "flops_train": f["train"],
+           "flops_reference": f["reference"], "flops_old_policy": f["old_policy"],
+           "flops_eval": f["eval"], "wall_s": state.wall(), **res.as_metrics()}
+    for k in STEP_METRICS:
+        v = state.step_metrics.get(k)
+        row[k] = float(np.mean(v)) if v else None
+    state.step_metrics.clear()
+    loop.metrics.write(row)
+    loop.metrics.flush()
+    state.last_eval = row
+    return row
+
+
+def _checkpoint(loop: RLLoop, step: int) -> None:
+    """Save (params, opt_state) of `step` with the counters a resumed run continues from."""
+    state, spec = loop.state, loop.spec
+    loop.ckpt.save(step, loop.params, loop.opt_state, {
+        "step": step, "prompts_seen": state.prompts_seen, "flops": dict(state.flops),
+        "wall_time_s": state.wall(), "config_fingerprint": spec.fingerprint, "init": loop.init_info,
+        "model": spec.model.to_dict(), "start_check": state.start_check,
+        "start_pass_rate": state.start_pass_rate})
+
+
+def _log_progress(loop: RLLoop, row: dict[str, Any], force: bool) -> None:
+    """The console line of an evaluation, at most every `rl.progress_every_s` (and the last)."""
+    state, rl = loop.state, loop.spec.rl
+    if time.time() - state.t_last_print < rl.progress_every_s and not force:
+        return
+    state.t_last_print = time.time()
+    _log(f"step {row['step']}/{rl.steps} | pass@1 {row['pass_rate']:.3f} ± "
+         f"{row['pass_rate_stderr']:.3f} | train reward {row['train_reward']:.3f} "
+         f"| zero-var {row['zero_var_frac']:.2f} | KL {row['kl']:.3f} | entropy "
+         f"{row['entropy']:.3f} | C {row['flops_rl']:.3g} | {row['wall_s']:.0f}s")
+
+
+def _rl_step(loop: RLLoop, i: int, key: jax.Array) -> dict[str, float]:
+    """Step i (prompts and sampling key are functions of (seed, i)); its metrics as floats."""
+    rl = loop.spec.rl
+    b = loop.task.train_batch(rl.seed, i, rl.prompts_per_step)
+    loop.params, loop.opt_state, m = loop.setup.rl_step(loop.params, loop.opt_state, loop.ref_params,
+                                                        b.prompts, b.answers, jax.random.fold_in(key, i))
+    return {k: float(v) for k, v in jax.device_get(m).items()}
+
+
+def _rl_steps(loop: RLLoop) -> str:
+    """The steps from `loop.start`, evaluating / checkpointing on their cadence; "completed", or
+    "diverged" at a non-finite loss."""
+    state, rl = loop.state, loop.spec.rl
+    key = jax.random.PRNGKey(rl.seed)
+    try:
+        for i in range(loop.start, rl.steps):
+            m = _rl_step(loop, i, key)
             for k, v in m.items():
-                acc.setdefault(k, []).append(v)
+                state.step_metrics.setdefault(k, []).append(v)
             if not math.isfinite(m["loss"]):
-                status = "diverged"
                 _log(f"diverged: non-finite loss at step {i + 1}")
-                break
-            for k in ("sample", "train", "reference", "old_policy"):
-                counters[k] += getattr(sf, k)
-            state["prompts_seen"] += rl.prompts_per_step
+                return "diverged"
+            for k in RL_PASSES:
+                state.flops[k] += getattr(loop.step_flops, k)
+            state.prompts_seen += rl.prompts_per_step
             n = i + 1
             if n % rl.eval_every == 0 or n == rl.steps:
-                row = evaluate(n)
-                if time.time() - t_last_print >= rl.progress_every_s or n == rl.steps:
-                    t_last_print = time.time()
-                    _log(f"step {n}/{rl.steps} | pass@1 {row['pass_rate']:.3f} ± "
-                         f"{row['pass_rate_stderr']:.3f} | train reward {row['train_reward']:.3f} "
-                         f"| zero-var {row['zero_var_frac']:.2f} | KL {row['kl']:.3f} | entropy "
-                         f"{row['entropy']:.3f} | C {row['flops_rl']:.3g} | {row['wall_s']:.0f}s")
+                _log_progress(loop, _evaluate(loop, n), force=n == rl.steps)
             if n == rl.steps or (rl.ckpt_every and n % rl.ckpt_every == 0):
-                save(n)
+                _checkpoint(loop, n)
     finally:
-        metrics.close()
-        ckpt.close()
-    last = state.get("last_eval") or {}
-    summary = dict(base, status=status, steps_done=last.get("step", start),
-                   prompts_seen=state["prompts_seen"], flops=last.get("flops_rl"),
-                   flops_split={k: counters[k] for k in ("sample", "train", "reference", "old_policy")},
-                   flops_eval=counters["eval"], start_pass_rate=state.get("start_pass_rate"),
+        loop.metrics.close()
+        loop.ckpt.close()
+    return "completed"
+
+
+def _write_summary(loop: RLLoop, run_dir: Path, status: str) -> dict[str, Any]:
+    """summary.json (one atomic write) from the last evaluation and the counters, and the
+    closing console line."""
+    state = loop.state
+    last = state.last_eval or {}
+    summary = dict(state.summary_base, status=status, steps_done=last.get("step", loop.start),
+                   prompts_seen=state.prompts_seen, flops=last.get("flops_rl"),
+                   flops_split={k: state.flops[k] for k in RL_PASSES},
+                   flops_eval=state.flops["eval"], start_pass_rate=state.start_pass_rate,
                    final_pass_rate=last.get("pass_rate"),
                    final_pass_rate_stderr=last.get("pass_rate_stderr"),
                    final_pass_rate_by_difficulty=last.get("pass_rate_by_difficulty"),
-                   final_kl=last.get("kl"), wall_time_s=wall(),
-                   resumed_from_step=start if latest is not None else None)
+                   final_kl=last.get("kl"), wall_time_s=state.wall(),
+                   resumed_from_step=loop.start if loop.resumed else None)
     write_json_atomic(run_dir / "summary.json", summary)
     _log(f"{status}: final held-out pass@1 {summary['final_pass_rate']} after {summary['steps_done']} "
          f"steps, {summary['flops'] or 0:.3g} RL FLOPs, {summary['wall_time_s']:.0f}s")

@@ -184,7 +184,10 @@ def completion_mask(completions_NxA: Any) -> Any:
 
 
 def _xp(a: Any):
+    """numpy for numpy arrays, jax.numpy otherwise."""
     if isinstance(a, np.ndarray):
         return np
+    # Imported here: TaskConfig is part of the RL config schema (experiments/rl/config.py), which
+    # the command line registers before composing, so importing this module stays JAX-free.
     import jax.numpy as jnp
     return jnp

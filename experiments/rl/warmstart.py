@@ -33,9 +33,10 @@ from experiments.rl.evaluate import Evaluator
 from experiments.rl.step import RLSetup, build_sft_step
 from experiments.rl.tasks import Task
 from models.base.jsonio import read_json, write_json_atomic
-from models.config import ModelConfig
 from models.base.errors import ConfigError
 from models.base.fingerprint import fingerprint
+from models.config import ModelConfig
+from models.transformer import init_params
 
 WARM_VERSION = 1   # bump when the warm-start procedure changes (invalidates the cache)
 
@@ -122,7 +123,6 @@ def _train(model: ModelConfig, task: Task, cfg: RLConfig, setup: RLSetup, log):
     ocfg = OptimConfig(lr=ws.lr, schedule="constant", warmup_tokens=0.0, weight_decay=0.0)
     tx = make_optimizer(ocfg, make_schedule(ocfg, ws.max_steps, ws.warmup_steps))
     init_opt, step = build_sft_step(setup, tx, task.prompt_len)
-    from models.transformer import init_params
     params = setup.place(init_params(model, ws.seed)[1])
     opt_state = init_opt(params)
     dev = task.draw(np.random.default_rng([task.cfg.eval_seed, 99]), ws.dev_size)

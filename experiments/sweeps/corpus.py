@@ -10,13 +10,12 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from experiments.sweeps.grid import PlanError
+from experiments.train.corpus import DataConfig, load_corpus
+from models.base.errors import ConfigError
 
 
 def train_tokens(run_cfg: Mapping[str, Any]) -> int:
     """Tokens in the training split of `run_cfg["data"]` (raises PlanError on bad data config)."""
-    from experiments.train.corpus import DataConfig, load_corpus
-    from models.base.errors import ConfigError
-
     try:
         corpus = load_corpus(DataConfig.from_mapping(dict(run_cfg.get("data") or {})))
     except ConfigError as e:

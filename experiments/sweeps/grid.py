@@ -1,8 +1,8 @@
 """Turn a sweep preset (`sweep.*`) plus the base run config into a list of planned runs.
 
-Pure planning, no Hydra and no JAX: each `PlannedRun` is the list of Hydra overrides that makes
-one run, plus the figures that justify it (budget, N, FLOPs/token, tokens, steps) and, for runs
-that must not be trained, the reason they are skipped. The Hydra sweeper
+Pure planning, no Hydra and no JAX: `plan_sweep` returns one `PlannedRun` per run, the list of
+Hydra overrides that makes it plus the figures that justify it (budget, N, FLOPs/token, tokens,
+steps) and, for runs that must not be trained, the reason they are skipped. The Hydra sweeper
 (hydra_plugins/scalelab_sweeps) launches the runs; tests check the plan directly.
 
 Sweep kinds (`sweep.kind`):
@@ -28,7 +28,11 @@ import dataclasses
 import math
 from typing import Any, Callable, Mapping
 
-from experiments.sweeps.ladder import LadderError, Shape, shapes_from_config
+from experiments.sweeps.ladder import LadderError, shapes_from_config
+from models.base.errors import ConfigError
+from models.config import ModelConfig
+from models.flops import flops_per_token, param_count
+from sharding.layouts import AXES, ShardingConfig
 
 KINDS = ("isoflop", "model_ladder", "data_ladder", "layouts")
 
@@ -75,37 +79,13 @@ def _positive(name: str, v: Any) -> float:
     return x
 
 
-def _model_counts(model: Mapping[str, Any]) -> tuple[int, int]:
-    """(total params, training FLOPs per token) of a model config mapping."""
-    from models.config import ModelConfig
-    from models.base.errors import ConfigError
-    from models.flops import flops_per_token, param_count
-
+def model_counts(model: Mapping[str, Any]) -> tuple[int, int]:
+    """(total params, training FLOPs per token) of a model config mapping (models/flops.py)."""
     try:
         cfg = ModelConfig.from_mapping(model)
     except ConfigError as e:
         raise PlanError(str(e)) from None
     return param_count(cfg), flops_per_token(cfg)
-
-
-def _length(tokens_wanted: float, tokens_per_step: int) -> tuple[int, int]:
-    steps = max(0, int(round(tokens_wanted / tokens_per_step)))
-    return steps, steps * tokens_per_step
-
-
-def _skip_reason(steps: int, tokens: int, sweep: Mapping[str, Any],
-                 corpus_tokens: int | None, tokens_per_step: int) -> str | None:
-    min_steps = int(sweep.get("min_steps", 20))
-    if steps < min_steps:
-        return (f"only {steps} steps of {tokens_per_step} tokens (< sweep.min_steps={min_steps}); "
-                "the budget is too small for this shape")
-    max_epochs = sweep.get("max_epochs")
-    if max_epochs is not None and corpus_tokens:
-        epochs = tokens / corpus_tokens
-        if epochs > float(max_epochs):
-            return (f"{tokens:,} tokens = {epochs:.2f} epochs of the {corpus_tokens:,}-token "
-                    f"training split (> sweep.max_epochs={max_epochs})")
-    return None
 
 
 def _length_overrides(tokens: int, sweep: Mapping[str, Any]) -> list[str]:
@@ -119,9 +99,119 @@ def _length_overrides(tokens: int, sweep: Mapping[str, Any]) -> list[str]:
     return out
 
 
-def plan(run_cfg: Mapping[str, Any], sweep: Mapping[str, Any],
-         corpus_tokens: int | None = None,
-         counts: Callable[[Mapping[str, Any]], tuple[int, int]] = _model_counts) -> list[PlannedRun]:
+@dataclasses.dataclass(frozen=True)
+class _Sweep:
+    """What every kind of sweep plans from: the base config's model and batch, the `sweep` node,
+    the corpus size for the epoch limit and the (params, FLOPs/token) counter."""
+
+    model: dict[str, Any]
+    train: Mapping[str, Any]
+    sweep: Mapping[str, Any]
+    corpus_tokens: int | None
+    counts: Callable[[Mapping[str, Any]], tuple[int, int]]
+
+    @property
+    def tokens_per_step(self) -> int:
+        return int(self.train["batch_size"]) * int(self.model["seq_len"])
+
+    def length(self, tokens_wanted: float) -> tuple[int, int]:
+        """(steps, tokens) of a run of about `tokens_wanted` tokens, in whole steps."""
+        steps = max(0, int(round(tokens_wanted / self.tokens_per_step)))
+        return steps, steps * self.tokens_per_step
+
+    def skip_reason(self, steps: int, tokens: int) -> str | None:
+        """Why a run of this length is not worth training, or None."""
+        min_steps = int(self.sweep.get("min_steps", 20))
+        if steps < min_steps:
+            return (f"only {steps} steps of {self.tokens_per_step} tokens (< sweep.min_steps={min_steps}); "
+                    "the budget is too small for this shape")
+        max_epochs = self.sweep.get("max_epochs")
+        if max_epochs is not None and self.corpus_tokens:
+            epochs = tokens / self.corpus_tokens
+            if epochs > float(max_epochs):
+                return (f"{tokens:,} tokens = {epochs:.2f} epochs of the {self.corpus_tokens:,}-token "
+                        f"training split (> sweep.max_epochs={max_epochs})")
+        return None
+
+    def run(self, label: str, model: Mapping[str, Any], overrides: list[str],
+            tokens_for: Callable[[int, int], float], budget: float | None = None) -> PlannedRun:
+        """A run of `model` for about `tokens_for(n_params, flops_per_token)` tokens: its shape
+        overrides, then its length overrides (and the budget it belongs to), and the skip rule."""
+        n, fpt = self.counts(model)
+        steps, tokens = self.length(tokens_for(n, fpt))
+        overrides = overrides + _length_overrides(tokens, self.sweep)
+        if budget is not None:
+            overrides.append(f"sweep.budget={budget:g}")
+        return PlannedRun(label=label, overrides=tuple(overrides), budget=budget, n_params=n,
+                          flops_per_token=fpt, tokens=tokens, steps=steps,
+                          skip=self.skip_reason(steps, tokens))
+
+
+def _plan_isoflop(s: _Sweep) -> list[PlannedRun]:
+    """Every budget x every ladder shape, D = C / F(shape)."""
+    budgets = s.sweep.get("budgets")
+    if not budgets:
+        raise PlanError("sweep.budgets is empty; give FLOP budgets, e.g. 'sweep.budgets=[1e11,3e11]'")
+    budgets = [_positive("sweep.budgets[]", c) for c in budgets]
+    if len(set(budgets)) != len(budgets):
+        raise PlanError(f"sweep.budgets has repeated entries: {budgets}")
+    shapes = shapes_from_config(s.sweep)
+    return [s.run(f"C{format_budget(c)}_{shape.label}", shape.apply(s.model), shape.overrides(),
+                  lambda n, fpt, c=c: c / fpt, budget=c)
+            for c in sorted(budgets) for shape in shapes]
+
+
+def _plan_model_ladder(s: _Sweep) -> list[PlannedRun]:
+    """Every ladder shape at D = tokens_per_param * N."""
+    r = _positive("sweep.tokens_per_param", s.sweep.get("tokens_per_param"))
+    return [s.run(f"{shape.label}_r{r:g}", shape.apply(s.model), shape.overrides(), lambda n, fpt: r * n)
+            for shape in shapes_from_config(s.sweep)]
+
+
+def _plan_data_ladder(s: _Sweep) -> list[PlannedRun]:
+    """The config's model at each token count of `sweep.tokens`."""
+    token_list = s.sweep.get("tokens")
+    if not token_list:
+        raise PlanError("sweep.tokens is empty; give token counts, e.g. 'sweep.tokens=[1e5,3e5,1e6]'")
+    wanted = sorted(_positive("sweep.tokens[]", t) for t in token_list)
+    return [s.run(f"D{format_budget(want)}", s.model, [], lambda n, fpt, w=want: w) for want in wanted]
+
+
+def _plan_layouts(s: _Sweep) -> list[PlannedRun]:
+    """The config's model and run length over each mesh of `sweep.meshes` (never skipped)."""
+    meshes = s.sweep.get("meshes")
+    if not meshes:
+        raise PlanError("sweep.meshes is empty; give meshes, e.g. [{data: 8}, {fsdp: 8}, {data: 2, tensor: 4}]")
+    n, fpt = s.counts(s.model)
+    if s.train.get("steps"):
+        steps = int(s.train["steps"])
+        tokens = steps * s.tokens_per_step
+    elif s.train.get("tokens"):
+        steps, tokens = s.length(float(s.train["tokens"]))
+    else:
+        raise PlanError("the layouts sweep needs train.steps or train.tokens for its runs")
+    runs = []
+    for i, mesh in enumerate(meshes):
+        unknown = set(mesh) - set(AXES)
+        if unknown:
+            raise PlanError(f"sweep.meshes[{i}] has unknown axes {sorted(unknown)}; use {', '.join(AXES)}")
+        axes = dataclasses.asdict(ShardingConfig(**{k: int(v) for k, v in mesh.items()}))
+        runs.append(PlannedRun(
+            label="mesh-" + "-".join(f"{k}{v}" for k, v in axes.items()),
+            overrides=tuple(f"sharding.{k}={v}" for k, v in axes.items()),
+            budget=None, n_params=n, flops_per_token=fpt, tokens=tokens, steps=steps))
+    return runs
+
+
+_PLANNERS: dict[str, Callable[[_Sweep], list[PlannedRun]]] = {
+    "isoflop": _plan_isoflop, "model_ladder": _plan_model_ladder,
+    "data_ladder": _plan_data_ladder, "layouts": _plan_layouts,
+}
+
+
+def plan_sweep(run_cfg: Mapping[str, Any], sweep: Mapping[str, Any],
+               corpus_tokens: int | None = None,
+               counts: Callable[[Mapping[str, Any]], tuple[int, int]] = model_counts) -> list[PlannedRun]:
     """Planned runs for `sweep` (the `sweep` node) over the resolved base config `run_cfg`.
 
     `corpus_tokens` is the size of the training split (for the epoch limit; None = unknown, no
@@ -131,71 +221,5 @@ def plan(run_cfg: Mapping[str, Any], sweep: Mapping[str, Any],
     kind = sweep.get("kind", "isoflop")
     if kind not in KINDS:
         raise PlanError(f"sweep.kind={kind!r} is not one of {list(KINDS)}")
-    model = dict(run_cfg["model"])
-    train = run_cfg["train"]
-    batch = int(train["batch_size"])
-    tokens_per_step = batch * int(model["seq_len"])
-    runs: list[PlannedRun] = []
-
-    if kind == "isoflop":
-        budgets = sweep.get("budgets")
-        if not budgets:
-            raise PlanError("sweep.budgets is empty; give FLOP budgets, e.g. 'sweep.budgets=[1e11,3e11]'")
-        budgets = [_positive("sweep.budgets[]", c) for c in budgets]
-        if len(set(budgets)) != len(budgets):
-            raise PlanError(f"sweep.budgets has repeated entries: {budgets}")
-        shapes = shapes_from_config(sweep)
-        for c in sorted(budgets):
-            for shape in shapes:
-                n, fpt = counts(shape.apply(model))
-                steps, tokens = _length(c / fpt, tokens_per_step)
-                runs.append(PlannedRun(
-                    label=f"C{format_budget(c)}_{shape.label}",
-                    overrides=tuple(shape.overrides() + _length_overrides(tokens, sweep)
-                                    + [f"sweep.budget={c:g}"]),
-                    budget=c, n_params=n, flops_per_token=fpt, tokens=tokens, steps=steps,
-                    skip=_skip_reason(steps, tokens, sweep, corpus_tokens, tokens_per_step)))
-    elif kind == "model_ladder":
-        r = _positive("sweep.tokens_per_param", sweep.get("tokens_per_param"))
-        for shape in shapes_from_config(sweep):
-            n, fpt = counts(shape.apply(model))
-            steps, tokens = _length(r * n, tokens_per_step)
-            runs.append(PlannedRun(
-                label=f"{shape.label}_r{r:g}",
-                overrides=tuple(shape.overrides() + _length_overrides(tokens, sweep)),
-                budget=None, n_params=n, flops_per_token=fpt, tokens=tokens, steps=steps,
-                skip=_skip_reason(steps, tokens, sweep, corpus_tokens, tokens_per_step)))
-    elif kind == "data_ladder":
-        token_list = sweep.get("tokens")
-        if not token_list:
-            raise PlanError("sweep.tokens is empty; give token counts, e.g. 'sweep.tokens=[1e5,3e5,1e6]'")
-        n, fpt = counts(model)
-        for want in sorted(_positive("sweep.tokens[]", t) for t in token_list):
-            steps, tokens = _length(want, tokens_per_step)
-            runs.append(PlannedRun(
-                label=f"D{format_budget(want)}",
-                overrides=tuple(_length_overrides(tokens, sweep)),
-                budget=None, n_params=n, flops_per_token=fpt, tokens=tokens, steps=steps,
-                skip=_skip_reason(steps, tokens, sweep, corpus_tokens, tokens_per_step)))
-    else:  # layouts
-        meshes = sweep.get("meshes")
-        if not meshes:
-            raise PlanError("sweep.meshes is empty; give meshes, e.g. [{data: 8}, {fsdp: 8}, {data: 2, tensor: 4}]")
-        n, fpt = counts(model)
-        if train.get("steps"):
-            steps = int(train["steps"])
-            tokens = steps * tokens_per_step
-        elif train.get("tokens"):
-            steps, tokens = _length(float(train["tokens"]), tokens_per_step)
-        else:
-            raise PlanError("the layouts sweep needs train.steps or train.tokens for its runs")
-        for i, mesh in enumerate(meshes):
-            unknown = set(mesh) - {"data", "fsdp", "tensor"}
-            if unknown:
-                raise PlanError(f"sweep.meshes[{i}] has unknown axes {sorted(unknown)}; use data, fsdp, tensor")
-            axes = {"data": 1, "fsdp": 1, "tensor": 1, **{k: int(v) for k, v in mesh.items()}}
-            runs.append(PlannedRun(
-                label="mesh-" + "-".join(f"{k}{v}" for k, v in axes.items()),
-                overrides=tuple(f"sharding.{k}={v}" for k, v in axes.items()),
-                budget=None, n_params=n, flops_per_token=fpt, tokens=tokens, steps=steps))
-    return runs
+    return _PLANNERS[kind](_Sweep(model=dict(run_cfg["model"]), train=run_cfg["train"], sweep=sweep,
+                                  corpus_tokens=corpus_tokens, counts=counts))

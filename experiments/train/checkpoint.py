@@ -12,12 +12,20 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import jax
 import orbax.checkpoint as ocp
+from flax import nnx
+from jax.sharding import SingleDeviceSharding
+
+from models.config import ModelConfig
+from models.transformer import Transformer, split_params
 
 CKPT_SUBDIR = "checkpoints"
 
 
 class Checkpointer:
+    """Orbax CheckpointManager of one run directory: save / restore / read the JSON record."""
+
     def __init__(self, run_dir: Path, keep: int = 2):
         self.directory = (Path(run_dir) / CKPT_SUBDIR).resolve()
         self._mngr = ocp.CheckpointManager(
@@ -55,13 +63,6 @@ def load_params(run_dir: Path, step: int | None = None):
 
     Use with `models.transformer.apply(graphdef, params, tokens_BxL)`.
     """
-    import jax
-    from flax import nnx
-    from jax.sharding import SingleDeviceSharding
-
-    from models.config import ModelConfig
-    from models.transformer import Transformer, split_params
-
     run_dir = Path(run_dir)
     ck = Checkpointer(run_dir)
     step = ck.latest_step() if step is None else step

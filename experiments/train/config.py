@@ -1,9 +1,17 @@
-"""The one validator: raw Hydra config -> `RunSpec` of checked, derived values.
+"""The typed config of a training run, and the one validator: raw Hydra config -> `RunSpec`.
 
-Everything a run needs to know (model sizes, step counts, micro-batching, warmup steps, mesh axis
-sizes, eval batches, divergence ceiling) is derived and checked here, before any JAX compile, so
-that bad input ends with one `ConfigError` line naming the key. It touches JAX only to count
-devices.
+Every config key's type and default lives in a dataclass: `ModelConfig` (models/config.py),
+`DataConfig` (experiments/train/corpus.py), `ShardingConfig` (sharding/layouts.py) and
+`TrainConfig`, `OptimConfig`, `DistributedConfig` here. `register_configs()` stores them in Hydra's
+ConfigStore as `base_<group>`; each conf/<group>/*.yaml starts from its schema (`defaults:
+[base_<group>, _self_]`) and holds only what differs from it, and Hydra refuses an unknown key or
+a value of the wrong type while composing (experiments/cli.py turns that into one error line).
+
+`resolve_config` derives and checks everything a run needs (model sizes, step counts,
+micro-batching, warmup steps, mesh axis sizes, eval batches, divergence ceiling) before any JAX
+compile, so that bad input ends with one `ConfigError` line naming the key.
+Importing this module does not import JAX: the command line registers the schema with it before
+composing, and a completed run exits without JAX.
 """
 
 from __future__ import annotations
@@ -12,35 +20,144 @@ import dataclasses
 import math
 from typing import Any, Mapping
 
-from experiments.train.corpus import DataConfig, check_paths, data_vocab_size
-from experiments.train.optimizer import OptimConfig
+from hydra.core.config_store import ConfigStore
+from omegaconf import DictConfig, OmegaConf
+
 from experiments.rundir import config_fingerprint, fingerprint_fields
-from models.base.configs import to_plain
-from models.config import ModelConfig
-from models.base.configs import config_from_mapping
+from experiments.train.corpus import DataConfig, check_paths, data_vocab_size
+from models.base.configs import config_from_mapping, to_plain
 from models.base.errors import ConfigError
+from models.config import ModelConfig
 from models.flops import flops_per_token, non_embedding_param_count, param_count
+from sharding.layouts import ShardingConfig, resolve_axis_sizes
+from sharding.validate import validate_layout
+
+SCHEDULES = ("cosine", "linear", "wsd", "constant")
 
 
 @dataclasses.dataclass(frozen=True)
 class TrainConfig:
-    batch_size: int = 16
-    micro_batch_size: int | None = None
-    tokens: float | None = None
-    steps: int | None = None
-    eval_every: int = 100
-    eval_tokens: int = 16384
-    ckpt_every: int = 100
-    seed: int = 0
-    log_every: int = 1
-    loss_ceiling: float | None = None
+    """`train.*`: batch, run length, cadences and seed of a training run."""
+
+    batch_size: int = 16                 # global batch, sequences
+    micro_batch_size: int | None = None  # None = batch_size; smaller = gradient accumulation
+    tokens: Any = 262144                 # run length in tokens, rounded up to whole steps (int or
+                                         # float such as 2e6: typed Any so an int stays an int)
+    steps: int | None = None             # run length in steps: when set, wins over tokens
+    eval_every: int = 50                 # steps between evals (0 = only at the end)
+    eval_tokens: int = 16384             # validation tokens per eval (same batches for every seed)
+    ckpt_every: int = 50                 # steps between checkpoints (0 = only at the end)
+    seed: int = 0                        # parameter init and batch order (batch i = f(seed, i))
+    log_every: int = 1                   # steps between metrics.jsonl records
+    loss_ceiling: float | None = None    # loss above this stops the run (None = 2 ln(vocab) + 1)
     keep_checkpoints: int = 2
-    progress_every_s: float = 2.0
+    progress_every_s: float = 2.0        # console progress line period
 
     @classmethod
     def from_mapping(cls, m: Mapping[str, Any]) -> "TrainConfig":
         return config_from_mapping(cls, m, "train")
 
+
+@dataclasses.dataclass(frozen=True)
+class OptimConfig:
+    """`optim.*`: AdamW with linear warmup, then the `schedule` shape (experiments/train/optimizer.py)."""
+
+    name: str = "adamw"
+    lr: float = 3e-3
+    schedule: str = "cosine"             # cosine | linear | wsd | constant (after linear warmup)
+    warmup_tokens: Any = None            # None = 5% of the run (Any: an int stays an int)
+    min_lr_ratio: float = 0.1            # final lr / peak lr for cosine / linear / wsd
+    decay_fraction: float = 0.2          # wsd: last fraction of the run spent decaying
+    weight_decay: float = 0.1
+    b1: float = 0.9
+    b2: float = 0.95
+    eps: float = 1e-8
+    clip: float | None = 1.0             # global gradient-norm clip; None or 0 disables
+    decay_norms: bool = False            # weight decay on norm scales / biases
+    decay_embeddings: bool = False       # weight decay on the embedding and output head
+
+    @classmethod
+    def from_mapping(cls, m: Mapping[str, Any]) -> "OptimConfig":
+        return config_from_mapping(cls, m, "optim")
+
+    def validate(self) -> None:
+        if self.name != "adamw":
+            raise ConfigError(f"optim.name must be adamw (got {self.name!r})")
+        if self.schedule not in SCHEDULES:
+            raise ConfigError(f"optim.schedule must be one of {SCHEDULES} (got {self.schedule!r})")
+        self._number("lr", 0.0)
+        self._number("min_lr_ratio", 0.0, 1.0, lo_open=False)
+        self._number("decay_fraction", 0.0, 1.0)
+        self._number("weight_decay", 0.0, lo_open=False)
+        self._number("b1", 0.0, 1.0, lo_open=False)
+        self._number("b2", 0.0, 1.0, lo_open=False)
+        self._number("eps", 0.0)
+        if self.clip is not None:
+            self._number("clip", 0.0, lo_open=False)
+        if self.warmup_tokens is not None:
+            self._number("warmup_tokens", 0.0, lo_open=False)
+
+    def _number(self, name: str, lo: float, hi: float | None = None, lo_open: bool = True) -> None:
+        v = getattr(self, name)
+        ok = isinstance(v, (int, float)) and not isinstance(v, bool) and v == v
+        ok = ok and (v > lo if lo_open else v >= lo) and (hi is None or v <= hi)
+        if not ok:
+            rng = f"{'>' if lo_open else '>='} {lo}" + (f" and <= {hi}" if hi is not None else "")
+            raise ConfigError(f"optim.{name} must be a number {rng} (got {v!r})")
+
+
+@dataclasses.dataclass(frozen=True)
+class DistributedConfig:
+    """`distributed.*`: multi-host start-up (sharding/distributed.py). All None: taken from
+    SCALELAB_COORDINATOR / SCALELAB_NUM_PROCESSES / SCALELAB_PROCESS_ID or SLURM_* variables; a
+    single process if none."""
+
+    coordinator_address: str | None = None   # host:port of process 0
+    num_processes: int | None = None
+    process_id: int | None = None
+    local_device_ids: Any = None             # list of this process's device ids
+    port: int | None = None                  # coordinator port when derived from SLURM (default 12355)
+    cpu_collectives: str = "gloo"            # CPU backend collectives between processes
+
+
+# ---- Hydra schema ---------------------------------------------------------------------------
+
+GROUP_SCHEMAS: dict[str, type] = {"model": ModelConfig, "train": TrainConfig, "optim": OptimConfig,
+                                  "data": DataConfig, "sharding": ShardingConfig}
+
+
+def schema_node(cls: type) -> DictConfig:
+    """`cls` as a Hydra schema: typed like the dataclass but writable. OmegaConf makes the node of
+    a frozen dataclass read-only (nested ones too), which would refuse every YAML value and
+    command-line override merged into it."""
+    node = OmegaConf.structured(cls)
+    _make_writable(node)
+    return node
+
+
+def _make_writable(node: DictConfig) -> None:
+    OmegaConf.set_readonly(node, None)
+    for key in node:
+        child = node[key]
+        if isinstance(child, DictConfig):
+            _make_writable(child)
+
+
+def register_configs() -> None:
+    """Store the training schemas: `base_<group>` in each config group of GROUP_SCHEMAS (the
+    first entry of the defaults list of conf/<group>/*.yaml) and `base_distributed`, which
+    conf/config.yaml and conf/rl.yaml put at `distributed`. Idempotent."""
+    store = ConfigStore.instance()
+    for group, cls in GROUP_SCHEMAS.items():
+        store.store(group=group, name=f"base_{group}", node=schema_node(cls))
+    store.store(name="base_distributed", node=schema_node(DistributedConfig), package="distributed")
+
+
+# At import, so whatever composes conf/ (the command line, tests, notebooks) has the schema.
+register_configs()
+
+
+# ---- the validator --------------------------------------------------------------------------
 
 @dataclasses.dataclass(frozen=True)
 class RunSpec:
@@ -73,6 +190,17 @@ class RunSpec:
         return math.prod(self.mesh_shape)
 
 
+@dataclasses.dataclass(frozen=True)
+class _Length:
+    """How long a run is and how its batch is split."""
+
+    micro_batch_size: int
+    n_micro: int
+    tokens_per_step: int
+    steps: int
+    total_tokens: int
+
+
 def _int(name: str, v: Any, lo: int = 1) -> int:
     if isinstance(v, float) and v.is_integer():
         v = int(v)
@@ -81,25 +209,26 @@ def _int(name: str, v: Any, lo: int = 1) -> int:
     return v
 
 
-def resolve_config(cfg: Any, n_devices: int | None = None) -> RunSpec:
-    """Validate the whole config and derive the run's numbers (raises ConfigError)."""
+def _raw_groups(cfg: Any) -> dict[str, Any]:
+    """The plain config dict, after checking every group a training run needs is there."""
     raw = to_plain(cfg)
     if not isinstance(raw, dict):
         raise ConfigError("config must be a mapping")
     for group in ("model", "train", "optim", "data", "sharding"):
         if not isinstance(raw.get(group), dict):
             raise ConfigError(f"config group {group!r} is missing")
-    data = DataConfig.from_mapping(raw["data"])
-    check_paths(data)
-    model = ModelConfig.from_mapping(raw["model"])
-    optim = OptimConfig.from_mapping(raw["optim"])
-    train = TrainConfig.from_mapping(raw["train"])
+    return raw
 
+
+def _check_vocab(model: ModelConfig, data: DataConfig) -> None:
     dvocab = data_vocab_size(data)
     if model.vocab_size < dvocab:
         raise ConfigError(f"model.vocab_size={model.vocab_size} is smaller than the data's vocabulary "
                           f"({dvocab}); set model.vocab_size >= {dvocab}")
 
+
+def _run_length(train: TrainConfig, model: ModelConfig) -> _Length:
+    """Micro-batching and run length in steps (`train.steps` wins over `train.tokens`)."""
     batch = _int("train.batch_size", train.batch_size)
     micro = batch if train.micro_batch_size is None else _int("train.micro_batch_size", train.micro_batch_size)
     if batch % micro:
@@ -114,53 +243,75 @@ def resolve_config(cfg: Any, n_devices: int | None = None) -> RunSpec:
         steps = max(1, math.ceil(tok / tokens_per_step))
     else:
         raise ConfigError("give train.steps or train.tokens")
-    total_tokens = steps * tokens_per_step
-    eval_every = _int("train.eval_every", train.eval_every, lo=0)
-    ckpt_every = _int("train.ckpt_every", train.ckpt_every, lo=0)
+    return _Length(micro, batch // micro, tokens_per_step, steps, steps * tokens_per_step)
+
+
+def _check_cadences(train: TrainConfig) -> None:
+    _int("train.eval_every", train.eval_every, lo=0)
+    _int("train.ckpt_every", train.ckpt_every, lo=0)
     _int("train.eval_tokens", train.eval_tokens)
     _int("train.seed", train.seed, lo=0)
     _int("train.log_every", train.log_every)
     _int("train.keep_checkpoints", train.keep_checkpoints)
-    del eval_every, ckpt_every
 
+
+def _warmup_steps(optim: OptimConfig, length: _Length) -> int:
+    """`optim.warmup_tokens` in steps; None = 5% of the run."""
     if optim.warmup_tokens is None:
-        warmup_steps = int(round(0.05 * steps))
-    else:
-        if optim.warmup_tokens >= total_tokens and optim.warmup_tokens > 0:
-            raise ConfigError(f"optim.warmup_tokens={optim.warmup_tokens:g} is not smaller than the run's "
-                              f"{total_tokens} tokens")
-        warmup_steps = int(math.ceil(optim.warmup_tokens / tokens_per_step))
+        return int(round(0.05 * length.steps))
+    if optim.warmup_tokens >= length.total_tokens and optim.warmup_tokens > 0:
+        raise ConfigError(f"optim.warmup_tokens={optim.warmup_tokens:g} is not smaller than the run's "
+                          f"{length.total_tokens} tokens")
+    return int(math.ceil(optim.warmup_tokens / length.tokens_per_step))
 
-    eval_bs = micro
-    eval_batches = max(1, math.ceil(train.eval_tokens / (eval_bs * model.seq_len)))
+
+def _loss_ceiling(train: TrainConfig, model: ModelConfig) -> float:
+    """Divergence threshold: `train.loss_ceiling`, or 2 ln(vocab) + 1 (twice a uniform guess)."""
     ceiling = train.loss_ceiling
     if ceiling is None:
-        ceiling = 2.0 * math.log(model.vocab_size) + 1.0
-    elif isinstance(ceiling, bool) or not isinstance(ceiling, (int, float)) or not ceiling > 0:
+        return 2.0 * math.log(model.vocab_size) + 1.0
+    if isinstance(ceiling, bool) or not isinstance(ceiling, (int, float)) or not ceiling > 0:
         raise ConfigError(f"train.loss_ceiling must be a positive number (got {ceiling!r})")
+    return float(ceiling)
 
-    sh = raw["sharding"]
-    unknown = sorted(set(sh) - {"data", "fsdp", "tensor"})
-    if unknown:
-        raise ConfigError(f"unknown sharding key(s) {unknown}; known: data, fsdp, tensor")
-    from sharding.mesh import resolve_axis_sizes
-    from sharding.validate import validate_layout
+
+def _mesh_shape(sharding: ShardingConfig, model: ModelConfig, micro: int, n_devices: int | None) -> tuple[int, int, int]:
+    """Resolved (data, fsdp, tensor) sizes that divide the model and the batch."""
     # Divisibility by the axes given explicitly first (the clearer message), then the device count.
-    fixed = [sh.get(k, 1) for k in ("data", "fsdp", "tensor")]
+    fixed = sharding.sizes
     if all(isinstance(v, int) and not isinstance(v, bool) and (v >= 1 or v == -1) for v in fixed):
-        validate_layout(model, *[max(v, 1) for v in fixed], micro_batch_size=micro, eval_batch_size=eval_bs)
+        validate_layout(model, *[max(v, 1) for v in fixed], micro_batch_size=micro, eval_batch_size=micro)
     if n_devices is None:
-        import jax
-        n_devices = jax.device_count()
-    mesh_shape = resolve_axis_sizes([sh.get("data", 1), sh.get("fsdp", 1), sh.get("tensor", 1)], n_devices)
-    validate_layout(model, *mesh_shape, micro_batch_size=micro, eval_batch_size=eval_bs)
+        import jax  # only to count devices: importing this module stays JAX-free (see the docstring)
 
+        n_devices = jax.device_count()
+    mesh_shape = resolve_axis_sizes(list(fixed), n_devices)
+    validate_layout(model, *mesh_shape, micro_batch_size=micro, eval_batch_size=micro)
+    return mesh_shape
+
+
+def resolve_config(cfg: Any, n_devices: int | None = None) -> RunSpec:
+    """Validate the whole config and derive the run's numbers (raises ConfigError)."""
+    raw = _raw_groups(cfg)
+    data = DataConfig.from_mapping(raw["data"])
+    check_paths(data)
+    model = ModelConfig.from_mapping(raw["model"])
+    optim = OptimConfig.from_mapping(raw["optim"])
+    train = TrainConfig.from_mapping(raw["train"])
+    _check_vocab(model, data)
+    length = _run_length(train, model)
+    _check_cadences(train)
+    warmup_steps = _warmup_steps(optim, length)
+    eval_batches = max(1, math.ceil(train.eval_tokens / (length.micro_batch_size * model.seq_len)))
+    ceiling = _loss_ceiling(train, model)
+    mesh_shape = _mesh_shape(ShardingConfig.from_mapping(raw["sharding"]), model,
+                             length.micro_batch_size, n_devices)
     return RunSpec(
         model=model, train=train, optim=optim, data=data, mesh_shape=mesh_shape,
         distributed=dict(raw.get("distributed") or {}),
-        steps=steps, tokens_per_step=tokens_per_step, total_tokens=total_tokens,
-        micro_batch_size=micro, n_micro=batch // micro, warmup_steps=warmup_steps,
-        eval_batch_size=eval_bs, eval_batches=eval_batches, loss_ceiling=float(ceiling),
+        steps=length.steps, tokens_per_step=length.tokens_per_step, total_tokens=length.total_tokens,
+        micro_batch_size=length.micro_batch_size, n_micro=length.n_micro, warmup_steps=warmup_steps,
+        eval_batch_size=length.micro_batch_size, eval_batches=eval_batches, loss_ceiling=ceiling,
         n_params=param_count(model), n_params_non_embedding=non_embedding_param_count(model),
         flops_per_token=flops_per_token(model), fingerprint=config_fingerprint(raw),
         fingerprint_fields=fingerprint_fields(raw), raw=raw)

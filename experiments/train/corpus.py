@@ -42,6 +42,9 @@ _EVAL_STREAM = 0x5EED_E7A1  # eval batches are the same for every run seed
 
 @dataclasses.dataclass(frozen=True)
 class DataConfig:
+    """`data.*`: which corpus and how it is split (the defaults are conf/data/stdlib.yaml; this
+    class is also the Hydra schema of `data.*`, registered by experiments/train/config.py)."""
+
     source: str = "auto"            # auto | stdlib | text | tokens
     path: Any = None                # file, glob, or list of them (text/tokens)
     val_path: str | None = None     # tokens: separate validation file

@@ -14,26 +14,38 @@ Exit status lives in summary["status"]: completed | diverged | failed.
 from __future__ import annotations
 
 import concurrent.futures as cf
+import dataclasses
+import logging
 import math
 import time
 from pathlib import Path
 from typing import Any, Callable
 
+import jax
 import numpy as np
 
 from experiments.rundir import completed_summary, write_failed_summary
-from models.base.jsonio import write_json_atomic
+from experiments.train.checkpoint import Checkpointer
+from experiments.train.config import RunSpec, resolve_config
+from experiments.train.corpus import BatchSampler, eval_sampler, load_corpus
+from experiments.train.metrics import MetricsLog, Progress
+from experiments.train.optimizer import make_optimizer, make_schedule
+from experiments.train.peak_flops import peak_flops_per_device
+from experiments.train.steps import TrainSetup, build_train_setup
+from models.base.configs import to_plain
 from models.base.errors import ConfigError
+from models.base.fingerprint import diff_fields
+from models.base.jsonio import write_json_atomic
+from sharding import distributed
+from sharding.mesh import make_mesh
 
 
 class Diverged(RuntimeError):
-    pass
+    """The loss went non-finite or above `train.loss_ceiling`: the run stops as `diverged`."""
 
 
 def quiet_library_logs() -> None:
     """Hydra's console logging is INFO; keep JAX/Orbax/absl chatter out of the run's output."""
-    import logging
-
     for name in ("absl", "jax", "orbax", "jax._src.xla_bridge"):
         logging.getLogger(name).setLevel(logging.WARNING)
 
@@ -48,8 +60,6 @@ def _log(msg: str, enabled: bool = True) -> None:
 def make_train_batch(sampler, step: int, n_micro: int, micro: int, sharding) -> Any:
     """Global (n_micro, micro, L+1) int32 array of batch `step`; each process reads only the rows
     its devices hold (global row = k * micro + r for micro-batch k, row r)."""
-    import jax
-
     L1 = sampler.seq_len + 1
     cache: dict[tuple, np.ndarray] = {}
 
@@ -66,8 +76,7 @@ def make_train_batch(sampler, step: int, n_micro: int, micro: int, sharding) -> 
 
 
 def make_eval_batch(sampler, j: int, sharding) -> Any:
-    import jax
-
+    """Global (B, L+1) eval batch `j` of a fixed validation sampler."""
     L1 = sampler.seq_len + 1
     return jax.make_array_from_callback(
         (sampler.batch_size, L1), sharding,
@@ -88,6 +97,11 @@ class Prefetcher:
                 self.futs[j] = self.pool.submit(self.make, j)
         return self.futs.pop(i).result()
 
+    def put(self, i: int, batch: Any) -> None:
+        """Hand over batch i, already built (the one the train step was compiled on)."""
+        self.futs[i] = cf.Future()
+        self.futs[i].set_result(batch)
+
     def close(self) -> None:
         for f in self.futs.values():
             f.cancel()
@@ -104,8 +118,6 @@ class HostSchedule:
     """
 
     def __init__(self, schedule: Callable[[Any], Any], chunk: int = 4096):
-        import jax
-
         self.values_at = jax.jit(jax.vmap(schedule))  # compiled once, evaluated once per chunk
         self.chunk = chunk
         self._c, self._vals = -1, np.empty(0)
@@ -120,6 +132,82 @@ class HostSchedule:
 
 # ---- the run --------------------------------------------------------------------------------
 
+@dataclasses.dataclass
+class RunState:
+    """What summary.json reports, kept current as the run goes, so that a failure at any point
+    still writes a `failed` summary with everything known so far."""
+
+    spec: RunSpec | None = None
+    is_main: bool = True
+    step: int = 0
+    tokens: int = 0
+    flops: float = 0.0
+    train_loss: float | None = None
+    eval_loss: float | None = None
+    tokens_per_s: float | None = None
+    mfu: float | None = None
+    peak: float | None = None
+    peak_source: str | None = None
+    mesh: dict[str, Any] | None = None
+    corpus: dict[str, Any] | None = None
+    wall_prev: float = 0.0        # wall time of earlier sessions of this run (from the checkpoint)
+
+
+@dataclasses.dataclass
+class Clock:
+    """Step timing of this session: the time between two finished steps, less evaluation and
+    checkpoint pauses, and the tokens / seconds that the summary's throughput averages."""
+
+    t_last: float = dataclasses.field(default_factory=time.perf_counter)
+    pause: float = 0.0
+    session_tokens: int = 0
+    session_time: float = 0.0
+
+    def lap(self) -> float:
+        """Seconds since the previous lap, pauses excluded."""
+        now = time.perf_counter()
+        dt = max(now - self.t_last - self.pause, 1e-9)
+        self.t_last, self.pause = now, 0.0
+        return dt
+
+    def paused_since(self, t0: float) -> None:
+        """Exclude the time since `t0` (a perf_counter reading) from the current step."""
+        self.pause += time.perf_counter() - t0
+
+    def tokens_per_s(self) -> float | None:
+        return self.session_tokens / self.session_time if self.session_time > 0 else None
+
+
+@dataclasses.dataclass
+class Loop:
+    """The compiled run and its moving parts: what the step loop advances."""
+
+    spec: RunSpec
+    state: RunState
+    run_dir: Path
+    t_start: float
+    ts: TrainSetup
+    params: Any
+    opt_state: Any
+    start: int
+    resumed: bool
+    ckpt: Checkpointer
+    metrics: MetricsLog
+    progress: Progress
+    lr_of_step: HostSchedule
+    n_dev: int
+    sampler: BatchSampler          # train batches: batch i = f(train.seed, i)
+    eval_set: list[Any]
+    eval_fn: Any = None
+    step_fn: Any = None
+    compile_s: float = 0.0
+    clock: Clock = dataclasses.field(default_factory=Clock)
+
+    def mfu(self, tokens_per_s: float) -> float:
+        peak = self.state.peak
+        return tokens_per_s * self.spec.flops_per_token / (self.n_dev * peak) if peak == peak else math.nan
+
+
 def run(cfg: Any, run_dir: Path) -> dict[str, Any]:
     """Train (or resume, or skip if completed) the run described by `cfg` in `run_dir`.
 
@@ -133,32 +221,30 @@ def run(cfg: Any, run_dir: Path) -> dict[str, Any]:
         _log(f"run in {run_dir} already completed ({done.get('tokens')} tokens, final eval loss "
              f"{done.get('final_eval_loss')}); nothing to do")
         return dict(done, already_completed=True)
-
-    from models.base.configs import to_plain
-    from sharding import distributed
-
     quiet_library_logs()
     raw = to_plain(cfg)
-    state: dict[str, Any] = {"spec": None, "is_main": True}
+    state = RunState()
     try:
         distributed.initialize((raw or {}).get("distributed"))
         return _run(raw, run_dir, t_start, state)
     except Exception as e:  # write a failed summary, then let the caller report
-        if state["is_main"]:
-            write_failed_summary(run_dir, _summary_base(state.get("spec"), state), e,
-                                 state.get("wall_prev", 0.0) + time.time() - t_start)
+        if state.is_main:
+            write_failed_summary(run_dir, _summary_base(state), e,
+                                 state.wall_prev + time.time() - t_start)
         raise
 
 
-def _summary_base(spec, state: dict[str, Any]) -> dict[str, Any]:
+def _summary_base(state: RunState) -> dict[str, Any]:
+    """summary.json's fields known so far (status and wall time are set by the caller)."""
     s: dict[str, Any] = {
-        "status": None, "n_params": None, "n_params_non_embedding": None, "tokens": state.get("tokens", 0),
-        "flops": state.get("flops", 0.0), "final_train_loss": state.get("train_loss"),
-        "final_eval_loss": state.get("eval_loss"), "tokens_per_s": state.get("tokens_per_s"),
-        "mfu": state.get("mfu"), "peak_flops_per_device": state.get("peak"),
-        "peak_flops_source": state.get("peak_source"), "mesh": state.get("mesh"),
-        "corpus": state.get("corpus"), "wall_time_s": None, "steps_done": state.get("step", 0),
+        "status": None, "n_params": None, "n_params_non_embedding": None, "tokens": state.tokens,
+        "flops": state.flops, "final_train_loss": state.train_loss,
+        "final_eval_loss": state.eval_loss, "tokens_per_s": state.tokens_per_s,
+        "mfu": state.mfu, "peak_flops_per_device": state.peak,
+        "peak_flops_source": state.peak_source, "mesh": state.mesh,
+        "corpus": state.corpus, "wall_time_s": None, "steps_done": state.step,
     }
+    spec = state.spec
     if spec is not None:
         s.update(n_params=spec.n_params, n_params_non_embedding=spec.n_params_non_embedding,
                  steps=spec.steps, total_tokens=spec.total_tokens, tokens_per_step=spec.tokens_per_step,
@@ -167,176 +253,225 @@ def _summary_base(spec, state: dict[str, Any]) -> dict[str, Any]:
     return s
 
 
-def _run(raw: dict[str, Any], run_dir: Path, t_start: float, state: dict[str, Any]) -> dict[str, Any]:
-    import jax
-
-    from experiments.train.config import resolve_config
-
+def _run(raw: dict[str, Any], run_dir: Path, t_start: float, state: RunState) -> dict[str, Any]:
+    """Validate, build, restore, train, summarise: the order of work in the module docstring."""
     spec = resolve_config(raw)                         # all validation, before any compile
-    state["spec"] = spec
-    is_main = jax.process_index() == 0
-    state["is_main"] = is_main
-
-    from experiments.train.checkpoint import Checkpointer
-    from experiments.train.corpus import BatchSampler, eval_sampler, load_corpus
-    from experiments.train.metrics import MetricsLog, Progress
-    from experiments.train.optimizer import make_optimizer, make_schedule
-    from experiments.train.peak_flops import peak_flops_per_device
-    from experiments.train.steps import build_train_setup
-    from sharding.mesh import make_mesh
-
+    state.spec, state.is_main = spec, jax.process_index() == 0
     corpus = load_corpus(spec.data)
-    state["corpus"] = corpus.identity
-    train_sampler = BatchSampler(corpus.train, spec.model.seq_len, spec.train.batch_size, spec.train.seed)
-    val_sampler = eval_sampler(corpus.val, spec.model.seq_len, spec.eval_batch_size)
-
+    state.corpus = corpus.identity
+    sampler = BatchSampler(corpus.train, spec.model.seq_len, spec.train.batch_size, spec.train.seed)
     mesh = make_mesh(spec.mesh_shape)
+    devices = _describe_devices(spec, mesh, state)
+    loop = _build_loop(spec, state, run_dir, t_start, mesh, corpus, sampler)
+    _log_header(spec, devices, corpus, state.is_main)
+    first = _compile(loop)
+    status = _train_steps(loop, first)
+    return _write_summary(loop, status)
+
+
+def _describe_devices(spec: RunSpec, mesh: Any, state: RunState) -> list[Any]:
+    """The mesh's devices; records their peak FLOP/s (for MFU) and the mesh in the run state."""
     devices = list(mesh.devices.flat)
     on_host = sum(1 for d in devices if d.process_index == jax.process_index())
-    peak, peak_src = peak_flops_per_device(devices[0], spec.model.dtype, devices_on_host=on_host)
-    state.update(peak=peak, peak_source=peak_src, mesh={
-        "data": spec.mesh_shape[0], "fsdp": spec.mesh_shape[1], "tensor": spec.mesh_shape[2],
-        "devices": len(devices), "processes": jax.process_count(),
-        "device_kind": devices[0].device_kind, "platform": devices[0].platform})
+    state.peak, state.peak_source = peak_flops_per_device(devices[0], spec.model.dtype,
+                                                          devices_on_host=on_host)
+    state.mesh = {"data": spec.mesh_shape[0], "fsdp": spec.mesh_shape[1], "tensor": spec.mesh_shape[2],
+                  "devices": len(devices), "processes": jax.process_count(),
+                  "device_kind": devices[0].device_kind, "platform": devices[0].platform}
+    return devices
 
+
+def _build_loop(spec: RunSpec, state: RunState, run_dir: Path, t_start: float, mesh: Any,
+                corpus: Any, sampler: BatchSampler) -> Loop:
+    """Optimizer, sharded steps, checkpointer and metrics log; params restored or initialised."""
     schedule = make_schedule(spec.optim, spec.steps, spec.warmup_steps)
-    tx = make_optimizer(spec.optim, schedule)
-    lr_of_step = HostSchedule(schedule)
-    ts = build_train_setup(spec.model, tx, mesh, n_micro=spec.n_micro)
-
+    ts = build_train_setup(spec.model, make_optimizer(spec.optim, schedule), mesh, n_micro=spec.n_micro)
     ckpt = Checkpointer(run_dir, keep=spec.train.keep_checkpoints)
-    metrics = MetricsLog(run_dir / "metrics.jsonl", enabled=is_main)
+    metrics = MetricsLog(run_dir / "metrics.jsonl", enabled=state.is_main)
+    params, opt_state, start, resumed = _restore_or_init(spec, state, run_dir, ts, ckpt, metrics)
+    val_sampler = eval_sampler(corpus.val, spec.model.seq_len, spec.eval_batch_size)
+    eval_set = [make_eval_batch(val_sampler, j, ts.eval_batch_sharding) for j in range(spec.eval_batches)]
+    progress = Progress(spec.steps, spec.tokens_per_step, spec.train.progress_every_s, enabled=state.is_main)
+    return Loop(spec=spec, state=state, run_dir=run_dir, t_start=t_start, ts=ts, params=params,
+                opt_state=opt_state, start=start, resumed=resumed, ckpt=ckpt, metrics=metrics,
+                progress=progress, lr_of_step=HostSchedule(schedule), n_dev=mesh.devices.size,
+                sampler=sampler, eval_set=eval_set)
+
+
+def _restore_or_init(spec: RunSpec, state: RunState, run_dir: Path, ts: TrainSetup,
+                     ckpt: Checkpointer, metrics: MetricsLog) -> tuple[Any, Any, int, bool]:
+    """(params, opt_state, start step, resumed): the latest checkpoint of this same config, or a
+    fresh init. A checkpoint of another config is refused (it would mix two experiments)."""
     latest = ckpt.latest_step()
-    if latest is not None:
+    if latest is None:
+        params, opt_state = ts.init(spec.train.seed)
+        metrics.reset()
+        start = 0
+    else:
         meta = ckpt.read_meta(latest)
         if meta.get("config_fingerprint") != spec.fingerprint:
-            from models.base.fingerprint import diff_fields
             diffs = diff_fields(meta.get("config_fields") or {}, spec.fingerprint_fields)
             raise ConfigError(f"{run_dir} holds checkpoints of another config ({'; '.join(diffs[:3])}); "
                               "choose another hydra.run.dir")
-        abs_p, abs_o = ts.abstract_state()
-        params, opt_state, meta = ckpt.restore(latest, abs_p, abs_o)
+        params, opt_state, meta = ckpt.restore(latest, *ts.abstract_state())
         start = int(meta["step"])
-        state.update(wall_prev=float(meta.get("wall_time_s", 0.0)), train_loss=meta.get("train_loss"),
-                     eval_loss=meta.get("eval_loss"))
+        state.wall_prev = float(meta.get("wall_time_s", 0.0))
+        state.train_loss, state.eval_loss = meta.get("train_loss"), meta.get("eval_loss")
         metrics.truncate_after(start)
-        _log(f"resuming from checkpoint at step {start}/{spec.steps}", is_main)
-    else:
-        params, opt_state = ts.init(spec.train.seed)
-        start = 0
-        metrics.reset()
-    state.update(step=start, tokens=start * spec.tokens_per_step,
-                 flops=float(start * spec.tokens_per_step * spec.flops_per_token))
-    fpt = spec.flops_per_token
+        _log(f"resuming from checkpoint at step {start}/{spec.steps}", state.is_main)
+    state.step, state.tokens = start, start * spec.tokens_per_step
+    state.flops = float(start * spec.tokens_per_step * spec.flops_per_token)
+    return params, opt_state, start, latest is not None
+
+
+def _log_header(spec: RunSpec, devices: list[Any], corpus: Any, enabled: bool) -> None:
+    """One line: model size, run length, mesh and corpus."""
     _log(f"model: {spec.n_params:,} params ({spec.n_params_non_embedding:,} non-embedding), "
-         f"{fpt:,} FLOPs/token | run: {spec.steps} steps x {spec.tokens_per_step:,} tokens = "
-         f"{spec.total_tokens:,} tokens | mesh data={spec.mesh_shape[0]} fsdp={spec.mesh_shape[1]} "
-         f"tensor={spec.mesh_shape[2]} on {len(devices)} {devices[0].platform} device(s) | corpus "
-         f"{corpus.identity['name']} ({corpus.identity['bytes']:,} bytes)", is_main)
+         f"{spec.flops_per_token:,} FLOPs/token | run: {spec.steps} steps x {spec.tokens_per_step:,} "
+         f"tokens = {spec.total_tokens:,} tokens | mesh data={spec.mesh_shape[0]} fsdp="
+         f"{spec.mesh_shape[1]} tensor={spec.mesh_shape[2]} on {len(devices)} {devices[0].platform} "
+         f"device(s) | corpus {corpus.identity['name']} ({corpus.identity['bytes']:,} bytes)", enabled)
 
-    make_batch = lambda i: make_train_batch(train_sampler, i, spec.n_micro, spec.micro_batch_size,
-                                            ts.batch_sharding)
-    eval_set = [make_eval_batch(val_sampler, j, ts.eval_batch_sharding) for j in range(spec.eval_batches)]
 
+def _make_batch(loop: Loop, i: int) -> Any:
+    """Train batch i, sharded as the train step takes it."""
+    spec = loop.spec
+    return make_train_batch(loop.sampler, i, spec.n_micro, spec.micro_batch_size, loop.ts.batch_sharding)
+
+
+def _compile(loop: Loop) -> Any:
+    """Compile the train step (on the first batch, returned for reuse) and the eval step, ahead
+    of time so the compile time is measured apart from the steps."""
     t_c = time.time()
-    first = make_batch(start) if start < spec.steps else None
-    step_fn = ts.train_step.lower(params, opt_state, first).compile() if first is not None else None
-    eval_fn = ts.eval_step.lower(params, eval_set[0]).compile()
-    compile_s = time.time() - t_c
+    first = None
+    if loop.start < loop.spec.steps:
+        first = _make_batch(loop, loop.start)
+        loop.step_fn = loop.ts.train_step.lower(loop.params, loop.opt_state, first).compile()
+    loop.eval_fn = loop.ts.eval_step.lower(loop.params, loop.eval_set[0]).compile()
+    loop.compile_s = time.time() - t_c
+    return first
 
-    def evaluate(p) -> float:
-        losses = [eval_fn(p, b) for b in eval_set]
-        return float(np.mean([float(l) for l in losses]))
 
-    def save(step: int) -> None:
-        meta = {"step": step, "tokens": step * spec.tokens_per_step, "config_fingerprint": spec.fingerprint,
-                "config_fields": spec.fingerprint_fields, "model": spec.model.to_dict(),
-                "train_loss": state.get("train_loss"), "eval_loss": state.get("eval_loss"),
-                "wall_time_s": state.get("wall_prev", 0.0) + time.time() - t_start}
-        ckpt.save(step, params, opt_state, meta)
+def _evaluate(loop: Loop, params: Any) -> float:
+    """Mean validation loss over the fixed eval batches."""
+    losses = [loop.eval_fn(params, b) for b in loop.eval_set]
+    return float(np.mean([float(l) for l in losses]))
 
-    n_dev = len(devices)
-    progress = Progress(spec.steps, spec.tokens_per_step, spec.train.progress_every_s, enabled=is_main)
-    prefetch = Prefetcher(make_batch, spec.steps)
+
+def _checkpoint(loop: Loop, step: int) -> None:
+    """Save (params, opt_state) of `step` with the record that resume and analysis read."""
+    t_s = time.perf_counter()
+    loop.metrics.flush()
+    spec, state = loop.spec, loop.state
+    meta = {"step": step, "tokens": step * spec.tokens_per_step, "config_fingerprint": spec.fingerprint,
+            "config_fields": spec.fingerprint_fields, "model": spec.model.to_dict(),
+            "train_loss": state.train_loss, "eval_loss": state.eval_loss,
+            "wall_time_s": state.wall_prev + time.time() - loop.t_start}
+    loop.ckpt.save(step, loop.params, loop.opt_state, meta)
+    loop.clock.paused_since(t_s)
+
+
+def _train_steps(loop: Loop, first: Any) -> str:
+    """Run the steps from `loop.start`; "completed", or "diverged" on a bad loss.
+
+    Step i is dispatched before step i-1's metrics are fetched, so the host never waits on the
+    device except on eval / checkpoint steps (which need the params after the step)."""
+    prefetch = Prefetcher(lambda i: _make_batch(loop, i), loop.spec.steps)
     if first is not None:
-        prefetch.futs[start] = cf.Future()
-        prefetch.futs[start].set_result(first)
-    session_tokens, session_time = 0, 0.0
-    t_last = time.perf_counter()
-    pause = 0.0
-    pending: tuple[int, Any] | None = None
-    status = "completed"
-
-    def finish(step_i: int, m: Any, eval_params: Any = None) -> None:
-        """Fetch step_i's metrics (blocks until it is done), evaluate if given the params after
-        it, log, and raise Diverged on a non-finite loss or one above the ceiling."""
-        nonlocal t_last, pause, session_tokens, session_time
-        loss, gnorm = float(m["loss"]), float(m["grad_norm"])
-        now = time.perf_counter()
-        dt = max(now - t_last - pause, 1e-9)
-        t_last, pause = now, 0.0
-        n = step_i + 1
-        tps = spec.tokens_per_step / dt
-        mfu = tps * fpt / (n_dev * peak) if peak == peak else float("nan")
-        if n > start + 1 or spec.steps - start == 1:  # the session's first step pays warm-up
-            session_tokens += spec.tokens_per_step
-            session_time += dt
-        flops = float(n * spec.tokens_per_step * fpt)
-        state.update(step=n, tokens=n * spec.tokens_per_step, flops=flops, train_loss=loss)
-        rec = {"step": n, "tokens": n * spec.tokens_per_step, "flops": flops, "loss": loss,
-               "lr": lr_of_step(step_i), "grad_norm": gnorm, "step_time_s": dt,
-               "tokens_per_s": tps, "mfu": mfu}
-        diverged = not math.isfinite(loss) or loss > spec.loss_ceiling
-        if eval_params is not None and not diverged:
-            t_e = time.perf_counter()
-            state["eval_loss"] = rec["eval_loss"] = evaluate(eval_params)
-            pause += time.perf_counter() - t_e
-        if n % spec.train.log_every == 0 or "eval_loss" in rec or diverged or n == spec.steps:
-            metrics.write(rec)
-        progress.update(n, loss, tps, mfu, rec.get("eval_loss"), force=n == spec.steps or diverged)
-        if diverged:
-            raise Diverged(f"loss {loss} at step {n} is non-finite or above train.loss_ceiling="
-                           f"{spec.loss_ceiling:g}")
-
+        prefetch.put(loop.start, first)
+    loop.clock = Clock()
     try:
-        for i in range(start, spec.steps):
-            batch = prefetch.get(i)
-            params, opt_state, m = step_fn(params, opt_state, batch)   # async dispatch
+        pending = None
+        for i in range(loop.start, loop.spec.steps):
+            loop.params, loop.opt_state, m = loop.step_fn(loop.params, loop.opt_state, prefetch.get(i))
             if pending is not None:
-                finish(*pending)   # step i-1 finishes while step i runs
-            pending = (i, m)
-            n = i + 1
-            need_ckpt = n == spec.steps or bool(spec.train.ckpt_every and n % spec.train.ckpt_every == 0)
-            need_eval = n == spec.steps or bool(spec.train.eval_every and n % spec.train.eval_every == 0)
-            if need_ckpt or need_eval:
-                pending = None
-                finish(i, m, eval_params=params if need_eval else None)
-                if need_ckpt:
-                    t_s = time.perf_counter()
-                    metrics.flush()
-                    save(n)
-                    pause += time.perf_counter() - t_s
+                _finish_step(loop, *pending)   # step i-1 finishes while step i runs
+            pending = None if _finish_on_boundary(loop, i, m) else (i, m)
         if pending is not None:
-            finish(*pending)
+            _finish_step(loop, *pending)
     except Diverged as e:
-        status = "diverged"
-        _log(f"diverged: {e}", is_main)
+        _log(f"diverged: {e}", loop.state.is_main)
+        return "diverged"
     finally:
         prefetch.close()
-        metrics.close()
+        loop.metrics.close()
+    return "completed"
 
-    if status == "completed" and start >= spec.steps and state.get("eval_loss") is None:
-        state["eval_loss"] = evaluate(params)
-    ckpt.close()
-    tps = session_tokens / session_time if session_time > 0 else None
-    state["tokens_per_s"] = tps
-    state["mfu"] = (tps * fpt / (n_dev * peak)) if tps and peak == peak else None
-    summary = _summary_base(spec, state)
-    summary.update(status=status, wall_time_s=state.get("wall_prev", 0.0) + time.time() - t_start,
-                   compile_time_s=compile_s, resumed_from_step=start if latest is not None else None)
-    if is_main:
-        write_json_atomic(run_dir / "summary.json", summary)
+
+def _finish_on_boundary(loop: Loop, i: int, m: Any) -> bool:
+    """At an eval or checkpoint step (and the last step) finish step i now, evaluate the params
+    after it and save them; True if it did (the step is then no longer pending)."""
+    spec, n = loop.spec, i + 1
+    need_ckpt = n == spec.steps or bool(spec.train.ckpt_every and n % spec.train.ckpt_every == 0)
+    need_eval = n == spec.steps or bool(spec.train.eval_every and n % spec.train.eval_every == 0)
+    if not (need_ckpt or need_eval):
+        return False
+    _finish_step(loop, i, m, eval_params=loop.params if need_eval else None)
+    if need_ckpt:
+        _checkpoint(loop, n)
+    return True
+
+
+def _finish_step(loop: Loop, step_i: int, m: Any, eval_params: Any = None) -> None:
+    """Fetch step_i's metrics (blocks until it is done), evaluate if given the params after it,
+    log, and raise Diverged on a non-finite loss or one above the ceiling."""
+    rec = _step_record(loop, step_i, m)
+    loss = rec["loss"]
+    diverged = not math.isfinite(loss) or loss > loop.spec.loss_ceiling
+    if eval_params is not None and not diverged:
+        t_e = time.perf_counter()
+        loop.state.eval_loss = rec["eval_loss"] = _evaluate(loop, eval_params)
+        loop.clock.paused_since(t_e)
+    _log_progress(loop, rec, force=diverged)
+    if diverged:
+        raise Diverged(f"loss {loss} at step {rec['step']} is non-finite or above train.loss_ceiling="
+                       f"{loop.spec.loss_ceiling:g}")
+
+
+def _step_record(loop: Loop, step_i: int, m: Any) -> dict[str, Any]:
+    """The metrics.jsonl record of step_i; advances the clock and the run state."""
+    spec, state, clock = loop.spec, loop.state, loop.clock
+    loss, gnorm = float(m["loss"]), float(m["grad_norm"])
+    dt = clock.lap()
+    n = step_i + 1
+    tps = spec.tokens_per_step / dt
+    if n > loop.start + 1 or spec.steps - loop.start == 1:  # the session's first step pays warm-up
+        clock.session_tokens += spec.tokens_per_step
+        clock.session_time += dt
+    flops = float(n * spec.tokens_per_step * spec.flops_per_token)
+    state.step, state.tokens, state.flops, state.train_loss = n, n * spec.tokens_per_step, flops, loss
+    return {"step": n, "tokens": n * spec.tokens_per_step, "flops": flops, "loss": loss,
+            "lr": loop.lr_of_step(step_i), "grad_norm": gnorm, "step_time_s": dt,
+            "tokens_per_s": tps, "mfu": loop.mfu(tps)}
+
+
+def _log_progress(loop: Loop, rec: dict[str, Any], force: bool) -> None:
+    """metrics.jsonl every `train.log_every` steps (eval, diverged and last steps always), and
+    the console progress line at most every `train.progress_every_s`."""
+    n, spec = rec["step"], loop.spec
+    last = n == spec.steps
+    if n % spec.train.log_every == 0 or "eval_loss" in rec or force or last:
+        loop.metrics.write(rec)
+    loop.progress.update(n, rec["loss"], rec["tokens_per_s"], rec["mfu"], rec.get("eval_loss"),
+                         force=last or force)
+
+
+def _write_summary(loop: Loop, status: str) -> dict[str, Any]:
+    """Final throughput and MFU of this session, then summary.json (one atomic write, process 0)
+    and the closing console line."""
+    spec, state = loop.spec, loop.state
+    if status == "completed" and loop.start >= spec.steps and state.eval_loss is None:
+        state.eval_loss = _evaluate(loop, loop.params)   # resumed after the final checkpoint
+    loop.ckpt.close()
+    tps = loop.clock.tokens_per_s()
+    state.tokens_per_s = tps
+    state.mfu = loop.mfu(tps) if tps and state.peak == state.peak else None
+    summary = _summary_base(state)
+    summary.update(status=status, wall_time_s=state.wall_prev + time.time() - loop.t_start,
+                   compile_time_s=loop.compile_s, resumed_from_step=loop.start if loop.resumed else None)
+    if state.is_main:
+        write_json_atomic(loop.run_dir / "summary.json", summary)
         _log(f"{status}: {summary['tokens']:,} tokens, final train loss {summary['final_train_loss']}, "
              f"eval loss {summary['final_eval_loss']}, {tps or 0:,.0f} tok/s, "
-             f"mfu {summary['mfu'] or float('nan'):.3f}, {summary['wall_time_s']:.1f}s", is_main)
+             f"mfu {summary['mfu'] or float('nan'):.3f}, {summary['wall_time_s']:.1f}s")
     return summary

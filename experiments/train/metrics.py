@@ -2,7 +2,8 @@
 
 metrics.jsonl keys: step, tokens, flops, loss, lr, grad_norm, step_time_s, tokens_per_s, mfu, and
 eval_loss on eval steps. On resume the file is cut back to the checkpointed step so it never holds
-a step twice.
+a step twice. Lines are strict JSON (`models.base.jsonio.jsonl_line`): a NaN or infinite value is
+written as `null`, and `read_metrics` reads a null metric back as NaN.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ import sys
 import time
 from pathlib import Path
 from typing import Any, TextIO
+
+from models.base.jsonio import jsonl_line
 
 
 class MetricsLog:
@@ -48,7 +51,7 @@ class MetricsLog:
         if self._f is None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._f = open(self.path, "a", buffering=1)
-        self._f.write(json.dumps({k: _clean(v) for k, v in record.items()}) + "\n")
+        self._f.write(jsonl_line(record) + "\n")
 
     def flush(self) -> None:
         if self._f is not None:
@@ -60,18 +63,13 @@ class MetricsLog:
             self._f = None
 
 
-def _clean(v: Any) -> Any:
-    """JSON has no NaN/inf: write them as strings so the file stays valid JSON."""
-    if isinstance(v, float) and not math.isfinite(v):
-        return str(v)
-    return v
-
-
 def read_metrics(path: Path) -> list[dict[str, Any]]:
+    """The records of a metrics.jsonl file, in order; a `null` value (a NaN or infinite metric
+    when written, or a metric with no value yet) reads back as NaN."""
     out = []
     for line in Path(path).read_text().splitlines():
         if line.strip():
-            out.append(json.loads(line))
+            out.append({k: math.nan if v is None else v for k, v in json.loads(line).items()})
     return out
 
 

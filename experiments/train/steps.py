@@ -63,6 +63,31 @@ class TrainSetup:
                 jax.tree.map(attach, o_shapes, self.opt_shardings))
 
 
+def _make_train_step(grad_fn: Callable, tx: optax.GradientTransformation, p_sh: Any,
+                     n_micro: int) -> Callable:
+    """One optimizer step on N micro-batches: the mean of their gradients (scanned, so memory
+    holds one micro-batch's activations), norm before clipping, update."""
+    def train_step(params: Any, opt_state: Any, batch_NxMxL1: jax.Array):
+        if n_micro == 1:
+            loss, grads = grad_fn(params, batch_NxMxL1[0])
+        else:
+            def micro(carry, mb_MxL1):
+                g_acc, l_acc = carry
+                l, g = grad_fn(params, mb_MxL1)
+                return (jax.tree.map(jnp.add, g_acc, g), l_acc + l), None
+            zeros = jax.tree.map(jnp.zeros_like, params)
+            (grads, loss), _ = jax.lax.scan(micro, (zeros, jnp.zeros((), jnp.float32)), batch_NxMxL1)
+            grads = jax.tree.map(lambda g: g / n_micro, grads)
+            loss = loss / n_micro
+        grads = jax.lax.with_sharding_constraint(grads, p_sh)
+        grad_norm = optax.tree.norm(grads)
+        updates, opt_state = tx.update(grads, opt_state, params)
+        params = optax.apply_updates(params, updates)
+        return params, opt_state, {"loss": loss, "grad_norm": grad_norm}
+
+    return train_step
+
+
 def build_train_setup(model_cfg: ModelConfig, tx: optax.GradientTransformation, mesh: Mesh,
                       n_micro: int = 1, donate: bool = True) -> TrainSetup:
     """Shardings from the logical-axis rules, and the jitted init / train / eval functions."""
@@ -92,25 +117,7 @@ def build_train_setup(model_cfg: ModelConfig, tx: optax.GradientTransformation, 
         return params, tx.init(params)
 
     init_jit = jax.jit(init_fn, static_argnums=0, out_shardings=(p_sh, o_sh))
-
-    def train_step(params: Any, opt_state: Any, batch_NxMxL1: jax.Array):
-        if n_micro == 1:
-            loss, grads = grad_fn(params, batch_NxMxL1[0])
-        else:
-            def micro(carry, mb_MxL1):
-                g_acc, l_acc = carry
-                l, g = grad_fn(params, mb_MxL1)
-                return (jax.tree.map(jnp.add, g_acc, g), l_acc + l), None
-            zeros = jax.tree.map(jnp.zeros_like, params)
-            (grads, loss), _ = jax.lax.scan(micro, (zeros, jnp.zeros((), jnp.float32)), batch_NxMxL1)
-            grads = jax.tree.map(lambda g: g / n_micro, grads)
-            loss = loss / n_micro
-        grads = jax.lax.with_sharding_constraint(grads, p_sh)
-        grad_norm = optax.tree.norm(grads)
-        updates, opt_state = tx.update(grads, opt_state, params)
-        params = optax.apply_updates(params, updates)
-        return params, opt_state, {"loss": loss, "grad_norm": grad_norm}
-
+    train_step = _make_train_step(grad_fn, tx, p_sh, n_micro)
     train_jit = jax.jit(train_step, in_shardings=(p_sh, o_sh, batch_sh),
                         out_shardings=(p_sh, o_sh, replicated),
                         donate_argnums=(0, 1) if donate else ())

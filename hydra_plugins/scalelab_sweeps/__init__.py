@@ -2,5 +2,5 @@
 and a joblib launcher that pins each parallel run to its own CPU cores.
 
 Hydra imports every module under `hydra_plugins` at start-up, so these modules stay light (no JAX);
-the planning logic lives in experiments/sweep_*.py.
+the planning logic lives in experiments/sweeps/ (imported where used).
 """

@@ -27,6 +27,7 @@ def run_in_slot(lock_dir: str, slots: list[list[int]], threads: int, idx: int,
                 overrides: Sequence[str], hydra_context: HydraContext, config: DictConfig,
                 task_function: TaskFunction, singleton_state: Dict[Any, Any]) -> JobReturn:
     """Worker-side: take a free CPU slot, pin to it, then run the job as Hydra's joblib does."""
+    # Imported here: Hydra imports every plugin module at start-up, for any app (see __init__).
     from hydra_plugins.hydra_joblib_launcher._core import execute_job
 
     from experiments.sweeps.limits import apply_limits, hold_slot
@@ -63,8 +64,10 @@ class LocalParallelLauncher(Launcher):
         self.hydra_context = hydra_context
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
-        from experiments.sweeps.limits import cpu_sets
+        # Imported here: Hydra imports every plugin module at start-up, for any app (see __init__).
         from joblib import Parallel, delayed
+
+        from experiments.sweeps.limits import cpu_sets
 
         setup_globals()
         assert self.config is not None and self.task_function is not None

@@ -3,7 +3,7 @@
 Selected by `+sweep=<preset>` (conf/sweep/*.yaml set `hydra/sweeper: scalelab`). It keeps `-m`
 semantics: any other command-line overrides are expanded exactly like Hydra's basic sweeper
 (`optim.lr=1e-3,3e-3` gives two sweeps), and each of those combinations is crossed with the
-runs planned from the `sweep` node (experiments/sweeps/grid.py). Every run gets
+runs planned from the `sweep` node (experiments/sweeps/grid.py: plan_sweep). Every run gets
 `hydra.sweep.subdir=<label>_<id>` where the id hashes the run's resolved config
 (experiments/sweeps/runs.py), so relaunching finds earlier runs by path: completed runs are not
 launched at all, interrupted runs are launched and resume from their checkpoints, failed or
@@ -20,7 +20,9 @@ import pathlib
 from typing import Any, List, Optional, Sequence
 
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.plugins import Plugins
 from hydra.core.utils import JobReturn, JobStatus
 from hydra.errors import CompactHydraException
 from hydra.plugins.launcher import Launcher
@@ -50,8 +52,7 @@ class TaskGuard:
         self.fn = fn
 
     def __call__(self, cfg: DictConfig) -> Any:
-        from hydra.core.hydra_config import HydraConfig
-
+        # Imported here: Hydra imports every plugin module at start-up, for any app (see __init__).
         from experiments.sweeps.limits import record_launch
 
         with record_launch(pathlib.Path(HydraConfig.get().runtime.output_dir)):
@@ -93,8 +94,6 @@ class ScalelabSweeper(Sweeper):
 
     def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction,
               config: DictConfig) -> None:
-        from hydra.core.plugins import Plugins
-
         self.config = config
         self.hydra_context = hydra_context
         self.launcher = Plugins.instance().instantiate_launcher(
@@ -102,52 +101,60 @@ class ScalelabSweeper(Sweeper):
 
     # ---- planning ----------------------------------------------------------------------------
     def _plan_jobs(self, arguments: List[str]) -> tuple[list[dict], list[dict]]:
-        from experiments.sweeps.ladder import LadderError
-        from experiments.sweeps.grid import plan
-        from experiments.sweeps.runs import decide, read_status, run_dirname, run_id
-
+        """(jobs to launch, a record per planned run) for every combination of the command
+        line's own sweep overrides, each crossed with the runs its `sweep` node plans."""
         assert self.config is not None and self.hydra_context is not None
         loader = self.hydra_context.config_loader
         parsed = OverridesParser.create(config_loader=loader).parse_overrides(arguments)
         combos = BasicSweeper.split_arguments(parsed, None)[0] if parsed else [[]]
         sweep_dir = pathlib.Path(str(self.config.hydra.sweep.dir))
-        launch, records, seen = [], [], set()
+        launch: list[dict] = []
+        records: list[dict] = []
+        seen: set[str] = set()
         for combo in combos:
-            base = loader.load_sweep_config(self.config, list(combo))
-            sweep = _container(base, "sweep")
-            if not isinstance(sweep, dict):
-                raise SweepError("the scalelab sweeper needs a `sweep` config node: "
-                                     "select a preset with +sweep=isoflop (or model_ladder, data_ladder, layouts)")
-            run_cfg = _run_config(base)
-            try:
-                planned = plan(run_cfg, sweep, corpus_tokens=_corpus_tokens(run_cfg, sweep))
-            except LadderError as e:
-                raise SweepError(str(e)) from None
-            rerun_failed = bool(sweep.get("rerun_failed", False))
-            self.dry_run = self.dry_run or bool(sweep.get("dry_run", False))
-            ignore = list(sweep.get("id_ignore") or [])
-            for p in planned:
-                rec = {"label": p.label, "budget": p.budget, "n_params": p.n_params,
-                       "flops_per_token": p.flops_per_token, "tokens": p.tokens,
-                       "steps": p.steps, "flops": p.flops, "overrides": list(combo) + list(p.overrides)}
-                if p.skip:
-                    rec.update(action="skip", reason=p.skip)
-                    records.append(rec)
-                    continue
-                job = list(combo) + list(p.overrides)
-                job_cfg = loader.load_sweep_config(self.config, job)
-                subdir = run_dirname(p.label, run_id(_run_config(job_cfg), ignore))
-                if subdir in seen:
-                    continue
-                seen.add(subdir)
-                status = read_status(sweep_dir / subdir)
-                go, why = decide(status, rerun_failed)
-                rec.update(run_dir=subdir, status_before=status,
-                           action="launch" if go else "reuse", reason=why)
-                records.append(rec)
-                if go:
-                    launch.append({"overrides": job + [f"hydra.sweep.subdir={subdir}"], "rec": rec})
+            self._plan_combo(list(combo), sweep_dir, seen, launch, records)
         return launch, records
+
+    def _plan_combo(self, combo: list[str], sweep_dir: pathlib.Path, seen: set[str],
+                    launch: list[dict], records: list[dict]) -> None:
+        """Plan one combination: skip, reuse or launch each run, by its deterministic directory."""
+        # Imported here: Hydra imports every plugin module at start-up, for any app (see __init__).
+        from experiments.sweeps.grid import plan_sweep
+        from experiments.sweeps.ladder import LadderError
+        from experiments.sweeps.runs import decide, read_status, run_dirname, run_id
+
+        assert self.config is not None and self.hydra_context is not None
+        loader = self.hydra_context.config_loader
+        base = loader.load_sweep_config(self.config, combo)
+        sweep = _container(base, "sweep")
+        if not isinstance(sweep, dict):
+            raise SweepError("the scalelab sweeper needs a `sweep` config node: "
+                             "select a preset with +sweep=isoflop (or model_ladder, data_ladder, layouts)")
+        run_cfg = _run_config(base)
+        try:
+            planned = plan_sweep(run_cfg, sweep, corpus_tokens=_corpus_tokens(run_cfg, sweep))
+        except LadderError as e:
+            raise SweepError(str(e)) from None
+        self.dry_run = self.dry_run or bool(sweep.get("dry_run", False))
+        for p in planned:
+            rec = {"label": p.label, "budget": p.budget, "n_params": p.n_params,
+                   "flops_per_token": p.flops_per_token, "tokens": p.tokens,
+                   "steps": p.steps, "flops": p.flops, "overrides": combo + list(p.overrides)}
+            if p.skip:
+                records.append({**rec, "action": "skip", "reason": p.skip})
+                continue
+            job = combo + list(p.overrides)
+            job_cfg = loader.load_sweep_config(self.config, job)
+            subdir = run_dirname(p.label, run_id(_run_config(job_cfg), list(sweep.get("id_ignore") or [])))
+            if subdir in seen:
+                continue
+            seen.add(subdir)
+            status = read_status(sweep_dir / subdir)
+            go, why = decide(status, bool(sweep.get("rerun_failed", False)))
+            rec.update(run_dir=subdir, status_before=status, action="launch" if go else "reuse", reason=why)
+            records.append(rec)
+            if go:
+                launch.append({"overrides": job + [f"hydra.sweep.subdir={subdir}"], "rec": rec})
 
     # ---- sweeping ----------------------------------------------------------------------------
     def sweep(self, arguments: List[str]) -> Any:
@@ -167,6 +174,7 @@ class ScalelabSweeper(Sweeper):
             lock.close()
 
     def _sweep_locked(self, arguments: List[str], sweep_dir: pathlib.Path) -> Any:
+        # Imported here: Hydra imports every plugin module at start-up, for any app (see __init__).
         from experiments.sweeps.runs import read_status
 
         launch, records = self._plan_jobs(arguments)
@@ -214,6 +222,7 @@ def _corpus_tokens(run_cfg: dict, sweep: dict) -> Optional[int]:
     """Training-split size for the epoch limit (None when no limit is asked for)."""
     if sweep.get("max_epochs") is None:
         return None
+    # Imported here: it loads the corpus module (numpy), and plugin modules stay light (see __init__).
     from experiments.sweeps.corpus import train_tokens
 
     return train_tokens(run_cfg)

@@ -33,7 +33,7 @@ def to_strict(obj: Any) -> Any:
     if isinstance(obj, Path):
         return str(obj)
     try:
-        import numpy as np
+        import numpy as np  # lazy: the base imports nothing heavy
         if isinstance(obj, np.generic):
             return to_strict(obj.item())
         if isinstance(obj, np.ndarray):

@@ -3,6 +3,7 @@
 Public API:
     ModelShape, Layout, Precision (BF16_MIXED, FP32_PARAMS)   frozen inputs      (spec.py)
     Hardware, load_hardware, catalogue_names                   accelerator specs  (hardware.py)
+    hardware_for_device_kind(jax device_kind) -> Hardware | None   peak-FLOPs lookup (hardware.py)
     Efficiency, DEFAULT_EFFICIENCY                             fitted constants   (efficiency.py)
     estimate_step(model, layout, hardware, precision, eff) -> StepEstimate         (step.py)
     memory_breakdown, activation_bytes_per_layer                                 (memory.py)
@@ -12,7 +13,8 @@ See docs/costmodel.md for the equations and their sources.
 """
 
 from sharding.costmodel.efficiency import DEFAULT_EFFICIENCY, PRIOR_EFFICIENCY, Efficiency
-from sharding.costmodel.hardware import Hardware, catalogue_names, load_hardware
+from sharding.costmodel.hardware import (Hardware, catalogue_names, hardware_for_device_kind,
+                                         load_hardware)
 from sharding.costmodel.memory import MemoryBreakdown, activation_bytes_per_layer, memory_breakdown
 from sharding.costmodel.spec import (ACT_CKPT, ATTENTION_KERNELS, BF16_MIXED, FP32_PARAMS, Layout,
                                      LayoutError, ModelShape, Precision, validate_layout)
@@ -22,5 +24,6 @@ __all__ = [
     "ACT_CKPT", "ATTENTION_KERNELS", "BF16_MIXED", "DEFAULT_EFFICIENCY", "Efficiency",
     "FP32_PARAMS", "Hardware", "Layout", "LayoutError", "MemoryBreakdown", "ModelShape",
     "PRIOR_EFFICIENCY", "Precision", "StepEstimate", "TimeBreakdown", "activation_bytes_per_layer",
-    "catalogue_names", "estimate_step", "load_hardware", "memory_breakdown", "validate_layout",
+    "catalogue_names", "estimate_step", "hardware_for_device_kind", "load_hardware",
+    "memory_breakdown", "validate_layout",
 ]

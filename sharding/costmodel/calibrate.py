@@ -16,7 +16,7 @@ import math
 from typing import Sequence
 
 import numpy as np
-from scipy import optimize
+from scipy import optimize, stats
 
 from sharding.costmodel.efficiency import PRIOR_EFFICIENCY, Efficiency
 from sharding.costmodel.hardware import Hardware
@@ -150,7 +150,6 @@ def calibrate(measurements: Sequence[Measurement], base: Efficiency = PRIOR_EFFI
 
 
 def _spearman(a: np.ndarray, b: np.ndarray) -> float:
-    from scipy import stats
     return float(stats.spearmanr(a, b).statistic)
 
 

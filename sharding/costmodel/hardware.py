@@ -3,11 +3,17 @@
 Each YAML gives per-device numbers (the device is what the framework sees as one rank: one GPU,
 one MI250X graphics compute die, one TPU chip) and a `sources:` mapping saying where each number
 comes from. Bandwidths are per direction, in bytes/s.
+
+This catalogue is the one table of device peaks: the cost model reads `peak_flops` (bf16), and the
+trainer's MFU (experiments/train/peak_flops.py) finds its device through `device_kinds` (what JAX
+reports as `device.device_kind`) with `hardware_for_device_kind` and reads the peak of its
+compute dtype (`peak_flops_for`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import pathlib
 from typing import Any, Mapping
 
@@ -17,7 +23,7 @@ from sharding.costmodel.spec import LayoutError
 
 CATALOGUE_DIR = pathlib.Path(__file__).resolve().parents[2] / "conf" / "hardware"
 ALIASES = {"h100": "h100-sxm", "a100": "a100-80gb", "mi250": "mi250x", "v5p": "tpu-v5p",
-           "v5e": "tpu-v5e", "v4": "tpu-v4"}
+           "v5e": "tpu-v5e", "v4": "tpu-v4", "v6e": "tpu-v6e"}
 _REQUIRED = ("peak_flops", "hbm_bytes", "hbm_bw", "devices_per_node", "intra_node_bw",
              "inter_node_bw")
 
@@ -41,6 +47,12 @@ class Hardware:
     intra_node_latency_s: float = 5e-6
     inter_node_latency_s: float = 10e-6
     host_bw: float = 25e9  # device<->host (PCIe) for optimizer offload
+    # dense FLOP/s of float32 matmuls as XLA runs them by default (TF32 tensor cores on NVIDIA,
+    # bf16 passes on TPU); None = not catalogued
+    peak_flops_float32: float | None = None
+    # lower-cased substrings of JAX's `device.device_kind` that name this chip (the longest
+    # match over the catalogue wins, so "tpu v5 lite" beats "tpu v5")
+    device_kinds: tuple[str, ...] = ()
     sources: Mapping[str, str] = dataclasses.field(default_factory=dict, compare=False)
 
     @classmethod
@@ -54,7 +66,8 @@ class Hardware:
             raise LayoutError(f"hardware file {origin} has unknown key(s) {unknown}")
         kw = dict(m)
         kw.setdefault("name", pathlib.Path(origin).stem)
-        for k in fields - {"name", "sources", "devices_per_node"}:
+        kw["device_kinds"] = _device_kinds(kw.get("device_kinds"), origin)
+        for k in fields - {"name", "sources", "devices_per_node", "device_kinds"}:
             if k in kw:
                 try:
                     kw[k] = float(kw[k])
@@ -67,6 +80,22 @@ class Hardware:
             raise LayoutError(f"hardware {origin}: devices_per_node must be a positive integer")
         kw["sources"] = dict(kw.get("sources") or {})
         return cls(**kw)
+
+    def peak_flops_for(self, dtype: str) -> float | None:
+        """Dense peak FLOP/s of matmuls in compute dtype `dtype` ("bfloat16" or "float32");
+        None when the catalogue has no figure for it."""
+        return {"bfloat16": self.peak_flops, "float32": self.peak_flops_float32}.get(dtype)
+
+
+def _device_kinds(value: Any, origin: str) -> tuple[str, ...]:
+    """`device_kinds` as a tuple of lower-cased strings (a YAML list, or one string)."""
+    if value is None:
+        return ()
+    items = [value] if isinstance(value, str) else value
+    if not isinstance(items, (list, tuple)) or not all(isinstance(v, str) and v.strip() for v in items):
+        raise LayoutError(f"hardware {origin}: device_kinds must be a list of non-empty strings "
+                          f"(got {value!r})")
+    return tuple(v.strip().lower() for v in items)
 
 
 def catalogue_names() -> list[str]:
@@ -91,3 +120,25 @@ def load_hardware(name_or_path: str | pathlib.Path) -> Hardware:
     if not isinstance(data, Mapping):
         raise LayoutError(f"hardware file {path} must be a mapping of keys to values")
     return Hardware.from_mapping(data, origin=str(path))
+
+
+@functools.lru_cache(maxsize=1)
+def _catalogue() -> tuple[Hardware, ...]:
+    """Every catalogue entry, read once per process (catalogue_names order)."""
+    return tuple(load_hardware(name) for name in catalogue_names())
+
+
+def hardware_for_device_kind(device_kind: str) -> Hardware | None:
+    """The catalogue entry naming `device_kind` (JAX's `device.device_kind`, any case), or None.
+
+    An entry matches when one of its `device_kinds` is a substring of the lower-cased kind; among
+    matches the longest substring wins (ties: catalogue order), so "TPU v5 lite" is a v5e and
+    not a v5p ("tpu v5"), and "NVIDIA A100-SXM4-40GB" the 40 GB A100 rather than the generic one.
+    """
+    kind = device_kind.lower()
+    best, best_len = None, 0
+    for hw in _catalogue():
+        for key in hw.device_kinds:
+            if key in kind and len(key) > best_len:
+                best, best_len = hw, len(key)
+    return best

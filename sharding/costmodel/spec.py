@@ -106,12 +106,22 @@ class ModelShape:
 
     @property
     def n_params(self) -> int:
-        """All parameters, embeddings included (the PaLM/Hagemann MFU convention's N)."""
+        """All parameters, embeddings included (the PaLM/Hagemann MFU convention's N).
+
+        Counted here, not by `models.flops.param_count`, because the cost model needs the
+        per-component counts (attention, MLP, embedding, head: `memory.stage_params` splits them
+        over pipeline stages) and describes shapes the training model cannot build (GELU MLPs,
+        Llama's d_ff rounding to 256 where `models.config.default_d_ff` rounds to 64). For the
+        shapes both describe (`from_model_config`) the counts are equal, which
+        tests/test_costmodel.py checks.
+        """
         return (self.n_layers * self.params_per_layer + self.embedding_params + self.head_params
                 + self.d_model)
 
     @property
-    def n_params_nonembedding(self) -> int:
+    def n_params_non_embedding(self) -> int:
+        """`n_params` without the input embedding and the untied head (Kaplan et al.'s N;
+        summary.json's `n_params_non_embedding`)."""
         return self.n_layers * self.params_per_layer + self.d_model
 
     def model_flops_per_token(self) -> float:

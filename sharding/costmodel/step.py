@@ -112,44 +112,70 @@ class StepEstimate:
 
 
 def _gemm_eff(eff: Efficiency, *dims: float) -> float:
+    """Fraction of peak a GEMM reaches: saturating in its smallest dimension."""
     x = min(dims)
     return eff.gemm_eff_max * x / (x + eff.gemm_half_dim)
 
 
-def estimate_step(model: ModelShape, layout: Layout, hardware: Hardware,
-                  precision: Precision = BF16_MIXED,
-                  eff: Efficiency = DEFAULT_EFFICIENCY) -> StepEstimate:
-    """Predict memory and time of one optimizer step (raises `LayoutError` if impossible)."""
-    validate_layout(model, layout)
-    m, lo, hw = model, layout, hardware
-    t, p, v, dp = lo.tp, lo.pp, lo.interleave, lo.dp
-    sp = lo.sp and t > 1
-    n_mb = lo.grad_accum
-    s, b, h, f, V = m.seq_len, lo.micro_batch, m.d_model, m.ffn, m.vocab_size
-    tok = s * b
-    peak = hw.peak_flops
-    ab = precision.act_bytes
-    layers = math.ceil(m.n_layers / p)  # uneven splits: the fullest stage sets the pace
-    full = lo.act_ckpt == "full"
-    flash = lo.attention in ("flash1", "flash2")
+@dataclasses.dataclass(frozen=True)
+class _Step:
+    """Inputs of one step estimate plus the quantities every term needs, derived once."""
 
-    # ---- GEMMs of one layer (fwd FLOPs, device-local), time for fwd+bwd(+recompute) --------
+    m: ModelShape
+    lo: Layout
+    hw: Hardware
+    precision: Precision
+    eff: Efficiency
+    tok: int  # tokens of one micro-batch on one device (seq_len · micro_batch)
+    layers: int  # layers on the fullest pipeline stage (uneven splits: it sets the pace)
+    fwd_passes: float  # forward passes per micro-batch: 2 when full checkpointing re-runs it
+    sp: bool  # sequence parallelism in effect (needs tp > 1)
+    full: bool  # full activation checkpointing
+    flash: bool  # a flash-attention kernel (no score matrix in HBM)
+    ranks: dict[str, int]  # members of each TP / DP / PP group that share a node
+
+    @classmethod
+    def of(cls, model: ModelShape, layout: Layout, hardware: Hardware, precision: Precision,
+           eff: Efficiency) -> "_Step":
+        full = layout.act_ckpt == "full"
+        return cls(m=model, lo=layout, hw=hardware, precision=precision, eff=eff,
+                   tok=model.seq_len * layout.micro_batch,
+                   layers=math.ceil(model.n_layers / layout.pp),
+                   fwd_passes=2.0 if full else 1.0, sp=layout.sp and layout.tp > 1, full=full,
+                   flash=layout.attention in ("flash1", "flash2"),
+                   ranks=ranks_per_node(hardware, layout.tp, layout.dp, layout.pp))
+
+
+def _gemm_terms(st: _Step) -> tuple[float, float, float]:
+    """(forward GEMM FLOPs of one layer, device-local; fwd+bwd(+recompute) time of those GEMMs;
+    time of the LM-head GEMMs, once per micro-batch on the last stage)."""
+    m, t, peak, eff, tok = st.m, st.lo.tp, st.hw.peak_flops, st.eff, st.tok
+    h, f, V = m.d_model, m.ffn, m.vocab_size
     n_mlp_in = 2 * f if m.mlp == "swiglu" else f
     gemms = [(tok, (h + 2 * m.kv_dim) / t, h), (tok, h, h / t), (tok, n_mlp_in / t, h),
              (tok, h, f / t)]
-    fwd_passes = 2.0 if full else 1.0  # full checkpointing re-runs the forward
     layer_gemm_flops = sum(2 * a * c * d for a, c, d in gemms)
-    layer_gemm_time = sum(2 * a * c * d * (fwd_passes + 2) / (peak * _gemm_eff(eff, a, c, d))
+    layer_gemm_time = sum(2 * a * c * d * (st.fwd_passes + 2) / (peak * _gemm_eff(eff, a, c, d))
                           for a, c, d in gemms)
     head_flops = 2 * tok * V / t * h
     head_time = 3 * head_flops / (peak * _gemm_eff(eff, tok, V / t, h))
+    return layer_gemm_flops, layer_gemm_time, head_time
 
-    # ---- attention core -----------------------------------------------------------------------
-    heads = m.n_heads / t
-    attn_fwd_flops = 4 * b * s * s * m.head_dim * heads  # QK^T and AV, non-causal
-    attn_recompute = 1.0 if (full or lo.act_ckpt == "selective") and not flash else 0.0
-    attn_passes = fwd_passes + 2 if full else 3 + attn_recompute
-    if flash:
+
+def _attention_terms(st: _Step) -> tuple[float, float, float]:
+    """(forward FLOPs of one layer's attention core (QK^T and AV, non-causal); 1.0 when
+    checkpointing recomputes the non-flash core, else 0.0; its time per micro-batch).
+
+    Flash kernels skip the masked half (causal) and run at a kernel-specific fraction of peak;
+    unfused kernels run batched GEMMs and also move the score matrix through HBM.
+    """
+    m, lo, hw, eff = st.m, st.lo, st.hw, st.eff
+    s, b, peak = m.seq_len, lo.micro_batch, hw.peak_flops
+    heads = m.n_heads / lo.tp
+    attn_fwd_flops = 4 * b * s * s * m.head_dim * heads
+    attn_recompute = 1.0 if (st.full or lo.act_ckpt == "selective") and not st.flash else 0.0
+    attn_passes = st.fwd_passes + 2 if st.full else 3 + attn_recompute
+    if st.flash:
         kernel_eff = eff.flash2_eff if lo.attention == "flash2" else eff.flash1_eff
         attn_time = 0.5 * attn_fwd_flops * attn_passes / (peak * kernel_eff)  # causal: half
     else:
@@ -158,114 +184,188 @@ def estimate_step(model: ModelShape, layout: Layout, hardware: Hardware,
         scores = heads * s * s * b
         attn_time = (attn_fwd_flops * attn_passes / (peak * bmm_eff)
                      + traffic * scores * attn_passes / 3 / hw.hbm_bw)
+    return attn_fwd_flops, attn_recompute, attn_time
 
-    # ---- element-wise (HBM-bound) -------------------------------------------------------------
-    rep = 1.0 / t if sp else 1.0
+
+def _elementwise_terms(st: _Step) -> tuple[float, float]:
+    """(HBM-bound element-wise time of one layer (norms, activations, residuals; 1/tp of the
+    d_model-wide traffic under sequence parallelism); fixed per-layer launch overhead)."""
+    m, lo, eff = st.m, st.lo, st.eff
+    rep = 1.0 / lo.tp if st.sp else 1.0
     elem_h = eff.elem_bytes_h + (0.0 if lo.fused_norm else eff.elem_bytes_h_unfused_norm)
-    elem_bytes = tok * (h * elem_h * rep + f * eff.elem_bytes_f / t)
-    elem_time = elem_bytes * (fwd_passes + 2) / 3 / hw.hbm_bw
-    overhead = eff.layer_overhead_s * (fwd_passes + 2) / 3
+    elem_bytes = st.tok * (m.d_model * elem_h * rep + m.ffn * eff.elem_bytes_f / lo.tp)
+    elem_time = elem_bytes * (st.fwd_passes + 2) / 3 / st.hw.hbm_bw
+    overhead = eff.layer_overhead_s * (st.fwd_passes + 2) / 3
+    return elem_time, overhead
 
-    # ---- tensor-parallel collectives ------------------------------------------------------------
-    # Per layer: forward reduces the outputs of the attention and MLP row-parallel matmuls (2);
-    # backward reduces the input gradients of the column-parallel matmuls: 2 when QKV and
-    # gate/up are fused, 3 (q, k, v) + 2 (gate, up) when they are separate. Full recompute
-    # repeats the forward's 2. Per micro-batch: vocab-parallel embedding (fwd) and head input
-    # gradient (bwd) reduce a (tokens, d_model) tensor, and the vocab-parallel softmax reduces
-    # its max and sum (tokens fp32 values each).
-    g = ranks_per_node(hw, t, dp, p)
-    colls: list[Collective] = []
-    act_buf = tok * h * ab
+
+def _tp_collectives(st: _Step) -> tuple[list[Collective], float, float]:
+    """(TP collectives of the step; their time per layer per micro-batch; the embedding / head /
+    softmax-statistics collectives' time per micro-batch), before overlap.
+
+    Per layer: forward reduces the outputs of the attention and MLP row-parallel matmuls (2);
+    backward reduces the input gradients of the column-parallel matmuls: 2 when QKV and
+    gate/up are fused, 3 (q, k, v) + 2 (gate, up) when they are separate. Full recompute
+    repeats the forward's 2. Per micro-batch: vocab-parallel embedding (fwd) and head input
+    gradient (bwd) reduce a (tokens, d_model) tensor, and the vocab-parallel softmax reduces
+    its max and sum (tokens fp32 values each).
+    """
+    m, lo, hw, eff, t = st.m, st.lo, st.hw, st.eff, st.lo.tp
+    if t <= 1:
+        return [], 0.0, 0.0
+    n_mb = lo.grad_accum
+    act_buf = st.tok * m.d_model * st.precision.act_bytes
     bwd_calls = 2 if lo.fused_projections else (3 + (2 if m.mlp == "swiglu" else 1))
-    tp_calls_per_layer = 2 * fwd_passes + bwd_calls
+    tp_calls_per_layer = 2 * st.fwd_passes + bwd_calls
+    colls: list[Collective] = []
     tp_time_layer = 0.0
-    tp_time_edge = 0.0  # embedding + head + softmax statistics, once per micro-batch
-    if t > 1:
-        kinds = (("all_gather", "reduce_scatter") if sp else ("all_reduce",))
-        layer_calls = tp_calls_per_layer * m.n_layers / p * n_mb
-        for kind in kinds:
-            c = make_collective(f"tp_{kind}", kind, act_buf, layer_calls, t, g["tp"], hw,
-                                eff.link_eff)
-            colls.append(c)
-            tp_time_layer += c.time_s / layer_calls * tp_calls_per_layer
-        for name, kind, buf, calls in (("tp_embed_head", "all_reduce", act_buf, 2),
-                                       ("tp_softmax_stats", "all_reduce", tok * 4.0, 2)):
-            c = make_collective(name, kind, buf, calls * n_mb, t, g["tp"], hw, eff.link_eff)
-            colls.append(c)
-            tp_time_edge += c.time_s / n_mb
-    tp_exposed_layer = tp_time_layer * (1 - eff.tp_overlap)
+    tp_time_edge = 0.0
+    kinds = (("all_gather", "reduce_scatter") if st.sp else ("all_reduce",))
+    layer_calls = tp_calls_per_layer * m.n_layers / lo.pp * n_mb
+    for kind in kinds:
+        c = make_collective(f"tp_{kind}", kind, act_buf, layer_calls, t, st.ranks["tp"], hw,
+                            eff.link_eff)
+        colls.append(c)
+        tp_time_layer += c.time_s / layer_calls * tp_calls_per_layer
+    for name, kind, buf, calls in (("tp_embed_head", "all_reduce", act_buf, 2),
+                                   ("tp_softmax_stats", "all_reduce", st.tok * 4.0, 2)):
+        c = make_collective(name, kind, buf, calls * n_mb, t, st.ranks["tp"], hw, eff.link_eff)
+        colls.append(c)
+        tp_time_edge += c.time_s / n_mb
+    return colls, tp_time_layer, tp_time_edge
 
-    # ---- one micro-batch on the slowest stage ---------------------------------------------------
-    per_layer = layer_gemm_time + attn_time + elem_time + overhead + tp_exposed_layer
-    loss_traffic = tok * V / t * 16.0 / hw.hbm_bw  # fp32 softmax + grad of the logits
-    last_extra = head_time + loss_traffic
-    stage_time = layers * per_layer + last_extra + tp_time_edge * (1 - eff.tp_overlap)
-    p2p = 0.0
-    if p > 1:
-        same_node = g["pp"] >= p
-        p2p_bytes = act_buf / t  # Megatron scatter/gather: each TP rank sends its 1/t
-        p2p = 2 * v * p2p_time(p2p_bytes, same_node, hw, eff.link_eff)
-        colls.append(Collective("pp_p2p", "p2p", 2, p2p_bytes, 2 * v * n_mb, 2 * v * n_mb * p2p_bytes,
-                                p2p * n_mb, "intra" if same_node else "inter"))
+
+def _pp_p2p(st: _Step) -> tuple[float, Collective | None]:
+    """(send + receive time between neighbouring stages per micro-batch, the step's p2p
+    collective); Megatron scatter/gather: each TP rank sends its 1/tp of the activations."""
+    lo, p, v = st.lo, st.lo.pp, st.lo.interleave
+    if p <= 1:
+        return 0.0, None
+    n_mb = lo.grad_accum
+    same_node = st.ranks["pp"] >= p
+    p2p_bytes = st.tok * st.m.d_model * st.precision.act_bytes / lo.tp
+    p2p = 2 * v * p2p_time(p2p_bytes, same_node, st.hw, st.eff.link_eff)
+    coll = Collective("pp_p2p", "p2p", 2, p2p_bytes, 2 * v * n_mb, 2 * v * n_mb * p2p_bytes,
+                      p2p * n_mb, "intra" if same_node else "inter")
+    return p2p, coll
+
+
+def _pipeline(st: _Step, stage_time: float, p2p: float) -> tuple[float, float, float]:
+    """(slot, pipeline time, bubble) of (interleaved) 1F1B: slot = the slowest stage's
+    micro-batch incl. p2p, stretched by the expected max of p stages' jitter;
+    pipeline = (m + (p − 1)/v) slots, of which (p − 1)/v are bubble."""
+    p, v, eff = st.lo.pp, st.lo.interleave, st.eff
     jitter = 1 + eff.stage_jitter * expected_max_normal(p)
     slot = (stage_time + p2p) * jitter
-    pipeline = (n_mb + (p - 1) / v) * slot
+    pipeline = (st.lo.grad_accum + (p - 1) / v) * slot
     bubble = (p - 1) / v * slot
+    return slot, pipeline, bubble
 
-    # ---- data-parallel gradient / parameter collectives ----------------------------------------
-    n_stage = max(stage_params(m, lo))
+
+def _dp_collective_specs(st: _Step, n_stage: float) -> list[tuple[str, str, float, float]]:
+    """(name, kind, buffer bytes, calls per step) of the DP collectives of the ZeRO stage."""
+    lo, precision, n_mb = st.lo, st.precision, st.lo.grad_accum
     grad_buf = n_stage * precision.reduce_bytes
     param_buf = n_stage * precision.param_bytes
-    dp_time = 0.0
-    if dp > 1:
-        if lo.zero_stage == 0:
-            specs = [("dp_grad_all_reduce", "all_reduce", grad_buf, 1)]
-        elif lo.zero_stage in (1, 2):
-            specs = [("dp_grad_reduce_scatter", "reduce_scatter", grad_buf, 1),
-                     ("dp_param_all_gather", "all_gather", param_buf, 1)]
-        else:  # ZeRO-3/FSDP: gather weights for fwd and bwd, scatter grads, every micro-batch
-            gathers = 2 if lo.zero3_regather else 1
-            specs = [("dp_param_all_gather", "all_gather", param_buf, gathers * n_mb),
-                     ("dp_grad_reduce_scatter", "reduce_scatter", grad_buf, n_mb)]
-        for name, kind, buf, count in specs:
-            c = make_collective(name, kind, buf, count, dp, g["dp"], hw, eff.link_eff)
-            colls.append(c)
-            dp_time += c.time_s
-    bwd_window = stage_time * 2 / (fwd_passes + 2)
-    if lo.zero_stage >= 3:  # per-micro-batch collectives hide behind every micro-batch
-        dp_exposed = n_mb * max(0.0, dp_time / n_mb - eff.dp_overlap * stage_time)
-    else:
-        dp_exposed = max(0.0, dp_time - eff.dp_overlap * bwd_window)
+    if lo.zero_stage == 0:
+        return [("dp_grad_all_reduce", "all_reduce", grad_buf, 1)]
+    if lo.zero_stage in (1, 2):
+        return [("dp_grad_reduce_scatter", "reduce_scatter", grad_buf, 1),
+                ("dp_param_all_gather", "all_gather", param_buf, 1)]
+    # ZeRO-3/FSDP: gather weights for fwd and bwd, scatter grads, every micro-batch
+    gathers = 2 if lo.zero3_regather else 1
+    return [("dp_param_all_gather", "all_gather", param_buf, gathers * n_mb),
+            ("dp_grad_reduce_scatter", "reduce_scatter", grad_buf, n_mb)]
 
-    # ---- optimizer step (HBM-bound Adam over the local shard, or on the host) ----------------
-    shard = n_stage / (dp if lo.zero_stage >= 1 else 1)
+
+def _dp_collectives(st: _Step, n_stage: float) -> tuple[list[Collective], float]:
+    """(DP gradient / parameter collectives of the step, their total time before overlap)."""
+    if st.lo.dp <= 1:
+        return [], 0.0
+    colls, dp_time = [], 0.0
+    for name, kind, buf, count in _dp_collective_specs(st, n_stage):
+        c = make_collective(name, kind, buf, count, st.lo.dp, st.ranks["dp"], st.hw,
+                            st.eff.link_eff)
+        colls.append(c)
+        dp_time += c.time_s
+    return colls, dp_time
+
+
+def _dp_exposed(st: _Step, dp_time: float, stage_time: float) -> float:
+    """DP communication not hidden behind compute: ZeRO-3's per-micro-batch collectives overlap
+    every micro-batch; the others overlap only the last backward pass."""
+    n_mb, overlap = st.lo.grad_accum, st.eff.dp_overlap
+    if st.lo.zero_stage >= 3:
+        return n_mb * max(0.0, dp_time / n_mb - overlap * stage_time)
+    bwd_window = stage_time * 2 / (st.fwd_passes + 2)
+    return max(0.0, dp_time - overlap * bwd_window)
+
+
+def _optimizer_time(st: _Step, n_stage: float) -> float:
+    """Adam over the local shard: HBM-bound on the device, or CPU Adam plus PCIe transfers
+    when the optimizer is offloaded."""
+    lo, precision, hw = st.lo, st.precision, st.hw
+    shard = n_stage / (lo.dp if lo.zero_stage >= 1 else 1)
     state_bytes = precision.master_bytes + precision.optimizer_bytes
     if lo.offload_optimizer:
-        opt_time = (shard * eff.cpu_adam_s_per_param
-                    + shard * (precision.grad_bytes + precision.param_bytes) / hw.host_bw)
-    else:
-        opt_time = shard * (2 * state_bytes + precision.grad_bytes + 2 * precision.param_bytes) \
-            / hw.hbm_bw
+        return (shard * st.eff.cpu_adam_s_per_param
+                + shard * (precision.grad_bytes + precision.param_bytes) / hw.host_bw)
+    return shard * (2 * state_bytes + precision.grad_bytes + 2 * precision.param_bytes) / hw.hbm_bw
 
-    step = pipeline + dp_exposed + opt_time
-    tokens = lo.global_batch * s
+
+def _step_flops(st: _Step, layer_gemm_flops: float, attn_fwd_flops: float,
+                attn_recompute: float) -> tuple[float, float]:
+    """(model FLOPs of the step, PaLM convention; hardware FLOPs = model + recomputation),
+    whole cluster."""
+    m, t, tok = st.m, st.lo.tp, st.tok
+    tokens = st.lo.global_batch * m.seq_len
     model_flops = tokens * m.model_flops_per_token()
     recompute_per_token = 0.0
-    if full:
+    if st.full:
         recompute_per_token = m.n_layers * (layer_gemm_flops * t / tok + attn_fwd_flops * t / tok)
     elif attn_recompute:
         recompute_per_token = m.n_layers * attn_fwd_flops * t / tok
-    hardware_flops = model_flops + tokens * recompute_per_token
+    return model_flops, model_flops + tokens * recompute_per_token
 
-    mem = memory_breakdown(m, lo, precision, eff, hw.hbm_bytes)
+
+def estimate_step(model: ModelShape, layout: Layout, hardware: Hardware,
+                  precision: Precision = BF16_MIXED,
+                  eff: Efficiency = DEFAULT_EFFICIENCY) -> StepEstimate:
+    """Predict memory and time of one optimizer step (raises `LayoutError` if impossible).
+
+    One micro-batch on the slowest stage = its layers' GEMMs, attention, element-wise work,
+    launch overhead and exposed TP collectives, plus the LM head and loss on the last stage;
+    the step = pipeline of those slots + exposed DP collectives + optimizer.
+    """
+    validate_layout(model, layout)
+    st = _Step.of(model, layout, hardware, precision, eff)
+    layer_gemm_flops, layer_gemm_time, head_time = _gemm_terms(st)
+    attn_fwd_flops, attn_recompute, attn_time = _attention_terms(st)
+    elem_time, overhead = _elementwise_terms(st)
+    tp_colls, tp_time_layer, tp_time_edge = _tp_collectives(st)
+    tp_exposed_layer = tp_time_layer * (1 - eff.tp_overlap)
+    per_layer = layer_gemm_time + attn_time + elem_time + overhead + tp_exposed_layer
+    # fp32 softmax and the gradient of the logits, on the last stage
+    loss_traffic = st.tok * model.vocab_size / layout.tp * 16.0 / hardware.hbm_bw
+    stage_time = (st.layers * per_layer + (head_time + loss_traffic)
+                  + tp_time_edge * (1 - eff.tp_overlap))
+    p2p, p2p_coll = _pp_p2p(st)
+    slot, pipeline, bubble = _pipeline(st, stage_time, p2p)
+    n_stage = max(stage_params(model, layout))
+    dp_colls, dp_time = _dp_collectives(st, n_stage)
+    dp_exposed = _dp_exposed(st, dp_time, stage_time)
+    opt_time = _optimizer_time(st, n_stage)
+    model_flops, hardware_flops = _step_flops(st, layer_gemm_flops, attn_fwd_flops, attn_recompute)
     times = TimeBreakdown(
-        gemm_per_microbatch=layers * layer_gemm_time + head_time,
-        attention_per_microbatch=layers * attn_time,
-        elementwise_per_microbatch=layers * elem_time + loss_traffic,
-        overhead_per_microbatch=layers * overhead,
-        tp_comm_per_microbatch=layers * tp_time_layer + tp_time_edge,
+        gemm_per_microbatch=st.layers * layer_gemm_time + head_time,
+        attention_per_microbatch=st.layers * attn_time,
+        elementwise_per_microbatch=st.layers * elem_time + loss_traffic,
+        overhead_per_microbatch=st.layers * overhead,
+        tp_comm_per_microbatch=st.layers * tp_time_layer + tp_time_edge,
         pp_p2p_per_microbatch=p2p, slot=slot, pipeline=pipeline, bubble=bubble, dp_comm=dp_time,
-        dp_comm_exposed=dp_exposed, optimizer=opt_time, step=step)
-    return StepEstimate(model=m, layout=lo, hardware=hw, memory=mem, time=times,
-                        collectives=tuple(colls), model_flops=model_flops,
+        dp_comm_exposed=dp_exposed, optimizer=opt_time, step=pipeline + dp_exposed + opt_time)
+    colls = tp_colls + ([p2p_coll] if p2p_coll is not None else []) + dp_colls
+    return StepEstimate(model=model, layout=layout, hardware=hardware,
+                        memory=memory_breakdown(model, layout, precision, eff, hardware.hbm_bytes),
+                        time=times, collectives=tuple(colls), model_flops=model_flops,
                         hardware_flops=hardware_flops)

@@ -1,0 +1,51 @@
+"""`python -m analysis collect SWEEP_DIR [SWEEP_DIR ...] --out runs.csv`: the runs table.
+
+One row per completed run found under the directories (summary.json + the flattened Hydra
+config, see analysis.runs), with N, D, C and loss as its first columns, so that
+`python -m analysis fit runs.csv` needs no column flags. `--out` ending in .parquet writes
+Parquet; `--curves` also writes the long per-step table (metrics.jsonl of every run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import warnings
+
+from analysis.commands._options import add_json_argument, emit_json
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("collect", help="collect run directories into a runs table (CSV/Parquet) for `fit`",
+                       description=__doc__.splitlines()[0])
+    p.add_argument("sweep_dirs", nargs="+", metavar="SWEEP_DIR",
+                   help="sweep directory, run directory or any folder of runs (searched recursively)")
+    p.add_argument("--out", required=True, metavar="PATH",
+                   help="runs table to write: .csv or .parquet (by extension)")
+    p.add_argument("--curves", metavar="PATH", help="also write the per-step curves table (.csv or .parquet)")
+    p.add_argument("--include-unfinished", action="store_true",
+                   help="keep runs that did not complete (diverged, failed, unfinished) with their status")
+    p.add_argument("--no-cache", action="store_true",
+                   help="parse every run afresh instead of using the Parquet cache ($SCALELAB_CACHE_DIR)")
+    add_json_argument(p, "the runs table as {'columns': [...], 'runs': [{...}, ...]}")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    # pandas loads here, not at import, so `python -m analysis --help` stays fast.
+    from analysis import runs
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", runs.RunWarning)
+        runs_df, curves = runs.load(*args.sweep_dirs, cache_dir=not args.no_cache,
+                                    include_unfinished=args.include_unfinished)
+    for msg in dict.fromkeys(str(w.message) for w in caught if issubclass(w.category, runs.RunWarning)):
+        print(f"warning: {msg}", file=sys.stderr)
+    df = runs.with_roles(runs_df)
+    runs.write_table(df, args.out)
+    print(f"wrote {args.out}: {len(df)} run(s), {len(df.columns)} columns (N, D, C, loss first)")
+    if args.curves:
+        runs.write_table(curves, args.curves)
+        print(f"wrote {args.curves}: {len(curves)} rows")
+    emit_json(args, {"columns": list(df.columns), "runs": df.to_dict(orient="records")})
+    return 0

@@ -1,0 +1,44 @@
+"""`python -m analysis rl-report RUNS_DIR OUT_DIR [--json PATH]`: the RL section of a report.
+
+Groups the RL runs under RUNS_DIR into recipes (configuration minus seed and run length), fits the
+ScaleRL sigmoid to each on all compute and on its first part, ranks them (ceiling A, then
+efficiency B; flagged fits last), writes rl_curves.png, rl_prediction_card.png,
+rl_reward_vs_kl.png and rl_section.md into OUT_DIR, and prints the markdown section.
+(Replaces `python -m analysis.rl_report`.)
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from analysis.commands._options import add_json_argument, emit_json
+
+
+def _fraction(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0 < v < 1:
+        raise argparse.ArgumentTypeError(f"must be in (0, 1), got {text}")
+    return v
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("rl-report", help="rank RL recipes: fits, figures and a markdown section",
+                       description=__doc__.splitlines()[0])
+    p.add_argument("runs_dir", metavar="RUNS_DIR", help="folder of RL run directories (searched recursively)")
+    p.add_argument("out_dir", metavar="OUT_DIR", help="where the figures and rl_section.md go")
+    p.add_argument("--fit-until-frac", type=_fraction, default=0.5, metavar="F",
+                   help="the prediction card fits compute <= F x final and scores the rest (default 0.5)")
+    add_json_argument(p, "the ranked recipes with their fits (and the markdown)")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from analysis.rl.report import rl_report  # SciPy + matplotlib; loaded here to keep --help fast
+
+    rep = rl_report(args.runs_dir, args.out_dir, args.fit_until_frac)
+    print(rep["markdown"])
+    emit_json(args, rep)
+    return 0
