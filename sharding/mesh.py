@@ -15,7 +15,6 @@ import numpy as np
 from jax.sharding import AxisType, Mesh
 
 from models.base.errors import ConfigError
-from sharding.layouts import resolve_axis_sizes  # noqa: F401 - re-exported for experiments/rl/loop.py
 from sharding.rules import MESH_AXES
 
 # Auto axes: shardings are propagated by XLA from our constraints (explicit-sharding mode would
