@@ -14,7 +14,10 @@ never fatal. Each run's parsed tables are cached as Parquet (keyed by the source
 modification times), so re-loading a large sweep reads two small files per run.
 
 `table(*paths)` is the runs table `python -m analysis collect` writes (`write_table`: CSV or
-Parquet): runs_df with the column roles `fit` looks for first — N, D, C, loss — in front.
+Parquet): runs_df with the column roles `fit` looks for first — N, D, C, loss — in front, then
+`selected` and `hparam_group` (`with_selection`): runs that differ only in `optim.*` (an LR sweep
+per rung) form one group, and only the best run of each is `selected` for fits
+(analysis.laws.best_runs); every run stays in the table.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ import numpy as np
 import pandas as pd
 import yaml
 
+from analysis.laws.best_runs import GROUP, SELECTED, Selection, has_config, select_best_runs
 from models.base.errors import AnalysisError
 from models.base.jsonio import write_text_atomic
 
@@ -241,8 +245,22 @@ TABLE_SUFFIXES = (".csv", ".parquet")
 
 def table(*paths: str | os.PathLike, cache_dir: str | os.PathLike | None | bool = True,
           include_unfinished: bool = False) -> pd.DataFrame:
-    """The runs table of `paths`: `load(...)[0]` with N, D, C, loss in front (`with_roles`)."""
-    return with_roles(load(*paths, cache_dir=cache_dir, include_unfinished=include_unfinished)[0])
+    """The runs table of `paths`: `load(...)[0]` with N, D, C, loss in front (`with_roles`), then
+    the hyperparameter selection columns (`with_selection`)."""
+    runs_df = with_roles(load(*paths, cache_dir=cache_dir, include_unfinished=include_unfinished)[0])
+    return with_selection(runs_df)[0]
+
+
+def with_selection(runs_df: pd.DataFrame) -> tuple[pd.DataFrame, Selection | None]:
+    """`runs_df` with `selected` and `hparam_group` right after the role columns, and the
+    selection behind them (None, and the table unchanged, when it holds no run configs)."""
+    if not has_config(runs_df):
+        return runs_df, None
+    sel = select_best_runs(runs_df.drop(columns=[c for c in (SELECTED, GROUP) if c in runs_df.columns]))
+    df = sel.table
+    front = [c for c in ROLE_COLUMNS if c in df.columns]
+    rest = [c for c in df.columns if c not in front and c not in (SELECTED, GROUP)]
+    return df[front + [SELECTED, GROUP] + rest], sel
 
 
 def with_roles(runs_df: pd.DataFrame) -> pd.DataFrame:

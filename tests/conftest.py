@@ -1,4 +1,5 @@
-"""Test-wide set-up: 8 simulated CPU devices (must happen before jax is imported anywhere)."""
+"""Test-wide set-up: 8 simulated CPU devices (must happen before jax is imported anywhere), and
+the `shared_data` fixture for the public datasets in ../shared/data."""
 
 import os
 import pathlib
@@ -10,11 +11,36 @@ import pytest  # noqa: E402
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data"
+# Overrides the data location (and lets a test point it somewhere wrong on purpose).
+SHARED_DATA_ENV = "SCALELAB_SHARED_DATA"
+
+
+def shared_data_dir(env: dict | None = None) -> pathlib.Path:
+    """Where the public test data should be: $SCALELAB_SHARED_DATA, else ../shared/data."""
+    env = os.environ if env is None else env
+    return pathlib.Path(env.get(SHARED_DATA_ENV) or SHARED_DATA)
+
+
+def shared_data_missing(path: pathlib.Path, env: dict | None = None) -> str | None:
+    """What a test that needs `path` does: None (the data is there, run it), "fail" under
+    CI=true — a broken data path must not turn the accuracy tests into green skips — or "skip"
+    on a checkout without the data (a laptop)."""
+    env = os.environ if env is None else env
+    if path.is_dir():
+        return None
+    return "fail" if env.get("CI", "").strip().lower() in ("true", "1", "yes") else "skip"
 
 
 @pytest.fixture(scope="session")
 def shared_data() -> pathlib.Path:
-    """`../shared/data` beside the checkout (public datasets for tests); skip if absent."""
-    if not SHARED_DATA.is_dir():
-        pytest.skip(f"{SHARED_DATA} not found (public test data lives beside the checkout)")
-    return SHARED_DATA
+    """`../shared/data` beside the checkout (public datasets for tests): fails under CI=true when
+    absent, skips otherwise."""
+    path = shared_data_dir()
+    action = shared_data_missing(path)
+    message = (f"{path} not found: the public test data must lie beside the checkout "
+               f"(../shared/data) or at ${SHARED_DATA_ENV}")
+    if action == "fail":
+        pytest.fail(message + " (CI=true: a missing data set fails the run)", pytrace=False)
+    if action == "skip":
+        pytest.skip(message)
+    return path

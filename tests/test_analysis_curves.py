@@ -1,11 +1,16 @@
 """Loss-curve laws: schedule reconstruction, the multi-power-law benchmark, forecasting."""
 
+import functools
+import pathlib
+
 import numpy as np
 import pandas as pd
 import pytest
 
 from analysis import AnalysisError, fit_curve, load_curve
 from analysis.curves.fitting import Curve, features
+from analysis.curves.laws import get_curve_law
+from analysis.curves.optimize import evaluate
 
 FIT = ("cosine_24000", "constant_24000", "wsdcon_9")
 PREDICT = ("cosine_72000", "constant_72000", "wsd_20000_24000", "wsdld_20000_24000", "wsdcon_3", "wsdcon_18")
@@ -41,16 +46,96 @@ def test_features_match_a_direct_per_step_sum():
         assert np.sum(F.pair_deta[sel] * G) == pytest.approx(direct, rel=tol)
 
 
+def _warmup_cosine_logs(warmup=1000, total=6000, every=50, peak=1e-3):
+    """One run logged twice: from the learning-rate peak (end of warm-up) on, and from inside the
+    warm-up (rising rates logged). Loss values are irrelevant to the features."""
+    steps = np.arange(200, total + 1, every)
+    lr = np.where(steps <= warmup, peak * steps / warmup,
+                  peak * (0.1 + 0.9 * 0.5 * (1 + np.cos(np.pi * (steps - warmup) / (total - warmup)))))
+    from_peak, in_warmup = steps >= warmup, np.ones(steps.size, bool)
+    make = lambda keep, name: Curve(name, steps[keep], np.full(keep.sum(), 3.0), lr[keep])  # noqa: E731
+    return make(from_peak, "from_peak"), make(in_warmup, "in_warmup")
+
+
+def test_annealing_starts_at_the_peak_not_at_the_first_logged_step():
+    """Fix 4 (issue 18): a log that starts inside the warm-up gives the same annealing features
+    and prediction as a log that starts at the peak. Summing drops from the first logged step
+    (the old behaviour) counts every warm-up rise as a negative drop and fails this."""
+    a, b = _warmup_cosine_logs()
+    assert a.law_start() == b.law_start() == 1000
+    assert np.array_equal(a.law_steps(), b.law_steps())
+    t = a.law_steps()
+    Fa, Fb = features([(a, t)]), features([(b, t)])
+    for key in ("S2", "pair_j", "pair_deta", "pair_logeta", "pair_logS"):  # equal up to round-off in the sums
+        np.testing.assert_allclose(getattr(Fa, key), getattr(Fb, key), rtol=1e-9, atol=1e-12, err_msg=key)
+    # S1 still holds the warm-up; the two logs rebuild it from different points (a rate logged at s
+    # drives the updates after s), which moves S1 by < 0.2% (the old annealing sum: by ~10% of the loss).
+    np.testing.assert_allclose(Fa.logS1, Fb.logS1, rtol=0, atol=2e-3)
+    for law, p in (("mpl", [2.5, 0.6, 0.45, 400.0, 2.0, 0.6, 0.6]), ("tissue", [2.5, 0.6, 0.45, 0.3])):
+        pa, pb = (evaluate(get_curve_law(law), np.array(p), F) for F in (Fa, Fb))
+        np.testing.assert_allclose(pa, pb, rtol=5e-4)
+
+
+def test_step_change_is_placed_exactly_at_its_step():
+    """A two-stage schedule's drop lands on the node at the step of the change, so a chunked sum
+    (resolution 32) equals the exact per-step one."""
+    steps = np.arange(1000, 8001, 128)
+    lr = np.where(steps < 4000, 1e-3, 1e-4)
+    c = Curve("two_stage", steps, np.ones(steps.size), lr)
+    coarse, exact = features([(c, steps)], resolution=32), features([(c, steps)], resolution=1)
+    p = np.array([2.5, 0.6, 0.45, 400.0, 2.0, 0.6, 0.6])
+    law = get_curve_law("mpl")
+    np.testing.assert_allclose(evaluate(law, p, coarse), evaluate(law, p, exact), rtol=1e-12)
+
+
+FIT_TOLERANCE = {  # measured (benchmarks/curve_forecast.py) + a small margin; see the docstring below
+    "25": dict(mean=0.0015, worst=0.0076, mean_of_worst=0.0031),
+    "100": dict(mean=0.0018, worst=0.0085, mean_of_worst=0.0058),
+}
+
+
+@functools.lru_cache(maxsize=None)
+def _mpl_protocol(data_dir: str, size: str):
+    """The MPL authors' protocol (fit 3 curves, predict 6), fitted once per size for the tests below."""
+    d = pathlib.Path(data_dir) / "mpl_loss_curves" / f"csv_{size}"
+    return fit_curve([d / f"{n}.csv" for n in FIT], "mpl", predict=[d / f"{n}.csv" for n in PREDICT])
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("size", ["25", "100"])
 def test_multi_power_law_benchmark(shared_data, size):
-    d = shared_data / "mpl_loss_curves" / f"csv_{size}"
-    r = fit_curve([d / f"{n}.csv" for n in FIT], "mpl", predict=[d / f"{n}.csv" for n in PREDICT])
+    """The MPL authors' protocol. Their README: mean 0.110% / 0.142%, "WorstE" (the mean over
+    curves of each curve's worst point) 0.41% / 0.58% for 25M / 100M; measured here 0.139% /
+    0.177% mean, 0.29% / 0.54% mean-of-worst, 0.73% / 0.82% worst single point. The issue's bar
+    (mean <= 0.17%, worst <= 1.0%) holds for 25M; 100M's mean is 0.177% (see docs)."""
+    r = _mpl_protocol(str(shared_data), size)
     assert set(r.predictions) == set(PREDICT)
     mean = np.mean([v["mean_rel_error"] for v in r.predictions.values()])
     worst = max(v["max_rel_error"] for v in r.predictions.values())
-    assert mean <= 0.002 and worst <= 0.012, (mean, worst)
+    mean_of_worst = np.mean([v["max_rel_error"] for v in r.predictions.values()])
+    tol = FIT_TOLERANCE[size]
+    assert mean <= tol["mean"] and worst <= min(tol["worst"], 0.010), (mean, worst)
+    assert mean_of_worst <= tol["mean_of_worst"], mean_of_worst
     assert r.converged and r.starts_at_optimum >= 2
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("size", ["25", "100"])
+def test_mpl_intervals_cover_held_out_curves(shared_data, size):
+    """The 90% forecast intervals of the same fits cover >= 80% of the held-out points (pooled and
+    per curve) at a mean width <= 3% of the loss, the issue's goal (measured: 100% inside at
+    2.15% / 1.94% width for 25M / 100M). A +-0.1% band, 2-4x the fits' in-sample error,
+    would hold only 45% / 48% of these points."""
+    r = _mpl_protocol(str(shared_data), size)
+    p = r.predictions
+    n = np.array([p[k]["n_points"] for k in PREDICT])
+    coverage = np.array([p[k]["interval_coverage"] for k in PREDICT]) @ n / n.sum()
+    width = np.array([p[k]["interval_mean_rel_width"] for k in PREDICT]) @ n / n.sum()
+    assert coverage >= 0.8 and width <= 0.03, (coverage, width)
+    assert min(p[k]["interval_coverage"] for k in PREDICT) >= 0.8
+    m = r.to_dict()["interval_model"]
+    assert m["n_units"] == 9 and not m["rank_capped"] and set(m["refits"]) == {
+        "leave-out cosine_24000", "leave-out constant_24000", "leave-out wsdcon_9", "first 0.5", "first 0.33"}
 
 
 def test_tissue_forecasts_the_rest_of_a_curve(shared_data):

@@ -1,4 +1,4 @@
-"""Point-law fits: the Epoch reference optimum, synthetic recovery, fixed params, weights,
+"""Point-law fits: Epoch's published Chinchilla optimum, synthetic recovery, fixed params, weights,
 allocation, prediction, user laws."""
 
 import math
@@ -6,11 +6,19 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
+from scipy.special import huber, logsumexp
 
 from analysis import AnalysisError, allocation, fit_law, get_law, known_laws, register_law
 from analysis.laws.registry import CHINCHILLA_GRID
 
-REF = dict(E=1.8172, A=477.8, B=2143, alpha=0.3473, beta=0.3672)
+# Epoch AI's published fit of these 240 points and its bootstrap standard errors (Besiroglu et al.
+# 2024, "Chinchilla Scaling: A replication attempt", arXiv:2404.10102; their notebook's values as
+# recorded in ../shared/data/chinchilla_epoch/SOURCE.md).
+EPOCH = dict(E=1.817, A=482.0, B=2085.0, alpha=0.348, beta=0.366)
+EPOCH_SE = dict(E=0.026, A=124.5, B=1293.0, alpha=0.015, beta=0.021)
+# Our own optimum to the printed digits (a regression check of this fitter, not a reference).
+OURS = dict(E=1.81722, A=477.826, B=2143.42, alpha=0.347310, beta=0.367172)
+OUR_OBJECTIVE = 1.018274e-3
 
 
 @pytest.fixture(scope="module")
@@ -36,11 +44,37 @@ def test_grid_is_epochs_4500_points():
     assert len(np.unique(CHINCHILLA_GRID, axis=0)) == 4500
 
 
-def test_epoch_reference_optimum(epoch_fit):
+def epoch_objective(df: pd.DataFrame, p: dict) -> float:
+    """Epoch's objective written independently of the fitter (SciPy's Huber, delta 1e-3, summed
+    over points, on log L - LSE(log A - alpha log N, log B - beta log D, log E), D = C / 6N)."""
+    N = df["Model Size"].to_numpy(float)
+    D = df["Training FLOP"].to_numpy(float) / (6 * N)
+    terms = [math.log(p["A"]) - p["alpha"] * np.log(N), math.log(p["B"]) - p["beta"] * np.log(D),
+             np.full(N.size, math.log(p["E"]))]
+    return float(np.sum(huber(1e-3, np.log(df["loss"].to_numpy(float)) - logsumexp(terms, axis=0))))
+
+
+def chinchilla_n_opt(p: dict, C: float, k: float = 6.0) -> float:
+    """Closed-form compute-optimal N at C = k N D (Hoffmann et al. 2022, eq. 4)."""
+    G = (p["alpha"] * p["A"] / (p["beta"] * p["B"])) ** (1 / (p["alpha"] + p["beta"]))
+    return G * (C / k) ** (p["beta"] / (p["alpha"] + p["beta"]))
+
+
+def test_epoch_published_optimum(epoch, epoch_fit):
+    """Epoch's published values, each within a tenth of its published standard error (today's
+    gaps: 0.01 SE for E, 0.03 A, 0.05 B, 0.05 alpha, 0.06 beta), and an objective no worse than
+    the published parameters' on the same points (ours 1.01827e-3, theirs as printed 1.03864e-3)."""
     p = epoch_fit.params
-    for k, v in REF.items():
-        tol = 0.03 if k in "AB" else 0.01
-        assert abs(p[k] - v) / v <= tol, (k, p[k], v)
+    for k, v in EPOCH.items():
+        assert abs(p[k] - v) <= 0.1 * EPOCH_SE[k], (k, p[k], v)
+    ours, published = epoch_objective(epoch, p), epoch_objective(epoch, EPOCH)
+    assert ours <= published, (ours, published)
+    assert ours == pytest.approx(epoch_fit.objective, rel=1e-7)   # the fitter reports its objective
+
+
+def test_epoch_our_digits(epoch_fit):
+    assert epoch_fit.objective == pytest.approx(OUR_OBJECTIVE, rel=1e-6)
+    assert epoch_fit.params == pytest.approx(OURS, rel=1e-5)
     assert epoch_fit.n_points == 240
     assert epoch_fit.n_starts == 4500
     assert epoch_fit.converged and epoch_fit.starts_at_optimum >= 2
@@ -48,27 +82,32 @@ def test_epoch_reference_optimum(epoch_fit):
 
 
 def test_epoch_bootstrap_ses_match_published(epoch_fit):
+    """Bootstrap SEs within a factor 2 of Epoch's, and Epoch's published values inside our 95%
+    intervals (two fits of the same points by the same objective must agree within their CIs)."""
     se = epoch_fit.se
-    # Published (Besiroglu et al. 2024): E 0.026, alpha 0.015, beta 0.021 — same order of magnitude.
-    for k, pub in (("E", 0.026), ("alpha", 0.015), ("beta", 0.021)):
-        assert pub / 2 < se[k] < pub * 2, (k, se[k])
+    for k in ("E", "alpha", "beta"):
+        assert EPOCH_SE[k] / 2 < se[k] < EPOCH_SE[k] * 2, (k, se[k])
     assert epoch_fit.bootstrap_samples.shape == (1000, 5)
-    for k in REF:
+    for k, v in EPOCH.items():
         lo, hi = epoch_fit.ci[k]
-        assert lo < epoch_fit.params[k] < hi
+        assert lo < v < hi, (k, lo, v, hi)
 
 
 def test_epoch_allocation_exponent(epoch_fit):
     al = allocation(epoch_fit, [1e21, 1e24])
     assert abs(al["a"] - 0.514) < 0.005
-    assert al["a_ci"][0] < al["a"] < al["a_ci"][1]
+    # Epoch's published parameters give a = 0.366 / 0.714 = 0.5126 and their N* at 1e21 FLOPs:
+    # both must lie inside our bootstrap intervals.
+    a_pub = EPOCH["beta"] / (EPOCH["alpha"] + EPOCH["beta"])
+    assert al["a_ci"][0] < a_pub < al["a_ci"][1], (al["a_ci"], a_pub)
     row = al["budgets"][0]
+    assert row["N_opt_ci"][0] < chinchilla_n_opt(EPOCH, 1e21) < row["N_opt_ci"][1]
     # The closed form is the constrained minimum: perturbing N along C = 6ND raises the loss.
     p = epoch_fit.params
     loss = lambda N: p["E"] + p["A"] / N ** p["alpha"] + p["B"] / (1e21 / (6 * N)) ** p["beta"]  # noqa: E731
     assert loss(row["N_opt"]) < loss(row["N_opt"] * 1.05) and loss(row["N_opt"]) < loss(row["N_opt"] / 1.05)
     assert math.isclose(row["N_opt"] * row["D_opt"] * 6, 1e21, rel_tol=1e-9)
-    assert row["N_opt_ci"][0] < row["N_opt"] < row["N_opt_ci"][1]
+    assert row["N_opt"] == pytest.approx(chinchilla_n_opt(p, 1e21), rel=1e-9)
 
 
 def test_bootstrap_is_seeded(epoch):
@@ -141,7 +180,8 @@ def test_kaplan_and_power_laws():
     rng = np.random.default_rng(4)
     N = np.geomspace(1e7, 1e10, 12)
     y = 1.7 + 300.0 * N ** -0.3
-    fit = fit_law(pd.DataFrame({"N": N, "loss": y * np.exp(rng.normal(0, 1e-4, N.size))}), "kaplan_n_e", bootstrap=0)
+    fit = fit_law(pd.DataFrame({"N": N, "loss": y * np.exp(rng.normal(0, 1e-4, N.size))}), "kaplan_n_e", bootstrap=0,
+                  n_params="total")  # synthetic N: no embedding split to make
     assert fit.params["alpha"] == pytest.approx(0.3, rel=0.02)
     pure = fit_law(pd.DataFrame({"C": N, "loss": 50 * N ** -0.05}), "kaplan_c", bootstrap=0)
     assert pure.params["alpha"] == pytest.approx(0.05, rel=1e-4)

@@ -67,7 +67,7 @@ def test_param_count_agrees_with_models_flops(kw):
 
 @pytest.mark.parametrize("t,sp", [(1, False), (2, False), (4, False), (4, True), (8, True)])
 def test_activation_memory_reduces_to_korthikanti(t, sp):
-    """GPT shape, dropout, naive softmax: sbh(10 + 24/t + 5as/(ht)) bytes per layer (no SP) and
+    """GPT shape, dropout, fused softmax: sbh(10 + 24/t + 5as/(ht)) bytes per layer (no SP) and
     sbh/t·(34 + 5as/h) with SP — Korthikanti et al. 2022, Table 2 (fp16 masks of 1 byte)."""
     s, h, a, b = GPT.seq_len, GPT.d_model, GPT.n_heads, 1
     lo = Layout(tp=t, sp=sp, micro_batch=b, global_batch=8, attention="fused_softmax",

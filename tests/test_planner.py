@@ -84,7 +84,7 @@ def test_allocation_is_the_laws(fit_8nd):
     assert al == law.allocation([1e21, 1e23])
     assert list(al) == ["a", "b", "G", "flops_per_param_token", "a_ci", "b_ci", "budgets"]
     assert set(al["budgets"][0]) == {"C", "N_opt", "D_opt", "tokens_per_param", "loss", "N_opt_ci",
-                                     "D_opt_ci", "tokens_per_param_ci", "loss_ci"}
+                                     "D_opt_ci", "tokens_per_param_ci", "loss_ci", "loss_interval"}
     row = al["budgets"][1]
     assert row["N_opt"] * row["D_opt"] * 8 == pytest.approx(1e23, rel=1e-9)
     assert (row["N_opt"], row["D_opt"]) == pytest.approx(law.optimal(1e23), rel=1e-12)
@@ -139,7 +139,8 @@ def test_loss_ci_from_bootstrap_samples(tmp_path):
     samples = (base * (1 + 0.02 * rng.standard_normal((200, 5)))).tolist()
     law = ScalingLaw.from_json(_law_file(tmp_path, samples=samples))
     lo, hi = law.loss_ci(7e10, 1.4e12)
-    assert lo < law.loss(7e10, 1.4e12) < hi
+    e, a, b, al, be = np.asarray(samples).T      # the 2.5/97.5 percentiles of the samples' losses
+    assert [lo, hi] == pytest.approx(np.percentile(e + a / 7e10 ** al + b / 1.4e12 ** be, [2.5, 97.5]))
 
 
 def test_time_limit_shrinks_model():

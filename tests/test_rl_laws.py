@@ -1,6 +1,8 @@
 """RL compute-performance laws: recovery with nominal coverage, flags, ScaleRL main recipe, CLI."""
 
+import concurrent.futures
 import json
+import multiprocessing
 import subprocess
 import sys
 
@@ -28,25 +30,39 @@ def test_sigmoid_function_limits():
     assert R[3] == pytest.approx(0.61, abs=1e-6)
 
 
+def _coverage_draw(seed: int) -> tuple[list[bool], float, tuple[str, ...]]:
+    """One secret law (seeded), 30 evaluations with 1,000-prompt binomial noise, one fit: whether
+    each 95% interval holds the truth, the error of A, and the flags. Module-level: a worker of a
+    spawned process pool runs it."""
+    rng = np.random.default_rng(seed)
+    A, B, Cm, R0 = rng.uniform(0.5, 0.8), rng.uniform(1.2, 2.4), rng.uniform(1e3, 4e3), rng.uniform(0.1, 0.3)
+    C = np.geomspace(Cm / 20, Cm * 30, 30)
+    p, s = _binomial_curve(rng, A, B, Cm, R0, C)
+    fit = fit_law(Points.make(C, p, s))
+    inside = [fit.ci[k][0] <= v <= fit.ci[k][1] for k, v in (("A", A), ("B", B), ("C_mid", Cm))]
+    return inside, abs(fit.params["A"] - A), fit.flags
+
+
 @pytest.mark.slow
-def test_recovery_with_nominal_coverage():
-    """20 secret laws with 1,000-prompt binomial noise: the 95% intervals hold the truth at about
-    the nominal rate (>= 16/20 each, i.e. not grossly over-confident) and A is close."""
-    rng = np.random.default_rng(1234)
-    hits = {"A": 0, "B": 0, "C_mid": 0}
-    n = 20
-    for _ in range(n):
-        A, B, Cm, R0 = rng.uniform(0.5, 0.8), rng.uniform(1.2, 2.4), rng.uniform(1e3, 4e3), rng.uniform(0.1, 0.3)
-        C = np.geomspace(Cm / 20, Cm * 30, 60)
-        p, s = _binomial_curve(rng, A, B, Cm, R0, C)
-        fit = fit_law(Points.make(C, p, s))
-        assert abs(fit.params["A"] - A) < 0.03
-        assert not fit.flags, fit.flags
-        for k, v in (("A", A), ("B", B), ("C_mid", Cm)):
-            lo, hi = fit.ci[k]
-            hits[k] += lo <= v <= hi
-    for k, h in hits.items():
-        assert h >= 16, f"{k}: truth inside the 95% interval only {h}/{n} times"
+def test_recovery_with_nominal_coverage(monkeypatch):
+    """120 secret laws: each profile-likelihood 95% interval (A, B, C_mid) holds the truth in at
+    least 107 of them, and A is close.
+
+    Power (binomial, independent draws): with n = 120 and "pass iff >= 107 inside", an interval
+    whose real coverage is 80% passes with probability P(Bin(120, 0.80) >= 107) = 0.56%, and one
+    with the nominal 95% fails with P(Bin(120, 0.95) < 107) = 0.28% per parameter (0.8% for the
+    three). Measured: 114, 116, 116 of 120. The fits (0.6-1.3 s each) run in a pool of 2
+    single-threaded processes: BLAS threads of one would otherwise spin on the other's core."""
+    for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        monkeypatch.setenv(var, "1")               # inherited by the workers spawned below
+    ctx = multiprocessing.get_context("spawn")     # the test process may already hold JAX threads
+    with concurrent.futures.ProcessPoolExecutor(2, mp_context=ctx) as pool:
+        draws = list(pool.map(_coverage_draw, range(120)))
+    inside = np.array([d[0] for d in draws])
+    assert max(d[1] for d in draws) < 0.03
+    assert not any(d[2] for d in draws), [d[2] for d in draws if d[2]]
+    for k, hits in zip(("A", "B", "C_mid"), inside.sum(axis=0)):
+        assert hits >= 107, f"{k}: truth inside the 95% interval only {hits}/120 times"
 
 
 def test_pre_midpoint_window_is_flagged():
@@ -88,13 +104,17 @@ def test_power_law_recovery():
 
 
 def test_gao_forms_recovered():
+    """Gao et al. 2023, d = sqrt(KL): RL form d (alpha - beta log d) ("log", peak at
+    exp(alpha / beta - 1)) and best-of-n form d (alpha - beta d) ("linear", peak at alpha / 2 beta)."""
     kl = np.linspace(0.5, 40, 30)
     d = np.sqrt(kl)
     g = gao_log(d, 0.3, 0.08)
-    f = fit_gao(kl, g + np.random.default_rng(0).normal(0, 1e-3, d.size), "log")
-    assert f.alpha == pytest.approx(0.3, abs=0.01) and f.beta == pytest.approx(0.08, abs=0.01)
-    lin = fit_gao(kl, d * (0.2 - 0.03 * d), "linear")
-    assert lin.alpha == pytest.approx(0.2, abs=1e-6) and lin.d_peak == pytest.approx(0.2 / 0.06)
+    assert g == pytest.approx(d * (0.3 - 0.08 * np.log(d)))
+    rl = fit_gao(kl, g + np.random.default_rng(0).normal(0, 1e-3, d.size), "log")
+    assert rl.alpha == pytest.approx(0.3, abs=0.01) and rl.beta == pytest.approx(0.08, abs=0.01)
+    assert rl.d_peak == pytest.approx(np.exp(rl.alpha / rl.beta - 1))
+    bon = fit_gao(kl, d * (0.2 - 0.03 * d), "linear")
+    assert bon.alpha == pytest.approx(0.2, abs=1e-6) and bon.d_peak == pytest.approx(0.2 / 0.06)
 
 
 def test_falling_reward_flags_unstable():

@@ -90,7 +90,8 @@ def test_runs_table_feeds_the_fit(tmp_path):
     runs_df, _ = runs.load(root, cache_dir=False)
     runs_df["final_eval_loss"] = 1.5 + 40 * runs_df["n_params"] ** -0.3
     fit = fit_law(runs_df, "kaplan_n_e", bootstrap=0)
-    assert fit.columns["N"] == "n_params" and fit.columns["loss"] == "final_eval_loss"
+    # Kaplan-form laws read non-embedding N (`--n-params` default), which run summaries carry
+    assert fit.columns["N"] == "n_params_non_embedding" and fit.columns["loss"] == "final_eval_loss"
     assert fit.params["alpha"] == pytest.approx(0.3, rel=1e-3)
 
 

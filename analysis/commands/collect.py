@@ -4,6 +4,9 @@ One row per completed run found under the directories (summary.json + the flatte
 config, see analysis.runs), with N, D, C and loss as its first columns, so that
 `python -m analysis fit runs.csv` needs no column flags. `--out` ending in .parquet writes
 Parquet; `--curves` also writes the long per-step table (metrics.jsonl of every run).
+Runs that differ only in `optim.*` (an LR sweep per rung) are grouped (`hparam_group`) and the
+best of each group is marked `selected`, the rows `fit` uses; a one-line note says so, and a
+warning names any best run at the edge of the swept range.
 """
 
 from __future__ import annotations
@@ -41,11 +44,24 @@ def run(args: argparse.Namespace) -> int:
                                     include_unfinished=args.include_unfinished)
     for msg in dict.fromkeys(str(w.message) for w in caught if issubclass(w.category, runs.RunWarning)):
         print(f"warning: {msg}", file=sys.stderr)
-    df = runs.with_roles(runs_df)
+    df, sel = runs.with_selection(runs.with_roles(runs_df))
+    _print_selection(sel)
     runs.write_table(df, args.out)
     print(f"wrote {args.out}: {len(df)} run(s), {len(df.columns)} columns (N, D, C, loss first)")
     if args.curves:
         runs.write_table(curves, args.curves)
         print(f"wrote {args.curves}: {len(curves)} rows")
-    emit_json(args, {"columns": list(df.columns), "runs": df.to_dict(orient="records")})
+    out = {"columns": list(df.columns), "runs": df.to_dict(orient="records")}
+    if sel is not None:
+        out["hparams"] = sel.to_dict()
+    emit_json(args, out)
     return 0
+
+
+def _print_selection(sel) -> None:
+    """The one line saying which runs fits will use, and the edge-of-range warnings."""
+    if sel is None or not sel.active:
+        return
+    print(f"{sel.message} (column `selected`)")
+    for w in sel.warnings:
+        print(f"warning: {w}", file=sys.stderr)

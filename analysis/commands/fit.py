@@ -3,11 +3,16 @@
 Prints the parameters with CIs and the convergence report; `--json` writes the full result
 (params, ci, objective, n_points, converged, starts_at_optimum, allocation, holdout,
 param_names, bootstrap_samples, ...), the schema documented in docs/analysis.md.
+A runs table from `collect` whose runs differ only in `optim.*` (an LR sweep per rung) is fitted
+on the best run per (budget, shape) (analysis.laws.best_runs), said in one line and recorded as
+`hparam_selection` in the JSON; `--all-runs` fits every row instead.
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
+import warnings
 
 from analysis.commands._options import add_budget_argument, add_json_argument, emit_json
 from models.base.errors import AnalysisError
@@ -30,7 +35,13 @@ def register(subparsers) -> None:
     p = subparsers.add_parser("fit", help="fit a scaling law to a table of runs (CSV)", description=__doc__.splitlines()[0])
     p.add_argument("data", help="CSV (or .parquet) with one row per run, e.g. from `python -m analysis collect`")
     p.add_argument("--law", default="chinchilla", help="law name (default chinchilla; see docs/analysis.md)")
-    p.add_argument("--n-col", help="model-size column (default: N, n_params or 'Model Size')")
+    p.add_argument("--n-col", help="model-size column (default: N, n_params or 'Model Size'; with --n-params "
+                                   "non_embedding: n_params_non_embedding or N_non_embedding)")
+    p.add_argument("--n-params", choices=("total", "non_embedding"),
+                   help="which parameter count N is: total (every parameter) or non_embedding (without the input "
+                        "embedding and untied output head, Kaplan et al.'s N; needs a column n_params_non_embedding, "
+                        "which `collect` writes). Default: non_embedding for the Kaplan laws of N (kaplan_n, "
+                        "kaplan_n_e), total for every other law (chinchilla). Recorded as n_params in the JSON")
     p.add_argument("--d-col", help="tokens column (default: D or tokens; else derived as C/(6N))")
     p.add_argument("--c-col", help="compute column (default: C, flops or 'Training FLOP'; else 6ND)")
     p.add_argument("--loss-col", help="target column (default: loss or final_eval_loss)")
@@ -39,6 +50,8 @@ def register(subparsers) -> None:
     p.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples for CIs (default 1000; 0 = none)")
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
     p.add_argument("--holdout-above", type=float, help="leave runs with C above this out of the fit and predict them")
+    p.add_argument("--all-runs", action="store_true",
+                   help="fit every row, also the non-best runs of an LR / optim.* sweep (default: best per (budget, shape))")
     add_budget_argument(p, "to state the compute-optimal allocation N*, D* for")
     p.add_argument("--fix", action="append", metavar="NAME=VALUE", help="hold a parameter fixed; repeatable")
     p.add_argument("--delta", type=float, default=1e-3, help="Huber delta on log residuals (default 1e-3)")
@@ -54,23 +67,70 @@ def run(args: argparse.Namespace) -> int:
     # JAX and the fitting code load here, not at import, so `python -m analysis --help` stays fast.
     from analysis.jaxcache import enable_compile_cache
     from analysis.laws.fitting import fit_law
+    from analysis.laws.points import NParamsWarning
     from analysis.laws.registry import get_law
 
     enable_compile_cache()
     get_law(args.law)  # unknown law: fail before reading data
     columns = _columns(args)
-    fit = fit_law(args.data, args.law, columns, bootstrap=args.bootstrap, seed=args.seed,
-                  holdout_above=args.holdout_above, weights=args.weight_col, fixed=_fixed(args.fix),
-                  delta=args.delta, precision=args.precision)
+    data, selection = _fit_rows(args)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", NParamsWarning)
+        fit = fit_law(data, args.law, columns, bootstrap=args.bootstrap, seed=args.seed,
+                      holdout_above=args.holdout_above, weights=args.weight_col, fixed=_fixed(args.fix),
+                      delta=args.delta, precision=args.precision, n_params=args.n_params)
+    _reemit(caught, NParamsWarning)
+    if selection is not None:
+        fit.extras["hparam_selection"] = selection
     print(fit.summary())
+    _print_n_params(fit)
     result = fit.to_dict(args.budget)
     _print_allocation(result)
     _print_holdout(fit.holdout)
     if args.approach2:
-        _add_approach2(fit, args, columns)
+        _add_approach2(fit, args, columns, data)
         result = fit.to_dict(args.budget)
     emit_json(args, result)
     return 0
+
+
+def _fit_rows(args: argparse.Namespace):
+    """(rows to fit, the selection's record or None). A table with run configs (from `collect`)
+    is reduced to the best run per (budget, shape) of an LR / optim.* sweep, recomputed from its
+    config columns; a table without them but with a `selected` column keeps its marked rows."""
+    from analysis.laws.best_runs import GROUP, SELECTED, has_config, select_best_runs
+    from analysis.laws.points import read_table
+
+    df = read_table(args.data)
+    if args.all_runs:
+        return df, None
+    if not has_config(df):
+        if SELECTED in df.columns:
+            return df[df[SELECTED].map(lambda v: str(v).strip().lower() in ("true", "1", "1.0"))], None
+        return df, None
+    sel = select_best_runs(df.drop(columns=[c for c in (SELECTED, GROUP) if c in df.columns]), loss_col=args.loss_col)
+    if not sel.active:
+        return df, None
+    print(sel.message)
+    for w in sel.warnings:
+        print(f"warning: {w}", file=sys.stderr)
+    return sel.selected, sel.to_dict()
+
+
+def _reemit(caught: list, n_params_warning: type) -> None:
+    """The fit's warnings: the N it fell back to as one `warning:` line, the others as Python warns."""
+    for w in caught:
+        if issubclass(w.category, n_params_warning):
+            print(f"warning: {w.message}", file=sys.stderr)
+        else:
+            warnings.warn(w.message, w.category, stacklevel=2)
+
+
+def _print_n_params(fit) -> None:
+    kind = fit.extras.get("n_params")
+    if kind is not None:
+        what = "non-embedding parameters" if kind == "non_embedding" else "all parameters"
+        print(f"  N = {what} (column {fit.columns.get('N', '?')}); --n-params {kind}")
 
 
 def _columns(args: argparse.Namespace) -> dict[str, str]:
@@ -90,14 +150,16 @@ def _print_allocation(result: dict) -> None:
 def _print_holdout(h: dict | None) -> None:
     if h is not None:
         print(f"  held out {h['n_points']} runs above C={h['threshold']:.3g}: mean |rel err| {h['mean_rel_error']:.3%}, "
-              f"max {h['max_rel_error']:.3%}")
+              f"max {h['max_rel_error']:.3%}"
+              + (f"; {h['coverage']:.0%} inside their 90% prediction intervals (mean width "
+                 f"{h['mean_interval_rel_width']:.2%})" if "coverage" in h else ""))
 
 
-def _add_approach2(fit, args: argparse.Namespace, columns: dict[str, str]) -> None:
+def _add_approach2(fit, args: argparse.Namespace, columns: dict[str, str], data) -> None:
     """IsoFLOP profiles (Approach 2) and their agreement with the law's exponent, kept in the fit's extras."""
     from analysis.laws.isoflop import approach2, compare_approaches  # JAX-heavy; see run()
 
-    a2 = approach2(args.data, columns, method=args.approach2,
+    a2 = approach2(data, columns, method=args.approach2,
                    bootstrap=min(args.bootstrap, 1000) or 200, seed=args.seed)
     cmp_ = compare_approaches(fit, a2)
     fit.extras.update(approach2=a2, approach_comparison=cmp_)

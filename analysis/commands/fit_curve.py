@@ -2,8 +2,11 @@
 
 Fits a loss-curve law on whole curves (CSV columns step, lr, loss; or run directories) and/or on
 their first steps (`--fit-until STEP`), then predicts the rest of those curves and every
-`--predict` curve. `--json` writes params, the convergence report, and `predictions`:
-curve name -> {mean_rel_error, max_rel_error, final_loss_pred, final_loss_actual}.
+`--predict` curve, each point with a 90% forecast interval (jackknife+ over the fit's own
+leave-one-curve-out and early-part refits). `--json` writes params, the convergence report,
+`interval_model`, and `predictions`: curve name -> {mean_rel_error, max_rel_error,
+final_loss_pred, final_loss_actual, n_points, interval_coverage, interval_mean_rel_width,
+interval_final, step, predicted, interval_lo, interval_hi}.
 """
 
 from __future__ import annotations
@@ -26,8 +29,26 @@ def register(subparsers) -> None:
                    help="steps per annealing quadrature node (default 32; 1 = exact per-step sum)")
     p.add_argument("--warmup", choices=("linear", "constant"), default="linear",
                    help="schedule before the first logged step (default: linear warm-up from 0)")
-    add_json_argument(p, "params, the convergence report and per-curve prediction errors")
+    p.add_argument("--no-intervals", action="store_true",
+                   help="skip the forecast intervals (saves the calibration refits)")
+    add_json_argument(p, "params, the convergence report, per-curve prediction errors and 90% intervals")
     p.set_defaults(func=run)
+
+
+def _print_result(r) -> None:
+    print(f"law {r.law}: " + ", ".join(f"{k}={v:.6g}" for k, v in r.params.items()))
+    print(f"  objective {r.objective:.6g}, {r.starts_at_optimum}/{r.n_starts} starts at the optimum; {r.status}")
+    if r.intervals is not None:
+        m = r.intervals
+        print(f"  90% intervals: jackknife+ over {len(m.refits)} refits ({len(m.units)} forecast curves; "
+              f"residual {m.residual:.3%} x (1 + horizon + rate distance))")
+    for name, e in r.predictions.items():
+        line = (f"  {name}: mean |rel err| {e['mean_rel_error']:.3%}, max {e['max_rel_error']:.3%}, "
+                f"final loss {e['final_loss_pred']:.4f} (actual {e['final_loss_actual']:.4f})")
+        if "interval_coverage" in e:
+            lo, hi = e["interval_final"]
+            line += f", 90% [{lo:.4f}, {hi:.4f}], {e['interval_coverage']:.0%} of points inside"
+        print(line)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -41,11 +62,7 @@ def run(args: argparse.Namespace) -> int:
     fit = [load_curve(c, warmup=args.warmup) for c in args.fit]
     pred = [load_curve(c, warmup=args.warmup) for c in args.predict]
     r = fit_curve(fit, args.law, predict=pred, fit_until=args.fit_until, fixed=_fixed(args.fix),
-                  resolution=args.resolution)
-    print(f"law {r.law}: " + ", ".join(f"{k}={v:.6g}" for k, v in r.params.items()))
-    print(f"  objective {r.objective:.6g}, {r.starts_at_optimum}/{r.n_starts} starts at the optimum; {r.status}")
-    for name, e in r.predictions.items():
-        print(f"  {name}: mean |rel err| {e['mean_rel_error']:.3%}, max {e['max_rel_error']:.3%}, "
-              f"final loss {e['final_loss_pred']:.4f} (actual {e['final_loss_actual']:.4f})")
+                  resolution=args.resolution, intervals=not args.no_intervals)
+    _print_result(r)
     emit_json(args, r.to_dict())
     return 0

@@ -41,7 +41,7 @@ def _positive_int(text: str) -> int:
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("plan", help="scaling law + cost model -> model size, tokens, layout",
                               description=__doc__)
-    add_budget_argument(p, "to plan for (C = 6ND; one plan per budget)")
+    add_budget_argument(p, "to plan for (C = k·N·D with the law's k, 6 unless the fit says otherwise; one plan per budget)")
     p.add_argument("--law", type=pathlib.Path, help="fit JSON from `python -m analysis fit` "
                    "(default: Hoffmann et al. 2022 constants)")
     p.add_argument("--hardware", required=True, help="catalogue name (h100, a100-80gb, ...) or YAML")
@@ -89,7 +89,8 @@ def _print_plan(result) -> None:
               f"params, D* = {result.d_opt / 1e12:.2f}T tokens")
     print(result.table())
     lo = b.layout
-    ci = (f"95% CI [{b.loss_ci[0]:.3f}, {b.loss_ci[1]:.3f}]" if b.loss_ci
+    band = result.loss_band(b)
+    ci = (f"{result.interval_label} [{band[0]:.3f}, {band[1]:.3f}]" if band
           else "CI unavailable: law has no bootstrap samples")
     print(f"best: {b.shape.n_params / 1e9:.1f}B params (L={b.shape.n_layers}, d={b.shape.d_model}) "
           f"on {b.tokens / 1e12:.2f}T tokens, dp={lo.dp} tp={lo.tp} pp={lo.pp} mb={lo.micro_batch} "

@@ -16,7 +16,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.gpus <= 0:
         raise AnalysisError(f"--gpus must be a positive integer (got {args.gpus})")
     rep = build_report(args.sweep_dir, args.out, budgets=args.budget, bootstrap=args.bootstrap, seed=args.seed,
-                       hardware=args.hardware, gpus=args.gpus)
+                       hardware=args.hardware, gpus=args.gpus, n_params=args.n_params)
     for line in ([] if rep.get("rl_only") else headline(rep)):
         print(line)
     for w in rep["warnings"]:
@@ -40,5 +40,9 @@ def register(sub) -> None:
                    help="with --budget: add a planning section (shape, layout, days) per budget on this hardware "
                         "(a conf/hardware name such as h100-sxm, or a YAML path)")
     p.add_argument("--gpus", type=int, default=1024, help="devices for the planning section (default 1024)")
+    p.add_argument("--n-params", choices=("total", "non_embedding"), default="total",
+                   help="which parameter count N the fits, profiles and figures use: total (default; the Chinchilla "
+                        "law's N counts every parameter) or non_embedding (without the input embedding and untied "
+                        "output head, Kaplan et al.'s N; from n_params_non_embedding in each run's summary.json)")
     add_json_argument(p, "the report's numbers (the same as report.json)")
     p.set_defaults(func=_run)

@@ -9,7 +9,9 @@
   LD(t) = B sum_k (eta_{k-1} - eta_k) G(eta_k^-gamma S_k(t)), G(x) = 1 - (C x + 1)^-beta,
   S_k(t) = sum_{tau=k..t} eta_tau.
 
-Every parameter is positive and optimised as its log. Predictions are computed from the
+Both annealing sums (S2, LD) run from the schedule's learning-rate peak on (the end of warm-up,
+Luo et al.'s eta_0); the warm-up counts only in S1. Every parameter is positive and optimised as
+its log. Predictions are computed from the
 precomputed `curves.Features` (areas and annealing nodes), so a law evaluation is a handful of
 vectorised array operations and a segment sum.
 """

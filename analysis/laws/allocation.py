@@ -23,6 +23,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from analysis.laws import intervals
 from models.base.errors import AnalysisError
 
 CHINCHILLA_NAMES = ("E", "A", "B", "alpha", "beta")
@@ -48,6 +49,10 @@ def closed_form_optimum(params_xP: np.ndarray, C: np.ndarray, k: float) -> dict[
     arrays, so point estimate and CIs come from the same formula.
     """
     p = np.asarray(params_xP, dtype=float)
+    if p.ndim == 1:
+        check_allocatable(dict(zip(CHINCHILLA_NAMES, p)), "closed-form optimum")
+    else:  # a sample with A, B, alpha or beta <= 0 has no optimum: NaN row, dropped by the CIs
+        p = np.where(np.all(p[..., 1:] > 0, axis=-1, keepdims=True), p, np.nan)
     E, A, B, al, be = (p[..., i, None] for i in range(5))
     C = np.asarray(C, dtype=float)[None, :] if p.ndim > 1 else np.asarray(C, dtype=float)
     with np.errstate(all="ignore"):
@@ -60,6 +65,17 @@ def closed_form_optimum(params_xP: np.ndarray, C: np.ndarray, k: float) -> dict[
         loss = E + A / N**al + B / D**be
     return {"a": a[..., 0], "b": b[..., 0], "G": np.exp(logG[..., 0]), "N_opt": N, "D_opt": D,
             "tokens_per_param": D / N, "loss": loss}
+
+
+def check_allocatable(params: Mapping[str, float], origin: str) -> None:
+    """One-line AnalysisError unless E is finite and A, B, alpha, beta are finite and > 0: with a
+    non-positive exponent a loss term never falls with scale, the optimum does not exist, and the
+    closed form would give NaN (or a nonsense N*) silently."""
+    bad = [f"{n}={params[n]:g}" for n in CHINCHILLA_NAMES
+           if not math.isfinite(params[n]) or (n != "E" and not params[n] > 0)]
+    if bad:
+        raise AnalysisError(f"{origin}: no compute-optimal allocation with {', '.join(bad)} (A, B, alpha and "
+                            "beta must be finite and > 0, E finite)")
 
 
 def percentile_interval(values: np.ndarray, level: float) -> list[float]:
@@ -104,10 +120,14 @@ class ScalingLaw:
     source: str = "user-supplied constants"  # where the constants came from (plans, reports)
     # (S, 5) bootstrap parameter samples in E, A, B, alpha, beta order, or None (no CIs)
     samples: np.ndarray | None = dataclasses.field(default=None, compare=False, repr=False)
-    ci_level: float = 0.95  # central coverage of every interval this law reports
+    ci_level: float = 0.95  # central coverage of every parameter/optimum CI this law reports
+    # measured error model of the fit (analysis.laws.intervals): gives the 90% prediction
+    # interval of a new run's loss; None (published constants) gives none
+    prediction_error: intervals.PredictionError | None = dataclasses.field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         _positive_k(self.flops_per_param_token, "scaling law")
+        check_allocatable({n: getattr(self, n) for n in CHINCHILLA_NAMES}, "scaling law")
         if not 0 < self.ci_level < 1:
             raise AnalysisError(f"scaling law: ci_level must be in (0, 1) (got {self.ci_level!r})")
 
@@ -137,7 +157,8 @@ class ScalingLaw:
         return cls(**{n: float(fit.params[n]) for n in CHINCHILLA_NAMES},
                    flops_per_param_token=_positive_k(k, f"law {fit.law}"),
                    source=source or f"{fit.law} law fitted on {fit.n_points} points",
-                   samples=samples, ci_level=float(fit.ci_level))
+                   samples=samples, ci_level=float(fit.ci_level),
+                   prediction_error=getattr(fit, "prediction_error", None))
 
     @classmethod
     def from_json(cls, path: str | pathlib.Path) -> "ScalingLaw":
@@ -165,7 +186,8 @@ class ScalingLaw:
                    flops_per_param_token=(DEFAULT_FLOPS_PER_PARAM_TOKEN if k is None
                                           else _positive_k(k, f"law file {origin}")),
                    samples=_json_samples(data),
-                   ci_level=float(level) if isinstance(level, (int, float)) and 0 < level < 1 else 0.95)
+                   ci_level=float(level) if isinstance(level, (int, float)) and 0 < level < 1 else 0.95,
+                   prediction_error=_json_prediction_error(data))
 
     # ---- predictions ----------------------------------------------------------------------------
     @property
@@ -190,6 +212,25 @@ class ScalingLaw:
         lo, hi = percentile_interval(vals, self.ci_level if level is None else level)
         return lo, hi
 
+    def loss_interval(self, n, d, level: float = intervals.PREDICTION_LEVEL) -> tuple[np.ndarray, np.ndarray] | None:
+        """90% prediction interval (lo, hi) of a new run's loss at N = n, D = d (arrays or floats):
+        parameter noise (bootstrap samples) + run scatter + extrapolation drift beyond the fitted
+        data (see analysis.laws.intervals); None when the law carries no error model."""
+        pe = self.prediction_error
+        if pe is None:
+            return None
+        n, d = np.atleast_1d(np.asarray(n, dtype=float)), np.atleast_1d(np.asarray(d, dtype=float))
+        scale = {"C": self.flops_per_param_token * n * d, "N": n, "D": d}.get(pe.scale_role)
+        if scale is None:
+            return None
+        with np.errstate(all="ignore"):
+            log_pred = np.log(self.loss(n, d))
+            log_s = None
+            if self.samples is not None and len(self.samples) >= MIN_CI_SAMPLES:
+                e, a, b, al, be = (np.asarray(self.samples, dtype=float)[:, i, None] for i in range(5))
+                log_s = np.log(e + a / n ** al + b / d ** be)
+        return intervals.interval(log_pred, log_s, pe.sd(pe.decades(scale)), level)
+
     def optimal(self, flops: float) -> tuple[float, float]:
         """(N*, D*) minimising L under k·N·D = C (Hoffmann et al. 2022, eq. 4)."""
         opt = closed_form_optimum(self.params, [flops], self.flops_per_param_token)
@@ -213,12 +254,16 @@ class ScalingLaw:
         return out
 
     def _budget_row(self, j: int, C: float, point: dict, boot: dict | None) -> dict:
-        """One budget's row of `allocation`: point values and, with samples, their CIs."""
+        """One budget's row of `allocation`: point values, with samples their CIs, and with an
+        error model the 90% prediction interval of the loss a run at (N*, D*) would reach."""
         row = {"C": float(C)}
         for key in ("N_opt", "D_opt", "tokens_per_param", "loss"):
             row[key] = float(point[key][j])
             if boot is not None:
                 row[f"{key}_ci"] = percentile_interval(boot[key][:, j], self.ci_level)
+        band = self.loss_interval(row["N_opt"], row["D_opt"])
+        if band is not None:
+            row["loss_interval"] = [float(band[0][0]), float(band[1][0])]
         return row
 
 
@@ -254,6 +299,19 @@ def _json_samples(data: Mapping[str, Any]) -> np.ndarray | None:
         return arr[:, [names.index(k) for k in CHINCHILLA_NAMES]]
     except (ValueError, IndexError, TypeError):
         return None
+
+
+def _json_prediction_error(data: Mapping[str, Any]) -> intervals.PredictionError | None:
+    """The fit JSON's `prediction_error` object; None when absent or malformed (no interval)."""
+    raw = data.get("prediction_error")
+    if not isinstance(raw, dict):
+        return None
+    try:
+        pe = intervals.PredictionError.from_dict(raw)
+    except (KeyError, TypeError, ValueError):
+        return None
+    ok = all(math.isfinite(v) for v in (pe.noise_sd, pe.drift_per_decade, pe.scale_max)) and pe.scale_max > 0
+    return pe if ok else None
 
 
 def allocation(fit, budgets: Sequence[float] | None = None, flops_per_param_token: float | None = None) -> dict:

@@ -32,12 +32,12 @@ import jax.numpy as jnp
 import numpy as np
 import pandas as pd
 
-from analysis.laws import holdout
+from analysis.laws import holdout, intervals
 from analysis.laws.allocation import allocation, supports_allocation
 from analysis.laws import points as data_mod
 from models.base import jsonio
 from models.base.errors import AnalysisError
-from analysis.laws.registry import Law, get_law
+from analysis.laws.registry import Law, bound_notes, get_law
 from analysis.laws.lbfgs import CONVERGED_CODES, STATUS_NAMES, LBFGSConfig, minimize_batch
 
 HUBER_DELTA = 1e-3
@@ -295,6 +295,8 @@ class FitResult:
     bootstrap_failed: int = 0
     extras: dict = field(default_factory=dict)
     bootstrap_x0: np.ndarray | None = field(default=None, repr=False)  # internal starts of every resample
+    # measured error model behind prediction intervals (None: fitted with intervals=False)
+    prediction_error: intervals.PredictionError | None = None
 
     @property
     def law_obj(self) -> Law:
@@ -324,6 +326,24 @@ class FitResult:
             theta = jnp.asarray(law.to_internal(self.bootstrap_samples))
             out = jax.vmap(lambda t: law.log_predict(t, tuple(jnp.asarray(v) for v in logX)))(theta)
             return np.exp(np.asarray(out))
+
+    def predict_interval(self, inputs: Mapping[str, np.ndarray], level: float = intervals.PREDICTION_LEVEL
+                         ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(prediction, lo, hi) at `inputs` (role -> array): the `level` prediction interval of a
+        new run's loss, parameter noise + run scatter + extrapolation drift (analysis.laws.intervals)."""
+        if self.prediction_error is None:
+            raise AnalysisError("this fit has no prediction-error model; refit with prediction_intervals=True")
+        law = self.law_obj
+        inputs = {k: np.atleast_1d(np.asarray(v, dtype=float)) for k, v in inputs.items()}
+        pred = law.predict(self.vector, inputs)
+        samples = None
+        if self.bootstrap_samples is not None:
+            with np.errstate(all="ignore"):
+                samples = np.log(self.predict_samples(inputs))
+        pe = self.prediction_error
+        scale = _scale(inputs, pe.scale_role, self.flops_per_param_token)
+        lo, hi = intervals.interval(np.log(pred), samples, pe.sd(pe.decades(scale)), level, seed=self.seed)
+        return pred, lo, hi
 
     def allocation(self, budgets: Sequence[float] | None = None) -> dict:
         return allocation(self, budgets)
@@ -361,6 +381,8 @@ class FitResult:
         }
         if supports_allocation(self):
             out["allocation"] = self.allocation(budgets)
+        if self.prediction_error is not None:
+            out["prediction_error"] = self.prediction_error.to_dict()
         if self.holdout is not None:
             out["holdout"] = self.holdout
         out.update(self.extras)
@@ -384,6 +406,7 @@ class FitResult:
             f"  objective {self.objective:.10g}, |grad|_inf {self.grad_norm:.2e}, {self.starts_at_optimum}/{self.n_polished} "
             f"polished starts (of {self.n_starts}) at the optimum; {self.status}; converged={self.converged}"
         )
+        lines += [f"  warning: {n.message}" for n in bound_notes(self.law_obj, self.params, self.ci, tuple(self.fixed))]
         return "\n".join(lines)
 
 
@@ -419,9 +442,8 @@ def prepare(
     theta_full = np.zeros(law.n_params)
     for k, v in fixed.items():
         i = law.param_names.index(k)
-        if law.log_params[i] and not v > 0:
-            raise AnalysisError(f"fixed {k}={v} must be > 0 (law {law.name} keeps it positive)")
-        theta_full[i] = law.to_internal(np.array([v if j == i else 1.0 for j in range(law.n_params)]))[i]
+        law.check_value(k, v)  # a fixed value must lie inside the bounds the law enforces
+        theta_full[i] = law.transforms[i].internal(v)
     free_idx = tuple(i for i, k in enumerate(law.param_names) if k not in fixed)
     if not free_idx:
         raise AnalysisError("every parameter is fixed; nothing to fit")
@@ -436,13 +458,51 @@ def prepare(
 
 def _starts(law: Law, prob: Problem, grid: np.ndarray | None) -> np.ndarray:
     if grid is None:
-        g = np.asarray(law.grid(prob.logX, prob.logy), dtype=float)
+        g = law.starts(prob.logX, prob.logy)
     else:
-        g = law.to_internal(np.atleast_2d(np.asarray(grid, dtype=float)))  # user grids are public values
+        g = np.atleast_2d(np.asarray(grid, dtype=float))  # user grids are public values
         if g.shape[1] != law.n_params:
             raise AnalysisError(f"grid must have {law.n_params} columns ({', '.join(law.param_names)})")
+        g = law.internal_starts(g)  # moved just inside the bounds
     g = g[:, list(prob.free_idx)]
     return np.unique(g, axis=0)
+
+
+def _scale(inputs: Mapping[str, np.ndarray], role: str, k: float) -> np.ndarray:
+    """The input that measures a run's scale for extrapolation distances (C = k N D if absent)."""
+    if role in inputs:
+        return np.asarray(inputs[role], dtype=float)
+    if role == "C" and "N" in inputs and "D" in inputs:
+        return k * np.asarray(inputs["N"], dtype=float) * np.asarray(inputs["D"], dtype=float)
+    raise AnalysisError(f"prediction intervals need {role} (the scale the fit extrapolates in) at every point")
+
+
+def scale_role(law: Law, pts: data_mod.Points) -> str:
+    """Compute C when the points have it; else the law's single input (N, D or x)."""
+    return "C" if "C" in pts.inputs else law.inputs[0]
+
+
+def prediction_error(law: Law, pts: data_mod.Points, ms: "MultiStart", fixed: Mapping[str, float] | None,
+                     delta: float, grid_starts: np.ndarray) -> intervals.PredictionError:
+    """Forward-chaining error model of a fit (see analysis.laws.intervals): each fold refits from
+    the full fit's optimum, its other local optima and 8 grid starts, in float64."""
+    prob = prepare(law, pts, fixed, delta)
+    free = list(prob.free_idx)
+    rng = np.random.default_rng(0)
+    extra = grid_starts[rng.choice(grid_starts.shape[0], size=min(8, grid_starts.shape[0]), replace=False)]
+    starts = np.vstack([ms.theta[free][None, :], ms.local_optima, extra])
+    resid = prob.logy - np.log(law.predict(law.to_public(ms.theta), pts.inputs))
+
+    def refit_predict(fit_mask: np.ndarray, test_mask: np.ndarray) -> np.ndarray | None:
+        sub, test = holdout.subset(pts, fit_mask), holdout.subset(pts, test_mask)
+        try:
+            r = multistart(prepare(law, sub, fixed, delta), starts, "float64")
+        except AnalysisError:
+            return None
+        return np.log(test.y) - np.log(law.predict(law.to_public(r.theta), test.inputs))
+
+    role = scale_role(law, pts)
+    return intervals.estimate(pts.inputs[role], role, resid, refit_predict)
 
 
 def fit_points(
@@ -457,6 +517,7 @@ def fit_points(
     precision: str = "auto",
     ci_level: float = 0.95,
     bootstrap_starts: int = 2,
+    prediction_intervals: bool = True,
 ) -> FitResult:
     """Fit `law` to validated points (see `fit_law` for the DataFrame entry point)."""
     prob = prepare(law, pts, fixed, delta)
@@ -481,6 +542,7 @@ def fit_points(
         se = {k: float(np.std(samples[finite, i], ddof=1)) if finite.sum() > 1 else math.nan for i, k in enumerate(law.param_names)}
     if not ms.converged:
         warnings.warn(f"law {law.name}: the best start did not clearly converge ({ms.status}, {ms.starts_at_optimum} starts at the optimum)")
+    perr = prediction_error(law, pts, ms, fixed, delta, _starts(law, prob, grid)) if prediction_intervals else None
     k_flops = data_mod.FLOPS_PER_PARAM_TOKEN
     if all(r in pts.inputs for r in ("N", "D", "C")) and not pts.columns.get("C", "<").startswith("<") and not pts.columns.get("D", "<").startswith("<"):
         k_flops = float(np.median(pts.inputs["C"] / (pts.inputs["N"] * pts.inputs["D"])))
@@ -496,6 +558,7 @@ def fit_points(
         input_ranges={k: [float(v.min()), float(v.max())] for k, v in pts.inputs.items()},
         bootstrap_failed=failed,
         bootstrap_x0=None if boot_x0 is None else prob.full(boot_x0),
+        prediction_error=perr,
     )
 
 
@@ -513,6 +576,8 @@ def fit_law(
     delta: float = HUBER_DELTA,
     precision: str = "auto",
     ci_level: float = 0.95,
+    prediction_intervals: bool = True,
+    n_params: str | None = None,
 ) -> FitResult:
     """Fit a registered law to a table of runs (DataFrame or CSV path). Main entry point.
 
@@ -522,6 +587,8 @@ def fit_law(
     weights: a column name or per-row array multiplying each point's Huber term.
     fixed: public parameter values to hold fixed, e.g. {"E": 1.69}.
     grid: (S, P) public start values replacing the law's default grid.
+    n_params: which N, "total" or "non_embedding" (None: the law's default, see
+    `points.choose_n_column`); recorded as `extras["n_params"]`.
     """
     if isinstance(df, (str, bytes)) or hasattr(df, "__fspath__"):
         df = data_mod.read_table(df)
@@ -530,14 +597,24 @@ def fit_law(
         raise AnalysisError(f"ci_level must be in (0, 1), got {ci_level}")
     if bootstrap < 0:
         raise AnalysisError(f"bootstrap must be >= 0, got {bootstrap}")
+    columns, n_kind = data_mod.choose_n_column(df, law_obj, columns, n_params)
     pts = data_mod.resolve(df, law_obj.inputs, columns, weights)
     if holdout_above is None:
-        return fit_points(law_obj, pts, bootstrap=bootstrap, seed=seed, fixed=fixed, grid=grid, delta=delta,
-                          precision=precision, ci_level=ci_level)
+        fit = fit_points(law_obj, pts, bootstrap=bootstrap, seed=seed, fixed=fixed, grid=grid, delta=delta,
+                         precision=precision, ci_level=ci_level, prediction_intervals=prediction_intervals)
+        return _with_n_params(fit, n_kind)
     fit_pts, held_pts = holdout.split(pts, holdout_above)
     fit = fit_points(law_obj, fit_pts, bootstrap=bootstrap, seed=seed, fixed=fixed, grid=grid, delta=delta,
-                     precision=precision, ci_level=ci_level)
-    fit.holdout = {"threshold": float(holdout_above), **holdout.holdout_report(law_obj, fit.vector, held_pts)}
+                     precision=precision, ci_level=ci_level, prediction_intervals=prediction_intervals)
+    band = fit.predict_interval(held_pts.inputs)[1:] if fit.prediction_error is not None else None
+    fit.holdout = {"threshold": float(holdout_above), **holdout.holdout_report(law_obj, fit.vector, held_pts, band)}
+    return _with_n_params(fit, n_kind)
+
+
+def _with_n_params(fit: FitResult, kind: str | None) -> FitResult:
+    """Record which parameter count N the fit used (`n_params` in its JSON)."""
+    if kind is not None:
+        fit.extras["n_params"] = kind
     return fit
 
 
@@ -553,5 +630,9 @@ def holdout_validate(
     if threshold is None:
         if isinstance(df, (str, bytes)):
             df = data_mod.read_table(df)
-        threshold = holdout.top_budget_threshold(df, law if isinstance(law, Law) else get_law(law), columns)
+        law_obj = law if isinstance(law, Law) else get_law(law)
+        with warnings.catch_warnings():  # fit_law warns about the N it uses; the threshold must see the same C
+            warnings.simplefilter("ignore", data_mod.NParamsWarning)
+            n_cols, _ = data_mod.choose_n_column(df, law_obj, columns, fit_kwargs.get("n_params"))
+        threshold = holdout.top_budget_threshold(df, law_obj, n_cols)
     return fit_law(df, law, columns, holdout_above=threshold, **fit_kwargs)

@@ -15,12 +15,17 @@ import numpy as np
 import pandas as pd
 
 from analysis.laws import points as data_mod
+from analysis.laws.budgets import group_budgets
 from models.base.errors import AnalysisError
+from analysis.laws.intervals import PREDICTION_LEVEL
 from analysis.laws.registry import Law
 
 
-def holdout_report(law: Law, params_P: np.ndarray, pts: data_mod.Points) -> dict:
-    """Prediction errors of public parameters `params_P` on held-out points."""
+def holdout_report(law: Law, params_P: np.ndarray, pts: data_mod.Points,
+                   interval: tuple[np.ndarray, np.ndarray] | None = None) -> dict:
+    """Prediction errors of public parameters `params_P` on held-out points; with `interval`
+    ((lo, hi) arrays, the fit's 90% prediction interval at each point) also each point's
+    `interval` and the `coverage`, the fraction of held-out runs inside their interval."""
     pred = law.predict(params_P, pts.inputs)
     rel = (pred - pts.y) / pts.y
     points = []
@@ -29,17 +34,25 @@ def holdout_report(law: Law, params_P: np.ndarray, pts: data_mod.Points) -> dict
         for k in law.inputs:
             row.setdefault(k, float(pts.inputs[k][i]))
         row.update(actual=float(pts.y[i]), predicted=float(pred[i]), rel_error=float(rel[i]))
+        if interval is not None:
+            row["interval"] = [float(interval[0][i]), float(interval[1][i])]
         points.append(row)
-    return {
+    out = {
         "points": points,
         "mean_rel_error": float(np.mean(np.abs(rel))),
         "max_rel_error": float(np.max(np.abs(rel))),
         "mean_signed_rel_error": float(np.mean(rel)),
         "n_points": int(pts.n),
     }
+    if interval is not None:
+        lo, hi = (np.asarray(v, dtype=float) for v in interval)
+        out["coverage"] = float(np.mean((pts.y >= lo) & (pts.y <= hi)))
+        out["interval_level"] = PREDICTION_LEVEL
+        out["mean_interval_rel_width"] = float(np.mean((hi - lo) / pred))
+    return out
 
 
-def _subset(pts: data_mod.Points, mask: np.ndarray) -> data_mod.Points:
+def subset(pts: data_mod.Points, mask: np.ndarray) -> data_mod.Points:
     return replace(
         pts,
         inputs={k: v[mask] for k, v in pts.inputs.items()},
@@ -64,16 +77,20 @@ def split(pts: data_mod.Points, threshold: float) -> tuple[data_mod.Points, data
         raise AnalysisError(
             f"every run has C above {threshold:g} (min C is {pts.inputs['C'].min():.3g}); nothing is left to fit on"
         )
-    return _subset(pts, ~above), _subset(pts, above)
+    return subset(pts, ~above), subset(pts, above)
 
 
 def top_budget_threshold(df: pd.DataFrame, law: Law, columns: Mapping[str, str] | None = None) -> float:
-    """The threshold that holds out exactly the top compute budget (geometric mid-point of the
-    two largest distinct C)."""
+    """The threshold that holds out exactly the top compute budget: the geometric mid-point of
+    the smallest C of the top budget and the largest C of the one below. Budgets are grouped first
+    (`analysis.laws.budgets.group_budgets`): runs of one budget differ in C by whole steps."""
     vals, _ = data_mod.resolve_inputs(df, law.inputs, columns)
     if "C" not in vals:
         raise AnalysisError("held-out validation needs compute per run (C, or N and D)")
-    Cs = np.unique(vals["C"])
-    if Cs.size < 2:
-        raise AnalysisError("held-out validation needs runs at two or more compute budgets")
-    return float(np.sqrt(Cs[-1] * Cs[-2]))
+    C = vals["C"]
+    labels = group_budgets(C)
+    top = labels == labels.max()
+    if top.all():
+        raise AnalysisError("held-out validation needs runs at two or more compute budgets "
+                            f"(all {C.size} runs are within 10% of C={np.exp(np.mean(np.log(C))):.3g})")
+    return float(np.sqrt(C[top].min() * C[~top].max()))

@@ -30,19 +30,10 @@ import pandas as pd
 
 from analysis.laws import points as data_mod
 from analysis.laws.allocation import allocation
+from analysis.laws.budgets import group_budgets  # moved there; `isoflop.group_budgets` still works
 from models.base.errors import AnalysisError
 
 METHODS = ("parabola", "cubic", "law")
-
-
-def group_budgets(C: np.ndarray, rtol: float = 0.1) -> np.ndarray:
-    """Integer budget label per point: sorted compute values split where they jump by > rtol."""
-    order = np.argsort(C)
-    logc = np.log(C[order])
-    labels_sorted = np.concatenate([[0], np.cumsum(np.diff(logc) > np.log1p(rtol))])
-    labels = np.empty_like(labels_sorted)
-    labels[order] = labels_sorted
-    return labels
 
 
 def _powerlaw(logC: np.ndarray, logY_xB: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -14,6 +14,7 @@ Chinchilla papers do.
 from __future__ import annotations
 
 import os
+import warnings
 from dataclasses import dataclass
 from typing import Mapping
 
@@ -31,6 +32,15 @@ ALIASES: dict[str, tuple[str, ...]] = {
 }
 FLAGS = {"N": "--n-col", "D": "--d-col", "C": "--c-col", "loss": "--loss-col", "x": "--x-col"}
 FLOPS_PER_PARAM_TOKEN = 6.0
+# Which parameter count N is (`--n-params`): every parameter, or Kaplan et al.'s count without
+# the vocabulary matrices (input embedding, untied output head). The runs table of `collect`
+# carries both (n_params, n_params_non_embedding); Gadre et al.'s shared data too.
+N_PARAMS_KINDS = ("total", "non_embedding")
+NON_EMBEDDING_ALIASES = ("n_params_non_embedding", "N_non_embedding")
+
+
+class NParamsWarning(UserWarning):
+    """A law meant for non-embedding N was fitted on total N because the data lack that column."""
 
 
 def read_table(path: str | os.PathLike) -> pd.DataFrame:
@@ -203,3 +213,40 @@ def _check_values(v: np.ndarray, name: str, role: str) -> None:
             f"column {name!r} ({role}) has {int(nonpos.sum())} non-positive value(s) (rows {rows}, e.g. {v[nonpos][0]:g}); "
             "scaling laws are fitted in log space, so every value must be > 0"
         )
+
+
+def choose_n_column(
+    df: pd.DataFrame, law, columns: Mapping[str, str] | None = None, n_params: str | None = None,
+) -> tuple[dict[str, str], str | None]:
+    """(columns with the N column chosen, which N it is: "total", "non_embedding" or None).
+
+    `law` is a registry `Law` (its name, inputs and `default_n_params` are read). `n_params` None
+    means the law's default ("non_embedding" for Kaplan-form laws of N), and nothing at all for a
+    law without an N input. A column named with `columns["N"]` (`--n-col`)
+    is used as given; its kind is the one requested, else read from its name. Non-embedding N
+    is the first of `NON_EMBEDDING_ALIASES` present. Missing, it is a one-line error when
+    requested and, for a law's default, a `NParamsWarning` and a fit on total N (said in the result).
+    """
+    columns = dict(columns or {})
+    if n_params is not None and n_params not in N_PARAMS_KINDS:
+        raise AnalysisError(f"--n-params must be one of {', '.join(N_PARAMS_KINDS)} (got {n_params!r})")
+    if n_params is None and "N" not in law.inputs:
+        return columns, None
+    kind = n_params or law.default_n_params
+    if "N" in columns:
+        return columns, n_params or ("non_embedding" if columns["N"] in NON_EMBEDDING_ALIASES else "total")
+    if kind == "total":
+        return columns, kind
+    name = next((c for c in NON_EMBEDDING_ALIASES if c in df.columns), None)
+    if name is not None:
+        columns["N"] = name
+        return columns, kind
+    if n_params is not None:
+        raise AnalysisError(
+            "--n-params non_embedding needs a non-embedding parameter count: add a column "
+            f"{NON_EMBEDDING_ALIASES[0]} (parameters without the embedding and untied output head), or name "
+            "one with --n-col")
+    warnings.warn(f"law {law.name} is fitted on non-embedding N by default (Kaplan et al. 2020), but the data "
+                  f"have no {NON_EMBEDDING_ALIASES[0]} column: fitted on total N instead; add that column, or "
+                  "pass --n-params total to say so", NParamsWarning, stacklevel=3)
+    return columns, "total"

@@ -26,6 +26,7 @@ import math
 from typing import Any, Sequence
 
 from analysis.laws.allocation import ScalingLaw
+from analysis.laws.intervals import PREDICTION_LEVEL
 from models.base.errors import AnalysisError
 from sharding.costmodel import (BF16_MIXED, DEFAULT_EFFICIENCY, Efficiency, Hardware, Layout,
                                 LayoutError, ModelShape, Precision, estimate_step, load_hardware)
@@ -108,7 +109,10 @@ class Candidate:
     gpu_hours: float
     flops: float
     loss: float
-    loss_ci: tuple[float, float] | None
+    loss_ci: tuple[float, float] | None  # parameter-noise CI (the law's ci_level) of the mean loss
+    # 90% prediction interval of this run's loss: parameter noise + run scatter + extrapolation
+    # drift beyond the fitted data (analysis.laws.intervals); None when the law has no error model
+    loss_interval: tuple[float, float] | None = None
 
     def as_dict(self) -> dict[str, Any]:
         lo = self.layout
@@ -125,6 +129,7 @@ class Candidate:
             "mfu": self.mfu, "tokens_per_s": self.tokens_per_s, "days": self.days,
             "gpu_hours": self.gpu_hours, "flops": self.flops, "loss": self.loss,
             "loss_ci": list(self.loss_ci) if self.loss_ci else None,
+            "loss_interval": list(self.loss_interval) if self.loss_interval else None,
         }
 
 
@@ -154,6 +159,18 @@ class Plan:
         """The law's CI level as table text ("95")."""
         return f"{100 * self.law.ci_level:g}"
 
+    @property
+    def interval_label(self) -> str:
+        """What the loss interval is: the 90% prediction interval when the law has an error model,
+        else the parameter CI."""
+        if self.law.prediction_error is not None:
+            return f"{100 * PREDICTION_LEVEL:g}% prediction interval"
+        return f"{self.ci_percent}% CI"
+
+    def loss_band(self, c: "Candidate") -> tuple[float, float] | None:
+        """The interval `interval_label` names, for candidate `c`."""
+        return c.loss_interval if self.law.prediction_error is not None else c.loss_ci
+
     def as_dict(self) -> dict[str, Any]:
         return {"best": self.best.as_dict(), "candidates": [c.as_dict() for c in self.candidates],
                 "law": {"E": self.law.E, "A": self.law.A, "B": self.law.B,
@@ -166,10 +183,11 @@ class Plan:
     def table(self) -> str:
         head = (f"{'#':>2} {'params':>8} {'tokens':>8} {'L':>4} {'d':>6} {'layout':34s} "
                 f"{'mem GB':>7} {'step s':>7} {'MFU':>5} {'days':>7} {'GPU-h':>10} "
-                f"loss ({self.ci_percent}% CI)")
+                f"loss ({self.interval_label})")
         lines = [head]
         for i, c in enumerate(self.candidates):
-            ci = f"[{c.loss_ci[0]:.3f}, {c.loss_ci[1]:.3f}]" if c.loss_ci else "(CI unavailable)"
+            band = self.loss_band(c)
+            ci = f"[{band[0]:.3f}, {band[1]:.3f}]" if band else "(CI unavailable)"
             lines.append(f"{i + 1:>2} {c.shape.n_params / 1e9:7.1f}B {c.tokens / 1e12:7.2f}T "
                          f"{c.shape.n_layers:>4} {c.shape.d_model:>6} {_layout_text(c.layout):34s} "
                          f"{c.mem_gb_per_device:7.1f} {c.step_time_s:7.2f} {c.mfu:5.3f} "
@@ -180,7 +198,8 @@ class Plan:
         """A planning section for reports."""
         b = self.best
         lo = b.layout
-        ci = (f"{b.loss_ci[0]:.3f}–{b.loss_ci[1]:.3f}" if b.loss_ci
+        band = self.loss_band(b)
+        ci = (f"{band[0]:.3f}–{band[1]:.3f}" if band
               else "unavailable (the law has no bootstrap samples)")
         budget = f"{self.budget_flops:.3g} FLOPs" if self.budget_flops else "no FLOP budget"
         lines = [
@@ -193,7 +212,7 @@ class Plan:
             f"tokens**, layout dp={lo.dp} tp={lo.tp} pp={lo.pp} micro-batch={lo.micro_batch} "
             f"ZeRO-{lo.zero_stage} checkpointing={lo.act_ckpt}: {b.mem_gb_per_device:.1f} GB/device, "
             f"{b.step_time_s:.2f} s/step, MFU {100 * b.mfu:.1f}%, **{b.days:.1f} days** "
-            f"({b.gpu_hours:.3g} GPU-hours); predicted loss {b.loss:.3f} ({self.ci_percent}% CI {ci}).",
+            f"({b.gpu_hours:.3g} GPU-hours); predicted loss {b.loss:.3f} ({self.interval_label} {ci}).",
             "", "```", self.table(), "```"]
         lines += [f"- {n}" for n in self.notes]
         return "\n".join(lines)
@@ -334,7 +353,12 @@ def _candidate(s: ModelShape, est, req: _Request) -> Candidate:
         step_time_s=est.step_time_s, mfu=est.mfu, tokens_per_s=est.tokens_per_s,
         days=seconds / 86400, gpu_hours=seconds / 3600 * req.n_devices,
         flops=k * s.n_params * tokens, loss=req.law.loss(s.n_params, tokens),
-        loss_ci=req.law.loss_ci(s.n_params, tokens))
+        loss_ci=req.law.loss_ci(s.n_params, tokens), loss_interval=_interval(req.law, s.n_params, tokens))
+
+
+def _interval(law: ScalingLaw, n: float, d: float) -> tuple[float, float] | None:
+    band = law.loss_interval(n, d)
+    return None if band is None else (float(band[0][0]), float(band[1][0]))
 
 
 def _rank(cands: list[Candidate], req: _Request, n_opt: float | None) -> None:
@@ -349,8 +373,13 @@ def _rank(cands: list[Candidate], req: _Request, n_opt: float | None) -> None:
 def _notes(req: _Request) -> tuple[str, ...]:
     """What the user should know about how the plan was made."""
     notes = []
-    if req.law.samples is None:
+    if req.law.samples is None and req.law.prediction_error is None:
         notes.append("loss CI unavailable: the law has no bootstrap samples (point estimate only)")
+    pe = req.law.prediction_error
+    if pe is not None:
+        notes.append(f"loss interval: {100 * PREDICTION_LEVEL:g}% prediction interval from the fit's measured "
+                     f"run scatter ({100 * pe.noise_sd:.2g}%), unseen-budget offset ({100 * pe.budget_sd:.2g}%) and extrapolation drift ({100 * pe.drift_per_decade:.2g}% "
+                     f"per decade beyond the largest fitted run, {pe.scale_max:.3g} {pe.scale_role}) plus parameter noise")
     if req.max_days is not None:
         notes.append(f"tokens capped by what each layout processes in {req.max_days:g} days")
     notes.append(f"layouts: flash-attention 2, fused norms, bf16 mixed precision, "

@@ -4,7 +4,9 @@
 public analysis API (runs.load, fit_law, approach2, compare_approaches, allocation, held-out
 fits), so the report shows exactly what a notebook user would get:
 
-1. every run under the sweep dir (completed or not) and the shapes the sweep skipped;
+1. every run under the sweep dir (completed or not) and the shapes the sweep skipped; runs that
+   differ only in `optim.*` (an LR sweep per rung) are reduced to the best run per (budget,
+   shape) for every fit below (analysis.laws.best_runs), with the loss-vs-LR figure per rung;
 2. Approach 3: the Chinchilla law fitted to all completed runs, bootstrap CIs, N*/D* at the
    requested budgets and the compute-optimal frontier;
 3. Approach 2: IsoFLOP parabolas per budget -> N_opt(C) power law, compared with Approach 3;
@@ -30,8 +32,10 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
+from analysis.laws.best_runs import SELECTED, Selection, has_config, select_best_runs
 from analysis.laws.fitting import FitResult, fit_law
 from analysis.laws.isoflop import approach2, compare_approaches, group_budgets
+from analysis.laws.registry import bound_notes
 from analysis.report import figures as figs
 from analysis.report.render import write_html, write_markdown
 from analysis.rl.report import find_rl_runs, rl_section
@@ -116,6 +120,8 @@ def _frontier(fit, C: np.ndarray) -> dict:
         cis = [r.get(f"{key}_ci", [math.nan, math.nan]) for r in rows]
         out[key + "_lo"] = [c[0] for c in cis]
         out[key + "_hi"] = [c[1] for c in cis]
+    pis = [r.get("loss_interval", [math.nan, math.nan]) for r in rows]  # 90% prediction interval
+    out["loss_pi_lo"], out["loss_pi_hi"] = [c[0] for c in pis], [c[1] for c in pis]
     return out
 
 
@@ -138,15 +144,10 @@ def _edge_and_size_warnings(done: pd.DataFrame) -> list[str]:
 
 
 def _bound_warnings(fit) -> list[str]:
-    out = []
-    law = fit.law_obj
-    for name, (lo, hi) in zip(fit.param_names, law.bounds):
-        v = fit.params[name]
-        scale = max(abs(v), 1e-12)
-        if (np.isfinite(lo) and abs(v - lo) <= 1e-6 * max(1.0, abs(lo)) + 1e-9 * scale) or \
-                (np.isfinite(hi) and abs(v - hi) <= 1e-6 * max(1.0, abs(hi))):
-            out.append(f"law parameter {name} = {v:.4g} sits at its bound [{lo}, {hi}]: the data do not "
-                       "determine it; treat the law and its allocation with care")
+    """Parameters at or near a bound the law enforces, or whose CI reaches one (the rule of
+    `analysis.laws.registry.bound_notes`, the same lines `fit` prints); CIs spanning > 100x."""
+    out = [n.message for n in bound_notes(fit.law_obj, fit.params, fit.ci, tuple(fit.fixed))]
+    for name in fit.param_names:
         lo_ci, hi_ci = fit.ci.get(name, [math.nan, math.nan])
         if np.isfinite(lo_ci) and np.isfinite(hi_ci) and lo_ci > 0 and hi_ci / lo_ci > 100:
             out.append(f"law parameter {name}: 95% CI [{lo_ci:.3g}, {hi_ci:.3g}] spans more than 100x "
@@ -170,20 +171,23 @@ def _run_table(all_runs: pd.DataFrame) -> list[dict]:
         rows.append({"run": str(r["run"]), "status": str(r["status"]), "budget": num("budget"),
                      "N": num("n_params"), "D": num("tokens"), "C": num("flops"),
                      "loss": num("final_eval_loss"), "tokens_per_s": num("tokens_per_s"),
-                     "mfu": num("mfu"), "wall_time_s": num("wall_time_s")})
+                     "mfu": num("mfu"), "wall_time_s": num("wall_time_s"),
+                     "selected": bool(r[SELECTED]) if SELECTED in r.index and pd.notna(r[SELECTED]) else None})
     return rows
 
 
 def build_report(sweep_dir: str | pathlib.Path, out_dir: str | pathlib.Path | None = None,
                  budgets: Sequence[float] | None = None, bootstrap: int = 1000, seed: int = 0,
-                 title: str | None = None, hardware: str | None = None, gpus: int = 1024) -> dict:
+                 title: str | None = None, hardware: str | None = None, gpus: int = 1024,
+                 n_params: str = "total") -> dict:
     """Analyse the runs under `sweep_dir` and write report.{html,md,json} + figures to `out_dir`.
 
     `budgets`: compute budgets to state N*/D* for (default: 10x the largest budget swept).
     `hardware` (a conf/hardware name or YAML) and `gpus`: with explicit `budgets`, add a planning
     section per budget (analysis.planning.planner: shape, layout, days, loss with CI from the fitted law).
     RL runs under `sweep_dir` get the RL section (analysis.rl.report); a directory of RL runs
-    only gives a report of that section alone.
+    only gives a report of that section alone. `n_params`: which parameter count N every section
+    uses, "total" (default: the Chinchilla law counts every parameter) or "non_embedding".
     Returns the report dict (also written as report.json); its `paths` name the files.
     """
     sweep_dir = pathlib.Path(sweep_dir)
@@ -197,7 +201,7 @@ def build_report(sweep_dir: str | pathlib.Path, out_dir: str | pathlib.Path | No
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # overflow in bootstrap resamples far from the optimum
         try:
-            rep = _build(sweep_dir, out, fig_dir, budgets, bootstrap, seed, title, hardware, gpus)
+            rep = _build(sweep_dir, out, fig_dir, budgets, bootstrap, seed, title, hardware, gpus, n_params)
         except NoPretrainingRuns:
             rep = _rl_only(sweep_dir, out, title)
     return rep
@@ -258,19 +262,28 @@ def _write_outputs(rep: dict, out: pathlib.Path) -> None:
 
 
 def _build(sweep_dir: pathlib.Path, out: pathlib.Path, fig_dir: pathlib.Path, budgets, bootstrap: int,
-           seed: int, title: str | None, hardware: str | None = None, gpus: int = 1024) -> dict:
+           seed: int, title: str | None, hardware: str | None = None, gpus: int = 1024,
+           n_params: str = "total") -> dict:
     """Collect, fit (Approaches 3 and 2), compare, hold out, plot, add sections, write."""
-    all_runs, done, curves, notes = collect(sweep_dir)
+    all_runs, done_all, curves, notes = collect(sweep_dir)
+    done, hp = select_best(all_runs, done_all)
+    done = _use_n_params(done, n_params)
     budgets_swept = sorted(done["budget"].unique())
     requested = _requested_budgets(budgets, budgets_swept)
-    warn: list[str] = list(notes) + _incomplete_warnings(all_runs) + _edge_and_size_warnings(done)
-    rep = _header(sweep_dir, title, all_runs, done, budgets_swept, requested, bootstrap, seed)
+    warn: list[str] = list(notes) + _incomplete_warnings(all_runs) + (hp.warnings if hp else [])
+    warn += _edge_and_size_warnings(done)
+    rep = _header(sweep_dir, title, all_runs, done_all, budgets_swept, requested, bootstrap, seed)
+    rep["hparams"] = hp.to_dict() if hp is not None else None
+    rep["n_params"] = n_params
     fit = _law_section(rep, done, requested, bootstrap, seed, warn)
+    if rep["law"] is not None:
+        rep["law"]["n_params"] = n_params  # the fit read N from n_params, which _use_n_params filled
     a2 = _approach2_section(rep, done, requested, bootstrap, seed, warn)
     rep["comparison"] = _comparison(fit, a2, warn)
     rep["holdout"], hold_fit = _holdout_check(done, budgets_swept, seed, warn)
     rep["warnings"] = warn
-    figures = report_figures(all_runs, done, curves, fit, a2, rep["holdout"], hold_fit, requested)
+    figures = report_figures(all_runs, done, curves, fit, a2, rep["holdout"], hold_fit, requested,
+                             hparams=rep["hparams"])
     rep["figures"] = _save_figures(figures, fig_dir, out)
     sections = []
     if hardware and budgets and fit is not None:
@@ -282,6 +295,38 @@ def _build(sweep_dir: pathlib.Path, out: pathlib.Path, fig_dir: pathlib.Path, bu
     rep["paths"] = _paths(out)
     _write_outputs(rep, out)
     return rep
+
+
+def select_best(all_runs: pd.DataFrame, done: pd.DataFrame) -> tuple[pd.DataFrame, Selection | None]:
+    """(the completed runs the laws are fitted to, the selection or None).
+
+    Runs that differ only in `optim.*` count once per (budget, shape): the best one. The
+    selection sees every run, also diverged ones, so a higher learning rate that diverged still
+    counts as tried (the best run is then not at the edge of the range). `all_runs` gains the
+    `selected` column shown in the report's run table."""
+    if not has_config(all_runs):
+        return done, None
+    sel = select_best_runs(all_runs, loss_col="final_eval_loss")
+    all_runs[SELECTED] = sel.table[SELECTED].to_numpy(bool)
+    if not sel.active:
+        return done, sel
+    keep = set(sel.table.loc[sel.table[SELECTED], "run"])
+    return done[done["run"].isin(keep)].reset_index(drop=True), sel
+
+
+def _use_n_params(done: pd.DataFrame, n_params: str) -> pd.DataFrame:
+    """`done` with its `n_params` column holding the N every section uses. Every fit, profile and
+    figure reads N from `n_params`, so swapping that column (the run table keeps the totals) is
+    what keeps all of them on one N. One-line error for an unknown kind or a missing column."""
+    if n_params == "total":
+        return done
+    if n_params != "non_embedding":
+        raise AnalysisError(f"--n-params must be total or non_embedding (got {n_params!r})")
+    ne = pd.to_numeric(done.get("n_params_non_embedding", pd.Series(np.nan, index=done.index)), errors="coerce")
+    if not (ne.notna().all() and (ne > 0).all()):
+        raise AnalysisError("--n-params non_embedding needs n_params_non_embedding in every completed run's "
+                            "summary.json (experiments.train writes it); add it, or use --n-params total")
+    return done.assign(n_params=ne.astype(float))
 
 
 def _requested_budgets(budgets: Sequence[float] | None, budgets_swept: list[float]) -> list[float]:
@@ -386,8 +431,9 @@ def _holdout_check(done: pd.DataFrame, budgets_swept: list[float], seed: int,
 
 def report_figures(all_runs: pd.DataFrame, done: pd.DataFrame, curves: pd.DataFrame, fit: FitResult | None,
                    a2: dict | None, hold: dict | None, hold_fit: FitResult | None,
-                   requested: list[float]) -> dict[str, Figure | None]:
-    """The report's figures by name (None where the data cannot support one), in report order."""
+                   requested: list[float], hparams: dict | None = None) -> dict[str, Figure | None]:
+    """The report's figures by name (None where the data cannot support one), in report order.
+    `done` holds the runs the laws were fitted to; `hparams` is report.json's selection record."""
     frontier = None
     if fit is not None:
         hi_c = max(done["flops"].max(), *requested) * 1.5
@@ -395,7 +441,8 @@ def report_figures(all_runs: pd.DataFrame, done: pd.DataFrame, curves: pd.DataFr
     k = fit.flops_per_param_token if fit is not None else float(np.median(done["flops"] / (done["n_params"] * done["tokens"])))
     out = {"loss_vs_compute": figs.loss_vs_compute(done, frontier),
            "isoflop": figs.isoflop_curves(done, fit, k, a2),
-           "allocation": figs.optimal_allocation(a2, frontier, requested)}
+           "allocation": figs.optimal_allocation(a2, frontier, requested),
+           "lr_sensitivity": figs.lr_sensitivity(hparams)}
     if fit is not None:
         out["residuals"] = figs.residuals(done, fit.predict(done, COLS))
     if hold is not None:

@@ -64,8 +64,11 @@ def loss_vs_compute(done: pd.DataFrame, frontier: dict | None) -> Figure:
         C = np.asarray(frontier["C"])
         ax.plot(C, frontier["loss"], color="C0", lw=2, label="fitted frontier L(N*(C), D*(C))")
         lo, hi = np.asarray(frontier["loss_lo"]), np.asarray(frontier["loss_hi"])
+        plo, phi = np.asarray(frontier.get("loss_pi_lo", [np.nan])), np.asarray(frontier.get("loss_pi_hi", [np.nan]))
+        if np.isfinite(plo).all() and np.isfinite(phi).all():
+            ax.fill_between(C, plo, phi, color="C0", alpha=0.12, label="90% prediction interval (new run)")
         if np.isfinite(lo).all() and np.isfinite(hi).all():
-            ax.fill_between(C, lo, hi, color="C0", alpha=0.2, label="95% bootstrap CI")
+            ax.fill_between(C, lo, hi, color="C0", alpha=0.3, label="95% bootstrap CI (mean loss)")
     ax.set_xscale("log")
     ax.set_yscale("log")
     _plain_log_y(ax)
@@ -266,3 +269,53 @@ def throughput(runs: pd.DataFrame) -> Figure | None:
         ax.legend(fontsize=7)
     fig.suptitle("Throughput and model FLOPs utilisation per run")
     return _laid_out(fig)
+
+
+def lr_sensitivity(hparams: dict | None) -> Figure | None:
+    """How much worse than the rung's best run each run ended, against the swept hyperparameter
+    (log x): one line per (budget, shape) rung, one panel per budget; the run the laws use is
+    starred (at 0). Relative loss, so rungs whose losses differ by far more than the LR effect
+    share one readable axis. None when nothing was swept."""
+    if not hparams or not hparams.get("active") or not hparams.get("x_param"):
+        return None
+    x_param, groups = hparams["x_param"], hparams["groups"]
+    budgets = sorted({g["budget"] for g in groups if np.isfinite(g["budget"])}) or [np.nan]
+    ncol = min(len(budgets), 4)
+    nrow = -(-len(budgets) // ncol)
+    fig = Figure(figsize=(3.6 * ncol + 1.2, 3.4 * nrow))
+    axes = np.atleast_1d(fig.subplots(nrow, ncol, sharey=True, squeeze=False)).ravel()
+    sizes = sorted({g["N"] for g in groups})
+    cmap = matplotlib.colormaps["plasma"]
+    color = {n: cmap(0.85 * i / max(1, len(sizes) - 1)) for i, n in enumerate(sizes)}
+    for ax, b in zip(axes, budgets):
+        panel = [g for g in groups if (np.isnan(b) and not np.isfinite(g["budget"])) or g["budget"] == b]
+        for g in sorted(panel, key=lambda g: g["N"]):
+            _lr_line(ax, g, x_param, color[g["N"]])
+        ax.set_xscale("log")
+        ax.set_xlabel(x_param)
+        ax.set_title(f"C = {_fmt_c(b)}" if np.isfinite(b) else "all runs", fontsize=9)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=6, title="shape (N)", title_fontsize=6)
+    for ax in axes[len(budgets):]:
+        ax.set_visible(False)
+    for ax in axes[::ncol]:
+        ax.set_ylabel("final loss / rung's best − 1  [%]")
+    fig.suptitle(f"Sensitivity to {x_param} per rung (star: the run the laws use)")
+    return _laid_out(fig)
+
+
+def _lr_line(ax, group: dict, x_param: str, color) -> None:
+    """One rung's loss-vs-hyperparameter line, sorted by the hyperparameter, its best run starred;
+    runs that did not complete are crosses at the rung's highest loss."""
+    x = pd.to_numeric(pd.Series(list(group["values"][x_param]), dtype=object), errors="coerce").to_numpy(float)
+    y = 100 * (np.array(group["losses"], dtype=float) / group["best_loss"] - 1)
+    ok = np.isfinite(x) & np.isfinite(y) & (x > 0)
+    order = np.argsort(x[ok])
+    ax.plot(x[ok][order], y[ok][order], "o-", color=color, ms=4, lw=1.2, label=f"N={_fmt_c(group['N'])}")
+    if group["best"] is not None:
+        i = list(group["runs"]).index(group["best"])
+        ax.plot([x[i]], [y[i]], "*", ms=13, color=color, mec="k", zorder=4)
+    failed = ~np.isfinite(y) & np.isfinite(x)
+    if failed.any():
+        top = np.nanmax(y) if np.isfinite(y).any() else 0.0
+        ax.plot(x[failed], np.full(failed.sum(), top), "x", color=color, ms=7)

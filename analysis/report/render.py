@@ -14,11 +14,12 @@ import pathlib
 from typing import Any
 
 FIGURE_CAPTIONS = {
-    "loss_vs_compute": "Final eval loss of every run against compute, with the fitted compute-optimal frontier and its 95% bootstrap band.",
+    "loss_vs_compute": "Final eval loss of every run against compute, with the fitted compute-optimal frontier, its 95% bootstrap band (parameter noise) and the wider 90% prediction interval of a new run (adds run scatter and extrapolation drift, see docs/analysis.md).",
     "isoflop": "IsoFLOP profiles: loss against model size at each budget, the law's profile (solid), the parabola in log N (dashed) and Approach 2's minimum with its CI.",
     "allocation": "N_opt(C) and D_opt(C) from Approach 2 (per-budget minima, power law) and Approach 3 (law fit, 95% CI band).",
     "residuals": "Relative residuals of the law fit on every completed run.",
     "holdout": "Held-out check: the law fitted on the smaller budgets predicts the largest budget's runs.",
+    "lr_sensitivity": "Sensitivity to the swept optimiser setting: each run's final eval loss relative to its rung's best (in %), against the setting (log scale), one line per (budget, shape) rung; the star is the run every fit uses, crosses are runs that did not complete.",
     "loss_curves": "Training and eval loss curves of every run.",
     "throughput": "Training throughput and MFU of every run.",
 }
@@ -41,11 +42,14 @@ def _ci(ci: Any, fmt: str = ".4g") -> str:
 def headline(rep: dict) -> list[str]:
     """Plain-text lines with the numbers a reader wants first (also printed by the demo)."""
     out = []
+    hp = rep.get("hparams")
+    if hp and hp.get("active"):
+        out.append(hp["message"])
     law = rep.get("law")
     if law:
         p, ci = law["params"], law["ci"]
         out.append(f"law: L(N,D) = {p['E']:.3f} + {p['A']:.4g}/N^{p['alpha']:.3f} + {p['B']:.4g}/D^{p['beta']:.3f}"
-                   f"  ({law['n_points']} runs)")
+                   f"  ({law['n_points']} runs{'; N without embeddings' if law.get('n_params') == 'non_embedding' else ''})")
         out.append("  95% CIs: " + ", ".join(f"{k} {_ci(ci[k], '.3g')}" for k in law["param_names"]))
         al = law.get("allocation")
         if al:
@@ -54,7 +58,8 @@ def headline(rep: dict) -> list[str]:
             for r in al["budgets"]:
                 out.append(f"  at C = {r['C']:.3g} FLOPs: N* = {r['N_opt']:,.0f} {_ci(r.get('N_opt_ci'), ',.0f')}, "
                            f"D* = {r['D_opt']:,.0f} {_ci(r.get('D_opt_ci'), ',.0f')} tokens, "
-                           f"loss {r['loss']:.3f} {_ci(r.get('loss_ci'), '.3f')}")
+                           f"loss {r['loss']:.3f} {_ci(r.get('loss_ci'), '.3f')}"
+                           + (f", 90% prediction interval {_ci(r['loss_interval'], '.3f')}" if r.get("loss_interval") else ""))
     else:
         out.append("law: not fitted (see warnings)")
     a2 = rep.get("approach2")
@@ -66,7 +71,8 @@ def headline(rep: dict) -> list[str]:
     if h:
         out.append(f"held-out check: fitted on C <= {max(h['fit_budgets']):.3g} ({h['n_fit']} runs), predicted the "
                    f"{h['n_points']} runs at C = {h['held_out_budget']:.3g}: mean |error| "
-                   f"{100 * h['mean_rel_error']:.2f}%, max {100 * h['max_rel_error']:.2f}% (target <= 3%)")
+                   f"{100 * h['mean_rel_error']:.2f}%, max {100 * h['max_rel_error']:.2f}% (target <= 3%)"
+                   + (f"; {100 * h['coverage']:.0f}% inside their 90% prediction intervals" if "coverage" in h else ""))
     else:
         out.append("held-out check: not available (see warnings)")
     return out
@@ -82,6 +88,31 @@ def _runs_rows(rep: dict) -> list[list[str]]:
 
 
 RUN_HEADER = ["run", "status", "budget C", "N (params)", "D (tokens)", "C (FLOPs)", "eval loss", "tokens/s", "MFU %"]
+
+
+def hparam_rows(rep: dict) -> list[list[str]]:
+    """Header + one row per swept (budget, shape): the values tried, the best one, its loss, how
+    much worse the worst completed run was, and whether the best sits at the range's edge."""
+    hp = rep.get("hparams")
+    if not hp or not hp.get("active"):
+        return []
+    x = hp.get("x_param") or hp["varied"][0]
+    rows = [["rung", "runs", f"{x} tried", f"best {x}", "best loss", "worst / best − 1", "at edge of range"]]
+    for g in hp["groups"]:
+        vals = list(g["values"].get(x, []))
+        best = vals[g["runs"].index(g["best"])] if g["best"] is not None and vals else None
+        done = [v for v in g["losses"] if v is not None and math.isfinite(v)]
+        spread = f"{100 * (max(done) / g['best_loss'] - 1):.2f}%" if done and g["best"] is not None else "–"
+        rows.append([g["label"], str(len(g["runs"])), ", ".join(_g(v, ".3g") for v in sorted(vals, key=_sort_key)),
+                     _g(best, ".3g"), _g(g["best_loss"], ".4f"), spread, "yes" if g["at_edge"] else "no"])
+    return rows
+
+
+def _sort_key(v: Any) -> tuple[int, float, str]:
+    try:
+        return (0, float(v), "")
+    except (TypeError, ValueError):
+        return (1, 0.0, str(v))
 
 
 def _skipped_rows(rep: dict) -> list[list[str]]:
@@ -103,6 +134,11 @@ def write_markdown(rep: dict, path: pathlib.Path) -> None:
     L += ["## Figures", ""]
     for name, rel in rep["figures"].items():
         L += [f"![{name}]({rel})", "", f"*{FIGURE_CAPTIONS.get(name, name)}*", ""]
+    hp = hparam_rows(rep)
+    if hp:
+        L += ["## Hyperparameter sweep", "", rep["hparams"]["message"] + ".", "",
+              "| " + " | ".join(hp[0]) + " |", "|" + "---|" * len(hp[0])]
+        L += ["| " + " | ".join(r) + " |" for r in hp[1:]] + [""]
     L += ["## Runs", "", "| " + " | ".join(RUN_HEADER) + " |", "|" + "---|" * len(RUN_HEADER)]
     L += ["| " + " | ".join(r) + " |" for r in _runs_rows(rep)]
     sk = _skipped_rows(rep)
@@ -192,6 +228,10 @@ def write_html(rep: dict, path: pathlib.Path) -> None:
         b64 = base64.b64encode((out / rel).read_bytes()).decode()
         parts.append(f"<figure><img alt='{name}' src='data:image/png;base64,{b64}'>"
                      f"<figcaption>{html.escape(FIGURE_CAPTIONS.get(name, name))}</figcaption></figure>")
+    hp = hparam_rows(rep)
+    if hp:
+        parts += ["<h2>Hyperparameter sweep</h2>", f"<p>{html.escape(rep['hparams']['message'])}.</p>",
+                  _table(hp[0], hp[1:])]
     parts += ["<h2>Runs</h2>", _table(RUN_HEADER, _runs_rows(rep))]
     sk = _skipped_rows(rep)
     if sk:

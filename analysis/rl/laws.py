@@ -5,8 +5,9 @@ Laws (C = cumulative RL compute, R = held-out pass rate):
   (A = ceiling, B = efficiency, C_mid = compute at half the gain; R0 fixed to the measured
   start, or fitted);
 - power-law baseline: R(C) = A - D / C^B;
-- Gao et al. (2022) reward-vs-KL forms, d = sqrt(KL): R - R0 = d (alpha - beta log d) ("log")
-  and R - R0 = d (alpha - beta d) ("linear").
+- Gao et al. (2023, "Scaling laws for reward model overoptimization") reward-vs-KL forms,
+  d = sqrt(KL): R - R0 = d (alpha - beta log d) ("log", their RL form, the one the RL report
+  fits) and R - R0 = d (alpha - beta d) ("linear", their best-of-n form).
 
 Why variable projection: both C-laws are *linear* in their level parameters (A, and R0 or D)
 once the shape parameters (C_mid, B) are fixed. So the fitter grids the shape parameters
@@ -57,14 +58,14 @@ def power_law(C: np.ndarray, A: float, B: float, D: float) -> np.ndarray:
 
 
 def gao_log(d: np.ndarray, alpha: float, beta: float) -> np.ndarray:
-    """Gao et al. best-of-n form of the gain vs d = sqrt(KL): d (alpha - beta log d)."""
+    """Gao et al.'s RL form of the gain vs d = sqrt(KL): d (alpha - beta log d)."""
     d = np.asarray(d, np.float64)
     with np.errstate(divide="ignore", invalid="ignore"):
         return np.where(d > 0, d * (alpha - beta * np.log(np.where(d > 0, d, 1.0))), 0.0)
 
 
 def gao_linear(d: np.ndarray, alpha: float, beta: float) -> np.ndarray:
-    """Gao et al. RL form of the gain vs d = sqrt(KL): d (alpha - beta d)."""
+    """Gao et al.'s best-of-n form of the gain vs d = sqrt(KL): d (alpha - beta d)."""
     d = np.asarray(d, np.float64)
     return d * (alpha - beta * d)
 
@@ -534,7 +535,8 @@ def gain_per_decade(pts: Points) -> dict[str, float]:
 
 @dataclasses.dataclass(frozen=True)
 class GaoFit:
-    """gain(d) = d (alpha - beta log d) or d (alpha - beta d), d = sqrt(KL)."""
+    """gain(d) = d (alpha - beta log d) ("log": RL form) or d (alpha - beta d) ("linear":
+    best-of-n form), d = sqrt(KL)."""
 
     form: str
     alpha: float
@@ -550,7 +552,8 @@ class GaoFit:
 
 def fit_gao(kl: Sequence[float], gain: Sequence[float], form: str = "log",
             stderr: Sequence[float] | None = None) -> GaoFit:
-    """Weighted linear least squares for Gao et al.'s forms (they are linear in alpha, beta)."""
+    """Weighted linear least squares for Gao et al.'s forms, "log" (RL) or "linear" (best-of-n);
+    both are linear in alpha, beta."""
     if form not in ("log", "linear"):
         raise AnalysisError(f"unknown Gao form {form!r}; choose log or linear")
     kl = np.asarray(kl, np.float64)

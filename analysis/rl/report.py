@@ -249,7 +249,7 @@ def prediction_card_figure(fits: RLFits) -> Figure:
 
 def gao_fits(fits: RLFits) -> dict[str, tuple[np.ndarray, np.ndarray, GaoFit | None]]:
     """Per fitted recipe with >= 3 positive-KL evaluations: (sqrt KL, pass@1 gain over the start,
-    Gao et al.'s log-form fit or None when it fails)."""
+    Gao et al.'s RL-form fit d (alpha - beta log d), or None when it fails)."""
     out = {}
     for label in fits.results:
         rc = fits.recipe(label)
@@ -272,7 +272,7 @@ def gao_lines(gao: dict[str, tuple[np.ndarray, np.ndarray, GaoFit | None]]) -> l
 
 
 def reward_vs_kl_figure(fits: RLFits, gao: dict | None = None) -> Figure:
-    """Figure 3: pass@1 gain against sqrt(KL to the reference), with Gao et al.'s log form."""
+    """Figure 3: pass@1 gain against sqrt(KL to the reference), with Gao et al.'s RL form."""
     gao = gao_fits(fits) if gao is None else gao
     fig = Figure(figsize=(5.5, 3.8))
     ax = fig.subplots()
@@ -288,7 +288,7 @@ def reward_vs_kl_figure(fits: RLFits, gao: dict | None = None) -> Figure:
             ax.plot(dg, g.predict(dg), color=col, label=label)
     ax.set_xlabel("d = sqrt(KL to reference)")
     ax.set_ylabel("pass@1 gain over start")
-    ax.set_title("Reward vs KL (Gao et al. log form)", fontsize=9)
+    ax.set_title("Reward vs KL (Gao et al. RL form: d(α − β log d))", fontsize=9)
     ax.grid(alpha=0.3)
     if gao_lines(gao):
         ax.legend(fontsize=7)
@@ -349,7 +349,7 @@ def section_markdown(fits: RLFits, gao: list[str]) -> str:
     lines += _seed_spread_lines(fits)
     lines += [f"\n{label}: not fitted ({msg})." for label, msg in fits.errors.items()]
     if gao:
-        lines += ["", "Reward vs KL (Gao et al.): " + "; ".join(gao) + "."]
+        lines += ["", "Reward vs KL (Gao et al. 2023, RL form, d = sqrt(KL)): " + "; ".join(gao) + "."]
     lines += ["", f"![RL curves]({FIGURE_FILES['curves']})", "",
               f"![prediction card]({FIGURE_FILES['prediction_card']})", "",
               f"![reward vs KL]({FIGURE_FILES['reward_vs_kl']})", ""]

@@ -85,8 +85,11 @@ def _run_config(cfg: DictConfig) -> dict:
 class ScalelabSweeper(Sweeper):
     """Plans the runs of a `sweep` preset and launches only those that still need work."""
 
-    def __init__(self, max_batch_size: Optional[int] = None) -> None:
+    def __init__(self, max_batch_size: Optional[int] = None, params: Optional[dict] = None) -> None:
         self.max_batch_size = max_batch_size
+        # `hydra.sweeper.params` (as Hydra's basic sweeper): a preset's own sweep dimensions, e.g.
+        # conf/sweep/lr_isoflop.yaml's optim.lr; the same key on the command line wins.
+        self.params = {str(k): str(v) for k, v in (params or {}).items()}
         self.config: Optional[DictConfig] = None
         self.hydra_context: Optional[HydraContext] = None
         self.launcher: Optional[Launcher] = None
@@ -105,6 +108,7 @@ class ScalelabSweeper(Sweeper):
         line's own sweep overrides, each crossed with the runs its `sweep` node plans."""
         assert self.config is not None and self.hydra_context is not None
         loader = self.hydra_context.config_loader
+        arguments = [f"{k}={v}" for k, v in self.params.items()] + list(arguments)
         parsed = OverridesParser.create(config_loader=loader).parse_overrides(arguments)
         combos = BasicSweeper.split_arguments(parsed, None)[0] if parsed else [[]]
         sweep_dir = pathlib.Path(str(self.config.hydra.sweep.dir))

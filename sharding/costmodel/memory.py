@@ -3,9 +3,11 @@
 Activations follow Korthikanti et al. 2022 ("Reducing Activation Recomputation in Large
 Transformer Models", §4, Table 2), generalised from GPT (GeLU MLP of 4h, dropout) to any MLP
 width, SwiGLU, grouped-query attention, and attention kernels that do or do not store the
-s×s score matrix. For GPT-3 shapes with dropout and a naive softmax it reduces to their
-sbh(34 + 5as/h) bytes per layer (tensor parallel: sbh(10 + 24/t + 5as/(ht)); with sequence
-parallelism everything divides by t).
+s×s score matrix. For GPT-3 shapes with dropout and a softmax that keeps only its 16-bit output
+(`fused_softmax`: 2 bytes per score, + 1 for the dropout mask and 2 for its output = their
+5as²b; `naive` keeps 6 bytes per score before dropout) it reduces to their sbh(34 + 5as/h)
+bytes per layer (tensor parallel: sbh(10 + 24/t + 5as/(ht)); with sequence parallelism
+everything divides by t).
 """
 
 from __future__ import annotations

@@ -1,0 +1,147 @@
+"""Loss curves: loading one run's logged curve and rebuilding its per-step learning-rate schedule.
+
+A curve is one run's loss at logged steps together with the learning rate at those steps. Both
+loss-curve laws need the *per-step* schedule (sums of learning rates over steps), while logs hold
+it only at logged steps, so the schedule is rebuilt:
+
+- the rate logged at step s is the one used by the updates after s; between logged steps it is
+  interpolated linearly (exact for linear decay, accurate to ~1e-3 relative per 128-step gap for
+  cosine/exponential decay);
+- a change between two logged steps with flat stretches on both sides is a step change (two-stage
+  and step-decay schedules), applied right after the logged step that first shows the new rate;
+- before the first logged step we assume a linear warm-up from 0 (the usual set-up, and what the
+  public multi-power-law curves used); `warmup="constant"` assumes the first logged rate instead.
+
+The laws describe the loss *after* warm-up: the schedule's peak (its first maximum) is where the
+annealing sums start (Luo et al.'s eta_0; drops before it are warm-up rises, not annealing), and
+only logged steps from the peak's logged step on are fitted and scored (`law_steps`). The warm-up
+still counts in S1, the area under the schedule (Luo et al.'s S1 + S_W).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from models.base.errors import AnalysisError
+from analysis.runs import read_metrics
+
+
+@dataclass(frozen=True)
+class Curve:
+    """One run's logged curve: strictly increasing steps, loss and learning rate at those steps."""
+
+    name: str
+    steps: np.ndarray
+    loss: np.ndarray
+    lr: np.ndarray
+    warmup: str = "linear"
+
+    def schedule(self) -> np.ndarray:
+        """Per-step learning rate eta[tau] of the update that produced step tau (tau = 0..last step).
+
+        The rate logged at step s drives the updates after s, so eta[tau] is the logged schedule
+        (linearly interpolated) at tau - 1. A gap whose rate changes while the gaps on both sides
+        are flat is a step change (two-stage / step-decay schedules): the old rate holds up to
+        the logged step where the new one first appears.
+        """
+        s, lr = self.steps, self.lr
+        T, t0 = int(s[-1]), int(s[0])
+        eta = np.empty(T + 1)
+        tau = np.arange(t0 + 1, T + 1)
+        eta[t0 + 1:] = np.interp(tau - 1, s, lr)
+        flat = np.isclose(lr[1:], lr[:-1], rtol=1e-9, atol=0.0)  # per gap (s[i], s[i+1]]
+        for i in np.flatnonzero(~flat):
+            before = i > 0 and flat[i - 1]
+            after = i + 1 >= flat.size or flat[i + 1]
+            if before and after:
+                eta[s[i] + 1: s[i + 1] + 1] = lr[i]
+        if self.warmup == "linear":
+            eta[: t0 + 1] = lr[0] * np.arange(t0 + 1) / max(t0, 1)
+        elif self.warmup == "constant":
+            eta[: t0 + 1] = lr[0]
+        else:
+            raise AnalysisError(f"warmup must be 'linear' or 'constant', not {self.warmup!r}")
+        return eta
+
+    def law_start(self) -> int:
+        """The first logged step the laws describe: the first one logged at the peak rate.
+
+        A log that starts inside the warm-up has rising rates first; those steps are warm-up,
+        which the laws do not model (they enter only through S1)."""
+        return int(self.steps[peak_index(self.lr)])
+
+    def law_steps(self) -> np.ndarray:
+        """Logged steps from `law_start` on: the points a fit uses and an error is scored on."""
+        return self.steps[self.steps >= self.law_start()]
+
+    def until(self, step: int) -> "Curve":
+        keep = self.steps <= step
+        return Curve(self.name, self.steps[keep], self.loss[keep], self.lr[keep], self.warmup)
+
+    def loss_at(self, steps: np.ndarray) -> np.ndarray:
+        """Logged loss at `steps` (which must be logged steps)."""
+        return self.loss[np.searchsorted(self.steps, steps)]
+
+
+PEAK_RTOL = 1e-6  # rates this close to the maximum count as the peak (logs round 3e-4 differently)
+
+
+def peak_index(eta: np.ndarray) -> int:
+    """Index of the schedule's first (near-)maximum: the end of warm-up, Luo et al.'s eta_0.
+    Annealing drops eta[k-1] - eta[k] count only for k after it (a warm-up rise is not a
+    negative drop)."""
+    return int(np.argmax(eta >= np.max(eta) * (1 - PEAK_RTOL)))
+
+
+def _curve_from_frame(df: pd.DataFrame, name: str, loss_col: str | None, warmup: str) -> Curve:
+    cols = list(df.columns)
+    lc = loss_col or next((c for c in ("loss", "eval_loss", "val_loss") if c in cols), None)
+    missing = [c for c in ("step", "lr") if c not in cols] + ([] if lc and lc in cols else [loss_col or "loss"])
+    if missing:
+        raise AnalysisError(f"curve {name}: missing column(s) {', '.join(missing)}; it has {', '.join(map(str, cols))} "
+                            "(a curve needs step, lr, loss)")
+    d = df[["step", "lr", lc]].apply(pd.to_numeric, errors="coerce").dropna()
+    if d.empty:
+        raise AnalysisError(f"curve {name}: no rows with numeric step, lr and {lc}")
+    d = d.sort_values("step").drop_duplicates("step", keep="last")
+    steps, lr, loss = d["step"].to_numpy(float), d["lr"].to_numpy(float), d[lc].to_numpy(float)
+    if np.any(~np.isfinite(loss)) or np.any(loss <= 0):
+        raise AnalysisError(f"curve {name}: {lc} must be finite and > 0")
+    if np.any(~np.isfinite(lr)) or np.any(lr < 0) or lr[0] <= 0:
+        raise AnalysisError(f"curve {name}: lr must be finite, >= 0, and > 0 at the first logged step")
+    if np.any(steps < 0) or np.any(steps != np.round(steps)):
+        raise AnalysisError(f"curve {name}: steps must be non-negative integers")
+    if steps.size < 2:
+        raise AnalysisError(f"curve {name}: needs at least 2 logged steps")
+    return Curve(name, steps.astype(np.int64), loss, lr, warmup)
+
+
+def load_curve(source, name: str | None = None, loss_col: str | None = None, warmup: str = "linear") -> Curve:
+    """A curve from a CSV (columns step, lr, loss), a run directory (metrics.jsonl; eval_loss
+    rows when the run has evaluations, else train loss), or a DataFrame."""
+    if isinstance(source, Curve):
+        return source
+    if isinstance(source, pd.DataFrame):
+        return _curve_from_frame(source, name or "curve", loss_col, warmup)
+    path = os.fspath(source)
+    base = name or os.path.splitext(os.path.basename(path.rstrip("/")))[0]
+    if not os.path.exists(path):
+        raise AnalysisError(f"file not found: {path}")
+    if os.path.isdir(path):
+        m = read_metrics(path)
+        if m.empty:
+            raise AnalysisError(f"{path}: no metrics.jsonl rows to build a curve from")
+        if loss_col is None and "eval_loss" in m.columns and m["eval_loss"].notna().sum() >= 2:
+            loss_col = "eval_loss"
+        return _curve_from_frame(m, base, loss_col or "loss", warmup)
+    if os.path.getsize(path) == 0:
+        raise AnalysisError(f"{path} is empty; a curve CSV needs columns step, lr, loss")
+    try:
+        df = pd.read_csv(path)
+    except (pd.errors.EmptyDataError, pd.errors.ParserError, UnicodeDecodeError) as e:
+        raise AnalysisError(f"cannot parse {path}: {str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__}") from None
+    return _curve_from_frame(df, base, loss_col, warmup)
