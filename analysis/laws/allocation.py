@@ -202,12 +202,8 @@ class ScalingLaw:
     def loss_ci(self, n: float, d: float, level: float | None = None) -> tuple[float, float] | None:
         """Percentile interval (default `ci_level`) of the loss over the bootstrap samples;
         None without samples or with fewer than MIN_CI_SAMPLES finite values."""
-        if self.samples is None or len(self.samples) < MIN_CI_SAMPLES:
-            return None
-        e, a, b, al, be = np.asarray(self.samples, dtype=float).T
-        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-            vals = e + a / n ** al + b / d ** be
-        if np.isfinite(vals).sum() < MIN_CI_SAMPLES:
+        vals = self._sample_losses(n, d)
+        if vals is None or np.isfinite(vals).sum() < MIN_CI_SAMPLES:
             return None
         lo, hi = percentile_interval(vals, self.ci_level if level is None else level)
         return lo, hi
@@ -223,13 +219,20 @@ class ScalingLaw:
         scale = {"C": self.flops_per_param_token * n * d, "N": n, "D": d}.get(pe.scale_role)
         if scale is None:
             return None
+        vals = self._sample_losses(n, d)
         with np.errstate(all="ignore"):
-            log_pred = np.log(self.loss(n, d))
-            log_s = None
-            if self.samples is not None and len(self.samples) >= MIN_CI_SAMPLES:
-                e, a, b, al, be = (np.asarray(self.samples, dtype=float)[:, i, None] for i in range(5))
-                log_s = np.log(e + a / n ** al + b / d ** be)
-        return intervals.interval(log_pred, log_s, pe.sd(pe.decades(scale)), level)
+            log_s = None if vals is None else np.log(vals)
+            return intervals.interval(np.log(self.loss(n, d)), log_s, pe.sd(pe.decades(scale)), level)
+
+    def _sample_losses(self, n, d) -> np.ndarray | None:
+        """(S, ...) loss at (n, d) under every bootstrap sample; None with fewer than MIN_CI_SAMPLES."""
+        if self.samples is None or len(self.samples) < MIN_CI_SAMPLES:
+            return None
+        e, a, b, al, be = (np.asarray(self.samples, dtype=float)[:, i] for i in range(5))
+        n, d = np.asarray(n, dtype=float), np.asarray(d, dtype=float)
+        shape = (-1,) + (1,) * n.ndim
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+            return e.reshape(shape) + a.reshape(shape) / n ** al.reshape(shape) + b.reshape(shape) / d ** be.reshape(shape)
 
     def optimal(self, flops: float) -> tuple[float, float]:
         """(N*, D*) minimising L under k·N·D = C (Hoffmann et al. 2022, eq. 4)."""

@@ -295,7 +295,7 @@ class FitResult:
     bootstrap_failed: int = 0
     extras: dict = field(default_factory=dict)
     bootstrap_x0: np.ndarray | None = field(default=None, repr=False)  # internal starts of every resample
-    # measured error model behind prediction intervals (None: fitted with intervals=False)
+    # measured error model behind prediction intervals (None: fitted with prediction_intervals=False)
     prediction_error: intervals.PredictionError | None = None
 
     @property
@@ -482,11 +482,11 @@ def scale_role(law: Law, pts: data_mod.Points) -> str:
     return "C" if "C" in pts.inputs else law.inputs[0]
 
 
-def prediction_error(law: Law, pts: data_mod.Points, ms: "MultiStart", fixed: Mapping[str, float] | None,
-                     delta: float, grid_starts: np.ndarray) -> intervals.PredictionError:
-    """Forward-chaining error model of a fit (see analysis.laws.intervals): each fold refits from
-    the full fit's optimum, its other local optima and 8 grid starts, in float64."""
-    prob = prepare(law, pts, fixed, delta)
+def prediction_error(prob: Problem, pts: data_mod.Points, ms: "MultiStart", fixed: Mapping[str, float] | None,
+                     grid_starts: np.ndarray) -> intervals.PredictionError:
+    """Forward-chaining error model of the fit `ms` of `prob` (see analysis.laws.intervals): each
+    fold refits from the full fit's optimum, its other local optima and 8 grid starts, in float64."""
+    law, delta = prob.law, prob.delta
     free = list(prob.free_idx)
     rng = np.random.default_rng(0)
     extra = grid_starts[rng.choice(grid_starts.shape[0], size=min(8, grid_starts.shape[0]), replace=False)]
@@ -521,14 +521,14 @@ def fit_points(
 ) -> FitResult:
     """Fit `law` to validated points (see `fit_law` for the DataFrame entry point)."""
     prob = prepare(law, pts, fixed, delta)
-    ms = multistart(prob, _starts(law, prob, grid), precision)
+    grid_all = _starts(law, prob, grid)
+    ms = multistart(prob, grid_all, precision)
     public = law.to_public(ms.theta)
     samples, failed, boot_x0 = None, 0, None
     ci = {k: [math.nan, math.nan] for k in law.param_names}
     se = {k: math.nan for k in law.param_names}
     if bootstrap:
         rng = np.random.default_rng(seed + 1)
-        grid_all = _starts(law, prob, grid)
         n_rand = max(0, bootstrap_starts - ms.local_optima.shape[0])
         rand = grid_all[rng.choice(grid_all.shape[0], size=min(n_rand, grid_all.shape[0]), replace=False)]
         extra = np.vstack([ms.local_optima[:bootstrap_starts], rand])
@@ -542,7 +542,7 @@ def fit_points(
         se = {k: float(np.std(samples[finite, i], ddof=1)) if finite.sum() > 1 else math.nan for i, k in enumerate(law.param_names)}
     if not ms.converged:
         warnings.warn(f"law {law.name}: the best start did not clearly converge ({ms.status}, {ms.starts_at_optimum} starts at the optimum)")
-    perr = prediction_error(law, pts, ms, fixed, delta, _starts(law, prob, grid)) if prediction_intervals else None
+    perr = prediction_error(prob, pts, ms, fixed, grid_all) if prediction_intervals else None
     k_flops = data_mod.FLOPS_PER_PARAM_TOKEN
     if all(r in pts.inputs for r in ("N", "D", "C")) and not pts.columns.get("C", "<").startswith("<") and not pts.columns.get("D", "<").startswith("<"):
         k_flops = float(np.median(pts.inputs["C"] / (pts.inputs["N"] * pts.inputs["D"])))

@@ -17,7 +17,7 @@ import pandas as pd
 from analysis.laws import points as data_mod
 from analysis.laws.budgets import group_budgets
 from models.base.errors import AnalysisError
-from analysis.laws.intervals import PREDICTION_LEVEL
+from analysis.laws.intervals import PREDICTION_LEVEL, coverage
 from analysis.laws.registry import Law
 
 
@@ -46,7 +46,7 @@ def holdout_report(law: Law, params_P: np.ndarray, pts: data_mod.Points,
     }
     if interval is not None:
         lo, hi = (np.asarray(v, dtype=float) for v in interval)
-        out["coverage"] = float(np.mean((pts.y >= lo) & (pts.y <= hi)))
+        out["coverage"] = coverage(pts.y, lo, hi)
         out["interval_level"] = PREDICTION_LEVEL
         out["mean_interval_rel_width"] = float(np.mean((hi - lo) / pred))
     return out

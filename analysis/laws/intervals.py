@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from statistics import NormalDist
 from typing import Callable, Sequence
 
 import numpy as np
@@ -193,16 +194,8 @@ def interval(
 
 
 def _norm_ppf(q: float) -> float:
-    """Standard normal quantile (scipy-free: Acklam's rational approximation is overkill here;
-    bisection on erf is exact to 1e-12 and runs once per interval)."""
-    lo, hi = -10.0, 10.0
-    for _ in range(80):
-        mid = 0.5 * (lo + hi)
-        if 0.5 * (1 + math.erf(mid / math.sqrt(2))) < q:
-            lo = mid
-        else:
-            hi = mid
-    return 0.5 * (lo + hi)
+    """Standard normal quantile (the standard library's, so the CLI's fast path needs no SciPy)."""
+    return NormalDist().inv_cdf(q)
 
 
 def coverage(actual: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> float:
