@@ -16,7 +16,7 @@ The "multi-source" figure pools epoch + gadre-compute (each experiment fitted on
 budgets, its largest predicted).
 
 Usage: python benchmarks/holdout_eval.py [--protocol all|epoch|gadre-size|gadre-compute]
-           [--law chinchilla] [--bootstrap 200] [--val-sets main|all] [--json OUT]
+           [--law chinchilla|chinchilla_tied|auto] [--bootstrap 200] [--val-sets main|all] [--json OUT]
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ import pandas as pd
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
 from analysis.laws.fitting import fit_law  # noqa: E402
+from analysis.laws.selection import AUTO, fit_auto  # noqa: E402
 
 SHARED = pathlib.Path(__file__).resolve().parents[2] / "shared" / "data"
 GADRE_SETS = {"c4_original": "C4", "rpj": "RedPajama", "rw_original": "RefinedWeb"}
@@ -78,7 +79,10 @@ def experiments(protocol: str, val_sets: str) -> list[tuple[str, str, pd.DataFra
 def run_one(table: pd.DataFrame, held: np.ndarray, law: str, bootstrap: int, seed: int) -> dict:
     cols = {"N": "N", "loss": "loss"}
     cols.update({"D": "D"} if "D" in table else {"C": "C"})
-    fit = fit_law(table[~held], law, cols, bootstrap=bootstrap, seed=seed)
+    if law == AUTO:
+        fit = fit_auto(table[~held], cols, bootstrap=bootstrap, seed=seed)
+    else:
+        fit = fit_law(table[~held], law, cols, bootstrap=bootstrap, seed=seed)
     h = table[held]
     inputs = {"N": h.N.values}
     if "D" in h:
@@ -92,7 +96,8 @@ def run_one(table: pd.DataFrame, held: np.ndarray, law: str, bootstrap: int, see
     rel = (pred - y) / y
     return {"rel_error": rel.tolist(), "inside": ((y >= lo) & (y <= hi)).tolist(),
             "rel_width": ((hi - lo) / pred).tolist(), "n_fit": int((~held).sum()),
-            "prediction_error": fit.prediction_error.to_dict() if fit.prediction_error else None}
+            "prediction_error": fit.prediction_error.to_dict() if fit.prediction_error else None,
+            "law": fit.law}
 
 
 def summarise(rows: list[dict]) -> dict:
@@ -120,7 +125,7 @@ def main(argv=None) -> int:
         results.setdefault(proto, []).append(r)
         s = summarise([r])
         pe = r["prediction_error"] or {}
-        print(f"{proto:14s} {name:28s} n_fit {r['n_fit']:3d} held {s['n_points']:2d}  mean {s['mean_rel_error']:.2%}  "
+        print(f"{proto:14s} {name:28s} {r['law']:15s} n_fit {r['n_fit']:3d} held {s['n_points']:2d}  mean {s['mean_rel_error']:.2%}  "
               f"max {s['max_rel_error']:.2%}  cover {s['coverage']:.0%}  width {s['mean_rel_width']:.2%}  "
               f"noise {pe.get('noise_sd', float('nan')):.4f} budget {pe.get('budget_sd', float('nan')):.4f} drift/dec {pe.get('drift_per_decade', float('nan')):.4f}",
               flush=True)

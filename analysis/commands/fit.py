@@ -34,7 +34,9 @@ def _fixed(items: list[str]) -> dict[str, float]:
 def register(subparsers) -> None:
     p = subparsers.add_parser("fit", help="fit a scaling law to a table of runs (CSV)", description=__doc__.splitlines()[0])
     p.add_argument("data", help="CSV (or .parquet) with one row per run, e.g. from `python -m analysis collect`")
-    p.add_argument("--law", default="chinchilla", help="law name (default chinchilla; see docs/analysis.md)")
+    p.add_argument("--law", default="chinchilla",
+                   help="law name (default chinchilla; see docs/analysis.md), or auto: chinchilla or chinchilla_tied "
+                        "(beta = alpha), whichever predicted its own larger runs better (forward-chaining)")
     p.add_argument("--n-col", help="model-size column (default: N, n_params or 'Model Size'; with --n-params "
                                    "non_embedding: n_params_non_embedding or N_non_embedding)")
     p.add_argument("--n-params", choices=("total", "non_embedding"),
@@ -71,15 +73,22 @@ def run(args: argparse.Namespace) -> int:
     from analysis.laws.registry import get_law
 
     enable_compile_cache()
-    get_law(args.law)  # unknown law: fail before reading data
+    from analysis.laws.selection import AUTO, LawChoice, fit_auto
+
+    if args.law != AUTO:
+        get_law(args.law)  # unknown law: fail before reading data
     columns = _columns(args)
     data, selection = _fit_rows(args)
+    kwargs = dict(bootstrap=args.bootstrap, seed=args.seed, holdout_above=args.holdout_above,
+                  weights=args.weight_col, fixed=_fixed(args.fix), delta=args.delta, precision=args.precision,
+                  n_params=args.n_params)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", NParamsWarning)
-        fit = fit_law(data, args.law, columns, bootstrap=args.bootstrap, seed=args.seed,
-                      holdout_above=args.holdout_above, weights=args.weight_col, fixed=_fixed(args.fix),
-                      delta=args.delta, precision=args.precision, n_params=args.n_params)
+        fit = fit_auto(data, columns, **kwargs) if args.law == AUTO else fit_law(data, args.law, columns, **kwargs)
     _reemit(caught, NParamsWarning)
+    if "law_selection" in fit.extras:
+        choice = fit.extras["law_selection"]
+        print(LawChoice(choice["chosen"], choice["fold_mae"], choice["skipped"]).message)
     if selection is not None:
         fit.extras["hparam_selection"] = selection
     print(fit.summary())

@@ -37,9 +37,24 @@ MIN_CI_SAMPLES = 10  # fewer finite bootstrap values than this give no loss inte
 HOFFMANN_2022 = {"E": 1.69, "A": 406.4, "B": 410.7, "alpha": 0.34, "beta": 0.28}
 
 
+TIED_NAMES = ("E", "A", "B", "alpha")  # the chinchilla_tied law: beta = alpha
+
+
+def chinchilla_index(param_names: Sequence[str]) -> list[int] | None:
+    """Columns of a parameter vector in `param_names` order that give E, A, B, alpha, beta: the
+    Chinchilla law itself, or its tied form (beta = alpha); None for any other law."""
+    names = tuple(param_names)
+    if names == CHINCHILLA_NAMES:
+        return [0, 1, 2, 3, 4]
+    if names == TIED_NAMES:
+        return [0, 1, 2, 3, 3]
+    return None
+
+
 def supports_allocation(fit) -> bool:
-    """True when `fit` (a FitResult) is a Chinchilla-form law: the form with a closed-form optimum."""
-    return tuple(fit.param_names) == CHINCHILLA_NAMES
+    """True when `fit` (a FitResult) is a Chinchilla-form law (beta free or tied to alpha): the
+    forms with a closed-form optimum."""
+    return chinchilla_index(fit.param_names) is not None
 
 
 def closed_form_optimum(params_xP: np.ndarray, C: np.ndarray, k: float) -> dict[str, np.ndarray]:
@@ -147,14 +162,15 @@ class ScalingLaw:
         """
         if not supports_allocation(fit):
             raise AnalysisError(f"compute-optimal allocation needs a Chinchilla-form law "
-                                f"({', '.join(CHINCHILLA_NAMES)}); law {fit.law} has "
+                                f"({', '.join(CHINCHILLA_NAMES)}, or beta tied to alpha); law {fit.law} has "
                                 f"{', '.join(fit.param_names)}")
         k = fit.flops_per_param_token if flops_per_param_token is None else flops_per_param_token
+        idx = chinchilla_index(fit.param_names)
         samples = None
         if fit.bootstrap_samples is not None:
-            idx = [list(fit.param_names).index(n) for n in CHINCHILLA_NAMES]
             samples = np.asarray(fit.bootstrap_samples, dtype=float)[:, idx]
-        return cls(**{n: float(fit.params[n]) for n in CHINCHILLA_NAMES},
+        vector = np.array([fit.params[n] for n in fit.param_names], dtype=float)[idx]
+        return cls(**{n: float(v) for n, v in zip(CHINCHILLA_NAMES, vector)},
                    flops_per_param_token=_positive_k(k, f"law {fit.law}"),
                    source=source or f"{fit.law} law fitted on {fit.n_points} points",
                    samples=samples, ci_level=float(fit.ci_level),
@@ -276,6 +292,8 @@ def _law_constants(data: Mapping[str, Any], law_name: str, origin: pathlib.Path)
     if not isinstance(params, dict):
         raise AnalysisError(f"law file {origin} has no 'params' object (write it with `python -m "
                             f"analysis fit DATA.csv --law chinchilla --json {origin.name}`)")
+    if "beta" not in params and "alpha" in params and law_name == "chinchilla_tied":
+        params = {**params, "beta": params["alpha"]}
     missing = [k for k in CHINCHILLA_NAMES if k not in params]
     if missing:
         raise AnalysisError(f"law {law_name!r} in {origin} lacks parameter(s) {missing}; the planner "
@@ -296,10 +314,11 @@ def _json_samples(data: Mapping[str, Any]) -> np.ndarray | None:
     raw = data.get("bootstrap_samples")
     if not raw:
         return None
-    names = list(data.get("param_names") or CHINCHILLA_NAMES)
+    idx = chinchilla_index(data.get("param_names") or CHINCHILLA_NAMES)
+    if idx is None:
+        return None
     try:
-        arr = np.asarray(raw, dtype=float)
-        return arr[:, [names.index(k) for k in CHINCHILLA_NAMES]]
+        return np.asarray(raw, dtype=float)[:, idx]
     except (ValueError, IndexError, TypeError):
         return None
 

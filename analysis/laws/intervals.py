@@ -54,6 +54,9 @@ class PredictionError:
     scale_role: str  # which input measures scale: "C", "N", "D" or "x"
     n_folds: int  # forward-chaining folds that contributed
     n_fold_points: int  # held-out points over all folds
+    # mean |log error| of the forward-chaining predictions (~ relative error): how well the law
+    # extrapolated on this data; `--law auto` picks the candidate form with the smallest
+    fold_mae: float = math.nan
     method: str = "bootstrap + in-sample noise + forward-chaining drift"
 
     def sd(self, decades: np.ndarray) -> np.ndarray:
@@ -68,7 +71,7 @@ class PredictionError:
     def to_dict(self) -> dict:
         return {"noise_sd": self.noise_sd, "budget_sd": self.budget_sd, "drift_per_decade": self.drift_per_decade,
                 "scale_max": self.scale_max, "scale_role": self.scale_role, "n_folds": self.n_folds,
-                "n_fold_points": self.n_fold_points, "level": PREDICTION_LEVEL, "method": self.method}
+                "n_fold_points": self.n_fold_points, "fold_mae": self.fold_mae, "level": PREDICTION_LEVEL, "method": self.method}
 
     @classmethod
     def from_dict(cls, d: dict) -> "PredictionError":
@@ -76,6 +79,7 @@ class PredictionError:
                    drift_per_decade=float(d["drift_per_decade"]),
                    scale_max=float(d["scale_max"]), scale_role=str(d.get("scale_role", "C")),
                    n_folds=int(d.get("n_folds", 0)), n_fold_points=int(d.get("n_fold_points", 0)),
+                   fold_mae=math.nan if d.get("fold_mae") is None else float(d["fold_mae"]),
                    method=str(d.get("method", cls.method)))
 
 
@@ -165,7 +169,15 @@ def estimate(
     return PredictionError(
         noise_sd=noise, budget_sd=budget_sd, drift_per_decade=drift, scale_max=float(scale.max()),
         scale_role=role, n_folds=len(errors), n_fold_points=int(sum(e.size for e in errors)),
+        fold_mae=fold_mae(errors),
     )
+
+
+def fold_mae(errors: Sequence[np.ndarray]) -> float:
+    """Mean |log error| over all forward-chaining predictions (NaN without any)."""
+    e = np.abs(np.concatenate([np.asarray(x, float) for x in errors])) if errors else np.zeros(0)
+    e = e[np.isfinite(e)]
+    return float(e.mean()) if e.size else math.nan
 
 
 def interval(

@@ -267,8 +267,8 @@ def bound_notes(law: Law, params: Mapping[str, float], ci: Mapping[str, Sequence
                 fixed: Sequence[str] = (), frac: float = NEAR_BOUND_FRACTION) -> list[BoundNote]:
     """Free parameters at or near a bound. On an interval: within `frac` of its width (point
     estimate or a CI end). On a half-line (no width): at the bound to round-off, or a CI whose
-    near end lies within `frac` of the way from the bound to its far end (the bootstrap piles up
-    against the bound). Parameters in `fixed` are the user's choice and never flagged."""
+    near end lies within `frac` of the way from the bound to the estimate (the bootstrap piles
+    up against the bound). Parameters in `fixed` are the user's choice and never flagged."""
     out = []
     for name, (lo, hi) in zip(law.param_names, law.bounds):
         if name in fixed or name not in params:
@@ -279,7 +279,7 @@ def bound_notes(law: Law, params: Mapping[str, float], ci: Mapping[str, Sequence
             if not math.isfinite(bound):
                 continue
             other = hi if sign > 0 else lo
-            near_end, far_end = (ci_lo, ci_hi) if sign > 0 else (ci_hi, ci_lo)
+            near_end = ci_lo if sign > 0 else ci_hi
             gap = sign * (v - bound)
             if math.isfinite(other):
                 width = other - bound
@@ -287,9 +287,10 @@ def bound_notes(law: Law, params: Mapping[str, float], ci: Mapping[str, Sequence
                          "ci" if math.isfinite(near_end) and sign * (near_end - bound) <= frac * abs(width) else None)
             else:
                 tiny = 1e-6 * max(1.0, abs(bound))
+                # measured against the estimate, not the CI's far end: a scale parameter whose CI
+                # spans decades (B in [3e3, 4e5]) is poorly determined but nowhere near 0
                 ci_gap = sign * (near_end - bound) if math.isfinite(near_end) else math.nan
-                ci_span = sign * (far_end - bound) if math.isfinite(far_end) else math.nan
-                where = "at" if gap <= tiny else "ci" if ci_gap <= frac * ci_span else None
+                where = "at" if gap <= tiny else "ci" if ci_gap <= frac * gap else None
             if where:
                 out.append(BoundNote(name, v, bound, where, lo, hi))
                 break
@@ -438,6 +439,33 @@ register(
     )
 )
 
+
+
+def _chinchilla_tied(view, logX):
+    e, a, b, alpha = view
+    logN, logD = logX
+    return logsumexp(a - alpha * logN, b - alpha * logD, e)
+
+
+# Epoch's grid with one shared exponent (900 starts).
+TIED_PUBLIC_GRID = np.unique(CHINCHILLA_PUBLIC_GRID[:, :4], axis=0)
+
+register(
+    Law(
+        name="chinchilla_tied",
+        param_names=("E", "A", "B", "alpha"),
+        inputs=("N", "D"),
+        log_form=_chinchilla_tied,
+        log_params=(True, True, True, False),
+        grid=lambda logX, logy: TIED_PUBLIC_GRID,
+        bounds=((0.0, np.inf), (0.0, np.inf), (0.0, np.inf), (0.0, 3.0)),
+        formula="L(N, D) = E + A / N^alpha + B / D^alpha",
+        description="Chinchilla form with one exponent for N and D (alpha = beta), the form Gadre et al. "
+                    "2024 fit for over-training laws: one fewer parameter, and tokens per parameter at "
+                    "the optimum independent of the budget.",
+        min_distinct={"N": 2, "D": 2},
+    )
+)
 
 def _pure_power(view, logX):
     a, alpha = view

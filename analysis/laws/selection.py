@@ -1,0 +1,82 @@
+"""`--law auto`: choose the Chinchilla form by how well each one extrapolated on the data itself.
+
+A scaling law is used beyond its data, so the form to trust is the one that predicted best
+*forward*: each candidate's fit already measures that with forward-chaining folds (fit below a
+cut, predict every run above it; `intervals.PredictionError.fold_mae`, the mean |log error|).
+The candidates are the Chinchilla law and its tied form (beta = alpha, one parameter fewer; the
+form Gadre et al. 2024 fit, whose tokens-per-parameter optimum does not drift with the budget).
+The rule is parsimonious: the simplest candidate whose fold error is within `PARSIMONY` (10%)
+of the best wins, because fold errors of near-equal forms differ by noise, and the simpler form
+extrapolates more stably when they do. Measured on the shared data (benchmarks/holdout_eval.py,
+docs/analysis.md): the tied form wins on Epoch's Chinchilla runs (held-out error 0.92% vs
+1.02% for the free form) and on most Gadre et al. compute hold-outs.
+
+Selection uses only the fitted runs (with `holdout_above`, only those below the threshold), so
+a held-out check stays honest; the chosen law is then refitted with the caller's bootstrap.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+import pandas as pd
+
+from analysis.laws.fitting import FitResult, fit_law
+from models.base.errors import AnalysisError
+
+AUTO = "auto"
+CANDIDATES = ("chinchilla_tied", "chinchilla")  # simplest first
+PARSIMONY = 0.10  # a more complex form must predict forward >10% better to be chosen
+
+
+@dataclass(frozen=True)
+class LawChoice:
+    """Which law `--law auto` chose, and why (the `law_selection` object of `fit --json`)."""
+
+    chosen: str  # the law fitted and reported
+    fold_mae: dict[str, float]  # candidate -> mean |log error| of its forward-chaining predictions
+    skipped: dict[str, str]  # candidate -> why it could not be fitted (e.g. a fixed parameter it lacks)
+    parsimony: float = PARSIMONY
+    criterion: str = "forward-chaining fold error; the simplest law within the parsimony margin of the best"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"chosen": self.chosen, "fold_mae": dict(self.fold_mae), "skipped": dict(self.skipped),
+                "parsimony": self.parsimony, "criterion": self.criterion}
+
+    @property
+    def message(self) -> str:
+        scores = ", ".join(f"{k} {v:.3%}" for k, v in self.fold_mae.items())
+        return f"--law auto chose {self.chosen} (forward-chaining error: {scores})"
+
+
+def choose(fold_mae: Mapping[str, float], order: tuple[str, ...] = CANDIDATES, parsimony: float = PARSIMONY) -> str:
+    """The first law in `order` (simplest first) whose fold error is within `parsimony` of the
+    best; the last candidate (the most general form) when no fold error could be measured."""
+    finite = {k: v for k, v in fold_mae.items() if math.isfinite(v)}
+    if not finite:
+        return [k for k in order if k in fold_mae][-1]
+    best = min(finite.values())
+    return next(k for k in order if k in finite and finite[k] <= best * (1 + parsimony))
+
+
+def fit_auto(df: pd.DataFrame, columns: Mapping[str, str] | None = None, **fit_kwargs) -> FitResult:
+    """`fit_law` with the law chosen among `CANDIDATES` (see the module docstring); the result's
+    `extras["law_selection"]` says which and why."""
+    probe = {k: v for k, v in fit_kwargs.items() if k not in ("bootstrap", "prediction_intervals")}
+    scores, skipped = {}, {}
+    for name in CANDIDATES:
+        try:
+            fit = fit_law(df, name, columns, bootstrap=0, prediction_intervals=True, **probe)
+        except AnalysisError as e:
+            skipped[name] = str(e)
+            continue
+        scores[name] = fit.prediction_error.fold_mae
+    if not scores:
+        raise AnalysisError("--law auto: no candidate law could be fitted (" +
+                            "; ".join(f"{k}: {v}" for k, v in skipped.items()) + ")")
+    choice = LawChoice(chosen=choose(scores), fold_mae=scores, skipped=skipped)
+    fit = fit_law(df, choice.chosen, columns, **fit_kwargs)
+    fit.extras["law_selection"] = choice.to_dict()
+    return fit
