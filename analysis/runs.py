@@ -13,6 +13,12 @@ are skipped with one warning naming them; a corrupt `metrics.jsonl` line is skip
 never fatal. Each run's parsed tables are cached as Parquet (keyed by the source files' sizes and
 modification times), so re-loading a large sweep reads two small files per run.
 
+Downstream tasks (`eval.tasks` in the trainer): summary.json's `task_metrics` ({task: {loss,
+accuracy, chance}}, the final eval) become the columns `task_loss/<task>`, `accuracy/<task>`,
+`chance/<task>`, and metrics.jsonl's `task/<task>/loss` / `task/<task>/accuracy` stay in the curves
+table; `task_table(runs_df, curves_df)` is the long table `python -m analysis fit-task` reads
+(N, D, C, task, task_loss, accuracy, chance, run, step).
+
 `table(*paths)` is the runs table `python -m analysis collect` writes (`write_table`: CSV or
 Parquet): runs_df with the column roles `fit` looks for first — N, D, C, loss — in front, then
 `selected` and `hparam_group` (`with_selection`): runs that differ only in `optim.*` (an LR sweep
@@ -230,12 +236,92 @@ def load(*paths: str | os.PathLike, cache_dir: str | os.PathLike | None | bool =
             curves.append(curve)
     if skipped:
         warnings.warn(f"skipped {len(skipped)} run(s) that did not complete: {', '.join(skipped)}", RunWarning, stacklevel=2)
-    runs_df = pd.DataFrame(rows)
+    runs_df = with_task_columns(pd.DataFrame(rows))
     curves_df = pd.concat(curves, ignore_index=True) if curves else pd.DataFrame(columns=["run", "step"])
     if not runs_df.empty:
         keep = set(runs_df["run"])
         curves_df = curves_df[curves_df["run"].isin(keep)].reset_index(drop=True)
     return runs_df, curves_df
+
+
+# ---- downstream tasks ------------------------------------------------------------------------
+
+TASK_PREFIXES = {"loss": "task_loss/", "accuracy": "accuracy/", "chance": "chance/"}
+TASK_TABLE_COLUMNS = ("N", "D", "C", "task", "task_loss", "accuracy", "chance", "run", "step")
+
+
+def _task_metrics(cell: object) -> dict:
+    """A runs-table `task_metrics` cell (a dict, its JSON text from the cache, or missing)."""
+    if isinstance(cell, str):
+        try:
+            cell = json.loads(cell)
+        except json.JSONDecodeError:
+            return {}
+    return cell if isinstance(cell, dict) else {}
+
+
+def with_task_columns(runs_df: pd.DataFrame) -> pd.DataFrame:
+    """`runs_df` plus `task_loss/<task>`, `accuracy/<task>`, `chance/<task>` from each run's
+    `task_metrics` (NaN for a run that did not measure that task)."""
+    if runs_df.empty or "task_metrics" not in runs_df.columns:
+        return runs_df
+    parsed = [_task_metrics(c) for c in runs_df["task_metrics"]]
+    names = sorted({t for m in parsed for t, v in m.items() if isinstance(v, dict)})
+    cols = {f"{prefix}{t}": [pd.to_numeric((m.get(t) or {}).get(key), errors="coerce") for m in parsed]
+            for t in names for key, prefix in TASK_PREFIXES.items()}
+    extra = pd.DataFrame(cols, index=runs_df.index, dtype=float)
+    return pd.concat([runs_df.drop(columns=[c for c in cols if c in runs_df.columns]), extra], axis=1)
+
+
+def task_names(runs_df: pd.DataFrame) -> list[str]:
+    """The tasks that have a `task_loss/<task>` column."""
+    p = TASK_PREFIXES["loss"]
+    return sorted(c[len(p):] for c in runs_df.columns if isinstance(c, str) and c.startswith(p))
+
+
+def task_table(runs_df: pd.DataFrame, curves_df: pd.DataFrame | None = None) -> pd.DataFrame:
+    """The long downstream-task table (`fit-task`'s LADDER.csv): columns N, D, C, task,
+    task_loss, accuracy, chance, run, step.
+
+    Without `curves_df`: one row per (run, task) from the final eval (D = the run's tokens).
+    With it: one row per (run, eval step, task) from metrics.jsonl, D = tokens seen at that
+    eval, so a run's rows are its checkpoints and its last row is the final eval. Runs without
+    the task, and evals where its loss is missing, give no row."""
+    runs_df = with_roles(with_task_columns(runs_df))
+    rows = _task_rows_from_curves(runs_df, curves_df) if curves_df is not None else _task_rows_final(runs_df)
+    return pd.DataFrame(rows, columns=list(TASK_TABLE_COLUMNS))
+
+
+def _task_rows_final(runs_df: pd.DataFrame) -> list[dict]:
+    rows = []
+    for _, r in runs_df.iterrows():
+        for t in task_names(runs_df):
+            loss = r.get(f"task_loss/{t}")
+            if loss is not None and np.isfinite(loss):
+                rows.append({"N": r.get("N"), "D": r.get("D"), "C": r.get("C"), "task": t, "task_loss": loss,
+                             "accuracy": r.get(f"accuracy/{t}"), "chance": r.get(f"chance/{t}"),
+                             "run": r["run"], "step": r.get("steps")})
+    return rows
+
+
+def _task_rows_from_curves(runs_df: pd.DataFrame, curves_df: pd.DataFrame) -> list[dict]:
+    by_run = {r["run"]: r for _, r in runs_df.iterrows()}
+    names = sorted({c.split("/")[1] for c in curves_df.columns
+                    if isinstance(c, str) and c.startswith("task/") and c.endswith("/loss")})
+    if not names:
+        return []
+    measured = curves_df[[f"task/{t}/loss" for t in names]].notna().any(axis=1)
+    evals = curves_df["run"].isin(list(by_run)) & measured
+    rows = []
+    for _, c in curves_df[evals].iterrows():
+        r = by_run[c["run"]]
+        for t in names:
+            loss = pd.to_numeric(c.get(f"task/{t}/loss"), errors="coerce")
+            if np.isfinite(loss):
+                rows.append({"N": r.get("N"), "D": c.get("tokens"), "C": c.get("flops"), "task": t,
+                             "task_loss": float(loss), "accuracy": c.get(f"task/{t}/accuracy"),
+                             "chance": r.get(f"chance/{t}", np.nan), "run": c["run"], "step": c.get("step")})
+    return rows
 
 
 # Column roles of `analysis fit` (see analysis.laws.points) -> the run summary field holding each.

@@ -30,7 +30,7 @@ import numpy as np
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
 from analysis.curves.fitting import fit_curve  # noqa: E402
-from analysis.jaxcache import enable_compile_cache  # noqa: E402
+from models.base.jaxcache import enable_compile_cache  # noqa: E402
 
 DATA = pathlib.Path(__file__).resolve().parents[2] / "shared" / "data" / "mpl_loss_curves"
 FIT = ("cosine_24000", "constant_24000", "wsdcon_9")

@@ -3,9 +3,14 @@ the `shared_data` fixture for the public datasets in ../shared/data."""
 
 import os
 import pathlib
+import tempfile
 
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+# One fresh persistent XLA cache per test session, shared by every subprocess the tests start
+# (CLI fits, training runs, sweeps): the suite compiles each program once, and never reads a
+# cache left by an older checkout.
+os.environ.setdefault("SCALELAB_JAX_CACHE", tempfile.mkdtemp(prefix="scalelab-jaxcache-"))
 
 import pytest  # noqa: E402
 

@@ -26,11 +26,13 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("models.base",),                                   # errors, config parsing, strict JSON, fingerprints
     ("models",),                                        # the transformer, its config, FLOPs, logical axes
     ("sharding",),                                      # mesh, axis rules, validation, distributed, cost model
-    ("experiments", "experiments.rundir", "experiments.train"),  # the training core
+    ("experiments", "experiments.rundir", "experiments.train",  # the training core, and the RL task
+     "experiments.rl.tasks"),       # generators (NumPy only) that its eval.tasks probes reuse
     ("experiments.rl", "experiments.sweeps"),           # RL fine-tuning and sweeps, built on the core
     ("hydra_plugins",),                                 # Hydra sweeper/launcher plugins over experiments.sweeps
-    ("analysis.jaxcache", "analysis.runs", "analysis.laws"),          # run tables, laws and fits (no I/O in laws)
-    ("analysis.curves", "analysis.rl", "analysis.planning"),          # curve laws, RL laws, budget planner
+    ("analysis.runs", "analysis.laws"),          # run tables, laws and fits (no I/O in laws)
+    ("analysis.curves", "analysis.rl", "analysis.planning",           # curve laws, RL laws, budget planner,
+     "analysis.downstream"),                                          # downstream-task prediction
     ("analysis.report",),                               # the report: fit + allocation + planning + figures
     ("analysis.commands", "analysis.cli", "analysis.__main__", "analysis"),  # `python -m analysis`
     ("experiments.demo",),                              # the main job: sweep -> fit -> report

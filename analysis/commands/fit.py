@@ -67,7 +67,7 @@ def register(subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     # JAX and the fitting code load here, not at import, so `python -m analysis --help` stays fast.
-    from analysis.jaxcache import enable_compile_cache
+    from models.base.jaxcache import enable_compile_cache
     from analysis.laws.fitting import fit_law
     from analysis.laws.points import NParamsWarning
     from analysis.laws.registry import get_law

@@ -55,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
     # JAX and the fitting code load here, not at import, so `python -m analysis --help` stays fast.
     from analysis.curves.fitting import fit_curve, load_curve
     from analysis.curves.laws import get_curve_law
-    from analysis.jaxcache import enable_compile_cache
+    from models.base.jaxcache import enable_compile_cache
 
     enable_compile_cache()
     get_curve_law(args.law)

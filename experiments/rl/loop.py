@@ -35,6 +35,7 @@ from experiments.train.config import OptimConfig
 from experiments.train.loop import quiet_library_logs
 from experiments.train.metrics import MetricsLog, read_metrics
 from experiments.train.optimizer import make_optimizer, make_schedule
+from models.base.jaxcache import enable_compile_cache
 from models.base.configs import to_plain
 from models.base.errors import ConfigError
 from models.base.jsonio import read_json, write_json_atomic
@@ -149,6 +150,7 @@ def run(cfg: Any, run_dir: Path) -> dict[str, Any]:
              f"{done.get('final_pass_rate')}); nothing to do")
         return dict(done, already_completed=True)
     quiet_library_logs()
+    enable_compile_cache()  # a sweep's runs share shapes: later runs load, not compile, their steps
     raw = to_plain(cfg)
     state = RLState()
     try:

@@ -1,8 +1,9 @@
 """The typed config of a training run, and the one validator: raw Hydra config -> `RunSpec`.
 
 Every config key's type and default lives in a dataclass: `ModelConfig` (models/config.py),
-`DataConfig` (experiments/train/corpus.py), `ShardingConfig` (sharding/layouts.py) and
-`TrainConfig`, `OptimConfig`, `DistributedConfig` here. `register_configs()` stores them in Hydra's
+`DataConfig` (experiments/train/corpus.py), `ShardingConfig` (sharding/layouts.py), `EvalConfig`
+(experiments/train/tasks/base.py: downstream tasks) and `TrainConfig`, `OptimConfig`,
+`DistributedConfig` here. `register_configs()` stores them in Hydra's
 ConfigStore as `base_<group>`; each conf/<group>/*.yaml starts from its schema (`defaults:
 [base_<group>, _self_]`) and holds only what differs from it, and Hydra refuses an unknown key or
 a value of the wrong type while composing (experiments/cli.py turns that into one error line).
@@ -25,6 +26,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from experiments.rundir import config_fingerprint, fingerprint_fields
 from experiments.train.corpus import DataConfig, check_paths, data_vocab_size
+from experiments.train.tasks import EvalConfig
+from experiments.train.tasks.base import check_tasks
 from models.base.configs import config_from_mapping, to_plain
 from models.base.errors import ConfigError
 from models.config import ModelConfig
@@ -123,7 +126,7 @@ class DistributedConfig:
 # ---- Hydra schema ---------------------------------------------------------------------------
 
 GROUP_SCHEMAS: dict[str, type] = {"model": ModelConfig, "train": TrainConfig, "optim": OptimConfig,
-                                  "data": DataConfig, "sharding": ShardingConfig}
+                                  "data": DataConfig, "sharding": ShardingConfig, "eval": EvalConfig}
 
 
 def schema_node(cls: type) -> DictConfig:
@@ -167,6 +170,7 @@ class RunSpec:
     train: TrainConfig
     optim: OptimConfig
     data: DataConfig
+    eval: EvalConfig                   # downstream tasks (`eval.*`; absent from the config = none)
     mesh_shape: tuple[int, int, int]   # resolved (data, fsdp, tensor)
     distributed: dict[str, Any]
     steps: int
@@ -299,6 +303,8 @@ def resolve_config(cfg: Any, n_devices: int | None = None) -> RunSpec:
     optim = OptimConfig.from_mapping(raw["optim"])
     train = TrainConfig.from_mapping(raw["train"])
     _check_vocab(model, data)
+    evalc = EvalConfig.from_mapping(raw.get("eval") or {})
+    check_tasks(evalc, model.seq_len, byte_level=data.resolved_source() != "tokens")
     length = _run_length(train, model)
     _check_cadences(train)
     warmup_steps = _warmup_steps(optim, length)
@@ -307,7 +313,7 @@ def resolve_config(cfg: Any, n_devices: int | None = None) -> RunSpec:
     mesh_shape = _mesh_shape(ShardingConfig.from_mapping(raw["sharding"]), model,
                              length.micro_batch_size, n_devices)
     return RunSpec(
-        model=model, train=train, optim=optim, data=data, mesh_shape=mesh_shape,
+        model=model, train=train, optim=optim, data=data, eval=evalc, mesh_shape=mesh_shape,
         distributed=dict(raw.get("distributed") or {}),
         steps=length.steps, tokens_per_step=length.tokens_per_step, total_tokens=length.total_tokens,
         micro_batch_size=length.micro_batch_size, n_micro=length.n_micro, warmup_steps=warmup_steps,

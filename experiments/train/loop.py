@@ -6,8 +6,9 @@ Used by `python -m experiments.train` (Hydra) and callable from sweeps / noteboo
     summary = run(cfg, Path("runs/x"))      # cfg: DictConfig or dict with model/train/optim/data/sharding
 
 Order of work: completed-run check -> distributed init -> validate the whole config (no compile)
--> corpus -> mesh + compiled steps -> restore latest checkpoint (if any) -> train loop with
-eval / checkpoints / metrics -> final eval + checkpoint -> atomic summary.json.
+-> corpus (and the `eval.tasks` examples from its held-out split) -> mesh + compiled steps ->
+restore latest checkpoint (if any) -> train loop with eval (loss and tasks) / checkpoints /
+metrics -> final eval + checkpoint -> atomic summary.json.
 Exit status lives in summary["status"]: completed | diverged | failed.
 """
 
@@ -32,6 +33,8 @@ from experiments.train.metrics import MetricsLog, Progress
 from experiments.train.optimizer import make_optimizer, make_schedule
 from experiments.train.peak_flops import peak_flops_per_device
 from experiments.train.steps import TrainSetup, build_train_setup
+from experiments.train.tasks.scoring import TaskSuite, build_task_sets, metrics_record
+from models.base.jaxcache import enable_compile_cache
 from models.base.configs import to_plain
 from models.base.errors import ConfigError
 from models.base.fingerprint import diff_fields
@@ -144,6 +147,7 @@ class RunState:
     flops: float = 0.0
     train_loss: float | None = None
     eval_loss: float | None = None
+    task_metrics: dict[str, dict[str, float]] | None = None   # {task: {loss, accuracy, chance}}, last eval
     tokens_per_s: float | None = None
     mfu: float | None = None
     peak: float | None = None
@@ -198,6 +202,7 @@ class Loop:
     n_dev: int
     sampler: BatchSampler          # train batches: batch i = f(train.seed, i)
     eval_set: list[Any]
+    tasks: TaskSuite | None = None  # eval.tasks, scored at every eval
     eval_fn: Any = None
     step_fn: Any = None
     compile_s: float = 0.0
@@ -222,6 +227,7 @@ def run(cfg: Any, run_dir: Path) -> dict[str, Any]:
              f"{done.get('final_eval_loss')}); nothing to do")
         return dict(done, already_completed=True)
     quiet_library_logs()
+    enable_compile_cache()  # a sweep's runs share shapes: later runs load, not compile, their steps
     raw = to_plain(cfg)
     state = RunState()
     try:
@@ -243,6 +249,7 @@ def _summary_base(state: RunState) -> dict[str, Any]:
         "mfu": state.mfu, "peak_flops_per_device": state.peak,
         "peak_flops_source": state.peak_source, "mesh": state.mesh,
         "corpus": state.corpus, "wall_time_s": None, "steps_done": state.step,
+        "task_metrics": state.task_metrics or {},
     }
     spec = state.spec
     if spec is not None:
@@ -264,6 +271,8 @@ def _run(raw: dict[str, Any], run_dir: Path, t_start: float, state: RunState) ->
     devices = _describe_devices(spec, mesh, state)
     loop = _build_loop(spec, state, run_dir, t_start, mesh, corpus, sampler)
     _log_header(spec, devices, corpus, state.is_main)
+    if loop.tasks is not None:
+        _log("tasks: " + ", ".join(f"{t.name} ({t.detail})" for t in loop.tasks.task_sets), state.is_main)
     first = _compile(loop)
     status = _train_steps(loop, first)
     return _write_summary(loop, status)
@@ -292,10 +301,14 @@ def _build_loop(spec: RunSpec, state: RunState, run_dir: Path, t_start: float, m
     val_sampler = eval_sampler(corpus.val, spec.model.seq_len, spec.eval_batch_size)
     eval_set = [make_eval_batch(val_sampler, j, ts.eval_batch_sharding) for j in range(spec.eval_batches)]
     progress = Progress(spec.steps, spec.tokens_per_step, spec.train.progress_every_s, enabled=state.is_main)
+    tasks = None
+    if spec.eval.tasks:
+        tasks = TaskSuite(build_task_sets(spec.eval, corpus.val, spec.model.seq_len), ts.graphdef,
+                          ts.param_shardings, ts.eval_batch_sharding, spec.eval_batch_size)
     return Loop(spec=spec, state=state, run_dir=run_dir, t_start=t_start, ts=ts, params=params,
                 opt_state=opt_state, start=start, resumed=resumed, ckpt=ckpt, metrics=metrics,
                 progress=progress, lr_of_step=HostSchedule(schedule), n_dev=mesh.devices.size,
-                sampler=sampler, eval_set=eval_set)
+                sampler=sampler, eval_set=eval_set, tasks=tasks)
 
 
 def _restore_or_init(spec: RunSpec, state: RunState, run_dir: Path, ts: TrainSetup,
@@ -317,6 +330,7 @@ def _restore_or_init(spec: RunSpec, state: RunState, run_dir: Path, ts: TrainSet
         start = int(meta["step"])
         state.wall_prev = float(meta.get("wall_time_s", 0.0))
         state.train_loss, state.eval_loss = meta.get("train_loss"), meta.get("eval_loss")
+        state.task_metrics = meta.get("task_metrics")
         metrics.truncate_after(start)
         _log(f"resuming from checkpoint at step {start}/{spec.steps}", state.is_main)
     state.step, state.tokens = start, start * spec.tokens_per_step
@@ -348,6 +362,8 @@ def _compile(loop: Loop) -> Any:
         first = _make_batch(loop, loop.start)
         loop.step_fn = loop.ts.train_step.lower(loop.params, loop.opt_state, first).compile()
     loop.eval_fn = loop.ts.eval_step.lower(loop.params, loop.eval_set[0]).compile()
+    if loop.tasks is not None:
+        loop.tasks.compile(loop.params)
     loop.compile_s = time.time() - t_c
     return first
 
@@ -358,6 +374,16 @@ def _evaluate(loop: Loop, params: Any) -> float:
     return float(np.mean([float(l) for l in losses]))
 
 
+def _evaluate_tasks(loop: Loop, params: Any) -> dict[str, float]:
+    """Score `eval.tasks` on `params`: kept in the run state (summary, checkpoint record) and
+    returned as metrics.jsonl fields (`task/<name>/loss`, `task/<name>/accuracy`)."""
+    if loop.tasks is None:
+        return {}
+    results = loop.tasks.evaluate(params)
+    loop.state.task_metrics = {name: r.as_dict() for name, r in results.items()}
+    return metrics_record(results)
+
+
 def _checkpoint(loop: Loop, step: int) -> None:
     """Save (params, opt_state) of `step` with the record that resume and analysis read."""
     t_s = time.perf_counter()
@@ -366,6 +392,7 @@ def _checkpoint(loop: Loop, step: int) -> None:
     meta = {"step": step, "tokens": step * spec.tokens_per_step, "config_fingerprint": spec.fingerprint,
             "config_fields": spec.fingerprint_fields, "model": spec.model.to_dict(),
             "train_loss": state.train_loss, "eval_loss": state.eval_loss,
+            "task_metrics": state.task_metrics,
             "wall_time_s": state.wall_prev + time.time() - loop.t_start}
     loop.ckpt.save(step, loop.params, loop.opt_state, meta)
     loop.clock.paused_since(t_s)
@@ -421,6 +448,7 @@ def _finish_step(loop: Loop, step_i: int, m: Any, eval_params: Any = None) -> No
     if eval_params is not None and not diverged:
         t_e = time.perf_counter()
         loop.state.eval_loss = rec["eval_loss"] = _evaluate(loop, eval_params)
+        rec.update(_evaluate_tasks(loop, eval_params))
         loop.clock.paused_since(t_e)
     _log_progress(loop, rec, force=diverged)
     if diverged:
@@ -462,6 +490,8 @@ def _write_summary(loop: Loop, status: str) -> dict[str, Any]:
     spec, state = loop.spec, loop.state
     if status == "completed" and loop.start >= spec.steps and state.eval_loss is None:
         state.eval_loss = _evaluate(loop, loop.params)   # resumed after the final checkpoint
+    if status == "completed" and loop.start >= spec.steps and state.task_metrics is None:
+        _evaluate_tasks(loop, loop.params)
     loop.ckpt.close()
     tps = loop.clock.tokens_per_s()
     state.tokens_per_s = tps

@@ -1,9 +1,10 @@
 """Run records: `metrics.jsonl` (one JSON object per logged step) and the console progress line.
 
 metrics.jsonl keys: step, tokens, flops, loss, lr, grad_norm, step_time_s, tokens_per_s, mfu, and
-eval_loss on eval steps. On resume the file is cut back to the checkpointed step so it never holds
-a step twice. Lines are strict JSON (`models.base.jsonio.jsonl_line`): a NaN or infinite value is
-written as `null`, and `read_metrics` reads a null metric back as NaN.
+eval_loss on eval steps (with `eval.tasks`, also `task/<name>/loss` and `task/<name>/accuracy`).
+On resume the file is cut back to the checkpointed step so it never holds a step twice. Lines
+are strict JSON (`models.base.jsonio.jsonl_line`): a NaN or infinite value is written as `null`,
+and `read_metrics` reads a null metric back as NaN.
 """
 
 from __future__ import annotations

@@ -1,9 +1,12 @@
-"""Persistent XLA compilation cache for the analysis CLI.
+"""Persistent XLA compilation cache for the analysis CLI and the training/RL runs.
 
 A fit compiles a few optimiser programs (seconds on CPU) that are identical from one invocation
-to the next, because data and start counts are padded to a short ladder of shapes. Caching them
-on disk makes a repeated `python -m analysis fit` start in a fraction of that time. Only the CLI
-turns this on (a library should not change a notebook's global JAX configuration).
+to the next, because data and start counts are padded to a short ladder of shapes. A sweep's
+runs share model shapes across budgets, so their train and eval steps are the same programs
+too. Caching them on disk makes a repeated `python -m analysis fit` start in a fraction of that
+time, and halves a small training run (13.1 s -> 6.6 s, compile 4.6 s -> 1.2 s, tiny model,
+30 steps, 2-core CPU). Only the CLI and the run loops turn this on (a library should not change
+a notebook's global JAX configuration).
 Set SCALELAB_JAX_CACHE=0 to disable, or to a directory to choose where it lives.
 """
 

@@ -1,0 +1,73 @@
+"""`python -m analysis fit-task LADDER.csv --predict TARGETS.csv --json OUT.json`: downstream accuracy.
+
+LADDER.csv: `N, D, task, task_loss, accuracy` (optional `run`, `chance`, `C`); TARGETS.csv:
+`N, D, task`. Per task: step 1 fits the task loss as L(N, D), step 2 the accuracy as a sigmoid
+of the task loss; a direct sigmoid of (N, D) and the average of both compete, and a held-out check
+on the ladder's largest size picks one (`method`). Each target gets its task loss, accuracy, 90% interval and
+warnings; `--json` writes {"predictions": [...] in TARGETS order, "tasks": {task: {step1,
+step2, n_runs, n_points, method, ...}}, "settings"}. See docs/downstream.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from analysis.commands._options import add_json_argument, emit_json
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("fit-task", help="predict downstream-task accuracy (compute -> task loss -> accuracy)",
+                              description=__doc__.splitlines()[0])
+    p.add_argument("ladder", help="CSV (or .parquet): N, D, task, task_loss, accuracy [, run, chance, C]")
+    p.add_argument("--predict", required=True, metavar="TARGETS",
+                   help="CSV (or .parquet) of targets: N, D, task (tasks must be in the ladder)")
+    p.add_argument("--law", default="chinchilla_tied",
+                   help="step-1 law for the task loss (default chinchilla_tied; chinchilla, or auto: the "
+                        "better of the two by forward-chaining error)")
+    p.add_argument("--method", choices=("auto", "average", "chain", "direct"), default="auto",
+                   help="auto (default): per task, the candidate that predicted the ladder's largest size best "
+                        "from the smaller ones (the chain, the direct fit, or their average); average, chain or "
+                        "direct: restrict the choice to that method")
+    p.add_argument("--bootstrap", type=int, default=200,
+                   help="bootstrap resamples of the runs for the intervals (default 200; 0 = none)")
+    p.add_argument("--seed", type=int, default=0, help="bootstrap and interval seed (default 0)")
+    add_json_argument(p, "the predictions and per-task fits")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    # JAX and the fitting code load here, not at import, so `python -m analysis --help` stays fast.
+    from analysis.downstream import fit_downstream
+    from analysis.downstream.data import read_ladder, read_targets
+    from analysis.laws.points import read_table
+    from analysis.laws.registry import get_law
+    from analysis.laws.selection import AUTO
+    from models.base.jaxcache import enable_compile_cache
+
+    if args.law != AUTO:
+        get_law(args.law)  # unknown law: fail before reading data
+    ladder, targets = read_table(args.ladder), read_table(args.predict)
+    read_targets(targets, list(read_ladder(ladder)))  # bad input fails before the (seconds-long) fits
+    enable_compile_cache()
+    fit = fit_downstream(ladder, law=args.law, bootstrap=args.bootstrap, seed=args.seed, method=args.method)
+    predictions = fit.predict(targets)
+    _print(fit, predictions)
+    emit_json(args, fit.to_dict(predictions))
+    return 0
+
+
+def _print(fit, predictions) -> None:
+    """Human-readable lines: one per task (method, held-out error), one per prediction."""
+    for task, tf in fit.tasks.items():
+        sel = tf.selection
+        score = sel.fold_mae.get(sel.chosen)
+        held = f"held-out MAE {100 * score:.2f} pts" if score == score else "no held-out check"
+        print(f"{task}: {tf.chosen.candidate.name} ({held}; step 1 {tf.step1.law}, {tf.rows.n_runs} runs, "
+              f"chance {tf.rows.chance:.3g} [{tf.rows.chance_source}])")
+        for w in tf.warnings:
+            print(f"  warning: {w}")
+    for p in predictions:
+        lo, hi = p.accuracy_interval
+        print(f"  {p.task} N={p.N:.4g} D={p.D:.4g}: task loss {p.task_loss:.4g}, accuracy {p.accuracy:.4f} "
+              f"[{lo:.4f}, {hi:.4f}] ({p.method})" + "".join(f"\n    warning: {w}" for w in p.warnings
+                                                           if w not in fit.tasks[p.task].warnings))

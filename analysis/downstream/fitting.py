@@ -1,0 +1,181 @@
+"""Fit a ladder and predict downstream accuracy: the entry points of `analysis.downstream`.
+
+`fit_downstream(ladder)` runs, per task: step 1 (task loss L(N, D), fitted once when every task
+shares one loss column), the four candidates (`methods`), the held-out check that picks one
+(`holdout`), the bootstrap over runs of the chosen candidate, and its error model
+(`intervals`). `DownstreamFit.predict(targets)` gives each target's task loss, accuracy, 90%
+interval, method and warnings; `DownstreamFit.to_dict` is the `fit-task --json` object.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from analysis.downstream import flags
+from analysis.downstream.data import TaskRows, read_ladder, read_targets
+from analysis.downstream.holdout import FoldErrors, Selection, distance, fold_errors, select
+from analysis.downstream.intervals import ErrorModel, drift_per_decade, interval, noise_sd
+from analysis.downstream.methods import AVERAGE, CANDIDATES, CHAIN, DIRECT, SINGLE, CandidateFit, allowed, fit_all
+from analysis.downstream.sigmoid import CEILING_ONE
+from analysis.downstream.taskloss import DEFAULT_LAW, TaskLossFit, fit_task_loss, shared_loss
+from models.base.errors import AnalysisError
+
+METHODS = ("auto", AVERAGE, CHAIN, DIRECT)
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """One target's prediction (a row of `predictions` in `fit-task --json`)."""
+
+    N: float
+    D: float
+    task: str
+    task_loss: float  # step 1's predicted task loss at (N, D)
+    accuracy: float  # the chosen method's predicted accuracy
+    accuracy_interval: tuple[float, float]  # 90% prediction interval
+    method: str  # "average", "chain" or "direct"
+    warnings: tuple[str, ...]
+
+    def to_dict(self) -> dict:
+        return {"N": self.N, "D": self.D, "task": self.task, "task_loss": self.task_loss, "accuracy": self.accuracy,
+                "accuracy_interval": list(self.accuracy_interval), "method": self.method,
+                "warnings": list(self.warnings)}
+
+
+@dataclass(frozen=True)
+class TaskFit:
+    """Everything fitted for one task."""
+
+    rows: TaskRows
+    step1: TaskLossFit
+    chosen: object  # the candidate predictions use (a CandidateFit, or the methods.AverageFit)
+    singles: dict  # single candidate name -> CandidateFit (their spread is the model-uncertainty term)
+    chain: CandidateFit  # the chain reported as step 2 (the chosen one, else the better chain)
+    direct: CandidateFit  # the direct fit reported (the chosen one, else the better direct)
+    selection: Selection
+    boot: object  # the chosen candidate's bootstrap refits (None: no bootstrap)
+    n_boot: int  # resamples whose refits of both steps succeeded
+    error_model: ErrorModel
+    warnings: tuple[str, ...]  # task-level warnings, repeated on each prediction
+    seed: int
+
+    def predict(self, N: np.ndarray, D: np.ndarray) -> list[Prediction]:
+        N, D = np.asarray(N, float), np.asarray(D, float)
+        loss = self.step1.predict(N, D)
+        acc = self.chosen.predict(N, D)
+        samples = None if self.boot is None else self.chosen.samples(self.boot, N, D)
+        em = self.error_model
+        spread = np.std([c.predict(N, D) for c in self.singles.values()], axis=0)
+        lo, hi = interval(acc, samples, em.sd(distance(N, D, em.N_max, em.D_max), spread), em.level, seed=self.seed)
+        return [Prediction(N=float(N[i]), D=float(D[i]), task=self.rows.task, task_loss=float(loss[i]),
+                           accuracy=float(acc[i]), accuracy_interval=(float(lo[i]), float(hi[i])),
+                           method=self.chosen.candidate.method, warnings=self._warnings(float(loss[i])))
+                for i in range(N.size)]
+
+    def _warnings(self, loss: float) -> tuple[str, ...]:
+        out = list(self.warnings)
+        if self.chosen.candidate.method in (CHAIN, AVERAGE):
+            w = flags.step2_extrapolation(loss, float(self.rows.loss.min()), self.chain.sigmoid.params["k"])
+            out += [w] if w else []
+        return tuple(out)
+
+    def to_dict(self) -> dict:
+        return {"step1": self.step1.to_dict(), "step2": self.chain.sigmoid.to_dict(),
+                "direct": self.direct.sigmoid.to_dict(), "n_runs": self.rows.n_runs, "n_points": self.rows.n_points,
+                "method": self.chosen.candidate.method, "candidate": self.chosen.candidate.name,
+                "selection": self.selection.to_dict(), "error_model": self.error_model.to_dict(),
+                "chance": self.rows.chance, "chance_source": self.rows.chance_source,
+                "task_loss_range": [float(self.rows.loss.min()), float(self.rows.loss.max())],
+                "bootstrap": self.n_boot,
+                "warnings": list(self.warnings)}
+
+
+def _best_of(method: str, fits: dict, sel: Selection) -> CandidateFit:
+    """The `method` candidate the held-out check scored best (the chosen one when it is of `method`)."""
+    if sel.method == method:
+        return fits[sel.chosen]
+    names = [c.name for c in SINGLE if c.method == method]
+    scored = [n for n in names if math.isfinite(sel.fold_mae.get(n, math.nan))]
+    return fits[min(scored, key=lambda n: sel.fold_mae[n]) if scored else names[-1]]
+
+
+def _error_model(chosen, fe: FoldErrors) -> ErrorModel:
+    rows = chosen.rows
+    N, D, acc = rows.final("N"), rows.final("D"), rows.final("accuracy")
+    noise = noise_sd(chosen.predict(N, D) - acc, N, D)
+    name = chosen.candidate.name
+    e, d = fe.errors.get(name, np.zeros(0)), fe.distances.get(name, np.zeros(0))
+    return ErrorModel(noise_sd=noise, drift_per_decade=drift_per_decade(e, d, noise), N_max=float(N.max()),
+                      D_max=float(D.max()), n_fold_points=int(e.size))
+
+
+def fit_task(rows: TaskRows, step1: TaskLossFit, fe: FoldErrors, *, method: str = "auto", seed: int = 0) -> TaskFit:
+    """Select, fit and bootstrap one task's predictor (step 1 and its held-out errors given)."""
+    cands = allowed(method)
+    sel = select(fe, cands, default=next(c for c in cands if c.ceiling != CEILING_ONE))
+    fits = fit_all(rows, step1, CANDIDATES)
+    chosen = fits[sel.chosen]
+    boot = chosen.bootstrap(step1.counts(), step1.runs) if step1.n_bootstrap else None
+    n_boot = 0
+    if boot is not None:
+        probe = chosen.samples(boot, rows.final("N")[:1], rows.final("D")[:1])
+        n_boot = int(np.sum(np.isfinite(probe)))
+    warns = tuple(w for w in (flags.near_chance(rows), flags.no_holdout(sel.n_folds)) if w)
+    return TaskFit(rows=rows, step1=step1, chosen=chosen, singles={c.name: fits[c.name] for c in SINGLE},
+                   chain=_best_of(CHAIN, fits, sel), direct=_best_of(DIRECT, fits, sel), selection=sel,
+                   boot=boot, n_boot=n_boot, error_model=_error_model(chosen, fe), warnings=warns, seed=seed)
+
+
+@dataclass(frozen=True)
+class DownstreamFit:
+    """A fitted ladder: one `TaskFit` per task."""
+
+    tasks: dict  # task -> TaskFit, in ladder order
+    law: str
+    bootstrap: int
+    seed: int
+    method: str
+
+    def predict(self, targets: pd.DataFrame) -> list[Prediction]:
+        """Predictions for the rows of a TARGETS table (columns N, D, task), in its row order."""
+        t = read_targets(targets, list(self.tasks))
+        out: list[Prediction | None] = [None] * len(t)
+        for task, idx in t.groupby("task", sort=False).indices.items():
+            for i, p in zip(idx, self.tasks[task].predict(t.N.to_numpy()[idx], t.D.to_numpy()[idx])):
+                out[i] = p
+        return out
+
+    def to_dict(self, predictions: list[Prediction] | None = None) -> dict:
+        return {"predictions": [p.to_dict() for p in predictions or []],
+                "tasks": {k: v.to_dict() for k, v in self.tasks.items()},
+                "settings": {"law": self.law, "bootstrap": self.bootstrap, "seed": self.seed, "method": self.method,
+                             "interval_level": 0.9}}
+
+
+def fit_downstream(ladder: pd.DataFrame, *, law: str = DEFAULT_LAW, bootstrap: int = 200, seed: int = 0,
+                   method: str = "auto") -> DownstreamFit:
+    """Fit every task of a LADDER table (see `analysis.downstream.data`)."""
+    if method not in METHODS:
+        raise AnalysisError(f"method must be one of {', '.join(METHODS)} (got {method!r})")
+    if bootstrap < 0:
+        raise AnalysisError(f"bootstrap must be >= 0 (got {bootstrap})")
+    tasks = read_ladder(ladder)
+    groups = [list(tasks)] if shared_loss(tasks) else [[t] for t in tasks]
+    cands = allowed(method)
+    fits = {}
+    for group in groups:
+        sub = {t: tasks[t] for t in group}
+        ref = sub[group[0]]
+        try:
+            step1 = fit_task_loss(*(ref.final(k) for k in ("N", "D", "loss", "run")), law=law, bootstrap=bootstrap,
+                                  seed=seed, shared=len(group) > 1)
+        except AnalysisError as e:
+            raise AnalysisError(f"step 1 (task loss as law {law}) for {', '.join(group)}: {e}") from None
+        errors = fold_errors(sub, law, cands)
+        for t in group:
+            fits[t] = fit_task(sub[t], step1, errors[t], method=method, seed=seed)
+    return DownstreamFit(tasks={t: fits[t] for t in tasks}, law=law, bootstrap=bootstrap, seed=seed, method=method)

@@ -1,0 +1,123 @@
+"""The held-out check inside the ladder: fit below a model size, predict the sizes above it.
+
+A downstream prediction is an extrapolation in model size, so the ladder is asked the same
+question in miniature: drop its largest size (and, with at least 5 sizes, in a second fold its two
+largest), refit every candidate (both steps of the chain) on the rest, and predict the finished
+runs of the dropped sizes. Each fold keeps at least `data.MIN_SIZES` sizes on its fit side.
+
+The pooled held-out errors do two jobs:
+1. selection: per task, the candidate (the average, or chain or direct with the ceiling fitted
+   or at 1) with the lowest mean absolute held-out error is used; ties go to the first in
+   `methods.CANDIDATES` order (the average, then the simpler single ones);
+2. calibration: the chosen candidate's errors and their distances beyond the fold's fitted runs
+   set the extrapolation term of the prediction intervals (`analysis.downstream.intervals`).
+Using one fold for both makes the calibration slightly optimistic (the minimum of four held-out
+errors is chosen); the coverage measured on the Gadre et al. protocol (docs/downstream.md)
+includes that effect.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from analysis.downstream.data import MIN_SIZES, TaskRows
+from analysis.downstream.methods import CANDIDATES, Candidate, fit_all, subset
+from analysis.downstream.taskloss import fit_task_loss
+from models.base.errors import AnalysisError
+
+MAX_FOLDS = 2
+
+
+def cuts(N_final: np.ndarray) -> list[float]:
+    """Fold thresholds: the largest and (ladders of >= 5 sizes) second-largest distinct N; a fold
+    fits the runs below its threshold and predicts those at or above it."""
+    levels = np.unique(np.asarray(N_final, float))
+    return [float(levels[-j]) for j in range(1, MAX_FOLDS + 1) if levels.size - j >= MIN_SIZES]
+
+
+def distance(N: np.ndarray, D: np.ndarray, N_max: float, D_max: float) -> np.ndarray:
+    """Decades beyond the fitted runs, in N plus in D (0 inside): the extrapolation a prediction makes."""
+    N, D = np.asarray(N, float), np.asarray(D, float)
+    return np.maximum(np.log10(N / N_max), 0.0) + np.maximum(np.log10(D / D_max), 0.0)
+
+
+@dataclass(frozen=True)
+class FoldErrors:
+    """Held-out errors of every candidate for one task, pooled over folds."""
+
+    errors: dict = field(default_factory=dict)  # candidate name -> (n,) prediction - actual (accuracy)
+    distances: dict = field(default_factory=dict)  # candidate name -> (n,) decades beyond the fold's fit
+    n_folds: int = 0
+
+    def add(self, name: str, e: np.ndarray, d: np.ndarray) -> "FoldErrors":
+        errors, dist = dict(self.errors), dict(self.distances)
+        errors[name] = np.concatenate([errors.get(name, np.zeros(0)), e])
+        dist[name] = np.concatenate([dist.get(name, np.zeros(0)), d])
+        return FoldErrors(errors, dist, self.n_folds)
+
+
+def _task_fold(rows: TaskRows, fit_runs: np.ndarray, step1, cands: tuple[Candidate, ...]) -> dict:
+    """candidate name -> (errors, distances) of one task in one fold."""
+    fit_rows = subset(rows, fit_runs)
+    test = rows.last & ~np.isin(rows.run, fit_runs)
+    N, D, acc = rows.N[test], rows.D[test], rows.accuracy[test]
+    d = distance(N, D, fit_rows.final("N").max(), fit_rows.final("D").max())
+    try:
+        fits = fit_all(fit_rows, step1, cands)
+    except (AnalysisError, np.linalg.LinAlgError, ValueError):
+        return {}
+    return {name: (f.predict(N, D) - acc, d) for name, f in fits.items()}
+
+
+def fold_errors(tasks: dict[str, TaskRows], law: str, cands: tuple[Candidate, ...] = CANDIDATES
+                ) -> dict[str, FoldErrors]:
+    """task -> pooled held-out errors, for tasks sharing one step-1 fit (a single task otherwise):
+    the first task's last rows carry the shared (N, D, task_loss)."""
+    ref = next(iter(tasks.values()))
+    N, D, loss, run = (ref.final(k) for k in ("N", "D", "loss", "run"))
+    out = {t: FoldErrors() for t in tasks}
+    for cut in cuts(N):
+        keep = N < cut
+        try:
+            step1 = fit_task_loss(N[keep], D[keep], loss[keep], run[keep], law=law)
+        except AnalysisError:
+            continue
+        for t, rows in tasks.items():
+            fe = out[t]
+            for name, (e, d) in _task_fold(rows, run[keep], step1, cands).items():
+                fe = fe.add(name, e, d)
+            out[t] = FoldErrors(fe.errors, fe.distances, fe.n_folds + 1)
+    return out
+
+
+@dataclass(frozen=True)
+class Selection:
+    """Which candidate a task uses, and the held-out evidence (`selection` in `fit-task --json`)."""
+
+    chosen: str  # candidate name, e.g. "average" or "chain/ceiling-one"
+    method: str  # "average", "chain" or "direct"
+    fold_mae: dict  # candidate name -> mean |held-out error| (accuracy units; NaN: not measured)
+    n_folds: int  # folds that contributed
+    n_points: int  # held-out predictions behind the chosen candidate's score
+    rule: str = "lowest mean absolute error on the ladder's largest size(s), fitted on the smaller ones"
+
+    def to_dict(self) -> dict:
+        return {"chosen": self.chosen, "method": self.method, "fold_mae": dict(self.fold_mae),
+                "n_folds": self.n_folds, "n_points": self.n_points, "rule": self.rule}
+
+
+def select(fe: FoldErrors, cands: tuple[Candidate, ...] = CANDIDATES, default: Candidate | None = None) -> Selection:
+    """The candidate with the lowest held-out MAE (the first of `cands` on ties); `default`
+    (else the first of `cands`) when nothing could be held out."""
+    mae = {c.name: float(np.mean(np.abs(fe.errors[c.name]))) if c.name in fe.errors and fe.errors[c.name].size
+           else math.nan for c in cands}
+    finite = [c for c in cands if math.isfinite(mae[c.name])]
+    if not finite:
+        pick = default if default in cands else cands[0]
+        return Selection(pick.name, pick.method, mae, 0, 0, rule="no held-out size: the default candidate")
+    best = min(mae[c.name] for c in finite)
+    pick = next(c for c in finite if mae[c.name] <= best + 1e-12)
+    return Selection(pick.name, pick.method, mae, fe.n_folds, int(fe.errors[pick.name].size))
