@@ -4,7 +4,9 @@ It runs the `demo` sweep preset (conf/sweep/demo.yaml: an IsoFLOP sweep of 3 bud
 sizes on the embedded stdlib corpus, two runs at a time, each pinned to its own core) through the
 real command line, `python -m experiments.train -m +sweep=demo`, then writes the fitted-law
 report (analysis/report/build.py): Chinchilla law + IsoFLOP profiles with bootstrap CIs, a held-out
-check that fits the smaller budgets and predicts the largest, figures, HTML and Markdown.
+check that fits the smaller budgets and predicts the largest, figures, HTML and Markdown. The runs
+also measure two downstream tasks (`eval.tasks` in the preset), and the report predicts their
+accuracy, with a 90% interval, at the law's compute-optimal (N*, D*) for 10x the largest budget.
 
 Idempotent: the sweep lives at a fixed path, so running the demo again reuses every finished
 run (and resumes an interrupted one from its checkpoint); only the report is rebuilt. Progress
@@ -117,7 +119,9 @@ def main(argv: list[str] | None = None) -> int:
     # parent process stays small while its children train.
     from analysis.report.build import build_report
     from analysis.report.render import headline
+    from models.base.jaxcache import enable_compile_cache
 
+    enable_compile_cache()  # the fits' XLA programs are the same every time: a rerun starts faster
     try:
         rep = build_report(sweep_dir, report_dir, budgets=[args.budget], bootstrap=args.bootstrap,
                            title="scalelab demo: IsoFLOP sweep on the Python stdlib corpus")

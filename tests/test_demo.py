@@ -14,9 +14,11 @@ import time
 import pytest
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
+# eval.tasks=[]: the preset's downstream tasks would cost each run a scorer compile (the report's
+# downstream section is tested in tests/test_report_downstream.py)
 SMALL = ["--bootstrap", "50", "--budget", "1e11", "sweep.budgets=[3e9,6e9,1.2e10]", "sweep.ladder.depths=[1,2,3]",
          "sweep.min_steps=5", "train.batch_size=8", "model.seq_len=32", "train.eval_tokens=1024",
-         "train.eval_every=0", "train.ckpt_every=10"]
+         "train.eval_every=0", "train.ckpt_every=10", "eval.tasks=[]"]
 
 
 def env():

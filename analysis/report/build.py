@@ -11,7 +11,9 @@ fits), so the report shows exactly what a notebook user would get:
    requested budgets and the compute-optimal frontier;
 3. Approach 2: IsoFLOP parabolas per budget -> N_opt(C) power law, compared with Approach 3;
 4. the held-out check: the law fitted on all budgets but the largest predicts the largest;
-5. warnings a reader must see before trusting the numbers (too few sizes per budget, minima at
+5. when the runs measured downstream tasks (`eval.tasks`), each task's predicted accuracy with its
+   90% interval at the law's compute-optimal (N*, D*) (analysis/report/downstream.py);
+6. warnings a reader must see before trusting the numbers (too few sizes per budget, minima at
    the ladder's edge, parameters at their bounds, approaches disagreeing, big held-out error).
 
 Sections whose data is insufficient are replaced by a warning saying why; the report is still
@@ -37,6 +39,7 @@ from analysis.laws.fitting import FitResult, fit_law
 from analysis.laws.isoflop import approach2, compare_approaches, group_budgets
 from analysis.laws.registry import bound_notes
 from analysis.report import figures as figs
+from analysis.report.downstream import downstream_section
 from analysis.report.render import write_html, write_markdown
 from analysis.rl.report import find_rl_runs, rl_section
 from analysis.runs import RunWarning, load as load_runs
@@ -281,9 +284,10 @@ def _build(sweep_dir: pathlib.Path, out: pathlib.Path, fig_dir: pathlib.Path, bu
     a2 = _approach2_section(rep, done, requested, bootstrap, seed, warn)
     rep["comparison"] = _comparison(fit, a2, warn)
     rep["holdout"], hold_fit = _holdout_check(done, budgets_swept, seed, warn)
+    rep["downstream"] = downstream_section(done, curves, fit, requested, budgets_swept, bootstrap, seed, warn)
     rep["warnings"] = warn
     figures = report_figures(all_runs, done, curves, fit, a2, rep["holdout"], hold_fit, requested,
-                             hparams=rep["hparams"])
+                             hparams=rep["hparams"], downstream=rep["downstream"])
     rep["figures"] = _save_figures(figures, fig_dir, out)
     sections = []
     if hardware and budgets and fit is not None:
@@ -431,9 +435,11 @@ def _holdout_check(done: pd.DataFrame, budgets_swept: list[float], seed: int,
 
 def report_figures(all_runs: pd.DataFrame, done: pd.DataFrame, curves: pd.DataFrame, fit: FitResult | None,
                    a2: dict | None, hold: dict | None, hold_fit: FitResult | None,
-                   requested: list[float], hparams: dict | None = None) -> dict[str, Figure | None]:
+                   requested: list[float], hparams: dict | None = None,
+                   downstream: dict | None = None) -> dict[str, Figure | None]:
     """The report's figures by name (None where the data cannot support one), in report order.
-    `done` holds the runs the laws were fitted to; `hparams` is report.json's selection record."""
+    `done` holds the runs the laws were fitted to; `hparams` and `downstream` are report.json's
+    selection record and downstream-task section."""
     frontier = None
     if fit is not None:
         hi_c = max(done["flops"].max(), *requested) * 1.5
@@ -448,6 +454,7 @@ def report_figures(all_runs: pd.DataFrame, done: pd.DataFrame, curves: pd.DataFr
     if hold is not None:
         part = done[done["budget"] < hold["threshold"]]
         out["holdout"] = figs.holdout(part, hold_fit.predict(part, COLS), hold)
+    out["downstream"] = figs.downstream(done, downstream)
     out["loss_curves"] = figs.loss_curves(done, curves)
     out["throughput"] = figs.throughput(all_runs)
     return out

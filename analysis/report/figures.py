@@ -319,3 +319,39 @@ def _lr_line(ax, group: dict, x_param: str, color) -> None:
     if failed.any():
         top = np.nanmax(y) if np.isfinite(y).any() else 0.0
         ax.plot(x[failed], np.full(failed.sum(), top), "x", color=color, ms=7)
+
+
+MAX_TASK_PANELS = 4
+
+
+def downstream(done: pd.DataFrame, ds: dict | None) -> Figure | None:
+    """Per task: the runs' final accuracies against compute, the chance level, and the predicted
+    accuracy with its 90% interval at each target budget's compute-optimal (N*, D*).
+    `ds` is report.json's `downstream` object; tasks beyond the first four are left out."""
+    tasks = [t for t, v in (ds or {}).get("tasks", {}).items() if f"accuracy/{t}" in done.columns][:MAX_TASK_PANELS]
+    if not tasks:
+        return None
+    fig = Figure(figsize=(4.2 * len(tasks) + 1.2, 4.2), layout="constrained")  # constrained: one colour bar for all
+    axes = fig.subplots(1, len(tasks), squeeze=False)[0]
+    for ax, task in zip(axes, tasks):
+        acc = pd.to_numeric(done[f"accuracy/{task}"], errors="coerce")
+        sc = ax.scatter(done["flops"], acc, c=np.log10(done["n_params"]), cmap="plasma", s=30, edgecolor="k",
+                        linewidth=0.4, label="runs (colour: log10 N)", zorder=3)
+        chance = ds["tasks"][task].get("chance")
+        if chance is not None:
+            ax.axhline(chance, color="0.5", ls=":", label=f"chance ({chance:.2g})")
+        preds = [p for p in ds["predictions"] if p["task"] == task]
+        for i, p in enumerate(preds):
+            lo, hi = p["accuracy_interval"]
+            ax.errorbar([p["C"]], [p["accuracy"]], yerr=[[p["accuracy"] - lo], [hi - p["accuracy"]]], fmt="D",
+                        color="C0", capsize=4, zorder=4,
+                        label="predicted at (N*, D*), 90% interval" if i == 0 else None)
+        ax.set_xscale("log")
+        ax.set_xlabel("training compute C (FLOPs)")
+        ax.set_ylabel("accuracy")
+        ax.set_title(f"{task} ({ds['tasks'][task].get('method', 'not fitted')})", fontsize=10)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.colorbar(sc, ax=list(axes)).set_label("log10 N (parameters)")
+    fig.suptitle("Downstream tasks: observed accuracy and the prediction at the target budgets")
+    return fig

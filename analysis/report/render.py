@@ -20,6 +20,7 @@ FIGURE_CAPTIONS = {
     "residuals": "Relative residuals of the law fit on every completed run.",
     "holdout": "Held-out check: the law fitted on the smaller budgets predicts the largest budget's runs.",
     "lr_sensitivity": "Sensitivity to the swept optimiser setting: each run's final eval loss relative to its rung's best (in %), against the setting (log scale), one line per (budget, shape) rung; the star is the run every fit uses, crosses are runs that did not complete.",
+    "downstream": "Downstream tasks: each run's final accuracy against compute (colour: model size), the task's chance level, and the predicted accuracy with its 90% prediction interval at the fitted law's compute-optimal (N*, D*) for each target budget.",
     "loss_curves": "Training and eval loss curves of every run.",
     "throughput": "Training throughput and MFU of every run.",
 }
@@ -75,6 +76,32 @@ def headline(rep: dict) -> list[str]:
                    + (f"; {100 * h['coverage']:.0f}% inside their 90% prediction intervals" if "coverage" in h else ""))
     else:
         out.append("held-out check: not available (see warnings)")
+    return out + downstream_headline(rep)
+
+
+def _tags(warnings: list[str]) -> str:
+    """Warnings by their short name (the text before the first colon: "near chance", ...)."""
+    return ", ".join(dict.fromkeys(w.split(":")[0] for w in warnings))
+
+
+def downstream_headline(rep: dict) -> list[str]:
+    """One line per task: its predicted accuracy with the 90% interval at 10x the largest swept
+    budget (the demo's question), at the law's compute-optimal (N*, D*)."""
+    ds = rep.get("downstream")
+    if not ds:
+        return []
+    c10 = ds["ten_x_budget"]
+    out = []
+    for p in ds["predictions"]:
+        if not math.isclose(p["C"], c10, rel_tol=1e-6):
+            continue
+        chance = ds["tasks"][p["task"]].get("chance")
+        out.append(f"downstream {p['task']} at C = {c10:.3g} FLOPs (10x the largest budget; N* = {p['N']:.3g}, "
+                   f"D* = {p['D']:.3g}): accuracy {p['accuracy']:.3f} {_ci(p['accuracy_interval'], '.3f')} "
+                   f"(90% prediction interval; chance {_g(chance, '.3g')}; {p['method']})"
+                   + (f"; warnings: {_tags(p['warnings'])}" if p["warnings"] else ""))
+    if not out:
+        out.append("downstream tasks: no prediction (see warnings)")
     return out
 
 
@@ -120,6 +147,69 @@ def _skipped_rows(rep: dict) -> list[list[str]]:
             for s in rep.get("skipped_shapes", [])]
 
 
+DOWNSTREAM_OBSERVED = ["task", "runs", "eval points", "final accuracy (min – max)", "largest run's accuracy",
+                       "chance", "method", "held-out MAE (points)"]
+DOWNSTREAM_PREDICTED = ["task", "C (FLOPs)", "N*", "D* (tokens)", "task loss", "accuracy", "90% interval",
+                        "method", "warnings"]
+
+
+def downstream_tables(ds: dict) -> tuple[list[list[str]], list[list[str]]]:
+    """(observed rows, predicted rows) of the downstream section, cells as text."""
+    obs = []
+    for task, t in ds["tasks"].items():
+        o = t["observed"]
+        mae = t.get("heldout_mae")
+        obs.append([task, str(o["n_runs"]), str(o["n_points"]), " – ".join(_g(a, ".3f") for a in o["accuracy_range"]),
+                    _g(o["largest_run"]["accuracy"], ".3f"), _g(t.get("chance", o["chance"]), ".3g"),
+                    t.get("method", "not fitted"), _g(None if mae is None else 100 * mae, ".2f")])
+    pred = [[p["task"], _g(p["C"], ".3g"), _g(p["N"], ",.0f"), _g(p["D"], ",.0f"), _g(p["task_loss"], ".4g"),
+             _g(p["accuracy"], ".3f"), _ci(p["accuracy_interval"], ".3f"), p["method"], _tags(p["warnings"]) or "–"]
+            for p in ds["predictions"]]
+    return obs, pred
+
+
+def downstream_notes(ds: dict) -> tuple[str, list[str]]:
+    """(the section's explanatory paragraph, its warnings: failures, then each task's distinct
+    warnings once)."""
+    s = ds["settings"]
+    text = (f"Each task the runs measured (`eval.tasks`) is fitted on the runs the law was fitted to "
+            f"(docs/downstream.md: task loss as L(N, D), accuracy as a sigmoid of it, a direct fit, and a "
+            f"held-out check that picks the method per task). Predictions are at the fitted law's "
+            f"compute-optimal (N*, D*) for each budget, including 10x the largest swept budget "
+            f"({ds['ten_x_budget']:.3g} FLOPs). Intervals are {100 * s['interval_level']:.0f}% prediction "
+            f"intervals ({s['bootstrap']} bootstrap resamples of the runs); they do not include the "
+            f"uncertainty of N* and D* themselves.")
+    notes = list(ds["errors"])
+    for task, t in ds["tasks"].items():
+        seen = dict.fromkeys(w for p in ds["predictions"] if p["task"] == task for w in p["warnings"])
+        notes += [f"{task}: {w}" for w in dict.fromkeys([*t.get("warnings", []), *seen])]
+    return text, notes
+
+
+def _downstream_markdown(ds: dict) -> list[str]:
+    text, notes = downstream_notes(ds)
+    obs, pred = downstream_tables(ds)
+    L = ["", "## Downstream tasks", "", text, ""]
+    if obs:
+        L += ["| " + " | ".join(DOWNSTREAM_OBSERVED) + " |", "|" + "---|" * len(DOWNSTREAM_OBSERVED)]
+        L += ["| " + " | ".join(r) + " |" for r in obs] + [""]
+    if pred:
+        L += ["| " + " | ".join(DOWNSTREAM_PREDICTED) + " |", "|" + "---|" * len(DOWNSTREAM_PREDICTED)]
+        L += ["| " + " | ".join(r) + " |" for r in pred] + [""]
+    return L + [f"- warning: {w}" for w in notes]
+
+
+def _downstream_html(ds: dict) -> list[str]:
+    text, notes = downstream_notes(ds)
+    obs, pred = downstream_tables(ds)
+    parts = ["<h2>Downstream tasks</h2>", f"<p>{html.escape(text)}</p>"]
+    if obs:
+        parts.append(_table(DOWNSTREAM_OBSERVED, obs))
+    if pred:
+        parts.append(_table(DOWNSTREAM_PREDICTED, pred))
+    return parts + [f"<div class='warn'>{html.escape(w)}</div>" for w in notes]
+
+
 def write_markdown(rep: dict, path: pathlib.Path) -> None:
     if rep.get("rl_only"):
         L = [f"# {rep['title']}", "", f"Runs `{rep['sweep_dir']}`; generated {rep['generated']}.", ""]
@@ -150,6 +240,8 @@ def write_markdown(rep: dict, path: pathlib.Path) -> None:
         L += ["", "## Held-out runs", "", "| N | D | C | actual | predicted | error % |", "|---|---|---|---|---|---|"]
         L += [f"| {p['N']:,.0f} | {p['D']:,.0f} | {p['C']:.3g} | {p['actual']:.4f} | {p['predicted']:.4f} | "
               f"{100 * p['rel_error']:+.2f} |" for p in h["points"]]
+    if rep.get("downstream"):
+        L += _downstream_markdown(rep["downstream"])
     for sec in rep.get("sections", []):
         L += ["", sec["markdown"]]
     path.write_text("\n".join(L) + "\n")
@@ -242,6 +334,8 @@ def write_html(rep: dict, path: pathlib.Path) -> None:
             ["N", "D", "C", "actual", "predicted", "error %"],
             [[f"{p['N']:,.0f}", f"{p['D']:,.0f}", f"{p['C']:.3g}", f"{p['actual']:.4f}", f"{p['predicted']:.4f}",
               f"{100 * p['rel_error']:+.2f}"] for p in h["points"]])]
+    if rep.get("downstream"):
+        parts += _downstream_html(rep["downstream"])
     parts += [markdown_to_html(sec["markdown"], out) for sec in rep.get("sections", [])]
     parts.append("</body></html>")
     path.write_text("\n".join(parts))
