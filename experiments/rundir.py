@@ -187,23 +187,36 @@ def log_path(run_dir: Path, job_name: str, cfg: Mapping[str, Any]) -> Path:
 
 
 class _Tee:
-    """A text stream that writes to `stream` and to `log`; everything else is `stream`'s."""
+    """A text stream that writes to `stream` and to `log`; everything else is `stream`'s.
+
+    A console that goes away (the launching process killed, its pipe closed) only stops the
+    console copy: the run keeps training and logging to `log` instead of ending `failed` with a
+    BrokenPipeError and losing the work a relaunch would otherwise reuse."""
 
     def __init__(self, stream: TextIO, log: TextIO):
         self._stream, self._log = stream, log
+        self._console = True
 
     def write(self, s: str) -> int:
-        n = self._stream.write(s)
         self._log.write(s)
-        return n
+        if self._console:
+            try:
+                self._stream.write(s)
+            except OSError:  # BrokenPipeError, EIO: nobody is reading any more
+                self._console = False
+        return len(s)
 
     def writelines(self, lines: Any) -> None:
         for line in lines:
             self.write(line)
 
     def flush(self) -> None:
-        self._stream.flush()
         self._log.flush()
+        if self._console:
+            try:
+                self._stream.flush()
+            except OSError:
+                self._console = False
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._stream, name)

@@ -128,3 +128,30 @@ def test_the_same_command_again_resumes_in_the_same_dir_and_logs_to_train_log(tm
     assert len(bad_dirs) == 1
     assert (bad_dirs[0] / "train.log").read_text().strip().splitlines() == \
         ["error: train.steps must be an integer >= 1 (got -5)"]
+
+
+def test_console_that_goes_away_does_not_fail_the_run(tmp_path):
+    """A killed launcher closes the run's stdout pipe: writes must go on into train.log instead of
+    raising BrokenPipeError (which ended runs `failed` and made a relaunch skip them)."""
+    import io
+    import sys
+
+    from experiments.rundir import console_log
+
+    class ClosedPipe(io.StringIO):
+        def write(self, s):
+            raise BrokenPipeError(32, "Broken pipe")
+
+        def flush(self):
+            raise BrokenPipeError(32, "Broken pipe")
+
+    real = sys.stdout
+    sys.stdout = ClosedPipe()
+    try:
+        with console_log(tmp_path / "train.log"):
+            print("step 1")
+            sys.stdout.flush()
+            print("step 2")
+    finally:
+        sys.stdout = real
+    assert (tmp_path / "train.log").read_text() == "step 1\nstep 2\n"

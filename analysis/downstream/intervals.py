@@ -40,7 +40,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from analysis.laws.intervals import PREDICTION_LEVEL, scatter_sd, top_share
+from analysis.laws.intervals import PREDICTION_LEVEL, offsets, scatter_sd, top_share
 
 
 @dataclass(frozen=True)
@@ -86,17 +86,8 @@ def drift_per_decade(errors: np.ndarray, distances: np.ndarray, noise: float) ->
 
 def interval(pred: np.ndarray, samples_BxN: np.ndarray | None, sd_N: np.ndarray, level: float = PREDICTION_LEVEL,
              seed: int = 0, draws: int = 4000) -> tuple[np.ndarray, np.ndarray]:
-    """[lo, hi] of pred + u_b + z, z ~ N(0, sd^2), u_b the bootstrap deviations (median-centred),
-    clipped to [0, 1]."""
+    """[lo, hi] of pred + u_b + z, z ~ N(0, sd^2), u_b the bootstrap deviations (median-centred;
+    `analysis.laws.intervals.offsets`), clipped to [0, 1]."""
     pred = np.atleast_1d(np.asarray(pred, float))
-    sd_N = np.broadcast_to(np.asarray(sd_N, float), pred.shape)
-    rng = np.random.default_rng(seed)
-    z = rng.standard_normal((draws, pred.size)) * sd_N
-    if samples_BxN is not None and len(samples_BxN) >= 10:
-        s = np.asarray(samples_BxN, float)
-        s = s[np.all(np.isfinite(s), axis=1)]
-        if len(s) >= 10:
-            z = z + (s - np.median(s, axis=0, keepdims=True))[rng.integers(0, len(s), size=draws)]
-    q = 50 * (1 - level), 50 * (1 + level)
-    lo, hi = np.percentile(z, q, axis=0)
+    lo, hi = offsets(samples_BxN, np.broadcast_to(np.asarray(sd_N, float), pred.shape), level, seed, draws)
     return np.clip(pred + lo, 0.0, 1.0), np.clip(pred + hi, 0.0, 1.0)

@@ -191,18 +191,28 @@ def interval(
     """[lo, hi] (linear units) of log y = log_pred + u_b + z, z ~ N(0, sd^2), u_b the bootstrap
     deviations of the prediction (none: the Gaussian term alone, analytically)."""
     log_pred_N = np.atleast_1d(np.asarray(log_pred_N, dtype=float))
-    sd_N = np.broadcast_to(np.asarray(sd_N, dtype=float), log_pred_N.shape)
-    q = 0.5 + level / 2
-    if log_pred_samples_BxN is None or len(log_pred_samples_BxN) < 10:
-        z = _norm_ppf(q)
-        return np.exp(log_pred_N - z * sd_N), np.exp(log_pred_N + z * sd_N)
-    s = np.asarray(log_pred_samples_BxN, dtype=float)
-    u_BxN = s - np.median(s, axis=0, keepdims=True)  # the spread, centred on the point prediction
-    rng = np.random.default_rng(seed)
-    b = rng.integers(0, u_BxN.shape[0], size=draws)
-    tot = u_BxN[b] + rng.standard_normal((draws, log_pred_N.size)) * sd_N
-    lo, hi = np.nanpercentile(tot, [100 * (1 - q), 100 * q], axis=0)
+    lo, hi = offsets(log_pred_samples_BxN, np.broadcast_to(np.asarray(sd_N, dtype=float), log_pred_N.shape),
+                     level, seed, draws)
     return np.exp(log_pred_N + lo), np.exp(log_pred_N + hi)
+
+
+def offsets(samples_BxN: np.ndarray | None, sd_N: np.ndarray, level: float = PREDICTION_LEVEL, seed: int = 0,
+            draws: int = 4000) -> tuple[np.ndarray, np.ndarray]:
+    """Central `level` range (lo, hi) of u_b + z around a prediction: u_b the bootstrap
+    deviations from their median (resamples with a non-finite value dropped), z ~ N(0, sd^2),
+    sampled with a fixed seed; with fewer than 10 usable resamples, the Gaussian range alone."""
+    sd_N = np.asarray(sd_N, dtype=float)
+    q = 0.5 + level / 2
+    s = None if samples_BxN is None else np.asarray(samples_BxN, dtype=float)
+    s = None if s is None else s[np.all(np.isfinite(s), axis=1)]
+    if s is None or len(s) < 10:
+        z = _norm_ppf(q)
+        return -z * sd_N, z * sd_N
+    rng = np.random.default_rng(seed)
+    b = rng.integers(0, len(s), size=draws)
+    tot = (s - np.median(s, axis=0, keepdims=True))[b] + rng.standard_normal((draws, sd_N.size)) * sd_N
+    lo, hi = np.percentile(tot, [100 * (1 - q), 100 * q], axis=0)
+    return lo, hi
 
 
 def _norm_ppf(q: float) -> float:

@@ -65,18 +65,21 @@ def fit_auto(df: pd.DataFrame, columns: Mapping[str, str] | None = None, **fit_k
     """`fit_law` with the law chosen among `CANDIDATES` (see the module docstring); the result's
     `extras["law_selection"]` says which and why."""
     probe = {k: v for k, v in fit_kwargs.items() if k not in ("bootstrap", "prediction_intervals")}
-    scores, skipped = {}, {}
+    scores, skipped, probes = {}, {}, {}
     for name in CANDIDATES:
         try:
-            fit = fit_law(df, name, columns, bootstrap=0, prediction_intervals=True, **probe)
+            probes[name] = fit_law(df, name, columns, bootstrap=0, prediction_intervals=True, **probe)
         except AnalysisError as e:
             skipped[name] = str(e)
             continue
-        scores[name] = fit.prediction_error.fold_mae
+        scores[name] = probes[name].prediction_error.fold_mae
     if not scores:
         raise AnalysisError("--law auto: no candidate law could be fitted (" +
                             "; ".join(f"{k}: {v}" for k, v in skipped.items()) + ")")
     choice = LawChoice(chosen=choose(scores), fold_mae=scores, skipped=skipped)
-    fit = fit_law(df, choice.chosen, columns, **fit_kwargs)
+    if fit_kwargs.get("bootstrap", 1000) == 0 and fit_kwargs.get("prediction_intervals", True):
+        fit = probes[choice.chosen]  # the probe already is the requested fit
+    else:
+        fit = fit_law(df, choice.chosen, columns, **fit_kwargs)
     fit.extras["law_selection"] = choice.to_dict()
     return fit

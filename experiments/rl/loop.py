@@ -35,9 +35,9 @@ from experiments.train.config import OptimConfig
 from experiments.train.loop import quiet_library_logs
 from experiments.train.metrics import MetricsLog, read_metrics
 from experiments.train.optimizer import make_optimizer, make_schedule
-from models.base.jaxcache import enable_compile_cache
 from models.base.configs import to_plain
 from models.base.errors import ConfigError
+from models.base.jaxcache import enable_compile_cache
 from models.base.jsonio import read_json, write_json_atomic
 from models.config import ModelConfig
 from models.flops import non_embedding_param_count, param_count

@@ -34,10 +34,10 @@ from experiments.train.optimizer import make_optimizer, make_schedule
 from experiments.train.peak_flops import peak_flops_per_device
 from experiments.train.steps import TrainSetup, build_train_setup
 from experiments.train.tasks.scoring import TaskSuite, build_task_sets, metrics_record
-from models.base.jaxcache import enable_compile_cache
 from models.base.configs import to_plain
 from models.base.errors import ConfigError
 from models.base.fingerprint import diff_fields
+from models.base.jaxcache import enable_compile_cache
 from models.base.jsonio import write_json_atomic
 from sharding import distributed
 from sharding.mesh import make_mesh
