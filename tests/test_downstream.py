@@ -89,6 +89,7 @@ def test_recovers_a_known_chain_with_checkpoints_and_a_task_loss_per_task():
     preds = fit.predict(targets_frame(["mc4"]))
     truth = [true_accuracy(true_loss(N, D), **TASK["mc4"]) for N, D in TARGETS]
     np.testing.assert_allclose([p.task_loss for p in preds], true_loss(*zip(*TARGETS)), rtol=5e-3)
+    assert all(lo <= t <= hi for (lo, hi), t in zip((p.task_loss_interval for p in preds), true_loss(*zip(*TARGETS))))
     np.testing.assert_allclose([p.accuracy for p in preds], truth, atol=0.01)
     assert all(p.method == "chain" for p in preds)
 
@@ -205,7 +206,10 @@ def test_fit_task_json_contract(tmp_path, capsys, small_ladder):
     preds = doc["predictions"]
     assert [p["task"] for p in preds] == list(targets.task) and [p["N"] for p in preds] == list(targets.N)
     for p in preds:
-        assert set(p) >= {"N", "D", "task", "task_loss", "accuracy", "accuracy_interval", "method", "warnings"}
+        assert set(p) >= {"N", "D", "task", "task_loss", "task_loss_interval", "accuracy", "accuracy_interval",
+                          "method", "warnings"}
+        lo, hi = p["task_loss_interval"]
+        assert lo < p["task_loss"] < hi
         lo, hi = p["accuracy_interval"]
         assert 0 <= lo <= p["accuracy"] <= hi <= 1 and p["method"] in ("average", "chain", "direct")
     for t in ("a", "b"):

@@ -11,6 +11,7 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pandas as pd
 import pytest
 import yaml
 from flax import nnx
@@ -18,6 +19,7 @@ from hydra import compose, initialize_config_dir
 from jax.sharding import NamedSharding, PartitionSpec
 
 from analysis import runs
+from analysis.cli import main as analysis_main
 from experiments.train.config import resolve_config
 from experiments.train.corpus import DataConfig, load_corpus
 from experiments.train.loop import run
@@ -223,6 +225,12 @@ def test_run_logs_task_metrics_resumes_and_collect_reads_them(tmp_path):
     last = per_eval[per_eval["D"] == 4 * 256].sort_values(["run", "task"]).reset_index(drop=True)
     assert last[["task", "task_loss", "accuracy"]].equals(
         final.sort_values(["run", "task"]).reset_index(drop=True)[["task", "task_loss", "accuracy"]])
+    # `collect --tasks` writes that long table for fit-task.
+    assert analysis_main(["collect", str(tmp_path / "sweep"), "--out", str(tmp_path / "runs.csv"), "--no-cache",
+                          "--tasks", str(tmp_path / "ladder.csv")]) == 0
+    ladder = pd.read_csv(tmp_path / "ladder.csv")
+    assert len(ladder) == 8 and set(ladder["task"]) == {"py_continuation", "rl_add"}
+    assert sorted(ladder["task_loss"]) == pytest.approx(sorted(per_eval["task_loss"]))
 
 
 # ---- config ---------------------------------------------------------------------------------

@@ -3,7 +3,9 @@
 One row per completed run found under the directories (summary.json + the flattened Hydra
 config, see analysis.runs), with N, D, C and loss as its first columns, so that
 `python -m analysis fit runs.csv` needs no column flags. `--out` ending in .parquet writes
-Parquet; `--curves` also writes the long per-step table (metrics.jsonl of every run).
+Parquet; `--curves` also writes the long per-step table (metrics.jsonl of every run); `--tasks`
+writes the long downstream-task table (one row per run, eval and task: N, D, C, task, task_loss,
+accuracy, chance, run, step), the LADDER.csv `python -m analysis fit-task` reads.
 Runs that differ only in `optim.*` (an LR sweep per rung) are grouped (`hparam_group`) and the
 best of each group is marked `selected`, the rows `fit` uses; a one-line note says so, and a
 warning names any best run at the edge of the swept range.
@@ -26,6 +28,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", required=True, metavar="PATH",
                    help="runs table to write: .csv or .parquet (by extension)")
     p.add_argument("--curves", metavar="PATH", help="also write the per-step curves table (.csv or .parquet)")
+    p.add_argument("--tasks", metavar="PATH",
+                   help="also write the downstream-task table (fit-task's LADDER.csv: one row per run, eval, task)")
     p.add_argument("--include-unfinished", action="store_true",
                    help="keep runs that did not complete (diverged, failed, unfinished) with their status")
     p.add_argument("--no-cache", action="store_true",
@@ -51,6 +55,12 @@ def run(args: argparse.Namespace) -> int:
     if args.curves:
         runs.write_table(curves, args.curves)
         print(f"wrote {args.curves}: {len(curves)} rows")
+    if args.tasks:
+        tasks = runs.task_table(runs_df, curves)
+        if tasks.empty:
+            print(f"warning: no run logged task metrics (eval.tasks); {args.tasks} has no rows", file=sys.stderr)
+        runs.write_table(tasks, args.tasks)
+        print(f"wrote {args.tasks}: {len(tasks)} rows, {tasks['task'].nunique()} task(s) (fit-task LADDER.csv)")
     out = {"columns": list(df.columns), "runs": df.to_dict(orient="records")}
     if sel is not None:
         out["hparams"] = sel.to_dict()

@@ -35,13 +35,15 @@ class Prediction:
     D: float
     task: str
     task_loss: float  # step 1's predicted task loss at (N, D)
+    task_loss_interval: tuple[float, float]  # its 90% prediction interval (NaN: no error model)
     accuracy: float  # the chosen method's predicted accuracy
     accuracy_interval: tuple[float, float]  # 90% prediction interval
     method: str  # "average", "chain" or "direct"
     warnings: tuple[str, ...]
 
     def to_dict(self) -> dict:
-        return {"N": self.N, "D": self.D, "task": self.task, "task_loss": self.task_loss, "accuracy": self.accuracy,
+        return {"N": self.N, "D": self.D, "task": self.task, "task_loss": self.task_loss,
+                "task_loss_interval": [_json_float(v) for v in self.task_loss_interval], "accuracy": self.accuracy,
                 "accuracy_interval": list(self.accuracy_interval), "method": self.method,
                 "warnings": list(self.warnings)}
 
@@ -66,13 +68,14 @@ class TaskFit:
     def predict(self, N: np.ndarray, D: np.ndarray) -> list[Prediction]:
         N, D = np.asarray(N, float), np.asarray(D, float)
         loss = self.step1.predict(N, D)
+        loss_lo, loss_hi = self.step1.interval(N, D)
         acc = self.chosen.predict(N, D)
         samples = None if self.boot is None else self.chosen.samples(self.boot, N, D)
         em = self.error_model
         spread = np.std([c.predict(N, D) for c in self.singles.values()], axis=0)
         lo, hi = interval(acc, samples, em.sd(distance(N, D, em.N_max, em.D_max), spread), em.level, seed=self.seed)
         return [Prediction(N=float(N[i]), D=float(D[i]), task=self.rows.task, task_loss=float(loss[i]),
-                           accuracy=float(acc[i]), accuracy_interval=(float(lo[i]), float(hi[i])),
+                           task_loss_interval=(float(loss_lo[i]), float(loss_hi[i])), accuracy=float(acc[i]), accuracy_interval=(float(lo[i]), float(hi[i])),
                            method=self.chosen.candidate.method, warnings=self._warnings(float(loss[i])))
                 for i in range(N.size)]
 
@@ -92,6 +95,10 @@ class TaskFit:
                 "task_loss_range": [float(self.rows.loss.min()), float(self.rows.loss.max())],
                 "bootstrap": self.n_boot,
                 "warnings": list(self.warnings)}
+
+
+def _json_float(v: float) -> float | None:
+    return float(v) if math.isfinite(v) else None
 
 
 def _best_of(method: str, fits: dict, sel: Selection) -> CandidateFit:

@@ -6,6 +6,9 @@ form Gadre et al. 2024 fitted; on their C4 validation loss it predicts the 1.4B/
 0.95% against 2.47% for the free form, docs/analysis.md). `law="auto"` lets
 `analysis.laws.selection.fit_auto` choose between the two forms by forward-chaining error.
 
+`TaskLossFit.interval` is the law's own 90% prediction interval of the task loss (the project's
+measured error model, docs/analysis.md); the accuracy interval propagates step 1 separately.
+
 Its bootstrap resamples runs: the rows are passed in run order, so resample b's count of run i
 is `analysis.laws.fitting.bootstrap_counts(n_runs, B, seed)[b, i]`, the same counts the caller
 uses to refit step 2 and the direct method. That joint resampling is what propagates step 1's
@@ -49,6 +52,16 @@ class TaskLossFit:
         with np.errstate(all="ignore"):
             return self.fit.predict_samples({"N": np.asarray(N, float), "D": np.asarray(D, float)})
 
+    def interval(self, N: np.ndarray, D: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """90% prediction interval of a new run's task loss at (N, D): the law's own measured
+        error model (bootstrap + run scatter + held-out drift, `FitResult.predict_interval`);
+        NaN where the fit has none (too few sizes for its forward-chaining folds)."""
+        N, D = np.atleast_1d(np.asarray(N, float)), np.atleast_1d(np.asarray(D, float))
+        if self.fit is None or self.fit.prediction_error is None:
+            return np.full(N.shape, np.nan), np.full(N.shape, np.nan)
+        _, lo, hi = self.fit.predict_interval({"N": N, "D": D})
+        return lo, hi
+
     def counts(self) -> np.ndarray:
         """(B, n_runs) the resamples' run counts, columns in `runs` order."""
         return bootstrap_counts(self.n_runs, self.n_bootstrap, self.seed)
@@ -67,12 +80,11 @@ def fit_task_loss(N: np.ndarray, D: np.ndarray, loss: np.ndarray, runs: np.ndarr
     """Fit `law` to one row per run (already in run order). Raises AnalysisError when the rows
     cannot identify the law (too few runs or sizes)."""
     df = pd.DataFrame({"N": np.asarray(N, float), "D": np.asarray(D, float), "loss": np.asarray(loss, float)})
-    kwargs = dict(bootstrap=int(bootstrap), seed=seed, prediction_intervals=False, n_params="total")
+    kwargs = dict(bootstrap=int(bootstrap), seed=seed, prediction_intervals=True, n_params="total")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", NParamsWarning)
         warnings.filterwarnings("ignore", message=".*did not clearly converge.*")
         if law == AUTO:
-            kwargs.pop("prediction_intervals")
             fit = fit_auto(df, None, **kwargs)
         else:
             fit = fit_law(df, law, None, **kwargs)
