@@ -97,6 +97,10 @@ def completed_summary(run_dir: Path, cfg: Mapping[str, Any]) -> dict[str, Any] |
 
 # ---- the command-line contract shared by `experiments.train` and `experiments.rl` ---------------
 EXIT_CONFIG, EXIT_FAILED, EXIT_DIVERGED = 2, 1, 3
+# A preemption signal (SIGTERM/SIGUSR1/SIGUSR2, experiments/preemption.py) stopped the run after
+# a checkpoint: 128 + SIGTERM, what a shell reports for a process SIGTERM ended, so wrappers that
+# read 143 as "terminated, start again" keep working; summary.json says status "preempted".
+EXIT_PREEMPTED = 143
 
 
 def fail(msg: str, code: int, multirun: bool) -> dict[str, Any]:
@@ -116,8 +120,9 @@ def first_line(err: BaseException) -> str:
 
 def run_guarded(run_fn: Callable[[Any, Path], dict[str, Any]], cfg: Any, run_dir: Path, multirun: bool,
                 label: str = "training") -> dict[str, Any]:
-    """`run_fn(cfg, run_dir)` under the contract: bad config -> exit 2, diverged -> exit 3, any
-    other failure -> exit 1 with one line (the traceback is in summary.json), never a traceback."""
+    """`run_fn(cfg, run_dir)` under the contract: bad config -> exit 2, diverged -> exit 3,
+    preempted -> exit EXIT_PREEMPTED (also in a multirun job), any other failure -> exit 1 with
+    one line (the traceback is in summary.json), never a traceback."""
     try:
         summary = run_fn(cfg, run_dir)
     except ConfigError as e:
@@ -133,6 +138,11 @@ def run_guarded(run_fn: Callable[[Any, Path], dict[str, Any]], cfg: Any, run_dir
         print(f"error: {label} diverged at step {summary.get('steps_done')}; metrics kept in "
               f"{run_dir / 'metrics.jsonl'}", file=sys.stderr, flush=True)
         sys.exit(EXIT_DIVERGED)
+    if summary.get("status") == "preempted":  # the signal was for the process: a sweep stops too
+        print(f"{label} preempted ({', '.join(summary.get('preempted_by') or []) or 'signal'}) at step "
+              f"{summary.get('steps_done')}, checkpoint saved; start the same command again to resume "
+              f"in {run_dir}", file=sys.stderr, flush=True)
+        sys.exit(EXIT_PREEMPTED)
     return summary
 
 

@@ -14,7 +14,9 @@ from typing import Any, Mapping
 from models.base.configs import config_from_mapping
 from models.base.errors import ConfigError
 
-_DTYPES = ("float32", "bfloat16")
+_DTYPES = ("auto", "float32", "bfloat16")
+ATTENTION_KERNELS = ("auto", "xla", "cudnn", "blocked")
+ACCELERATORS = ("gpu", "rocm", "tpu")  # platforms where "auto" means bfloat16 compute
 
 
 def default_d_ff(d_model: int) -> int:
@@ -29,6 +31,9 @@ class ModelConfig:
     `n_kv_heads=None` means standard multi-head attention (= n_heads); a smaller value gives
     grouped-query attention. `d_ff=None` picks `default_d_ff(d_model)`. Parameters are always
     float32; `dtype` is the compute dtype of the matmuls (softmax, norms and logits stay f32).
+    `dtype` and `attention` may be "auto": they depend on the platform the model runs on, so the
+    model resolves them when it is built (`resolved()`), not when the config is parsed (a sweep
+    planner must not start a GPU backend just to read a config).
     The defaults are conf/model/tiny.yaml; this class is also the Hydra schema of `model.*`
     (registered by experiments/train/config.py).
     """
@@ -42,7 +47,9 @@ class ModelConfig:
     seq_len: int = 128
     tie_embeddings: bool = False
     remat: bool = False             # rematerialize each block in the backward pass
-    dtype: str = "float32"          # compute dtype: float32 | bfloat16 (params, softmax, logits stay f32)
+    dtype: str = "auto"             # compute dtype: auto (bfloat16 on GPU/TPU, float32 on CPU) | float32
+                                    # | bfloat16; params, softmax, norms and logits stay f32
+    attention: str = "auto"         # auto | xla | cudnn | blocked: the attention kernel (see resolved())
     rope_theta: float = 10000.0
     norm_eps: float = 1e-6
     init_std: float = 0.02
@@ -90,11 +97,78 @@ class ModelConfig:
                 "(grouped-query attention needs whole groups)")
         if self.dtype not in _DTYPES:
             raise ConfigError(f"model.dtype must be one of {_DTYPES} (got {self.dtype!r})")
+        if self.attention not in ATTENTION_KERNELS:
+            raise ConfigError(f"model.attention must be one of {ATTENTION_KERNELS} (got {self.attention!r})")
         for name in ("rope_theta", "norm_eps", "init_std"):
             v = getattr(self, name)
             if not isinstance(v, (int, float)) or isinstance(v, bool) or not v > 0:
                 raise ConfigError(f"model.{name} must be a positive number (got {v!r})")
         return self
 
+    def resolved(self, platform: str | None = None) -> "ModelConfig":
+        """This config with `dtype` and `attention` made concrete for `platform` ("cpu", "gpu"
+        (CUDA), "rocm", "tpu"; default: `current_platform()`). Raises ConfigError for a kernel the
+        platform cannot run (one line naming the key)."""
+        platform = current_platform() if platform is None else platform
+        dtype = resolve_dtype(self.dtype, platform)
+        return dataclasses.replace(self, dtype=dtype,
+                                   attention=resolve_attention(self.attention, platform, dtype, self.d_head))
+
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+
+def current_platform() -> str:
+    """JAX's default backend as "cpu", "gpu" (CUDA), "rocm" or "tpu": JAX calls both GPU
+    backends "gpu", but only CUDA has cuDNN."""
+    import jax  # lazy: parsing and validating a config never needs JAX
+
+    platform = jax.default_backend()
+    if platform == "gpu":
+        try:
+            if "rocm" in jax.devices()[0].client.platform_version.lower():
+                return "rocm"
+        except (AttributeError, IndexError, RuntimeError):
+            pass
+    return platform
+
+
+def resolve_dtype(dtype: str, platform: str) -> str:
+    """Concrete compute dtype: "auto" is bfloat16 on accelerators (their matmul peak is bf16's;
+    f32 runs at the TF32 rate or below) and float32 on CPU (XLA:CPU has no fast bf16 matmul, and
+    float32 keeps CPU results and the goldens as they were)."""
+    if dtype != "auto":
+        return dtype
+    return "bfloat16" if platform in ACCELERATORS else "float32"
+
+
+def cudnn_supports(dtype: str, d_head: int) -> bool:
+    """Whether cuDNN flash attention takes these inputs on every supported GPU: bfloat16 q/k/v
+    (it has no float32 kernel) and a head width that is a multiple of 8 and at most 128 (256 from Hopper on)."""
+    return dtype == "bfloat16" and d_head % 8 == 0 and d_head <= 128
+
+
+def resolve_attention(attention: str, platform: str, dtype: str, d_head: int) -> str:
+    """Concrete attention kernel (models/transformer.py: ATTENTION):
+
+    * blocked: `causal_attention`, block-causal einsums tuned for XLA:CPU (any platform);
+    * xla: `jax.nn.dot_product_attention(implementation="xla")`, the full masked score matrix,
+      which XLA fuses on GPU and TPU;
+    * cudnn: `jax.nn.dot_product_attention(implementation="cudnn")`, cuDNN flash attention
+      (GPU only, bfloat16 compute, d_head a multiple of 8, <= 128);
+    * auto: blocked on CPU, cudnn on an NVIDIA GPU when it supports the shapes (else xla), xla on
+      TPU and ROCm.
+    """
+    if attention == "auto":
+        if platform == "gpu":
+            return "cudnn" if cudnn_supports(dtype, d_head) else "xla"
+        return "xla" if platform in ACCELERATORS else "blocked"
+    if attention == "cudnn":
+        if platform != "gpu":
+            raise ConfigError(f"model.attention=cudnn needs an NVIDIA GPU (JAX backend here: {platform}); "
+                              "use model.attention=auto, xla or blocked")
+        if not cudnn_supports(dtype, d_head):
+            raise ConfigError(f"model.attention=cudnn needs model.dtype=bfloat16 (or auto) and a head "
+                              f"width d_model/n_heads that is a multiple of 8 and <= 128 "
+                              f"(got dtype {dtype}, head width {d_head}); use model.attention=auto or xla")
+    return attention

@@ -3,8 +3,12 @@
 token embedding -> n_layers x [RMSNorm -> causal GQA attention with RoPE -> residual,
 RMSNorm -> SwiGLU MLP -> residual] -> RMSNorm -> output head (optionally tied to the embedding).
 
-Numerics: parameters are float32; matmuls run in `cfg.dtype` (float32 or bfloat16); attention
-scores, softmax, norms and the returned logits are float32.
+Numerics: parameters are float32; matmuls run in `cfg.dtype` (float32 or bfloat16; "auto" is
+bfloat16 on GPU/TPU and float32 on CPU); attention scores, softmax, norms and the returned logits
+are float32. The attention kernel is `cfg.attention` (see `ATTENTION`; "auto" is the block-causal
+einsums below on CPU and `jax.nn.dot_product_attention` on accelerators: cuDNN flash attention on
+an NVIDIA GPU, XLA's fused attention on TPU). Both "auto"s are resolved when the model is built
+(`ModelConfig.resolved`), for the platform JAX runs on.
 
 Every parameter carries its logical axis names as `out_sharding` metadata (eager sharding off:
 placement is decided later by `sharding/`, from `logical_axes(model)`), and the main activations
@@ -15,6 +19,7 @@ G = H/K group size, E d_head, F d_ff, V vocab.
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any
 
@@ -105,6 +110,29 @@ def causal_attention(q_BxLxKxGxE: jax.Array, k_BxLxKxE: jax.Array, v_BxLxKxE: ja
     return outs[0] if len(outs) == 1 else jnp.concatenate(outs, axis=1)
 
 
+def fused_attention(q_BxLxKxGxE: jax.Array, k_BxLxKxE: jax.Array, v_BxLxKxE: jax.Array,
+                    implementation: str) -> jax.Array:
+    """The same causal GQA attention through `jax.nn.dot_product_attention` ("xla" or "cudnn").
+
+    Query head h = k * G + g reads KV head k, exactly as in `causal_attention`. cuDNN runs a
+    flash-attention kernel that never materialises the L x L scores and skips the masked half;
+    XLA builds the masked score matrix and fuses it on GPU/TPU (on CPU it is the slower choice).
+    """
+    B, L, K, G, E = q_BxLxKxGxE.shape
+    o_BxLxHxE = jax.nn.dot_product_attention(q_BxLxKxGxE.reshape(B, L, K * G, E), k_BxLxKxE, v_BxLxKxE,
+                                             is_causal=True, implementation=implementation)
+    return o_BxLxHxE.reshape(B, L, K, G, E)
+
+
+# model.attention -> kernel(q_BxLxKxGxE, k_BxLxKxE, v_BxLxKxE) -> o_BxLxKxGxE ("auto" is resolved
+# by ModelConfig.resolved before the model is built).
+ATTENTION = {
+    "blocked": causal_attention,
+    "xla": functools.partial(fused_attention, implementation="xla"),
+    "cudnn": functools.partial(fused_attention, implementation="cudnn"),
+}
+
+
 class Attention(nnx.Module):
     """Causal multi-head attention with grouped KV heads (GQA when n_kv_heads < n_heads)."""
 
@@ -133,7 +161,7 @@ class Attention(nnx.Module):
         k = axes.constrain(k, (axes.BATCH, axes.LENGTH, axes.ACT_KV_HEADS, axes.KV))
         v = axes.constrain(v, (axes.BATCH, axes.LENGTH, axes.ACT_KV_HEADS, axes.KV))
         q, k = rope(q, cfg.rope_theta), rope(k, cfg.rope_theta)
-        o_BxLxKxGxE = causal_attention(q.reshape(B, L, K, H // K, E), k, v)
+        o_BxLxKxGxE = ATTENTION[cfg.attention](q.reshape(B, L, K, H // K, E), k, v)
         o_BxLxHxE = axes.constrain(o_BxLxKxGxE.reshape(B, L, H, E), (axes.BATCH, axes.LENGTH, axes.ACT_HEADS, axes.KV))
         out = _matmul(o_BxLxHxE.reshape(B * L, H * E), self.wo_HxExD[...].reshape(H * E, D), dt)
         return axes.constrain(out.reshape(B, L, D), (axes.BATCH, axes.LENGTH, axes.ACT_EMBED))
@@ -188,7 +216,7 @@ class Transformer(nnx.Module):
     """`Transformer(cfg, rngs=nnx.Rngs(seed))`; `model(tokens_BxL) -> logits_BxLxV` (float32)."""
 
     def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
-        cfg.validate()
+        cfg = cfg.validate().resolved()  # concrete dtype and attention kernel for this platform
         self.cfg = cfg
         V, D = cfg.vocab_size, cfg.d_model
         self.embed_VxD = _param(rngs, (V, D), cfg.init_std, (axes.VOCAB, axes.EMBED))

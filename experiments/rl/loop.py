@@ -28,6 +28,7 @@ from experiments.rl.evaluate import Evaluator
 from experiments.rl.flops import StepFlops, eval_flops, rl_step_flops
 from experiments.rl.step import RLSetup, TaskShape, build_rl_setup
 from experiments.rl.tasks import Task
+from experiments.preemption import PreemptionGuard
 from experiments.rl.warmstart import check_start, init_model_config, load_init, warm_start
 from experiments.rundir import write_failed_summary
 from experiments.train.checkpoint import Checkpointer
@@ -35,6 +36,7 @@ from experiments.train.config import OptimConfig
 from experiments.train.loop import quiet_library_logs
 from experiments.train.metrics import MetricsLog, read_metrics
 from experiments.train.optimizer import make_optimizer, make_schedule
+from experiments.train.tracking import RL_NAMES, TrackerConfig, make_tracker
 from models.base.configs import to_plain
 from models.base.errors import ConfigError
 from models.base.jaxcache import enable_compile_cache
@@ -61,6 +63,7 @@ class RLSpec:
     mesh_sizes: tuple[int, ...]
     fingerprint: str
     fields: dict[str, Any]
+    tracker: TrackerConfig = dataclasses.field(default_factory=TrackerConfig)
 
 
 def resolve(raw: dict[str, Any], n_devices: int) -> RLSpec:
@@ -82,7 +85,8 @@ def resolve(raw: dict[str, Any], n_devices: int) -> RLSpec:
     _check_batch_shards(rl, sizes[0] * sizes[1])
     fields = fingerprint_fields(model.to_dict(), dataclasses.asdict(optim),
                                 to_plain(raw.get("rl") or {}))
-    return RLSpec(model, rl, optim, sizes, fingerprint(fields), fields)
+    return RLSpec(model, rl, optim, sizes, fingerprint(fields), fields,
+                  TrackerConfig.from_mapping(raw.get("tracker") or {}))
 
 
 def _check_batch_shards(rl: RLConfig, batch_shards: int) -> None:
@@ -138,6 +142,8 @@ class RLLoop:
     init_info: dict[str, Any] | None = None
     start: int = 0
     resumed: bool = False
+    guard: PreemptionGuard | None = None   # preemption signals: stop at a step boundary
+    stopped_at: int | None = None          # the step a preempted run saved and stopped after
 
 
 def run(cfg: Any, run_dir: Path) -> dict[str, Any]:
@@ -153,18 +159,24 @@ def run(cfg: Any, run_dir: Path) -> dict[str, Any]:
     enable_compile_cache()  # a sweep's runs share shapes: later runs load, not compile, their steps
     raw = to_plain(cfg)
     state = RLState()
+    guard = PreemptionGuard()   # the RL step is synchronous: the stop vote is read at once
     try:
         distributed.initialize((raw or {}).get("distributed"))
-        return _run(raw, run_dir, state)
+        with guard:  # after jax.distributed, whose own SIGTERM notifier would otherwise win
+            summary = _run(raw, run_dir, state, guard)
     except Exception as e:
         write_failed_summary(run_dir, state.summary_base, e, state.wall_prev + time.time() - t_start)
         raise
+    if summary["status"] == "preempted":
+        guard.hand_over()   # e.g. submitit's requeue under hydra/launcher=slurm
+    return summary
 
 
-def _run(raw: dict[str, Any], run_dir: Path, state: RLState) -> dict[str, Any]:
+def _run(raw: dict[str, Any], run_dir: Path, state: RLState, guard: PreemptionGuard) -> dict[str, Any]:
     """Validate, build, start (restore or initial policy), train, summarise."""
     spec = resolve(raw, len(jax.devices()))
     loop = _build_loop(spec, run_dir, state)
+    loop.guard = guard
     _start(loop, run_dir)
     state.summary_base.update(init=loop.init_info, start_check=state.start_check)
     _log_header(loop)
@@ -193,7 +205,9 @@ def _build_loop(spec: RLSpec, run_dir: Path, state: RLState) -> RLLoop:
                           seed=rl.seed + 1)
     return RLLoop(spec=spec, task=task, setup=setup, state=state,
                   ckpt=Checkpointer(run_dir, keep=rl.keep_checkpoints),
-                  metrics=MetricsLog(run_dir / "metrics.jsonl"), evaluator=evaluator,
+                  metrics=MetricsLog(run_dir / "metrics.jsonl", tracker=make_tracker(
+                      spec.tracker, run_dir, RL_NAMES, spec.fields, jax.process_index() == 0)),
+                  evaluator=evaluator,
                   step_flops=sf, eval_flops=ef)
 
 
@@ -218,24 +232,26 @@ def _start(loop: RLLoop, run_dir: Path) -> None:
     """Policy, optimizer state and reference: the latest checkpoint, or the initial policy."""
     ref_ckpt = Checkpointer(run_dir / "reference", keep=1)
     try:
-        latest = loop.ckpt.latest_step()
-        if latest is None:
+        if not _restore(loop, ref_ckpt, run_dir):
             _init_policy(loop, ref_ckpt)
-        else:
-            _restore(loop, ref_ckpt, latest, run_dir)
     finally:
         ref_ckpt.close()
 
 
-def _restore(loop: RLLoop, ref_ckpt: Checkpointer, latest: int, run_dir: Path) -> None:
-    """Resume from checkpoint `latest` of this same config (another config's is refused)."""
+def _restore(loop: RLLoop, ref_ckpt: Checkpointer, run_dir: Path) -> bool:
+    """Resume from the newest readable checkpoint of this same config (unreadable newer ones are
+    set aside with a warning; another config's is refused); False when there is none."""
     state, setup = loop.state, loop.setup
-    meta = loop.ckpt.read_meta(latest)
-    if meta.get("config_fingerprint") != loop.spec.fingerprint:
-        raise ConfigError(f"{run_dir} holds checkpoints of another RL config; choose another "
-                          "hydra.run.dir")
-    loop.params, loop.opt_state, meta = loop.ckpt.restore(latest, setup.abstract_params(),
-                                                          setup.abstract_opt_state())
+
+    def same_config(meta: dict[str, Any]) -> None:
+        if meta.get("config_fingerprint") != loop.spec.fingerprint:
+            raise ConfigError(f"{run_dir} holds checkpoints of another RL config; choose another "
+                              "hydra.run.dir")
+
+    got = loop.ckpt.restore_newest(setup.abstract_params(), setup.abstract_opt_state(), check=same_config)
+    if got is None:
+        return False
+    loop.params, loop.opt_state, meta = got.params, got.opt_state, got.meta
     loop.ref_params, _, _ = ref_ckpt.restore(0, setup.abstract_params(), {})
     loop.start, loop.init_info, loop.resumed = int(meta["step"]), meta["init"], True
     state.flops.update(meta["flops"])
@@ -246,6 +262,7 @@ def _restore(loop: RLLoop, ref_ckpt: Checkpointer, latest: int, run_dir: Path) -
         rows = read_metrics(run_dir / "metrics.jsonl")
         state.last_eval = rows[-1] if rows else None
     _log(f"resuming RL from checkpoint at step {loop.start}/{loop.spec.rl.steps}")
+    return True
 
 
 def _init_policy(loop: RLLoop, ref_ckpt: Checkpointer) -> None:
@@ -328,8 +345,9 @@ def _rl_step(loop: RLLoop, i: int, key: jax.Array) -> dict[str, float]:
 
 
 def _rl_steps(loop: RLLoop) -> str:
-    """The steps from `loop.start`, evaluating / checkpointing on their cadence; "completed", or
-    "diverged" at a non-finite loss."""
+    """The steps from `loop.start`, evaluating / checkpointing on their cadence; "completed",
+    "diverged" at a non-finite loss, or "preempted" (checkpoint saved after the step) when the
+    preemption guard says stop."""
     state, rl = loop.state, loop.spec.rl
     key = jax.random.PRNGKey(rl.seed)
     try:
@@ -346,8 +364,14 @@ def _rl_steps(loop: RLLoop) -> str:
             n = i + 1
             if n % rl.eval_every == 0 or n == rl.steps:
                 _log_progress(loop, _evaluate(loop, n), force=n == rl.steps)
-            if n == rl.steps or (rl.ckpt_every and n % rl.ckpt_every == 0):
+            stop = loop.guard is not None and loop.guard.should_stop() and n < rl.steps
+            if stop or n == rl.steps or (rl.ckpt_every and n % rl.ckpt_every == 0):
                 _checkpoint(loop, n)
+            if stop:
+                _log(f"preempted by {', '.join(loop.guard.signal_names()) or 'another process'}: "
+                     f"checkpoint at step {n} saved, stopping")
+                loop.stopped_at = n
+                return "preempted"
     finally:
         loop.metrics.close()
         loop.ckpt.close()
@@ -359,7 +383,8 @@ def _write_summary(loop: RLLoop, run_dir: Path, status: str) -> dict[str, Any]:
     closing console line."""
     state = loop.state
     last = state.last_eval or {}
-    summary = dict(state.summary_base, status=status, steps_done=last.get("step", loop.start),
+    steps_done = loop.stopped_at if loop.stopped_at is not None else last.get("step", loop.start)
+    summary = dict(state.summary_base, status=status, steps_done=steps_done,
                    prompts_seen=state.prompts_seen, flops=last.get("flops_rl"),
                    flops_split={k: state.flops[k] for k in RL_PASSES},
                    flops_eval=state.flops["eval"], start_pass_rate=state.start_pass_rate,
@@ -368,7 +393,10 @@ def _write_summary(loop: RLLoop, run_dir: Path, status: str) -> dict[str, Any]:
                    final_pass_rate_by_difficulty=last.get("pass_rate_by_difficulty"),
                    final_kl=last.get("kl"), wall_time_s=state.wall(),
                    resumed_from_step=loop.start if loop.resumed else None)
+    if status == "preempted" and loop.guard is not None:
+        summary["preempted_by"] = loop.guard.signal_names() or ["another process"]
     write_json_atomic(run_dir / "summary.json", summary)
     _log(f"{status}: final held-out pass@1 {summary['final_pass_rate']} after {summary['steps_done']} "
          f"steps, {summary['flops'] or 0:.3g} RL FLOPs, {summary['wall_time_s']:.0f}s")
+    loop.metrics.finish(status, summary)   # the tracker's run ends with the run's status
     return summary

@@ -16,7 +16,6 @@
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import pathlib
@@ -35,6 +34,7 @@ from experiments.rl.tasks import Task
 from models.base.jsonio import read_json, write_json_atomic
 from models.base.errors import ConfigError
 from models.base.fingerprint import fingerprint
+from models.base.portable import lock_file
 from models.config import ModelConfig
 from models.transformer import init_params
 
@@ -97,7 +97,7 @@ def warm_start(model: ModelConfig, task: Task, cfg: RLConfig, setup: RLSetup,
     path = root / f"{task.cfg.name}-{_cache_key(model, task, cfg)}"
     root.mkdir(parents=True, exist_ok=True)
     with open(root / f".{path.name}.lock", "w") as lockf:
-        fcntl.flock(lockf, fcntl.LOCK_EX)
+        lock_file(lockf)  # flock, or msvcrt on Windows; released when the file closes
         info = read_json(path / "warm_start.json")
         if info is not None:
             ck = Checkpointer(path)

@@ -9,6 +9,11 @@ usual thread-count variables (OMP/MKL/OpenBLAS) and, for single-thread slots, tu
 multi-threaded Eigen. A slot is held for the run's lifetime, so a reused worker process or a
 late-starting run can never land on a busy core.
 
+Off Linux (models/base/portable.py): without an affinity API (macOS, Windows) the slots are
+numbered over all `os.cpu_count()` CPUs and only the thread caps apply (no pinning: runs are
+not kept off each other's cores; `launches.jsonl` records `"affinity_api": false`); Windows locks
+the slot files with msvcrt instead of flock.
+
 `record_launch` appends one line per launch to `<run dir>/launches.jsonl` (pid, CPUs, thread
 settings, wall and CPU seconds), so oversubscription can be measured after the fact.
 """
@@ -16,13 +21,14 @@ settings, wall and CPU seconds), so oversubscription can be measured after the f
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 import pathlib
 import socket
 import time
 from typing import Any, Iterator
+
+from models.base.portable import available_cpus, lock_file, pin_to_cpus, unlock_file
 
 THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS",
                "NUMEXPR_NUM_THREADS", "TF_NUM_INTRAOP_THREADS")
@@ -36,7 +42,7 @@ def cpu_sets(n_slots: int, threads_per_job: int) -> list[list[int]]:
     If the machine has fewer CPUs than `n_slots * threads_per_job`, slots wrap around (the
     caller asked for oversubscription; the launcher logs it).
     """
-    avail = sorted(os.sched_getaffinity(0))
+    avail = available_cpus()
     sets = []
     for k in range(n_slots):
         sets.append([avail[(k * threads_per_job + i) % len(avail)] for i in range(threads_per_job)])
@@ -51,27 +57,22 @@ def hold_slot(lock_dir: pathlib.Path, n_slots: int, poll_s: float = 0.05) -> Ite
     while True:
         for k in range(n_slots):
             f = open(lock_dir / f"slot{k}.lock", "w")
-            try:
-                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError:
+            if not lock_file(f, blocking=False):
                 f.close()
                 continue
             try:
                 yield k
             finally:
-                fcntl.flock(f, fcntl.LOCK_UN)
+                unlock_file(f)
                 f.close()
             return
         time.sleep(poll_s)
 
 
-def apply_limits(cpus: list[int], threads: int, slot: int | None = None) -> None:
-    """Pin every thread of this process to `cpus` and cap library thread pools at `threads`."""
-    mask = set(cpus)
-    for tid in os.listdir("/proc/self/task"):
-        with contextlib.suppress(OSError):
-            os.sched_setaffinity(int(tid), mask)
-    os.sched_setaffinity(0, mask)
+def apply_limits(cpus: list[int], threads: int, slot: int | None = None) -> bool:
+    """Pin every thread of this process to `cpus` and cap library thread pools at `threads`.
+    Returns whether the pinning happened (False where the OS has no affinity API)."""
+    pinned = pin_to_cpus(cpus)
     for var in THREAD_VARS:
         os.environ[var] = str(threads)
     flags = os.environ.get("XLA_FLAGS", "")
@@ -79,6 +80,7 @@ def apply_limits(cpus: list[int], threads: int, slot: int | None = None) -> None
         os.environ["XLA_FLAGS"] = (flags + " " + EIGEN_OFF).strip()
     if slot is not None:
         os.environ[SLOT_ENV] = str(slot)
+    return pinned
 
 
 @contextlib.contextmanager
@@ -87,7 +89,8 @@ def record_launch(run_dir: pathlib.Path) -> Iterator[None]:
     t0, c0 = time.time(), os.times()
     rec: dict[str, Any] = {
         "pid": os.getpid(), "host": socket.gethostname(), "start": t0,
-        "cpus": sorted(os.sched_getaffinity(0)), "slot": os.environ.get(SLOT_ENV),
+        "cpus": available_cpus(), "affinity_api": hasattr(os, "sched_setaffinity"),
+        "slot": os.environ.get(SLOT_ENV),
         "threads": {v: os.environ.get(v) for v in THREAD_VARS},
         "xla_flags": os.environ.get("XLA_FLAGS", ""),
     }

@@ -40,6 +40,8 @@ def identity(run_cfg: Mapping[str, Any], ignore: Iterable[str] = ()) -> dict[str
     tree = json.loads(json.dumps(dict(run_cfg), default=str))
     tree.pop("hydra", None)
     tree.pop("sweep", None)
+    tree.pop("tracker", None)          # where metrics are mirrored, not what is trained
+    _drop(tree, "train.profile_steps")  # a trace of some steps does not change them
     if not (tree.get("eval") or {}).get("tasks"):
         tree.pop("eval", None)   # no downstream tasks: the id it had before `eval.*` existed
     for key in ignore:

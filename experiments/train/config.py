@@ -2,7 +2,8 @@
 
 Every config key's type and default lives in a dataclass: `ModelConfig` (models/config.py),
 `DataConfig` (experiments/train/corpus.py), `ShardingConfig` (sharding/layouts.py), `EvalConfig`
-(experiments/train/tasks/base.py: downstream tasks) and `TrainConfig`, `OptimConfig`,
+(experiments/train/tasks/base.py: downstream tasks), `TrackerConfig` (experiments/train/tracking.py:
+`tracker=`) and `TrainConfig`, `OptimConfig`,
 `DistributedConfig` here. `register_configs()` stores them in Hydra's
 ConfigStore as `base_<group>`; each conf/<group>/*.yaml starts from its schema (`defaults:
 [base_<group>, _self_]`) and holds only what differs from it, and Hydra refuses an unknown key or
@@ -28,6 +29,8 @@ from experiments.rundir import config_fingerprint, fingerprint_fields
 from experiments.train.corpus import DataConfig, check_paths, data_vocab_size
 from experiments.train.tasks import EvalConfig
 from experiments.train.tasks.base import check_tasks
+from experiments.train.profiling import check_profile_steps
+from experiments.train.tracking import TrackerConfig
 from models.base.configs import config_from_mapping, to_plain
 from models.base.errors import ConfigError
 from models.config import ModelConfig
@@ -55,6 +58,8 @@ class TrainConfig:
     loss_ceiling: float | None = None    # loss above this stops the run (None = 2 ln(vocab) + 1)
     keep_checkpoints: int = 2
     progress_every_s: float = 2.0        # console progress line period
+    profile_steps: list[int] | None = None  # [first, last]: JAX profiler trace of those steps
+                                         # (1-based) in <run dir>/profile (experiments/train/profiling.py)
 
     @classmethod
     def from_mapping(cls, m: Mapping[str, Any]) -> "TrainConfig":
@@ -126,7 +131,8 @@ class DistributedConfig:
 # ---- Hydra schema ---------------------------------------------------------------------------
 
 GROUP_SCHEMAS: dict[str, type] = {"model": ModelConfig, "train": TrainConfig, "optim": OptimConfig,
-                                  "data": DataConfig, "sharding": ShardingConfig, "eval": EvalConfig}
+                                  "data": DataConfig, "sharding": ShardingConfig, "eval": EvalConfig,
+                                  "tracker": TrackerConfig}
 
 
 def schema_node(cls: type) -> DictConfig:
@@ -171,6 +177,7 @@ class RunSpec:
     optim: OptimConfig
     data: DataConfig
     eval: EvalConfig                   # downstream tasks (`eval.*`; absent from the config = none)
+    tracker: TrackerConfig             # `tracker.*` (absent from the config = none)
     mesh_shape: tuple[int, int, int]   # resolved (data, fsdp, tensor)
     distributed: dict[str, Any]
     steps: int
@@ -224,11 +231,22 @@ def _raw_groups(cfg: Any) -> dict[str, Any]:
     return raw
 
 
-def _check_vocab(model: ModelConfig, data: DataConfig) -> None:
+def _check_vocab(model: ModelConfig, data: DataConfig) -> ModelConfig:
+    """The model, with a prepared corpus's vocabulary (`data.dir`'s meta.json) when
+    model.vocab_size is left at its byte-level default; any other value must equal it."""
     dvocab = data_vocab_size(data)
+    if data.resolved_source() == "prepared":
+        if model.vocab_size == ModelConfig.__dataclass_fields__["vocab_size"].default:
+            return dataclasses.replace(model, vocab_size=dvocab)
+        if model.vocab_size != dvocab:
+            raise ConfigError(f"model.vocab_size={model.vocab_size} does not match data.dir's vocabulary "
+                              f"({dvocab}, {data.dir}/meta.json); leave model.vocab_size unset to take it "
+                              "from meta.json")
+        return model
     if model.vocab_size < dvocab:
         raise ConfigError(f"model.vocab_size={model.vocab_size} is smaller than the data's vocabulary "
                           f"({dvocab}); set model.vocab_size >= {dvocab}")
+    return model
 
 
 def _run_length(train: TrainConfig, model: ModelConfig) -> _Length:
@@ -302,18 +320,20 @@ def resolve_config(cfg: Any, n_devices: int | None = None) -> RunSpec:
     model = ModelConfig.from_mapping(raw["model"])
     optim = OptimConfig.from_mapping(raw["optim"])
     train = TrainConfig.from_mapping(raw["train"])
-    _check_vocab(model, data)
+    model = _check_vocab(model, data)
     evalc = EvalConfig.from_mapping(raw.get("eval") or {})
-    check_tasks(evalc, model.seq_len, byte_level=data.resolved_source() != "tokens")
+    check_tasks(evalc, model.seq_len, byte_level=data.resolved_source() not in ("tokens", "prepared"))
     length = _run_length(train, model)
     _check_cadences(train)
+    check_profile_steps(train.profile_steps, length.steps)
+    tracker = TrackerConfig.from_mapping(raw.get("tracker") or {})
     warmup_steps = _warmup_steps(optim, length)
     eval_batches = max(1, math.ceil(train.eval_tokens / (length.micro_batch_size * model.seq_len)))
     ceiling = _loss_ceiling(train, model)
     mesh_shape = _mesh_shape(ShardingConfig.from_mapping(raw["sharding"]), model,
                              length.micro_batch_size, n_devices)
     return RunSpec(
-        model=model, train=train, optim=optim, data=data, eval=evalc, mesh_shape=mesh_shape,
+        model=model, train=train, optim=optim, data=data, eval=evalc, tracker=tracker, mesh_shape=mesh_shape,
         distributed=dict(raw.get("distributed") or {}),
         steps=length.steps, tokens_per_step=length.tokens_per_step, total_tokens=length.total_tokens,
         micro_batch_size=length.micro_batch_size, n_micro=length.n_micro, warmup_steps=warmup_steps,

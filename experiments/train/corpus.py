@@ -1,6 +1,6 @@
 """Training data: corpora as flat token arrays, and deterministic index-based batches.
 
-Three sources (chosen by `data.source`, or by `data.path` when `source: auto`):
+Four sources (chosen by `data.source`, or by `data.dir` / `data.path` when `source: auto`):
 
 * `stdlib` (default, no download): the `.py` files of the running Python's standard library,
   sorted by relative path, test directories and site-packages excluded, as raw bytes (vocab 256).
@@ -8,6 +8,11 @@ Three sources (chosen by `data.source`, or by `data.path` when `source: auto`):
 * `text`: local text files or globs, as bytes (vocab 256), split the same way.
 * `tokens`: pre-tokenized nanoGPT-style files, raw `.bin` (`data.dtype` uint16/uint32) or `.npy`,
   with a stated `data.vocab_size`; validation is `data.val_path` or the tail of the file.
+* `prepared`: a directory made by `python -m experiments.prepare_data` (`data.dir`): token
+  shards, val.bin, tokenizer.json and meta.json (experiments/prepare_data/format.py), which
+  states the vocabulary and dtype. Every shard is memory-mapped; the train split is their
+  concatenation (`ShardedTokens`), so a window may run from one shard into the next, exactly as
+  in one long file. meta.json, the tokenizer's sha256 and every shard's size are checked at load.
 
 Byte corpora are cached as uint8 arrays under `data.cache_dir` (default ~/.cache/scalelab) keyed
 by the file list, sizes and mtimes, so a run starts without re-reading the sources. Every corpus
@@ -45,11 +50,12 @@ class DataConfig:
     """`data.*`: which corpus and how it is split (the defaults are conf/data/stdlib.yaml; this
     class is also the Hydra schema of `data.*`, registered by experiments/train/config.py)."""
 
-    source: str = "auto"            # auto | stdlib | text | tokens
+    source: str = "auto"            # auto | stdlib | text | tokens | prepared
+    dir: str | None = None          # prepared: directory made by `python -m experiments.prepare_data`
     path: Any = None                # file, glob, or list of them (text/tokens)
     val_path: str | None = None     # tokens: separate validation file
     dtype: str = "uint16"           # tokens: element type of a raw .bin file
-    vocab_size: int | None = None   # tokens: required; bytes: 256
+    vocab_size: int | None = None   # tokens: required; bytes: 256; prepared: from meta.json
     val_fraction: float = 0.05
     cache_dir: str = "~/.cache/scalelab"
 
@@ -58,10 +64,12 @@ class DataConfig:
         return config_from_mapping(cls, m, "data")
 
     def resolved_source(self) -> str:
-        if self.source not in ("auto", "stdlib", "text", "tokens"):
-            raise ConfigError(f"data.source must be auto, stdlib, text or tokens (got {self.source!r})")
+        if self.source not in ("auto", "stdlib", "text", "tokens", "prepared"):
+            raise ConfigError(f"data.source must be auto, stdlib, text, tokens or prepared (got {self.source!r})")
         if self.source != "auto":
             return self.source
+        if self.dir not in (None, ""):
+            return "prepared"
         if self.path in (None, "", []):
             return "stdlib"
         first = self.path[0] if isinstance(self.path, (list, tuple)) else self.path
@@ -237,9 +245,97 @@ def _token_corpus(cfg: DataConfig) -> Corpus:
     return Corpus(train=train, val=val, vocab_size=int(cfg.vocab_size), identity=identity)
 
 
+class ShardedTokens:
+    """Shards (1-D arrays, memory-mapped) read as one stream: `size`, `dtype` and contiguous
+    slicing like a 1-D array, where a slice across a shard boundary joins the two pieces."""
+
+    def __init__(self, shards: Sequence[np.ndarray]):
+        self.shards = list(shards)
+        self.bounds = np.cumsum([0] + [int(a.size) for a in self.shards])
+        self.size = int(self.bounds[-1])
+        self.dtype = self.shards[0].dtype
+        self.shape, self.ndim = (self.size,), 1
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __getitem__(self, key: slice | int) -> np.ndarray:
+        if not isinstance(key, slice):
+            i = int(key) + (self.size if int(key) < 0 else 0)
+            if not 0 <= i < self.size:
+                raise IndexError(f"index {key} out of range for {self.size} tokens")
+            k = int(np.searchsorted(self.bounds, i, side="right")) - 1
+            return self.shards[k][i - self.bounds[k]]
+        start, stop, step = key.indices(self.size)
+        if step != 1:
+            raise IndexError("ShardedTokens supports contiguous slices only")
+        if stop <= start:
+            return np.zeros(0, self.dtype)
+        k = int(np.searchsorted(self.bounds, start, side="right")) - 1
+        pieces = []
+        while start < stop:
+            end = min(stop, int(self.bounds[k + 1]))
+            pieces.append(self.shards[k][start - self.bounds[k]:end - self.bounds[k]])
+            start, k = end, k + 1
+        return pieces[0] if len(pieces) == 1 else np.concatenate(pieces)
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        out = np.concatenate(self.shards)
+        return out if dtype is None else out.astype(dtype)
+
+
+def _prepared_dir(cfg: DataConfig) -> Path:
+    if cfg.dir in (None, ""):
+        raise ConfigError("data.dir is required for data.source=prepared")
+    return Path(os.path.expanduser(str(cfg.dir)))
+
+
+def _prepared_meta(cfg: DataConfig) -> dict[str, Any]:
+    """meta.json of `data.dir`, after the checks that need no shard reading."""
+    from experiments.prepare_data import format as fmt   # NumPy-only: the trainer needs no tokenizers
+
+    meta = fmt.read_meta(_prepared_dir(cfg))
+    if cfg.vocab_size is not None and cfg.vocab_size != meta["vocab_size"]:
+        raise ConfigError(f"data.vocab_size={cfg.vocab_size} disagrees with {cfg.dir}/meta.json "
+                          f"(vocab_size {meta['vocab_size']}); leave data.vocab_size unset")
+    return meta
+
+
+def _prepared_corpus(cfg: DataConfig) -> Corpus:
+    """Memory-map every shard of a prepared directory, after checking them against meta.json."""
+    from experiments.prepare_data import format as fmt
+
+    d = _prepared_dir(cfg)
+    meta = _prepared_meta(cfg)
+    fmt.check_tokenizer(d, meta)
+    dtype = meta["dtype"]
+    shards = [fmt.open_shard(d, e, dtype) for e in meta["shards"]]
+    val = fmt.open_shard(d, meta["val"], dtype)
+    n_train = sum(int(a.size) for a in shards)
+    if n_train != meta["train_tokens"] or val.size != meta["val_tokens"]:
+        raise ConfigError(f"data.dir: {d / fmt.META} states {meta['train_tokens']} train / {meta['val_tokens']} "
+                          f"validation tokens but its shards hold {n_train} / {val.size}; re-run prepare_data")
+    train = shards[0] if len(shards) == 1 else ShardedTokens(shards)
+    item = np.dtype(dtype).itemsize
+    identity = {"name": f"prepared:{d.resolve().name}", "dir": str(d.resolve()),
+                "files": len(shards) + 1, "bytes": (n_train + int(val.size)) * item,
+                "sha256": meta["corpus_sha256"], "tokenizer_sha256": meta["tokenizer_sha256"],
+                "split": meta.get("split"), "val_fraction": meta.get("val_fraction"),
+                "train_tokens": n_train, "val_tokens": int(val.size), "vocab_size": meta["vocab_size"],
+                "dtype": dtype, "shards": len(shards), "documents": meta["documents"],
+                "text_bytes": meta.get("text_bytes")}
+    return Corpus(train=train, val=val, vocab_size=int(meta["vocab_size"]), identity=identity)
+
+
 def check_paths(cfg: DataConfig) -> None:
-    """Cheap existence checks for the config validator (no reading)."""
+    """Cheap existence checks for the config validator (no reading of token data)."""
     src = cfg.resolved_source()
+    if src == "prepared":
+        if cfg.path not in (None, "", []):
+            raise ConfigError("give data.dir (a prepared directory) or data.path (files), not both")
+        _prepared_meta(cfg)
+    elif cfg.dir not in (None, ""):
+        raise ConfigError(f"data.dir is read only with data.source=prepared or auto (got data.source={cfg.source})")
     if src in ("text", "tokens"):
         if cfg.path in (None, "", []):
             raise ConfigError(f"data.path is required for data.source={src}")
@@ -248,14 +344,17 @@ def check_paths(cfg: DataConfig) -> None:
             _expand_paths(cfg.val_path)
     if src == "tokens" and cfg.vocab_size is None:
         raise ConfigError("data.vocab_size is required for pre-tokenized .bin/.npy files")
-    if src != "tokens" and cfg.vocab_size not in (None, 256):
+    if src not in ("tokens", "prepared") and cfg.vocab_size not in (None, 256):
         raise ConfigError(f"data.vocab_size={cfg.vocab_size} but byte corpora have vocab 256")
     if not 0.0 < float(cfg.val_fraction) < 1.0:
         raise ConfigError(f"data.val_fraction must be in (0, 1) (got {cfg.val_fraction})")
 
 
 def data_vocab_size(cfg: DataConfig) -> int:
-    return 256 if cfg.resolved_source() != "tokens" else int(cfg.vocab_size)
+    src = cfg.resolved_source()
+    if src == "prepared":
+        return int(_prepared_meta(cfg)["vocab_size"])
+    return 256 if src != "tokens" else int(cfg.vocab_size)
 
 
 def load_corpus(cfg: DataConfig) -> Corpus:
@@ -270,6 +369,8 @@ def load_corpus(cfg: DataConfig) -> Corpus:
         files = [p.resolve() for p in _expand_paths(cfg.path)]
         root = Path(os.path.commonpath([str(p.parent) for p in files]))
         return _byte_corpus("text", root, [p.relative_to(root).as_posix() for p in files], cfg)
+    if src == "prepared":
+        return _prepared_corpus(cfg)
     return _token_corpus(cfg)
 
 
@@ -277,6 +378,8 @@ def load_corpus(cfg: DataConfig) -> Corpus:
 
 class BatchSampler:
     """Batch i = `batch_size` windows of `seq_len + 1` tokens at offsets drawn from rng(seed, i).
+
+    `tokens` is a 1-D array or a `ShardedTokens` (offsets are uniform over all shards together).
 
     `rows(i, rows)` returns the int32 windows for the given global row indices only, so each
     process can read just its own part of the global batch.

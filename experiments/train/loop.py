@@ -9,7 +9,9 @@ Order of work: completed-run check -> distributed init -> validate the whole con
 -> corpus (and the `eval.tasks` examples from its held-out split) -> mesh + compiled steps ->
 restore latest checkpoint (if any) -> train loop with eval (loss and tasks) / checkpoints /
 metrics -> final eval + checkpoint -> atomic summary.json.
-Exit status lives in summary["status"]: completed | diverged | failed.
+Exit status lives in summary["status"]: completed | diverged | failed | preempted (SIGTERM,
+SIGUSR1 or SIGUSR2 reached the run: it saved a checkpoint after the step in flight and stopped;
+experiments/preemption.py).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from typing import Any, Callable
 import jax
 import numpy as np
 
+from experiments.preemption import PreemptionGuard
 from experiments.rundir import completed_summary, write_failed_summary
 from experiments.train.checkpoint import Checkpointer
 from experiments.train.config import RunSpec, resolve_config
@@ -32,8 +35,10 @@ from experiments.train.corpus import BatchSampler, eval_sampler, load_corpus
 from experiments.train.metrics import MetricsLog, Progress
 from experiments.train.optimizer import make_optimizer, make_schedule
 from experiments.train.peak_flops import peak_flops_per_device
+from experiments.train.profiling import StepProfiler
 from experiments.train.steps import TrainSetup, build_train_setup
 from experiments.train.tasks.scoring import TaskSuite, build_task_sets, metrics_record
+from experiments.train.tracking import TRAIN_NAMES, make_tracker
 from models.base.configs import to_plain
 from models.base.errors import ConfigError
 from models.base.fingerprint import diff_fields
@@ -207,6 +212,7 @@ class Loop:
     step_fn: Any = None
     compile_s: float = 0.0
     clock: Clock = dataclasses.field(default_factory=Clock)
+    guard: PreemptionGuard | None = None   # preemption signals: stop at a step boundary
 
     def mfu(self, tokens_per_s: float) -> float:
         peak = self.state.peak
@@ -230,14 +236,19 @@ def run(cfg: Any, run_dir: Path) -> dict[str, Any]:
     enable_compile_cache()  # a sweep's runs share shapes: later runs load, not compile, their steps
     raw = to_plain(cfg)
     state = RunState()
+    guard = PreemptionGuard(lag=1)  # lag 1: the stop vote never stalls the step pipeline
     try:
         distributed.initialize((raw or {}).get("distributed"))
-        return _run(raw, run_dir, t_start, state)
+        with guard:  # after jax.distributed, whose own SIGTERM notifier would otherwise win
+            summary = _run(raw, run_dir, t_start, state, guard)
     except Exception as e:  # write a failed summary, then let the caller report
         if state.is_main:
             write_failed_summary(run_dir, _summary_base(state), e,
                                  state.wall_prev + time.time() - t_start)
         raise
+    if summary["status"] == "preempted":
+        guard.hand_over()   # e.g. submitit's requeue under hydra/launcher=slurm
+    return summary
 
 
 def _summary_base(state: RunState) -> dict[str, Any]:
@@ -260,7 +271,8 @@ def _summary_base(state: RunState) -> dict[str, Any]:
     return s
 
 
-def _run(raw: dict[str, Any], run_dir: Path, t_start: float, state: RunState) -> dict[str, Any]:
+def _run(raw: dict[str, Any], run_dir: Path, t_start: float, state: RunState,
+         guard: PreemptionGuard) -> dict[str, Any]:
     """Validate, build, restore, train, summarise: the order of work in the module docstring."""
     spec = resolve_config(raw)                         # all validation, before any compile
     state.spec, state.is_main = spec, jax.process_index() == 0
@@ -274,6 +286,7 @@ def _run(raw: dict[str, Any], run_dir: Path, t_start: float, state: RunState) ->
     if loop.tasks is not None:
         _log("tasks: " + ", ".join(f"{t.name} ({t.detail})" for t in loop.tasks.task_sets), state.is_main)
     first = _compile(loop)
+    loop.guard = guard
     status = _train_steps(loop, first)
     return _write_summary(loop, status)
 
@@ -296,7 +309,8 @@ def _build_loop(spec: RunSpec, state: RunState, run_dir: Path, t_start: float, m
     schedule = make_schedule(spec.optim, spec.steps, spec.warmup_steps)
     ts = build_train_setup(spec.model, make_optimizer(spec.optim, schedule), mesh, n_micro=spec.n_micro)
     ckpt = Checkpointer(run_dir, keep=spec.train.keep_checkpoints)
-    metrics = MetricsLog(run_dir / "metrics.jsonl", enabled=state.is_main)
+    metrics = MetricsLog(run_dir / "metrics.jsonl", enabled=state.is_main,
+                         tracker=make_tracker(spec.tracker, run_dir, TRAIN_NAMES, spec.raw, state.is_main))
     params, opt_state, start, resumed = _restore_or_init(spec, state, run_dir, ts, ckpt, metrics)
     val_sampler = eval_sampler(corpus.val, spec.model.seq_len, spec.eval_batch_size)
     eval_set = [make_eval_batch(val_sampler, j, ts.eval_batch_sharding) for j in range(spec.eval_batches)]
@@ -313,20 +327,23 @@ def _build_loop(spec: RunSpec, state: RunState, run_dir: Path, t_start: float, m
 
 def _restore_or_init(spec: RunSpec, state: RunState, run_dir: Path, ts: TrainSetup,
                      ckpt: Checkpointer, metrics: MetricsLog) -> tuple[Any, Any, int, bool]:
-    """(params, opt_state, start step, resumed): the latest checkpoint of this same config, or a
-    fresh init. A checkpoint of another config is refused (it would mix two experiments)."""
-    latest = ckpt.latest_step()
-    if latest is None:
-        params, opt_state = ts.init(spec.train.seed)
-        metrics.reset()
-        start = 0
-    else:
-        meta = ckpt.read_meta(latest)
+    """(params, opt_state, start step, resumed): the newest readable checkpoint of this same
+    config (unreadable newer ones are set aside with a warning), or a fresh init. A checkpoint of
+    another config is refused (it would mix two experiments)."""
+    def same_config(meta: dict[str, Any]) -> None:
         if meta.get("config_fingerprint") != spec.fingerprint:
             diffs = diff_fields(meta.get("config_fields") or {}, spec.fingerprint_fields)
             raise ConfigError(f"{run_dir} holds checkpoints of another config ({'; '.join(diffs[:3])}); "
                               "choose another hydra.run.dir")
-        params, opt_state, meta = ckpt.restore(latest, *ts.abstract_state())
+
+    got = ckpt.restore_newest(*ts.abstract_state(), check=same_config,
+                              warn=lambda msg: _log(msg, state.is_main))
+    if got is None:
+        params, opt_state = ts.init(spec.train.seed)
+        metrics.reset()
+        start = 0
+    else:
+        params, opt_state, meta = got.params, got.opt_state, got.meta
         start = int(meta["step"])
         state.wall_prev = float(meta.get("wall_time_s", 0.0))
         state.train_loss, state.eval_loss = meta.get("train_loss"), meta.get("eval_loss")
@@ -335,7 +352,7 @@ def _restore_or_init(spec: RunSpec, state: RunState, run_dir: Path, ts: TrainSet
         _log(f"resuming from checkpoint at step {start}/{spec.steps}", state.is_main)
     state.step, state.tokens = start, start * spec.tokens_per_step
     state.flops = float(start * spec.tokens_per_step * spec.flops_per_token)
-    return params, opt_state, start, latest is not None
+    return params, opt_state, start, got is not None
 
 
 def _log_header(spec: RunSpec, devices: list[Any], corpus: Any, enabled: bool) -> None:
@@ -399,7 +416,8 @@ def _checkpoint(loop: Loop, step: int) -> None:
 
 
 def _train_steps(loop: Loop, first: Any) -> str:
-    """Run the steps from `loop.start`; "completed", or "diverged" on a bad loss.
+    """Run the steps from `loop.start`; "completed", "diverged" on a bad loss, or "preempted"
+    (checkpoint saved after the step in flight) when the preemption guard says stop.
 
     Step i is dispatched before step i-1's metrics are fetched, so the host never waits on the
     device except on eval / checkpoint steps (which need the params after the step)."""
@@ -407,29 +425,40 @@ def _train_steps(loop: Loop, first: Any) -> str:
     if first is not None:
         prefetch.put(loop.start, first)
     loop.clock = Clock()
+    profiler = StepProfiler(loop.spec.train.profile_steps, loop.run_dir / "profile", loop.start,
+                            loop.state.is_main, loop.clock.paused_since, lambda msg: _log(msg, loop.state.is_main))
     try:
         pending = None
         for i in range(loop.start, loop.spec.steps):
-            loop.params, loop.opt_state, m = loop.step_fn(loop.params, loop.opt_state, prefetch.get(i))
+            profiler.before(i + 1)
+            with profiler.annotate(i + 1):
+                loop.params, loop.opt_state, m = loop.step_fn(loop.params, loop.opt_state, prefetch.get(i))
+            profiler.after(i + 1, loop.params)
             if pending is not None:
                 _finish_step(loop, *pending)   # step i-1 finishes while step i runs
-            pending = None if _finish_on_boundary(loop, i, m) else (i, m)
+            stop = loop.guard is not None and loop.guard.should_stop()
+            pending = None if _finish_on_boundary(loop, i, m, stop) else (i, m)
+            if stop and i + 1 < loop.spec.steps:
+                _log(f"preempted by {', '.join(loop.guard.signal_names()) or 'another process'}: "
+                     f"checkpoint at step {i + 1} saved, stopping", loop.state.is_main)
+                return "preempted"
         if pending is not None:
             _finish_step(loop, *pending)
     except Diverged as e:
         _log(f"diverged: {e}", loop.state.is_main)
         return "diverged"
     finally:
+        profiler.close()
         prefetch.close()
         loop.metrics.close()
     return "completed"
 
 
-def _finish_on_boundary(loop: Loop, i: int, m: Any) -> bool:
-    """At an eval or checkpoint step (and the last step) finish step i now, evaluate the params
-    after it and save them; True if it did (the step is then no longer pending)."""
+def _finish_on_boundary(loop: Loop, i: int, m: Any, stop: bool = False) -> bool:
+    """At an eval or checkpoint step (and the last step, and a preemption `stop`) finish step i
+    now, evaluate the params after it and save them; True if it did (no longer pending)."""
     spec, n = loop.spec, i + 1
-    need_ckpt = n == spec.steps or bool(spec.train.ckpt_every and n % spec.train.ckpt_every == 0)
+    need_ckpt = stop or n == spec.steps or bool(spec.train.ckpt_every and n % spec.train.ckpt_every == 0)
     need_eval = n == spec.steps or bool(spec.train.eval_every and n % spec.train.eval_every == 0)
     if not (need_ckpt or need_eval):
         return False
@@ -499,9 +528,12 @@ def _write_summary(loop: Loop, status: str) -> dict[str, Any]:
     summary = _summary_base(state)
     summary.update(status=status, wall_time_s=state.wall_prev + time.time() - loop.t_start,
                    compile_time_s=loop.compile_s, resumed_from_step=loop.start if loop.resumed else None)
+    if status == "preempted" and loop.guard is not None:
+        summary["preempted_by"] = loop.guard.signal_names() or ["another process"]
     if state.is_main:
         write_json_atomic(loop.run_dir / "summary.json", summary)
         _log(f"{status}: {summary['tokens']:,} tokens, final train loss {summary['final_train_loss']}, "
              f"eval loss {summary['final_eval_loss']}, {tps or 0:,.0f} tok/s, "
              f"mfu {summary['mfu'] or float('nan'):.3f}, {summary['wall_time_s']:.1f}s")
+    loop.metrics.finish(status, summary)   # the tracker's run ends with the run's status
     return summary

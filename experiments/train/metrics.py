@@ -5,6 +5,10 @@ eval_loss on eval steps (with `eval.tasks`, also `task/<name>/loss` and `task/<n
 On resume the file is cut back to the checkpointed step so it never holds a step twice. Lines
 are strict JSON (`models.base.jsonio.jsonl_line`): a NaN or infinite value is written as `null`,
 and `read_metrics` reads a null metric back as NaN.
+
+A `Tracker` (experiments/train/tracking.py, `tracker=tensorboard|wandb|mlflow`) gets every
+record `MetricsLog.write` writes, so the dashboards show what the file holds; the file is written
+first and stays the source of truth whatever the tracker does.
 """
 
 from __future__ import annotations
@@ -14,21 +18,28 @@ import math
 import sys
 import time
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, Mapping, TextIO
 
 from models.base.jsonio import jsonl_line
 
+if TYPE_CHECKING:
+    from experiments.train.tracking import Tracker
+
 
 class MetricsLog:
-    """Append-only JSONL writer that can drop the lines after a given step."""
+    """Append-only JSONL writer that can drop the lines after a given step; mirrors each record
+    to `tracker` when given (which then starts at `reset` / `truncate_after`: before the steps)."""
 
-    def __init__(self, path: Path, enabled: bool = True):
+    def __init__(self, path: Path, enabled: bool = True, tracker: "Tracker | None" = None):
         self.path = Path(path)
         self.enabled = enabled
+        self.tracker = tracker
         self._f: TextIO | None = None
 
     def truncate_after(self, step: int) -> None:
         """Keep only records with record['step'] <= step (called on resume)."""
+        if self.tracker is not None:
+            self.tracker.start(resume_step=step)
         if not self.enabled or not self.path.exists():
             return
         keep = []
@@ -43,6 +54,8 @@ class MetricsLog:
         tmp.replace(self.path)
 
     def reset(self) -> None:
+        if self.tracker is not None:
+            self.tracker.start(resume_step=0)
         if self.enabled and self.path.exists():
             self.path.unlink()
 
@@ -53,15 +66,25 @@ class MetricsLog:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._f = open(self.path, "a", buffering=1)
         self._f.write(jsonl_line(record) + "\n")
+        if self.tracker is not None:
+            self.tracker.log(record)
 
     def flush(self) -> None:
         if self._f is not None:
             self._f.flush()
+        if self.tracker is not None:
+            self.tracker.flush()
 
     def close(self) -> None:
         if self._f is not None:
             self._f.close()
             self._f = None
+
+    def finish(self, status: str, summary: Mapping[str, Any] | None = None) -> None:
+        """Close the file and end the tracker's run with the run's status and final numbers."""
+        self.close()
+        if self.tracker is not None:
+            self.tracker.finish(status, summary)
 
 
 def read_metrics(path: Path) -> list[dict[str, Any]]:

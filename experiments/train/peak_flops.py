@@ -27,6 +27,7 @@ import jax
 import jax.numpy as jnp
 
 from models.base.jsonio import write_json_atomic
+from models.config import resolve_dtype
 from sharding.costmodel.hardware import hardware_for_device_kind
 
 _MATMUL_N = 2048
@@ -89,7 +90,9 @@ def cpu_host_peak(dtype: str = "float32", refresh: bool = False) -> tuple[float,
 
 
 def peak_flops_per_device(device: Any, dtype: str, devices_on_host: int = 1) -> tuple[float, str]:
-    """(peak FLOP/s of one mesh device, where the figure came from)."""
+    """(peak FLOP/s of one mesh device, where the figure came from). `dtype` may be model.dtype's
+    "auto", read as the model reads it on this device's platform (bfloat16 on accelerators)."""
+    dtype = resolve_dtype(dtype, getattr(device, "platform", "cpu"))
     kind = getattr(device, "device_kind", str(device))
     if getattr(device, "platform", "") == "cpu":
         host, src = cpu_host_peak(dtype)

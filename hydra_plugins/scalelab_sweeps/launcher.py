@@ -10,7 +10,6 @@ there are free CPU slots.
 from __future__ import annotations
 
 import logging
-import os
 import pathlib
 from typing import Any, Dict, Optional, Sequence
 
@@ -19,6 +18,8 @@ from hydra.core.utils import JobReturn, filter_overrides, setup_globals
 from hydra.plugins.launcher import Launcher
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf
+
+from models.base.portable import available_cpus
 
 log = logging.getLogger("scalelab.launcher")
 
@@ -45,7 +46,7 @@ class LocalParallelLauncher(Launcher):
         if isinstance(threads_per_job, bool) or not isinstance(threads_per_job, int) or threads_per_job < 1:
             raise ValueError(f"hydra.launcher.threads_per_job must be a positive integer (got {threads_per_job!r})")
         self.threads = threads_per_job
-        avail = len(os.sched_getaffinity(0))
+        avail = len(available_cpus())  # affinity mask on Linux, all CPUs elsewhere (no pinning)
         self.n_jobs = int(n_jobs) if n_jobs else max(1, avail // threads_per_job)
         if self.n_jobs < 1:
             raise ValueError(f"hydra.launcher.n_jobs must be >= 1 (got {n_jobs!r})")

@@ -12,7 +12,6 @@ diverged runs are kept unless `sweep.rerun_failed=true`.
 
 from __future__ import annotations
 
-import fcntl
 import json
 import logging
 import os
@@ -29,6 +28,8 @@ from hydra.plugins.launcher import Launcher
 from hydra.plugins.sweeper import Sweeper
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf
+
+from models.base.portable import lock_file, unlock_file
 
 log = logging.getLogger("scalelab.sweep")
 
@@ -166,15 +167,14 @@ class ScalelabSweeper(Sweeper):
         sweep_dir = pathlib.Path(str(self.config.hydra.sweep.dir))
         sweep_dir.mkdir(parents=True, exist_ok=True)
         lock = open(sweep_dir / ".sweep.lock", "w")
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
+        if not lock_file(lock, blocking=False):  # flock, or msvcrt on Windows (models/base/portable.py)
+            lock.close()
             raise SweepError(f"sweep dir {sweep_dir} is in use by another running sweep; "
-                                 "wait for it or choose another hydra.sweep.dir") from None
+                             "wait for it or choose another hydra.sweep.dir")
         try:
             return self._sweep_locked(arguments, sweep_dir)
         finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
+            unlock_file(lock)
             lock.close()
 
     def _sweep_locked(self, arguments: List[str], sweep_dir: pathlib.Path) -> Any:

@@ -7,20 +7,41 @@ too. Caching them on disk makes a repeated `python -m analysis fit` start in a f
 time, and halves a small training run (13.1 s -> 6.6 s, compile 4.6 s -> 1.2 s, tiny model,
 30 steps, 2-core CPU). Only the CLI and the run loops turn this on (a library should not change
 a notebook's global JAX configuration).
-Set SCALELAB_JAX_CACHE=0 to disable, or to a directory to choose where it lives.
+
+Where it lives (first that is set wins):
+  SCALELAB_JAX_CACHE=DIR   this directory (`=0` turns the cache off);
+  SCALELAB_CACHE=ROOT      ROOT/jax, next to scalelab's other caches under the same root
+                           (corpora, CPU peak FLOP/s, RL warm starts);
+  neither                  ~/.cache/scalelab/jax.
+On a cluster, point SCALELAB_CACHE at a shared filesystem so every node reuses one cache.
 """
 
 from __future__ import annotations
 
 import os
 import pathlib
+from typing import Mapping
+
+DIR_ENV = "SCALELAB_JAX_CACHE"   # the cache directory itself, or 0 = off
+ROOT_ENV = "SCALELAB_CACHE"      # root of all scalelab caches; the JAX cache is ROOT/jax
+
+
+def compile_cache_dir(env: Mapping[str, str] | None = None) -> pathlib.Path | None:
+    """The cache directory the environment asks for, or None when it is turned off."""
+    env = os.environ if env is None else env
+    setting = env.get(DIR_ENV, "")
+    if setting == "0":
+        return None
+    if setting:
+        return pathlib.Path(setting).expanduser()
+    root = env.get(ROOT_ENV, "") or "~/.cache/scalelab"
+    return pathlib.Path(root).expanduser() / "jax"
 
 
 def enable_compile_cache() -> None:
-    setting = os.environ.get("SCALELAB_JAX_CACHE", "")
-    if setting == "0":
+    path = compile_cache_dir()
+    if path is None:
         return
-    path = pathlib.Path(setting) if setting else pathlib.Path.home() / ".cache" / "scalelab" / "jax"
     try:
         path.mkdir(parents=True, exist_ok=True)
         import jax  # lazy: callers enable the cache before their first compile, not at import
