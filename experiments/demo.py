@@ -79,7 +79,8 @@ def run_sweep(sweep_dir: pathlib.Path, log_path: pathlib.Path, extra: list[str],
     threading.Thread(target=ticker, daemon=True).start()
     with open(log_path, "a") as log:
         p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=repo,
-                             env=env, preexec_fn=_die_with_parent, bufsize=1)
+                             env=env, bufsize=1,
+                             preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None)
         assert p.stdout is not None
         for line in p.stdout:
             log.write(line)

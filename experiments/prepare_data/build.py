@@ -30,6 +30,7 @@ from experiments.prepare_data import format as fmt
 from experiments.prepare_data.sources import (PrepareError, Source, count_documents, doc_is_val,
                                               expand_inputs, inputs_identity, iter_documents)
 from experiments.prepare_data.tokenizer import find_eot, load_tokenizer, train_bpe
+from models.base.portable import available_cpus
 
 CHUNK_CHARS = 1 << 19          # characters of text per work item (a few hundred ms of tokenizing)
 DEFAULT_VOCAB = 8192
@@ -76,10 +77,7 @@ class _Chunk:
 
 
 def n_cpus() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:   # not Linux
-        return os.cpu_count() or 1
+    return len(available_cpus())
 
 
 # ---- the worker side -----------------------------------------------------------------------

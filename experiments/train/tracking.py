@@ -40,6 +40,7 @@ from urllib.parse import unquote, urlparse
 from models.base.configs import config_from_mapping
 from models.base.errors import ConfigError
 from models.base.jsonio import read_json, write_json_atomic
+from models.base.portable import lock_file, unlock_file
 
 BACKENDS = ("none", "tensorboard", "wandb", "mlflow")
 WANDB_MODES = ("online", "offline", "disabled")
@@ -219,20 +220,15 @@ class _WandB:
 
 @contextlib.contextmanager
 def _file_lock(path: Path) -> Iterator[None]:
-    """An exclusive lock on `path` (fcntl; no lock where fcntl is missing, e.g. Windows): the runs
-    of a sweep running side by side create the sweep's MLflow experiment once."""
-    try:
-        import fcntl
-    except ImportError:  # pragma: no cover - not Linux/macOS
-        yield
-        return
+    """An exclusive lock on `path` (models.base.portable: fcntl, msvcrt on Windows): the runs of a
+    sweep running side by side create the sweep's MLflow experiment once."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
+        lock_file(f)
         try:
             yield
         finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
+            unlock_file(f)
 
 
 class _MLflow:
