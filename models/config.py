@@ -17,6 +17,10 @@ from models.base.errors import ConfigError
 _DTYPES = ("auto", "float32", "bfloat16")
 ATTENTION_KERNELS = ("auto", "xla", "cudnn", "blocked")
 ACCELERATORS = ("gpu", "rocm", "tpu")  # platforms where "auto" means bfloat16 compute
+# model.remat: activation checkpointing of each block (models/transformer.py: REMAT_POLICIES), named
+# as in the cost model (sharding/costmodel: Layout.act_ckpt). Booleans are the old spelling.
+REMAT = ("none", "selective", "full")
+_REMAT_ALIASES = {"false": "none", "true": "full"}
 
 
 def default_d_ff(d_model: int) -> int:
@@ -46,13 +50,22 @@ class ModelConfig:
     d_ff: int | None = None         # None = 8/3 * d_model rounded up to a multiple of 64 (SwiGLU)
     seq_len: int = 128
     tie_embeddings: bool = False
-    remat: bool = False             # rematerialize each block in the backward pass
+    remat: str = "none"             # activation checkpointing of each block: none | selective (keep
+                                    # matmul outputs, recompute attention and elementwise) | full
+                                    # (keep only the block input); true/false = full/none
     dtype: str = "auto"             # compute dtype: auto (bfloat16 on GPU/TPU, float32 on CPU) | float32
                                     # | bfloat16; params, softmax, norms and logits stay f32
     attention: str = "auto"         # auto | xla | cudnn | blocked: the attention kernel (see resolved())
     rope_theta: float = 10000.0
     norm_eps: float = 1e-6
     init_std: float = 0.02
+
+    def __post_init__(self) -> None:
+        # true/false (a YAML boolean, or its string once Hydra has typed it as str) mean full/none,
+        # so configs written before the named policies keep their meaning.
+        alias = _REMAT_ALIASES.get(str(self.remat).lower()) if isinstance(self.remat, (bool, str)) else None
+        if alias is not None:
+            object.__setattr__(self, "remat", alias)
 
     # ---- derived sizes -------------------------------------------------------------------
     @property
@@ -97,6 +110,9 @@ class ModelConfig:
                 "(grouped-query attention needs whole groups)")
         if self.dtype not in _DTYPES:
             raise ConfigError(f"model.dtype must be one of {_DTYPES} (got {self.dtype!r})")
+        if self.remat not in REMAT:
+            raise ConfigError(f"model.remat must be one of {REMAT} (or true/false for full/none; "
+                              f"got {self.remat!r})")
         if self.attention not in ATTENTION_KERNELS:
             raise ConfigError(f"model.attention must be one of {ATTENTION_KERNELS} (got {self.attention!r})")
         for name in ("rope_theta", "norm_eps", "init_std"):

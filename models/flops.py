@@ -21,11 +21,29 @@ Conventions (documented because scaling-law fits depend on them):
   masking means only half the score matrix is needed, hence 6. Elementwise work (softmax, norms,
   SwiGLU gate, RoPE, loss) is not counted, as in Kaplan/Chinchilla/PaLM accounting. XLA computes
   the full (masked) score matrix, so its `cost_analysis()` is comparable to `causal=False`.
+
+MFU conventions. An MFU is "model FLOPs / (time x devices x peak)", and which FLOPs count as
+model FLOPs differs between sources by up to ~2x on the attention term, so every MFU the project
+prints or writes names its convention (`mfu_convention` next to `mfu`), one of `MFU_CONVENTIONS`:
+
+* `MFU_CAUSAL` ("causal_6N+6LTHd"): `flops_per_token` above -- N = N_matmul, causal attention.
+  The training loop's MFU (summary.json, metrics.jsonl).
+* `MFU_PALM` ("palm_6N+12LHQT"): PaLM (Chowdhery et al. 2022, App. B) -- N = every parameter
+  including the input embedding, non-causal attention 12 * L * H * Q * T (Q = d_head). The cost
+  model's MFU (`python -m analysis plan`, `layout-eval`), comparable with published sheets
+  (Hagemann et al. 2023). For the same run it is higher than the causal figure.
 """
 
 from __future__ import annotations
 
 from models.config import ModelConfig
+
+MFU_CAUSAL = "causal_6N+6LTHd"
+MFU_PALM = "palm_6N+12LHQT"
+MFU_CONVENTIONS = {
+    MFU_CAUSAL: "6*N_matmul + 6*L*T*H*d_head FLOPs per token (causal attention; models.flops.flops_per_token)",
+    MFU_PALM: "6*N_all_params + 12*L*H*Q*T FLOPs per token (PaLM App. B, non-causal attention)",
+}
 
 
 def _per_layer_params(cfg: ModelConfig) -> tuple[int, int]:

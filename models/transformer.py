@@ -209,7 +209,18 @@ def _block_forward(block: Block, x_BxLxD: jax.Array) -> jax.Array:
     return block(x_BxLxD)
 
 
-_remat_block_forward = nnx.remat(_block_forward)
+# model.remat -> what the backward pass keeps of each block (`jax.checkpoint` policies):
+# * none: everything XLA wants to keep (attention probabilities included);
+# * selective: the outputs of the weight matmuls (q, k, v, gate, up, ...; 2-D dots, no batch
+#   dims) -- the attention scores/softmax/AV (batched einsums or the fused kernel), RoPE, norms
+#   and the SwiGLU product are recomputed; MaxText's "minimal" policy;
+# * full: only the block input; the whole block is run again in the backward pass.
+REMAT_POLICIES = {
+    "selective": jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
+    "full": jax.checkpoint_policies.nothing_saveable,
+}
+BLOCK_FORWARD = {"none": _block_forward,
+                 **{name: nnx.remat(_block_forward, policy=policy) for name, policy in REMAT_POLICIES.items()}}
 
 
 class Transformer(nnx.Module):
@@ -236,7 +247,7 @@ class Transformer(nnx.Module):
         dt = jnp.dtype(cfg.dtype)
         x = jnp.take(self.embed_VxD[...], tokens_BxL, axis=0).astype(dt)
         x = axes.constrain(x, (axes.BATCH, axes.LENGTH, axes.ACT_EMBED))
-        fwd = _remat_block_forward if cfg.remat else _block_forward
+        fwd = BLOCK_FORWARD[cfg.remat]
         for block in self.blocks():
             x = fwd(block, x)
         x = self.final_norm(x)

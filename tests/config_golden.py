@@ -230,46 +230,51 @@ for _case, _config in GOLDEN.items():
                           "entity": None, "mode": None, "tracking_uri": None, "flush_every_s": 10.0,
                           "init_timeout_s": 30.0}
 
+# Issue 17: model.remat is a named activation-checkpointing policy (none | selective | full);
+# YAML false/true still mean none/full.
+for _config in GOLDEN.values():
+    _config["model"]["remat"] = "none"
 
 # Run ids (experiments/sweeps/runs.py) of every planned run of every sweep preset, same capture.
-# All changed once, on purpose (issue 15): `model.dtype` is now `auto` and `model.attention`,
-# `data.dir` are new run-defining keys, so sweeps started before then train their runs again.
+# All changed once, on purpose (issues 15 and 17): `model.dtype` is now `auto`, `model.remat` a
+# policy name, and `model.attention`, `data.dir` are new run-defining keys, so sweeps started
+# before then train their runs again.
 # `tracker` and `train.profile_steps` are not part of a run's id (tracking and tracing do not
 # change what is trained).
 RUN_IDS = {
-    'isoflop/C1e11_L1-d16': 'c2f60b7f7e',
-    'isoflop/C1e11_L2-d32': '3710c178fe',
-    'isoflop/C1e11_L3-d48': 'a282c7d0b7',
-    'isoflop/C1e11_L4-d64': 'f47acaca77',
-    'isoflop/C3e11_L1-d16': 'a060357334',
-    'isoflop/C3e11_L2-d32': '0e1220e781',
-    'isoflop/C3e11_L3-d48': '701083f559',
-    'isoflop/C3e11_L4-d64': '39eb797de7',
-    'model_ladder/L1-d16_r20': '9e8f0f5dc1',
-    'model_ladder/L2-d32_r20': 'd36d6aff53',
-    'model_ladder/L3-d48_r20': '6b6a56447d',
-    'model_ladder/L4-d64_r20': '3827ab2cdb',
-    'data_ladder/D1e5': '14a0b57b7f',
-    'data_ladder/D3e5': '728532e1b3',
-    'data_ladder/D1e6': '4d918b8350',
-    'data_ladder/D3e6': '078657edfc',
-    'layouts/mesh-data8-fsdp1-tensor1': 'd04dc50852',
-    'layouts/mesh-data1-fsdp8-tensor1': '8e3795b35e',
-    'layouts/mesh-data2-fsdp1-tensor4': '59ecd93706',
-    'layouts/mesh-data1-fsdp2-tensor4': 'e564d15d8c',
-    'layouts/mesh-data2-fsdp2-tensor2': '1ec3972667',
+    'isoflop/C1e11_L1-d16': '6e802e5179',
+    'isoflop/C1e11_L2-d32': '8923a08b58',
+    'isoflop/C1e11_L3-d48': 'ef7d2c07f5',
+    'isoflop/C1e11_L4-d64': '7dd7232812',
+    'isoflop/C3e11_L1-d16': 'cd6ae63930',
+    'isoflop/C3e11_L2-d32': 'b6f2acf3a9',
+    'isoflop/C3e11_L3-d48': '6f9a76457a',
+    'isoflop/C3e11_L4-d64': '0c62907098',
+    'model_ladder/L1-d16_r20': '031f26d724',
+    'model_ladder/L2-d32_r20': 'e582ad265a',
+    'model_ladder/L3-d48_r20': '777f2d3454',
+    'model_ladder/L4-d64_r20': 'b16a7cb7c8',
+    'data_ladder/D1e5': 'aa9612a53c',
+    'data_ladder/D3e5': 'fae1117514',
+    'data_ladder/D1e6': 'cd20532494',
+    'data_ladder/D3e6': 'f821d5642c',
+    'layouts/mesh-data8-fsdp1-tensor1': 'c19c0e31ad',
+    'layouts/mesh-data1-fsdp8-tensor1': '051b631d6d',
+    'layouts/mesh-data2-fsdp1-tensor4': '97af95c785',
+    'layouts/mesh-data1-fsdp2-tensor4': '914890f920',
+    'layouts/mesh-data2-fsdp2-tensor2': '179b9822d4',
     # the demo's ids changed on purpose with its eval.tasks (issue 14): its old runs have no task
     # metrics, so relaunching the demo trains them again
-    'demo/C1e11_L1-d16': '714905c0aa',
-    'demo/C1e11_L2-d32': '0afc56d815',
-    'demo/C1e11_L3-d48': '733007fdf2',
-    'demo/C1e11_L4-d64': '5ff3003ffa',
-    'demo/C2e11_L1-d16': '282edf73f5',
-    'demo/C2e11_L2-d32': '488bf89ed7',
-    'demo/C2e11_L3-d48': 'd650534409',
-    'demo/C2e11_L4-d64': '5c2fdf9151',
-    'demo/C4e11_L1-d16': '423155f174',
-    'demo/C4e11_L2-d32': '2c98808b92',
-    'demo/C4e11_L3-d48': '2d0f2f36b1',
-    'demo/C4e11_L4-d64': '42ddcf2a70',
+    'demo/C1e11_L1-d16': 'd1abb4c138',
+    'demo/C1e11_L2-d32': '91f105df30',
+    'demo/C1e11_L3-d48': 'e5758630bc',
+    'demo/C1e11_L4-d64': '24cb669f90',
+    'demo/C2e11_L1-d16': 'de3e0c00e2',
+    'demo/C2e11_L2-d32': 'b2091316ee',
+    'demo/C2e11_L3-d48': 'f34dc87967',
+    'demo/C2e11_L4-d64': '794d290853',
+    'demo/C4e11_L1-d16': '7e48f6951c',
+    'demo/C4e11_L2-d32': 'b8dcefd9c9',
+    'demo/C4e11_L3-d48': 'c08297e27a',
+    'demo/C4e11_L4-d64': '2f72fc7ee2',
 }

@@ -109,7 +109,6 @@ def test_layout_table_is_the_sharding_presets(name):
     ("config", "sharding.pipe=2", "unknown sharding key(s) ['pipe']; known: ['data', 'fsdp', 'tensor']"),
     ("rl", "rl.algo.lossy=1", "unknown rl.algo key(s) ['lossy']; known: ['advantage', 'aggregation',"),
     ("config", "train.steps=abc", "train.steps: Value 'abc' of type 'str' could not be converted to Integer"),
-    ("config", "model.remat=maybe", "model.remat: Value 'maybe' is not a valid bool"),
     ("config", "model=huge", "Could not find 'model/huge'; Available options in 'model': "),
 ])
 def test_schema_rejects_at_compose_time_in_one_line(config, override, msg):

@@ -8,8 +8,10 @@ global_batch (sequences per optimizer step), hardware (catalogue name or YAML pa
   attention (naive|fused_softmax|flash1|flash2; overrides flash_attn), fused_norm=1,
   interleave=1, offload_optimizer=0, d_ff (Llama rule 8/3·d rounded up to 256),
   n_kv_heads=n_heads, mlp=swiglu, tied_embeddings=0.
-Writes {"rows": [...]} in input order; each row repeats its inputs and adds pred_step_time_s,
-pred_tokens_per_s, pred_mfu, pred_hfu, pred_mem_gb_per_device and pred_fits.
+Writes {"rows": [...], "mfu_convention": ...} in input order; each row repeats its inputs and adds
+pred_step_time_s, pred_tokens_per_s, pred_mfu, mfu_convention (the FLOPs pred_mfu counts:
+PaLM's 6N + 12LHQT, "palm_6N+12LHQT"; the trainer's summary.json MFU counts causal attention,
+see models/flops.py), pred_hfu, pred_mem_gb_per_device and pred_fits.
 
 Calibration on your own sweep: give measured columns `measured_step_time_s` or
 `measured_tokens_per_s` (and optionally `oom` 0/1) and `--calibrate EFF.json` fits the
@@ -27,8 +29,9 @@ from typing import Any
 from analysis.commands._options import add_json_argument, emit_json
 from models.base.errors import AnalysisError
 from models.base.jsonio import write_json
-from sharding.costmodel import (BF16_MIXED, DEFAULT_EFFICIENCY, FP32_PARAMS, Efficiency, Layout,
-                                LayoutError, ModelShape, estimate_step, load_hardware)
+from sharding.costmodel import (BF16_MIXED, DEFAULT_EFFICIENCY, FP32_PARAMS, MFU_CONVENTION,
+                                Efficiency, Layout, LayoutError, ModelShape, estimate_step,
+                                load_hardware)
 from sharding.costmodel.spec import nearest_mesh
 
 REQUIRED = ("n_layers", "d_model", "n_heads", "seq_len", "vocab_size", "global_batch")
@@ -178,7 +181,7 @@ def run(args: argparse.Namespace) -> int:
         eff = _calibrate(rows, parsed, prec, eff, args.calibrate)
     out = [_predict_row(r, shape, layout, hw, prec, eff) for r, (shape, layout, hw) in zip(rows, parsed)]
     _print_table(parsed, out)
-    emit_json(args, {"rows": out, "efficiency": eff.as_dict()})
+    emit_json(args, {"rows": out, "mfu_convention": MFU_CONVENTION, "efficiency": eff.as_dict()})
     return 0
 
 
@@ -187,7 +190,7 @@ def _predict_row(row: dict, shape, layout, hw, prec, eff: Efficiency) -> dict:
     est = estimate_step(shape, layout, hw, prec, eff)
     rec = {k: _clean(v) for k, v in row.items()}
     rec.update(pred_step_time_s=est.step_time_s, pred_tokens_per_s=est.tokens_per_s,
-               pred_mfu=est.mfu, pred_hfu=est.hfu,
+               pred_mfu=est.mfu, mfu_convention=est.mfu_convention, pred_hfu=est.hfu,
                pred_mem_gb_per_device=est.memory.total / 1e9, pred_fits=bool(est.fits))
     return rec
 
@@ -199,6 +202,7 @@ def _print_table(parsed: list, out: list[dict]) -> None:
         print(f"{i + 1:>4} {lay:28s} {rec['pred_step_time_s']:9.3f} {rec['pred_tokens_per_s']:11.0f} "
               f"{rec['pred_mfu']:6.3f} {rec['pred_mem_gb_per_device']:7.1f} "
               f"{'yes' if rec['pred_fits'] else 'OOM'}")
+    print(f"MFU convention: {MFU_CONVENTION} (model FLOPs per token 6N + 12·L·H·Q·T, N = all parameters)")
 
 
 def _measured_step_time(row: dict, shape, layout) -> float | None:
@@ -231,7 +235,7 @@ def _calibrate(rows: list[dict], parsed: list, prec, base: Efficiency,
     eff = calibrate(ms, base, provenance=f"fitted to {len(ms)} rows of {out_path.name}")
     s = score(ms, eff)
     write_json(out_path, {"efficiency": eff.as_dict(), "scores": s.as_dict()})
-    print(f"calibrated on {len(ms)} rows: Spearman rho(MFU) {s.spearman_mfu:.3f}, median |MFU err| "
+    print(f"calibrated on {len(ms)} rows: Spearman rho(MFU, {MFU_CONVENTION}) {s.spearman_mfu:.3f}, median |MFU err| "
           f"{100 * s.median_abs_mfu_error:.2f} pts, OOM accuracy {100 * s.oom_accuracy:.1f}% "
           f"(in-sample) -> {out_path}")
     return eff

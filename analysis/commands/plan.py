@@ -5,7 +5,13 @@ analysis fit` JSON, default Chinchilla's published constants), rounds to real sh
 TP × PP × DP × micro-batch × ZeRO × checkpointing for the fastest layout that fits, and prints a
 ranked table. With --max-days or --gpu-hours, tokens are capped by what fits in the time and the
 lowest predicted loss wins. --json writes {"best": {...}, "candidates": [...], "N_opt", "D_opt",
-...}; with several --budget values, one plan per budget: {"plans": [{...}, ...]}.
+...}; with several --budget values, one plan per budget: {"plans": [{...}, ...]}. MFU is the cost
+model's, PaLM's 6N + 12LHQT (`mfu_convention`: "palm_6N+12LHQT"; models/flops.py).
+
+Plan → train: best.overrides (JSON) are the `python -m experiments.train` overrides of the best
+layout the trainer can run (best.trainer: that layout and its predictions; best.trainer.missing:
+what the planner's own best layout needs that the trainer lacks, e.g. pipeline parallelism).
+`--emit overrides` also prints that command line, as the last line of each plan.
 """
 
 from __future__ import annotations
@@ -15,7 +21,9 @@ import pathlib
 
 from analysis.commands._options import add_budget_argument, add_json_argument, emit_json
 from analysis.laws.allocation import ScalingLaw
+from sharding.costmodel import MFU_CONVENTION
 from analysis.planning.planner import plan
+from models.base.errors import AnalysisError
 
 
 def _positive_float(text: str) -> float:
@@ -55,6 +63,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--top", type=_positive_int, default=8, help="candidates to list")
     add_json_argument(p, "the plan ({'best': ..., 'candidates': [...], 'N_opt', 'D_opt', ...})")
     p.add_argument("--markdown", type=pathlib.Path, help="write a planning section for a report")
+    p.add_argument("--emit", choices=("overrides",), help="overrides: print the `python -m "
+                   "experiments.train ...` command line of the best layout the trainer can run")
     p.set_defaults(func=run)
 
 
@@ -66,10 +76,15 @@ def run(args: argparse.Namespace) -> int:
                for budget in (args.budget or [None])]
     for result in results:
         _print_plan(result)
+        if args.emit == "overrides":
+            _print_trainer(result)
     payloads = [plan_payload(r) for r in results]
     emit_json(args, payloads[0] if len(payloads) == 1 else {"plans": payloads})
     if args.markdown:
         args.markdown.write_text("\n\n".join(r.to_markdown() for r in results) + "\n")
+    unrunnable = [r.trainer.reason for r in results if args.emit and not r.trainer.overrides]
+    if unrunnable:
+        raise AnalysisError(f"--emit overrides: {unrunnable[0]}")
     return 0
 
 
@@ -94,8 +109,33 @@ def _print_plan(result) -> None:
           else "CI unavailable: law has no bootstrap samples")
     print(f"best: {b.shape.n_params / 1e9:.1f}B params (L={b.shape.n_layers}, d={b.shape.d_model}) "
           f"on {b.tokens / 1e12:.2f}T tokens, dp={lo.dp} tp={lo.tp} pp={lo.pp} mb={lo.micro_batch} "
-          f"ZeRO-{lo.zero_stage} ckpt={lo.act_ckpt}: MFU {100 * b.mfu:.1f}%, {b.days:.1f} days on "
+          f"ZeRO-{lo.zero_stage} ckpt={lo.act_ckpt}: MFU {100 * b.mfu:.1f}% ({MFU_CONVENTION}), {b.days:.1f} days on "
           f"{result.n_devices} x {result.hardware.name} ({b.gpu_hours:.3g} GPU-hours), "
           f"loss {b.loss:.3f} ({ci})")
     for n in result.notes:
         print(f"note: {n}")
+
+
+def _print_trainer(result) -> None:
+    """The trainer's plan for the best plan: one line on what the best layout needs that the
+    trainer lacks (if anything), its layout and predictions, and the command line last
+    (`... --emit overrides | tail -1` is the command)."""
+    tp = result.trainer
+    if tp.estimate is None:
+        return  # run() ends with the reason as its error line
+    lo, est, best = tp.layout, tp.estimate, result.best
+    mesh = " ".join(f"{k}={v}" for k, v in tp.as_dict()["layout"]["mesh"].items())
+    if tp.missing or tp.rank > 1:
+        zero = (" (its ZeRO: sharding.data = 0, sharding.fsdp = 3, both = hybrid 3)"
+                if any(m.startswith("ZeRO") for m in tp.missing) else "")
+        lacks = (f"the best layout needs {', '.join(tp.missing)}, which python -m experiments.train lacks{zero}"
+                 if tp.missing else "the trainer cannot run the best shape")
+        shape = "" if tp.rank == 1 else (f" of candidate #{tp.rank} ({tp.shape.n_params / 1e9:.3g}B, "
+                                        f"L={tp.shape.n_layers}, d={tp.shape.d_model})")
+        print(f"trainer: {lacks}; emitting the best layout it can run{shape}, at "
+              f"{100 * est.tokens_per_s / best.tokens_per_s:.0f}% of the best plan's tokens/s")
+    print(f"trainer layout: {mesh}, micro-batch {lo.micro_batch}/device x {lo.grad_accum} accumulated, "
+          f"remat={lo.act_ckpt}: "
+          f"{est.memory.total / 1e9:.1f} GB/device, {est.step_time_s:.3g} s/step, MFU {100 * est.mfu:.1f}% "
+          f"({est.mfu_convention}), {tp.tokens / est.tokens_per_s / 86400:.1f} days for {tp.tokens:.3g} tokens")
+    print(tp.command())

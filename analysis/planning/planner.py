@@ -15,8 +15,12 @@ budget really means. `plan()` joins them:
 4. for each shape, every TP × PP × DP × micro-batch × ZeRO × checkpointing layout the cost model
    accepts; the fastest one that fits memory wins;
 5. with a wall-clock (`max_days`) or GPU-hour limit, tokens are capped by what the layout can
-   process in time, and the shape with the lowest predicted loss wins (usually smaller than N*).
-Loss confidence intervals come from the fit's bootstrap samples when it has them.
+   process in time, and the shape with the lowest predicted loss wins (usually smaller than N*);
+6. for the winner, the fastest layout the trainer can run (`analysis.planning.trainer`): the
+   same layout when the trainer has every axis it needs, else the best one without them; its
+   `python -m experiments.train` overrides are `Plan.trainer.overrides` (JSON: best.overrides).
+Loss confidence intervals come from the fit's bootstrap samples when it has them. MFU follows
+the cost model's convention, PaLM's 6N + 12LHQT (`MFU_CONVENTION`; models/flops.py).
 """
 
 from __future__ import annotations
@@ -28,8 +32,9 @@ from typing import Any, Sequence
 from analysis.laws.allocation import ScalingLaw
 from analysis.laws.intervals import PREDICTION_LEVEL
 from models.base.errors import AnalysisError
-from sharding.costmodel import (BF16_MIXED, DEFAULT_EFFICIENCY, Efficiency, Hardware, Layout,
-                                LayoutError, ModelShape, Precision, estimate_step, load_hardware)
+from analysis.planning.trainer import TRAINER_ZERO_STAGES, TrainerPlan, trainer_plan
+from sharding.costmodel import (BF16_MIXED, DEFAULT_EFFICIENCY, MFU_CONVENTION, Efficiency, Hardware,
+                                Layout, LayoutError, ModelShape, Precision, estimate_step, load_hardware)
 
 HEAD_DIM = 128
 ASPECT_RANGE = (64.0, 192.0)
@@ -126,7 +131,8 @@ class Candidate:
                        "global_batch": lo.global_batch, "grad_accum": lo.grad_accum,
                        "attention": lo.attention},
             "mem_gb_per_device": self.mem_gb_per_device, "step_time_s": self.step_time_s,
-            "mfu": self.mfu, "tokens_per_s": self.tokens_per_s, "days": self.days,
+            "mfu": self.mfu, "mfu_convention": MFU_CONVENTION, "tokens_per_s": self.tokens_per_s,
+            "days": self.days,
             "gpu_hours": self.gpu_hours, "flops": self.flops, "loss": self.loss,
             "loss_ci": list(self.loss_ci) if self.loss_ci else None,
             "loss_interval": list(self.loss_interval) if self.loss_interval else None,
@@ -153,6 +159,7 @@ class Plan:
     n_opt: float | None
     d_opt: float | None
     notes: tuple[str, ...]
+    trainer: TrainerPlan | None = None  # what `python -m experiments.train` runs of `best`
 
     @property
     def ci_percent(self) -> str:
@@ -172,7 +179,12 @@ class Plan:
         return c.loss_interval if self.law.prediction_error is not None else c.loss_ci
 
     def as_dict(self) -> dict[str, Any]:
-        return {"best": self.best.as_dict(), "candidates": [c.as_dict() for c in self.candidates],
+        best = self.best.as_dict()
+        if self.trainer is not None:
+            best["overrides"] = self.trainer.overrides
+            best["trainer"] = self.trainer.as_dict()
+        return {"best": best, "candidates": [c.as_dict() for c in self.candidates],
+                "mfu_convention": MFU_CONVENTION,
                 "law": {"E": self.law.E, "A": self.law.A, "B": self.law.B,
                         "alpha": self.law.alpha, "beta": self.law.beta, "source": self.law.source,
                         "flops_per_param_token": self.law.flops_per_param_token},
@@ -182,7 +194,7 @@ class Plan:
 
     def table(self) -> str:
         head = (f"{'#':>2} {'params':>8} {'tokens':>8} {'L':>4} {'d':>6} {'layout':34s} "
-                f"{'mem GB':>7} {'step s':>7} {'MFU':>5} {'days':>7} {'GPU-h':>10} "
+                f"{'mem GB':>7} {'step s':>7} {'MFU*':>5} {'days':>7} {'GPU-h':>10} "
                 f"loss ({self.interval_label})")
         lines = [head]
         for i, c in enumerate(self.candidates):
@@ -192,6 +204,7 @@ class Plan:
                          f"{c.shape.n_layers:>4} {c.shape.d_model:>6} {_layout_text(c.layout):34s} "
                          f"{c.mem_gb_per_device:7.1f} {c.step_time_s:7.2f} {c.mfu:5.3f} "
                          f"{c.days:7.1f} {c.gpu_hours:10.3g} {c.loss:.3f} {ci}")
+        lines.append(f"MFU*: {MFU_CONVENTION} (model FLOPs 6N + 12·L·H·Q·T per token, N = all parameters)")
         return "\n".join(lines)
 
     def to_markdown(self) -> str:
@@ -211,10 +224,18 @@ class Plan:
             f"d_model={b.shape.d_model}, {b.shape.n_heads} heads) on **{b.tokens / 1e12:.2f}T "
             f"tokens**, layout dp={lo.dp} tp={lo.tp} pp={lo.pp} micro-batch={lo.micro_batch} "
             f"ZeRO-{lo.zero_stage} checkpointing={lo.act_ckpt}: {b.mem_gb_per_device:.1f} GB/device, "
-            f"{b.step_time_s:.2f} s/step, MFU {100 * b.mfu:.1f}%, **{b.days:.1f} days** "
+            f"{b.step_time_s:.2f} s/step, MFU {100 * b.mfu:.1f}% ({MFU_CONVENTION}), **{b.days:.1f} days** "
             f"({b.gpu_hours:.3g} GPU-hours); predicted loss {b.loss:.3f} ({self.interval_label} {ci}).",
             "", "```", self.table(), "```"]
         lines += [f"- {n}" for n in self.notes]
+        t = self.trainer
+        if t is not None and t.estimate is not None:
+            lacks = f" (the proposed layout needs {', '.join(t.missing)}, which it lacks)" if t.missing else ""
+            lacks += f" (of candidate #{t.rank})" if t.rank > 1 else ""
+            lines.append(f"- trainer command, the best layout `python -m experiments.train` can run{lacks}: "
+                         f"`{t.command()}`")
+        elif t is not None:
+            lines.append(f"- trainer: {t.reason}")
         return "\n".join(lines)
 
 
@@ -287,7 +308,7 @@ def plan(budget_flops: float | None, n_devices: int, hardware: str | Hardware,
     _rank(cands, req, n_opt)
     return Plan(best=cands[0], candidates=tuple(cands[:top]), law=req.law, hardware=req.hw,
                 n_devices=req.n_devices, budget_flops=req.budget_flops, max_days=req.max_days,
-                n_opt=n_opt, d_opt=d_opt, notes=_notes(req))
+                n_opt=n_opt, d_opt=d_opt, notes=_notes(req), trainer=_trainer_plan(cands, req))
 
 
 def _check_request(budget_flops, n_devices, hardware, law, max_days, max_gpu_hours, seq_len,
@@ -354,6 +375,22 @@ def _candidate(s: ModelShape, est, req: _Request) -> Candidate:
         days=seconds / 86400, gpu_hours=seconds / 3600 * req.n_devices,
         flops=k * s.n_params * tokens, loss=req.law.loss(s.n_params, tokens),
         loss_ci=req.law.loss_ci(s.n_params, tokens), loss_interval=_interval(req.law, s.n_params, tokens))
+
+
+def _trainer_plan(cands: list[Candidate], req: _Request) -> TrainerPlan:
+    """The fastest layout `python -m experiments.train` can run (ZeRO-0 = sharding.data, ZeRO-3 =
+    sharding.fsdp) of the best-ranked candidate that has one, for that candidate's tokens (capped
+    again under a time limit); the best candidate's failure when none has."""
+    first = None
+    for rank, c in enumerate(cands, start=1):
+        layouts = layouts_for(c.shape, req.n_devices, req.hw, req.batch_tokens,
+                              zero_stages=TRAINER_ZERO_STAGES)
+        tp = trainer_plan(c.shape, c.tokens, cands[0].layout, req.n_devices, req.hw, req.eff, layouts,
+                          max_days=req.max_days, rank=rank)
+        if tp.estimate is not None:
+            return tp
+        first = first or tp
+    return first
 
 
 def _interval(law: ScalingLaw, n: float, d: float) -> tuple[float, float] | None:

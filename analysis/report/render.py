@@ -13,6 +13,8 @@ import math
 import pathlib
 from typing import Any
 
+from models.flops import MFU_CAUSAL
+
 FIGURE_CAPTIONS = {
     "loss_vs_compute": "Final eval loss of every run against compute, with the fitted compute-optimal frontier, its 95% bootstrap band (parameter noise) and the wider 90% prediction interval of a new run (adds run scatter and extrapolation drift, see docs/analysis.md).",
     "isoflop": "IsoFLOP profiles: loss against model size at each budget, the law's profile (solid), the parabola in log N (dashed) and Approach 2's minimum with its CI.",
@@ -114,7 +116,7 @@ def _runs_rows(rep: dict) -> list[list[str]]:
     return rows
 
 
-RUN_HEADER = ["run", "status", "budget C", "N (params)", "D (tokens)", "C (FLOPs)", "eval loss", "tokens/s", "MFU %"]
+RUN_HEADER = ["run", "status", "budget C", "N (params)", "D (tokens)", "C (FLOPs)", "eval loss", "tokens/s", f"MFU % ({MFU_CAUSAL})"]
 
 
 def hparam_rows(rep: dict) -> list[list[str]]:

@@ -44,6 +44,7 @@ from models.base.errors import ConfigError
 from models.base.fingerprint import diff_fields
 from models.base.jaxcache import enable_compile_cache
 from models.base.jsonio import write_json_atomic
+from models.flops import MFU_CAUSAL
 from sharding import distributed
 from sharding.mesh import make_mesh
 
@@ -257,7 +258,7 @@ def _summary_base(state: RunState) -> dict[str, Any]:
         "status": None, "n_params": None, "n_params_non_embedding": None, "tokens": state.tokens,
         "flops": state.flops, "final_train_loss": state.train_loss,
         "final_eval_loss": state.eval_loss, "tokens_per_s": state.tokens_per_s,
-        "mfu": state.mfu, "peak_flops_per_device": state.peak,
+        "mfu": state.mfu, "mfu_convention": MFU_CAUSAL, "peak_flops_per_device": state.peak,
         "peak_flops_source": state.peak_source, "mesh": state.mesh,
         "corpus": state.corpus, "wall_time_s": None, "steps_done": state.step,
         "task_metrics": state.task_metrics or {},
@@ -358,8 +359,8 @@ def _restore_or_init(spec: RunSpec, state: RunState, run_dir: Path, ts: TrainSet
 def _log_header(spec: RunSpec, devices: list[Any], corpus: Any, enabled: bool) -> None:
     """One line: model size, run length, mesh and corpus."""
     _log(f"model: {spec.n_params:,} params ({spec.n_params_non_embedding:,} non-embedding), "
-         f"{spec.flops_per_token:,} FLOPs/token | run: {spec.steps} steps x {spec.tokens_per_step:,} "
-         f"tokens = {spec.total_tokens:,} tokens | mesh data={spec.mesh_shape[0]} fsdp="
+         f"{spec.flops_per_token:,} FLOPs/token (mfu: {MFU_CAUSAL}) | run: {spec.steps} steps x "
+         f"{spec.tokens_per_step:,} tokens = {spec.total_tokens:,} tokens | mesh data={spec.mesh_shape[0]} fsdp="
          f"{spec.mesh_shape[1]} tensor={spec.mesh_shape[2]} on {len(devices)} {devices[0].platform} "
          f"device(s) | corpus {corpus.identity['name']} ({corpus.identity['bytes']:,} bytes)", enabled)
 
@@ -534,6 +535,6 @@ def _write_summary(loop: Loop, status: str) -> dict[str, Any]:
         write_json_atomic(loop.run_dir / "summary.json", summary)
         _log(f"{status}: {summary['tokens']:,} tokens, final train loss {summary['final_train_loss']}, "
              f"eval loss {summary['final_eval_loss']}, {tps or 0:,.0f} tok/s, "
-             f"mfu {summary['mfu'] or float('nan'):.3f}, {summary['wall_time_s']:.1f}s")
+             f"mfu {summary['mfu'] or float('nan'):.3f} ({MFU_CAUSAL}), {summary['wall_time_s']:.1f}s")
     loop.metrics.finish(status, summary)   # the tracker's run ends with the run's status
     return summary

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, TextIO
 
 from models.base.jsonio import jsonl_line
+from models.flops import MFU_CAUSAL
 
 if TYPE_CHECKING:
     from experiments.train.tracking import Tracker
@@ -130,5 +131,5 @@ class Progress:
         eta = (total - done) / tokens_per_s if tokens_per_s > 0 else float("inf")
         ev = f" eval {eval_loss:.4f}" if eval_loss is not None else ""
         print(f"step {step}/{self.total} | tokens {_si(done)}/{_si(total)} ({100 * done / total:.0f}%) | "
-              f"loss {loss:.4f}{ev} | {_si(tokens_per_s)} tok/s | mfu {mfu:.3f} | ETA {_dur(eta)}",
+              f"loss {loss:.4f}{ev} | {_si(tokens_per_s)} tok/s | mfu {mfu:.3f} ({MFU_CAUSAL}) | ETA {_dur(eta)}",
               file=self.stream, flush=True)

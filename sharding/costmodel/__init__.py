@@ -6,6 +6,7 @@ Public API:
     hardware_for_device_kind(jax device_kind) -> Hardware | None   peak-FLOPs lookup (hardware.py)
     Efficiency, DEFAULT_EFFICIENCY                             fitted constants   (efficiency.py)
     estimate_step(model, layout, hardware, precision, eff) -> StepEstimate         (step.py)
+    MFU_CONVENTION: the FLOPs its MFU counts (PaLM's 6N + 12LHQT; models/flops.py)  (step.py)
     memory_breakdown, activation_bytes_per_layer                                 (memory.py)
     LayoutError (an models.base.errors.AnalysisError)
 
@@ -18,11 +19,11 @@ from sharding.costmodel.hardware import (Hardware, catalogue_names, hardware_for
 from sharding.costmodel.memory import MemoryBreakdown, activation_bytes_per_layer, memory_breakdown
 from sharding.costmodel.spec import (ACT_CKPT, ATTENTION_KERNELS, BF16_MIXED, FP32_PARAMS, Layout,
                                      LayoutError, ModelShape, Precision, validate_layout)
-from sharding.costmodel.step import StepEstimate, TimeBreakdown, estimate_step
+from sharding.costmodel.step import MFU_CONVENTION, StepEstimate, TimeBreakdown, estimate_step
 
 __all__ = [
     "ACT_CKPT", "ATTENTION_KERNELS", "BF16_MIXED", "DEFAULT_EFFICIENCY", "Efficiency",
-    "FP32_PARAMS", "Hardware", "Layout", "LayoutError", "MemoryBreakdown", "ModelShape",
+    "FP32_PARAMS", "Hardware", "Layout", "LayoutError", "MFU_CONVENTION", "MemoryBreakdown", "ModelShape",
     "PRIOR_EFFICIENCY", "Precision", "StepEstimate", "TimeBreakdown", "activation_bytes_per_layer",
     "catalogue_names", "estimate_step", "hardware_for_device_kind", "load_hardware",
     "memory_breakdown", "validate_layout",

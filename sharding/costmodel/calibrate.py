@@ -21,7 +21,7 @@ from scipy import optimize, stats
 from sharding.costmodel.efficiency import PRIOR_EFFICIENCY, Efficiency
 from sharding.costmodel.hardware import Hardware
 from sharding.costmodel.spec import BF16_MIXED, Layout, LayoutError, ModelShape, Precision
-from sharding.costmodel.step import estimate_step
+from sharding.costmodel.step import MFU_CONVENTION, estimate_step
 
 # name: (lower, upper) bounds of each time constant the fit may move
 TIME_BOUNDS: dict[str, tuple[float, float]] = {
@@ -66,8 +66,8 @@ class Scores:
     median_abs_mfu_error: float
     oom_accuracy: float
 
-    def as_dict(self) -> dict[str, float]:
-        return dataclasses.asdict(self)
+    def as_dict(self) -> dict[str, float | str]:
+        return {**dataclasses.asdict(self), "mfu_convention": MFU_CONVENTION}
 
 
 def _predict(meas: Measurement, eff: Efficiency):

@@ -132,7 +132,7 @@ def memory_breakdown(m: ModelShape, lo: Layout, prec: Precision, eff: Efficiency
         recompute_buf = act_layer - stored_layer
     else:
         stored_layer, recompute_buf = act_layer, 0.0
-    dp = lo.dp
+    dp = lo.zero_shards  # ranks the ZeRO-sharded states are split over
     candidates = []
     for stage, n_par in zip(("first", "last"), stage_params(m, lo)):
         params = n_par * prec.param_bytes / (dp if lo.zero_stage >= 3 else 1)

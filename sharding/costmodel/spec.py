@@ -13,9 +13,10 @@ import math
 from typing import Any
 
 from models.base.errors import AnalysisError
+from models.config import REMAT
 
 ATTENTION_KERNELS = ("naive", "fused_softmax", "flash1", "flash2")
-ACT_CKPT = ("none", "selective", "full")
+ACT_CKPT = REMAT  # activation checkpointing: the trainer's model.remat policies, same names
 
 
 class LayoutError(AnalysisError):
@@ -163,7 +164,9 @@ class Layout:
     """How one training step is laid out on `dp·tp·pp` devices.
 
     global_batch and micro_batch count sequences. zero_stage: 0 = plain DP, 1 = optimizer state
-    sharded over DP, 2 = + gradients, 3 = + parameters (= FSDP full sharding). `interleave` is the
+    sharded over DP, 2 = + gradients, 3 = + parameters (= FSDP full sharding). `act_ckpt` is the
+    activation checkpointing (none | selective | full: the trainer's `model.remat`; selective =
+    Korthikanti et al.'s, recompute the attention core). `interleave` is the
     number of virtual pipeline stages per device (1 = plain 1F1B). `attention` is the attention
     kernel: naive (unfused softmax), fused_softmax (Megatron fused kernel), flash1, flash2;
     `fused_norm` says whether RMSNorm is a fused kernel (saves activation memory and HBM traffic).
@@ -188,10 +191,19 @@ class Layout:
     offload_optimizer: bool = False
     fused_projections: bool = True
     zero3_regather: bool = True
+    # Hybrid sharding (HSDP; the trainer's sharding.data x sharding.fsdp): the ZeRO-sharded states
+    # are split over groups of `zero_group` DP ranks and replicated across the dp / zero_group
+    # groups. None = over all dp ranks.
+    zero_group: int | None = None
 
     @property
     def n_devices(self) -> int:
         return self.dp * self.tp * self.pp
+
+    @property
+    def zero_shards(self) -> int:
+        """DP ranks the ZeRO-sharded states are split over (dp unless `zero_group` says fewer)."""
+        return self.dp if self.zero_group is None else self.zero_group
 
     @property
     def grad_accum(self) -> int:
@@ -223,6 +235,9 @@ def validate_layout(model: ModelShape, layout: Layout, n_devices: int | None = N
             raise LayoutError(f"layout {name} must be a positive integer (got {v!r})")
     if lo.zero_stage not in (0, 1, 2, 3):
         raise LayoutError(f"zero_stage must be 0, 1, 2 or 3 (got {lo.zero_stage!r})")
+    if lo.zero_group is not None and (isinstance(lo.zero_group, bool) or not isinstance(lo.zero_group, int)
+                                      or lo.zero_group <= 0 or lo.dp % lo.zero_group):
+        raise LayoutError(f"zero_group={lo.zero_group!r} must be a positive divisor of dp={lo.dp}")
     if lo.act_ckpt not in ACT_CKPT:
         raise LayoutError(f"act_ckpt must be one of {ACT_CKPT} (got {lo.act_ckpt!r})")
     if lo.attention not in ATTENTION_KERNELS:

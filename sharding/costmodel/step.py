@@ -7,7 +7,8 @@ Time of a step under (interleaved) 1F1B with m micro-batches and p stages:
 
 GEMMs run at a size-dependent fraction of peak, attention at a kernel-specific fraction, and
 element-wise ops are bound by HBM bandwidth. MFU uses the PaLM model-FLOP convention
-(`ModelShape.model_flops_per_token`); HFU adds recomputation.
+(`ModelShape.model_flops_per_token`, `MFU_CONVENTION` = models.flops.MFU_PALM); HFU adds
+recomputation.
 """
 
 from __future__ import annotations
@@ -15,11 +16,16 @@ from __future__ import annotations
 import dataclasses
 import math
 
+from models.flops import MFU_PALM
 from sharding.costmodel.comm import Collective, make_collective, p2p_time, ranks_per_node
 from sharding.costmodel.efficiency import DEFAULT_EFFICIENCY, Efficiency
 from sharding.costmodel.hardware import Hardware
 from sharding.costmodel.memory import MemoryBreakdown, memory_breakdown, stage_params
 from sharding.costmodel.spec import BF16_MIXED, Layout, ModelShape, Precision, validate_layout
+
+# The FLOPs the cost model's MFU counts (models/flops.py: MFU_CONVENTIONS); the training loop's
+# MFU counts causal attention (MFU_CAUSAL), so the two differ for the same run.
+MFU_CONVENTION = MFU_PALM
 
 # E[max of p i.i.d. standard normals] (Tippett 1925), interpolated as sqrt(2 ln p) beyond 16.
 _EXPECTED_MAX = {1: 0.0, 2: 0.5642, 4: 1.0294, 8: 1.4236, 16: 1.7660}
@@ -82,7 +88,12 @@ class StepEstimate:
 
     @property
     def mfu(self) -> float:
+        """Model FLOPs utilisation under `MFU_CONVENTION` (PaLM's 6N + 12LHQT)."""
         return self.model_flops / (self.step_time_s * self.layout.n_devices * self.hardware.peak_flops)
+
+    @property
+    def mfu_convention(self) -> str:
+        return MFU_CONVENTION
 
     @property
     def hfu(self) -> float:
@@ -106,7 +117,8 @@ class StepEstimate:
 
     def summary(self) -> dict[str, float | bool | str]:
         return {"step_time_s": self.step_time_s, "tokens_per_s": self.tokens_per_s,
-                "mfu": self.mfu, "hfu": self.hfu, "mem_gb_per_device": self.memory.total / 1e9,
+                "mfu": self.mfu, "mfu_convention": MFU_CONVENTION, "hfu": self.hfu,
+                "mem_gb_per_device": self.memory.total / 1e9,
                 "fits": self.fits, "bubble_s": self.time.bubble,
                 "dp_comm_exposed_s": self.time.dp_comm_exposed}
 
@@ -262,20 +274,30 @@ def _pipeline(st: _Step, stage_time: float, p2p: float) -> tuple[float, float, f
     return slot, pipeline, bubble
 
 
-def _dp_collective_specs(st: _Step, n_stage: float) -> list[tuple[str, str, float, float]]:
-    """(name, kind, buffer bytes, calls per step) of the DP collectives of the ZeRO stage."""
+def _dp_collective_specs(st: _Step, n_stage: float) -> list[tuple[str, str, float, float, int, int]]:
+    """(name, kind, buffer bytes, calls per step, group size, its members per node) of the DP
+    collectives of the ZeRO stage. Hybrid sharding (`zero_group` < dp): the sharded collectives
+    run within a group, and each rank's gradient shard is all-reduced across the dp / group
+    replicas once per step."""
     lo, precision, n_mb = st.lo, st.precision, st.lo.grad_accum
     grad_buf = n_stage * precision.reduce_bytes
     param_buf = n_stage * precision.param_bytes
+    f = lo.zero_shards if lo.zero_stage else lo.dp
+    g = min(f, st.ranks["dp"])
     if lo.zero_stage == 0:
-        return [("dp_grad_all_reduce", "all_reduce", grad_buf, 1)]
-    if lo.zero_stage in (1, 2):
-        return [("dp_grad_reduce_scatter", "reduce_scatter", grad_buf, 1),
-                ("dp_param_all_gather", "all_gather", param_buf, 1)]
-    # ZeRO-3/FSDP: gather weights for fwd and bwd, scatter grads, every micro-batch
-    gathers = 2 if lo.zero3_regather else 1
-    return [("dp_param_all_gather", "all_gather", param_buf, gathers * n_mb),
-            ("dp_grad_reduce_scatter", "reduce_scatter", grad_buf, n_mb)]
+        specs = [("dp_grad_all_reduce", "all_reduce", grad_buf, 1, f, g)]
+    elif lo.zero_stage in (1, 2):
+        specs = [("dp_grad_reduce_scatter", "reduce_scatter", grad_buf, 1, f, g),
+                 ("dp_param_all_gather", "all_gather", param_buf, 1, f, g)]
+    else:  # ZeRO-3/FSDP: gather weights for fwd and bwd, scatter grads, every micro-batch
+        gathers = 2 if lo.zero3_regather else 1
+        specs = [("dp_param_all_gather", "all_gather", param_buf, gathers * n_mb, f, g),
+                 ("dp_grad_reduce_scatter", "reduce_scatter", grad_buf, n_mb, f, g)]
+    if f < lo.dp:  # replicas of a shard sit f ranks apart: dp-ranks-per-node / f of them per node
+        r = lo.dp // f
+        specs.append(("dp_grad_replica_all_reduce", "all_reduce", grad_buf / f, 1, r,
+                      max(1, min(r, st.ranks["dp"] // f))))
+    return specs
 
 
 def _dp_collectives(st: _Step, n_stage: float) -> tuple[list[Collective], float]:
@@ -283,9 +305,8 @@ def _dp_collectives(st: _Step, n_stage: float) -> tuple[list[Collective], float]
     if st.lo.dp <= 1:
         return [], 0.0
     colls, dp_time = [], 0.0
-    for name, kind, buf, count in _dp_collective_specs(st, n_stage):
-        c = make_collective(name, kind, buf, count, st.lo.dp, st.ranks["dp"], st.hw,
-                            st.eff.link_eff)
+    for name, kind, buf, count, n, g in _dp_collective_specs(st, n_stage):
+        c = make_collective(name, kind, buf, count, n, g, st.hw, st.eff.link_eff)
         colls.append(c)
         dp_time += c.time_s
     return colls, dp_time
@@ -305,7 +326,7 @@ def _optimizer_time(st: _Step, n_stage: float) -> float:
     """Adam over the local shard: HBM-bound on the device, or CPU Adam plus PCIe transfers
     when the optimizer is offloaded."""
     lo, precision, hw = st.lo, st.precision, st.hw
-    shard = n_stage / (lo.dp if lo.zero_stage >= 1 else 1)
+    shard = n_stage / (lo.zero_shards if lo.zero_stage >= 1 else 1)
     state_bytes = precision.master_bytes + precision.optimizer_bytes
     if lo.offload_optimizer:
         return (shard * st.eff.cpu_adam_s_per_param
