@@ -26,7 +26,9 @@ NORM = "norm"            # the d_model dimension of a norm scale (never sharded)
 
 # Activation axes.
 BATCH = "batch"
-LENGTH = "length"
+LENGTH = "length"              # sequence inside attention / MLP (split over `context`)
+RESID_LENGTH = "resid_length"  # sequence of the residual stream and norms (also over `tensor` with SP)
+KV_LENGTH = "kv_length"        # key/value sequence inside attention (never split: gathered K/V)
 ACT_EMBED = "act_embed"
 ACT_MLP = "act_mlp"
 ACT_HEADS = "act_heads"
@@ -34,20 +36,36 @@ ACT_KV_HEADS = "act_kv_heads"
 ACT_VOCAB = "act_vocab"
 
 PARAM_AXES = (EMBED, MLP, HEADS, KV_HEADS, KV, VOCAB, NORM)
-ACTIVATION_AXES = (BATCH, LENGTH, ACT_EMBED, ACT_MLP, ACT_HEADS, ACT_KV_HEADS, ACT_VOCAB, KV)
+ACTIVATION_AXES = (BATCH, LENGTH, RESID_LENGTH, KV_LENGTH, ACT_EMBED, ACT_MLP, ACT_HEADS, ACT_KV_HEADS, ACT_VOCAB, KV)
 
 _local = threading.local()
 
 
 @contextlib.contextmanager
 def activation_sharding(to_sharding: Callable[[Sequence[str | None]], object]) -> Iterator[None]:
-    """Within this block, `constrain(x, names)` applies `to_sharding(names)` to `x`."""
+    """Within this block, `constrain(x, names)` applies `to_sharding(names)` to `x`.
+
+    If `to_sharding` has an `attention` attribute (a kernel like models.transformer.ATTENTION's),
+    `attention_kernel` returns it: the sharding layer swaps in context-parallel attention
+    (sharding/context.py) when the sequence is split, without the model knowing the mesh.
+    """
     prev = getattr(_local, "fn", None)
     _local.fn = to_sharding
     try:
         yield
     finally:
         _local.fn = prev
+
+
+def attention_kernel(default: Callable) -> Callable:
+    """The attention kernel the installed sharding asks for, else `default`."""
+    return getattr(getattr(_local, "fn", None), "attention", None) or default
+
+
+def sequence_split() -> bool:
+    """Whether the installed sharding splits the sequence of activations over devices (context
+    parallelism; its `sequence_split` attribute): the model then keeps batch and length apart."""
+    return bool(getattr(getattr(_local, "fn", None), "sequence_split", False))
 
 
 def constrain(x: jax.Array, names: Sequence[str | None]) -> jax.Array:

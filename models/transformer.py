@@ -71,6 +71,17 @@ def _matmul(x_NxI: jax.Array, w_IxO: jax.Array, dt: jnp.dtype) -> jax.Array:
     return jnp.dot(x_NxI, w_IxO.astype(dt))
 
 
+def _tokens(x_BxLxI: jax.Array) -> jax.Array:
+    """The B*L tokens as the rows of a 2-D matmul (N x I), except when the sequence is split over
+    devices (context parallelism): merging the batch dim with a split length dim is no tiled
+    sharding, so XLA would gather the whole sequence; then x stays B x L x I (`_matmul`'s
+    jnp.dot contracts the last dim all the same, and the callers' reshapes accept both)."""
+    if axes.sequence_split():
+        return x_BxLxI
+    B, L, I = x_BxLxI.shape
+    return x_BxLxI.reshape(B * L, I)
+
+
 def attention_blocks(L: int) -> list[tuple[int, int]]:
     """Query blocks [(start, stop), ...] for block-causal attention: at most 8 blocks of >= 64.
 
@@ -83,7 +94,8 @@ def attention_blocks(L: int) -> list[tuple[int, int]]:
     return [(a, min(a + size, L)) for a in range(0, L, size)]
 
 
-def causal_attention(q_BxLxKxGxE: jax.Array, k_BxLxKxE: jax.Array, v_BxLxKxE: jax.Array) -> jax.Array:
+def causal_attention(q_BxLxKxGxE: jax.Array, k_BxLxKxE: jax.Array, v_BxLxKxE: jax.Array,
+                     blocks: list[tuple[int, int]] | None = None) -> jax.Array:
     """softmax(q k^T / sqrt(E) + causal mask) v, scores and softmax in float32.
 
     Exactly the textbook formula, computed per query block (see `attention_blocks`) with the
@@ -96,7 +108,7 @@ def causal_attention(q_BxLxKxGxE: jax.Array, k_BxLxKxE: jax.Array, v_BxLxKxE: ja
     L, E = q_BxLxKxGxE.shape[1], q_BxLxKxGxE.shape[-1]
     q = q_BxLxKxGxE * jnp.asarray(1.0 / math.sqrt(E), dt)
     outs = []
-    for a, b in attention_blocks(L):
+    for a, b in blocks or attention_blocks(L):
         s_BxKxGxlxs = jnp.einsum("blkge,bske->bkgls", q[:, a:b], k_BxLxKxE[:, :b],
                                  preferred_element_type=jnp.float32)
         visible_lxs = jnp.arange(a, b)[:, None] >= jnp.arange(b)[None, :]
@@ -151,9 +163,12 @@ class Attention(nnx.Module):
         dt = x_BxLxD.dtype
         B, L, D = x_BxLxD.shape
         H, K, E = cfg.n_heads, cfg.kv_heads, cfg.d_head
+        # Sequence parallelism: the norm output arrives sequence-split over `tensor`; this is the
+        # all-gather before the column-parallel projections (a no-op without SP).
+        x_BxLxD = axes.constrain(x_BxLxD, (axes.BATCH, axes.LENGTH, axes.ACT_EMBED))
         # Projections as plain 2-D matmuls over the B*L tokens: XLA:CPU lays out the forward and
         # backward of 2-D dots far better than 3-D einsums (measured 1.5-2x on the MLP).
-        x_NxD = x_BxLxD.reshape(B * L, D)
+        x_NxD = _tokens(x_BxLxD)
         q = _matmul(x_NxD, self.wq_DxHxE[...].reshape(D, H * E), dt).reshape(B, L, H, E)
         k = _matmul(x_NxD, self.wk_DxKxE[...].reshape(D, K * E), dt).reshape(B, L, K, E)
         v = _matmul(x_NxD, self.wv_DxKxE[...].reshape(D, K * E), dt).reshape(B, L, K, E)
@@ -161,10 +176,12 @@ class Attention(nnx.Module):
         k = axes.constrain(k, (axes.BATCH, axes.LENGTH, axes.ACT_KV_HEADS, axes.KV))
         v = axes.constrain(v, (axes.BATCH, axes.LENGTH, axes.ACT_KV_HEADS, axes.KV))
         q, k = rope(q, cfg.rope_theta), rope(k, cfg.rope_theta)
-        o_BxLxKxGxE = ATTENTION[cfg.attention](q.reshape(B, L, K, H // K, E), k, v)
+        kernel = axes.attention_kernel(ATTENTION[cfg.attention])  # context-parallel when L is split
+        o_BxLxKxGxE = kernel(q.reshape(B, L, K, H // K, E), k, v)
         o_BxLxHxE = axes.constrain(o_BxLxKxGxE.reshape(B, L, H, E), (axes.BATCH, axes.LENGTH, axes.ACT_HEADS, axes.KV))
-        out = _matmul(o_BxLxHxE.reshape(B * L, H * E), self.wo_HxExD[...].reshape(H * E, D), dt)
-        return axes.constrain(out.reshape(B, L, D), (axes.BATCH, axes.LENGTH, axes.ACT_EMBED))
+        out = _matmul(_tokens(o_BxLxHxE.reshape(B, L, H * E)), self.wo_HxExD[...].reshape(H * E, D), dt)
+        # row-parallel output: all-reduce over `tensor`, or reduce-scatter along L under SP
+        return axes.constrain(out.reshape(B, L, D), (axes.BATCH, axes.RESID_LENGTH, axes.ACT_EMBED))
 
 
 class SwiGLU(nnx.Module):
@@ -180,14 +197,15 @@ class SwiGLU(nnx.Module):
     def __call__(self, x_BxLxD: jax.Array) -> jax.Array:
         dt = x_BxLxD.dtype
         B, L, D = x_BxLxD.shape
-        x_NxD = x_BxLxD.reshape(B * L, D)
+        x_BxLxD = axes.constrain(x_BxLxD, (axes.BATCH, axes.LENGTH, axes.ACT_EMBED))  # SP all-gather
+        x_NxD = _tokens(x_BxLxD)
         g = _matmul(x_NxD, self.w_gate_DxF[...], dt)
         u = _matmul(x_NxD, self.w_up_DxF[...], dt)
         # silu written as g * sigmoid(g): jax.nn.silu's custom derivative costs XLA:CPU an extra
         # ~40% on the whole MLP backward; the math is identical.
         h_BxLxF = axes.constrain((g * jax.nn.sigmoid(g) * u).reshape(B, L, -1), (axes.BATCH, axes.LENGTH, axes.ACT_MLP))
-        out = _matmul(h_BxLxF.reshape(B * L, -1), self.w_down_FxD[...], dt)
-        return axes.constrain(out.reshape(B, L, D), (axes.BATCH, axes.LENGTH, axes.ACT_EMBED))
+        out = _matmul(_tokens(h_BxLxF), self.w_down_FxD[...], dt)
+        return axes.constrain(out.reshape(B, L, D), (axes.BATCH, axes.RESID_LENGTH, axes.ACT_EMBED))
 
 
 class Block(nnx.Module):
@@ -202,7 +220,7 @@ class Block(nnx.Module):
     def __call__(self, x_BxLxD: jax.Array) -> jax.Array:
         x = x_BxLxD + self.attn(self.attn_norm(x_BxLxD))
         x = x + self.mlp(self.mlp_norm(x))
-        return axes.constrain(x, (axes.BATCH, axes.LENGTH, axes.ACT_EMBED))
+        return axes.constrain(x, (axes.BATCH, axes.RESID_LENGTH, axes.ACT_EMBED))
 
 
 def _block_forward(block: Block, x_BxLxD: jax.Array) -> jax.Array:
@@ -243,14 +261,22 @@ class Transformer(nnx.Module):
         return [getattr(self, f"block_{i}") for i in range(self.cfg.n_layers)]
 
     def __call__(self, tokens_BxL: jax.Array) -> jax.Array:
-        cfg = self.cfg
-        dt = jnp.dtype(cfg.dtype)
-        x = jnp.take(self.embed_VxD[...], tokens_BxL, axis=0).astype(dt)
-        x = axes.constrain(x, (axes.BATCH, axes.LENGTH, axes.ACT_EMBED))
-        fwd = BLOCK_FORWARD[cfg.remat]
+        x = self.embed(tokens_BxL)
+        fwd = BLOCK_FORWARD[self.cfg.remat]
         for block in self.blocks():
             x = fwd(block, x)
-        x = self.final_norm(x)
+        return self.logits(x)
+
+    # embed / logits: the parts before and after the blocks, separate so that a pipeline
+    # (sharding/pipeline.py) can run the blocks its own way in between.
+    def embed(self, tokens_BxL: jax.Array) -> jax.Array:
+        x = jnp.take(self.embed_VxD[...], tokens_BxL, axis=0).astype(jnp.dtype(self.cfg.dtype))
+        return axes.constrain(x, (axes.BATCH, axes.RESID_LENGTH, axes.ACT_EMBED))
+
+    def logits(self, x_BxLxD: jax.Array) -> jax.Array:
+        cfg = self.cfg
+        dt = jnp.dtype(cfg.dtype)
+        x = self.final_norm(x_BxLxD)
         if cfg.tie_embeddings:
             logits = jnp.einsum("bld,vd->blv", x, self.embed_VxD[...].astype(dt),
                                 preferred_element_type=jnp.float32)

@@ -29,6 +29,11 @@ class ShardingConfig:
     data: int = 1      # data parallel: batch rows split, parameters replicated
     fsdp: int = 1      # fully sharded data parallel: batch rows and parameters split
     tensor: int = 1    # tensor parallel: heads / MLP width / vocabulary split
+    context: int = 1   # context parallel: the sequence split (attention all-gathers K/V)
+    sequence_parallel: bool = False  # Megatron SP: norms/residuals sequence-split over `tensor`
+    pipeline: int = 1  # pipeline stages: the `stage` mesh axis (sharding/pipeline.py)
+    pipeline_schedule: str = "gpipe"  # gpipe | 1f1b | interleaved
+    virtual_stages: int = 1  # layer chunks per stage for pipeline_schedule=interleaved
 
     @classmethod
     def from_mapping(cls, m: Mapping[str, Any]) -> "ShardingConfig":
@@ -36,11 +41,14 @@ class ShardingConfig:
 
     @property
     def sizes(self) -> tuple[int, int, int]:
-        """(data, fsdp, tensor), possibly with one -1."""
+        """(data, fsdp, tensor), possibly with one -1 (the axes every layout has; the newer
+        axes are separate fields, so existing 3-tuples keep their meaning)."""
         return (self.data, self.fsdp, self.tensor)
 
 
-AXES = tuple(f.name for f in dataclasses.fields(ShardingConfig))
+# The integer mesh-size fields (booleans / schedules are not axes). Sequences of sizes follow this
+# order; shorter ones mean the missing trailing axes are 1.
+AXES = ("data", "fsdp", "tensor", "context")
 
 
 def load_layouts(directory: Path = LAYOUTS_DIR) -> dict[str, tuple[int, int, int]]:

@@ -22,9 +22,15 @@ from sharding.rules import MESH_AXES
 _AUTO = (AxisType.Auto,) * len(MESH_AXES)
 
 
-def make_mesh(sizes: Sequence[int], devices: Sequence[jax.Device] | None = None) -> Mesh:
-    """Mesh with axes (data, fsdp, tensor) of the given resolved sizes."""
+def make_mesh(sizes: Sequence[int], devices: Sequence[jax.Device] | None = None, stage: int = 1,
+              context: int = 1) -> Mesh:
+    """Mesh with axes MESH_AXES of the given resolved sizes (missing trailing axes are 1);
+    `stage` = the number of pipeline stages (`sharding.pipeline`), `context` = the number of
+    sequence shards (`sharding.context`)."""
     devices = list(jax.devices() if devices is None else devices)
+    sizes = list(sizes) + [1] * (len(MESH_AXES) - len(sizes))
+    sizes[MESH_AXES.index("stage")] *= stage
+    sizes[MESH_AXES.index("context")] *= context
     n = math.prod(sizes)
     if jax.process_count() > 1 and n != len(devices):
         raise ConfigError(f"multi-process runs must use all {len(devices)} devices "

@@ -2,13 +2,19 @@
 
 Mesh axes: `data` (pure data parallel: parameters replicated), `fsdp` (data parallel whose
 parameters and optimizer state are sharded over it, ZeRO-3 style), `tensor` (Megatron-style
-column/row split of attention heads, MLP width and vocabulary). A layout is nothing but the sizes
+column/row split of attention heads, MLP width and vocabulary), `context` (the sequence split;
+attention gathers K/V: sharding/context.py). A layout is nothing but the sizes
 of these three axes: with one table, dp / fsdp / tp and their 2-D combinations all follow (a
 mesh axis of size 1 shards nothing).
 
 Megatron pairing falls out of the names: W_q/W_k/W_v and W_gate/W_up are split on their output
 (heads / mlp) dim = column parallel, W_o and W_down on their input dim = row parallel, so each
 attention or MLP sub-layer needs one reduction of its output.
+
+Sequence parallelism (`sharding.sequence_parallel`, Korthikanti et al. 2022) changes one rule:
+the residual stream's sequence dim (`resid_length`: embeddings, norms, residual adds) is split
+over `tensor` as well, so the row-parallel outputs are reduce-scattered along the sequence
+instead of all-reduced, and the column-parallel inputs (`length`) are all-gathered again.
 """
 
 from __future__ import annotations
@@ -20,7 +26,9 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from models import axes
 
-MESH_AXES = ("data", "fsdp", "tensor")
+# Mesh axis order = the order of make_mesh's sizes (missing trailing ones are 1); stage and
+# context were appended after (data, fsdp, tensor) so existing 3-tuples keep their meaning.
+MESH_AXES = ("data", "fsdp", "tensor", "stage", "context")  # stage: pipeline stages (sharding/pipeline.py)
 BATCH_AXES = ("data", "fsdp")
 
 RULES: dict[str, tuple[str, ...] | str | None] = {
@@ -34,7 +42,9 @@ RULES: dict[str, tuple[str, ...] | str | None] = {
     axes.NORM: None,
     # activations
     axes.BATCH: BATCH_AXES,
-    axes.LENGTH: None,
+    axes.LENGTH: "context",
+    axes.RESID_LENGTH: "context",
+    axes.KV_LENGTH: None,
     axes.ACT_EMBED: None,
     axes.ACT_MLP: "tensor",
     axes.ACT_HEADS: "tensor",
@@ -43,16 +53,21 @@ RULES: dict[str, tuple[str, ...] | str | None] = {
 }
 
 
-def logical_to_spec(names: Sequence[str | None]) -> PartitionSpec:
+# Sequence parallelism: the residual stream is split over `tensor` too (see the docstring).
+SEQUENCE_PARALLEL_RULES = {**RULES, axes.RESID_LENGTH: ("context", "tensor")}
+
+
+def logical_to_spec(names: Sequence[str | None], rules: dict | None = None) -> PartitionSpec:
     """PartitionSpec for one array given its logical axis names (unknown name = error)."""
+    rules = RULES if rules is None else rules
     out = []
     for n in names:
         if n is None:
             out.append(None)
             continue
-        if n not in RULES:
+        if n not in rules:
             raise KeyError(f"logical axis {n!r} has no rule in sharding/rules.py")
-        out.append(RULES[n])
+        out.append(rules[n])
     return PartitionSpec(*out)
 
 
@@ -82,13 +97,24 @@ def param_shardings(mesh: Mesh, axes_tree: Any) -> Any:
                         is_leaf=is_axes_leaf)
 
 
-def activation_sharding_fn(mesh: Mesh):
-    """For models.axes.activation_sharding: logical names -> NamedSharding."""
+def activation_sharding_fn(mesh: Mesh, sequence_parallel: bool = False):
+    """For models.axes.activation_sharding: logical names -> NamedSharding.
+
+    `sequence_parallel` selects SEQUENCE_PARALLEL_RULES. When the mesh splits the sequence
+    (`context` > 1) the function also carries `attention`, the context-parallel kernel that
+    models.axes.attention_kernel hands to the model, and `sequence_split` (models.axes.sequence_split).
+    """
+    rules = SEQUENCE_PARALLEL_RULES if sequence_parallel else RULES
     cache: dict[tuple, NamedSharding] = {}
 
     def fn(names: tuple[str | None, ...]) -> NamedSharding:
         if names not in cache:
-            cache[names] = NamedSharding(mesh, logical_to_spec(names))
+            cache[names] = NamedSharding(mesh, logical_to_spec(names, rules))
         return cache[names]
 
+    fn.sequence_split = dict(mesh.shape).get("context", 1) > 1
+    if fn.sequence_split:
+        from sharding.context import gathered_kv_attention  # imports the model: only when needed
+
+        fn.attention = gathered_kv_attention
     return fn

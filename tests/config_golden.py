@@ -234,47 +234,54 @@ for _case, _config in GOLDEN.items():
 # YAML false/true still mean none/full.
 for _config in GOLDEN.values():
     _config["model"]["remat"] = "none"
+# Issue 17: pipeline, sequence and context parallelism (ShardingConfig in sharding/layouts.py) and
+# pipeline micro-batches, at their defaults (off).
+for _config in GOLDEN.values():
+    _config["sharding"].update(pipeline=1, pipeline_schedule="gpipe", virtual_stages=1, context=1,
+                               sequence_parallel=False)
+    if "train" in _config:
+        _config["train"]["micro_batches"] = 1
 
 # Run ids (experiments/sweeps/runs.py) of every planned run of every sweep preset, same capture.
 # All changed once, on purpose (issues 15 and 17): `model.dtype` is now `auto`, `model.remat` a
-# policy name, and `model.attention`, `data.dir` are new run-defining keys, so sweeps started
+# policy name, and `model.attention`, `data.dir`, the new sharding axes are run-defining keys, so sweeps started
 # before then train their runs again.
 # `tracker` and `train.profile_steps` are not part of a run's id (tracking and tracing do not
 # change what is trained).
 RUN_IDS = {
-    'isoflop/C1e11_L1-d16': '6e802e5179',
-    'isoflop/C1e11_L2-d32': '8923a08b58',
-    'isoflop/C1e11_L3-d48': 'ef7d2c07f5',
-    'isoflop/C1e11_L4-d64': '7dd7232812',
-    'isoflop/C3e11_L1-d16': 'cd6ae63930',
-    'isoflop/C3e11_L2-d32': 'b6f2acf3a9',
-    'isoflop/C3e11_L3-d48': '6f9a76457a',
-    'isoflop/C3e11_L4-d64': '0c62907098',
-    'model_ladder/L1-d16_r20': '031f26d724',
-    'model_ladder/L2-d32_r20': 'e582ad265a',
-    'model_ladder/L3-d48_r20': '777f2d3454',
-    'model_ladder/L4-d64_r20': 'b16a7cb7c8',
-    'data_ladder/D1e5': 'aa9612a53c',
-    'data_ladder/D3e5': 'fae1117514',
-    'data_ladder/D1e6': 'cd20532494',
-    'data_ladder/D3e6': 'f821d5642c',
-    'layouts/mesh-data8-fsdp1-tensor1': 'c19c0e31ad',
-    'layouts/mesh-data1-fsdp8-tensor1': '051b631d6d',
-    'layouts/mesh-data2-fsdp1-tensor4': '97af95c785',
-    'layouts/mesh-data1-fsdp2-tensor4': '914890f920',
-    'layouts/mesh-data2-fsdp2-tensor2': '179b9822d4',
+    'isoflop/C1e11_L1-d16': '806378d25d',
+    'isoflop/C1e11_L2-d32': 'e4e2331649',
+    'isoflop/C1e11_L3-d48': '8716ab792a',
+    'isoflop/C1e11_L4-d64': 'ba1289392f',
+    'isoflop/C3e11_L1-d16': 'df7f8704be',
+    'isoflop/C3e11_L2-d32': '12871f8ad7',
+    'isoflop/C3e11_L3-d48': 'd0b58f90a0',
+    'isoflop/C3e11_L4-d64': 'abc343bcae',
+    'model_ladder/L1-d16_r20': '44c5efa0f9',
+    'model_ladder/L2-d32_r20': 'c5d2d64e74',
+    'model_ladder/L3-d48_r20': 'a52f899056',
+    'model_ladder/L4-d64_r20': '2fc5cb19e4',
+    'data_ladder/D1e5': 'e444c6e944',
+    'data_ladder/D3e5': 'a19ef3d7bc',
+    'data_ladder/D1e6': '8eef6149f8',
+    'data_ladder/D3e6': 'ea46c88416',
+    'layouts/mesh-data8-fsdp1-tensor1': '559f703e5d',
+    'layouts/mesh-data1-fsdp8-tensor1': 'eacbc0d6bc',
+    'layouts/mesh-data2-fsdp1-tensor4': '64c75e0c9d',
+    'layouts/mesh-data1-fsdp2-tensor4': 'f2e46671ce',
+    'layouts/mesh-data2-fsdp2-tensor2': 'a6335862dc',
     # the demo's ids changed on purpose with its eval.tasks (issue 14): its old runs have no task
     # metrics, so relaunching the demo trains them again
-    'demo/C1e11_L1-d16': 'd1abb4c138',
-    'demo/C1e11_L2-d32': '91f105df30',
-    'demo/C1e11_L3-d48': 'e5758630bc',
-    'demo/C1e11_L4-d64': '24cb669f90',
-    'demo/C2e11_L1-d16': 'de3e0c00e2',
-    'demo/C2e11_L2-d32': 'b2091316ee',
-    'demo/C2e11_L3-d48': 'f34dc87967',
-    'demo/C2e11_L4-d64': '794d290853',
-    'demo/C4e11_L1-d16': '7e48f6951c',
-    'demo/C4e11_L2-d32': 'b8dcefd9c9',
-    'demo/C4e11_L3-d48': 'c08297e27a',
-    'demo/C4e11_L4-d64': '2f72fc7ee2',
+    'demo/C1e11_L1-d16': 'daeb9e45db',
+    'demo/C1e11_L2-d32': '84f67d9578',
+    'demo/C1e11_L3-d48': '27f769de00',
+    'demo/C1e11_L4-d64': 'fecfbb3c22',
+    'demo/C2e11_L1-d16': 'f86dae6ae3',
+    'demo/C2e11_L2-d32': '6b4499036c',
+    'demo/C2e11_L3-d48': '01538d05af',
+    'demo/C2e11_L4-d64': '9144d2c13a',
+    'demo/C4e11_L1-d16': '05612a4846',
+    'demo/C4e11_L2-d32': '330a36c2c4',
+    'demo/C4e11_L3-d48': '52f3a3d46c',
+    'demo/C4e11_L4-d64': '5ec5745c9d',
 }

@@ -106,7 +106,7 @@ def test_layout_table_is_the_sharding_presets(name):
 
 @pytest.mark.parametrize("config,override,msg", [
     ("config", "model.bogus=1", "unknown model key(s) ['bogus']; known: ['attention', 'd_ff', 'd_model',"),
-    ("config", "sharding.pipe=2", "unknown sharding key(s) ['pipe']; known: ['data', 'fsdp', 'tensor']"),
+    ("config", "sharding.pipe=2", "unknown sharding key(s) ['pipe']; known: ['context', 'data', 'fsdp', 'pipeline',"),
     ("rl", "rl.algo.lossy=1", "unknown rl.algo key(s) ['lossy']; known: ['advantage', 'aggregation',"),
     ("config", "train.steps=abc", "train.steps: Value 'abc' of type 'str' could not be converted to Integer"),
     ("config", "model=huge", "Could not find 'model/huge'; Available options in 'model': "),

@@ -195,7 +195,10 @@ def _plan_layouts(s: _Sweep) -> list[PlannedRun]:
         unknown = set(mesh) - set(AXES)
         if unknown:
             raise PlanError(f"sweep.meshes[{i}] has unknown axes {sorted(unknown)}; use {', '.join(AXES)}")
-        axes = dataclasses.asdict(ShardingConfig(**{k: int(v) for k, v in mesh.items()}))
+        full = dataclasses.asdict(ShardingConfig(**{k: int(v) for k, v in mesh.items()}))
+        # data/fsdp/tensor always (stable run labels); newer keys only when not at their default
+        default = dataclasses.asdict(ShardingConfig())
+        axes = {k: v for k, v in full.items() if k in ("data", "fsdp", "tensor") or v != default[k]}
         runs.append(PlannedRun(
             label="mesh-" + "-".join(f"{k}{v}" for k, v in axes.items()),
             overrides=tuple(f"sharding.{k}={v}" for k, v in axes.items()),

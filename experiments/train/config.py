@@ -36,7 +36,7 @@ from models.base.errors import ConfigError
 from models.config import ModelConfig
 from models.flops import flops_per_token, non_embedding_param_count, param_count
 from sharding.layouts import ShardingConfig, resolve_axis_sizes
-from sharding.validate import validate_layout
+from sharding.validate import PipelineSpec, check_pipeline, check_sequence_layout, validate_layout
 
 SCHEDULES = ("cosine", "linear", "wsd", "constant")
 
@@ -47,6 +47,8 @@ class TrainConfig:
 
     batch_size: int = 16                 # global batch, sequences
     micro_batch_size: int | None = None  # None = batch_size; smaller = gradient accumulation
+    micro_batches: int = 1               # pipeline micro-batches each micro-batch is split into
+                                         # (sharding.pipeline > 1; sharding/pipeline.py)
     tokens: Any = 262144                 # run length in tokens, rounded up to whole steps (int or
                                          # float such as 2e6: typed Any so an int stays an int)
     steps: int | None = None             # run length in steps: when set, wins over tokens
@@ -195,10 +197,13 @@ class RunSpec:
     fingerprint: str
     fingerprint_fields: dict[str, Any]
     raw: dict[str, Any]
+    pipeline: PipelineSpec = PipelineSpec()  # sharding.pipeline stages (the `stage` mesh axis)
+    context: int = 1                   # sharding.context: sequence shards (the `context` mesh axis)
+    sequence_parallel: bool = False    # sharding.sequence_parallel (Megatron SP over `tensor`)
 
     @property
     def n_devices(self) -> int:
-        return math.prod(self.mesh_shape)
+        return math.prod(self.mesh_shape) * self.pipeline.stages * self.context
 
 
 @dataclasses.dataclass(frozen=True)
@@ -297,6 +302,28 @@ def _loss_ceiling(train: TrainConfig, model: ModelConfig) -> float:
     return float(ceiling)
 
 
+def _devices_per_stage(sharding: ShardingConfig, n_devices: int) -> int:
+    """The devices left for the other axes once `sharding.pipeline` stages take theirs."""
+    p = sharding.pipeline
+    if isinstance(p, bool) or not isinstance(p, int) or p < 1:
+        raise ConfigError(f"sharding.pipeline must be a positive integer (got {p!r})")
+    if n_devices % p:
+        raise ConfigError(f"sharding.pipeline={p} does not divide the {n_devices} available devices")
+    return n_devices // p
+
+
+def _pipeline(sharding: ShardingConfig, train: TrainConfig, model: ModelConfig, micro: int,
+              mesh_shape: tuple[int, ...]) -> PipelineSpec:
+    """The validated pipeline (train.micro_batches only means something with stages)."""
+    if sharding.pipeline == 1 and train.micro_batches == 1 and sharding.virtual_stages == 1:
+        return PipelineSpec(schedule=check_pipeline(model.n_layers, 1, sharding.pipeline_schedule, 1, 1, micro).schedule)
+    if sharding.pipeline == 1:
+        raise ConfigError("train.micro_batches / sharding.virtual_stages need sharding.pipeline > 1")
+    return check_pipeline(model.n_layers, sharding.pipeline, sharding.pipeline_schedule,
+                          sharding.virtual_stages, train.micro_batches, micro,
+                          batch_shards=mesh_shape[0] * mesh_shape[1])
+
+
 def _mesh_shape(sharding: ShardingConfig, model: ModelConfig, micro: int, n_devices: int | None) -> tuple[int, int, int]:
     """Resolved (data, fsdp, tensor) sizes that divide the model and the batch."""
     # Divisibility by the axes given explicitly first (the clearer message), then the device count.
@@ -307,8 +334,14 @@ def _mesh_shape(sharding: ShardingConfig, model: ModelConfig, micro: int, n_devi
         import jax  # only to count devices: importing this module stays JAX-free (see the docstring)
 
         n_devices = jax.device_count()
+    n_devices = _devices_per_stage(sharding, n_devices)
+    check_sequence_layout(model, None, sharding.context, sharding.sequence_parallel)
+    if n_devices % sharding.context:
+        raise ConfigError(f"sharding.context={sharding.context} does not divide the {n_devices} available devices")
+    n_devices //= sharding.context  # the `context` mesh axis takes its share (sharding/context.py)
     mesh_shape = resolve_axis_sizes(list(fixed), n_devices)
     validate_layout(model, *mesh_shape, micro_batch_size=micro, eval_batch_size=micro)
+    check_sequence_layout(model, mesh_shape[2], sharding.context, sharding.sequence_parallel)
     return mesh_shape
 
 
@@ -330,8 +363,9 @@ def resolve_config(cfg: Any, n_devices: int | None = None) -> RunSpec:
     warmup_steps = _warmup_steps(optim, length)
     eval_batches = max(1, math.ceil(train.eval_tokens / (length.micro_batch_size * model.seq_len)))
     ceiling = _loss_ceiling(train, model)
-    mesh_shape = _mesh_shape(ShardingConfig.from_mapping(raw["sharding"]), model,
-                             length.micro_batch_size, n_devices)
+    sharding = ShardingConfig.from_mapping(raw["sharding"])
+    mesh_shape = _mesh_shape(sharding, model, length.micro_batch_size, n_devices)
+    pipeline = _pipeline(sharding, train, model, length.micro_batch_size, mesh_shape)
     return RunSpec(
         model=model, train=train, optim=optim, data=data, eval=evalc, tracker=tracker, mesh_shape=mesh_shape,
         distributed=dict(raw.get("distributed") or {}),
@@ -340,4 +374,5 @@ def resolve_config(cfg: Any, n_devices: int | None = None) -> RunSpec:
         eval_batch_size=length.micro_batch_size, eval_batches=eval_batches, loss_ceiling=ceiling,
         n_params=param_count(model), n_params_non_embedding=non_embedding_param_count(model),
         flops_per_token=flops_per_token(model), fingerprint=config_fingerprint(raw),
-        fingerprint_fields=fingerprint_fields(raw), raw=raw)
+        fingerprint_fields=fingerprint_fields(raw), raw=raw, pipeline=pipeline,
+        context=sharding.context, sequence_parallel=sharding.sequence_parallel)

@@ -280,7 +280,7 @@ def _run(raw: dict[str, Any], run_dir: Path, t_start: float, state: RunState,
     corpus = load_corpus(spec.data)
     state.corpus = corpus.identity
     sampler = BatchSampler(corpus.train, spec.model.seq_len, spec.train.batch_size, spec.train.seed)
-    mesh = make_mesh(spec.mesh_shape)
+    mesh = make_mesh(spec.mesh_shape, stage=spec.pipeline.stages, context=spec.context)
     devices = _describe_devices(spec, mesh, state)
     loop = _build_loop(spec, state, run_dir, t_start, mesh, corpus, sampler)
     _log_header(spec, devices, corpus, state.is_main)
@@ -299,6 +299,8 @@ def _describe_devices(spec: RunSpec, mesh: Any, state: RunState) -> list[Any]:
     state.peak, state.peak_source = peak_flops_per_device(devices[0], spec.model.dtype,
                                                           devices_on_host=on_host)
     state.mesh = {"data": spec.mesh_shape[0], "fsdp": spec.mesh_shape[1], "tensor": spec.mesh_shape[2],
+                  "stage": spec.pipeline.stages, "context": spec.context,
+                  "sequence_parallel": spec.sequence_parallel,
                   "devices": len(devices), "processes": jax.process_count(),
                   "device_kind": devices[0].device_kind, "platform": devices[0].platform}
     return devices
@@ -308,7 +310,8 @@ def _build_loop(spec: RunSpec, state: RunState, run_dir: Path, t_start: float, m
                 corpus: Any, sampler: BatchSampler) -> Loop:
     """Optimizer, sharded steps, checkpointer and metrics log; params restored or initialised."""
     schedule = make_schedule(spec.optim, spec.steps, spec.warmup_steps)
-    ts = build_train_setup(spec.model, make_optimizer(spec.optim, schedule), mesh, n_micro=spec.n_micro)
+    ts = build_train_setup(spec.model, make_optimizer(spec.optim, schedule), mesh, n_micro=spec.n_micro,
+                           pipeline=spec.pipeline, sequence_parallel=spec.sequence_parallel)
     ckpt = Checkpointer(run_dir, keep=spec.train.keep_checkpoints)
     metrics = MetricsLog(run_dir / "metrics.jsonl", enabled=state.is_main,
                          tracker=make_tracker(spec.tracker, run_dir, TRAIN_NAMES, spec.raw, state.is_main))
@@ -361,7 +364,8 @@ def _log_header(spec: RunSpec, devices: list[Any], corpus: Any, enabled: bool) -
     _log(f"model: {spec.n_params:,} params ({spec.n_params_non_embedding:,} non-embedding), "
          f"{spec.flops_per_token:,} FLOPs/token (mfu: {MFU_CAUSAL}) | run: {spec.steps} steps x "
          f"{spec.tokens_per_step:,} tokens = {spec.total_tokens:,} tokens | mesh data={spec.mesh_shape[0]} fsdp="
-         f"{spec.mesh_shape[1]} tensor={spec.mesh_shape[2]} on {len(devices)} {devices[0].platform} "
+         f"{spec.mesh_shape[1]} tensor={spec.mesh_shape[2]}{'+sp' if spec.sequence_parallel else ''}"
+         f"{f' context={spec.context}' if spec.context > 1 else ''} on {len(devices)} {devices[0].platform} "
          f"device(s) | corpus {corpus.identity['name']} ({corpus.identity['bytes']:,} bytes)", enabled)
 
 

@@ -24,12 +24,15 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from models.axes import activation_sharding
 from models.config import ModelConfig
 from models.transformer import Transformer, abstract_model, apply, logical_axes, split_params
+from sharding.pipeline import PipelineSpec, block_graphdef_and_axes, pipelined_blocks
 from sharding.rules import BATCH_AXES, activation_sharding_fn, param_shardings
 
 
-def cross_entropy_loss(graphdef: nnx.GraphDef, params: Any, tokens_BxL1: jax.Array) -> jax.Array:
-    """Mean next-token cross-entropy (nats) of the model on a window batch."""
-    logits_BxLxV = apply(graphdef, params, tokens_BxL1[:, :-1])
+def cross_entropy_loss(graphdef: nnx.GraphDef, params: Any, tokens_BxL1: jax.Array,
+                       forward: Callable = apply) -> jax.Array:
+    """Mean next-token cross-entropy (nats) of the model on a window batch (`forward` =
+    `apply`, or a pipelined equivalent with the same signature)."""
+    logits_BxLxV = forward(graphdef, params, tokens_BxL1[:, :-1])
     targets_BxL = tokens_BxL1[:, 1:]
     logz_BxL = jax.nn.logsumexp(logits_BxLxV, axis=-1)
     picked_BxL = jnp.take_along_axis(logits_BxLxV, targets_BxL[..., None], axis=-1)[..., 0]
@@ -88,10 +91,33 @@ def _make_train_step(grad_fn: Callable, tx: optax.GradientTransformation, p_sh: 
     return train_step
 
 
+def _pipelined_forward(model_cfg: ModelConfig, abstract: Transformer, mesh: Mesh,
+                       pipe: PipelineSpec) -> Callable:
+    """`apply` with the blocks run through the pipeline of sharding/pipeline.py (embedding and
+    head outside it, replicated over `stage`)."""
+    block_gd, block_axes = block_graphdef_and_axes(abstract)
+
+    def forward(graphdef: nnx.GraphDef, params: Any, tokens_BxL: jax.Array) -> jax.Array:
+        model = nnx.merge(graphdef, jax.tree.map(lambda a: nnx.Param(a, eager_sharding=False), params))
+        x_BxLxD = model.embed(tokens_BxL)
+        x_BxLxD = pipelined_blocks(model.cfg, pipe, mesh, block_gd, block_axes, params, x_BxLxD)
+        return model.logits(x_BxLxD)
+
+    return forward
+
+
 def build_train_setup(model_cfg: ModelConfig, tx: optax.GradientTransformation, mesh: Mesh,
-                      n_micro: int = 1, donate: bool = True) -> TrainSetup:
-    """Shardings from the logical-axis rules, and the jitted init / train / eval functions."""
+                      n_micro: int = 1, donate: bool = True,
+                      pipeline: PipelineSpec | None = None,
+                      sequence_parallel: bool = False) -> TrainSetup:
+    """Shardings from the logical-axis rules, and the jitted init / train / eval functions.
+    `pipeline` (stages on the mesh's `stage` axis) runs the blocks as a pipeline."""
     abstract = abstract_model(model_cfg)
+    forward = apply
+    if pipeline is not None and pipeline.enabled:
+        if mesh.shape.get("stage", 1) != pipeline.stages:
+            raise ValueError(f"mesh stage axis {mesh.shape.get('stage', 1)} != {pipeline.stages} pipeline stages")
+        forward = _pipelined_forward(model_cfg, abstract, mesh, pipeline)
     graphdef, _ = nnx.split(abstract, nnx.Param)
     axes = logical_axes(abstract)
     p_sh = param_shardings(mesh, axes)
@@ -103,12 +129,12 @@ def build_train_setup(model_cfg: ModelConfig, tx: optax.GradientTransformation, 
                                  is_leaf=lambda x: isinstance(x, jax.ShapeDtypeStruct))
     batch_sh = NamedSharding(mesh, PartitionSpec(None, BATCH_AXES, None))
     eval_sh = NamedSharding(mesh, PartitionSpec(BATCH_AXES, None))
-    act_fn = activation_sharding_fn(mesh)
+    act_fn = activation_sharding_fn(mesh, sequence_parallel)  # SP rules; CP attention if context > 1
 
     def loss_fn(params: Any, tokens_BxL1: jax.Array) -> jax.Array:
         with activation_sharding(act_fn):
             tokens_BxL1 = jax.lax.with_sharding_constraint(tokens_BxL1, eval_sh)
-            return cross_entropy_loss(graphdef, params, tokens_BxL1)
+            return cross_entropy_loss(graphdef, params, tokens_BxL1, forward)
 
     grad_fn = jax.value_and_grad(loss_fn)
 
