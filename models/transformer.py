@@ -270,7 +270,11 @@ class Transformer(nnx.Module):
     # embed / logits: the parts before and after the blocks, separate so that a pipeline
     # (sharding/pipeline.py) can run the blocks its own way in between.
     def embed(self, tokens_BxL: jax.Array) -> jax.Array:
-        x = jnp.take(self.embed_VxD[...], tokens_BxL, axis=0).astype(jnp.dtype(self.cfg.dtype))
+        # the table is gathered over `fsdp` first (as every ZeRO-3 weight is before use) and the
+        # lookup reads a vocab-sharded table: without it XLA cannot move the gather's output from
+        # the table's (fsdp, tensor) layout to the batch layout and replicates it every step
+        table_VxD = axes.constrain(self.embed_VxD[...], (axes.VOCAB, None))
+        x = jnp.take(table_VxD, tokens_BxL, axis=0).astype(jnp.dtype(self.cfg.dtype))
         return axes.constrain(x, (axes.BATCH, axes.RESID_LENGTH, axes.ACT_EMBED))
 
     def logits(self, x_BxLxD: jax.Array) -> jax.Array:
