@@ -241,6 +241,10 @@ for _config in GOLDEN.values():
                                sequence_parallel=False)
     if "train" in _config:
         _config["train"]["micro_batches"] = 1
+# ... and the layouts preset sweeps them (a pipelined and a context + sequence-parallel mesh).
+GOLDEN["config +sweep=layouts"]["sweep"]["meshes"] += [
+    {"data": 2, "tensor": 2, "pipeline": 2, "micro_batches": 4},
+    {"data": 2, "tensor": 2, "context": 2, "sequence_parallel": True}]
 
 # Run ids (experiments/sweeps/runs.py) of every planned run of every sweep preset, same capture.
 # All changed once, on purpose (issues 15 and 17): `model.dtype` is now `auto`, `model.remat` a
@@ -270,6 +274,9 @@ RUN_IDS = {
     'layouts/mesh-data2-fsdp1-tensor4': '64c75e0c9d',
     'layouts/mesh-data1-fsdp2-tensor4': 'f2e46671ce',
     'layouts/mesh-data2-fsdp2-tensor2': 'a6335862dc',
+    # pipeline and context/sequence-parallel layouts (issue 17)
+    'layouts/mesh-data2-fsdp1-tensor2-pp2-mb4': '4ad2329744',
+    'layouts/mesh-data2-fsdp1-tensor2-cp2-sp': '3e6e744f82',
     # the demo's ids changed on purpose with its eval.tasks (issue 14): its old runs have no task
     # metrics, so relaunching the demo trains them again
     'demo/C1e11_L1-d16': 'daeb9e45db',

@@ -87,6 +87,14 @@ def test_other_kinds():
     lay = plan_sweep(BASE, {"kind": "layouts", "meshes": [{"data": 8}, {"data": 2, "tensor": 4}]})
     assert lay[1].overrides == ("sharding.data=2", "sharding.fsdp=1", "sharding.tensor=4")
     assert lay[0].steps == 50
+    new = plan_sweep(BASE, {"kind": "layouts", "meshes": [
+        {"data": 2, "pipeline": 2, "pipeline_schedule": "interleaved", "virtual_stages": 2, "micro_batches": 4},
+        {"tensor": 2, "context": 2, "sequence_parallel": True}]})
+    assert [r.label for r in new] == ["mesh-data2-fsdp1-tensor1-pp2-interleaved-v2-mb4",
+                                      "mesh-data1-fsdp1-tensor2-cp2-sp"]
+    assert new[0].overrides[-4:] == ("sharding.pipeline=2", "sharding.pipeline_schedule=interleaved",
+                                     "sharding.virtual_stages=2", "train.micro_batches=4")
+    assert new[1].overrides[-2:] == ("sharding.context=2", "sharding.sequence_parallel=true")
 
 
 @pytest.mark.parametrize("sweep, msg", [
@@ -94,7 +102,7 @@ def test_other_kinds():
     ({**SWEEP, "budgets": [1e11, -1]}, "positive number"),
     ({**SWEEP, "kind": "grid"}, "sweep.kind"),
     ({**SWEEP, "warmup_fraction": 1.5}, "warmup_fraction"),
-    ({"kind": "layouts", "meshes": [{"pipe": 2}]}, "unknown axes"),
+    ({"kind": "layouts", "meshes": [{"pipe": 2}]}, "unknown keys"),
     ({"kind": "data_ladder"}, "sweep.tokens is empty"),
 ])
 def test_bad_sweep_configs_name_the_key(sweep, msg):

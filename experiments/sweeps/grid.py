@@ -32,7 +32,7 @@ from experiments.sweeps.ladder import LadderError, shapes_from_config
 from models.base.errors import ConfigError
 from models.config import ModelConfig
 from models.flops import flops_per_token, param_count
-from sharding.layouts import AXES, ShardingConfig
+from sharding.layouts import ShardingConfig
 
 KINDS = ("isoflop", "model_ladder", "data_ladder", "layouts")
 
@@ -191,19 +191,34 @@ def _plan_layouts(s: _Sweep) -> list[PlannedRun]:
     else:
         raise PlanError("the layouts sweep needs train.steps or train.tokens for its runs")
     runs = []
+    default = dataclasses.asdict(ShardingConfig())
     for i, mesh in enumerate(meshes):
-        unknown = set(mesh) - set(AXES)
+        unknown = set(mesh) - set(default) - {"micro_batches"}
         if unknown:
-            raise PlanError(f"sweep.meshes[{i}] has unknown axes {sorted(unknown)}; use {', '.join(AXES)}")
-        full = dataclasses.asdict(ShardingConfig(**{k: int(v) for k, v in mesh.items()}))
+            raise PlanError(f"sweep.meshes[{i}] has unknown keys {sorted(unknown)}; use the sharding keys "
+                            f"({', '.join(default)}) and micro_batches (pipeline micro-batches)")
+        full = {k: type(default[k])(mesh.get(k, default[k])) for k in default}
         # data/fsdp/tensor always (stable run labels); newer keys only when not at their default
-        default = dataclasses.asdict(ShardingConfig())
         axes = {k: v for k, v in full.items() if k in ("data", "fsdp", "tensor") or v != default[k]}
-        runs.append(PlannedRun(
-            label="mesh-" + "-".join(f"{k}{v}" for k, v in axes.items()),
-            overrides=tuple(f"sharding.{k}={v}" for k, v in axes.items()),
-            budget=None, n_params=n, flops_per_token=fpt, tokens=tokens, steps=steps))
+        overrides = [f"sharding.{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in axes.items()]
+        label = "-".join(_label(k, v) for k, v in axes.items())
+        if mesh.get("micro_batches") is not None:
+            overrides.append(f"train.micro_batches={int(mesh['micro_batches'])}")
+            label += f"-mb{int(mesh['micro_batches'])}"
+        runs.append(PlannedRun(label="mesh-" + label, overrides=tuple(overrides), budget=None, n_params=n,
+                               flops_per_token=fpt, tokens=tokens, steps=steps))
     return runs
+
+
+# run-label spelling of the sharding keys added after the first layouts (their labels stay as they were)
+_SHORT = {"context": "cp", "pipeline": "pp", "virtual_stages": "v", "sequence_parallel": "sp",
+          "pipeline_schedule": ""}
+
+
+def _label(key: str, value: object) -> str:
+    if isinstance(value, bool):
+        return _SHORT.get(key, key) if value else f"no{_SHORT.get(key, key)}"
+    return f"{_SHORT.get(key, key)}{value}"
 
 
 _PLANNERS: dict[str, Callable[[_Sweep], list[PlannedRun]]] = {
