@@ -23,6 +23,7 @@ import logging
 import shutil
 import sys
 import time
+import warnings
 from pathlib import Path
 from typing import Any, Callable
 
@@ -85,7 +86,9 @@ def _read_attempt():
         raise
     finally:
         if failed:
-            gc.collect()
+            with warnings.catch_warnings():  # "coroutine ... was never awaited" from the failed reads
+                warnings.simplefilter("ignore", RuntimeWarning)
+                gc.collect()
             time.sleep(0.2)
         sys.stderr, sys.unraisablehook = err, hook
 
