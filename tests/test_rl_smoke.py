@@ -12,6 +12,7 @@ import pytest
 
 from experiments.rl import loop as rl_loop
 from experiments.rl.warmstart import StartTooWeak
+from models.base.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -127,3 +128,12 @@ def test_cli_runs_and_rejects_bad_config(tmp_path, cache):
                          capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2
     assert bad.stderr.strip().splitlines() == [bad.stderr.strip()] and "rl.group_size" in bad.stderr
+
+
+@pytest.mark.parametrize("sharding", [{"pipeline": 2}, {"context": 2}, {"sequence_parallel": True}])
+def test_rl_refuses_the_trainer_only_axes_in_one_line(tmp_path, sharding):
+    """The RL loop has data/fsdp/tensor only: a pipeline, context or SP setting is refused, not ignored."""
+    cfg = _cfg(tmp_path)
+    cfg["sharding"].update(sharding)
+    with pytest.raises(ConfigError, match="not implemented yet for RL runs"):
+        rl_loop.resolve(cfg, n_devices=8)

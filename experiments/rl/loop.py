@@ -81,9 +81,9 @@ def resolve(raw: dict[str, Any], n_devices: int) -> RLSpec:
         raise ConfigError(f"model.vocab_size={model.vocab_size}: RL tasks use ASCII byte tokens, "
                           "need vocab_size >= 128 (256 for byte-level models)")
     sh = raw.get("sharding") or {}
-    if sh.get("context", 1) != 1 or sh.get("sequence_parallel", False):
-        raise ConfigError("sharding.context / sharding.sequence_parallel: not implemented yet for RL runs "
-                          "(experiments.train only)")
+    if sh.get("context", 1) != 1 or sh.get("sequence_parallel", False) or sh.get("pipeline", 1) != 1:
+        raise ConfigError("sharding.context / sharding.sequence_parallel / sharding.pipeline: not implemented "
+                          "yet for RL runs (experiments.train only)")
     sizes = resolve_axis_sizes([sh.get("data", 1), sh.get("fsdp", 1), sh.get("tensor", 1)], n_devices)
     _check_batch_shards(rl, sizes[0] * sizes[1])
     fields = fingerprint_fields(model.to_dict(), dataclasses.asdict(optim),
