@@ -137,6 +137,12 @@ def _read_config(run_dir: pathlib.Path) -> dict[str, object]:
     return flatten(cfg) if isinstance(cfg, dict) else {}
 
 
+def read_run(run_dir: str | os.PathLike) -> tuple[dict | None, dict[str, object]]:
+    """(summary.json or None when missing/corrupt, the flattened Hydra config) of one run."""
+    run_dir = pathlib.Path(run_dir)
+    return _read_json(run_dir / "summary.json"), _read_config(run_dir)
+
+
 def _signature(run_dir: pathlib.Path) -> str:
     parts = []
     for m in MARKERS:

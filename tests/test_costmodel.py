@@ -132,8 +132,8 @@ def test_ring_collective_volume_and_links():
     assert t == pytest.approx(wire / 300e9 + 14 * hw.intra_node_latency_s)
     t2, _, link2 = collective_time("all_reduce", 1e9, 64, 8, hw, 1.0)
     assert link2 == "inter" and t2 > t  # 8 nodes: min(NVLink, 8 × 25 GB/s) = 200 GB/s
-    assert ranks_per_node(hw, tp=8, dp=16, pp=1) == {"tp": 8, "dp": 1, "pp": 1}
-    assert ranks_per_node(hw, tp=2, dp=32, pp=2) == {"tp": 2, "dp": 4, "pp": 1}
+    assert ranks_per_node(hw, tp=8, dp=16, pp=1) == {"tp": 8, "cp": 1, "dp": 1, "pp": 1}
+    assert ranks_per_node(hw, tp=2, dp=32, pp=2) == {"tp": 2, "cp": 1, "dp": 4, "pp": 1}
 
 
 def test_dp_collectives_by_zero_stage():

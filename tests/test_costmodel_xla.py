@@ -1,22 +1,27 @@
 """The paper cost model against the real sharded train step compiled by XLA (8 CPU devices).
 
-For dp, fsdp, tp and two 2-D layouts of a small model, `experiments.train.steps.build_train_setup`'s
-train step is lowered and compiled (not run), and:
+For data, fsdp, tensor, sequence-, context- and pipeline-parallel layouts of a small model,
+`experiments.train.steps.build_train_setup`'s train step is lowered and compiled (not run), and:
 - per-device params + optimizer state from the cost model match the compiled executable's
   argument bytes (minus the token batch) within 10%;
-- predicted collective bytes per step match the all-reduce / all-gather / reduce-scatter
-  buffers counted in the compiled HLO text within 10%.
+- predicted per-device memory (states + gradients + activations + logits + temporaries) matches
+  arguments + temporaries of `compiled.memory_analysis()` within 10%, except the layouts in
+  `MEMORY_GAPS` (measured gaps, explained there, guarded so they cannot grow unnoticed);
+- predicted collective bytes per step match the collectives of the compiled HLO (while loops
+  multiplied by their trip counts, tests/hlo_collectives.py) within 10% (`REDUCE_GAPS`: a
+  measured exception); for the pipeline the stage-to-stage sends are compared with the tick
+  loop's collective-permutes (`PP_GAPS`). `python benchmarks/costmodel_xla.py` prints the table.
 
 What the code really does, and the model is told (`Layout` flags): q/k/v and gate/up are
-separate matmuls (`fused_projections=False`: one backward TP all-reduce per projection), and XLA
-keeps FSDP-gathered weights for backward (`zero3_regather=False`). XLA's CPU backend lowers the
-FSDP gradient reduce-scatter as an all-reduce, so reductions (all-reduce + reduce-scatter) are
-compared together; gathers separately.
+separate matmuls (`fused_projections=False`), XLA keeps FSDP-gathered weights and SP-gathered
+inputs for backward (`zero3_regather=False`, `sp_bwd_regather=False`), reduces context-parallel
+gradients over context, then data (`cp_joint_grad_reduce=False`), and the pipeline is
+sharding/pipeline.py's (`gspmd_pipeline=True`). XLA's static buffer assignment has no allocator
+fragmentation or framework overhead (`act_frag=1`, `mem_overhead_bytes=0`). XLA's CPU backend
+lowers reduce-scatter as an all-reduce, so reductions are compared together; gathers separately.
 """
 
 from __future__ import annotations
-
-import re
 
 import jax
 import jax.numpy as jnp
@@ -24,73 +29,72 @@ import optax
 import pytest
 
 from experiments.train.steps import build_train_setup
+from hlo_collectives import hlo_collective_bytes
 from models.config import ModelConfig
 from sharding.costmodel import FP32_PARAMS, Layout, Precision, ModelShape, estimate_step, load_hardware
 from sharding.costmodel.efficiency import DEFAULT_EFFICIENCY
-from sharding.costmodel.memory import memory_breakdown
 from sharding.mesh import make_mesh
+from sharding.validate import PipelineSpec
 
 CFG = ModelConfig(vocab_size=256, d_model=256, n_layers=4, n_heads=8, seq_len=64)
 GLOBAL_BATCH = 16
 # this repo: fp32 params, grads and Adam moments; dtype=float32 -> fp32 activations
 PREC = Precision(**{**FP32_PARAMS.__dict__, "act_bytes": 4})
-LAYOUTS = {  # name: (data, fsdp, tensor)
-    "dp": (8, 1, 1),
-    "fsdp": (1, 8, 1),
-    "tp": (1, 1, 8),
-    "dp_tp": (4, 1, 2),
-    "fsdp_tp": (1, 4, 2),
+EFF = DEFAULT_EFFICIENCY.replace(act_frag=1.0, mem_overhead_bytes=0.0)
+LAYOUTS = {  # name: ((data, fsdp, tensor), pipeline, context, sequence_parallel)
+    "dp": ((8, 1, 1), None, 1, False),
+    "fsdp": ((1, 8, 1), None, 1, False),
+    "tp": ((1, 1, 8), None, 1, False),
+    "dp_tp": ((4, 1, 2), None, 1, False),
+    "fsdp_tp": ((1, 4, 2), None, 1, False),
+    "dp_tp4_sp": ((2, 1, 4), None, 1, True),
+    "dp_cp4": ((2, 1, 1), None, 4, False),
+    "dp_tp_sp_cp": ((2, 1, 2), None, 2, True),
+    "dp_tp_pp2": ((2, 1, 2), PipelineSpec(stages=2, micro_batches=4), 1, False),
+    "dp_pp4": ((2, 1, 1), PipelineSpec(stages=4, micro_batches=4), 1, False),
+    "dp_tp_pp2v2": ((2, 1, 2), PipelineSpec(stages=2, micro_batches=4, schedule="interleaved",
+                                            virtual_stages=2), 1, False),
 }
-_BYTES = {"f32": 4, "bf16": 2, "f16": 2, "s32": 4, "u32": 4, "pred": 1, "s8": 1, "u8": 1}
-_OP = re.compile(r"=\s*(.+?)\s+(all-reduce|all-gather|reduce-scatter)(?:-start)?\(")
-_GROUPS = re.compile(r"replica_groups=mesh\[([^\]]*)\]\s*\{([^}]*)\}")
+PIPELINED = [n for n, spec in LAYOUTS.items() if spec[1] is not None]
+# predicted / measured total memory outside 10%, as measured (jax 0.8 CPU), with the cause.
+# fsdp, fsdp_tp: XLA keeps all gathered layer weights alive across forward and backward, the
+# model counts two layers' worth. dp_tp, dp_tp4_sp: the model stores every activation per TP
+# rank as Megatron does, XLA fuses some away or keeps others. The GSPMD pipeline keeps the
+# stacked-weight copies, the tick loop's stream and state buffers and per-tick gradient
+# accumulators the model leaves out.
+MEMORY_GAPS = {"fsdp": 0.77, "fsdp_tp": 0.88, "dp_tp": 1.115, "dp_tp4_sp": 0.89, "dp_tp_pp2": 0.76,
+               "dp_pp4": 0.61, "dp_tp_pp2v2": 0.70}
+# model / HLO reductions: with virtual stages XLA gathers each tick's weights instead of
+# reducing some of their gradients in the loop.
+REDUCE_GAPS = {"dp_tp_pp2v2": 1.16}
+# model / HLO stage-to-stage bytes: XLA's backward of the stage shift sends a second permute
+# per tick at P = 2 (1.5x the model's one), and shifts only part of the buffer at P = 4.
+PP_GAPS = {"dp_tp_pp2": 0.67, "dp_pp4": 1.20, "dp_tp_pp2v2": 0.67}
 
 
-def _shape_bytes(text: str) -> int:
-    total = 0
-    for dt, dims in re.findall(r"\b(f32|bf16|f16|s32|u32|pred|s8|u8)\[([0-9,]*)\]", text):
-        n = 1
-        for d in filter(None, dims.split(",")):
-            n *= int(d)
-        total += n * _BYTES[dt]
-    return total
+def model_layout(name: str) -> Layout:
+    (data, fsdp, tensor), pipe, context, sp = LAYOUTS[name]
+    dp, stages = data * fsdp, (pipe.stages if pipe else 1)
+    micro = pipe.micro_batches if pipe else 1
+    return Layout(dp=dp, tp=tensor, pp=stages, cp=context, sp=sp,
+                  micro_batch=GLOBAL_BATCH // (dp * micro), global_batch=GLOBAL_BATCH,
+                  interleave=pipe.virtual_stages if pipe else 1,
+                  zero_stage=3 if fsdp > 1 else 0, act_ckpt="none", attention="naive",
+                  fused_norm=False, fused_projections=False, zero3_regather=False,
+                  sp_bwd_regather=False, cp_joint_grad_reduce=False, gspmd_pipeline=True)
 
 
-def _group_size(line: str) -> int:
-    """Size of the replica group of a collective printed with mesh-style replica_groups."""
-    m = _GROUPS.search(line)
-    if not m:
-        g = re.search(r"replica_groups=\{\{([0-9,]*)\}", line)
-        return len(g.group(1).split(",")) if g else 1
-    sizes = dict(re.findall(r"'(\w+)'=(\d+)", m.group(1)))
-    n = 1
-    for ax in re.findall(r"'(\w+)'", m.group(2)):
-        n *= int(sizes[ax])
-    return n
-
-
-def hlo_collective_bytes(hlo: str) -> dict[str, int]:
-    """Full-buffer bytes per collective kind: result size for all-reduce and all-gather, result
-    × group size (= operand) for reduce-scatter."""
-    out = {"all_reduce": 0, "all_gather": 0, "reduce_scatter": 0}
-    for line in hlo.splitlines():
-        m = _OP.search(line)
-        if not m or "-done" in line.split("=", 1)[1][:60]:
-            continue
-        kind = m.group(2).replace("-", "_")
-        nbytes = _shape_bytes(m.group(1))
-        if kind == "reduce_scatter":
-            nbytes *= _group_size(line)
-        out[kind] += nbytes
-    return out
-
-
-def model_layout(data: int, fsdp: int, tensor: int) -> Layout:
-    dp = data * fsdp
-    return Layout(dp=dp, tp=tensor, pp=1, micro_batch=GLOBAL_BATCH // dp,
-                  global_batch=GLOBAL_BATCH, zero_stage=3 if fsdp > 1 else 0, act_ckpt="none",
-                  attention="naive", fused_norm=False, fused_projections=False,
-                  zero3_regather=False)
+def compile_layout(name: str):
+    """(the train step of layout `name` compiled for 8 devices, per-device batch bytes)."""
+    sizes, pipe, context, sp = LAYOUTS[name]
+    mesh = make_mesh(sizes, stage=pipe.stages if pipe else 1, context=context)
+    ts = build_train_setup(CFG, optax.adamw(1e-3), mesh, n_micro=1, pipeline=pipe,
+                           sequence_parallel=sp)
+    params, opt = ts.abstract_state()
+    batch = jax.ShapeDtypeStruct((1, GLOBAL_BATCH, CFG.seq_len + 1), jnp.int32,
+                                 sharding=ts.batch_sharding)
+    exe = ts.train_step.lower(params, opt, batch).compile()
+    return exe, (GLOBAL_BATCH // (sizes[0] * sizes[1])) * (CFG.seq_len + 1) * 4
 
 
 @pytest.fixture(scope="module")
@@ -102,14 +106,7 @@ def compiled():
 
     def get(name: str):
         if name not in cache:
-            sizes = LAYOUTS[name]
-            ts = build_train_setup(CFG, optax.adamw(1e-3), make_mesh(sizes), n_micro=1)
-            params, opt = ts.abstract_state()
-            batch = jax.ShapeDtypeStruct((1, GLOBAL_BATCH, CFG.seq_len + 1), jnp.int32,
-                                         sharding=ts.batch_sharding)
-            exe = ts.train_step.lower(params, opt, batch).compile()
-            batch_dev = (GLOBAL_BATCH // (sizes[0] * sizes[1])) * (CFG.seq_len + 1) * 4
-            cache[name] = (exe, batch_dev)
+            cache[name] = compile_layout(name)
         return cache[name]
 
     return get
@@ -117,19 +114,27 @@ def compiled():
 
 def _estimate(name: str):
     shape = ModelShape.from_model_config(CFG)
-    return estimate_step(shape, model_layout(*LAYOUTS[name]), load_hardware("a100-80gb"), PREC,
-                         DEFAULT_EFFICIENCY)
+    return estimate_step(shape, model_layout(name), load_hardware("a100-80gb"), PREC, EFF)
 
 
 @pytest.mark.parametrize("name", list(LAYOUTS))
 def test_state_memory_matches_compiled_arguments(compiled, name):
     exe, batch_bytes = compiled(name)
     measured = exe.memory_analysis().argument_size_in_bytes - batch_bytes
-    est = _estimate(name)
-    mem = memory_breakdown(est.model, est.layout, PREC, DEFAULT_EFFICIENCY,
-                           est.hardware.hbm_bytes)
-    predicted = mem.params + mem.optimizer
-    assert abs(predicted / measured - 1) <= 0.10, (name, predicted, measured)
+    mem = _estimate(name).memory
+    assert abs((mem.params + mem.optimizer) / measured - 1) <= 0.10, (name, mem, measured)
+
+
+@pytest.mark.parametrize("name", list(LAYOUTS))
+def test_total_memory_matches_compiled(compiled, name):
+    exe, batch_bytes = compiled(name)
+    ma = exe.memory_analysis()
+    ratio = _estimate(name).memory.total / (ma.argument_size_in_bytes + ma.temp_size_in_bytes
+                                            - batch_bytes)
+    if name in MEMORY_GAPS:  # a known gap: it must not grow by more than 5 points
+        assert abs(ratio - MEMORY_GAPS[name]) <= 0.05, (name, ratio)
+    else:
+        assert abs(ratio - 1) <= 0.10, (name, ratio)
 
 
 @pytest.mark.parametrize("name", list(LAYOUTS))
@@ -140,10 +145,24 @@ def test_collective_bytes_match_compiled_hlo(compiled, name):
     pred_reduce = pred.get("all_reduce", 0.0) + pred.get("reduce_scatter", 0.0)
     hlo_reduce = hlo["all_reduce"] + hlo["reduce_scatter"]
     assert hlo_reduce > 0
-    assert abs(pred_reduce / hlo_reduce - 1) <= 0.10, (name, pred, hlo)
+    ratio = pred_reduce / hlo_reduce
+    assert abs(ratio - REDUCE_GAPS.get(name, 1.0)) <= (0.05 if name in REDUCE_GAPS else 0.10), \
+        (name, ratio, pred, hlo)
+    if name in PIPELINED:  # XLA's gathers of the tick loop's stream / stacked weights: no term
+        return
     pred_gather, hlo_gather = pred.get("all_gather", 0.0), hlo["all_gather"]
     if max(pred_gather, hlo_gather) > 0.01 * hlo_reduce:
         assert abs(pred_gather / max(hlo_gather, 1) - 1) <= 0.10, (name, pred, hlo)
+
+
+@pytest.mark.parametrize("name", PIPELINED)
+def test_pipeline_sends_match_the_tick_loop(compiled, name):
+    """The model's stage-to-stage bytes against the collective-permutes inside the tick loop
+    (the stage shift and its transpose), as a known ratio that must not drift."""
+    exe, _ = compiled(name)
+    loop = hlo_collective_bytes(exe.as_text(), loops_only=True)
+    ratio = _estimate(name).collective_bytes()["p2p"] / loop["collective_permute"]
+    assert abs(ratio - PP_GAPS[name]) <= 0.05, (name, ratio)
 
 
 def test_hlo_parser_counts_known_collectives():
@@ -152,8 +171,28 @@ def test_hlo_parser_counts_known_collectives():
         "%ar = f32[16,64,256]{2,1,0} all-reduce(%x), replica_groups=mesh['a'=8] {'a'}",
         "%ag = (f32[256,8]{1,0}, bf16[4]{0}) all-gather(%y, %z), replica_groups=mesh['a'=8] {'a'}",
         "%rs = f32[32]{0} reduce-scatter(%w), replica_groups=mesh['a'=2,'b'=4] {'b'}",
+        "%cp = f32[8]{0} collective-permute(%v), source_target_pairs={{0,1},{2,3}}",
         "%d = f32[8]{0} all-gather-done(%ag2)",
     ])
-    got = hlo_collective_bytes(hlo)
-    assert got == {"all_reduce": 16 * 64 * 256 * 4, "all_gather": 256 * 8 * 4 + 4 * 2,
-                   "reduce_scatter": 32 * 4 * 4}
+    got = hlo_collective_bytes(hlo, n_devices=8)
+    assert got["all_reduce"] == 16 * 64 * 256 * 4
+    assert got["all_gather"] == 256 * 8 * 4 + 4 * 2
+    assert got["reduce_scatter"] == 32 * 4 * 4
+    assert got["collective_permute"] == 8 * 4 * 2 / 8  # 2 of 8 devices send
+
+
+def test_hlo_parser_multiplies_loop_bodies_by_trip_count():
+    hlo = "\n".join([
+        "%body (p: f32[4]) -> f32[4] {",
+        "  %ar = f32[4]{0} all-reduce(%p), replica_groups={{0,1}}",
+        "}",
+        "ENTRY %main (x: f32[4]) -> f32[4] {",
+        '  %w = f32[4]{0} while(%x), condition=%cond, body=%body, '
+        'backend_config={"known_trip_count":{"n":"5"}}',
+        "  %ag = f32[4]{0} all-gather(%w), replica_groups={{0,1}}",
+        "}",
+    ])
+    assert hlo_collective_bytes(hlo)["all_reduce"] == 5 * 16
+    assert hlo_collective_bytes(hlo, loops_only=True) == {
+        "all_reduce": 80.0, "all_gather": 0.0, "reduce_scatter": 0.0,
+        "collective_permute": 0.0, "all_to_all": 0.0}

@@ -5,7 +5,8 @@ global_batch (sequences per optimizer step), hardware (catalogue name or YAML pa
 --hardware). Optional columns and their defaults:
   micro_batch=1, tp=1, pp=1, dp=n_devices/(tp·pp), n_devices=dp·tp·pp, sp=0, zero_stage=1,
   act_ckpt=none (none|selective|full), flash_attn=1 (1 → FlashAttention-2, 0 → naive softmax),
-  attention (naive|fused_softmax|flash1|flash2; overrides flash_attn), fused_norm=1,
+  attention (naive|fused_softmax|flash1|flash2; overrides flash_attn), fused_norm=1, cp=1
+  (context parallel ranks; n_devices = dp·tp·pp·cp),
   interleave=1, offload_optimizer=0, d_ff (Llama rule 8/3·d rounded up to 256),
   n_kv_heads=n_heads, mlp=swiglu, tied_embeddings=0.
 Writes {"rows": [...], "mfu_convention": ...} in input order; each row repeats its inputs and adds
@@ -13,17 +14,27 @@ pred_step_time_s, pred_tokens_per_s, pred_mfu, mfu_convention (the FLOPs pred_mf
 PaLM's 6N + 12LHQT, "palm_6N+12LHQT"; the trainer's summary.json MFU counts causal attention,
 see models/flops.py), pred_hfu, pred_mem_gb_per_device and pred_fits.
 
-Calibration on your own sweep: give measured columns `measured_step_time_s` or
-`measured_tokens_per_s` (and optionally `oom` 0/1) and `--calibrate EFF.json` fits the
-efficiency constants to them; `--efficiency EFF.json` uses such a file for the predictions.
+Calibration on your own measurements, two ways:
+- CSV: give measured columns `measured_step_time_s` or `measured_tokens_per_s` (and optionally
+  `oom` 0/1) and `--calibrate EFF.json` fits the efficiency constants to them;
+- a trainer sweep: `python -m analysis layout-eval --calibrate SWEEP_DIR [--hardware HW]` reads
+  every run under SWEEP_DIR (summary.json: model, mesh, tokens/s; .hydra/config.yaml: batch
+  sizes), rebuilds each run's layout as the cost model sees the trainer's program
+  (analysis.planning.trainer.run_layout), fits the constants to the measured step times (runs that
+  failed out of memory count as OOM labels) and writes SWEEP_DIR/efficiency.json (or `--out`).
+  `--hardware` names the devices when their `device_kind` is not in the catalogue (a CPU host:
+  pass a YAML describing it).
+`--efficiency EFF.json` uses such a file for the predictions (and `plan --efficiency` for plans).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import pathlib
+import statistics
 from typing import Any
 
 from analysis.commands._options import add_json_argument, emit_json
@@ -41,14 +52,19 @@ PRECISIONS = {"bf16-mixed": BF16_MIXED, "fp32-params": FP32_PARAMS}
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("layout-eval", help="predict step time, MFU and memory per layout row",
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("csv", type=pathlib.Path, help="one layout per row (see columns above)")
+    p.add_argument("csv", type=pathlib.Path, nargs="?",
+                   help="one layout per row (see columns above); omit with --calibrate SWEEP_DIR")
     add_json_argument(p, "{'rows': [...], 'efficiency': {...}}")
     p.add_argument("--hardware", help="default hardware for rows without a `hardware` column")
     p.add_argument("--precision", choices=sorted(PRECISIONS), default="bf16-mixed",
                    help="bf16-mixed (default: bf16 compute, fp32 master weights) or fp32-params")
     p.add_argument("--efficiency", type=pathlib.Path, help="efficiency constants JSON")
-    p.add_argument("--calibrate", type=pathlib.Path, metavar="EFF.json",
-                   help="fit efficiency constants to the measured columns and write them here")
+    p.add_argument("--calibrate", type=pathlib.Path, metavar="EFF.json|SWEEP_DIR",
+                   help="fit efficiency constants to the CSV's measured columns and write them to "
+                        "EFF.json, or to the runs of a trainer sweep directory")
+    p.add_argument("--out", type=pathlib.Path, metavar="EFF.json",
+                   help="with --calibrate SWEEP_DIR: where to write the constants "
+                        "(default SWEEP_DIR/efficiency.json)")
     p.set_defaults(func=run)
 
 
@@ -105,7 +121,8 @@ def _layout(row: dict, i: int) -> Layout:
             raise LayoutError(f"n_devices={n_dev} is not divisible by tp×pp = {tp * pp}")
     dp = _int(row, "dp", dp_default if dp_default is not None else 1, i)
     attention = _str(row, "attention", None) or ("flash2" if _int(row, "flash_attn", 1, i) else "naive")
-    layout = Layout(dp=dp, tp=tp, pp=pp, micro_batch=_int(row, "micro_batch", 1, i),
+    layout = Layout(dp=dp, tp=tp, pp=pp, cp=_int(row, "cp", 1, i),
+                    micro_batch=_int(row, "micro_batch", 1, i),
                     global_batch=_int(row, "global_batch", None, i),
                     sp=bool(_int(row, "sp", 0, i)), zero_stage=_int(row, "zero_stage", 1, i),
                     act_ckpt=_str(row, "act_ckpt", "none"), attention=attention,
@@ -135,6 +152,8 @@ def parse_row(row: dict, i: int, default_hw: str | None, hw_cache: dict):
 def load_efficiency(path: pathlib.Path | None) -> Efficiency:
     if path is None:
         return DEFAULT_EFFICIENCY
+    if not pathlib.Path(path).is_file():
+        raise AnalysisError(f"efficiency file not found: {path}")
     try:
         data = json.loads(pathlib.Path(path).read_text())
     except json.JSONDecodeError as e:
@@ -172,6 +191,13 @@ def _clean(v: Any) -> Any:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.calibrate is not None and args.calibrate.is_dir():
+        return _run_sweep(args)
+    if args.csv is None:
+        raise AnalysisError("give a layouts CSV, or --calibrate SWEEP_DIR to fit a trainer sweep")
+    if args.out is not None:
+        raise AnalysisError("--out goes with --calibrate SWEEP_DIR; with a CSV, --calibrate names "
+                            "the output file")
     rows = read_rows(args.csv)
     prec = PRECISIONS[args.precision]
     eff = load_efficiency(args.efficiency)
@@ -239,3 +265,113 @@ def _calibrate(rows: list[dict], parsed: list, prec, base: Efficiency,
           f"{100 * s.median_abs_mfu_error:.2f} pts, OOM accuracy {100 * s.oom_accuracy:.1f}% "
           f"(in-sample) -> {out_path}")
     return eff
+
+
+def _sweep_measurements(sweep: pathlib.Path, hardware: str | None):
+    """(Measurement list, one record per run) of the trainer runs under `sweep`."""
+    from analysis.planning.trainer import TRAINER_PRECISION, run_layout
+    from analysis.runs import find_run_dirs, read_run
+    from sharding.costmodel.calibrate import Measurement
+    from sharding.costmodel.hardware import hardware_for_device_kind
+
+    hw_fixed = load_hardware(hardware) if hardware else None
+    ms, recs, skipped = [], [], []
+    for run_dir in find_run_dirs([sweep]):
+        summary, config = read_run(run_dir)
+        if summary is None:
+            skipped.append(f"{run_dir.name} (no summary.json)")
+            continue
+        status, error = summary.get("status"), str(summary.get("error", ""))
+        oom = status == "failed" and any(k in error for k in ("RESOURCE_EXHAUSTED", "out of memory",
+                                                               "Out of memory"))
+        tps, per_step = summary.get("tokens_per_s"), summary.get("tokens_per_step")
+        if not oom and (status != "completed" or not tps or not per_step):
+            skipped.append(f"{run_dir.name} ({status}, no throughput)")
+            continue
+        try:
+            shape, layout, act_bytes = run_layout(summary, config)
+        except LayoutError as e:
+            raise AnalysisError(f"{run_dir}: {e}") from None
+        kind = str((summary.get("mesh") or {}).get("device_kind", "?"))
+        hw = hw_fixed or hardware_for_device_kind(kind)
+        if hw is None:
+            raise AnalysisError(f"{run_dir.name} ran on {kind!r}, which is not in the hardware "
+                                f"catalogue; pass --hardware NAME or a YAML describing it")
+        prec = dataclasses.replace(TRAINER_PRECISION, act_bytes=act_bytes)
+        if act_bytes == 4 and hw.peak_flops_float32:  # float32 matmuls run at their own peak
+            hw = dataclasses.replace(hw, peak_flops=hw.peak_flops_float32)
+        step = None if oom else float(per_step) / float(tps)
+        ms.append(Measurement(shape, layout, hw, step, oom, prec, label=run_dir.name))
+        recs.append({"run": str(run_dir), "status": status, "oom": oom, "measured_step_time_s": step,
+                     "measured_tokens_per_s": None if oom else float(tps), "hardware": hw.name,
+                     "dp": layout.dp, "tp": layout.tp, "pp": layout.pp, "cp": layout.cp,
+                     "sp": layout.sp, "zero_stage": layout.zero_stage,
+                     "micro_batch": layout.micro_batch, "global_batch": layout.global_batch,
+                     "act_ckpt": layout.act_ckpt, "n_layers": shape.n_layers,
+                     "d_model": shape.d_model, "seq_len": shape.seq_len})
+    return ms, recs, skipped
+
+
+def _leave_one_out(ms: list, base: Efficiency, max_runs: int = 40) -> float | None:
+    """Median |relative step-time error| of each timed run predicted by constants fitted to the
+    other runs (None above `max_runs` timed runs, where it would cost a fit per run, or below 4)."""
+    from sharding.costmodel.calibrate import calibrate
+
+    timed = [i for i, m in enumerate(ms) if m.step_time_s is not None]
+    if not 4 <= len(timed) <= max_runs:
+        return None
+    errs = []
+    for i in timed:
+        rest = ms[:i] + ms[i + 1:]
+        eff = calibrate(rest, base)
+        m = ms[i]
+        pred = estimate_step(m.model, m.layout, m.hardware, m.precision, eff).step_time_s
+        errs.append(abs(pred / m.step_time_s - 1))
+    return float(statistics.median(errs))
+
+
+def _run_sweep(args: argparse.Namespace) -> int:
+    """`layout-eval --calibrate SWEEP_DIR`: fit the constants to a trainer sweep's runs."""
+    from sharding.costmodel.calibrate import calibrate, score
+
+    if args.csv is not None:
+        raise AnalysisError("--calibrate SWEEP_DIR reads the runs themselves; drop the CSV argument")
+    sweep = args.calibrate
+    ms, recs, skipped = _sweep_measurements(sweep, args.hardware)
+    if skipped:
+        print(f"skipped {len(skipped)} run(s): {', '.join(skipped[:5])}"
+              + (" ..." if len(skipped) > 5 else ""))
+    if sum(m.step_time_s is not None for m in ms) < 3:
+        raise AnalysisError(f"{sweep} has {sum(m.step_time_s is not None for m in ms)} completed "
+                            "run(s) with a measured throughput; --calibrate needs >= 3")
+    base = load_efficiency(args.efficiency)
+    before = score(ms, base)
+    eff = calibrate(ms, base, provenance=f"fitted to {len(ms)} runs of {sweep}")
+    after = score(ms, eff)
+    loo = _leave_one_out(ms, base)
+    out = args.out or sweep / "efficiency.json"
+    write_json(out, {"efficiency": eff.as_dict(), "scores": after.as_dict(),
+                     "scores_before": before.as_dict(), "n_runs": len(ms),
+                     "leave_one_out_median_abs_step_error": loo})
+    for rec, m in zip(recs, ms):
+        est = estimate_step(m.model, m.layout, m.hardware, m.precision, eff)
+        rec.update(pred_step_time_s=est.step_time_s, pred_mfu=est.mfu,
+                   mfu_convention=est.mfu_convention,
+                   pred_mem_gb_per_device=est.memory.total / 1e9, pred_fits=bool(est.fits))
+    print(f"{'run':24s} {'layout':26s} {'measured s':>11} {'predicted s':>12}")
+    for rec in recs:
+        lay = (f"dp{rec['dp']} tp{rec['tp']} pp{rec['pp']} cp{rec['cp']}"
+               f"{' sp' if rec['sp'] else ''} mb{rec['micro_batch']}")
+        meas = "OOM" if rec["oom"] else f"{rec['measured_step_time_s']:.4f}"
+        print(f"{pathlib.Path(rec['run']).name[:24]:24s} {lay:26s} {meas:>11} "
+              f"{rec['pred_step_time_s']:12.4f}")
+    print(f"calibrated on {len(ms)} runs: median |MFU err| {100 * before.median_abs_mfu_error:.2f} -> "
+          f"{100 * after.median_abs_mfu_error:.2f} pts, Spearman rho(MFU) {before.spearman_mfu:.3f} -> "
+          f"{after.spearman_mfu:.3f} (in-sample, {MFU_CONVENTION}) -> {out}")
+    if loo is not None:
+        print(f"leave-one-run-out: median |step time error| {100 * loo:.1f}% (each run predicted by "
+              f"constants fitted to the others; the honest figure for a new layout)")
+    print(f"plan with them: python -m analysis plan ... --efficiency {out}")
+    emit_json(args, {"rows": recs, "mfu_convention": MFU_CONVENTION, "efficiency": eff.as_dict(),
+                     "scores": after.as_dict(), "scores_before": before.as_dict()})
+    return 0

@@ -63,16 +63,22 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--top", type=_positive_int, default=8, help="candidates to list")
     add_json_argument(p, "the plan ({'best': ..., 'candidates': [...], 'N_opt', 'D_opt', ...})")
     p.add_argument("--markdown", type=pathlib.Path, help="write a planning section for a report")
+    p.add_argument("--efficiency", type=pathlib.Path, metavar="EFF.json",
+                   help="efficiency constants fitted to your own runs (`python -m analysis "
+                        "layout-eval --calibrate SWEEP_DIR`); default: Hagemann et al.'s A100 fit")
     p.add_argument("--emit", choices=("overrides",), help="overrides: print the `python -m "
                    "experiments.train ...` command line of the best layout the trainer can run")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    from analysis.commands.layout_eval import load_efficiency
+
     law = ScalingLaw.from_json(args.law) if args.law is not None else ScalingLaw.chinchilla_2022()
+    eff = load_efficiency(args.efficiency)
     results = [plan(budget, args.gpus, args.hardware, law=law, max_days=args.max_days,
                     max_gpu_hours=args.gpu_hours, seq_len=args.seq_len, vocab=args.vocab,
-                    batch_tokens=args.batch_tokens, top=args.top)
+                    batch_tokens=args.batch_tokens, top=args.top, eff=eff)
                for budget in (args.budget or [None])]
     for result in results:
         _print_plan(result)

@@ -1,7 +1,7 @@
 """Collectives: which ranks share a node, and what a ring collective costs over which link.
 
-Ranks are placed tensor-parallel innermost, then data-parallel, then pipeline (Megatron-LM's
-default order), so a TP group sits inside one node whenever tp <= devices_per_node. A collective
+Ranks are placed tensor-parallel innermost, then context-, then data-parallel, then pipeline
+(Megatron-LM's default order), so a TP group sits inside one node whenever tp <= devices_per_node. A collective
 over n ranks with g of them per node runs at the intra-node bandwidth if g = n, else at the
 node's network share that its g members get, min(intra, g · inter_node_bw): every node runs
 devices_per_node/g such groups at once and they share its NICs.
@@ -38,13 +38,15 @@ class Collective:
     link: str  # intra | inter
 
 
-def ranks_per_node(hw: Hardware, tp: int, dp: int, pp: int) -> dict[str, int]:
-    """How many members of one TP / DP / PP group share a node under tp < dp < pp placement."""
+def ranks_per_node(hw: Hardware, tp: int, dp: int, pp: int, cp: int = 1) -> dict[str, int]:
+    """How many members of one TP / CP / DP / PP group share a node under tp < cp < dp < pp
+    placement (Megatron-LM's order with context parallelism)."""
     dpn = hw.devices_per_node
     g_tp = min(tp, dpn)
-    g_dp = 1 if tp >= dpn else max(1, min(dp, dpn // tp))
-    g_pp = 1 if tp * dp >= dpn else max(1, min(pp, dpn // (tp * dp)))
-    return {"tp": g_tp, "dp": g_dp, "pp": g_pp}
+    g_cp = 1 if tp >= dpn else max(1, min(cp, dpn // tp))
+    g_dp = 1 if tp * cp >= dpn else max(1, min(dp, dpn // (tp * cp)))
+    g_pp = 1 if tp * cp * dp >= dpn else max(1, min(pp, dpn // (tp * cp * dp)))
+    return {"tp": g_tp, "cp": g_cp, "dp": g_dp, "pp": g_pp}
 
 
 def collective_time(kind: str, buffer_bytes: float, n: int, g: int, hw: Hardware,

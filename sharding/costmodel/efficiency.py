@@ -72,24 +72,24 @@ PRIOR_EFFICIENCY = Efficiency()
 
 # Fitted by `python benchmarks/hagemann_layouts.py --calibrate` on the calibration split of
 # Hagemann et al. 2023 (CC BY-NC-SA 4.0 data, not shipped here; see docs/costmodel.md).
-# Held-out scores of these constants: Spearman ρ(MFU) 0.926, median |MFU error| 1.35 points,
+# Held-out scores of these constants: Spearman ρ(MFU) 0.927, median |MFU error| 1.35 points,
 # OOM accuracy 91.5% (469 held-out runs, 194 timed). They are specific to A100 + PyTorch/NCCL
 # as used by Hagemann et al.; re-fit them to your own sweep (`python -m analysis layout-eval
 # SWEEP.csv --calibrate EFF.json`) before trusting absolute numbers on other systems.
 DEFAULT_EFFICIENCY = Efficiency(
-    gemm_eff_max=0.7459,
-    gemm_half_dim=144.0,
-    flash1_eff=0.2496,
-    flash2_eff=0.5340,
-    score_traffic_naive=76.20,
-    score_traffic_fused=27.96,
-    elem_bytes_h=127.1,
-    elem_bytes_h_unfused_norm=422.5,
+    gemm_eff_max=0.7547,
+    gemm_half_dim=154.1,
+    flash1_eff=0.2529,
+    flash2_eff=0.5490,
+    score_traffic_naive=75.19,
+    score_traffic_fused=26.79,
+    elem_bytes_h=171.0,
+    elem_bytes_h_unfused_norm=425.3,
     elem_bytes_f=16.0,
-    layer_overhead_s=1.732e-3,
+    layer_overhead_s=1.689e-3,
     link_eff=0.40,
     dp_overlap=0.0,
-    tp_overlap=0.2401,
+    tp_overlap=0.3710,
     stage_jitter=0.0,
     mem_overhead_bytes=5.5e9,
     act_frag=1.36,

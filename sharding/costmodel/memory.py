@@ -69,24 +69,27 @@ def activation_bytes_per_layer(m: ModelShape, lo: Layout, recompute_attention: b
     """Activation bytes one layer keeps for backward, for one micro-batch on one device.
 
     `recompute_attention` drops the s×s score terms (selective recomputation, Korthikanti §4.3).
+    Context parallelism: s/cp tokens per device, except K and V, which are gathered to full
+    length (sharding/context.py), and the (s/cp)×s scores.
     """
     t = lo.tp
     sp = lo.sp and t > 1
     rep = 1.0 / t if sp else 1.0  # tensors replicated across TP ranks unless sequence-parallel
-    s, b, h, f = m.seq_len, lo.micro_batch, m.d_model, m.ffn
+    s, b, h, f = m.seq_len // lo.cp, lo.micro_batch, m.d_model, m.ffn
+    s_kv = m.seq_len
     sbh = s * b * h
     ab = act_bytes
     norm = 2 * ab * sbh * rep  # each of the two norms keeps its input
     if not lo.fused_norm:
         norm += 2 * UNFUSED_NORM_EXTRA_BYTES * sbh * rep
     attn = ab * sbh * rep  # input of the QKV projection (norm output)
-    attn += ab * s * b * (h + 2 * m.kv_dim) / t  # Q, K, V
+    attn += ab * b * (s * h + 2 * s_kv * m.kv_dim) / t  # Q, K, V (full-length K, V under cp)
     attn += ab * sbh / t  # attention context = input of the output projection
     if lo.attention in ("flash1", "flash2"):
         attn += 4 * s * b * m.n_heads / t  # fp32 log-sum-exp per row
     elif not recompute_attention:
         per_score = SCORE_STORE_BYTES[lo.attention] + (3.0 if m.dropout else 0.0)
-        attn += per_score * m.n_heads * s * s * b / t
+        attn += per_score * m.n_heads * s * s_kv * b / t
     mlp = ab * sbh * rep  # input of the first MLP matmul (norm output)
     mlp += (3 if m.mlp == "swiglu" else 2) * ab * s * b * f / t  # gate, up, gate·up | fc1, act
     drop = 2 * sbh * rep if m.dropout else 0.0  # 1-byte masks after attention and MLP
@@ -97,17 +100,24 @@ def in_flight_layers(m: ModelShape, lo: Layout) -> float:
     """Layer-activations held at once by the first pipeline stage under (interleaved) 1F1B.
 
     1F1B: stage 0 holds min(p, m) micro-batches of its L/p layers. Interleaved with v chunks:
-    L·(1 + (p−1)/(p·v)) (Korthikanti et al. 2022, §4.2.3), capped by m micro-batches.
+    L·(1 + (p−1)/(p·v)) (Korthikanti et al. 2022, §4.2.3), capped by m micro-batches. The
+    GSPMD pipeline (`gspmd_pipeline`) is GPipe-like: each of its M·V + P − 1 ticks keeps the
+    activations of one chunk of L/(p·v) layers.
     """
     p, v, n_mb = lo.pp, lo.interleave, lo.grad_accum
     per_stage = math.ceil(m.n_layers / p)
+    if lo.gspmd_pipeline and p > 1:  # backward of a scan over M·V + P − 1 ticks keeps every tick
+        return (n_mb * v + p - 1) * per_stage / v
     if v == 1 or p == 1:
         return min(p, n_mb) * per_stage
     return min(m.n_layers * (1 + (p - 1) / (p * v)), n_mb * per_stage)
 
 
 def stage_params(m: ModelShape, lo: Layout) -> tuple[float, float]:
-    """Parameters held by one TP rank of the first and of the last pipeline stage."""
+    """Parameters held by one TP rank of the first and of the last pipeline stage (all of them
+    under `gspmd_pipeline`, which replicates parameters over the stages)."""
+    if lo.gspmd_pipeline:
+        return (m.n_params / lo.tp,) * 2
     per_stage_layers = math.ceil(m.n_layers / lo.pp) * m.params_per_layer
     first = per_stage_layers + m.embedding_params
     last = per_stage_layers + m.head_params + m.d_model
@@ -124,7 +134,7 @@ def memory_breakdown(m: ModelShape, lo: Layout, prec: Precision, eff: Efficiency
     act_layer = activation_bytes_per_layer(m, lo, act_bytes=prec.act_bytes)
     if lo.act_ckpt == "full":
         rep = 1.0 / lo.tp if (lo.sp and lo.tp > 1) else 1.0
-        stored_layer = prec.act_bytes * m.seq_len * lo.micro_batch * m.d_model * rep
+        stored_layer = prec.act_bytes * m.seq_len // lo.cp * lo.micro_batch * m.d_model * rep
         recompute_buf = RECOMPUTE_FACTOR * act_layer  # one layer is rebuilt at a time in backward
     elif lo.act_ckpt == "selective":
         stored_layer = activation_bytes_per_layer(m, lo, recompute_attention=True,
@@ -143,13 +153,13 @@ def memory_breakdown(m: ModelShape, lo: Layout, prec: Precision, eff: Efficiency
         if lo.pp == 1:
             layers = m.n_layers
         acts = eff.act_frag * (layers * stored_layer + recompute_buf)
-        tokens = m.seq_len * lo.micro_batch
+        tokens = m.seq_len // lo.cp * lo.micro_batch
         logits = tokens * m.vocab_size / lo.tp * LOGITS_BYTES if stage == "last" else 0.0
         temps = 0.0
         if lo.zero_stage >= 3:  # gathered weights of the current and the prefetched layer
             temps += 2 * m.params_per_layer / lo.tp * prec.param_bytes
         if lo.attention in ("naive", "fused_softmax"):  # fp32 scores of the layer being computed
-            temps += 4.0 * m.n_heads / lo.tp * m.seq_len ** 2 * lo.micro_batch
+            temps += 4.0 * m.n_heads / lo.tp * m.seq_len ** 2 / lo.cp * lo.micro_batch
         candidates.append(MemoryBreakdown(
             params=params, grads=grads, optimizer=opt, activations=acts,
             activations_per_layer=act_layer, logits=logits, temporaries=temps,

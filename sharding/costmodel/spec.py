@@ -175,6 +175,17 @@ class Layout:
     (what XLA emits for this repo's model). `zero3_regather`: ZeRO-3/FSDP gathers weights again
     for backward (DeepSpeed, PyTorch FSDP reshard-after-forward); False = keeps the gathered
     weights from forward (XLA on this repo's model).
+
+    `cp`: context parallelism (the trainer's `sharding.context`): the sequence is split over cp
+    ranks, K and V are all-gathered per layer (sharding/context.py). `cp_joint_grad_reduce`: the
+    gradients are reduced over the dp×cp ranks in one collective (Megatron-LM); False = over
+    context, then over data (what XLA emits for this repo's model). `sp_bwd_regather`: sequence
+    parallelism all-gathers the column-parallel inputs again in backward for the weight
+    gradients (Megatron-LM, saves memory); False = keeps the gathered input (XLA).
+    `gspmd_pipeline`: this repo's pipeline (sharding/pipeline.py) instead of Megatron's:
+    parameters and optimizer state are replicated over the stages (not split), every stage
+    computes and communicates on all M·V + P − 1 ticks (bubble ticks included), and activations
+    move by a shift of each stage's whole micro-batch buffer (not scattered over TP).
     """
 
     dp: int = 1
@@ -195,10 +206,14 @@ class Layout:
     # are split over groups of `zero_group` DP ranks and replicated across the dp / zero_group
     # groups. None = over all dp ranks.
     zero_group: int | None = None
+    cp: int = 1
+    cp_joint_grad_reduce: bool = True
+    sp_bwd_regather: bool = True
+    gspmd_pipeline: bool = False
 
     @property
     def n_devices(self) -> int:
-        return self.dp * self.tp * self.pp
+        return self.dp * self.tp * self.pp * self.cp
 
     @property
     def zero_shards(self) -> int:
@@ -229,7 +244,7 @@ def nearest_mesh(n_devices: int, tp: int, pp: int) -> str:
 def validate_layout(model: ModelShape, layout: Layout, n_devices: int | None = None) -> None:
     """Raise `LayoutError` (one line, with the nearest valid choice) for impossible layouts."""
     lo = layout
-    for name in ("dp", "tp", "pp", "micro_batch", "global_batch", "interleave"):
+    for name in ("dp", "tp", "pp", "cp", "micro_batch", "global_batch", "interleave"):
         v = getattr(lo, name)
         if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
             raise LayoutError(f"layout {name} must be a positive integer (got {v!r})")
@@ -244,8 +259,10 @@ def validate_layout(model: ModelShape, layout: Layout, n_devices: int | None = N
         raise LayoutError(f"attention must be one of {ATTENTION_KERNELS} (got {lo.attention!r})")
     if n_devices is not None and lo.n_devices != n_devices:
         hint = nearest_mesh(n_devices, lo.tp, lo.pp) if n_devices > 0 else "n_devices > 0"
-        raise LayoutError(f"dp×tp×pp = {lo.dp}×{lo.tp}×{lo.pp} = {lo.n_devices} does not match "
-                          f"{n_devices} devices; nearest valid mesh: {hint}")
+        names, sizes = ("dp×tp×pp×cp", (lo.dp, lo.tp, lo.pp, lo.cp)) if lo.cp > 1 else \
+            ("dp×tp×pp", (lo.dp, lo.tp, lo.pp))
+        raise LayoutError(f"{names} = {'×'.join(map(str, sizes))} = {lo.n_devices} does not "
+                          f"match {n_devices} devices; nearest valid mesh: {hint}")
     if model.n_heads % lo.tp or model.kv_heads % lo.tp:
         ok = [t for t in _divisors(model.kv_heads) if t <= max(lo.tp, 1)]
         raise LayoutError(f"tp={lo.tp} must divide n_heads={model.n_heads} and "
@@ -264,6 +281,10 @@ def validate_layout(model: ModelShape, layout: Layout, n_devices: int | None = N
     if lo.interleave > 1 and lo.grad_accum % lo.pp:
         raise LayoutError(f"interleaved pipeline needs micro-batches per step ({lo.grad_accum}) "
                           f"divisible by pp={lo.pp}; use interleave=1")
+    if model.seq_len % (lo.cp * (lo.tp if lo.sp else 1)):
+        if lo.cp > 1:
+            raise LayoutError(f"context parallelism needs seq_len={model.seq_len} divisible by "
+                              f"cp={lo.cp}" + (f"×tp={lo.tp} (sequence parallel)" if lo.sp else ""))
     if lo.sp and model.seq_len % lo.tp:  # sp with tp=1 is a no-op, not an error
         raise LayoutError(f"sequence parallelism needs seq_len={model.seq_len} divisible by "
                           f"tp={lo.tp}")

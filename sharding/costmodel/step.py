@@ -138,24 +138,31 @@ class _Step:
     hw: Hardware
     precision: Precision
     eff: Efficiency
-    tok: int  # tokens of one micro-batch on one device (seq_len · micro_batch)
+    tok: int  # tokens of one micro-batch on one device (seq_len · micro_batch / cp)
     layers: int  # layers on the fullest pipeline stage (uneven splits: it sets the pace)
     fwd_passes: float  # forward passes per micro-batch: 2 when full checkpointing re-runs it
     sp: bool  # sequence parallelism in effect (needs tp > 1)
     full: bool  # full activation checkpointing
     flash: bool  # a flash-attention kernel (no score matrix in HBM)
-    ranks: dict[str, int]  # members of each TP / DP / PP group that share a node
+    ranks: dict[str, int]  # members of each TP / CP / DP / PP group that share a node
+    # collectives per micro-batch slot: the GSPMD pipeline computes (and communicates) on its
+    # M·V + P − 1 ticks, bubble included, i.e. (M·V + P − 1)/(M·V) times per useful slot; the
+    # bubble's time is already in the pipeline formula, so only byte counts use this
+    tick_factor: float
 
     @classmethod
     def of(cls, model: ModelShape, layout: Layout, hardware: Hardware, precision: Precision,
            eff: Efficiency) -> "_Step":
         full = layout.act_ckpt == "full"
+        mv = layout.grad_accum * layout.interleave
+        tick_factor = (mv + layout.pp - 1) / mv if layout.gspmd_pipeline and layout.pp > 1 else 1.0
         return cls(m=model, lo=layout, hw=hardware, precision=precision, eff=eff,
-                   tok=model.seq_len * layout.micro_batch,
+                   tok=model.seq_len * layout.micro_batch // layout.cp,
                    layers=math.ceil(model.n_layers / layout.pp),
                    fwd_passes=2.0 if full else 1.0, sp=layout.sp and layout.tp > 1, full=full,
                    flash=layout.attention in ("flash1", "flash2"),
-                   ranks=ranks_per_node(hardware, layout.tp, layout.dp, layout.pp))
+                   ranks=ranks_per_node(hardware, layout.tp, layout.dp, layout.pp, layout.cp),
+                   tick_factor=tick_factor)
 
 
 def _gemm_terms(st: _Step) -> tuple[float, float, float]:
@@ -184,16 +191,16 @@ def _attention_terms(st: _Step) -> tuple[float, float, float]:
     m, lo, hw, eff = st.m, st.lo, st.hw, st.eff
     s, b, peak = m.seq_len, lo.micro_batch, hw.peak_flops
     heads = m.n_heads / lo.tp
-    attn_fwd_flops = 4 * b * s * s * m.head_dim * heads
+    attn_fwd_flops = 4 * b * (s / lo.cp) * s * m.head_dim * heads  # cp: L/cp queries, all keys
     attn_recompute = 1.0 if (st.full or lo.act_ckpt == "selective") and not st.flash else 0.0
     attn_passes = st.fwd_passes + 2 if st.full else 3 + attn_recompute
     if st.flash:
         kernel_eff = eff.flash2_eff if lo.attention == "flash2" else eff.flash1_eff
         attn_time = 0.5 * attn_fwd_flops * attn_passes / (peak * kernel_eff)  # causal: half
     else:
-        bmm_eff = _gemm_eff(eff, s, s, m.head_dim)
+        bmm_eff = _gemm_eff(eff, s / lo.cp, s, m.head_dim)
         traffic = eff.score_traffic_naive if lo.attention == "naive" else eff.score_traffic_fused
-        scores = heads * s * s * b
+        scores = heads * (s / lo.cp) * s * b
         attn_time = (attn_fwd_flops * attn_passes / (peak * bmm_eff)
                      + traffic * scores * attn_passes / 3 / hw.hbm_bw)
     return attn_fwd_flops, attn_recompute, attn_time
@@ -218,27 +225,34 @@ def _tp_collectives(st: _Step) -> tuple[list[Collective], float, float]:
     Per layer: forward reduces the outputs of the attention and MLP row-parallel matmuls (2);
     backward reduces the input gradients of the column-parallel matmuls: 2 when QKV and
     gate/up are fused, 3 (q, k, v) + 2 (gate, up) when they are separate. Full recompute
-    repeats the forward's 2. Per micro-batch: vocab-parallel embedding (fwd) and head input
-    gradient (bwd) reduce a (tokens, d_model) tensor, and the vocab-parallel softmax reduces
-    its max and sum (tokens fp32 values each).
+    repeats the forward's 2. Under sequence parallelism each all-reduce becomes a
+    reduce-scatter, and the column-parallel inputs are all-gathered: 2 in forward (+2 when
+    recomputed), 2 in backward (the row-parallel output gradients), + 2 when backward gathers
+    the inputs again for the weight gradients (`sp_bwd_regather`, Megatron-LM). Per
+    micro-batch: vocab-parallel embedding (fwd) and head input gradient (bwd) reduce a (tokens,
+    d_model) tensor, and the vocab-parallel softmax reduces its max and sum (tokens fp32
+    values each). The GSPMD pipeline runs them on bubble ticks too (`tick_factor`).
     """
     m, lo, hw, eff, t = st.m, st.lo, st.hw, st.eff, st.lo.tp
     if t <= 1:
         return [], 0.0, 0.0
-    n_mb = lo.grad_accum
+    n_mb = lo.grad_accum * st.tick_factor
     act_buf = st.tok * m.d_model * st.precision.act_bytes
     bwd_calls = 2 if lo.fused_projections else (3 + (2 if m.mlp == "swiglu" else 1))
-    tp_calls_per_layer = 2 * st.fwd_passes + bwd_calls
+    if st.sp:
+        gathers = 2 * st.fwd_passes + 2 + (2 if lo.sp_bwd_regather else 0)
+        per_layer = {"all_gather": gathers, "reduce_scatter": 2 * st.fwd_passes + bwd_calls}
+    else:
+        per_layer = {"all_reduce": 2 * st.fwd_passes + bwd_calls}
     colls: list[Collective] = []
     tp_time_layer = 0.0
     tp_time_edge = 0.0
-    kinds = (("all_gather", "reduce_scatter") if st.sp else ("all_reduce",))
-    layer_calls = tp_calls_per_layer * m.n_layers / lo.pp * n_mb
-    for kind in kinds:
+    for kind, calls_per_layer in per_layer.items():
+        layer_calls = calls_per_layer * m.n_layers / lo.pp * n_mb
         c = make_collective(f"tp_{kind}", kind, act_buf, layer_calls, t, st.ranks["tp"], hw,
                             eff.link_eff)
         colls.append(c)
-        tp_time_layer += c.time_s / layer_calls * tp_calls_per_layer
+        tp_time_layer += c.time_s / layer_calls * calls_per_layer
     for name, kind, buf, calls in (("tp_embed_head", "all_reduce", act_buf, 2),
                                    ("tp_softmax_stats", "all_reduce", st.tok * 4.0, 2)):
         c = make_collective(name, kind, buf, calls * n_mb, t, st.ranks["tp"], hw, eff.link_eff)
@@ -249,17 +263,41 @@ def _tp_collectives(st: _Step) -> tuple[list[Collective], float, float]:
 
 def _pp_p2p(st: _Step) -> tuple[float, Collective | None]:
     """(send + receive time between neighbouring stages per micro-batch, the step's p2p
-    collective); Megatron scatter/gather: each TP rank sends its 1/tp of the activations."""
+    collective); Megatron scatter/gather: each TP rank sends its 1/tp of the activations.
+    GSPMD pipeline: every tick, stages 0..P−2 send their whole buffer forward and stages
+    1..P−1 its gradient backward; the count is the mean over devices, (P − 1)/P per tick."""
     lo, p, v = st.lo, st.lo.pp, st.lo.interleave
     if p <= 1:
         return 0.0, None
     n_mb = lo.grad_accum
     same_node = st.ranks["pp"] >= p
-    p2p_bytes = st.tok * st.m.d_model * st.precision.act_bytes / lo.tp
-    p2p = 2 * v * p2p_time(p2p_bytes, same_node, st.hw, st.eff.link_eff)
-    coll = Collective("pp_p2p", "p2p", 2, p2p_bytes, 2 * v * n_mb, 2 * v * n_mb * p2p_bytes,
+    p2p_bytes = st.tok * st.m.d_model * st.precision.act_bytes / (1 if lo.gspmd_pipeline else lo.tp)
+    sends = 2 * v * (st.tick_factor * (p - 1) / p if lo.gspmd_pipeline else 1.0)
+    p2p = sends * p2p_time(p2p_bytes, same_node, st.hw, st.eff.link_eff)
+    coll = Collective("pp_p2p", "p2p", 2, p2p_bytes, sends * n_mb, sends * n_mb * p2p_bytes,
                       p2p * n_mb, "intra" if same_node else "inter")
     return p2p, coll
+
+
+def _cp_collectives(st: _Step) -> tuple[list[Collective], float]:
+    """(context-parallel collectives of the step, their time per layer per micro-batch).
+
+    sharding/context.py: every layer all-gathers K and V over the cp ranks in forward (again
+    when full checkpointing recomputes it) and reduce-scatters their gradients in backward;
+    the buffer is one full-length K (or V) of the micro-batch on one TP rank."""
+    m, lo, hw, eff = st.m, st.lo, st.hw, st.eff
+    if lo.cp <= 1:
+        return [], 0.0
+    n_mb = lo.grad_accum * st.tick_factor
+    kv_buf = lo.micro_batch * m.seq_len * m.kv_dim / lo.tp * st.precision.act_bytes
+    colls, t_layer = [], 0.0
+    for kind, per_layer in (("all_gather", 2 * st.fwd_passes), ("reduce_scatter", 2)):
+        calls = per_layer * m.n_layers / lo.pp * n_mb
+        c = make_collective(f"cp_kv_{kind}", kind, kv_buf, calls, lo.cp, st.ranks["cp"], hw,
+                            eff.link_eff)
+        colls.append(c)
+        t_layer += c.time_s / calls * per_layer
+    return colls, t_layer
 
 
 def _pipeline(st: _Step, stage_time: float, p2p: float) -> tuple[float, float, float]:
@@ -284,15 +322,30 @@ def _dp_collective_specs(st: _Step, n_stage: float) -> list[tuple[str, str, floa
     param_buf = n_stage * precision.param_bytes
     f = lo.zero_shards if lo.zero_stage else lo.dp
     g = min(f, st.ranks["dp"])
-    if lo.zero_stage == 0:
-        specs = [("dp_grad_all_reduce", "all_reduce", grad_buf, 1, f, g)]
+    # context parallelism: the cp ranks see other tokens of the same sequences, so gradients are
+    # reduced over them too: jointly with dp (one group of f·cp) or in a collective of their own
+    joint = lo.cp > 1 and lo.cp_joint_grad_reduce
+    fr, gr = (f * lo.cp, g * st.ranks["cp"]) if joint else (f, g)
+    if lo.zero_stage == 0 and lo.gspmd_pipeline and lo.pp > 1:
+        # XLA reduces each tick's chunk weight gradients inside the tick loop (M·V + P − 1
+        # times a chunk of L/(P·V) layers), the embedding / head / final norm once after it
+        ticks = lo.grad_accum * lo.interleave + lo.pp - 1
+        chunk = math.ceil(st.m.n_layers / (lo.pp * lo.interleave)) * st.m.params_per_layer / lo.tp
+        rest = n_stage - st.m.n_layers * st.m.params_per_layer / lo.tp
+        specs = [("dp_grad_all_reduce", "all_reduce", rest * precision.reduce_bytes, 1, fr, gr),
+                 ("dp_grad_all_reduce_per_tick", "all_reduce", chunk * precision.reduce_bytes,
+                  ticks, fr, gr)]
+    elif lo.zero_stage == 0:
+        specs = [("dp_grad_all_reduce", "all_reduce", grad_buf, 1, fr, gr)]
     elif lo.zero_stage in (1, 2):
-        specs = [("dp_grad_reduce_scatter", "reduce_scatter", grad_buf, 1, f, g),
+        specs = [("dp_grad_reduce_scatter", "reduce_scatter", grad_buf, 1, fr, gr),
                  ("dp_param_all_gather", "all_gather", param_buf, 1, f, g)]
     else:  # ZeRO-3/FSDP: gather weights for fwd and bwd, scatter grads, every micro-batch
         gathers = 2 if lo.zero3_regather else 1
         specs = [("dp_param_all_gather", "all_gather", param_buf, gathers * n_mb, f, g),
-                 ("dp_grad_reduce_scatter", "reduce_scatter", grad_buf, n_mb, f, g)]
+                 ("dp_grad_reduce_scatter", "reduce_scatter", grad_buf, n_mb, fr, gr)]
+    if lo.cp > 1 and not joint:
+        specs.append(("cp_grad_all_reduce", "all_reduce", grad_buf, 1, lo.cp, st.ranks["cp"]))
     if f < lo.dp:  # replicas of a shard sit f ranks apart: dp-ranks-per-node / f of them per node
         r = lo.dp // f
         specs.append(("dp_grad_replica_all_reduce", "all_reduce", grad_buf / f, 1, r,
@@ -301,11 +354,18 @@ def _dp_collective_specs(st: _Step, n_stage: float) -> list[tuple[str, str, floa
 
 
 def _dp_collectives(st: _Step, n_stage: float) -> tuple[list[Collective], float]:
-    """(DP gradient / parameter collectives of the step, their total time before overlap)."""
-    if st.lo.dp <= 1:
-        return [], 0.0
+    """(DP gradient / parameter collectives of the step, their total time before overlap).
+
+    The GSPMD pipeline adds one all-reduce over the stages of every block's gradient: each
+    stage computes the gradients of its own layers, and the parameters are replicated."""
+    lo = st.lo
+    specs = _dp_collective_specs(st, n_stage) if lo.dp * lo.cp > 1 else []
+    if lo.gspmd_pipeline and lo.pp > 1:
+        blocks = st.m.n_layers * st.m.params_per_layer / lo.tp
+        specs.append(("pp_stage_grad_all_reduce", "all_reduce",
+                      blocks * st.precision.reduce_bytes, 1, lo.pp, st.ranks["pp"]))
     colls, dp_time = [], 0.0
-    for name, kind, buf, count, n, g in _dp_collective_specs(st, n_stage):
+    for name, kind, buf, count, n, g in specs:
         c = make_collective(name, kind, buf, count, n, g, st.hw, st.eff.link_eff)
         colls.append(c)
         dp_time += c.time_s
@@ -365,7 +425,9 @@ def estimate_step(model: ModelShape, layout: Layout, hardware: Hardware,
     elem_time, overhead = _elementwise_terms(st)
     tp_colls, tp_time_layer, tp_time_edge = _tp_collectives(st)
     tp_exposed_layer = tp_time_layer * (1 - eff.tp_overlap)
-    per_layer = layer_gemm_time + attn_time + elem_time + overhead + tp_exposed_layer
+    cp_colls, cp_time_layer = _cp_collectives(st)
+    per_layer = (layer_gemm_time + attn_time + elem_time + overhead + tp_exposed_layer
+                 + cp_time_layer * (1 - eff.tp_overlap))
     # fp32 softmax and the gradient of the logits, on the last stage
     loss_traffic = st.tok * model.vocab_size / layout.tp * 16.0 / hardware.hbm_bw
     stage_time = (st.layers * per_layer + (head_time + loss_traffic)
@@ -385,7 +447,7 @@ def estimate_step(model: ModelShape, layout: Layout, hardware: Hardware,
         tp_comm_per_microbatch=st.layers * tp_time_layer + tp_time_edge,
         pp_p2p_per_microbatch=p2p, slot=slot, pipeline=pipeline, bubble=bubble, dp_comm=dp_time,
         dp_comm_exposed=dp_exposed, optimizer=opt_time, step=pipeline + dp_exposed + opt_time)
-    colls = tp_colls + ([p2p_coll] if p2p_coll is not None else []) + dp_colls
+    colls = tp_colls + cp_colls + ([p2p_coll] if p2p_coll is not None else []) + dp_colls
     return StepEstimate(model=model, layout=layout, hardware=hardware,
                         memory=memory_breakdown(model, layout, precision, eff, hardware.hbm_bytes),
                         time=times, collectives=tuple(colls), model_flops=model_flops,
