@@ -15,6 +15,7 @@ from models.base.configs import config_from_mapping
 from models.base.errors import ConfigError
 
 _DTYPES = ("auto", "float32", "bfloat16")
+PARAMETRIZATIONS = ("sp", "mup")
 ATTENTION_KERNELS = ("auto", "xla", "cudnn", "blocked")
 ACCELERATORS = ("gpu", "rocm", "tpu")  # platforms where "auto" means bfloat16 compute
 # model.remat: activation checkpointing of each block (models/transformer.py: REMAT_POLICIES), named
@@ -59,6 +60,10 @@ class ModelConfig:
     rope_theta: float = 10000.0
     norm_eps: float = 1e-6
     init_std: float = 0.02
+    parametrization: str = "sp"     # sp (standard) | mup: maximal-update parametrisation (Yang et al.
+                                    # 2022), one learning rate for every width (see width_mult)
+    mup_base_d_model: int | None = None  # mup: the width the hyper-parameters were tuned at
+                                    # (None = this model's d_model, i.e. width multiplier 1)
 
     def __post_init__(self) -> None:
         # true/false (a YAML boolean, or its string once Hydra has typed it as str) mean full/none,
@@ -71,6 +76,17 @@ class ModelConfig:
     @property
     def kv_heads(self) -> int:
         return self.n_heads if self.n_kv_heads is None else int(self.n_kv_heads)
+
+    @property
+    def width_mult(self) -> float:
+        """d_model / mup_base_d_model under µP (1.0 otherwise). µP (Tensor Programs V, Table 3,
+        Adam): hidden matrices' learning rate is divided by it (experiments/train/optimizer.py)
+        and the logits are divided by it (models/transformer.py); embeddings, norms and the
+        output head keep the base learning rate; initialisation stays 1/sqrt(fan_in). Widths
+        grow by adding heads of a fixed width, so attention keeps its 1/sqrt(d_head) scale."""
+        if self.parametrization != "mup" or self.mup_base_d_model is None:
+            return 1.0
+        return self.d_model / self.mup_base_d_model
 
     @property
     def d_head(self) -> int:
@@ -115,6 +131,14 @@ class ModelConfig:
                               f"got {self.remat!r})")
         if self.attention not in ATTENTION_KERNELS:
             raise ConfigError(f"model.attention must be one of {ATTENTION_KERNELS} (got {self.attention!r})")
+        if self.parametrization not in PARAMETRIZATIONS:
+            raise ConfigError(f"model.parametrization must be one of {PARAMETRIZATIONS} "
+                              f"(got {self.parametrization!r})")
+        base = self.mup_base_d_model
+        if base is not None and (isinstance(base, bool) or not isinstance(base, int) or base <= 0):
+            raise ConfigError(f"model.mup_base_d_model must be a positive integer or null (got {base!r})")
+        if base is not None and self.parametrization != "mup":
+            raise ConfigError("model.mup_base_d_model needs model.parametrization=mup")
         for name in ("rope_theta", "norm_eps", "init_std"):
             v = getattr(self, name)
             if not isinstance(v, (int, float)) or isinstance(v, bool) or not v > 0:

@@ -281,6 +281,8 @@ class Transformer(nnx.Module):
         cfg = self.cfg
         dt = jnp.dtype(cfg.dtype)
         x = self.final_norm(x_BxLxD)
+        if cfg.width_mult != 1.0:  # µP readout: logits / width multiplier (ModelConfig.width_mult)
+            x = x * jnp.asarray(1.0 / cfg.width_mult, x.dtype)
         if cfg.tie_embeddings:
             logits = jnp.einsum("bld,vd->blv", x, self.embed_VxD[...].astype(dt),
                                 preferred_element_type=jnp.float32)

@@ -246,6 +246,27 @@ GOLDEN["config +sweep=layouts"]["sweep"]["meshes"] += [
     {"data": 2, "tensor": 2, "pipeline": 2, "micro_batches": 4},
     {"data": 2, "tensor": 2, "context": 2, "sequence_parallel": True}]
 
+# Issue 13: µP (`model.parametrization`, `model.mup_base_d_model`), off by default; run ids of
+# standard-parametrisation runs leave both keys out, so they are unchanged.
+for _config in GOLDEN.values():
+    if "model" in _config:
+        _config["model"]["parametrization"] = "sp"
+        _config["model"]["mup_base_d_model"] = None
+
+# Issue 13: the IsoFLOP presets gain `sweep.lr_probe` (off), and the demo preset is redesigned
+# (five shapes that bracket every budget's optimum, four budgets over a decade, lr 1e-2 with an
+# LR probe at the smallest budget, eval every 200 steps).
+for _config in GOLDEN.values():
+    if (_config.get("sweep") or {}).get("kind") == "isoflop":
+        _config["sweep"]["lr_probe"] = None
+GOLDEN["config +sweep=demo"]["sweep"].update(
+    budgets=[1e11, 2e11, 4e11, 1e12], min_steps=100, lr_probe={"lrs": [3e-3, 3e-2], "budgets": None},
+    shapes=[{"n_layers": 1, "d_model": 16, "n_heads": 2}, {"n_layers": 2, "d_model": 24, "n_heads": 3},
+            {"n_layers": 2, "d_model": 32, "n_heads": 4}, {"n_layers": 3, "d_model": 48, "n_heads": 6},
+            {"n_layers": 4, "d_model": 64, "n_heads": 8}])
+GOLDEN["config +sweep=demo"]["optim"]["lr"] = 1e-2
+GOLDEN["config +sweep=demo"]["train"]["eval_every"] = 200
+
 # Run ids (experiments/sweeps/runs.py) of every planned run of every sweep preset, same capture.
 # All changed once, on purpose (issues 15 and 17): `model.dtype` is now `auto`, `model.remat` a
 # policy name, and `model.attention`, `data.dir`, the new sharding axes are run-defining keys, so sweeps started
@@ -277,18 +298,36 @@ RUN_IDS = {
     # pipeline and context/sequence-parallel layouts (issue 17)
     'layouts/mesh-data2-fsdp1-tensor2-pp2-mb4': '4ad2329744',
     'layouts/mesh-data2-fsdp1-tensor2-cp2-sp': '3e6e744f82',
-    # the demo's ids changed on purpose with its eval.tasks (issue 14): its old runs have no task
-    # metrics, so relaunching the demo trains them again
-    'demo/C1e11_L1-d16': 'daeb9e45db',
-    'demo/C1e11_L2-d32': '84f67d9578',
-    'demo/C1e11_L3-d48': '27f769de00',
-    'demo/C1e11_L4-d64': 'fecfbb3c22',
-    'demo/C2e11_L1-d16': 'f86dae6ae3',
-    'demo/C2e11_L2-d32': '6b4499036c',
-    'demo/C2e11_L3-d48': '01538d05af',
-    'demo/C2e11_L4-d64': '9144d2c13a',
-    'demo/C4e11_L1-d16': '05612a4846',
-    'demo/C4e11_L2-d32': '330a36c2c4',
-    'demo/C4e11_L3-d48': '52f3a3d46c',
-    'demo/C4e11_L4-d64': '5ec5745c9d',
+    # the demo was redesigned on purpose (issue 13: shapes, budgets, lr 1e-2, LR probe): relaunching
+    # it trains every run again
+    'demo/C1e11_L1-d16': 'a953ed5272',
+    'demo/C1e11_L2-d24': 'd8d21f8bf4',
+    'demo/C1e11_L2-d32': 'ea327932de',
+    'demo/C1e11_L3-d48': '3be0e0cdce',
+    'demo/C1e11_L4-d64': '7b0f6c74fc',
+    'demo/C2e11_L1-d16': '0d7af4e72e',
+    'demo/C2e11_L2-d24': '05d173df52',
+    'demo/C2e11_L2-d32': 'a609720454',
+    'demo/C2e11_L3-d48': 'e1c808fd79',
+    'demo/C2e11_L4-d64': '7f3b7c042d',
+    'demo/C4e11_L1-d16': '28b476ec1b',
+    'demo/C4e11_L2-d24': '514ff0d34b',
+    'demo/C4e11_L2-d32': '4bbb42f752',
+    'demo/C4e11_L3-d48': '988f849588',
+    'demo/C4e11_L4-d64': '49e5464319',
+    'demo/C1e12_L1-d16': '0e16acf63d',
+    'demo/C1e12_L2-d24': '5c9e03d593',
+    'demo/C1e12_L2-d32': 'af9ac25817',
+    'demo/C1e12_L3-d48': '0eafdfac1b',
+    'demo/C1e12_L4-d64': '20f4b13d45',
+    'demo/C1e11_L1-d16_lr0.003': 'a8b761a947',
+    'demo/C1e11_L1-d16_lr0.03': 'fbdee289d5',
+    'demo/C1e11_L2-d24_lr0.003': 'aee958ec1b',
+    'demo/C1e11_L2-d24_lr0.03': '79d3a378e0',
+    'demo/C1e11_L2-d32_lr0.003': '965d6645d9',
+    'demo/C1e11_L2-d32_lr0.03': '6647cacc2a',
+    'demo/C1e11_L3-d48_lr0.003': '289fe1af20',
+    'demo/C1e11_L3-d48_lr0.03': '5857e84dd5',
+    'demo/C1e11_L4-d64_lr0.003': '1cb6516feb',
+    'demo/C1e11_L4-d64_lr0.03': '017adeb034',
 }

@@ -183,7 +183,9 @@ def test_report_fits_the_best_runs_and_plots_lr_sensitivity(sweep, tmp_path):
     assert hp["active"] and hp["n_selected"] == 12 and len(hp["groups"]) == 12
     assert rep["law"]["n_points"] == 12 and rep["n_completed"] == 36
     assert rep["law"]["params"]["alpha"] == pytest.approx(TRUTH["alpha"], rel=0.02)
-    assert headline(rep)[0].startswith("LR sweep: 36 runs in 12 groups")
+    lines = headline(rep)
+    assert lines[0].startswith("law: ")  # the answer first, then how it was selected
+    assert any(line.startswith("LR sweep: 36 runs in 12 groups") for line in lines)
     assert sum("optimum may lie outside the swept range" in w for w in rep["warnings"]) == 1
     assert "lr_sensitivity" in rep["figures"] and (tmp_path / "rep" / rep["figures"]["lr_sensitivity"]).stat().st_size > 10_000
     assert sum(r["selected"] for r in rep["runs"]) == 12

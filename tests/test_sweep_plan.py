@@ -71,6 +71,23 @@ def test_isoflop_tokens_come_from_real_flops_per_token():
     assert [r.label for r in runs][:2] == ["C1e11_L1-d32", "C1e11_L2-d64"]
 
 
+def test_lr_probe_adds_each_shape_at_other_learning_rates():
+    runs = plan_sweep(BASE, {**SWEEP, "lr_probe": {"lrs": [1e-3, 1e-2]}}, corpus_tokens=10**9)
+    base, probe = runs[:8], runs[8:]
+    assert len(probe) == 4 * 2 and {r.budget for r in probe} == {1e11}  # the smallest budget
+    for r in probe:
+        twin = next(b for b in base if b.label == r.label.rsplit("_lr", 1)[0])
+        assert r.tokens == twin.tokens and r.n_params == twin.n_params
+        assert set(r.overrides) - set(twin.overrides) == {f"optim.lr={r.label.rsplit('_lr', 1)[1]}"}
+    both = plan_sweep(BASE, {**SWEEP, "lr_probe": {"lrs": [1e-3], "budgets": [1e11, 3e11]}},
+                      corpus_tokens=10**9)
+    assert len(both) == 8 + 8
+    with pytest.raises(PlanError, match="needs `lrs`"):
+        plan_sweep(BASE, {**SWEEP, "lr_probe": {"budgets": [1e11]}})
+    with pytest.raises(PlanError, match="not in sweep.budgets"):
+        plan_sweep(BASE, {**SWEEP, "lr_probe": {"lrs": [1e-3], "budgets": [5e11]}})
+
+
 def test_epoch_limit_skips_with_reason():
     runs = plan_sweep(BASE, SWEEP, corpus_tokens=50_000)
     big = [r for r in runs if r.tokens > 50_000 and r.steps >= 20]

@@ -430,6 +430,13 @@ def _holdout_check(done: pd.DataFrame, budgets_swept: list[float], seed: int,
     if hold["mean_rel_error"] > HOLDOUT_TARGET:
         warn.append(f"held-out error {100 * hold['mean_rel_error']:.2f}% on the largest budget exceeds the "
                     f"{100 * HOLDOUT_TARGET:.0f}% target: the law extrapolates poorly from these runs")
+    outside = [p for p in hold.get("points", []) if p.get("interval")
+               and not p["interval"][0] <= p["actual"] <= p["interval"][1]]
+    if outside:
+        level = 100 * hold.get("interval_level", 0.9)
+        warn.append(f"held-out runs outside their {level:.0f}% prediction interval: " + "; ".join(
+            f"N={p['N']:,.0f} (actual {p['actual']:.4f}, interval [{p['interval'][0]:.4f}, "
+            f"{p['interval'][1]:.4f}])" for p in outside))
     return hold, hold_fit
 
 

@@ -43,11 +43,10 @@ def _ci(ci: Any, fmt: str = ".4g") -> str:
 
 
 def headline(rep: dict) -> list[str]:
-    """Plain-text lines with the numbers a reader wants first (also printed by the demo)."""
+    """Plain-text lines with the numbers a reader wants first (also printed by the demo): the
+    law, the allocation at the requested budgets, Approach 2, the held-out check, the
+    hyperparameter selection, the downstream predictions."""
     out = []
-    hp = rep.get("hparams")
-    if hp and hp.get("active"):
-        out.append(hp["message"])
     law = rep.get("law")
     if law:
         p, ci = law["params"], law["ci"]
@@ -78,7 +77,19 @@ def headline(rep: dict) -> list[str]:
                    + (f"; {100 * h['coverage']:.0f}% inside their 90% prediction intervals" if "coverage" in h else ""))
     else:
         out.append("held-out check: not available (see warnings)")
+    hp = rep.get("hparams")
+    if hp and hp.get("active"):
+        out.append(hp["message"])
     return out + downstream_headline(rep)
+
+
+# shown right under the headline (the answer's picture); the other figures follow the warnings
+LEAD_FIGURE = "isoflop"
+
+
+def _lead_and_rest(figures: dict) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+    lead = [(n, r) for n, r in figures.items() if n == LEAD_FIGURE]
+    return lead, [(n, r) for n, r in figures.items() if n != LEAD_FIGURE]
 
 
 def _tags(warnings: list[str]) -> str:
@@ -113,6 +124,21 @@ def _runs_rows(rep: dict) -> list[list[str]]:
         rows.append([r["run"], r["status"], _g(r["budget"], ".3g"), _g(r["N"], ",.0f"), _g(r["D"], ",.0f"),
                      _g(r["C"], ".3g"), _g(r["loss"], ".4f"), _g(r["tokens_per_s"], ",.0f"),
                      _g(None if r["mfu"] is None else 100 * r["mfu"], ".1f")])
+    return rows
+
+
+HOLDOUT_HEADER = ["N", "D", "C", "actual", "predicted", "error %", "90% interval"]
+
+
+def _holdout_rows(h: dict) -> list[list[str]]:
+    """The held-out runs; the interval cell says whether the actual loss lies inside it."""
+    rows = []
+    for p in h["points"]:
+        iv = p.get("interval")
+        cell = "–" if not iv else (f"[{iv[0]:.4f}, {iv[1]:.4f}] "
+                                   + ("inside" if iv[0] <= p["actual"] <= iv[1] else "OUTSIDE"))
+        rows.append([f"{p['N']:,.0f}", f"{p['D']:,.0f}", f"{p['C']:.3g}", f"{p['actual']:.4f}",
+                     f"{p['predicted']:.4f}", f"{100 * p['rel_error']:+.2f}", cell])
     return rows
 
 
@@ -222,9 +248,12 @@ def write_markdown(rep: dict, path: pathlib.Path) -> None:
          f"completed; budgets {', '.join(_g(b, '.3g') for b in rep['budgets_swept'])} FLOPs; "
          f"{rep['bootstrap']} bootstrap resamples (seed {rep['seed']}); generated {rep['generated']}.", "",
          "## Headline", "", "```", *headline(rep), "```", ""]
+    lead, rest = _lead_and_rest(rep["figures"])
+    for name, rel in lead:
+        L += [f"![{name}]({rel})", "", f"*{FIGURE_CAPTIONS.get(name, name)}*", ""]
     L += ["## Warnings", ""] + ([f"- {w}" for w in rep["warnings"]] or ["- none"]) + [""]
     L += ["## Figures", ""]
-    for name, rel in rep["figures"].items():
+    for name, rel in rest:
         L += [f"![{name}]({rel})", "", f"*{FIGURE_CAPTIONS.get(name, name)}*", ""]
     hp = hparam_rows(rep)
     if hp:
@@ -239,9 +268,8 @@ def write_markdown(rep: dict, path: pathlib.Path) -> None:
         L += ["| " + " | ".join(r) + " |" for r in sk]
     h = rep.get("holdout")
     if h:
-        L += ["", "## Held-out runs", "", "| N | D | C | actual | predicted | error % |", "|---|---|---|---|---|---|"]
-        L += [f"| {p['N']:,.0f} | {p['D']:,.0f} | {p['C']:.3g} | {p['actual']:.4f} | {p['predicted']:.4f} | "
-              f"{100 * p['rel_error']:+.2f} |" for p in h["points"]]
+        L += ["", "## Held-out runs", "", "| " + " | ".join(HOLDOUT_HEADER) + " |", "|---|---|---|---|---|---|---|"]
+        L += ["| " + " | ".join(r) + " |" for r in _holdout_rows(h)]
     if rep.get("downstream"):
         L += _downstream_markdown(rep["downstream"])
     for sec in rep.get("sections", []):
@@ -315,13 +343,18 @@ def write_html(rep: dict, path: pathlib.Path) -> None:
              f"<p>Sweep <code>{html.escape(rep['sweep_dir'])}</code> — {rep['n_completed']} of {rep['n_runs']} runs "
              f"completed; budgets {', '.join(_g(b, '.3g') for b in rep['budgets_swept'])} FLOPs; "
              f"{rep['bootstrap']} bootstrap resamples (seed {rep['seed']}); generated {rep['generated']}.</p>",
-             "<h2>Headline</h2>", "<pre>" + html.escape("\n".join(headline(rep))) + "</pre>", "<h2>Warnings</h2>"]
+             "<h2>Headline</h2>", "<pre>" + html.escape("\n".join(headline(rep))) + "</pre>"]
+    lead, rest = _lead_and_rest(rep["figures"])
+
+    def figure(name: str, rel: str) -> str:
+        b64 = base64.b64encode((out / rel).read_bytes()).decode()
+        return (f"<figure><img alt='{name}' src='data:image/png;base64,{b64}'>"
+                f"<figcaption>{html.escape(FIGURE_CAPTIONS.get(name, name))}</figcaption></figure>")
+
+    parts += [figure(n, r) for n, r in lead] + ["<h2>Warnings</h2>"]
     parts += [f"<div class='warn'>{html.escape(w)}</div>" for w in rep["warnings"]] or ["<p>none</p>"]
     parts.append("<h2>Figures</h2>")
-    for name, rel in rep["figures"].items():
-        b64 = base64.b64encode((out / rel).read_bytes()).decode()
-        parts.append(f"<figure><img alt='{name}' src='data:image/png;base64,{b64}'>"
-                     f"<figcaption>{html.escape(FIGURE_CAPTIONS.get(name, name))}</figcaption></figure>")
+    parts += [figure(n, r) for n, r in rest]
     hp = hparam_rows(rep)
     if hp:
         parts += ["<h2>Hyperparameter sweep</h2>", f"<p>{html.escape(rep['hparams']['message'])}.</p>",
@@ -332,10 +365,7 @@ def write_html(rep: dict, path: pathlib.Path) -> None:
         parts += ["<h2>Shapes the sweep skipped</h2>", _table(["shape", "budget C", "N", "steps", "reason"], sk)]
     h = rep.get("holdout")
     if h:
-        parts += ["<h2>Held-out runs</h2>", _table(
-            ["N", "D", "C", "actual", "predicted", "error %"],
-            [[f"{p['N']:,.0f}", f"{p['D']:,.0f}", f"{p['C']:.3g}", f"{p['actual']:.4f}", f"{p['predicted']:.4f}",
-              f"{100 * p['rel_error']:+.2f}"] for p in h["points"]])]
+        parts += ["<h2>Held-out runs</h2>", _table(HOLDOUT_HEADER, _holdout_rows(h))]
     if rep.get("downstream"):
         parts += _downstream_html(rep["downstream"])
     parts += [markdown_to_html(sec["markdown"], out) for sec in rep.get("sections", [])]

@@ -200,7 +200,7 @@ def _build_loop(spec: RLSpec, run_dir: Path, state: RLState) -> RLLoop:
                        rl.algo.epochs, rl.algo.kl_beta)
     ef = eval_flops(spec.model, window, task.completion_len, rl.task.eval_size, rl.eval_samples)
     state.summary_base = _summary_base(spec, sf, ef)
-    tx = make_optimizer(spec.optim, make_schedule(spec.optim, rl.steps, 0))
+    tx = make_optimizer(spec.optim, make_schedule(spec.optim, rl.steps, 0), spec.model)
     setup = build_rl_setup(spec.model, tx, make_mesh(spec.mesh_sizes),
                            TaskShape(task.prompt_len, task.completion_len),
                            rl.algo, rl.group_size, rl.temperature)

@@ -121,7 +121,7 @@ def warm_start(model: ModelConfig, task: Task, cfg: RLConfig, setup: RLSetup,
 def _train(model: ModelConfig, task: Task, cfg: RLConfig, setup: RLSetup, log):
     ws = cfg.warm_start
     ocfg = OptimConfig(lr=ws.lr, schedule="constant", warmup_tokens=0.0, weight_decay=0.0)
-    tx = make_optimizer(ocfg, make_schedule(ocfg, ws.max_steps, ws.warmup_steps))
+    tx = make_optimizer(ocfg, make_schedule(ocfg, ws.max_steps, ws.warmup_steps), model)
     init_opt, step = build_sft_step(setup, tx, task.prompt_len)
     params = setup.place(init_params(model, ws.seed)[1])
     opt_state = init_opt(params)

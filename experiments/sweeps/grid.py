@@ -12,6 +12,8 @@ Sweep kinds (`sweep.kind`):
                    not 6N). The run length is rounded to whole steps of `train.batch_size` x
                    `model.seq_len` tokens and the warmup is `sweep.warmup_fraction` of the run, so
                    the LR schedule (which decays over `train.tokens`) is stretched to each run.
+                   `sweep.lr_probe` ({lrs, budgets}) adds every shape at other learning rates at
+                   some budgets (an LR sweep per rung; the best run of each rung is fitted).
 * `model_ladder` -- every ladder shape at a fixed `sweep.tokens_per_param` (D = r * N).
 * `data_ladder`  -- the config's model at each token count in `sweep.tokens`.
 * `layouts`      -- the config's model, unchanged length, over each mesh in `sweep.meshes`
@@ -156,9 +158,36 @@ def _plan_isoflop(s: _Sweep) -> list[PlannedRun]:
     if len(set(budgets)) != len(budgets):
         raise PlanError(f"sweep.budgets has repeated entries: {budgets}")
     shapes = shapes_from_config(s.sweep)
-    return [s.run(f"C{format_budget(c)}_{shape.label}", shape.apply(s.model), shape.overrides(),
+    runs = [s.run(f"C{format_budget(c)}_{shape.label}", shape.apply(s.model), shape.overrides(),
                   lambda n, fpt, c=c: c / fpt, budget=c)
             for c in sorted(budgets) for shape in shapes]
+    probe_budgets, lrs = _lr_probe(s.sweep, budgets)
+    runs += [s.run(f"C{format_budget(c)}_{shape.label}_lr{lr:g}", shape.apply(s.model),
+                   shape.overrides() + [f"optim.lr={lr:g}"], lambda n, fpt, c=c: c / fpt, budget=c)
+             for c in probe_budgets for shape in shapes for lr in lrs]
+    return runs
+
+
+def _lr_probe(sweep: Mapping[str, Any], budgets: list[float]) -> tuple[list[float], list[float]]:
+    """(budgets, learning rates) of `sweep.lr_probe`: every shape at each of those budgets is
+    also trained at each of those learning rates (`optim.lr`), so each rung's run at the base
+    learning rate has neighbours to be compared with; `collect` / `fit` / the report take the
+    best run of each rung (analysis.laws.best_runs) and show the LR sensitivity. `budgets`
+    null = the smallest budget of the sweep (the cheapest runs)."""
+    probe = sweep.get("lr_probe")
+    if not probe:
+        return [], []
+    if not isinstance(probe, Mapping) or not probe.get("lrs"):
+        raise PlanError("sweep.lr_probe needs `lrs`, e.g. 'sweep.lr_probe={lrs:[3e-3,3e-2]}'")
+    lrs = [_positive("sweep.lr_probe.lrs[]", lr) for lr in probe["lrs"]]
+    chosen = probe.get("budgets")
+    if chosen is None:
+        return [min(budgets)], lrs
+    chosen = [_positive("sweep.lr_probe.budgets[]", c) for c in chosen]
+    missing = [c for c in chosen if c not in budgets]
+    if missing:
+        raise PlanError(f"sweep.lr_probe.budgets {missing} are not in sweep.budgets {budgets}")
+    return sorted(set(chosen)), lrs
 
 
 def _plan_model_ladder(s: _Sweep) -> list[PlannedRun]:

@@ -44,6 +44,12 @@ def identity(run_cfg: Mapping[str, Any], ignore: Iterable[str] = ()) -> dict[str
     _drop(tree, "train.profile_steps")  # a trace of some steps does not change them
     if not (tree.get("eval") or {}).get("tasks"):
         tree.pop("eval", None)   # no downstream tasks: the id it had before `eval.*` existed
+    model = tree.get("model")
+    if isinstance(model, dict) and model.get("parametrization", "sp") == "sp" \
+            and model.get("mup_base_d_model") is None:
+        # standard parametrisation: the id it had before µP existed
+        model.pop("parametrization", None)
+        model.pop("mup_base_d_model", None)
     for key in ignore:
         _drop(tree, key)
     return tree

@@ -310,7 +310,7 @@ def _build_loop(spec: RunSpec, state: RunState, run_dir: Path, t_start: float, m
                 corpus: Any, sampler: BatchSampler) -> Loop:
     """Optimizer, sharded steps, checkpointer and metrics log; params restored or initialised."""
     schedule = make_schedule(spec.optim, spec.steps, spec.warmup_steps)
-    ts = build_train_setup(spec.model, make_optimizer(spec.optim, schedule), mesh, n_micro=spec.n_micro,
+    ts = build_train_setup(spec.model, make_optimizer(spec.optim, schedule, spec.model), mesh, n_micro=spec.n_micro,
                            pipeline=spec.pipeline, sequence_parallel=spec.sequence_parallel)
     ckpt = Checkpointer(run_dir, keep=spec.train.keep_checkpoints)
     metrics = MetricsLog(run_dir / "metrics.jsonl", enabled=state.is_main,

@@ -56,14 +56,37 @@ def decay_mask(params: Any, cfg: OptimConfig) -> Any:
     return jax.tree_util.tree_map_with_path(keep, params)
 
 
-def make_optimizer(cfg: OptimConfig, schedule: optax.Schedule) -> optax.GradientTransformation:
-    """clip_by_global_norm(clip) -> adamw(schedule, mask=decay_mask)."""
+def _is_hidden_matrix(path: tuple[Any, ...], leaf: Any) -> bool:
+    """A weight matrix between two width-sized dims (attention and MLP), not an embedding,
+    the output head or a norm scale."""
+    names = [str(getattr(k, "key", getattr(k, "name", k))) for k in path]
+    return jnp.ndim(leaf) >= 2 and not any(n.startswith(("embed_", "head_")) for n in names)
+
+
+def scale_hidden_updates(factor: float) -> optax.GradientTransformation:
+    """Multiply the updates of hidden matrices by `factor`: µP's per-layer Adam learning rate
+    (lr / width multiplier for hidden weights; embeddings, head and norms keep lr). Applied after
+    adamw, so decoupled weight decay scales with the learning rate, as in mup's MuAdamW."""
+    def update(updates, state, params=None):
+        del params
+        return jax.tree_util.tree_map_with_path(
+            lambda path, u: u * factor if _is_hidden_matrix(path, u) else u, updates), state
+    return optax.GradientTransformation(lambda params: optax.EmptyState(), update)
+
+
+def make_optimizer(cfg: OptimConfig, schedule: optax.Schedule,
+                   model: Any = None) -> optax.GradientTransformation:
+    """clip_by_global_norm(clip) -> adamw(schedule, mask=decay_mask) [-> µP hidden-matrix
+    learning-rate scale 1 / model.width_mult when `model` (a ModelConfig) is µP]."""
     parts = []
     if cfg.clip:
         parts.append(optax.clip_by_global_norm(cfg.clip))
     parts.append(optax.adamw(schedule, b1=cfg.b1, b2=cfg.b2, eps=cfg.eps,
                              weight_decay=cfg.weight_decay,
                              mask=lambda p: decay_mask(p, cfg)))
+    width_mult = 1.0 if model is None else float(model.width_mult)
+    if width_mult != 1.0:
+        parts.append(scale_hidden_updates(1.0 / width_mult))
     return optax.chain(*parts)
 
 
