@@ -16,9 +16,18 @@ import pytest
 REPO = pathlib.Path(__file__).resolve().parents[1]
 # eval.tasks=[]: the preset's downstream tasks would cost each run a scorer compile (the report's
 # downstream section is tested in tests/test_report_downstream.py)
-SMALL = ["--bootstrap", "50", "--budget", "1e11", "sweep.budgets=[3e9,6e9,1.2e10]", "sweep.ladder.depths=[1,2,3]",
+SMALL = ["--bootstrap", "50", "--budget", "1e11", "sweep.budgets=[3e9,6e9,1.2e10]",
+         "sweep.shapes=[{n_layers:1,d_model:16,n_heads:2},{n_layers:2,d_model:32,n_heads:4},"
+         "{n_layers:3,d_model:48,n_heads:6}]", "sweep.lr_probe=null",
          "sweep.min_steps=5", "train.batch_size=8", "model.seq_len=32", "train.eval_tokens=1024",
          "train.eval_every=0", "train.ckpt_every=10", "eval.tasks=[]"]
+# The demo's design scaled down 6x in compute (four budgets over 8x, four shapes 6k-49k, no LR
+# probe or tasks): about 75 s on 2 cores, and every budget's minimum is still inside the ladder.
+SCALED = ["--bootstrap", "50", "--budget", "1e12", "sweep.budgets=[2e10,4e10,8e10,1.6e11]",
+          "sweep.shapes=[{n_layers:1,d_model:8,n_heads:1},{n_layers:1,d_model:16,n_heads:2},"
+          "{n_layers:2,d_model:24,n_heads:3},{n_layers:2,d_model:32,n_heads:4}]",
+          "sweep.min_steps=50", "sweep.lr_probe=null", "eval.tasks=[]", "train.eval_every=0",
+          "train.eval_tokens=4096"]
 
 
 def env():
@@ -85,3 +94,33 @@ def test_demo_killed_midway_then_relaunched_reuses_finished_runs(tmp_path):
     assert html.is_file() and html.read_text().count("<img") >= 6
     rep = json.loads((out / "report" / "report.json").read_text())
     assert rep["n_completed"] == 9 and rep["holdout"]["n_points"] == 3
+
+
+@pytest.mark.slow
+def test_scaled_down_demo_minima_are_inside_the_ladder_and_the_report_leads(tmp_path):
+    out = tmp_path / "demo"
+    r = subprocess.run([sys.executable, "-m", "experiments.demo", "--out", str(out), *SCALED], env=env(),
+                       cwd=REPO, capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
+    rep = json.loads((out / "report" / "report.json").read_text())
+    by_budget: dict[float, list[tuple[float, float]]] = {}
+    for run in rep["runs"]:
+        if run["status"] == "completed":
+            by_budget.setdefault(run["budget"], []).append((run["N"], run["loss"]))
+    assert len(by_budget) == 4
+    for budget, pts in by_budget.items():
+        ns = sorted(n for n, _ in pts)
+        best = min(pts, key=lambda p: p[1])[0]
+        assert ns[0] < best < ns[-1], (budget, sorted(pts))  # a smaller and a larger shape trained
+    assert not any("optimum may lie" in w for w in rep["warnings"]), rep["warnings"]
+    hold = rep["holdout"]
+    assert hold["held_out_budget"] == 1.6e11 and hold["n_points"] == 4
+    assert all(len(p["interval"]) == 2 for p in hold["points"]) and 0 <= hold["coverage"] <= 1
+    assert rep["law"]["allocation"]["budgets"][0]["C"] == 1e12  # N*/D* beyond the largest budget
+    assert rep["law"]["allocation"]["budgets"][0]["N_opt_ci"]
+    md = (out / "report" / "report.md").read_text()
+    head, _, rest = md.partition("## Warnings")
+    assert "law: L(N,D)" in head and "held-out check:" in head and "figures/isoflop.png" in head
+    assert "## Held-out runs" in rest and "90% interval" in rest
+    printed = r.stdout.splitlines()
+    assert any(line.startswith("held-out check:") for line in printed)
