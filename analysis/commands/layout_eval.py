@@ -259,11 +259,14 @@ def _calibrate(rows: list[dict], parsed: list, prec, base: Efficiency,
         raise AnalysisError("--calibrate needs >= 3 rows with measured_step_time_s or "
                             "measured_tokens_per_s")
     eff = calibrate(ms, base, provenance=f"fitted to {len(ms)} rows of {out_path.name}")
+    eff, how = _with_error_model(eff, ms, _leave_one_out(ms, base))
     s = score(ms, eff)
     write_json(out_path, {"efficiency": eff.as_dict(), "scores": s.as_dict()})
     print(f"calibrated on {len(ms)} rows: Spearman rho(MFU, {MFU_CONVENTION}) {s.spearman_mfu:.3f}, median |MFU err| "
           f"{100 * s.median_abs_mfu_error:.2f} pts, OOM accuracy {100 * s.oom_accuracy:.1f}% "
           f"(in-sample) -> {out_path}")
+    print(f"MFU error interval (measured / predicted, 5%-95%): [{eff.mfu_ratio_lo:.2f}, "
+          f"{eff.mfu_ratio_hi:.2f}], {how}")
     return eff
 
 
@@ -312,22 +315,40 @@ def _sweep_measurements(sweep: pathlib.Path, hardware: str | None):
     return ms, recs, skipped
 
 
-def _leave_one_out(ms: list, base: Efficiency, max_runs: int = 40) -> float | None:
-    """Median |relative step-time error| of each timed run predicted by constants fitted to the
-    other runs (None above `max_runs` timed runs, where it would cost a fit per run, or below 4)."""
+def _leave_one_out(ms: list, base: Efficiency, max_runs: int = 40) -> list[float] | None:
+    """measured / predicted MFU (= predicted / measured step time) of each timed run, predicted
+    by constants fitted to the other runs (None above `max_runs` timed runs, where it would cost
+    a fit per run, or below 4)."""
     from sharding.costmodel.calibrate import calibrate
 
     timed = [i for i, m in enumerate(ms) if m.step_time_s is not None]
     if not 4 <= len(timed) <= max_runs:
         return None
-    errs = []
+    ratios = []
     for i in timed:
-        rest = ms[:i] + ms[i + 1:]
-        eff = calibrate(rest, base)
+        eff = calibrate(ms[:i] + ms[i + 1:], base)
         m = ms[i]
-        pred = estimate_step(m.model, m.layout, m.hardware, m.precision, eff).step_time_s
-        errs.append(abs(pred / m.step_time_s - 1))
-    return float(statistics.median(errs))
+        ratios.append(estimate_step(m.model, m.layout, m.hardware, m.precision, eff).step_time_s
+                      / m.step_time_s)
+    return ratios
+
+
+def _with_error_model(eff: Efficiency, ms: list, loo: list[float] | None) -> tuple[Efficiency, str]:
+    """`eff` with its MFU error interval (5%-95% of measured / predicted MFU): the leave-one-out
+    ratios `loo` when there are some, else in-sample (narrower than the truth), and words saying
+    which."""
+    import numpy as np
+
+    from sharding.costmodel.calibrate import score
+
+    if loo is not None:
+        lo, hi = np.quantile(loo, [0.05, 0.95])
+        how = f"leave-one-run-out over {len(loo)} runs"
+    else:
+        s = score(ms, eff)
+        lo, hi = s.mfu_ratio_q05, s.mfu_ratio_q95
+        how = f"in-sample over {s.n_timed} runs (narrower than on new layouts)"
+    return eff.replace(mfu_ratio_lo=float(lo), mfu_ratio_hi=float(hi)), how
 
 
 def _run_sweep(args: argparse.Namespace) -> int:
@@ -349,10 +370,12 @@ def _run_sweep(args: argparse.Namespace) -> int:
     eff = calibrate(ms, base, provenance=f"fitted to {len(ms)} runs of {sweep}")
     after = score(ms, eff)
     loo = _leave_one_out(ms, base)
+    loo_err = None if loo is None else float(statistics.median(abs(1 / r - 1) for r in loo))
+    eff, how = _with_error_model(eff, ms, loo)
     out = args.out or sweep / "efficiency.json"
     write_json(out, {"efficiency": eff.as_dict(), "scores": after.as_dict(),
                      "scores_before": before.as_dict(), "n_runs": len(ms),
-                     "leave_one_out_median_abs_step_error": loo})
+                     "leave_one_out_median_abs_step_error": loo_err, "error_model": how})
     for rec, m in zip(recs, ms):
         est = estimate_step(m.model, m.layout, m.hardware, m.precision, eff)
         rec.update(pred_step_time_s=est.step_time_s, pred_mfu=est.mfu,
@@ -368,9 +391,11 @@ def _run_sweep(args: argparse.Namespace) -> int:
     print(f"calibrated on {len(ms)} runs: median |MFU err| {100 * before.median_abs_mfu_error:.2f} -> "
           f"{100 * after.median_abs_mfu_error:.2f} pts, Spearman rho(MFU) {before.spearman_mfu:.3f} -> "
           f"{after.spearman_mfu:.3f} (in-sample, {MFU_CONVENTION}) -> {out}")
-    if loo is not None:
-        print(f"leave-one-run-out: median |step time error| {100 * loo:.1f}% (each run predicted by "
+    if loo_err is not None:
+        print(f"leave-one-run-out: median |step time error| {100 * loo_err:.1f}% (each run predicted by "
               f"constants fitted to the others; the honest figure for a new layout)")
+    print(f"MFU error interval (measured / predicted, 5%-95%): [{eff.mfu_ratio_lo:.2f}, "
+          f"{eff.mfu_ratio_hi:.2f}], {how}; plan shows it as intervals on MFU, days and GPU-hours")
     print(f"plan with them: python -m analysis plan ... --efficiency {out}")
     emit_json(args, {"rows": recs, "mfu_convention": MFU_CONVENTION, "efficiency": eff.as_dict(),
                      "scores": after.as_dict(), "scores_before": before.as_dict()})

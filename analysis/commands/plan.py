@@ -22,7 +22,7 @@ import pathlib
 from analysis.commands._options import add_budget_argument, add_json_argument, emit_json
 from analysis.laws.allocation import ScalingLaw
 from sharding.costmodel import MFU_CONVENTION
-from analysis.planning.planner import plan
+from analysis.planning.planner import band_text, efficiency_note, plan
 from models.base.errors import AnalysisError
 
 
@@ -115,11 +115,13 @@ def _print_plan(result) -> None:
           else "CI unavailable: law has no bootstrap samples")
     print(f"best: {b.shape.n_params / 1e9:.1f}B params (L={b.shape.n_layers}, d={b.shape.d_model}) "
           f"on {b.tokens / 1e12:.2f}T tokens, dp={lo.dp} tp={lo.tp} pp={lo.pp} mb={lo.micro_batch} "
-          f"ZeRO-{lo.zero_stage} ckpt={lo.act_ckpt}: MFU {100 * b.mfu:.1f}% ({MFU_CONVENTION}), {b.days:.1f} days on "
-          f"{result.n_devices} x {result.hardware.name} ({b.gpu_hours:.3g} GPU-hours), "
-          f"loss {b.loss:.3f} ({ci})")
+          f"ZeRO-{lo.zero_stage} ckpt={lo.act_ckpt}: MFU {100 * b.mfu:.1f}%{band_text(b.mfu_interval, 100, '.1f')} "
+          f"({MFU_CONVENTION}), {b.days:.1f}{band_text(b.days_interval, 1, '.1f')} days on "
+          f"{result.n_devices} x {result.hardware.name} ({b.gpu_hours:.3g}{band_text(b.gpu_hours_interval, 1, '.3g')} "
+          f"GPU-hours), loss {b.loss:.3f} ({ci})")
     for n in result.notes:
         print(f"note: {n}")
+    print(f"note: {efficiency_note(result.efficiency)}")
 
 
 def _print_trainer(result) -> None:

@@ -118,6 +118,11 @@ class Candidate:
     # 90% prediction interval of this run's loss: parameter noise + run scatter + extrapolation
     # drift beyond the fitted data (analysis.laws.intervals); None when the law has no error model
     loss_interval: tuple[float, float] | None = None
+    # 90% intervals from the efficiency constants' error model (measured / predicted MFU on runs
+    # they were not fitted to, `Efficiency.mfu_ratio_interval`); None without one
+    mfu_interval: tuple[float, float] | None = None
+    days_interval: tuple[float, float] | None = None
+    gpu_hours_interval: tuple[float, float] | None = None
 
     def as_dict(self) -> dict[str, Any]:
         lo = self.layout
@@ -136,7 +141,15 @@ class Candidate:
             "gpu_hours": self.gpu_hours, "flops": self.flops, "loss": self.loss,
             "loss_ci": list(self.loss_ci) if self.loss_ci else None,
             "loss_interval": list(self.loss_interval) if self.loss_interval else None,
+            "mfu_interval": list(self.mfu_interval) if self.mfu_interval else None,
+            "days_interval": list(self.days_interval) if self.days_interval else None,
+            "gpu_hours_interval": list(self.gpu_hours_interval) if self.gpu_hours_interval else None,
         }
+
+
+def band_text(iv: tuple[float, float] | None, scale: float, fmt: str) -> str:
+    """' [lo, hi]' of a planning interval for text, or '' without one."""
+    return "" if iv is None else f" [{format(iv[0] * scale, fmt)}, {format(iv[1] * scale, fmt)}]"
 
 
 def _layout_text(lo: Layout) -> str:
@@ -160,6 +173,7 @@ class Plan:
     d_opt: float | None
     notes: tuple[str, ...]
     trainer: TrainerPlan | None = None  # what `python -m experiments.train` runs of `best`
+    efficiency: Efficiency = DEFAULT_EFFICIENCY  # the constants the times were predicted with
 
     @property
     def ci_percent(self) -> str:
@@ -190,7 +204,11 @@ class Plan:
                         "flops_per_param_token": self.law.flops_per_param_token},
                 "hardware": self.hardware.name, "n_devices": self.n_devices,
                 "budget_flops": self.budget_flops, "max_days": self.max_days,
-                "n_opt": self.n_opt, "d_opt": self.d_opt, "notes": list(self.notes)}
+                "n_opt": self.n_opt, "d_opt": self.d_opt, "notes": list(self.notes),
+                "efficiency": {"provenance": self.efficiency.provenance,
+                               "mfu_ratio_interval": (list(self.efficiency.mfu_ratio_interval)
+                                                      if self.efficiency.mfu_ratio_interval else None),
+                               "note": efficiency_note(self.efficiency)}}
 
     def table(self) -> str:
         head = (f"{'#':>2} {'params':>8} {'tokens':>8} {'L':>4} {'d':>6} {'layout':34s} "
@@ -224,10 +242,13 @@ class Plan:
             f"d_model={b.shape.d_model}, {b.shape.n_heads} heads) on **{b.tokens / 1e12:.2f}T "
             f"tokens**, layout dp={lo.dp} tp={lo.tp} pp={lo.pp} micro-batch={lo.micro_batch} "
             f"ZeRO-{lo.zero_stage} checkpointing={lo.act_ckpt}: {b.mem_gb_per_device:.1f} GB/device, "
-            f"{b.step_time_s:.2f} s/step, MFU {100 * b.mfu:.1f}% ({MFU_CONVENTION}), **{b.days:.1f} days** "
-            f"({b.gpu_hours:.3g} GPU-hours); predicted loss {b.loss:.3f} ({self.interval_label} {ci}).",
+            f"{b.step_time_s:.2f} s/step, MFU {100 * b.mfu:.1f}%{band_text(b.mfu_interval, 100, '.1f')} "
+            f"({MFU_CONVENTION}), **{b.days:.1f} days**{band_text(b.days_interval, 1, '.1f')} "
+            f"({b.gpu_hours:.3g}{band_text(b.gpu_hours_interval, 1, '.3g')} GPU-hours); predicted loss "
+            f"{b.loss:.3f} ({self.interval_label} {ci}).",
             "", "```", self.table(), "```"]
         lines += [f"- {n}" for n in self.notes]
+        lines.append(f"- {efficiency_note(self.efficiency)}")
         t = self.trainer
         if t is not None and t.estimate is not None:
             lacks = f" (the proposed layout needs {', '.join(t.missing)}, which it lacks)" if t.missing else ""
@@ -237,6 +258,17 @@ class Plan:
         elif t is not None:
             lines.append(f"- trainer: {t.reason}")
         return "\n".join(lines)
+
+
+def efficiency_note(eff: Efficiency) -> str:
+    """Where the MFU / days / GPU-hours intervals come from, and what they do not cover."""
+    iv = eff.mfu_ratio_interval
+    if iv is None:
+        return (f"no interval on MFU, days and GPU-hours: the efficiency constants ({eff.provenance}) "
+                "carry no error model")
+    return (f"MFU, days and GPU-hours intervals: 5%-95% of measured / predicted MFU "
+            f"[{iv[0]:.2f}, {iv[1]:.2f}] on runs the constants were not fitted to ({eff.provenance}); "
+            "a system unlike those runs can be off by more")
 
 
 def fastest_layout(shape: ModelShape, n_devices: int, hw: Hardware, batch_tokens: int,
@@ -308,7 +340,8 @@ def plan(budget_flops: float | None, n_devices: int, hardware: str | Hardware,
     _rank(cands, req, n_opt)
     return Plan(best=cands[0], candidates=tuple(cands[:top]), law=req.law, hardware=req.hw,
                 n_devices=req.n_devices, budget_flops=req.budget_flops, max_days=req.max_days,
-                n_opt=n_opt, d_opt=d_opt, notes=_notes(req), trainer=_trainer_plan(cands, req))
+                n_opt=n_opt, d_opt=d_opt, notes=_notes(req), trainer=_trainer_plan(cands, req),
+                efficiency=req.eff)
 
 
 def _check_request(budget_flops, n_devices, hardware, law, max_days, max_gpu_hours, seq_len,
@@ -369,12 +402,17 @@ def _candidate(s: ModelShape, est, req: _Request) -> Candidate:
     if req.max_days is not None:
         tokens = min(tokens, est.tokens_per_s * req.max_days * 86400)
     seconds = tokens / est.tokens_per_s
+    days, gpu_hours = seconds / 86400, seconds / 3600 * req.n_devices
+    ratio = req.eff.mfu_ratio_interval  # measured / predicted MFU: time scales as its inverse
     return Candidate(
         shape=s, tokens=tokens, layout=est.layout, mem_gb_per_device=est.memory.total / 1e9,
         step_time_s=est.step_time_s, mfu=est.mfu, tokens_per_s=est.tokens_per_s,
-        days=seconds / 86400, gpu_hours=seconds / 3600 * req.n_devices,
+        days=days, gpu_hours=gpu_hours,
         flops=k * s.n_params * tokens, loss=req.law.loss(s.n_params, tokens),
-        loss_ci=req.law.loss_ci(s.n_params, tokens), loss_interval=_interval(req.law, s.n_params, tokens))
+        loss_ci=req.law.loss_ci(s.n_params, tokens), loss_interval=_interval(req.law, s.n_params, tokens),
+        mfu_interval=None if ratio is None else (est.mfu * ratio[0], est.mfu * ratio[1]),
+        days_interval=None if ratio is None else (days / ratio[1], days / ratio[0]),
+        gpu_hours_interval=None if ratio is None else (gpu_hours / ratio[1], gpu_hours / ratio[0]))
 
 
 def _trainer_plan(cands: list[Candidate], req: _Request) -> TrainerPlan:

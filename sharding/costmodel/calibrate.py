@@ -65,6 +65,8 @@ class Scores:
     spearman_mfu: float
     median_abs_mfu_error: float
     oom_accuracy: float
+    mfu_ratio_q05: float = float("nan")  # measured / predicted MFU, 5% and 95% quantiles
+    mfu_ratio_q95: float = float("nan")
 
     def as_dict(self) -> dict[str, float | str]:
         return {**dataclasses.asdict(self), "mfu_convention": MFU_CONVENTION}
@@ -146,7 +148,9 @@ def calibrate(measurements: Sequence[Measurement], base: Efficiency = PRIOR_EFFI
     labels = {mm.oom for mm in measurements}
     eff = fit_memory_constants(measurements, base) if labels == {True, False} else base
     eff = fit_time_constants(measurements, eff)
-    return eff.replace(provenance=provenance or f"fitted to {len(measurements)} runs")
+    # the error model of `base` described `base`'s constants, not these: the caller measures one
+    return eff.replace(provenance=provenance or f"fitted to {len(measurements)} runs",
+                       mfu_ratio_lo=None, mfu_ratio_hi=None)
 
 
 def _spearman(a: np.ndarray, b: np.ndarray) -> float:
@@ -173,7 +177,9 @@ def score(measurements: Sequence[Measurement], eff: Efficiency,
             meas_mfu.append(est.model_flops / (mm.step_time_s * mm.layout.n_devices
                                                * mm.hardware.peak_flops))
     a, b = np.array(pred_mfu), np.array(meas_mfu)
+    q05, q95 = (np.quantile(b / a, [0.05, 0.95]) if len(a) else (float("nan"),) * 2)
     return Scores(n_timed=len(a), n_oom_labelled=len(correct),
                   spearman_mfu=_spearman(a, b) if len(a) > 2 else float("nan"),
                   median_abs_mfu_error=float(np.median(np.abs(a - b))) if len(a) else float("nan"),
-                  oom_accuracy=float(np.mean(correct)) if correct else float("nan"))
+                  oom_accuracy=float(np.mean(correct)) if correct else float("nan"),
+                  mfu_ratio_q05=float(q05), mfu_ratio_q95=float(q95))

@@ -1,0 +1,36 @@
+"""The planner's answer states its uncertainty: MFU, days and GPU-hours carry the 90% interval of
+the efficiency constants' error model (measured / predicted MFU on runs they were not fitted to:
+Hagemann et al.'s held-out half for the shipped constants, leave-one-out for a user's sweep)."""
+
+from __future__ import annotations
+
+import pytest
+
+from analysis.planning.planner import efficiency_note, plan
+from sharding.costmodel import DEFAULT_EFFICIENCY
+
+
+def test_shipped_constants_have_a_held_out_error_model():
+    lo, hi = DEFAULT_EFFICIENCY.mfu_ratio_interval
+    assert 0.5 < lo < 1.0 < hi < 1.5  # held-out measured / predicted MFU, 5%-95%
+
+
+def test_plan_brackets_mfu_days_and_gpu_hours():
+    p = plan(1e21, 64, "a100-80gb")
+    b = p.best
+    lo, hi = DEFAULT_EFFICIENCY.mfu_ratio_interval
+    assert b.mfu_interval == pytest.approx((b.mfu * lo, b.mfu * hi))
+    assert b.days_interval[0] < b.days < b.days_interval[1]
+    assert b.days_interval == pytest.approx((b.days / hi, b.days / lo))
+    assert b.gpu_hours_interval == pytest.approx((b.gpu_hours / hi, b.gpu_hours / lo))
+    d = p.as_dict()
+    assert d["best"]["days_interval"] == pytest.approx(list(b.days_interval))
+    assert d["efficiency"]["mfu_ratio_interval"] == pytest.approx([lo, hi])
+    assert "days" in p.to_markdown() and "MFU, days and GPU-hours intervals" in p.to_markdown()
+
+
+def test_constants_without_an_error_model_say_so():
+    eff = DEFAULT_EFFICIENCY.replace(mfu_ratio_lo=None, mfu_ratio_hi=None)
+    b = plan(1e21, 64, "a100-80gb", eff=eff).best
+    assert b.mfu_interval is None and b.days_interval is None and b.gpu_hours_interval is None
+    assert efficiency_note(eff).startswith("no interval")
