@@ -23,6 +23,7 @@ from analysis.commands._options import add_budget_argument, add_json_argument, e
 from analysis.laws.allocation import ScalingLaw
 from sharding.costmodel import MFU_CONVENTION
 from analysis.planning.planner import band_text, efficiency_note, plan
+from sharding.costmodel.hetero import is_mixed
 from models.base.errors import AnalysisError
 
 
@@ -52,8 +53,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_budget_argument(p, "to plan for (C = k·N·D with the law's k, 6 unless the fit says otherwise; one plan per budget)")
     p.add_argument("--law", type=pathlib.Path, help="fit JSON from `python -m analysis fit` "
                    "(default: Hoffmann et al. 2022 constants)")
-    p.add_argument("--hardware", required=True, help="catalogue name (h100, a100-80gb, ...) or YAML")
-    p.add_argument("--gpus", type=_positive_int, required=True, help="number of devices")
+    p.add_argument("--hardware", required=True,
+                   help="catalogue name (h100, a100-80gb, ...) or YAML; a mixed cluster as "
+                        "NAME:COUNT,NAME:COUNT (e.g. a100-80gb:256,h100-sxm:128)")
+    p.add_argument("--gpus", type=_positive_int,
+                   help="number of devices (required for one device type; a mixed --hardware "
+                        "gives the counts)")
     p.add_argument("--max-days", type=_positive_float, help="wall-clock limit in days")
     p.add_argument("--gpu-hours", type=_positive_float, help="device-hour limit")
     p.add_argument("--seq-len", type=_positive_int, default=2048, help="sequence length (default 2048)")
@@ -76,6 +81,11 @@ def run(args: argparse.Namespace) -> int:
 
     law = ScalingLaw.from_json(args.law) if args.law is not None else ScalingLaw.chinchilla_2022()
     eff = load_efficiency(args.efficiency)
+    if is_mixed(args.hardware):
+        return _run_mixed(args, law, eff)
+    if args.gpus is None:
+        raise AnalysisError("--gpus is required: the number of devices (or give a mixed cluster as "
+                            "--hardware NAME:COUNT,NAME:COUNT)")
     results = [plan(budget, args.gpus, args.hardware, law=law, max_days=args.max_days,
                     max_gpu_hours=args.gpu_hours, seq_len=args.seq_len, vocab=args.vocab,
                     batch_tokens=args.batch_tokens, top=args.top, eff=eff)
@@ -91,6 +101,32 @@ def run(args: argparse.Namespace) -> int:
     unrunnable = [r.trainer.reason for r in results if args.emit and not r.trainer.overrides]
     if unrunnable:
         raise AnalysisError(f"--emit overrides: {unrunnable[0]}")
+    return 0
+
+
+def _run_mixed(args: argparse.Namespace, law: ScalingLaw, eff) -> int:
+    """`plan --hardware a:n,b:m`: heterogeneous data parallelism over the device groups, and the
+    same budget on each group alone (analysis/planning/mixed.py)."""
+    from analysis.planning.mixed import plan_mixed
+    from sharding.costmodel.hetero import parse_cluster
+
+    groups = parse_cluster(args.hardware)
+    total = sum(g.count for g in groups)
+    if args.gpus is not None and args.gpus != total:
+        raise AnalysisError(f"--gpus {args.gpus} does not match the mixed --hardware's {total} devices; "
+                            "drop --gpus")
+    for flag, v in (("--max-days", args.max_days), ("--gpu-hours", args.gpu_hours),
+                    ("--emit", args.emit), ("--markdown", args.markdown)):
+        if v is not None:
+            raise AnalysisError(f"{flag} is not supported for a mixed cluster yet; plan with --budget")
+    if not args.budget:
+        raise AnalysisError("a mixed-cluster plan needs --budget FLOPS")
+    results = [plan_mixed(b, args.hardware, law=law, seq_len=args.seq_len, vocab=args.vocab,
+                          batch_tokens=args.batch_tokens, eff=eff) for b in args.budget]
+    for r in results:
+        print(r.text())
+    payloads = [r.as_dict() for r in results]
+    emit_json(args, payloads[0] if len(payloads) == 1 else {"plans": payloads})
     return 0
 
 

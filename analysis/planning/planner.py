@@ -321,10 +321,10 @@ def plan(budget_flops: float | None, n_devices: int, hardware: str | Hardware,
          batch_tokens: int = 4 * 1024 * 1024, precision: Precision = BF16_MIXED,
          eff: Efficiency = DEFAULT_EFFICIENCY, top: int = 8) -> Plan:
     """Plan a training run; see the module docstring. Raises AnalysisError for bad input."""
-    req = _check_request(budget_flops, n_devices, hardware, law, max_days, max_gpu_hours,
+    req = check_request(budget_flops, n_devices, hardware, law, max_days, max_gpu_hours,
                          seq_len, vocab, batch_tokens, precision, eff)
-    n_opt, d_opt, targets = _size_targets(req)
-    shapes = _shapes_near(targets, req)
+    n_opt, d_opt, targets = size_targets(req)
+    shapes = shapes_near(targets, req)
     cands, failures = [], []
     for s in shapes:
         est, _, lean = fastest_layout(s, req.n_devices, req.hw, req.batch_tokens, req.precision,
@@ -344,7 +344,7 @@ def plan(budget_flops: float | None, n_devices: int, hardware: str | Hardware,
                 efficiency=req.eff)
 
 
-def _check_request(budget_flops, n_devices, hardware, law, max_days, max_gpu_hours, seq_len,
+def check_request(budget_flops, n_devices, hardware, law, max_days, max_gpu_hours, seq_len,
                    vocab, batch_tokens, precision, eff) -> _Request:
     """Validate `plan`'s arguments (one-line AnalysisError each) and fold the GPU-hour limit
     into a day limit, so the search only knows one kind of time limit."""
@@ -370,7 +370,7 @@ def _check_request(budget_flops, n_devices, hardware, law, max_days, max_gpu_hou
 TIME_LIMITED_FRACTIONS = (1.0, 0.7, 0.5, 0.35, 0.25, 0.18, 0.12, 0.08, 0.05, 0.033)
 
 
-def _size_targets(req: _Request) -> tuple[float | None, float | None, list[float]]:
+def size_targets(req: _Request) -> tuple[float | None, float | None, list[float]]:
     """(N*, D*, parameter counts to find shapes near): N* alone for a FLOP budget, a ladder of
     smaller sizes under a time limit (from N*, or from what the cluster delivers in the time)."""
     n_opt = d_opt = None
@@ -385,7 +385,7 @@ def _size_targets(req: _Request) -> tuple[float | None, float | None, list[float
     return n_opt, d_opt, targets
 
 
-def _shapes_near(targets: Sequence[float], req: _Request) -> list[ModelShape]:
+def shapes_near(targets: Sequence[float], req: _Request) -> list[ModelShape]:
     """The real shapes closest to each target size, without duplicates, in first-seen order."""
     shapes: dict[tuple[int, int], ModelShape] = {}
     for n_t in targets:

@@ -1,0 +1,170 @@
+"""Planning on a mixed cluster: `plan --budget C --hardware a100-80gb:256,h100-sxm:128`.
+
+The law's compute-optimal shapes (as for one device type) are laid out on every device group at
+once with heterogeneous data parallelism (sharding/costmodel/hetero.py: a common tensor /
+pipeline split, each group its own data parallelism and a throughput-proportional share of the
+batch, one exposed cross-group gradient all-reduce over the slowest link); the fastest layout
+that fits every group wins. The same budget is planned on each device group alone (`plan()`),
+so the answer says what the mix buys: days on the mix against days on the best single group.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from analysis.laws.allocation import ScalingLaw
+from analysis.planning.planner import (Plan, band_text, efficiency_note, layouts_for, plan,
+                                       check_request, shapes_near, size_targets)
+from models.base.errors import AnalysisError
+from sharding.costmodel import (BF16_MIXED, DEFAULT_EFFICIENCY, MFU_CONVENTION, Efficiency,
+                                LayoutError, ModelShape, Precision)
+from sharding.costmodel.hetero import DeviceGroup, HeteroEstimate, estimate_hetero_step, parse_cluster
+
+
+@dataclasses.dataclass(frozen=True)
+class MixedPlan:
+    """The best shape and layout on the whole mixed cluster, and each group's own plan."""
+
+    groups: tuple[DeviceGroup, ...]
+    shape: ModelShape
+    tokens: float
+    estimate: HeteroEstimate
+    loss: float
+    budget_flops: float
+    subsets: tuple[Plan | None, ...]  # the same budget on each group alone (None: does not fit)
+    eff: Efficiency
+
+    @property
+    def days(self) -> float:
+        return self.tokens / self.estimate.tokens_per_s / 86400
+
+    @property
+    def gpu_hours(self) -> float:
+        return self.days * 24 * self.estimate.n_devices
+
+    def _interval(self, value: float, inverse: bool) -> tuple[float, float] | None:
+        iv = self.eff.mfu_ratio_interval
+        if iv is None:
+            return None
+        return (value / iv[1], value / iv[0]) if inverse else (value * iv[0], value * iv[1])
+
+    @property
+    def best_subset(self) -> Plan | None:
+        fits = [p for p in self.subsets if p is not None]
+        return min(fits, key=lambda p: p.best.days) if fits else None
+
+    @property
+    def speedup(self) -> float | None:
+        """Days on the best single group / days on the mix (> 1: the mix is faster)."""
+        b = self.best_subset
+        return None if b is None else b.best.days / self.days
+
+    def as_dict(self) -> dict[str, Any]:
+        e, lo = self.estimate, self.estimate.layout
+        return {
+            "mixed": [{"hardware": g.hardware.name, "count": g.count} for g in self.groups],
+            "budget_flops": self.budget_flops, "n_params": self.shape.n_params, "tokens": self.tokens,
+            "n_layers": self.shape.n_layers, "d_model": self.shape.d_model,
+            "layout": {"tp": lo.tp, "pp": lo.pp, "micro_batch": lo.micro_batch, "zero_stage": lo.zero_stage,
+                       "act_ckpt": lo.act_ckpt, "sp": lo.sp, "global_batch": e.global_batch,
+                       "dp_per_group": [p.layout.dp for p in e.per_group],
+                       "batch_per_group": list(e.batch_split())},
+            "step_time_s": e.step_time_s, "cross_group_sync_s": e.sync_s,
+            "group_step_time_s": [p.step_time_s for p in e.per_group],
+            "mem_gb_per_device": [p.memory.total / 1e9 for p in e.per_group],
+            "tokens_per_s": e.tokens_per_s, "mfu": e.mfu, "mfu_convention": MFU_CONVENTION,
+            "mfu_interval": self._interval(e.mfu, False), "days": self.days,
+            "days_interval": self._interval(self.days, True), "gpu_hours": self.gpu_hours,
+            "gpu_hours_interval": self._interval(self.gpu_hours, True), "loss": self.loss,
+            "subsets": [None if p is None else {"hardware": p.hardware.name, "n_devices": p.n_devices,
+                                                "days": p.best.days, "n_params": p.best.shape.n_params,
+                                                "mfu": p.best.mfu}
+                        for p in self.subsets],
+            "speedup_over_best_subset": self.speedup, "efficiency_note": efficiency_note(self.eff),
+        }
+
+    def text(self) -> str:
+        e, lo = self.estimate, self.estimate.layout
+        mix = " + ".join(f"{g.count} x {g.hardware.name}" for g in self.groups)
+        split = ", ".join(f"{g.hardware.name}: dp {p.layout.dp}, {p.layout.global_batch} seqs, "
+                          f"{p.step_time_s:.2f} s, {p.memory.total / 1e9:.0f} GB/device"
+                          for g, p in zip(self.groups, e.per_group))
+        lines = [f"mixed cluster {mix}: {self.shape.n_params / 1e9:.1f}B params (L={self.shape.n_layers}, "
+                 f"d={self.shape.d_model}) on {self.tokens / 1e12:.2f}T tokens, tp={lo.tp} pp={lo.pp} "
+                 f"mb={lo.micro_batch} ZeRO-{lo.zero_stage} ckpt={lo.act_ckpt}, batch {e.global_batch} "
+                 f"split by throughput ({split}); cross-group gradient all-reduce {e.sync_s:.2f} s; "
+                 f"step {e.step_time_s:.2f} s, MFU {100 * e.mfu:.1f}%{band_text(self._interval(e.mfu, False), 100, '.1f')} "
+                 f"({MFU_CONVENTION}, of the summed peak), {self.days:.1f}"
+                 f"{band_text(self._interval(self.days, True), 1, '.1f')} days "
+                 f"({self.gpu_hours:.3g} GPU-hours), loss {self.loss:.3f}"]
+        for g, p in zip(self.groups, self.subsets):
+            lines.append(f"  {g.hardware.name} alone ({g.count}): "
+                         + ("no layout fits" if p is None else
+                            f"{p.best.shape.n_params / 1e9:.1f}B params, {p.best.days:.1f} days, "
+                            f"MFU {100 * p.best.mfu:.1f}%"))
+        s = self.speedup
+        if s is not None:
+            lines.append(f"  the mix is {s:.2f}x as fast as the best single group "
+                         f"({self.best_subset.hardware.name}) for the same budget")
+        lines.append(f"note: {efficiency_note(self.eff)}")
+        return "\n".join(lines)
+
+
+def fastest_mixed_layout(shape: ModelShape, groups: tuple[DeviceGroup, ...], batch_tokens: int,
+                         precision: Precision, eff: Efficiency) -> HeteroEstimate | None:
+    """The fastest layout that fits every group (candidate splits from the smallest group)."""
+    small = min(groups, key=lambda g: g.count)
+    best = None
+    for lo in layouts_for(shape, small.count, small.hardware, batch_tokens):
+        if lo.tp > min(g.hardware.devices_per_node for g in groups):
+            continue
+        try:
+            est = estimate_hetero_step(shape, lo, groups, precision, eff)
+        except LayoutError:
+            continue
+        if est.fits and (best is None or est.tokens_per_s > best.tokens_per_s):
+            best = est
+    return best
+
+
+def plan_mixed(budget_flops: float, hardware: str, law: ScalingLaw | None = None,
+               seq_len: int = 2048, vocab: int = 32000, batch_tokens: int = 4 * 1024 * 1024,
+               precision: Precision = BF16_MIXED, eff: Efficiency = DEFAULT_EFFICIENCY) -> MixedPlan:
+    """Plan `budget_flops` on the mixed cluster `hardware` (`name:count,...`); see module doc."""
+    try:
+        groups = parse_cluster(hardware)
+    except LayoutError as e:
+        raise AnalysisError(str(e)) from None
+    if len(groups) < 2:
+        raise AnalysisError(f"--hardware {hardware!r} names one device type; give it without :COUNT "
+                            "and pass --gpus")
+    n_total = sum(g.count for g in groups)
+    req = check_request(budget_flops, n_total, groups[0].hardware, law, None, None, seq_len, vocab,
+                         batch_tokens, precision, eff)
+    if req.budget_flops is None:
+        raise AnalysisError("a mixed-cluster plan needs --budget FLOPS")
+    _, _, targets = size_targets(req)
+    best: tuple[float, ModelShape, HeteroEstimate] | None = None
+    for s in shapes_near(targets, req):
+        est = fastest_mixed_layout(s, groups, batch_tokens, precision, eff)
+        if est is None:
+            continue
+        tokens = req.budget_flops / (req.law.flops_per_param_token * s.n_params)
+        loss = req.law.loss(s.n_params, tokens)
+        if best is None or loss < best[0] - 1e-9 or (abs(loss - best[0]) <= 1e-9
+                                                      and est.tokens_per_s > best[2].tokens_per_s):
+            best = (loss, s, est)
+    if best is None:
+        raise AnalysisError(f"no layout of the planned shapes fits every group of {hardware}")
+    loss, shape, est = best
+    subsets = []
+    for g in groups:
+        try:
+            subsets.append(plan(budget_flops, g.count, g.hardware, law=req.law, seq_len=seq_len,
+                                vocab=vocab, batch_tokens=batch_tokens, precision=precision, eff=eff))
+        except AnalysisError:
+            subsets.append(None)
+    tokens = req.budget_flops / (req.law.flops_per_param_token * shape.n_params)
+    return MixedPlan(groups=groups, shape=shape, tokens=tokens, estimate=est, loss=loss,
+                     budget_flops=req.budget_flops, subsets=tuple(subsets), eff=eff)
