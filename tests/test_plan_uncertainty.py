@@ -34,3 +34,22 @@ def test_constants_without_an_error_model_say_so():
     b = plan(1e21, 64, "a100-80gb", eff=eff).best
     assert b.mfu_interval is None and b.days_interval is None and b.gpu_hours_interval is None
     assert efficiency_note(eff).startswith("no interval")
+
+
+def test_offload_lets_a_model_fit_one_gpu_and_costs_host_time():
+    """`plan(..., offload=True)` (`plan --offload`): the 5.6B Chinchilla-optimal model of 1.2e22
+    FLOPs needs 97 GB on one A100-80GB with the optimizer on the device, and fits with it on the
+    host; the optimizer step then costs CPU Adam and PCIe time."""
+    from models.base.errors import AnalysisError
+    from sharding.costmodel import estimate_step
+
+    with pytest.raises(AnalysisError, match="first fits on 2 devices"):
+        plan(1.2e22, 1, "a100-80gb")
+    p = plan(1.2e22, 1, "a100-80gb", offload=True)
+    lo = p.best.layout
+    assert lo.offload_optimizer and p.best.mem_gb_per_device < 86
+    est = estimate_step(p.best.shape, lo, p.hardware)
+    on_device = estimate_step(p.best.shape, lo.replace(offload_optimizer=False), p.hardware)
+    assert est.time.optimizer > on_device.time.optimizer and est.memory.optimizer == 0
+    assert "offload" in p.table() and p.as_dict()["best"]["layout"]["offload_optimizer"]
+    assert "optimizer offload to the host" in p.trainer.missing or p.trainer.estimate is None

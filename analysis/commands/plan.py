@@ -71,6 +71,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--efficiency", type=pathlib.Path, metavar="EFF.json",
                    help="efficiency constants fitted to your own runs (`python -m analysis "
                         "layout-eval --calibrate SWEEP_DIR`); default: Hagemann et al.'s A100 fit")
+    p.add_argument("--offload", action="store_true",
+                   help="also consider ZeRO-Offload layouts: optimizer state and its step on the "
+                        "host (PCIe transfers, CPU Adam), for models that do not fit otherwise")
     p.add_argument("--emit", choices=("overrides",), help="overrides: print the `python -m "
                    "experiments.train ...` command line of the best layout the trainer can run")
     p.set_defaults(func=run)
@@ -88,7 +91,7 @@ def run(args: argparse.Namespace) -> int:
                             "--hardware NAME:COUNT,NAME:COUNT)")
     results = [plan(budget, args.gpus, args.hardware, law=law, max_days=args.max_days,
                     max_gpu_hours=args.gpu_hours, seq_len=args.seq_len, vocab=args.vocab,
-                    batch_tokens=args.batch_tokens, top=args.top, eff=eff)
+                    batch_tokens=args.batch_tokens, top=args.top, eff=eff, offload=args.offload)
                for budget in (args.budget or [None])]
     for result in results:
         _print_plan(result)
@@ -151,7 +154,7 @@ def _print_plan(result) -> None:
           else "CI unavailable: law has no bootstrap samples")
     print(f"best: {b.shape.n_params / 1e9:.1f}B params (L={b.shape.n_layers}, d={b.shape.d_model}) "
           f"on {b.tokens / 1e12:.2f}T tokens, dp={lo.dp} tp={lo.tp} pp={lo.pp} mb={lo.micro_batch} "
-          f"ZeRO-{lo.zero_stage} ckpt={lo.act_ckpt}: MFU {100 * b.mfu:.1f}%{band_text(b.mfu_interval, 100, '.1f')} "
+          f"ZeRO-{lo.zero_stage}{' +optimizer offload' if lo.offload_optimizer else ''} ckpt={lo.act_ckpt}: MFU {100 * b.mfu:.1f}%{band_text(b.mfu_interval, 100, '.1f')} "
           f"({MFU_CONVENTION}), {b.days:.1f}{band_text(b.days_interval, 1, '.1f')} days on "
           f"{result.n_devices} x {result.hardware.name} ({b.gpu_hours:.3g}{band_text(b.gpu_hours_interval, 1, '.3g')} "
           f"GPU-hours), loss {b.loss:.3f} ({ci})")

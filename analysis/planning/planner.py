@@ -80,8 +80,10 @@ def _divisors(n: int) -> list[int]:
 def layouts_for(shape: ModelShape, n_devices: int, hw: Hardware, batch_tokens: int,
                 micro_batches: Sequence[int] = (1, 2, 4, 8),
                 zero_stages: Sequence[int] = (1, 3),
-                act_ckpts: Sequence[str] = ("none", "selective", "full")) -> list[Layout]:
-    """Every valid layout: TP within a node (divides the heads), PP dividing the layers."""
+                act_ckpts: Sequence[str] = ("none", "selective", "full"),
+                offload: Sequence[bool] = (False,)) -> list[Layout]:
+    """Every valid layout: TP within a node (divides the heads), PP dividing the layers; with
+    `offload=(False, True)` also each with ZeRO-Offload (optimizer state and step on the host)."""
     out = []
     for tp in (t for t in (1, 2, 4, 8, 16) if t <= hw.devices_per_node and n_devices % t == 0
                and shape.n_heads % t == 0):
@@ -94,8 +96,10 @@ def layouts_for(shape: ModelShape, n_devices: int, hw: Hardware, batch_tokens: i
                     continue  # the DP × micro-batch product alone exceeds the batch
                 for z in zero_stages:
                     for ck in act_ckpts:
-                        out.append(Layout(dp=dp, tp=tp, pp=pp, micro_batch=mb, global_batch=gb,
-                                          sp=tp > 1, zero_stage=z, act_ckpt=ck))
+                        for off in offload:
+                            out.append(Layout(dp=dp, tp=tp, pp=pp, micro_batch=mb, global_batch=gb,
+                                              sp=tp > 1, zero_stage=z, act_ckpt=ck,
+                                              offload_optimizer=off))
     return out
 
 
@@ -134,7 +138,7 @@ class Candidate:
             "layout": {"dp": lo.dp, "tp": lo.tp, "pp": lo.pp, "micro_batch": lo.micro_batch,
                        "zero_stage": lo.zero_stage, "act_ckpt": lo.act_ckpt, "sp": lo.sp,
                        "global_batch": lo.global_batch, "grad_accum": lo.grad_accum,
-                       "attention": lo.attention},
+                       "attention": lo.attention, "offload_optimizer": lo.offload_optimizer},
             "mem_gb_per_device": self.mem_gb_per_device, "step_time_s": self.step_time_s,
             "mfu": self.mfu, "mfu_convention": MFU_CONVENTION, "tokens_per_s": self.tokens_per_s,
             "days": self.days,
@@ -155,7 +159,7 @@ def band_text(iv: tuple[float, float] | None, scale: float, fmt: str) -> str:
 def _layout_text(lo: Layout) -> str:
     """Compact layout label of the plan table, e.g. `dp64 tp2+sp pp1 mb4 z1 none`."""
     return (f"dp{lo.dp} tp{lo.tp}{'+sp' if lo.sp else ''} pp{lo.pp} mb{lo.micro_batch} "
-            f"z{lo.zero_stage} {lo.act_ckpt}")
+            f"z{lo.zero_stage}{'+offload' if lo.offload_optimizer else ''} {lo.act_ckpt}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -241,7 +245,8 @@ class Plan:
             f"Proposed: **{b.shape.n_params / 1e9:.1f}B parameters** (L={b.shape.n_layers}, "
             f"d_model={b.shape.d_model}, {b.shape.n_heads} heads) on **{b.tokens / 1e12:.2f}T "
             f"tokens**, layout dp={lo.dp} tp={lo.tp} pp={lo.pp} micro-batch={lo.micro_batch} "
-            f"ZeRO-{lo.zero_stage} checkpointing={lo.act_ckpt}: {b.mem_gb_per_device:.1f} GB/device, "
+            f"ZeRO-{lo.zero_stage}{' + optimizer offload' if lo.offload_optimizer else ''} "
+            f"checkpointing={lo.act_ckpt}: {b.mem_gb_per_device:.1f} GB/device, "
             f"{b.step_time_s:.2f} s/step, MFU {100 * b.mfu:.1f}%{band_text(b.mfu_interval, 100, '.1f')} "
             f"({MFU_CONVENTION}), **{b.days:.1f} days**{band_text(b.days_interval, 1, '.1f')} "
             f"({b.gpu_hours:.3g}{band_text(b.gpu_hours_interval, 1, '.3g')} GPU-hours); predicted loss "
@@ -272,10 +277,11 @@ def efficiency_note(eff: Efficiency) -> str:
 
 
 def fastest_layout(shape: ModelShape, n_devices: int, hw: Hardware, batch_tokens: int,
-                   precision: Precision, eff: Efficiency):
-    """(estimate, n_evaluated, leanest estimate) of the fastest fitting layout, or None first."""
+                   precision: Precision, eff: Efficiency, offload: bool = False):
+    """(estimate, n_evaluated, leanest estimate) of the fastest fitting layout, or None first;
+    `offload` also tries every layout with the optimizer offloaded to the host."""
     best, lean, n = None, None, 0
-    for lo in layouts_for(shape, n_devices, hw, batch_tokens):
+    for lo in layouts_for(shape, n_devices, hw, batch_tokens, offload=(False, True) if offload else (False,)):
         try:
             est = estimate_step(shape, lo, hw, precision, eff)
         except LayoutError:
@@ -313,22 +319,27 @@ class _Request:
     batch_tokens: int
     precision: Precision
     eff: Efficiency
+    offload: bool = False  # also consider optimizer offload to the host
 
 
 def plan(budget_flops: float | None, n_devices: int, hardware: str | Hardware,
          law: ScalingLaw | None = None, max_days: float | None = None,
          max_gpu_hours: float | None = None, seq_len: int = 2048, vocab: int = 32000,
          batch_tokens: int = 4 * 1024 * 1024, precision: Precision = BF16_MIXED,
-         eff: Efficiency = DEFAULT_EFFICIENCY, top: int = 8) -> Plan:
-    """Plan a training run; see the module docstring. Raises AnalysisError for bad input."""
+         eff: Efficiency = DEFAULT_EFFICIENCY, top: int = 8, offload: bool = False) -> Plan:
+    """Plan a training run; see the module docstring. Raises AnalysisError for bad input.
+    `offload` lets layouts keep the optimizer state (fp32 master weights, Adam moments) and its
+    step on the host (ZeRO-Offload, Ren et al. 2021): PCIe transfers and CPU Adam time for
+    device memory."""
     req = check_request(budget_flops, n_devices, hardware, law, max_days, max_gpu_hours,
                          seq_len, vocab, batch_tokens, precision, eff)
+    req = dataclasses.replace(req, offload=bool(offload))
     n_opt, d_opt, targets = size_targets(req)
     shapes = shapes_near(targets, req)
     cands, failures = [], []
     for s in shapes:
         est, _, lean = fastest_layout(s, req.n_devices, req.hw, req.batch_tokens, req.precision,
-                                      req.eff)
+                                      req.eff, offload=req.offload)
         if est is None:
             failures.append(_no_fit_message(s, req.n_devices, req.hw, lean))
         else:

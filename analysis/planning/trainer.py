@@ -76,6 +76,8 @@ def missing_features(layout: Layout, features: frozenset[str] | None = None) -> 
         out.append(f"an interleaved pipeline schedule ({layout.interleave} virtual stages)")
     if layout.sp and layout.tp > 1 and "sequence_parallel" not in features:
         out.append("sequence parallelism")
+    if layout.offload_optimizer:
+        out.append("optimizer offload to the host")
     if layout.zero_stage not in TRAINER_ZERO_STAGES and layout.dp > 1:
         out.append(f"ZeRO-{layout.zero_stage}")  # the trainer has ZeRO-0 (data) and ZeRO-3 (fsdp)
     return out
@@ -119,7 +121,8 @@ def as_trainer_layouts(layout: Layout, features: frozenset[str] | None = None) -
     """`layout` as the trainer would run it (its program flags, sequence parallelism only if it
     has it); a ZeRO-3 layout also as every hybrid split sharding.data x sharding.fsdp of its dp."""
     features = trainer_features() if features is None else features
-    lo = layout.replace(sp=layout.sp and "sequence_parallel" in features, **TRAINER_FLAGS)
+    lo = layout.replace(sp=layout.sp and "sequence_parallel" in features, offload_optimizer=False,
+                        **TRAINER_FLAGS)
     if lo.zero_stage < 3:
         return [lo]
     return [lo] + [lo.replace(zero_group=f) for f in range(2, lo.dp) if lo.dp % f == 0]
