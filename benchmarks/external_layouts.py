@@ -79,12 +79,13 @@ RUNS = (
 MPT_TABLE = pathlib.Path(__file__).resolve().parent / "data" / "mosaicml_mpt_a100_80gb.csv"
 MPT_SOURCE = ("MosaicML llm-foundry, scripts/train/benchmarking/README.md, table \"A100 80GB with "
               "1600 Gbps node-node interconnect (RoCE)\" (commit 061f2c7; Apache-2.0)")
-# MPT shapes (d_model, n_layers); MLP expansion 4 (GeLU), vocabulary 50368, tied embeddings: they
-# reproduce the table's NumParams to 0.1% (plus d_model x seq_len learned positions). Heads of 128
-# are assumed (the flash-attention time of the cost model does not depend on the head width).
-MPT_SHAPES = {"125m": (768, 12), "350m": (1024, 24), "760m": (1536, 24), "1b": (2048, 24),
-              "3b": (2560, 32), "7b": (4096, 32), "13b": (5120, 40), "30b": (7168, 48),
-              "70b": (8192, 80)}
+# MPT shapes (d_model, n_layers, n_heads) from llm-foundry scripts/train/yamls/pretrain/mpt-*.yaml
+# (125m, 350m, 760m and 30b read there; the others have heads of 128 like them); MLP expansion 4
+# (GeLU), vocabulary 50368, tied embeddings, attn_impl triton. They reproduce the table's
+# NumParams to 0.1% (which also counts d_model x seq_len learned positions).
+MPT_SHAPES = {"125m": (768, 12, 12), "350m": (1024, 24, 16), "760m": (1536, 24, 12),
+              "1b": (2048, 24, 16), "3b": (2560, 32, 20), "7b": (4096, 32, 32),
+              "13b": (5120, 40, 40), "30b": (7168, 48, 56), "70b": (8192, 80, 64)}
 
 
 def mpt_rows() -> list[dict]:
@@ -96,9 +97,9 @@ def mpt_rows() -> list[dict]:
     out = []
     with open(MPT_TABLE) as fh:
         for r in csv.DictReader(fh):
-            d, L = MPT_SHAPES[r["model"]]
+            d, L, heads = MPT_SHAPES[r["model"]]
             seq = int(r["seq_len"])
-            model = ModelShape(n_layers=L, d_model=d, n_heads=d // 128, seq_len=seq, vocab_size=50368,
+            model = ModelShape(n_layers=L, d_model=d, n_heads=heads, seq_len=seq, vocab_size=50368,
                                d_ff=4 * d, mlp="gelu", tied_embeddings=True)
             gpus, mb, ga = int(r["gpus"]), int(r["micro_batch"]), int(r["grad_accum"])
             layout = Layout(dp=gpus, tp=1, pp=1, micro_batch=mb, global_batch=gpus * mb * ga,
