@@ -36,6 +36,7 @@ TIME_BOUNDS: dict[str, tuple[float, float]] = {
     "layer_overhead_s": (1e-6, 5e-2),
     "link_eff": (0.4, 0.95),  # NCCL bus bandwidth reaches 50-90% of the link
     "dp_overlap": (0.0, 1.0),
+    "zero3_overlap": (0.0, 1.0),
     "tp_overlap": (0.0, 0.9),
     "stage_jitter": (0.0, 0.5),
 }

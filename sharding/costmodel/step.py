@@ -340,10 +340,13 @@ def _dp_collective_specs(st: _Step, n_stage: float) -> list[tuple[str, str, floa
     elif lo.zero_stage in (1, 2):
         specs = [("dp_grad_reduce_scatter", "reduce_scatter", grad_buf, 1, fr, gr),
                  ("dp_param_all_gather", "all_gather", param_buf, 1, f, g)]
-    else:  # ZeRO-3/FSDP: gather weights for fwd and bwd, scatter grads, every micro-batch
+    else:  # ZeRO-3/FSDP: gather weights for fwd and bwd, scatter grads, every micro-batch,
+        # one collective per layer (FSDP units / DeepSpeed's per-module gathers): each pays the
+        # ring's latency, which dominates at thousands of ranks and micro-batch 1
         gathers = 2 if lo.zero3_regather else 1
-        specs = [("dp_param_all_gather", "all_gather", param_buf, gathers * n_mb, f, g),
-                 ("dp_grad_reduce_scatter", "reduce_scatter", grad_buf, n_mb, fr, gr)]
+        k = max(1, st.layers)
+        specs = [("dp_param_all_gather", "all_gather", param_buf / k, gathers * n_mb * k, f, g),
+                 ("dp_grad_reduce_scatter", "reduce_scatter", grad_buf / k, n_mb * k, fr, gr)]
     if lo.cp > 1 and not joint:
         specs.append(("cp_grad_all_reduce", "all_reduce", grad_buf, 1, lo.cp, st.ranks["cp"]))
     if f < lo.dp:  # replicas of a shard sit f ranks apart: dp-ranks-per-node / f of them per node
@@ -373,11 +376,12 @@ def _dp_collectives(st: _Step, n_stage: float) -> tuple[list[Collective], float]
 
 
 def _dp_exposed(st: _Step, dp_time: float, stage_time: float) -> float:
-    """DP communication not hidden behind compute: ZeRO-3's per-micro-batch collectives overlap
-    every micro-batch; the others overlap only the last backward pass."""
+    """DP communication not hidden behind compute: ZeRO-3's per-layer collectives overlap every
+    micro-batch (prefetch, `zero3_overlap`); the others overlap only the last backward pass
+    (`dp_overlap`)."""
     n_mb, overlap = st.lo.grad_accum, st.eff.dp_overlap
-    if st.lo.zero_stage >= 3:
-        return n_mb * max(0.0, dp_time / n_mb - overlap * stage_time)
+    if st.lo.zero_stage >= 3:  # the next layer's gather is prefetched behind this layer's compute
+        return n_mb * max(0.0, dp_time / n_mb - st.eff.zero3_overlap * stage_time)
     bwd_window = stage_time * 2 / (st.fwd_passes + 2)
     return max(0.0, dp_time - overlap * bwd_window)
 
