@@ -284,9 +284,8 @@ def _sweep_measurements(sweep: pathlib.Path, hardware: str | None):
         if summary is None:
             skipped.append(f"{run_dir.name} (no summary.json)")
             continue
-        status, error = summary.get("status"), str(summary.get("error", ""))
-        oom = status == "failed" and any(k in error for k in ("RESOURCE_EXHAUSTED", "out of memory",
-                                                               "Out of memory"))
+        status, error = summary.get("status"), str(summary.get("error", "")).lower()
+        oom = status == "failed" and ("resource_exhausted" in error or "out of memory" in error)
         tps, per_step = summary.get("tokens_per_s"), summary.get("tokens_per_step")
         if not oom and (status != "completed" or not tps or not per_step):
             skipped.append(f"{run_dir.name} ({status}, no throughput)")

@@ -119,8 +119,8 @@ def _run_mixed(args: argparse.Namespace, law: ScalingLaw, eff) -> int:
         raise AnalysisError(f"--gpus {args.gpus} does not match the mixed --hardware's {total} devices; "
                             "drop --gpus")
     for flag, v in (("--max-days", args.max_days), ("--gpu-hours", args.gpu_hours),
-                    ("--emit", args.emit), ("--markdown", args.markdown)):
-        if v is not None:
+                    ("--emit", args.emit), ("--markdown", args.markdown), ("--offload", args.offload)):
+        if v:
             raise AnalysisError(f"{flag} is not supported for a mixed cluster yet; plan with --budget")
     if not args.budget:
         raise AnalysisError("a mixed-cluster plan needs --budget FLOPS")

@@ -43,12 +43,6 @@ class MixedPlan:
     def gpu_hours(self) -> float:
         return self.days * 24 * self.estimate.n_devices
 
-    def _interval(self, value: float, inverse: bool) -> tuple[float, float] | None:
-        iv = self.eff.mfu_ratio_interval
-        if iv is None:
-            return None
-        return (value / iv[1], value / iv[0]) if inverse else (value * iv[0], value * iv[1])
-
     @property
     def best_subset(self) -> Plan | None:
         fits = [p for p in self.subsets if p is not None]
@@ -74,9 +68,9 @@ class MixedPlan:
             "group_step_time_s": [p.step_time_s for p in e.per_group],
             "mem_gb_per_device": [p.memory.total / 1e9 for p in e.per_group],
             "tokens_per_s": e.tokens_per_s, "mfu": e.mfu, "mfu_convention": MFU_CONVENTION,
-            "mfu_interval": self._interval(e.mfu, False), "days": self.days,
-            "days_interval": self._interval(self.days, True), "gpu_hours": self.gpu_hours,
-            "gpu_hours_interval": self._interval(self.gpu_hours, True), "loss": self.loss,
+            "mfu_interval": self.eff.rate_interval(e.mfu), "days": self.days,
+            "days_interval": self.eff.time_interval(self.days), "gpu_hours": self.gpu_hours,
+            "gpu_hours_interval": self.eff.time_interval(self.gpu_hours), "loss": self.loss,
             "subsets": [None if p is None else {"hardware": p.hardware.name, "n_devices": p.n_devices,
                                                 "days": p.best.days, "n_params": p.best.shape.n_params,
                                                 "mfu": p.best.mfu}
@@ -94,9 +88,9 @@ class MixedPlan:
                  f"d={self.shape.d_model}) on {self.tokens / 1e12:.2f}T tokens, tp={lo.tp} pp={lo.pp} "
                  f"mb={lo.micro_batch} ZeRO-{lo.zero_stage} ckpt={lo.act_ckpt}, batch {e.global_batch} "
                  f"split by throughput ({split}); cross-group gradient all-reduce {e.sync_s:.2f} s; "
-                 f"step {e.step_time_s:.2f} s, MFU {100 * e.mfu:.1f}%{band_text(self._interval(e.mfu, False), 100, '.1f')} "
+                 f"step {e.step_time_s:.2f} s, MFU {100 * e.mfu:.1f}%{band_text(self.eff.rate_interval(e.mfu), 100, '.1f')} "
                  f"({MFU_CONVENTION}, of the summed peak), {self.days:.1f}"
-                 f"{band_text(self._interval(self.days, True), 1, '.1f')} days "
+                 f"{band_text(self.eff.time_interval(self.days), 1, '.1f')} days "
                  f"({self.gpu_hours:.3g} GPU-hours), loss {self.loss:.3f}"]
         for g, p in zip(self.groups, self.subsets):
             lines.append(f"  {g.hardware.name} alone ({g.count}): "

@@ -332,7 +332,7 @@ def plan(budget_flops: float | None, n_devices: int, hardware: str | Hardware,
     step on the host (ZeRO-Offload, Ren et al. 2021): PCIe transfers and CPU Adam time for
     device memory."""
     req = check_request(budget_flops, n_devices, hardware, law, max_days, max_gpu_hours,
-                         seq_len, vocab, batch_tokens, precision, eff)
+                        seq_len, vocab, batch_tokens, precision, eff)
     req = dataclasses.replace(req, offload=bool(offload))
     n_opt, d_opt, targets = size_targets(req)
     shapes = shapes_near(targets, req)
@@ -356,7 +356,7 @@ def plan(budget_flops: float | None, n_devices: int, hardware: str | Hardware,
 
 
 def check_request(budget_flops, n_devices, hardware, law, max_days, max_gpu_hours, seq_len,
-                   vocab, batch_tokens, precision, eff) -> _Request:
+                  vocab, batch_tokens, precision, eff) -> _Request:
     """Validate `plan`'s arguments (one-line AnalysisError each) and fold the GPU-hour limit
     into a day limit, so the search only knows one kind of time limit."""
     hw = hardware if isinstance(hardware, Hardware) else load_hardware(hardware)
@@ -414,16 +414,14 @@ def _candidate(s: ModelShape, est, req: _Request) -> Candidate:
         tokens = min(tokens, est.tokens_per_s * req.max_days * 86400)
     seconds = tokens / est.tokens_per_s
     days, gpu_hours = seconds / 86400, seconds / 3600 * req.n_devices
-    ratio = req.eff.mfu_ratio_interval  # measured / predicted MFU: time scales as its inverse
     return Candidate(
         shape=s, tokens=tokens, layout=est.layout, mem_gb_per_device=est.memory.total / 1e9,
         step_time_s=est.step_time_s, mfu=est.mfu, tokens_per_s=est.tokens_per_s,
         days=days, gpu_hours=gpu_hours,
         flops=k * s.n_params * tokens, loss=req.law.loss(s.n_params, tokens),
         loss_ci=req.law.loss_ci(s.n_params, tokens), loss_interval=_interval(req.law, s.n_params, tokens),
-        mfu_interval=None if ratio is None else (est.mfu * ratio[0], est.mfu * ratio[1]),
-        days_interval=None if ratio is None else (days / ratio[1], days / ratio[0]),
-        gpu_hours_interval=None if ratio is None else (gpu_hours / ratio[1], gpu_hours / ratio[0]))
+        mfu_interval=req.eff.rate_interval(est.mfu), days_interval=req.eff.time_interval(days),
+        gpu_hours_interval=req.eff.time_interval(gpu_hours))
 
 
 def _trainer_plan(cands: list[Candidate], req: _Request) -> TrainerPlan:

@@ -43,14 +43,18 @@ def make_schedule(cfg: OptimConfig, total_steps: int, warmup_steps: int) -> opta
     return optax.join_schedules([warm, after], [warmup_steps])
 
 
+def _is_embedding(path: tuple[Any, ...]) -> bool:
+    """The input embedding or the output head (parameter names `embed_*`, `head_*`)."""
+    names = [str(getattr(k, "key", getattr(k, "name", k))) for k in path]
+    return any(n.startswith(("embed_", "head_")) for n in names)
+
+
 def decay_mask(params: Any, cfg: OptimConfig) -> Any:
     """True for parameters that get weight decay (same tree as params)."""
     def keep(path: tuple[Any, ...], leaf: Any) -> bool:
-        names = [str(getattr(k, "key", getattr(k, "name", k))) for k in path]
-        is_embedding = any(n.startswith(("embed_", "head_")) for n in names)
         if jnp.ndim(leaf) < 2:
             return cfg.decay_norms
-        if is_embedding:
+        if _is_embedding(path):
             return cfg.decay_embeddings
         return True
     return jax.tree_util.tree_map_with_path(keep, params)
@@ -59,8 +63,7 @@ def decay_mask(params: Any, cfg: OptimConfig) -> Any:
 def _is_hidden_matrix(path: tuple[Any, ...], leaf: Any) -> bool:
     """A weight matrix between two width-sized dims (attention and MLP), not an embedding,
     the output head or a norm scale."""
-    names = [str(getattr(k, "key", getattr(k, "name", k))) for k in path]
-    return jnp.ndim(leaf) >= 2 and not any(n.startswith(("embed_", "head_")) for n in names)
+    return jnp.ndim(leaf) >= 2 and not _is_embedding(path)
 
 
 def scale_hidden_updates(factor: float) -> optax.GradientTransformation:

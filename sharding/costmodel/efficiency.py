@@ -71,6 +71,17 @@ class Efficiency:
             return None
         return float(self.mfu_ratio_lo), float(self.mfu_ratio_hi)
 
+    def rate_interval(self, value: float) -> tuple[float, float] | None:
+        """The error model's interval of a rate that scales with MFU (MFU, tokens/s), or None."""
+        iv = self.mfu_ratio_interval
+        return None if iv is None else (value * iv[0], value * iv[1])
+
+    def time_interval(self, value: float) -> tuple[float, float] | None:
+        """The error model's interval of a duration, inversely proportional to MFU (days,
+        GPU-hours), or None."""
+        iv = self.mfu_ratio_interval
+        return None if iv is None else (value / iv[1], value / iv[0])
+
     def replace(self, **kw: float) -> "Efficiency":
         return dataclasses.replace(self, **kw)
 
@@ -89,8 +100,8 @@ PRIOR_EFFICIENCY = Efficiency()
 # Hagemann et al. 2023 (CC BY-NC-SA 4.0 data, not shipped here; see docs/costmodel.md).
 # Held-out scores of these constants: Spearman ρ(MFU) 0.927, median |MFU error| 1.35 points,
 # OOM accuracy 91.5% (469 held-out runs, 194 timed). They are specific to A100 + PyTorch/NCCL
-# as used by Hagemann et al.; re-fit them to your own sweep (`python -m analysis layout-eval
-# SWEEP.csv --calibrate EFF.json`) before trusting absolute numbers on other systems.
+# as used by Hagemann et al.; re-fit them to your own runs (`python -m analysis layout-eval
+# --calibrate SWEEP_DIR`, or a CSV of measurements) before trusting absolute numbers elsewhere.
 DEFAULT_EFFICIENCY = Efficiency(
     gemm_eff_max=0.7547,
     gemm_half_dim=154.1,

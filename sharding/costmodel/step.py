@@ -218,6 +218,21 @@ def _elementwise_terms(st: _Step) -> tuple[float, float]:
     return elem_time, overhead
 
 
+def _layer_collectives(st: _Step, prefix: str, buf: float, per_layer: dict[str, float], n: int,
+                       g: int) -> tuple[list[Collective], float]:
+    """(collectives issued `per_layer[kind]` times per layer per micro-batch over a group of n
+    ranks, g of them per node, on every layer of the stage and every micro-batch (bubble ticks
+    of the GSPMD pipeline included); their time per layer per micro-batch)."""
+    n_mb = st.lo.grad_accum * st.tick_factor
+    colls, t_layer = [], 0.0
+    for kind, calls_per_layer in per_layer.items():
+        calls = calls_per_layer * st.m.n_layers / st.lo.pp * n_mb
+        c = make_collective(f"{prefix}_{kind}", kind, buf, calls, n, g, st.hw, st.eff.link_eff)
+        colls.append(c)
+        t_layer += c.time_s / calls * calls_per_layer
+    return colls, t_layer
+
+
 def _tp_collectives(st: _Step) -> tuple[list[Collective], float, float]:
     """(TP collectives of the step; their time per layer per micro-batch; the embedding / head /
     softmax-statistics collectives' time per micro-batch), before overlap.
@@ -244,15 +259,8 @@ def _tp_collectives(st: _Step) -> tuple[list[Collective], float, float]:
         per_layer = {"all_gather": gathers, "reduce_scatter": 2 * st.fwd_passes + bwd_calls}
     else:
         per_layer = {"all_reduce": 2 * st.fwd_passes + bwd_calls}
-    colls: list[Collective] = []
-    tp_time_layer = 0.0
+    colls, tp_time_layer = _layer_collectives(st, "tp", act_buf, per_layer, t, st.ranks["tp"])
     tp_time_edge = 0.0
-    for kind, calls_per_layer in per_layer.items():
-        layer_calls = calls_per_layer * m.n_layers / lo.pp * n_mb
-        c = make_collective(f"tp_{kind}", kind, act_buf, layer_calls, t, st.ranks["tp"], hw,
-                            eff.link_eff)
-        colls.append(c)
-        tp_time_layer += c.time_s / layer_calls * calls_per_layer
     for name, kind, buf, calls in (("tp_embed_head", "all_reduce", act_buf, 2),
                                    ("tp_softmax_stats", "all_reduce", st.tok * 4.0, 2)):
         c = make_collective(name, kind, buf, calls * n_mb, t, st.ranks["tp"], hw, eff.link_eff)
@@ -285,19 +293,12 @@ def _cp_collectives(st: _Step) -> tuple[list[Collective], float]:
     sharding/context.py: every layer all-gathers K and V over the cp ranks in forward (again
     when full checkpointing recomputes it) and reduce-scatters their gradients in backward;
     the buffer is one full-length K (or V) of the micro-batch on one TP rank."""
-    m, lo, hw, eff = st.m, st.lo, st.hw, st.eff
+    m, lo = st.m, st.lo
     if lo.cp <= 1:
         return [], 0.0
-    n_mb = lo.grad_accum * st.tick_factor
     kv_buf = lo.micro_batch * m.seq_len * m.kv_dim / lo.tp * st.precision.act_bytes
-    colls, t_layer = [], 0.0
-    for kind, per_layer in (("all_gather", 2 * st.fwd_passes), ("reduce_scatter", 2)):
-        calls = per_layer * m.n_layers / lo.pp * n_mb
-        c = make_collective(f"cp_kv_{kind}", kind, kv_buf, calls, lo.cp, st.ranks["cp"], hw,
-                            eff.link_eff)
-        colls.append(c)
-        t_layer += c.time_s / calls * per_layer
-    return colls, t_layer
+    return _layer_collectives(st, "cp_kv", kv_buf, {"all_gather": 2 * st.fwd_passes,
+                                                    "reduce_scatter": 2}, lo.cp, st.ranks["cp"])
 
 
 def _pipeline(st: _Step, stage_time: float, p2p: float) -> tuple[float, float, float]:
