@@ -60,7 +60,12 @@ def test_demo_killed_midway_relaunched_reuses_runs_and_teaches_a_law(tmp_path):
     out = tmp_path / "demo"
     sw = out / "sweep"
     cmd = [sys.executable, "-m", "experiments.demo", "--out", str(out), *SCALED]
-    p = subprocess.Popen(cmd, env=env(), cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    # its own process group, so that the kill below takes the parallel launcher's worker processes
+    # too, as a killed job's cgroup would: an orphaned worker still training a run would race the
+    # relaunch for the same run directory (the demo's sweep child dies with it by PDEATHSIG, the
+    # launcher's loky workers do not)
+    p = subprocess.Popen(cmd, env=env(), cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                         start_new_session=True)
     try:
         deadline = time.time() + 400
         while time.time() < deadline and len(finished(sw)) < 2:
@@ -69,7 +74,7 @@ def test_demo_killed_midway_relaunched_reuses_runs_and_teaches_a_law(tmp_path):
             time.sleep(0.2)
         assert len(finished(sw)) >= 2, "no run finished in time"
     finally:
-        p.send_signal(signal.SIGKILL)  # only the demo: its sweep child must die with it
+        os.killpg(p.pid, signal.SIGKILL)
         p.wait()
     wait_unlocked(sw)
     done_before = finished(sw)
