@@ -37,15 +37,17 @@ def test_held_out_scores_meet_targets(bench):
     res = mod.evaluate(DEFAULT_EFFICIENCY, data)
     ho = res["held_out"]
     assert ho["n_timed"] >= 150
-    assert ho["spearman_mfu"] >= 0.90        # target 0.8; shipped 0.93
-    assert ho["median_abs_mfu_error"] <= 0.02  # target 0.05; shipped 0.0135
-    assert ho["oom_accuracy"] >= 0.90        # target 0.90; shipped 0.915
+    # the shipped constants are fitted to four sources (benchmarks/external_layouts.py); issue
+    # 16's bar for them on this held-out half: rho >= 0.9, median <= 2 points
+    assert ho["spearman_mfu"] >= 0.90        # shipped 0.912
+    assert ho["median_abs_mfu_error"] <= 0.02  # shipped 0.0191
+    assert ho["oom_accuracy"] >= 0.90        # shipped 0.906
 
 
-def test_calibration_reproduces_shipped_constants(bench):
+def test_hagemann_only_fit_still_reaches_its_own_figures(bench):
+    """Fitted to this source alone, the model reaches what it did before the joint fit (0.927,
+    1.35 points): the physics did not get worse, the shipped constants trade a little of this
+    source for the others."""
     mod, data = bench
-    fitted = mod.fit(data)
-    for name in ("gemm_eff_max", "flash2_eff", "flash1_eff", "layer_overhead_s", "act_frag",
-                 "mem_overhead_bytes", "link_eff"):
-        assert getattr(fitted, name) == pytest.approx(getattr(DEFAULT_EFFICIENCY, name),
-                                                      rel=0.02, abs=1e-6), name
+    res = mod.evaluate(mod.fit(data), data)["held_out"]
+    assert res["spearman_mfu"] >= 0.92 and res["median_abs_mfu_error"] <= 0.015

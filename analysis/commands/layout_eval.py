@@ -9,6 +9,12 @@ global_batch (sequences per optimizer step), hardware (catalogue name or YAML pa
   (context parallel ranks; n_devices = dp·tp·pp·cp),
   interleave=1, offload_optimizer=0, d_ff (Llama rule 8/3·d rounded up to 256),
   n_kv_heads=n_heads, mlp=swiglu, tied_embeddings=0.
+Mixed clusters: hardware `a100-80gb:256,h100-sxm:128` (no n_devices column) with
+  mixed_mode=data (default; every group whole replicas with the row's tp, pp, its batch split by
+  throughput) or mixed_mode=pipeline (every group whole pipeline stages with the row's tp, dp;
+  stage_layers=`10;10;14;14` fixes the layers per stage, else they are balanced to the devices'
+  speed); adds pred_batch_per_group / pred_dp_per_group or pred_layers_per_stage /
+  pred_stage_hardware, and pred_hfu is empty.
 Writes {"rows": [...], "mfu_convention": ...} in input order; each row repeats its inputs and adds
 pred_step_time_s, pred_tokens_per_s, pred_mfu, mfu_convention (the FLOPs pred_mfu counts:
 PaLM's 6N + 12LHQT, "palm_6N+12LHQT"; the trainer's summary.json MFU counts causal attention,
@@ -135,13 +141,62 @@ def _layout(row: dict, i: int) -> Layout:
     return layout
 
 
-def parse_row(row: dict, i: int, default_hw: str | None, hw_cache: dict):
-    """(ModelShape, Layout, Hardware) of CSV row i (1-based for messages)."""
+MIXED_MODES = ("data", "pipeline")
+
+
+@dataclasses.dataclass(frozen=True)
+class MixedCluster:
+    """A row's mixed hardware (`a100-80gb:256,h100-sxm:128`) and how the layout spans it."""
+
+    groups: tuple
+    mode: str  # data: each group whole replicas (hetero.py); pipeline: each group whole stages
+    stage_layers: tuple[int, ...] | None  # pipeline: layers per stage (None: balanced to speed)
+
+    @property
+    def name(self) -> str:
+        return ",".join(f"{g.hardware.name}:{g.count}" for g in self.groups)
+
+
+def _mixed(row: dict, hw_name: str, i: int) -> MixedCluster:
+    from sharding.costmodel.hetero import parse_cluster
+
+    mode = _str(row, "mixed_mode", "data")
+    if mode not in MIXED_MODES:
+        raise LayoutError(f"mixed_mode must be one of {MIXED_MODES} (got {mode!r})")
+    layers = _str(row, "stage_layers", None)
+    if layers is not None and mode != "pipeline":
+        raise LayoutError("stage_layers goes with mixed_mode=pipeline")
     try:
-        shape, layout = _shape(row, i), _layout(row, i)
+        split = None if layers is None else tuple(int(x) for x in layers.split(";"))
+    except ValueError:
+        raise LayoutError(f"stage_layers must be layer counts separated by ';' (got {layers!r})")
+    return MixedCluster(parse_cluster(hw_name), mode, split)
+
+
+def parse_row(row: dict, i: int, default_hw: str | None, hw_cache: dict):
+    """(ModelShape, Layout, Hardware or MixedCluster) of CSV row i (1-based for messages).
+
+    A mixed `hardware` (`name:count,...`) spans device groups: `mixed_mode=data` (default) gives
+    every group whole replicas with the row's tp and pp (its dp is per group, n / (tp·pp));
+    `mixed_mode=pipeline` gives every group whole pipeline stages with the row's tp and dp (pp is
+    the number of stages, Σ n / (tp·dp)); `stage_layers` (e.g. `10;10;14;14`) fixes the layers
+    per stage, else they are balanced to the devices' speed."""
+    from sharding.costmodel.hetero import is_mixed
+
+    try:
+        shape = _shape(row, i)
         hw_name = _str(row, "hardware", default_hw)
         if hw_name is None:
             raise LayoutError("no hardware: add a `hardware` column or pass --hardware")
+        if is_mixed(hw_name):
+            if not _missing(row.get("n_devices")):
+                raise LayoutError("a mixed-hardware row takes its device counts from `hardware`; "
+                                  "leave n_devices empty")
+            return shape, _layout(row, i), _mixed(row, hw_name, i)
+        for col in ("mixed_mode", "stage_layers"):
+            if not _missing(row.get(col)):
+                raise LayoutError(f"{col} goes with a mixed `hardware` (name:count,...)")
+        layout = _layout(row, i)
         if hw_name not in hw_cache:
             hw_cache[hw_name] = load_hardware(hw_name)
         return shape, layout, hw_cache[hw_name]
@@ -211,8 +266,33 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _predict_mixed(row: dict, shape, layout, mixed: MixedCluster, prec, eff: Efficiency) -> dict:
+    """A mixed-hardware row: the step on its device groups (pred_hfu is not modelled there)."""
+    from sharding.costmodel.hetero import estimate_hetero_step
+    from sharding.costmodel.hetero_pipeline import estimate_hetero_pipeline
+
+    rec = {k: _clean(v) for k, v in row.items()}
+    if mixed.mode == "pipeline":
+        est = estimate_hetero_pipeline(shape, layout, mixed.groups, mixed.stage_layers, prec, eff)
+        rec["pred_layers_per_stage"] = ";".join(map(str, est.layers_per_stage()))
+        rec["pred_stage_hardware"] = ";".join(st.hardware for st in est.stages)
+    else:
+        est = estimate_hetero_step(shape, layout, mixed.groups, prec, eff)
+        rec["pred_batch_per_group"] = ";".join(map(str, est.batch_split()))
+        rec["pred_dp_per_group"] = ";".join(str(e.layout.dp) for e in est.per_group)
+    rec.update(pred_step_time_s=est.step_time_s, pred_tokens_per_s=est.tokens_per_s,
+               pred_mfu=est.mfu, mfu_convention=est.mfu_convention, pred_hfu=None,
+               pred_mem_gb_per_device=est.mem_bytes_per_device / 1e9, pred_fits=bool(est.fits))
+    return rec
+
+
 def _predict_row(row: dict, shape, layout, hw, prec, eff: Efficiency) -> dict:
     """The row's inputs plus the cost model's predictions (pred_* columns)."""
+    if isinstance(hw, MixedCluster):
+        try:
+            return _predict_mixed(row, shape, layout, hw, prec, eff)
+        except LayoutError as e:
+            raise AnalysisError(f"mixed hardware {hw.name}: {e}") from None
     est = estimate_step(shape, layout, hw, prec, eff)
     rec = {k: _clean(v) for k, v in row.items()}
     rec.update(pred_step_time_s=est.step_time_s, pred_tokens_per_s=est.tokens_per_s,
@@ -250,6 +330,9 @@ def _calibrate(rows: list[dict], parsed: list, prec, base: Efficiency,
 
     ms = []
     for i, (r, (shape, layout, hw)) in enumerate(zip(rows, parsed)):
+        if isinstance(hw, MixedCluster):
+            raise AnalysisError(f"row {i + 1}: --calibrate fits one device type at a time; "
+                                f"calibrate on single-hardware rows (this row is {hw.name})")
         step = _measured_step_time(r, shape, layout)
         oom = bool(_int(r, "oom", 0, i + 1)) if "oom" in r else False
         if step is None and not oom:

@@ -1,10 +1,12 @@
 """Planning on a mixed cluster: `plan --budget C --hardware a100-80gb:256,h100-sxm:128`.
 
 The law's compute-optimal shapes (as for one device type) are laid out on every device group at
-once with heterogeneous data parallelism (sharding/costmodel/hetero.py: a common tensor /
+once, two ways: heterogeneous data parallelism (sharding/costmodel/hetero.py: a common tensor /
 pipeline split, each group its own data parallelism and a throughput-proportional share of the
-batch, one exposed cross-group gradient all-reduce over the slowest link); the fastest layout
-that fits every group wins. The same budget is planned on each device group alone (`plan()`),
+batch, one exposed cross-group gradient all-reduce over the slowest link), or a pipeline whose
+stages sit on different device types (sharding/costmodel/hetero_pipeline.py: a common tensor /
+data split, each group whole stages, layers sized to each group's speed and memory); the
+fastest layout that fits every group wins. The same budget is planned on each device group alone (`plan()`),
 so the answer says what the mix buys: days on the mix against days on the best single group.
 """
 
@@ -20,6 +22,7 @@ from models.base.errors import AnalysisError
 from sharding.costmodel import (BF16_MIXED, DEFAULT_EFFICIENCY, MFU_CONVENTION, Efficiency,
                                 LayoutError, ModelShape, Precision)
 from sharding.costmodel.hetero import DeviceGroup, HeteroEstimate, estimate_hetero_step, parse_cluster
+from sharding.costmodel.hetero_pipeline import HeteroPipelineEstimate, estimate_hetero_pipeline
 
 
 @dataclasses.dataclass(frozen=True)
@@ -29,7 +32,7 @@ class MixedPlan:
     groups: tuple[DeviceGroup, ...]
     shape: ModelShape
     tokens: float
-    estimate: HeteroEstimate
+    estimate: HeteroEstimate | HeteroPipelineEstimate
     loss: float
     budget_flops: float
     subsets: tuple[Plan | None, ...]  # the same budget on each group alone (None: does not fit)
@@ -54,23 +57,43 @@ class MixedPlan:
         b = self.best_subset
         return None if b is None else b.best.days / self.days
 
-    def as_dict(self) -> dict[str, Any]:
+    @property
+    def mode(self) -> str:
+        """data: every group whole replicas; pipeline: every group whole pipeline stages."""
+        return "pipeline" if isinstance(self.estimate, HeteroPipelineEstimate) else "data"
+
+    def _layout_dict(self) -> dict[str, Any]:
         e, lo = self.estimate, self.estimate.layout
+        out = {"mode": self.mode, "tp": lo.tp, "pp": lo.pp, "micro_batch": lo.micro_batch,
+               "zero_stage": lo.zero_stage, "act_ckpt": lo.act_ckpt, "sp": lo.sp,
+               "global_batch": e.global_batch}
+        if self.mode == "pipeline":
+            out.update(dp=lo.dp, layers_per_stage=list(e.layers_per_stage()),
+                       stage_hardware=[st.hardware for st in e.stages])
+        else:
+            out.update(dp_per_group=[p.layout.dp for p in e.per_group],
+                       batch_per_group=list(e.batch_split()))
+        return out
+
+    def as_dict(self) -> dict[str, Any]:
+        e = self.estimate
+        if self.mode == "pipeline":
+            timing = {"stage_microbatch_s": [st.microbatch_s for st in e.stages],
+                      "bubble_s": e.bubble_s,
+                      "mem_gb_per_device": [st.memory.total / 1e9 for st in e.stages]}
+        else:
+            timing = {"cross_group_sync_s": e.sync_s,
+                      "group_step_time_s": [p.step_time_s for p in e.per_group],
+                      "mem_gb_per_device": [p.memory.total / 1e9 for p in e.per_group]}
         return {
             "mixed": [{"hardware": g.hardware.name, "count": g.count} for g in self.groups],
             "budget_flops": self.budget_flops, "n_params": self.shape.n_params, "tokens": self.tokens,
             "n_layers": self.shape.n_layers, "d_model": self.shape.d_model,
-            "layout": {"tp": lo.tp, "pp": lo.pp, "micro_batch": lo.micro_batch, "zero_stage": lo.zero_stage,
-                       "act_ckpt": lo.act_ckpt, "sp": lo.sp, "global_batch": e.global_batch,
-                       "dp_per_group": [p.layout.dp for p in e.per_group],
-                       "batch_per_group": list(e.batch_split())},
-            "step_time_s": e.step_time_s, "cross_group_sync_s": e.sync_s,
-            "group_step_time_s": [p.step_time_s for p in e.per_group],
-            "mem_gb_per_device": [p.memory.total / 1e9 for p in e.per_group],
+            "layout": self._layout_dict(), "step_time_s": e.step_time_s, **timing,
             "tokens_per_s": e.tokens_per_s, "mfu": e.mfu, "mfu_convention": MFU_CONVENTION,
-            "mfu_interval": self.eff.rate_interval(e.mfu), "days": self.days,
-            "days_interval": self.eff.time_interval(self.days), "gpu_hours": self.gpu_hours,
-            "gpu_hours_interval": self.eff.time_interval(self.gpu_hours), "loss": self.loss,
+            "mfu_interval": self.eff.rate_interval(e.mfu, e.mfu), "days": self.days,
+            "days_interval": self.eff.time_interval(self.days, e.mfu), "gpu_hours": self.gpu_hours,
+            "gpu_hours_interval": self.eff.time_interval(self.gpu_hours, e.mfu), "loss": self.loss,
             "subsets": [None if p is None else {"hardware": p.hardware.name, "n_devices": p.n_devices,
                                                 "days": p.best.days, "n_params": p.best.shape.n_params,
                                                 "mfu": p.best.mfu}
@@ -81,16 +104,24 @@ class MixedPlan:
     def text(self) -> str:
         e, lo = self.estimate, self.estimate.layout
         mix = " + ".join(f"{g.count} x {g.hardware.name}" for g in self.groups)
-        split = ", ".join(f"{g.hardware.name}: dp {p.layout.dp}, {p.layout.global_batch} seqs, "
-                          f"{p.step_time_s:.2f} s, {p.memory.total / 1e9:.0f} GB/device"
-                          for g, p in zip(self.groups, e.per_group))
+        if self.mode == "pipeline":
+            stages = ", ".join(f"{st.hardware}: {st.layers} layers, {st.microbatch_s * 1e3:.0f} ms"
+                               for st in e.stages)
+            how = (f"tp={lo.tp} dp={lo.dp} pp={lo.pp} mb={lo.micro_batch} ZeRO-{lo.zero_stage} "
+                   f"ckpt={lo.act_ckpt}, batch {e.global_batch}; pipeline stages across device "
+                   f"types, layers sized to speed ({stages}); bubble {e.bubble_s:.2f} s")
+        else:
+            split = ", ".join(f"{g.hardware.name}: dp {p.layout.dp}, {p.layout.global_batch} seqs, "
+                              f"{p.step_time_s:.2f} s, {p.memory.total / 1e9:.0f} GB/device"
+                              for g, p in zip(self.groups, e.per_group))
+            how = (f"tp={lo.tp} pp={lo.pp} mb={lo.micro_batch} ZeRO-{lo.zero_stage} "
+                   f"ckpt={lo.act_ckpt}, batch {e.global_batch} split by throughput ({split}); "
+                   f"cross-group gradient all-reduce {e.sync_s:.2f} s")
         lines = [f"mixed cluster {mix}: {self.shape.n_params / 1e9:.1f}B params (L={self.shape.n_layers}, "
-                 f"d={self.shape.d_model}) on {self.tokens / 1e12:.2f}T tokens, tp={lo.tp} pp={lo.pp} "
-                 f"mb={lo.micro_batch} ZeRO-{lo.zero_stage} ckpt={lo.act_ckpt}, batch {e.global_batch} "
-                 f"split by throughput ({split}); cross-group gradient all-reduce {e.sync_s:.2f} s; "
-                 f"step {e.step_time_s:.2f} s, MFU {100 * e.mfu:.1f}%{band_text(self.eff.rate_interval(e.mfu), 100, '.1f')} "
+                 f"d={self.shape.d_model}) on {self.tokens / 1e12:.2f}T tokens, {how}; "
+                 f"step {e.step_time_s:.2f} s, MFU {100 * e.mfu:.1f}%{band_text(self.eff.rate_interval(e.mfu, e.mfu), 100, '.1f')} "
                  f"({MFU_CONVENTION}, of the summed peak), {self.days:.1f}"
-                 f"{band_text(self.eff.time_interval(self.days), 1, '.1f')} days "
+                 f"{band_text(self.eff.time_interval(self.days, e.mfu), 1, '.1f')} days "
                  f"({self.gpu_hours:.3g} GPU-hours), loss {self.loss:.3f}"]
         for g, p in zip(self.groups, self.subsets):
             lines.append(f"  {g.hardware.name} alone ({g.count}): "
@@ -106,19 +137,31 @@ class MixedPlan:
 
 
 def fastest_mixed_layout(shape: ModelShape, groups: tuple[DeviceGroup, ...], batch_tokens: int,
-                         precision: Precision, eff: Efficiency) -> HeteroEstimate | None:
-    """The fastest layout that fits every group (candidate splits from the smallest group)."""
+                         precision: Precision, eff: Efficiency
+                         ) -> HeteroEstimate | HeteroPipelineEstimate | None:
+    """The fastest layout that fits every group: heterogeneous data parallelism with the smallest
+    group's candidate tp × pp, or a mixed-device pipeline with its candidate tp × dp."""
     small = min(groups, key=lambda g: g.count)
     best = None
+    tried_stages = set()
     for lo in layouts_for(shape, small.count, small.hardware, batch_tokens):
         if lo.tp > min(g.hardware.devices_per_node for g in groups):
             continue
+        cands = []
         try:
-            est = estimate_hetero_step(shape, lo, groups, precision, eff)
+            cands.append(estimate_hetero_step(shape, lo, groups, precision, eff))
         except LayoutError:
-            continue
-        if est.fits and (best is None or est.tokens_per_s > best.tokens_per_s):
-            best = est
+            pass
+        stage = (lo.tp, lo.dp, lo.micro_batch, lo.zero_stage, lo.act_ckpt, lo.sp, lo.global_batch)
+        if lo.interleave == 1 and stage not in tried_stages:
+            tried_stages.add(stage)
+            try:
+                cands.append(estimate_hetero_pipeline(shape, lo, groups, None, precision, eff))
+            except LayoutError:
+                pass
+        for est in cands:
+            if est.fits and (best is None or est.tokens_per_s > best.tokens_per_s):
+                best = est
     return best
 
 
@@ -139,7 +182,7 @@ def plan_mixed(budget_flops: float, hardware: str, law: ScalingLaw | None = None
     if req.budget_flops is None:
         raise AnalysisError("a mixed-cluster plan needs --budget FLOPS")
     _, _, targets = size_targets(req)
-    best: tuple[float, ModelShape, HeteroEstimate] | None = None
+    best: tuple[float, ModelShape, HeteroEstimate | HeteroPipelineEstimate] | None = None
     for s in shapes_near(targets, req):
         est = fastest_mixed_layout(s, groups, batch_tokens, precision, eff)
         if est is None:

@@ -420,8 +420,9 @@ def _candidate(s: ModelShape, est, req: _Request) -> Candidate:
         days=days, gpu_hours=gpu_hours,
         flops=k * s.n_params * tokens, loss=req.law.loss(s.n_params, tokens),
         loss_ci=req.law.loss_ci(s.n_params, tokens), loss_interval=_interval(req.law, s.n_params, tokens),
-        mfu_interval=req.eff.rate_interval(est.mfu), days_interval=req.eff.time_interval(days),
-        gpu_hours_interval=req.eff.time_interval(gpu_hours))
+        mfu_interval=req.eff.rate_interval(est.mfu, est.mfu),
+        days_interval=req.eff.time_interval(days, est.mfu),
+        gpu_hours_interval=req.eff.time_interval(gpu_hours, est.mfu))
 
 
 def _trainer_plan(cands: list[Candidate], req: _Request) -> TrainerPlan:

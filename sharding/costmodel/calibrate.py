@@ -35,6 +35,7 @@ TIME_BOUNDS: dict[str, tuple[float, float]] = {
     "elem_bytes_h_unfused_norm": (1.0, 4000.0),
     "layer_overhead_s": (1e-6, 5e-2),
     "link_eff": (0.4, 0.95),  # NCCL bus bandwidth reaches 50-90% of the link
+    "intra_link_eff": (0.4, 0.95),
     "dp_overlap": (0.0, 1.0),
     "zero3_overlap": (0.0, 1.0),
     "tp_overlap": (0.0, 0.9),
@@ -55,6 +56,9 @@ class Measurement:
     oom: bool
     precision: Precision = BF16_MIXED
     label: str = ""
+    # weight of the run in the time fit (e.g. 1/runs of its source, so that every source counts
+    # alike however many rows it has)
+    weight: float = 1.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,8 +81,14 @@ def _predict(meas: Measurement, eff: Efficiency):
     return estimate_step(meas.model, meas.layout, meas.hardware, meas.precision, eff)
 
 
+def _value(eff: Efficiency, name: str) -> float:
+    if name == "intra_link_eff":  # None: the same as link_eff
+        return eff.link_effs[0]
+    return getattr(eff, name)
+
+
 def _encode(eff: Efficiency, names: Sequence[str]) -> np.ndarray:
-    return np.array([math.log(getattr(eff, n)) if n in _LOG_SCALED else getattr(eff, n)
+    return np.array([math.log(_value(eff, n)) if n in _LOG_SCALED else _value(eff, n)
                      for n in names])
 
 
@@ -103,17 +113,19 @@ def fit_time_constants(measurements: Sequence[Measurement], base: Efficiency = P
             "elem_bytes_h_unfused_norm": not unfused,
             "tp_overlap": all(mm.layout.tp == 1 for mm in timed),
             "stage_jitter": all(mm.layout.pp == 1 for mm in timed),
-            "dp_overlap": all(mm.layout.dp == 1 for mm in timed)}
+            "dp_overlap": all(mm.layout.dp == 1 for mm in timed),
+            "zero3_overlap": all(mm.layout.zero_stage < 3 or mm.layout.dp == 1 for mm in timed)}
     names = [n for n in names if not skip.get(n, False)]
     lo = np.array([math.log(TIME_BOUNDS[n][0]) if n in _LOG_SCALED else TIME_BOUNDS[n][0]
                    for n in names])
     hi = np.array([math.log(TIME_BOUNDS[n][1]) if n in _LOG_SCALED else TIME_BOUNDS[n][1]
                    for n in names])
     y = np.log([mm.step_time_s for mm in timed])
+    w = np.sqrt([mm.weight for mm in timed])
 
     def residuals(x: np.ndarray) -> np.ndarray:
         eff = _decode(x, names, base)
-        return np.log([_predict(mm, eff).step_time_s for mm in timed]) - y
+        return w * (np.log([_predict(mm, eff).step_time_s for mm in timed]) - y)
 
     x0 = np.clip(_encode(base, names), lo + 1e-9, hi - 1e-9)
     sol = optimize.least_squares(residuals, x0, bounds=(lo, hi), loss="soft_l1", f_scale=0.05,

@@ -49,38 +49,48 @@ def ranks_per_node(hw: Hardware, tp: int, dp: int, pp: int, cp: int = 1) -> dict
     return {"tp": g_tp, "cp": g_cp, "dp": g_dp, "pp": g_pp}
 
 
+LinkEff = float | tuple[float, float]  # one fraction, or (intra-node, network)
+
+
+def _effs(link_eff: LinkEff) -> tuple[float, float]:
+    return link_eff if isinstance(link_eff, tuple) else (link_eff, link_eff)
+
+
 def collective_time(kind: str, buffer_bytes: float, n: int, g: int, hw: Hardware,
-                    link_eff: float) -> tuple[float, float, str]:
+                    link_eff: LinkEff) -> tuple[float, float, str]:
     """(seconds, wire bytes per rank, link) of one ring collective of `buffer_bytes` over n ranks.
 
     Latency counts the ring's steps, inter-node hops at the network latency and the rest at the
-    intra-node latency (NCCL's hierarchical rings).
+    intra-node latency (NCCL's hierarchical rings). `link_eff`: the fraction of the link's
+    bandwidth reached, or (inside a node, over the network).
     """
     if n <= 1 or buffer_bytes <= 0:
         return 0.0, 0.0, "intra"
+    intra_eff, inter_eff = _effs(link_eff)
     wire = _RING_FACTOR[kind](n) * buffer_bytes
     if g >= n:
-        bw, link = hw.intra_node_bw, "intra"
+        bw, link = hw.intra_node_bw * intra_eff, "intra"
         lat = _RING_STEPS[kind](n) * hw.intra_node_latency_s
     else:
-        bw, link = min(hw.intra_node_bw, g * hw.inter_node_bw), "inter"
+        bw, link = min(hw.intra_node_bw * intra_eff, g * hw.inter_node_bw * inter_eff), "inter"
         nodes = -(-n // g)
         lat = (_RING_STEPS[kind](nodes) * hw.inter_node_latency_s
                + (_RING_STEPS[kind](g) * hw.intra_node_latency_s if g > 1 else 0.0))
-    return wire / (bw * link_eff) + lat, wire, link
+    return wire / bw + lat, wire, link
 
 
-def p2p_time(nbytes: float, same_node: bool, hw: Hardware, link_eff: float) -> float:
+def p2p_time(nbytes: float, same_node: bool, hw: Hardware, link_eff: LinkEff) -> float:
     """One pipeline send/recv of `nbytes` between neighbouring stages."""
     if nbytes <= 0:
         return 0.0
+    intra_eff, inter_eff = _effs(link_eff)
     if same_node:
-        return nbytes / (hw.intra_node_bw * link_eff) + hw.intra_node_latency_s
-    return nbytes / (hw.inter_node_bw * link_eff) + hw.inter_node_latency_s
+        return nbytes / (hw.intra_node_bw * intra_eff) + hw.intra_node_latency_s
+    return nbytes / (hw.inter_node_bw * inter_eff) + hw.inter_node_latency_s
 
 
 def make_collective(name: str, kind: str, buffer_bytes: float, count: float, n: int, g: int,
-                    hw: Hardware, link_eff: float) -> Collective:
+                    hw: Hardware, link_eff: LinkEff) -> Collective:
     t, wire, link = collective_time(kind, buffer_bytes, n, g, hw, link_eff)
     return Collective(name=name, kind=kind, group_size=n, buffer_bytes=buffer_bytes, count=count,
                       wire_bytes=wire * count, time_s=t * count, link=link)

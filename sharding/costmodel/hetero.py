@@ -10,8 +10,8 @@ Gradients are then reduced across the groups as well: after each group's own DP 
 the other groups over the slowest inter-node link, exposed (it cannot start before the slowest
 group's backward ends). Memory must fit on every group's devices.
 
-The alternative of pipeline stages on different device types (layers sized to each group's
-speed) is not modelled here.
+The alternative, pipeline stages on different device types with layers sized to each group's
+speed, is `hetero_pipeline.py`.
 """
 
 from __future__ import annotations
@@ -63,8 +63,31 @@ def parse_cluster(spec: str) -> tuple[DeviceGroup, ...]:
     return tuple(groups)
 
 
+class ClusterRates:
+    """Rates of one step on a mixed cluster, from its `model`, `groups`, `global_batch` and
+    `step_time_s` (shared by both ways of spanning device types)."""
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.global_batch * self.model.seq_len / self.step_time_s
+
+    @property
+    def n_devices(self) -> int:
+        return sum(g.count for g in self.groups)
+
+    @property
+    def mfu(self) -> float:
+        """Model FLOPs (PaLM convention) over the summed peak of every device of the cluster."""
+        peak = sum(g.count * g.hardware.peak_flops for g in self.groups)
+        return self.tokens_per_s * self.model.model_flops_per_token() / peak
+
+    @property
+    def mfu_convention(self) -> str:
+        return MFU_CONVENTION
+
+
 @dataclasses.dataclass(frozen=True)
-class HeteroEstimate:
+class HeteroEstimate(ClusterRates):
     """One step on a mixed cluster: each group's own step estimate (with its share of the batch)
     and the exposed cross-group gradient reduction."""
 
@@ -85,24 +108,6 @@ class HeteroEstimate:
     @property
     def step_time_s(self) -> float:
         return max(e.step_time_s for e in self.per_group) + self.sync_s
-
-    @property
-    def tokens_per_s(self) -> float:
-        return self.global_batch * self.model.seq_len / self.step_time_s
-
-    @property
-    def n_devices(self) -> int:
-        return sum(g.count for g in self.groups)
-
-    @property
-    def mfu(self) -> float:
-        """Model FLOPs (PaLM convention) over the summed peak of every device of the cluster."""
-        peak = sum(g.count * g.hardware.peak_flops for g in self.groups)
-        return self.tokens_per_s * self.model.model_flops_per_token() / peak
-
-    @property
-    def mfu_convention(self) -> str:
-        return MFU_CONVENTION
 
     @property
     def fits(self) -> bool:
@@ -197,5 +202,5 @@ def estimate_hetero_step(model: ModelShape, layout: Layout, groups: Sequence[Dev
     shard = n_stage / (min(dps) if layout.zero_stage >= 2 else 1)
     slow = min(groups, key=lambda g: g.hardware.inter_node_bw).hardware
     sync, _, _ = collective_time("all_reduce", shard * precision.reduce_bytes, len(groups), 1, slow,
-                                 eff.link_eff)
+                                 eff.link_effs)
     return HeteroEstimate(model=model, groups=tuple(groups), per_group=per, sync_s=sync)

@@ -147,6 +147,10 @@ def memory_breakdown(m: ModelShape, lo: Layout, prec: Precision, eff: Efficiency
     for stage, n_par in zip(("first", "last"), stage_params(m, lo)):
         params = n_par * prec.param_bytes / (dp if lo.zero_stage >= 3 else 1)
         grads = n_par * prec.grad_bytes / (dp if lo.zero_stage >= 2 else 1)
+        if lo.offload_optimizer and lo.zero_stage >= 2:
+            # ZeRO-Offload streams each bucket of gradients to the host as backward produces it
+            # (and accumulates them there): two layers' buckets in flight, not all of them
+            grads = min(grads, 2 * m.params_per_layer / lo.tp * prec.grad_bytes)
         opt = 0.0 if lo.offload_optimizer else (
             n_par * (prec.master_bytes + prec.optimizer_bytes) / (dp if lo.zero_stage >= 1 else 1))
         layers = in_flight_layers(m, lo) if stage == "first" else math.ceil(m.n_layers / lo.pp)

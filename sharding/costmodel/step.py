@@ -227,7 +227,7 @@ def _layer_collectives(st: _Step, prefix: str, buf: float, per_layer: dict[str, 
     colls, t_layer = [], 0.0
     for kind, calls_per_layer in per_layer.items():
         calls = calls_per_layer * st.m.n_layers / st.lo.pp * n_mb
-        c = make_collective(f"{prefix}_{kind}", kind, buf, calls, n, g, st.hw, st.eff.link_eff)
+        c = make_collective(f"{prefix}_{kind}", kind, buf, calls, n, g, st.hw, st.eff.link_effs)
         colls.append(c)
         t_layer += c.time_s / calls * calls_per_layer
     return colls, t_layer
@@ -263,7 +263,7 @@ def _tp_collectives(st: _Step) -> tuple[list[Collective], float, float]:
     tp_time_edge = 0.0
     for name, kind, buf, calls in (("tp_embed_head", "all_reduce", act_buf, 2),
                                    ("tp_softmax_stats", "all_reduce", st.tok * 4.0, 2)):
-        c = make_collective(name, kind, buf, calls * n_mb, t, st.ranks["tp"], hw, eff.link_eff)
+        c = make_collective(name, kind, buf, calls * n_mb, t, st.ranks["tp"], hw, eff.link_effs)
         colls.append(c)
         tp_time_edge += c.time_s / n_mb
     return colls, tp_time_layer, tp_time_edge
@@ -281,7 +281,7 @@ def _pp_p2p(st: _Step) -> tuple[float, Collective | None]:
     same_node = st.ranks["pp"] >= p
     p2p_bytes = st.tok * st.m.d_model * st.precision.act_bytes / (1 if lo.gspmd_pipeline else lo.tp)
     sends = 2 * v * (st.tick_factor * (p - 1) / p if lo.gspmd_pipeline else 1.0)
-    p2p = sends * p2p_time(p2p_bytes, same_node, st.hw, st.eff.link_eff)
+    p2p = sends * p2p_time(p2p_bytes, same_node, st.hw, st.eff.link_effs)
     coll = Collective("pp_p2p", "p2p", 2, p2p_bytes, sends * n_mb, sends * n_mb * p2p_bytes,
                       p2p * n_mb, "intra" if same_node else "inter")
     return p2p, coll
@@ -370,7 +370,7 @@ def _dp_collectives(st: _Step, n_stage: float) -> tuple[list[Collective], float]
                       blocks * st.precision.reduce_bytes, 1, lo.pp, st.ranks["pp"]))
     colls, dp_time = [], 0.0
     for name, kind, buf, count, n, g in specs:
-        c = make_collective(name, kind, buf, count, n, g, st.hw, st.eff.link_eff)
+        c = make_collective(name, kind, buf, count, n, g, st.hw, st.eff.link_effs)
         colls.append(c)
         dp_time += c.time_s
     return colls, dp_time
@@ -414,6 +414,35 @@ def _step_flops(st: _Step, layer_gemm_flops: float, attn_fwd_flops: float,
     return model_flops, model_flops + tokens * recompute_per_token
 
 
+def _layer_and_edge(st: _Step) -> tuple[float, float, float]:
+    """(time of one layer per micro-batch: GEMMs, attention, element-wise work, launch overhead,
+    exposed TP/CP collectives; time of the last stage's extra work per micro-batch: LM head,
+    loss and the vocab-parallel collectives; the loss's HBM traffic time, part of the latter)."""
+    eff = st.eff
+    _, layer_gemm_time, head_time = _gemm_terms(st)
+    _, _, attn_time = _attention_terms(st)
+    elem_time, overhead = _elementwise_terms(st)
+    _, tp_time_layer, tp_time_edge = _tp_collectives(st)
+    _, cp_time_layer = _cp_collectives(st)
+    per_layer = (layer_gemm_time + attn_time + elem_time + overhead
+                 + (tp_time_layer + cp_time_layer) * (1 - eff.tp_overlap))
+    # fp32 softmax and the gradient of the logits, on the last stage
+    loss_traffic = st.tok * st.m.vocab_size / st.lo.tp * 16.0 / st.hw.hbm_bw
+    edge = head_time + loss_traffic + tp_time_edge * (1 - eff.tp_overlap)
+    return per_layer, edge, loss_traffic
+
+
+def layer_and_head_time(model: ModelShape, layout: Layout, hardware: Hardware,
+                        precision: Precision = BF16_MIXED,
+                        eff: Efficiency = DEFAULT_EFFICIENCY) -> tuple[float, float]:
+    """(seconds of one transformer layer, forward + backward (+ recomputation), for one
+    micro-batch on one device; seconds the last pipeline stage adds per micro-batch for the LM
+    head and loss). A pipeline stage of k layers takes k·layer (+ head on the last stage)."""
+    validate_layout(model, layout)
+    per_layer, edge, _ = _layer_and_edge(_Step.of(model, layout, hardware, precision, eff))
+    return per_layer, edge
+
+
 def estimate_step(model: ModelShape, layout: Layout, hardware: Hardware,
                   precision: Precision = BF16_MIXED,
                   eff: Efficiency = DEFAULT_EFFICIENCY) -> StepEstimate:
@@ -429,14 +458,9 @@ def estimate_step(model: ModelShape, layout: Layout, hardware: Hardware,
     attn_fwd_flops, attn_recompute, attn_time = _attention_terms(st)
     elem_time, overhead = _elementwise_terms(st)
     tp_colls, tp_time_layer, tp_time_edge = _tp_collectives(st)
-    tp_exposed_layer = tp_time_layer * (1 - eff.tp_overlap)
     cp_colls, cp_time_layer = _cp_collectives(st)
-    per_layer = (layer_gemm_time + attn_time + elem_time + overhead + tp_exposed_layer
-                 + cp_time_layer * (1 - eff.tp_overlap))
-    # fp32 softmax and the gradient of the logits, on the last stage
-    loss_traffic = st.tok * model.vocab_size / layout.tp * 16.0 / hardware.hbm_bw
-    stage_time = (st.layers * per_layer + (head_time + loss_traffic)
-                  + tp_time_edge * (1 - eff.tp_overlap))
+    per_layer, edge, loss_traffic = _layer_and_edge(st)
+    stage_time = st.layers * per_layer + edge
     p2p, p2p_coll = _pp_p2p(st)
     slot, pipeline, bubble = _pipeline(st, stage_time, p2p)
     n_stage = max(stage_params(model, layout))
