@@ -139,7 +139,7 @@ RUNS = (
         # PyTorch SDPA (FlashAttention-2), un-fused RMSNorm and 8 GPUs per node on the
         # catalogue's a100-80gb network: ASSUMED (not stated)
         layout=Layout(dp=64, tp=1, pp=1, micro_batch=mb, global_batch=64 * mb, zero_stage=3,
-                      act_ckpt=ckpt, attention="flash2", fused_norm=False),
+                      zero3_per_matrix=False, act_ckpt=ckpt, attention="flash2", fused_norm=False),
         hardware="a100-80gb", hardware_overrides={},
         measured_tflops_per_gpu=wps, convention="tokens", measured_mem_gb=None,
         sources=TORCHTITAN_SOURCE, source="torchtitan")
@@ -164,7 +164,8 @@ RUNS = (
         # parallel across nodes, per GPU batch size of 2"; SDPA FlashAttention-2; no activation
         # checkpointing; un-fused RMSNorm ASSUMED
         layout=Layout(dp=128, tp=1, pp=1, micro_batch=2, global_batch=256, zero_stage=3,
-                      zero_group=8, act_ckpt="none", attention="flash2", fused_norm=False),
+                      zero_group=8, zero3_per_matrix=False, act_ckpt="none", attention="flash2",
+                      fused_norm=False),
         hardware="a100-80gb",
         # "128 A100 GPUs with 400Gbps network connectivity": 400 Gb/s per 8-GPU node
         hardware_overrides={"name": "a100-80gb (400 Gb/s per node)", "inter_node_bw": 400e9 / 8 / 8},
@@ -175,7 +176,7 @@ RUNS = (
         model=ModelShape(n_layers=80, d_model=8192, n_heads=64, n_kv_heads=8, seq_len=4096,
                          vocab_size=32000, d_ff=28672),
         layout=Layout(dp=128, tp=1, pp=1, micro_batch=2, global_batch=256, zero_stage=3,
-                      act_ckpt="full", attention="flash2", fused_norm=False),
+                      zero3_per_matrix=False, act_ckpt="full", attention="flash2", fused_norm=False),
         hardware="a100-80gb",
         hardware_overrides={"name": "a100-80gb (400 Gb/s per node)", "inter_node_bw": 400e9 / 8 / 8},
         measured_tflops_per_gpu=370.0, convention="tokens", measured_mem_gb=None,
@@ -191,7 +192,8 @@ RUNS = (
         # GPU per step; 4 at once does not fit the cost model's 40 GB); fused softmax ("4-5
         # TFLOPs improvement")
         layout=Layout(dp=512, tp=1, pp=1, micro_batch=2, global_batch=2048, zero_stage=3,
-                      zero_group=128, act_ckpt="full", attention="fused_softmax", fused_norm=True),
+                      zero_group=128, zero3_per_matrix=False, act_ckpt="full",
+                      attention="fused_softmax", fused_norm=True),
         hardware="a100-40gb",
         # 64 p4d.24xlarge: NVSwitch 600 GB/s, EFA "400 Gb/s" per 8-GPU node
         hardware_overrides={"name": "a100-40gb (p4d, 400 Gb/s EFA)", "inter_node_bw": 400e9 / 8 / 8},
@@ -228,7 +230,8 @@ def mpt_rows() -> list[dict]:
                                d_ff=4 * d, mlp="gelu", tied_embeddings=True)
             gpus, mb, ga = int(r["gpus"]), int(r["micro_batch"]), int(r["grad_accum"])
             layout = Layout(dp=gpus, tp=1, pp=1, micro_batch=mb, global_batch=gpus * mb * ga,
-                            zero_stage=3, act_ckpt="full" if r["act_ckpt"] == "1" else "none",
+                            zero_stage=3, zero3_per_matrix=False,
+                            act_ckpt="full" if r["act_ckpt"] == "1" else "none",
                             attention="flash1", fused_norm=True)
             out.append({"name": f"MPT-{r['model']} s={seq} {gpus} GPUs mb={mb}", "model": model,
                         "layout": layout, "measured_mfu": float(r["mfu"]) / 100})

@@ -134,6 +134,29 @@ def test_ring_collective_volume_and_links():
     assert link2 == "inter" and t2 > t  # 8 nodes: min(NVLink, 8 × 25 GB/s) = 200 GB/s
     assert ranks_per_node(hw, tp=8, dp=16, pp=1) == {"tp": 8, "cp": 1, "dp": 1, "pp": 1}
     assert ranks_per_node(hw, tp=2, dp=32, pp=2) == {"tp": 2, "cp": 1, "dp": 4, "pp": 1}
+    # across nodes the ring is flat: each of its n − 1 steps waits for a network hop
+    t3, wire3, _ = collective_time("all_gather", 1e9, 1536, 8, hw, (0.5, 0.25))
+    assert t3 == pytest.approx(wire3 / (8 * 25e9 * 0.25) + 1535 * hw.inter_node_latency_s)
+    t4, wire4, _ = collective_time("all_gather", 1e9, 8, 8, hw, (0.5, 0.25))  # NVLink at 0.5
+    assert t4 == pytest.approx(wire4 / (300e9 * 0.5) + 7 * hw.intra_node_latency_s)
+
+
+def test_zero3_collectives_per_weight_matrix_pay_more_latency_at_scale():
+    """DeepSpeed/XLA ZeRO-3 gathers every weight matrix on its own (7 per SwiGLU layer with
+    separate projections, 4 with fused), FSDP one flat parameter per layer: the same bytes, more
+    ring latencies; at thousands of ranks and micro-batch 1 that is what makes ZeRO-3 slow, and
+    per-GPU throughput falls as the same batch spreads over more GPUs."""
+    hw = load_hardware("a100-80gb")
+    m = ModelShape(n_layers=96, d_model=12288, n_heads=96, seq_len=2048, vocab_size=51200,
+                   d_ff=4 * 12288, mlp="gelu", tied_embeddings=True)
+    assert m.matrices_per_layer(True) == 4 and m.matrices_per_layer(False) == 6
+    assert ModelShape(n_layers=2, d_model=64, n_heads=2, seq_len=8, vocab_size=16).matrices_per_layer(False) == 7
+    lo = Layout(dp=1536, micro_batch=1, global_batch=1536, zero_stage=3, act_ckpt="full")
+    per_matrix, per_layer = (estimate_step(m, lo.replace(zero3_per_matrix=f), hw) for f in (True, False))
+    assert per_matrix.collective_bytes() == pytest.approx(per_layer.collective_bytes())
+    assert per_matrix.time.dp_comm > per_layer.time.dp_comm
+    mfus = [estimate_step(m, lo.replace(dp=n), hw).mfu for n in (384, 768, 1536)]
+    assert mfus[0] > mfus[1] > mfus[2]
 
 
 def test_dp_collectives_by_zero_stage():

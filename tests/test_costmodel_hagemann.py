@@ -39,8 +39,8 @@ def test_held_out_scores_meet_targets(bench):
     assert ho["n_timed"] >= 150
     # the shipped constants are fitted to four sources (benchmarks/external_layouts.py); issue
     # 16's bar for them on this held-out half: rho >= 0.9, median <= 2 points
-    assert ho["spearman_mfu"] >= 0.90        # shipped 0.912
-    assert ho["median_abs_mfu_error"] <= 0.02  # shipped 0.0191
+    assert ho["spearman_mfu"] >= 0.90        # shipped 0.911
+    assert ho["median_abs_mfu_error"] <= 0.02  # shipped 0.0188
     assert ho["oom_accuracy"] >= 0.90        # shipped 0.906
 
 

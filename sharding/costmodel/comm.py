@@ -60,9 +60,10 @@ def collective_time(kind: str, buffer_bytes: float, n: int, g: int, hw: Hardware
                     link_eff: LinkEff) -> tuple[float, float, str]:
     """(seconds, wire bytes per rank, link) of one ring collective of `buffer_bytes` over n ranks.
 
-    Latency counts the ring's steps, inter-node hops at the network latency and the rest at the
-    intra-node latency (NCCL's hierarchical rings). `link_eff`: the fraction of the link's
-    bandwidth reached, or (inside a node, over the network).
+    Latency counts the ring's steps: inside a node at the intra-node latency; across nodes every
+    one of the ring's steps (over all n ranks: NCCL's rings are flat) waits for its network hop,
+    so each costs the network latency. `link_eff`: the fraction of the link's bandwidth reached,
+    or (inside a node, over the network).
     """
     if n <= 1 or buffer_bytes <= 0:
         return 0.0, 0.0, "intra"
@@ -73,9 +74,7 @@ def collective_time(kind: str, buffer_bytes: float, n: int, g: int, hw: Hardware
         lat = _RING_STEPS[kind](n) * hw.intra_node_latency_s
     else:
         bw, link = min(hw.intra_node_bw * intra_eff, g * hw.inter_node_bw * inter_eff), "inter"
-        nodes = -(-n // g)
-        lat = (_RING_STEPS[kind](nodes) * hw.inter_node_latency_s
-               + (_RING_STEPS[kind](g) * hw.intra_node_latency_s if g > 1 else 0.0))
+        lat = _RING_STEPS[kind](n) * hw.inter_node_latency_s
     return wire / bw + lat, wire, link
 
 

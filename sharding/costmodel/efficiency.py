@@ -125,32 +125,32 @@ PRIOR_EFFICIENCY = Efficiency()
 # (CC BY-NC-SA 4.0 data, not shipped), MosaicML's MPT table (FSDP), BLOOM-176B and MT-NLG 530B
 # (Megatron-DeepSpeed 3-D), torchtitan (FSDP2), and FSDP / ZeRO-3 at 128-512 GPUs (IBM's
 # fms-fsdp, BloombergGPT); each source weighted alike over its runs, Hagemann's twice. Hagemann
-# held-out: Spearman ρ(MFU) 0.912, median |MFU error| 1.9 points; leave-one-source-out median
-# |MFU error| 4.3-10.5 points. The error model is the 5%-95% range of measured / predicted MFU of
+# held-out: Spearman ρ(MFU) 0.911, median |MFU error| 1.9 points; leave-one-source-out median
+# |MFU error| 4.4-10.3 points. The error model is the 5%-95% range of measured / predicted MFU of
 # the leave-one-source-out predictions. Re-fit to your own runs (`python -m analysis layout-eval
 # --calibrate SWEEP_DIR`, or a CSV of measurements) before trusting absolute numbers elsewhere.
 DEFAULT_EFFICIENCY = Efficiency(
-    gemm_eff_max=0.7936,
-    gemm_half_dim=362.75,
+    gemm_eff_max=0.79246,
+    gemm_half_dim=327.41,
     flash1_eff=0.28995,
-    flash2_eff=0.35871,
-    score_traffic_naive=54.444,
-    score_traffic_fused=20.371,
-    elem_bytes_h=101.82,
-    elem_bytes_h_unfused_norm=474.63,
+    flash2_eff=0.3482,
+    score_traffic_naive=57.557,
+    score_traffic_fused=27.465,
+    elem_bytes_h=119.91,
+    elem_bytes_h_unfused_norm=473.43,
     elem_bytes_f=16.0,
-    layer_overhead_s=1.0781e-3,
-    link_eff=0.49408,
-    intra_link_eff=0.40,
-    dp_overlap=0.0,
-    zero3_overlap=0.5758,
-    tp_overlap=0.24876,
-    stage_jitter=0.030494,
+    layer_overhead_s=1.2508e-3,
+    link_eff=0.47197,
+    intra_link_eff=0.62882,
+    dp_overlap=0.017878,
+    zero3_overlap=0.77123,
+    tp_overlap=0.0087814,
+    stage_jitter=0.034381,
     mem_overhead_bytes=8.2e9,
     act_frag=1.13,
     cpu_adam_s_per_param=7.1e-10,
-    mfu_ratio_lo=0.8395,
-    mfu_ratio_hi=1.5593,
+    mfu_ratio_lo=0.8336,
+    mfu_ratio_hi=1.5651,
     provenance="joint fit to Hagemann et al. 2023 (arXiv:2311.05610, calibration half), MosaicML "
                "MPT (llm-foundry), BLOOM-176B, MT-NLG 530B, torchtitan, IBM fms-fsdp and "
                "BloombergGPT; reproduce with `python benchmarks/external_layouts.py --calibrate`",

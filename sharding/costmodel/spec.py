@@ -105,6 +105,14 @@ class ModelShape:
     def head_params(self) -> int:
         return 0 if self.tied_embeddings else self.vocab_size * self.d_model
 
+    def matrices_per_layer(self, fused_projections: bool = True) -> int:
+        """Weight matrices of one layer: QKV (or q, k, v) and the output projection; the MLP's
+        up/gate (fused or not) and down projections."""
+        attn = (1 if fused_projections else 3) + 1
+        if self.mlp == "swiglu":
+            return attn + (2 if fused_projections else 3)
+        return attn + 2
+
     @property
     def n_params(self) -> int:
         """All parameters, embeddings included (the PaLM/Hagemann MFU convention's N).
@@ -174,7 +182,10 @@ class Layout:
     TP all-reduce per sub-layer input; False = separate matmuls, one all-reduce per projection
     (what XLA emits for this repo's model). `zero3_regather`: ZeRO-3/FSDP gathers weights again
     for backward (DeepSpeed, PyTorch FSDP reshard-after-forward); False = keeps the gathered
-    weights from forward (XLA on this repo's model).
+    weights from forward (XLA on this repo's model). `zero3_per_matrix`: ZeRO-3 gathers and
+    reduce-scatters each weight matrix of a layer in a collective of its own (DeepSpeed ZeRO-3
+    fetches parameter by parameter; XLA shards each weight); False = one collective per layer
+    (PyTorch FSDP's flat-parameter units). Each collective pays its ring's latency.
 
     `cp`: context parallelism (the trainer's `sharding.context`): the sequence is split over cp
     ranks, K and V are all-gathered per layer (sharding/context.py). `cp_joint_grad_reduce`: the
@@ -202,6 +213,7 @@ class Layout:
     offload_optimizer: bool = False
     fused_projections: bool = True
     zero3_regather: bool = True
+    zero3_per_matrix: bool = True
     # Hybrid sharding (HSDP; the trainer's sharding.data x sharding.fsdp): the ZeRO-sharded states
     # are split over groups of `zero_group` DP ranks and replicated across the dp / zero_group
     # groups. None = over all dp ranks.

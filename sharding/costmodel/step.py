@@ -342,10 +342,11 @@ def _dp_collective_specs(st: _Step, n_stage: float) -> list[tuple[str, str, floa
         specs = [("dp_grad_reduce_scatter", "reduce_scatter", grad_buf, 1, fr, gr),
                  ("dp_param_all_gather", "all_gather", param_buf, 1, f, g)]
     else:  # ZeRO-3/FSDP: gather weights for fwd and bwd, scatter grads, every micro-batch,
-        # one collective per layer (FSDP units / DeepSpeed's per-module gathers): each pays the
-        # ring's latency, which dominates at thousands of ranks and micro-batch 1
+        # one collective per weight matrix (DeepSpeed, XLA) or per layer (FSDP units): each pays
+        # the ring's latency, which dominates at thousands of ranks and micro-batch 1
         gathers = 2 if lo.zero3_regather else 1
-        k = max(1, st.layers)
+        k = max(1, st.layers) * (st.m.matrices_per_layer(lo.fused_projections)
+                                 if lo.zero3_per_matrix else 1)
         specs = [("dp_param_all_gather", "all_gather", param_buf / k, gathers * n_mb * k, f, g),
                  ("dp_grad_reduce_scatter", "reduce_scatter", grad_buf / k, n_mb * k, fr, gr)]
     if lo.cp > 1 and not joint:
