@@ -37,20 +37,22 @@ AMP_SOURCE = ("AMP, Li et al. NeurIPS 2022 (arXiv:2210.07297); github.com/Dachen
 V100_NODE = Hardware.from_mapping({
     "name": "v100-16gb-p3.8xlarge", "peak_flops": 125e12, "hbm_bytes": 17.2e9, "hbm_bw": 0.9e12,
     "devices_per_node": 4, "intra_node_bw": 50e9, "inter_node_bw": 10e9 / 8 / 4,
-    "host_bw": 15.75e9,
+    "nics_per_node": 1, "host_bw": 15.75e9,
     "sources": {"peak_flops": "NVIDIA V100 datasheet: 125 TFLOPS tensor (SXM2)",
                 "hbm": "NVIDIA V100 datasheet: 16 GB HBM2, 900 GB/s",
                 "intra_node_bw": "V100 SXM2: two 25 GB/s NVLink 2 links to each peer in a 4-GPU mesh",
-                "inter_node_bw": "AWS p3.8xlarge: 10 Gigabit network, shared by 4 GPUs"}},
+                "inter_node_bw": "AWS p3.8xlarge: 10 Gigabit network, shared by 4 GPUs",
+                "nics_per_node": "one elastic network adapter per instance"}},
     origin="benchmarks/hetero_layouts.py")
 T4_NODE = Hardware.from_mapping({
     "name": "t4-g4dn.12xlarge", "peak_flops": 65e12, "hbm_bytes": 16.1e9, "hbm_bw": 0.32e12,
     "devices_per_node": 4, "intra_node_bw": 50e9 / 8, "inter_node_bw": 50e9 / 8 / 4,
-    "host_bw": 15.75e9,
+    "nics_per_node": 1, "host_bw": 15.75e9,
     "sources": {"peak_flops": "NVIDIA T4 datasheet: 65 TFLOPS mixed precision (FP16/FP32)",
                 "hbm": "NVIDIA T4 datasheet: 16 GB GDDR6, 320 GB/s",
                 "intra_node_bw": "AMP's cluster description: 50 Gbps PCIe intra-node on g4dn",
-                "inter_node_bw": "AWS g4dn.12xlarge: 50 Gigabit network, shared by 4 GPUs"}},
+                "inter_node_bw": "AWS g4dn.12xlarge: 50 Gigabit network, shared by 4 GPUs",
+                "nics_per_node": "one elastic network adapter per instance"}},
     origin="benchmarks/hetero_layouts.py")
 GROUPS = (DeviceGroup(V100_NODE, 12), DeviceGroup(T4_NODE, 4))
 # GPT-2 medium (AMP's results file header and launch script): 24 layers, hidden 1024, 16 heads,

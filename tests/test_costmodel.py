@@ -10,9 +10,9 @@ import pytest
 from models.base.errors import AnalysisError
 from models.config import ModelConfig
 from models.flops import non_embedding_param_count, param_count
-from sharding.costmodel import (BF16_MIXED, DEFAULT_EFFICIENCY, Layout, LayoutError, ModelShape,
-                                activation_bytes_per_layer, catalogue_names, estimate_step,
-                                load_hardware, validate_layout)
+from sharding.costmodel import (BF16_MIXED, DEFAULT_EFFICIENCY, Hardware, Layout, LayoutError,
+                                ModelShape, activation_bytes_per_layer, catalogue_names,
+                                estimate_step, load_hardware, validate_layout)
 from sharding.costmodel.comm import collective_time, ranks_per_node
 
 CATALOGUE = ["a100-40gb", "a100-80gb", "h100-sxm", "h200", "b200", "mi250x", "tpu-v4", "tpu-v5e",
@@ -202,3 +202,21 @@ def test_efficiency_defaults_are_documented_fit():
     assert "Hagemann" in DEFAULT_EFFICIENCY.provenance
     assert 0 < DEFAULT_EFFICIENCY.gemm_eff_max < 1 and 0 < DEFAULT_EFFICIENCY.link_eff <= 1
     assert dataclasses.is_dataclass(BF16_MIXED)
+
+
+def test_pipeline_send_over_a_shared_adapter():
+    """With one network adapter per node (cloud instances), a device that sends alone gets the
+    whole adapter; with one per device (DGX), its own; `nics_per_node` must be a positive int."""
+    from sharding.costmodel.comm import p2p_time
+
+    dgx = load_hardware("a100-80gb")
+    one_nic = dataclasses.replace(dgx, nics_per_node=1)
+    t_dgx = p2p_time(1e8, False, dgx, 1.0, senders=1)
+    assert t_dgx == pytest.approx(1e8 / 25e9 + dgx.inter_node_latency_s)
+    alone = p2p_time(1e8, False, one_nic, 1.0, senders=1)
+    assert alone == pytest.approx(1e8 / 200e9 + dgx.inter_node_latency_s)
+    assert p2p_time(1e8, False, one_nic, 1.0, senders=8) == pytest.approx(t_dgx)  # all 8 share it
+    with pytest.raises(LayoutError, match="nics_per_node must be a positive integer"):
+        Hardware.from_mapping({"peak_flops": 1e12, "hbm_bytes": 1e9, "hbm_bw": 1e9,
+                               "devices_per_node": 4, "intra_node_bw": 1e9, "inter_node_bw": 1e9,
+                               "nics_per_node": 0})

@@ -78,14 +78,21 @@ def collective_time(kind: str, buffer_bytes: float, n: int, g: int, hw: Hardware
     return wire / bw + lat, wire, link
 
 
-def p2p_time(nbytes: float, same_node: bool, hw: Hardware, link_eff: LinkEff) -> float:
-    """One pipeline send/recv of `nbytes` between neighbouring stages."""
+def p2p_time(nbytes: float, same_node: bool, hw: Hardware, link_eff: LinkEff,
+             senders: int | None = None) -> float:
+    """One pipeline send/recv of `nbytes` between neighbouring stages. Across nodes, `senders`
+    devices of the node send at once (None: all of them); they share the node's network
+    bandwidth, each no faster than one adapter (`Hardware.nics_per_node`)."""
     if nbytes <= 0:
         return 0.0
     intra_eff, inter_eff = _effs(link_eff)
     if same_node:
         return nbytes / (hw.intra_node_bw * intra_eff) + hw.intra_node_latency_s
-    return nbytes / (hw.inter_node_bw * inter_eff) + hw.inter_node_latency_s
+    dpn = hw.devices_per_node
+    k = dpn if senders is None else max(1, min(senders, dpn))
+    nics = dpn if hw.nics_per_node is None else hw.nics_per_node
+    bw = hw.inter_node_bw * dpn / max(k, nics)
+    return nbytes / (bw * inter_eff) + hw.inter_node_latency_s
 
 
 def make_collective(name: str, kind: str, buffer_bytes: float, count: float, n: int, g: int,

@@ -47,6 +47,9 @@ class Hardware:
     intra_node_latency_s: float = 5e-6
     inter_node_latency_s: float = 10e-6
     host_bw: float = 25e9  # device<->host (PCIe) for optimizer offload
+    # network adapters per node; None: one per device (DGX-style rails). With fewer, a device
+    # that sends alone (a pipeline hop) gets a whole adapter, node bandwidth / adapters
+    nics_per_node: int | None = None
     # dense FLOP/s of float32 matmuls as XLA runs them by default (TF32 tensor cores on NVIDIA,
     # bf16 passes on TPU); None = not catalogued
     peak_flops_float32: float | None = None
@@ -67,7 +70,7 @@ class Hardware:
         kw = dict(m)
         kw.setdefault("name", pathlib.Path(origin).stem)
         kw["device_kinds"] = _device_kinds(kw.get("device_kinds"), origin)
-        for k in fields - {"name", "sources", "devices_per_node", "device_kinds"}:
+        for k in fields - {"name", "sources", "devices_per_node", "device_kinds", "nics_per_node"}:
             if k in kw:
                 try:
                     kw[k] = float(kw[k])
@@ -78,6 +81,9 @@ class Hardware:
         dpn = kw["devices_per_node"]
         if isinstance(dpn, bool) or not isinstance(dpn, int) or dpn <= 0:
             raise LayoutError(f"hardware {origin}: devices_per_node must be a positive integer")
+        nics = kw.get("nics_per_node")
+        if nics is not None and (isinstance(nics, bool) or not isinstance(nics, int) or nics <= 0):
+            raise LayoutError(f"hardware {origin}: nics_per_node must be a positive integer")
         kw["sources"] = dict(kw.get("sources") or {})
         return cls(**kw)
 

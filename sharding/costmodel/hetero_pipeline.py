@@ -168,13 +168,13 @@ def estimate_hetero_pipeline(model: ModelShape, layout: Layout, groups: Sequence
             memory=_stage_memory(model, lo, k, hw, precision, eff)))
     act = model.seq_len * lo.micro_batch // lo.cp * model.d_model * precision.act_bytes / lo.tp
     sends = []
-    for a, b in zip(stage_hw, stage_hw[1:]):
+    for a, b in zip(stage_hw, stage_hw[1:]):  # a stage's tp·dp devices send at once
         if a.name == b.name:
             same_node = 2 * per_stage <= a.devices_per_node
-            sends.append(p2p_time(act, same_node, a, eff.link_effs))
+            sends.append(p2p_time(act, same_node, a, eff.link_effs, per_stage))
         else:  # across groups: over the network, at the slower group's bandwidth
             slow = min((a, b), key=lambda h: h.inter_node_bw)
-            sends.append(p2p_time(act, False, slow, eff.link_effs))
+            sends.append(p2p_time(act, False, slow, eff.link_effs, per_stage))
     p2p = 2 * max(sends)
     slot = (max(s.microbatch_s for s in stages) + p2p) * (1 + eff.stage_jitter * expected_max_normal(p))
     n_mb = lo.grad_accum

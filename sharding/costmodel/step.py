@@ -281,7 +281,8 @@ def _pp_p2p(st: _Step) -> tuple[float, Collective | None]:
     same_node = st.ranks["pp"] >= p
     p2p_bytes = st.tok * st.m.d_model * st.precision.act_bytes / (1 if lo.gspmd_pipeline else lo.tp)
     sends = 2 * v * (st.tick_factor * (p - 1) / p if lo.gspmd_pipeline else 1.0)
-    p2p = sends * p2p_time(p2p_bytes, same_node, st.hw, st.eff.link_effs)
+    p2p = sends * p2p_time(p2p_bytes, same_node, st.hw, st.eff.link_effs,
+                           lo.tp * lo.cp * lo.dp)  # a stage's devices send at once
     coll = Collective("pp_p2p", "p2p", 2, p2p_bytes, sends * n_mb, sends * n_mb * p2p_bytes,
                       p2p * n_mb, "intra" if same_node else "inter")
     return p2p, coll
