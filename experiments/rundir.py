@@ -103,6 +103,35 @@ EXIT_CONFIG, EXIT_FAILED, EXIT_DIVERGED = 2, 1, 3
 EXIT_PREEMPTED = 143
 
 
+class RunDirBusy(RuntimeError):
+    """Another live process is training the same run directory."""
+
+
+@contextlib.contextmanager
+def exclusive_run_dir(run_dir: Path, cfg: Any) -> Iterator[None]:
+    """Hold `<run dir>/.run.lock` (`.run.lock.<k>` for process k of a multi-process run) for the
+    whole run: two processes must never train one directory at once (e.g. a relaunched sweep and
+    a worker the killed sweep left running), or their checkpoints collide. The lock is the
+    operating system's and goes with the process, however it ends, so a crashed or killed run
+    never leaves a stale one. RunDirBusy, before anything is written, when it is taken."""
+    from models.base.portable import lock_file, unlock_file
+
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    k = process_index(cfg) if isinstance(cfg, Mapping) or OmegaConf.is_config(cfg) else 0
+    path = run_dir / (".run.lock" if k == 0 else f".run.lock.{k}")
+    f = open(path, "w")
+    if not lock_file(f, blocking=False):
+        f.close()
+        raise RunDirBusy(f"another process is training {run_dir} right now (it holds {path.name}); "
+                         "wait for it to finish or stop it, then start this run again")
+    try:
+        yield
+    finally:
+        unlock_file(f)
+        f.close()
+
+
 def fail(msg: str, code: int, multirun: bool) -> dict[str, Any]:
     """One `error: ...` line; exit with `code`, or in a multirun job return a failed status so
     the other jobs of the sweep go on."""
@@ -121,10 +150,14 @@ def first_line(err: BaseException) -> str:
 def run_guarded(run_fn: Callable[[Any, Path], dict[str, Any]], cfg: Any, run_dir: Path, multirun: bool,
                 label: str = "training") -> dict[str, Any]:
     """`run_fn(cfg, run_dir)` under the contract: bad config -> exit 2, diverged -> exit 3,
-    preempted -> exit EXIT_PREEMPTED (also in a multirun job), any other failure -> exit 1 with
-    one line (the traceback is in summary.json), never a traceback."""
+    preempted -> exit EXIT_PREEMPTED (also in a multirun job), the directory busy with another
+    live run -> exit 1 (nothing written), any other failure -> exit 1 with one line (the
+    traceback is in summary.json), never a traceback."""
     try:
-        summary = run_fn(cfg, run_dir)
+        with exclusive_run_dir(run_dir, cfg):
+            summary = run_fn(cfg, run_dir)
+    except RunDirBusy as e:  # the other process owns the directory: write nothing into it
+        return fail(str(e), EXIT_FAILED, multirun)
     except ConfigError as e:
         return fail(str(e), EXIT_CONFIG, multirun)
     except KeyboardInterrupt:

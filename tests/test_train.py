@@ -193,3 +193,31 @@ def test_resume_after_sigkill_matches_uninterrupted(tmp_path):
     ra, rb = read_metrics(tmp_path / "full" / "metrics.jsonl"), read_metrics(rd / "metrics.jsonl")
     assert [r["step"] for r in rb] == list(range(1, 41))            # no step logged twice
     assert [r["loss"] for r in ra] == pytest.approx([r["loss"] for r in rb], rel=1e-6)
+
+
+def test_a_run_directory_trains_in_one_process_at_a_time(tmp_path):
+    """While another live process holds a run directory (a worker a killed sweep left running,
+    and the relaunched sweep), a second run there stops with one line and writes nothing; once
+    the holder is gone, however it ended, the directory is free again."""
+    from experiments.rundir import run_guarded
+
+    run_dir = tmp_path / "run"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import fcntl, pathlib, sys, time\n"
+         f"p = pathlib.Path({str(run_dir)!r}); p.mkdir(parents=True)\n"
+         "f = open(p / '.run.lock', 'w'); fcntl.flock(f, fcntl.LOCK_EX)\n"
+         "print('held', flush=True); time.sleep(60)"],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        calls = []
+        out = run_guarded(lambda c, d: calls.append(d) or {"status": "completed"}, cfg(*TINY),
+                          run_dir, multirun=True)
+        assert out["status"] == "failed" and "another process is training" in out["error"]
+        assert calls == [] and not (run_dir / "summary.json").exists()
+    finally:
+        holder.kill()
+        holder.wait()
+    out = run_guarded(lambda c, d: {"status": "completed", "dir": str(d)}, cfg(*TINY), run_dir,
+                      multirun=True)
+    assert out["status"] == "completed"  # the killed holder's lock went with it
