@@ -1,15 +1,17 @@
-"""The cost model, calibrated on Hagemann et al. only, against other published training runs.
+"""The cost model's calibration sources beyond Hagemann et al.: published training runs of
+other systems, and the joint fit that makes the shipped constants.
 
     python benchmarks/external_layouts.py [--loso] [--calibrate]
         --loso: leave-one-source-out table; --calibrate: also print the constants fitted to every
         source (the shipped DEFAULT_EFFICIENCY) with their error model
 
 Each entry is one published run: its model, layout, hardware and the throughput (and memory)
-its authors reported, with the source of every number. None of them is used to fit anything:
-they measure how the model transfers to systems it was not calibrated on (issue "A layout model
-that predicts systems it was not calibrated on"). Sources reserved for held-out evaluation
-(Narayanan et al. 2021, Korthikanti et al. 2022, Dash et al. 2023, MaxText's and LuWu's tables)
-are deliberately absent.
+its authors reported, with the source of every number (unstated inputs marked ASSUMED). With
+Hagemann et al.'s calibration half they are the five calibration sources of DEFAULT_EFFICIENCY;
+leave-one-source-out measures how the model transfers to a system it was not fitted to (issue
+"A layout model that predicts systems it was not calibrated on"). Sources reserved for held-out
+evaluation (Narayanan et al. 2021, Korthikanti et al. 2022, Dash et al. 2023, MaxText's and
+LuWu's tables) are deliberately absent.
 """
 
 from __future__ import annotations
@@ -239,7 +241,7 @@ def mpt_rows() -> list[dict]:
 
 
 def mpt_scores() -> dict:
-    """Spearman rho and median |MFU error| of the Hagemann-calibrated model on the MPT table."""
+    """Spearman rho and median |MFU error| of the shipped constants on the MPT table."""
     hw = load_hardware("a100-80gb")
     pred, meas = [], []
     for r in mpt_rows():
