@@ -22,7 +22,6 @@ import pathlib
 import sys
 
 import numpy as np
-from scipy import stats
 
 from sharding.costmodel import Layout, ModelShape, StepEstimate, estimate_step, load_hardware
 
@@ -242,14 +241,14 @@ def mpt_rows() -> list[dict]:
 
 def mpt_scores() -> dict:
     """Spearman rho and median |MFU error| of the shipped constants on the MPT table."""
-    hw = load_hardware("a100-80gb")
-    pred, meas = [], []
-    for r in mpt_rows():
-        pred.append(estimate_step(r["model"], r["layout"], hw).mfu)
-        meas.append(r["measured_mfu"])
-    pred, meas = np.array(pred), np.array(meas)
-    return {"n": len(pred), "spearman_mfu": float(stats.spearmanr(pred, meas)[0]),
-            "median_abs_mfu_error": float(np.median(np.abs(pred - meas))),
+    from sharding.costmodel import DEFAULT_EFFICIENCY
+    from sharding.costmodel.calibrate import mfu_pairs, score
+
+    ms = mpt_measurements()
+    sc = score(ms, DEFAULT_EFFICIENCY)
+    pred, meas, _ = mfu_pairs(ms, DEFAULT_EFFICIENCY)
+    return {"n": sc.n_timed, "spearman_mfu": sc.spearman_mfu,
+            "median_abs_mfu_error": sc.median_abs_mfu_error,
             "mean_signed_mfu_error": float(np.mean(pred - meas))}
 
 
@@ -301,7 +300,8 @@ def _hagemann_module():
 
 def sources(hagemann_dir: pathlib.Path | None = None) -> dict[str, Source]:
     """Hagemann (fitted on its calibration half, scored on its held-out half), MPT, the
-    Megatron-DeepSpeed runs (BLOOM, MT-NLG) and torchtitan (fitted and scored on all rows)."""
+    Megatron-DeepSpeed runs (BLOOM, MT-NLG), torchtitan and FSDP at 128-512 GPUs (IBM,
+    BloombergGPT) (fitted and scored on all rows)."""
     hag = _hagemann_module()
     ms, mfu, test = hag.measurements(hag.load_table(*([hagemann_dir] if hagemann_dir else [])))
     out = {"hagemann": Source("hagemann", tuple(hag.split(ms, test, False)),
@@ -329,19 +329,10 @@ def fit_sources(srcs: dict[str, Source], names) -> "Efficiency":
 
 def _ratios(src: Source, eff) -> np.ndarray:
     """measured / predicted MFU of a source's scored runs."""
-    from sharding.costmodel.calibrate import _predict
+    from sharding.costmodel.calibrate import mfu_pairs
 
-    out = []
-    for i, mm in enumerate(src.score_runs):
-        if mm.step_time_s is None or mm.oom:
-            continue
-        est = _predict(mm, eff)
-        if src.score_mfu is not None and src.score_mfu[i] is not None:
-            meas = float(src.score_mfu[i])
-        else:
-            meas = est.model_flops / (mm.step_time_s * mm.layout.n_devices * mm.hardware.peak_flops)
-        out.append(meas / est.mfu)
-    return np.array(out)
+    pred, meas, _ = mfu_pairs(src.score_runs, eff, src.score_mfu)
+    return meas / pred
 
 
 def leave_one_source_out(srcs: dict[str, Source] | None = None) -> dict:

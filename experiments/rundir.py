@@ -108,7 +108,7 @@ class RunDirBusy(RuntimeError):
 
 
 @contextlib.contextmanager
-def exclusive_run_dir(run_dir: Path, cfg: Any) -> Iterator[None]:
+def exclusive_run_dir(run_dir: Path, cfg: Mapping[str, Any]) -> Iterator[None]:
     """Hold `<run dir>/.run.lock` (`.run.lock.<k>` for process k of a multi-process run) for the
     whole run: two processes must never train one directory at once (e.g. a relaunched sweep and
     a worker the killed sweep left running), or their checkpoints collide. The lock is the
@@ -118,7 +118,7 @@ def exclusive_run_dir(run_dir: Path, cfg: Any) -> Iterator[None]:
 
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    k = process_index(cfg) if isinstance(cfg, Mapping) or OmegaConf.is_config(cfg) else 0
+    k = process_index(cfg)
     path = run_dir / (".run.lock" if k == 0 else f".run.lock.{k}")
     f = open(path, "w")
     if not lock_file(f, blocking=False):

@@ -170,13 +170,12 @@ def _spearman(a: np.ndarray, b: np.ndarray) -> float:
     return float(stats.spearmanr(a, b).statistic)
 
 
-def score(measurements: Sequence[Measurement], eff: Efficiency,
-          measured_mfu: Sequence[float | None] | None = None) -> Scores:
-    """Spearman ρ and median |error| of MFU over timed runs; OOM accuracy over all runs.
-
-    MFU of a measurement is model FLOPs / (step time · devices · peak) under the model's
-    convention unless `measured_mfu` supplies the published figure (same convention).
-    """
+def mfu_pairs(measurements: Sequence[Measurement], eff: Efficiency,
+              measured_mfu: Sequence[float | None] | None = None
+              ) -> tuple[np.ndarray, np.ndarray, list[bool]]:
+    """(predicted MFU, measured MFU) of the timed runs, and per run whether the OOM prediction
+    matches its label. A run's measured MFU is model FLOPs / (step time · devices · peak) under the
+    model's convention unless `measured_mfu` supplies the published figure (same convention)."""
     pred_mfu, meas_mfu, correct = [], [], []
     for i, mm in enumerate(measurements):
         est = _predict(mm, eff)
@@ -189,7 +188,14 @@ def score(measurements: Sequence[Measurement], eff: Efficiency,
         else:
             meas_mfu.append(est.model_flops / (mm.step_time_s * mm.layout.n_devices
                                                * mm.hardware.peak_flops))
-    a, b = np.array(pred_mfu), np.array(meas_mfu)
+    return np.array(pred_mfu), np.array(meas_mfu), correct
+
+
+def score(measurements: Sequence[Measurement], eff: Efficiency,
+          measured_mfu: Sequence[float | None] | None = None) -> Scores:
+    """Spearman ρ and median |error| of MFU over timed runs (measured MFU as in `mfu_pairs`);
+    OOM accuracy over all runs."""
+    a, b, correct = mfu_pairs(measurements, eff, measured_mfu)
     q05, q95 = (np.quantile(b / a, [0.05, 0.95]) if len(a) else (float("nan"),) * 2)
     return Scores(n_timed=len(a), n_oom_labelled=len(correct),
                   spearman_mfu=_spearman(a, b) if len(a) > 2 else float("nan"),

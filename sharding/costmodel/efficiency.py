@@ -3,7 +3,7 @@
 Everything else in the cost model is arithmetic on shapes and datasheet numbers; these constants
 carry what the arithmetic cannot know (kernel quality, launch overheads, how well collectives use
 a link, allocator overheads). They are fitted by `sharding.costmodel.calibrate` to measured step
-times and OOMs; `DEFAULT_EFFICIENCY` holds the values fitted jointly to four published sources
+times and OOMs; `DEFAULT_EFFICIENCY` holds the values fitted jointly to five published sources
 (see `benchmarks/external_layouts.py --calibrate`, which re-fits them reproducibly).
 """
 

@@ -121,6 +121,17 @@ class HeteroEstimate(ClusterRates):
         return tuple(e.layout.global_batch for e in self.per_group)
 
 
+def units_per_group(groups: Sequence[DeviceGroup], unit: int, what: str) -> list[int]:
+    """How many units of `unit` devices (a replica, a pipeline stage) each group holds; a
+    LayoutError naming `what` when a group's count is not a multiple of it."""
+    out = []
+    for g in groups:
+        if g.count % unit:
+            raise LayoutError(f"{g.count} {g.hardware.name} devices are not a multiple of {what}")
+        out.append(g.count // unit)
+    return out
+
+
 def _split(total: int, weights: Sequence[float], units: Sequence[int]) -> list[int] | None:
     """`total` sequences split in proportion to `weights`, each part a positive multiple of its
     unit (largest remainder); None when the units do not allow it."""
@@ -152,13 +163,7 @@ def estimate_hetero_step(model: ModelShape, layout: Layout, groups: Sequence[Dev
     """The step of `layout` (its tp, pp, micro-batch, ZeRO stage, checkpointing, kernels and
     global batch; its dp is ignored) on mixed `groups`. Raises LayoutError when a group's device
     count is not a multiple of tp·pp or the batch cannot be split into whole micro-batches."""
-    tp_pp = layout.tp * layout.pp
-    dps = []
-    for g in groups:
-        if g.count % tp_pp:
-            raise LayoutError(f"{g.count} {g.hardware.name} devices are not a multiple of tp×pp = "
-                              f"{layout.tp}×{layout.pp}")
-        dps.append(g.count // tp_pp)
+    dps = units_per_group(groups, layout.tp * layout.pp, f"tp×pp = {layout.tp}×{layout.pp}")
     units = [dp * layout.micro_batch for dp in dps]
 
     def steps(split: Sequence[int]) -> tuple[StepEstimate, ...]:

@@ -19,7 +19,7 @@ from typing import Sequence
 
 from sharding.costmodel.comm import p2p_time
 from sharding.costmodel.efficiency import DEFAULT_EFFICIENCY, Efficiency
-from sharding.costmodel.hetero import ClusterRates, DeviceGroup
+from sharding.costmodel.hetero import ClusterRates, DeviceGroup, units_per_group
 from sharding.costmodel.memory import MemoryBreakdown, memory_breakdown
 from sharding.costmodel.spec import BF16_MIXED, Layout, LayoutError, ModelShape, Precision
 from sharding.costmodel.step import estimate_step, expected_max_normal, layer_and_head_time
@@ -120,12 +120,10 @@ def estimate_hetero_pipeline(model: ModelShape, layout: Layout, groups: Sequence
     stage's memory). Raises LayoutError when a group's device count is not a multiple of tp·dp,
     or no split of the layers fits."""
     per_stage = layout.tp * layout.dp
-    stage_hw = []
-    for g in groups:
-        if g.count % per_stage:
-            raise LayoutError(f"{g.count} {g.hardware.name} devices are not a multiple of tp×dp = "
-                              f"{layout.tp}×{layout.dp} (one pipeline stage)")
-        stage_hw += [g.hardware] * (g.count // per_stage)
+    n_stages = units_per_group(groups, per_stage,
+                               f"tp×dp = {layout.tp}×{layout.dp} (one pipeline stage)")
+    stage_hw = [g.hardware for g, n in zip(groups, n_stages) for _ in range(n)]
+    kinds = {hw.name: hw for hw in stage_hw}
     p = len(stage_hw)
     if layout.interleave != 1 or layout.gspmd_pipeline:
         raise LayoutError("a mixed-device pipeline is modelled for plain 1F1B (interleave 1, "
@@ -133,19 +131,18 @@ def estimate_hetero_pipeline(model: ModelShape, layout: Layout, groups: Sequence
     lo = layout.replace(pp=p)
     if p < 2 or p > model.n_layers:
         raise LayoutError(f"a mixed-device pipeline needs 2..{model.n_layers} stages (got {p})")
-    times = {hw.name: layer_and_head_time(model, lo, hw, precision, eff) for hw in stage_hw}
+    times = {name: layer_and_head_time(model, lo, hw, precision, eff) for name, hw in kinds.items()}
     if layers is None:
         cap_of = {}
-        for hw in stage_hw:  # the most layers a stage of this device type holds (bisection)
-            if hw.name not in cap_of:
-                lo_k, hi_k = 0, model.n_layers - p + 1
-                while lo_k < hi_k:
-                    mid = (lo_k + hi_k + 1) // 2
-                    if _stage_memory(model, lo, mid, hw, precision, eff).fits:
-                        lo_k = mid
-                    else:
-                        hi_k = mid - 1
-                cap_of[hw.name] = lo_k
+        for name, hw in kinds.items():  # the most layers a stage of this type holds (bisection)
+            lo_k, hi_k = 0, model.n_layers - p + 1
+            while lo_k < hi_k:
+                mid = (lo_k + hi_k + 1) // 2
+                if _stage_memory(model, lo, mid, hw, precision, eff).fits:
+                    lo_k = mid
+                else:
+                    hi_k = mid - 1
+            cap_of[name] = lo_k
         caps = [cap_of[hw.name] for hw in stage_hw]
         split = balance_layers(model.n_layers, [times[hw.name][0] for hw in stage_hw],
                                times[stage_hw[-1].name][1], caps)
@@ -157,15 +154,17 @@ def estimate_hetero_pipeline(model: ModelShape, layout: Layout, groups: Sequence
         if len(split) != p or sum(split) != model.n_layers or min(split) < 1:
             raise LayoutError(f"layers per stage {split} must be {p} positive counts summing to "
                               f"{model.n_layers}")
-    stages = []
+    stages, stage_est = [], {}
     for i, (hw, k) in enumerate(zip(stage_hw, split)):
         layer_s, head_s = times[hw.name]
-        stand_in = dataclasses.replace(model, n_layers=k * p)
-        est = estimate_step(stand_in, lo, hw, precision, eff)  # this stage's DP and optimizer
+        if (hw.name, k) not in stage_est:  # this stage's DP, optimizer and memory (stand-in)
+            stand_in = dataclasses.replace(model, n_layers=k * p)
+            stage_est[hw.name, k] = estimate_step(stand_in, lo, hw, precision, eff)
+        est = stage_est[hw.name, k]
         stages.append(PipelineStageEstimate(
             hardware=hw.name, layers=k, microbatch_s=k * layer_s + (head_s if i == p - 1 else 0.0),
             dp_exposed_s=est.time.dp_comm_exposed, optimizer_s=est.time.optimizer,
-            memory=_stage_memory(model, lo, k, hw, precision, eff)))
+            memory=est.memory))
     act = model.seq_len * lo.micro_batch // lo.cp * model.d_model * precision.act_bytes / lo.tp
     sends = []
     for a, b in zip(stage_hw, stage_hw[1:]):  # a stage's tp·dp devices send at once

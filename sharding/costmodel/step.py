@@ -416,22 +416,42 @@ def _step_flops(st: _Step, layer_gemm_flops: float, attn_fwd_flops: float,
     return model_flops, model_flops + tokens * recompute_per_token
 
 
-def _layer_and_edge(st: _Step) -> tuple[float, float, float]:
-    """(time of one layer per micro-batch: GEMMs, attention, element-wise work, launch overhead,
-    exposed TP/CP collectives; time of the last stage's extra work per micro-batch: LM head,
-    loss and the vocab-parallel collectives; the loss's HBM traffic time, part of the latter)."""
+@dataclasses.dataclass(frozen=True)
+class _LayerTerms:
+    """Every per-micro-batch term of one stage, computed once (`_layer_terms`)."""
+
+    layer_gemm_flops: float
+    layer_gemm_time: float
+    head_time: float
+    attn_fwd_flops: float
+    attn_recompute: float
+    attn_time: float
+    elem_time: float
+    overhead: float
+    tp_colls: list[Collective]
+    tp_time_layer: float
+    tp_time_edge: float
+    cp_colls: list[Collective]
+    cp_time_layer: float
+    loss_traffic: float  # fp32 softmax and the gradient of the logits, on the last stage
+    per_layer: float  # one layer: GEMMs, attention, element-wise, overhead, exposed TP/CP
+    edge: float  # the last stage's extra: LM head, loss, vocab-parallel collectives
+
+
+def _layer_terms(st: _Step) -> _LayerTerms:
     eff = st.eff
-    _, layer_gemm_time, head_time = _gemm_terms(st)
-    _, _, attn_time = _attention_terms(st)
+    layer_gemm_flops, layer_gemm_time, head_time = _gemm_terms(st)
+    attn_fwd_flops, attn_recompute, attn_time = _attention_terms(st)
     elem_time, overhead = _elementwise_terms(st)
-    _, tp_time_layer, tp_time_edge = _tp_collectives(st)
-    _, cp_time_layer = _cp_collectives(st)
+    tp_colls, tp_time_layer, tp_time_edge = _tp_collectives(st)
+    cp_colls, cp_time_layer = _cp_collectives(st)
     per_layer = (layer_gemm_time + attn_time + elem_time + overhead
                  + (tp_time_layer + cp_time_layer) * (1 - eff.tp_overlap))
-    # fp32 softmax and the gradient of the logits, on the last stage
     loss_traffic = st.tok * st.m.vocab_size / st.lo.tp * 16.0 / st.hw.hbm_bw
     edge = head_time + loss_traffic + tp_time_edge * (1 - eff.tp_overlap)
-    return per_layer, edge, loss_traffic
+    return _LayerTerms(layer_gemm_flops, layer_gemm_time, head_time, attn_fwd_flops,
+                       attn_recompute, attn_time, elem_time, overhead, tp_colls, tp_time_layer,
+                       tp_time_edge, cp_colls, cp_time_layer, loss_traffic, per_layer, edge)
 
 
 def layer_and_head_time(model: ModelShape, layout: Layout, hardware: Hardware,
@@ -441,8 +461,8 @@ def layer_and_head_time(model: ModelShape, layout: Layout, hardware: Hardware,
     micro-batch on one device; seconds the last pipeline stage adds per micro-batch for the LM
     head and loss). A pipeline stage of k layers takes k·layer (+ head on the last stage)."""
     validate_layout(model, layout)
-    per_layer, edge, _ = _layer_and_edge(_Step.of(model, layout, hardware, precision, eff))
-    return per_layer, edge
+    t = _layer_terms(_Step.of(model, layout, hardware, precision, eff))
+    return t.per_layer, t.edge
 
 
 def estimate_step(model: ModelShape, layout: Layout, hardware: Hardware,
@@ -456,29 +476,25 @@ def estimate_step(model: ModelShape, layout: Layout, hardware: Hardware,
     """
     validate_layout(model, layout)
     st = _Step.of(model, layout, hardware, precision, eff)
-    layer_gemm_flops, layer_gemm_time, head_time = _gemm_terms(st)
-    attn_fwd_flops, attn_recompute, attn_time = _attention_terms(st)
-    elem_time, overhead = _elementwise_terms(st)
-    tp_colls, tp_time_layer, tp_time_edge = _tp_collectives(st)
-    cp_colls, cp_time_layer = _cp_collectives(st)
-    per_layer, edge, loss_traffic = _layer_and_edge(st)
-    stage_time = st.layers * per_layer + edge
+    t = _layer_terms(st)
+    stage_time = st.layers * t.per_layer + t.edge
     p2p, p2p_coll = _pp_p2p(st)
     slot, pipeline, bubble = _pipeline(st, stage_time, p2p)
     n_stage = max(stage_params(model, layout))
     dp_colls, dp_time = _dp_collectives(st, n_stage)
     dp_exposed = _dp_exposed(st, dp_time, stage_time)
     opt_time = _optimizer_time(st, n_stage)
-    model_flops, hardware_flops = _step_flops(st, layer_gemm_flops, attn_fwd_flops, attn_recompute)
+    model_flops, hardware_flops = _step_flops(st, t.layer_gemm_flops, t.attn_fwd_flops,
+                                              t.attn_recompute)
     times = TimeBreakdown(
-        gemm_per_microbatch=st.layers * layer_gemm_time + head_time,
-        attention_per_microbatch=st.layers * attn_time,
-        elementwise_per_microbatch=st.layers * elem_time + loss_traffic,
-        overhead_per_microbatch=st.layers * overhead,
-        tp_comm_per_microbatch=st.layers * tp_time_layer + tp_time_edge,
+        gemm_per_microbatch=st.layers * t.layer_gemm_time + t.head_time,
+        attention_per_microbatch=st.layers * t.attn_time,
+        elementwise_per_microbatch=st.layers * t.elem_time + t.loss_traffic,
+        overhead_per_microbatch=st.layers * t.overhead,
+        tp_comm_per_microbatch=st.layers * t.tp_time_layer + t.tp_time_edge,
         pp_p2p_per_microbatch=p2p, slot=slot, pipeline=pipeline, bubble=bubble, dp_comm=dp_time,
         dp_comm_exposed=dp_exposed, optimizer=opt_time, step=pipeline + dp_exposed + opt_time)
-    colls = tp_colls + cp_colls + ([p2p_coll] if p2p_coll is not None else []) + dp_colls
+    colls = t.tp_colls + t.cp_colls + ([p2p_coll] if p2p_coll is not None else []) + dp_colls
     return StepEstimate(model=model, layout=layout, hardware=hardware,
                         memory=memory_breakdown(model, layout, precision, eff, hardware.hbm_bytes),
                         time=times, collectives=tuple(colls), model_flops=model_flops,
