@@ -53,12 +53,24 @@ def command_modules() -> list[str]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m analysis", description=DESCRIPTION, epilog=EXAMPLES,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--version", action="version", version=f"scalelab {version()}",
-                        help="print the scalelab version and exit")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
-                                title="commands (python -m analysis COMMAND --help for its flags)")
+    parser = argparse.ArgumentParser(
+        prog="python -m analysis",
+        description=DESCRIPTION,
+        epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--version",
+        action="version",
+        version=f"scalelab {version()}",
+        help="print the scalelab version and exit",
+    )
+    sub = parser.add_subparsers(
+        dest="command",
+        required=True,
+        metavar="COMMAND",
+        title="commands (python -m analysis COMMAND --help for its flags)",
+    )
     for name in command_modules():
         importlib.import_module(f"{commands.__name__}.{name}").register(sub)
     return parser

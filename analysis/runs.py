@@ -213,8 +213,11 @@ def _cell(v):
     return json.dumps(v, default=str)
 
 
-def load(*paths: str | os.PathLike, cache_dir: str | os.PathLike | None | bool = True,
-         include_unfinished: bool = False) -> tuple[pd.DataFrame, pd.DataFrame]:
+def load(
+    *paths: str | os.PathLike,
+    cache_dir: str | os.PathLike | None | bool = True,
+    include_unfinished: bool = False,
+) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Runs under `paths` -> (runs_df: one row per completed run, curves_df: long per-step table).
 
     cache_dir: True (default location, $SCALELAB_CACHE_DIR or ~/.cache/scalelab/runs), a path,
@@ -226,7 +229,9 @@ def load(*paths: str | os.PathLike, cache_dir: str | os.PathLike | None | bool =
     cdir = default_cache_dir() if cache_dir is True else (pathlib.Path(cache_dir) if cache_dir else None)
     dirs = find_run_dirs(paths)
     if not dirs:
-        raise AnalysisError(f"no run directories (with {', '.join(MARKERS)}) under {', '.join(map(str, paths))}")
+        raise AnalysisError(
+            f"no run directories (with {', '.join(MARKERS)}) under {', '.join(map(str, paths))}"
+        )
     roots = [pathlib.Path(p).resolve() for p in paths]
     rows, curves, skipped = [], [], []
     for d in dirs:
@@ -241,7 +246,11 @@ def load(*paths: str | os.PathLike, cache_dir: str | os.PathLike | None | bool =
         if not curve.empty:
             curves.append(curve)
     if skipped:
-        warnings.warn(f"skipped {len(skipped)} run(s) that did not complete: {', '.join(skipped)}", RunWarning, stacklevel=2)
+        warnings.warn(
+            f"skipped {len(skipped)} run(s) that did not complete: {', '.join(skipped)}",
+            RunWarning,
+            stacklevel=2,
+        )
     runs_df = with_task_columns(pd.DataFrame(rows))
     curves_df = pd.concat(curves, ignore_index=True) if curves else pd.DataFrame(columns=["run", "step"])
     if not runs_df.empty:
@@ -273,8 +282,11 @@ def with_task_columns(runs_df: pd.DataFrame) -> pd.DataFrame:
         return runs_df
     parsed = [_task_metrics(c) for c in runs_df["task_metrics"]]
     names = sorted({t for m in parsed for t, v in m.items() if isinstance(v, dict)})
-    cols = {f"{prefix}{t}": [pd.to_numeric((m.get(t) or {}).get(key), errors="coerce") for m in parsed]
-            for t in names for key, prefix in TASK_PREFIXES.items()}
+    cols = {
+        f"{prefix}{t}": [pd.to_numeric((m.get(t) or {}).get(key), errors="coerce") for m in parsed]
+        for t in names
+        for key, prefix in TASK_PREFIXES.items()
+    }
     extra = pd.DataFrame(cols, index=runs_df.index, dtype=float)
     return pd.concat([runs_df.drop(columns=[c for c in cols if c in runs_df.columns]), extra], axis=1)
 
@@ -282,7 +294,7 @@ def with_task_columns(runs_df: pd.DataFrame) -> pd.DataFrame:
 def task_names(runs_df: pd.DataFrame) -> list[str]:
     """The tasks that have a `task_loss/<task>` column."""
     p = TASK_PREFIXES["loss"]
-    return sorted(c[len(p):] for c in runs_df.columns if isinstance(c, str) and c.startswith(p))
+    return sorted(c[len(p) :] for c in runs_df.columns if isinstance(c, str) and c.startswith(p))
 
 
 def task_table(runs_df: pd.DataFrame, curves_df: pd.DataFrame | None = None) -> pd.DataFrame:
@@ -304,16 +316,31 @@ def _task_rows_final(runs_df: pd.DataFrame) -> list[dict]:
         for t in task_names(runs_df):
             loss = r.get(f"task_loss/{t}")
             if loss is not None and np.isfinite(loss):
-                rows.append({"N": r.get("N"), "D": r.get("D"), "C": r.get("C"), "task": t, "task_loss": loss,
-                             "accuracy": r.get(f"accuracy/{t}"), "chance": r.get(f"chance/{t}"),
-                             "run": r["run"], "step": r.get("steps")})
+                rows.append(
+                    {
+                        "N": r.get("N"),
+                        "D": r.get("D"),
+                        "C": r.get("C"),
+                        "task": t,
+                        "task_loss": loss,
+                        "accuracy": r.get(f"accuracy/{t}"),
+                        "chance": r.get(f"chance/{t}"),
+                        "run": r["run"],
+                        "step": r.get("steps"),
+                    }
+                )
     return rows
 
 
 def _task_rows_from_curves(runs_df: pd.DataFrame, curves_df: pd.DataFrame) -> list[dict]:
     by_run = {r["run"]: r for _, r in runs_df.iterrows()}
-    names = sorted({c.split("/")[1] for c in curves_df.columns
-                    if isinstance(c, str) and c.startswith("task/") and c.endswith("/loss")})
+    names = sorted(
+        {
+            c.split("/")[1]
+            for c in curves_df.columns
+            if isinstance(c, str) and c.startswith("task/") and c.endswith("/loss")
+        }
+    )
     if not names:
         return []
     measured = curves_df[[f"task/{t}/loss" for t in names]].notna().any(axis=1)
@@ -324,9 +351,19 @@ def _task_rows_from_curves(runs_df: pd.DataFrame, curves_df: pd.DataFrame) -> li
         for t in names:
             loss = pd.to_numeric(c.get(f"task/{t}/loss"), errors="coerce")
             if np.isfinite(loss):
-                rows.append({"N": r.get("N"), "D": c.get("tokens"), "C": c.get("flops"), "task": t,
-                             "task_loss": float(loss), "accuracy": c.get(f"task/{t}/accuracy"),
-                             "chance": r.get(f"chance/{t}", np.nan), "run": c["run"], "step": c.get("step")})
+                rows.append(
+                    {
+                        "N": r.get("N"),
+                        "D": c.get("tokens"),
+                        "C": c.get("flops"),
+                        "task": t,
+                        "task_loss": float(loss),
+                        "accuracy": c.get(f"task/{t}/accuracy"),
+                        "chance": r.get(f"chance/{t}", np.nan),
+                        "run": c["run"],
+                        "step": c.get("step"),
+                    }
+                )
     return rows
 
 
@@ -335,8 +372,11 @@ ROLE_COLUMNS = {"N": "n_params", "D": "tokens", "C": "flops", "loss": "final_eva
 TABLE_SUFFIXES = (".csv", ".parquet")
 
 
-def table(*paths: str | os.PathLike, cache_dir: str | os.PathLike | None | bool = True,
-          include_unfinished: bool = False) -> pd.DataFrame:
+def table(
+    *paths: str | os.PathLike,
+    cache_dir: str | os.PathLike | None | bool = True,
+    include_unfinished: bool = False,
+) -> pd.DataFrame:
     """The runs table of `paths`: `load(...)[0]` with N, D, C, loss in front (`with_roles`), then
     the hyperparameter selection columns (`with_selection`)."""
     runs_df = with_roles(load(*paths, cache_dir=cache_dir, include_unfinished=include_unfinished)[0])
@@ -358,8 +398,11 @@ def with_selection(runs_df: pd.DataFrame) -> tuple[pd.DataFrame, Selection | Non
 def with_roles(runs_df: pd.DataFrame) -> pd.DataFrame:
     """`runs_df` with N, D, C, loss (numeric copies of n_params, tokens, flops, final_eval_loss)
     as its first columns, so `python -m analysis fit` finds them without column flags."""
-    roles = {role: pd.to_numeric(runs_df[src], errors="coerce")
-             for role, src in ROLE_COLUMNS.items() if src in runs_df.columns and role not in runs_df.columns}
+    roles = {
+        role: pd.to_numeric(runs_df[src], errors="coerce")
+        for role, src in ROLE_COLUMNS.items()
+        if src in runs_df.columns and role not in runs_df.columns
+    }
     return pd.concat([pd.DataFrame(roles, index=runs_df.index), runs_df], axis=1)
 
 
@@ -385,6 +428,13 @@ def _parquet_safe(df: pd.DataFrame) -> pd.DataFrame:
     out = df.copy()
     for c in out.columns:
         if out[c].dtype == object:
-            out[c] = out[c].map(lambda v: None if v is None or (isinstance(v, float) and np.isnan(v))
-                                else v if isinstance(v, str) else json.dumps(v, default=str))
+            out[c] = out[c].map(
+                lambda v: (
+                    None
+                    if v is None or (isinstance(v, float) and np.isnan(v))
+                    else v
+                    if isinstance(v, str)
+                    else json.dumps(v, default=str)
+                )
+            )
     return out

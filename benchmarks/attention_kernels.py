@@ -39,15 +39,21 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     platform = current_platform()
     kernels = ["blocked", "xla"] + (["cudnn"] if platform == "gpu" else [])
-    base = ModelConfig(d_model=args.d_model, n_layers=args.layers, n_heads=args.heads,
-                       n_kv_heads=args.kv_heads, seq_len=args.seq, dtype=args.dtype)
+    base = ModelConfig(
+        d_model=args.d_model,
+        n_layers=args.layers,
+        n_heads=args.heads,
+        n_kv_heads=args.kv_heads,
+        seq_len=args.seq,
+        dtype=args.dtype,
+    )
     tokens = jax.random.randint(jax.random.key(0), (args.batch, args.seq + 1), 0, base.vocab_size)
     steps, params = {}, None
     for k in kernels:
         cfg = ModelConfig(**{**base.to_dict(), "attention": k})
         graphdef, params = init_params(cfg, 0)
         step = jax.jit(jax.value_and_grad(lambda p, g=graphdef: cross_entropy_loss(g, p, tokens)))
-        jax.block_until_ready(step(params))   # compile
+        jax.block_until_ready(step(params))  # compile
         steps[k] = step
     times: dict[str, list[float]] = {k: [] for k in kernels}
     for _ in range(args.rounds):
@@ -58,13 +64,17 @@ def main(argv: list[str] | None = None) -> int:
             jax.block_until_ready(out)
             times[k].append((time.perf_counter() - t) / args.steps_per_round)
     r = base.resolved(platform)
-    print(f"{platform} ({jax.devices()[0].device_kind}), dtype {r.dtype}: d_model {args.d_model}, "
-          f"{args.layers} layers, {args.heads} heads, seq {args.seq}, batch {args.batch}; "
-          f"{args.rounds} alternating rounds of {args.steps_per_round} steps (loss + grads)")
+    print(
+        f"{platform} ({jax.devices()[0].device_kind}), dtype {r.dtype}: d_model {args.d_model}, "
+        f"{args.layers} layers, {args.heads} heads, seq {args.seq}, batch {args.batch}; "
+        f"{args.rounds} alternating rounds of {args.steps_per_round} steps (loss + grads)"
+    )
     ref = statistics.median(times["blocked"])
     for k in kernels:
         med = statistics.median(times[k])
-        print(f"  {k:8s} {1e3 * med:8.1f} ms/step  (min {1e3 * min(times[k]):.1f})  x{med / ref:.2f} vs blocked")
+        print(
+            f"  {k:8s} {1e3 * med:8.1f} ms/step  (min {1e3 * min(times[k]):.1f})  x{med / ref:.2f} vs blocked"
+        )
     return 0
 
 

@@ -45,16 +45,18 @@ def row(name: str) -> dict[str, float | str]:
         "gather_MB": hlo["all_gather"] / 1e6,
         "gather": pred.get("all_gather", 0) / max(hlo["all_gather"], 1),
         "p2p": (pred.get("p2p", 0) / loop["collective_permute"]) if pipe else float("nan"),
-        "unmodelled_MB": (hlo["all_to_all"] + (hlo["collective_permute"] - loop["collective_permute"]
-                                               if pipe else hlo["collective_permute"])) / 1e6,
+        "unmodelled_MB": (
+            hlo["all_to_all"]
+            + (hlo["collective_permute"] - loop["collective_permute"] if pipe else hlo["collective_permute"])
+        )
+        / 1e6,
     }
     return out
 
 
 def main() -> int:
     md = "--markdown" in sys.argv
-    cols = ["layout", "state", "memory", "reduce_MB", "reduce", "gather_MB", "gather", "p2p",
-            "unmodelled_MB"]
+    cols = ["layout", "state", "memory", "reduce_MB", "reduce", "gather_MB", "gather", "p2p", "unmodelled_MB"]
     rows = [row(n) for n in LAYOUTS]
     if md:
         print("| " + " | ".join(cols) + " |\n|" + "---|" * len(cols))

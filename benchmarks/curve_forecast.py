@@ -59,13 +59,18 @@ def run_size(size: str, law: str, per_point: bool) -> dict:
     wall = time.perf_counter() - t
     s = summary(r)
     m = r.intervals
-    print(f"{size}M {law}: mean {s['mean']:.3%}  worst {s['worst']:.3%}  mean-of-worst {s['mean_of_worst']:.3%}  "
-          f"| 90% intervals: coverage {s['coverage']:.1%}, mean width {s['width']:.2%} of the loss "
-          f"(jackknife+ over {len(m.refits)} refits, {len(m.units)} units)  | {wall:.1f} s")
+    print(
+        f"{size}M {law}: mean {s['mean']:.3%}  worst {s['worst']:.3%}  "
+        f"mean-of-worst {s['mean_of_worst']:.3%}  "
+        f"| 90% intervals: coverage {s['coverage']:.1%}, mean width {s['width']:.2%} of the loss "
+        f"(jackknife+ over {len(m.refits)} refits, {len(m.units)} units)  | {wall:.1f} s"
+    )
     for k in PREDICT:
         e = r.predictions[k]
-        print(f"    {k:18s} mean {e['mean_rel_error']:.3%} max {e['max_rel_error']:.3%}  "
-              f"coverage {e['interval_coverage']:.0%} width {e['interval_mean_rel_width']:.2%}")
+        print(
+            f"    {k:18s} mean {e['mean_rel_error']:.3%} max {e['max_rel_error']:.3%}  "
+            f"coverage {e['interval_coverage']:.0%} width {e['interval_mean_rel_width']:.2%}"
+        )
     if per_point:
         for u in m.units:
             print(f"    unit {u.split:28s} {u.curve:16s} score {u.score:.3%} (max scale {u.max_scale:.2f})")

@@ -66,8 +66,18 @@ def above_chance(small: pd.DataFrame, chance: dict[str, float]) -> tuple[list[st
 
 def ladder(runs: pd.DataFrame, tasks, chance: dict[str, float] | None) -> pd.DataFrame:
     """The long LADDER table: one row per (run, task), the C4 loss as every task's loss."""
-    rows = [dict(run=r.run, N=float(r.n_params), D=float(r.tokens), task=t, task_loss=getattr(r, LOSS),
-                 accuracy=getattr(r, f"acc_{t}")) for r in runs.itertuples() for t in tasks]
+    rows = [
+        dict(
+            run=r.run,
+            N=float(r.n_params),
+            D=float(r.tokens),
+            task=t,
+            task_loss=getattr(r, LOSS),
+            accuracy=getattr(r, f"acc_{t}"),
+        )
+        for r in runs.itertuples()
+        for t in tasks
+    ]
     df = pd.DataFrame(rows)
     if chance is not None:
         df["chance"] = df.task.map(chance)
@@ -76,12 +86,19 @@ def ladder(runs: pd.DataFrame, tasks, chance: dict[str, float] | None) -> pd.Dat
 
 def loss_protocol(small: pd.DataFrame, big: pd.DataFrame) -> dict:
     """Step 1 alone: relative error of the C4 loss of each large run."""
-    f = fit_task_loss(small.n_params.to_numpy(float), small.tokens.to_numpy(float), small[LOSS].to_numpy(float),
-                      np.arange(len(small)))
+    f = fit_task_loss(
+        small.n_params.to_numpy(float),
+        small.tokens.to_numpy(float),
+        small[LOSS].to_numpy(float),
+        np.arange(len(small)),
+    )
     pred = f.predict(big.n_params.to_numpy(float), big.tokens.to_numpy(float))
     rel = 100 * (pred / big[LOSS].to_numpy() - 1)
-    return {"law": f.law, "mean_abs_rel_error_pct": float(np.mean(np.abs(rel))),
-            "per_run": dict(zip(big.run, map(float, rel)))}
+    return {
+        "law": f.law,
+        "mean_abs_rel_error_pct": float(np.mean(np.abs(rel))),
+        "per_run": dict(zip(big.run, map(float, rel))),
+    }
 
 
 def _gadre_error_law(loss: np.ndarray, err: np.ndarray) -> np.ndarray:
@@ -99,32 +116,54 @@ def average_error_protocol(small, big, tasks, chance, bootstrap: int) -> dict:
     the average accuracy fitted as one task by fit_downstream."""
     err_s = 1 - small[[f"acc_{t}" for t in tasks]].mean(axis=1).to_numpy()
     err_b = 1 - big[[f"acc_{t}" for t in tasks]].mean(axis=1).to_numpy()
-    f = fit_task_loss(small.n_params.to_numpy(float), small.tokens.to_numpy(float), small[LOSS].to_numpy(float),
-                      np.arange(len(small)))
+    f = fit_task_loss(
+        small.n_params.to_numpy(float),
+        small.tokens.to_numpy(float),
+        small[LOSS].to_numpy(float),
+        np.arange(len(small)),
+    )
     loss_b = f.predict(big.n_params.to_numpy(float), big.tokens.to_numpy(float))
     p = _gadre_error_law(small[LOSS].to_numpy(float), err_s)
     pred = p[0] - np.exp(p[1] - np.exp(p[2]) * loss_b)
-    avg = lambda d: pd.DataFrame({"run": d.run, "N": d.n_params.astype(float), "D": d.tokens.astype(float),
-                                  "task": "average", "task_loss": d[LOSS],
-                                  "accuracy": d[[f"acc_{t}" for t in tasks]].mean(axis=1),
-                                  "chance": float(np.mean([chance[t] for t in tasks]))})
+    avg = lambda d: pd.DataFrame(
+        {
+            "run": d.run,
+            "N": d.n_params.astype(float),
+            "D": d.tokens.astype(float),
+            "task": "average",
+            "task_loss": d[LOSS],
+            "accuracy": d[[f"acc_{t}" for t in tasks]].mean(axis=1),
+            "chance": float(np.mean([chance[t] for t in tasks])),
+        }
+    )
     fit = fit_downstream(avg(small), bootstrap=bootstrap)
     ours = fit.predict(avg(big)[["N", "D", "task"]])
     ours_err = np.array([1 - q.accuracy for q in ours])
     inside = [q.accuracy_interval[0] <= 1 - e <= q.accuracy_interval[1] for q, e in zip(ours, err_b)]
-    return {"n_tasks": len(tasks), "actual": dict(zip(big.run, map(float, err_b))),
-            "gadre_law": {"params": {"eps": p[0], "k": float(np.exp(p[1])), "gamma": float(np.exp(p[2]))},
-                          "mean_abs_rel_error_pct": float(np.mean(np.abs(pred / err_b - 1)) * 100),
-                          "mean_abs_error_pts": float(np.mean(np.abs(pred - err_b)) * 100)},
-            "fit_task": {"method": ours[0].method, "mean_abs_rel_error_pct": float(np.mean(np.abs(ours_err / err_b - 1)) * 100),
-                         "mean_abs_error_pts": float(np.mean(np.abs(ours_err - err_b)) * 100),
-                         "coverage": float(np.mean(inside))}}
+    return {
+        "n_tasks": len(tasks),
+        "actual": dict(zip(big.run, map(float, err_b))),
+        "gadre_law": {
+            "params": {"eps": p[0], "k": float(np.exp(p[1])), "gamma": float(np.exp(p[2]))},
+            "mean_abs_rel_error_pct": float(np.mean(np.abs(pred / err_b - 1)) * 100),
+            "mean_abs_error_pts": float(np.mean(np.abs(pred - err_b)) * 100),
+        },
+        "fit_task": {
+            "method": ours[0].method,
+            "mean_abs_rel_error_pct": float(np.mean(np.abs(ours_err / err_b - 1)) * 100),
+            "mean_abs_error_pts": float(np.mean(np.abs(ours_err - err_b)) * 100),
+            "coverage": float(np.mean(inside)),
+        },
+    }
 
 
 def task_protocol(runs, small_mask, tasks, chance, method: str, bootstrap: int) -> pd.DataFrame:
     """One row per (large run, task): actual, predicted, interval, method, warnings."""
     df = ladder(runs, tasks, chance)
-    fit_rows, test = df[small_mask.repeat(len(tasks)).to_numpy()], df[~small_mask.repeat(len(tasks)).to_numpy()]
+    fit_rows, test = (
+        df[small_mask.repeat(len(tasks)).to_numpy()],
+        df[~small_mask.repeat(len(tasks)).to_numpy()],
+    )
     fit = fit_downstream(fit_rows, bootstrap=bootstrap, method=method)
     preds = fit.predict(test[["N", "D", "task"]])
     out = test[["run", "task", "N", "accuracy"]].reset_index(drop=True).rename(columns={"accuracy": "actual"})
@@ -138,12 +177,22 @@ def task_protocol(runs, small_mask, tasks, chance, method: str, bootstrap: int) 
 
 
 def summary(rows: pd.DataFrame) -> dict:
-    per = rows.groupby("task", sort=False).agg(mae=("error_pts", lambda e: float(e.abs().mean())),
-                                               coverage=("inside", "mean"), method=("method", "first"))
-    return {"n_tasks": int(per.shape[0]), "n_predictions": int(len(rows)), "mae_pts": float(rows.error_pts.abs().mean()),
-            "coverage": float(rows.inside.mean()), "mean_width_pts": float(100 * (rows.hi - rows.lo).mean()),
-            "per_task": {t: {"mae_pts": r.mae, "coverage": float(r.coverage), "method": r.method}
-                         for t, r in per.iterrows()}}
+    per = rows.groupby("task", sort=False).agg(
+        mae=("error_pts", lambda e: float(e.abs().mean())),
+        coverage=("inside", "mean"),
+        method=("method", "first"),
+    )
+    return {
+        "n_tasks": int(per.shape[0]),
+        "n_predictions": int(len(rows)),
+        "mae_pts": float(rows.error_pts.abs().mean()),
+        "coverage": float(rows.inside.mean()),
+        "mean_width_pts": float(100 * (rows.hi - rows.lo).mean()),
+        "per_task": {
+            t: {"mae_pts": r.mae, "coverage": float(r.coverage), "method": r.method}
+            for t, r in per.iterrows()
+        },
+    }
 
 
 def run(bootstrap: int, data: pathlib.Path = DATA) -> dict:
@@ -151,13 +200,21 @@ def run(bootstrap: int, data: pathlib.Path = DATA) -> dict:
     small_mask = runs.n_params <= FIT_MAX_N
     small, big = runs[small_mask], runs[~small_mask]
     tasks, near = above_chance(small, chance)
-    out = {"protocol": "fit N <= 412M (95 runs), predict 1.4B and 6.9B (9 runs); C4 validation loss",
-           "loss": loss_protocol(small, big), "tasks_above_chance": tasks, "tasks_near_chance": near,
-           "average_top1_error": average_error_protocol(small, big, tasks, chance, bootstrap)}
-    out["check_tasks_inferred_chance"] = summary(task_protocol(runs, small_mask, CHECK_TASKS, None, "auto", bootstrap))
+    out = {
+        "protocol": "fit N <= 412M (95 runs), predict 1.4B and 6.9B (9 runs); C4 validation loss",
+        "loss": loss_protocol(small, big),
+        "tasks_above_chance": tasks,
+        "tasks_near_chance": near,
+        "average_top1_error": average_error_protocol(small, big, tasks, chance, bootstrap),
+    }
+    out["check_tasks_inferred_chance"] = summary(
+        task_protocol(runs, small_mask, CHECK_TASKS, None, "auto", bootstrap)
+    )
     out["check_tasks"] = summary(task_protocol(runs, small_mask, CHECK_TASKS, chance, "auto", bootstrap))
     for method in ("auto", "chain", "direct", "average"):
-        out[f"above_chance_{method}"] = summary(task_protocol(runs, small_mask, tasks, chance, method, bootstrap))
+        out[f"above_chance_{method}"] = summary(
+            task_protocol(runs, small_mask, tasks, chance, method, bootstrap)
+        )
     out["near_chance_auto"] = summary(task_protocol(runs, small_mask, near, chance, "auto", bootstrap))
     return out
 
@@ -166,15 +223,27 @@ def _report(out: dict) -> None:
     lp, av = out["loss"], out["average_top1_error"]
     print(f"{out['protocol']}")
     print(f"loss (step 1, {lp['law']}): mean |rel error| {lp['mean_abs_rel_error_pct']:.2f}%")
-    print(f"average top-1 error over {av['n_tasks']} tasks above chance: Gadre et al. law "
-          f"{av['gadre_law']['mean_abs_rel_error_pct']:.2f}% rel ({av['gadre_law']['mean_abs_error_pts']:.2f} pts); "
-          f"fit-task ({av['fit_task']['method']}) {av['fit_task']['mean_abs_rel_error_pct']:.2f}% rel "
-          f"({av['fit_task']['mean_abs_error_pts']:.2f} pts), coverage {av['fit_task']['coverage']:.0%}")
-    for key in ("check_tasks_inferred_chance", "check_tasks", "above_chance_auto", "above_chance_chain",
-                "above_chance_direct", "above_chance_average", "near_chance_auto"):
+    print(
+        f"average top-1 error over {av['n_tasks']} tasks above chance: Gadre et al. law "
+        f"{av['gadre_law']['mean_abs_rel_error_pct']:.2f}% rel "
+        f"({av['gadre_law']['mean_abs_error_pts']:.2f} pts); "
+        f"fit-task ({av['fit_task']['method']}) {av['fit_task']['mean_abs_rel_error_pct']:.2f}% rel "
+        f"({av['fit_task']['mean_abs_error_pts']:.2f} pts), coverage {av['fit_task']['coverage']:.0%}"
+    )
+    for key in (
+        "check_tasks_inferred_chance",
+        "check_tasks",
+        "above_chance_auto",
+        "above_chance_chain",
+        "above_chance_direct",
+        "above_chance_average",
+        "near_chance_auto",
+    ):
         s = out[key]
-        print(f"{key}: {s['n_tasks']} tasks, {s['n_predictions']} predictions: MAE {s['mae_pts']:.2f} pts, "
-              f"90% PI coverage {s['coverage']:.1%}, mean width {s['mean_width_pts']:.1f} pts")
+        print(
+            f"{key}: {s['n_tasks']} tasks, {s['n_predictions']} predictions: MAE {s['mae_pts']:.2f} pts, "
+            f"90% PI coverage {s['coverage']:.1%}, mean width {s['mean_width_pts']:.1f} pts"
+        )
         if key in ("above_chance_direct", "above_chance_average"):
             continue
         for t, r in s["per_task"].items():

@@ -20,25 +20,36 @@ import csv
 import dataclasses
 import pathlib
 import sys
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from sharding.costmodel import Layout, ModelShape, StepEstimate, estimate_step, load_hardware
 
-BLOOM_SLURM = ("github.com/bigscience-workshop/bigscience, train/tr11-176B-ml/tr11-176B-ml.slurm "
-               "(commit 003b250)")
+if TYPE_CHECKING:
+    from sharding.costmodel import Efficiency
+
+BLOOM_SLURM = (
+    "github.com/bigscience-workshop/bigscience, train/tr11-176B-ml/tr11-176B-ml.slurm (commit 003b250)"
+)
 BLOOM_CARD = "bigscience.notion.site/BigScience-176B-Model-ad073ca07cdf479398d5f95d88e218c4"
 BLOOM_PAPER = "BigScience Workshop 2022, arXiv:2211.05100 (training hardware)"
-TORCHTITAN_SOURCE = ("github.com/pytorch/torchtitan docs/performance.md (commit 0413364): Llama 2 "
-                     "13B/70B and Llama 3 70B on 64 A100-80GB, WPS (tokens/s per GPU) per "
-                     "checkpointing mode; shapes from the models' public configs")
-IBM_FSDP_SOURCE = ("pytorch.org/blog/maximizing-training (IBM + Meta, 'Maximizing training throughput "
-                   "using PyTorch FSDP'), Table 1 (A100 80GB, 400 Gbps); github.com/foundation-"
-                   "model-stack/fms-fsdp README and docs/train_details.md (sharding per model)")
-MTNLG_SOURCES = ("Smith et al. 2022, arXiv:2201.11990 §2.4 (iteration times, TFLOP/s, layout), as "
-                 "quoted in github.com/cli99/llm-analysis examples/megatron-turing-nlg (commit "
-                 "b60b392); microsoft.com/en-us/research/blog/using-deepspeed-and-megatron-to-"
-                 "train-megatron-turing-nlg-530b (Selene: DGX A100 80GB, HDR InfiniBand)")
+TORCHTITAN_SOURCE = (
+    "github.com/pytorch/torchtitan docs/performance.md (commit 0413364): Llama 2 "
+    "13B/70B and Llama 3 70B on 64 A100-80GB, WPS (tokens/s per GPU) per "
+    "checkpointing mode; shapes from the models' public configs"
+)
+IBM_FSDP_SOURCE = (
+    "pytorch.org/blog/maximizing-training (IBM + Meta, 'Maximizing training throughput "
+    "using PyTorch FSDP'), Table 1 (A100 80GB, 400 Gbps); github.com/foundation-"
+    "model-stack/fms-fsdp README and docs/train_details.md (sharding per model)"
+)
+MTNLG_SOURCES = (
+    "Smith et al. 2022, arXiv:2201.11990 §2.4 (iteration times, TFLOP/s, layout), as "
+    "quoted in github.com/cli99/llm-analysis examples/megatron-turing-nlg (commit "
+    "b60b392); microsoft.com/en-us/research/blog/using-deepspeed-and-megatron-to-"
+    "train-megatron-turing-nlg-530b (Selene: DGX A100 80GB, HDR InfiniBand)"
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,15 +84,23 @@ class PublishedRun:
         if self.convention == "tokens":
             return lo.global_batch * m.seq_len / (self.measured_tflops_per_gpu * lo.n_devices)
         k = 4 if (self.convention == "hfu" and lo.act_ckpt == "full") else 3
-        flops = (24 * k * lo.global_batch * m.seq_len * m.n_layers * m.d_model ** 2
-                 * (1 + m.seq_len / (6 * m.d_model) + m.vocab_size / (16 * m.n_layers * m.d_model)))
+        flops = (
+            24
+            * k
+            * lo.global_batch
+            * m.seq_len
+            * m.n_layers
+            * m.d_model**2
+            * (1 + m.seq_len / (6 * m.d_model) + m.vocab_size / (16 * m.n_layers * m.d_model))
+        )
         return flops / (self.measured_tflops_per_gpu * 1e12 * lo.n_devices)
 
     def measurement(self):
         from sharding.costmodel.calibrate import Measurement
 
-        return Measurement(self.model, self.layout, self.hardware_spec(), self.measured_step_time_s(),
-                           False, label=self.name)
+        return Measurement(
+            self.model, self.layout, self.hardware_spec(), self.measured_step_time_s(), False, label=self.name
+        )
 
     def predicted_tflops_per_gpu(self) -> float:
         est = self.estimate()
@@ -92,128 +111,288 @@ class PublishedRun:
 
 
 RUNS = (
-    PublishedRun(
-        name="BLOOM-176B (Jean Zay, 384 x A100-80GB)",
-        # 70 layers, hidden 14336, 112 heads, sequence 2048, vocabulary padded to 250880
-        # (slurm script); GeLU MLP of 4h and tied input/output embeddings (Megatron GPT)
-        model=ModelShape(n_layers=70, d_model=14336, n_heads=112, seq_len=2048, vocab_size=250880,
-                         d_ff=4 * 14336, mlp="gelu", tied_embeddings=True),
-        # TP 4, PP 12 (so DP 8 on 384 GPUs), micro-batch 2, global batch 2048, bf16 with
-        # DeepSpeed's ZeRO-1-equivalent bf16 optimizer, full activation checkpointing, Megatron's
-        # fused softmax kernel (slurm script)
-        layout=Layout(dp=8, tp=4, pp=12, micro_batch=2, global_batch=2048, sp=False, zero_stage=1,
-                      act_ckpt="full", attention="fused_softmax", fused_norm=True),
-        hardware="a100-80gb",
-        # 4 x 100 Gb/s Omni-Path per 8-GPU node = 6.25 GB/s per GPU (paper)
-        hardware_overrides={"name": "a100-80gb (Jean Zay, Omni-Path)", "inter_node_bw": 6.25e9},
-        # "training throughput: about 150 TFLOPs" (model card), counted by Megatron-DeepSpeed's
-        # throughput formula, which counts 4 passes (not 3) with --checkpoint-activations: HFU
-        measured_tflops_per_gpu=150.0, convention="hfu",
-        # "one copy of the model takes 48 GPUs (using 60 GB of memory on each GPU)" (model card)
-        measured_mem_gb=60.0,
-        sources=f"{BLOOM_SLURM}; {BLOOM_CARD}; {BLOOM_PAPER}"),
-) + tuple(
-    PublishedRun(
-        name=f"MT-NLG 530B ({nodes} DGX A100 nodes, {8 * nodes} GPUs)",
-        # 105 layers, hidden 20480, 128 heads, sequence 2048, GPT-2 vocabulary (padded 50272),
-        # GeLU MLP of 4h, tied embeddings (MT-NLG paper §3 / Megatron GPT)
-        model=ModelShape(n_layers=105, d_model=20480, n_heads=128, seq_len=2048, vocab_size=50272,
-                         d_ff=4 * 20480, mlp="gelu", tied_embeddings=True),
-        # "8-way tensor-slicing and 35-way pipeline parallelism" with data parallelism across the
-        # rest (DP 8 / 10 / 12), global batch 1920 (paper §2.4); DeepSpeed pipelines run ZeRO-1;
-        # full checkpointing and Megatron's fused softmax (Megatron-DeepSpeed GPT); micro-batch 1:
-        # ASSUMED (not stated)
-        layout=Layout(dp=nodes // 35, tp=8, pp=35, micro_batch=1, global_batch=1920, sp=False,
-                      zero_stage=1, act_ckpt="full", attention="fused_softmax", fused_norm=True),
-        hardware="a100-80gb",  # Selene: DGX A100 80GB, 8 x 200 Gb/s HDR InfiniBand (MS blog)
-        hardware_overrides={},
-        # "60.1, 50.2, and 44.4 seconds" per iteration, "126, 121, and 113 teraFLOP/s per GPU"
-        # (paper §2.4), counted with the recomputed forward (Megatron's formula): HFU
-        measured_tflops_per_gpu=tflops, convention="hfu", measured_mem_gb=None,
-        sources=MTNLG_SOURCES)
-    for nodes, tflops in ((280, 126.0), (350, 121.0), (420, 113.0))
-) + tuple(
-    PublishedRun(
-        name=f"torchtitan {name} (64 x A100-80GB, FSDP2, mb {mb}, {ckpt} checkpointing)",
-        model=model,
-        # "FSDP2 (1D parallelism)" on 64 GPUs, local batch 1 (Llama 3) or 2 (Llama 2); bf16,
-        # PyTorch SDPA (FlashAttention-2), un-fused RMSNorm and 8 GPUs per node on the
-        # catalogue's a100-80gb network: ASSUMED (not stated)
-        layout=Layout(dp=64, tp=1, pp=1, micro_batch=mb, global_batch=64 * mb, zero_stage=3,
-                      zero3_per_matrix=False, act_ckpt=ckpt, attention="flash2", fused_norm=False),
-        hardware="a100-80gb", hardware_overrides={},
-        measured_tflops_per_gpu=wps, convention="tokens", measured_mem_gb=None,
-        sources=TORCHTITAN_SOURCE, source="torchtitan")
-    for name, model, mb, ckpt, wps in (
-        # Llama 2 13B: 40 layers, 5120, 40 heads, FFN 13824, vocabulary 32000, sequence 4096
-        ("Llama 2 13B", ModelShape(n_layers=40, d_model=5120, n_heads=40, seq_len=4096,
-                                   vocab_size=32000, d_ff=13824), 2, "none", 2162.0),
-        # Llama 2 70B: 80 layers, 8192, 64 heads, 8 KV heads, FFN 28672, vocabulary 32000
-        ("Llama 2 70B", ModelShape(n_layers=80, d_model=8192, n_heads=64, n_kv_heads=8,
-                                   seq_len=4096, vocab_size=32000, d_ff=28672), 2, "full", 353.0),
-        # Llama 3 70B: as Llama 2 70B with vocabulary 128256, sequence 8192 (ASSUMED)
-        ("Llama 3 70B", ModelShape(n_layers=80, d_model=8192, n_heads=64, n_kv_heads=8,
-                                   seq_len=8192, vocab_size=128256, d_ff=28672), 1, "full", 331.0),
+    (
+        PublishedRun(
+            name="BLOOM-176B (Jean Zay, 384 x A100-80GB)",
+            # 70 layers, hidden 14336, 112 heads, sequence 2048, vocabulary padded to 250880
+            # (slurm script); GeLU MLP of 4h and tied input/output embeddings (Megatron GPT)
+            model=ModelShape(
+                n_layers=70,
+                d_model=14336,
+                n_heads=112,
+                seq_len=2048,
+                vocab_size=250880,
+                d_ff=4 * 14336,
+                mlp="gelu",
+                tied_embeddings=True,
+            ),
+            # TP 4, PP 12 (so DP 8 on 384 GPUs), micro-batch 2, global batch 2048, bf16 with
+            # DeepSpeed's ZeRO-1-equivalent bf16 optimizer, full activation checkpointing, Megatron's
+            # fused softmax kernel (slurm script)
+            layout=Layout(
+                dp=8,
+                tp=4,
+                pp=12,
+                micro_batch=2,
+                global_batch=2048,
+                sp=False,
+                zero_stage=1,
+                act_ckpt="full",
+                attention="fused_softmax",
+                fused_norm=True,
+            ),
+            hardware="a100-80gb",
+            # 4 x 100 Gb/s Omni-Path per 8-GPU node = 6.25 GB/s per GPU (paper)
+            hardware_overrides={"name": "a100-80gb (Jean Zay, Omni-Path)", "inter_node_bw": 6.25e9},
+            # "training throughput: about 150 TFLOPs" (model card), counted by Megatron-DeepSpeed's
+            # throughput formula, which counts 4 passes (not 3) with --checkpoint-activations: HFU
+            measured_tflops_per_gpu=150.0,
+            convention="hfu",
+            # "one copy of the model takes 48 GPUs (using 60 GB of memory on each GPU)" (model card)
+            measured_mem_gb=60.0,
+            sources=f"{BLOOM_SLURM}; {BLOOM_CARD}; {BLOOM_PAPER}",
+        ),
     )
-) + (
-    PublishedRun(
-        name="IBM fms-fsdp Llama 2 7B (128 x A100-80GB, HSDP within nodes, mb 2, no checkpointing)",
-        # Llama 2 7B: 32 layers, 4096, 32 heads, FFN 11008, vocabulary 32000, sequence 4096
-        model=ModelShape(n_layers=32, d_model=4096, n_heads=32, seq_len=4096, vocab_size=32000,
-                         d_ff=11008),
-        # "hybrid sharding with model weights and optimizer state sharded within a node and data
-        # parallel across nodes, per GPU batch size of 2"; SDPA FlashAttention-2; no activation
-        # checkpointing; un-fused RMSNorm ASSUMED
-        layout=Layout(dp=128, tp=1, pp=1, micro_batch=2, global_batch=256, zero_stage=3,
-                      zero_group=8, zero3_per_matrix=False, act_ckpt="none", attention="flash2",
-                      fused_norm=False),
-        hardware="a100-80gb",
-        # "128 A100 GPUs with 400Gbps network connectivity": 400 Gb/s per 8-GPU node
-        hardware_overrides={"name": "a100-80gb (400 Gb/s per node)", "inter_node_bw": 400e9 / 8 / 8},
-        measured_tflops_per_gpu=3700.0, convention="tokens", measured_mem_gb=None,
-        sources=IBM_FSDP_SOURCE, source="fsdp_scale"),
-    PublishedRun(
-        name="IBM fms-fsdp Llama 2 70B (128 x A100-80GB, full shard, mb 2, full checkpointing)",
-        model=ModelShape(n_layers=80, d_model=8192, n_heads=64, n_kv_heads=8, seq_len=4096,
-                         vocab_size=32000, d_ff=28672),
-        layout=Layout(dp=128, tp=1, pp=1, micro_batch=2, global_batch=256, zero_stage=3,
-                      zero3_per_matrix=False, act_ckpt="full", attention="flash2", fused_norm=False),
-        hardware="a100-80gb",
-        hardware_overrides={"name": "a100-80gb (400 Gb/s per node)", "inter_node_bw": 400e9 / 8 / 8},
-        measured_tflops_per_gpu=370.0, convention="tokens", measured_mem_gb=None,
-        sources=IBM_FSDP_SOURCE, source="fsdp_scale"),
-    PublishedRun(
-        name="BloombergGPT 50.6B (512 x A100-40GB, ZeRO-3 over 128 GPUs x 4 replicas)",
-        # "Number of Layers 70 / Number of Heads 40 / Vocabulary Size 131,072 / Hidden Dimension
-        # 7,680", sequence 2048, GeLU MLP of 4h (BLOOM-style), tied embeddings ASSUMED
-        model=ModelShape(n_layers=70, d_model=7680, n_heads=40, seq_len=2048, vocab_size=131072,
-                         d_ff=4 * 7680, mlp="gelu", tied_embeddings=True),
-        # "stage 3 of ZeRO ... shard a model across 128 GPUs, and we have 4 copies", batch 2048,
-        # checkpointing "to each transformer layer", BF16; micro-batch 2 ASSUMED (4 sequences per
-        # GPU per step; 4 at once does not fit the cost model's 40 GB); fused softmax ("4-5
-        # TFLOPs improvement")
-        layout=Layout(dp=512, tp=1, pp=1, micro_batch=2, global_batch=2048, zero_stage=3,
-                      zero_group=128, zero3_per_matrix=False, act_ckpt="full",
-                      attention="fused_softmax", fused_norm=True),
-        hardware="a100-40gb",
-        # 64 p4d.24xlarge: NVSwitch 600 GB/s, EFA "400 Gb/s" per 8-GPU node
-        hardware_overrides={"name": "a100-40gb (p4d, 400 Gb/s EFA)", "inter_node_bw": 400e9 / 8 / 8},
-        # "each training step takes 32.5 seconds" (4.19M tokens): 252 tokens/s per GPU
-        measured_tflops_per_gpu=2048 * 2048 / 32.5 / 512, convention="tokens", measured_mem_gb=None,
-        sources="Wu et al. 2023, BloombergGPT, arXiv:2303.17564 (Table 4, §3)", source="fsdp_scale"),
+    + tuple(
+        PublishedRun(
+            name=f"MT-NLG 530B ({nodes} DGX A100 nodes, {8 * nodes} GPUs)",
+            # 105 layers, hidden 20480, 128 heads, sequence 2048, GPT-2 vocabulary (padded 50272),
+            # GeLU MLP of 4h, tied embeddings (MT-NLG paper §3 / Megatron GPT)
+            model=ModelShape(
+                n_layers=105,
+                d_model=20480,
+                n_heads=128,
+                seq_len=2048,
+                vocab_size=50272,
+                d_ff=4 * 20480,
+                mlp="gelu",
+                tied_embeddings=True,
+            ),
+            # "8-way tensor-slicing and 35-way pipeline parallelism" with data parallelism across the
+            # rest (DP 8 / 10 / 12), global batch 1920 (paper §2.4); DeepSpeed pipelines run ZeRO-1;
+            # full checkpointing and Megatron's fused softmax (Megatron-DeepSpeed GPT); micro-batch 1:
+            # ASSUMED (not stated)
+            layout=Layout(
+                dp=nodes // 35,
+                tp=8,
+                pp=35,
+                micro_batch=1,
+                global_batch=1920,
+                sp=False,
+                zero_stage=1,
+                act_ckpt="full",
+                attention="fused_softmax",
+                fused_norm=True,
+            ),
+            hardware="a100-80gb",  # Selene: DGX A100 80GB, 8 x 200 Gb/s HDR InfiniBand (MS blog)
+            hardware_overrides={},
+            # "60.1, 50.2, and 44.4 seconds" per iteration, "126, 121, and 113 teraFLOP/s per GPU"
+            # (paper §2.4), counted with the recomputed forward (Megatron's formula): HFU
+            measured_tflops_per_gpu=tflops,
+            convention="hfu",
+            measured_mem_gb=None,
+            sources=MTNLG_SOURCES,
+        )
+        for nodes, tflops in ((280, 126.0), (350, 121.0), (420, 113.0))
+    )
+    + tuple(
+        PublishedRun(
+            name=f"torchtitan {name} (64 x A100-80GB, FSDP2, mb {mb}, {ckpt} checkpointing)",
+            model=model,
+            # "FSDP2 (1D parallelism)" on 64 GPUs, local batch 1 (Llama 3) or 2 (Llama 2); bf16,
+            # PyTorch SDPA (FlashAttention-2), un-fused RMSNorm and 8 GPUs per node on the
+            # catalogue's a100-80gb network: ASSUMED (not stated)
+            layout=Layout(
+                dp=64,
+                tp=1,
+                pp=1,
+                micro_batch=mb,
+                global_batch=64 * mb,
+                zero_stage=3,
+                zero3_per_matrix=False,
+                act_ckpt=ckpt,
+                attention="flash2",
+                fused_norm=False,
+            ),
+            hardware="a100-80gb",
+            hardware_overrides={},
+            measured_tflops_per_gpu=wps,
+            convention="tokens",
+            measured_mem_gb=None,
+            sources=TORCHTITAN_SOURCE,
+            source="torchtitan",
+        )
+        for name, model, mb, ckpt, wps in (
+            # Llama 2 13B: 40 layers, 5120, 40 heads, FFN 13824, vocabulary 32000, sequence 4096
+            (
+                "Llama 2 13B",
+                ModelShape(n_layers=40, d_model=5120, n_heads=40, seq_len=4096, vocab_size=32000, d_ff=13824),
+                2,
+                "none",
+                2162.0,
+            ),
+            # Llama 2 70B: 80 layers, 8192, 64 heads, 8 KV heads, FFN 28672, vocabulary 32000
+            (
+                "Llama 2 70B",
+                ModelShape(
+                    n_layers=80,
+                    d_model=8192,
+                    n_heads=64,
+                    n_kv_heads=8,
+                    seq_len=4096,
+                    vocab_size=32000,
+                    d_ff=28672,
+                ),
+                2,
+                "full",
+                353.0,
+            ),
+            # Llama 3 70B: as Llama 2 70B with vocabulary 128256, sequence 8192 (ASSUMED)
+            (
+                "Llama 3 70B",
+                ModelShape(
+                    n_layers=80,
+                    d_model=8192,
+                    n_heads=64,
+                    n_kv_heads=8,
+                    seq_len=8192,
+                    vocab_size=128256,
+                    d_ff=28672,
+                ),
+                1,
+                "full",
+                331.0,
+            ),
+        )
+    )
+    + (
+        PublishedRun(
+            name="IBM fms-fsdp Llama 2 7B (128 x A100-80GB, HSDP within nodes, mb 2, no checkpointing)",
+            # Llama 2 7B: 32 layers, 4096, 32 heads, FFN 11008, vocabulary 32000, sequence 4096
+            model=ModelShape(
+                n_layers=32, d_model=4096, n_heads=32, seq_len=4096, vocab_size=32000, d_ff=11008
+            ),
+            # "hybrid sharding with model weights and optimizer state sharded within a node and data
+            # parallel across nodes, per GPU batch size of 2"; SDPA FlashAttention-2; no activation
+            # checkpointing; un-fused RMSNorm ASSUMED
+            layout=Layout(
+                dp=128,
+                tp=1,
+                pp=1,
+                micro_batch=2,
+                global_batch=256,
+                zero_stage=3,
+                zero_group=8,
+                zero3_per_matrix=False,
+                act_ckpt="none",
+                attention="flash2",
+                fused_norm=False,
+            ),
+            hardware="a100-80gb",
+            # "128 A100 GPUs with 400Gbps network connectivity": 400 Gb/s per 8-GPU node
+            hardware_overrides={"name": "a100-80gb (400 Gb/s per node)", "inter_node_bw": 400e9 / 8 / 8},
+            measured_tflops_per_gpu=3700.0,
+            convention="tokens",
+            measured_mem_gb=None,
+            sources=IBM_FSDP_SOURCE,
+            source="fsdp_scale",
+        ),
+        PublishedRun(
+            name="IBM fms-fsdp Llama 2 70B (128 x A100-80GB, full shard, mb 2, full checkpointing)",
+            model=ModelShape(
+                n_layers=80,
+                d_model=8192,
+                n_heads=64,
+                n_kv_heads=8,
+                seq_len=4096,
+                vocab_size=32000,
+                d_ff=28672,
+            ),
+            layout=Layout(
+                dp=128,
+                tp=1,
+                pp=1,
+                micro_batch=2,
+                global_batch=256,
+                zero_stage=3,
+                zero3_per_matrix=False,
+                act_ckpt="full",
+                attention="flash2",
+                fused_norm=False,
+            ),
+            hardware="a100-80gb",
+            hardware_overrides={"name": "a100-80gb (400 Gb/s per node)", "inter_node_bw": 400e9 / 8 / 8},
+            measured_tflops_per_gpu=370.0,
+            convention="tokens",
+            measured_mem_gb=None,
+            sources=IBM_FSDP_SOURCE,
+            source="fsdp_scale",
+        ),
+        PublishedRun(
+            name="BloombergGPT 50.6B (512 x A100-40GB, ZeRO-3 over 128 GPUs x 4 replicas)",
+            # "Number of Layers 70 / Number of Heads 40 / Vocabulary Size 131,072 / Hidden Dimension
+            # 7,680", sequence 2048, GeLU MLP of 4h (BLOOM-style), tied embeddings ASSUMED
+            model=ModelShape(
+                n_layers=70,
+                d_model=7680,
+                n_heads=40,
+                seq_len=2048,
+                vocab_size=131072,
+                d_ff=4 * 7680,
+                mlp="gelu",
+                tied_embeddings=True,
+            ),
+            # "stage 3 of ZeRO ... shard a model across 128 GPUs, and we have 4 copies", batch 2048,
+            # checkpointing "to each transformer layer", BF16; micro-batch 2 ASSUMED (4 sequences per
+            # GPU per step; 4 at once does not fit the cost model's 40 GB); fused softmax ("4-5
+            # TFLOPs improvement")
+            layout=Layout(
+                dp=512,
+                tp=1,
+                pp=1,
+                micro_batch=2,
+                global_batch=2048,
+                zero_stage=3,
+                zero_group=128,
+                zero3_per_matrix=False,
+                act_ckpt="full",
+                attention="fused_softmax",
+                fused_norm=True,
+            ),
+            hardware="a100-40gb",
+            # 64 p4d.24xlarge: NVSwitch 600 GB/s, EFA "400 Gb/s" per 8-GPU node
+            hardware_overrides={"name": "a100-40gb (p4d, 400 Gb/s EFA)", "inter_node_bw": 400e9 / 8 / 8},
+            # "each training step takes 32.5 seconds" (4.19M tokens): 252 tokens/s per GPU
+            measured_tflops_per_gpu=2048 * 2048 / 32.5 / 512,
+            convention="tokens",
+            measured_mem_gb=None,
+            sources="Wu et al. 2023, BloombergGPT, arXiv:2303.17564 (Table 4, §3)",
+            source="fsdp_scale",
+        ),
+    )
 )
 
 
 MPT_TABLE = pathlib.Path(__file__).resolve().parent / "data" / "mosaicml_mpt_a100_80gb.csv"
-MPT_SOURCE = ("MosaicML llm-foundry, scripts/train/benchmarking/README.md, table \"A100 80GB with "
-              "1600 Gbps node-node interconnect (RoCE)\" (commit 061f2c7; Apache-2.0)")
+MPT_SOURCE = (
+    'MosaicML llm-foundry, scripts/train/benchmarking/README.md, table "A100 80GB with '
+    '1600 Gbps node-node interconnect (RoCE)" (commit 061f2c7; Apache-2.0)'
+)
 # MPT shapes (d_model, n_layers, n_heads) from llm-foundry scripts/train/yamls/pretrain/mpt-*.yaml
 # (125m, 350m, 760m and 30b read there; the others have heads of 128 like them); MLP expansion 4
 # (GeLU), vocabulary 50368, tied embeddings, attn_impl triton. They reproduce the table's
 # NumParams to 0.1% (which also counts d_model x seq_len learned positions).
-MPT_SHAPES = {"125m": (768, 12, 12), "350m": (1024, 24, 16), "760m": (1536, 24, 12),
-              "1b": (2048, 24, 16), "3b": (2560, 32, 20), "7b": (4096, 32, 32),
-              "13b": (5120, 40, 40), "30b": (7168, 48, 56), "70b": (8192, 80, 64)}
+MPT_SHAPES = {
+    "125m": (768, 12, 12),
+    "350m": (1024, 24, 16),
+    "760m": (1536, 24, 12),
+    "1b": (2048, 24, 16),
+    "3b": (2560, 32, 20),
+    "7b": (4096, 32, 32),
+    "13b": (5120, 40, 40),
+    "30b": (7168, 48, 56),
+    "70b": (8192, 80, 64),
+}
 
 
 def mpt_rows() -> list[dict]:
@@ -227,15 +406,37 @@ def mpt_rows() -> list[dict]:
         for r in csv.DictReader(fh):
             d, L, heads = MPT_SHAPES[r["model"]]
             seq = int(r["seq_len"])
-            model = ModelShape(n_layers=L, d_model=d, n_heads=heads, seq_len=seq, vocab_size=50368,
-                               d_ff=4 * d, mlp="gelu", tied_embeddings=True)
+            model = ModelShape(
+                n_layers=L,
+                d_model=d,
+                n_heads=heads,
+                seq_len=seq,
+                vocab_size=50368,
+                d_ff=4 * d,
+                mlp="gelu",
+                tied_embeddings=True,
+            )
             gpus, mb, ga = int(r["gpus"]), int(r["micro_batch"]), int(r["grad_accum"])
-            layout = Layout(dp=gpus, tp=1, pp=1, micro_batch=mb, global_batch=gpus * mb * ga,
-                            zero_stage=3, zero3_per_matrix=False,
-                            act_ckpt="full" if r["act_ckpt"] == "1" else "none",
-                            attention="flash1", fused_norm=True)
-            out.append({"name": f"MPT-{r['model']} s={seq} {gpus} GPUs mb={mb}", "model": model,
-                        "layout": layout, "measured_mfu": float(r["mfu"]) / 100})
+            layout = Layout(
+                dp=gpus,
+                tp=1,
+                pp=1,
+                micro_batch=mb,
+                global_batch=gpus * mb * ga,
+                zero_stage=3,
+                zero3_per_matrix=False,
+                act_ckpt="full" if r["act_ckpt"] == "1" else "none",
+                attention="flash1",
+                fused_norm=True,
+            )
+            out.append(
+                {
+                    "name": f"MPT-{r['model']} s={seq} {gpus} GPUs mb={mb}",
+                    "model": model,
+                    "layout": layout,
+                    "measured_mfu": float(r["mfu"]) / 100,
+                }
+            )
     return out
 
 
@@ -247,9 +448,12 @@ def mpt_scores() -> dict:
     ms = mpt_measurements()
     sc = score(ms, DEFAULT_EFFICIENCY)
     pred, meas, _ = mfu_pairs(ms, DEFAULT_EFFICIENCY)
-    return {"n": sc.n_timed, "spearman_mfu": sc.spearman_mfu,
-            "median_abs_mfu_error": sc.median_abs_mfu_error,
-            "mean_signed_mfu_error": float(np.mean(pred - meas))}
+    return {
+        "n": sc.n_timed,
+        "spearman_mfu": sc.spearman_mfu,
+        "median_abs_mfu_error": sc.median_abs_mfu_error,
+        "mean_signed_mfu_error": float(np.mean(pred - meas)),
+    }
 
 
 def mpt_measurements() -> list:
@@ -269,12 +473,14 @@ def mpt_measurements() -> list:
 # of 61); Hagemann's counts double, so that the one source with a held-out split keeps its
 # targets (rho >= 0.9, median <= 2 points) while the others pull the constants towards their
 # stacks (see docs/costmodel.md for the weightings tried).
-SOURCE_WEIGHTS = {"hagemann": 2.0, "mpt": 1.0, "megatron": 1.0, "torchtitan": 1.0,
-                  "fsdp_scale": 1.0}
-SOURCE_NAMES = {"hagemann": "Hagemann et al. 2023 (held-out half)", "mpt": "MosaicML MPT table",
-                "megatron": "BLOOM + MT-NLG (Megatron-DeepSpeed 3-D)",
-                "torchtitan": "torchtitan FSDP2",
-                "fsdp_scale": "FSDP/ZeRO-3 at 128-512 GPUs (IBM, BloombergGPT)"}
+SOURCE_WEIGHTS = {"hagemann": 2.0, "mpt": 1.0, "megatron": 1.0, "torchtitan": 1.0, "fsdp_scale": 1.0}
+SOURCE_NAMES = {
+    "hagemann": "Hagemann et al. 2023 (held-out half)",
+    "mpt": "MosaicML MPT table",
+    "megatron": "BLOOM + MT-NLG (Megatron-DeepSpeed 3-D)",
+    "torchtitan": "torchtitan FSDP2",
+    "fsdp_scale": "FSDP/ZeRO-3 at 128-512 GPUs (IBM, BloombergGPT)",
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -291,7 +497,8 @@ def _hagemann_module():
     import importlib.util
 
     spec = importlib.util.spec_from_file_location(
-        "hagemann_layouts", pathlib.Path(__file__).with_name("hagemann_layouts.py"))
+        "hagemann_layouts", pathlib.Path(__file__).with_name("hagemann_layouts.py")
+    )
     hag = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = hag
     spec.loader.exec_module(hag)
@@ -304,8 +511,14 @@ def sources(hagemann_dir: pathlib.Path | None = None) -> dict[str, Source]:
     BloombergGPT) (fitted and scored on all rows)."""
     hag = _hagemann_module()
     ms, mfu, test = hag.measurements(hag.load_table(*([hagemann_dir] if hagemann_dir else [])))
-    out = {"hagemann": Source("hagemann", tuple(hag.split(ms, test, False)),
-                              tuple(hag.split(ms, test, True)), tuple(hag.split(mfu, test, True)))}
+    out = {
+        "hagemann": Source(
+            "hagemann",
+            tuple(hag.split(ms, test, False)),
+            tuple(hag.split(ms, test, True)),
+            tuple(hag.split(mfu, test, True)),
+        )
+    }
     mpt = tuple(mpt_measurements())
     out["mpt"] = Source("mpt", mpt, mpt)
     for name in ("megatron", "torchtitan", "fsdp_scale"):
@@ -375,29 +588,41 @@ def main() -> int:
         mem = est.memory.total / 1e9
         unit = "tokens/s" if run.convention == "tokens" else f"TFLOP/s ({run.convention})"
         pub_mem = "not published" if run.measured_mem_gb is None else f"{run.measured_mem_gb:.0f} GB"
-        print(f"{run.name}: predicted {pred:.0f} {unit} per GPU vs published "
-              f"{run.measured_tflops_per_gpu:.0f} ({100 * err:+.1f}%); memory {mem:.1f} GB vs "
-              f"{pub_mem}; MFU {est.mfu:.3f} ({est.mfu_convention})")
+        print(
+            f"{run.name}: predicted {pred:.0f} {unit} per GPU vs published "
+            f"{run.measured_tflops_per_gpu:.0f} ({100 * err:+.1f}%); memory {mem:.1f} GB vs "
+            f"{pub_mem}; MFU {est.mfu:.3f} ({est.mfu_convention})"
+        )
         print(f"  sources: {run.sources}")
     sc = mpt_scores()
-    print(f"MPT on A100-80GB ({sc['n']} published layouts, FSDP): Spearman rho(MFU) "
-          f"{sc['spearman_mfu']:.3f}, median |MFU err| {100 * sc['median_abs_mfu_error']:.1f} pts, "
-          f"mean signed {100 * sc['mean_signed_mfu_error']:+.1f} pts")
+    print(
+        f"MPT on A100-80GB ({sc['n']} published layouts, FSDP): Spearman rho(MFU) "
+        f"{sc['spearman_mfu']:.3f}, median |MFU err| {100 * sc['median_abs_mfu_error']:.1f} pts, "
+        f"mean signed {100 * sc['mean_signed_mfu_error']:+.1f} pts"
+    )
     print(f"  source: {MPT_SOURCE}")
     if "--loso" in sys.argv or "--calibrate" in sys.argv:
         res = leave_one_source_out()
-        print("leave-one-source-out: each source predicted by constants fitted to the others; "
-              "'all': constants fitted to every source (Hagemann scored on its held-out half)")
-        print(f"  {'source':42s} {'runs':>5s} {'LOSO rho':>9s} {'LOSO |err|':>11s} "
-              f"{'all rho':>8s} {'all |err|':>10s}")
+        print(
+            "leave-one-source-out: each source predicted by constants fitted to the others; "
+            "'all': constants fitted to every source (Hagemann scored on its held-out half)"
+        )
+        print(
+            f"  {'source':42s} {'runs':>5s} {'LOSO rho':>9s} {'LOSO |err|':>11s} "
+            f"{'all rho':>8s} {'all |err|':>10s}"
+        )
         for n, sc in res["loso"].items():
             al = res["all"][n]
-            print(f"  {SOURCE_NAMES[n]:42s} {sc['n_timed']:5d} {sc['spearman_mfu']:9.3f} "
-                  f"{100 * sc['median_abs_mfu_error']:8.1f} pt {al['spearman_mfu']:8.3f} "
-                  f"{100 * al['median_abs_mfu_error']:7.1f} pt")
+            print(
+                f"  {SOURCE_NAMES[n]:42s} {sc['n_timed']:5d} {sc['spearman_mfu']:9.3f} "
+                f"{100 * sc['median_abs_mfu_error']:8.1f} pt {al['spearman_mfu']:8.3f} "
+                f"{100 * al['median_abs_mfu_error']:7.1f} pt"
+            )
         eff = res["constants"]
-        print(f"  error model (pooled LOSO measured/predicted MFU, 5-95%): "
-              f"[{eff.mfu_ratio_lo}, {eff.mfu_ratio_hi}]")
+        print(
+            f"  error model (pooled LOSO measured/predicted MFU, 5-95%): "
+            f"[{eff.mfu_ratio_lo}, {eff.mfu_ratio_hi}]"
+        )
         if "--calibrate" in sys.argv:
             print("  constants fitted to all sources:")
             for k, v in eff.as_dict().items():

@@ -43,7 +43,13 @@ from scipy.special import huber  # noqa: E402
 from analysis.laws.fitting import bootstrap_counts, fit_law  # noqa: E402
 from analysis.laws.registry import CHINCHILLA_GRID  # noqa: E402
 
-DATA = pathlib.Path(__file__).resolve().parents[1].parent / "shared" / "data" / "chinchilla_epoch" / "svg_extracted_data.csv"
+DATA = (
+    pathlib.Path(__file__).resolve().parents[1].parent
+    / "shared"
+    / "data"
+    / "chinchilla_epoch"
+    / "svg_extracted_data.csv"
+)
 DELTA = 1e-3
 
 
@@ -68,10 +74,15 @@ def scipy_objective(logN, logD, logL, w):
         soft = ex / tot  # d lse / d term
         dh = np.clip(r, -DELTA, DELTA)  # d huber / d r
         g_lse = -w * dh
-        grad = np.array([
-            np.sum(g_lse * soft[2]), np.sum(g_lse * soft[0]), np.sum(g_lse * soft[1]),
-            np.sum(g_lse * soft[0] * -logN), np.sum(g_lse * soft[1] * -logD),
-        ])
+        grad = np.array(
+            [
+                np.sum(g_lse * soft[2]),
+                np.sum(g_lse * soft[0]),
+                np.sum(g_lse * soft[1]),
+                np.sum(g_lse * soft[0] * -logN),
+                np.sum(g_lse * soft[1] * -logD),
+            ]
+        )
         return float(np.sum(w * huber(DELTA, r))), grad
 
     return f
@@ -107,8 +118,12 @@ def scipy_pool(processes: int) -> concurrent.futures.ProcessPoolExecutor:
     """A started pool (spawned: JAX's threads already run in this process, so no fork) whose
     workers have all imported this module and run one fit, so that the timings below leave out
     process start-up and imports (a worker imports on its first job, not when it is spawned)."""
-    pool = concurrent.futures.ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context("spawn"),
-                                                  initializer=_scipy_job, initargs=(_WARM_JOB,))
+    pool = concurrent.futures.ProcessPoolExecutor(
+        processes,
+        mp_context=multiprocessing.get_context("spawn"),
+        initializer=_scipy_job,
+        initargs=(_WARM_JOB,),
+    )
     seen: set[int] = set()
     while len(seen) < processes:
         seen.update(pool.map(_worker_pid, range(4 * processes)))
@@ -132,17 +147,21 @@ def time_jax(df: pd.DataFrame, boot_seed: int):
     t = time.perf_counter()
     fit = fit_law(df, bootstrap=0)
     grid_s = time.perf_counter() - t
-    print(f"JAX grid fit, 4,500 starts: {grid_s:.2f} s warm ({cold:.2f} s cold, incl. compilation); "
-          f"objective {fit.objective:.10g}, {fit.starts_at_optimum} polished starts at the optimum")
+    print(
+        f"JAX grid fit, 4,500 starts: {grid_s:.2f} s warm ({cold:.2f} s cold, incl. compilation); "
+        f"objective {fit.objective:.10g}, {fit.starts_at_optimum} polished starts at the optimum"
+    )
     t = time.perf_counter()
-    fit_law(df, bootstrap=1000, seed=boot_seed + 1)     # compiles the bootstrap's shapes (its tail batch)
+    fit_law(df, bootstrap=1000, seed=boot_seed + 1)  # compiles the bootstrap's shapes (its tail batch)
     boot_cold = time.perf_counter() - t - grid_s
     t = time.perf_counter()
     fitb = fit_law(df, bootstrap=1000, seed=boot_seed)
     boot_s = time.perf_counter() - t - grid_s
-    print(f"JAX bootstrap, 1,000 resamples: {boot_s:.2f} s warm ({boot_cold:.2f} s cold); "
-          f"fit + bootstrap {boot_s + grid_s:.2f} s; "
-          f"SE E {fitb.se['E']:.4f} alpha {fitb.se['alpha']:.4f} beta {fitb.se['beta']:.4f}")
+    print(
+        f"JAX bootstrap, 1,000 resamples: {boot_s:.2f} s warm ({boot_cold:.2f} s cold); "
+        f"fit + bootstrap {boot_s + grid_s:.2f} s; "
+        f"SE E {fitb.se['E']:.4f} alpha {fitb.se['alpha']:.4f} beta {fitb.se['beta']:.4f}"
+    )
     return fit, grid_s, fitb, boot_s
 
 
@@ -156,13 +175,20 @@ def time_scipy_grid(pool, P: int, data, fit, idx: np.ndarray, full: bool) -> tup
     per_start = (time.perf_counter() - t) / idx.size
     sx_pub = np.r_[np.exp(sx[:3]), sx[3:]]
     gap = fit.objective - sf
-    print(f"SciPy L-BFGS-B, {P} processes: {per_start * 1e3:.2f} ms/start (wall) -> "
-          f"{per_start * CHINCHILLA_GRID.shape[0]:.1f} s for 4,500 starts "
-          f"({'measured' if full else f'{idx.size} run, scaled'}); best objective {sf:.10g}")
-    print(f"  optimum JAX  E={fit.params['E']:.5f} A={fit.params['A']:.2f} B={fit.params['B']:.1f} "
-          f"alpha={fit.params['alpha']:.5f} beta={fit.params['beta']:.5f}")
-    print(f"  optimum SciPy E={sx_pub[0]:.5f} A={sx_pub[1]:.2f} B={sx_pub[2]:.1f} alpha={sx_pub[3]:.5f} beta={sx_pub[4]:.5f}"
-          f"  (objective gap, ours - SciPy: {gap:+.3e}; negative = ours lower)")
+    print(
+        f"SciPy L-BFGS-B, {P} processes: {per_start * 1e3:.2f} ms/start (wall) -> "
+        f"{per_start * CHINCHILLA_GRID.shape[0]:.1f} s for 4,500 starts "
+        f"({'measured' if full else f'{idx.size} run, scaled'}); best objective {sf:.10g}"
+    )
+    print(
+        f"  optimum JAX  E={fit.params['E']:.5f} A={fit.params['A']:.2f} B={fit.params['B']:.1f} "
+        f"alpha={fit.params['alpha']:.5f} beta={fit.params['beta']:.5f}"
+    )
+    print(
+        f"  optimum SciPy E={sx_pub[0]:.5f} A={sx_pub[1]:.2f} B={sx_pub[2]:.1f} "
+        f"alpha={sx_pub[3]:.5f} beta={sx_pub[4]:.5f}"
+        f"  (objective gap, ours - SciPy: {gap:+.3e}; negative = ours lower)"
+    )
     return per_start * CHINCHILLA_GRID.shape[0], gap
 
 
@@ -175,7 +201,9 @@ def time_scipy_bootstrap(pool, P: int, data, fit, fitb, boot_seed: int, pick: np
     tolerances matched to the JAX fit (relative decrease 1e-14 * |f|, gradient 1e-10)."""
     counts = bootstrap_counts(data[0].size, 1000, boot_seed)
     x0s = fitb.law_obj.to_public(fitb.bootstrap_x0)  # the same starts the JAX bootstrap used for every
-    x0s = np.column_stack([np.log(x0s[:, :3]), x0s[:, 3:]])  # resample, in SciPy's (log E, log A, log B, alpha, beta)
+    x0s = np.column_stack(
+        [np.log(x0s[:, :3]), x0s[:, 3:]]
+    )  # resample, in SciPy's (log E, log A, log B, alpha, beta)
     matched = dict(ftol=1e-14 * fit.objective, gtol=1e-10, maxiter=2000, maxfun=2000)
     seconds = {}
     for name, opts in (("default tolerances", {}), ("matched tolerances", matched)):
@@ -185,22 +213,35 @@ def time_scipy_bootstrap(pool, P: int, data, fit, fitb, boot_seed: int, pick: np
         seconds[name] = (time.perf_counter() - t) / pick.size * 1000
         ours = fitb.bootstrap_samples[pick]
         errs = np.max([np.abs(np.r_[np.exp(x[:3]), x[3:]] / o - 1) for (_, x), o in zip(res, ours)], axis=1)
-        gaps = np.array([scipy_objective(*data, counts[i].astype(float))(np.r_[np.log(o[:3]), o[3:]])[0] - f
-                         for i, (f, _), o in zip(pick, res, ours)])
-        print(f"SciPy bootstrap, {P} processes, {name} (same {len(x0s)} starts per resample): {seconds[name]:.1f} s "
-              f"for 1,000 resamples{'' if full else f' ({pick.size} run, scaled)'}; resample optima vs JAX: "
-              f"median {np.median(errs):.1e}, max {errs.max():.1e} relative (worst parameter); objective gap "
-              f"ours - SciPy: min {gaps.min():+.2e}, max {gaps.max():+.2e}; SciPy lower by > 1e-9 relative in "
-              f"{np.sum(gaps > 1e-9 * np.array([f for f, _ in res]))} of {pick.size}")
+        gaps = np.array(
+            [
+                scipy_objective(*data, counts[i].astype(float))(np.r_[np.log(o[:3]), o[3:]])[0] - f
+                for i, (f, _), o in zip(pick, res, ours)
+            ]
+        )
+        print(
+            f"SciPy bootstrap, {P} processes, {name} (same {len(x0s)} starts per resample): "
+            f"{seconds[name]:.1f} s "
+            f"for 1,000 resamples{'' if full else f' ({pick.size} run, scaled)'}; resample optima vs JAX: "
+            f"median {np.median(errs):.1e}, max {errs.max():.1e} relative (worst parameter); objective gap "
+            f"ours - SciPy: min {gaps.min():+.2e}, max {gaps.max():+.2e}; SciPy lower by > 1e-9 relative in "
+            f"{np.sum(gaps > 1e-9 * np.array([f for f, _ in res]))} of {pick.size}"
+        )
     return seconds
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--subset", type=int, default=300, help="SciPy starts/resamples actually run (then scaled)")
+    ap.add_argument(
+        "--subset", type=int, default=300, help="SciPy starts/resamples actually run (then scaled)"
+    )
     ap.add_argument("--full", action="store_true", help="run SciPy from all 4,500 starts and 1,000 resamples")
-    ap.add_argument("--processes", type=int, default=os.cpu_count() or 1,
-                    help="SciPy's pool size (default: one per core, as JAX gets one device per core)")
+    ap.add_argument(
+        "--processes",
+        type=int,
+        default=os.cpu_count() or 1,
+        help="SciPy's pool size (default: one per core, as JAX gets one device per core)",
+    )
     args = ap.parse_args()
     if not DATA.is_file():
         print(f"data not found: {DATA}", file=sys.stderr)
@@ -208,7 +249,10 @@ def main() -> int:
     df = load()
     import jax
 
-    print(f"{len(df)} points; JAX {jax.__version__} on {len(jax.devices())} CPU device(s), {os.cpu_count()} cores")
+    print(
+        f"{len(df)} points; JAX {jax.__version__} on {len(jax.devices())} CPU device(s), "
+        f"{os.cpu_count()} cores"
+    )
     boot_seed = 0
     fit, grid_s, fitb, boot_s = time_jax(df, boot_seed)
     logN, logD, logL = (np.log(df[c].to_numpy(float)) for c in ("Model Size", "Training FLOP", "loss"))
@@ -225,11 +269,15 @@ def main() -> int:
         scipy_boot = time_scipy_bootstrap(pool, P, data, fit, fitb, boot_seed, pick, args.full)
     finally:
         pool.shutdown()
-    print(f"RESULT grid {grid_s:.2f} s (target < 5), bootstrap {boot_s:.2f} s (target < 60), "
-          f"grid speed-up {scipy_grid / grid_s:.1f}x, bootstrap speed-up {scipy_boot['matched tolerances'] / boot_s:.1f}x "
-          f"(vs SciPy with tolerances that reach the same optima; {scipy_boot['default tolerances'] / boot_s:.1f}x vs its "
-          f"default tolerances, which stop early), SciPy on {P} processes; grid objective gap ours - SciPy "
-          f"{gap:+.3e} ({gap / fit.objective:+.2e} relative; negative = ours lower)")
+    print(
+        f"RESULT grid {grid_s:.2f} s (target < 5), bootstrap {boot_s:.2f} s (target < 60), "
+        f"grid speed-up {scipy_grid / grid_s:.1f}x, "
+        f"bootstrap speed-up {scipy_boot['matched tolerances'] / boot_s:.1f}x "
+        f"(vs SciPy with tolerances that reach the same optima; "
+        f"{scipy_boot['default tolerances'] / boot_s:.1f}x vs its "
+        f"default tolerances, which stop early), SciPy on {P} processes; grid objective gap ours - SciPy "
+        f"{gap:+.3e} ({gap / fit.objective:+.2e} relative; negative = ours lower)"
+    )
     return 0
 
 

@@ -33,23 +33,37 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 D_MODEL, N_HEADS, SEQ_LEN = 2048, 16, 2048
-MEM_FRACTION = "0.92"   # of GPU memory JAX may take (its default, 0.75, wastes 20 GB of an H100)
+MEM_FRACTION = "0.92"  # of GPU memory JAX may take (its default, 0.75, wastes 20 GB of an H100)
 TARGET_MFU = 0.45
 INSTALL = "pip install -e '.[gpu]' 'jax[cuda12]'"
 
 
 def model_overrides(layers: int, remat: bool) -> list[str]:
-    return [f"model.d_model={D_MODEL}", f"model.n_layers={layers}", f"model.n_heads={N_HEADS}",
-            f"model.seq_len={SEQ_LEN}", "model.dtype=bfloat16", "model.attention=cudnn",
-            f"model.remat={str(remat).lower()}"]
+    return [
+        f"model.d_model={D_MODEL}",
+        f"model.n_layers={layers}",
+        f"model.n_heads={N_HEADS}",
+        f"model.seq_len={SEQ_LEN}",
+        "model.dtype=bfloat16",
+        "model.attention=cudnn",
+        f"model.remat={str(remat).lower()}",
+    ]
 
 
 def run_overrides(n_gpus: int, per_gpu: int, steps: int) -> list[str]:
     batch = per_gpu * n_gpus
-    return ["sharding=fsdp", f"train.batch_size={batch}", f"train.micro_batch_size={batch}",
-            f"train.steps={steps}", "train.eval_every=0", "train.ckpt_every=0",
-            f"train.eval_tokens={batch * SEQ_LEN}", "train.progress_every_s=10",
-            "optim.lr=3e-4", "optim.schedule=constant"]
+    return [
+        "sharding=fsdp",
+        f"train.batch_size={batch}",
+        f"train.micro_batch_size={batch}",
+        f"train.steps={steps}",
+        "train.eval_every=0",
+        "train.ckpt_every=0",
+        f"train.eval_tokens={batch * SEQ_LEN}",
+        "train.progress_every_s=10",
+        "optim.lr=3e-4",
+        "optim.schedule=constant",
+    ]
 
 
 def per_gpu_batch(bytes_limit: float) -> tuple[int, bool]:
@@ -64,17 +78,20 @@ def per_gpu_batch(bytes_limit: float) -> tuple[int, bool]:
 
 
 def compose(overrides: list[str]) -> Any:
-    from hydra import compose as hydra_compose, initialize_config_dir
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
 
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base=None):
         return hydra_compose(config_name="config", overrides=overrides)
 
 
 def describe(spec: Any, n_gpus: int) -> str:
-    return (f"model {spec.n_params / 1e9:.2f}B params ({spec.model.n_layers} layers, d_model "
-            f"{spec.model.d_model}, {spec.model.n_heads} heads, seq {spec.model.seq_len}), "
-            f"{spec.flops_per_token / 1e9:.2f} GFLOP/token; batch {spec.tokens_per_step:,} tokens/step "
-            f"over {n_gpus} GPU(s), mesh (data, fsdp, tensor) = {spec.mesh_shape}; {spec.steps} steps")
+    return (
+        f"model {spec.n_params / 1e9:.2f}B params ({spec.model.n_layers} layers, d_model "
+        f"{spec.model.d_model}, {spec.model.n_heads} heads, seq {spec.model.seq_len}), "
+        f"{spec.flops_per_token / 1e9:.2f} GFLOP/token; batch {spec.tokens_per_step:,} tokens/step "
+        f"over {n_gpus} GPU(s), mesh (data, fsdp, tensor) = {spec.mesh_shape}; {spec.steps} steps"
+    )
 
 
 def dry_run(args: argparse.Namespace) -> int:
@@ -88,21 +105,29 @@ def dry_run(args: argparse.Namespace) -> int:
     for n_gpus in sorted({1, args.gpus}):
         for gpu, hbm in (("H100 80GB", 80e9 * float(MEM_FRACTION)), ("H200", 141e9 * float(MEM_FRACTION))):
             per_gpu, remat = per_gpu_batch(hbm) if args.per_gpu_batch is None else (args.per_gpu_batch, False)
-            overrides = (model_overrides(args.layers, remat) + run_overrides(n_gpus, per_gpu, args.steps)
-                         + args.overrides)
+            overrides = (
+                model_overrides(args.layers, remat)
+                + run_overrides(n_gpus, per_gpu, args.steps)
+                + args.overrides
+            )
             try:
                 spec = resolve_config(compose(overrides), n_devices=n_gpus)
-                gpu_model = spec.model.resolved("gpu")   # what the model builds on a CUDA GPU
+                gpu_model = spec.model.resolved("gpu")  # what the model builds on a CUDA GPU
             except ConfigError as e:
                 print(f"error: {gpu}, {n_gpus} GPU(s): {e}")
                 failures += 1
                 continue
-            print(f"{gpu} x{n_gpus}: {describe(spec, n_gpus)}; on GPU: dtype {gpu_model.dtype}, "
-                  f"attention {gpu_model.attention}, remat {gpu_model.remat}")
+            print(
+                f"{gpu} x{n_gpus}: {describe(spec, n_gpus)}; on GPU: dtype {gpu_model.dtype}, "
+                f"attention {gpu_model.attention}, remat {gpu_model.remat}"
+            )
     for kind in ("NVIDIA H100 80GB HBM3", "NVIDIA H200"):
         peak = table_peak(kind, "bfloat16")
-        print(f"peak for {kind!r}: {peak / 1e12:.0f} TFLOP/s bf16 (conf/hardware)" if peak else
-              f"error: no bf16 peak for {kind!r} in conf/hardware/*.yaml")
+        print(
+            f"peak for {kind!r}: {peak / 1e12:.0f} TFLOP/s bf16 (conf/hardware)"
+            if peak
+            else f"error: no bf16 peak for {kind!r} in conf/hardware/*.yaml"
+        )
         failures += peak is None
     print("dry run: config resolves" if not failures else f"dry run: {failures} problem(s)")
     return 1 if failures else 0
@@ -110,7 +135,7 @@ def dry_run(args: argparse.Namespace) -> int:
 
 def gpu_devices() -> list[Any]:
     """The local CUDA devices, or exit 2 with one line saying why there are none."""
-    if os.environ.get("JAX_PLATFORMS", "") == "cpu":   # e.g. left over from a test shell
+    if os.environ.get("JAX_PLATFORMS", "") == "cpu":  # e.g. left over from a test shell
         del os.environ["JAX_PLATFORMS"]
     os.environ.setdefault("XLA_PYTHON_CLIENT_MEM_FRACTION", MEM_FRACTION)
     try:
@@ -119,16 +144,23 @@ def gpu_devices() -> list[Any]:
         devices = jax.local_devices(backend="gpu")
     except Exception as e:  # noqa: BLE001 - no CUDA plugin, no driver, no device: all the same answer
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        print(f"error: gpu_check needs an NVIDIA GPU visible to JAX (JAX: {first[:200]}); "
-              f"install the CUDA build with: {INSTALL}", file=sys.stderr)
+        print(
+            f"error: gpu_check needs an NVIDIA GPU visible to JAX (JAX: {first[:200]}); "
+            f"install the CUDA build with: {INSTALL}",
+            file=sys.stderr,
+        )
         sys.exit(2)
     return devices
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--dry-run", action="store_true", default=bool(os.environ.get("GPU_CHECK_DRY_RUN")),
-                    help="resolve the config on CPU (no GPU needed, nothing trained)")
+    ap.add_argument(
+        "--dry-run",
+        action="store_true",
+        default=bool(os.environ.get("GPU_CHECK_DRY_RUN")),
+        help="resolve the config on CPU (no GPU needed, nothing trained)",
+    )
     ap.add_argument("--gpus", type=int, default=8, help="dry run: GPU count to resolve the layout for")
     ap.add_argument("--steps", type=int, default=int(os.environ.get("GPU_CHECK_STEPS", 30)))
     ap.add_argument("--layers", type=int, default=int(os.environ.get("GPU_CHECK_LAYERS", 20)))
@@ -141,8 +173,8 @@ def main(argv: list[str] | None = None) -> int:
         return dry_run(args)
 
     devices = gpu_devices()
-    from experiments.train.loop import run
     from experiments.train.config import resolve_config
+    from experiments.train.loop import run
     from models.base.errors import ConfigError
 
     limit = float((devices[0].memory_stats() or {}).get("bytes_limit", 0))
@@ -162,11 +194,16 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except Exception as e:  # noqa: BLE001 - one line; the trainer put the traceback in summary.json
         first = str(e).strip().splitlines()[0][:300] if str(e).strip() else ""
-        hint = (" (out of memory: retry with --per-gpu-batch 4 or model.remat=true)"
-                if "RESOURCE_EXHAUSTED" in str(e) or "out of memory" in str(e).lower() else
-                " (if cuDNN attention is the cause, retry with model.attention=xla)")
-        print(f"error: gpu_check: training failed: {type(e).__name__}: {first}{hint}; traceback in "
-              f"{run_dir / 'summary.json'}", file=sys.stderr)
+        hint = (
+            " (out of memory: retry with --per-gpu-batch 4 or model.remat=true)"
+            if "RESOURCE_EXHAUSTED" in str(e) or "out of memory" in str(e).lower()
+            else " (if cuDNN attention is the cause, retry with model.attention=xla)"
+        )
+        print(
+            f"error: gpu_check: training failed: {type(e).__name__}: {first}{hint}; traceback in "
+            f"{run_dir / 'summary.json'}",
+            file=sys.stderr,
+        )
         return 1
     finally:
         if not args.keep:
@@ -177,7 +214,9 @@ def main(argv: list[str] | None = None) -> int:
 def steady_step_time(run_dir: Path, skip: int = 3) -> float | None:
     """Median step time over metrics.jsonl's steps after the first `skip` (compile, warm-up)."""
     try:
-        recs = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+        recs = [
+            json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()
+        ]
     except (OSError, ValueError):
         return None
     times = sorted(r["step_time_s"] for r in recs if r.get("step", 0) > skip and r.get("step_time_s"))
@@ -193,19 +232,38 @@ def report(s: dict[str, Any], n: int, run_dir: Path) -> int:
     tps, mfu, peak = s.get("tokens_per_s"), s.get("mfu"), s.get("peak_flops_per_device") or math.nan
     ok = s.get("status") == "completed" and tps
     print(f"gpu_check: status {s.get('status')}, final train loss {s.get('final_train_loss')}")
-    result = {k: s.get(k) for k in ("status", "tokens_per_s", "mfu", "peak_flops_per_device",
-                                    "peak_flops_source", "mesh", "n_params", "flops_per_token",
-                                    "tokens_per_step", "steps_done", "wall_time_s", "final_train_loss")}
+    result = {
+        k: s.get(k)
+        for k in (
+            "status",
+            "tokens_per_s",
+            "mfu",
+            "peak_flops_per_device",
+            "peak_flops_source",
+            "mesh",
+            "n_params",
+            "flops_per_token",
+            "tokens_per_step",
+            "steps_done",
+            "wall_time_s",
+            "final_train_loss",
+        )
+    }
     if ok:
-        print(f"gpu_check: {tps:,.0f} tokens/s ({tps / n:,.0f} per GPU), MFU {_pct(mfu)} "
-              f"(target >= {100 * TARGET_MFU:.0f}%) against {peak / 1e12:.0f} TFLOP/s per GPU: "
-              f"{s.get('peak_flops_source')}")
+        print(
+            f"gpu_check: {tps:,.0f} tokens/s ({tps / n:,.0f} per GPU), MFU {_pct(mfu)} "
+            f"(target >= {100 * TARGET_MFU:.0f}%) against {peak / 1e12:.0f} TFLOP/s per GPU: "
+            f"{s.get('peak_flops_source')}"
+        )
         dt = steady_step_time(run_dir)
         if dt:
             tps_med = s["tokens_per_step"] / dt
             mfu_med = tps_med * s["flops_per_token"] / (n * peak)
             result.update(median_step_time_s=dt, median_tokens_per_s=tps_med, median_mfu=mfu_med)
-            print(f"gpu_check: median step after step 3: {dt:.3f} s = {tps_med:,.0f} tokens/s, MFU {_pct(mfu_med)}")
+            print(
+                f"gpu_check: median step after step 3: {dt:.3f} s = {tps_med:,.0f} tokens/s, "
+                f"MFU {_pct(mfu_med)}"
+            )
     (run_dir / "gpu_check.json").write_text(json.dumps(result, indent=1) + "\n")
     print(f"gpu_check: figures in {run_dir / 'gpu_check.json'}")
     return 0 if ok else 1

@@ -30,8 +30,14 @@ import time
 import numpy as np
 import pandas as pd
 
-from sharding.costmodel import (DEFAULT_EFFICIENCY, PRIOR_EFFICIENCY, Efficiency, Layout,
-                                ModelShape, load_hardware)
+from sharding.costmodel import (
+    DEFAULT_EFFICIENCY,
+    PRIOR_EFFICIENCY,
+    Efficiency,
+    Layout,
+    ModelShape,
+    load_hardware,
+)
 from sharding.costmodel.calibrate import Measurement, calibrate, score
 
 DATA = pathlib.Path(__file__).resolve().parents[2] / "shared" / "data" / "hagemann2023_layouts"
@@ -39,9 +45,14 @@ TOKENS_PER_STEP = 4_194_304
 VOCAB = 128_000
 SHAPES = {"llama-13B": (40, 5120, 40), "llama-30B": (60, 6656, 52), "llama-65B": (80, 8192, 64)}
 # sheet `kernel` -> (attention kernel, fused RMSNorm)
-KERNELS = {"torch": ("naive", False), "fused": ("fused_softmax", False),
-           "flash_attention": ("flash1", False), "flash_attentionv1.0.8": ("flash1", False),
-           "flash_attention2": ("flash2", False), "flash_attention2 + RMS kernel": ("flash2", True)}
+KERNELS = {
+    "torch": ("naive", False),
+    "fused": ("fused_softmax", False),
+    "flash_attention": ("flash1", False),
+    "flash_attentionv1.0.8": ("flash1", False),
+    "flash_attention2": ("flash2", False),
+    "flash_attention2 + RMS kernel": ("flash2", True),
+}
 TARGETS = {"spearman_mfu": 0.8, "median_abs_mfu_error": 0.05, "oom_accuracy": 0.9}
 
 
@@ -84,13 +95,23 @@ def measurements(df: pd.DataFrame) -> tuple[list[Measurement], list[float | None
         shape = ModelShape(n_layers=L, d_model=h, n_heads=a, seq_len=seq, vocab_size=VOCAB)
         attn, fused_norm = KERNELS[str(r.kernel)]
         tp, pp = int(r.model_parallel_size), int(r.pipe_parallel_size)
-        sp = bool(r.sequence_parallel) if isinstance(r.sequence_parallel, (bool, np.bool_)) else (
-            str(r.sequence_parallel).strip().lower() == "true")
-        layout = Layout(dp=int(r.world_size) // (tp * pp), tp=tp, pp=pp,
-                        micro_batch=int(r.micro_batch_size), global_batch=TOKENS_PER_STEP // seq,
-                        sp=sp, zero_stage=1,
-                        act_ckpt="full" if r.activation_checkpointing_type == "every_layer" else "none",
-                        attention=attn, fused_norm=fused_norm)
+        sp = (
+            bool(r.sequence_parallel)
+            if isinstance(r.sequence_parallel, (bool, np.bool_))
+            else (str(r.sequence_parallel).strip().lower() == "true")
+        )
+        layout = Layout(
+            dp=int(r.world_size) // (tp * pp),
+            tp=tp,
+            pp=pp,
+            micro_batch=int(r.micro_batch_size),
+            global_batch=TOKENS_PER_STEP // seq,
+            sp=sp,
+            zero_stage=1,
+            act_ckpt="full" if r.activation_checkpointing_type == "every_layer" else "none",
+            attention=attn,
+            fused_norm=fused_norm,
+        )
         out.append(Measurement(shape, layout, hw, step, oom, label=f"{r.experiment}#{r.trial_id}"))
         mfu.append(float(r.average_mfu) if step is not None else None)
         test.append(held_out(r.trial_id))
@@ -119,9 +140,12 @@ def fit(data_dir: pathlib.Path = DATA) -> Efficiency:
     """Re-fit the constants on the calibration half only (deterministic); their MFU error
     interval is the 5%-95% range of measured / predicted MFU on the held-out half."""
     ms, mfu, test = measurements(load_table(data_dir))
-    eff = calibrate(split(ms, test, False), PRIOR_EFFICIENCY,
-                    provenance="Hagemann et al. 2023, calibration half (hash split of trial_id), "
-                               "benchmarks/hagemann_layouts.py --calibrate")
+    eff = calibrate(
+        split(ms, test, False),
+        PRIOR_EFFICIENCY,
+        provenance="Hagemann et al. 2023, calibration half (hash split of trial_id), "
+        "benchmarks/hagemann_layouts.py --calibrate",
+    )
     held = score(split(ms, test, True), eff, split(mfu, test, True))
     return eff.replace(mfu_ratio_lo=round(held.mfu_ratio_q05, 4), mfu_ratio_hi=round(held.mfu_ratio_q95, 4))
 
@@ -141,20 +165,28 @@ def main(argv: list[str] | None = None) -> int:
     res["efficiency"] = eff.as_dict()
     res["seconds"] = round(time.perf_counter() - t0, 1)
     ho = res["held_out"]
-    print(f"Hagemann et al. 2023 layouts: {res['n_runs']} runs, calibration {res['n_calibration']}, "
-          f"held out {res['n_held_out']} ({ho['n_timed']} timed)")
+    print(
+        f"Hagemann et al. 2023 layouts: {res['n_runs']} runs, calibration {res['n_calibration']}, "
+        f"held out {res['n_held_out']} ({ho['n_timed']} timed)"
+    )
     for name in ("calibration", "held_out"):
         s = res[name]
-        print(f"  {name:11s}: Spearman rho(MFU) {s['spearman_mfu']:.3f}  median |MFU err| "
-              f"{100 * s['median_abs_mfu_error']:.2f} pts  OOM accuracy {100 * s['oom_accuracy']:.1f}%  "
-              f"measured/predicted MFU 5-95% [{s['mfu_ratio_q05']:.3f}, {s['mfu_ratio_q95']:.3f}]")
+        print(
+            f"  {name:11s}: Spearman rho(MFU) {s['spearman_mfu']:.3f}  median |MFU err| "
+            f"{100 * s['median_abs_mfu_error']:.2f} pts  OOM accuracy {100 * s['oom_accuracy']:.1f}%  "
+            f"measured/predicted MFU 5-95% [{s['mfu_ratio_q05']:.3f}, {s['mfu_ratio_q95']:.3f}]"
+        )
     print("  held out by experiment:")
     for exp, s in res["held_out_by_experiment"].items():
-        print(f"    {exp:58s} rho {s['spearman_mfu']:6.3f}  |err| {100 * s['median_abs_mfu_error']:5.2f} pts"
-              f"  OOM acc {100 * s['oom_accuracy']:5.1f}%  (n={s['n_oom_labelled']})")
-    ok = (ho["spearman_mfu"] >= TARGETS["spearman_mfu"]
-          and ho["median_abs_mfu_error"] <= TARGETS["median_abs_mfu_error"]
-          and ho["oom_accuracy"] >= TARGETS["oom_accuracy"])
+        print(
+            f"    {exp:58s} rho {s['spearman_mfu']:6.3f}  |err| {100 * s['median_abs_mfu_error']:5.2f} pts"
+            f"  OOM acc {100 * s['oom_accuracy']:5.1f}%  (n={s['n_oom_labelled']})"
+        )
+    ok = (
+        ho["spearman_mfu"] >= TARGETS["spearman_mfu"]
+        and ho["median_abs_mfu_error"] <= TARGETS["median_abs_mfu_error"]
+        and ho["oom_accuracy"] >= TARGETS["oom_accuracy"]
+    )
     print(f"  targets (rho >= 0.8, |err| <= 5 pts, OOM acc >= 90%): {'met' if ok else 'NOT met'}")
     if args.calibrate:
         print("  fitted constants:")

@@ -44,7 +44,9 @@ GADRE_MAIN_LOSS = "loss_c4_val"
 def epoch_table() -> pd.DataFrame:
     d = pd.read_csv(SHARED / "chinchilla_epoch" / "svg_extracted_data.csv")
     d = d[d.loss < d.loss.nlargest(5).min()]
-    return pd.DataFrame({"N": d["Model Size"], "C": d["Training FLOP"], "loss": d.loss}).reset_index(drop=True)
+    return pd.DataFrame({"N": d["Model Size"], "C": d["Training FLOP"], "loss": d.loss}).reset_index(
+        drop=True
+    )
 
 
 def gadre_tables(val_sets: str) -> dict[str, pd.DataFrame]:
@@ -54,10 +56,18 @@ def gadre_tables(val_sets: str) -> dict[str, pd.DataFrame]:
     for ds, name in GADRE_SETS.items():
         x = r[r.dataset == ds]
         for col in losses:
-            out[f"{name}/{col[5:]}"] = pd.DataFrame({
-                "N": x.n_params.astype(float), "D": x.tokens.astype(float),
-                "N_ne": x.n_params_non_embedding.astype(float), "loss": x[col].astype(float),
-            }).dropna().reset_index(drop=True)
+            out[f"{name}/{col[5:]}"] = (
+                pd.DataFrame(
+                    {
+                        "N": x.n_params.astype(float),
+                        "D": x.tokens.astype(float),
+                        "N_ne": x.n_params_non_embedding.astype(float),
+                        "loss": x[col].astype(float),
+                    }
+                )
+                .dropna()
+                .reset_index(drop=True)
+            )
     return out
 
 
@@ -94,18 +104,27 @@ def run_one(table: pd.DataFrame, held: np.ndarray, law: str, bootstrap: int, see
     pred, lo, hi = fit.predict_interval(inputs)
     y = h.loss.values
     rel = (pred - y) / y
-    return {"rel_error": rel.tolist(), "inside": ((y >= lo) & (y <= hi)).tolist(),
-            "rel_width": ((hi - lo) / pred).tolist(), "n_fit": int((~held).sum()),
-            "prediction_error": fit.prediction_error.to_dict() if fit.prediction_error else None,
-            "law": fit.law}
+    return {
+        "rel_error": rel.tolist(),
+        "inside": ((y >= lo) & (y <= hi)).tolist(),
+        "rel_width": ((hi - lo) / pred).tolist(),
+        "n_fit": int((~held).sum()),
+        "prediction_error": fit.prediction_error.to_dict() if fit.prediction_error else None,
+        "law": fit.law,
+    }
 
 
 def summarise(rows: list[dict]) -> dict:
     rel = np.abs(np.concatenate([r["rel_error"] for r in rows]))
     inside = np.concatenate([r["inside"] for r in rows])
     width = np.concatenate([r["rel_width"] for r in rows])
-    return {"n_points": int(rel.size), "mean_rel_error": float(rel.mean()), "max_rel_error": float(rel.max()),
-            "coverage": float(inside.mean()), "mean_rel_width": float(width.mean())}
+    return {
+        "n_points": int(rel.size),
+        "mean_rel_error": float(rel.mean()),
+        "max_rel_error": float(rel.max()),
+        "coverage": float(inside.mean()),
+        "mean_rel_width": float(width.mean()),
+    }
 
 
 def main(argv=None) -> int:
@@ -125,17 +144,24 @@ def main(argv=None) -> int:
         results.setdefault(proto, []).append(r)
         s = summarise([r])
         pe = r["prediction_error"] or {}
-        print(f"{proto:14s} {name:28s} {r['law']:15s} n_fit {r['n_fit']:3d} held {s['n_points']:2d}  mean {s['mean_rel_error']:.2%}  "
-              f"max {s['max_rel_error']:.2%}  cover {s['coverage']:.0%}  width {s['mean_rel_width']:.2%}  "
-              f"noise {pe.get('noise_sd', float('nan')):.4f} budget {pe.get('budget_sd', float('nan')):.4f} drift/dec {pe.get('drift_per_decade', float('nan')):.4f}",
-              flush=True)
+        print(
+            f"{proto:14s} {name:28s} {r['law']:15s} n_fit {r['n_fit']:3d} held {s['n_points']:2d}  "
+            f"mean {s['mean_rel_error']:.2%}  "
+            f"max {s['max_rel_error']:.2%}  cover {s['coverage']:.0%}  width {s['mean_rel_width']:.2%}  "
+            f"noise {pe.get('noise_sd', float('nan')):.4f} budget {pe.get('budget_sd', float('nan')):.4f} "
+            f"drift/dec {pe.get('drift_per_decade', float('nan')):.4f}",
+            flush=True,
+        )
     summary = {proto: summarise(rows) for proto, rows in results.items()}
     multi = [r for p in ("epoch", "gadre-compute") for r in results.get(p, [])]
     if multi:
         summary["multi-source"] = summarise(multi)
     for k, s in summary.items():
-        print(f"== {k:14s} points {s['n_points']:3d}  mean |rel err| {s['mean_rel_error']:.2%}  max {s['max_rel_error']:.2%}  "
-              f"90% coverage {s['coverage']:.0%}  mean width {s['mean_rel_width']:.2%}")
+        print(
+            f"== {k:14s} points {s['n_points']:3d}  mean |rel err| {s['mean_rel_error']:.2%}  "
+            f"max {s['max_rel_error']:.2%}  "
+            f"90% coverage {s['coverage']:.0%}  mean width {s['mean_rel_width']:.2%}"
+        )
     print(f"({time.perf_counter() - t0:.0f} s)")
     if args.json:
         pathlib.Path(args.json).write_text(json.dumps({"summary": summary, "experiments": results}, indent=1))

@@ -31,7 +31,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
-
 from train_throughput import ABLATIONS, SIZES, make_bare_step  # noqa: E402
 
 VARIANTS = {
@@ -67,11 +66,11 @@ def main(argv=None) -> int:
         step = make_bare_step(nl, nh, mc.kv_heads, ablate=frozenset(ablate))
         zeros = jax.tree.map(jnp.zeros_like, params)
         s = [params, zeros, jax.tree.map(jnp.zeros_like, params), jnp.zeros((), jnp.float32)]
-        out = step(*s, tokens)               # compile + warm-up
+        out = step(*s, tokens)  # compile + warm-up
         jax.block_until_ready(out)
         state[name], times[name] = (step, list(out[:4])), []
     order = list(state)
-    for r in range(args.rounds):             # a fresh order each round: no variant always runs first
+    for r in range(args.rounds):  # a fresh order each round: no variant always runs first
         np.random.default_rng(r).shuffle(order)
         for name in order:
             step, s = state[name]
@@ -82,13 +81,18 @@ def main(argv=None) -> int:
             jax.block_until_ready(out)
             times[name].append((time.perf_counter() - t0) / args.steps_per_round)
 
-    print(f"{args.size}: d={d} L={nl} heads={nh} T={L} B={B}, {flops_step / 1e9:.1f} GFLOP/step (model FLOPs); "
-          f"peak {peak / 1e9:.1f} GFLOP/s ({src}); the same matmul now: {measure_cpu_matmul_peak() / 1e9:.1f}")
+    print(
+        f"{args.size}: d={d} L={nl} heads={nh} T={L} B={B}, {flops_step / 1e9:.1f} GFLOP/step (model FLOPs); "
+        f"peak {peak / 1e9:.1f} GFLOP/s ({src}); the same matmul now: {measure_cpu_matmul_peak() / 1e9:.1f}"
+    )
     full = statistics.median(times["full"])
     for name in VARIANTS:
         t = statistics.median(times[name])
-        print(f"  {name:14s} {t * 1e3:7.1f} ms/step  removed parts cost {(full - t) * 1e3:6.1f} ms "
-              f"({(full - t) / full:5.1%})  MFU if free {flops_step / t / peak:.2f}", flush=True)
+        print(
+            f"  {name:14s} {t * 1e3:7.1f} ms/step  removed parts cost {(full - t) * 1e3:6.1f} ms "
+            f"({(full - t) / full:5.1%})  MFU if free {flops_step / t / peak:.2f}",
+            flush=True,
+        )
     return 0
 
 

@@ -30,8 +30,11 @@ CONF = __import__("pathlib").Path(__file__).resolve().parents[1] / "conf"
 def time_tasks(spec, ts, params, val, names: list[str], repeats: int) -> dict[str, float]:
     """Seconds to build, compile and evaluate (median) the tasks `names` as one suite."""
     t0 = time.perf_counter()
-    sets = build_task_sets(EvalConfig(tasks=names, examples=spec.eval.examples, shots=spec.eval.shots,
-                                      seed=spec.eval.seed), val, spec.model.seq_len)
+    sets = build_task_sets(
+        EvalConfig(tasks=names, examples=spec.eval.examples, shots=spec.eval.shots, seed=spec.eval.seed),
+        val,
+        spec.model.seq_len,
+    )
     suite = TaskSuite(sets, ts.graphdef, ts.param_shardings, ts.eval_batch_sharding, spec.eval_batch_size)
     t1 = time.perf_counter()
     suite.compile(params)
@@ -41,7 +44,12 @@ def time_tasks(spec, ts, params, val, names: list[str], repeats: int) -> dict[st
         t = time.perf_counter()
         suite.evaluate(params)
         evals.append(time.perf_counter() - t)
-    return {"build_s": t1 - t0, "compile_s": t2 - t1, "eval_s": statistics.median(evals), "rows": suite.n_rows}
+    return {
+        "build_s": t1 - t0,
+        "compile_s": t2 - t1,
+        "eval_s": statistics.median(evals),
+        "rows": suite.n_rows,
+    }
 
 
 def main() -> None:
@@ -58,8 +66,10 @@ def main() -> None:
     params, _ = ts.init(0)
     val = load_corpus(spec.data).val
     names = args.tasks.split(",")
-    print(f"model={args.model} (d={spec.model.d_model} L={spec.model.n_layers} T={spec.model.seq_len}), "
-          f"{spec.eval.examples} examples per task, eval batch {spec.eval_batch_size}")
+    print(
+        f"model={args.model} (d={spec.model.d_model} L={spec.model.n_layers} T={spec.model.seq_len}), "
+        f"{spec.eval.examples} examples per task, eval batch {spec.eval_batch_size}"
+    )
     print(f"{'task':<16} {'rows':>5} {'build s':>8} {'compile s':>10} {'eval s':>8}")
     for group in [[n] for n in names] + ([names] if len(names) > 1 else []):
         r = time_tasks(spec, ts, params, val, group, args.repeats)

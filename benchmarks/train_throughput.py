@@ -70,12 +70,12 @@ def bare_loss(p, tokens_BxL1, n_layers, n_heads, n_kv, theta=10000.0, eps=1e-6, 
         inv = 1.0 / theta ** (jnp.arange(0, E, 2, dtype=jnp.float32) / E)
         a = jnp.arange(L, dtype=jnp.float32)[:, None] * inv[None]
         c, s = jnp.cos(a)[None, :, None], jnp.sin(a)[None, :, None]
-        t1, t2 = t[..., : E // 2], t[..., E // 2:]
+        t1, t2 = t[..., : E // 2], t[..., E // 2 :]
         return jnp.concatenate([t1 * c - t2 * s, t2 * c + t1 * s], -1)
 
-    nb = max(1, min(8, L // 64))            # query blocks, as models.transformer.attention_blocks
+    nb = max(1, min(8, L // 64))  # query blocks, as models.transformer.attention_blocks
     size = -(-L // nb)
-    x = x.reshape(B * L, -1)                 # tokens x d_model: every projection is a 2-D matmul
+    x = x.reshape(B * L, -1)  # tokens x d_model: every projection is a 2-D matmul
     for i in range(n_layers):
         b = p[f"block_{i}"]
         a = b["attn"]
@@ -93,7 +93,7 @@ def bare_loss(p, tokens_BxL1, n_layers, n_heads, n_kv, theta=10000.0, eps=1e-6, 
             e = jnp.exp(s - jax.lax.stop_gradient(jnp.max(s, -1, keepdims=True)))
             z = jnp.moveaxis(jnp.sum(e, -1), 3, 1)[..., None]
             outs.append(jnp.einsum("bkgls,bske->blkge", e, v[:, :hi]) / z)
-        if not outs:                         # ablated: keep q, k, v (and their matmuls) alive
+        if not outs:  # ablated: keep q, k, v (and their matmuls) alive
             outs = [q + (k + v)[:, :, :, None]]
         o = jnp.concatenate(outs, 1).reshape(B * L, -1)
         x = x + o @ a["wo_HxExD"].reshape(-1, D)
@@ -107,8 +107,9 @@ def bare_loss(p, tokens_BxL1, n_layers, n_heads, n_kv, theta=10000.0, eps=1e-6, 
     return jnp.mean(logz - jnp.take_along_axis(logits, y.reshape(-1, 1), -1)[..., 0])
 
 
-def make_bare_step(n_layers, n_heads, n_kv, lr=3e-3, b1=0.9, b2=0.95, eps=1e-8, wd=0.1, clip=1.0,
-                   ablate=frozenset()):
+def make_bare_step(
+    n_layers, n_heads, n_kv, lr=3e-3, b1=0.9, b2=0.95, eps=1e-8, wd=0.1, clip=1.0, ablate=frozenset()
+):
     def decays(path, leaf):
         names = [str(getattr(k, "key", k)) for k in path]
         return leaf.ndim >= 2 and not any(n.startswith(("embed_", "head_")) for n in names)
@@ -128,6 +129,7 @@ def make_bare_step(n_layers, n_heads, n_kv, lr=3e-3, b1=0.9, b2=0.95, eps=1e-8, 
             if decays(path, w):
                 u = u + wd * w
             return w - lr * u
+
         p = jax.tree_util.tree_map_with_path(upd, p, mu, nu)
         return p, mu, nu, t, loss
 
@@ -135,6 +137,7 @@ def make_bare_step(n_layers, n_heads, n_kv, lr=3e-3, b1=0.9, b2=0.95, eps=1e-8, 
 
 
 # ---- one size --------------------------------------------------------------------------------
+
 
 def bench(name, steps, peak_dev):
     from hydra import compose, initialize_config_dir
@@ -148,10 +151,23 @@ def bench(name, steps, peak_dev):
     mc = ModelConfig(vocab_size=256, d_model=d, n_layers=nl, n_heads=nh, seq_len=L)
     fpt = flops_per_token(mc)
     tok_step = B * L
-    overrides = [f"model.d_model={d}", f"model.n_layers={nl}", f"model.n_heads={nh}", f"model.seq_len={L}",
-                 f"train.batch_size={B}", f"train.steps={steps}", "train.eval_every=0", "train.ckpt_every=0",
-                 "train.eval_tokens=4096", "train.progress_every_s=1000", "train.log_every=1", "optim.warmup_tokens=0"]
-    with initialize_config_dir(config_dir=str(Path(__file__).resolve().parents[1] / "conf"), version_base=None):
+    overrides = [
+        f"model.d_model={d}",
+        f"model.n_layers={nl}",
+        f"model.n_heads={nh}",
+        f"model.seq_len={L}",
+        f"train.batch_size={B}",
+        f"train.steps={steps}",
+        "train.eval_every=0",
+        "train.ckpt_every=0",
+        "train.eval_tokens=4096",
+        "train.progress_every_s=1000",
+        "train.log_every=1",
+        "optim.warmup_tokens=0",
+    ]
+    with initialize_config_dir(
+        config_dir=str(Path(__file__).resolve().parents[1] / "conf"), version_base=None
+    ):
         cfg = compose(config_name="config", overrides=overrides)
 
     _, params = init_params(mc, 0)
@@ -160,9 +176,9 @@ def bench(name, steps, peak_dev):
     mu = jax.tree.map(jnp.zeros_like, params)
     nu = jax.tree.map(jnp.zeros_like, params)
     t = jnp.zeros((), jnp.float32)
-    params, mu, nu, t, loss = step(params, mu, nu, t, tokens)   # compile + warm-up
+    params, mu, nu, t, loss = step(params, mu, nu, t, tokens)  # compile + warm-up
     loss.block_until_ready()
-    chunk, per_step = 5, []                  # median over chunks of 5 pipelined steps
+    chunk, per_step = 5, []  # median over chunks of 5 pipelined steps
 
     def time_bare(n_chunks):
         nonlocal params, mu, nu, t, loss
@@ -189,11 +205,21 @@ def bench(name, steps, peak_dev):
     time_bare(n_chunks - n_chunks // 2)
     bare_tps = tok_step / statistics.median(per_step)
     return {
-        "size": name, "d_model": d, "n_layers": nl, "seq_len": L, "batch": B, "n_params": s["n_params"],
-        "flops_per_token": fpt, "steps": steps,
-        "framework_tokens_per_s": fw_tps, "framework_flops_per_s": fw_tps * fpt,
-        "framework_mfu": fw_tps * fpt / peak_dev, "framework_wall_s": fw_wall,
-        "bare_tokens_per_s": bare_tps, "bare_flops_per_s": bare_tps * fpt, "bare_mfu": bare_tps * fpt / peak_dev,
+        "size": name,
+        "d_model": d,
+        "n_layers": nl,
+        "seq_len": L,
+        "batch": B,
+        "n_params": s["n_params"],
+        "flops_per_token": fpt,
+        "steps": steps,
+        "framework_tokens_per_s": fw_tps,
+        "framework_flops_per_s": fw_tps * fpt,
+        "framework_mfu": fw_tps * fpt / peak_dev,
+        "framework_wall_s": fw_wall,
+        "bare_tokens_per_s": bare_tps,
+        "bare_flops_per_s": bare_tps * fpt,
+        "bare_mfu": bare_tps * fpt / peak_dev,
         "ratio_framework_over_bare": fw_tps / bare_tps,
     }
 
@@ -209,17 +235,22 @@ def main(argv=None) -> int:
     logging.getLogger().setLevel(logging.WARNING)
     peak, src = peak_flops_per_device(jax.devices()[0], "float32", devices_on_host=1)
     print(f"peak: {peak / 1e9:.1f} GFLOP/s ({src})")
-    print(f"the same 2048^3 matmul right now: {measure_cpu_matmul_peak() / 1e9:.1f} GFLOP/s "
-          "(this machine's speed drifts; MFU below is against the cached peak, as runs record it)")
+    print(
+        f"the same 2048^3 matmul right now: {measure_cpu_matmul_peak() / 1e9:.1f} GFLOP/s "
+        "(this machine's speed drifts; MFU below is against the cached peak, as runs record it)"
+    )
     rows = []
     for name in args.sizes.split(","):
         r = bench(name, args.steps, peak)
         rows.append(r)
-        print(f"{name:>6} d={r['d_model']:<4} L={r['n_layers']} T={r['seq_len']} B={r['batch']} "
-              f"({r['n_params'] / 1e6:.2f}M params) | framework {r['framework_tokens_per_s']:8.0f} tok/s "
-              f"{r['framework_flops_per_s'] / 1e9:6.1f} GFLOP/s MFU {r['framework_mfu']:.2f} | bare "
-              f"{r['bare_tokens_per_s']:8.0f} tok/s {r['bare_flops_per_s'] / 1e9:6.1f} GFLOP/s MFU "
-              f"{r['bare_mfu']:.2f} | framework/bare {r['ratio_framework_over_bare']:.2f}", flush=True)
+        print(
+            f"{name:>6} d={r['d_model']:<4} L={r['n_layers']} T={r['seq_len']} B={r['batch']} "
+            f"({r['n_params'] / 1e6:.2f}M params) | framework {r['framework_tokens_per_s']:8.0f} tok/s "
+            f"{r['framework_flops_per_s'] / 1e9:6.1f} GFLOP/s MFU {r['framework_mfu']:.2f} | bare "
+            f"{r['bare_tokens_per_s']:8.0f} tok/s {r['bare_flops_per_s'] / 1e9:6.1f} GFLOP/s MFU "
+            f"{r['bare_mfu']:.2f} | framework/bare {r['ratio_framework_over_bare']:.2f}",
+            flush=True,
+        )
     if args.json:
         args.json.write_text(json.dumps({"peak_flops": peak, "peak_source": src, "rows": rows}, indent=1))
     return 0

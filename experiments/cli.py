@@ -29,15 +29,15 @@ _DETAIL_PREFIXES = ("full_key:", "object_type=", "reference_type=", "Config sear
 def run_cli(main: Callable[[], Any]) -> None:
     """Call `main` (a `@hydra.main` function); a config error Hydra raises while composing ends
     with one `error:` line and exit 2, any other Hydra error as Hydra reports it."""
-    if os.environ.get("HYDRA_FULL_ERROR"):   # the user asked for Hydra's full tracebacks
+    if os.environ.get("HYDRA_FULL_ERROR"):  # the user asked for Hydra's full tracebacks
         main()
         return
-    os.environ["HYDRA_FULL_ERROR"] = "1"     # Hydra raises instead of printing: report below
+    os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra raises instead of printing: report below
     try:
         main()
     except CONFIG_ERRORS as e:
         fail(one_line(e), EXIT_CONFIG, multirun=False)
-    except CompactHydraException as e:       # e.g. the sweeper's own one-line errors
+    except CompactHydraException as e:  # e.g. the sweeper's own one-line errors
         print(str(e), file=sys.stderr, flush=True)
         sys.exit(EXIT_FAILED)
     finally:

@@ -63,11 +63,22 @@ def _status_counts(sweep_dir: pathlib.Path) -> tuple[int, int]:
 
 def run_sweep(sweep_dir: pathlib.Path, log_path: pathlib.Path, extra: list[str], t0: float) -> int:
     """Run the demo sweep as a child process, echoing the plan and each run's end."""
-    cmd = [sys.executable, "-m", "experiments.train", "-m", "+sweep=demo", f"hydra.sweep.dir={sweep_dir}", *extra]
+    cmd = [
+        sys.executable,
+        "-m",
+        "experiments.train",
+        "-m",
+        "+sweep=demo",
+        f"hydra.sweep.dir={sweep_dir}",
+        *extra,
+    ]
     print(f"[demo] sweep: {' '.join(cmd[1:])}", flush=True)
     repo = pathlib.Path(__file__).resolve().parents[1]
-    env = dict(os.environ, PYTHONUNBUFFERED="1", PYTHONPATH=os.pathsep.join(
-        [str(repo), *filter(None, [os.environ.get("PYTHONPATH")])]))
+    env = dict(
+        os.environ,
+        PYTHONUNBUFFERED="1",
+        PYTHONPATH=os.pathsep.join([str(repo), *filter(None, [os.environ.get("PYTHONPATH")])]),
+    )
     stop = threading.Event()
 
     def ticker() -> None:
@@ -78,9 +89,16 @@ def run_sweep(sweep_dir: pathlib.Path, log_path: pathlib.Path, extra: list[str],
 
     threading.Thread(target=ticker, daemon=True).start()
     with open(log_path, "a") as log:
-        p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=repo,
-                             env=env, bufsize=1,
-                             preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None)
+        p = subprocess.Popen(
+            cmd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            cwd=repo,
+            env=env,
+            bufsize=1,
+            preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
+        )
         assert p.stdout is not None
         for line in p.stdout:
             log.write(line)
@@ -96,10 +114,22 @@ def run_sweep(sweep_dir: pathlib.Path, log_path: pathlib.Path, extra: list[str],
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m experiments.demo", description=__doc__.splitlines()[0])
-    ap.add_argument("--out", default="outputs/demo", help="demo directory: sweep/, report/, sweep.log (default outputs/demo)")
-    ap.add_argument("--budget", type=float, default=1e13, help="compute budget (FLOPs) to state N*/D* for (default 1e13)")
-    ap.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples for the CIs (default 1000)")
-    ap.add_argument("overrides", nargs="*", help="extra Hydra overrides for the sweep, e.g. 'sweep.budgets=[1e11,3e11,1e12]'")
+    ap.add_argument(
+        "--out",
+        default="outputs/demo",
+        help="demo directory: sweep/, report/, sweep.log (default outputs/demo)",
+    )
+    ap.add_argument(
+        "--budget", type=float, default=1e13, help="compute budget (FLOPs) to state N*/D* for (default 1e13)"
+    )
+    ap.add_argument(
+        "--bootstrap", type=int, default=1000, help="bootstrap resamples for the CIs (default 1000)"
+    )
+    ap.add_argument(
+        "overrides",
+        nargs="*",
+        help="extra Hydra overrides for the sweep, e.g. 'sweep.budgets=[1e11,3e11,1e12]'",
+    )
     args = ap.parse_args(argv)
     if not (args.budget > 0 and args.budget < float("inf")):
         print(f"error: --budget must be a positive FLOP count (got {args.budget})", file=sys.stderr)
@@ -110,12 +140,17 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     rc = run_sweep(sweep_dir, out / "sweep.log", args.overrides, t0)
     if rc != 0:
-        print(f"error: the sweep failed (exit {rc}); see {out / 'sweep.log'}; run the demo again to resume it",
-              file=sys.stderr)
+        print(
+            f"error: the sweep failed (exit {rc}); see {out / 'sweep.log'}; run the demo again to resume it",
+            file=sys.stderr,
+        )
         return 1
     t_sweep = time.time() - t0
-    print(f"[demo {_fmt_t(t_sweep)}] sweep finished; fitting laws ({args.bootstrap} bootstrap resamples) and "
-          "writing the report", flush=True)
+    print(
+        f"[demo {_fmt_t(t_sweep)}] sweep finished; fitting laws ({args.bootstrap} bootstrap resamples) and "
+        "writing the report",
+        flush=True,
+    )
     # The analysis stack (JAX, pandas, matplotlib) loads only now, after the sweep: the demo's
     # parent process stays small while its children train.
     from analysis.report.build import build_report
@@ -124,15 +159,23 @@ def main(argv: list[str] | None = None) -> int:
 
     enable_compile_cache()  # the fits' XLA programs are the same every time: a rerun starts faster
     try:
-        rep = build_report(sweep_dir, report_dir, budgets=[args.budget], bootstrap=args.bootstrap,
-                           title="scalelab demo: IsoFLOP sweep on the Python stdlib corpus")
+        rep = build_report(
+            sweep_dir,
+            report_dir,
+            budgets=[args.budget],
+            bootstrap=args.bootstrap,
+            title="scalelab demo: IsoFLOP sweep on the Python stdlib corpus",
+        )
     except AnalysisError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     total = time.time() - t0
     print()
-    print(f"=== scalelab demo: {rep['n_completed']} runs, budgets "
-          f"{', '.join(f'{b:.3g}' for b in rep['budgets_swept'])} FLOPs; sweep {_fmt_t(t_sweep)}, total {_fmt_t(total)} ===")
+    print(
+        f"=== scalelab demo: {rep['n_completed']} runs, budgets "
+        f"{', '.join(f'{b:.3g}' for b in rep['budgets_swept'])} FLOPs; "
+        f"sweep {_fmt_t(t_sweep)}, total {_fmt_t(total)} ==="
+    )
     for line in headline(rep):
         print(line)
     for w in rep["warnings"]:

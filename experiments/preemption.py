@@ -61,6 +61,7 @@ class StopVote:
     def __call__(self, flag: bool) -> bool:
         if self._multi is None:
             import jax
+
             self._multi = jax.process_count() > 1
         if not self._multi:
             return flag
@@ -77,7 +78,8 @@ def _any_across_processes() -> Callable[[bool], Any]:
     import jax
     import jax.numpy as jnp
     import numpy as np
-    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+    from jax.sharding import Mesh, NamedSharding
+    from jax.sharding import PartitionSpec as P
 
     mesh = Mesh(np.array(jax.devices()), ("p",))
     per_device = NamedSharding(mesh, P("p"))
@@ -96,10 +98,10 @@ class PreemptionGuard:
 
     def __init__(self, signals: tuple[signal.Signals, ...] = PREEMPT_SIGNALS, lag: int = 0):
         self.signals = signals
-        self.received: list[signal.Signals] = []   # in arrival order, each once
+        self.received: list[signal.Signals] = []  # in arrival order, each once
         self._previous: dict[signal.Signals, Any] = {}
         self._vote = StopVote(lag)
-        self.active = False                          # handlers installed (main thread only)
+        self.active = False  # handlers installed (main thread only)
 
     def __enter__(self) -> "PreemptionGuard":
         if threading.current_thread() is threading.main_thread():

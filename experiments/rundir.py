@@ -68,7 +68,9 @@ def to_plain_json(obj: Any) -> Any:
     return json.loads(json.dumps(obj, default=str))
 
 
-def write_failed_summary(run_dir: Path, base: Mapping[str, Any], err: BaseException, wall_time_s: float) -> None:
+def write_failed_summary(
+    run_dir: Path, base: Mapping[str, Any], err: BaseException, wall_time_s: float
+) -> None:
     """Best-effort `status: failed` summary.json: the error, and its traceback unless it is a
     ConfigError (whose message already says what to fix). Call from an `except` block."""
     summary = dict(base, status="failed", error=f"{type(err).__name__}: {err}", wall_time_s=wall_time_s)
@@ -90,8 +92,10 @@ def completed_summary(run_dir: Path, cfg: Mapping[str, Any]) -> dict[str, Any] |
         return None
     same, diffs = same_run(s, cfg)
     if not same:
-        raise ValueError(f"{run_dir} already holds a completed run of another config "
-                         f"({'; '.join(diffs[:3]) or 'fingerprint differs'}); choose another hydra.run.dir")
+        raise ValueError(
+            f"{run_dir} already holds a completed run of another config "
+            f"({'; '.join(diffs[:3]) or 'fingerprint differs'}); choose another hydra.run.dir"
+        )
     return s
 
 
@@ -123,8 +127,10 @@ def exclusive_run_dir(run_dir: Path, cfg: Mapping[str, Any]) -> Iterator[None]:
     f = open(path, "w")
     if not lock_file(f, blocking=False):
         f.close()
-        raise RunDirBusy(f"another process is training {run_dir} right now (it holds {path.name}); "
-                         "wait for it to finish or stop it, then start this run again")
+        raise RunDirBusy(
+            f"another process is training {run_dir} right now (it holds {path.name}); "
+            "wait for it to finish or stop it, then start this run again"
+        )
     try:
         yield
     finally:
@@ -147,8 +153,13 @@ def first_line(err: BaseException) -> str:
     return lines[0] if lines else type(err).__name__
 
 
-def run_guarded(run_fn: Callable[[Any, Path], dict[str, Any]], cfg: Any, run_dir: Path, multirun: bool,
-                label: str = "training") -> dict[str, Any]:
+def run_guarded(
+    run_fn: Callable[[Any, Path], dict[str, Any]],
+    cfg: Any,
+    run_dir: Path,
+    multirun: bool,
+    label: str = "training",
+) -> dict[str, Any]:
     """`run_fn(cfg, run_dir)` under the contract: bad config -> exit 2, diverged -> exit 3,
     preempted -> exit EXIT_PREEMPTED (also in a multirun job), the directory busy with another
     live run -> exit 1 (nothing written), any other failure -> exit 1 with one line (the
@@ -161,26 +172,40 @@ def run_guarded(run_fn: Callable[[Any, Path], dict[str, Any]], cfg: Any, run_dir
     except ConfigError as e:
         return fail(str(e), EXIT_CONFIG, multirun)
     except KeyboardInterrupt:
-        return fail(f"interrupted; start the same command again to resume from the last checkpoint "
-                    f"in {run_dir}", 130, multirun)
+        return fail(
+            f"interrupted; start the same command again to resume from the last checkpoint in {run_dir}",
+            130,
+            multirun,
+        )
     except Exception as e:  # noqa: BLE001 - one line here, the traceback is in summary.json
         msg = str(e).strip().splitlines()[0] if str(e).strip() else ""
-        return fail(f"{label} failed: {type(e).__name__}: {msg[:300]} (traceback in "
-                    f"{run_dir / 'summary.json'})", EXIT_FAILED, multirun)
+        return fail(
+            f"{label} failed: {type(e).__name__}: {msg[:300]} (traceback in {run_dir / 'summary.json'})",
+            EXIT_FAILED,
+            multirun,
+        )
     if summary.get("status") == "diverged" and not multirun:
-        print(f"error: {label} diverged at step {summary.get('steps_done')}; metrics kept in "
-              f"{run_dir / 'metrics.jsonl'}", file=sys.stderr, flush=True)
+        print(
+            f"error: {label} diverged at step {summary.get('steps_done')}; metrics kept in "
+            f"{run_dir / 'metrics.jsonl'}",
+            file=sys.stderr,
+            flush=True,
+        )
         sys.exit(EXIT_DIVERGED)
     if summary.get("status") == "preempted":  # the signal was for the process: a sweep stops too
-        print(f"{label} preempted ({', '.join(summary.get('preempted_by') or []) or 'signal'}) at step "
-              f"{summary.get('steps_done')}, checkpoint saved; start the same command again to resume "
-              f"in {run_dir}", file=sys.stderr, flush=True)
+        print(
+            f"{label} preempted ({', '.join(summary.get('preempted_by') or []) or 'signal'}) at step "
+            f"{summary.get('steps_done')}, checkpoint saved; start the same command again to resume "
+            f"in {run_dir}",
+            file=sys.stderr,
+            flush=True,
+        )
         sys.exit(EXIT_PREEMPTED)
     return summary
 
 
 # ---- the directory of a single run, and its console log --------------------------------------------
-UNRESOLVED_RUN_NAME = "invalid-config"   # the run then stops with `error: bad config: ...`
+UNRESOLVED_RUN_NAME = "invalid-config"  # the run then stops with `error: bad config: ...`
 
 
 def model_label(model: Mapping[str, Any] | None) -> str:
@@ -204,6 +229,7 @@ def register_run_name(name: str, run_name: Callable[[DictConfig], str]) -> None:
     `hydra.run.dir=...` replaces it, and multirun jobs use `hydra.sweep.dir` instead. A config
     the name cannot be computed from gets UNRESOLVED_RUN_NAME: the entry point then reports the
     bad config in one line."""
+
     def resolve(*, _root_: DictConfig) -> str:
         try:
             return run_name(_root_)

@@ -16,19 +16,19 @@ from typing import Callable, Iterator, Sequence
 import jax
 
 # Parameter axes.
-EMBED = "embed"          # d_model dimension of a weight
-MLP = "mlp"              # d_ff dimension of a weight
-HEADS = "heads"          # query-head dimension of a weight
-KV_HEADS = "kv_heads"    # key/value-head dimension of a weight
-KV = "kv"                # per-head feature dimension (d_head)
-VOCAB = "vocab"          # vocabulary dimension of the embedding / head
-NORM = "norm"            # the d_model dimension of a norm scale (never sharded)
+EMBED = "embed"  # d_model dimension of a weight
+MLP = "mlp"  # d_ff dimension of a weight
+HEADS = "heads"  # query-head dimension of a weight
+KV_HEADS = "kv_heads"  # key/value-head dimension of a weight
+KV = "kv"  # per-head feature dimension (d_head)
+VOCAB = "vocab"  # vocabulary dimension of the embedding / head
+NORM = "norm"  # the d_model dimension of a norm scale (never sharded)
 
 # Activation axes.
 BATCH = "batch"
-LENGTH = "length"              # sequence inside attention / MLP (split over `context`)
+LENGTH = "length"  # sequence inside attention / MLP (split over `context`)
 RESID_LENGTH = "resid_length"  # sequence of the residual stream and norms (also over `tensor` with SP)
-KV_LENGTH = "kv_length"        # key/value sequence inside attention (never split: gathered K/V)
+KV_LENGTH = "kv_length"  # key/value sequence inside attention (never split: gathered K/V)
 ACT_EMBED = "act_embed"
 ACT_MLP = "act_mlp"
 ACT_HEADS = "act_heads"
@@ -36,7 +36,18 @@ ACT_KV_HEADS = "act_kv_heads"
 ACT_VOCAB = "act_vocab"
 
 PARAM_AXES = (EMBED, MLP, HEADS, KV_HEADS, KV, VOCAB, NORM)
-ACTIVATION_AXES = (BATCH, LENGTH, RESID_LENGTH, KV_LENGTH, ACT_EMBED, ACT_MLP, ACT_HEADS, ACT_KV_HEADS, ACT_VOCAB, KV)
+ACTIVATION_AXES = (
+    BATCH,
+    LENGTH,
+    RESID_LENGTH,
+    KV_LENGTH,
+    ACT_EMBED,
+    ACT_MLP,
+    ACT_HEADS,
+    ACT_KV_HEADS,
+    ACT_VOCAB,
+    KV,
+)
 
 _local = threading.local()
 

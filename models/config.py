@@ -47,23 +47,23 @@ class ModelConfig:
     d_model: int = 128
     n_layers: int = 2
     n_heads: int = 4
-    n_kv_heads: int | None = None   # None = n_heads (plain MHA); smaller = grouped-query attention
-    d_ff: int | None = None         # None = 8/3 * d_model rounded up to a multiple of 64 (SwiGLU)
+    n_kv_heads: int | None = None  # None = n_heads (plain MHA); smaller = grouped-query attention
+    d_ff: int | None = None  # None = 8/3 * d_model rounded up to a multiple of 64 (SwiGLU)
     seq_len: int = 128
     tie_embeddings: bool = False
-    remat: str = "none"             # activation checkpointing of each block: none | selective (keep
-                                    # matmul outputs, recompute attention and elementwise) | full
-                                    # (keep only the block input); true/false = full/none
-    dtype: str = "auto"             # compute dtype: auto (bfloat16 on GPU/TPU, float32 on CPU) | float32
-                                    # | bfloat16; params, softmax, norms and logits stay f32
-    attention: str = "auto"         # auto | xla | cudnn | blocked: the attention kernel (see resolved())
+    remat: str = "none"  # activation checkpointing of each block: none | selective (keep
+    # matmul outputs, recompute attention and elementwise) | full
+    # (keep only the block input); true/false = full/none
+    dtype: str = "auto"  # compute dtype: auto (bfloat16 on GPU/TPU, float32 on CPU) | float32
+    # | bfloat16; params, softmax, norms and logits stay f32
+    attention: str = "auto"  # auto | xla | cudnn | blocked: the attention kernel (see resolved())
     rope_theta: float = 10000.0
     norm_eps: float = 1e-6
     init_std: float = 0.02
-    parametrization: str = "sp"     # sp (standard) | mup: maximal-update parametrisation (Yang et al.
-                                    # 2022), one learning rate for every width (see width_mult)
+    parametrization: str = "sp"  # sp (standard) | mup: maximal-update parametrisation (Yang et al.
+    # 2022), one learning rate for every width (see width_mult)
     mup_base_d_model: int | None = None  # mup: the width the hyper-parameters were tuned at
-                                    # (None = this model's d_model, i.e. width multiplier 1)
+    # (None = this model's d_model, i.e. width multiplier 1)
 
     def __post_init__(self) -> None:
         # true/false (a YAML boolean, or its string once Hydra has typed it as str) mean full/none,
@@ -116,24 +116,27 @@ class ModelConfig:
         if self.d_model % self.n_heads:
             raise ConfigError(
                 f"model.n_heads={self.n_heads} does not divide model.d_model={self.d_model}; "
-                "choose d_model as a multiple of n_heads")
+                "choose d_model as a multiple of n_heads"
+            )
         if self.d_head % 2:
-            raise ConfigError(
-                f"head width model.d_model/model.n_heads={self.d_head} must be even for RoPE")
+            raise ConfigError(f"head width model.d_model/model.n_heads={self.d_head} must be even for RoPE")
         if self.n_heads % self.kv_heads:
             raise ConfigError(
                 f"model.n_kv_heads={self.kv_heads} does not divide model.n_heads={self.n_heads} "
-                "(grouped-query attention needs whole groups)")
+                "(grouped-query attention needs whole groups)"
+            )
         if self.dtype not in _DTYPES:
             raise ConfigError(f"model.dtype must be one of {_DTYPES} (got {self.dtype!r})")
         if self.remat not in REMAT:
-            raise ConfigError(f"model.remat must be one of {REMAT} (or true/false for full/none; "
-                              f"got {self.remat!r})")
+            raise ConfigError(
+                f"model.remat must be one of {REMAT} (or true/false for full/none; got {self.remat!r})"
+            )
         if self.attention not in ATTENTION_KERNELS:
             raise ConfigError(f"model.attention must be one of {ATTENTION_KERNELS} (got {self.attention!r})")
         if self.parametrization not in PARAMETRIZATIONS:
-            raise ConfigError(f"model.parametrization must be one of {PARAMETRIZATIONS} "
-                              f"(got {self.parametrization!r})")
+            raise ConfigError(
+                f"model.parametrization must be one of {PARAMETRIZATIONS} (got {self.parametrization!r})"
+            )
         base = self.mup_base_d_model
         if base is not None and (isinstance(base, bool) or not isinstance(base, int) or base <= 0):
             raise ConfigError(f"model.mup_base_d_model must be a positive integer or null (got {base!r})")
@@ -151,8 +154,9 @@ class ModelConfig:
         platform cannot run (one line naming the key)."""
         platform = current_platform() if platform is None else platform
         dtype = resolve_dtype(self.dtype, platform)
-        return dataclasses.replace(self, dtype=dtype,
-                                   attention=resolve_attention(self.attention, platform, dtype, self.d_head))
+        return dataclasses.replace(
+            self, dtype=dtype, attention=resolve_attention(self.attention, platform, dtype, self.d_head)
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -184,7 +188,8 @@ def resolve_dtype(dtype: str, platform: str) -> str:
 
 def cudnn_supports(dtype: str, d_head: int) -> bool:
     """Whether cuDNN flash attention takes these inputs on every supported GPU: bfloat16 q/k/v
-    (it has no float32 kernel) and a head width that is a multiple of 8 and at most 128 (256 from Hopper on)."""
+    (it has no float32 kernel) and a head width that is a multiple of 8 and at most 128 (256 from
+    Hopper on)."""
     return dtype == "bfloat16" and d_head % 8 == 0 and d_head <= 128
 
 
@@ -205,10 +210,14 @@ def resolve_attention(attention: str, platform: str, dtype: str, d_head: int) ->
         return "xla" if platform in ACCELERATORS else "blocked"
     if attention == "cudnn":
         if platform != "gpu":
-            raise ConfigError(f"model.attention=cudnn needs an NVIDIA GPU (JAX backend here: {platform}); "
-                              "use model.attention=auto, xla or blocked")
+            raise ConfigError(
+                f"model.attention=cudnn needs an NVIDIA GPU (JAX backend here: {platform}); "
+                "use model.attention=auto, xla or blocked"
+            )
         if not cudnn_supports(dtype, d_head):
-            raise ConfigError(f"model.attention=cudnn needs model.dtype=bfloat16 (or auto) and a head "
-                              f"width d_model/n_heads that is a multiple of 8 and <= 128 "
-                              f"(got dtype {dtype}, head width {d_head}); use model.attention=auto or xla")
+            raise ConfigError(
+                f"model.attention=cudnn needs model.dtype=bfloat16 (or auto) and a head "
+                f"width d_model/n_heads that is a multiple of 8 and <= 128 "
+                f"(got dtype {dtype}, head width {d_head}); use model.attention=auto or xla"
+            )
     return attention

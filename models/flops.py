@@ -41,7 +41,9 @@ from models.config import ModelConfig
 MFU_CAUSAL = "causal_6N+6LTHd"
 MFU_PALM = "palm_6N+12LHQT"
 MFU_CONVENTIONS = {
-    MFU_CAUSAL: "6*N_matmul + 6*L*T*H*d_head FLOPs per token (causal attention; models.flops.flops_per_token)",
+    MFU_CAUSAL: (
+        "6*N_matmul + 6*L*T*H*d_head FLOPs per token (causal attention; models.flops.flops_per_token)"
+    ),
     MFU_PALM: "6*N_all_params + 12*L*H*Q*T FLOPs per token (PaLM App. B, non-causal attention)",
 }
 

@@ -62,7 +62,7 @@ def rope(x_BxLxNxE: jax.Array, theta: float) -> jax.Array:
     cos = jnp.cos(ang_LxE2)[None, :, None, :]
     sin = jnp.sin(ang_LxE2)[None, :, None, :]
     x = x_BxLxNxE.astype(jnp.float32)
-    x1, x2 = x[..., : E // 2], x[..., E // 2:]
+    x1, x2 = x[..., : E // 2], x[..., E // 2 :]
     out = jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
     return out.astype(x_BxLxNxE.dtype)
 
@@ -94,8 +94,12 @@ def attention_blocks(L: int) -> list[tuple[int, int]]:
     return [(a, min(a + size, L)) for a in range(0, L, size)]
 
 
-def causal_attention(q_BxLxKxGxE: jax.Array, k_BxLxKxE: jax.Array, v_BxLxKxE: jax.Array,
-                     blocks: list[tuple[int, int]] | None = None) -> jax.Array:
+def causal_attention(
+    q_BxLxKxGxE: jax.Array,
+    k_BxLxKxE: jax.Array,
+    v_BxLxKxE: jax.Array,
+    blocks: list[tuple[int, int]] | None = None,
+) -> jax.Array:
     """softmax(q k^T / sqrt(E) + causal mask) v, scores and softmax in float32.
 
     Exactly the textbook formula, computed per query block (see `attention_blocks`) with the
@@ -109,21 +113,24 @@ def causal_attention(q_BxLxKxGxE: jax.Array, k_BxLxKxE: jax.Array, v_BxLxKxE: ja
     q = q_BxLxKxGxE * jnp.asarray(1.0 / math.sqrt(E), dt)
     outs = []
     for a, b in blocks or attention_blocks(L):
-        s_BxKxGxlxs = jnp.einsum("blkge,bske->bkgls", q[:, a:b], k_BxLxKxE[:, :b],
-                                 preferred_element_type=jnp.float32)
+        s_BxKxGxlxs = jnp.einsum(
+            "blkge,bske->bkgls", q[:, a:b], k_BxLxKxE[:, :b], preferred_element_type=jnp.float32
+        )
         visible_lxs = jnp.arange(a, b)[:, None] >= jnp.arange(b)[None, :]
         s_BxKxGxlxs = jnp.where(visible_lxs, s_BxKxGxlxs, -jnp.inf)
         m = jax.lax.stop_gradient(jnp.max(s_BxKxGxlxs, axis=-1, keepdims=True))
         p_BxKxGxlxs = jnp.exp(s_BxKxGxlxs - m)
         z_BxlxKxG = jnp.moveaxis(jnp.sum(p_BxKxGxlxs, axis=-1), 3, 1)
-        o_BxlxKxGxE = jnp.einsum("bkgls,bske->blkge", p_BxKxGxlxs.astype(dt), v_BxLxKxE[:, :b],
-                                 preferred_element_type=jnp.float32)
+        o_BxlxKxGxE = jnp.einsum(
+            "bkgls,bske->blkge", p_BxKxGxlxs.astype(dt), v_BxLxKxE[:, :b], preferred_element_type=jnp.float32
+        )
         outs.append((o_BxlxKxGxE / z_BxlxKxG[..., None]).astype(dt))
     return outs[0] if len(outs) == 1 else jnp.concatenate(outs, axis=1)
 
 
-def fused_attention(q_BxLxKxGxE: jax.Array, k_BxLxKxE: jax.Array, v_BxLxKxE: jax.Array,
-                    implementation: str) -> jax.Array:
+def fused_attention(
+    q_BxLxKxGxE: jax.Array, k_BxLxKxE: jax.Array, v_BxLxKxE: jax.Array, implementation: str
+) -> jax.Array:
     """The same causal GQA attention through `jax.nn.dot_product_attention` ("xla" or "cudnn").
 
     Query head h = k * G + g reads KV head k, exactly as in `causal_attention`. cuDNN runs a
@@ -131,8 +138,13 @@ def fused_attention(q_BxLxKxGxE: jax.Array, k_BxLxKxE: jax.Array, v_BxLxKxE: jax
     XLA builds the masked score matrix and fuses it on GPU/TPU (on CPU it is the slower choice).
     """
     B, L, K, G, E = q_BxLxKxGxE.shape
-    o_BxLxHxE = jax.nn.dot_product_attention(q_BxLxKxGxE.reshape(B, L, K * G, E), k_BxLxKxE, v_BxLxKxE,
-                                             is_causal=True, implementation=implementation)
+    o_BxLxHxE = jax.nn.dot_product_attention(
+        q_BxLxKxGxE.reshape(B, L, K * G, E),
+        k_BxLxKxE,
+        v_BxLxKxE,
+        is_causal=True,
+        implementation=implementation,
+    )
     return o_BxLxHxE.reshape(B, L, K, G, E)
 
 
@@ -178,7 +190,9 @@ class Attention(nnx.Module):
         q, k = rope(q, cfg.rope_theta), rope(k, cfg.rope_theta)
         kernel = axes.attention_kernel(ATTENTION[cfg.attention])  # context-parallel when L is split
         o_BxLxKxGxE = kernel(q.reshape(B, L, K, H // K, E), k, v)
-        o_BxLxHxE = axes.constrain(o_BxLxKxGxE.reshape(B, L, H, E), (axes.BATCH, axes.LENGTH, axes.ACT_HEADS, axes.KV))
+        o_BxLxHxE = axes.constrain(
+            o_BxLxKxGxE.reshape(B, L, H, E), (axes.BATCH, axes.LENGTH, axes.ACT_HEADS, axes.KV)
+        )
         out = _matmul(_tokens(o_BxLxHxE.reshape(B, L, H * E)), self.wo_HxExD[...].reshape(H * E, D), dt)
         # row-parallel output: all-reduce over `tensor`, or reduce-scatter along L under SP
         return axes.constrain(out.reshape(B, L, D), (axes.BATCH, axes.RESID_LENGTH, axes.ACT_EMBED))
@@ -191,8 +205,9 @@ class SwiGLU(nnx.Module):
         D, F = cfg.d_model, cfg.ff
         self.w_gate_DxF = _param(rngs, (D, F), 1.0 / math.sqrt(D), (axes.EMBED, axes.MLP))
         self.w_up_DxF = _param(rngs, (D, F), 1.0 / math.sqrt(D), (axes.EMBED, axes.MLP))
-        self.w_down_FxD = _param(rngs, (F, D), 1.0 / math.sqrt(F) / math.sqrt(2 * cfg.n_layers),
-                                 (axes.MLP, axes.EMBED))
+        self.w_down_FxD = _param(
+            rngs, (F, D), 1.0 / math.sqrt(F) / math.sqrt(2 * cfg.n_layers), (axes.MLP, axes.EMBED)
+        )
 
     def __call__(self, x_BxLxD: jax.Array) -> jax.Array:
         dt = x_BxLxD.dtype
@@ -203,7 +218,9 @@ class SwiGLU(nnx.Module):
         u = _matmul(x_NxD, self.w_up_DxF[...], dt)
         # silu written as g * sigmoid(g): jax.nn.silu's custom derivative costs XLA:CPU an extra
         # ~40% on the whole MLP backward; the math is identical.
-        h_BxLxF = axes.constrain((g * jax.nn.sigmoid(g) * u).reshape(B, L, -1), (axes.BATCH, axes.LENGTH, axes.ACT_MLP))
+        h_BxLxF = axes.constrain(
+            (g * jax.nn.sigmoid(g) * u).reshape(B, L, -1), (axes.BATCH, axes.LENGTH, axes.ACT_MLP)
+        )
         out = _matmul(_tokens(h_BxLxF), self.w_down_FxD[...], dt)
         return axes.constrain(out.reshape(B, L, D), (axes.BATCH, axes.RESID_LENGTH, axes.ACT_EMBED))
 
@@ -237,8 +254,10 @@ REMAT_POLICIES = {
     "selective": jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
     "full": jax.checkpoint_policies.nothing_saveable,
 }
-BLOCK_FORWARD = {"none": _block_forward,
-                 **{name: nnx.remat(_block_forward, policy=policy) for name, policy in REMAT_POLICIES.items()}}
+BLOCK_FORWARD = {
+    "none": _block_forward,
+    **{name: nnx.remat(_block_forward, policy=policy) for name, policy in REMAT_POLICIES.items()},
+}
 
 
 class Transformer(nnx.Module):
@@ -284,15 +303,18 @@ class Transformer(nnx.Module):
         if cfg.width_mult != 1.0:  # µP readout: logits / width multiplier (ModelConfig.width_mult)
             x = x * jnp.asarray(1.0 / cfg.width_mult, x.dtype)
         if cfg.tie_embeddings:
-            logits = jnp.einsum("bld,vd->blv", x, self.embed_VxD[...].astype(dt),
-                                preferred_element_type=jnp.float32)
+            logits = jnp.einsum(
+                "bld,vd->blv", x, self.embed_VxD[...].astype(dt), preferred_element_type=jnp.float32
+            )
         else:
-            logits = jnp.einsum("bld,dv->blv", x, self.head_DxV[...].astype(dt),
-                                preferred_element_type=jnp.float32)
+            logits = jnp.einsum(
+                "bld,dv->blv", x, self.head_DxV[...].astype(dt), preferred_element_type=jnp.float32
+            )
         return axes.constrain(logits.astype(jnp.float32), (axes.BATCH, axes.LENGTH, axes.ACT_VOCAB))
 
 
 # ---- functional view used by the trainer, the sharding layer and the tests ---------------------
+
 
 def split_params(model: Transformer) -> tuple[nnx.GraphDef, dict[str, Any]]:
     """(graphdef, params) with params a nested dict of float32 arrays (string keys only)."""
@@ -303,8 +325,13 @@ def split_params(model: Transformer) -> tuple[nnx.GraphDef, dict[str, Any]]:
 def logical_axes(model: Transformer) -> dict[str, Any]:
     """Same tree as `split_params(model)[1]`, each leaf the tuple of logical axis names."""
     state = nnx.state(model, nnx.Param)
-    return nnx.to_pure_dict(jax.tree.map(lambda v: tuple(v.get_metadata()["out_sharding"]), state,
-                                         is_leaf=lambda x: isinstance(x, nnx.Variable)))
+    return nnx.to_pure_dict(
+        jax.tree.map(
+            lambda v: tuple(v.get_metadata()["out_sharding"]),
+            state,
+            is_leaf=lambda x: isinstance(x, nnx.Variable),
+        )
+    )
 
 
 def abstract_model(cfg: ModelConfig) -> Transformer:

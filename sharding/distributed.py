@@ -51,8 +51,10 @@ def resolve(cfg: Mapping[str, Any] | None, env: Mapping[str, str] | None = None)
     try:
         n, pid = int(n), int(pid)
     except (TypeError, ValueError):
-        raise ConfigError(f"distributed ({source}): coordinator_address, num_processes and process_id "
-                          f"must all be given (got {addr!r}, {n!r}, {pid!r})") from None
+        raise ConfigError(
+            f"distributed ({source}): coordinator_address, num_processes and process_id "
+            f"must all be given (got {addr!r}, {n!r}, {pid!r})"
+        ) from None
     if not addr or ":" not in str(addr):
         raise ConfigError(f"distributed.coordinator_address must be host:port (got {addr!r})")
     if n < 1 or not 0 <= pid < n:
@@ -68,7 +70,9 @@ def resolve(cfg: Mapping[str, Any] | None, env: Mapping[str, str] | None = None)
 _initialized = False
 
 
-def initialize(cfg: Mapping[str, Any] | None = None, env: Mapping[str, str] | None = None) -> dict[str, Any] | None:
+def initialize(
+    cfg: Mapping[str, Any] | None = None, env: Mapping[str, str] | None = None
+) -> dict[str, Any] | None:
     """Initialize jax.distributed if the config/environment describe a multi-process job."""
     global _initialized
     args = resolve(cfg, env)

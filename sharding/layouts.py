@@ -26,10 +26,10 @@ LAYOUTS_DIR = Path(__file__).resolve().parents[1] / "conf" / "sharding"
 class ShardingConfig:
     """`sharding.*`: the mesh axis sizes; -1 on one axis = fill it with the remaining devices."""
 
-    data: int = 1      # data parallel: batch rows split, parameters replicated
-    fsdp: int = 1      # fully sharded data parallel: batch rows and parameters split
-    tensor: int = 1    # tensor parallel: heads / MLP width / vocabulary split
-    context: int = 1   # context parallel: the sequence split (attention all-gathers K/V)
+    data: int = 1  # data parallel: batch rows split, parameters replicated
+    fsdp: int = 1  # fully sharded data parallel: batch rows and parameters split
+    tensor: int = 1  # tensor parallel: heads / MLP width / vocabulary split
+    context: int = 1  # context parallel: the sequence split (attention all-gathers K/V)
     sequence_parallel: bool = False  # Megatron SP: norms/residuals sequence-split over `tensor`
     pipeline: int = 1  # pipeline stages: the `stage` mesh axis (sharding/pipeline.py)
     pipeline_schedule: str = "gpipe"  # gpipe | 1f1b | interleaved
@@ -78,8 +78,10 @@ def resolve_axis_sizes(sizes: Sequence[int], n_devices: int) -> tuple[int, int, 
     fixed = math.prod(s for s in sizes if s != -1)
     if fill:
         if n_devices % fixed:
-            raise ConfigError(f"sharding: fixed axes multiply to {fixed}, which does not divide the "
-                              f"{n_devices} available devices, so -1 cannot fill them")
+            raise ConfigError(
+                f"sharding: fixed axes multiply to {fixed}, which does not divide the "
+                f"{n_devices} available devices, so -1 cannot fill them"
+            )
         sizes[fill[0]] = n_devices // fixed
     total = math.prod(sizes)
     if total > n_devices:

@@ -22,8 +22,9 @@ from sharding.rules import MESH_AXES
 _AUTO = (AxisType.Auto,) * len(MESH_AXES)
 
 
-def make_mesh(sizes: Sequence[int], devices: Sequence[jax.Device] | None = None, stage: int = 1,
-              context: int = 1) -> Mesh:
+def make_mesh(
+    sizes: Sequence[int], devices: Sequence[jax.Device] | None = None, stage: int = 1, context: int = 1
+) -> Mesh:
     """Mesh with axes MESH_AXES of the given resolved sizes (missing trailing axes are 1);
     `stage` = the number of pipeline stages (`sharding.pipeline`), `context` = the number of
     sequence shards (`sharding.context`)."""
@@ -33,8 +34,9 @@ def make_mesh(sizes: Sequence[int], devices: Sequence[jax.Device] | None = None,
     sizes[MESH_AXES.index("context")] *= context
     n = math.prod(sizes)
     if jax.process_count() > 1 and n != len(devices):
-        raise ConfigError(f"multi-process runs must use all {len(devices)} devices "
-                          f"(sharding axes multiply to {n})")
+        raise ConfigError(
+            f"multi-process runs must use all {len(devices)} devices (sharding axes multiply to {n})"
+        )
     if n == len(devices):
         try:
             return jax.make_mesh(tuple(sizes), MESH_AXES, devices=devices, axis_types=_AUTO)

@@ -69,14 +69,23 @@ def _stack_blocks(params: dict[str, Any], cfg: ModelConfig, pipe: PipelineSpec) 
 
 def _constrain_stacked(stacked: Any, block_axes: Any, mesh: Mesh) -> Any:
     """Put the P dimension of the stacked blocks on `stage`, the rest as the rules say."""
+
     def one(x, names):
         spec = PartitionSpec(None, STAGE_AXIS, None, *logical_to_spec(names))
         return jax.lax.with_sharding_constraint(x, NamedSharding(mesh, spec))
+
     return jax.tree.map(one, stacked, block_axes)
 
 
-def pipelined_blocks(cfg: ModelConfig, pipe: PipelineSpec, mesh: Mesh, block_graphdef: nnx.GraphDef,
-                     block_axes: Any, params: dict[str, Any], x_BxLxD: jax.Array) -> jax.Array:
+def pipelined_blocks(
+    cfg: ModelConfig,
+    pipe: PipelineSpec,
+    mesh: Mesh,
+    block_graphdef: nnx.GraphDef,
+    block_axes: Any,
+    params: dict[str, Any],
+    x_BxLxD: jax.Array,
+) -> jax.Array:
     """All n_layers blocks applied to x_BxLxD through the pipeline (same result as in sequence)."""
     P, V, M = pipe.stages, pipe.virtual_stages, pipe.micro_batches
     B, L, D = x_BxLxD.shape
@@ -88,9 +97,11 @@ def pipelined_blocks(cfg: ModelConfig, pipe: PipelineSpec, mesh: Mesh, block_gra
 
     def run_chunk(w_Sx, x_mxLxD):
         """One stage chunk: its S layers in order (a scan over the stacked layer dim)."""
+
         def layer(x, w):
             block = nnx.merge(block_graphdef, jax.tree.map(lambda a: nnx.Param(a, eager_sharding=False), w))
             return fwd(block, x), None
+
         return jax.lax.scan(layer, x_mxLxD, w_Sx)[0]
 
     stage_ids = jnp.arange(P)
@@ -104,10 +115,13 @@ def pipelined_blocks(cfg: ModelConfig, pipe: PipelineSpec, mesh: Mesh, block_gra
         fresh = jax.lax.dynamic_index_in_dim(stream_MxmxLxD, t % M, axis=0, keepdims=False)
         inputs = jnp.where((stage_ids == 0)[:, None, None, None], fresh[None], shifted)
         inputs = jax.lax.with_sharding_constraint(inputs, act(STAGE_AXIS, BATCH_AXES, FREE, FREE))
-        k = t - stage_ids                                  # item each stage works on
-        v = jnp.clip(k // M, 0, V - 1)                     # its virtual stage
-        w = jax.tree.map(lambda a: jax.vmap(lambda a_v_p, vi: a_v_p[vi], in_axes=(1, 0))(a, v), stacked) \
-            if V > 1 else jax.tree.map(lambda a: a[0], stacked)
+        k = t - stage_ids  # item each stage works on
+        v = jnp.clip(k // M, 0, V - 1)  # its virtual stage
+        w = (
+            jax.tree.map(lambda a: jax.vmap(lambda a_v_p, vi: a_v_p[vi], in_axes=(1, 0))(a, v), stacked)
+            if V > 1
+            else jax.tree.map(lambda a: a[0], stacked)
+        )
         out = jax.vmap(run_chunk, spmd_axis_name=STAGE_AXIS)(w, inputs)
         out = jax.lax.with_sharding_constraint(out, act(STAGE_AXIS, BATCH_AXES, FREE, FREE))
         k_last = t - (P - 1)

@@ -33,7 +33,7 @@ BATCH_AXES = ("data", "fsdp")
 
 RULES: dict[str, tuple[str, ...] | str | None] = {
     # parameters
-    axes.EMBED: "fsdp",        # ZeRO-3: every weight's d_model dim is split over fsdp
+    axes.EMBED: "fsdp",  # ZeRO-3: every weight's d_model dim is split over fsdp
     axes.MLP: "tensor",
     axes.HEADS: "tensor",
     axes.KV_HEADS: "tensor",
@@ -93,8 +93,7 @@ def param_specs(axes_tree: Any) -> Any:
 
 def param_shardings(mesh: Mesh, axes_tree: Any) -> Any:
     """Tree of logical-name tuples -> tree of NamedShardings on `mesh`."""
-    return jax.tree.map(lambda n: NamedSharding(mesh, logical_to_spec(n)), axes_tree,
-                        is_leaf=is_axes_leaf)
+    return jax.tree.map(lambda n: NamedSharding(mesh, logical_to_spec(n)), axes_tree, is_leaf=is_axes_leaf)
 
 
 def activation_sharding_fn(mesh: Mesh, sequence_parallel: bool = False):

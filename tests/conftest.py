@@ -42,8 +42,10 @@ def shared_data() -> pathlib.Path:
     absent, skips otherwise."""
     path = shared_data_dir()
     action = shared_data_missing(path)
-    message = (f"{path} not found: the public test data must lie beside the checkout "
-               f"(../shared/data) or at ${SHARED_DATA_ENV}")
+    message = (
+        f"{path} not found: the public test data must lie beside the checkout "
+        f"(../shared/data) or at ${SHARED_DATA_ENV}"
+    )
     if action == "fail":
         pytest.fail(message + " (CI=true: a missing data set fails the run)", pytrace=False)
     if action == "skip":

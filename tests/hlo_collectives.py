@@ -19,8 +19,10 @@ import re
 
 KINDS = ("all_reduce", "all_gather", "reduce_scatter", "collective_permute", "all_to_all")
 _BYTES = {"f32": 4, "bf16": 2, "f16": 2, "s32": 4, "u32": 4, "pred": 1, "s8": 1, "u8": 1}
-_OP = re.compile(r"=\s*(.+?)\s+(all-reduce|all-gather|reduce-scatter|collective-permute|all-to-all)"
-                 r"(?:-start)?\(")
+_OP = re.compile(
+    r"=\s*(.+?)\s+(all-reduce|all-gather|reduce-scatter|collective-permute|all-to-all)"
+    r"(?:-start)?\("
+)
 _GROUPS = re.compile(r"replica_groups=mesh\[([^\]]*)\]\s*\{([^}]*)\}")
 _COMP = re.compile(r"^(?:ENTRY\s+)?%?([\w.\-]+)\s+\(.*\)\s*->\s*.*\{\s*$")
 _WHILE = re.compile(r"\bwhile\(.*?body=%?([\w.\-]+)")
@@ -113,8 +115,7 @@ def hlo_collective_bytes(hlo: str, n_devices: int = 8, loops_only: bool = False)
             callees = _CALLS.findall(line)
             b = _BRANCHES.search(line)
             if b:  # conditional: at most one branch runs; count the largest
-                branches = [total(x.strip().lstrip("%"), depth + 1, in_loop)
-                            for x in b.group(1).split(",")]
+                branches = [total(x.strip().lstrip("%"), depth + 1, in_loop) for x in b.group(1).split(",")]
                 best = max(branches, key=lambda d: sum(d.values()))
                 for k, v in best.items():
                     out[k] += v

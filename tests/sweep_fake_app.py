@@ -10,7 +10,6 @@ appended to `steps.log`, so tests can count exactly how many steps a relaunch tr
 from __future__ import annotations
 
 import json
-import math
 import os
 import pathlib
 import sys
@@ -61,8 +60,17 @@ def main(cfg: DictConfig) -> None:
             time.sleep(cfg.fake.step_sleep)
         tokens = step * tps
         loss = _law(n, tokens)
-        rec = {"step": step, "tokens": tokens, "flops": tokens * fpt, "loss": loss, "lr": cfg.optim.lr,
-               "grad_norm": 1.0, "step_time_s": 0.01, "tokens_per_s": tps / 0.01, "mfu": 0.1}
+        rec = {
+            "step": step,
+            "tokens": tokens,
+            "flops": tokens * fpt,
+            "loss": loss,
+            "lr": cfg.optim.lr,
+            "grad_norm": 1.0,
+            "step_time_s": 0.01,
+            "tokens_per_s": tps / 0.01,
+            "mfu": 0.1,
+        }
         if step % cfg.train.eval_every == 0 or step == steps:
             rec["eval_loss"] = loss * 1.01
         metrics.write(json.dumps(rec) + "\n")
@@ -78,11 +86,24 @@ def main(cfg: DictConfig) -> None:
         if step % cfg.train.ckpt_every == 0 or step == steps:
             _atomic(ckpt, {"step": step})
     tokens = steps * tps
-    _atomic(summary, {
-        "status": "completed", "n_params": n, "n_params_non_embedding": n, "tokens": tokens,
-        "flops": tokens * fpt, "final_train_loss": _law(n, tokens), "final_eval_loss": _law(n, tokens) * 1.01,
-        "tokens_per_s": 1e5, "mfu": 0.1, "peak_flops_per_device": 1e11, "mesh": {}, "corpus": {},
-        "wall_time_s": time.time() - t0})
+    _atomic(
+        summary,
+        {
+            "status": "completed",
+            "n_params": n,
+            "n_params_non_embedding": n,
+            "tokens": tokens,
+            "flops": tokens * fpt,
+            "final_train_loss": _law(n, tokens),
+            "final_eval_loss": _law(n, tokens) * 1.01,
+            "tokens_per_s": 1e5,
+            "mfu": 0.1,
+            "peak_flops_per_device": 1e11,
+            "mesh": {},
+            "corpus": {},
+            "wall_time_s": time.time() - t0,
+        },
+    )
 
 
 if __name__ == "__main__":

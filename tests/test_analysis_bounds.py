@@ -12,19 +12,41 @@ import pytest
 from analysis import AnalysisError, fit_law, register_law
 from analysis.laws.allocation import ScalingLaw, closed_form_optimum
 from analysis.laws.registry import (
-    CHINCHILLA_GRID, KNEE_FRACTION, NEAR_BOUND_FRACTION, Transform, bound_notes, get_law, known_laws,
+    CHINCHILLA_GRID,
+    KNEE_FRACTION,
+    NEAR_BOUND_FRACTION,
+    Transform,
+    bound_notes,
+    get_law,
+    known_laws,
 )
 from analysis.report.build import _bound_warnings
 
 # A small Chinchilla start grid (public units) with exponents starting exactly on their lower
 # bound, as Epoch's grid does: a fast stand-in for the 4,500 starts.
-SMALL_GRID = np.array([(e, a, b, al, be) for e in (1.0, 2.0) for a in (100.0, 1e4) for b in (100.0, 1e4)
-                       for al in (0.0, 0.5) for be in (0.0, 0.5)])
+SMALL_GRID = np.array(
+    [
+        (e, a, b, al, be)
+        for e in (1.0, 2.0)
+        for a in (100.0, 1e4)
+        for b in (100.0, 1e4)
+        for al in (0.0, 0.5)
+        for be in (0.0, 0.5)
+    ]
+)
 
 
-@pytest.mark.parametrize("lo, hi, kind", [(0.0, 3.0, "interval"), (-3.0, 3.0, "interval"), (0.0, np.inf, "exp"),
-                                          (1.5, np.inf, "lower"), (-np.inf, 2.0, "upper"),
-                                          (-np.inf, np.inf, "identity")])
+@pytest.mark.parametrize(
+    "lo, hi, kind",
+    [
+        (0.0, 3.0, "interval"),
+        (-3.0, 3.0, "interval"),
+        (0.0, np.inf, "exp"),
+        (1.5, np.inf, "lower"),
+        (-np.inf, 2.0, "upper"),
+        (-np.inf, np.inf, "identity"),
+    ],
+)
 def test_transform_round_trips_and_never_leaves_its_bounds(lo, hi, kind):
     tr = Transform.for_bounds(lo, hi)
     assert tr.kind == kind
@@ -72,7 +94,7 @@ def _rising_with_n(seed=0):
     rng = np.random.default_rng(seed)
     N = np.repeat(np.geomspace(2e7, 3e9, 6), 6)
     D = np.tile(np.geomspace(4e8, 2e11, 6), 6)
-    L = (2.0 + 0.5 * (N / 1e8) ** 0.02 + 1500 / D ** 0.33) * np.exp(rng.normal(0, 0.002, N.size))
+    L = (2.0 + 0.5 * (N / 1e8) ** 0.02 + 1500 / D**0.33) * np.exp(rng.normal(0, 0.002, N.size))
     return pd.DataFrame({"N": N, "D": D, "loss": L})
 
 
@@ -89,12 +111,19 @@ def test_a_fit_that_wants_a_negative_exponent_stays_in_bounds_and_says_so():
 
 def test_user_law_bounds_are_enforced_and_fixed_values_checked():
     name = "bounded_power_test"
-    register_law(name, lambda p, c: p["E"] + p["A"] * c["N"] ** -p["alpha"], ["E", "A", "alpha"], ["N"],
-                 {"E": [0.5, 1.0], "A": [10.0, 100.0], "alpha": [0.1, 0.3]},  # starts on the bound 0.1
-                 positive=["E", "A"], bounds={"alpha": (0.1, 0.5)}, replace=True)
+    register_law(
+        name,
+        lambda p, c: p["E"] + p["A"] * c["N"] ** -p["alpha"],
+        ["E", "A", "alpha"],
+        ["N"],
+        {"E": [0.5, 1.0], "A": [10.0, 100.0], "alpha": [0.1, 0.3]},  # starts on the bound 0.1
+        positive=["E", "A"],
+        bounds={"alpha": (0.1, 0.5)},
+        replace=True,
+    )
     assert name in known_laws()
     N = np.geomspace(1e6, 1e10, 15)
-    df = pd.DataFrame({"N": N, "loss": 1.0 + 300.0 * N ** -0.8})  # true alpha 0.8 lies above the bound
+    df = pd.DataFrame({"N": N, "loss": 1.0 + 300.0 * N**-0.8})  # true alpha 0.8 lies above the bound
     fit = fit_law(df, name, bootstrap=0, prediction_intervals=False)
     assert 0.1 < fit.params["alpha"] <= 0.5 and fit.params["E"] > 0 and fit.params["A"] > 0
     assert any(n.name == "alpha" for n in bound_notes(fit.law_obj, fit.params))
@@ -105,12 +134,24 @@ def test_user_law_bounds_are_enforced_and_fixed_values_checked():
 
 
 def test_positive_means_a_lower_bound_of_zero_for_user_laws():
-    law = register_law("positive_only_test", lambda p, c: p["A"] * c["N"] ** -0.1, ["A"], ["N"], {"A": [1.0]},
-                       positive=["A"], replace=True)
+    law = register_law(
+        "positive_only_test",
+        lambda p, c: p["A"] * c["N"] ** -0.1,
+        ["A"],
+        ["N"],
+        {"A": [1.0]},
+        positive=["A"],
+        replace=True,
+    )
     assert law.bounds == ((0.0, np.inf),) and law.transforms[0].kind == "exp"
     with pytest.raises(AnalysisError, match="outside the bounds"):
-        fit_law(pd.DataFrame({"N": [1e6, 1e7, 1e8], "loss": [3.0, 2.5, 2.0]}), law, fixed={"A": -1.0},
-                bootstrap=0, prediction_intervals=False)
+        fit_law(
+            pd.DataFrame({"N": [1e6, 1e7, 1e8], "loss": [3.0, 2.5, 2.0]}),
+            law,
+            fixed={"A": -1.0},
+            bootstrap=0,
+            prediction_intervals=False,
+        )
 
 
 def test_bound_notes_flag_at_near_and_ci_but_not_fixed_or_kaplans_exponents():
@@ -119,22 +160,33 @@ def test_bound_notes_flag_at_near_and_ci_but_not_fixed_or_kaplans_exponents():
     near = 0.5 * NEAR_BOUND_FRACTION * width
     notes = bound_notes(law, {"E": 1.7, "A": 400.0, "alpha": near})
     assert [(n.name, n.where) for n in notes] == [("alpha", "near")]
-    assert bound_notes(law, {"E": 1.7, "A": 400.0, "alpha": 0.05}) == []  # Kaplan et al.'s alpha_C: legitimate
+    assert (
+        bound_notes(law, {"E": 1.7, "A": 400.0, "alpha": 0.05}) == []
+    )  # Kaplan et al.'s alpha_C: legitimate
     assert [n.where for n in bound_notes(law, {"E": 1.7, "A": 400.0, "alpha": 3.0})] == ["at"]
     ci = {"alpha": [0.01, 0.6], "E": [1.0, 2.0]}
-    assert [(n.name, n.where) for n in bound_notes(law, {"E": 1.5, "A": 400.0, "alpha": 0.3}, ci)] == [("alpha", "ci")]
+    assert [(n.name, n.where) for n in bound_notes(law, {"E": 1.5, "A": 400.0, "alpha": 0.3}, ci)] == [
+        ("alpha", "ci")
+    ]
     assert [n.where for n in bound_notes(law, {"E": 1e-9, "A": 400.0, "alpha": 0.3})] == ["at"]
     half_line_ci = {"E": [1e-4, 1.9]}  # the bootstrap piles up against E = 0
-    assert [(n.name, n.where) for n in bound_notes(law, {"E": 1.2, "A": 400.0, "alpha": 0.3}, half_line_ci)] == \
-        [("E", "ci")]
+    assert [
+        (n.name, n.where) for n in bound_notes(law, {"E": 1.2, "A": 400.0, "alpha": 0.3}, half_line_ci)
+    ] == [("E", "ci")]
     assert bound_notes(law, {"E": 1.7, "A": 400.0, "alpha": near}, fixed=("alpha",)) == []
 
 
 def test_report_warns_near_a_bound_not_only_at_it():
     law = get_law("chinchilla")
     params = {"E": 1.8, "A": 400.0, "B": 2000.0, "alpha": 0.02, "beta": 0.35}  # 0.7% of [0, 3] from 0
-    fit = SimpleNamespace(law_obj=law, param_names=law.param_names, params=params, fixed={}, converged=True,
-                          ci={k: [v * 0.9, v * 1.1] for k, v in params.items()})
+    fit = SimpleNamespace(
+        law_obj=law,
+        param_names=law.param_names,
+        params=params,
+        fixed={},
+        converged=True,
+        ci={k: [v * 0.9, v * 1.1] for k, v in params.items()},
+    )
     warns = _bound_warnings(fit)
     assert len(warns) == 1 and "alpha" in warns[0] and "bound 0" in warns[0]
     fit.params = dict(params, alpha=0.3)

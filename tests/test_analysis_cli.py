@@ -25,12 +25,39 @@ def synth_csv(path, n=6):
 def test_fit_json_schema(tmp_path, capsys):
     synth_csv(tmp_path / "d.csv")
     out = tmp_path / "o.json"
-    rc = main(["fit", str(tmp_path / "d.csv"), "--law", "chinchilla", "--bootstrap", "30", "--holdout-above", "1e20",
-               "--budget", "1e21", "--budget", "1e23", "--json", str(out)])
+    rc = main(
+        [
+            "fit",
+            str(tmp_path / "d.csv"),
+            "--law",
+            "chinchilla",
+            "--bootstrap",
+            "30",
+            "--holdout-above",
+            "1e20",
+            "--budget",
+            "1e21",
+            "--budget",
+            "1e23",
+            "--json",
+            str(out),
+        ]
+    )
     assert rc == 0
     j = json.loads(out.read_text())
-    for key in ("params", "ci", "objective", "n_points", "converged", "starts_at_optimum", "allocation", "holdout",
-                "law", "param_names", "bootstrap_samples"):
+    for key in (
+        "params",
+        "ci",
+        "objective",
+        "n_points",
+        "converged",
+        "starts_at_optimum",
+        "allocation",
+        "holdout",
+        "law",
+        "param_names",
+        "bootstrap_samples",
+    ):
         assert key in j, key
     assert j["param_names"] == ["E", "A", "B", "alpha", "beta"] == list(j["params"])
     assert len(j["bootstrap_samples"]) == 30 and len(j["bootstrap_samples"][0]) == 5
@@ -52,14 +79,28 @@ BAD = {
 }
 
 
-@pytest.mark.parametrize("name, expect", [("nan.csv", "NaN"), ("few.csv", "point"), ("cols.csv", "--n-col"),
-                                          ("empty.csv", "empty"), ("missing.csv", "not found")])
+@pytest.mark.parametrize(
+    "name, expect",
+    [
+        ("nan.csv", "NaN"),
+        ("few.csv", "point"),
+        ("cols.csv", "--n-col"),
+        ("empty.csv", "empty"),
+        ("missing.csv", "not found"),
+    ],
+)
 def test_bad_input_one_line_no_traceback(tmp_path, name, expect):
     if name in BAD:
         (tmp_path / name).write_text(BAD[name])
     env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="--xla_force_host_platform_device_count=1")
-    p = subprocess.run([sys.executable, "-m", "analysis", "fit", str(tmp_path / name), "--json", str(tmp_path / "o.json")],
-                       capture_output=True, text=True, cwd=REPO, env=env, timeout=120)
+    p = subprocess.run(
+        [sys.executable, "-m", "analysis", "fit", str(tmp_path / name), "--json", str(tmp_path / "o.json")],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=env,
+        timeout=120,
+    )
     assert p.returncode == 2
     assert "Traceback" not in p.stderr
     lines = p.stderr.strip().splitlines()
@@ -76,13 +117,28 @@ def test_unknown_law_lists_laws(tmp_path, capsys):
 def test_fit_curve_json(shared_data, tmp_path):
     d = shared_data / "mpl_loss_curves" / "csv_25"
     out = tmp_path / "c.json"
-    rc = main(["fit-curve", "--law", "tissue", "--fit", str(d / "cosine_24000.csv"), "--fit-until", "16000",
-               "--predict", str(d / "wsd_20000_24000.csv"), "--json", str(out)])
+    rc = main(
+        [
+            "fit-curve",
+            "--law",
+            "tissue",
+            "--fit",
+            str(d / "cosine_24000.csv"),
+            "--fit-until",
+            "16000",
+            "--predict",
+            str(d / "wsd_20000_24000.csv"),
+            "--json",
+            str(out),
+        ]
+    )
     assert rc == 0
     j = json.loads(out.read_text())
     assert set(j["params"]) == {"L0", "A", "alpha", "C"}
     for name in ("cosine_24000", "wsd_20000_24000"):
-        assert {"mean_rel_error", "max_rel_error", "final_loss_pred", "final_loss_actual"} <= set(j["predictions"][name])
+        assert {"mean_rel_error", "max_rel_error", "final_loss_pred", "final_loss_actual"} <= set(
+            j["predictions"][name]
+        )
 
 
 # --- one interface style: help on every flag, --version, --budget, --json PATH / - -----------------
@@ -96,8 +152,10 @@ from analysis.cli import build_parser, command_modules  # noqa: E402
 
 def strict_loads(text: str):
     """json.loads that rejects NaN/Infinity (as JavaScript's JSON.parse, jq, ... do)."""
+
     def bad(const):
         raise ValueError(f"bare {const} in JSON")
+
     return _json.loads(text, parse_constant=bad)
 
 
@@ -109,11 +167,16 @@ def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentP
 def test_every_flag_of_every_subcommand_has_help():
     parser = build_parser()
     subs = _subparsers(parser)
-    assert {"fit", "fit-curve", "fit-rl", "plan", "layout-eval", "report", "rl-report", "collect"} <= set(subs)
-    missing = [f"{name} {a.option_strings or a.dest}" for name, p in [("", parser), *subs.items()]
-               for a in p._actions
-               if not isinstance(a, (argparse._HelpAction, argparse._SubParsersAction))
-               and not (a.help and a.help.strip() and a.help is not argparse.SUPPRESS)]
+    assert {"fit", "fit-curve", "fit-rl", "plan", "layout-eval", "report", "rl-report", "collect"} <= set(
+        subs
+    )
+    missing = [
+        f"{name} {a.option_strings or a.dest}"
+        for name, p in [("", parser), *subs.items()]
+        for a in p._actions
+        if not isinstance(a, (argparse._HelpAction, argparse._SubParsersAction))
+        and not (a.help and a.help.strip() and a.help is not argparse.SUPPRESS)
+    ]
     assert not missing, f"flags without help: {missing}"
     choices = {c.dest: c.help for c in parser._subparsers._group_actions[0]._choices_actions}
     assert all(choices.get(n) for n in subs), "a subcommand lacks its one-line description"
@@ -137,10 +200,16 @@ def test_version(capsys):
     assert capsys.readouterr().out.strip() == f"scalelab {expected}"
 
 
-@pytest.mark.parametrize("cmd", [["fit", "d.csv"], ["report", "sweep"], ["plan", "--hardware", "h100", "--gpus", "8"]])
+@pytest.mark.parametrize(
+    "cmd", [["fit", "d.csv"], ["report", "sweep"], ["plan", "--hardware", "h100", "--gpus", "8"]]
+)
 def test_budget_means_the_same_everywhere(cmd):
     parser = build_parser()
-    forms = [["--budget", "1e21", "--budget", "1e23"], ["--budget", "1e21,1e23"], ["--budget", "1e21", "1e23"]]
+    forms = [
+        ["--budget", "1e21", "--budget", "1e23"],
+        ["--budget", "1e21,1e23"],
+        ["--budget", "1e21", "1e23"],
+    ]
     for form in forms:
         assert parser.parse_args(cmd + form).budget == [1e21, 1e23], form
     assert parser.parse_args(cmd).budget is None
@@ -168,13 +237,40 @@ def test_json_into_a_missing_folder_is_one_line(tmp_path, capsys):
 
 def test_fit_and_fit_curve_json_are_strict(shared_data, tmp_path):
     synth_csv(tmp_path / "d.csv", n=5)
-    assert main(["fit", str(tmp_path / "d.csv"), "--bootstrap", "0", "--holdout-above", "1e20",
-                 "--json", str(tmp_path / "fit.json")]) == 0
+    assert (
+        main(
+            [
+                "fit",
+                str(tmp_path / "d.csv"),
+                "--bootstrap",
+                "0",
+                "--holdout-above",
+                "1e20",
+                "--json",
+                str(tmp_path / "fit.json"),
+            ]
+        )
+        == 0
+    )
     fit = strict_loads((tmp_path / "fit.json").read_text())
     assert fit["ci"]["E"] == [None, None] and fit["holdout"]["points"]
     d = shared_data / "mpl_loss_curves" / "csv_25"
-    assert main(["fit-curve", "--law", "tissue", "--fit", str(d / "cosine_24000.csv"), "--fit-until", "16000",
-                 "--json", str(tmp_path / "c.json")]) == 0
+    assert (
+        main(
+            [
+                "fit-curve",
+                "--law",
+                "tissue",
+                "--fit",
+                str(d / "cosine_24000.csv"),
+                "--fit-until",
+                "16000",
+                "--json",
+                str(tmp_path / "c.json"),
+            ]
+        )
+        == 0
+    )
     assert set(strict_loads((tmp_path / "c.json").read_text())["params"]) == {"L0", "A", "alpha", "C"}
 
 
@@ -196,7 +292,9 @@ def test_plan_json_is_strict_with_consistent_keys(capsys):
     j = strict_loads(capsys.readouterr().out)
     assert j["best"]["loss_ci"] is None  # the default law has no bootstrap samples
     assert j["N_opt"] == j["n_opt"] > 0 and j["D_opt"] == j["d_opt"] > 0  # fit's casing + old alias
-    assert main(["plan", "--budget", "1e22,1e23", "--hardware", "h100-sxm", "--gpus", "64", "--json", "-"]) == 0
+    assert (
+        main(["plan", "--budget", "1e22,1e23", "--hardware", "h100-sxm", "--gpus", "64", "--json", "-"]) == 0
+    )
     plans = strict_loads(capsys.readouterr().out)["plans"]
     assert [p["budget_flops"] for p in plans] == [1e22, 1e23]
 
@@ -204,9 +302,11 @@ def test_plan_json_is_strict_with_consistent_keys(capsys):
 def test_layout_eval_json_is_strict(tmp_path, capsys):
     """Empty optional cells (NaN in pandas) come back as null, never as bare NaN."""
     csv = tmp_path / "l.csv"
-    csv.write_text("n_layers,d_model,n_heads,seq_len,vocab_size,global_batch,tp,d_ff,hardware,n_devices\n"
-                   "24,2048,16,2048,32000,512,2,,a100-80gb,16\n"
-                   "24,2048,16,2048,32000,512,1,8192,a100-80gb,16\n")
+    csv.write_text(
+        "n_layers,d_model,n_heads,seq_len,vocab_size,global_batch,tp,d_ff,hardware,n_devices\n"
+        "24,2048,16,2048,32000,512,2,,a100-80gb,16\n"
+        "24,2048,16,2048,32000,512,1,8192,a100-80gb,16\n"
+    )
     assert main(["layout-eval", str(csv), "--json", "-"]) == 0
     cap = capsys.readouterr()
     rows = strict_loads(cap.out)["rows"]

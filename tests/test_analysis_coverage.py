@@ -18,10 +18,10 @@ pytest.importorskip("jax")
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
-from analysis.laws.fitting import objective_fn  # noqa: E402
-from analysis.laws.registry import get_law  # noqa: E402
-from analysis.laws.lbfgs import LBFGSConfig, minimize_batch  # noqa: E402
 from analysis import approach2  # noqa: E402
+from analysis.laws.fitting import objective_fn  # noqa: E402
+from analysis.laws.lbfgs import LBFGSConfig, minimize_batch  # noqa: E402
+from analysis.laws.registry import get_law  # noqa: E402
 
 
 def test_percentile_bootstrap_coverage_near_95_percent():
@@ -37,11 +37,21 @@ def test_percentile_bootstrap_coverage_near_95_percent():
     cfg = LBFGSConfig(max_evals=1500)
     with jax.enable_x64(True):
         shared = (jnp.zeros(3), (jnp.asarray(np.log(N)),))
-        fit = minimize_batch(fun, np.tile(theta0, (R, 1)), (*shared, logy_RxN, np.ones((R, n))),
-                             batched_args=(False, False, True, True), cfg=cfg)
+        fit = minimize_batch(
+            fun,
+            np.tile(theta0, (R, 1)),
+            (*shared, logy_RxN, np.ones((R, n))),
+            batched_args=(False, False, True, True),
+            cfg=cfg,
+        )
         counts = rng.multinomial(n, np.full(n, 1.0 / n), size=R * B).astype(float)
-        boot = minimize_batch(fun, np.repeat(fit.x, B, axis=0), (*shared, np.repeat(logy_RxN, B, axis=0), counts),
-                              batched_args=(False, False, True, True), cfg=cfg)
+        boot = minimize_batch(
+            fun,
+            np.repeat(fit.x, B, axis=0),
+            (*shared, np.repeat(logy_RxN, B, axis=0), counts),
+            batched_args=(False, False, True, True),
+            cfg=cfg,
+        )
     samples = law.to_public(boot.x).reshape(R, B, 3)
     lo, hi = np.percentile(samples, [2.5, 97.5], axis=1)  # (R, 3)
     covered = (lo <= truth) & (truth <= hi)

@@ -50,8 +50,11 @@ def _warmup_cosine_logs(warmup=1000, total=6000, every=50, peak=1e-3):
     """One run logged twice: from the learning-rate peak (end of warm-up) on, and from inside the
     warm-up (rising rates logged). Loss values are irrelevant to the features."""
     steps = np.arange(200, total + 1, every)
-    lr = np.where(steps <= warmup, peak * steps / warmup,
-                  peak * (0.1 + 0.9 * 0.5 * (1 + np.cos(np.pi * (steps - warmup) / (total - warmup)))))
+    lr = np.where(
+        steps <= warmup,
+        peak * steps / warmup,
+        peak * (0.1 + 0.9 * 0.5 * (1 + np.cos(np.pi * (steps - warmup) / (total - warmup)))),
+    )
     from_peak, in_warmup = steps >= warmup, np.ones(steps.size, bool)
     make = lambda keep, name: Curve(name, steps[keep], np.full(keep.sum(), 3.0), lr[keep])  # noqa: E731
     return make(from_peak, "from_peak"), make(in_warmup, "in_warmup")
@@ -134,8 +137,18 @@ def test_mpl_intervals_cover_held_out_curves(shared_data, size):
     assert coverage >= 0.8 and width <= 0.03, (coverage, width)
     assert min(p[k]["interval_coverage"] for k in PREDICT) >= 0.8
     m = r.to_dict()["interval_model"]
-    assert m["n_units"] == 9 and not m["rank_capped"] and set(m["refits"]) == {
-        "leave-out cosine_24000", "leave-out constant_24000", "leave-out wsdcon_9", "first 0.5", "first 0.33"}
+    assert (
+        m["n_units"] == 9
+        and not m["rank_capped"]
+        and set(m["refits"])
+        == {
+            "leave-out cosine_24000",
+            "leave-out constant_24000",
+            "leave-out wsdcon_9",
+            "first 0.5",
+            "first 0.33",
+        }
+    )
 
 
 def test_tissue_forecasts_the_rest_of_a_curve(shared_data):

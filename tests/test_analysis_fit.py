@@ -35,7 +35,9 @@ def epoch_fit(epoch):
 def synth(truth, rng, noise=0.002, n=8):
     N = np.repeat(np.geomspace(2e7, 3e9, n), n)
     D = np.tile(np.geomspace(4e8, 2e11, n), n)
-    L = (truth["E"] + truth["A"] / N ** truth["alpha"] + truth["B"] / D ** truth["beta"]) * np.exp(rng.normal(0, noise, N.size))
+    L = (truth["E"] + truth["A"] / N ** truth["alpha"] + truth["B"] / D ** truth["beta"]) * np.exp(
+        rng.normal(0, noise, N.size)
+    )
     return pd.DataFrame({"N": N, "D": D, "loss": L})
 
 
@@ -49,8 +51,11 @@ def epoch_objective(df: pd.DataFrame, p: dict) -> float:
     over points, on log L - LSE(log A - alpha log N, log B - beta log D, log E), D = C / 6N)."""
     N = df["Model Size"].to_numpy(float)
     D = df["Training FLOP"].to_numpy(float) / (6 * N)
-    terms = [math.log(p["A"]) - p["alpha"] * np.log(N), math.log(p["B"]) - p["beta"] * np.log(D),
-             np.full(N.size, math.log(p["E"]))]
+    terms = [
+        math.log(p["A"]) - p["alpha"] * np.log(N),
+        math.log(p["B"]) - p["beta"] * np.log(D),
+        np.full(N.size, math.log(p["E"])),
+    ]
     return float(np.sum(huber(1e-3, np.log(df["loss"].to_numpy(float)) - logsumexp(terms, axis=0))))
 
 
@@ -69,7 +74,7 @@ def test_epoch_published_optimum(epoch, epoch_fit):
         assert abs(p[k] - v) <= 0.1 * EPOCH_SE[k], (k, p[k], v)
     ours, published = epoch_objective(epoch, p), epoch_objective(epoch, EPOCH)
     assert ours <= published, (ours, published)
-    assert ours == pytest.approx(epoch_fit.objective, rel=1e-7)   # the fitter reports its objective
+    assert ours == pytest.approx(epoch_fit.objective, rel=1e-7)  # the fitter reports its objective
 
 
 def test_epoch_our_digits(epoch_fit):
@@ -179,14 +184,18 @@ def test_tokens_derived_from_compute_and_columns_named():
 def test_kaplan_and_power_laws():
     rng = np.random.default_rng(4)
     N = np.geomspace(1e7, 1e10, 12)
-    y = 1.7 + 300.0 * N ** -0.3
-    fit = fit_law(pd.DataFrame({"N": N, "loss": y * np.exp(rng.normal(0, 1e-4, N.size))}), "kaplan_n_e", bootstrap=0,
-                  n_params="total")  # synthetic N: no embedding split to make
+    y = 1.7 + 300.0 * N**-0.3
+    fit = fit_law(
+        pd.DataFrame({"N": N, "loss": y * np.exp(rng.normal(0, 1e-4, N.size))}),
+        "kaplan_n_e",
+        bootstrap=0,
+        n_params="total",
+    )  # synthetic N: no embedding split to make
     assert fit.params["alpha"] == pytest.approx(0.3, rel=0.02)
-    pure = fit_law(pd.DataFrame({"C": N, "loss": 50 * N ** -0.05}), "kaplan_c", bootstrap=0)
+    pure = fit_law(pd.DataFrame({"C": N, "loss": 50 * N**-0.05}), "kaplan_c", bootstrap=0)
     assert pure.params["alpha"] == pytest.approx(0.05, rel=1e-4)
     x = np.linspace(1, 50, 15)
-    p = fit_law(pd.DataFrame({"x": x, "loss": 0.2 + 3 * x ** -0.7}), "power", bootstrap=0)
+    p = fit_law(pd.DataFrame({"x": x, "loss": 0.2 + 3 * x**-0.7}), "power", bootstrap=0)
     assert p.params["alpha"] == pytest.approx(0.7, rel=1e-3)
     assert {"chinchilla", "kaplan_n", "kaplan_d_e", "power"} <= set(known_laws())
 
@@ -194,8 +203,15 @@ def test_kaplan_and_power_laws():
 def test_user_registered_law():
     import jax.numpy as jnp
 
-    register_law("inv_sqrt_test", lambda p, c: p["E"] + p["A"] / jnp.sqrt(c["N"]), ["E", "A"], ["N"],
-                 {"E": [1.0, 3.0], "A": [10.0, 1000.0]}, positive=["E", "A"], replace=True)
+    register_law(
+        "inv_sqrt_test",
+        lambda p, c: p["E"] + p["A"] / jnp.sqrt(c["N"]),
+        ["E", "A"],
+        ["N"],
+        {"E": [1.0, 3.0], "A": [10.0, 1000.0]},
+        positive=["E", "A"],
+        replace=True,
+    )
     N = np.geomspace(1e6, 1e9, 10)
     fit = fit_law(pd.DataFrame({"N": N, "loss": 2.0 + 500 / np.sqrt(N)}), "inv_sqrt_test", bootstrap=0)
     assert fit.params == pytest.approx({"E": 2.0, "A": 500.0}, rel=1e-4)
@@ -207,7 +223,10 @@ def test_user_registered_law():
     "frame, message",
     [
         (pd.DataFrame({"N": [1e8, 2e8], "D": [1e9, 2e9], "loss": [3.0, 2.9]}), "2 point"),
-        (pd.DataFrame({"N": [1e8] * 6, "D": np.geomspace(1e9, 1e11, 6), "loss": np.linspace(3, 2.5, 6)}), "model size"),
+        (
+            pd.DataFrame({"N": [1e8] * 6, "D": np.geomspace(1e9, 1e11, 6), "loss": np.linspace(3, 2.5, 6)}),
+            "model size",
+        ),
         (pd.DataFrame({"N": [1e8, 2e8, np.inf], "D": [1e9] * 3, "loss": [3.0] * 3}), "NaN/inf"),
         (pd.DataFrame({"N": [1e8, 2e8], "D": [1e9, 2e9], "loss": [3.0, 0.0]}), "non-positive"),
         (pd.DataFrame({"size": [1e8], "loss": [3.0]}), "--n-col"),
@@ -222,4 +241,6 @@ def test_unknown_law_lists_known_ones():
     with pytest.raises(AnalysisError, match="known laws: .*chinchilla"):
         get_law("nope")
     with pytest.raises(AnalysisError, match="cannot fix"):
-        fit_law(pd.DataFrame({"N": [1e8, 2e8, 4e8], "D": [1e9] * 3, "loss": [3.0, 2.9, 2.8]}), fixed={"Z": 1.0})
+        fit_law(
+            pd.DataFrame({"N": [1e8, 2e8, 4e8], "D": [1e9] * 3, "loss": [3.0, 2.9, 2.8]}), fixed={"Z": 1.0}
+        )

@@ -53,7 +53,9 @@ def test_gaussian_interval_covers_90_percent():
     # with samples the parameter spread widens it
     samples = rng.normal(0, 0.01, (500, 20000))
     lo2, hi2 = intervals.interval(np.zeros(20000), samples, sd)
-    assert np.mean(np.log(hi2) - np.log(lo2)) == pytest.approx(np.mean(np.log(hi) - np.log(lo)) * math.sqrt(2), rel=0.05)
+    assert np.mean(np.log(hi2) - np.log(lo2)) == pytest.approx(
+        np.mean(np.log(hi) - np.log(lo)) * math.sqrt(2), rel=0.05
+    )
 
 
 def _misspecified_isoflop(seed: int) -> pd.DataFrame:
@@ -73,10 +75,11 @@ def _misspecified_isoflop(seed: int) -> pd.DataFrame:
 
 @pytest.mark.slow
 def test_holdout_intervals_cover_a_misspecified_law():
-    """Fit on the 3 smaller budgets (1e18-1e19), predict the top one (1e20, a decade out): the 90% intervals cover >= 80% of the
-    held-out runs pooled over 8 ladders, while staying narrow (<= 3.5% of the loss). Without the
-    forward-chaining drift term (parameter noise + scatter only) the same intervals cover far
-    fewer, so this test fails if the misspecification term is dropped or mis-scaled."""
+    """Fit on the 3 smaller budgets (1e18-1e19), predict the top one (1e20, a decade out): the 90%
+    intervals cover >= 80% of the held-out runs pooled over 8 ladders, while staying narrow
+    (<= 3.5% of the loss). Without the forward-chaining drift term (parameter noise + scatter only)
+    the same intervals cover far fewer, so this test fails if the misspecification term is dropped
+    or mis-scaled."""
     inside, inside_no_drift, widths = [], [], []
     for seed in range(8):
         df = _misspecified_isoflop(seed)
@@ -87,7 +90,9 @@ def test_holdout_intervals_cover_a_misspecified_law():
         widths.append(h["mean_interval_rel_width"])
         pe = fit.prediction_error
         assert pe.n_folds >= 1 and pe.drift_per_decade > 0
-        bare = dataclasses.replace(fit, prediction_error=dataclasses.replace(pe, drift_per_decade=0.0, budget_sd=0.0))
+        bare = dataclasses.replace(
+            fit, prediction_error=dataclasses.replace(pe, drift_per_decade=0.0, budget_sd=0.0)
+        )
         held = df[6 * df.N * df.D > 3e19]
         _, lo, hi = bare.predict_interval({"N": held.N.values, "D": held.D.values})
         inside_no_drift += list((held.loss.values >= lo) & (held.loss.values <= hi))

@@ -40,7 +40,7 @@ def test_law_profiles_are_unbiased_where_parabolas_are_not():
 def test_approach2_cis_and_agreement_with_the_law_fit():
     df = isoflop_table(np.random.default_rng(1))
     a2 = approach2(df, method="cubic", bootstrap=200, seed=0)
-    assert abs(a2["a"] - TRUE_A) < 0.01    # the CI's coverage: test_analysis_coverage.py
+    assert abs(a2["a"] - TRUE_A) < 0.01  # the CI's coverage: test_analysis_coverage.py
     fit = fit_law(df, bootstrap=100)
     cmp_ = compare_approaches(fit, a2)
     assert cmp_["disagree"] is False and "consistent" in cmp_["message"]

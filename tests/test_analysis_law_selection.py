@@ -33,7 +33,9 @@ def test_choose_prefers_the_simplest_form_within_the_margin():
     assert choose({"chinchilla_tied": 0.0105, "chinchilla": 0.0100}) == "chinchilla_tied"  # within 10%
     assert choose({"chinchilla_tied": 0.0120, "chinchilla": 0.0100}) == "chinchilla"
     assert choose({"chinchilla": 0.01}) == "chinchilla"  # the tied form could not be fitted
-    assert choose({"chinchilla_tied": math.nan, "chinchilla": math.nan}) == "chinchilla"  # no folds: the general form
+    assert (
+        choose({"chinchilla_tied": math.nan, "chinchilla": math.nan}) == "chinchilla"
+    )  # no folds: the general form
 
 
 def test_tied_fit_recovers_its_law_and_allocates_with_beta_equal_alpha():
@@ -44,8 +46,12 @@ def test_tied_fit_recovers_its_law_and_allocates_with_beta_equal_alpha():
     assert law.beta == law.alpha == fit.params["alpha"]
     assert law.samples.shape == (20, 5) and np.array_equal(law.samples[:, 3], law.samples[:, 4])
     alloc = fit.to_dict([1e22])["allocation"]
-    assert alloc["a"] == pytest.approx(0.5) and alloc["b"] == pytest.approx(0.5)  # equal exponents: N* ~ C^0.5
-    direct = closed_form_optimum(np.array([fit.params[k] for k in ("E", "A", "B", "alpha", "alpha")]), [1e22], 6.0)
+    assert alloc["a"] == pytest.approx(0.5) and alloc["b"] == pytest.approx(
+        0.5
+    )  # equal exponents: N* ~ C^0.5
+    direct = closed_form_optimum(
+        np.array([fit.params[k] for k in ("E", "A", "B", "alpha", "alpha")]), [1e22], 6.0
+    )
     assert alloc["budgets"][0]["N_opt"] == pytest.approx(float(direct["N_opt"][0]), rel=1e-9)
 
 
@@ -53,19 +59,53 @@ def test_tied_fit_json_plans_the_same_optimum(tmp_path, capsys):
     data = tmp_path / "runs.csv"
     ladder(0.33, 0.33).to_csv(data, index=False)
     fit_json, plan_json = tmp_path / "fit.json", tmp_path / "plan.json"
-    assert cli_main(["fit", str(data), "--law", "chinchilla_tied", "--bootstrap", "0", "--budget", "1e22",
-                     "--json", str(fit_json)]) == 0
+    assert (
+        cli_main(
+            [
+                "fit",
+                str(data),
+                "--law",
+                "chinchilla_tied",
+                "--bootstrap",
+                "0",
+                "--budget",
+                "1e22",
+                "--json",
+                str(fit_json),
+            ]
+        )
+        == 0
+    )
     fit_row = json.loads(fit_json.read_text())["allocation"]["budgets"][0]
     law = ScalingLaw.from_json(fit_json)
     assert law.beta == law.alpha
-    assert cli_main(["plan", "--budget", "1e22", "--law", str(fit_json), "--hardware", "h100-sxm", "--gpus", "64",
-                     "--json", str(plan_json)]) == 0
+    assert (
+        cli_main(
+            [
+                "plan",
+                "--budget",
+                "1e22",
+                "--law",
+                str(fit_json),
+                "--hardware",
+                "h100-sxm",
+                "--gpus",
+                "64",
+                "--json",
+                str(plan_json),
+            ]
+        )
+        == 0
+    )
     plan = json.loads(plan_json.read_text())
     plan = plan[0] if isinstance(plan, list) else plan
     assert plan["N_opt"] == pytest.approx(fit_row["N_opt"], rel=1e-9)
     assert plan["D_opt"] == pytest.approx(fit_row["D_opt"], rel=1e-9)
 
-@pytest.mark.parametrize("alpha, beta, expected", [(0.33, 0.33, "chinchilla_tied"), (0.22, 0.50, "chinchilla")])
+
+@pytest.mark.parametrize(
+    "alpha, beta, expected", [(0.33, 0.33, "chinchilla_tied"), (0.22, 0.50, "chinchilla")]
+)
 def test_auto_picks_the_form_that_extrapolates(alpha, beta, expected):
     fit = fit_auto(ladder(alpha, beta), bootstrap=0)
     sel = fit.extras["law_selection"]
@@ -79,11 +119,30 @@ def test_auto_selects_on_the_fitted_runs_only_and_reports_the_choice(tmp_path, c
     data, table = tmp_path / "runs.csv", ladder(0.33, 0.33)
     table.to_csv(data, index=False)
     out = tmp_path / "fit.json"
-    assert cli_main(["fit", str(data), "--law", "auto", "--bootstrap", "0", "--holdout-above", "5e19",
-                     "--json", str(out)]) == 0
+    assert (
+        cli_main(
+            [
+                "fit",
+                str(data),
+                "--law",
+                "auto",
+                "--bootstrap",
+                "0",
+                "--holdout-above",
+                "5e19",
+                "--json",
+                str(out),
+            ]
+        )
+        == 0
+    )
     res = json.loads(out.read_text())
     assert res["law"] == res["law_selection"]["chosen"]
     assert "--law auto chose" in capsys.readouterr().out
     assert res["holdout"]["n_points"] == 7 and res["n_points"] == 42
-    below = fit_law(table[table.C <= 5e19], "chinchilla_tied", bootstrap=0)  # the top budget never entered the selection
-    assert res["law_selection"]["fold_mae"]["chinchilla_tied"] == pytest.approx(below.prediction_error.fold_mae, rel=1e-6)
+    below = fit_law(
+        table[table.C <= 5e19], "chinchilla_tied", bootstrap=0
+    )  # the top budget never entered the selection
+    assert res["law_selection"]["fold_mae"]["chinchilla_tied"] == pytest.approx(
+        below.prediction_error.fold_mae, rel=1e-6
+    )

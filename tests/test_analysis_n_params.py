@@ -29,7 +29,7 @@ def shapes_table():
     n_layers = np.array([2, 3, 4, 6, 8, 12, 16, 20, 24])
     n_ne = 12 * n_layers * d.astype(float) ** 2
     n_total = n_ne + 2 * VOCAB * d
-    loss = 1.7 + 300.0 * n_ne ** -0.3
+    loss = 1.7 + 300.0 * n_ne**-0.3
     return pd.DataFrame({"N": n_total, "n_params_non_embedding": n_ne, "loss": loss})
 
 
@@ -65,7 +65,9 @@ def test_the_default_falls_back_to_total_loudly():
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         fit = fit_law(df, "kaplan_n_e", bootstrap=0, prediction_intervals=False)
-    assert any(issubclass(w.category, NParamsWarning) and "n_params_non_embedding" in str(w.message) for w in caught)
+    assert any(
+        issubclass(w.category, NParamsWarning) and "n_params_non_embedding" in str(w.message) for w in caught
+    )
     assert fit.to_dict()["n_params"] == "total"
 
 
@@ -80,7 +82,9 @@ def test_an_explicit_column_is_used_as_given():
 def test_gadre_shared_data_carries_non_embedding_n(shared_data):
     runs = pd.read_csv(shared_data / "gadre2024_overtraining" / "runs.csv")
     c4 = runs[runs["dataset"] == "c4_original"]
-    df = c4[["n_params", "n_params_non_embedding", "tokens", "loss_c4_val"]].rename(columns={"loss_c4_val": "loss"})
+    df = c4[["n_params", "n_params_non_embedding", "tokens", "loss_c4_val"]].rename(
+        columns={"loss_c4_val": "loss"}
+    )
     cols, kind = choose_n_column(df, get_law("kaplan_n_e"))
     assert kind == "non_embedding" and cols["N"] == "n_params_non_embedding"
     assert (df["n_params_non_embedding"] < df["n_params"]).all()
@@ -89,26 +93,63 @@ def test_gadre_shared_data_carries_non_embedding_n(shared_data):
 def test_fit_cli_flag_and_json(tmp_path, capsys):
     shapes_table().to_csv(tmp_path / "d.csv", index=False)
     out = tmp_path / "o.json"
-    assert main(["fit", str(tmp_path / "d.csv"), "--law", "kaplan_n_e", "--bootstrap", "0", "--json", str(out)]) == 0
+    assert (
+        main(["fit", str(tmp_path / "d.csv"), "--law", "kaplan_n_e", "--bootstrap", "0", "--json", str(out)])
+        == 0
+    )
     assert json.loads(out.read_text())["n_params"] == "non_embedding"
     assert "N = non-embedding parameters (column n_params_non_embedding)" in capsys.readouterr().out
-    assert main(["fit", str(tmp_path / "d.csv"), "--law", "kaplan_n_e", "--bootstrap", "0", "--n-params", "total",
-                 "--json", str(out)]) == 0
+    assert (
+        main(
+            [
+                "fit",
+                str(tmp_path / "d.csv"),
+                "--law",
+                "kaplan_n_e",
+                "--bootstrap",
+                "0",
+                "--n-params",
+                "total",
+                "--json",
+                str(out),
+            ]
+        )
+        == 0
+    )
     assert json.loads(out.read_text())["n_params"] == "total"
 
 
 def test_fit_cli_missing_column_is_one_line(tmp_path):
     shapes_table().drop(columns="n_params_non_embedding").to_csv(tmp_path / "d.csv", index=False)
     env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="--xla_force_host_platform_device_count=1")
-    p = subprocess.run([sys.executable, "-m", "analysis", "fit", str(tmp_path / "d.csv"), "--law", "kaplan_n_e",
-                        "--n-params", "non_embedding", "--bootstrap", "0"],
-                       capture_output=True, text=True, cwd=REPO, env=env, timeout=300)
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "analysis",
+            "fit",
+            str(tmp_path / "d.csv"),
+            "--law",
+            "kaplan_n_e",
+            "--n-params",
+            "non_embedding",
+            "--bootstrap",
+            "0",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=env,
+        timeout=300,
+    )
     lines = p.stderr.strip().splitlines()
     assert p.returncode == 2 and len(lines) == 1 and "n_params_non_embedding" in lines[0], p.stderr
 
 
 def test_report_uses_one_n_everywhere():
-    done = pd.DataFrame({"n_params": [1e6, 2e6], "n_params_non_embedding": [4e5, 1.2e6], "tokens": [1e8, 1e8]})
+    done = pd.DataFrame(
+        {"n_params": [1e6, 2e6], "n_params_non_embedding": [4e5, 1.2e6], "tokens": [1e8, 1e8]}
+    )
     assert _use_n_params(done, "total") is done
     swapped = _use_n_params(done, "non_embedding")
     assert swapped["n_params"].tolist() == [4e5, 1.2e6] and done["n_params"].tolist() == [1e6, 2e6]
@@ -122,9 +163,18 @@ def test_collected_runs_table_carries_non_embedding_n(tmp_path):
     for i, (n, ne) in enumerate(((1e6, 4e5), (4e6, 2.5e6), (1.6e7, 1.2e7), (6.4e7, 5.5e7), (2.6e8, 2.4e8))):
         d = tmp_path / f"r{i}"
         d.mkdir()
-        (d / "summary.json").write_text(json.dumps({
-            "status": "completed", "n_params": n, "n_params_non_embedding": ne, "tokens": 1e8,
-            "flops": 6 * n * 1e8, "final_eval_loss": 1.5 + 40 * ne ** -0.3}))
+        (d / "summary.json").write_text(
+            json.dumps(
+                {
+                    "status": "completed",
+                    "n_params": n,
+                    "n_params_non_embedding": ne,
+                    "tokens": 1e8,
+                    "flops": 6 * n * 1e8,
+                    "final_eval_loss": 1.5 + 40 * ne**-0.3,
+                }
+            )
+        )
     table = runs.table(tmp_path, cache_dir=False)
     assert sorted(table["n_params_non_embedding"]) == [4e5, 2.5e6, 1.2e7, 5.5e7, 2.4e8]
     fit = fit_law(table, "kaplan_n_e", bootstrap=0, prediction_intervals=False)

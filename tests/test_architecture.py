@@ -23,19 +23,27 @@ PACKAGES = ("models", "sharding", "experiments", "analysis", "hydra_plugins")
 
 # Lowest first. A module belongs to the layer of the longest prefix that names it.
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("models.base",),                                   # errors, config parsing, strict JSON, fingerprints
-    ("models",),                                        # the transformer, its config, FLOPs, logical axes
-    ("sharding",),                                      # mesh, axis rules, validation, distributed, cost model
-    ("experiments", "experiments.rundir", "experiments.train",  # the training core, and the RL task
-     "experiments.rl.tasks"),       # generators (NumPy only) that its eval.tasks probes reuse
-    ("experiments.rl", "experiments.sweeps"),           # RL fine-tuning and sweeps, built on the core
-    ("hydra_plugins",),                                 # Hydra sweeper/launcher plugins over experiments.sweeps
-    ("analysis.runs", "analysis.laws"),          # run tables, laws and fits (no I/O in laws)
-    ("analysis.curves", "analysis.rl", "analysis.planning",           # curve laws, RL laws, budget planner,
-     "analysis.downstream"),                                          # downstream-task prediction
-    ("analysis.report",),                               # the report: fit + allocation + planning + figures
+    ("models.base",),  # errors, config parsing, strict JSON, fingerprints
+    ("models",),  # the transformer, its config, FLOPs, logical axes
+    ("sharding",),  # mesh, axis rules, validation, distributed, cost model
+    (
+        "experiments",
+        "experiments.rundir",
+        "experiments.train",  # the training core, and the RL task
+        "experiments.rl.tasks",
+    ),  # generators (NumPy only) that its eval.tasks probes reuse
+    ("experiments.rl", "experiments.sweeps"),  # RL fine-tuning and sweeps, built on the core
+    ("hydra_plugins",),  # Hydra sweeper/launcher plugins over experiments.sweeps
+    ("analysis.runs", "analysis.laws"),  # run tables, laws and fits (no I/O in laws)
+    (
+        "analysis.curves",
+        "analysis.rl",
+        "analysis.planning",  # curve laws, RL laws, budget planner,
+        "analysis.downstream",
+    ),  # downstream-task prediction
+    ("analysis.report",),  # the report: fit + allocation + planning + figures
     ("analysis.commands", "analysis.cli", "analysis.__main__", "analysis"),  # `python -m analysis`
-    ("experiments.demo",),                              # the main job: sweep -> fit -> report
+    ("experiments.demo",),  # the main job: sweep -> fit -> report
 )
 
 
@@ -62,8 +70,10 @@ def project_imports(path: pathlib.Path, modules: set[str]) -> set[str]:
         if isinstance(node, ast.Import):
             names = [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names = [f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in modules else node.module
-                     for a in node.names]
+            names = [
+                f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in modules else node.module
+                for a in node.names
+            ]
         else:
             continue
         out |= {n for n in names if n.split(".")[0] in PACKAGES}
@@ -77,8 +87,12 @@ def import_graph(root: pathlib.Path) -> dict[str, set[str]]:
 
 
 def upward_imports(graph: dict[str, set[str]]) -> list[str]:
-    return sorted(f"{m} (layer {layer_of(m)}) imports {d} (layer {layer_of(d)})"
-                  for m, deps in graph.items() for d in deps if layer_of(d) > layer_of(m))
+    return sorted(
+        f"{m} (layer {layer_of(m)}) imports {d} (layer {layer_of(d)})"
+        for m, deps in graph.items()
+        for d in deps
+        if layer_of(d) > layer_of(m)
+    )
 
 
 def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -127,10 +141,14 @@ def test_no_import_cycles():
 
 def test_training_code_never_imports_analysis():
     graph = import_graph(ROOT)
-    bad = sorted(f"{m} -> {d}" for m, deps in graph.items() for d in deps
-                 if m.split(".")[0] in ("models", "sharding", "hydra_plugins")
-                 or (m.startswith("experiments.") and m != "experiments.demo")
-                 if d.startswith("analysis"))
+    bad = sorted(
+        f"{m} -> {d}"
+        for m, deps in graph.items()
+        for d in deps
+        if m.split(".")[0] in ("models", "sharding", "hydra_plugins")
+        or (m.startswith("experiments.") and m != "experiments.demo")
+        if d.startswith("analysis")
+    )
     assert bad == []
 
 
@@ -139,12 +157,26 @@ def test_every_module_has_a_layer():
         layer_of(m)
 
 
-@pytest.mark.parametrize("culprit, source, expected", [
-    ("sharding/oops.py", "from analysis.laws import fitting\n", "sharding.oops (layer 2) imports analysis.laws.fitting"),
-    ("models/oops.py", "def f():\n    import experiments.train.loop\n", "models.oops (layer 1) imports experiments.train.loop"),
-    ("analysis/laws/oops.py", "from analysis.report.build import build_report\n",
-     "analysis.laws.oops (layer 6) imports analysis.report.build"),
-])
+@pytest.mark.parametrize(
+    "culprit, source, expected",
+    [
+        (
+            "sharding/oops.py",
+            "from analysis.laws import fitting\n",
+            "sharding.oops (layer 2) imports analysis.laws.fitting",
+        ),
+        (
+            "models/oops.py",
+            "def f():\n    import experiments.train.loop\n",
+            "models.oops (layer 1) imports experiments.train.loop",
+        ),
+        (
+            "analysis/laws/oops.py",
+            "from analysis.report.build import build_report\n",
+            "analysis.laws.oops (layer 6) imports analysis.report.build",
+        ),
+    ],
+)
 def test_contract_catches_an_upward_import(tmp_path, culprit, source, expected):
     for k in PACKAGES:
         shutil.copytree(ROOT / k, tmp_path / k, ignore=shutil.ignore_patterns("__pycache__"))

@@ -13,11 +13,11 @@ import sys
 
 import pytest
 import yaml
+from config_golden import GOLDEN, RUN_IDS
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf
 
-from config_golden import GOLDEN, RUN_IDS
 from experiments.cli import one_line
 from experiments.rl.config import AlgoConfig, RLConfig
 from experiments.rl.tasks import TaskConfig
@@ -79,8 +79,9 @@ def test_dataclass_defaults_are_the_default_presets():
     assert rl == defaults
 
 
-@pytest.mark.parametrize("path", sorted(p.relative_to(CONF) for group in SCHEMAS
-                                        for p in (CONF / group).glob("*.yaml")), ids=str)
+@pytest.mark.parametrize(
+    "path", sorted(p.relative_to(CONF) for group in SCHEMAS for p in (CONF / group).glob("*.yaml")), ids=str
+)
 def test_presets_hold_only_what_differs_from_the_schema(path):
     raw = yaml.safe_load((CONF / path).read_text()) or {}
     defaults = raw.pop("defaults")
@@ -92,7 +93,10 @@ def test_presets_hold_only_what_differs_from_the_schema(path):
 
 def test_wsd_is_adamw_with_one_key_changed():
     wsd = (CONF / "optim" / "wsd.yaml").read_text()
-    assert [ln for ln in wsd.splitlines() if not ln.startswith("#")] == ["defaults: [adamw, _self_]", "schedule: wsd"]
+    assert [ln for ln in wsd.splitlines() if not ln.startswith("#")] == [
+        "defaults: [adamw, _self_]",
+        "schedule: wsd",
+    ]
     adamw, wsd = (_plain(_compose("config", [f"optim={o}"]))["optim"] for o in ("adamw", "wsd"))
     assert wsd == {**adamw, "schedule": "wsd"} and adamw == dataclasses.asdict(OptimConfig())
 
@@ -104,13 +108,28 @@ def test_layout_table_is_the_sharding_presets(name):
     assert set(LAYOUTS) == {p.stem for p in (CONF / "sharding").glob("*.yaml")}
 
 
-@pytest.mark.parametrize("config,override,msg", [
-    ("config", "model.bogus=1", "unknown model key(s) ['bogus']; known: ['attention', 'd_ff', 'd_model',"),
-    ("config", "sharding.pipe=2", "unknown sharding key(s) ['pipe']; known: ['context', 'data', 'fsdp', 'pipeline',"),
-    ("rl", "rl.algo.lossy=1", "unknown rl.algo key(s) ['lossy']; known: ['advantage', 'aggregation',"),
-    ("config", "train.steps=abc", "train.steps: Value 'abc' of type 'str' could not be converted to Integer"),
-    ("config", "model=huge", "Could not find 'model/huge'; Available options in 'model': "),
-])
+@pytest.mark.parametrize(
+    "config,override,msg",
+    [
+        (
+            "config",
+            "model.bogus=1",
+            "unknown model key(s) ['bogus']; known: ['attention', 'd_ff', 'd_model',",
+        ),
+        (
+            "config",
+            "sharding.pipe=2",
+            "unknown sharding key(s) ['pipe']; known: ['context', 'data', 'fsdp', 'pipeline',",
+        ),
+        ("rl", "rl.algo.lossy=1", "unknown rl.algo key(s) ['lossy']; known: ['advantage', 'aggregation',"),
+        (
+            "config",
+            "train.steps=abc",
+            "train.steps: Value 'abc' of type 'str' could not be converted to Integer",
+        ),
+        ("config", "model=huge", "Could not find 'model/huge'; Available options in 'model': "),
+    ],
+)
 def test_schema_rejects_at_compose_time_in_one_line(config, override, msg):
     with pytest.raises(Exception) as info:
         _compose(config, [override])
@@ -120,7 +139,7 @@ def test_schema_rejects_at_compose_time_in_one_line(config, override, msg):
 
 def test_types_come_from_the_dataclasses():
     cfg = _plain(_compose("config", ["train.tokens=300000", "optim.warmup_tokens=1000", "optim.lr=1"]))
-    assert cfg["train"]["tokens"] == 300000 and isinstance(cfg["train"]["tokens"], int)   # Any: stays int
+    assert cfg["train"]["tokens"] == 300000 and isinstance(cfg["train"]["tokens"], int)  # Any: stays int
     assert isinstance(cfg["optim"]["warmup_tokens"], int)
     assert cfg["optim"]["lr"] == 1.0 and isinstance(cfg["optim"]["lr"], float)
 
@@ -128,9 +147,17 @@ def test_types_come_from_the_dataclasses():
 def test_cli_compose_errors_are_one_line_exit_2(tmp_path):
     env = dict(os.environ, JAX_PLATFORMS="cpu")
     env.pop("HYDRA_FULL_ERROR", None)
-    for module, override, msg in (("experiments.train", "model.bogus=1", "error: unknown model key(s) ['bogus']"),
-                                  ("experiments.rl", "rl.steps=many", "error: rl.steps: Value 'many'")):
-        p = subprocess.run([sys.executable, "-m", module, override, f"hydra.run.dir={tmp_path / 'r'}"],
-                           cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    for module, override, msg in (
+        ("experiments.train", "model.bogus=1", "error: unknown model key(s) ['bogus']"),
+        ("experiments.rl", "rl.steps=many", "error: rl.steps: Value 'many'"),
+    ):
+        p = subprocess.run(
+            [sys.executable, "-m", module, override, f"hydra.run.dir={tmp_path / 'r'}"],
+            cwd=REPO,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert p.returncode == 2, p.stderr
         assert len(p.stderr.strip().splitlines()) == 1 and p.stderr.startswith(msg), p.stderr

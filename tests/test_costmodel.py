@@ -10,16 +10,44 @@ import pytest
 from models.base.errors import AnalysisError
 from models.config import ModelConfig
 from models.flops import non_embedding_param_count, param_count
-from sharding.costmodel import (BF16_MIXED, DEFAULT_EFFICIENCY, Hardware, Layout, LayoutError,
-                                ModelShape, activation_bytes_per_layer, catalogue_names,
-                                estimate_step, load_hardware, validate_layout)
+from sharding.costmodel import (
+    BF16_MIXED,
+    DEFAULT_EFFICIENCY,
+    Hardware,
+    Layout,
+    LayoutError,
+    ModelShape,
+    activation_bytes_per_layer,
+    catalogue_names,
+    estimate_step,
+    load_hardware,
+    validate_layout,
+)
 from sharding.costmodel.comm import collective_time, ranks_per_node
 
-CATALOGUE = ["a100-40gb", "a100-80gb", "h100-sxm", "h200", "b200", "mi250x", "tpu-v4", "tpu-v5e",
-             "tpu-v5p", "tpu-v6e"]
+CATALOGUE = [
+    "a100-40gb",
+    "a100-80gb",
+    "h100-sxm",
+    "h200",
+    "b200",
+    "mi250x",
+    "tpu-v4",
+    "tpu-v5e",
+    "tpu-v5p",
+    "tpu-v6e",
+]
 LLAMA13B = ModelShape(n_layers=40, d_model=5120, n_heads=40, seq_len=2048, vocab_size=128000)
-GPT = ModelShape(n_layers=24, d_model=2048, n_heads=16, seq_len=2048, vocab_size=51200,
-                 d_ff=4 * 2048, mlp="gelu", dropout=True)
+GPT = ModelShape(
+    n_layers=24,
+    d_model=2048,
+    n_heads=16,
+    seq_len=2048,
+    vocab_size=51200,
+    d_ff=4 * 2048,
+    mlp="gelu",
+    dropout=True,
+)
 
 
 def test_catalogue_complete_with_sources():
@@ -36,8 +64,10 @@ def test_alias_user_file_and_unknown_hardware(tmp_path):
     a100 = load_hardware("a100-80gb")
     assert a100.devices_per_node == 8 and a100.inter_node_bw * 8 == pytest.approx(200e9)
     f = tmp_path / "mine.yaml"
-    f.write_text("peak_flops: 1e15\nhbm_bytes: 1e11\nhbm_bw: 4e12\ndevices_per_node: 4\n"
-                 "intra_node_bw: 4e11\ninter_node_bw: 5e10\n")
+    f.write_text(
+        "peak_flops: 1e15\nhbm_bytes: 1e11\nhbm_bw: 4e12\ndevices_per_node: 4\n"
+        "intra_node_bw: 4e11\ninter_node_bw: 5e10\n"
+    )
     assert load_hardware(str(f)).name == "mine"
     with pytest.raises(AnalysisError, match="unknown hardware 'h900'.*a100-80gb"):
         load_hardware("h900")
@@ -48,14 +78,14 @@ def test_alias_user_file_and_unknown_hardware(tmp_path):
 
 def test_param_count_matches_hagemann_sheets():
     # the sheets' MFU implies 14.00B / 33.77B / 66.86B parameters with a 128k vocabulary
-    for (L, h, a), n in (((40, 5120, 40), 14.00e9), ((60, 6656, 52), 33.77e9),
-                         ((80, 8192, 64), 66.86e9)):
+    for (L, h, a), n in (((40, 5120, 40), 14.00e9), ((60, 6656, 52), 33.77e9), ((80, 8192, 64), 66.86e9)):
         s = ModelShape(n_layers=L, d_model=h, n_heads=a, seq_len=2048, vocab_size=128000)
         assert s.n_params == pytest.approx(n, rel=2e-3)
 
 
-@pytest.mark.parametrize("kw", [dict(), dict(n_kv_heads=2, tie_embeddings=True),
-                                dict(d_ff=320, vocab_size=1000, n_layers=3)])
+@pytest.mark.parametrize(
+    "kw", [dict(), dict(n_kv_heads=2, tie_embeddings=True), dict(d_ff=320, vocab_size=1000, n_layers=3)]
+)
 def test_param_count_agrees_with_models_flops(kw):
     """ModelShape counts its own parameters (per component, for the stage split); for a shape the
     training model can build, the totals equal models.flops' (the one count of summary.json)."""
@@ -70,8 +100,7 @@ def test_activation_memory_reduces_to_korthikanti(t, sp):
     """GPT shape, dropout, fused softmax: sbh(10 + 24/t + 5as/(ht)) bytes per layer (no SP) and
     sbh/t·(34 + 5as/h) with SP — Korthikanti et al. 2022, Table 2 (fp16 masks of 1 byte)."""
     s, h, a, b = GPT.seq_len, GPT.d_model, GPT.n_heads, 1
-    lo = Layout(tp=t, sp=sp, micro_batch=b, global_batch=8, attention="fused_softmax",
-                fused_norm=True)
+    lo = Layout(tp=t, sp=sp, micro_batch=b, global_batch=8, attention="fused_softmax", fused_norm=True)
     got = activation_bytes_per_layer(GPT, lo)
     # our fused_softmax stores 2 bytes/score + 3 for dropout mask & output = 5as²b/t ✓
     sbh = s * b * h
@@ -83,7 +112,7 @@ def test_selective_recompute_drops_score_memory_only():
     lo = Layout(micro_batch=1, global_batch=8, attention="naive", fused_norm=True)
     full = activation_bytes_per_layer(GPT, lo)
     sel = activation_bytes_per_layer(GPT, lo, recompute_attention=True)
-    assert full - sel == pytest.approx((6 + 3) * GPT.n_heads * GPT.seq_len ** 2)
+    assert full - sel == pytest.approx((6 + 3) * GPT.n_heads * GPT.seq_len**2)
 
 
 def _est(model=LLAMA13B, hw="a100-80gb", **kw):
@@ -108,7 +137,8 @@ def test_pipeline_bubble_is_p_minus_1_over_m():
         assert e.time.bubble / (e.time.pipeline - e.time.bubble) == pytest.approx((pp - 1) / m)
     inter = _est(dp=16, pp=4, micro_batch=1, interleave=2)
     assert inter.time.bubble / (inter.time.pipeline - inter.time.bubble) == pytest.approx(
-        3 / 2 / inter.layout.grad_accum)
+        3 / 2 / inter.layout.grad_accum
+    )
 
 
 def test_checkpointing_trades_memory_for_time_and_hfu():
@@ -147,10 +177,20 @@ def test_zero3_collectives_per_weight_matrix_pay_more_latency_at_scale():
     ring latencies; at thousands of ranks and micro-batch 1 that is what makes ZeRO-3 slow, and
     per-GPU throughput falls as the same batch spreads over more GPUs."""
     hw = load_hardware("a100-80gb")
-    m = ModelShape(n_layers=96, d_model=12288, n_heads=96, seq_len=2048, vocab_size=51200,
-                   d_ff=4 * 12288, mlp="gelu", tied_embeddings=True)
+    m = ModelShape(
+        n_layers=96,
+        d_model=12288,
+        n_heads=96,
+        seq_len=2048,
+        vocab_size=51200,
+        d_ff=4 * 12288,
+        mlp="gelu",
+        tied_embeddings=True,
+    )
     assert m.matrices_per_layer(True) == 4 and m.matrices_per_layer(False) == 6
-    assert ModelShape(n_layers=2, d_model=64, n_heads=2, seq_len=8, vocab_size=16).matrices_per_layer(False) == 7
+    assert (
+        ModelShape(n_layers=2, d_model=64, n_heads=2, seq_len=8, vocab_size=16).matrices_per_layer(False) == 7
+    )
     lo = Layout(dp=1536, micro_batch=1, global_batch=1536, zero_stage=3, act_ckpt="full")
     per_matrix, per_layer = (estimate_step(m, lo.replace(zero3_per_matrix=f), hw) for f in (True, False))
     assert per_matrix.collective_bytes() == pytest.approx(per_layer.collective_bytes())
@@ -177,12 +217,15 @@ def test_offload_moves_optimizer_off_device():
     assert off.time.optimizer > on.time.optimizer
 
 
-@pytest.mark.parametrize("kw,msg", [
-    (dict(dp=3, tp=2, pp=1, n=8), "does not match 8 devices; nearest valid mesh"),
-    (dict(dp=8, tp=3, pp=1, n=None), "tp=3 must divide n_heads"),
-    (dict(dp=7, tp=1, pp=1, n=None), "not divisible by dp"),
-    (dict(dp=1, tp=1, pp=50, n=None), "exceeds n_layers"),
-])
+@pytest.mark.parametrize(
+    "kw,msg",
+    [
+        (dict(dp=3, tp=2, pp=1, n=8), "does not match 8 devices; nearest valid mesh"),
+        (dict(dp=8, tp=3, pp=1, n=None), "tp=3 must divide n_heads"),
+        (dict(dp=7, tp=1, pp=1, n=None), "not divisible by dp"),
+        (dict(dp=1, tp=1, pp=50, n=None), "exceeds n_layers"),
+    ],
+)
 def test_impossible_layouts_are_one_line_errors(kw, msg):
     n = kw.pop("n")
     lo = Layout(micro_batch=1, global_batch=64, **kw)
@@ -217,6 +260,14 @@ def test_pipeline_send_over_a_shared_adapter():
     assert alone == pytest.approx(1e8 / 200e9 + dgx.inter_node_latency_s)
     assert p2p_time(1e8, False, one_nic, 1.0, senders=8) == pytest.approx(t_dgx)  # all 8 share it
     with pytest.raises(LayoutError, match="nics_per_node must be a positive integer"):
-        Hardware.from_mapping({"peak_flops": 1e12, "hbm_bytes": 1e9, "hbm_bw": 1e9,
-                               "devices_per_node": 4, "intra_node_bw": 1e9, "inter_node_bw": 1e9,
-                               "nics_per_node": 0})
+        Hardware.from_mapping(
+            {
+                "peak_flops": 1e12,
+                "hbm_bytes": 1e9,
+                "hbm_bw": 1e9,
+                "devices_per_node": 4,
+                "intra_node_bw": 1e9,
+                "inter_node_bw": 1e9,
+                "nics_per_node": 0,
+            }
+        )

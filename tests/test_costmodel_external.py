@@ -13,7 +13,8 @@ import pytest
 from sharding.costmodel import DEFAULT_EFFICIENCY
 
 SPEC = importlib.util.spec_from_file_location(
-    "external_layouts", pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "external_layouts.py")
+    "external_layouts", pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "external_layouts.py"
+)
 
 
 def _module():
@@ -45,12 +46,24 @@ def test_joint_calibration_reproduces_shipped_constants(shared_data):
     mod = _module()
     res = mod.leave_one_source_out(mod.sources(shared_data / "hagemann2023_layouts"))
     fitted = res["constants"]
-    for name in ("gemm_eff_max", "gemm_half_dim", "flash1_eff", "flash2_eff", "layer_overhead_s",
-                 "zero3_overlap", "tp_overlap", "act_frag", "mem_overhead_bytes", "link_eff",
-                 "intra_link_eff",
-                 "mfu_ratio_lo", "mfu_ratio_hi"):
-        assert getattr(fitted, name) == pytest.approx(getattr(DEFAULT_EFFICIENCY, name),
-                                                      rel=0.02, abs=1e-6), name
+    for name in (
+        "gemm_eff_max",
+        "gemm_half_dim",
+        "flash1_eff",
+        "flash2_eff",
+        "layer_overhead_s",
+        "zero3_overlap",
+        "tp_overlap",
+        "act_frag",
+        "mem_overhead_bytes",
+        "link_eff",
+        "intra_link_eff",
+        "mfu_ratio_lo",
+        "mfu_ratio_hi",
+    ):
+        assert getattr(fitted, name) == pytest.approx(
+            getattr(DEFAULT_EFFICIENCY, name), rel=0.02, abs=1e-6
+        ), name
     assert res["all"]["hagemann"]["spearman_mfu"] >= 0.9
     # held out, each source is predicted from the others (measured: 6.3, 5.7, 4.6, 4.4, 10.3 pts)
     bounds = {"hagemann": 0.075, "mpt": 0.07, "megatron": 0.06, "torchtitan": 0.06, "fsdp_scale": 0.12}

@@ -24,9 +24,13 @@ def test_parse_cluster_and_its_errors():
     groups = parse_cluster("a100-80gb:64, h100-sxm:32")
     assert [(g.hardware.name, g.count) for g in groups] == [("a100-80gb", 64), ("h100-sxm", 32)]
     assert is_mixed("a100-80gb:64,h100-sxm:32") and not is_mixed("h100-sxm")
-    for spec, msg in [("a100-80gb", "NAME:COUNT"), ("a100-80gb:0", "positive integer"),
-                      ("a100-80gb:x", "positive integer"), ("nope:8,h100:8", "unknown hardware"),
-                      ("a100-80gb:8,a100-80gb:8", "twice")]:
+    for spec, msg in [
+        ("a100-80gb", "NAME:COUNT"),
+        ("a100-80gb:0", "positive integer"),
+        ("a100-80gb:x", "positive integer"),
+        ("nope:8,h100:8", "unknown hardware"),
+        ("a100-80gb:8,a100-80gb:8", "twice"),
+    ]:
         with pytest.raises(LayoutError, match=msg):
             parse_cluster(spec)
 
@@ -79,13 +83,16 @@ def _cli(*argv):
 
 def test_plan_cli_on_a_mixed_cluster(tmp_path):
     out = tmp_path / "mixed.json"
-    rc, text = _cli("plan", "--budget", "5.76e23", "--hardware", "a100-80gb:256,h100-sxm:128",
-                    "--json", str(out))
+    rc, text = _cli(
+        "plan", "--budget", "5.76e23", "--hardware", "a100-80gb:256,h100-sxm:128", "--json", str(out)
+    )
     assert rc == 0, text
     assert "mixed cluster 256 x a100-80gb + 128 x h100-sxm" in text
     data = json.loads(out.read_text())
     assert data["mixed"] == [{"hardware": "a100-80gb", "count": 256}, {"hardware": "h100-sxm", "count": 128}]
-    rc, text = _cli("plan", "--budget", "5.76e23", "--hardware", "a100-80gb:256,h100-sxm:128", "--gpus", "100")
+    rc, text = _cli(
+        "plan", "--budget", "5.76e23", "--hardware", "a100-80gb:256,h100-sxm:128", "--gpus", "100"
+    )
     assert rc == 2 and "--gpus 100" in text and len(text.strip().splitlines()) == 1
     rc, text = _cli("plan", "--budget", "1e21", "--hardware", "a100-80gb")
     assert rc == 2 and "--gpus" in text

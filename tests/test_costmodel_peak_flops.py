@@ -26,10 +26,26 @@ OLD_TABLE = [
     ("tpu v4", {"bfloat16": 275e12, "float32": 275e12}),
 ]
 # What JAX reports as device.device_kind on these chips (and spellings seen across versions).
-VENDOR_KINDS = ["NVIDIA H200", "NVIDIA H100 80GB HBM3", "NVIDIA H100 PCIe", "NVIDIA A100-SXM4-40GB",
-                "NVIDIA A100-SXM4-80GB", "NVIDIA A100 80GB PCIe", "NVIDIA A100-PCIE-40GB", "TPU v4",
-                "TPU v5 lite", "TPU v5e", "TPU v5p", "TPU v5", "TPU v6 lite", "TPU v6e",
-                "NVIDIA B200", "AMD Instinct MI250X", "Tesla V100-SXM2-16GB", "cpu"]
+VENDOR_KINDS = [
+    "NVIDIA H200",
+    "NVIDIA H100 80GB HBM3",
+    "NVIDIA H100 PCIe",
+    "NVIDIA A100-SXM4-40GB",
+    "NVIDIA A100-SXM4-80GB",
+    "NVIDIA A100 80GB PCIe",
+    "NVIDIA A100-PCIE-40GB",
+    "TPU v4",
+    "TPU v5 lite",
+    "TPU v5e",
+    "TPU v5p",
+    "TPU v5",
+    "TPU v6 lite",
+    "TPU v6e",
+    "NVIDIA B200",
+    "AMD Instinct MI250X",
+    "Tesla V100-SXM2-16GB",
+    "cpu",
+]
 DTYPES = ("bfloat16", "float32", "float16")
 
 
@@ -74,14 +90,21 @@ def test_peak_flops_per_device_names_its_source():
     tpu = types.SimpleNamespace(device_kind="TPU v5 lite", platform="tpu")
     peak, src = peak_flops_per_device(tpu, "bfloat16")
     assert peak == 197e12 and "conf/hardware/tpu-v5e.yaml" in src
-    peak, src = peak_flops_per_device(types.SimpleNamespace(device_kind="Tesla V100", platform="gpu"),
-                                      "float32")
+    peak, src = peak_flops_per_device(
+        types.SimpleNamespace(device_kind="Tesla V100", platform="gpu"), "float32"
+    )
     assert math.isnan(peak) and "unknown device kind" in src
 
 
 def test_bad_device_kinds_are_one_line_errors():
-    base = {"peak_flops": 1e15, "hbm_bytes": 1e11, "hbm_bw": 4e12, "devices_per_node": 4,
-            "intra_node_bw": 4e11, "inter_node_bw": 5e10}
+    base = {
+        "peak_flops": 1e15,
+        "hbm_bytes": 1e11,
+        "hbm_bw": 4e12,
+        "devices_per_node": 4,
+        "intra_node_bw": 4e11,
+        "inter_node_bw": 5e10,
+    }
     assert Hardware.from_mapping({**base, "device_kinds": "My Chip"}).device_kinds == ("my chip",)
     with pytest.raises(LayoutError, match="device_kinds must be a list of non-empty strings"):
         Hardware.from_mapping({**base, "device_kinds": [3]})

@@ -27,11 +27,11 @@ import jax
 import jax.numpy as jnp
 import optax
 import pytest
+from hlo_collectives import hlo_collective_bytes
 
 from experiments.train.steps import build_train_setup
-from hlo_collectives import hlo_collective_bytes
 from models.config import ModelConfig
-from sharding.costmodel import FP32_PARAMS, Layout, Precision, ModelShape, estimate_step, load_hardware
+from sharding.costmodel import FP32_PARAMS, Layout, ModelShape, Precision, estimate_step, load_hardware
 from sharding.costmodel.efficiency import DEFAULT_EFFICIENCY
 from sharding.mesh import make_mesh
 from sharding.validate import PipelineSpec
@@ -52,8 +52,12 @@ LAYOUTS = {  # name: ((data, fsdp, tensor), pipeline, context, sequence_parallel
     "dp_tp_sp_cp": ((2, 1, 2), None, 2, True),
     "dp_tp_pp2": ((2, 1, 2), PipelineSpec(stages=2, micro_batches=4), 1, False),
     "dp_pp4": ((2, 1, 1), PipelineSpec(stages=4, micro_batches=4), 1, False),
-    "dp_tp_pp2v2": ((2, 1, 2), PipelineSpec(stages=2, micro_batches=4, schedule="interleaved",
-                                            virtual_stages=2), 1, False),
+    "dp_tp_pp2v2": (
+        (2, 1, 2),
+        PipelineSpec(stages=2, micro_batches=4, schedule="interleaved", virtual_stages=2),
+        1,
+        False,
+    ),
 }
 PIPELINED = [n for n, spec in LAYOUTS.items() if spec[1] is not None]
 # predicted / measured total memory outside 10%, as measured (jax 0.8 CPU), with the cause.
@@ -62,8 +66,15 @@ PIPELINED = [n for n, spec in LAYOUTS.items() if spec[1] is not None]
 # rank as Megatron does, XLA fuses some away or keeps others. The GSPMD pipeline keeps the
 # stacked-weight copies, the tick loop's stream and state buffers and per-tick gradient
 # accumulators the model leaves out.
-MEMORY_GAPS = {"fsdp": 0.77, "fsdp_tp": 0.88, "dp_tp": 1.115, "dp_tp4_sp": 0.89, "dp_tp_pp2": 0.76,
-               "dp_pp4": 0.61, "dp_tp_pp2v2": 0.70}
+MEMORY_GAPS = {
+    "fsdp": 0.77,
+    "fsdp_tp": 0.88,
+    "dp_tp": 1.115,
+    "dp_tp4_sp": 0.89,
+    "dp_tp_pp2": 0.76,
+    "dp_pp4": 0.61,
+    "dp_tp_pp2v2": 0.70,
+}
 # model / HLO reductions: with virtual stages XLA gathers each tick's weights instead of
 # reducing some of their gradients in the loop.
 REDUCE_GAPS = {"dp_tp_pp2v2": 1.16}
@@ -76,23 +87,34 @@ def model_layout(name: str) -> Layout:
     (data, fsdp, tensor), pipe, context, sp = LAYOUTS[name]
     dp, stages = data * fsdp, (pipe.stages if pipe else 1)
     micro = pipe.micro_batches if pipe else 1
-    return Layout(dp=dp, tp=tensor, pp=stages, cp=context, sp=sp,
-                  micro_batch=GLOBAL_BATCH // (dp * micro), global_batch=GLOBAL_BATCH,
-                  interleave=pipe.virtual_stages if pipe else 1,
-                  zero_stage=3 if fsdp > 1 else 0, act_ckpt="none", attention="naive",
-                  fused_norm=False, fused_projections=False, zero3_regather=False,
-                  sp_bwd_regather=False, cp_joint_grad_reduce=False, gspmd_pipeline=True)
+    return Layout(
+        dp=dp,
+        tp=tensor,
+        pp=stages,
+        cp=context,
+        sp=sp,
+        micro_batch=GLOBAL_BATCH // (dp * micro),
+        global_batch=GLOBAL_BATCH,
+        interleave=pipe.virtual_stages if pipe else 1,
+        zero_stage=3 if fsdp > 1 else 0,
+        act_ckpt="none",
+        attention="naive",
+        fused_norm=False,
+        fused_projections=False,
+        zero3_regather=False,
+        sp_bwd_regather=False,
+        cp_joint_grad_reduce=False,
+        gspmd_pipeline=True,
+    )
 
 
 def compile_layout(name: str):
     """(the train step of layout `name` compiled for 8 devices, per-device batch bytes)."""
     sizes, pipe, context, sp = LAYOUTS[name]
     mesh = make_mesh(sizes, stage=pipe.stages if pipe else 1, context=context)
-    ts = build_train_setup(CFG, optax.adamw(1e-3), mesh, n_micro=1, pipeline=pipe,
-                           sequence_parallel=sp)
+    ts = build_train_setup(CFG, optax.adamw(1e-3), mesh, n_micro=1, pipeline=pipe, sequence_parallel=sp)
     params, opt = ts.abstract_state()
-    batch = jax.ShapeDtypeStruct((1, GLOBAL_BATCH, CFG.seq_len + 1), jnp.int32,
-                                 sharding=ts.batch_sharding)
+    batch = jax.ShapeDtypeStruct((1, GLOBAL_BATCH, CFG.seq_len + 1), jnp.int32, sharding=ts.batch_sharding)
     exe = ts.train_step.lower(params, opt, batch).compile()
     return exe, (GLOBAL_BATCH // (sizes[0] * sizes[1])) * (CFG.seq_len + 1) * 4
 
@@ -129,8 +151,7 @@ def test_state_memory_matches_compiled_arguments(compiled, name):
 def test_total_memory_matches_compiled(compiled, name):
     exe, batch_bytes = compiled(name)
     ma = exe.memory_analysis()
-    ratio = _estimate(name).memory.total / (ma.argument_size_in_bytes + ma.temp_size_in_bytes
-                                            - batch_bytes)
+    ratio = _estimate(name).memory.total / (ma.argument_size_in_bytes + ma.temp_size_in_bytes - batch_bytes)
     if name in MEMORY_GAPS:  # a known gap: it must not grow by more than 5 points
         assert abs(ratio - MEMORY_GAPS[name]) <= 0.05, (name, ratio)
     else:
@@ -146,8 +167,12 @@ def test_collective_bytes_match_compiled_hlo(compiled, name):
     hlo_reduce = hlo["all_reduce"] + hlo["reduce_scatter"]
     assert hlo_reduce > 0
     ratio = pred_reduce / hlo_reduce
-    assert abs(ratio - REDUCE_GAPS.get(name, 1.0)) <= (0.05 if name in REDUCE_GAPS else 0.10), \
-        (name, ratio, pred, hlo)
+    assert abs(ratio - REDUCE_GAPS.get(name, 1.0)) <= (0.05 if name in REDUCE_GAPS else 0.10), (
+        name,
+        ratio,
+        pred,
+        hlo,
+    )
     if name in PIPELINED:  # XLA's gathers of the tick loop's stream / stacked weights: no term
         return
     pred_gather, hlo_gather = pred.get("all_gather", 0.0), hlo["all_gather"]
@@ -167,13 +192,15 @@ def test_pipeline_sends_match_the_tick_loop(compiled, name):
 
 def test_hlo_parser_counts_known_collectives():
     """The HLO counter on hand-written lines (so a parser bug cannot pass the checks above)."""
-    hlo = "\n".join([
-        "%ar = f32[16,64,256]{2,1,0} all-reduce(%x), replica_groups=mesh['a'=8] {'a'}",
-        "%ag = (f32[256,8]{1,0}, bf16[4]{0}) all-gather(%y, %z), replica_groups=mesh['a'=8] {'a'}",
-        "%rs = f32[32]{0} reduce-scatter(%w), replica_groups=mesh['a'=2,'b'=4] {'b'}",
-        "%cp = f32[8]{0} collective-permute(%v), source_target_pairs={{0,1},{2,3}}",
-        "%d = f32[8]{0} all-gather-done(%ag2)",
-    ])
+    hlo = "\n".join(
+        [
+            "%ar = f32[16,64,256]{2,1,0} all-reduce(%x), replica_groups=mesh['a'=8] {'a'}",
+            "%ag = (f32[256,8]{1,0}, bf16[4]{0}) all-gather(%y, %z), replica_groups=mesh['a'=8] {'a'}",
+            "%rs = f32[32]{0} reduce-scatter(%w), replica_groups=mesh['a'=2,'b'=4] {'b'}",
+            "%cp = f32[8]{0} collective-permute(%v), source_target_pairs={{0,1},{2,3}}",
+            "%d = f32[8]{0} all-gather-done(%ag2)",
+        ]
+    )
     got = hlo_collective_bytes(hlo, n_devices=8)
     assert got["all_reduce"] == 16 * 64 * 256 * 4
     assert got["all_gather"] == 256 * 8 * 4 + 4 * 2
@@ -182,17 +209,23 @@ def test_hlo_parser_counts_known_collectives():
 
 
 def test_hlo_parser_multiplies_loop_bodies_by_trip_count():
-    hlo = "\n".join([
-        "%body (p: f32[4]) -> f32[4] {",
-        "  %ar = f32[4]{0} all-reduce(%p), replica_groups={{0,1}}",
-        "}",
-        "ENTRY %main (x: f32[4]) -> f32[4] {",
-        '  %w = f32[4]{0} while(%x), condition=%cond, body=%body, '
-        'backend_config={"known_trip_count":{"n":"5"}}',
-        "  %ag = f32[4]{0} all-gather(%w), replica_groups={{0,1}}",
-        "}",
-    ])
+    hlo = "\n".join(
+        [
+            "%body (p: f32[4]) -> f32[4] {",
+            "  %ar = f32[4]{0} all-reduce(%p), replica_groups={{0,1}}",
+            "}",
+            "ENTRY %main (x: f32[4]) -> f32[4] {",
+            "  %w = f32[4]{0} while(%x), condition=%cond, body=%body, "
+            'backend_config={"known_trip_count":{"n":"5"}}',
+            "  %ag = f32[4]{0} all-gather(%w), replica_groups={{0,1}}",
+            "}",
+        ]
+    )
     assert hlo_collective_bytes(hlo)["all_reduce"] == 5 * 16
     assert hlo_collective_bytes(hlo, loops_only=True) == {
-        "all_reduce": 80.0, "all_gather": 0.0, "reduce_scatter": 0.0,
-        "collective_permute": 0.0, "all_to_all": 0.0}
+        "all_reduce": 80.0,
+        "all_gather": 0.0,
+        "reduce_scatter": 0.0,
+        "collective_permute": 0.0,
+        "all_to_all": 0.0,
+    }

@@ -104,8 +104,24 @@ def test_cli_json_carries_intervals(shared_data, tmp_path):
     interval model says how it was calibrated (here on one curve: early-part refits only)."""
     d = shared_data / "mpl_loss_curves" / "csv_25"
     out = tmp_path / "c.json"
-    assert main(["fit-curve", "--law", "tissue", "--fit", str(d / "cosine_24000.csv"), "--fit-until", "16000",
-                 "--predict", str(d / "wsd_20000_24000.csv"), "--json", str(out)]) == 0
+    assert (
+        main(
+            [
+                "fit-curve",
+                "--law",
+                "tissue",
+                "--fit",
+                str(d / "cosine_24000.csv"),
+                "--fit-until",
+                "16000",
+                "--predict",
+                str(d / "wsd_20000_24000.csv"),
+                "--json",
+                str(out),
+            ]
+        )
+        == 0
+    )
     j = json.loads(out.read_text())
     for name in ("cosine_24000", "wsd_20000_24000"):
         p = j["predictions"][name]

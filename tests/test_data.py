@@ -2,12 +2,17 @@
 
 import hashlib
 
-import jax
 import numpy as np
 import pytest
 
-from experiments.train.corpus import (BatchSampler, DataConfig, _is_val, eval_sampler, load_corpus,
-                              stdlib_files)
+from experiments.train.corpus import (
+    BatchSampler,
+    DataConfig,
+    _is_val,
+    eval_sampler,
+    load_corpus,
+    stdlib_files,
+)
 from models.base.errors import ConfigError
 
 
@@ -20,7 +25,9 @@ def cache(tmp_path, monkeypatch):
 def test_stdlib_corpus_excludes_tests_and_is_identified(cache):
     root, rels = stdlib_files()
     assert rels == sorted(rels) and len(rels) > 100
-    assert not any(part in ("test", "tests", "idle_test", "site-packages") for r in rels for part in r.split("/"))
+    assert not any(
+        part in ("test", "tests", "idle_test", "site-packages") for r in rels for part in r.split("/")
+    )
     c1 = load_corpus(DataConfig())
     assert c1.vocab_size == 256 and c1.train.dtype == np.uint8
     ident = c1.identity
@@ -30,8 +37,8 @@ def test_stdlib_corpus_excludes_tests_and_is_identified(cache):
     # The first train file's bytes open the train split (files concatenated in sorted order).
     first = next(r for r in rels if not _is_val(r, 0.05))
     head = (root / first).read_bytes()[:64]
-    assert bytes(c1.train[:len(head)]) == head
-    c2 = load_corpus(DataConfig())               # second load comes from the cache
+    assert bytes(c1.train[: len(head)]) == head
+    c2 = load_corpus(DataConfig())  # second load comes from the cache
     assert c2.identity == ident and np.array_equal(c2.val[:1000], c1.val[:1000])
     assert len(list((cache / "corpus").iterdir())) == 1
 
@@ -55,7 +62,9 @@ def test_token_files_bin_and_npy(tmp_path, cache):
     c = load_corpus(DataConfig(path=str(tmp_path / "t.bin"), vocab_size=1000))
     assert c.vocab_size == 1000 and c.train.size + c.val.size == 5000
     assert np.array_equal(c.train[:10], toks[:10])
-    n = load_corpus(DataConfig(path=str(tmp_path / "t.npy"), vocab_size=1000, val_path=str(tmp_path / "t.bin")))
+    n = load_corpus(
+        DataConfig(path=str(tmp_path / "t.npy"), vocab_size=1000, val_path=str(tmp_path / "t.bin"))
+    )
     assert n.train.size == 5000 and n.val.size == 5000 and n.identity["split"] == "val_path"
     with pytest.raises(ConfigError, match="data.vocab_size is required"):
         load_corpus(DataConfig(path=str(tmp_path / "t.bin")))
@@ -73,13 +82,13 @@ def test_batches_are_pure_functions_of_seed_and_index():
     s = BatchSampler(tokens, seq_len=16, batch_size=8, seed=3)
     b5 = s.batch(5)
     assert b5.shape == (8, 17) and b5.dtype == np.int32
-    assert np.array_equal(b5, BatchSampler(tokens, 16, 8, seed=3).batch(5))     # fresh sampler, same batch
+    assert np.array_equal(b5, BatchSampler(tokens, 16, 8, seed=3).batch(5))  # fresh sampler, same batch
     assert not np.array_equal(b5, s.batch(6))
     assert not np.array_equal(b5, BatchSampler(tokens, 16, 8, seed=4).batch(5))
     offs = s.offsets(5)
     for row, o in zip(b5, offs):
-        assert np.array_equal(row, tokens[o:o + 17])
-    assert np.array_equal(s.rows(5, np.array([6, 1])), b5[[6, 1]])               # a process's own rows
+        assert np.array_equal(row, tokens[o : o + 17])
+    assert np.array_equal(s.rows(5, np.array([6, 1])), b5[[6, 1]])  # a process's own rows
     ev = eval_sampler(tokens, 16, 8)
     assert np.array_equal(ev.batch(0), eval_sampler(tokens, 16, 8).batch(0))
     with pytest.raises(ConfigError, match="fewer than model.seq_len"):
@@ -87,8 +96,9 @@ def test_batches_are_pure_functions_of_seed_and_index():
 
 
 def test_sharded_batch_assembly_reads_only_its_rows():
-    from experiments.train.loop import make_train_batch
     from jax.sharding import NamedSharding, PartitionSpec
+
+    from experiments.train.loop import make_train_batch
     from sharding.mesh import make_mesh
 
     tokens = np.arange(10_000, dtype=np.uint16) % 251

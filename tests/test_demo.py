@@ -16,11 +16,20 @@ import pytest
 REPO = pathlib.Path(__file__).resolve().parents[1]
 # eval.tasks=[]: the preset's downstream tasks would cost each run a scorer compile (the report's
 # downstream section is tested in tests/test_report_downstream.py)
-SCALED = ["--bootstrap", "50", "--budget", "1e12", "sweep.budgets=[2e10,4e10,8e10]",
-          "sweep.shapes=[{n_layers:1,d_model:8,n_heads:1},{n_layers:1,d_model:16,n_heads:2},"
-          "{n_layers:2,d_model:24,n_heads:3},{n_layers:2,d_model:32,n_heads:4}]",
-          "sweep.min_steps=50", "sweep.lr_probe=null", "eval.tasks=[]", "train.eval_every=0",
-          "train.eval_tokens=4096"]
+SCALED = [
+    "--bootstrap",
+    "50",
+    "--budget",
+    "1e12",
+    "sweep.budgets=[2e10,4e10,8e10]",
+    "sweep.shapes=[{n_layers:1,d_model:8,n_heads:1},{n_layers:1,d_model:16,n_heads:2},"
+    "{n_layers:2,d_model:24,n_heads:3},{n_layers:2,d_model:32,n_heads:4}]",
+    "sweep.min_steps=50",
+    "sweep.lr_probe=null",
+    "eval.tasks=[]",
+    "train.eval_every=0",
+    "train.eval_tokens=4096",
+]
 
 
 def env():
@@ -64,8 +73,9 @@ def test_demo_killed_midway_relaunched_reuses_runs_and_teaches_a_law(tmp_path):
     # too, as a killed job's cgroup would: an orphaned worker still training a run would race the
     # relaunch for the same run directory (the demo's sweep child dies with it by PDEATHSIG, the
     # launcher's loky workers do not)
-    p = subprocess.Popen(cmd, env=env(), cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                         start_new_session=True)
+    p = subprocess.Popen(
+        cmd, env=env(), cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+    )
     try:
         deadline = time.time() + 400
         while time.time() < deadline and len(finished(sw)) < 2:
@@ -81,12 +91,16 @@ def test_demo_killed_midway_relaunched_reuses_runs_and_teaches_a_law(tmp_path):
     stamps = {d: (st.st_size, st.st_mtime_ns) for d, st in done_before.items()}
     r = subprocess.run(cmd, env=env(), cwd=REPO, capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
-    plan = {x["run_dir"]: x for x in json.loads((sw / "sweep_plan.json").read_text())["runs"] if x.get("run_dir")}
+    plan = {
+        x["run_dir"]: x for x in json.loads((sw / "sweep_plan.json").read_text())["runs"] if x.get("run_dir")
+    }
     to_train = [x for x in plan.values() if x["action"] != "skip"]
     assert len(done_before) < len(to_train), "the sweep finished before it was killed; nothing was tested"
     after = finished(sw)
     assert len(after) == len(to_train)
-    assert {d: (after[d].st_size, after[d].st_mtime_ns) for d in done_before} == stamps, "a finished run was redone"
+    assert {d: (after[d].st_size, after[d].st_mtime_ns) for d in done_before} == stamps, (
+        "a finished run was redone"
+    )
     assert all(plan[d.name]["action"] == "reuse" for d in done_before)
     html = pathlib.Path(r.stdout.split("report: ")[1].split()[0])
     assert html.is_file() and html.read_text().count("<img") >= 6

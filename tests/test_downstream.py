@@ -20,9 +20,9 @@ from analysis.downstream import fit_downstream
 from analysis.downstream.data import infer_chance, read_ladder
 from analysis.downstream.intervals import interval
 from analysis.downstream.taskloss import fit_task_loss
-from models.base.jaxcache import enable_compile_cache
 from analysis.laws.fitting import fit_law
 from models.base.errors import AnalysisError
+from models.base.jaxcache import enable_compile_cache
 
 LAW = dict(E=1.7, A=120.0, B=210.0, alpha=0.25)  # close to the tied law fitted on Gadre et al.'s C4 loss
 SIZES = (1e7, 3e7, 1e8, 3e8)
@@ -39,7 +39,9 @@ def true_accuracy(loss, chance, ceiling, k, loss0):
     return chance + (ceiling - chance) * expit(k * (loss0 - np.asarray(loss, float)))
 
 
-def synthetic_ladder(tasks: dict, noise: float, seed: int, loss_noise: float = 0.0, checkpoints: int = 1) -> pd.DataFrame:
+def synthetic_ladder(
+    tasks: dict, noise: float, seed: int, loss_noise: float = 0.0, checkpoints: int = 1
+) -> pd.DataFrame:
     """Rows (run, N, D, task, task_loss, accuracy) for every run of SIZES x MULTS; with
     `checkpoints` > 1 each run also has earlier rows at fractions of its tokens."""
     rng = np.random.default_rng(seed)
@@ -52,7 +54,17 @@ def synthetic_ladder(tasks: dict, noise: float, seed: int, loss_noise: float = 0
                 L = true_loss(N, D) * (1 + loss_noise * rng.standard_normal())
                 for t, p in tasks.items():
                     acc = float(np.clip(true_accuracy(L, **p) + noise * rng.standard_normal(), 0, 1))
-                    rows.append(dict(run=f"{N:g}-{m:g}", N=N, D=D, task=t, task_loss=L, accuracy=acc, chance=p["chance"]))
+                    rows.append(
+                        dict(
+                            run=f"{N:g}-{m:g}",
+                            N=N,
+                            D=D,
+                            task=t,
+                            task_loss=L,
+                            accuracy=acc,
+                            chance=p["chance"],
+                        )
+                    )
     return pd.DataFrame(rows)
 
 
@@ -89,7 +101,9 @@ def test_recovers_a_known_chain_with_checkpoints_and_a_task_loss_per_task():
     preds = fit.predict(targets_frame(["mc4"]))
     truth = [true_accuracy(true_loss(N, D), **TASK["mc4"]) for N, D in TARGETS]
     np.testing.assert_allclose([p.task_loss for p in preds], true_loss(*zip(*TARGETS)), rtol=5e-3)
-    assert all(lo <= t <= hi for (lo, hi), t in zip((p.task_loss_interval for p in preds), true_loss(*zip(*TARGETS))))
+    assert all(
+        lo <= t <= hi for (lo, hi), t in zip((p.task_loss_interval for p in preds), true_loss(*zip(*TARGETS)))
+    )
     np.testing.assert_allclose([p.accuracy for p in preds], truth, atol=0.01)
     assert all(p.method == "chain" for p in preds)
 
@@ -107,11 +121,25 @@ def test_step1_bootstrap_resamples_runs_in_row_order():
     np.testing.assert_allclose(refit.vector, s1.fit.bootstrap_samples[2], rtol=2e-3)
 
 
-COVERAGE_TASKS = {f"t{i}": dict(chance=c, ceiling=u, k=k, loss0=x) for i, (c, u, k, x) in enumerate([
-    (0.25, 1.0, 2.0, 3.0), (0.5, 0.9, 3.0, 2.9), (0.0, 0.8, 1.5, 3.2), (0.25, 0.9, 2.5, 2.8),
-    (0.2, 1.0, 1.2, 3.3), (0.5, 1.0, 2.0, 2.7), (0.0, 1.0, 3.0, 3.0), (0.33, 0.85, 2.0, 3.1)])}
-EXTRA_TASKS = {"flat": dict(chance=0.25, ceiling=1.0, k=3.0, loss0=1.0),  # never leaves chance on the ladder
-               "steep": dict(chance=0.0, ceiling=1.0, k=8.0, loss0=3.1)}
+COVERAGE_TASKS = {
+    f"t{i}": dict(chance=c, ceiling=u, k=k, loss0=x)
+    for i, (c, u, k, x) in enumerate(
+        [
+            (0.25, 1.0, 2.0, 3.0),
+            (0.5, 0.9, 3.0, 2.9),
+            (0.0, 0.8, 1.5, 3.2),
+            (0.25, 0.9, 2.5, 2.8),
+            (0.2, 1.0, 1.2, 3.3),
+            (0.5, 1.0, 2.0, 2.7),
+            (0.0, 1.0, 3.0, 3.0),
+            (0.33, 0.85, 2.0, 3.1),
+        ]
+    )
+}
+EXTRA_TASKS = {
+    "flat": dict(chance=0.25, ceiling=1.0, k=3.0, loss0=1.0),  # never leaves chance on the ladder
+    "steep": dict(chance=0.0, ceiling=1.0, k=8.0, loss0=3.1),
+}
 
 
 @pytest.fixture(scope="module")
@@ -151,8 +179,9 @@ def test_one_step1_fit_serves_tasks_that_share_their_loss(noisy_fit):
 
 
 def test_warns_near_chance_and_far_step2_extrapolation(noisy_fit):
-    far = pd.DataFrame([dict(N=1e11, D=2e13, task="steep"), dict(N=1e9, D=2e10, task="flat"),
-                        dict(N=1e9, D=2e10, task="t0")])
+    far = pd.DataFrame(
+        [dict(N=1e11, D=2e13, task="steep"), dict(N=1e9, D=2e10, task="flat"), dict(N=1e9, D=2e10, task="t0")]
+    )
     steep, flat, t0 = noisy_fit.predict(far)
     assert any(w.startswith("near chance") for w in flat.warnings)
     assert not any(w.startswith("near chance") for w in steep.warnings + t0.warnings)
@@ -176,21 +205,34 @@ def _ladder_csv(tmp_path, df, name="ladder.csv"):
 
 @pytest.fixture(scope="module")
 def small_ladder():
-    return synthetic_ladder({"a": TASK["mc4"], "b": dict(chance=0.5, ceiling=1.0, k=3.0, loss0=2.8)}, noise=0.01, seed=4)
+    return synthetic_ladder(
+        {"a": TASK["mc4"], "b": dict(chance=0.5, ceiling=1.0, k=3.0, loss0=2.8)}, noise=0.01, seed=4
+    )
 
 
-@pytest.mark.parametrize("edit, message", [
-    (lambda d, t: (d, t.assign(task=["a", "zzz"] * (len(t) // 2))), "zzz"),
-    (lambda d, t: (d.assign(accuracy=d.accuracy * 100), t), "accuracy' must be in [0, 1]"),
-    (lambda d, t: (d[d.N >= 1e8], t), "distinct model size"),
-    (lambda d, t: (d.assign(task_loss=d.task_loss.where(d.index != 7)), t), "NaN"),
-    (lambda d, t: (d.drop(columns="task_loss"), t), "lacks column(s) task_loss"),
-    (lambda d, t: (d, t.drop(columns="D")), "targets lacks column(s) D"),
-])
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (lambda d, t: (d, t.assign(task=["a", "zzz"] * (len(t) // 2))), "zzz"),
+        (lambda d, t: (d.assign(accuracy=d.accuracy * 100), t), "accuracy' must be in [0, 1]"),
+        (lambda d, t: (d[d.N >= 1e8], t), "distinct model size"),
+        (lambda d, t: (d.assign(task_loss=d.task_loss.where(d.index != 7)), t), "NaN"),
+        (lambda d, t: (d.drop(columns="task_loss"), t), "lacks column(s) task_loss"),
+        (lambda d, t: (d, t.drop(columns="D")), "targets lacks column(s) D"),
+    ],
+)
 def test_bad_input_is_one_line_error(tmp_path, capsys, small_ladder, edit, message):
     ladder, targets = edit(small_ladder.copy(), targets_frame(["a", "b"]))
-    rc = main(["fit-task", _ladder_csv(tmp_path, ladder), "--predict", _ladder_csv(tmp_path, targets, "t.csv"),
-               "--bootstrap", "0"])
+    rc = main(
+        [
+            "fit-task",
+            _ladder_csv(tmp_path, ladder),
+            "--predict",
+            _ladder_csv(tmp_path, targets, "t.csv"),
+            "--bootstrap",
+            "0",
+        ]
+    )
     err = capsys.readouterr().err.strip()
     assert rc == 2 and err.startswith("error: ") and message in err and "\n" not in err, err
 
@@ -198,16 +240,35 @@ def test_bad_input_is_one_line_error(tmp_path, capsys, small_ladder, edit, messa
 def test_fit_task_json_contract(tmp_path, capsys, small_ladder):
     targets = targets_frame(["b", "a"])
     out = tmp_path / "out.json"
-    rc = main(["fit-task", _ladder_csv(tmp_path, small_ladder), "--predict", _ladder_csv(tmp_path, targets, "t.csv"),
-               "--bootstrap", "50", "--json", str(out)])
+    rc = main(
+        [
+            "fit-task",
+            _ladder_csv(tmp_path, small_ladder),
+            "--predict",
+            _ladder_csv(tmp_path, targets, "t.csv"),
+            "--bootstrap",
+            "50",
+            "--json",
+            str(out),
+        ]
+    )
     assert rc == 0
     text = out.read_text()
     doc = json.loads(text, parse_constant=lambda c: pytest.fail(f"non-strict JSON constant {c}"))
     preds = doc["predictions"]
     assert [p["task"] for p in preds] == list(targets.task) and [p["N"] for p in preds] == list(targets.N)
     for p in preds:
-        assert set(p) >= {"N", "D", "task", "task_loss", "task_loss_interval", "accuracy", "accuracy_interval",
-                          "method", "warnings"}
+        assert set(p) >= {
+            "N",
+            "D",
+            "task",
+            "task_loss",
+            "task_loss_interval",
+            "accuracy",
+            "accuracy_interval",
+            "method",
+            "warnings",
+        }
         lo, hi = p["task_loss_interval"]
         assert lo < p["task_loss"] < hi
         lo, hi = p["accuracy_interval"]
@@ -227,8 +288,20 @@ def test_gadre_protocol_accuracy_and_coverage(shared_data):
     the 90% intervals (docs/downstream.md); asserted with a small margin."""
     runs = pd.read_csv(shared_data / "gadre2024_overtraining" / "runs.csv")
     tasks = ["hellaswag", "arc_easy", "piqa", "copa", "lambada_openai"]
-    df = pd.DataFrame([dict(run=r.run, N=float(r.n_params), D=float(r.tokens), task=t, task_loss=r.loss_c4_val,
-                            accuracy=getattr(r, f"acc_{t}")) for r in runs.itertuples() for t in tasks])
+    df = pd.DataFrame(
+        [
+            dict(
+                run=r.run,
+                N=float(r.n_params),
+                D=float(r.tokens),
+                task=t,
+                task_loss=r.loss_c4_val,
+                accuracy=getattr(r, f"acc_{t}"),
+            )
+            for r in runs.itertuples()
+            for t in tasks
+        ]
+    )
     small = df.N <= 5e8
     fit = fit_downstream(df[small], bootstrap=200, seed=0)
     preds = fit.predict(df[~small][["N", "D", "task"]])
@@ -237,5 +310,10 @@ def test_gadre_protocol_accuracy_and_coverage(shared_data):
     inside = [p.accuracy_interval[0] <= a <= p.accuracy_interval[1] for p, a in zip(preds, actual)]
     assert err.mean() <= 3.1, f"mean |error| {err.mean():.2f} points"
     assert np.mean(inside) >= 0.9, f"coverage {np.mean(inside):.0%}"
-    assert {t: fit.tasks[t].rows.chance for t in tasks} == {"hellaswag": 0.25, "arc_easy": 0.25, "piqa": 0.5,
-                                                            "copa": 0.5, "lambada_openai": 0.0}
+    assert {t: fit.tasks[t].rows.chance for t in tasks} == {
+        "hellaswag": 0.25,
+        "arc_easy": 0.25,
+        "piqa": 0.5,
+        "copa": 0.5,
+        "lambada_openai": 0.0,
+    }

@@ -1,21 +1,25 @@
 """Parameter counts equal the real pytree; FLOPs/token agree with XLA's cost analysis."""
 
-import dataclasses
-
 import jax
 import jax.numpy as jnp
 import pytest
 
 from experiments.train.steps import cross_entropy_loss
 from models.config import ModelConfig
-from models.flops import (attention_flops_per_token, flops_per_token, matmul_param_count,
-                          non_embedding_param_count, param_count)
+from models.flops import (
+    attention_flops_per_token,
+    flops_per_token,
+    matmul_param_count,
+    non_embedding_param_count,
+    param_count,
+)
 from models.transformer import init_params
 
 CONFIGS = [
     ModelConfig(vocab_size=256, d_model=128, n_layers=2, n_heads=4, seq_len=128),
-    ModelConfig(vocab_size=512, d_model=256, n_layers=2, n_heads=8, n_kv_heads=2, seq_len=128,
-                tie_embeddings=True),
+    ModelConfig(
+        vocab_size=512, d_model=256, n_layers=2, n_heads=8, n_kv_heads=2, seq_len=128, tie_embeddings=True
+    ),
     ModelConfig(vocab_size=256, d_model=192, n_layers=3, n_heads=6, d_ff=384, seq_len=64),
 ]
 
@@ -28,7 +32,8 @@ def test_param_counts_equal_pytree(cfg):
     assert non_embedding_param_count(cfg) == param_count(cfg) - emb
     norms = sum(x.size for x in jax.tree.leaves(params) if x.ndim == 1)
     assert matmul_param_count(cfg) == param_count(cfg) - params["embed_VxD"].size - norms + (
-        cfg.vocab_size * cfg.d_model if cfg.tie_embeddings else 0)
+        cfg.vocab_size * cfg.d_model if cfg.tie_embeddings else 0
+    )
 
 
 def test_causal_convention():

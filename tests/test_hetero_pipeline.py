@@ -8,15 +8,31 @@ import sys
 
 import pytest
 
-from sharding.costmodel import (DEFAULT_EFFICIENCY, Layout, LayoutError, ModelShape, estimate_step,
-                                load_hardware)
+from sharding.costmodel import (
+    DEFAULT_EFFICIENCY,
+    Layout,
+    LayoutError,
+    ModelShape,
+    estimate_step,
+    load_hardware,
+)
 from sharding.costmodel.hetero import DeviceGroup
 from sharding.costmodel.hetero_pipeline import balance_layers, estimate_hetero_pipeline
 
 A100, H100 = load_hardware("a100-80gb"), load_hardware("h100-sxm")
 MODEL = ModelShape(n_layers=48, d_model=6144, n_heads=48, seq_len=2048, vocab_size=32000)
-LAYOUT = Layout(dp=4, tp=8, pp=4, micro_batch=1, global_batch=256, zero_stage=1, sp=True,
-                act_ckpt="selective", attention="flash2", fused_norm=True)
+LAYOUT = Layout(
+    dp=4,
+    tp=8,
+    pp=4,
+    micro_batch=1,
+    global_batch=256,
+    zero_stage=1,
+    sp=True,
+    act_ckpt="selective",
+    attention="flash2",
+    fused_norm=True,
+)
 
 
 def test_one_device_type_is_the_homogeneous_pipeline():
@@ -55,15 +71,17 @@ def test_bad_inputs_are_one_line_errors():
     with pytest.raises(LayoutError, match="not a multiple of tp×dp"):
         estimate_hetero_pipeline(MODEL, LAYOUT, [DeviceGroup(A100, 60), DeviceGroup(H100, 64)])
     with pytest.raises(LayoutError, match="positive counts summing to 48"):
-        estimate_hetero_pipeline(MODEL, LAYOUT, [DeviceGroup(A100, 64), DeviceGroup(H100, 64)],
-                                 layers=[10, 10, 10, 10])
+        estimate_hetero_pipeline(
+            MODEL, LAYOUT, [DeviceGroup(A100, 64), DeviceGroup(H100, 64)], layers=[10, 10, 10, 10]
+        )
     with pytest.raises(LayoutError, match="plain 1F1B"):
         estimate_hetero_pipeline(MODEL, LAYOUT.replace(interleave=2), [DeviceGroup(A100, 128)])
 
 
 def test_amp_heterogeneous_rows_are_transcribed():
     spec = importlib.util.spec_from_file_location(
-        "hetero_layouts", pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "hetero_layouts.py")
+        "hetero_layouts", pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "hetero_layouts.py"
+    )
     mod = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = mod
     spec.loader.exec_module(mod)
@@ -79,9 +97,16 @@ def test_mixed_plan_reports_a_pipeline_across_device_types():
 
     groups = (DeviceGroup(A100, 64), DeviceGroup(H100, 64))
     est = estimate_hetero_pipeline(MODEL, LAYOUT, groups)
-    mp = MixedPlan(groups=groups, shape=MODEL, tokens=1e11, estimate=est, loss=2.0,
-                   budget_flops=6 * MODEL.n_params * 1e11, subsets=(None, None),
-                   eff=DEFAULT_EFFICIENCY)
+    mp = MixedPlan(
+        groups=groups,
+        shape=MODEL,
+        tokens=1e11,
+        estimate=est,
+        loss=2.0,
+        budget_flops=6 * MODEL.n_params * 1e11,
+        subsets=(None, None),
+        eff=DEFAULT_EFFICIENCY,
+    )
     d = mp.as_dict()
     assert mp.mode == "pipeline" and d["layout"]["mode"] == "pipeline"
     assert d["layout"]["layers_per_stage"] == list(est.layers_per_stage())
@@ -98,8 +123,10 @@ def _layout_eval(tmp_path, rows: str, *extra):
     from analysis.cli import main as analysis_main
 
     csv = tmp_path / "rows.csv"
-    csv.write_text("n_layers,d_model,n_heads,seq_len,vocab_size,global_batch,tp,pp,dp,micro_batch,"
-                   "hardware,mixed_mode,stage_layers,act_ckpt,sp\n" + rows)
+    csv.write_text(
+        "n_layers,d_model,n_heads,seq_len,vocab_size,global_batch,tp,pp,dp,micro_batch,"
+        "hardware,mixed_mode,stage_layers,act_ckpt,sp\n" + rows
+    )
     out = tmp_path / "out.json"
     buf = io.StringIO()
     with contextlib.redirect_stdout(buf), contextlib.redirect_stderr(buf):
@@ -108,13 +135,18 @@ def _layout_eval(tmp_path, rows: str, *extra):
 
 
 def test_layout_eval_rows_on_mixed_hardware(tmp_path):
-    rows = ('48,6144,48,2048,32000,256,8,2,,1,"a100-80gb:64,h100-sxm:64",data,,selective,1\n'
-            '48,6144,48,2048,32000,256,8,,4,1,"a100-80gb:64,h100-sxm:64",pipeline,,selective,1\n'
-            '48,6144,48,2048,32000,256,8,,4,1,"a100-80gb:64,h100-sxm:64",pipeline,12;12;12;12,selective,1\n')
+    rows = (
+        '48,6144,48,2048,32000,256,8,2,,1,"a100-80gb:64,h100-sxm:64",data,,selective,1\n'
+        '48,6144,48,2048,32000,256,8,,4,1,"a100-80gb:64,h100-sxm:64",pipeline,,selective,1\n'
+        '48,6144,48,2048,32000,256,8,,4,1,"a100-80gb:64,h100-sxm:64",pipeline,12;12;12;12,selective,1\n'
+    )
     rc, text, data = _layout_eval(tmp_path, rows)
     assert rc == 0, text
     data_row, balanced, fixed = data["rows"]
-    assert data_row["pred_dp_per_group"] == "4;4" and sum(map(int, data_row["pred_batch_per_group"].split(";"))) == 256
+    assert (
+        data_row["pred_dp_per_group"] == "4;4"
+        and sum(map(int, data_row["pred_batch_per_group"].split(";"))) == 256
+    )
     assert balanced["pred_layers_per_stage"] == "8;8;16;16"
     assert balanced["pred_stage_hardware"] == "a100-80gb;a100-80gb;h100-sxm;h100-sxm"
     assert fixed["pred_layers_per_stage"] == "12;12;12;12"
@@ -122,13 +154,28 @@ def test_layout_eval_rows_on_mixed_hardware(tmp_path):
     assert balanced["pred_hfu"] is None and 0 < balanced["pred_mfu"] < 1
 
 
-@pytest.mark.parametrize("row, message", [
-    ('48,6144,48,2048,32000,256,8,,4,1,"a100-80gb:64,h100-sxm:64",stages,,none,0\n', "mixed_mode must be one of"),
-    ('48,6144,48,2048,32000,256,8,2,,1,"a100-80gb:64,h100-sxm:64",data,12;12,none,0\n', "stage_layers goes with"),
-    ('48,6144,48,2048,32000,256,8,,4,1,"a100-80gb:64,h100-sxm:64",pipeline,12;x,none,0\n', "separated by ';'"),
-    ('48,6144,48,2048,32000,256,8,1,4,1,a100-80gb,pipeline,,none,0\n', "goes with a mixed `hardware`"),
-    ('48,6144,48,2048,32000,256,8,,3,1,"a100-80gb:64,h100-sxm:64",pipeline,,none,0\n', "not a multiple of tp×dp"),
-])
+@pytest.mark.parametrize(
+    "row, message",
+    [
+        (
+            '48,6144,48,2048,32000,256,8,,4,1,"a100-80gb:64,h100-sxm:64",stages,,none,0\n',
+            "mixed_mode must be one of",
+        ),
+        (
+            '48,6144,48,2048,32000,256,8,2,,1,"a100-80gb:64,h100-sxm:64",data,12;12,none,0\n',
+            "stage_layers goes with",
+        ),
+        (
+            '48,6144,48,2048,32000,256,8,,4,1,"a100-80gb:64,h100-sxm:64",pipeline,12;x,none,0\n',
+            "separated by ';'",
+        ),
+        ("48,6144,48,2048,32000,256,8,1,4,1,a100-80gb,pipeline,,none,0\n", "goes with a mixed `hardware`"),
+        (
+            '48,6144,48,2048,32000,256,8,,3,1,"a100-80gb:64,h100-sxm:64",pipeline,,none,0\n',
+            "not a multiple of tp×dp",
+        ),
+    ],
+)
 def test_layout_eval_mixed_rows_bad_input(tmp_path, row, message):
     rc, text, _ = _layout_eval(tmp_path, row)
     assert rc == 2 and message in text and len(text.strip().splitlines()) == 1, text

@@ -24,8 +24,8 @@ from analysis.laws.best_runs import select_best_runs
 TRUTH = dict(E=1.8, A=400.0, B=900.0, alpha=0.34, beta=0.30)
 BUDGETS = (1e17, 1e18, 1e19)
 SIZES = tuple(float(n) for n in np.geomspace(1e7, 3e8, 4).round())
-LR_STEPS = (1 / 3, 1.0, 3.0)            # the grid around each rung's optimum
-EDGE_RUNG = (1e18, SIZES[1])            # its grid is lr_opt x (1/9, 1/3, 1): the best is the highest lr
+LR_STEPS = (1 / 3, 1.0, 3.0)  # the grid around each rung's optimum
+EDGE_RUNG = (1e18, SIZES[1])  # its grid is lr_opt x (1/9, 1/3, 1): the best is the highest lr
 
 
 def law(N, D):
@@ -40,21 +40,47 @@ def lr_penalty(N, lr):
     return 0.05 * (N / 1e7) ** 0.5 * math.log10(lr / lr_opt(N)) ** 2
 
 
-def write_run(root, name, *, N, D, C, lr, loss, status="completed", seed=0, source="auto", n_layers=4,
-              mesh_data=1, eval_every=50):
+def write_run(
+    root,
+    name,
+    *,
+    N,
+    D,
+    C,
+    lr,
+    loss,
+    status="completed",
+    seed=0,
+    source="auto",
+    n_layers=4,
+    mesh_data=1,
+    eval_every=50,
+):
     """A run directory as the trainer writes it: summary.json and .hydra/config.yaml."""
     d = root / name
     (d / ".hydra").mkdir(parents=True)
-    summary = {"status": status, "n_params": N, "n_params_non_embedding": 0.9 * N, "tokens": D,
-               "total_tokens": D, "flops": C, "final_eval_loss": loss if status == "completed" else None,
-               "tokens_per_s": 1e4, "mfu": 0.3, "wall_time_s": 1.0}
+    summary = {
+        "status": status,
+        "n_params": N,
+        "n_params_non_embedding": 0.9 * N,
+        "tokens": D,
+        "total_tokens": D,
+        "flops": C,
+        "final_eval_loss": loss if status == "completed" else None,
+        "tokens_per_s": 1e4,
+        "mfu": 0.3,
+        "wall_time_s": 1.0,
+    }
     (d / "summary.json").write_text(json.dumps(summary))
     d_model = int(round((N / 1e4) ** 0.5)) * 8
-    cfg = {"model": {"d_model": d_model, "n_layers": n_layers, "seq_len": 64},
-           "train": {"batch_size": 16, "tokens": int(D), "seed": seed, "eval_every": eval_every},
-           "optim": {"lr": float(lr), "schedule": "cosine", "warmup_tokens": int(0.05 * D)},
-           "data": {"source": source}, "sharding": {"data": mesh_data},
-           "sweep": {"kind": "isoflop", "budget": float(C)}}
+    cfg = {
+        "model": {"d_model": d_model, "n_layers": n_layers, "seq_len": 64},
+        "train": {"batch_size": 16, "tokens": int(D), "seed": seed, "eval_every": eval_every},
+        "optim": {"lr": float(lr), "schedule": "cosine", "warmup_tokens": int(0.05 * D)},
+        "data": {"source": source},
+        "sharding": {"data": mesh_data},
+        "sweep": {"kind": "isoflop", "budget": float(C)},
+    }
     (d / ".hydra" / "config.yaml").write_text(yaml.safe_dump(cfg))
     return d
 
@@ -68,8 +94,15 @@ def lr_sweep(root):
             steps = [s / 3 for s in LR_STEPS] if (C, N) == EDGE_RUNG else LR_STEPS
             for s in steps:
                 lr = lr_opt(N) * s
-                write_run(root, f"C{C:g}_N{N:g}_lr{lr:.3g}", N=N, D=D, C=C, lr=lr,
-                          loss=law(N, D) + lr_penalty(N, lr))
+                write_run(
+                    root,
+                    f"C{C:g}_N{N:g}_lr{lr:.3g}",
+                    N=N,
+                    D=D,
+                    C=C,
+                    lr=lr,
+                    loss=law(N, D) + lr_penalty(N, lr),
+                )
             best[(C, N)] = lr_opt(N)
     return best
 
@@ -92,8 +125,9 @@ def test_best_run_per_rung_is_selected_and_edge_warns(sweep):
     root, best = sweep
     sel = select_best_runs(load(root))
     assert sel.active and sel.varied == ("optim.lr",) and len(sel.groups) == 12
-    assert sel.message == ("LR sweep: 36 runs in 12 groups differ only in optim.lr; "
-                           "fitting the best run per (budget, shape)")
+    assert sel.message == (
+        "LR sweep: 36 runs in 12 groups differ only in optim.lr; fitting the best run per (budget, shape)"
+    )
     chosen = sel.selected
     assert len(chosen) == 12 and set(chosen["hparam_group"]) == set(range(12))
     for _, r in chosen.iterrows():
@@ -187,7 +221,10 @@ def test_report_fits_the_best_runs_and_plots_lr_sensitivity(sweep, tmp_path):
     assert lines[0].startswith("law: ")  # the answer first, then how it was selected
     assert any(line.startswith("LR sweep: 36 runs in 12 groups") for line in lines)
     assert sum("optimum may lie outside the swept range" in w for w in rep["warnings"]) == 1
-    assert "lr_sensitivity" in rep["figures"] and (tmp_path / "rep" / rep["figures"]["lr_sensitivity"]).stat().st_size > 10_000
+    assert (
+        "lr_sensitivity" in rep["figures"]
+        and (tmp_path / "rep" / rep["figures"]["lr_sensitivity"]).stat().st_size > 10_000
+    )
     assert sum(r["selected"] for r in rep["runs"]) == 12
     md = (tmp_path / "rep" / "report.md").read_text()
     assert "## Hyperparameter sweep" in md and md.count("| yes |") == 1
@@ -215,10 +252,24 @@ def test_lr_sweep_preset_plans_every_rung_at_each_lr(tmp_path):
     env.update(JAX_PLATFORMS="cpu", PYTHONPATH=str(repo))
 
     def plan(sweep_dir, *extra):
-        p = subprocess.run([sys.executable, str(repo / "tests" / "sweep_fake_app.py"), "-m", "+sweep=lr_isoflop",
-                            "sweep.dry_run=true", "sweep.min_steps=1", f"hydra.sweep.dir={sweep_dir}",
-                            f"hydra.searchpath=[file://{repo}/conf]", *extra],
-                           env=env, cwd=repo, capture_output=True, text=True, timeout=180)
+        p = subprocess.run(
+            [
+                sys.executable,
+                str(repo / "tests" / "sweep_fake_app.py"),
+                "-m",
+                "+sweep=lr_isoflop",
+                "sweep.dry_run=true",
+                "sweep.min_steps=1",
+                f"hydra.sweep.dir={sweep_dir}",
+                f"hydra.searchpath=[file://{repo}/conf]",
+                *extra,
+            ],
+            env=env,
+            cwd=repo,
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
         assert p.returncode == 0, p.stderr[-2000:]
         runs = json.loads((sweep_dir / "sweep_plan.json").read_text())["runs"]
         lrs: dict[str, set[float]] = {}

@@ -34,10 +34,19 @@ def test_slurm_launcher_builds_the_job_we_configured(tmp_path, monkeypatch):
     (bin_dir / "srun").chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
 
-    cfg = _compose(["+sweep=isoflop", "hydra/launcher=slurm", "hydra.launcher.partition=gpu",
-                    "hydra.launcher.nodes=2", "hydra.launcher.gpus_per_node=4", "hydra.launcher.timeout_min=90",
-                    "hydra.launcher.account=proj42", "hydra.launcher.setup=['source ~/venv/bin/activate']",
-                    f"hydra.sweep.dir={tmp_path}/sweep"])
+    cfg = _compose(
+        [
+            "+sweep=isoflop",
+            "hydra/launcher=slurm",
+            "hydra.launcher.partition=gpu",
+            "hydra.launcher.nodes=2",
+            "hydra.launcher.gpus_per_node=4",
+            "hydra.launcher.timeout_min=90",
+            "hydra.launcher.account=proj42",
+            "hydra.launcher.setup=['source ~/venv/bin/activate']",
+            f"hydra.sweep.dir={tmp_path}/sweep",
+        ]
+    )
     HydraConfig.instance().set_config(cfg)
     launcher = instantiate(cfg.hydra.launcher)
     assert type(launcher).__name__ == "SlurmLauncher"
@@ -67,9 +76,16 @@ def test_slurm_launcher_builds_the_job_we_configured(tmp_path, monkeypatch):
     assert p["time"] == 90 and p["signal_delay_s"] == 120 and p["cpus_per_task"] == 8
     assert ex.max_num_timeout == 3  # preempted / timed-out runs are requeued and resume
     text = ex._make_submission_file_text("python -u -m submitit.core._submit x", "uid")
-    for line in ("#SBATCH --partition=gpu", "#SBATCH --nodes=2", "#SBATCH --ntasks-per-node=4",
-                 "#SBATCH --gpus-per-node=4", "#SBATCH --time=90", "#SBATCH --account=proj42",
-                 "#SBATCH --signal=USR2@120", "source ~/venv/bin/activate"):
+    for line in (
+        "#SBATCH --partition=gpu",
+        "#SBATCH --nodes=2",
+        "#SBATCH --ntasks-per-node=4",
+        "#SBATCH --gpus-per-node=4",
+        "#SBATCH --time=90",
+        "#SBATCH --account=proj42",
+        "#SBATCH --signal=USR2@120",
+        "source ~/venv/bin/activate",
+    ):
         assert line in text, f"{line!r} not in the sbatch script:\n{text}"
     assert str(tmp_path / "sweep" / ".submitit") in text
 
@@ -77,10 +93,22 @@ def test_slurm_launcher_builds_the_job_we_configured(tmp_path, monkeypatch):
 def test_slurm_environment_maps_to_jax_distributed(monkeypatch):
     from sharding.distributed import resolve
 
-    env = {"SLURM_NTASKS": "8", "SLURM_PROCID": "5", "SLURM_LOCALID": "1", "SLURM_JOB_ID": "77",
-           "SLURM_STEP_NODELIST": "gpu[003-004]", "SLURM_STEP_NUM_NODES": "2", "SLURM_NODELIST": "gpu[003-004]"}
+    env = {
+        "SLURM_NTASKS": "8",
+        "SLURM_PROCID": "5",
+        "SLURM_LOCALID": "1",
+        "SLURM_JOB_ID": "77",
+        "SLURM_STEP_NODELIST": "gpu[003-004]",
+        "SLURM_STEP_NUM_NODES": "2",
+        "SLURM_NODELIST": "gpu[003-004]",
+    }
     args = resolve({}, env)
-    assert args == {"coordinator_address": "gpu003:12355", "num_processes": 8, "process_id": 5, "source": "slurm"}
+    assert args == {
+        "coordinator_address": "gpu003:12355",
+        "num_processes": 8,
+        "process_id": 5,
+        "source": "slurm",
+    }
     assert resolve({"port": 23456}, env)["coordinator_address"] == "gpu003:23456"
     assert resolve({}, {**env, "SLURM_NTASKS": "1", "SLURM_PROCID": "0"}) is None  # one task: no-op
 
@@ -90,7 +118,8 @@ def test_slurm_environment_maps_to_jax_distributed(monkeypatch):
     for k, v in env.items():
         monkeypatch.setenv(k, v)
     addr, n, pid, local = ClusterEnv.auto_detect_unset_distributed_params(
-        args["coordinator_address"], args["num_processes"], args["process_id"], None, None, None)
+        args["coordinator_address"], args["num_processes"], args["process_id"], None, None, None
+    )
     assert (addr, n, pid, list(local)) == ("gpu003:12355", 8, 5, [1])
 
 
@@ -123,11 +152,28 @@ def test_parallel_launcher_runs_two_at_once_each_on_its_own_core(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("HYDRA_")}
     env.update(JAX_PLATFORMS="cpu", PYTHONPATH=str(REPO))
     p = subprocess.run(
-        [sys.executable, str(REPO / "tests" / "sweep_fake_app.py"), "-m", "+sweep=isoflop",
-         "sweep.budgets=[3e9]", "sweep.ladder.depths=[1,2]", "sweep.min_steps=5", "train.ckpt_every=1000",
-         "fake.busy=true", "fake.step_sleep=0.03", "hydra/launcher=parallel", "hydra.launcher.n_jobs=2",
-         f"hydra.sweep.dir={sw}", f"hydra.searchpath=[file://{REPO}/conf]"],
-        env=env, cwd=REPO, capture_output=True, text=True, timeout=180)
+        [
+            sys.executable,
+            str(REPO / "tests" / "sweep_fake_app.py"),
+            "-m",
+            "+sweep=isoflop",
+            "sweep.budgets=[3e9]",
+            "sweep.ladder.depths=[1,2]",
+            "sweep.min_steps=5",
+            "train.ckpt_every=1000",
+            "fake.busy=true",
+            "fake.step_sleep=0.03",
+            "hydra/launcher=parallel",
+            "hydra.launcher.n_jobs=2",
+            f"hydra.sweep.dir={sw}",
+            f"hydra.searchpath=[file://{REPO}/conf]",
+        ],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert p.returncode == 0, p.stderr[-2000:]
     recs = [json.loads(l) for f in sw.glob("*/launches.jsonl") for l in f.read_text().splitlines()]
     assert len(recs) == 2
@@ -135,5 +181,7 @@ def test_parallel_launcher_runs_two_at_once_each_on_its_own_core(tmp_path):
     assert a["start"] < b["end"] and b["start"] < a["end"], "the two runs did not overlap"
     assert len(a["cpus"]) == len(b["cpus"]) == 1 and a["cpus"] != b["cpus"]
     for r in recs:
-        assert r["threads"]["OMP_NUM_THREADS"] == "1" and "--xla_cpu_multi_thread_eigen=false" in r["xla_flags"]
+        assert (
+            r["threads"]["OMP_NUM_THREADS"] == "1" and "--xla_cpu_multi_thread_eigen=false" in r["xla_flags"]
+        )
         assert r["cpu_s"] <= 1.15 * r["wall_s"], f"a run used more than its one core: {r}"

@@ -27,28 +27,61 @@ from analysis.runs import read_run
 from sharding.costmodel import DEFAULT_EFFICIENCY, estimate_step, load_hardware
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
-ENV = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="--xla_force_host_platform_device_count=8",
-           PYTHONPATH=str(REPO))
-RUN = ["model.d_model=64", "model.n_layers=2", "model.n_heads=4", "model.vocab_size=256",
-       "model.seq_len=32", "sharding.data=2", "sharding.fsdp=2", "sharding.tensor=2",
-       "train.batch_size=8", "train.steps=3", "train.eval_every=0", "train.eval_tokens=512",
-       "train.ckpt_every=0"]
-CPU_YAML = {"name": "cpu-sim", "peak_flops": 2.0e10, "hbm_bytes": 24.0e9, "hbm_bw": 1.0e10,
-            "devices_per_node": 8, "intra_node_bw": 5.0e9, "inter_node_bw": 1.0e9,
-            "device_kinds": ["cpu-sim-test"]}
+ENV = dict(
+    os.environ,
+    JAX_PLATFORMS="cpu",
+    XLA_FLAGS="--xla_force_host_platform_device_count=8",
+    PYTHONPATH=str(REPO),
+)
+RUN = [
+    "model.d_model=64",
+    "model.n_layers=2",
+    "model.n_heads=4",
+    "model.vocab_size=256",
+    "model.seq_len=32",
+    "sharding.data=2",
+    "sharding.fsdp=2",
+    "sharding.tensor=2",
+    "train.batch_size=8",
+    "train.steps=3",
+    "train.eval_every=0",
+    "train.eval_tokens=512",
+    "train.ckpt_every=0",
+]
+CPU_YAML = {
+    "name": "cpu-sim",
+    "peak_flops": 2.0e10,
+    "hbm_bytes": 24.0e9,
+    "hbm_bw": 1.0e10,
+    "devices_per_node": 8,
+    "intra_node_bw": 5.0e9,
+    "inter_node_bw": 1.0e9,
+    "device_kinds": ["cpu-sim-test"],
+}
 # the "true" constants the synthetic runs follow (far from the A100 defaults)
 TRUE = DEFAULT_EFFICIENCY.replace(gemm_eff_max=0.35, layer_overhead_s=2e-4, link_eff=0.6)
 VARIANTS = [  # (data, fsdp, tensor, batch_size, micro_batch_size)
-    (8, 1, 1, 16, None), (4, 1, 2, 16, None), (2, 1, 4, 16, None), (1, 8, 1, 16, None),
-    (2, 2, 2, 32, None), (4, 2, 1, 32, 16), (1, 2, 4, 8, None),
+    (8, 1, 1, 16, None),
+    (4, 1, 2, 16, None),
+    (2, 1, 4, 16, None),
+    (1, 8, 1, 16, None),
+    (2, 2, 2, 32, None),
+    (4, 2, 1, 32, 16),
+    (1, 2, 4, 8, None),
 ]
 
 
 @pytest.fixture(scope="module")
 def real_run(tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("sweep") / "real"
-    r = subprocess.run([sys.executable, "-m", "experiments.train", *RUN, f"hydra.run.dir={run_dir}"],
-                       cwd=REPO, env=ENV, capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        [sys.executable, "-m", "experiments.train", *RUN, f"hydra.run.dir={run_dir}"],
+        cwd=REPO,
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     return run_dir
 
@@ -84,8 +117,7 @@ def _make_sweep(real_run: pathlib.Path, root: pathlib.Path, hw) -> list[float]:
         (d / ".hydra" / "config.yaml").write_text(yaml.safe_dump(cfg))
         summary["mesh"].update(data=data, fsdp=fsdp, tensor=tensor, device_kind="cpu-sim-test")
         summary["tokens_per_step"] = batch * 32
-        shape, layout, act = run_layout(summary, {"train.batch_size": batch,
-                                                  "train.micro_batch_size": micro})
+        shape, layout, act = run_layout(summary, {"train.batch_size": batch, "train.micro_batch_size": micro})
         prec = TRAINER_PRECISION.__class__(**{**TRAINER_PRECISION.__dict__, "act_bytes": act})
         t = estimate_step(shape, layout, hw, prec, TRUE).step_time_s
         summary["tokens_per_s"] = batch * 32 / t
@@ -110,8 +142,15 @@ def _cli(*argv: str) -> tuple[int, str]:
 def test_calibrate_sweep_dir_recovers_the_runs_step_times(real_run, tmp_path, hw_yaml):
     sweep = tmp_path / "sweep"
     times = _make_sweep(real_run, sweep, load_hardware(hw_yaml))
-    rc, out = _cli("layout-eval", "--calibrate", str(sweep), "--hardware", str(hw_yaml),
-                   "--json", str(tmp_path / "eval.json"))
+    rc, out = _cli(
+        "layout-eval",
+        "--calibrate",
+        str(sweep),
+        "--hardware",
+        str(hw_yaml),
+        "--json",
+        str(tmp_path / "eval.json"),
+    )
     assert rc == 0, out
     fitted = json.loads((sweep / "efficiency.json").read_text())
     assert fitted["n_runs"] == len(VARIANTS) + 1
@@ -127,10 +166,25 @@ def test_calibrate_sweep_dir_recovers_the_runs_step_times(real_run, tmp_path, hw
     assert "--efficiency" in out and str(sweep / "efficiency.json") in out
 
     # plan with the user's constants: the same request now predicts the user's speed
-    args = ["plan", "--budget", "1e15", "--hardware", str(hw_yaml), "--gpus", "8", "--seq-len", "32",
-            "--vocab", "256", "--batch-tokens", "512"]
+    args = [
+        "plan",
+        "--budget",
+        "1e15",
+        "--hardware",
+        str(hw_yaml),
+        "--gpus",
+        "8",
+        "--seq-len",
+        "32",
+        "--vocab",
+        "256",
+        "--batch-tokens",
+        "512",
+    ]
     rc, _ = _cli(*args, "--json", str(tmp_path / "default.json"))
-    rc2, _ = _cli(*args, "--efficiency", str(sweep / "efficiency.json"), "--json", str(tmp_path / "mine.json"))
+    rc2, _ = _cli(
+        *args, "--efficiency", str(sweep / "efficiency.json"), "--json", str(tmp_path / "mine.json")
+    )
     assert rc == rc2 == 0
     default = json.loads((tmp_path / "default.json").read_text())["best"]
     mine = json.loads((tmp_path / "mine.json").read_text())["best"]
@@ -145,8 +199,20 @@ def test_calibrate_sweep_errors_are_one_line(real_run, tmp_path, hw_yaml):
         (["layout-eval", "--calibrate", str(few)], "--hardware"),  # CPU: not in the catalogue
         (["layout-eval", str(tmp_path / "x.csv"), "--calibrate", str(few)], "drop the CSV"),
         (["layout-eval"], "--calibrate SWEEP_DIR"),
-        (["plan", "--budget", "1e15", "--hardware", "a100", "--gpus", "8",
-          "--efficiency", str(tmp_path / "missing.json")], "efficiency file not found"),
+        (
+            [
+                "plan",
+                "--budget",
+                "1e15",
+                "--hardware",
+                "a100",
+                "--gpus",
+                "8",
+                "--efficiency",
+                str(tmp_path / "missing.json"),
+            ],
+            "efficiency file not found",
+        ),
     ]
     for argv, needle in cases:
         rc, out = _cli(*argv)

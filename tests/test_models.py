@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from models.config import ModelConfig
-from models.base.errors import ConfigError
-from models.transformer import Transformer, apply, init_params, logical_axes, split_params
 from experiments.train.steps import cross_entropy_loss
+from models.base.errors import ConfigError
+from models.config import ModelConfig
+from models.transformer import Transformer, apply, init_params, logical_axes, split_params
 
 TINY = ModelConfig(vocab_size=64, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, seq_len=16)
 
@@ -85,13 +85,16 @@ def test_every_param_has_logical_axes():
         assert len(names) == leaf.ndim and all(isinstance(n, str) for n in names), (path, names)
 
 
-@pytest.mark.parametrize("kw,needle", [
-    (dict(d_model=100, n_heads=3), "model.n_heads=3 does not divide model.d_model=100"),
-    (dict(n_kv_heads=3), "model.n_kv_heads=3 does not divide model.n_heads=4"),
-    (dict(n_layers=0), "model.n_layers"),
-    (dict(dtype="float16"), "model.dtype"),
-    (dict(d_model=36, n_heads=4), "must be even"),
-])
+@pytest.mark.parametrize(
+    "kw,needle",
+    [
+        (dict(d_model=100, n_heads=3), "model.n_heads=3 does not divide model.d_model=100"),
+        (dict(n_kv_heads=3), "model.n_kv_heads=3 does not divide model.n_heads=4"),
+        (dict(n_layers=0), "model.n_layers"),
+        (dict(dtype="float16"), "model.dtype"),
+        (dict(d_model=36, n_heads=4), "must be even"),
+    ],
+)
 def test_config_errors_name_the_key(kw, needle):
     with pytest.raises(ConfigError, match=needle.replace("(", r"\(")):
         dataclasses.replace(TINY, **kw).validate()
@@ -118,8 +121,9 @@ def test_block_causal_attention_equals_full_softmax_values_and_grads(L):
     k = jax.random.normal(kk, (B, L, K, E))
     v = jax.random.normal(kv, (B, L, K, E))
     w = jax.random.normal(kw, (B, L, K, G, E))
-    np.testing.assert_allclose(jax.jit(causal_attention)(q, k, v), jax.jit(_naive_attention)(q, k, v),
-                               atol=2e-5, rtol=2e-5)
+    np.testing.assert_allclose(
+        jax.jit(causal_attention)(q, k, v), jax.jit(_naive_attention)(q, k, v), atol=2e-5, rtol=2e-5
+    )
     g_blk = jax.jit(jax.grad(lambda *a: jnp.sum(causal_attention(*a) * w), argnums=(0, 1, 2)))(q, k, v)
     g_ref = jax.jit(jax.grad(lambda *a: jnp.sum(_naive_attention(*a) * w), argnums=(0, 1, 2)))(q, k, v)
     for a, b in zip(g_blk, g_ref):
@@ -141,8 +145,9 @@ def test_benchmark_bare_step_is_the_same_model():
     g, p = init_params(cfg, 5)
     t = _tokens(cfg, b=2, seed=3)
     fw_vg = jax.jit(jax.value_and_grad(lambda p_, t_: cross_entropy_loss(g, p_, t_)))
-    bare_vg = jax.jit(jax.value_and_grad(lambda p_, t_: bench.bare_loss(p_, t_, cfg.n_layers, cfg.n_heads,
-                                                                          cfg.kv_heads)))
+    bare_vg = jax.jit(
+        jax.value_and_grad(lambda p_, t_: bench.bare_loss(p_, t_, cfg.n_layers, cfg.n_heads, cfg.kv_heads))
+    )
     fw, gf = fw_vg(p, t)
     bare, gb = bare_vg(p, t)
     np.testing.assert_allclose(float(bare), float(fw), rtol=1e-5)
@@ -158,13 +163,16 @@ def test_rope_is_the_rotate_half_rotation_and_depends_only_on_relative_position(
 
     B, L, N, E, theta = 2, 24, 3, 16, 10000.0
     x = np.random.default_rng(0).normal(size=(B, L, N, E)).astype(np.float32)
-    z = x[..., : E // 2] + 1j * x[..., E // 2:]
+    z = x[..., : E // 2] + 1j * x[..., E // 2 :]
     ang = np.arange(L)[:, None] * theta ** (-np.arange(0, E, 2) / E)[None, :]
     zr = z * np.exp(1j * ang)[None, :, None, :]
     want = np.concatenate([zr.real, zr.imag], -1)
     np.testing.assert_allclose(np.asarray(rope(jnp.asarray(x), theta)), want, rtol=1e-5, atol=1e-5)
 
     q, k = (np.broadcast_to(v, (1, L, 1, E)).astype(np.float32) for v in x[0, :2, 0])
-    dots = np.einsum("blne,blne->bln", np.asarray(rope(jnp.asarray(q), theta))[:, 5:],
-                     np.asarray(rope(jnp.asarray(k), theta))[:, :-5])[0, :, 0]
-    np.testing.assert_allclose(dots, dots[0], rtol=1e-4)   # same offset 5 at every position
+    dots = np.einsum(
+        "blne,blne->bln",
+        np.asarray(rope(jnp.asarray(q), theta))[:, 5:],
+        np.asarray(rope(jnp.asarray(k), theta))[:, :-5],
+    )[0, :, 0]
+    np.testing.assert_allclose(dots, dots[0], rtol=1e-4)  # same offset 5 at every position

@@ -27,9 +27,17 @@ WIDTHS = (16, 64, 256)
 
 def _movement(parametrization: str, d: int, steps: int = 5, lr: float = 1e-2) -> tuple[float, float]:
     """(mean |Δ last residual stream|, mean |Δ logits|) after `steps` Adam steps."""
-    cfg = ModelConfig(vocab_size=256, d_model=d, n_layers=2, n_heads=d // 8, seq_len=32,
-                      dtype="float32", attention="blocked", parametrization=parametrization,
-                      mup_base_d_model=16 if parametrization == "mup" else None)
+    cfg = ModelConfig(
+        vocab_size=256,
+        d_model=d,
+        n_layers=2,
+        n_heads=d // 8,
+        seq_len=32,
+        dtype="float32",
+        attention="blocked",
+        parametrization=parametrization,
+        mup_base_d_model=16 if parametrization == "mup" else None,
+    )
     graphdef, params = split_params(Transformer(cfg, rngs=nnx.Rngs(0)))
     oc = OptimConfig(lr=lr, schedule="constant", warmup_tokens=0.0, weight_decay=0.0)
     tx = make_optimizer(oc, make_schedule(oc, steps, 0), cfg)
@@ -83,8 +91,15 @@ def test_base_width_is_standard_parametrisation(movement):
 
 
 def test_mup_scales_only_hidden_matrices():
-    cfg = ModelConfig(vocab_size=64, d_model=64, n_layers=1, n_heads=8, seq_len=16,
-                      parametrization="mup", mup_base_d_model=16)
+    cfg = ModelConfig(
+        vocab_size=64,
+        d_model=64,
+        n_layers=1,
+        n_heads=8,
+        seq_len=16,
+        parametrization="mup",
+        mup_base_d_model=16,
+    )
     assert cfg.width_mult == 4.0
     _, params = split_params(Transformer(cfg, rngs=nnx.Rngs(0)))
     oc = OptimConfig(lr=1e-2, schedule="constant", warmup_tokens=0.0, weight_decay=0.0, clip=0.0)
@@ -99,11 +114,14 @@ def test_mup_scales_only_hidden_matrices():
     assert ratio["embed_VxD"] == ratio["head_DxV"] == ratio["final_norm"]["scale"] == pytest.approx(1.0)
 
 
-@pytest.mark.parametrize("kw, msg", [
-    ({"parametrization": "ntk"}, "model.parametrization must be one of"),
-    ({"mup_base_d_model": 16}, "needs model.parametrization=mup"),
-    ({"parametrization": "mup", "mup_base_d_model": 0}, "positive integer"),
-])
+@pytest.mark.parametrize(
+    "kw, msg",
+    [
+        ({"parametrization": "ntk"}, "model.parametrization must be one of"),
+        ({"mup_base_d_model": 16}, "needs model.parametrization=mup"),
+        ({"parametrization": "mup", "mup_base_d_model": 0}, "positive integer"),
+    ],
+)
 def test_bad_mup_settings_are_one_line(kw, msg):
     with pytest.raises(ConfigError, match=msg):
         ModelConfig(**kw).validate()

@@ -42,8 +42,14 @@ def no_persistent_cache():
 def test_train_step_compiles_without_involuntary_replication(layout, capfd, no_persistent_cache):
     sizes, sp = LAYOUTS[layout]
     opt = OptimConfig(lr=1e-3)
-    ts = build_train_setup(CFG, make_optimizer(opt, make_schedule(opt, 10, 0)), make_mesh(sizes), n_micro=1,
-                           donate=False, sequence_parallel=sp)
+    ts = build_train_setup(
+        CFG,
+        make_optimizer(opt, make_schedule(opt, 10, 0)),
+        make_mesh(sizes),
+        n_micro=1,
+        donate=False,
+        sequence_parallel=sp,
+    )
     params, opt_state = ts.init(0)
     batch = np.asarray(jax.random.randint(jax.random.key(0), (1, B, CFG.seq_len + 1), 0, CFG.vocab_size))
     capfd.readouterr()

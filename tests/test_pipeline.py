@@ -32,8 +32,10 @@ B = 8
 LAYOUTS = {
     "pp2": ((1, 1, 1), PipelineSpec(stages=2, micro_batches=4)),
     "pp2_dp2_tp2": ((2, 1, 2), PipelineSpec(stages=2, micro_batches=2, schedule="1f1b")),
-    "pp2x2v_fsdp2": ((1, 2, 1), PipelineSpec(stages=2, micro_batches=2, schedule="interleaved",
-                                             virtual_stages=2)),
+    "pp2x2v_fsdp2": (
+        (1, 2, 1),
+        PipelineSpec(stages=2, micro_batches=2, schedule="interleaved", virtual_stages=2),
+    ),
 }
 
 
@@ -45,8 +47,11 @@ def _grads(sizes, pipe):
     params, _ = ts.init(0)
     batch = np.asarray(jax.random.randint(jax.random.key(7), (B, CFG.seq_len + 1), 0, CFG.vocab_size))
     batch = jax.device_put(batch, ts.eval_batch_sharding)
-    vg = jax.jit(jax.value_and_grad(ts.loss_fn), in_shardings=(ts.param_shardings, ts.eval_batch_sharding),
-                 out_shardings=(None, ts.param_shardings))
+    vg = jax.jit(
+        jax.value_and_grad(ts.loss_fn),
+        in_shardings=(ts.param_shardings, ts.eval_batch_sharding),
+        out_shardings=(None, ts.param_shardings),
+    )
     compiled = vg.lower(params, batch).compile()
     loss, grads = compiled(params, batch)
     return jax.device_get(loss), jax.device_get(grads), compiled.as_text()
@@ -65,7 +70,7 @@ def test_pipelined_layout_matches_one_device(name, reference):
     assert jax.tree.structure(grads) == jax.tree.structure(grads0)
     for g, g0 in zip(jax.tree.leaves(grads), jax.tree.leaves(grads0)):
         np.testing.assert_allclose(g, g0, atol=1e-5, rtol=1e-4)
-    assert "collective-permute" in hlo   # activations move stage -> stage, not replicated compute
+    assert "collective-permute" in hlo  # activations move stage -> stage, not replicated compute
 
 
 def _cfg(*overrides):
@@ -73,10 +78,21 @@ def _cfg(*overrides):
         return compose(config_name="config", overrides=list(overrides))
 
 
-RUN = ["model.d_model=32", "model.n_layers=2", "model.n_heads=4", "model.seq_len=16",
-       "train.batch_size=8", "train.eval_tokens=256", "train.progress_every_s=0", "train.steps=4",
-       "train.ckpt_every=10", "train.eval_every=4", "sharding.pipeline=2", "sharding.data=2",
-       "train.micro_batches=2"]
+RUN = [
+    "model.d_model=32",
+    "model.n_layers=2",
+    "model.n_heads=4",
+    "model.seq_len=16",
+    "train.batch_size=8",
+    "train.eval_tokens=256",
+    "train.progress_every_s=0",
+    "train.steps=4",
+    "train.ckpt_every=10",
+    "train.eval_every=4",
+    "sharding.pipeline=2",
+    "sharding.data=2",
+    "train.micro_batches=2",
+]
 
 
 def test_pipelined_run_resumes_to_the_uninterrupted_result(tmp_path, monkeypatch):
@@ -85,13 +101,13 @@ def test_pipelined_run_resumes_to_the_uninterrupted_result(tmp_path, monkeypatch
 
     orig = train_loop._finish_step
 
-    def finish(loop, step_i, m, eval_params=None):   # preempt (as under SLURM) at step 1
+    def finish(loop, step_i, m, eval_params=None):  # preempt (as under SLURM) at step 1
         if step_i == 1:
             os.kill(os.getpid(), signal.SIGUSR2)
         return orig(loop, step_i, m, eval_params)
 
     rd = tmp_path / "pre"
-    old = signal.signal(signal.SIGUSR2, lambda signum, frame: None)   # the "previous" handler
+    old = signal.signal(signal.SIGUSR2, lambda signum, frame: None)  # the "previous" handler
     try:
         with monkeypatch.context() as mp:
             mp.setattr(train_loop, "_finish_step", finish)
@@ -105,15 +121,30 @@ def test_pipelined_run_resumes_to_the_uninterrupted_result(tmp_path, monkeypatch
     assert resumed["final_eval_loss"] == pytest.approx(ref["final_eval_loss"], rel=1e-5)
 
 
-@pytest.mark.parametrize("overrides, msg", [
-    (["model.n_layers=3", "sharding.pipeline=2"], "model.n_layers=3 is not divisible by sharding.pipeline"),
-    (["model.n_layers=4", "sharding.pipeline=2", "sharding.pipeline_schedule=interleaved",
-      "sharding.virtual_stages=4", "train.micro_batches=2"], "model.n_layers=4 is not divisible"),
-    (["sharding.pipeline=2", "train.micro_batches=3"], "train.micro_batches=3 does not divide"),
-    (["sharding.pipeline=2", "sharding.pipeline_schedule=zigzag"], "sharding.pipeline_schedule must be"),
-])
+@pytest.mark.parametrize(
+    "overrides, msg",
+    [
+        (
+            ["model.n_layers=3", "sharding.pipeline=2"],
+            "model.n_layers=3 is not divisible by sharding.pipeline",
+        ),
+        (
+            [
+                "model.n_layers=4",
+                "sharding.pipeline=2",
+                "sharding.pipeline_schedule=interleaved",
+                "sharding.virtual_stages=4",
+                "train.micro_batches=2",
+            ],
+            "model.n_layers=4 is not divisible",
+        ),
+        (["sharding.pipeline=2", "train.micro_batches=3"], "train.micro_batches=3 does not divide"),
+        (["sharding.pipeline=2", "sharding.pipeline_schedule=zigzag"], "sharding.pipeline_schedule must be"),
+    ],
+)
 def test_bad_pipeline_config_is_one_line(overrides, msg):
     with pytest.raises(ConfigError, match=msg) as e:
-        resolve_config(_cfg("model.n_heads=4", "model.d_model=32", "train.batch_size=8", *overrides),
-                       n_devices=8)
+        resolve_config(
+            _cfg("model.n_heads=4", "model.d_model=32", "train.batch_size=8", *overrides), n_devices=8
+        )
     assert "\n" not in str(e.value)

@@ -27,11 +27,28 @@ from analysis.planning.trainer import missing_features, overrides, trainer_featu
 from sharding.costmodel import DEFAULT_EFFICIENCY, Layout, ModelShape
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
-PLAN_ARGS = ["plan", "--budget", "3e13", "--hardware", "a100-80gb", "--gpus", "8", "--seq-len", "64",
-             "--vocab", "256", "--batch-tokens", "1024"]
+PLAN_ARGS = [
+    "plan",
+    "--budget",
+    "3e13",
+    "--hardware",
+    "a100-80gb",
+    "--gpus",
+    "8",
+    "--seq-len",
+    "64",
+    "--vocab",
+    "256",
+    "--batch-tokens",
+    "1024",
+]
 STATE_TOLERANCE = 0.10
-ENV = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="--xla_force_host_platform_device_count=8",
-           PYTHONPATH=str(REPO))
+ENV = dict(
+    os.environ,
+    JAX_PLATFORMS="cpu",
+    XLA_FLAGS="--xla_force_host_platform_device_count=8",
+    PYTHONPATH=str(REPO),
+)
 
 # Compiles the run's train step from its composed config (.hydra/config.yaml) and prints the
 # compiled per-device memory (XLA_FLAGS is set before JAX is imported: 8 simulated devices).
@@ -84,24 +101,45 @@ def test_emitted_overrides_run_and_hold_the_predicted_state_memory(planned, tmp_
     data, _ = planned
     trainer = data["best"]["trainer"]
     run_dir = tmp_path / "run"
-    cmd = [sys.executable, "-m", "experiments.train", *data["best"]["overrides"], "train.steps=3",
-           "train.eval_every=0", "train.eval_tokens=2048", "train.ckpt_every=0", f"hydra.run.dir={run_dir}"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "experiments.train",
+        *data["best"]["overrides"],
+        "train.steps=3",
+        "train.eval_every=0",
+        "train.eval_tokens=2048",
+        "train.ckpt_every=0",
+        f"hydra.run.dir={run_dir}",
+    ]
     r = subprocess.run(cmd, cwd=REPO, env=ENV, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["status"] == "completed" and summary["mfu_convention"] == "causal_6N+6LTHd"
     mesh = trainer["layout"]["mesh"]
-    assert [summary["mesh"][k] for k in ("data", "fsdp", "tensor")] == [mesh["data"], mesh["fsdp"], mesh["tensor"]]
+    assert [summary["mesh"][k] for k in ("data", "fsdp", "tensor")] == [
+        mesh["data"],
+        mesh["fsdp"],
+        mesh["tensor"],
+    ]
 
-    r = subprocess.run([sys.executable, "-c", MEASURE, str(run_dir / ".hydra" / "config.yaml")],
-                       cwd=REPO, env=ENV, capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        [sys.executable, "-c", MEASURE, str(run_dir / ".hydra" / "config.yaml")],
+        cwd=REPO,
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 0, r.stderr[-2000:]
     measured = json.loads(r.stdout.strip().splitlines()[-1])
-    state = measured["argument"] - measured["batch"]          # params + Adam state per device
+    state = measured["argument"] - measured["batch"]  # params + Adam state per device
     gb = trainer["memory_gb"]
     predicted = (gb["params"] + gb["optimizer"]) * 1e9
-    print(f"plan: {trainer['layout']['mesh']} predicted state {predicted / 1e6:.3f} MB/device, compiled "
-          f"{state / 1e6:.3f} MB/device (temp {measured['temp'] / 1e6:.2f} MB)")
+    print(
+        f"plan: {trainer['layout']['mesh']} predicted state {predicted / 1e6:.3f} MB/device, compiled "
+        f"{state / 1e6:.3f} MB/device (temp {measured['temp'] / 1e6:.2f} MB)"
+    )
     assert abs(predicted / state - 1) <= STATE_TOLERANCE, (predicted, state, measured)
 
 
@@ -111,17 +149,30 @@ def test_missing_features_name_what_the_trainer_lacks():
     got = " | ".join(missing_features(lo, feats))
     assert "pipeline parallelism (pp=4)" in got and "sequence parallelism" in got and "ZeRO-1" in got
     assert missing_features(Layout(dp=8, global_batch=8, zero_stage=3), feats) == []
-    assert missing_features(lo, frozenset({"pipeline", "sequence_parallel", "train.micro_batches"}))[0].startswith("ZeRO-1")
+    assert missing_features(lo, frozenset({"pipeline", "sequence_parallel", "train.micro_batches"}))[
+        0
+    ].startswith("ZeRO-1")
 
 
 def test_overrides_map_the_layout_to_trainer_keys():
     shape = ModelShape(n_layers=4, d_model=256, n_heads=2, seq_len=64, vocab_size=256)
     lo = Layout(dp=4, tp=2, micro_batch=2, global_batch=32, zero_stage=3, act_ckpt="selective")
     ov = overrides(shape, lo, 1e6)
-    assert ov == ["model.vocab_size=256", "model.d_model=256", "model.n_layers=4", "model.n_heads=2",
-                  "model.d_ff=768", "model.seq_len=64", "model.remat=selective", "sharding.data=1",
-                  "sharding.fsdp=4", "sharding.tensor=2", "train.batch_size=32",
-                  "train.micro_batch_size=8", "train.tokens=1000000"]
+    assert ov == [
+        "model.vocab_size=256",
+        "model.d_model=256",
+        "model.n_layers=4",
+        "model.n_heads=2",
+        "model.d_ff=768",
+        "model.seq_len=64",
+        "model.remat=selective",
+        "sharding.data=1",
+        "sharding.fsdp=4",
+        "sharding.tensor=2",
+        "train.batch_size=32",
+        "train.micro_batch_size=8",
+        "train.tokens=1000000",
+    ]
 
 
 def test_chinchilla_on_1024_a100s_emits_a_layout_the_trainer_has():

@@ -13,11 +13,11 @@ import pandas as pd
 import pytest
 from scipy import optimize
 
-from models.base.errors import AnalysisError
 from analysis import allocation, fit_law
 from analysis.laws.allocation import ScalingLaw
 from analysis.laws.points import FLOPS_PER_PARAM_TOKEN
 from analysis.planning.planner import candidate_shapes, plan
+from models.base.errors import AnalysisError
 from sharding.costmodel import PRIOR_EFFICIENCY, Layout, ModelShape, estimate_step, load_hardware
 
 # Epoch AI's refit of Chinchilla approach 3 (Besiroglu et al. 2024), as given in the brief.
@@ -39,8 +39,9 @@ def test_optimal_allocation_matches_numeric_minimum(k):
     c = 1e23
     n, d = law.optimal(c)
     assert k * n * d == pytest.approx(c)
-    res = optimize.minimize_scalar(lambda ln: law.loss(math.exp(ln), c / (k * math.exp(ln))),
-                                   bounds=(15, 30), method="bounded")
+    res = optimize.minimize_scalar(
+        lambda ln: law.loss(math.exp(ln), c / (k * math.exp(ln))), bounds=(15, 30), method="bounded"
+    )
     assert n == pytest.approx(math.exp(res.x), rel=1e-3)
 
 
@@ -83,8 +84,18 @@ def test_allocation_is_the_laws(fit_8nd):
     al = allocation(fit_8nd, [1e21, 1e23])
     assert al == law.allocation([1e21, 1e23])
     assert list(al) == ["a", "b", "G", "flops_per_param_token", "a_ci", "b_ci", "budgets"]
-    assert set(al["budgets"][0]) == {"C", "N_opt", "D_opt", "tokens_per_param", "loss", "N_opt_ci",
-                                     "D_opt_ci", "tokens_per_param_ci", "loss_ci", "loss_interval"}
+    assert set(al["budgets"][0]) == {
+        "C",
+        "N_opt",
+        "D_opt",
+        "tokens_per_param",
+        "loss",
+        "N_opt_ci",
+        "D_opt_ci",
+        "tokens_per_param_ci",
+        "loss_ci",
+        "loss_interval",
+    }
     row = al["budgets"][1]
     assert row["N_opt"] * row["D_opt"] * 8 == pytest.approx(1e23, rel=1e-9)
     assert (row["N_opt"], row["D_opt"]) == pytest.approx(law.optimal(1e23), rel=1e-12)
@@ -139,8 +150,8 @@ def test_loss_ci_from_bootstrap_samples(tmp_path):
     samples = (base * (1 + 0.02 * rng.standard_normal((200, 5)))).tolist()
     law = ScalingLaw.from_json(_law_file(tmp_path, samples=samples))
     lo, hi = law.loss_ci(7e10, 1.4e12)
-    e, a, b, al, be = np.asarray(samples).T      # the 2.5/97.5 percentiles of the samples' losses
-    assert [lo, hi] == pytest.approx(np.percentile(e + a / 7e10 ** al + b / 1.4e12 ** be, [2.5, 97.5]))
+    e, a, b, al, be = np.asarray(samples).T  # the 2.5/97.5 percentiles of the samples' losses
+    assert [lo, hi] == pytest.approx(np.percentile(e + a / 7e10**al + b / 1.4e12**be, [2.5, 97.5]))
 
 
 def test_time_limit_shrinks_model():
@@ -150,12 +161,15 @@ def test_time_limit_shrinks_model():
     assert limited.best.shape.n_params < unlimited.best.shape.n_params
 
 
-@pytest.mark.parametrize("kw,msg", [
-    (dict(budget_flops=1e26, n_devices=8, hardware="a100-40gb"), "no layout of the .* fits"),
-    (dict(budget_flops=1e23, n_devices=8, hardware="a900"), "unknown hardware"),
-    (dict(budget_flops=None, n_devices=8, hardware="h100"), "give --budget"),
-    (dict(budget_flops=-1.0, n_devices=8, hardware="h100"), "positive"),
-])
+@pytest.mark.parametrize(
+    "kw,msg",
+    [
+        (dict(budget_flops=1e26, n_devices=8, hardware="a100-40gb"), "no layout of the .* fits"),
+        (dict(budget_flops=1e23, n_devices=8, hardware="a900"), "unknown hardware"),
+        (dict(budget_flops=None, n_devices=8, hardware="h100"), "give --budget"),
+        (dict(budget_flops=-1.0, n_devices=8, hardware="h100"), "positive"),
+    ],
+)
 def test_bad_requests(kw, msg):
     with pytest.raises(AnalysisError, match=msg):
         plan(**kw)
@@ -174,19 +188,46 @@ def test_bad_law_files(tmp_path):
 
 
 def _cli(*args):
-    return subprocess.run([sys.executable, "-m", "analysis", *map(str, args)], capture_output=True,
-                          text=True, env={"JAX_PLATFORMS": "cpu", "PATH": "/usr/bin:/bin"})
+    return subprocess.run(
+        [sys.executable, "-m", "analysis", *map(str, args)],
+        capture_output=True,
+        text=True,
+        env={"JAX_PLATFORMS": "cpu", "PATH": "/usr/bin:/bin"},
+    )
 
 
 def test_plan_cli_json(tmp_path):
     out = tmp_path / "plan.json"
-    r = _cli("plan", "--budget", "5.76e23", "--law", _law_file(tmp_path), "--hardware",
-             "a100-80gb", "--gpus", "1024", "--json", out)
+    r = _cli(
+        "plan",
+        "--budget",
+        "5.76e23",
+        "--law",
+        _law_file(tmp_path),
+        "--hardware",
+        "a100-80gb",
+        "--gpus",
+        "1024",
+        "--json",
+        out,
+    )
     assert r.returncode == 0, r.stderr
     assert "days" in r.stdout and "CI unavailable" in r.stdout
     data = json.loads(out.read_text())
-    need = {"n_params", "tokens", "n_layers", "d_model", "layout", "mem_gb_per_device",
-            "step_time_s", "mfu", "days", "gpu_hours", "loss", "loss_ci"}
+    need = {
+        "n_params",
+        "tokens",
+        "n_layers",
+        "d_model",
+        "layout",
+        "mem_gb_per_device",
+        "step_time_s",
+        "mfu",
+        "days",
+        "gpu_hours",
+        "loss",
+        "loss_ci",
+    }
     assert need <= set(data["best"]) and data["candidates"]
     assert {"dp", "tp", "pp", "micro_batch", "zero_stage", "act_ckpt"} <= set(data["best"]["layout"])
     lay = data["best"]["layout"]
@@ -201,11 +242,13 @@ def test_plan_cli_bad_input_is_one_line():
 
 def test_layout_eval_cli(tmp_path):
     csv = tmp_path / "l.csv"
-    csv.write_text("n_layers,d_model,n_heads,seq_len,vocab_size,global_batch,micro_batch,dp,tp,pp,"
-                   "sp,zero_stage,act_ckpt,flash_attn,hardware,n_devices\n"
-                   "40,5120,40,2048,128000,2048,1,32,2,1,0,1,none,1,a100-80gb,64\n"
-                   "40,5120,40,2048,128000,2048,8,64,1,1,0,1,none,1,a100-80gb,64\n"
-                   "40,5120,40,2048,128000,2048,1,16,2,2,1,1,full,0,a100-80gb,64\n")
+    csv.write_text(
+        "n_layers,d_model,n_heads,seq_len,vocab_size,global_batch,micro_batch,dp,tp,pp,"
+        "sp,zero_stage,act_ckpt,flash_attn,hardware,n_devices\n"
+        "40,5120,40,2048,128000,2048,1,32,2,1,0,1,none,1,a100-80gb,64\n"
+        "40,5120,40,2048,128000,2048,8,64,1,1,0,1,none,1,a100-80gb,64\n"
+        "40,5120,40,2048,128000,2048,1,16,2,2,1,1,full,0,a100-80gb,64\n"
+    )
     out = tmp_path / "o.json"
     r = _cli("layout-eval", csv, "--json", out)
     assert r.returncode == 0, r.stderr
@@ -215,8 +258,10 @@ def test_layout_eval_cli(tmp_path):
     for r_ in rows:
         assert r_["pred_tokens_per_s"] == pytest.approx(2048 * 2048 / r_["pred_step_time_s"])
         assert 0 < r_["pred_mfu"] < 1
-    csv.write_text("n_layers,d_model,n_heads,seq_len,vocab_size,global_batch,dp,tp,pp,n_devices,"
-                   "hardware\n40,5120,40,2048,128000,2048,64,2,1,64,a100-80gb\n")
+    csv.write_text(
+        "n_layers,d_model,n_heads,seq_len,vocab_size,global_batch,dp,tp,pp,n_devices,"
+        "hardware\n40,5120,40,2048,128000,2048,64,2,1,64,a100-80gb\n"
+    )
     r = _cli("layout-eval", csv)
     assert r.returncode == 2 and "row 1:" in r.stderr and "nearest valid mesh" in r.stderr
 
@@ -225,10 +270,18 @@ def test_layout_eval_calibrates_on_user_sweep(tmp_path):
     """Synthetic sweep timed by a known model: calibration recovers a better fit than priors."""
     truth = PRIOR_EFFICIENCY.replace(gemm_eff_max=0.6, layer_overhead_s=5e-4)
     hw = load_hardware("h100")
-    lines = ["n_layers,d_model,n_heads,seq_len,vocab_size,global_batch,micro_batch,dp,tp,pp,"
-             "hardware,measured_step_time_s"]
-    for L, d, tp, mb in ((24, 2048, 1, 1), (24, 2048, 2, 2), (32, 4096, 4, 1), (32, 4096, 8, 2),
-                         (40, 5120, 8, 1), (16, 1024, 1, 4)):
+    lines = [
+        "n_layers,d_model,n_heads,seq_len,vocab_size,global_batch,micro_batch,dp,tp,pp,"
+        "hardware,measured_step_time_s"
+    ]
+    for L, d, tp, mb in (
+        (24, 2048, 1, 1),
+        (24, 2048, 2, 2),
+        (32, 4096, 4, 1),
+        (32, 4096, 8, 2),
+        (40, 5120, 8, 1),
+        (16, 1024, 1, 4),
+    ):
         s = ModelShape(n_layers=L, d_model=d, n_heads=d // 128, seq_len=2048, vocab_size=32000)
         lo = Layout(dp=64 // tp, tp=tp, micro_batch=mb, global_batch=512)
         t = estimate_step(s, lo, hw, eff=truth).step_time_s

@@ -24,15 +24,16 @@ class FakeMsvcrt:
 
     def locking(self, fd, mode, nbytes):
         self.calls.append((mode, nbytes))
-        real_fcntl.flock(fd, real_fcntl.LOCK_EX | real_fcntl.LOCK_NB if mode == self.LK_NBLCK
-                         else real_fcntl.LOCK_UN)
+        real_fcntl.flock(
+            fd, real_fcntl.LOCK_EX | real_fcntl.LOCK_NB if mode == self.LK_NBLCK else real_fcntl.LOCK_UN
+        )
 
 
 @pytest.fixture
 def no_affinity(monkeypatch):
     monkeypatch.delattr(os, "sched_getaffinity")
     monkeypatch.delattr(os, "sched_setaffinity")
-    for var in (*limits.THREAD_VARS, "XLA_FLAGS", limits.SLOT_ENV):   # apply_limits writes them
+    for var in (*limits.THREAD_VARS, "XLA_FLAGS", limits.SLOT_ENV):  # apply_limits writes them
         monkeypatch.setenv(var, "")
 
 
@@ -50,7 +51,7 @@ def test_without_affinity_api_all_cpus_count_and_pinning_is_skipped(no_affinity)
     assert portable.available_cpus() == list(range(n))
     assert portable.pin_to_cpus([0]) is False
     assert limits.cpu_sets(2, 1) == [[0], [1 % n]]
-    assert limits.apply_limits([0], 1, slot=0) is False         # thread caps still applied
+    assert limits.apply_limits([0], 1, slot=0) is False  # thread caps still applied
     assert os.environ["OMP_NUM_THREADS"] == "1" and limits.EIGEN_OFF in os.environ["XLA_FLAGS"]
 
 
@@ -65,8 +66,8 @@ def test_slot_locks_exclude_each_other_without_fcntl(tmp_path, windows_locks):
         with limits.hold_slot(tmp_path, 2) as b:
             assert {a, b} == {0, 1}
             with open(tmp_path / f"slot{a}.lock", "w") as f:
-                assert portable.lock_file(f, blocking=False) is False   # busy
-    with open(tmp_path / "slot0.lock", "w") as f:                       # released on exit
+                assert portable.lock_file(f, blocking=False) is False  # busy
+    with open(tmp_path / "slot0.lock", "w") as f:  # released on exit
         assert portable.lock_file(f, blocking=False) is True
         portable.unlock_file(f)
     assert (FakeMsvcrt.LK_UNLCK, 1) in windows_locks.calls
@@ -80,7 +81,7 @@ def test_blocking_lock_waits_for_the_holder_without_fcntl(tmp_path, windows_lock
     t0 = time.monotonic()
     with open(path, "w") as f:
         assert portable.lock_file(f) is True
-        assert time.monotonic() - t0 >= 0.15     # it waited for the release
+        assert time.monotonic() - t0 >= 0.15  # it waited for the release
         portable.unlock_file(f)
 
 

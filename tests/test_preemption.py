@@ -25,9 +25,18 @@ from experiments.train.checkpoint import CheckpointError
 from experiments.train.metrics import read_metrics
 
 REPO = Path(__file__).resolve().parents[1]
-TINY = ["model.d_model=32", "model.n_layers=2", "model.n_heads=4", "model.seq_len=32",
-        "train.batch_size=8", "train.eval_tokens=512", "train.progress_every_s=0",
-        "sharding.data=1", "sharding.fsdp=1", "sharding.tensor=1"]
+TINY = [
+    "model.d_model=32",
+    "model.n_layers=2",
+    "model.n_heads=4",
+    "model.seq_len=32",
+    "train.batch_size=8",
+    "train.eval_tokens=512",
+    "train.progress_every_s=0",
+    "sharding.data=1",
+    "sharding.fsdp=1",
+    "sharding.tensor=1",
+]
 # One config for every run here, so that one uninterrupted run is the reference of them all.
 RUN = [*TINY, "train.steps=300", "train.ckpt_every=100", "train.eval_every=150", "train.keep_checkpoints=3"]
 
@@ -67,6 +76,7 @@ def _signal_at(monkeypatch, step: int, sig: signal.Signals) -> None:
 
 # ---- the guard --------------------------------------------------------------------------------------
 
+
 def test_guard_only_sets_a_flag_then_restores_and_hands_over():
     calls = []
 
@@ -80,7 +90,7 @@ def test_guard_only_sets_a_flag_then_restores_and_hands_over():
             os.kill(os.getpid(), signal.SIGUSR1)
             time.sleep(0.01)
             assert g.should_stop() and g.signal_names() == ["SIGUSR1"]
-            assert calls == []                      # the previous handler waits for the checkpoint
+            assert calls == []  # the previous handler waits for the checkpoint
         assert signal.getsignal(signal.SIGUSR1) is previous
         g.hand_over()
         assert calls == [signal.SIGUSR1]
@@ -108,12 +118,21 @@ def test_processes_agree_on_the_stop_step(tmp_path):
         print("STOP", *out)
     """)
     import socket
+
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    procs = [subprocess.Popen([sys.executable, "-c", script, f"127.0.0.1:{port}", str(i)], cwd=REPO,
-                              env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-             for i in range(2)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", script, f"127.0.0.1:{port}", str(i)],
+            cwd=REPO,
+            env=_env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for i in range(2)
+    ]
     outs = [p.communicate(timeout=120)[0] for p in procs]
     stops = [next((l.split()[1:] for l in o.splitlines() if l.startswith("STOP")), o[-800:]) for o in outs]
     assert stops == [["6", "5"], ["6", "5"]], stops
@@ -121,12 +140,19 @@ def test_processes_agree_on_the_stop_step(tmp_path):
 
 # ---- the trainer ------------------------------------------------------------------------------------
 
+
 def test_sigterm_subprocess_saves_exits_and_resumes_to_the_uninterrupted_result(tmp_path, reference):
     """The issue's test: SIGTERM a training subprocess mid-run, start the same command again."""
     args = [sys.executable, "-m", "experiments.train", *RUN]
     rd = tmp_path / "pre"
-    proc = subprocess.Popen(args + [f"hydra.run.dir={rd}"], cwd=REPO, env=_env(),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        args + [f"hydra.run.dir={rd}"],
+        cwd=REPO,
+        env=_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.time() + 120
     while not (rd / "checkpoints" / "100").is_dir() and proc.poll() is None and time.time() < deadline:
         time.sleep(0.005)
@@ -139,8 +165,9 @@ def test_sigterm_subprocess_saves_exits_and_resumes_to_the_uninterrupted_result(
     assert f"training preempted (SIGTERM) at step {s['steps_done']}, checkpoint saved" in err
     assert "Traceback" not in err
 
-    resumed = subprocess.run(args + [f"hydra.run.dir={rd}"], cwd=REPO, env=_env(),
-                             capture_output=True, text=True, timeout=120)
+    resumed = subprocess.run(
+        args + [f"hydra.run.dir={rd}"], cwd=REPO, env=_env(), capture_output=True, text=True, timeout=120
+    )
     assert resumed.returncode == 0, resumed.stderr[-1500:]
     assert f"resuming from checkpoint at step {s['steps_done']}/300" in resumed.stdout
     a, b = reference, _summary(rd)
@@ -157,8 +184,13 @@ def test_previous_handler_requeues_only_after_checkpoint_and_summary(tmp_path, m
     seen = []
 
     def submitit_like(signum, frame):
-        seen.append((signum, _summary(rd)["status"], sorted(int(p.name) for p in
-                                                             (rd / "checkpoints").iterdir() if p.name.isdigit())))
+        seen.append(
+            (
+                signum,
+                _summary(rd)["status"],
+                sorted(int(p.name) for p in (rd / "checkpoints").iterdir() if p.name.isdigit()),
+            )
+        )
 
     old = signal.signal(signal.SIGUSR2, submitit_like)
     try:
@@ -177,27 +209,55 @@ def test_previous_handler_requeues_only_after_checkpoint_and_summary(tmp_path, m
 
 def test_cli_exit_code_and_multirun_contract(tmp_path):
     from experiments.rundir import run_guarded
+
     for multirun in (False, True):
         with pytest.raises(SystemExit) as e:
-            run_guarded(lambda c, d: {"status": "preempted", "steps_done": 7, "preempted_by": ["SIGUSR1"]},
-                        {}, tmp_path, multirun)
+            run_guarded(
+                lambda c, d: {"status": "preempted", "steps_done": 7, "preempted_by": ["SIGUSR1"]},
+                {},
+                tmp_path,
+                multirun,
+            )
         assert e.value.code == EXIT_PREEMPTED == 143
 
 
 # ---- the RL loop ------------------------------------------------------------------------------------------
 
+
 def _rl_cfg(init: Path) -> dict:
     """A tiny RL run (tests/test_rl_smoke.py's) from the policy in run directory `init`."""
-    rl = {"steps": 6, "prompts_per_step": 8, "group_size": 4, "eval_every": 2, "eval_samples": 2,
-          "temperature": 1.0, "seed": 0, "init": str(init), "ckpt_every": 2, "keep_checkpoints": 3,
-          "progress_every_s": 0.0,
-          "task": {"name": "add", "min_len": 1, "max_len": 1, "eval_size": 64, "eval_seed": 1, "train_pool": 0},
-          "algo": {"name": "t", "advantage": "group", "loss": "ppo_clip", "aggregation": "token",
-                   "eps_low": 0.2, "eps_high": 0.28, "zero_variance_filter": True, "kl_beta": 0.05,
-                   "kl_estimator": "k3", "epochs": 2},
-          "start_check": {"min_pass_rate": 0.0, "max_zero_var_frac": 1.0, "probe_prompts": 16}}
-    return {"optim": {"lr": 1e-3, "schedule": "constant", "weight_decay": 0.0, "clip": 1.0},
-            "sharding": {"data": 1, "fsdp": 1, "tensor": 1}, "rl": rl}
+    rl = {
+        "steps": 6,
+        "prompts_per_step": 8,
+        "group_size": 4,
+        "eval_every": 2,
+        "eval_samples": 2,
+        "temperature": 1.0,
+        "seed": 0,
+        "init": str(init),
+        "ckpt_every": 2,
+        "keep_checkpoints": 3,
+        "progress_every_s": 0.0,
+        "task": {"name": "add", "min_len": 1, "max_len": 1, "eval_size": 64, "eval_seed": 1, "train_pool": 0},
+        "algo": {
+            "name": "t",
+            "advantage": "group",
+            "loss": "ppo_clip",
+            "aggregation": "token",
+            "eps_low": 0.2,
+            "eps_high": 0.28,
+            "zero_variance_filter": True,
+            "kl_beta": 0.05,
+            "kl_estimator": "k3",
+            "epochs": 2,
+        },
+        "start_check": {"min_pass_rate": 0.0, "max_zero_var_frac": 1.0, "probe_prompts": 16},
+    }
+    return {
+        "optim": {"lr": 1e-3, "schedule": "constant", "weight_decay": 0.0, "clip": 1.0},
+        "sharding": {"data": 1, "fsdp": 1, "tensor": 1},
+        "rl": rl,
+    }
 
 
 def test_rl_loop_preempts_at_the_step_boundary_and_resumes(tmp_path, monkeypatch, reference):
@@ -206,7 +266,7 @@ def test_rl_loop_preempts_at_the_step_boundary_and_resumes(tmp_path, monkeypatch
     orig = rl_loop._rl_step
 
     def step(loop, i, key):
-        if i == 2:                                    # SIGUSR1 during step 3 (0-based i = 2)
+        if i == 2:  # SIGUSR1 during step 3 (0-based i = 2)
             os.kill(os.getpid(), signal.SIGUSR1)
         return orig(loop, i, key)
 
@@ -224,15 +284,21 @@ def test_rl_loop_preempts_at_the_step_boundary_and_resumes(tmp_path, monkeypatch
 
 # ---- corrupt checkpoints --------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("damage", ["every file", "largest array file"])
-def test_truncated_newest_checkpoint_is_skipped_with_one_warning(tmp_path, monkeypatch, capfd, reference, damage):
+def test_truncated_newest_checkpoint_is_skipped_with_one_warning(
+    tmp_path, monkeypatch, capfd, reference, damage
+):
     rd = tmp_path / "run"
-    _signal_at(monkeypatch, 113, signal.SIGTERM)         # stops after step 115: checkpoints 100, 115
+    _signal_at(monkeypatch, 113, signal.SIGTERM)  # stops after step 115: checkpoints 100, 115
     assert train_loop.run(_cfg(*RUN), rd)["steps_done"] == 115
     monkeypatch.undo()
-    files = sorted((f for f in (rd / "checkpoints" / "115").rglob("*") if f.is_file()),
-                   key=lambda f: f.stat().st_size, reverse=True)
-    for f in files if damage == "every file" else files[:1]:   # a kill mid-save, a full disk
+    files = sorted(
+        (f for f in (rd / "checkpoints" / "115").rglob("*") if f.is_file()),
+        key=lambda f: f.stat().st_size,
+        reverse=True,
+    )
+    for f in files if damage == "every file" else files[:1]:  # a kill mid-save, a full disk
         f.write_bytes(b"")
     (rd / "summary.json").unlink()
     capfd.readouterr()
@@ -240,11 +306,11 @@ def test_truncated_newest_checkpoint_is_skipped_with_one_warning(tmp_path, monke
     out, err = capfd.readouterr()
     warnings = [l for l in out.splitlines() if l.startswith("warning:")]
     assert len(warnings) == 1 and "checkpoint at step 115 unreadable" in warnings[0], out
-    assert err.strip() == ""                                   # nothing else: no library tracebacks
+    assert err.strip() == ""  # nothing else: no library tracebacks
     assert "resuming from step 100" in warnings[0]
     assert s["status"] == "completed" and s["resumed_from_step"] == 100
     assert s["final_eval_loss"] == reference["final_eval_loss"]
-    assert (rd / "checkpoints.corrupt" / "115").is_dir()       # set aside, not deleted
+    assert (rd / "checkpoints.corrupt" / "115").is_dir()  # set aside, not deleted
     assert sorted(int(p.name) for p in (rd / "checkpoints").iterdir() if p.name.isdigit()) == [100, 200, 300]
 
 
@@ -263,6 +329,7 @@ def test_no_readable_checkpoint_is_an_error_not_a_restart(tmp_path, monkeypatch)
 
 # ---- SLURM requeue ---------------------------------------------------------------------------------------
 
+
 def test_slurm_launcher_checkpoint_resubmits_the_same_job(tmp_path):
     """submitit calls the launcher's checkpoint() on its requeue signal: it must resubmit the same
     callable with the same job arguments (same overrides -> same run directory -> resume)."""
@@ -272,8 +339,11 @@ def test_slurm_launcher_checkpoint_resubmits_the_same_job(tmp_path):
     from hydra.utils import instantiate
 
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base=None):
-        cfg = compose("config", overrides=["hydra/launcher=slurm", f"hydra.sweep.dir={tmp_path}"],
-                      return_hydra_config=True)
+        cfg = compose(
+            "config",
+            overrides=["hydra/launcher=slurm", f"hydra.sweep.dir={tmp_path}"],
+            return_hydra_config=True,
+        )
     HydraConfig.instance().set_config(cfg)
     launcher = instantiate(cfg.hydra.launcher)
     launcher.setup(hydra_context=None, task_function=lambda c: None, config=cfg)
@@ -281,4 +351,4 @@ def test_slurm_launcher_checkpoint_resubmits_the_same_job(tmp_path):
     delayed = launcher.checkpoint(*job)
     assert delayed.function is launcher and delayed.args == job and delayed.kwargs == {}
     assert cfg.hydra.launcher.additional_parameters.requeue is True
-    assert preemption.PREEMPT_SIGNALS[-1] == signal.SIGUSR2   # submitit's default requeue signal
+    assert preemption.PREEMPT_SIGNALS[-1] == signal.SIGUSR2  # submitit's default requeue signal

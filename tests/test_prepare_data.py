@@ -2,7 +2,6 @@
 reading it with `data.dir` (memory-mapped shards, vocab from meta.json, bad directories)."""
 
 import json
-import os
 import random
 import shutil
 import subprocess
@@ -21,8 +20,10 @@ from models.base.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[1]
 META_KEYS = {"vocab_size", "dtype", "tokenizer_sha256", "train_tokens", "val_tokens", "shards", "documents"}
-WORDS = ("the model reads tokens from shards and the loss falls as the data grows; a scaling law "
-         "fits loss against compute, parameters and tokens for every run of the sweep").split()
+WORDS = (
+    "the model reads tokens from shards and the loss falls as the data grows; a scaling law "
+    "fits loss against compute, parameters and tokens for every run of the sweep"
+).split()
 
 
 def _docs() -> list[str]:
@@ -42,13 +43,21 @@ def corpus_dir(tmp_path_factory):
     src.mkdir()
     for i, d in enumerate(_docs()):
         (src / f"doc{i:02d}.txt").write_text(d, encoding="utf-8")
-    (src / "blank.txt").write_text("  \n")                      # skipped: no text
+    (src / "blank.txt").write_text("  \n")  # skipped: no text
     return src
 
 
 def _opts(src: Path, out: Path, **kw) -> PrepareOptions:
-    base = dict(inputs=(str(src),), out=out, vocab_size=320, chunk_chars=1500, shard_tokens=1200,
-                workers=1, val_fraction=0.2, progress=False)
+    base = dict(
+        inputs=(str(src),),
+        out=out,
+        vocab_size=320,
+        chunk_chars=1500,
+        shard_tokens=1200,
+        workers=1,
+        val_fraction=0.2,
+        progress=False,
+    )
     return PrepareOptions(**{**base, **kw})
 
 
@@ -63,9 +72,9 @@ def _stream(out: Path, meta: dict, names: list[str]) -> np.ndarray:
 
 
 def _split_docs(tokens: np.ndarray, eot: int) -> list[np.ndarray]:
-    assert tokens[0] == eot                                     # every document opens with EOT
+    assert tokens[0] == eot  # every document opens with EOT
     cuts = np.flatnonzero(tokens == eot)
-    return [tokens[a + 1:b] for a, b in zip(cuts, list(cuts[1:]) + [tokens.size])]
+    return [tokens[a + 1 : b] for a, b in zip(cuts, list(cuts[1:]) + [tokens.size])]
 
 
 def test_prepare_writes_shards_of_whole_documents_that_decode_back(prepared):
@@ -100,7 +109,9 @@ def test_worker_processes_write_the_same_bytes(corpus_dir, prepared, tmp_path):
     assert meta2["corpus_sha256"] == meta["corpus_sha256"] and meta2["shards"] == meta["shards"]
 
 
-def test_interrupted_preparation_resumes_without_redoing_finished_shards(corpus_dir, prepared, tmp_path, monkeypatch):
+def test_interrupted_preparation_resumes_without_redoing_finished_shards(
+    corpus_dir, prepared, tmp_path, monkeypatch
+):
     out, meta = prepared
     dst = tmp_path / "resume"
 
@@ -120,9 +131,9 @@ def test_interrupted_preparation_resumes_without_redoing_finished_shards(corpus_
     monkeypatch.setattr(build, "_tokenize", lambda docs: calls.append(len(docs)) or real(docs))
     meta2 = prepare(_opts(corpus_dir, dst))
     assert meta2["corpus_sha256"] == meta["corpus_sha256"] and meta2["shards"] == meta["shards"]
-    assert {n: (dst / n).stat().st_mtime_ns for n in done} == done      # not rewritten
+    assert {n: (dst / n).stat().st_mtime_ns for n in done} == done  # not rewritten
     skipped_docs = sum(s["documents"] for s in meta["shards"][:2])
-    assert sum(calls) <= len(_docs()) - skipped_docs                    # their documents not re-tokenized
+    assert sum(calls) <= len(_docs()) - skipped_docs  # their documents not re-tokenized
     calls.clear()
     assert prepare(_opts(corpus_dir, dst))["corpus_sha256"] == meta["corpus_sha256"] and not calls
 
@@ -138,27 +149,53 @@ def test_tables_and_a_given_tokenizer(prepared, tmp_path):
             f.write(json.dumps({"id": 1, "text": d}) + "\n")
         f.write(json.dumps({"text": None}) + "\n")
     pq.write_table(pa.table({"text": rows[6:10] + [None, " "]}), tmp_path / "b.parquet")
-    with pa.ipc.new_stream(tmp_path / "c.arrow", pa.schema([("text", pa.string())])) as w:   # datasets' cache format
+    with pa.ipc.new_stream(
+        tmp_path / "c.arrow", pa.schema([("text", pa.string())])
+    ) as w:  # datasets' cache format
         w.write_table(pa.table({"text": rows[10:]}))
-    m = prepare(PrepareOptions(inputs=(str(tmp_path / "a.jsonl"), str(tmp_path / "b.parquet"), str(tmp_path / "c.arrow")),
-                               out=tmp_path / "t", tokenizer=out / "tokenizer.json", workers=1, progress=False))
+    m = prepare(
+        PrepareOptions(
+            inputs=(str(tmp_path / "a.jsonl"), str(tmp_path / "b.parquet"), str(tmp_path / "c.arrow")),
+            out=tmp_path / "t",
+            tokenizer=out / "tokenizer.json",
+            workers=1,
+            progress=False,
+        )
+    )
     assert m["tokenizer_sha256"] == meta["tokenizer_sha256"] and m["vocab_size"] == 320
     assert m["documents"] == 12 and m["tokenizer_source"].endswith("tokenizer.json")
     # Padded vocabulary: meta.json's vocab_size is the model's embedding rows.
-    p = prepare(PrepareOptions(inputs=(str(tmp_path / "a.jsonl"),), out=tmp_path / "p", progress=False,
-                               tokenizer=out / "tokenizer.json", workers=1, pad_vocab_multiple=128))
+    p = prepare(
+        PrepareOptions(
+            inputs=(str(tmp_path / "a.jsonl"),),
+            out=tmp_path / "p",
+            progress=False,
+            tokenizer=out / "tokenizer.json",
+            workers=1,
+            pad_vocab_multiple=128,
+        )
+    )
     assert p["vocab_size"] == 384 and p["tokenizer_vocab_size"] == 320
 
 
-@pytest.mark.parametrize("argv,msg", [
-    ([], "no input files given"),
-    (["{tmp}/missing.txt"], "input not found"),
-    (["{tmp}/blank.txt"], "the inputs hold no text"),
-    (["{tmp}/x.txt", "--tokenizer", "{tok}", "--vocab-size", "1000"], "tokenizer/vocab mismatch: --vocab-size 1000"),
-    (["{tmp}/x.txt", "--vocab-size", "100"], "--vocab-size must be at least 257"),
-    (["{tmp}/bad.jsonl", "--vocab-size", "300"], "has no field 'text'"),
-    (["{tmp}/x.txt", "--vocab-size", "300", "--out", "{out}"], "already holds a corpus prepared from other inputs"),
-])
+@pytest.mark.parametrize(
+    "argv,msg",
+    [
+        ([], "no input files given"),
+        (["{tmp}/missing.txt"], "input not found"),
+        (["{tmp}/blank.txt"], "the inputs hold no text"),
+        (
+            ["{tmp}/x.txt", "--tokenizer", "{tok}", "--vocab-size", "1000"],
+            "tokenizer/vocab mismatch: --vocab-size 1000",
+        ),
+        (["{tmp}/x.txt", "--vocab-size", "100"], "--vocab-size must be at least 257"),
+        (["{tmp}/bad.jsonl", "--vocab-size", "300"], "has no field 'text'"),
+        (
+            ["{tmp}/x.txt", "--vocab-size", "300", "--out", "{out}"],
+            "already holds a corpus prepared from other inputs",
+        ),
+    ],
+)
 def test_bad_input_is_one_line(argv, msg, prepared, tmp_path, capsys):
     out, _ = prepared
     (tmp_path / "blank.txt").write_text(" \n\t")
@@ -173,8 +210,13 @@ def test_bad_input_is_one_line(argv, msg, prepared, tmp_path, capsys):
 
 
 def test_command_line_entry_point(tmp_path):
-    p = subprocess.run([sys.executable, "-m", "experiments.prepare_data", "--out", str(tmp_path / "o")],
-                       cwd=REPO, capture_output=True, text=True, timeout=60)
+    p = subprocess.run(
+        [sys.executable, "-m", "experiments.prepare_data", "--out", str(tmp_path / "o")],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert p.returncode == 2 and p.stderr.strip() == "error: no input files given", p.stderr
 
 
@@ -186,13 +228,13 @@ def test_trainer_maps_shards_as_one_stream(prepared):
     assert c.identity["sha256"] == meta["corpus_sha256"] and c.identity["shards"] == len(meta["shards"])
     flat = _stream(out, meta, [s["name"] for s in meta["shards"]])
     assert c.train.size == flat.size == meta["train_tokens"] and c.val.size == meta["val_tokens"]
-    b = int(c.train.bounds[1])                                      # a window across the first boundary
-    assert np.array_equal(c.train[b - 5:b + 7], flat[b - 5:b + 7]) and c.train[b] == flat[b]
+    b = int(c.train.bounds[1])  # a window across the first boundary
+    assert np.array_equal(c.train[b - 5 : b + 7], flat[b - 5 : b + 7]) and c.train[b] == flat[b]
     s = BatchSampler(c.train, seq_len=32, batch_size=64, seed=1)
     batch = s.batch(3)
     assert np.array_equal(batch, BatchSampler(c.train, 32, 64, seed=1).batch(3))
     for row, o in zip(batch, s.offsets(3)):
-        assert np.array_equal(row, flat[o:o + 33])
+        assert np.array_equal(row, flat[o : o + 33])
     crossing = [o for o in s.offsets(3) if any(o < bb < o + 33 for bb in c.train.bounds[1:-1])]
     assert crossing or len(meta["shards"]) == 1
 
@@ -205,11 +247,14 @@ def _copy(out: Path, dst: Path) -> Path:
 def test_trainer_refuses_bad_directories_in_one_line(prepared, tmp_path):
     out, meta = prepared
     cases = []
-    d = _copy(out, tmp_path / "nometa"); (d / "meta.json").unlink()
+    d = _copy(out, tmp_path / "nometa")
+    (d / "meta.json").unlink()
     cases.append((d, "meta.json is missing"))
-    d = _copy(out, tmp_path / "tok"); (d / "tokenizer.json").write_text("{}")
+    d = _copy(out, tmp_path / "tok")
+    (d / "tokenizer.json").write_text("{}")
     cases.append((d, "tokenizer/vocab mismatch"))
-    d = _copy(out, tmp_path / "empty"); (d / meta["shards"][1]["name"]).write_bytes(b"")
+    d = _copy(out, tmp_path / "empty")
+    (d / meta["shards"][1]["name"]).write_bytes(b"")
     cases.append((d, "is empty"))
     d = _copy(out, tmp_path / "dtype")
     np.fromfile(d / "train_000000.bin", dtype="uint16").astype("uint32").tofile(d / "train_000000.bin")
@@ -217,7 +262,8 @@ def test_trainer_refuses_bad_directories_in_one_line(prepared, tmp_path):
     d = _copy(out, tmp_path / "metadtype")
     (d / "meta.json").write_text(json.dumps({**meta, "dtype": "uint32"}))
     cases.append((d, "disagrees with meta.json"))
-    d = _copy(out, tmp_path / "odd"); (d / "val.bin").write_bytes(b"\0" * 7)
+    d = _copy(out, tmp_path / "odd")
+    (d / "val.bin").write_bytes(b"\0" * 7)
     cases.append((d, "not a whole number of uint16"))
     d = _copy(out, tmp_path / "bigvocab")
     (d / "meta.json").write_text(json.dumps({**meta, "vocab_size": 70_000}))
@@ -230,6 +276,7 @@ def test_trainer_refuses_bad_directories_in_one_line(prepared, tmp_path):
 
 def test_vocab_comes_from_meta_and_a_mismatch_is_an_error(prepared):
     from test_train import cfg
+
     from experiments.train.config import resolve_config
 
     out, _ = prepared
@@ -246,6 +293,7 @@ def test_vocab_comes_from_meta_and_a_mismatch_is_an_error(prepared):
 
 def test_training_on_a_prepared_corpus_records_its_tokenizer(prepared, tmp_path):
     from test_train import TINY, cfg
+
     from experiments.train.loop import run
 
     out, meta = prepared

@@ -18,7 +18,6 @@ import math
 import re
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 from jax.ad_checkpoint import print_saved_residuals
@@ -66,8 +65,12 @@ def results():
         loss_fn, params = _loss_fn(remat)
         exe = jax.jit(jax.value_and_grad(loss_fn)).lower(params, tokens).compile()
         loss, grads = exe(params, tokens)
-        out[remat] = (float(loss), grads, residual_bytes(lambda p: loss_fn(p, tokens), params),
-                      exe.memory_analysis().temp_size_in_bytes)
+        out[remat] = (
+            float(loss),
+            grads,
+            residual_bytes(lambda p: loss_fn(p, tokens), params),
+            exe.memory_analysis().temp_size_in_bytes,
+        )
     return out
 
 
@@ -84,7 +87,7 @@ def test_saved_residuals_shrink_none_selective_full(results):
     saved = [results[r][2] for r in REMAT]
     assert saved[0] > saved[1] > saved[2] > 0, dict(zip(REMAT, saved))
     # selective keeps no attention probabilities: (B, K, G, L, L) float32 per layer in `none`
-    probs = BATCH * CFG.n_heads * CFG.seq_len ** 2 * 4
+    probs = BATCH * CFG.n_heads * CFG.seq_len**2 * 4
     assert saved[0] - saved[1] >= CFG.n_layers * probs, dict(zip(REMAT, saved))
 
 
@@ -93,8 +96,17 @@ def test_compiled_temp_memory_is_ordered(results):
     assert temp[0] > temp[1] >= temp[2], dict(zip(REMAT, temp))
 
 
-@pytest.mark.parametrize("value,policy", [(True, "full"), (False, "none"), ("true", "full"), ("False", "none"),
-                                          ("selective", "selective"), ("none", "none")])
+@pytest.mark.parametrize(
+    "value,policy",
+    [
+        (True, "full"),
+        (False, "none"),
+        ("true", "full"),
+        ("False", "none"),
+        ("selective", "selective"),
+        ("none", "none"),
+    ],
+)
 def test_booleans_are_aliases(value, policy):
     assert ModelConfig(remat=value).validate().remat == policy
 
@@ -113,8 +125,11 @@ def test_remat_override_composes_and_parses():
     from models.base.configs import to_plain
 
     conf = str(__import__("pathlib").Path(__file__).resolve().parents[1] / "conf")
-    for override, policy in (("model.remat=true", "full"), ("model.remat=selective", "selective"),
-                             ("model.remat=false", "none")):
+    for override, policy in (
+        ("model.remat=true", "full"),
+        ("model.remat=selective", "selective"),
+        ("model.remat=false", "none"),
+    ):
         GlobalHydra.instance().clear()
         with initialize_config_dir(config_dir=conf, version_base=None):
             raw = to_plain(compose("config", overrides=[override]))["model"]

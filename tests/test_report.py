@@ -23,11 +23,27 @@ def env():
 def fake_sweep(tmp_path_factory):
     """3 budgets x 5 rungs; the 80-wide rung diverges, and is too short (< 10 steps) at 2e10."""
     sw = tmp_path_factory.mktemp("rep") / "sweep"
-    p = subprocess.run([sys.executable, str(REPO / "tests" / "sweep_fake_app.py"), "-m", "+sweep=isoflop",
-                        "sweep.budgets=[2e10,6e10,1.8e11]", "sweep.min_steps=10", "train.eval_every=1000",
-                        "train.ckpt_every=100000", "fake.diverge_d_model=80", "sweep.ladder.depths=[1,2,3,4,5]",
-                        f"hydra.sweep.dir={sw}", f"hydra.searchpath=[file://{REPO}/conf]"],
-                       env=env(), cwd=REPO, capture_output=True, text=True, timeout=300)
+    p = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "tests" / "sweep_fake_app.py"),
+            "-m",
+            "+sweep=isoflop",
+            "sweep.budgets=[2e10,6e10,1.8e11]",
+            "sweep.min_steps=10",
+            "train.eval_every=1000",
+            "train.ckpt_every=100000",
+            "fake.diverge_d_model=80",
+            "sweep.ladder.depths=[1,2,3,4,5]",
+            f"hydra.sweep.dir={sw}",
+            f"hydra.searchpath=[file://{REPO}/conf]",
+        ],
+        env=env(),
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert p.returncode == 0, p.stderr[-2000:]
     return sw
 
@@ -35,9 +51,26 @@ def fake_sweep(tmp_path_factory):
 @pytest.mark.slow
 def test_report_on_a_known_law(fake_sweep, tmp_path):
     out = tmp_path / "rep"
-    p = subprocess.run([sys.executable, "-m", "analysis", "report", str(fake_sweep), "--out", str(out),
-                        "--budget", "1e12", "--bootstrap", "100"], env=env(), cwd=REPO, capture_output=True,
-                       text=True, timeout=600)
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "analysis",
+            "report",
+            str(fake_sweep),
+            "--out",
+            str(out),
+            "--budget",
+            "1e12",
+            "--bootstrap",
+            "100",
+        ],
+        env=env(),
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert p.returncode == 0, p.stderr[-2000:]
     assert "Traceback" not in p.stderr
     rep = json.loads((out / "report.json").read_text())
@@ -86,18 +119,27 @@ def test_report_flags_edge_minima_and_missing_holdout(fake_sweep, tmp_path):
     assert len(rep["figures"]) >= 5
 
 
-@pytest.mark.parametrize("args, msg", [
-    (["/nonexistent/sweep"], "sweep directory not found"),
-    (["{empty}"], "no run directories"),
-    (["{empty}", "--bootstrap", "-1"], "--bootstrap must be >= 0"),
-    (["{empty}", "--budget", "-3"], "budget must be a positive FLOP count"),
-])
+@pytest.mark.parametrize(
+    "args, msg",
+    [
+        (["/nonexistent/sweep"], "sweep directory not found"),
+        (["{empty}"], "no run directories"),
+        (["{empty}", "--bootstrap", "-1"], "--bootstrap must be >= 0"),
+        (["{empty}", "--budget", "-3"], "budget must be a positive FLOP count"),
+    ],
+)
 def test_report_bad_input_one_line(args, msg, tmp_path):
     empty = tmp_path / "empty"
     empty.mkdir()
     args = [a.format(empty=empty) for a in args]
-    p = subprocess.run([sys.executable, "-m", "analysis", "report", *args], env=env(), cwd=REPO,
-                       capture_output=True, text=True, timeout=120)
+    p = subprocess.run(
+        [sys.executable, "-m", "analysis", "report", *args],
+        env=env(),
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert p.returncode == 2 and msg in p.stderr and "Traceback" not in p.stderr
 
 
@@ -108,9 +150,9 @@ def test_report_adds_planning_and_rl_sections(fake_sweep, tmp_path):
     import shutil
 
     import numpy as np
+    from test_rl_report import _write_run
 
     from analysis.report.build import build_report
-    from test_rl_report import _write_run
 
     sw = tmp_path / "sweep"
     shutil.copytree(fake_sweep, sw)
@@ -122,7 +164,7 @@ def test_report_adds_planning_and_rl_sections(fake_sweep, tmp_path):
     md = (tmp_path / "rep" / "report.md").read_text()
     assert "## Planning" in md and "on 64 × a100-80gb" in md and "## RL scaling" in md
     html = (tmp_path / "rep" / "report.html").read_text()
-    assert html.count("<img") == len(rep["figures"]) + 3          # + RL curves, card, reward-vs-KL
+    assert html.count("<img") == len(rep["figures"]) + 3  # + RL curves, card, reward-vs-KL
     assert not re.search(r"<img[^>]+src=['\"](?!data:image/png;base64,)", html)
     assert "<h2>Planning</h2>" in html and "<h2>RL scaling</h2>" in html
 

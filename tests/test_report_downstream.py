@@ -10,7 +10,6 @@ import math
 
 import numpy as np
 import pytest
-
 from test_analysis_cli import strict_loads
 
 SIZES = (1.2e4, 2.5e4, 5e4, 1e5, 2e5)
@@ -42,7 +41,13 @@ def _write_run(run_dir, n, c, rng, tasks):
     lines, metrics = [], {}
     for i, f in enumerate(CHECKPOINTS):
         d = f * d_final
-        rec = {"step": i + 1, "tokens": d, "flops": K * n * d, "loss": eval_loss(n, d), "eval_loss": eval_loss(n, d)}
+        rec = {
+            "step": i + 1,
+            "tokens": d,
+            "flops": K * n * d,
+            "loss": eval_loss(n, d),
+            "eval_loss": eval_loss(n, d),
+        }
         for t in tasks:
             loss, acc = task_truth(t, n, d)
             acc = float(np.clip(acc + rng.normal(0, 0.01), 0, 1))
@@ -50,10 +55,22 @@ def _write_run(run_dir, n, c, rng, tasks):
             metrics[t] = {"loss": loss, "accuracy": acc, "chance": TASKS[t][0]}
         lines.append(json.dumps(rec))
     (run_dir / "metrics.jsonl").write_text("\n".join(lines) + "\n")
-    (run_dir / "summary.json").write_text(json.dumps({
-        "status": "completed", "n_params": n, "tokens": d_final, "flops": c, "final_eval_loss": eval_loss(n, d_final),
-        "final_train_loss": eval_loss(n, d_final), "tokens_per_s": 1e5, "mfu": 0.1, "wall_time_s": 1.0,
-        "task_metrics": metrics}))
+    (run_dir / "summary.json").write_text(
+        json.dumps(
+            {
+                "status": "completed",
+                "n_params": n,
+                "tokens": d_final,
+                "flops": c,
+                "final_eval_loss": eval_loss(n, d_final),
+                "final_train_loss": eval_loss(n, d_final),
+                "tokens_per_s": 1e5,
+                "mfu": 0.1,
+                "wall_time_s": 1.0,
+                "task_metrics": metrics,
+            }
+        )
+    )
 
 
 @pytest.fixture(scope="module")
@@ -74,7 +91,8 @@ def test_report_predicts_tasks_at_the_optimal_allocation(task_sweep, tmp_path):
     from analysis.report.render import headline
     from models.base.jaxcache import enable_compile_cache
 
-    enable_compile_cache()  # the session's cache (tests/conftest.py): the CLI tests compiled these fits already
+    # the session's cache (tests/conftest.py): the CLI tests compiled these fits already
+    enable_compile_cache()
     out = tmp_path / "rep"
     rep = build_report(task_sweep, out, budgets=[3e12], bootstrap=0)
     ds = strict_loads((out / "report.json").read_text())["downstream"]
@@ -102,10 +120,16 @@ def test_report_predicts_tasks_at_the_optimal_allocation(task_sweep, tmp_path):
 
     lines = headline(rep)
     ten_x = [ln for ln in lines if ln.startswith("downstream ")]
-    assert len(ten_x) == 2 and all("at C = 1e+13 FLOPs" in ln and "90% prediction interval" in ln for ln in ten_x)
+    assert len(ten_x) == 2 and all(
+        "at C = 1e+13 FLOPs" in ln and "90% prediction interval" in ln for ln in ten_x
+    )
     assert any("pick4" in ln and "chance 0.25" in ln for ln in ten_x)
     md = (out / "report.md").read_text()
-    assert "## Downstream tasks" in md and md.count("| pick4 | 3e+12 |") == 1 and md.count("| complete | 1e+13 |") == 1
+    assert (
+        "## Downstream tasks" in md
+        and md.count("| pick4 | 3e+12 |") == 1
+        and md.count("| complete | 1e+13 |") == 1
+    )
     p = next(p for p in ds["predictions"] if p["task"] == "pick4" and p["C"] == ds["ten_x_budget"])
     assert f"[{p['accuracy_interval'][0]:.3f}, {p['accuracy_interval'][1]:.3f}]" in md
     assert "- warning: downstream task few:" in md
@@ -137,30 +161,71 @@ def test_downstream_render_headline_tables_and_notes():
 
     near = "near chance: the ladder's largest runs sit +0.010 from chance"
     extra = "step 2 extrapolated: predicted task loss 2 is 0.5 below the ladder's lowest"
-    ds = {"ten_x_budget": 4e12, "settings": {"bootstrap": 200, "seed": 0, "interval_level": 0.9},
-          "errors": ["downstream task few: task 'few' has 2 distinct model size(s) N; fit-task needs at least 3"],
-          "tasks": {"pick4": {"observed": {"n_runs": 12, "n_points": 40, "accuracy_range": [0.26, 0.41],
-                                           "largest_run": {"accuracy": 0.39}, "chance": 0.25},
-                              "chance": 0.25, "method": "average", "heldout_mae": 0.031, "warnings": [near]},
-                    "few": {"observed": {"n_runs": 4, "n_points": 4, "accuracy_range": [0.3, 0.35],
-                                         "largest_run": {"accuracy": 0.35}, "chance": None},
-                            "chance": None, "error": "2 sizes"}},
-          "predictions": [{"task": "pick4", "C": c, "N": 1e6, "D": 2e7, "task_loss": 2.5, "accuracy": a,
-                           "accuracy_interval": [a - 0.1, a + 0.12], "method": "average", "warnings": w}
-                          for c, a, w in ((1e13, 0.52, [near, extra]), (4e12, 0.47, [near]))]}
+    ds = {
+        "ten_x_budget": 4e12,
+        "settings": {"bootstrap": 200, "seed": 0, "interval_level": 0.9},
+        "errors": [
+            "downstream task few: task 'few' has 2 distinct model size(s) N; fit-task needs at least 3"
+        ],
+        "tasks": {
+            "pick4": {
+                "observed": {
+                    "n_runs": 12,
+                    "n_points": 40,
+                    "accuracy_range": [0.26, 0.41],
+                    "largest_run": {"accuracy": 0.39},
+                    "chance": 0.25,
+                },
+                "chance": 0.25,
+                "method": "average",
+                "heldout_mae": 0.031,
+                "warnings": [near],
+            },
+            "few": {
+                "observed": {
+                    "n_runs": 4,
+                    "n_points": 4,
+                    "accuracy_range": [0.3, 0.35],
+                    "largest_run": {"accuracy": 0.35},
+                    "chance": None,
+                },
+                "chance": None,
+                "error": "2 sizes",
+            },
+        },
+        "predictions": [
+            {
+                "task": "pick4",
+                "C": c,
+                "N": 1e6,
+                "D": 2e7,
+                "task_loss": 2.5,
+                "accuracy": a,
+                "accuracy_interval": [a - 0.1, a + 0.12],
+                "method": "average",
+                "warnings": w,
+            }
+            for c, a, w in ((1e13, 0.52, [near, extra]), (4e12, 0.47, [near]))
+        ],
+    }
     lines = downstream_headline({"downstream": ds})
-    assert lines == ["downstream pick4 at C = 4e+12 FLOPs (10x the largest budget; N* = 1e+06, D* = 2e+07): "
-                     "accuracy 0.470 [0.370, 0.590] (90% prediction interval; chance 0.25; average); "
-                     "warnings: near chance"]
+    assert lines == [
+        "downstream pick4 at C = 4e+12 FLOPs (10x the largest budget; N* = 1e+06, D* = 2e+07): "
+        "accuracy 0.470 [0.370, 0.590] (90% prediction interval; chance 0.25; average); "
+        "warnings: near chance"
+    ]
     md = "\n".join(_downstream_markdown(ds))
     assert "| pick4 | 12 | 40 | 0.260 – 0.410 | 0.390 | 0.25 | average | 3.10 |" in md
     assert "| few | 4 | 4 | 0.300 – 0.350 | 0.350 | – | not fitted | – |" in md
-    assert "| pick4 | 1e+13 | 1,000,000 | 20,000,000 | 2.5 | 0.520 | [0.420, 0.640] | average | " \
-           "near chance, step 2 extrapolated |" in md
+    assert (
+        "| pick4 | 1e+13 | 1,000,000 | 20,000,000 | 2.5 | 0.520 | [0.420, 0.640] | average | "
+        "near chance, step 2 extrapolated |" in md
+    )
     assert md.count("- warning: pick4: near chance") == 1 and md.count("- warning: pick4: step 2") == 1
     assert "- warning: downstream task few: task 'few' has 2 distinct" in md
     html = "\n".join(_downstream_html(ds))
     assert html.count("<tr><td>pick4</td>") == 3 and html.count("class='warn'") == 3
     assert downstream_headline({"downstream": dict(ds, predictions=[])}) == [
-        "downstream tasks: no prediction (see warnings)"]
+        "downstream tasks: no prediction (see warnings)"
+    ]
     assert downstream_headline({"downstream": None}) == [] and downstream_headline({}) == []

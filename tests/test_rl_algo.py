@@ -5,13 +5,20 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from experiments.rl.algo import (AlgoConfig, advantages, aggregate, kl_per_token,
-                                 nonzero_variance, policy_loss, token_losses)
+from experiments.rl.algo import (
+    AlgoConfig,
+    advantages,
+    aggregate,
+    kl_per_token,
+    nonzero_variance,
+    policy_loss,
+    token_losses,
+)
 from experiments.rl.flops import eval_flops, rl_step_flops
 from experiments.rl.policy import completion_logits, sample, token_logp
 from experiments.rl.tasks import EOS, TASKS, Task, TaskConfig, completion_mask, rewards
-from models.config import ModelConfig
 from models.base.errors import ConfigError
+from models.config import ModelConfig
 from models.transformer import init_params
 
 
@@ -23,11 +30,11 @@ def _toks(s: str) -> np.ndarray:
 def test_tasks_fixed_length_seeded_and_correct(name):
     t = Task(TaskConfig(name=name, min_len=1, max_len=3, eval_size=64))
     a, b = t.eval_set(), Task(TaskConfig(name=name, min_len=1, max_len=3, eval_size=64)).eval_set()
-    np.testing.assert_array_equal(a.prompts, b.prompts)           # fixed held-out set
+    np.testing.assert_array_equal(a.prompts, b.prompts)  # fixed held-out set
     assert a.prompts.shape == (64, t.prompt_len) and a.answers.shape == (64, t.completion_len)
     assert (a.answers[:, -1] == EOS).all()
     assert set(np.unique(a.difficulty)) <= set(range(len(t.difficulty_names)))
-    assert len(np.unique(a.difficulty)) > 1                        # difficulty varies
+    assert len(np.unique(a.difficulty)) > 1  # difficulty varies
     tr = t.train_batch(0, 5, 16)
     np.testing.assert_array_equal(tr.prompts, t.train_batch(0, 5, 16).prompts)
     assert not np.array_equal(tr.prompts, t.train_batch(0, 6, 16).prompts)
@@ -55,7 +62,9 @@ def test_advantages_and_zero_variance():
     np.testing.assert_allclose(g[0], [1, -1, -1, 1], atol=1e-4)
     np.testing.assert_allclose(g[1], 0.0)
     np.testing.assert_allclose(advantages(r, "none")[2], [0.25, 0.25, 0.25, -0.75])
-    np.testing.assert_allclose(advantages(r, "batch")[2], np.array([0.25, 0.25, 0.25, -0.75]) / np.std(r), rtol=1e-4)
+    np.testing.assert_allclose(
+        advantages(r, "batch")[2], np.array([0.25, 0.25, 0.25, -0.75]) / np.std(r), rtol=1e-4
+    )
     np.testing.assert_array_equal(nonzero_variance(r), [1, 0, 1])
 
 
@@ -67,7 +76,7 @@ def test_aggregations_differ_as_defined():
     assert float(aggregate(x, m, keep, 2, "token")) == pytest.approx((3 + 4 + 4) / 9)
     assert float(aggregate(x, m, keep, 2, "sample")) == pytest.approx((1 + 4 + 2 + 0) / 4)
     assert float(aggregate(x, m, keep, 2, "prompt")) == pytest.approx((7 / 4 + 4 / 5) / 2)
-    keep2 = jnp.array([1.0, 1, 0, 0])          # second prompt filtered out entirely
+    keep2 = jnp.array([1.0, 1, 0, 0])  # second prompt filtered out entirely
     assert float(aggregate(x, m, keep2, 2, "prompt")) == pytest.approx(7 / 4)
     assert float(aggregate(x, m, keep2, 2, "token")) == pytest.approx(7 / 4)
 
@@ -75,13 +84,13 @@ def test_aggregations_differ_as_defined():
 def test_ppo_clip_vs_cispo_gradients():
     old = jnp.zeros((1, 1))
     adv = jnp.array([1.0])
-    lp = jnp.log(jnp.array([[1.5]]))           # ratio 1.5 > 1 + eps_high
+    lp = jnp.log(jnp.array([[1.5]]))  # ratio 1.5 > 1 + eps_high
     ppo = AlgoConfig(loss="ppo_clip", eps_low=0.2, eps_high=0.28)
     cis = AlgoConfig(loss="cispo", eps_low=1.0, eps_high=0.28)
     g_ppo = jax.grad(lambda l: token_losses(l, old, adv, ppo)[0].sum())(lp)
     g_cis = jax.grad(lambda l: token_losses(l, old, adv, cis)[0].sum())(lp)
-    assert float(g_ppo[0, 0]) == 0.0                          # clipped: no gradient
-    assert float(g_cis[0, 0]) == pytest.approx(-1.28)         # -clip(w) * A, never dropped
+    assert float(g_ppo[0, 0]) == 0.0  # clipped: no gradient
+    assert float(g_cis[0, 0]) == pytest.approx(-1.28)  # -clip(w) * A, never dropped
     assert float(token_losses(lp, old, adv, ppo)[1][0, 0]) == 1.0
     lp_in = jnp.log(jnp.array([[1.1]]))
     assert float(token_losses(lp_in, old, adv, ppo)[1][0, 0]) == 0.0
@@ -127,8 +136,7 @@ def test_flop_accounting_matches_hand_count():
     # forward / token (window T=12) = 2*122880 + 2*2*12*4*16 = 245760 + 3072 = 248832
     cfg = ModelConfig(vocab_size=256, d_model=64, n_layers=2, n_heads=4, d_ff=192, seq_len=99)
     fwd = 248832
-    f = rl_step_flops(cfg, window=12, completion_len=5, prompts=32, group_size=8, epochs=1,
-                      kl_beta=0.0)
+    f = rl_step_flops(cfg, window=12, completion_len=5, prompts=32, group_size=8, epochs=1, kl_beta=0.0)
     rows = 32 * 8
     assert f.sample == rows * 5 * 12 * fwd
     assert f.train == rows * 12 * 3 * fwd
@@ -157,12 +165,20 @@ def test_rl_step_sharded_matches_single_device():
     out = []
     for sizes in ((1, 1, 1), (2, 2, 2)):
         tx = optax.adam(1e-2)
-        setup = build_rl_setup(cfg, tx, make_mesh(sizes), TaskShape(task.prompt_len, task.completion_len),
-                               algo, group_size=4, temperature=1.0)
+        setup = build_rl_setup(
+            cfg,
+            tx,
+            make_mesh(sizes),
+            TaskShape(task.prompt_len, task.completion_len),
+            algo,
+            group_size=4,
+            temperature=1.0,
+        )
         params = setup.place(jax.tree.map(jnp.array, p0))
         ref = setup.place(jax.tree.map(jnp.array, p0))
-        new, _, m = setup.rl_step(params, setup.init_opt(params), ref, b.prompts, b.answers,
-                                  jax.random.PRNGKey(3))
+        new, _, m = setup.rl_step(
+            params, setup.init_opt(params), ref, b.prompts, b.answers, jax.random.PRNGKey(3)
+        )
         out.append((jax.device_get(new), {k: float(v) for k, v in m.items()}))
     (pa, ma), (pb, mb) = out
     assert ma["train_reward"] == mb["train_reward"]

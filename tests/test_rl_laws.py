@@ -10,10 +10,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from models.base.errors import AnalysisError
 from analysis.rl.curves import RLCurve, burn_in_cutoff, load_curve
 from analysis.rl.fitting import FitOptions, fit_recipe
 from analysis.rl.laws import Points, fit_gao, fit_law, gao_log, power_law, sigmoid
+from models.base.errors import AnalysisError
 
 
 def _binomial_curve(rng, A, B, Cm, R0, C, n=1000):
@@ -55,8 +55,8 @@ def test_recovery_with_nominal_coverage(monkeypatch):
     run in a pool of 2 single-threaded processes: BLAS threads of one would otherwise spin on
     the other's core."""
     for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
-        monkeypatch.setenv(var, "1")               # inherited by the workers spawned below
-    ctx = multiprocessing.get_context("spawn")     # the test process may already hold JAX threads
+        monkeypatch.setenv(var, "1")  # inherited by the workers spawned below
+    ctx = multiprocessing.get_context("spawn")  # the test process may already hold JAX threads
     with concurrent.futures.ProcessPoolExecutor(2, mp_context=ctx) as pool:
         draws = list(pool.map(_coverage_draw, range(80)))
     inside = np.array([d[0] for d in draws])
@@ -69,13 +69,18 @@ def test_recovery_with_nominal_coverage(monkeypatch):
 def test_pre_midpoint_window_is_flagged():
     rng = np.random.default_rng(7)
     for _ in range(3):
-        A, B, Cm, R0 = rng.uniform(0.5, 0.8), rng.uniform(1.2, 2.4), rng.uniform(1e3, 4e3), rng.uniform(0.1, 0.3)
+        A, B, Cm, R0 = (
+            rng.uniform(0.5, 0.8),
+            rng.uniform(1.2, 2.4),
+            rng.uniform(1e3, 4e3),
+            rng.uniform(0.1, 0.3),
+        )
         C = np.geomspace(Cm / 20, Cm * 30, 60)
         p, s = _binomial_curve(rng, A, B, Cm, R0, C)
         early = C < 0.5 * Cm
         fit = fit_law(Points.make(C[early], p[early], s[early]))
         assert "pre_midpoint" in fit.flags or "A_unbounded" in fit.flags, fit.flags
-        assert "A_unbounded" in fit.flags       # the ceiling cannot be bounded from below C_mid
+        assert "A_unbounded" in fit.flags  # the ceiling cannot be bounded from below C_mid
 
 
 @pytest.mark.parametrize("r0", ["fit", "start"])
@@ -138,9 +143,18 @@ def test_bad_input_is_a_clear_error():
 def _run_dir(tmp_path, C, y, per_pass=None, prompts=None):
     d = tmp_path / "run"
     d.mkdir()
-    rows = [{"step": i, "flops_rl": float(c), "pass_rate": float(v),
-             "pass_rate_stderr": 0.01, "prompts_seen": int(prompts[i]) if prompts is not None else i * 10,
-             "train_reward": 0.5, "zero_var_frac": 0.1} for i, (c, v) in enumerate(zip(C, y))]
+    rows = [
+        {
+            "step": i,
+            "flops_rl": float(c),
+            "pass_rate": float(v),
+            "pass_rate_stderr": 0.01,
+            "prompts_seen": int(prompts[i]) if prompts is not None else i * 10,
+            "train_reward": 0.5,
+            "zero_var_frac": 0.1,
+        }
+        for i, (c, v) in enumerate(zip(C, y))
+    ]
     (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     (d / "summary.json").write_text(json.dumps({"status": "completed", "prompts_per_pass": per_pass}))
     return d
@@ -148,11 +162,10 @@ def _run_dir(tmp_path, C, y, per_pass=None, prompts=None):
 
 def test_run_dir_burn_in_policy(tmp_path):
     C = np.linspace(0, 1000, 21)
-    d = _run_dir(tmp_path, C, sigmoid(C, 0.7, 2.0, 300, 0.1), per_pass=10,
-                 prompts=np.arange(21) * 10)
+    d = _run_dir(tmp_path, C, sigmoid(C, 0.7, 2.0, 300, 0.1), per_pass=10, prompts=np.arange(21) * 10)
     curve = load_curve(d)
     assert curve.is_run
-    assert burn_in_cutoff(curve) == pytest.approx(50.0)     # one pass (10 prompts) < 10% (100)
+    assert burn_in_cutoff(curve) == pytest.approx(50.0)  # one pass (10 prompts) < 10% (100)
     assert burn_in_cutoff(curve, burn_in=7.0) == 7.0
     assert burn_in_cutoff(curve, frac=0.2) == pytest.approx(200.0)
 
@@ -167,8 +180,11 @@ def test_cli_json_schema_and_prediction(tmp_path):
         pd.DataFrame({"compute": C, "pass_rate": p, "stderr": s}).to_csv(f, index=False)
         paths.append(str(f))
     out = tmp_path / "o.json"
-    r = subprocess.run([sys.executable, "-m", "analysis", "fit-rl", *paths, "--fit-until-frac",
-                        "0.5", "--json", str(out)], capture_output=True, text=True)
+    r = subprocess.run(
+        [sys.executable, "-m", "analysis", "fit-rl", *paths, "--fit-until-frac", "0.5", "--json", str(out)],
+        capture_output=True,
+        text=True,
+    )
     assert r.returncode == 0, r.stderr
     res = json.loads(out.read_text())
     assert set(res["params"]) >= {"A", "B", "C_mid", "R0"}
@@ -183,8 +199,11 @@ def test_cli_json_schema_and_prediction(tmp_path):
 def test_cli_bad_input_one_line(tmp_path):
     bad = tmp_path / "bad.csv"
     bad.write_text("compute,pass_rate\n1,0.2\n2,abc\n3,0.4\n")
-    r = subprocess.run([sys.executable, "-m", "analysis", "fit-rl", str(bad), "--json",
-                        str(tmp_path / "o.json")], capture_output=True, text=True)
+    r = subprocess.run(
+        [sys.executable, "-m", "analysis", "fit-rl", str(bad), "--json", str(tmp_path / "o.json")],
+        capture_output=True,
+        text=True,
+    )
     assert r.returncode == 2
     assert r.stderr.strip().count("\n") == 0 and "pass_rate" in r.stderr
     assert "Traceback" not in r.stderr
@@ -192,11 +211,12 @@ def test_cli_bad_input_one_line(tmp_path):
 
 def test_variance_collapse_flags_unstable_only_inside_the_fit_window(tmp_path):
     from analysis.rl.curves import variance_collapsed
+
     C = np.linspace(0, 1000, 21)
     d = _run_dir(tmp_path, C, sigmoid(C, 0.7, 2.0, 300, 0.1))
     rows = [json.loads(l) for l in (d / "metrics.jsonl").read_text().splitlines()]
     for r in rows[15:]:
-        r["zero_var_frac"], r["train_reward"] = 0.9, 0.5         # collapse late in the run
+        r["zero_var_frac"], r["train_reward"] = 0.9, 0.5  # collapse late in the run
     (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     curve = load_curve(d)
     assert variance_collapsed(curve)

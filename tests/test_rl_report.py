@@ -12,15 +12,28 @@ def _write_run(d, algo, seed, A, B, Cm, c_end, rng, n=30):
     d.mkdir(parents=True)
     C = np.linspace(0, c_end, n)
     p = rng.binomial(1000, sigmoid(C, A, B, Cm, 0.1)) / 1000
-    rows = [{"step": i * 10, "prompts_seen": i * 320, "flops_rl": float(c), "pass_rate": float(v),
-             "pass_rate_stderr": float(np.sqrt(max(v * (1 - v), 1e-4) / 1000)),
-             "kl": 0.05 * i, "train_reward": float(v), "zero_var_frac": 0.3}
-            for i, (c, v) in enumerate(zip(C, p))]
+    rows = [
+        {
+            "step": i * 10,
+            "prompts_seen": i * 320,
+            "flops_rl": float(c),
+            "pass_rate": float(v),
+            "pass_rate_stderr": float(np.sqrt(max(v * (1 - v), 1e-4) / 1000)),
+            "kl": 0.05 * i,
+            "train_reward": float(v),
+            "zero_var_frac": 0.3,
+        }
+        for i, (c, v) in enumerate(zip(C, p))
+    ]
     (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    fields = {"model": {"d_model": 64}, "optim": {"lr": 5e-4},
-              "rl": {"seed": seed, "steps": 300, "task": {"name": "add"}, "algo": {"name": algo}}}
-    (d / "summary.json").write_text(json.dumps({"status": "completed", "config_fields": fields,
-                                                "prompts_per_pass": None}))
+    fields = {
+        "model": {"d_model": 64},
+        "optim": {"lr": 5e-4},
+        "rl": {"seed": seed, "steps": 300, "task": {"name": "add"}, "algo": {"name": algo}},
+    }
+    (d / "summary.json").write_text(
+        json.dumps({"status": "completed", "config_fields": fields, "prompts_per_pass": None})
+    )
 
 
 def test_rl_section_ranks_and_writes_figures(tmp_path):
@@ -38,8 +51,8 @@ def test_rl_section_ranks_and_writes_figures(tmp_path):
     assert order == ["add/good", "add/low", "add/early"], order
     early = table[2]
     assert "pre_midpoint" in early or "A_unbounded" in early
-    assert early.split("|")[4].strip() == "—"              # no ceiling for a flagged recipe
-    assert "seed-to-seed A" in md          # the 2 seeds of "good" are identified
+    assert early.split("|")[4].strip() == "—"  # no ceiling for a flagged recipe
+    assert "seed-to-seed A" in md  # the 2 seeds of "good" are identified
 
 
 def test_rank_orders_by_B_when_A_overlaps():
@@ -47,16 +60,21 @@ def test_rank_orders_by_B_when_A_overlaps():
         "x": {"flags": [], "params": {"A": 0.70, "B": 1.0}, "ci": {"A": [0.66, 0.74]}},
         "y": {"flags": [], "params": {"A": 0.69, "B": 3.0}, "ci": {"A": [0.65, 0.73]}},
         "z": {"flags": [], "params": {"A": 0.50, "B": 9.0}, "ci": {"A": [0.48, 0.52]}},
-        "f": {"flags": ["pre_midpoint"], "params": {"A": 0.99, "B": 1.0}, "ci": {"A": [0.3, 1.0]},
-              "gain_per_decade": {"value": 0.2}},
+        "f": {
+            "flags": ["pre_midpoint"],
+            "params": {"A": 0.99, "B": 1.0},
+            "ci": {"A": [0.3, 1.0]},
+            "gain_per_decade": {"value": 0.2},
+        },
     }
     assert rank(res) == ["y", "x", "z", "f"]
 
 
 def test_rl_report_command_prints_section_and_strict_json(tmp_path, capsys):
     """`python -m analysis rl-report RUNS OUT --json -` (replaces `python -m analysis.rl_report`)."""
-    from analysis.cli import main
     from test_analysis_cli import strict_loads
+
+    from analysis.cli import main
 
     rng = np.random.default_rng(1)
     runs = tmp_path / "runs"

@@ -19,24 +19,50 @@ REPO = Path(__file__).resolve().parents[1]
 
 def _cfg(cache: Path, **rl_over):
     rl = {
-        "steps": 6, "prompts_per_step": 8, "group_size": 4, "eval_every": 2, "eval_samples": 2,
-        "temperature": 1.0, "seed": 0, "init": None, "ckpt_every": 2, "keep_checkpoints": 3,
+        "steps": 6,
+        "prompts_per_step": 8,
+        "group_size": 4,
+        "eval_every": 2,
+        "eval_samples": 2,
+        "temperature": 1.0,
+        "seed": 0,
+        "init": None,
+        "ckpt_every": 2,
+        "keep_checkpoints": 3,
         "progress_every_s": 0.0,
-        "task": {"name": "add", "min_len": 1, "max_len": 1, "eval_size": 64, "eval_seed": 1,
-                 "train_pool": 0},
-        "algo": {"name": "t", "advantage": "group", "loss": "ppo_clip", "aggregation": "token",
-                 "eps_low": 0.2, "eps_high": 0.28, "zero_variance_filter": True,
-                 "kl_beta": 0.05, "kl_estimator": "k3", "epochs": 2},
-        "warm_start": {"target_pass_rate": 0.1, "max_steps": 400, "check_every": 20,
-                       "batch_size": 64, "lr": 3e-3, "warmup_steps": 5, "dev_size": 64, "seed": 0,
-                       "cache_dir": str(cache)},
+        "task": {"name": "add", "min_len": 1, "max_len": 1, "eval_size": 64, "eval_seed": 1, "train_pool": 0},
+        "algo": {
+            "name": "t",
+            "advantage": "group",
+            "loss": "ppo_clip",
+            "aggregation": "token",
+            "eps_low": 0.2,
+            "eps_high": 0.28,
+            "zero_variance_filter": True,
+            "kl_beta": 0.05,
+            "kl_estimator": "k3",
+            "epochs": 2,
+        },
+        "warm_start": {
+            "target_pass_rate": 0.1,
+            "max_steps": 400,
+            "check_every": 20,
+            "batch_size": 64,
+            "lr": 3e-3,
+            "warmup_steps": 5,
+            "dev_size": 64,
+            "seed": 0,
+            "cache_dir": str(cache),
+        },
         "start_check": {"min_pass_rate": 0.0, "max_zero_var_frac": 1.0, "probe_prompts": 16},
     }
     rl.update(rl_over)
-    return {"model": {"vocab_size": 256, "d_model": 32, "n_layers": 1, "n_heads": 2, "d_ff": 64,
-                      "seq_len": 8},
-            "optim": {"lr": 1e-3, "schedule": "constant", "weight_decay": 0.0, "clip": 1.0},
-            "sharding": {"data": 1, "fsdp": 1, "tensor": 1}, "rl": rl}
+    return {
+        "model": {"vocab_size": 256, "d_model": 32, "n_layers": 1, "n_heads": 2, "d_ff": 64, "seq_len": 8},
+        "optim": {"lr": 1e-3, "schedule": "constant", "weight_decay": 0.0, "clip": 1.0},
+        "sharding": {"data": 1, "fsdp": 1, "tensor": 1},
+        "rl": rl,
+    }
 
 
 @pytest.fixture(scope="module")
@@ -56,11 +82,12 @@ def test_rl_end_to_end_and_resume(tmp_path, cache, monkeypatch):
     rows = _rows(a)
     assert [r["step"] for r in rows] == [0, 2, 4, 6]
     per_step = s["flops_per_step"]
-    assert per_step["reference"] > 0 and per_step["old_policy"] > 0       # beta > 0, 2 epochs
+    assert per_step["reference"] > 0 and per_step["old_policy"] > 0  # beta > 0, 2 epochs
     for r in rows:
         assert r["flops_rl"] == pytest.approx(r["step"] * per_step["total"])
-        assert r["flops_sample"] + r["flops_train"] + r["flops_reference"] + r["flops_old_policy"] \
-            == pytest.approx(r["flops_rl"])
+        assert r["flops_sample"] + r["flops_train"] + r["flops_reference"] + r[
+            "flops_old_policy"
+        ] == pytest.approx(r["flops_rl"])
         assert r["flops_eval"] == pytest.approx((rows.index(r) + 1) * s["flops_per_eval"])
         assert r["prompts_seen"] == 8 * r["step"]
         assert 0 <= r["pass_rate"] <= 1 and r["pass_rate_stderr"] >= 0
@@ -72,6 +99,7 @@ def test_rl_end_to_end_and_resume(tmp_path, cache, monkeypatch):
     # Same run, failing after its step-4 checkpoint; started again it resumes there.
     b = tmp_path / "b"
     from experiments.rl.tasks import Task
+
     orig = Task.train_batch
 
     def boom(self, seed, step, n):
@@ -97,35 +125,73 @@ def test_rl_end_to_end_and_resume(tmp_path, cache, monkeypatch):
 
 @pytest.mark.slow
 def test_weak_start_is_refused(tmp_path, cache):
-    cfg = _cfg(cache, start_check={"min_pass_rate": 0.99, "max_zero_var_frac": 1.0,
-                                   "probe_prompts": 16})
+    cfg = _cfg(cache, start_check={"min_pass_rate": 0.99, "max_zero_var_frac": 1.0, "probe_prompts": 16})
     with pytest.raises(StartTooWeak, match="start too weak"):
         rl_loop.run(cfg, tmp_path / "weak")
 
 
 @pytest.mark.slow
 def test_cli_runs_and_rejects_bad_config(tmp_path, cache):
-    env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="--xla_force_host_platform_device_count=1",
-               SCALELAB_CACHE=str(tmp_path / "c"))
-    tiny = ["model.d_model=32", "model.n_layers=1", "model.n_heads=2", "model.d_ff=64",
-            "rl.task.max_len=1", "rl.task.eval_size=64", "rl.eval_samples=2",
-            "rl.prompts_per_step=8", "rl.group_size=4", "rl.warm_start.target_pass_rate=0.1",
-            "rl.warm_start.dev_size=64", "rl.start_check.probe_prompts=16",
-            f"rl.warm_start.cache_dir={cache}"]
+    env = dict(
+        os.environ,
+        JAX_PLATFORMS="cpu",
+        XLA_FLAGS="--xla_force_host_platform_device_count=1",
+        SCALELAB_CACHE=str(tmp_path / "c"),
+    )
+    tiny = [
+        "model.d_model=32",
+        "model.n_layers=1",
+        "model.n_heads=2",
+        "model.d_ff=64",
+        "rl.task.max_len=1",
+        "rl.task.eval_size=64",
+        "rl.eval_samples=2",
+        "rl.prompts_per_step=8",
+        "rl.group_size=4",
+        "rl.warm_start.target_pass_rate=0.1",
+        "rl.warm_start.dev_size=64",
+        "rl.start_check.probe_prompts=16",
+        f"rl.warm_start.cache_dir={cache}",
+    ]
     run_dir = tmp_path / "run"
-    r = subprocess.run([sys.executable, "-m", "experiments.rl", "rl.steps=2", "rl.eval_every=1",
-                        *tiny, f"hydra.run.dir={run_dir}"], cwd=REPO, env=env,
-                       capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "experiments.rl",
+            "rl.steps=2",
+            "rl.eval_every=1",
+            *tiny,
+            f"hydra.run.dir={run_dir}",
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 0, r.stderr[-2000:]
     s = json.loads((run_dir / "summary.json").read_text())
     assert s["status"] == "completed" and (run_dir / ".hydra" / "config.yaml").exists()
     assert len(_rows(run_dir)) == 3
-    log = (run_dir / "rl.log").read_text()              # the console output, kept in the run dir
+    log = (run_dir / "rl.log").read_text()  # the console output, kept in the run dir
     assert "step 2/2 | pass@1" in log and "completed: final held-out pass@1" in log
     assert log.strip().splitlines() == r.stdout.strip().splitlines()
-    bad = subprocess.run([sys.executable, "-m", "experiments.rl", *tiny, "rl.group_size=1",
-                          f"hydra.run.dir={tmp_path / 'bad'}"], cwd=REPO, env=env,
-                         capture_output=True, text=True, timeout=120)
+    bad = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "experiments.rl",
+            *tiny,
+            "rl.group_size=1",
+            f"hydra.run.dir={tmp_path / 'bad'}",
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert bad.returncode == 2
     assert bad.stderr.strip().splitlines() == [bad.stderr.strip()] and "rl.group_size" in bad.stderr
 

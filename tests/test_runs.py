@@ -14,8 +14,17 @@ def make_run(root, name, status="completed", n_params=1e6, steps=5, corrupt=Fals
     (d / ".hydra").mkdir(parents=True)
     lines = []
     for s in range(1, steps + 1):
-        row = {"step": s * 10, "tokens": s * 1000, "flops": 6 * n_params * s * 1000, "loss": 5.0 / s,
-               "lr": lr * (1 - 0.5 * s / steps), "grad_norm": 1.0, "step_time_s": 0.1, "tokens_per_s": 1e4, "mfu": 0.3}
+        row = {
+            "step": s * 10,
+            "tokens": s * 1000,
+            "flops": 6 * n_params * s * 1000,
+            "loss": 5.0 / s,
+            "lr": lr * (1 - 0.5 * s / steps),
+            "grad_norm": 1.0,
+            "step_time_s": 0.1,
+            "tokens_per_s": 1e4,
+            "mfu": 0.3,
+        }
         if s % 2 == 0:
             row["eval_loss"] = 5.1 / s
         lines.append(json.dumps(row))
@@ -24,15 +33,29 @@ def make_run(root, name, status="completed", n_params=1e6, steps=5, corrupt=Fals
         lines.insert(4, "not json at all")
     (d / "metrics.jsonl").write_text("\n".join(lines) + "\n")
     (d / ".hydra" / "config.yaml").write_text(
-        f"model:\n  d_model: 64\n  n_layers: 2\noptim:\n  lr: {lr}\n  betas: [0.9, 0.95]\ntrain:\n  steps: {steps * 10}\n"
+        f"model:\n  d_model: 64\n  n_layers: 2\noptim:\n  lr: {lr}\n  betas: [0.9, 0.95]\n"
+        f"train:\n  steps: {steps * 10}\n"
     )
     if summary:
-        (d / "summary.json").write_text(json.dumps({
-            "status": status, "n_params": n_params, "n_params_non_embedding": n_params * 0.8,
-            "tokens": steps * 1000, "flops": 6 * n_params * steps * 1000, "final_train_loss": 5.0 / steps,
-            "final_eval_loss": 5.1 / steps, "tokens_per_s": 1e4, "mfu": 0.3, "peak_flops_per_device": 1e12,
-            "mesh": {"data": 2, "tensor": 1}, "corpus": "synthetic", "wall_time_s": 1.0,
-        }))
+        (d / "summary.json").write_text(
+            json.dumps(
+                {
+                    "status": status,
+                    "n_params": n_params,
+                    "n_params_non_embedding": n_params * 0.8,
+                    "tokens": steps * 1000,
+                    "flops": 6 * n_params * steps * 1000,
+                    "final_train_loss": 5.0 / steps,
+                    "final_eval_loss": 5.1 / steps,
+                    "tokens_per_s": 1e4,
+                    "mfu": 0.3,
+                    "peak_flops_per_device": 1e12,
+                    "mesh": {"data": 2, "tensor": 1},
+                    "corpus": "synthetic",
+                    "wall_time_s": 1.0,
+                }
+            )
+        )
     return d
 
 
@@ -53,7 +76,15 @@ def test_load_tables_and_skips(sweep, tmp_path):
     msgs = " ".join(str(w.message) for w in rec)
     assert "diverged" in msgs and "unfinished" in msgs and "corrupt line" in msgs
     assert sorted(runs_df["run"]) == ["sweep/n1", "sweep/n2", "sweep/nested/n3"]
-    assert {"n_params", "tokens", "flops", "final_eval_loss", "model.d_model", "optim.lr", "train.steps"} <= set(runs_df.columns)
+    assert {
+        "n_params",
+        "tokens",
+        "flops",
+        "final_eval_loss",
+        "model.d_model",
+        "optim.lr",
+        "train.steps",
+    } <= set(runs_df.columns)
     assert runs_df["model.d_model"].tolist() == [64, 64, 64]
     assert json.loads(runs_df["optim.betas"].iloc[0]) == [0.9, 0.95]
     assert set(curves["run"]) == set(runs_df["run"])
@@ -116,8 +147,13 @@ def _law_sweep(root):
         for j, D in enumerate(np.geomspace(1e9, 1e11, 4)):
             d = make_run(root / f"C{j}", f"N{i}", n_params=float(N))
             s = json.loads((d / "summary.json").read_text())
-            s.update(tokens=float(D), flops=6 * float(N) * float(D),
-                     final_eval_loss=truth["E"] + truth["A"] / N ** truth["alpha"] + truth["B"] / D ** truth["beta"])
+            s.update(
+                tokens=float(D),
+                flops=6 * float(N) * float(D),
+                final_eval_loss=truth["E"]
+                + truth["A"] / N ** truth["alpha"]
+                + truth["B"] / D ** truth["beta"],
+            )
             (d / "summary.json").write_text(json.dumps(s))
     make_run(root / "C0", "diverged", status="diverged")
     return truth
@@ -132,8 +168,20 @@ def test_collect_then_fit_needs_no_column_flags(tmp_path, capsys, suffix):
 
     truth = _law_sweep(tmp_path / "sweep")
     table = tmp_path / f"runs{suffix}"
-    assert main(["collect", str(tmp_path / "sweep"), "--out", str(table), "--no-cache",
-                 "--curves", str(tmp_path / f"curves{suffix}")]) == 0
+    assert (
+        main(
+            [
+                "collect",
+                str(tmp_path / "sweep"),
+                "--out",
+                str(table),
+                "--no-cache",
+                "--curves",
+                str(tmp_path / f"curves{suffix}"),
+            ]
+        )
+        == 0
+    )
     cap = capsys.readouterr()
     assert "diverged" in cap.err  # the skipped run is named on stderr
     df = pd.read_csv(table) if suffix == ".csv" else pd.read_parquet(table)

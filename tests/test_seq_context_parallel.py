@@ -55,11 +55,15 @@ def _tokens():
 def _loss_grads(sizes=(1, 1, 1), context=1, sp=False, remat="none"):
     """(loss, grads, collective op counts of the compiled program) for one layout."""
     cfg = dataclasses.replace(CFG, remat=remat)
-    ts = build_train_setup(cfg, optax.sgd(1e-3), make_mesh(sizes, context=context), donate=False,
-                           sequence_parallel=sp)
+    ts = build_train_setup(
+        cfg, optax.sgd(1e-3), make_mesh(sizes, context=context), donate=False, sequence_parallel=sp
+    )
     params = jax.device_put(_params(), ts.param_shardings)  # same values everywhere, one init compile
-    vg = jax.jit(jax.value_and_grad(ts.loss_fn), in_shardings=(ts.param_shardings, ts.eval_batch_sharding),
-                 out_shardings=(None, ts.param_shardings))
+    vg = jax.jit(
+        jax.value_and_grad(ts.loss_fn),
+        in_shardings=(ts.param_shardings, ts.eval_batch_sharding),
+        out_shardings=(None, ts.param_shardings),
+    )
     tokens = jax.device_put(_tokens(), ts.eval_batch_sharding)
     compiled = vg.lower(params, tokens).compile()
     hlo = compiled.as_text()
@@ -96,12 +100,21 @@ def test_sequence_parallel_gathers_before_projections():
     assert plain["all-gather"] == 0, plain
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    (dict(tensor=1, context=1, sequence_parallel=True), r"sequence_parallel=true needs sharding.tensor>1"),
-    (dict(tensor=1, context=3, sequence_parallel=False), r"sharding.context=3 does not divide model.seq_len=32"),
-    (dict(tensor=8, context=8, sequence_parallel=True), r"context\*sharding.tensor=8\*8 does not divide"),
-    (dict(tensor=1, context=0, sequence_parallel=False), r"sharding.context must be a positive integer"),
-])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (
+            dict(tensor=1, context=1, sequence_parallel=True),
+            r"sequence_parallel=true needs sharding.tensor>1",
+        ),
+        (
+            dict(tensor=1, context=3, sequence_parallel=False),
+            r"sharding.context=3 does not divide model.seq_len=32",
+        ),
+        (dict(tensor=8, context=8, sequence_parallel=True), r"context\*sharding.tensor=8\*8 does not divide"),
+        (dict(tensor=1, context=0, sequence_parallel=False), r"sharding.context must be a positive integer"),
+    ],
+)
 def test_impossible_sequence_layouts_fail_in_one_line(kwargs, match):
     with pytest.raises(ConfigError, match=match) as e:
         check_sequence_layout(CFG, **kwargs)
@@ -118,10 +131,22 @@ BASE = ["model.d_model=32", "model.n_layers=2", "model.n_heads=4", "model.seq_le
 
 def test_trainer_config_resolves_context_and_sp():
     """`sharding.context` takes its share of the devices; the one-line errors reach the trainer."""
-    spec = resolve_config(_cfg(*BASE, "sharding.context=2", "sharding.tensor=2", "sharding.data=-1",
-                               "sharding.sequence_parallel=true"), n_devices=8)
-    assert spec.mesh_shape == (2, 1, 2) and spec.context == 2 and spec.sequence_parallel and spec.n_devices == 8
-    for overrides, msg in ((["sharding.sequence_parallel=true"], "sequence_parallel=true needs sharding.tensor>1"),
-                           (["sharding.context=3"], "sharding.context=3 does not divide model.seq_len=32")):
+    spec = resolve_config(
+        _cfg(
+            *BASE,
+            "sharding.context=2",
+            "sharding.tensor=2",
+            "sharding.data=-1",
+            "sharding.sequence_parallel=true",
+        ),
+        n_devices=8,
+    )
+    assert (
+        spec.mesh_shape == (2, 1, 2) and spec.context == 2 and spec.sequence_parallel and spec.n_devices == 8
+    )
+    for overrides, msg in (
+        (["sharding.sequence_parallel=true"], "sequence_parallel=true needs sharding.tensor>1"),
+        (["sharding.context=3"], "sharding.context=3 does not divide model.seq_len=32"),
+    ):
         with pytest.raises(ConfigError, match=msg):
             resolve_config(_cfg(*BASE, *overrides), n_devices=8)

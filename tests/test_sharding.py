@@ -14,8 +14,8 @@ import pytest
 
 from experiments.train.optimizer import OptimConfig, make_optimizer, make_schedule
 from experiments.train.steps import build_train_setup
-from models.config import ModelConfig
 from models.base.errors import ConfigError
+from models.config import ModelConfig
 from sharding import distributed
 from sharding.layouts import LAYOUTS, resolve_axis_sizes
 from sharding.mesh import make_mesh
@@ -25,8 +25,11 @@ from sharding.validate import validate_layout
 CFG = ModelConfig(vocab_size=64, d_model=64, n_layers=2, n_heads=8, d_ff=128, seq_len=16)
 B = 8
 LAYOUT_SIZES = {
-    "dp": (8, 1, 1), "fsdp": (1, 8, 1), "tp": (1, 1, 8),
-    "dp_tp": (4, 1, 2), "fsdp_tp": (1, 4, 2),
+    "dp": (8, 1, 1),
+    "fsdp": (1, 8, 1),
+    "tp": (1, 1, 8),
+    "dp_tp": (4, 1, 2),
+    "fsdp_tp": (1, 4, 2),
 }
 
 
@@ -44,8 +47,11 @@ def _run(sizes):
     ts = build_train_setup(CFG, _tx(), mesh, n_micro=1, donate=False)
     params, opt = ts.init(0)
     batch = jax.device_put(_batch(), ts.batch_sharding)
-    vg = jax.jit(jax.value_and_grad(ts.loss_fn), in_shardings=(ts.param_shardings, ts.eval_batch_sharding),
-                 out_shardings=(None, ts.param_shardings))
+    vg = jax.jit(
+        jax.value_and_grad(ts.loss_fn),
+        in_shardings=(ts.param_shardings, ts.eval_batch_sharding),
+        out_shardings=(None, ts.param_shardings),
+    )
     loss, grads = vg(params, jax.device_put(_batch()[0], ts.eval_batch_sharding))
     new_params, new_opt, m = ts.train_step(params, opt, batch)
     return ts, params, loss, grads, new_params, new_opt, m
@@ -66,8 +72,11 @@ def test_layout_matches_single_device(layout, reference):
     np.testing.assert_allclose(float(m["loss"]), float(r_m["loss"]), rtol=1e-5)
     check = lambda a, b: np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=1e-6)
     jax.tree.map(check, jax.device_get(grads), r_grads)
-    jax.tree.map(lambda a, b: np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-6),
-                 jax.device_get(new_params), r_new)
+    jax.tree.map(
+        lambda a, b: np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-6),
+        jax.device_get(new_params),
+        r_new,
+    )
 
     # The arrays themselves are sharded as the rule table says, on the mesh.
     shape = dict(zip(("data", "fsdp", "tensor"), sizes))
@@ -96,18 +105,27 @@ def _n(shape, rule):
 
 
 def test_named_layouts_resolve_on_8_devices():
-    assert LAYOUTS == {"single": (1, 1, 1), "dp": (-1, 1, 1), "fsdp": (1, -1, 1), "tp": (1, 1, -1),
-                       "dp_tp": (-1, 1, 2), "fsdp_tp": (1, -1, 2)}   # conf/sharding/*.yaml
+    assert LAYOUTS == {
+        "single": (1, 1, 1),
+        "dp": (-1, 1, 1),
+        "fsdp": (1, -1, 1),
+        "tp": (1, 1, -1),
+        "dp_tp": (-1, 1, 2),
+        "fsdp_tp": (1, -1, 2),
+    }  # conf/sharding/*.yaml
     assert resolve_axis_sizes(LAYOUTS["dp"], 8) == (8, 1, 1)
     assert resolve_axis_sizes(LAYOUTS["fsdp_tp"], 8) == (1, 4, 2)
     assert resolve_axis_sizes((2, -1, 2), 8) == (2, 2, 2)
 
 
-@pytest.mark.parametrize("sizes,msg", [
-    ((1, 1, 3), "sharding.tensor=3 does not divide model.n_heads=8"),
-    ((1, 3, 1), "sharding.fsdp=3 does not divide model.d_model=64"),
-    ((3, 1, 1), "sharding.data*sharding.fsdp=3 does not divide train.micro_batch_size=8"),
-])
+@pytest.mark.parametrize(
+    "sizes,msg",
+    [
+        ((1, 1, 3), "sharding.tensor=3 does not divide model.n_heads=8"),
+        ((1, 3, 1), "sharding.fsdp=3 does not divide model.d_model=64"),
+        ((3, 1, 1), "sharding.data*sharding.fsdp=3 does not divide train.micro_batch_size=8"),
+    ],
+)
 def test_impossible_mesh_names_the_dimension(sizes, msg):
     with pytest.raises(ConfigError, match=msg.replace("*", r"\*")):
         validate_layout(CFG, *sizes, micro_batch_size=B)
@@ -119,12 +137,15 @@ def test_kv_heads_must_split_over_tensor():
         validate_layout(cfg, 1, 1, 4, micro_batch_size=8)
 
 
-@pytest.mark.parametrize("sizes,n,msg", [
-    ((-1, -1, 1), 8, "only one of"),
-    ((3, -1, 1), 8, "does not divide the 8 available devices"),
-    ((4, 4, 1), 8, "needs 16 devices but only 8"),
-    ((0, 1, 1), 8, "sharding.data must be a positive integer or -1"),
-])
+@pytest.mark.parametrize(
+    "sizes,n,msg",
+    [
+        ((-1, -1, 1), 8, "only one of"),
+        ((3, -1, 1), 8, "does not divide the 8 available devices"),
+        ((4, 4, 1), 8, "needs 16 devices but only 8"),
+        ((0, 1, 1), 8, "sharding.data must be a positive integer or -1"),
+    ],
+)
 def test_mesh_size_errors(sizes, n, msg):
     with pytest.raises(ConfigError, match=msg):
         resolve_axis_sizes(sizes, n)
@@ -132,14 +153,21 @@ def test_mesh_size_errors(sizes, n, msg):
 
 def test_distributed_resolution_from_config_env_and_slurm():
     assert distributed.resolve({}, env={}) is None
-    assert distributed.resolve({"coordinator_address": "h:1", "num_processes": 1, "process_id": 0}, env={}) is None
-    a = distributed.resolve({"coordinator_address": "10.0.0.1:1234", "num_processes": 4, "process_id": 3}, env={})
+    assert (
+        distributed.resolve({"coordinator_address": "h:1", "num_processes": 1, "process_id": 0}, env={})
+        is None
+    )
+    a = distributed.resolve(
+        {"coordinator_address": "10.0.0.1:1234", "num_processes": 4, "process_id": 3}, env={}
+    )
     assert a["num_processes"] == 4 and a["process_id"] == 3 and a["source"] == "config"
-    e = distributed.resolve({}, env={"SCALELAB_COORDINATOR": "h0:99", "SCALELAB_NUM_PROCESSES": "2",
-                                     "SCALELAB_PROCESS_ID": "1"})
+    e = distributed.resolve(
+        {}, env={"SCALELAB_COORDINATOR": "h0:99", "SCALELAB_NUM_PROCESSES": "2", "SCALELAB_PROCESS_ID": "1"}
+    )
     assert e["coordinator_address"] == "h0:99" and e["process_id"] == 1 and e["source"] == "env"
-    s = distributed.resolve({}, env={"SLURM_NTASKS": "8", "SLURM_PROCID": "5",
-                                     "SLURM_STEP_NODELIST": "gpu[003-004,9],cpu1"})
+    s = distributed.resolve(
+        {}, env={"SLURM_NTASKS": "8", "SLURM_PROCID": "5", "SLURM_STEP_NODELIST": "gpu[003-004,9],cpu1"}
+    )
     assert s["coordinator_address"] == "gpu003:12355" and s["num_processes"] == 8 and s["process_id"] == 5
     with pytest.raises(ConfigError, match="process_id"):
         distributed.resolve({"coordinator_address": "h:1", "num_processes": 2, "process_id": 2}, env={})

@@ -7,19 +7,25 @@ import subprocess
 import sys
 
 import pytest
-
 from conftest import SHARED_DATA_ENV, shared_data_dir, shared_data_missing
 
 NEEDS_DATA = "def test_needs_data(shared_data):\n    assert shared_data.is_dir()\n"
 
 
-@pytest.mark.parametrize("env, expect", [
-    ({"CI": "true"}, "fail"), ({"CI": "1"}, "fail"), ({"CI": "TRUE"}, "fail"),
-    ({}, "skip"), ({"CI": "false"}, "skip"), ({"CI": ""}, "skip"),
-])
+@pytest.mark.parametrize(
+    "env, expect",
+    [
+        ({"CI": "true"}, "fail"),
+        ({"CI": "1"}, "fail"),
+        ({"CI": "TRUE"}, "fail"),
+        ({}, "skip"),
+        ({"CI": "false"}, "skip"),
+        ({"CI": ""}, "skip"),
+    ],
+)
 def test_missing_data_fails_only_in_ci(tmp_path, env, expect):
     assert shared_data_missing(tmp_path / "nowhere", env) == expect
-    assert shared_data_missing(tmp_path, env) is None       # present: run, whatever CI says
+    assert shared_data_missing(tmp_path, env) is None  # present: run, whatever CI says
 
 
 def test_path_override(tmp_path):
@@ -32,8 +38,13 @@ def _run_pytest(tmp_path: pathlib.Path, ci: str, data: pathlib.Path) -> subproce
     shutil.copy(pathlib.Path(__file__).with_name("conftest.py"), tmp_path / "conftest.py")
     (tmp_path / "test_needs_data.py").write_text(NEEDS_DATA)
     env = {"PATH": "/usr/bin:/bin", "CI": ci, SHARED_DATA_ENV: str(data)}
-    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider",
-                           "test_needs_data.py"], cwd=tmp_path, env=env, capture_output=True, text=True)
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider", "test_needs_data.py"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
 
 
 def test_fixture_fails_in_ci_and_skips_elsewhere(tmp_path):

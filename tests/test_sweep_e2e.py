@@ -14,8 +14,16 @@ import sys
 import pytest
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
-TINY = ["sweep.budgets=[3e9,6e9]", "sweep.ladder.depths=[1,2,3]", "sweep.min_steps=5", "train.batch_size=8",
-        "model.seq_len=32", "train.eval_tokens=1024", "train.eval_every=0", "train.progress_every_s=60"]
+TINY = [
+    "sweep.budgets=[3e9,6e9]",
+    "sweep.ladder.depths=[1,2,3]",
+    "sweep.min_steps=5",
+    "train.batch_size=8",
+    "model.seq_len=32",
+    "train.eval_tokens=1024",
+    "train.eval_every=0",
+    "train.progress_every_s=60",
+]
 
 
 def env():
@@ -25,14 +33,32 @@ def env():
 
 
 def sweep(sw, *extra):
-    p = subprocess.run([sys.executable, "-m", "experiments.train", "-m", "+sweep=isoflop", *TINY, *extra,
-                        f"hydra.sweep.dir={sw}"], env=env(), cwd=REPO, capture_output=True, text=True, timeout=600)
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "experiments.train",
+            "-m",
+            "+sweep=isoflop",
+            *TINY,
+            *extra,
+            f"hydra.sweep.dir={sw}",
+        ],
+        env=env(),
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert p.returncode == 0, (p.stdout + p.stderr)[-3000:]
     return p.stdout + p.stderr
 
 
 def metrics_state(sw):
-    return {str(f): (f.stat().st_size, f.stat().st_mtime_ns) for f in sorted(pathlib.Path(sw).rglob("metrics.jsonl"))}
+    return {
+        str(f): (f.stat().st_size, f.stat().st_mtime_ns)
+        for f in sorted(pathlib.Path(sw).rglob("metrics.jsonl"))
+    }
 
 
 @pytest.mark.slow
@@ -48,7 +74,9 @@ def test_tiny_isoflop_sweep_then_relaunch_trains_nothing(tmp_path):
     before = metrics_state(sw)
     out2 = sweep(sw)
     assert metrics_state(sw) == before, "relaunch touched a finished run"
-    assert "0 trained, 6 reused" in out2 and "step " not in out2.split("sweep plan")[-1].split("sweep done")[0]
+    assert (
+        "0 trained, 6 reused" in out2 and "step " not in out2.split("sweep plan")[-1].split("sweep done")[0]
+    )
 
 
 @pytest.mark.slow
@@ -56,8 +84,13 @@ def test_parallel_launcher_limits_real_jax_runs(tmp_path):
     if len(os.sched_getaffinity(0)) < 2:
         pytest.skip("needs 2 CPUs")
     sw = tmp_path / "sw"
-    sweep(sw, "sweep.budgets=[6e9]", "sweep.ladder.depths=[2,3]", "hydra/launcher=parallel",
-          "hydra.launcher.n_jobs=2")
+    sweep(
+        sw,
+        "sweep.budgets=[6e9]",
+        "sweep.ladder.depths=[2,3]",
+        "hydra/launcher=parallel",
+        "hydra.launcher.n_jobs=2",
+    )
     recs = [json.loads(l) for f in sw.glob("*/launches.jsonl") for l in f.read_text().splitlines()]
     assert len(recs) == 2
     a, b = recs

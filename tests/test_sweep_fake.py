@@ -22,8 +22,12 @@ APP = REPO / "tests" / "sweep_fake_app.py"
 # a fixed ladder (d = 32 L, 16-wide heads, depths 1-4) and budgets that give 2 + 3 trainable runs
 # (the rest too short), independent of the preset's defaults
 BUDGETS = "sweep.budgets=[1e10,3e10]"
-LADDER = ["sweep.ladder.head_dim=16", "sweep.ladder.aspect_ratio=32", "sweep.ladder.depths=[1,2,3,4]",
-          "train.batch_size=8"]
+LADDER = [
+    "sweep.ladder.head_dim=16",
+    "sweep.ladder.aspect_ratio=32",
+    "sweep.ladder.depths=[1,2,3,4]",
+    "train.batch_size=8",
+]
 
 
 def env():
@@ -33,12 +37,23 @@ def env():
 
 
 def cmd(sweep_dir, *extra):
-    return [sys.executable, str(APP), "-m", "+sweep=isoflop", BUDGETS, *LADDER, f"hydra.sweep.dir={sweep_dir}",
-            f"hydra.searchpath=[file://{REPO}/conf]", *extra]
+    return [
+        sys.executable,
+        str(APP),
+        "-m",
+        "+sweep=isoflop",
+        BUDGETS,
+        *LADDER,
+        f"hydra.sweep.dir={sweep_dir}",
+        f"hydra.searchpath=[file://{REPO}/conf]",
+        *extra,
+    ]
 
 
 def sweep(sweep_dir, *extra, check=True):
-    p = subprocess.run(cmd(sweep_dir, *extra), env=env(), cwd=REPO, capture_output=True, text=True, timeout=180)
+    p = subprocess.run(
+        cmd(sweep_dir, *extra), env=env(), cwd=REPO, capture_output=True, text=True, timeout=180
+    )
     if check:
         assert p.returncode == 0, p.stderr[-2000:] + p.stdout[-2000:]
     return p
@@ -93,16 +108,30 @@ def test_other_overrides_compose_with_the_plan(tmp_path):
     sweep(sw, "optim.lr=1e-3,3e-3", "train.batch_size=4")
     dirs = run_dirs(sw)
     assert len(dirs) == 2 * 6  # batch 4 halves tokens/step, so one more shape clears min_steps
-    lrs = sorted({float(next(l for l in (d / ".hydra" / "overrides.yaml").read_text().splitlines()
-                            if "optim.lr=" in l).split("=")[1]) for d in dirs})
+    lrs = sorted(
+        {
+            float(
+                next(
+                    l for l in (d / ".hydra" / "overrides.yaml").read_text().splitlines() if "optim.lr=" in l
+                ).split("=")[1]
+            )
+            for d in dirs
+        }
+    )
     assert lrs == [1e-3, 3e-3]
     assert len({d.name.rsplit("_", 1)[1] for d in dirs}) == 12  # distinct run ids
 
 
 def test_sigkill_midway_then_relaunch_reuses_every_finished_run(tmp_path):
     sw = tmp_path / "sw"
-    p = subprocess.Popen(cmd(sw, "fake.step_sleep=0.01"), env=env(), cwd=REPO,
-                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    p = subprocess.Popen(
+        cmd(sw, "fake.step_sleep=0.01"),
+        env=env(),
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     try:
         deadline = time.time() + 120
         while time.time() < deadline:
@@ -125,7 +154,8 @@ def test_sigkill_midway_then_relaunch_reuses_every_finished_run(tmp_path):
     assert all(after[k] == v for k, v in before.items()), "a finished run was touched"
     assert {d: steps_trained(d) for d in done} == finished
     assert len(run_dirs(sw)) == 5 and all(
-        json.loads((d / "summary.json").read_text())["status"] == "completed" for d in run_dirs(sw))
+        json.loads((d / "summary.json").read_text())["status"] == "completed" for d in run_dirs(sw)
+    )
     steps = steps_trained(interrupted)
     total = max(steps)
     # resumed from the checkpoint: steps up to the checkpoint were trained exactly once
@@ -161,8 +191,9 @@ def test_failed_run_fails_the_sweep_with_one_line(tmp_path):
 
 def test_bad_sweep_config_and_busy_dir_give_clear_errors(tmp_path):
     sw = tmp_path / "sw"
-    p = subprocess.run(cmd(sw, "sweep.ladder.depths=[]"), env=env(), cwd=REPO, capture_output=True,
-                       text=True, timeout=120)
+    p = subprocess.run(
+        cmd(sw, "sweep.ladder.depths=[]"), env=env(), cwd=REPO, capture_output=True, text=True, timeout=120
+    )
     assert p.returncode != 0 and "sweep.ladder.depths is empty" in p.stderr and "Traceback" not in p.stderr
     sw.mkdir(exist_ok=True)
     with open(sw / ".sweep.lock", "w") as f:

@@ -5,21 +5,34 @@ import math
 
 import pytest
 
-from experiments.sweeps.ladder import LadderError, Shape, ladder, shapes_from_config
 from experiments.sweeps.grid import PlanError, format_budget, plan_sweep
+from experiments.sweeps.ladder import LadderError, Shape, ladder, shapes_from_config
 from experiments.sweeps.runs import decide, read_status, run_id
 from models.config import ModelConfig
 from models.flops import flops_per_token, param_count
 
 BASE = {
-    "model": {"vocab_size": 256, "d_model": 64, "n_layers": 2, "n_heads": 4, "n_kv_heads": None,
-              "d_ff": None, "seq_len": 64},
+    "model": {
+        "vocab_size": 256,
+        "d_model": 64,
+        "n_layers": 2,
+        "n_heads": 4,
+        "n_kv_heads": None,
+        "d_ff": None,
+        "seq_len": 64,
+    },
     "train": {"batch_size": 8, "tokens": None, "steps": 50, "seed": 0},
     "optim": {"lr": 3e-3, "warmup_tokens": 0},
     "data": {"source": "auto"},
 }
-SWEEP = {"kind": "isoflop", "budgets": [1e11, 3e11], "ladder": {"depths": [1, 2, 3, 4], "head_dim": 16,
-         "aspect_ratio": 32}, "min_steps": 20, "max_epochs": 1.0, "warmup_fraction": 0.05}
+SWEEP = {
+    "kind": "isoflop",
+    "budgets": [1e11, 3e11],
+    "ladder": {"depths": [1, 2, 3, 4], "head_dim": 16, "aspect_ratio": 32},
+    "min_steps": 20,
+    "max_epochs": 1.0,
+    "warmup_fraction": 0.05,
+}
 
 
 def test_ladder_keeps_head_width_and_aspect_ratio():
@@ -33,21 +46,25 @@ def test_ladder_keeps_head_width_and_aspect_ratio():
     assert ladder([1], head_dim=64, aspect_ratio=40)[0].d_model == 64
 
 
-@pytest.mark.parametrize("kw, msg", [
-    ({"depths": []}, "depths is empty"),
-    ({"depths": [2, 2]}, "repeated"),
-    ({"depths": [1], "head_dim": 15}, "even"),
-    ({"depths": [1], "kv_groups": 4}, "kv_groups"),
-    ({"depths": [0]}, "positive integer"),
-])
+@pytest.mark.parametrize(
+    "kw, msg",
+    [
+        ({"depths": []}, "depths is empty"),
+        ({"depths": [2, 2]}, "repeated"),
+        ({"depths": [1], "head_dim": 15}, "even"),
+        ({"depths": [1], "kv_groups": 4}, "kv_groups"),
+        ({"depths": [0]}, "positive integer"),
+    ],
+)
 def test_ladder_rejects_bad_rules(kw, msg):
     with pytest.raises(LadderError, match=msg):
         ladder(**kw)
 
 
 def test_explicit_shapes_replace_the_rule():
-    shapes = shapes_from_config({"shapes": [{"n_layers": 3, "d_model": 48, "n_heads": 3}],
-                                 "ladder": {"depths": [1]}})
+    shapes = shapes_from_config(
+        {"shapes": [{"n_layers": 3, "d_model": 48, "n_heads": 3}], "ladder": {"depths": [1]}}
+    )
     assert shapes == [Shape(3, 48, 3)]
     with pytest.raises(LadderError, match=r"sweep.shapes\[0\]"):
         shapes_from_config({"shapes": [{"n_layers": 3}]})
@@ -58,8 +75,12 @@ def test_isoflop_tokens_come_from_real_flops_per_token():
     assert len(runs) == 8
     tps = 8 * 64
     for r in runs:
-        shape = {o.split("=")[0].split(".")[1]: o.split("=")[1] for o in r.overrides if o.startswith("model.")}
-        mc = ModelConfig.from_mapping({**BASE["model"], **{k: (None if v == "null" else int(v)) for k, v in shape.items()}})
+        shape = {
+            o.split("=")[0].split(".")[1]: o.split("=")[1] for o in r.overrides if o.startswith("model.")
+        }
+        mc = ModelConfig.from_mapping(
+            {**BASE["model"], **{k: (None if v == "null" else int(v)) for k, v in shape.items()}}
+        )
         assert r.flops_per_token == flops_per_token(mc) and r.n_params == param_count(mc)
         assert r.flops_per_token > 6 * (param_count(mc) - 256 * mc.d_model)  # attention counted
         assert r.tokens % tps == 0 and r.steps == r.tokens // tps
@@ -79,8 +100,9 @@ def test_lr_probe_adds_each_shape_at_other_learning_rates():
         twin = next(b for b in base if b.label == r.label.rsplit("_lr", 1)[0])
         assert r.tokens == twin.tokens and r.n_params == twin.n_params
         assert set(r.overrides) - set(twin.overrides) == {f"optim.lr={r.label.rsplit('_lr', 1)[1]}"}
-    both = plan_sweep(BASE, {**SWEEP, "lr_probe": {"lrs": [1e-3], "budgets": [1e11, 3e11]}},
-                      corpus_tokens=10**9)
+    both = plan_sweep(
+        BASE, {**SWEEP, "lr_probe": {"lrs": [1e-3], "budgets": [1e11, 3e11]}}, corpus_tokens=10**9
+    )
     assert len(both) == 8 + 8
     with pytest.raises(PlanError, match="needs `lrs`"):
         plan_sweep(BASE, {**SWEEP, "lr_probe": {"budgets": [1e11]}})
@@ -96,39 +118,68 @@ def test_epoch_limit_skips_with_reason():
 
 
 def test_other_kinds():
-    ml = plan_sweep(BASE, {"kind": "model_ladder", "tokens_per_param": 2, "ladder": {"depths": [1, 2]},
-                     "min_steps": 1})
+    ml = plan_sweep(
+        BASE, {"kind": "model_ladder", "tokens_per_param": 2, "ladder": {"depths": [1, 2]}, "min_steps": 1}
+    )
     assert [abs(r.tokens - 2 * r.n_params) <= 256 for r in ml] == [True, True]
     dl = plan_sweep(BASE, {"kind": "data_ladder", "tokens": [1e5, 2e4], "min_steps": 1})
     assert [r.tokens for r in dl] == [19968, 99840] and all(r.n_params == dl[0].n_params for r in dl)
     lay = plan_sweep(BASE, {"kind": "layouts", "meshes": [{"data": 8}, {"data": 2, "tensor": 4}]})
     assert lay[1].overrides == ("sharding.data=2", "sharding.fsdp=1", "sharding.tensor=4")
     assert lay[0].steps == 50
-    new = plan_sweep(BASE, {"kind": "layouts", "meshes": [
-        {"data": 2, "pipeline": 2, "pipeline_schedule": "interleaved", "virtual_stages": 2, "micro_batches": 4},
-        {"tensor": 2, "context": 2, "sequence_parallel": True}]})
-    assert [r.label for r in new] == ["mesh-data2-fsdp1-tensor1-pp2-interleaved-v2-mb4",
-                                      "mesh-data1-fsdp1-tensor2-cp2-sp"]
-    assert new[0].overrides[-4:] == ("sharding.pipeline=2", "sharding.pipeline_schedule=interleaved",
-                                     "sharding.virtual_stages=2", "train.micro_batches=4")
+    new = plan_sweep(
+        BASE,
+        {
+            "kind": "layouts",
+            "meshes": [
+                {
+                    "data": 2,
+                    "pipeline": 2,
+                    "pipeline_schedule": "interleaved",
+                    "virtual_stages": 2,
+                    "micro_batches": 4,
+                },
+                {"tensor": 2, "context": 2, "sequence_parallel": True},
+            ],
+        },
+    )
+    assert [r.label for r in new] == [
+        "mesh-data2-fsdp1-tensor1-pp2-interleaved-v2-mb4",
+        "mesh-data1-fsdp1-tensor2-cp2-sp",
+    ]
+    assert new[0].overrides[-4:] == (
+        "sharding.pipeline=2",
+        "sharding.pipeline_schedule=interleaved",
+        "sharding.virtual_stages=2",
+        "train.micro_batches=4",
+    )
     assert new[1].overrides[-2:] == ("sharding.context=2", "sharding.sequence_parallel=true")
 
 
-@pytest.mark.parametrize("sweep, msg", [
-    ({**SWEEP, "budgets": []}, "sweep.budgets is empty"),
-    ({**SWEEP, "budgets": [1e11, -1]}, "positive number"),
-    ({**SWEEP, "kind": "grid"}, "sweep.kind"),
-    ({**SWEEP, "warmup_fraction": 1.5}, "warmup_fraction"),
-    ({"kind": "layouts", "meshes": [{"pipe": 2}]}, "unknown keys"),
-    ({"kind": "data_ladder"}, "sweep.tokens is empty"),
-])
+@pytest.mark.parametrize(
+    "sweep, msg",
+    [
+        ({**SWEEP, "budgets": []}, "sweep.budgets is empty"),
+        ({**SWEEP, "budgets": [1e11, -1]}, "positive number"),
+        ({**SWEEP, "kind": "grid"}, "sweep.kind"),
+        ({**SWEEP, "warmup_fraction": 1.5}, "warmup_fraction"),
+        ({"kind": "layouts", "meshes": [{"pipe": 2}]}, "unknown keys"),
+        ({"kind": "data_ladder"}, "sweep.tokens is empty"),
+    ],
+)
 def test_bad_sweep_configs_name_the_key(sweep, msg):
     with pytest.raises(PlanError, match=msg):
         plan_sweep(BASE, sweep, corpus_tokens=None)
 
 
 def test_format_budget():
-    assert [format_budget(c) for c in (1e11, 3e11, 1.5e12, 9.9999e9, 2.5e9)] == ["1e11", "3e11", "1.5e12", "1e10", "2.5e9"]
+    assert [format_budget(c) for c in (1e11, 3e11, 1.5e12, 9.9999e9, 2.5e9)] == [
+        "1e11",
+        "3e11",
+        "1.5e12",
+        "1e10",
+        "2.5e9",
+    ]
 
 
 def test_run_id_ignores_hydra_and_sweep_but_not_the_run():
@@ -138,7 +189,8 @@ def test_run_id_ignores_hydra_and_sweep_but_not_the_run():
     assert rid != run_id({**BASE, "optim": {**BASE["optim"], "lr": 1e-3}})
     assert rid == run_id({**BASE, "train": {**BASE["train"], "seed": 0}})
     assert run_id(BASE, ignore=["train.seed"]) == run_id(
-        {**BASE, "train": {**BASE["train"], "seed": 7}}, ignore=["train.seed"])
+        {**BASE, "train": {**BASE["train"], "seed": 7}}, ignore=["train.seed"]
+    )
     assert len(rid) == 10 and math.isfinite(int(rid, 16))
 
 

@@ -21,13 +21,19 @@ from hydra import compose, initialize_config_dir
 
 from experiments.train import tracking
 from experiments.train.metrics import MetricsLog, read_metrics
-from experiments.train.tracking import (RL_NAMES, TRAIN_NAMES, Tracker, TrackerConfig, make_tracker,
-                                        sweep_dir)
+from experiments.train.tracking import RL_NAMES, TRAIN_NAMES, Tracker, TrackerConfig, make_tracker, sweep_dir
 from models.base.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[1]
-TINY = ["model.d_model=32", "model.n_layers=2", "model.n_heads=4", "model.seq_len=32",
-        "train.batch_size=8", "train.eval_tokens=512", "train.progress_every_s=0"]
+TINY = [
+    "model.d_model=32",
+    "model.n_layers=2",
+    "model.n_heads=4",
+    "model.seq_len=32",
+    "train.batch_size=8",
+    "train.eval_tokens=512",
+    "train.progress_every_s=0",
+]
 
 
 def cfg(*overrides):
@@ -45,9 +51,9 @@ def read_tb_scalars(logdir: Path) -> dict[str, list[tuple[int, float]]]:
     files = sorted(Path(logdir).rglob("events.out.tfevents.*"), key=lambda p: p.stat().st_mtime_ns)
     for f in files:
         data, pos = f.read_bytes(), 0
-        while pos + 12 <= len(data):           # record: u64 length, u32 crc, data, u32 crc
-            (n,) = struct.unpack("<Q", data[pos:pos + 8])
-            ev = event_pb2.Event.FromString(data[pos + 12:pos + 12 + n])
+        while pos + 12 <= len(data):  # record: u64 length, u32 crc, data, u32 crc
+            (n,) = struct.unpack("<Q", data[pos : pos + 8])
+            ev = event_pb2.Event.FromString(data[pos + 12 : pos + 12 + n])
             pos += 12 + n + 4
             if ev.HasField("session_log") and ev.session_log.status == event_pb2.SessionLog.START:
                 out = {tag: [(s, v) for s, v in pts if s < ev.step] for tag, pts in out.items()}
@@ -59,49 +65,95 @@ def read_tb_scalars(logdir: Path) -> dict[str, list[tuple[int, float]]]:
 
 def same_points(a, b) -> bool:
     """Same steps, and values equal to float32 precision (event files hold float32)."""
-    return [s for s, _ in a] == [s for s, _ in b] and [v for _, v in a] == pytest.approx([v for _, v in b], rel=1e-6)
+    return [s for s, _ in a] == [s for s, _ in b] and [v for _, v in a] == pytest.approx(
+        [v for _, v in b], rel=1e-6
+    )
 
 
 def records(steps, scale=1.0, eval_at=()):
-    return [{"step": n, "tokens": 256 * n, "loss": scale * (5.0 - 0.1 * n), "lr": 1e-3 * n,
-             "grad_norm": 0.5, "tokens_per_s": 1000.0 + n, "mfu": float("nan"), "step_time_s": 0.01,
-             **({"eval_loss": scale * 4.0, "task/py_identifier/accuracy": 0.25} if n in eval_at else {})}
-            for n in steps]
+    return [
+        {
+            "step": n,
+            "tokens": 256 * n,
+            "loss": scale * (5.0 - 0.1 * n),
+            "lr": 1e-3 * n,
+            "grad_norm": 0.5,
+            "tokens_per_s": 1000.0 + n,
+            "mfu": float("nan"),
+            "step_time_s": 0.01,
+            **({"eval_loss": scale * 4.0, "task/py_identifier/accuracy": 0.25} if n in eval_at else {}),
+        }
+        for n in steps
+    ]
 
 
 # ---- the name map ---------------------------------------------------------------------------------
 
+
 def test_scalars_are_renamed_and_only_finite_numbers_kept():
     t = Tracker(TrackerConfig(backend="tensorboard"), Path("unused"), TRAIN_NAMES)
-    got = t.scalars({"step": 7, "loss": 2.5, "eval_loss": 2.0, "lr": 1e-3, "grad_norm": 0.1,
-                     "tokens_per_s": 1e4, "mfu": 0.3, "task/py_continuation/loss": 1.2,
-                     "task/py_continuation/accuracy": math.nan, "diverged": True, "note": "x",
-                     "new_metric": None})
-    assert got == {"train/loss": 2.5, "eval/loss": 2.0, "optim/lr": 1e-3, "optim/grad_norm": 0.1,
-                   "perf/tokens_per_s": 1e4, "perf/mfu": 0.3, "task/py_continuation/loss": 1.2}
+    got = t.scalars(
+        {
+            "step": 7,
+            "loss": 2.5,
+            "eval_loss": 2.0,
+            "lr": 1e-3,
+            "grad_norm": 0.1,
+            "tokens_per_s": 1e4,
+            "mfu": 0.3,
+            "task/py_continuation/loss": 1.2,
+            "task/py_continuation/accuracy": math.nan,
+            "diverged": True,
+            "note": "x",
+            "new_metric": None,
+        }
+    )
+    assert got == {
+        "train/loss": 2.5,
+        "eval/loss": 2.0,
+        "optim/lr": 1e-3,
+        "optim/grad_norm": 0.1,
+        "perf/tokens_per_s": 1e4,
+        "perf/mfu": 0.3,
+        "task/py_continuation/loss": 1.2,
+    }
     rl = Tracker(TrackerConfig(backend="tensorboard"), Path("unused"), RL_NAMES)
-    assert rl.scalars({"step": 0, "pass_rate": 0.5, "pass_rate_by_difficulty": {"easy": 0.9, "hard": None},
-                       "kl": 0.01, "train_reward": None}) == \
-        {"eval/pass_rate": 0.5, "eval/pass_rate_by_difficulty/easy": 0.9, "eval/kl": 0.01}
-    assert make_tracker(TrackerConfig(), Path("x"), TRAIN_NAMES) is None          # tracker=none
+    assert rl.scalars(
+        {
+            "step": 0,
+            "pass_rate": 0.5,
+            "pass_rate_by_difficulty": {"easy": 0.9, "hard": None},
+            "kl": 0.01,
+            "train_reward": None,
+        }
+    ) == {"eval/pass_rate": 0.5, "eval/pass_rate_by_difficulty/easy": 0.9, "eval/kl": 0.01}
+    assert make_tracker(TrackerConfig(), Path("x"), TRAIN_NAMES) is None  # tracker=none
     assert make_tracker(TrackerConfig(backend="mlflow"), Path("x"), TRAIN_NAMES, enabled=False) is None
 
 
-@pytest.mark.parametrize("override,msg", [
-    ({"backend": "neptune"}, "tracker.backend must be one of none, tensorboard, wandb, mlflow (got 'neptune')"),
-    ({"mode": "sometimes"}, "tracker.mode must be one of online, offline, disabled or null"),
-    ({"flush_every_s": 0}, "tracker.flush_every_s must be a positive number"),
-    ({"tags": "a,b"}, "tracker.tags must be a list of strings"),
-    ({"projekt": "x"}, "unknown tracker key(s) ['projekt']"),
-])
+@pytest.mark.parametrize(
+    "override,msg",
+    [
+        (
+            {"backend": "neptune"},
+            "tracker.backend must be one of none, tensorboard, wandb, mlflow (got 'neptune')",
+        ),
+        ({"mode": "sometimes"}, "tracker.mode must be one of online, offline, disabled or null"),
+        ({"flush_every_s": 0}, "tracker.flush_every_s must be a positive number"),
+        ({"tags": "a,b"}, "tracker.tags must be a list of strings"),
+        ({"projekt": "x"}, "unknown tracker key(s) ['projekt']"),
+    ],
+)
 def test_bad_tracker_config_is_one_line(override, msg):
     with pytest.raises(ConfigError) as e:
         TrackerConfig.from_mapping(override)
     assert msg in str(e.value) and "\n" not in str(e.value)
 
 
-@pytest.mark.parametrize("steps,ok", [([2, 2], True), ([1, 6], True), ([4, 2], False), ([0, 2], False),
-                                      ([5, 7], False), ([3], False)])
+@pytest.mark.parametrize(
+    "steps,ok",
+    [([2, 2], True), ([1, 6], True), ([4, 2], False), ([0, 2], False), ([5, 7], False), ([3], False)],
+)
 def test_profile_steps_must_lie_within_the_run(steps, ok):
     from experiments.train.config import resolve_config
 
@@ -111,11 +163,14 @@ def test_profile_steps_must_lie_within_the_run(steps, ok):
         return
     with pytest.raises(ConfigError) as e:
         resolve_config(c, n_devices=1)
-    assert str(e.value) == ("train.profile_steps must be [first, last] with 1 <= first <= last <= 6 "
-                            f"(the run's steps) (got {steps})")
+    assert str(e.value) == (
+        "train.profile_steps must be [first, last] with 1 <= first <= last <= 6 "
+        f"(the run's steps) (got {steps})"
+    )
 
 
 # ---- TensorBoard -------------------------------------------------------------------------------------
+
 
 def test_tensorboard_mirrors_metrics_jsonl_and_a_resume_drops_the_replayed_steps(tmp_path):
     pytest.importorskip("tensorboardX")
@@ -125,7 +180,7 @@ def test_tensorboard_mirrors_metrics_jsonl_and_a_resume_drops_the_replayed_steps
     log.reset()
     for r in records(range(1, 6), eval_at=(4,)):
         log.write(r)
-    log.close()   # killed after step 5; its last checkpoint was step 3
+    log.close()  # killed after step 5; its last checkpoint was step 3
     log.tracker.finish("failed")
     log = MetricsLog(rd / "metrics.jsonl", tracker=Tracker(tb, rd, TRAIN_NAMES))
     log.truncate_after(3)
@@ -138,8 +193,8 @@ def test_tensorboard_mirrors_metrics_jsonl_and_a_resume_drops_the_replayed_steps
     for key, tag in TRAIN_NAMES.items():
         pts = [(r["step"], r[key]) for r in want if key in r and math.isfinite(r[key])]
         assert same_points(got.get(tag, []), pts), tag
-    assert "perf/mfu" not in got                                # NaN: not logged
-    assert got["eval/loss"] == [(6, 8.0)]                       # step 4's eval was replayed
+    assert "perf/mfu" not in got  # NaN: not logged
+    assert got["eval/loss"] == [(6, 8.0)]  # step 4's eval was replayed
     assert got["task/py_identifier/accuracy"] == [(6, 0.25)]
     try:
         from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
@@ -152,6 +207,7 @@ def test_tensorboard_mirrors_metrics_jsonl_and_a_resume_drops_the_replayed_steps
 
 # ---- MLflow -------------------------------------------------------------------------------------------
 
+
 def test_mlflow_groups_a_sweeps_runs_in_one_experiment_and_resumes_the_same_run(tmp_path):
     pytest.importorskip("mlflow")
     from mlflow.tracking import MlflowClient
@@ -159,7 +215,7 @@ def test_mlflow_groups_a_sweeps_runs_in_one_experiment_and_resumes_the_same_run(
     sweep = tmp_path / "isoflop_demo"
     sweep.mkdir()
     (sweep / "multirun.yaml").write_text("hydra: {}\n")
-    ml = TrackerConfig(backend="mlflow", flush_every_s=3600)   # batched until flush / finish
+    ml = TrackerConfig(backend="mlflow", flush_every_s=3600)  # batched until flush / finish
     config = {"model": {"d_model": 32, "n_layers": 2}, "train": {"steps": 6}}
     for name, status in (("r1_abc", "completed"), ("r2_def", "diverged")):
         rd = sweep / name
@@ -169,13 +225,13 @@ def test_mlflow_groups_a_sweeps_runs_in_one_experiment_and_resumes_the_same_run(
         for r in records(range(1, 4)):
             t.log(r)
         t.finish(status, {"final_eval_loss": 3.5, "tokens": 768})
-    t = Tracker(ml, sweep / "r1_abc", TRAIN_NAMES, config)     # the first run, resumed
+    t = Tracker(ml, sweep / "r1_abc", TRAIN_NAMES, config)  # the first run, resumed
     t.start(3)
     t.log(records([4])[0])
     t.finish("completed")
-    t = Tracker(ml, sweep / "r3_ghi", TRAIN_NAMES, config)     # raised before its finish()
+    t = Tracker(ml, sweep / "r3_ghi", TRAIN_NAMES, config)  # raised before its finish()
     t.log(records([1])[0])
-    tracking._finish_open()                                     # what exit (atexit) does
+    tracking._finish_open()  # what exit (atexit) does
 
     client = MlflowClient(tracking_uri=(sweep / "mlruns").resolve().as_uri())
     exp = client.get_experiment_by_name("isoflop_demo")
@@ -190,6 +246,7 @@ def test_mlflow_groups_a_sweeps_runs_in_one_experiment_and_resumes_the_same_run(
 
 
 # ---- W&B --------------------------------------------------------------------------------------------
+
 
 def test_wandb_offline_run_is_grouped_by_sweep_and_resumed_by_id(tmp_path, monkeypatch):
     pytest.importorskip("wandb")
@@ -210,9 +267,9 @@ def test_wandb_offline_run_is_grouped_by_sweep_and_resumed_by_id(tmp_path, monke
     run_id = (rd / "tracker.json").read_text()
     files = list((rd / "wandb").glob("offline-run-*/run-*.wandb"))
     assert len(files) == 1 and files[0].name.split("-")[-1].removesuffix(".wandb") in run_id
-    for _ in range(100):         # W&B's service process ends writing the file just after finish()
+    for _ in range(100):  # W&B's service process ends writing the file just after finish()
         data = files[0].read_bytes()
-        if b"my_sweep" in data and b"train/loss" in data:         # the group and the scalars
+        if b"my_sweep" in data and b"train/loss" in data:  # the group and the scalars
             break
         time.sleep(0.1)
     assert b"my_sweep" in data and b"train/loss" in data
@@ -223,6 +280,7 @@ def test_wandb_offline_run_is_grouped_by_sweep_and_resumed_by_id(tmp_path, monke
 
 
 # ---- failures only warn -------------------------------------------------------------------------------
+
 
 def test_an_unreachable_wandb_server_warns_once_and_tracking_goes_off(tmp_path):
     """In a fresh process: W&B keeps its settings (mode, server) per process once set up."""
@@ -241,11 +299,13 @@ for n in range(1, 4):
 log.finish("completed")
 print(f"took {{time.monotonic() - t0:.1f}}s")
 """
-    env = dict(os.environ, WANDB_MODE="online", WANDB_API_KEY="x" * 40,
-               WANDB_BASE_URL="http://127.0.0.1:9")            # nothing listens on port 9
+    env = dict(
+        os.environ, WANDB_MODE="online", WANDB_API_KEY="x" * 40, WANDB_BASE_URL="http://127.0.0.1:9"
+    )  # nothing listens on port 9
     env.pop("WANDB_SILENT", None)
-    p = subprocess.run([sys.executable, "-c", script], cwd=REPO, env=env, capture_output=True, text=True,
-                       timeout=120)
+    p = subprocess.run(
+        [sys.executable, "-c", script], cwd=REPO, env=env, capture_output=True, text=True, timeout=120
+    )
     assert p.returncode == 0, p.stderr
     lines = p.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("warning: tracker wandb failed while starting"), p.stderr
@@ -270,39 +330,64 @@ def test_a_backend_that_raises_or_is_missing_costs_one_warning_line(tmp_path, mo
 
     monkeypatch.setattr(tracking, "_open_backend", lambda *a: Flaky())
     err = io.StringIO()
-    log = MetricsLog(tmp_path / "metrics.jsonl",
-                     tracker=Tracker(TrackerConfig(backend="tensorboard"), tmp_path, TRAIN_NAMES, stream=err))
+    log = MetricsLog(
+        tmp_path / "metrics.jsonl",
+        tracker=Tracker(TrackerConfig(backend="tensorboard"), tmp_path, TRAIN_NAMES, stream=err),
+    )
     for r in records(range(1, 5)):
         log.write(r)
     log.flush()
     log.finish("completed")
     assert Flaky.calls == 1 and [r["step"] for r in read_metrics(tmp_path / "metrics.jsonl")] == [1, 2, 3, 4]
-    assert err.getvalue() == ("warning: tracker tensorboard failed while logging: OSError: disk full second "
-                              "line; tracking is off for this run, metrics.jsonl has every record\n")
+    assert err.getvalue() == (
+        "warning: tracker tensorboard failed while logging: OSError: disk full second "
+        "line; tracking is off for this run, metrics.jsonl has every record\n"
+    )
     monkeypatch.undo()
-    monkeypatch.setitem(sys.modules, "tensorboardX", None)   # not installed
+    monkeypatch.setitem(sys.modules, "tensorboardX", None)  # not installed
     err = io.StringIO()
     t = Tracker(TrackerConfig(backend="tensorboard"), tmp_path, TRAIN_NAMES, stream=err)
     t.log(records([1])[0])
-    assert err.getvalue() == ("warning: tracker tensorboard failed while starting: tensorboardX is not installed "
-                              "(pip install 'scalelab[tracking]'); tracking is off for this run, metrics.jsonl "
-                              "has every record\n")
+    assert err.getvalue() == (
+        "warning: tracker tensorboard failed while starting: tensorboardX is not installed "
+        "(pip install 'scalelab[tracking]'); tracking is off for this run, metrics.jsonl "
+        "has every record\n"
+    )
 
 
 # ---- end to end: a training run with TensorBoard and a profile -----------------------------------------
+
 
 def test_training_run_writes_tensorboard_scalars_and_a_step_profile(tmp_path, capsys):
     pytest.importorskip("tensorboardX")
     from experiments.train.loop import run
 
     rd = tmp_path / "run"
-    s = run(cfg(*TINY, "train.steps=6", "train.eval_every=3", "tracker=tensorboard",
-                "train.profile_steps=[2,3]", "eval.tasks=[py_continuation]", "eval.examples=4"), rd)
+    s = run(
+        cfg(
+            *TINY,
+            "train.steps=6",
+            "train.eval_every=3",
+            "tracker=tensorboard",
+            "train.profile_steps=[2,3]",
+            "eval.tasks=[py_continuation]",
+            "eval.examples=4",
+        ),
+        rd,
+    )
     assert s["status"] == "completed"
     recs = read_metrics(rd / "metrics.jsonl")
     got = read_tb_scalars(rd / "tensorboard")
-    assert {"train/loss", "eval/loss", "perf/tokens_per_s", "perf/mfu", "optim/lr", "optim/grad_norm",
-            "task/py_continuation/loss", "task/py_continuation/accuracy"} <= set(got)
+    assert {
+        "train/loss",
+        "eval/loss",
+        "perf/tokens_per_s",
+        "perf/mfu",
+        "optim/lr",
+        "optim/grad_norm",
+        "task/py_continuation/loss",
+        "task/py_continuation/accuracy",
+    } <= set(got)
     assert same_points(got["train/loss"], [(r["step"], r["loss"]) for r in recs])
     assert same_points(got["eval/loss"], [(3, recs[2]["eval_loss"]), (6, s["final_eval_loss"])])
     xplanes = list((rd / "profile").rglob("*.xplane.pb"))
@@ -310,6 +395,10 @@ def test_training_run_writes_tensorboard_scalars_and_a_step_profile(tmp_path, ca
     assert "profile of steps 2-3 written to" in capsys.readouterr().out
     import jax
 
-    names = {e.name for plane in jax.profiler.ProfileData.from_file(str(xplanes[0])).planes
-             for line in plane.lines for e in line.events}
-    assert "train" in names                                     # the step annotations
+    names = {
+        e.name
+        for plane in jax.profiler.ProfileData.from_file(str(xplanes[0])).planes
+        for line in plane.lines
+        for e in line.events
+    }
+    assert "train" in names  # the step annotations

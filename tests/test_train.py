@@ -15,21 +15,40 @@ import pytest
 from hydra import compose, initialize_config_dir
 
 from experiments.train.config import resolve_config
+from experiments.train.loop import HostSchedule, run
 from experiments.train.metrics import read_metrics
 from experiments.train.optimizer import OptimConfig, decay_mask, make_optimizer, make_schedule
 from experiments.train.steps import build_train_setup
-from experiments.train.loop import HostSchedule, run
-from models.config import ModelConfig
 from models.base.errors import ConfigError
+from models.config import ModelConfig
 from models.transformer import init_params
 from sharding.mesh import make_mesh
 
 REPO = Path(__file__).resolve().parents[1]
-TINY = ["model.d_model=32", "model.n_layers=2", "model.n_heads=4", "model.seq_len=32",
-        "train.batch_size=8", "train.eval_tokens=512", "train.progress_every_s=0"]
-SUMMARY_KEYS = {"status", "n_params", "n_params_non_embedding", "tokens", "flops", "final_train_loss",
-                "final_eval_loss", "tokens_per_s", "mfu", "peak_flops_per_device", "mesh", "corpus",
-                "wall_time_s"}
+TINY = [
+    "model.d_model=32",
+    "model.n_layers=2",
+    "model.n_heads=4",
+    "model.seq_len=32",
+    "train.batch_size=8",
+    "train.eval_tokens=512",
+    "train.progress_every_s=0",
+]
+SUMMARY_KEYS = {
+    "status",
+    "n_params",
+    "n_params_non_embedding",
+    "tokens",
+    "flops",
+    "final_train_loss",
+    "final_eval_loss",
+    "tokens_per_s",
+    "mfu",
+    "peak_flops_per_device",
+    "mesh",
+    "corpus",
+    "wall_time_s",
+}
 METRIC_KEYS = {"step", "tokens", "flops", "loss", "lr", "grad_norm", "step_time_s", "tokens_per_s", "mfu"}
 
 
@@ -63,10 +82,11 @@ def test_run_writes_metrics_summary_checkpoints_and_skips_when_done(tmp_path, ca
     from experiments.train.checkpoint import load_params
     from experiments.train.corpus import DataConfig, eval_sampler, load_corpus
     from models.transformer import apply
+
     mc, graphdef, params = load_params(rd)
     ev = eval_sampler(load_corpus(DataConfig()).val, mc.seq_len, 8)
     losses = []
-    for j in range(2):                      # eval_tokens=512 -> 2 batches of 8 x 32
+    for j in range(2):  # eval_tokens=512 -> 2 batches of 8 x 32
         b = ev.batch(j)
         logits = np.asarray(apply(graphdef, params, b[:, :-1]))
         logz = np.log(np.exp(logits - logits.max(-1, keepdims=True)).sum(-1)) + logits.max(-1)
@@ -115,8 +135,9 @@ def test_schedules_and_decay_mask():
     lin = make_schedule(OptimConfig(lr=1.0, schedule="linear", min_lr_ratio=0.0), 100, 0)
     assert float(lin(50)) == pytest.approx(0.5, abs=0.02)
     assert float(make_schedule(OptimConfig(lr=2.0, schedule="constant"), 100, 0)(77)) == 2.0
-    params = jax.eval_shape(lambda: init_params(ModelConfig(vocab_size=64, d_model=32, n_layers=1,
-                                                            n_heads=4, seq_len=8), 0)[1])
+    params = jax.eval_shape(
+        lambda: init_params(ModelConfig(vocab_size=64, d_model=32, n_layers=1, n_heads=4, seq_len=8), 0)[1]
+    )
     mask = decay_mask(params, OptimConfig())
     assert mask["block_0"]["mlp"]["w_up_DxF"] and not mask["block_0"]["attn_norm"]["scale"]
     assert not mask["embed_VxD"] and not mask["head_DxV"]
@@ -132,19 +153,22 @@ def test_host_schedule_equals_the_schedule_across_chunks():
             assert host(i) == pytest.approx(float(sched(i)), rel=1e-6), (kind, i)  # float32 rounding
 
 
-@pytest.mark.parametrize("overrides,msg", [
-    (["train.steps=-5"], "train.steps must be an integer >= 1"),
-    (["data.path=/nonexistent/x.bin"], "file not found: /nonexistent/x.bin"),
-    (["model.d_model=100", "model.n_heads=3"], "model.n_heads=3 does not divide model.d_model=100"),
-    (["sharding.tensor=3", "model.n_heads=4"], "sharding.tensor=3 does not divide model.n_heads=4"),
-    (["train.micro_batch_size=3"], "train.micro_batch_size=3 does not divide train.batch_size=16"),
-    (["optim.warmup_tokens=1e9"], "optim.warmup_tokens"),
-    (["optim.schedule=cyclic"], "optim.schedule must be one of"),
-    (["model.vocab_size=100"], "model.vocab_size=100 is smaller than the data's vocabulary"),
-    (["train.tokens=null"], "give train.steps or train.tokens"),
-    (["sharding.data=-1", "sharding.fsdp=-1"], "only one of"),
-    (["optim.lr=-1"], "optim.lr must be a number > 0"),
-])
+@pytest.mark.parametrize(
+    "overrides,msg",
+    [
+        (["train.steps=-5"], "train.steps must be an integer >= 1"),
+        (["data.path=/nonexistent/x.bin"], "file not found: /nonexistent/x.bin"),
+        (["model.d_model=100", "model.n_heads=3"], "model.n_heads=3 does not divide model.d_model=100"),
+        (["sharding.tensor=3", "model.n_heads=4"], "sharding.tensor=3 does not divide model.n_heads=4"),
+        (["train.micro_batch_size=3"], "train.micro_batch_size=3 does not divide train.batch_size=16"),
+        (["optim.warmup_tokens=1e9"], "optim.warmup_tokens"),
+        (["optim.schedule=cyclic"], "optim.schedule must be one of"),
+        (["model.vocab_size=100"], "model.vocab_size=100 is smaller than the data's vocabulary"),
+        (["train.tokens=null"], "give train.steps or train.tokens"),
+        (["sharding.data=-1", "sharding.fsdp=-1"], "only one of"),
+        (["optim.lr=-1"], "optim.lr must be a number > 0"),
+    ],
+)
 def test_bad_config_errors_before_compile(overrides, msg):
     with pytest.raises(ConfigError, match=msg.replace("(", r"\(")):
         resolve_config(cfg(*overrides), n_devices=8)
@@ -155,25 +179,52 @@ def _env():
 
 
 def test_cli_bad_input_is_one_line_without_traceback(tmp_path):
-    p = subprocess.run([sys.executable, "-m", "experiments.train", "train.steps=-5",
-                        f"hydra.run.dir={tmp_path / 'r'}"], cwd=REPO, env=_env(),
-                       capture_output=True, text=True, timeout=120)
+    p = subprocess.run(
+        [sys.executable, "-m", "experiments.train", "train.steps=-5", f"hydra.run.dir={tmp_path / 'r'}"],
+        cwd=REPO,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert p.returncode == 2 and "Traceback" not in p.stderr + p.stdout
     assert p.stderr.strip().splitlines() == ["error: train.steps must be an integer >= 1 (got -5)"]
 
 
 @pytest.mark.slow
 def test_resume_after_sigkill_matches_uninterrupted(tmp_path):
-    args = [sys.executable, "-m", "experiments.train", "model.d_model=64", "model.n_layers=2",
-            "model.n_heads=4", "model.seq_len=64", "train.batch_size=16", "train.steps=40",
-            "train.ckpt_every=10", "train.eval_every=20", "train.eval_tokens=1024"]
-    full = subprocess.run(args + [f"hydra.run.dir={tmp_path / 'full'}"], cwd=REPO, env=_env(),
-                          capture_output=True, text=True, timeout=300)
+    args = [
+        sys.executable,
+        "-m",
+        "experiments.train",
+        "model.d_model=64",
+        "model.n_layers=2",
+        "model.n_heads=4",
+        "model.seq_len=64",
+        "train.batch_size=16",
+        "train.steps=40",
+        "train.ckpt_every=10",
+        "train.eval_every=20",
+        "train.eval_tokens=1024",
+    ]
+    full = subprocess.run(
+        args + [f"hydra.run.dir={tmp_path / 'full'}"],
+        cwd=REPO,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert full.returncode == 0, full.stderr[-2000:]
 
     rd = tmp_path / "killed"
-    proc = subprocess.Popen(args + [f"hydra.run.dir={rd}"], cwd=REPO, env=_env(),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        args + [f"hydra.run.dir={rd}"],
+        cwd=REPO,
+        env=_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.time() + 240
     while not (rd / "checkpoints" / "10").is_dir() and proc.poll() is None and time.time() < deadline:
         time.sleep(0.02)
@@ -181,8 +232,9 @@ def test_resume_after_sigkill_matches_uninterrupted(tmp_path):
     proc.wait()
     assert proc.returncode == -signal.SIGKILL, "run ended before it could be killed"
     assert not (rd / "summary.json").exists()
-    resumed = subprocess.run(args + [f"hydra.run.dir={rd}"], cwd=REPO, env=_env(),
-                             capture_output=True, text=True, timeout=300)
+    resumed = subprocess.run(
+        args + [f"hydra.run.dir={rd}"], cwd=REPO, env=_env(), capture_output=True, text=True, timeout=300
+    )
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert "resuming from checkpoint at step" in resumed.stdout
     a = json.loads((tmp_path / "full" / "summary.json").read_text())
@@ -191,7 +243,7 @@ def test_resume_after_sigkill_matches_uninterrupted(tmp_path):
     assert abs(a["final_train_loss"] - b["final_train_loss"]) <= 1e-6 * abs(a["final_train_loss"])
     assert abs(a["final_eval_loss"] - b["final_eval_loss"]) <= 1e-6 * abs(a["final_eval_loss"])
     ra, rb = read_metrics(tmp_path / "full" / "metrics.jsonl"), read_metrics(rd / "metrics.jsonl")
-    assert [r["step"] for r in rb] == list(range(1, 41))            # no step logged twice
+    assert [r["step"] for r in rb] == list(range(1, 41))  # no step logged twice
     assert [r["loss"] for r in ra] == pytest.approx([r["loss"] for r in rb], rel=1e-6)
 
 
@@ -203,21 +255,27 @@ def test_a_run_directory_trains_in_one_process_at_a_time(tmp_path):
 
     run_dir = tmp_path / "run"
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import fcntl, pathlib, sys, time\n"
-         f"p = pathlib.Path({str(run_dir)!r}); p.mkdir(parents=True)\n"
-         "f = open(p / '.run.lock', 'w'); fcntl.flock(f, fcntl.LOCK_EX)\n"
-         "print('held', flush=True); time.sleep(60)"],
-        stdout=subprocess.PIPE, text=True)
+        [
+            sys.executable,
+            "-c",
+            "import fcntl, pathlib, sys, time\n"
+            f"p = pathlib.Path({str(run_dir)!r}); p.mkdir(parents=True)\n"
+            "f = open(p / '.run.lock', 'w'); fcntl.flock(f, fcntl.LOCK_EX)\n"
+            "print('held', flush=True); time.sleep(60)",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout.readline().strip() == "held"
         calls = []
-        out = run_guarded(lambda c, d: calls.append(d) or {"status": "completed"}, cfg(*TINY),
-                          run_dir, multirun=True)
+        out = run_guarded(
+            lambda c, d: calls.append(d) or {"status": "completed"}, cfg(*TINY), run_dir, multirun=True
+        )
         assert out["status"] == "failed" and "another process is training" in out["error"]
         assert calls == [] and not (run_dir / "summary.json").exists()
     finally:
         holder.kill()
         holder.wait()
-    out = run_guarded(lambda c, d: {"status": "completed", "dir": str(d)}, cfg(*TINY), run_dir,
-                      multirun=True)
+    out = run_guarded(lambda c, d: {"status": "completed", "dir": str(d)}, cfg(*TINY), run_dir, multirun=True)
     assert out["status"] == "completed"  # the killed holder's lock went with it

@@ -15,8 +15,10 @@ from experiments.train.metrics import MetricsLog, read_metrics
 
 def strict_loads(line: str):
     """json.loads that refuses the NaN / Infinity extensions of Python's json module."""
+
     def refuse(const):
         raise ValueError(f"bare {const} in {line!r}")
+
     return json.loads(line, parse_constant=refuse)
 
 
@@ -29,10 +31,15 @@ def _write(path, records):
 
 def test_nan_and_inf_are_written_as_null_and_read_back_as_nan(tmp_path):
     path = tmp_path / "metrics.jsonl"
-    _write(path, [{"step": 1, "loss": 2.0, "mfu": float("nan"), "lr": np.float32(1e-3)},
-                  {"step": 2, "loss": float("inf"), "mfu": 0.25, "grad_norm": -math.inf}])
+    _write(
+        path,
+        [
+            {"step": 1, "loss": 2.0, "mfu": float("nan"), "lr": np.float32(1e-3)},
+            {"step": 2, "loss": float("inf"), "mfu": 0.25, "grad_norm": -math.inf},
+        ],
+    )
     lines = path.read_text().splitlines()
-    rows = [strict_loads(line) for line in lines]          # every line is strict JSON
+    rows = [strict_loads(line) for line in lines]  # every line is strict JSON
     assert rows[0]["mfu"] is None and rows[1]["loss"] is None and rows[1]["grad_norm"] is None
     assert rows[0]["lr"] == pytest.approx(1e-3)
     back = read_metrics(path)
@@ -49,32 +56,53 @@ def test_truncate_after_keeps_strict_lines(tmp_path):
 
 def test_nan_metric_round_trips_through_the_runs_table(tmp_path):
     run = tmp_path / "sweep" / "r1"
-    _write(run / "metrics.jsonl", [
-        {"step": 1, "tokens": 100, "loss": 3.0, "mfu": float("nan")},
-        {"step": 2, "tokens": 200, "loss": 2.5, "mfu": float("nan"), "eval_loss": float("nan")},
-        {"step": 3, "tokens": 300, "loss": float("inf"), "mfu": 0.5, "eval_loss": 2.4},
-    ])
-    (run / "summary.json").write_text(json.dumps({"status": "completed", "n_params": 1000,
-                                                  "tokens": 300, "flops": 1.8e6, "mfu": None,
-                                                  "final_eval_loss": 2.4}))
+    _write(
+        run / "metrics.jsonl",
+        [
+            {"step": 1, "tokens": 100, "loss": 3.0, "mfu": float("nan")},
+            {"step": 2, "tokens": 200, "loss": 2.5, "mfu": float("nan"), "eval_loss": float("nan")},
+            {"step": 3, "tokens": 300, "loss": float("inf"), "mfu": 0.5, "eval_loss": 2.4},
+        ],
+    )
+    (run / "summary.json").write_text(
+        json.dumps(
+            {
+                "status": "completed",
+                "n_params": 1000,
+                "tokens": 300,
+                "flops": 1.8e6,
+                "mfu": None,
+                "final_eval_loss": 2.4,
+            }
+        )
+    )
     curve = runs.read_metrics(run)
     assert curve["mfu"].dtype.kind == "f" and curve["loss"].dtype.kind == "f"
     assert curve["mfu"].isna().tolist() == [True, True, False]
     assert curve["loss"].isna().tolist() == [False, False, True]
     assert curve["eval_loss"].isna().tolist() == [True, True, False]
     runs_df, curves_df = runs.load(tmp_path / "sweep", cache_dir=tmp_path / "cache")
-    assert len(runs_df) == 1 and pd.isna(runs_df["mfu"].iloc[0])        # summary.json's null
+    assert len(runs_df) == 1 and pd.isna(runs_df["mfu"].iloc[0])  # summary.json's null
     assert curves_df["mfu"].isna().sum() == 2 and curves_df["loss"].isna().sum() == 1
-    _, cached = runs.load(tmp_path / "sweep", cache_dir=tmp_path / "cache")   # from the Parquet cache
+    _, cached = runs.load(tmp_path / "sweep", cache_dir=tmp_path / "cache")  # from the Parquet cache
     assert cached["mfu"].isna().sum() == 2 and cached["loss"].isna().sum() == 1
 
 
 def test_rl_curve_reads_a_null_stderr_as_nan(tmp_path):
     run = tmp_path / "rl_run"
-    _write(run / "metrics.jsonl", [
-        {"step": s, "flops_rl": 1e6 * s, "pass_rate": 0.1 * s,
-         "pass_rate_stderr": float("nan") if s == 1 else 0.01, "train_reward": None}
-        for s in (1, 2, 3)])
+    _write(
+        run / "metrics.jsonl",
+        [
+            {
+                "step": s,
+                "flops_rl": 1e6 * s,
+                "pass_rate": 0.1 * s,
+                "pass_rate_stderr": float("nan") if s == 1 else 0.01,
+                "train_reward": None,
+            }
+            for s in (1, 2, 3)
+        ],
+    )
     for line in (run / "metrics.jsonl").read_text().splitlines():
         strict_loads(line)
     curve = load_rl_curve(run)

@@ -51,16 +51,26 @@ class BudgetAction(argparse.Action):
 
 def add_budget_argument(parser: argparse.ArgumentParser, what: str) -> None:
     """`--budget C [C ...]`, repeatable and comma-separable; `args.budget` is a list or None."""
-    parser.add_argument("--budget", action=BudgetAction, nargs="+", default=None, metavar="C",
-                        help=f"compute budget in FLOPs {what}; repeatable, or several values "
-                             "in one flag (--budget 1e21 1e23 or --budget 1e21,1e23)")
+    parser.add_argument(
+        "--budget",
+        action=BudgetAction,
+        nargs="+",
+        default=None,
+        metavar="C",
+        help=f"compute budget in FLOPs {what}; repeatable, or several values "
+        "in one flag (--budget 1e21 1e23 or --budget 1e21,1e23)",
+    )
 
 
 def add_json_argument(parser: argparse.ArgumentParser, what: str) -> None:
     """`--json PATH` (`-` = stdout); `args.json` is the path string or None."""
-    parser.add_argument("--json", default=None, metavar="PATH",
-                        help=f"write {what} as strict JSON to PATH ('-': to stdout; the "
-                             "human-readable lines then go to stderr)")
+    parser.add_argument(
+        "--json",
+        default=None,
+        metavar="PATH",
+        help=f"write {what} as strict JSON to PATH ('-': to stdout; the "
+        "human-readable lines then go to stderr)",
+    )
 
 
 def json_to_stdout(args: argparse.Namespace) -> bool:

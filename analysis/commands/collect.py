@@ -21,19 +21,36 @@ from analysis.commands._options import add_json_argument, emit_json
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("collect", help="collect run directories into a runs table (CSV/Parquet) for `fit`",
-                       description=__doc__.splitlines()[0])
-    p.add_argument("sweep_dirs", nargs="+", metavar="SWEEP_DIR",
-                   help="sweep directory, run directory or any folder of runs (searched recursively)")
-    p.add_argument("--out", required=True, metavar="PATH",
-                   help="runs table to write: .csv or .parquet (by extension)")
+    p = sub.add_parser(
+        "collect",
+        help="collect run directories into a runs table (CSV/Parquet) for `fit`",
+        description=__doc__.splitlines()[0],
+    )
+    p.add_argument(
+        "sweep_dirs",
+        nargs="+",
+        metavar="SWEEP_DIR",
+        help="sweep directory, run directory or any folder of runs (searched recursively)",
+    )
+    p.add_argument(
+        "--out", required=True, metavar="PATH", help="runs table to write: .csv or .parquet (by extension)"
+    )
     p.add_argument("--curves", metavar="PATH", help="also write the per-step curves table (.csv or .parquet)")
-    p.add_argument("--tasks", metavar="PATH",
-                   help="also write the downstream-task table (fit-task's LADDER.csv: one row per run, eval, task)")
-    p.add_argument("--include-unfinished", action="store_true",
-                   help="keep runs that did not complete (diverged, failed, unfinished) with their status")
-    p.add_argument("--no-cache", action="store_true",
-                   help="parse every run afresh instead of using the Parquet cache ($SCALELAB_CACHE_DIR)")
+    p.add_argument(
+        "--tasks",
+        metavar="PATH",
+        help="also write the downstream-task table (fit-task's LADDER.csv: one row per run, eval, task)",
+    )
+    p.add_argument(
+        "--include-unfinished",
+        action="store_true",
+        help="keep runs that did not complete (diverged, failed, unfinished) with their status",
+    )
+    p.add_argument(
+        "--no-cache",
+        action="store_true",
+        help="parse every run afresh instead of using the Parquet cache ($SCALELAB_CACHE_DIR)",
+    )
     add_json_argument(p, "the runs table as {'columns': [...], 'runs': [{...}, ...]}")
     p.set_defaults(func=run)
 
@@ -44,8 +61,9 @@ def run(args: argparse.Namespace) -> int:
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", runs.RunWarning)
-        runs_df, curves = runs.load(*args.sweep_dirs, cache_dir=not args.no_cache,
-                                    include_unfinished=args.include_unfinished)
+        runs_df, curves = runs.load(
+            *args.sweep_dirs, cache_dir=not args.no_cache, include_unfinished=args.include_unfinished
+        )
     for msg in dict.fromkeys(str(w.message) for w in caught if issubclass(w.category, runs.RunWarning)):
         print(f"warning: {msg}", file=sys.stderr)
     df, sel = runs.with_selection(runs.with_roles(runs_df))
@@ -58,9 +76,13 @@ def run(args: argparse.Namespace) -> int:
     if args.tasks:
         tasks = runs.task_table(runs_df, curves)
         if tasks.empty:
-            print(f"warning: no run logged task metrics (eval.tasks); {args.tasks} has no rows", file=sys.stderr)
+            print(
+                f"warning: no run logged task metrics (eval.tasks); {args.tasks} has no rows", file=sys.stderr
+            )
         runs.write_table(tasks, args.tasks)
-        print(f"wrote {args.tasks}: {len(tasks)} rows, {tasks['task'].nunique()} task(s) (fit-task LADDER.csv)")
+        print(
+            f"wrote {args.tasks}: {len(tasks)} rows, {tasks['task'].nunique()} task(s) (fit-task LADDER.csv)"
+        )
     out = {"columns": list(df.columns), "runs": df.to_dict(orient="records")}
     if sel is not None:
         out["hparams"] = sel.to_dict()

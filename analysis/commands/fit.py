@@ -32,45 +32,78 @@ def _fixed(items: list[str]) -> dict[str, float]:
 
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser("fit", help="fit a scaling law to a table of runs (CSV)", description=__doc__.splitlines()[0])
-    p.add_argument("data", help="CSV (or .parquet) with one row per run, e.g. from `python -m analysis collect`")
-    p.add_argument("--law", default="chinchilla",
-                   help="law name (default chinchilla; see docs/analysis.md), or auto: chinchilla or chinchilla_tied "
-                        "(beta = alpha), whichever predicted its own larger runs better (forward-chaining)")
-    p.add_argument("--n-col", help="model-size column (default: N, n_params or 'Model Size'; with --n-params "
-                                   "non_embedding: n_params_non_embedding or N_non_embedding)")
-    p.add_argument("--n-params", choices=("total", "non_embedding"),
-                   help="which parameter count N is: total (every parameter) or non_embedding (without the input "
-                        "embedding and untied output head, Kaplan et al.'s N; needs a column n_params_non_embedding, "
-                        "which `collect` writes). Default: non_embedding for the Kaplan laws of N (kaplan_n, "
-                        "kaplan_n_e), total for every other law (chinchilla). Recorded as n_params in the JSON")
+    p = subparsers.add_parser(
+        "fit", help="fit a scaling law to a table of runs (CSV)", description=__doc__.splitlines()[0]
+    )
+    p.add_argument(
+        "data", help="CSV (or .parquet) with one row per run, e.g. from `python -m analysis collect`"
+    )
+    p.add_argument(
+        "--law",
+        default="chinchilla",
+        help="law name (default chinchilla; see docs/analysis.md), or auto: chinchilla or chinchilla_tied "
+        "(beta = alpha), whichever predicted its own larger runs better (forward-chaining)",
+    )
+    p.add_argument(
+        "--n-col",
+        help="model-size column (default: N, n_params or 'Model Size'; with --n-params "
+        "non_embedding: n_params_non_embedding or N_non_embedding)",
+    )
+    p.add_argument(
+        "--n-params",
+        choices=("total", "non_embedding"),
+        help="which parameter count N is: total (every parameter) or non_embedding (without the input "
+        "embedding and untied output head, Kaplan et al.'s N; needs a column n_params_non_embedding, "
+        "which `collect` writes). Default: non_embedding for the Kaplan laws of N (kaplan_n, "
+        "kaplan_n_e), total for every other law (chinchilla). Recorded as n_params in the JSON",
+    )
     p.add_argument("--d-col", help="tokens column (default: D or tokens; else derived as C/(6N))")
     p.add_argument("--c-col", help="compute column (default: C, flops or 'Training FLOP'; else 6ND)")
     p.add_argument("--loss-col", help="target column (default: loss or final_eval_loss)")
     p.add_argument("--x-col", help="input column of the generic 'power' law")
     p.add_argument("--weight-col", help="column of per-run weights")
-    p.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples for CIs (default 1000; 0 = none)")
+    p.add_argument(
+        "--bootstrap", type=int, default=1000, help="bootstrap resamples for CIs (default 1000; 0 = none)"
+    )
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
-    p.add_argument("--holdout-above", type=float, help="leave runs with C above this out of the fit and predict them")
-    p.add_argument("--all-runs", action="store_true",
-                   help="fit every row, also the non-best runs of an LR / optim.* sweep (default: best per (budget, shape))")
+    p.add_argument(
+        "--holdout-above", type=float, help="leave runs with C above this out of the fit and predict them"
+    )
+    p.add_argument(
+        "--all-runs",
+        action="store_true",
+        help=(
+            "fit every row, also the non-best runs of an LR / optim.* sweep "
+            "(default: best per (budget, shape))"
+        ),
+    )
     add_budget_argument(p, "to state the compute-optimal allocation N*, D* for")
     p.add_argument("--fix", action="append", metavar="NAME=VALUE", help="hold a parameter fixed; repeatable")
     p.add_argument("--delta", type=float, default=1e-3, help="Huber delta on log residuals (default 1e-3)")
-    p.add_argument("--precision", choices=("auto", "mixed", "float64"), default="auto",
-                   help="auto (default): float32 search + float64 polish for big grids; mixed: always; float64: never")
-    p.add_argument("--approach2", choices=("parabola", "cubic", "law"),
-                   help="also fit IsoFLOP profiles (Approach 2) and report whether its exponent disagrees with the law fit")
+    p.add_argument(
+        "--precision",
+        choices=("auto", "mixed", "float64"),
+        default="auto",
+        help="auto (default): float32 search + float64 polish for big grids; mixed: always; float64: never",
+    )
+    p.add_argument(
+        "--approach2",
+        choices=("parabola", "cubic", "law"),
+        help=(
+            "also fit IsoFLOP profiles (Approach 2) and report whether its exponent disagrees "
+            "with the law fit"
+        ),
+    )
     add_json_argument(p, "the fit (schema in docs/analysis.md)")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     # JAX and the fitting code load here, not at import, so `python -m analysis --help` stays fast.
-    from models.base.jaxcache import enable_compile_cache
     from analysis.laws.fitting import fit_law
     from analysis.laws.points import NParamsWarning
     from analysis.laws.registry import get_law
+    from models.base.jaxcache import enable_compile_cache
 
     enable_compile_cache()
     from analysis.laws.selection import AUTO, LawChoice, fit_auto
@@ -79,12 +112,23 @@ def run(args: argparse.Namespace) -> int:
         get_law(args.law)  # unknown law: fail before reading data
     columns = _columns(args)
     data, selection = _fit_rows(args)
-    kwargs = dict(bootstrap=args.bootstrap, seed=args.seed, holdout_above=args.holdout_above,
-                  weights=args.weight_col, fixed=_fixed(args.fix), delta=args.delta, precision=args.precision,
-                  n_params=args.n_params)
+    kwargs = dict(
+        bootstrap=args.bootstrap,
+        seed=args.seed,
+        holdout_above=args.holdout_above,
+        weights=args.weight_col,
+        fixed=_fixed(args.fix),
+        delta=args.delta,
+        precision=args.precision,
+        n_params=args.n_params,
+    )
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", NParamsWarning)
-        fit = fit_auto(data, columns, **kwargs) if args.law == AUTO else fit_law(data, args.law, columns, **kwargs)
+        fit = (
+            fit_auto(data, columns, **kwargs)
+            if args.law == AUTO
+            else fit_law(data, args.law, columns, **kwargs)
+        )
     _reemit(caught, NParamsWarning)
     if "law_selection" in fit.extras:
         choice = fit.extras["law_selection"]
@@ -117,7 +161,9 @@ def _fit_rows(args: argparse.Namespace):
         if SELECTED in df.columns:
             return df[df[SELECTED].map(lambda v: str(v).strip().lower() in ("true", "1", "1.0"))], None
         return df, None
-    sel = select_best_runs(df.drop(columns=[c for c in (SELECTED, GROUP) if c in df.columns]), loss_col=args.loss_col)
+    sel = select_best_runs(
+        df.drop(columns=[c for c in (SELECTED, GROUP) if c in df.columns]), loss_col=args.loss_col
+    )
     if not sel.active:
         return df, None
     print(sel.message)
@@ -144,8 +190,17 @@ def _print_n_params(fit) -> None:
 
 def _columns(args: argparse.Namespace) -> dict[str, str]:
     """Column roles the user named with --n-col/--d-col/...; the rest are found by name."""
-    return {role: name for role, name in (("N", args.n_col), ("D", args.d_col), ("C", args.c_col),
-                                          ("loss", args.loss_col), ("x", args.x_col)) if name}
+    return {
+        role: name
+        for role, name in (
+            ("N", args.n_col),
+            ("D", args.d_col),
+            ("C", args.c_col),
+            ("loss", args.loss_col),
+            ("x", args.x_col),
+        )
+        if name
+    }
 
 
 def _print_allocation(result: dict) -> None:
@@ -158,18 +213,26 @@ def _print_allocation(result: dict) -> None:
 
 def _print_holdout(h: dict | None) -> None:
     if h is not None:
-        print(f"  held out {h['n_points']} runs above C={h['threshold']:.3g}: mean |rel err| {h['mean_rel_error']:.3%}, "
-              f"max {h['max_rel_error']:.3%}"
-              + (f"; {h['coverage']:.0%} inside their 90% prediction intervals (mean width "
-                 f"{h['mean_interval_rel_width']:.2%})" if "coverage" in h else ""))
+        print(
+            f"  held out {h['n_points']} runs above C={h['threshold']:.3g}: "
+            f"mean |rel err| {h['mean_rel_error']:.3%}, "
+            f"max {h['max_rel_error']:.3%}"
+            + (
+                f"; {h['coverage']:.0%} inside their 90% prediction intervals (mean width "
+                f"{h['mean_interval_rel_width']:.2%})"
+                if "coverage" in h
+                else ""
+            )
+        )
 
 
 def _add_approach2(fit, args: argparse.Namespace, columns: dict[str, str], data) -> None:
     """IsoFLOP profiles (Approach 2) and their agreement with the law's exponent, kept in the fit's extras."""
     from analysis.laws.isoflop import approach2, compare_approaches  # JAX-heavy; see run()
 
-    a2 = approach2(data, columns, method=args.approach2,
-                   bootstrap=min(args.bootstrap, 1000) or 200, seed=args.seed)
+    a2 = approach2(
+        data, columns, method=args.approach2, bootstrap=min(args.bootstrap, 1000) or 200, seed=args.seed
+    )
     cmp_ = compare_approaches(fit, a2)
     fit.extras.update(approach2=a2, approach_comparison=cmp_)
     print(f"  {cmp_['message']}")

@@ -18,33 +18,55 @@ from analysis.commands.fit import _fixed
 
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser("fit-curve", help="fit a loss-curve law (tissue, mpl) and forecast curves",
-                              description=__doc__.splitlines()[0])
-    p.add_argument("--law", default="mpl", help="curve law: mpl (Luo et al. 2025) or tissue (Tissue et al. 2024)")
+    p = subparsers.add_parser(
+        "fit-curve",
+        help="fit a loss-curve law (tissue, mpl) and forecast curves",
+        description=__doc__.splitlines()[0],
+    )
+    p.add_argument(
+        "--law", default="mpl", help="curve law: mpl (Luo et al. 2025) or tissue (Tissue et al. 2024)"
+    )
     p.add_argument("--fit", nargs="+", required=True, metavar="CURVE", help="curves to fit (CSV or run dir)")
     p.add_argument("--predict", nargs="*", default=[], metavar="CURVE", help="curves to predict in full")
     p.add_argument("--fit-until", type=int, help="fit only steps <= this; predict the later steps")
     p.add_argument("--fix", action="append", metavar="NAME=VALUE", help="hold a parameter fixed; repeatable")
-    p.add_argument("--resolution", type=int, default=32,
-                   help="steps per annealing quadrature node (default 32; 1 = exact per-step sum)")
-    p.add_argument("--warmup", choices=("linear", "constant"), default="linear",
-                   help="schedule before the first logged step (default: linear warm-up from 0)")
-    p.add_argument("--no-intervals", action="store_true",
-                   help="skip the forecast intervals (saves the calibration refits)")
+    p.add_argument(
+        "--resolution",
+        type=int,
+        default=32,
+        help="steps per annealing quadrature node (default 32; 1 = exact per-step sum)",
+    )
+    p.add_argument(
+        "--warmup",
+        choices=("linear", "constant"),
+        default="linear",
+        help="schedule before the first logged step (default: linear warm-up from 0)",
+    )
+    p.add_argument(
+        "--no-intervals",
+        action="store_true",
+        help="skip the forecast intervals (saves the calibration refits)",
+    )
     add_json_argument(p, "params, the convergence report, per-curve prediction errors and 90% intervals")
     p.set_defaults(func=run)
 
 
 def _print_result(r) -> None:
     print(f"law {r.law}: " + ", ".join(f"{k}={v:.6g}" for k, v in r.params.items()))
-    print(f"  objective {r.objective:.6g}, {r.starts_at_optimum}/{r.n_starts} starts at the optimum; {r.status}")
+    print(
+        f"  objective {r.objective:.6g}, {r.starts_at_optimum}/{r.n_starts} starts at the optimum; {r.status}"
+    )
     if r.intervals is not None:
         m = r.intervals
-        print(f"  90% intervals: jackknife+ over {len(m.refits)} refits ({len(m.units)} forecast curves; "
-              f"residual {m.residual:.3%} x (1 + horizon + rate distance))")
+        print(
+            f"  90% intervals: jackknife+ over {len(m.refits)} refits ({len(m.units)} forecast curves; "
+            f"residual {m.residual:.3%} x (1 + horizon + rate distance))"
+        )
     for name, e in r.predictions.items():
-        line = (f"  {name}: mean |rel err| {e['mean_rel_error']:.3%}, max {e['max_rel_error']:.3%}, "
-                f"final loss {e['final_loss_pred']:.4f} (actual {e['final_loss_actual']:.4f})")
+        line = (
+            f"  {name}: mean |rel err| {e['mean_rel_error']:.3%}, max {e['max_rel_error']:.3%}, "
+            f"final loss {e['final_loss_pred']:.4f} (actual {e['final_loss_actual']:.4f})"
+        )
         if "interval_coverage" in e:
             lo, hi = e["interval_final"]
             line += f", 90% [{lo:.4f}, {hi:.4f}], {e['interval_coverage']:.0%} of points inside"
@@ -61,8 +83,15 @@ def run(args: argparse.Namespace) -> int:
     get_curve_law(args.law)
     fit = [load_curve(c, warmup=args.warmup) for c in args.fit]
     pred = [load_curve(c, warmup=args.warmup) for c in args.predict]
-    r = fit_curve(fit, args.law, predict=pred, fit_until=args.fit_until, fixed=_fixed(args.fix),
-                  resolution=args.resolution, intervals=not args.no_intervals)
+    r = fit_curve(
+        fit,
+        args.law,
+        predict=pred,
+        fit_until=args.fit_until,
+        fixed=_fixed(args.fix),
+        resolution=args.resolution,
+        intervals=not args.no_intervals,
+    )
     _print_result(r)
     emit_json(args, r.to_dict())
     return 0

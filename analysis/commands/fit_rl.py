@@ -15,22 +15,46 @@ from models.base.errors import AnalysisError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("fit-rl", help="fit pass rate vs RL compute (ScaleRL sigmoid / power law)",
-                       description=__doc__.splitlines()[0])
+    p = sub.add_parser(
+        "fit-rl",
+        help="fit pass rate vs RL compute (ScaleRL sigmoid / power law)",
+        description=__doc__.splitlines()[0],
+    )
     p.add_argument("inputs", nargs="+", metavar="INPUT", help="RL run directory or CSV (seeds)")
-    p.add_argument("--law", default="sigmoid",
-                   help="sigmoid (ScaleRL, default) or powerlaw (analysis.rl.laws.LAWS)")
-    p.add_argument("--burn-in", type=float, default=None, metavar="C",
-                   help="exclude evaluations below this compute (default: runs: min(10%% of "
-                        "final compute, one pass over the prompts); CSV: none)")
-    p.add_argument("--burn-in-frac", type=float, default=None, metavar="F",
-                   help="exclude the first fraction F of the final compute instead")
-    p.add_argument("--r0", default="fit", help="fit (default) | start (fix to the measured "
-                   "start, as ScaleRL) | a number")
-    p.add_argument("--ci", choices=("profile", "bootstrap"), default="profile",
-                   help="parameter intervals: profile likelihood (default) or bootstrap")
-    p.add_argument("--fit-until-frac", type=float, default=None, metavar="F",
-                   help="fit on compute <= F x final, score the prediction on the rest")
+    p.add_argument(
+        "--law", default="sigmoid", help="sigmoid (ScaleRL, default) or powerlaw (analysis.rl.laws.LAWS)"
+    )
+    p.add_argument(
+        "--burn-in",
+        type=float,
+        default=None,
+        metavar="C",
+        help="exclude evaluations below this compute (default: runs: min(10%% of "
+        "final compute, one pass over the prompts); CSV: none)",
+    )
+    p.add_argument(
+        "--burn-in-frac",
+        type=float,
+        default=None,
+        metavar="F",
+        help="exclude the first fraction F of the final compute instead",
+    )
+    p.add_argument(
+        "--r0", default="fit", help="fit (default) | start (fix to the measured start, as ScaleRL) | a number"
+    )
+    p.add_argument(
+        "--ci",
+        choices=("profile", "bootstrap"),
+        default="profile",
+        help="parameter intervals: profile likelihood (default) or bootstrap",
+    )
+    p.add_argument(
+        "--fit-until-frac",
+        type=float,
+        default=None,
+        metavar="F",
+        help="fit on compute <= F x final, score the prediction on the rest",
+    )
     add_json_argument(p, "the fit (params, ci, flags, verdict, per_seed, prediction)")
     p.set_defaults(func=run)
 
@@ -44,8 +68,14 @@ def run(args: argparse.Namespace) -> int:
     if args.law not in LAWS:
         raise AnalysisError(f"unknown --law {args.law!r}; choose one of {', '.join(LAWS)}")
     curves = [load_curve(i) for i in args.inputs]
-    opts = FitOptions(law=args.law, burn_in=args.burn_in, burn_in_frac=args.burn_in_frac,
-                      r0=args.r0, ci_method=args.ci, fit_until_frac=args.fit_until_frac)
+    opts = FitOptions(
+        law=args.law,
+        burn_in=args.burn_in,
+        burn_in_frac=args.burn_in_frac,
+        r0=args.r0,
+        ci_method=args.ci,
+        fit_until_frac=args.fit_until_frac,
+    )
     res = fit_recipe(curves, opts)
     print(f"{args.law} fit of {len(curves)} input(s): {res['verdict']}")
     _print_prediction(res, args.fit_until_frac)
@@ -63,6 +93,8 @@ def _print_prediction(res: dict, fit_until_frac: float | None) -> None:
         return
     pr = res["prediction"]
     tag = " (flagged: not a trustworthy extrapolation)" if pr["withheld"] else ""
-    print(f"  prediction from the first {fit_until_frac:g} of compute: final "
-          f"{pr['final_pred']:.3f} vs actual {pr['final_actual']:.3f} "
-          f"(|err| {pr['final_abs_error']:.3f}, mean |err| {pr['mean_abs_error']:.3f}){tag}")
+    print(
+        f"  prediction from the first {fit_until_frac:g} of compute: final "
+        f"{pr['final_pred']:.3f} vs actual {pr['final_actual']:.3f} "
+        f"(|err| {pr['final_abs_error']:.3f}, mean |err| {pr['mean_abs_error']:.3f}){tag}"
+    )

@@ -16,20 +16,38 @@ from analysis.commands._options import add_json_argument, emit_json
 
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser("fit-task", help="predict downstream-task accuracy (compute -> task loss -> accuracy)",
-                              description=__doc__.splitlines()[0])
+    p = subparsers.add_parser(
+        "fit-task",
+        help="predict downstream-task accuracy (compute -> task loss -> accuracy)",
+        description=__doc__.splitlines()[0],
+    )
     p.add_argument("ladder", help="CSV (or .parquet): N, D, task, task_loss, accuracy [, run, chance, C]")
-    p.add_argument("--predict", required=True, metavar="TARGETS",
-                   help="CSV (or .parquet) of targets: N, D, task (tasks must be in the ladder)")
-    p.add_argument("--law", default="chinchilla_tied",
-                   help="step-1 law for the task loss (default chinchilla_tied; chinchilla, or auto: the "
-                        "better of the two by forward-chaining error)")
-    p.add_argument("--method", choices=("auto", "average", "chain", "direct"), default="auto",
-                   help="auto (default): per task, the candidate that predicted the ladder's largest size best "
-                        "from the smaller ones (the chain, the direct fit, or their average); average, chain or "
-                        "direct: restrict the choice to that method")
-    p.add_argument("--bootstrap", type=int, default=200,
-                   help="bootstrap resamples of the runs for the intervals (default 200; 0 = none)")
+    p.add_argument(
+        "--predict",
+        required=True,
+        metavar="TARGETS",
+        help="CSV (or .parquet) of targets: N, D, task (tasks must be in the ladder)",
+    )
+    p.add_argument(
+        "--law",
+        default="chinchilla_tied",
+        help="step-1 law for the task loss (default chinchilla_tied; chinchilla, or auto: the "
+        "better of the two by forward-chaining error)",
+    )
+    p.add_argument(
+        "--method",
+        choices=("auto", "average", "chain", "direct"),
+        default="auto",
+        help="auto (default): per task, the candidate that predicted the ladder's largest size best "
+        "from the smaller ones (the chain, the direct fit, or their average); average, chain or "
+        "direct: restrict the choice to that method",
+    )
+    p.add_argument(
+        "--bootstrap",
+        type=int,
+        default=200,
+        help="bootstrap resamples of the runs for the intervals (default 200; 0 = none)",
+    )
     p.add_argument("--seed", type=int, default=0, help="bootstrap and interval seed (default 0)")
     add_json_argument(p, "the predictions and per-task fits")
     p.set_defaults(func=run)
@@ -62,12 +80,16 @@ def _print(fit, predictions) -> None:
         sel = tf.selection
         score = sel.fold_mae.get(sel.chosen)
         held = f"held-out MAE {100 * score:.2f} pts" if score == score else "no held-out check"
-        print(f"{task}: {tf.chosen.candidate.name} ({held}; step 1 {tf.step1.law}, {tf.rows.n_runs} runs, "
-              f"chance {tf.rows.chance:.3g} [{tf.rows.chance_source}])")
+        print(
+            f"{task}: {tf.chosen.candidate.name} ({held}; step 1 {tf.step1.law}, {tf.rows.n_runs} runs, "
+            f"chance {tf.rows.chance:.3g} [{tf.rows.chance_source}])"
+        )
         for w in tf.warnings:
             print(f"  warning: {w}")
     for p in predictions:
         lo, hi = p.accuracy_interval
-        print(f"  {p.task} N={p.N:.4g} D={p.D:.4g}: task loss {p.task_loss:.4g}, accuracy {p.accuracy:.4f} "
-              f"[{lo:.4f}, {hi:.4f}] ({p.method})" + "".join(f"\n    warning: {w}" for w in p.warnings
-                                                           if w not in fit.tasks[p.task].warnings))
+        print(
+            f"  {p.task} N={p.N:.4g} D={p.D:.4g}: task loss {p.task_loss:.4g}, accuracy {p.accuracy:.4f} "
+            f"[{lo:.4f}, {hi:.4f}] ({p.method})"
+            + "".join(f"\n    warning: {w}" for w in p.warnings if w not in fit.tasks[p.task].warnings)
+        )

@@ -46,9 +46,18 @@ from typing import Any
 from analysis.commands._options import add_json_argument, emit_json
 from models.base.errors import AnalysisError
 from models.base.jsonio import write_json
-from sharding.costmodel import (BF16_MIXED, DEFAULT_EFFICIENCY, FP32_PARAMS, MFU_CONVENTION,
-                                Efficiency, Layout, LayoutError, ModelShape, estimate_step,
-                                load_hardware)
+from sharding.costmodel import (
+    BF16_MIXED,
+    DEFAULT_EFFICIENCY,
+    FP32_PARAMS,
+    MFU_CONVENTION,
+    Efficiency,
+    Layout,
+    LayoutError,
+    ModelShape,
+    estimate_step,
+    load_hardware,
+)
 from sharding.costmodel.spec import nearest_mesh
 
 REQUIRED = ("n_layers", "d_model", "n_heads", "seq_len", "vocab_size", "global_batch")
@@ -56,21 +65,40 @@ PRECISIONS = {"bf16-mixed": BF16_MIXED, "fp32-params": FP32_PARAMS}
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser("layout-eval", help="predict step time, MFU and memory per layout row",
-                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("csv", type=pathlib.Path, nargs="?",
-                   help="one layout per row (see columns above); omit with --calibrate SWEEP_DIR")
+    p = subparsers.add_parser(
+        "layout-eval",
+        help="predict step time, MFU and memory per layout row",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "csv",
+        type=pathlib.Path,
+        nargs="?",
+        help="one layout per row (see columns above); omit with --calibrate SWEEP_DIR",
+    )
     add_json_argument(p, "{'rows': [...], 'efficiency': {...}}")
     p.add_argument("--hardware", help="default hardware for rows without a `hardware` column")
-    p.add_argument("--precision", choices=sorted(PRECISIONS), default="bf16-mixed",
-                   help="bf16-mixed (default: bf16 compute, fp32 master weights) or fp32-params")
+    p.add_argument(
+        "--precision",
+        choices=sorted(PRECISIONS),
+        default="bf16-mixed",
+        help="bf16-mixed (default: bf16 compute, fp32 master weights) or fp32-params",
+    )
     p.add_argument("--efficiency", type=pathlib.Path, help="efficiency constants JSON")
-    p.add_argument("--calibrate", type=pathlib.Path, metavar="EFF.json|SWEEP_DIR",
-                   help="fit efficiency constants to the CSV's measured columns and write them to "
-                        "EFF.json, or to the runs of a trainer sweep directory")
-    p.add_argument("--out", type=pathlib.Path, metavar="EFF.json",
-                   help="with --calibrate SWEEP_DIR: where to write the constants "
-                        "(default SWEEP_DIR/efficiency.json)")
+    p.add_argument(
+        "--calibrate",
+        type=pathlib.Path,
+        metavar="EFF.json|SWEEP_DIR",
+        help="fit efficiency constants to the CSV's measured columns and write them to "
+        "EFF.json, or to the runs of a trainer sweep directory",
+    )
+    p.add_argument(
+        "--out",
+        type=pathlib.Path,
+        metavar="EFF.json",
+        help="with --calibrate SWEEP_DIR: where to write the constants (default SWEEP_DIR/efficiency.json)",
+    )
     p.set_defaults(func=run)
 
 
@@ -109,11 +137,16 @@ def _str(row: dict, key: str, default: str | None) -> str | None:
 
 def _shape(row: dict, i: int) -> ModelShape:
     return ModelShape(
-        n_layers=_int(row, "n_layers", None, i), d_model=_int(row, "d_model", None, i),
-        n_heads=_int(row, "n_heads", None, i), seq_len=_int(row, "seq_len", None, i),
-        vocab_size=_int(row, "vocab_size", None, i), d_ff=_optional_int(row, "d_ff", i),
-        n_kv_heads=_optional_int(row, "n_kv_heads", i), mlp=_str(row, "mlp", "swiglu"),
-        tied_embeddings=bool(_int(row, "tied_embeddings", 0, i)))
+        n_layers=_int(row, "n_layers", None, i),
+        d_model=_int(row, "d_model", None, i),
+        n_heads=_int(row, "n_heads", None, i),
+        seq_len=_int(row, "seq_len", None, i),
+        vocab_size=_int(row, "vocab_size", None, i),
+        d_ff=_optional_int(row, "d_ff", i),
+        n_kv_heads=_optional_int(row, "n_kv_heads", i),
+        mlp=_str(row, "mlp", "swiglu"),
+        tied_embeddings=bool(_int(row, "tied_embeddings", 0, i)),
+    )
 
 
 def _layout(row: dict, i: int) -> Layout:
@@ -127,17 +160,26 @@ def _layout(row: dict, i: int) -> Layout:
             raise LayoutError(f"n_devices={n_dev} is not divisible by tp×pp = {tp * pp}")
     dp = _int(row, "dp", dp_default if dp_default is not None else 1, i)
     attention = _str(row, "attention", None) or ("flash2" if _int(row, "flash_attn", 1, i) else "naive")
-    layout = Layout(dp=dp, tp=tp, pp=pp, cp=_int(row, "cp", 1, i),
-                    micro_batch=_int(row, "micro_batch", 1, i),
-                    global_batch=_int(row, "global_batch", None, i),
-                    sp=bool(_int(row, "sp", 0, i)), zero_stage=_int(row, "zero_stage", 1, i),
-                    act_ckpt=_str(row, "act_ckpt", "none"), attention=attention,
-                    fused_norm=bool(_int(row, "fused_norm", 1, i)),
-                    interleave=_int(row, "interleave", 1, i),
-                    offload_optimizer=bool(_int(row, "offload_optimizer", 0, i)))
+    layout = Layout(
+        dp=dp,
+        tp=tp,
+        pp=pp,
+        cp=_int(row, "cp", 1, i),
+        micro_batch=_int(row, "micro_batch", 1, i),
+        global_batch=_int(row, "global_batch", None, i),
+        sp=bool(_int(row, "sp", 0, i)),
+        zero_stage=_int(row, "zero_stage", 1, i),
+        act_ckpt=_str(row, "act_ckpt", "none"),
+        attention=attention,
+        fused_norm=bool(_int(row, "fused_norm", 1, i)),
+        interleave=_int(row, "interleave", 1, i),
+        offload_optimizer=bool(_int(row, "offload_optimizer", 0, i)),
+    )
     if n_dev is not None and layout.n_devices != n_dev:
-        raise LayoutError(f"dp×tp×pp = {dp}×{tp}×{pp} = {layout.n_devices} does not match "
-                          f"n_devices={n_dev}; nearest valid mesh: {nearest_mesh(n_dev, tp, pp)}")
+        raise LayoutError(
+            f"dp×tp×pp = {dp}×{tp}×{pp} = {layout.n_devices} does not match "
+            f"n_devices={n_dev}; nearest valid mesh: {nearest_mesh(n_dev, tp, pp)}"
+        )
     return layout
 
 
@@ -190,8 +232,9 @@ def parse_row(row: dict, i: int, default_hw: str | None, hw_cache: dict):
             raise LayoutError("no hardware: add a `hardware` column or pass --hardware")
         if is_mixed(hw_name):
             if not _missing(row.get("n_devices")):
-                raise LayoutError("a mixed-hardware row takes its device counts from `hardware`; "
-                                  "leave n_devices empty")
+                raise LayoutError(
+                    "a mixed-hardware row takes its device counts from `hardware`; leave n_devices empty"
+                )
             return shape, _layout(row, i), _mixed(row, hw_name, i)
         for col in ("mixed_mode", "stage_layers"):
             if not _missing(row.get(col)):
@@ -251,8 +294,9 @@ def run(args: argparse.Namespace) -> int:
     if args.csv is None:
         raise AnalysisError("give a layouts CSV, or --calibrate SWEEP_DIR to fit a trainer sweep")
     if args.out is not None:
-        raise AnalysisError("--out goes with --calibrate SWEEP_DIR; with a CSV, --calibrate names "
-                            "the output file")
+        raise AnalysisError(
+            "--out goes with --calibrate SWEEP_DIR; with a CSV, --calibrate names the output file"
+        )
     rows = read_rows(args.csv)
     prec = PRECISIONS[args.precision]
     eff = load_efficiency(args.efficiency)
@@ -280,9 +324,15 @@ def _predict_mixed(row: dict, shape, layout, mixed: MixedCluster, prec, eff: Eff
         est = estimate_hetero_step(shape, layout, mixed.groups, prec, eff)
         rec["pred_batch_per_group"] = ";".join(map(str, est.batch_split()))
         rec["pred_dp_per_group"] = ";".join(str(e.layout.dp) for e in est.per_group)
-    rec.update(pred_step_time_s=est.step_time_s, pred_tokens_per_s=est.tokens_per_s,
-               pred_mfu=est.mfu, mfu_convention=est.mfu_convention, pred_hfu=None,
-               pred_mem_gb_per_device=est.mem_bytes_per_device / 1e9, pred_fits=bool(est.fits))
+    rec.update(
+        pred_step_time_s=est.step_time_s,
+        pred_tokens_per_s=est.tokens_per_s,
+        pred_mfu=est.mfu,
+        mfu_convention=est.mfu_convention,
+        pred_hfu=None,
+        pred_mem_gb_per_device=est.mem_bytes_per_device / 1e9,
+        pred_fits=bool(est.fits),
+    )
     return rec
 
 
@@ -295,9 +345,15 @@ def _predict_row(row: dict, shape, layout, hw, prec, eff: Efficiency) -> dict:
             raise AnalysisError(f"mixed hardware {hw.name}: {e}") from None
     est = estimate_step(shape, layout, hw, prec, eff)
     rec = {k: _clean(v) for k, v in row.items()}
-    rec.update(pred_step_time_s=est.step_time_s, pred_tokens_per_s=est.tokens_per_s,
-               pred_mfu=est.mfu, mfu_convention=est.mfu_convention, pred_hfu=est.hfu,
-               pred_mem_gb_per_device=est.memory.total / 1e9, pred_fits=bool(est.fits))
+    rec.update(
+        pred_step_time_s=est.step_time_s,
+        pred_tokens_per_s=est.tokens_per_s,
+        pred_mfu=est.mfu,
+        mfu_convention=est.mfu_convention,
+        pred_hfu=est.hfu,
+        pred_mem_gb_per_device=est.memory.total / 1e9,
+        pred_fits=bool(est.fits),
+    )
     return rec
 
 
@@ -305,9 +361,11 @@ def _print_table(parsed: list, out: list[dict]) -> None:
     print(f"{'row':>4} {'layout':28s} {'step s':>9} {'tok/s':>11} {'MFU':>6} {'mem GB':>7} fits")
     for i, ((_, lo, _), rec) in enumerate(zip(parsed, out)):
         lay = f"dp{lo.dp} tp{lo.tp} pp{lo.pp} mb{lo.micro_batch} z{lo.zero_stage} {lo.act_ckpt}"
-        print(f"{i + 1:>4} {lay:28s} {rec['pred_step_time_s']:9.3f} {rec['pred_tokens_per_s']:11.0f} "
-              f"{rec['pred_mfu']:6.3f} {rec['pred_mem_gb_per_device']:7.1f} "
-              f"{'yes' if rec['pred_fits'] else 'OOM'}")
+        print(
+            f"{i + 1:>4} {lay:28s} {rec['pred_step_time_s']:9.3f} {rec['pred_tokens_per_s']:11.0f} "
+            f"{rec['pred_mfu']:6.3f} {rec['pred_mem_gb_per_device']:7.1f} "
+            f"{'yes' if rec['pred_fits'] else 'OOM'}"
+        )
     print(f"MFU convention: {MFU_CONVENTION} (model FLOPs per token 6N + 12·L·H·Q·T, N = all parameters)")
 
 
@@ -322,8 +380,7 @@ def _measured_step_time(row: dict, shape, layout) -> float | None:
     return layout.global_batch * shape.seq_len / float(tps)
 
 
-def _calibrate(rows: list[dict], parsed: list, prec, base: Efficiency,
-               out_path: pathlib.Path) -> Efficiency:
+def _calibrate(rows: list[dict], parsed: list, prec, base: Efficiency, out_path: pathlib.Path) -> Efficiency:
     """Fit constants to the rows' measured step times / tokens per second and OOM flags."""
     # SciPy-based calibration loads only when asked for, keeping `python -m analysis --help` fast.
     from sharding.costmodel.calibrate import Measurement, calibrate, score
@@ -331,25 +388,30 @@ def _calibrate(rows: list[dict], parsed: list, prec, base: Efficiency,
     ms = []
     for i, (r, (shape, layout, hw)) in enumerate(zip(rows, parsed)):
         if isinstance(hw, MixedCluster):
-            raise AnalysisError(f"row {i + 1}: --calibrate fits one device type at a time; "
-                                f"calibrate on single-hardware rows (this row is {hw.name})")
+            raise AnalysisError(
+                f"row {i + 1}: --calibrate fits one device type at a time; "
+                f"calibrate on single-hardware rows (this row is {hw.name})"
+            )
         step = _measured_step_time(r, shape, layout)
         oom = bool(_int(r, "oom", 0, i + 1)) if "oom" in r else False
         if step is None and not oom:
             continue
         ms.append(Measurement(shape, layout, hw, None if oom else float(step), oom, prec))
     if sum(m.step_time_s is not None for m in ms) < 3:
-        raise AnalysisError("--calibrate needs >= 3 rows with measured_step_time_s or "
-                            "measured_tokens_per_s")
+        raise AnalysisError("--calibrate needs >= 3 rows with measured_step_time_s or measured_tokens_per_s")
     eff = calibrate(ms, base, provenance=f"fitted to {len(ms)} rows of {out_path.name}")
     eff, how = _with_error_model(eff, ms, _leave_one_out(ms, base))
     s = score(ms, eff)
     write_json(out_path, {"efficiency": eff.as_dict(), "scores": s.as_dict()})
-    print(f"calibrated on {len(ms)} rows: Spearman rho(MFU, {MFU_CONVENTION}) {s.spearman_mfu:.3f}, median |MFU err| "
-          f"{100 * s.median_abs_mfu_error:.2f} pts, OOM accuracy {100 * s.oom_accuracy:.1f}% "
-          f"(in-sample) -> {out_path}")
-    print(f"MFU error interval (measured / predicted, 5%-95%): [{eff.mfu_ratio_lo:.2f}, "
-          f"{eff.mfu_ratio_hi:.2f}], {how}")
+    print(
+        f"calibrated on {len(ms)} rows: Spearman rho(MFU, {MFU_CONVENTION}) {s.spearman_mfu:.3f}, "
+        f"median |MFU err| {100 * s.median_abs_mfu_error:.2f} pts, OOM accuracy {100 * s.oom_accuracy:.1f}% "
+        f"(in-sample) -> {out_path}"
+    )
+    print(
+        f"MFU error interval (measured / predicted, 5%-95%): [{eff.mfu_ratio_lo:.2f}, "
+        f"{eff.mfu_ratio_hi:.2f}], {how}"
+    )
     return eff
 
 
@@ -380,20 +442,37 @@ def _sweep_measurements(sweep: pathlib.Path, hardware: str | None):
         kind = str((summary.get("mesh") or {}).get("device_kind", "?"))
         hw = hw_fixed or hardware_for_device_kind(kind)
         if hw is None:
-            raise AnalysisError(f"{run_dir.name} ran on {kind!r}, which is not in the hardware "
-                                f"catalogue; pass --hardware NAME or a YAML describing it")
+            raise AnalysisError(
+                f"{run_dir.name} ran on {kind!r}, which is not in the hardware "
+                f"catalogue; pass --hardware NAME or a YAML describing it"
+            )
         prec = dataclasses.replace(TRAINER_PRECISION, act_bytes=act_bytes)
         if act_bytes == 4 and hw.peak_flops_float32:  # float32 matmuls run at their own peak
             hw = dataclasses.replace(hw, peak_flops=hw.peak_flops_float32)
         step = None if oom else float(per_step) / float(tps)
         ms.append(Measurement(shape, layout, hw, step, oom, prec, label=run_dir.name))
-        recs.append({"run": str(run_dir), "status": status, "oom": oom, "measured_step_time_s": step,
-                     "measured_tokens_per_s": None if oom else float(tps), "hardware": hw.name,
-                     "dp": layout.dp, "tp": layout.tp, "pp": layout.pp, "cp": layout.cp,
-                     "sp": layout.sp, "zero_stage": layout.zero_stage,
-                     "micro_batch": layout.micro_batch, "global_batch": layout.global_batch,
-                     "act_ckpt": layout.act_ckpt, "n_layers": shape.n_layers,
-                     "d_model": shape.d_model, "seq_len": shape.seq_len})
+        recs.append(
+            {
+                "run": str(run_dir),
+                "status": status,
+                "oom": oom,
+                "measured_step_time_s": step,
+                "measured_tokens_per_s": None if oom else float(tps),
+                "hardware": hw.name,
+                "dp": layout.dp,
+                "tp": layout.tp,
+                "pp": layout.pp,
+                "cp": layout.cp,
+                "sp": layout.sp,
+                "zero_stage": layout.zero_stage,
+                "micro_batch": layout.micro_batch,
+                "global_batch": layout.global_batch,
+                "act_ckpt": layout.act_ckpt,
+                "n_layers": shape.n_layers,
+                "d_model": shape.d_model,
+                "seq_len": shape.seq_len,
+            }
+        )
     return ms, recs, skipped
 
 
@@ -408,10 +487,11 @@ def _leave_one_out(ms: list, base: Efficiency, max_runs: int = 40) -> list[float
         return None
     ratios = []
     for i in timed:
-        eff = calibrate(ms[:i] + ms[i + 1:], base)
+        eff = calibrate(ms[:i] + ms[i + 1 :], base)
         m = ms[i]
-        ratios.append(estimate_step(m.model, m.layout, m.hardware, m.precision, eff).step_time_s
-                      / m.step_time_s)
+        ratios.append(
+            estimate_step(m.model, m.layout, m.hardware, m.precision, eff).step_time_s / m.step_time_s
+        )
     return ratios
 
 
@@ -433,6 +513,33 @@ def _with_error_model(eff: Efficiency, ms: list, loo: list[float] | None) -> tup
     return eff.replace(mfu_ratio_lo=float(lo), mfu_ratio_hi=float(hi)), how
 
 
+def _add_predictions(recs: list[dict], ms: list, eff: Efficiency) -> None:
+    """Add the cost model's step time, MFU and memory under `eff` to each run's record."""
+    for rec, m in zip(recs, ms):
+        est = estimate_step(m.model, m.layout, m.hardware, m.precision, eff)
+        rec.update(
+            pred_step_time_s=est.step_time_s,
+            pred_mfu=est.mfu,
+            mfu_convention=est.mfu_convention,
+            pred_mem_gb_per_device=est.memory.total / 1e9,
+            pred_fits=bool(est.fits),
+        )
+
+
+def _print_run_table(recs: list[dict]) -> None:
+    """One line per run: its layout, measured and predicted step time."""
+    print(f"{'run':24s} {'layout':26s} {'measured s':>11} {'predicted s':>12}")
+    for rec in recs:
+        lay = (
+            f"dp{rec['dp']} tp{rec['tp']} pp{rec['pp']} cp{rec['cp']}"
+            f"{' sp' if rec['sp'] else ''} mb{rec['micro_batch']}"
+        )
+        meas = "OOM" if rec["oom"] else f"{rec['measured_step_time_s']:.4f}"
+        print(
+            f"{pathlib.Path(rec['run']).name[:24]:24s} {lay:26s} {meas:>11} {rec['pred_step_time_s']:12.4f}"
+        )
+
+
 def _run_sweep(args: argparse.Namespace) -> int:
     """`layout-eval --calibrate SWEEP_DIR`: fit the constants to a trainer sweep's runs."""
     from sharding.costmodel.calibrate import calibrate, score
@@ -442,11 +549,14 @@ def _run_sweep(args: argparse.Namespace) -> int:
     sweep = args.calibrate
     ms, recs, skipped = _sweep_measurements(sweep, args.hardware)
     if skipped:
-        print(f"skipped {len(skipped)} run(s): {', '.join(skipped[:5])}"
-              + (" ..." if len(skipped) > 5 else ""))
+        print(
+            f"skipped {len(skipped)} run(s): {', '.join(skipped[:5])}" + (" ..." if len(skipped) > 5 else "")
+        )
     if sum(m.step_time_s is not None for m in ms) < 3:
-        raise AnalysisError(f"{sweep} has {sum(m.step_time_s is not None for m in ms)} completed "
-                            "run(s) with a measured throughput; --calibrate needs >= 3")
+        raise AnalysisError(
+            f"{sweep} has {sum(m.step_time_s is not None for m in ms)} completed "
+            "run(s) with a measured throughput; --calibrate needs >= 3"
+        )
     base = load_efficiency(args.efficiency)
     before = score(ms, base)
     eff = calibrate(ms, base, provenance=f"fitted to {len(ms)} runs of {sweep}")
@@ -455,30 +565,42 @@ def _run_sweep(args: argparse.Namespace) -> int:
     loo_err = None if loo is None else float(statistics.median(abs(1 / r - 1) for r in loo))
     eff, how = _with_error_model(eff, ms, loo)
     out = args.out or sweep / "efficiency.json"
-    write_json(out, {"efficiency": eff.as_dict(), "scores": after.as_dict(),
-                     "scores_before": before.as_dict(), "n_runs": len(ms),
-                     "leave_one_out_median_abs_step_error": loo_err, "error_model": how})
-    for rec, m in zip(recs, ms):
-        est = estimate_step(m.model, m.layout, m.hardware, m.precision, eff)
-        rec.update(pred_step_time_s=est.step_time_s, pred_mfu=est.mfu,
-                   mfu_convention=est.mfu_convention,
-                   pred_mem_gb_per_device=est.memory.total / 1e9, pred_fits=bool(est.fits))
-    print(f"{'run':24s} {'layout':26s} {'measured s':>11} {'predicted s':>12}")
-    for rec in recs:
-        lay = (f"dp{rec['dp']} tp{rec['tp']} pp{rec['pp']} cp{rec['cp']}"
-               f"{' sp' if rec['sp'] else ''} mb{rec['micro_batch']}")
-        meas = "OOM" if rec["oom"] else f"{rec['measured_step_time_s']:.4f}"
-        print(f"{pathlib.Path(rec['run']).name[:24]:24s} {lay:26s} {meas:>11} "
-              f"{rec['pred_step_time_s']:12.4f}")
-    print(f"calibrated on {len(ms)} runs: median |MFU err| {100 * before.median_abs_mfu_error:.2f} -> "
-          f"{100 * after.median_abs_mfu_error:.2f} pts, Spearman rho(MFU) {before.spearman_mfu:.3f} -> "
-          f"{after.spearman_mfu:.3f} (in-sample, {MFU_CONVENTION}) -> {out}")
+    write_json(
+        out,
+        {
+            "efficiency": eff.as_dict(),
+            "scores": after.as_dict(),
+            "scores_before": before.as_dict(),
+            "n_runs": len(ms),
+            "leave_one_out_median_abs_step_error": loo_err,
+            "error_model": how,
+        },
+    )
+    _add_predictions(recs, ms, eff)
+    _print_run_table(recs)
+    print(
+        f"calibrated on {len(ms)} runs: median |MFU err| {100 * before.median_abs_mfu_error:.2f} -> "
+        f"{100 * after.median_abs_mfu_error:.2f} pts, Spearman rho(MFU) {before.spearman_mfu:.3f} -> "
+        f"{after.spearman_mfu:.3f} (in-sample, {MFU_CONVENTION}) -> {out}"
+    )
     if loo_err is not None:
-        print(f"leave-one-run-out: median |step time error| {100 * loo_err:.1f}% (each run predicted by "
-              f"constants fitted to the others; the honest figure for a new layout)")
-    print(f"MFU error interval (measured / predicted, 5%-95%): [{eff.mfu_ratio_lo:.2f}, "
-          f"{eff.mfu_ratio_hi:.2f}], {how}; plan shows it as intervals on MFU, days and GPU-hours")
+        print(
+            f"leave-one-run-out: median |step time error| {100 * loo_err:.1f}% (each run predicted by "
+            f"constants fitted to the others; the honest figure for a new layout)"
+        )
+    print(
+        f"MFU error interval (measured / predicted, 5%-95%): [{eff.mfu_ratio_lo:.2f}, "
+        f"{eff.mfu_ratio_hi:.2f}], {how}; plan shows it as intervals on MFU, days and GPU-hours"
+    )
     print(f"plan with them: python -m analysis plan ... --efficiency {out}")
-    emit_json(args, {"rows": recs, "mfu_convention": MFU_CONVENTION, "efficiency": eff.as_dict(),
-                     "scores": after.as_dict(), "scores_before": before.as_dict()})
+    emit_json(
+        args,
+        {
+            "rows": recs,
+            "mfu_convention": MFU_CONVENTION,
+            "efficiency": eff.as_dict(),
+            "scores": after.as_dict(),
+            "scores_before": before.as_dict(),
+        },
+    )
     return 0

@@ -21,10 +21,10 @@ import pathlib
 
 from analysis.commands._options import add_budget_argument, add_json_argument, emit_json
 from analysis.laws.allocation import ScalingLaw
-from sharding.costmodel import MFU_CONVENTION
 from analysis.planning.planner import band_text, efficiency_note, plan
-from sharding.costmodel.hetero import is_mixed
 from models.base.errors import AnalysisError
+from sharding.costmodel import MFU_CONVENTION
+from sharding.costmodel.hetero import is_mixed
 
 
 def _positive_float(text: str) -> float:
@@ -48,34 +48,60 @@ def _positive_int(text: str) -> int:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser("plan", help="scaling law + cost model -> model size, tokens, layout",
-                              description=__doc__)
-    add_budget_argument(p, "to plan for (C = k·N·D with the law's k, 6 unless the fit says otherwise; one plan per budget)")
-    p.add_argument("--law", type=pathlib.Path, help="fit JSON from `python -m analysis fit` "
-                   "(default: Hoffmann et al. 2022 constants)")
-    p.add_argument("--hardware", required=True,
-                   help="catalogue name (h100, a100-80gb, ...) or YAML; a mixed cluster as "
-                        "NAME:COUNT,NAME:COUNT (e.g. a100-80gb:256,h100-sxm:128)")
-    p.add_argument("--gpus", type=_positive_int,
-                   help="number of devices (required for one device type; a mixed --hardware "
-                        "gives the counts)")
+    p = subparsers.add_parser(
+        "plan", help="scaling law + cost model -> model size, tokens, layout", description=__doc__
+    )
+    add_budget_argument(
+        p, "to plan for (C = k·N·D with the law's k, 6 unless the fit says otherwise; one plan per budget)"
+    )
+    p.add_argument(
+        "--law",
+        type=pathlib.Path,
+        help="fit JSON from `python -m analysis fit` (default: Hoffmann et al. 2022 constants)",
+    )
+    p.add_argument(
+        "--hardware",
+        required=True,
+        help="catalogue name (h100, a100-80gb, ...) or YAML; a mixed cluster as "
+        "NAME:COUNT,NAME:COUNT (e.g. a100-80gb:256,h100-sxm:128)",
+    )
+    p.add_argument(
+        "--gpus",
+        type=_positive_int,
+        help="number of devices (required for one device type; a mixed --hardware gives the counts)",
+    )
     p.add_argument("--max-days", type=_positive_float, help="wall-clock limit in days")
     p.add_argument("--gpu-hours", type=_positive_float, help="device-hour limit")
     p.add_argument("--seq-len", type=_positive_int, default=2048, help="sequence length (default 2048)")
     p.add_argument("--vocab", type=_positive_int, default=32000, help="vocabulary size (default 32000)")
-    p.add_argument("--batch-tokens", type=_positive_int, default=4 * 1024 * 1024,
-                   help="target tokens per optimizer step (default 4M)")
+    p.add_argument(
+        "--batch-tokens",
+        type=_positive_int,
+        default=4 * 1024 * 1024,
+        help="target tokens per optimizer step (default 4M)",
+    )
     p.add_argument("--top", type=_positive_int, default=8, help="candidates to list")
     add_json_argument(p, "the plan ({'best': ..., 'candidates': [...], 'N_opt', 'D_opt', ...})")
     p.add_argument("--markdown", type=pathlib.Path, help="write a planning section for a report")
-    p.add_argument("--efficiency", type=pathlib.Path, metavar="EFF.json",
-                   help="efficiency constants fitted to your own runs (`python -m analysis "
-                        "layout-eval --calibrate SWEEP_DIR`); default: Hagemann et al.'s A100 fit")
-    p.add_argument("--offload", action="store_true",
-                   help="also consider ZeRO-Offload layouts: optimizer state and its step on the "
-                        "host (PCIe transfers, CPU Adam), for models that do not fit otherwise")
-    p.add_argument("--emit", choices=("overrides",), help="overrides: print the `python -m "
-                   "experiments.train ...` command line of the best layout the trainer can run")
+    p.add_argument(
+        "--efficiency",
+        type=pathlib.Path,
+        metavar="EFF.json",
+        help="efficiency constants fitted to your own runs (`python -m analysis "
+        "layout-eval --calibrate SWEEP_DIR`); default: Hagemann et al.'s A100 fit",
+    )
+    p.add_argument(
+        "--offload",
+        action="store_true",
+        help="also consider ZeRO-Offload layouts: optimizer state and its step on the "
+        "host (PCIe transfers, CPU Adam), for models that do not fit otherwise",
+    )
+    p.add_argument(
+        "--emit",
+        choices=("overrides",),
+        help="overrides: print the `python -m "
+        "experiments.train ...` command line of the best layout the trainer can run",
+    )
     p.set_defaults(func=run)
 
 
@@ -87,12 +113,27 @@ def run(args: argparse.Namespace) -> int:
     if is_mixed(args.hardware):
         return _run_mixed(args, law, eff)
     if args.gpus is None:
-        raise AnalysisError("--gpus is required: the number of devices (or give a mixed cluster as "
-                            "--hardware NAME:COUNT,NAME:COUNT)")
-    results = [plan(budget, args.gpus, args.hardware, law=law, max_days=args.max_days,
-                    max_gpu_hours=args.gpu_hours, seq_len=args.seq_len, vocab=args.vocab,
-                    batch_tokens=args.batch_tokens, top=args.top, eff=eff, offload=args.offload)
-               for budget in (args.budget or [None])]
+        raise AnalysisError(
+            "--gpus is required: the number of devices (or give a mixed cluster as "
+            "--hardware NAME:COUNT,NAME:COUNT)"
+        )
+    results = [
+        plan(
+            budget,
+            args.gpus,
+            args.hardware,
+            law=law,
+            max_days=args.max_days,
+            max_gpu_hours=args.gpu_hours,
+            seq_len=args.seq_len,
+            vocab=args.vocab,
+            batch_tokens=args.batch_tokens,
+            top=args.top,
+            eff=eff,
+            offload=args.offload,
+        )
+        for budget in (args.budget or [None])
+    ]
     for result in results:
         _print_plan(result)
         if args.emit == "overrides":
@@ -116,16 +157,32 @@ def _run_mixed(args: argparse.Namespace, law: ScalingLaw, eff) -> int:
     groups = parse_cluster(args.hardware)
     total = sum(g.count for g in groups)
     if args.gpus is not None and args.gpus != total:
-        raise AnalysisError(f"--gpus {args.gpus} does not match the mixed --hardware's {total} devices; "
-                            "drop --gpus")
-    for flag, v in (("--max-days", args.max_days), ("--gpu-hours", args.gpu_hours),
-                    ("--emit", args.emit), ("--markdown", args.markdown), ("--offload", args.offload)):
+        raise AnalysisError(
+            f"--gpus {args.gpus} does not match the mixed --hardware's {total} devices; drop --gpus"
+        )
+    for flag, v in (
+        ("--max-days", args.max_days),
+        ("--gpu-hours", args.gpu_hours),
+        ("--emit", args.emit),
+        ("--markdown", args.markdown),
+        ("--offload", args.offload),
+    ):
         if v:
             raise AnalysisError(f"{flag} is not supported for a mixed cluster yet; plan with --budget")
     if not args.budget:
         raise AnalysisError("a mixed-cluster plan needs --budget FLOPS")
-    results = [plan_mixed(b, args.hardware, law=law, seq_len=args.seq_len, vocab=args.vocab,
-                          batch_tokens=args.batch_tokens, eff=eff) for b in args.budget]
+    results = [
+        plan_mixed(
+            b,
+            args.hardware,
+            law=law,
+            seq_len=args.seq_len,
+            vocab=args.vocab,
+            batch_tokens=args.batch_tokens,
+            eff=eff,
+        )
+        for b in args.budget
+    ]
     for r in results:
         print(r.text())
     payloads = [r.as_dict() for r in results]
@@ -145,19 +202,28 @@ def _print_plan(result) -> None:
     b = result.best
     if result.n_opt is not None:
         print(f"law: {result.law.source}")
-        print(f"compute-optimal for {result.budget_flops:.3g} FLOPs: N* = {result.n_opt / 1e9:.1f}B "
-              f"params, D* = {result.d_opt / 1e12:.2f}T tokens")
+        print(
+            f"compute-optimal for {result.budget_flops:.3g} FLOPs: N* = {result.n_opt / 1e9:.1f}B "
+            f"params, D* = {result.d_opt / 1e12:.2f}T tokens"
+        )
     print(result.table())
     lo = b.layout
     band = result.loss_band(b)
-    ci = (f"{result.interval_label} [{band[0]:.3f}, {band[1]:.3f}]" if band
-          else "CI unavailable: law has no bootstrap samples")
-    print(f"best: {b.shape.n_params / 1e9:.1f}B params (L={b.shape.n_layers}, d={b.shape.d_model}) "
-          f"on {b.tokens / 1e12:.2f}T tokens, dp={lo.dp} tp={lo.tp} pp={lo.pp} mb={lo.micro_batch} "
-          f"ZeRO-{lo.zero_stage}{' +optimizer offload' if lo.offload_optimizer else ''} ckpt={lo.act_ckpt}: MFU {100 * b.mfu:.1f}%{band_text(b.mfu_interval, 100, '.1f')} "
-          f"({MFU_CONVENTION}), {b.days:.1f}{band_text(b.days_interval, 1, '.1f')} days on "
-          f"{result.n_devices} x {result.hardware.name} ({b.gpu_hours:.3g}{band_text(b.gpu_hours_interval, 1, '.3g')} "
-          f"GPU-hours), loss {b.loss:.3f} ({ci})")
+    ci = (
+        f"{result.interval_label} [{band[0]:.3f}, {band[1]:.3f}]"
+        if band
+        else "CI unavailable: law has no bootstrap samples"
+    )
+    print(
+        f"best: {b.shape.n_params / 1e9:.1f}B params (L={b.shape.n_layers}, d={b.shape.d_model}) "
+        f"on {b.tokens / 1e12:.2f}T tokens, dp={lo.dp} tp={lo.tp} pp={lo.pp} mb={lo.micro_batch} "
+        f"ZeRO-{lo.zero_stage}{' +optimizer offload' if lo.offload_optimizer else ''} ckpt={lo.act_ckpt}: "
+        f"MFU {100 * b.mfu:.1f}%{band_text(b.mfu_interval, 100, '.1f')} "
+        f"({MFU_CONVENTION}), {b.days:.1f}{band_text(b.days_interval, 1, '.1f')} days on "
+        f"{result.n_devices} x {result.hardware.name} "
+        f"({b.gpu_hours:.3g}{band_text(b.gpu_hours_interval, 1, '.3g')} "
+        f"GPU-hours), loss {b.loss:.3f} ({ci})"
+    )
     for n in result.notes:
         print(f"note: {n}")
     print(f"note: {efficiency_note(result.efficiency)}")
@@ -173,16 +239,32 @@ def _print_trainer(result) -> None:
     lo, est, best = tp.layout, tp.estimate, result.best
     mesh = " ".join(f"{k}={v}" for k, v in tp.as_dict()["layout"]["mesh"].items())
     if tp.missing or tp.rank > 1:
-        zero = (" (its ZeRO: sharding.data = 0, sharding.fsdp = 3, both = hybrid 3)"
-                if any(m.startswith("ZeRO") for m in tp.missing) else "")
-        lacks = (f"the best layout needs {', '.join(tp.missing)}, which python -m experiments.train lacks{zero}"
-                 if tp.missing else "the trainer cannot run the best shape")
-        shape = "" if tp.rank == 1 else (f" of candidate #{tp.rank} ({tp.shape.n_params / 1e9:.3g}B, "
-                                        f"L={tp.shape.n_layers}, d={tp.shape.d_model})")
-        print(f"trainer: {lacks}; emitting the best layout it can run{shape}, at "
-              f"{100 * est.tokens_per_s / best.tokens_per_s:.0f}% of the best plan's tokens/s")
-    print(f"trainer layout: {mesh}, micro-batch {lo.micro_batch}/device x {lo.grad_accum} accumulated, "
-          f"remat={lo.act_ckpt}: "
-          f"{est.memory.total / 1e9:.1f} GB/device, {est.step_time_s:.3g} s/step, MFU {100 * est.mfu:.1f}% "
-          f"({est.mfu_convention}), {tp.tokens / est.tokens_per_s / 86400:.1f} days for {tp.tokens:.3g} tokens")
+        zero = (
+            " (its ZeRO: sharding.data = 0, sharding.fsdp = 3, both = hybrid 3)"
+            if any(m.startswith("ZeRO") for m in tp.missing)
+            else ""
+        )
+        lacks = (
+            f"the best layout needs {', '.join(tp.missing)}, which python -m experiments.train lacks{zero}"
+            if tp.missing
+            else "the trainer cannot run the best shape"
+        )
+        shape = (
+            ""
+            if tp.rank == 1
+            else (
+                f" of candidate #{tp.rank} ({tp.shape.n_params / 1e9:.3g}B, "
+                f"L={tp.shape.n_layers}, d={tp.shape.d_model})"
+            )
+        )
+        print(
+            f"trainer: {lacks}; emitting the best layout it can run{shape}, at "
+            f"{100 * est.tokens_per_s / best.tokens_per_s:.0f}% of the best plan's tokens/s"
+        )
+    print(
+        f"trainer layout: {mesh}, micro-batch {lo.micro_batch}/device x {lo.grad_accum} accumulated, "
+        f"remat={lo.act_ckpt}: "
+        f"{est.memory.total / 1e9:.1f} GB/device, {est.step_time_s:.3g} s/step, MFU {100 * est.mfu:.1f}% "
+        f"({est.mfu_convention}), {tp.tokens / est.tokens_per_s / 86400:.1f} days for {tp.tokens:.3g} tokens"
+    )
     print(tp.command())

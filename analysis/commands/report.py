@@ -15,9 +15,17 @@ def _run(args: argparse.Namespace) -> int:
 
     if args.gpus <= 0:
         raise AnalysisError(f"--gpus must be a positive integer (got {args.gpus})")
-    rep = build_report(args.sweep_dir, args.out, budgets=args.budget, bootstrap=args.bootstrap, seed=args.seed,
-                       hardware=args.hardware, gpus=args.gpus, n_params=args.n_params)
-    for line in ([] if rep.get("rl_only") else headline(rep)):
+    rep = build_report(
+        args.sweep_dir,
+        args.out,
+        budgets=args.budget,
+        bootstrap=args.bootstrap,
+        seed=args.seed,
+        hardware=args.hardware,
+        gpus=args.gpus,
+        n_params=args.n_params,
+    )
+    for line in [] if rep.get("rl_only") else headline(rep):
         print(line)
     for w in rep["warnings"]:
         print(f"warning: {w}")
@@ -27,22 +35,35 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def register(sub) -> None:
-    p = sub.add_parser("report", help="fitted-law report of a sweep (HTML + Markdown + PNG figures)",
-                       description="Collect the runs under SWEEP_DIR, fit the Chinchilla law (Approach 3) and IsoFLOP "
-                                   "profiles (Approach 2) with bootstrap CIs, check the law on the held-out largest "
-                                   "budget, and write report.html, report.md, report.json and figures/.")
-    p.add_argument("sweep_dir", metavar="SWEEP_DIR", help="sweep directory (hydra.sweep.dir) or any folder of runs")
+    p = sub.add_parser(
+        "report",
+        help="fitted-law report of a sweep (HTML + Markdown + PNG figures)",
+        description="Collect the runs under SWEEP_DIR, fit the Chinchilla law (Approach 3) and IsoFLOP "
+        "profiles (Approach 2) with bootstrap CIs, check the law on the held-out largest "
+        "budget, and write report.html, report.md, report.json and figures/.",
+    )
+    p.add_argument(
+        "sweep_dir", metavar="SWEEP_DIR", help="sweep directory (hydra.sweep.dir) or any folder of runs"
+    )
     p.add_argument("--out", default=None, help="output directory (default: SWEEP_DIR/report)")
     add_budget_argument(p, "to state N*/D* for (default: 10x the largest swept budget)")
     p.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples for CIs (default 1000)")
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed")
-    p.add_argument("--hardware", default=None, metavar="NAME",
-                   help="with --budget: add a planning section (shape, layout, days) per budget on this hardware "
-                        "(a conf/hardware name such as h100-sxm, or a YAML path)")
+    p.add_argument(
+        "--hardware",
+        default=None,
+        metavar="NAME",
+        help="with --budget: add a planning section (shape, layout, days) per budget on this hardware "
+        "(a conf/hardware name such as h100-sxm, or a YAML path)",
+    )
     p.add_argument("--gpus", type=int, default=1024, help="devices for the planning section (default 1024)")
-    p.add_argument("--n-params", choices=("total", "non_embedding"), default="total",
-                   help="which parameter count N the fits, profiles and figures use: total (default; the Chinchilla "
-                        "law's N counts every parameter) or non_embedding (without the input embedding and untied "
-                        "output head, Kaplan et al.'s N; from n_params_non_embedding in each run's summary.json)")
+    p.add_argument(
+        "--n-params",
+        choices=("total", "non_embedding"),
+        default="total",
+        help="which parameter count N the fits, profiles and figures use: total (default; the Chinchilla "
+        "law's N counts every parameter) or non_embedding (without the input embedding and untied "
+        "output head, Kaplan et al.'s N; from n_params_non_embedding in each run's summary.json)",
+    )
     add_json_argument(p, "the report's numbers (the same as report.json)")
     p.set_defaults(func=_run)

@@ -25,12 +25,20 @@ def _fraction(text: str) -> float:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("rl-report", help="rank RL recipes: fits, figures and a markdown section",
-                       description=__doc__.splitlines()[0])
+    p = sub.add_parser(
+        "rl-report",
+        help="rank RL recipes: fits, figures and a markdown section",
+        description=__doc__.splitlines()[0],
+    )
     p.add_argument("runs_dir", metavar="RUNS_DIR", help="folder of RL run directories (searched recursively)")
     p.add_argument("out_dir", metavar="OUT_DIR", help="where the figures and rl_section.md go")
-    p.add_argument("--fit-until-frac", type=_fraction, default=0.5, metavar="F",
-                   help="the prediction card fits compute <= F x final and scores the rest (default 0.5)")
+    p.add_argument(
+        "--fit-until-frac",
+        type=_fraction,
+        default=0.5,
+        metavar="F",
+        help="the prediction card fits compute <= F x final and scores the rest (default 0.5)",
+    )
     add_json_argument(p, "the ranked recipes with their fits (and the markdown)")
     p.set_defaults(func=run)
 

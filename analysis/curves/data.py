@@ -26,8 +26,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from models.base.errors import AnalysisError
 from analysis.runs import read_metrics
+from models.base.errors import AnalysisError
 
 
 @dataclass(frozen=True)
@@ -52,13 +52,13 @@ class Curve:
         T, t0 = int(s[-1]), int(s[0])
         eta = np.empty(T + 1)
         tau = np.arange(t0 + 1, T + 1)
-        eta[t0 + 1:] = np.interp(tau - 1, s, lr)
+        eta[t0 + 1 :] = np.interp(tau - 1, s, lr)
         flat = np.isclose(lr[1:], lr[:-1], rtol=1e-9, atol=0.0)  # per gap (s[i], s[i+1]]
         for i in np.flatnonzero(~flat):
             before = i > 0 and flat[i - 1]
             after = i + 1 >= flat.size or flat[i + 1]
             if before and after:
-                eta[s[i] + 1: s[i + 1] + 1] = lr[i]
+                eta[s[i] + 1 : s[i + 1] + 1] = lr[i]
         if self.warmup == "linear":
             eta[: t0 + 1] = lr[0] * np.arange(t0 + 1) / max(t0, 1)
         elif self.warmup == "constant":
@@ -100,10 +100,14 @@ def peak_index(eta: np.ndarray) -> int:
 def _curve_from_frame(df: pd.DataFrame, name: str, loss_col: str | None, warmup: str) -> Curve:
     cols = list(df.columns)
     lc = loss_col or next((c for c in ("loss", "eval_loss", "val_loss") if c in cols), None)
-    missing = [c for c in ("step", "lr") if c not in cols] + ([] if lc and lc in cols else [loss_col or "loss"])
+    missing = [c for c in ("step", "lr") if c not in cols] + (
+        [] if lc and lc in cols else [loss_col or "loss"]
+    )
     if missing:
-        raise AnalysisError(f"curve {name}: missing column(s) {', '.join(missing)}; it has {', '.join(map(str, cols))} "
-                            "(a curve needs step, lr, loss)")
+        raise AnalysisError(
+            f"curve {name}: missing column(s) {', '.join(missing)}; it has {', '.join(map(str, cols))} "
+            "(a curve needs step, lr, loss)"
+        )
     d = df[["step", "lr", lc]].apply(pd.to_numeric, errors="coerce").dropna()
     if d.empty:
         raise AnalysisError(f"curve {name}: no rows with numeric step, lr and {lc}")
@@ -143,5 +147,7 @@ def load_curve(source, name: str | None = None, loss_col: str | None = None, war
     try:
         df = pd.read_csv(path)
     except (pd.errors.EmptyDataError, pd.errors.ParserError, UnicodeDecodeError) as e:
-        raise AnalysisError(f"cannot parse {path}: {str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__}") from None
+        raise AnalysisError(
+            f"cannot parse {path}: {str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__}"
+        ) from None
     return _curve_from_frame(df, base, loss_col, warmup)

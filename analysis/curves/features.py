@@ -51,7 +51,7 @@ def annealing_drops(eta: np.ndarray) -> np.ndarray:
     """d[k] = eta[k-1] - eta[k] for steps k after the schedule's peak, 0 up to the peak."""
     d = np.zeros_like(eta)
     p = peak_index(eta)
-    d[p + 1:] = eta[p:-1] - eta[p + 1:]
+    d[p + 1 :] = eta[p:-1] - eta[p + 1 :]
     return d
 
 
@@ -94,8 +94,9 @@ def _pairs(t: np.ndarray, k: np.ndarray, eta: np.ndarray, cum: np.ndarray):
     return J, K, np.log(eta_k), np.log(np.maximum(S, 1e-300))
 
 
-def features(curves_eval: Sequence[tuple[Curve, np.ndarray]], resolution: int = 32,
-             tissue_lambda: float = 0.999) -> Features:
+def features(
+    curves_eval: Sequence[tuple[Curve, np.ndarray]], resolution: int = 32, tissue_lambda: float = 0.999
+) -> Features:
     """Features at evaluation steps `t` of each curve (t must lie within its logged schedule)."""
     logS1, S2, pj, pdeta, plogeta, plogS = [], [], [], [], [], []
     offset, any_decay = 0, False
@@ -118,8 +119,14 @@ def features(curves_eval: Sequence[tuple[Curve, np.ndarray]], resolution: int = 
         offset += t.size
     cat = lambda xs, dt=float: np.concatenate(xs) if xs else np.zeros(0, dt)  # noqa: E731
     return Features(
-        n=offset, logS1=cat(logS1), S2=cat(S2), pair_j=cat(pj, np.int64),
-        pair_deta=cat(pdeta), pair_logeta=cat(plogeta), pair_logS=cat(plogS), any_decay=any_decay,
+        n=offset,
+        logS1=cat(logS1),
+        S2=cat(S2),
+        pair_j=cat(pj, np.int64),
+        pair_deta=cat(pdeta),
+        pair_logeta=cat(plogeta),
+        pair_logS=cat(plogS),
+        any_decay=any_decay,
     )
 
 
@@ -128,7 +135,12 @@ def subset(F: Features, keep: np.ndarray) -> Features:
     new_j = np.cumsum(keep) - 1
     pk = keep[F.pair_j]
     return Features(
-        n=int(keep.sum()), logS1=F.logS1[keep], S2=F.S2[keep], pair_j=new_j[F.pair_j[pk]],
-        pair_deta=F.pair_deta[pk], pair_logeta=F.pair_logeta[pk], pair_logS=F.pair_logS[pk],
+        n=int(keep.sum()),
+        logS1=F.logS1[keep],
+        S2=F.S2[keep],
+        pair_j=new_j[F.pair_j[pk]],
+        pair_deta=F.pair_deta[pk],
+        pair_logeta=F.pair_logeta[pk],
+        pair_logS=F.pair_logS[pk],
         any_decay=bool(np.any(F.pair_deta[pk] > 0)),
     )

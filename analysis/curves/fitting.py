@@ -17,33 +17,42 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from models.base import jsonio
-from models.base.errors import AnalysisError
-from analysis.laws.fitting import HUBER_DELTA
-from analysis.laws.lbfgs import CONVERGED_CODES, STATUS_NAMES
 from analysis.curves.data import Curve, load_curve
 from analysis.curves.features import Features, features
 from analysis.curves.intervals import IntervalModel, RefitPlan, calibrate, plan_refits
 from analysis.curves.laws import CurveLaw, get_curve_law, start_grid
 from analysis.curves.optimize import Problem, evaluate, minimize
+from analysis.laws.fitting import HUBER_DELTA
+from analysis.laws.lbfgs import CONVERGED_CODES, STATUS_NAMES
+from models.base import jsonio
+from models.base.errors import AnalysisError
 
 __all__ = ["Curve", "CurveFitResult", "Features", "features", "fit_curve", "load_curve"]
 
 
 def _errors(pred: np.ndarray, actual: np.ndarray) -> dict:
     rel = np.abs(pred - actual) / actual
-    return {"mean_rel_error": float(np.mean(rel)), "max_rel_error": float(np.max(rel)),
-            "final_loss_pred": float(pred[-1]), "final_loss_actual": float(actual[-1]), "n_points": int(rel.size)}
+    return {
+        "mean_rel_error": float(np.mean(rel)),
+        "max_rel_error": float(np.max(rel)),
+        "final_loss_pred": float(pred[-1]),
+        "final_loss_actual": float(actual[-1]),
+        "n_points": int(rel.size),
+    }
 
 
-def _interval_summary(t: np.ndarray, pred: np.ndarray, actual: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> dict:
+def _interval_summary(
+    t: np.ndarray, pred: np.ndarray, actual: np.ndarray, lo: np.ndarray, hi: np.ndarray
+) -> dict:
     """Coverage, mean relative width and the per-point bounds of one forecast curve."""
     return {
         "interval_coverage": float(np.mean((actual >= lo) & (actual <= hi))),
         "interval_mean_rel_width": float(np.mean((hi - lo) / pred)),
         "interval_final": [float(lo[-1]), float(hi[-1])],
-        "step": [int(s) for s in t], "predicted": pred.tolist(),
-        "interval_lo": lo.tolist(), "interval_hi": hi.tolist(),
+        "step": [int(s) for s in t],
+        "predicted": pred.tolist(),
+        "interval_lo": lo.tolist(),
+        "interval_hi": hi.tolist(),
     }
 
 
@@ -71,8 +80,10 @@ class CurveFitResult:
         curve = load_curve(curve)
         t = curve.law_steps() if steps is None else np.asarray(steps, dtype=np.int64)
         if np.any(t > curve.steps[-1]) or np.any(t < 0):
-            raise AnalysisError(f"curve {curve.name}: steps must lie within its logged schedule "
-                                f"[0, {curve.steps[-1]}]; give the planned schedule to forecast further")
+            raise AnalysisError(
+                f"curve {curve.name}: steps must lie within its logged schedule "
+                f"[0, {curve.steps[-1]}]; give the planned schedule to forecast further"
+            )
         return curve, t, features([(curve, t)], self.resolution)
 
     def predict(self, curve, steps=None) -> np.ndarray:
@@ -94,11 +105,21 @@ class CurveFitResult:
 
     def to_dict(self) -> dict:
         return {
-            "law": self.law, "param_names": list(self.param_names), "params": dict(self.params),
-            "objective": self.objective, "grad_norm": self.grad_norm, "converged": self.converged,
-            "status": self.status, "n_starts": self.n_starts, "starts_at_optimum": self.starts_at_optimum,
-            "n_points": self.n_points, "fixed": dict(self.fixed), "fitted": self.fitted,
-            "predictions": self.predictions, "huber_delta": HUBER_DELTA, "resolution": self.resolution,
+            "law": self.law,
+            "param_names": list(self.param_names),
+            "params": dict(self.params),
+            "objective": self.objective,
+            "grad_norm": self.grad_norm,
+            "converged": self.converged,
+            "status": self.status,
+            "n_starts": self.n_starts,
+            "starts_at_optimum": self.starts_at_optimum,
+            "n_points": self.n_points,
+            "fixed": dict(self.fixed),
+            "fitted": self.fitted,
+            "predictions": self.predictions,
+            "huber_delta": HUBER_DELTA,
+            "resolution": self.resolution,
             "interval_model": None if self.intervals is None else self.intervals.to_dict(),
         }
 
@@ -120,7 +141,9 @@ def _fit_parts(curves: list[Curve], fit_until: int | None) -> list[tuple[Curve, 
             t = t[t <= fit_until]
         if t.size < 2:
             where = "" if fit_until is None else f" at or before --fit-until {fit_until}"
-            raise AnalysisError(f"curve {c.name}: fewer than 2 logged steps from the learning-rate peak on{where}")
+            raise AnalysisError(
+                f"curve {c.name}: fewer than 2 logged steps from the learning-rate peak on{where}"
+            )
         parts.append((c, t))
     return parts
 
@@ -130,26 +153,33 @@ def _check_fixed(claw: CurveLaw, law: str, fixed: dict[str, float], F: Features)
     only determined when the learning rate decreases somewhere in the fitted steps."""
     unknown = set(fixed) - set(claw.param_names)
     if unknown:
-        raise AnalysisError(f"cannot fix {sorted(unknown)}: law {law} has parameters {', '.join(claw.param_names)}")
+        raise AnalysisError(
+            f"cannot fix {sorted(unknown)}: law {law} has parameters {', '.join(claw.param_names)}"
+        )
     if any(not v > 0 for v in fixed.values()):
         raise AnalysisError("fixed curve-law parameters must be > 0")
     if not F.any_decay and any(p not in fixed for p in claw.anneal_params):
         raise AnalysisError(
             f"law {law} cannot be identified: the learning rate never decreases in the fitted steps, so "
-            f"{', '.join(claw.anneal_params)} are undetermined; fit on a curve with LR decay or fix them (--fix)"
+            f"{', '.join(claw.anneal_params)} are undetermined; "
+            f"fit on a curve with LR decay or fix them (--fix)"
         )
     return fixed
 
 
 def _log_starts(claw: CurveLaw, grid: np.ndarray | None, logy: np.ndarray, F: Features) -> np.ndarray:
     """(S, P) log start points: the law's data-scaled grid, or the user's positive `grid`."""
-    starts = start_grid(claw, np.exp(logy), F.logS1) if grid is None else np.atleast_2d(np.asarray(grid, float))
+    starts = (
+        start_grid(claw, np.exp(logy), F.logS1) if grid is None else np.atleast_2d(np.asarray(grid, float))
+    )
     if starts.shape[1] != len(claw.param_names) or np.any(starts <= 0):
         raise AnalysisError(f"curve-law starts must be positive rows of {', '.join(claw.param_names)}")
     return np.log(starts)
 
 
-def _problem(claw: CurveLaw, parts, fixed: Mapping[str, float] | None, resolution: int, delta: float) -> Problem:
+def _problem(
+    claw: CurveLaw, parts, fixed: Mapping[str, float] | None, resolution: int, delta: float
+) -> Problem:
     """The fit's features, log losses and fixed/free parameters, validated."""
     F = features(parts, resolution)
     logy = np.log(np.concatenate([c.loss_at(t) for c, t in parts]))
@@ -208,19 +238,28 @@ def fit_curve(
         raise AnalysisError(f"law {law}: the objective is not finite at any start; check the curves")
     model = calibrate(problem, parts, plan, r.x[S:], r.f[S:]) if plan is not None else None
     base = CurveFitResult(
-        law=law, param_names=claw.param_names,
+        law=law,
+        param_names=claw.param_names,
         params={k: float(v) for k, v in zip(claw.param_names, problem.params(r.x[i]))},
-        objective=float(f[i]), grad_norm=float(r.grad_norm[i]), converged=bool(int(r.status[i]) in CONVERGED_CODES),
-        status=STATUS_NAMES[int(r.status[i])], n_starts=starts.shape[0],
-        starts_at_optimum=int(np.sum(f <= f[i] + 1e-6 * abs(f[i]))), n_points=problem.F.n, fitted={},
+        objective=float(f[i]),
+        grad_norm=float(r.grad_norm[i]),
+        converged=bool(int(r.status[i]) in CONVERGED_CODES),
+        status=STATUS_NAMES[int(r.status[i])],
+        n_starts=starts.shape[0],
+        starts_at_optimum=int(np.sum(f <= f[i] + 1e-6 * abs(f[i]))),
+        n_points=problem.F.n,
+        fitted={},
         fixed={k: float(v) for k, v in (fixed or {}).items()},
-        resolution=resolution, intervals=model,
+        resolution=resolution,
+        intervals=model,
     )
     fitted, predictions = _score(base, parts, others, fit_until)
     return replace(base, fitted=fitted, predictions=predictions)
 
 
-def _with_refits(problem: Problem, starts: np.ndarray, plan: RefitPlan | None) -> tuple[np.ndarray, np.ndarray]:
+def _with_refits(
+    problem: Problem, starts: np.ndarray, plan: RefitPlan | None
+) -> tuple[np.ndarray, np.ndarray]:
     """Starts and point weights of one batched minimisation: the main fit's starts (all points
     weighted 1), then the calibration refits'."""
     w = np.ones((starts.shape[0], problem.F.n))
@@ -237,12 +276,16 @@ def _score(result: CurveFitResult, parts, others: list[Curve], fit_until: int | 
         steps = c.law_steps()
         pred, lo, hi = result.predict_interval(c, steps)
         inside = np.isin(steps, t)
-        fitted[c.name] = {"until": None if fit_until is None else int(fit_until),
-                          **_errors(pred[inside], c.loss_at(steps[inside]))}
+        fitted[c.name] = {
+            "until": None if fit_until is None else int(fit_until),
+            **_errors(pred[inside], c.loss_at(steps[inside])),
+        }
         if (~inside).any():
             rest = ~inside
-            predictions[c.name] = {"from_step": int(steps[rest][0]),
-                                   **_forecast(steps[rest], pred[rest], c, lo[rest], hi[rest])}
+            predictions[c.name] = {
+                "from_step": int(steps[rest][0]),
+                **_forecast(steps[rest], pred[rest], c, lo[rest], hi[rest]),
+            }
     for c in others:
         steps = c.law_steps()
         pred, lo, hi = result.predict_interval(c, steps)

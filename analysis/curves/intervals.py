@@ -66,7 +66,7 @@ class FitDomain:
                 continue
             eta = curve.schedule()
             S1_max = max(S1_max, float(np.cumsum(eta)[t].max()))
-            eta_min = min(eta_min, float(eta[peak_index(eta): int(np.max(t)) + 1].min()))
+            eta_min = min(eta_min, float(eta[peak_index(eta) : int(np.max(t)) + 1].min()))
         return FitDomain(S1_max, eta_min)
 
     def scale(self, curve: Curve, t: np.ndarray) -> np.ndarray:
@@ -88,8 +88,13 @@ class CalibrationUnit:
     max_scale: float
 
     def to_dict(self) -> dict:
-        return {"split": self.split, "curve": self.curve, "n_points": self.n_points,
-                "score": self.score, "max_scale": self.max_scale}
+        return {
+            "split": self.split,
+            "curve": self.curve,
+            "n_points": self.n_points,
+            "score": self.score,
+            "max_scale": self.max_scale,
+        }
 
 
 @dataclass(frozen=True)
@@ -107,8 +112,9 @@ class IntervalModel:
         """The k-th smallest unit residual: a relative half-width at scale 1, for reporting."""
         return float(np.sort([u.score for u in self.units])[self.rank - 1])
 
-    def bounds(self, pred: np.ndarray, refit_preds: dict[str, np.ndarray], scale: np.ndarray
-               ) -> tuple[np.ndarray, np.ndarray]:
+    def bounds(
+        self, pred: np.ndarray, refit_preds: dict[str, np.ndarray], scale: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
         """(lower, upper) per point: the jackknife+ interval from every refit's prediction there
         (split name -> array), joined with the same residual band around the full fit's `pred`
         (so the interval always holds the point forecast, even when refits on much less data
@@ -124,13 +130,16 @@ class IntervalModel:
 
     def to_dict(self) -> dict:
         return {
-            "level": self.level, "method": "jackknife+ over leave-one-curve-out and early-part refits",
-            "rank": self.rank, "n_units": len(self.units),
+            "level": self.level,
+            "method": "jackknife+ over leave-one-curve-out and early-part refits",
+            "rank": self.rank,
+            "n_units": len(self.units),
             # with fewer than 9 units the rank is capped at the widest unit (no conformal guarantee)
             "rank_capped": math.ceil(self.level * (len(self.units) + 1)) > len(self.units),
             "residual_at_rank": self.residual,
             "scale": "1 + max(0, ln(S1/S1_max)) + max(0, ln(eta_min/eta))",
-            "S1_max": self.domain.S1_max, "eta_min": self.domain.eta_min,
+            "S1_max": self.domain.S1_max,
+            "eta_min": self.domain.eta_min,
             "units": [u.to_dict() for u in self.units],
             "refits": {name: list(p) for name, p in self.refits},
         }
@@ -189,8 +198,11 @@ def _units(problem: Problem, parts, split: Split, params: np.ndarray) -> list[Ca
             continue
         scale = domain.scale(curve, steps[sel])
         z = np.abs(pred[sel] - actual[sel]) / actual[sel] / scale
-        units.append(CalibrationUnit(split.name, curve.name, int(sel.sum()),
-                                     float(np.quantile(z, LEVEL)), float(scale.max())))
+        units.append(
+            CalibrationUnit(
+                split.name, curve.name, int(sel.sum()), float(np.quantile(z, LEVEL)), float(scale.max())
+            )
+        )
     return units
 
 
@@ -209,10 +221,15 @@ def plan_refits(problem: Problem, parts, grid: np.ndarray) -> RefitPlan:
     """Every usable split refitted from SPLIT_STARTS rows spread over the start `grid`; they run
     in the same batched minimisation as the main fit (one compiled loop, one pass of wall time)."""
     usable = tuple(s for s in splits(parts) if _usable(problem, s))
-    rows = grid[np.unique(np.linspace(0, grid.shape[0] - 1, min(SPLIT_STARTS, grid.shape[0])).round().astype(int))]
+    rows = grid[
+        np.unique(np.linspace(0, grid.shape[0] - 1, min(SPLIT_STARTS, grid.shape[0])).round().astype(int))
+    ]
     starts = np.vstack([rows] * len(usable)) if usable else np.zeros((0, grid.shape[1]))
-    weights = np.repeat(np.stack([s.train.astype(float) for s in usable]), rows.shape[0], axis=0) if usable \
+    weights = (
+        np.repeat(np.stack([s.train.astype(float) for s in usable]), rows.shape[0], axis=0)
+        if usable
         else np.zeros((0, problem.F.n))
+    )
     return RefitPlan(usable, starts, weights, rows.shape[0])
 
 

@@ -53,13 +53,20 @@ def _mpl(p, F, n):
 
 _CURVE_LAWS = {
     "tissue": CurveLaw(
-        "tissue", ("L0", "A", "alpha", "C"), _tissue, ("C",),
+        "tissue",
+        ("L0", "A", "alpha", "C"),
+        _tissue,
+        ("C",),
         "L(s) = L0 + A * S1^-alpha - C * S2",
         "Tissue et al. 2024 LR-annealing law (S2 with momentum decay lambda = 0.999).",
     ),
     "mpl": CurveLaw(
-        "mpl", ("L0", "A", "alpha", "B", "C", "beta", "gamma"), _mpl, ("B", "C", "beta", "gamma"),
-        "L(t) = L0 + A (S1 + S_W)^-alpha - B sum_k (eta_{k-1} - eta_k) (1 - (C eta_k^-gamma S_k(t) + 1)^-beta)",
+        "mpl",
+        ("L0", "A", "alpha", "B", "C", "beta", "gamma"),
+        _mpl,
+        ("B", "C", "beta", "gamma"),
+        "L(t) = L0 + A (S1 + S_W)^-alpha "
+        "- B sum_k (eta_{k-1} - eta_k) (1 - (C eta_k^-gamma S_k(t) + 1)^-beta)",
         "Luo et al. 2025 multi-power law.",
     ),
 }
@@ -69,7 +76,9 @@ def get_curve_law(name: str) -> CurveLaw:
     try:
         return _CURVE_LAWS[name]
     except KeyError:
-        raise AnalysisError(f"unknown curve law {name!r}; known curve laws: {', '.join(known_curve_laws())}") from None
+        raise AnalysisError(
+            f"unknown curve law {name!r}; known curve laws: {', '.join(known_curve_laws())}"
+        ) from None
 
 
 def known_curve_laws() -> list[str]:

@@ -70,9 +70,22 @@ def minimize(problem: Problem, starts: np.ndarray, weights: np.ndarray | None = 
     w = np.ones((S, problem.F.n)) if weights is None else np.asarray(weights, float)
     fun = _objective(problem.law, problem.free_idx, problem.delta, problem.F.n)
     with jax.enable_x64(True):
-        args = (jnp.asarray(problem.theta_full), feature_dict(problem.F), jnp.asarray(problem.logy), jnp.asarray(w))
-        return minimize_batch(fun, starts, args, batched_args=(False, False, False, True), cfg=CFG,
-                              slots=64, round_evals=32, tail_slots=8)
+        args = (
+            jnp.asarray(problem.theta_full),
+            feature_dict(problem.F),
+            jnp.asarray(problem.logy),
+            jnp.asarray(w),
+        )
+        return minimize_batch(
+            fun,
+            starts,
+            args,
+            batched_args=(False, False, False, True),
+            cfg=CFG,
+            slots=64,
+            round_evals=32,
+            tail_slots=8,
+        )
 
 
 def evaluate(law: CurveLaw, params: np.ndarray, F: Features) -> np.ndarray:

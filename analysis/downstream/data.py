@@ -58,8 +58,10 @@ class TaskRows:
 def _require(df: pd.DataFrame, columns: tuple[str, ...], what: str) -> None:
     missing = [c for c in columns if c not in df.columns]
     if missing:
-        raise AnalysisError(f"{what} lacks column(s) {', '.join(missing)}; it needs {', '.join(columns)} "
-                            f"and has {', '.join(map(str, df.columns))}")
+        raise AnalysisError(
+            f"{what} lacks column(s) {', '.join(missing)}; it needs {', '.join(columns)} "
+            f"and has {', '.join(map(str, df.columns))}"
+        )
     if df.empty:
         raise AnalysisError(f"{what} has no rows")
 
@@ -70,8 +72,10 @@ def _numeric(df: pd.DataFrame, name: str, what: str) -> np.ndarray:
     bad = ~np.isfinite(v)
     if bad.any():
         rows = np.flatnonzero(bad)[:5].tolist()
-        raise AnalysisError(f"{what} column {name!r} has {int(bad.sum())} missing, NaN, inf or non-numeric "
-                            f"value(s) (rows {rows}); fix or remove those rows")
+        raise AnalysisError(
+            f"{what} column {name!r} has {int(bad.sum())} missing, NaN, inf or non-numeric "
+            f"value(s) (rows {rows}); fix or remove those rows"
+        )
     return v
 
 
@@ -98,7 +102,9 @@ def run_codes(df: pd.DataFrame, task: np.ndarray, N: np.ndarray, D: np.ndarray) 
         keys = df["run"].astype(str).to_numpy()
         sizes = pd.Series(N).groupby(keys).nunique()
         if (sizes > 1).any():
-            raise AnalysisError(f"run {sizes.index[sizes > 1][0]!r} has rows with different N; a run is one model")
+            raise AnalysisError(
+                f"run {sizes.index[sizes > 1][0]!r} has rows with different N; a run is one model"
+            )
     else:
         k = pd.DataFrame({"t": task, "N": N, "D": D}).groupby(["t", "N", "D"]).cumcount().to_numpy()
         keys = np.array([f"{n!r}/{d!r}/{i}" for n, d, i in zip(N, D, k)])
@@ -135,12 +141,16 @@ def infer_chance(loss: np.ndarray, accuracy: np.ndarray) -> tuple[float, str]:
     return 0.0, "default"
 
 
-def _chance(df: pd.DataFrame, mask: np.ndarray, task: str, loss: np.ndarray, acc: np.ndarray) -> tuple[float, str]:
+def _chance(
+    df: pd.DataFrame, mask: np.ndarray, task: str, loss: np.ndarray, acc: np.ndarray
+) -> tuple[float, str]:
     if "chance" not in df.columns:
         return infer_chance(loss, acc)
     v = _numeric(df.loc[mask], "chance", f"ladder (task {task})")
     if np.ptp(v) > 1e-12:
-        raise AnalysisError(f"ladder column 'chance' differs between rows of task {task!r}; a task has one chance level")
+        raise AnalysisError(
+            f"ladder column 'chance' differs between rows of task {task!r}; a task has one chance level"
+        )
     if not 0 <= v[0] < 1:
         raise AnalysisError(f"ladder column 'chance' of task {task!r} must be in [0, 1) (got {v[0]:g})")
     return float(v[0]), "column"
@@ -156,19 +166,32 @@ def read_ladder(df: pd.DataFrame) -> dict[str, TaskRows]:
     acc = _numeric(df, "accuracy", "ladder")
     if np.any((acc < 0) | (acc > 1)):
         i = int(np.flatnonzero((acc < 0) | (acc > 1))[0])
-        raise AnalysisError(f"ladder column 'accuracy' must be in [0, 1] (row {i} has {acc[i]:g}); "
-                            "give accuracy as a fraction, not in percent")
+        raise AnalysisError(
+            f"ladder column 'accuracy' must be in [0, 1] (row {i} has {acc[i]:g}); "
+            "give accuracy as a fraction, not in percent"
+        )
     task = _tasks(df, "ladder")
     run = run_codes(df, task, N, D)
     out = {}
     for t in pd.unique(task):
         m = task == t
         if np.unique(N[m]).size < MIN_SIZES:
-            raise AnalysisError(f"task {t!r} has {np.unique(N[m]).size} distinct model size(s) N; "
-                                f"fit-task needs at least {MIN_SIZES}")
+            raise AnalysisError(
+                f"task {t!r} has {np.unique(N[m]).size} distinct model size(s) N; "
+                f"fit-task needs at least {MIN_SIZES}"
+            )
         chance, source = _chance(df, m, t, loss[m], acc[m])
-        out[t] = TaskRows(task=t, N=N[m], D=D[m], loss=loss[m], accuracy=acc[m], run=run[m], last=last_rows(run[m], D[m]),
-                          chance=chance, chance_source=source)
+        out[t] = TaskRows(
+            task=t,
+            N=N[m],
+            D=D[m],
+            loss=loss[m],
+            accuracy=acc[m],
+            run=run[m],
+            last=last_rows(run[m], D[m]),
+            chance=chance,
+            chance_source=source,
+        )
     return out
 
 
@@ -181,6 +204,8 @@ def read_targets(df: pd.DataFrame, known: list[str]) -> pd.DataFrame:
     task = _tasks(df, "targets")
     unknown = sorted(set(task) - set(known))
     if unknown:
-        raise AnalysisError(f"targets name task(s) {', '.join(map(repr, unknown))} that the ladder does not have; "
-                            f"ladder tasks: {', '.join(known)}")
+        raise AnalysisError(
+            f"targets name task(s) {', '.join(map(repr, unknown))} that the ladder does not have; "
+            f"ladder tasks: {', '.join(known)}"
+        )
     return pd.DataFrame({"N": N, "D": D, "task": task})

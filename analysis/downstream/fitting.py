@@ -19,7 +19,16 @@ from analysis.downstream import flags
 from analysis.downstream.data import TaskRows, read_ladder, read_targets
 from analysis.downstream.holdout import FoldErrors, Selection, distance, fold_errors, select
 from analysis.downstream.intervals import ErrorModel, drift_per_decade, interval, noise_sd
-from analysis.downstream.methods import AVERAGE, CANDIDATES, CHAIN, DIRECT, SINGLE, CandidateFit, allowed, fit_all
+from analysis.downstream.methods import (
+    AVERAGE,
+    CANDIDATES,
+    CHAIN,
+    DIRECT,
+    SINGLE,
+    CandidateFit,
+    allowed,
+    fit_all,
+)
 from analysis.downstream.sigmoid import CEILING_ONE
 from analysis.downstream.taskloss import DEFAULT_LAW, TaskLossFit, fit_task_loss, shared_loss
 from models.base.errors import AnalysisError
@@ -42,10 +51,17 @@ class Prediction:
     warnings: tuple[str, ...]
 
     def to_dict(self) -> dict:
-        return {"N": self.N, "D": self.D, "task": self.task, "task_loss": self.task_loss,
-                "task_loss_interval": [_json_float(v) for v in self.task_loss_interval], "accuracy": self.accuracy,
-                "accuracy_interval": list(self.accuracy_interval), "method": self.method,
-                "warnings": list(self.warnings)}
+        return {
+            "N": self.N,
+            "D": self.D,
+            "task": self.task,
+            "task_loss": self.task_loss,
+            "task_loss_interval": [_json_float(v) for v in self.task_loss_interval],
+            "accuracy": self.accuracy,
+            "accuracy_interval": list(self.accuracy_interval),
+            "method": self.method,
+            "warnings": list(self.warnings),
+        }
 
 
 @dataclass(frozen=True)
@@ -73,11 +89,23 @@ class TaskFit:
         samples = None if self.boot is None else self.chosen.samples(self.boot, N, D)
         em = self.error_model
         spread = np.std([c.predict(N, D) for c in self.singles.values()], axis=0)
-        lo, hi = interval(acc, samples, em.sd(distance(N, D, em.N_max, em.D_max), spread), em.level, seed=self.seed)
-        return [Prediction(N=float(N[i]), D=float(D[i]), task=self.rows.task, task_loss=float(loss[i]),
-                           task_loss_interval=(float(loss_lo[i]), float(loss_hi[i])), accuracy=float(acc[i]), accuracy_interval=(float(lo[i]), float(hi[i])),
-                           method=self.chosen.candidate.method, warnings=self._warnings(float(loss[i])))
-                for i in range(N.size)]
+        lo, hi = interval(
+            acc, samples, em.sd(distance(N, D, em.N_max, em.D_max), spread), em.level, seed=self.seed
+        )
+        return [
+            Prediction(
+                N=float(N[i]),
+                D=float(D[i]),
+                task=self.rows.task,
+                task_loss=float(loss[i]),
+                task_loss_interval=(float(loss_lo[i]), float(loss_hi[i])),
+                accuracy=float(acc[i]),
+                accuracy_interval=(float(lo[i]), float(hi[i])),
+                method=self.chosen.candidate.method,
+                warnings=self._warnings(float(loss[i])),
+            )
+            for i in range(N.size)
+        ]
 
     def _warnings(self, loss: float) -> tuple[str, ...]:
         out = list(self.warnings)
@@ -87,14 +115,22 @@ class TaskFit:
         return tuple(out)
 
     def to_dict(self) -> dict:
-        return {"step1": self.step1.to_dict(), "step2": self.chain.sigmoid.to_dict(),
-                "direct": self.direct.sigmoid.to_dict(), "n_runs": self.rows.n_runs, "n_points": self.rows.n_points,
-                "method": self.chosen.candidate.method, "candidate": self.chosen.candidate.name,
-                "selection": self.selection.to_dict(), "error_model": self.error_model.to_dict(),
-                "chance": self.rows.chance, "chance_source": self.rows.chance_source,
-                "task_loss_range": [float(self.rows.loss.min()), float(self.rows.loss.max())],
-                "bootstrap": self.n_boot,
-                "warnings": list(self.warnings)}
+        return {
+            "step1": self.step1.to_dict(),
+            "step2": self.chain.sigmoid.to_dict(),
+            "direct": self.direct.sigmoid.to_dict(),
+            "n_runs": self.rows.n_runs,
+            "n_points": self.rows.n_points,
+            "method": self.chosen.candidate.method,
+            "candidate": self.chosen.candidate.name,
+            "selection": self.selection.to_dict(),
+            "error_model": self.error_model.to_dict(),
+            "chance": self.rows.chance,
+            "chance_source": self.rows.chance_source,
+            "task_loss_range": [float(self.rows.loss.min()), float(self.rows.loss.max())],
+            "bootstrap": self.n_boot,
+            "warnings": list(self.warnings),
+        }
 
 
 def _json_float(v: float) -> float | None:
@@ -116,11 +152,18 @@ def _error_model(chosen, fe: FoldErrors) -> ErrorModel:
     noise = noise_sd(chosen.predict(N, D) - acc, N, D)
     name = chosen.candidate.name
     e, d = fe.errors.get(name, np.zeros(0)), fe.distances.get(name, np.zeros(0))
-    return ErrorModel(noise_sd=noise, drift_per_decade=drift_per_decade(e, d, noise), N_max=float(N.max()),
-                      D_max=float(D.max()), n_fold_points=int(e.size))
+    return ErrorModel(
+        noise_sd=noise,
+        drift_per_decade=drift_per_decade(e, d, noise),
+        N_max=float(N.max()),
+        D_max=float(D.max()),
+        n_fold_points=int(e.size),
+    )
 
 
-def fit_task(rows: TaskRows, step1: TaskLossFit, fe: FoldErrors, *, method: str = "auto", seed: int = 0) -> TaskFit:
+def fit_task(
+    rows: TaskRows, step1: TaskLossFit, fe: FoldErrors, *, method: str = "auto", seed: int = 0
+) -> TaskFit:
     """Select, fit and bootstrap one task's predictor (step 1 and its held-out errors given)."""
     cands = allowed(method)
     sel = select(fe, cands, default=next(c for c in cands if c.ceiling != CEILING_ONE))
@@ -132,9 +175,20 @@ def fit_task(rows: TaskRows, step1: TaskLossFit, fe: FoldErrors, *, method: str 
         probe = chosen.samples(boot, rows.final("N")[:1], rows.final("D")[:1])
         n_boot = int(np.sum(np.isfinite(probe)))
     warns = tuple(w for w in (flags.near_chance(rows), flags.no_holdout(sel.n_folds)) if w)
-    return TaskFit(rows=rows, step1=step1, chosen=chosen, singles={c.name: fits[c.name] for c in SINGLE},
-                   chain=_best_of(CHAIN, fits, sel), direct=_best_of(DIRECT, fits, sel), selection=sel,
-                   boot=boot, n_boot=n_boot, error_model=_error_model(chosen, fe), warnings=warns, seed=seed)
+    return TaskFit(
+        rows=rows,
+        step1=step1,
+        chosen=chosen,
+        singles={c.name: fits[c.name] for c in SINGLE},
+        chain=_best_of(CHAIN, fits, sel),
+        direct=_best_of(DIRECT, fits, sel),
+        selection=sel,
+        boot=boot,
+        n_boot=n_boot,
+        error_model=_error_model(chosen, fe),
+        warnings=warns,
+        seed=seed,
+    )
 
 
 @dataclass(frozen=True)
@@ -157,14 +211,22 @@ class DownstreamFit:
         return out
 
     def to_dict(self, predictions: list[Prediction] | None = None) -> dict:
-        return {"predictions": [p.to_dict() for p in predictions or []],
-                "tasks": {k: v.to_dict() for k, v in self.tasks.items()},
-                "settings": {"law": self.law, "bootstrap": self.bootstrap, "seed": self.seed, "method": self.method,
-                             "interval_level": 0.9}}
+        return {
+            "predictions": [p.to_dict() for p in predictions or []],
+            "tasks": {k: v.to_dict() for k, v in self.tasks.items()},
+            "settings": {
+                "law": self.law,
+                "bootstrap": self.bootstrap,
+                "seed": self.seed,
+                "method": self.method,
+                "interval_level": 0.9,
+            },
+        }
 
 
-def fit_downstream(ladder: pd.DataFrame, *, law: str = DEFAULT_LAW, bootstrap: int = 200, seed: int = 0,
-                   method: str = "auto") -> DownstreamFit:
+def fit_downstream(
+    ladder: pd.DataFrame, *, law: str = DEFAULT_LAW, bootstrap: int = 200, seed: int = 0, method: str = "auto"
+) -> DownstreamFit:
     """Fit every task of a LADDER table (see `analysis.downstream.data`)."""
     if method not in METHODS:
         raise AnalysisError(f"method must be one of {', '.join(METHODS)} (got {method!r})")
@@ -178,11 +240,18 @@ def fit_downstream(ladder: pd.DataFrame, *, law: str = DEFAULT_LAW, bootstrap: i
         sub = {t: tasks[t] for t in group}
         ref = sub[group[0]]
         try:
-            step1 = fit_task_loss(*(ref.final(k) for k in ("N", "D", "loss", "run")), law=law, bootstrap=bootstrap,
-                                  seed=seed, shared=len(group) > 1)
+            step1 = fit_task_loss(
+                *(ref.final(k) for k in ("N", "D", "loss", "run")),
+                law=law,
+                bootstrap=bootstrap,
+                seed=seed,
+                shared=len(group) > 1,
+            )
         except AnalysisError as e:
             raise AnalysisError(f"step 1 (task loss as law {law}) for {', '.join(group)}: {e}") from None
         errors = fold_errors(sub, law, cands)
         for t in group:
             fits[t] = fit_task(sub[t], step1, errors[t], method=method, seed=seed)
-    return DownstreamFit(tasks={t: fits[t] for t in tasks}, law=law, bootstrap=bootstrap, seed=seed, method=method)
+    return DownstreamFit(
+        tasks={t: fits[t] for t in tasks}, law=law, bootstrap=bootstrap, seed=seed, method=method
+    )

@@ -36,22 +36,28 @@ def near_chance(rows: TaskRows) -> str | None:
     head = headroom(rows)
     if head >= NEAR_CHANCE:
         return None
-    return (f"near chance: the ladder's largest runs sit {head:+.3f} from chance ({rows.chance:.3g}) (median of "
-            "the top third); the sigmoid's rise is not observed (emergence), the prediction is a guess")
+    return (
+        f"near chance: the ladder's largest runs sit {head:+.3f} from chance ({rows.chance:.3g}) (median of "
+        "the top third); the sigmoid's rise is not observed (emergence), the prediction is a guess"
+    )
 
 
 def no_holdout(n_folds: int) -> str | None:
     if n_folds:
         return None
-    return (f"no held-out check: the ladder needs more than {MIN_SIZES} model sizes to fit below its largest and "
-            "predict it; the method is the default and the interval's only extrapolation term is the spread "
-            "of the candidates' predictions")
+    return (
+        f"no held-out check: the ladder needs more than {MIN_SIZES} model sizes to fit below its largest and "
+        "predict it; the method is the default and the interval's only extrapolation term is the spread "
+        "of the candidates' predictions"
+    )
 
 
 def step2_extrapolation(loss_pred: float, loss_min: float, k: float) -> str | None:
     units = k * (loss_min - loss_pred)
     if not units > LOGISTIC_UNITS:
         return None
-    return (f"step 2 extrapolated: predicted task loss {loss_pred:.4g} is {loss_min - loss_pred:.3g} below the "
-            f"ladder's lowest ({loss_min:.4g}), {units:.1f} logistic units of the fitted sigmoid; the accuracy "
-            "there is not observed, only assumed to follow the curve")
+    return (
+        f"step 2 extrapolated: predicted task loss {loss_pred:.4g} is {loss_min - loss_pred:.3g} below the "
+        f"ladder's lowest ({loss_min:.4g}), {units:.1f} logistic units of the fitted sigmoid; the accuracy "
+        "there is not observed, only assumed to follow the curve"
+    )

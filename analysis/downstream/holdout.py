@@ -72,8 +72,9 @@ def _task_fold(rows: TaskRows, fit_runs: np.ndarray, step1, cands: tuple[Candida
     return {name: (f.predict(N, D) - acc, d) for name, f in fits.items()}
 
 
-def fold_errors(tasks: dict[str, TaskRows], law: str, cands: tuple[Candidate, ...] = CANDIDATES
-                ) -> dict[str, FoldErrors]:
+def fold_errors(
+    tasks: dict[str, TaskRows], law: str, cands: tuple[Candidate, ...] = CANDIDATES
+) -> dict[str, FoldErrors]:
     """task -> pooled held-out errors, for tasks sharing one step-1 fit (a single task otherwise):
     the first task's last rows carry the shared (N, D, task_loss)."""
     ref = next(iter(tasks.values()))
@@ -105,15 +106,27 @@ class Selection:
     rule: str = "lowest mean absolute error on the ladder's largest size(s), fitted on the smaller ones"
 
     def to_dict(self) -> dict:
-        return {"chosen": self.chosen, "method": self.method, "fold_mae": dict(self.fold_mae),
-                "n_folds": self.n_folds, "n_points": self.n_points, "rule": self.rule}
+        return {
+            "chosen": self.chosen,
+            "method": self.method,
+            "fold_mae": dict(self.fold_mae),
+            "n_folds": self.n_folds,
+            "n_points": self.n_points,
+            "rule": self.rule,
+        }
 
 
-def select(fe: FoldErrors, cands: tuple[Candidate, ...] = CANDIDATES, default: Candidate | None = None) -> Selection:
+def select(
+    fe: FoldErrors, cands: tuple[Candidate, ...] = CANDIDATES, default: Candidate | None = None
+) -> Selection:
     """The candidate with the lowest held-out MAE (the first of `cands` on ties); `default`
     (else the first of `cands`) when nothing could be held out."""
-    mae = {c.name: float(np.mean(np.abs(fe.errors[c.name]))) if c.name in fe.errors and fe.errors[c.name].size
-           else math.nan for c in cands}
+    mae = {
+        c.name: float(np.mean(np.abs(fe.errors[c.name])))
+        if c.name in fe.errors and fe.errors[c.name].size
+        else math.nan
+        for c in cands
+    }
     finite = [c for c in cands if math.isfinite(mae[c.name])]
     if not finite:
         pick = default if default in cands else cands[0]

@@ -62,10 +62,16 @@ class ErrorModel:
         return np.sqrt(self.noise_sd**2 + model**2)
 
     def to_dict(self) -> dict:
-        return {"noise_sd": self.noise_sd, "drift_per_decade": self.drift_per_decade, "N_max": self.N_max,
-                "D_max": self.D_max, "n_fold_points": self.n_fold_points, "level": self.level,
-                "method": "bootstrap over runs (both steps) + run scatter + max(held-out drift x distance, "
-                          "spread of the candidates' predictions)"}
+        return {
+            "noise_sd": self.noise_sd,
+            "drift_per_decade": self.drift_per_decade,
+            "N_max": self.N_max,
+            "D_max": self.D_max,
+            "n_fold_points": self.n_fold_points,
+            "level": self.level,
+            "method": "bootstrap over runs (both steps) + run scatter + max(held-out drift x distance, "
+            "spread of the candidates' predictions)",
+        }
 
 
 def noise_sd(residuals: np.ndarray, N: np.ndarray, D: np.ndarray) -> float:
@@ -84,8 +90,14 @@ def drift_per_decade(errors: np.ndarray, distances: np.ndarray, noise: float) ->
     return math.sqrt(max(slope, 0.0))
 
 
-def interval(pred: np.ndarray, samples_BxN: np.ndarray | None, sd_N: np.ndarray, level: float = PREDICTION_LEVEL,
-             seed: int = 0, draws: int = 4000) -> tuple[np.ndarray, np.ndarray]:
+def interval(
+    pred: np.ndarray,
+    samples_BxN: np.ndarray | None,
+    sd_N: np.ndarray,
+    level: float = PREDICTION_LEVEL,
+    seed: int = 0,
+    draws: int = 4000,
+) -> tuple[np.ndarray, np.ndarray]:
     """[lo, hi] of pred + u_b + z, z ~ N(0, sd^2), u_b the bootstrap deviations (median-centred;
     `analysis.laws.intervals.offsets`), clipped to [0, 1]."""
     pred = np.atleast_1d(np.asarray(pred, float))

@@ -47,8 +47,12 @@ class Candidate:
         return sigmoid.LOSS if self.method == CHAIN else sigmoid.SIZE
 
 
-SINGLE = (Candidate(CHAIN, sigmoid.CEILING_ONE), Candidate(CHAIN, sigmoid.CEILING_FITTED),
-          Candidate(DIRECT, sigmoid.CEILING_ONE), Candidate(DIRECT, sigmoid.CEILING_FITTED))
+SINGLE = (
+    Candidate(CHAIN, sigmoid.CEILING_ONE),
+    Candidate(CHAIN, sigmoid.CEILING_FITTED),
+    Candidate(DIRECT, sigmoid.CEILING_ONE),
+    Candidate(DIRECT, sigmoid.CEILING_FITTED),
+)
 AVERAGED = Candidate(AVERAGE, "mixed")
 CANDIDATES = (AVERAGED,) + SINGLE
 
@@ -61,15 +65,24 @@ def allowed(method: str) -> tuple[Candidate, ...]:
 def references(rows: TaskRows) -> dict:
     """Geometric means of N and D over the runs' last rows: the direct form's centre (it keeps the
     fit well conditioned; it does not change the fitted curve)."""
-    return {"N_ref": float(np.exp(np.mean(np.log(rows.final("N"))))),
-            "D_ref": float(np.exp(np.mean(np.log(rows.final("D")))))}
+    return {
+        "N_ref": float(np.exp(np.mean(np.log(rows.final("N"))))),
+        "D_ref": float(np.exp(np.mean(np.log(rows.final("D"))))),
+    }
 
 
 def subset(rows: TaskRows, keep_runs: np.ndarray) -> TaskRows:
     """The rows of the runs in `keep_runs` (run codes)."""
     m = np.isin(rows.run, keep_runs)
-    return replace(rows, N=rows.N[m], D=rows.D[m], loss=rows.loss[m], accuracy=rows.accuracy[m],
-                   run=rows.run[m], last=rows.last[m])
+    return replace(
+        rows,
+        N=rows.N[m],
+        D=rows.D[m],
+        loss=rows.loss[m],
+        accuracy=rows.accuracy[m],
+        run=rows.run[m],
+        last=rows.last[m],
+    )
 
 
 @dataclass(frozen=True)
@@ -115,8 +128,9 @@ def fit_candidate(cand: Candidate, rows: TaskRows, step1: TaskLossFit | None) ->
     m = np.ones(rows.n_points, bool) if cand.method == CHAIN else rows.last
     X = sigmoid.inputs(cand.form, rows.loss[m], rows.N[m], rows.D[m], refs)
     s = sigmoid.fit(cand.form, X, rows.accuracy[m], rows.chance, cand.ceiling, refs)
-    return CandidateFit(candidate=cand, sigmoid=s, refs=refs, step1=step1 if cand.method == CHAIN else None,
-                        rows=rows)
+    return CandidateFit(
+        candidate=cand, sigmoid=s, refs=refs, step1=step1 if cand.method == CHAIN else None, rows=rows
+    )
 
 
 @dataclass(frozen=True)

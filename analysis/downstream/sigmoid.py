@@ -49,7 +49,7 @@ class Form:
         if self.name == "loss":
             k = np.exp(np.minimum(th_BxP[:, :1], MAX_EXP))
             return k * (th_BxP[:, 1:2] - X["loss"])
-        aN, aD = (np.exp(np.minimum(th_BxP[:, i:i + 1], MAX_EXP)) for i in (1, 2))
+        aN, aD = (np.exp(np.minimum(th_BxP[:, i : i + 1], MAX_EXP)) for i in (1, 2))
         return th_BxP[:, :1] + aN * X["logN"] + aD * X["logD"]
 
     def predict(self, th_BxP: np.ndarray, X: dict, chance: float, ceiling: str) -> np.ndarray:
@@ -65,11 +65,18 @@ class Form:
         """(S, P) internal start points, scaled to the data so that no unit choice matters."""
         if self.name == "loss":
             lo, span = float(X["loss"].min()), float(np.ptp(X["loss"])) or 1.0
-            z = [(math.log(s / span), x0) for s in (1.0, 3.0, 10.0, 30.0)
-                 for x0 in (lo - span / 2, lo, lo + span / 4, lo + span / 2)]
+            z = [
+                (math.log(s / span), x0)
+                for s in (1.0, 3.0, 10.0, 30.0)
+                for x0 in (lo - span / 2, lo, lo + span / 4, lo + span / 2)
+            ]
         else:
-            z = [(b0, math.log(aN), math.log(aD)) for b0 in (-3.0, -1.0, 1.0) for aN in (0.1, 0.5, 1.5)
-                 for aD in (0.1, 0.5, 1.5)]
+            z = [
+                (b0, math.log(aN), math.log(aD))
+                for b0 in (-3.0, -1.0, 1.0)
+                for aN in (0.1, 0.5, 1.5)
+                for aD in (0.1, 0.5, 1.5)
+            ]
         z = np.array(z, float)
         if ceiling != CEILING_FITTED:
             return z
@@ -84,8 +91,13 @@ class Form:
         if self.name == "loss":
             out.update(k=math.exp(min(z[0], MAX_EXP)), loss0=float(z[1]))
         else:
-            out.update(b0=float(z[0]), a_N=math.exp(min(z[1], MAX_EXP)), a_D=math.exp(min(z[2], MAX_EXP)),
-                       N_ref=refs["N_ref"], D_ref=refs["D_ref"])
+            out.update(
+                b0=float(z[0]),
+                a_N=math.exp(min(z[1], MAX_EXP)),
+                a_D=math.exp(min(z[2], MAX_EXP)),
+                N_ref=refs["N_ref"],
+                D_ref=refs["D_ref"],
+            )
         return out
 
 
@@ -98,7 +110,10 @@ def inputs(form: Form, loss: np.ndarray | None, N: np.ndarray, D: np.ndarray, re
     """The arrays `form` reads: task loss, or log N and log D about the ladder's references."""
     if form.name == "loss":
         return {"loss": np.asarray(loss, float)}
-    return {"logN": np.log(np.asarray(N, float) / refs["N_ref"]), "logD": np.log(np.asarray(D, float) / refs["D_ref"])}
+    return {
+        "logN": np.log(np.asarray(N, float) / refs["N_ref"]),
+        "logD": np.log(np.asarray(D, float) / refs["D_ref"]),
+    }
 
 
 def _jacobian(f, th: np.ndarray, sw: np.ndarray) -> np.ndarray:
@@ -106,16 +121,17 @@ def _jacobian(f, th: np.ndarray, sw: np.ndarray) -> np.ndarray:
     B, P = th.shape
     out = np.empty((B, sw.shape[1], P))
     for p in range(P):
-        h = 1e-6 * (1.0 + np.abs(th[:, p:p + 1]))
+        h = 1e-6 * (1.0 + np.abs(th[:, p : p + 1]))
         up, dn = th.copy(), th.copy()
-        up[:, p:p + 1] += h
-        dn[:, p:p + 1] -= h
+        up[:, p : p + 1] += h
+        dn[:, p : p + 1] -= h
         out[:, :, p] = sw * (f(up) - f(dn)) / (2 * h)
     return out
 
 
-def least_squares_batch(f, th0_BxP: np.ndarray, y_N: np.ndarray, w_BxN: np.ndarray, max_iter: int = 200
-                        ) -> tuple[np.ndarray, np.ndarray]:
+def least_squares_batch(
+    f, th0_BxP: np.ndarray, y_N: np.ndarray, w_BxN: np.ndarray, max_iter: int = 200
+) -> tuple[np.ndarray, np.ndarray]:
     """Minimise sum_n w[b, n] (f(th)[b, n] - y[n])^2 for every row b: (th_BxP, cost_B).
 
     Levenberg-Marquardt with per-row damping (x0.3 on success, x10 on failure); a row stops when an
@@ -159,11 +175,18 @@ class SigmoidFit:
     n_points: int  # rows fitted
 
     def predict(self, X: dict) -> np.ndarray:
-        return FORMS[self.form].predict(np.array([self.theta]), X, self.params["chance"], self.ceiling_mode)[0]
+        return FORMS[self.form].predict(np.array([self.theta]), X, self.params["chance"], self.ceiling_mode)[
+            0
+        ]
 
     def to_dict(self) -> dict:
-        return {"form": self.form, "ceiling_mode": self.ceiling_mode, **self.params, "rms": self.rms,
-                "n_points": self.n_points}
+        return {
+            "form": self.form,
+            "ceiling_mode": self.ceiling_mode,
+            **self.params,
+            "rms": self.rms,
+            "n_points": self.n_points,
+        }
 
 
 def _batched(form: Form, X: dict, chance: float, ceiling: str):
@@ -171,17 +194,30 @@ def _batched(form: Form, X: dict, chance: float, ceiling: str):
     return lambda th: form.predict(th, X, chance, ceiling)
 
 
-def fit(form: Form, X: dict, y: np.ndarray, chance: float, ceiling: str, refs: dict,
-        weights: np.ndarray | None = None) -> SigmoidFit:
+def fit(
+    form: Form,
+    X: dict,
+    y: np.ndarray,
+    chance: float,
+    ceiling: str,
+    refs: dict,
+    weights: np.ndarray | None = None,
+) -> SigmoidFit:
     """The best of the form's start grid (all starts in one batch)."""
     th0 = form.starts(X, ceiling)
     w = np.ones(y.size) if weights is None else np.asarray(weights, float)
     th, cost = least_squares_batch(_batched(form, X, chance, ceiling), th0, y, w[None, :])
     best = int(np.nanargmin(cost))
-    pred = form.predict(th[best:best + 1], X, chance, ceiling)[0]
+    pred = form.predict(th[best : best + 1], X, chance, ceiling)[0]
     rms = float(np.sqrt(np.average((pred - y) ** 2, weights=w)))
-    return SigmoidFit(form=form.name, ceiling_mode=ceiling, theta=tuple(map(float, th[best])),
-                      params=form.public(th[best], chance, ceiling, refs), rms=rms, n_points=int(y.size))
+    return SigmoidFit(
+        form=form.name,
+        ceiling_mode=ceiling,
+        theta=tuple(map(float, th[best])),
+        params=form.public(th[best], chance, ceiling, refs),
+        rms=rms,
+        n_points=int(y.size),
+    )
 
 
 def bootstrap(fitted: SigmoidFit, X: dict, y: np.ndarray, w_BxN: np.ndarray) -> np.ndarray:

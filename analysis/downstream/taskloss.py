@@ -67,16 +67,31 @@ class TaskLossFit:
         return bootstrap_counts(self.n_runs, self.n_bootstrap, self.seed)
 
     def to_dict(self) -> dict:
-        out = {"law": self.law, "formula": self.fit.law_obj.formula if self.fit else None,
-               "params": {k: float(v) for k, v in self.params.items()}, "n_runs": self.n_runs,
-               "converged": self.converged, "bootstrap": self.n_bootstrap, "shared_by_tasks": self.shared}
+        out = {
+            "law": self.law,
+            "formula": self.fit.law_obj.formula if self.fit else None,
+            "params": {k: float(v) for k, v in self.params.items()},
+            "n_runs": self.n_runs,
+            "converged": self.converged,
+            "bootstrap": self.n_bootstrap,
+            "shared_by_tasks": self.shared,
+        }
         if self.fit is not None and "law_selection" in self.fit.extras:
             out["law_selection"] = self.fit.extras["law_selection"]
         return out
 
 
-def fit_task_loss(N: np.ndarray, D: np.ndarray, loss: np.ndarray, runs: np.ndarray, *, law: str = DEFAULT_LAW,
-                  bootstrap: int = 0, seed: int = 0, shared: bool = False) -> TaskLossFit:
+def fit_task_loss(
+    N: np.ndarray,
+    D: np.ndarray,
+    loss: np.ndarray,
+    runs: np.ndarray,
+    *,
+    law: str = DEFAULT_LAW,
+    bootstrap: int = 0,
+    seed: int = 0,
+    shared: bool = False,
+) -> TaskLossFit:
     """Fit `law` to one row per run (already in run order). Raises AnalysisError when the rows
     cannot identify the law (too few runs or sizes)."""
     df = pd.DataFrame({"N": np.asarray(N, float), "D": np.asarray(D, float), "loss": np.asarray(loss, float)})
@@ -88,9 +103,17 @@ def fit_task_loss(N: np.ndarray, D: np.ndarray, loss: np.ndarray, runs: np.ndarr
             fit = fit_auto(df, None, **kwargs)
         else:
             fit = fit_law(df, law, None, **kwargs)
-    return TaskLossFit(law=fit.law, params=dict(fit.params), n_runs=len(df), converged=bool(fit.converged),
-                       runs=tuple(int(r) for r in runs), n_bootstrap=int(bootstrap), seed=seed, shared=shared,
-                       fit=fit)
+    return TaskLossFit(
+        law=fit.law,
+        params=dict(fit.params),
+        n_runs=len(df),
+        converged=bool(fit.converged),
+        runs=tuple(int(r) for r in runs),
+        n_bootstrap=int(bootstrap),
+        seed=seed,
+        shared=shared,
+        fit=fit,
+    )
 
 
 def shared_loss(tasks: dict) -> bool:
@@ -105,4 +128,3 @@ def shared_loss(tasks: dict) -> bool:
         if cur[0].shape != ref[0].shape or not all(np.array_equal(a, b) for a, b in zip(cur, ref)):
             return False
     return True
-

@@ -78,19 +78,31 @@ def closed_form_optimum(params_xP: np.ndarray, C: np.ndarray, k: float) -> dict[
         N = np.exp(logG + a * logc)
         D = np.exp(-logG + b * logc)
         loss = E + A / N**al + B / D**be
-    return {"a": a[..., 0], "b": b[..., 0], "G": np.exp(logG[..., 0]), "N_opt": N, "D_opt": D,
-            "tokens_per_param": D / N, "loss": loss}
+    return {
+        "a": a[..., 0],
+        "b": b[..., 0],
+        "G": np.exp(logG[..., 0]),
+        "N_opt": N,
+        "D_opt": D,
+        "tokens_per_param": D / N,
+        "loss": loss,
+    }
 
 
 def check_allocatable(params: Mapping[str, float], origin: str) -> None:
     """One-line AnalysisError unless E is finite and A, B, alpha, beta are finite and > 0: with a
     non-positive exponent a loss term never falls with scale, the optimum does not exist, and the
     closed form would give NaN (or a nonsense N*) silently."""
-    bad = [f"{n}={params[n]:g}" for n in CHINCHILLA_NAMES
-           if not math.isfinite(params[n]) or (n != "E" and not params[n] > 0)]
+    bad = [
+        f"{n}={params[n]:g}"
+        for n in CHINCHILLA_NAMES
+        if not math.isfinite(params[n]) or (n != "E" and not params[n] > 0)
+    ]
     if bad:
-        raise AnalysisError(f"{origin}: no compute-optimal allocation with {', '.join(bad)} (A, B, alpha and "
-                            "beta must be finite and > 0, E finite)")
+        raise AnalysisError(
+            f"{origin}: no compute-optimal allocation with {', '.join(bad)} (A, B, alpha and "
+            "beta must be finite and > 0, E finite)"
+        )
 
 
 def percentile_interval(values: np.ndarray, level: float) -> list[float]:
@@ -150,31 +162,40 @@ class ScalingLaw:
     @classmethod
     def chinchilla_2022(cls) -> "ScalingLaw":
         """Hoffmann et al. 2022 (Chinchilla) approach 3, eq. 10, with C = 6ND."""
-        return cls(**HOFFMANN_2022, source="Hoffmann et al. 2022 (Chinchilla) approach 3: "
-                   "E=1.69, A=406.4, B=410.7, alpha=0.34, beta=0.28")
+        return cls(
+            **HOFFMANN_2022,
+            source="Hoffmann et al. 2022 (Chinchilla) approach 3: "
+            "E=1.69, A=406.4, B=410.7, alpha=0.34, beta=0.28",
+        )
 
     @classmethod
-    def from_fit(cls, fit, source: str | None = None,
-                 flops_per_param_token: float | None = None) -> "ScalingLaw":
+    def from_fit(
+        cls, fit, source: str | None = None, flops_per_param_token: float | None = None
+    ) -> "ScalingLaw":
         """The law of a Chinchilla-form FitResult, with its k, bootstrap samples and CI level.
 
         `flops_per_param_token` overrides the fit's k (None keeps it).
         """
         if not supports_allocation(fit):
-            raise AnalysisError(f"compute-optimal allocation needs a Chinchilla-form law "
-                                f"({', '.join(CHINCHILLA_NAMES)}, or beta tied to alpha); law {fit.law} has "
-                                f"{', '.join(fit.param_names)}")
+            raise AnalysisError(
+                f"compute-optimal allocation needs a Chinchilla-form law "
+                f"({', '.join(CHINCHILLA_NAMES)}, or beta tied to alpha); law {fit.law} has "
+                f"{', '.join(fit.param_names)}"
+            )
         k = fit.flops_per_param_token if flops_per_param_token is None else flops_per_param_token
         idx = chinchilla_index(fit.param_names)
         samples = None
         if fit.bootstrap_samples is not None:
             samples = np.asarray(fit.bootstrap_samples, dtype=float)[:, idx]
         vector = np.array([fit.params[n] for n in fit.param_names], dtype=float)[idx]
-        return cls(**{n: float(v) for n, v in zip(CHINCHILLA_NAMES, vector)},
-                   flops_per_param_token=_positive_k(k, f"law {fit.law}"),
-                   source=source or f"{fit.law} law fitted on {fit.n_points} points",
-                   samples=samples, ci_level=float(fit.ci_level),
-                   prediction_error=getattr(fit, "prediction_error", None))
+        return cls(
+            **{n: float(v) for n, v in zip(CHINCHILLA_NAMES, vector)},
+            flops_per_param_token=_positive_k(k, f"law {fit.law}"),
+            source=source or f"{fit.law} law fitted on {fit.n_points} points",
+            samples=samples,
+            ci_level=float(fit.ci_level),
+            prediction_error=getattr(fit, "prediction_error", None),
+        )
 
     @classmethod
     def from_json(cls, path: str | pathlib.Path) -> "ScalingLaw":
@@ -198,12 +219,16 @@ class ScalingLaw:
         vals = _law_constants(data, law_name, origin)
         k = data.get("flops_per_param_token")
         level = data.get("ci_level")
-        return cls(**vals, source=f"{law_name} law fitted in {origin.name}",
-                   flops_per_param_token=(DEFAULT_FLOPS_PER_PARAM_TOKEN if k is None
-                                          else _positive_k(k, f"law file {origin}")),
-                   samples=_json_samples(data),
-                   ci_level=float(level) if isinstance(level, (int, float)) and 0 < level < 1 else 0.95,
-                   prediction_error=_json_prediction_error(data))
+        return cls(
+            **vals,
+            source=f"{law_name} law fitted in {origin.name}",
+            flops_per_param_token=(
+                DEFAULT_FLOPS_PER_PARAM_TOKEN if k is None else _positive_k(k, f"law file {origin}")
+            ),
+            samples=_json_samples(data),
+            ci_level=float(level) if isinstance(level, (int, float)) and 0 < level < 1 else 0.95,
+            prediction_error=_json_prediction_error(data),
+        )
 
     # ---- predictions ----------------------------------------------------------------------------
     @property
@@ -213,7 +238,7 @@ class ScalingLaw:
 
     def loss(self, n: float, d: float) -> float:
         """Predicted loss of an N-parameter model trained on D tokens."""
-        return self.E + self.A / n ** self.alpha + self.B / d ** self.beta
+        return self.E + self.A / n**self.alpha + self.B / d**self.beta
 
     def loss_ci(self, n: float, d: float, level: float | None = None) -> tuple[float, float] | None:
         """Percentile interval (default `ci_level`) of the loss over the bootstrap samples;
@@ -224,7 +249,9 @@ class ScalingLaw:
         lo, hi = percentile_interval(vals, self.ci_level if level is None else level)
         return lo, hi
 
-    def loss_interval(self, n, d, level: float = intervals.PREDICTION_LEVEL) -> tuple[np.ndarray, np.ndarray] | None:
+    def loss_interval(
+        self, n, d, level: float = intervals.PREDICTION_LEVEL
+    ) -> tuple[np.ndarray, np.ndarray] | None:
         """90% prediction interval (lo, hi) of a new run's loss at N = n, D = d (arrays or floats):
         parameter noise (bootstrap samples) + run scatter + extrapolation drift beyond the fitted
         data (see analysis.laws.intervals); None when the law carries no error model."""
@@ -248,7 +275,11 @@ class ScalingLaw:
         n, d = np.asarray(n, dtype=float), np.asarray(d, dtype=float)
         shape = (-1,) + (1,) * n.ndim
         with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-            return e.reshape(shape) + a.reshape(shape) / n ** al.reshape(shape) + b.reshape(shape) / d ** be.reshape(shape)
+            return (
+                e.reshape(shape)
+                + a.reshape(shape) / n ** al.reshape(shape)
+                + b.reshape(shape) / d ** be.reshape(shape)
+            )
 
     def optimal(self, flops: float) -> tuple[float, float]:
         """(N*, D*) minimising L under k·N·D = C (Hoffmann et al. 2022, eq. 4)."""
@@ -263,8 +294,12 @@ class ScalingLaw:
             raise AnalysisError("budgets must be positive FLOP counts")
         k = self.flops_per_param_token
         point = closed_form_optimum(self.params, budgets, k)
-        out = {"a": float(point["a"]), "b": float(point["b"]), "G": float(point["G"]),
-               "flops_per_param_token": k}
+        out = {
+            "a": float(point["a"]),
+            "b": float(point["b"]),
+            "G": float(point["G"]),
+            "flops_per_param_token": k,
+        }
         boot = closed_form_optimum(self.samples, budgets, k) if self.samples is not None else None
         if boot is not None:
             out["a_ci"] = percentile_interval(boot["a"], self.ci_level)
@@ -290,20 +325,26 @@ def _law_constants(data: Mapping[str, Any], law_name: str, origin: pathlib.Path)
     """E, A, B, alpha, beta from a fit JSON's `params`, checked (finite; A, B, alpha, beta > 0)."""
     params = data.get("params")
     if not isinstance(params, dict):
-        raise AnalysisError(f"law file {origin} has no 'params' object (write it with `python -m "
-                            f"analysis fit DATA.csv --law chinchilla --json {origin.name}`)")
+        raise AnalysisError(
+            f"law file {origin} has no 'params' object (write it with `python -m "
+            f"analysis fit DATA.csv --law chinchilla --json {origin.name}`)"
+        )
     if "beta" not in params and "alpha" in params and law_name == "chinchilla_tied":
         params = {**params, "beta": params["alpha"]}
     missing = [k for k in CHINCHILLA_NAMES if k not in params]
     if missing:
-        raise AnalysisError(f"law {law_name!r} in {origin} lacks parameter(s) {missing}; the planner "
-                            f"needs a Chinchilla-form law L = E + A/N^alpha + B/D^beta")
+        raise AnalysisError(
+            f"law {law_name!r} in {origin} lacks parameter(s) {missing}; the planner "
+            f"needs a Chinchilla-form law L = E + A/N^alpha + B/D^beta"
+        )
     try:
         vals = {k: float(params[k]) for k in CHINCHILLA_NAMES}
     except (TypeError, ValueError):
         raise AnalysisError(f"law file {origin}: parameters must be numbers (got {params})")
-    if not all(math.isfinite(v) for v in vals.values()) or min(vals["A"], vals["B"], vals["alpha"],
-                                                                 vals["beta"]) <= 0:
+    if (
+        not all(math.isfinite(v) for v in vals.values())
+        or min(vals["A"], vals["B"], vals["alpha"], vals["beta"]) <= 0
+    ):
         raise AnalysisError(f"law file {origin}: A, B, alpha, beta must be finite and > 0 (got {vals})")
     return vals
 
@@ -336,7 +377,9 @@ def _json_prediction_error(data: Mapping[str, Any]) -> intervals.PredictionError
     return pe if ok else None
 
 
-def allocation(fit, budgets: Sequence[float] | None = None, flops_per_param_token: float | None = None) -> dict:
+def allocation(
+    fit, budgets: Sequence[float] | None = None, flops_per_param_token: float | None = None
+) -> dict:
     """N*, D*, tokens per parameter and loss at each budget, with CIs from `fit.bootstrap_samples`
     (`ScalingLaw.from_fit(fit).allocation(budgets)`; `flops_per_param_token` overrides the fit's k)."""
     return ScalingLaw.from_fit(fit, flops_per_param_token=flops_per_param_token).allocation(budgets)

@@ -30,13 +30,19 @@ import pandas as pd
 OPTIM_PREFIX = "optim."
 # Config keys that change how a run is run, not what it learns (never part of the group key).
 NOT_SCIENCE_PREFIXES = (OPTIM_PREFIX, "sharding.", "distributed.", "hydra.", "sweep.")
-NOT_SCIENCE_KEYS = frozenset({
-    "train.eval_every", "train.ckpt_every", "train.log_every", "train.keep_checkpoints",
-    "train.progress_every_s", "train.loss_ceiling",
-})
+NOT_SCIENCE_KEYS = frozenset(
+    {
+        "train.eval_every",
+        "train.ckpt_every",
+        "train.log_every",
+        "train.keep_checkpoints",
+        "train.progress_every_s",
+        "train.loss_ceiling",
+    }
+)
 # Columns of the runs table (analysis.runs) that say which shape and budget a run is.
 N_COLUMNS = ("n_params", "N")
-D_COLUMNS = ("total_tokens", "tokens", "D")   # planned length first: a diverged run's `tokens` is partial
+D_COLUMNS = ("total_tokens", "tokens", "D")  # planned length first: a diverged run's `tokens` is partial
 LOSS_COLUMNS = ("final_eval_loss", "loss")
 BUDGET_COLUMNS = ("budget", "sweep.budget")
 SELECTED, GROUP = "selected", "hparam_group"
@@ -47,32 +53,41 @@ class HparamGroup:
     """One (budget, shape) whose runs differ only in `optim.*`: what was tried, what won."""
 
     group: int
-    label: str                                  # "C=1e+11, N=12,345" (or N and D without a budget)
+    label: str  # "C=1e+11, N=12,345" (or N and D without a budget)
     n_params: float
     tokens: float
-    budget: float                               # NaN when the table names none
+    budget: float  # NaN when the table names none
     runs: tuple[str, ...]
-    losses: tuple[float, ...]                   # NaN for runs that did not complete
-    values: dict[str, tuple[Any, ...]]          # swept optim.* key -> the value of each run
-    best: str | None                            # None: no run of the group completed
+    losses: tuple[float, ...]  # NaN for runs that did not complete
+    values: dict[str, tuple[Any, ...]]  # swept optim.* key -> the value of each run
+    best: str | None  # None: no run of the group completed
     best_loss: float
-    edges: tuple[str, ...]                      # "optim.lr=0.01 is the highest of 3 tried", ...
+    edges: tuple[str, ...]  # "optim.lr=0.01 is the highest of 3 tried", ...
 
     def to_dict(self) -> dict[str, Any]:
-        return {"group": self.group, "label": self.label, "N": self.n_params, "D": self.tokens,
-                "budget": self.budget, "runs": list(self.runs), "losses": list(self.losses),
-                "values": {k: list(v) for k, v in self.values.items()}, "best": self.best,
-                "best_loss": self.best_loss, "at_edge": list(self.edges)}
+        return {
+            "group": self.group,
+            "label": self.label,
+            "N": self.n_params,
+            "D": self.tokens,
+            "budget": self.budget,
+            "runs": list(self.runs),
+            "losses": list(self.losses),
+            "values": {k: list(v) for k, v in self.values.items()},
+            "best": self.best,
+            "best_loss": self.best_loss,
+            "at_edge": list(self.edges),
+        }
 
 
 @dataclasses.dataclass(frozen=True)
 class Selection:
     """The runs table with `hparam_group` and `selected` columns, and the swept groups."""
 
-    table: pd.DataFrame                         # every input row, in input order, plus the two columns
-    varied: tuple[str, ...]                     # optim.* keys that differ inside some group
-    groups: tuple[HparamGroup, ...]             # the swept groups only (more than one optim setting)
-    n_unchanged: int                            # rows outside swept groups, kept as they are
+    table: pd.DataFrame  # every input row, in input order, plus the two columns
+    varied: tuple[str, ...]  # optim.* keys that differ inside some group
+    groups: tuple[HparamGroup, ...]  # the swept groups only (more than one optim setting)
+    n_unchanged: int  # rows outside swept groups, kept as they are
 
     @property
     def active(self) -> bool:
@@ -84,7 +99,9 @@ class Selection:
         """The hyperparameter to plot loss against: optim.lr when swept, else the first numeric one."""
         if OPTIM_PREFIX + "lr" in self.varied:
             return OPTIM_PREFIX + "lr"
-        numeric = [k for k in self.varied if all(_is_number(v) for g in self.groups for v in g.values.get(k, ()))]
+        numeric = [
+            k for k in self.varied if all(_is_number(v) for g in self.groups for v in g.values.get(k, ()))
+        ]
         return numeric[0] if numeric else None
 
     @property
@@ -104,8 +121,10 @@ class Selection:
         kind = self.kind
         n = sum(len(g.runs) for g in self.groups)
         rest = f"; {self.n_unchanged} other run(s) kept as they are" if self.n_unchanged else ""
-        return (f"{kind}: {n} runs in {len(self.groups)} groups differ only in {', '.join(self.varied)}; "
-                f"fitting the best run per (budget, shape){rest}")
+        return (
+            f"{kind}: {n} runs in {len(self.groups)} groups differ only in {', '.join(self.varied)}; "
+            f"fitting the best run per (budget, shape){rest}"
+        )
 
     @property
     def warnings(self) -> list[str]:
@@ -115,22 +134,37 @@ class Selection:
             if g.best is None:
                 out.append(f"{g.label}: no run of its {self.kind} completed; the rung is left out of the fit")
             for e in g.edges:
-                out.append(f"{g.label}: the best run has {e}; the optimum may lie outside the swept range "
-                           "-- extend the sweep there")
+                out.append(
+                    f"{g.label}: the best run has {e}; the optimum may lie outside the swept range "
+                    "-- extend the sweep there"
+                )
         return out
 
     def to_dict(self) -> dict[str, Any]:
         """What report.json and `collect --json` record about the selection."""
-        return {"active": self.active, "message": self.message, "varied": list(self.varied),
-                "x_param": self.x_param, "n_runs": int(len(self.table)),
-                "n_selected": int(self.table[SELECTED].sum()), "n_unchanged": self.n_unchanged,
-                "groups": [g.to_dict() for g in self.groups], "warnings": self.warnings}
+        return {
+            "active": self.active,
+            "message": self.message,
+            "varied": list(self.varied),
+            "x_param": self.x_param,
+            "n_runs": int(len(self.table)),
+            "n_selected": int(self.table[SELECTED].sum()),
+            "n_unchanged": self.n_unchanged,
+            "groups": [g.to_dict() for g in self.groups],
+            "warnings": self.warnings,
+        }
 
 
 def science_columns(df: pd.DataFrame) -> list[str]:
     """Config columns (dotted names from the flattened run config) that define what a run learns."""
-    return [c for c in df.columns if isinstance(c, str) and "." in c
-            and not c.startswith(NOT_SCIENCE_PREFIXES) and c not in NOT_SCIENCE_KEYS]
+    return [
+        c
+        for c in df.columns
+        if isinstance(c, str)
+        and "." in c
+        and not c.startswith(NOT_SCIENCE_PREFIXES)
+        and c not in NOT_SCIENCE_KEYS
+    ]
 
 
 def optim_columns(df: pd.DataFrame) -> list[str]:
@@ -160,7 +194,7 @@ def select_best_runs(df: pd.DataFrame, loss_col: str | None = None) -> Selection
     gid = {k: i for i, k in enumerate(order)}
     table[GROUP] = [gid[k] for k in keys]
     eligible = _eligible(table, loss_col)
-    selected = pd.Series(True, index=table.index)   # rows outside swept groups stay as they are
+    selected = pd.Series(True, index=table.index)  # rows outside swept groups stay as they are
     groups, varied = [], []
     for i in range(len(order)):
         rows = np.flatnonzero(table[GROUP].to_numpy() == i)
@@ -245,24 +279,39 @@ def _n_distinct(s: pd.Series) -> int:
     return len({_norm(v) for v in s})
 
 
-def _choose(df: pd.DataFrame, rows: np.ndarray, swept: list[str], loss_col: str | None,
-            eligible: pd.Series, gid: int) -> HparamGroup:
+def _choose(
+    df: pd.DataFrame, rows: np.ndarray, swept: list[str], loss_col: str | None, eligible: pd.Series, gid: int
+) -> HparamGroup:
     """The best eligible run of one swept group and the edges of the range it sits at."""
     sub = df.iloc[rows]
     names = tuple(str(r) for r in (sub["run"] if "run" in sub.columns else sub.index))
-    loss = (pd.to_numeric(sub[loss_col], errors="coerce").to_numpy(float) if loss_col
-            else np.full(len(rows), np.nan))
+    loss = (
+        pd.to_numeric(sub[loss_col], errors="coerce").to_numpy(float)
+        if loss_col
+        else np.full(len(rows), np.nan)
+    )
     ok = eligible.iloc[rows].to_numpy(bool) & np.isfinite(loss)
     best = int(np.argmin(np.where(ok, loss, np.inf))) if ok.any() else None
     values = {c: tuple(_plain(v) for v in sub[c]) for c in swept}
     edges = tuple(e for c in swept for e in [_edge(c, values[c], best)] if best is not None and e)
     N = _first_number(sub, N_COLUMNS)[0]
     D = _first_number(sub, D_COLUMNS)[0]
-    budget = float(np.nanmedian(_first_number(sub, BUDGET_COLUMNS))) if _has_any(sub, BUDGET_COLUMNS) else math.nan
-    return HparamGroup(group=gid, label=_label(budget, N, D), n_params=float(N), tokens=float(D),
-                       budget=budget, runs=names, losses=tuple(float(x) for x in loss), values=values,
-                       best=None if best is None else names[best],
-                       best_loss=math.nan if best is None else float(loss[best]), edges=edges)
+    budget = (
+        float(np.nanmedian(_first_number(sub, BUDGET_COLUMNS))) if _has_any(sub, BUDGET_COLUMNS) else math.nan
+    )
+    return HparamGroup(
+        group=gid,
+        label=_label(budget, N, D),
+        n_params=float(N),
+        tokens=float(D),
+        budget=budget,
+        runs=names,
+        losses=tuple(float(x) for x in loss),
+        values=values,
+        best=None if best is None else names[best],
+        best_loss=math.nan if best is None else float(loss[best]),
+        edges=edges,
+    )
 
 
 def _has_any(df: pd.DataFrame, names: tuple[str, ...]) -> bool:

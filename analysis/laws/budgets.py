@@ -16,7 +16,8 @@ BUDGET_RTOL = 0.1  # sorted compute values more than 10% apart start a new budge
 
 
 def group_budgets(C: np.ndarray, rtol: float = BUDGET_RTOL) -> np.ndarray:
-    """Integer budget label per point (0 = smallest): sorted compute values split where they jump by > rtol."""
+    """Integer budget label per point (0 = smallest): sorted compute values split where they jump
+    by > rtol."""
     C = np.asarray(C, dtype=float)
     order = np.argsort(C)
     logc = np.log(C[order])

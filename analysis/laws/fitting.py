@@ -6,9 +6,10 @@ Huber loss is so flat that optimisers stop early (the original Chinchilla fit di
 
 Search: L-BFGS from every point of the law's start grid, all starts vectorised
 (`analysis.laws.lbfgs.minimize_batch`). For big searches (`precision="auto"`, e.g. the
-4,500-start Chinchilla grid; or `"mixed"`) every start first runs to convergence in float32 (about 3x cheaper on CPU), then the starts whose float32 optimum is within
-1% of the best are polished in float64, which is needed to resolve the optimum to the digits of
-the published reference. `precision="float64"` runs every start in float64 instead.
+4,500-start Chinchilla grid; or `"mixed"`) every start first runs to convergence in float32
+(about 3x cheaper on CPU), then the starts whose float32 optimum is within 1% of the best are
+polished in float64, which is needed to resolve the optimum to the digits of the published
+reference. `precision="float64"` runs every start in float64 instead.
 
 The convergence report says how many starts reached the best objective (within a relative 1e-6)
 and how the best one stopped; `converged` is true when the best start met a convergence test and
@@ -33,12 +34,12 @@ import numpy as np
 import pandas as pd
 
 from analysis.laws import holdout, intervals
-from analysis.laws.allocation import allocation, supports_allocation
 from analysis.laws import points as data_mod
+from analysis.laws.allocation import allocation, supports_allocation
+from analysis.laws.lbfgs import CONVERGED_CODES, STATUS_NAMES, LBFGSConfig, minimize_batch
+from analysis.laws.registry import Law, bound_notes, get_law
 from models.base import jsonio
 from models.base.errors import AnalysisError
-from analysis.laws.registry import Law, bound_notes, get_law
-from analysis.laws.lbfgs import CONVERGED_CODES, STATUS_NAMES, LBFGSConfig, minimize_batch
 
 HUBER_DELTA = 1e-3
 OPTIMUM_RTOL = 1e-6  # a start "reached the optimum" when its objective is this close to the best
@@ -142,8 +143,11 @@ def _run64(prob: Problem, x0_SxF: np.ndarray, w_SxN: np.ndarray):
     with jax.enable_x64(True):
         theta_full, logX, logy, _ = prob.args(jnp.float64)
         return minimize_batch(
-            prob.fun, x0_SxF, (theta_full, logX, logy, jnp.asarray(prob.pad_weights(np.asarray(w_SxN)))),
-            batched_args=(False, False, False, True), cfg=_CFG64,
+            prob.fun,
+            x0_SxF,
+            (theta_full, logX, logy, jnp.asarray(prob.pad_weights(np.asarray(w_SxN)))),
+            batched_args=(False, False, False, True),
+            cfg=_CFG64,
         )
 
 
@@ -157,7 +161,9 @@ def multistart(prob: Problem, starts_SxF: np.ndarray, precision: str = "auto") -
         precision = "mixed" if S * prob.padded_n >= MIXED_MIN_WORK else "float64"
     if precision == "mixed":
         with jax.enable_x64(False):
-            r32 = minimize_batch(prob.fun, starts.astype(np.float32), _flat_args(prob, jnp.float32), cfg=_CFG32)
+            r32 = minimize_batch(
+                prob.fun, starts.astype(np.float32), _flat_args(prob, jnp.float32), cfg=_CFG32
+            )
         f32 = np.where(np.isfinite(r32.f), r32.f, np.inf)
         best32 = np.min(f32)
         order = np.argsort(f32)
@@ -175,7 +181,9 @@ def multistart(prob: Problem, starts_SxF: np.ndarray, precision: str = "auto") -
     i = int(np.argmin(f))
     best = float(f[i])
     if not math.isfinite(best):
-        raise AnalysisError(f"law {prob.law.name}: the objective is not finite at any start; check the data's scale")
+        raise AnalysisError(
+            f"law {prob.law.name}: the objective is not finite at any start; check the data's scale"
+        )
     # Relative tolerance, with a floor for (near-)perfect fits: residuals of ~1e-7 are all equal.
     floor = 0.5 * (1e-7) ** 2 * float(np.sum(prob.w))
     at_opt = f <= best + OPTIMUM_RTOL * abs(best) + floor
@@ -250,7 +258,12 @@ def run_bootstrap(
             jnp.asarray(np.repeat(w_BxM, K, axis=0), jnp.float64),
         )
         r = minimize_batch(
-            prob.fun, x0, args, batched_args=(False, True, True, True), cfg=_CFG64, tail_slots=64,
+            prob.fun,
+            x0,
+            args,
+            batched_args=(False, True, True, True),
+            cfg=_CFG64,
+            tail_slots=64,
         )
     f = np.where(np.isfinite(r.f), r.f, np.inf).reshape(n_resamples, K)
     x = r.x.reshape(n_resamples, K, -1)
@@ -306,12 +319,16 @@ class FitResult:
     def vector(self) -> np.ndarray:
         return np.array([self.params[k] for k in self.param_names])
 
-    def predict(self, df: pd.DataFrame | Mapping[str, Any], columns: Mapping[str, str] | None = None) -> np.ndarray:
+    def predict(
+        self, df: pd.DataFrame | Mapping[str, Any], columns: Mapping[str, str] | None = None
+    ) -> np.ndarray:
         """Predicted loss for the rows of `df` (columns found as in the fit, or by `columns`)."""
         law = self.law_obj
         if not isinstance(df, pd.DataFrame):
             df = pd.DataFrame({k: np.atleast_1d(np.asarray(v, dtype=float)) for k, v in df.items()})
-        cols = {r: c for r, c in self.columns.items() if not c.startswith("<") and r != "loss" and c in df.columns}
+        cols = {
+            r: c for r, c in self.columns.items() if not c.startswith("<") and r != "loss" and c in df.columns
+        }
         cols.update(columns or {})
         vals, _ = data_mod.resolve_inputs(df, law.inputs, cols)
         return law.predict(self.vector, vals)
@@ -327,12 +344,15 @@ class FitResult:
             out = jax.vmap(lambda t: law.log_predict(t, tuple(jnp.asarray(v) for v in logX)))(theta)
             return np.exp(np.asarray(out))
 
-    def predict_interval(self, inputs: Mapping[str, np.ndarray], level: float = intervals.PREDICTION_LEVEL
-                         ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def predict_interval(
+        self, inputs: Mapping[str, np.ndarray], level: float = intervals.PREDICTION_LEVEL
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(prediction, lo, hi) at `inputs` (role -> array): the `level` prediction interval of a
         new run's loss, parameter noise + run scatter + extrapolation drift (analysis.laws.intervals)."""
         if self.prediction_error is None:
-            raise AnalysisError("this fit has no prediction-error model; refit with prediction_intervals=True")
+            raise AnalysisError(
+                "this fit has no prediction-error model; refit with prediction_intervals=True"
+            )
         law = self.law_obj
         inputs = {k: np.atleast_1d(np.asarray(v, dtype=float)) for k, v in inputs.items()}
         pred = law.predict(self.vector, inputs)
@@ -401,12 +421,18 @@ class FitResult:
         for k in self.param_names:
             lo, hi = self.ci.get(k, [math.nan, math.nan])
             tag = " (fixed)" if k in self.fixed else ""
-            lines.append(f"  {k:>8} = {self.params[k]:.6g}   {int(self.ci_level * 100)}% CI [{lo:.6g}, {hi:.6g}]{tag}")
+            lines.append(
+                f"  {k:>8} = {self.params[k]:.6g}   {int(self.ci_level * 100)}% CI [{lo:.6g}, {hi:.6g}]{tag}"
+            )
         lines.append(
-            f"  objective {self.objective:.10g}, |grad|_inf {self.grad_norm:.2e}, {self.starts_at_optimum}/{self.n_polished} "
+            f"  objective {self.objective:.10g}, |grad|_inf {self.grad_norm:.2e}, "
+            f"{self.starts_at_optimum}/{self.n_polished} "
             f"polished starts (of {self.n_starts}) at the optimum; {self.status}; converged={self.converged}"
         )
-        lines += [f"  warning: {n.message}" for n in bound_notes(self.law_obj, self.params, self.ci, tuple(self.fixed))]
+        lines += [
+            f"  warning: {n.message}"
+            for n in bound_notes(self.law_obj, self.params, self.ci, tuple(self.fixed))
+        ]
         return "\n".join(lines)
 
 
@@ -422,11 +448,15 @@ def _check_identifiable(law: Law, pts: data_mod.Points, n_free: int, fixed: Mapp
         if k < need:
             what = {"N": "model size", "D": "token count", "C": "compute budget"}.get(role, f"{role} value")
             raise AnalysisError(
-                f"only {k} distinct {what}{'s' if k != 1 else ''} ({pts.columns.get(role, role)}); law {law.name} "
+                f"only {k} distinct {what}{'s' if k != 1 else ''} ({pts.columns.get(role, role)}); "
+                f"law {law.name} "
                 f"needs at least {need} to identify its {role}-dependence"
             )
     if np.sum(pts.weights > 0) < n_free:
-        raise AnalysisError(f"only {int(np.sum(pts.weights > 0))} points have weight > 0; law {law.name} has {n_free} free parameters")
+        raise AnalysisError(
+            f"only {int(np.sum(pts.weights > 0))} points have weight > 0; "
+            f"law {law.name} has {n_free} free parameters"
+        )
 
 
 def prepare(
@@ -438,7 +468,9 @@ def prepare(
     fixed = dict(fixed or {})
     unknown = set(fixed) - set(law.param_names)
     if unknown:
-        raise AnalysisError(f"cannot fix {sorted(unknown)}: law {law.name} has parameters {', '.join(law.param_names)}")
+        raise AnalysisError(
+            f"cannot fix {sorted(unknown)}: law {law.name} has parameters {', '.join(law.param_names)}"
+        )
     theta_full = np.zeros(law.n_params)
     for k, v in fixed.items():
         i = law.param_names.index(k)
@@ -451,8 +483,13 @@ def prepare(
     if delta <= 0:
         raise AnalysisError(f"Huber delta must be > 0, got {delta}")
     return Problem(
-        law=law, free_idx=free_idx, theta_full=theta_full,
-        logX=tuple(np.log(pts.inputs[k]) for k in law.inputs), logy=np.log(pts.y), w=pts.weights, delta=delta,
+        law=law,
+        free_idx=free_idx,
+        theta_full=theta_full,
+        logX=tuple(np.log(pts.inputs[k]) for k in law.inputs),
+        logy=np.log(pts.y),
+        w=pts.weights,
+        delta=delta,
     )
 
 
@@ -474,7 +511,9 @@ def _scale(inputs: Mapping[str, np.ndarray], role: str, k: float) -> np.ndarray:
         return np.asarray(inputs[role], dtype=float)
     if role == "C" and "N" in inputs and "D" in inputs:
         return k * np.asarray(inputs["N"], dtype=float) * np.asarray(inputs["D"], dtype=float)
-    raise AnalysisError(f"prediction intervals need {role} (the scale the fit extrapolates in) at every point")
+    raise AnalysisError(
+        f"prediction intervals need {role} (the scale the fit extrapolates in) at every point"
+    )
 
 
 def scale_role(law: Law, pts: data_mod.Points) -> str:
@@ -482,8 +521,13 @@ def scale_role(law: Law, pts: data_mod.Points) -> str:
     return "C" if "C" in pts.inputs else law.inputs[0]
 
 
-def prediction_error(prob: Problem, pts: data_mod.Points, ms: "MultiStart", fixed: Mapping[str, float] | None,
-                     grid_starts: np.ndarray) -> intervals.PredictionError:
+def prediction_error(
+    prob: Problem,
+    pts: data_mod.Points,
+    ms: "MultiStart",
+    fixed: Mapping[str, float] | None,
+    grid_starts: np.ndarray,
+) -> intervals.PredictionError:
     """Forward-chaining error model of the fit `ms` of `prob` (see analysis.laws.intervals): each
     fold refits from the full fit's optimum, its other local optima and 8 grid starts, in float64."""
     law, delta = prob.law, prob.delta
@@ -539,22 +583,44 @@ def fit_points(
         bounds = _percentile_ci(samples, ci_level)
         ci = {k: [float(bounds[i, 0]), float(bounds[i, 1])] for i, k in enumerate(law.param_names)}
         finite = np.all(np.isfinite(samples), axis=1)
-        se = {k: float(np.std(samples[finite, i], ddof=1)) if finite.sum() > 1 else math.nan for i, k in enumerate(law.param_names)}
+        se = {
+            k: float(np.std(samples[finite, i], ddof=1)) if finite.sum() > 1 else math.nan
+            for i, k in enumerate(law.param_names)
+        }
     if not ms.converged:
-        warnings.warn(f"law {law.name}: the best start did not clearly converge ({ms.status}, {ms.starts_at_optimum} starts at the optimum)")
+        warnings.warn(
+            f"law {law.name}: the best start did not clearly converge "
+            f"({ms.status}, {ms.starts_at_optimum} starts at the optimum)"
+        )
     perr = prediction_error(prob, pts, ms, fixed, grid_all) if prediction_intervals else None
     k_flops = data_mod.FLOPS_PER_PARAM_TOKEN
-    if all(r in pts.inputs for r in ("N", "D", "C")) and not pts.columns.get("C", "<").startswith("<") and not pts.columns.get("D", "<").startswith("<"):
+    if (
+        all(r in pts.inputs for r in ("N", "D", "C"))
+        and not pts.columns.get("C", "<").startswith("<")
+        and not pts.columns.get("D", "<").startswith("<")
+    ):
         k_flops = float(np.median(pts.inputs["C"] / (pts.inputs["N"] * pts.inputs["D"])))
     return FitResult(
         law=law.name,
         param_names=law.param_names,
         params={k: float(public[i]) for i, k in enumerate(law.param_names)},
-        ci=ci, se=se, bootstrap_samples=samples,
-        objective=ms.objective, grad_norm=ms.grad_norm, n_points=pts.n, n_starts=ms.n_starts,
-        n_polished=ms.n_polished, starts_at_optimum=ms.starts_at_optimum, converged=ms.converged,
-        status=ms.status, columns=dict(pts.columns), fixed={k: float(v) for k, v in (fixed or {}).items()},
-        delta=delta, ci_level=ci_level, seed=seed, flops_per_param_token=k_flops,
+        ci=ci,
+        se=se,
+        bootstrap_samples=samples,
+        objective=ms.objective,
+        grad_norm=ms.grad_norm,
+        n_points=pts.n,
+        n_starts=ms.n_starts,
+        n_polished=ms.n_polished,
+        starts_at_optimum=ms.starts_at_optimum,
+        converged=ms.converged,
+        status=ms.status,
+        columns=dict(pts.columns),
+        fixed={k: float(v) for k, v in (fixed or {}).items()},
+        delta=delta,
+        ci_level=ci_level,
+        seed=seed,
+        flops_per_param_token=k_flops,
         input_ranges={k: [float(v.min()), float(v.max())] for k, v in pts.inputs.items()},
         bootstrap_failed=failed,
         bootstrap_x0=None if boot_x0 is None else prob.full(boot_x0),
@@ -600,14 +666,37 @@ def fit_law(
     columns, n_kind = data_mod.choose_n_column(df, law_obj, columns, n_params)
     pts = data_mod.resolve(df, law_obj.inputs, columns, weights)
     if holdout_above is None:
-        fit = fit_points(law_obj, pts, bootstrap=bootstrap, seed=seed, fixed=fixed, grid=grid, delta=delta,
-                         precision=precision, ci_level=ci_level, prediction_intervals=prediction_intervals)
+        fit = fit_points(
+            law_obj,
+            pts,
+            bootstrap=bootstrap,
+            seed=seed,
+            fixed=fixed,
+            grid=grid,
+            delta=delta,
+            precision=precision,
+            ci_level=ci_level,
+            prediction_intervals=prediction_intervals,
+        )
         return _with_n_params(fit, n_kind)
     fit_pts, held_pts = holdout.split(pts, holdout_above)
-    fit = fit_points(law_obj, fit_pts, bootstrap=bootstrap, seed=seed, fixed=fixed, grid=grid, delta=delta,
-                     precision=precision, ci_level=ci_level, prediction_intervals=prediction_intervals)
+    fit = fit_points(
+        law_obj,
+        fit_pts,
+        bootstrap=bootstrap,
+        seed=seed,
+        fixed=fixed,
+        grid=grid,
+        delta=delta,
+        precision=precision,
+        ci_level=ci_level,
+        prediction_intervals=prediction_intervals,
+    )
     band = fit.predict_interval(held_pts.inputs)[1:] if fit.prediction_error is not None else None
-    fit.holdout = {"threshold": float(holdout_above), **holdout.holdout_report(law_obj, fit.vector, held_pts, band)}
+    fit.holdout = {
+        "threshold": float(holdout_above),
+        **holdout.holdout_report(law_obj, fit.vector, held_pts, band),
+    }
     return _with_n_params(fit, n_kind)
 
 
@@ -631,7 +720,9 @@ def holdout_validate(
         if isinstance(df, (str, bytes)):
             df = data_mod.read_table(df)
         law_obj = law if isinstance(law, Law) else get_law(law)
-        with warnings.catch_warnings():  # fit_law warns about the N it uses; the threshold must see the same C
+        with (
+            warnings.catch_warnings()
+        ):  # fit_law warns about the N it uses; the threshold must see the same C
             warnings.simplefilter("ignore", data_mod.NParamsWarning)
             n_cols, _ = data_mod.choose_n_column(df, law_obj, columns, fit_kwargs.get("n_params"))
         threshold = holdout.top_budget_threshold(df, law_obj, n_cols)

@@ -16,13 +16,17 @@ import pandas as pd
 
 from analysis.laws import points as data_mod
 from analysis.laws.budgets import group_budgets
-from models.base.errors import AnalysisError
 from analysis.laws.intervals import PREDICTION_LEVEL, coverage
 from analysis.laws.registry import Law
+from models.base.errors import AnalysisError
 
 
-def holdout_report(law: Law, params_P: np.ndarray, pts: data_mod.Points,
-                   interval: tuple[np.ndarray, np.ndarray] | None = None) -> dict:
+def holdout_report(
+    law: Law,
+    params_P: np.ndarray,
+    pts: data_mod.Points,
+    interval: tuple[np.ndarray, np.ndarray] | None = None,
+) -> dict:
     """Prediction errors of public parameters `params_P` on held-out points; with `interval`
     ((lo, hi) arrays, the fit's 90% prediction interval at each point) also each point's
     `interval` and the `coverage`, the fraction of held-out runs inside their interval."""
@@ -65,7 +69,9 @@ def subset(pts: data_mod.Points, mask: np.ndarray) -> data_mod.Points:
 def split(pts: data_mod.Points, threshold: float) -> tuple[data_mod.Points, data_mod.Points]:
     """(points with C <= threshold, points with C > threshold); errors say how to fix a bad split."""
     if "C" not in pts.inputs:
-        raise AnalysisError("held-out validation needs compute per run: give a C column (or N and D to derive C = 6ND)")
+        raise AnalysisError(
+            "held-out validation needs compute per run: give a C column (or N and D to derive C = 6ND)"
+        )
     if not threshold > 0:
         raise AnalysisError(f"--holdout-above must be a positive FLOP count, got {threshold}")
     above = pts.inputs["C"] > threshold
@@ -75,7 +81,8 @@ def split(pts: data_mod.Points, threshold: float) -> tuple[data_mod.Points, data
         )
     if above.all():
         raise AnalysisError(
-            f"every run has C above {threshold:g} (min C is {pts.inputs['C'].min():.3g}); nothing is left to fit on"
+            f"every run has C above {threshold:g} (min C is {pts.inputs['C'].min():.3g}); "
+            f"nothing is left to fit on"
         )
     return subset(pts, ~above), subset(pts, above)
 
@@ -91,6 +98,8 @@ def top_budget_threshold(df: pd.DataFrame, law: Law, columns: Mapping[str, str] 
     labels = group_budgets(C)
     top = labels == labels.max()
     if top.all():
-        raise AnalysisError("held-out validation needs runs at two or more compute budgets "
-                            f"(all {C.size} runs are within 10% of C={np.exp(np.mean(np.log(C))):.3g})")
+        raise AnalysisError(
+            "held-out validation needs runs at two or more compute budgets "
+            f"(all {C.size} runs are within 10% of C={np.exp(np.mean(np.log(C))):.3g})"
+        )
     return float(np.sqrt(C[top].min() * C[~top].max()))

@@ -69,18 +69,32 @@ class PredictionError:
         return np.maximum(np.log10(np.asarray(scale, dtype=float) / self.scale_max), 0.0)
 
     def to_dict(self) -> dict:
-        return {"noise_sd": self.noise_sd, "budget_sd": self.budget_sd, "drift_per_decade": self.drift_per_decade,
-                "scale_max": self.scale_max, "scale_role": self.scale_role, "n_folds": self.n_folds,
-                "n_fold_points": self.n_fold_points, "fold_mae": self.fold_mae, "level": PREDICTION_LEVEL, "method": self.method}
+        return {
+            "noise_sd": self.noise_sd,
+            "budget_sd": self.budget_sd,
+            "drift_per_decade": self.drift_per_decade,
+            "scale_max": self.scale_max,
+            "scale_role": self.scale_role,
+            "n_folds": self.n_folds,
+            "n_fold_points": self.n_fold_points,
+            "fold_mae": self.fold_mae,
+            "level": PREDICTION_LEVEL,
+            "method": self.method,
+        }
 
     @classmethod
     def from_dict(cls, d: dict) -> "PredictionError":
-        return cls(noise_sd=float(d["noise_sd"]), budget_sd=float(d.get("budget_sd", 0.0)),
-                   drift_per_decade=float(d["drift_per_decade"]),
-                   scale_max=float(d["scale_max"]), scale_role=str(d.get("scale_role", "C")),
-                   n_folds=int(d.get("n_folds", 0)), n_fold_points=int(d.get("n_fold_points", 0)),
-                   fold_mae=math.nan if d.get("fold_mae") is None else float(d["fold_mae"]),
-                   method=str(d.get("method", cls.method)))
+        return cls(
+            noise_sd=float(d["noise_sd"]),
+            budget_sd=float(d.get("budget_sd", 0.0)),
+            drift_per_decade=float(d["drift_per_decade"]),
+            scale_max=float(d["scale_max"]),
+            scale_role=str(d.get("scale_role", "C")),
+            n_folds=int(d.get("n_folds", 0)),
+            n_fold_points=int(d.get("n_fold_points", 0)),
+            fold_mae=math.nan if d.get("fold_mae") is None else float(d["fold_mae"]),
+            method=str(d.get("method", cls.method)),
+        )
 
 
 def scatter_sd(r: np.ndarray) -> float:
@@ -92,10 +106,14 @@ def scatter_sd(r: np.ndarray) -> float:
     r = r[np.isfinite(r)]
     if r.size < 2:
         return 0.0
-    return float(np.quantile(np.abs(r - np.median(r)), PREDICTION_LEVEL) / _norm_ppf(0.5 + PREDICTION_LEVEL / 2))
+    return float(
+        np.quantile(np.abs(r - np.median(r)), PREDICTION_LEVEL) / _norm_ppf(0.5 + PREDICTION_LEVEL / 2)
+    )
 
 
-def top_share(values: np.ndarray, scale: np.ndarray, share: float = TOP_SHARE, min_points: int = 10) -> np.ndarray:
+def top_share(
+    values: np.ndarray, scale: np.ndarray, share: float = TOP_SHARE, min_points: int = 10
+) -> np.ndarray:
     """The `values` of the runs in the top `share` of `scale` (at least `min_points`, else all):
     scatter grows with scale on real ladders (Epoch's top-budget runs scatter twice as much as
     its small ones), and predictions are made beyond the top, so the top sets the noise."""
@@ -106,7 +124,9 @@ def top_share(values: np.ndarray, scale: np.ndarray, share: float = TOP_SHARE, m
     return values[np.argsort(scale, kind="stable")[-k:]]
 
 
-def fold_cuts(scale: np.ndarray, max_folds: int = MAX_FOLDS, min_fit_fraction: float = MIN_FIT_FRACTION) -> list[float]:
+def fold_cuts(
+    scale: np.ndarray, max_folds: int = MAX_FOLDS, min_fit_fraction: float = MIN_FIT_FRACTION
+) -> list[float]:
     """Forward-chaining cut points: geometric midpoints between consecutive distinct scales whose
     fit side holds at least `min_fit_fraction` of the runs, at most `max_folds` of them, evenly
     spread (the largest cuts first kept, as they look most like the real extrapolation)."""
@@ -123,7 +143,9 @@ def fold_cuts(scale: np.ndarray, max_folds: int = MAX_FOLDS, min_fit_fraction: f
     return [float(mids[i]) for i in pick]
 
 
-def drift_from_folds(errors: Sequence[np.ndarray], decades: Sequence[np.ndarray], noise_sd: float) -> tuple[float, float]:
+def drift_from_folds(
+    errors: Sequence[np.ndarray], decades: Sequence[np.ndarray], noise_sd: float
+) -> tuple[float, float]:
     """(budget_sd, drift_per_decade) from fold errors: non-negative least squares of
     e^2 - noise^2 ~ budget_sd^2 + drift^2 * decades^2. `budget_sd` is the error a law makes at a
     budget it never saw even right next to its data (a whole IsoFLOP curve sits off the law),
@@ -167,8 +189,13 @@ def estimate(
         dists.append(np.log10(scale[test_mask] / scale[fit_mask].max()))
     budget_sd, drift = drift_from_folds(errors, dists, noise)
     return PredictionError(
-        noise_sd=noise, budget_sd=budget_sd, drift_per_decade=drift, scale_max=float(scale.max()),
-        scale_role=role, n_folds=len(errors), n_fold_points=int(sum(e.size for e in errors)),
+        noise_sd=noise,
+        budget_sd=budget_sd,
+        drift_per_decade=drift,
+        scale_max=float(scale.max()),
+        scale_role=role,
+        n_folds=len(errors),
+        n_fold_points=int(sum(e.size for e in errors)),
         fold_mae=fold_mae(errors),
     )
 
@@ -191,13 +218,23 @@ def interval(
     """[lo, hi] (linear units) of log y = log_pred + u_b + z, z ~ N(0, sd^2), u_b the bootstrap
     deviations of the prediction (none: the Gaussian term alone, analytically)."""
     log_pred_N = np.atleast_1d(np.asarray(log_pred_N, dtype=float))
-    lo, hi = offsets(log_pred_samples_BxN, np.broadcast_to(np.asarray(sd_N, dtype=float), log_pred_N.shape),
-                     level, seed, draws)
+    lo, hi = offsets(
+        log_pred_samples_BxN,
+        np.broadcast_to(np.asarray(sd_N, dtype=float), log_pred_N.shape),
+        level,
+        seed,
+        draws,
+    )
     return np.exp(log_pred_N + lo), np.exp(log_pred_N + hi)
 
 
-def offsets(samples_BxN: np.ndarray | None, sd_N: np.ndarray, level: float = PREDICTION_LEVEL, seed: int = 0,
-            draws: int = 4000) -> tuple[np.ndarray, np.ndarray]:
+def offsets(
+    samples_BxN: np.ndarray | None,
+    sd_N: np.ndarray,
+    level: float = PREDICTION_LEVEL,
+    seed: int = 0,
+    draws: int = 4000,
+) -> tuple[np.ndarray, np.ndarray]:
     """Central `level` range (lo, hi) of u_b + z around a prediction: u_b the bootstrap
     deviations from their median (resamples with a non-finite value dropped), z ~ N(0, sd^2),
     sampled with a fixed seed; with fewer than 10 usable resamples, the Gaussian range alone."""

@@ -128,11 +128,24 @@ def init_state(fun: Callable, x0: jax.Array, args: tuple, cfg: LBFGSConfig) -> S
     status = jnp.where(~finite, STALLED, jnp.where(jnp.max(jnp.abs(g0)) <= cfg.gtol, CONVERGED_GTOL, RUNNING))
     zero = jnp.zeros((), dtype)
     return State(
-        x=x0, f=f0, g=g0, d=-g0, gd=-jnp.dot(g0, g0), t=_first_step(g0).astype(dtype),
-        lo=zero, hi=jnp.asarray(jnp.inf, dtype), f_lo=f0, g_lo=g0, f_hi=jnp.asarray(jnp.inf, dtype),
-        ls_n=jnp.asarray(0), S_MxP=jnp.zeros((cfg.memory, P), dtype),
-        Y_MxP=jnp.zeros((cfg.memory, P), dtype), rho_M=jnp.zeros((cfg.memory,), dtype),
-        n_eval=jnp.asarray(1), n_iter=jnp.asarray(0), status=jnp.asarray(status),
+        x=x0,
+        f=f0,
+        g=g0,
+        d=-g0,
+        gd=-jnp.dot(g0, g0),
+        t=_first_step(g0).astype(dtype),
+        lo=zero,
+        hi=jnp.asarray(jnp.inf, dtype),
+        f_lo=f0,
+        g_lo=g0,
+        f_hi=jnp.asarray(jnp.inf, dtype),
+        ls_n=jnp.asarray(0),
+        S_MxP=jnp.zeros((cfg.memory, P), dtype),
+        Y_MxP=jnp.zeros((cfg.memory, P), dtype),
+        rho_M=jnp.zeros((cfg.memory,), dtype),
+        n_eval=jnp.asarray(1),
+        n_iter=jnp.asarray(0),
+        status=jnp.asarray(status),
     )
 
 
@@ -144,7 +157,7 @@ class _Bracket(NamedTuple):
     f_lo: jax.Array
     f_hi: jax.Array
     g_lo: jax.Array
-    t_next: jax.Array     # the next trial step if the search goes on
+    t_next: jax.Array  # the next trial step if the search goes on
     collapsed: jax.Array  # the bracket is too narrow (or too many trials): stop searching
 
 
@@ -166,7 +179,8 @@ def _update_bracket(st: State, cfg: LBFGSConfig, ft, gt, armijo, curvature, ls_n
     t_in = jnp.clip(t_in, lo + 0.1 * width, lo + 0.5 * width)
     t_next = jnp.where(jnp.isfinite(hi), t_in, 4.0 * lo)
     collapsed = (
-        jnp.isfinite(hi) & (width * jnp.sqrt(jnp.dot(st.d, st.d)) <= 1e-15 * (1.0 + jnp.sqrt(jnp.dot(st.x, st.x))))
+        jnp.isfinite(hi)
+        & (width * jnp.sqrt(jnp.dot(st.d, st.d)) <= 1e-15 * (1.0 + jnp.sqrt(jnp.dot(st.x, st.x))))
     ) | (ls_n >= cfg.max_ls)
     return _Bracket(lo, hi, f_lo, f_hi, g_lo, t_next, collapsed)
 
@@ -180,7 +194,9 @@ def _next_direction(st: State, x_new, g_new):
     good_pair = sy > 1e-12 * jnp.sqrt(jnp.dot(s, s) * jnp.dot(y, y))
     S_new = jnp.where(good_pair, jnp.roll(st.S_MxP, 1, axis=0).at[0].set(s), st.S_MxP)
     Y_new = jnp.where(good_pair, jnp.roll(st.Y_MxP, 1, axis=0).at[0].set(y), st.Y_MxP)
-    rho_new = jnp.where(good_pair, jnp.roll(st.rho_M, 1).at[0].set(1.0 / jnp.where(good_pair, sy, 1.0)), st.rho_M)
+    rho_new = jnp.where(
+        good_pair, jnp.roll(st.rho_M, 1).at[0].set(1.0 / jnp.where(good_pair, sy, 1.0)), st.rho_M
+    )
     d_new = -_two_loop(g_new, S_new, Y_new, rho_new)
     gd_new = jnp.dot(g_new, d_new)
     descent = gd_new < 0
@@ -287,9 +303,9 @@ def _run_sharded(fun, st, args, cfg, batched_args, n_evals, mesh):
     if mesh is None:
         return local(st, *args)
     specs = tuple(PartitionSpec("b") if b else PartitionSpec() for b in batched_args)
-    return jax.shard_map(local, mesh=mesh, in_specs=(PartitionSpec("b"), *specs), out_specs=PartitionSpec("b"))(
-        st, *args
-    )
+    return jax.shard_map(
+        local, mesh=mesh, in_specs=(PartitionSpec("b"), *specs), out_specs=PartitionSpec("b")
+    )(st, *args)
 
 
 def _run_batch(fun, st, args, cfg, batched_args, n_evals):
@@ -337,7 +353,9 @@ def minimize_batch(
     S_pad = max(32, 1 << (S - 1).bit_length()) if S <= 512 else -(-S // 512) * 512
     pad_idx = np.concatenate([np.arange(S), np.zeros(S_pad - S, dtype=np.int64)]).astype(np.int32)
     init_args = tuple(jax.tree.map(lambda v: v[pad_idx], a) if b else a for a, b in zip(args, batched_args))
-    host = jax.tree.map(lambda v: np.array(v)[:S], _init_batch(fun, x0[pad_idx], init_args, cfg, batched_args))
+    host = jax.tree.map(
+        lambda v: np.array(v)[:S], _init_batch(fun, x0[pad_idx], init_args, cfg, batched_args)
+    )
     pending = list(np.flatnonzero(host.status == RUNNING)[::-1])  # pop() takes the lowest index
     n_dev = len(jax.devices())
     W = min(slots, max(32, 1 << (max(len(pending), 1) - 1).bit_length()))
@@ -369,6 +387,10 @@ def minimize_batch(
         done = live & (out.status != RUNNING)
         slot_idx[done] = -1
     return MinimizeResult(
-        x=host.x, f=host.f, grad_norm=np.max(np.abs(host.g), axis=-1), status=host.status,
-        n_iter=host.n_iter, n_eval=host.n_eval,
+        x=host.x,
+        f=host.f,
+        grad_norm=np.max(np.abs(host.g), axis=-1),
+        status=host.status,
+        n_iter=host.n_iter,
+        n_eval=host.n_eval,
     )

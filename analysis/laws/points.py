@@ -116,7 +116,9 @@ def resolve_inputs(
     columns = dict(columns or {})
     unknown_roles = set(columns) - set(ALIASES) - set(roles)
     if unknown_roles:
-        raise AnalysisError(f"columns given for unknown roles {sorted(unknown_roles)}; roles are {', '.join(ALIASES)}")
+        raise AnalysisError(
+            f"columns given for unknown roles {sorted(unknown_roles)}; roles are {', '.join(ALIASES)}"
+        )
     used: dict[str, str] = {}
     cache: dict[str, np.ndarray | None] = {}
 
@@ -139,10 +141,21 @@ def resolve_inputs(
 
     vals: dict[str, np.ndarray] = {}
     for role in roles:
-        if role == "D" and _find(df, "D", columns.get("D")) is None and _find(df, "C", columns.get("C")) is not None:
+        if (
+            role == "D"
+            and _find(df, "D", columns.get("D")) is None
+            and _find(df, "C", columns.get("C")) is not None
+        ):
             N, C = col("N", True), col("C", True)
-            vals["D"], used["D"] = C / (FLOPS_PER_PARAM_TOKEN * N), f"<derived: {used['C']} / (6 * {used['N']})>"
-        elif role == "C" and _find(df, "C", columns.get("C")) is None and _find(df, "N", columns.get("N")) is not None:
+            vals["D"], used["D"] = (
+                C / (FLOPS_PER_PARAM_TOKEN * N),
+                f"<derived: {used['C']} / (6 * {used['N']})>",
+            )
+        elif (
+            role == "C"
+            and _find(df, "C", columns.get("C")) is None
+            and _find(df, "N", columns.get("N")) is not None
+        ):
             N, D = col("N", True), col("D", True)
             vals["C"], used["C"] = FLOPS_PER_PARAM_TOKEN * N * D, f"<derived: 6 * {used['N']} * {used['D']}>"
         else:
@@ -174,7 +187,9 @@ def resolve(
     used["loss"] = str(loss_name)
     if isinstance(weights, str):
         if weights not in df.columns:
-            raise AnalysisError(f"weight column {weights!r} not found; columns: {', '.join(map(str, df.columns))}")
+            raise AnalysisError(
+                f"weight column {weights!r} not found; columns: {', '.join(map(str, df.columns))}"
+            )
         w = _numeric(df, weights, "weight")
     elif weights is None:
         w = np.ones(len(df))
@@ -202,7 +217,8 @@ def _check_values(v: np.ndarray, name: str, role: str) -> None:
     if bad.any():
         rows = np.flatnonzero(bad)[:5].tolist()
         raise AnalysisError(
-            f"column {name!r} ({role}) has {int(bad.sum())} NaN/inf value(s) (rows {rows}); remove or fix those rows"
+            f"column {name!r} ({role}) has {int(bad.sum())} NaN/inf value(s) (rows {rows}); "
+            f"remove or fix those rows"
         )
     if role == "weight":
         return
@@ -210,13 +226,17 @@ def _check_values(v: np.ndarray, name: str, role: str) -> None:
     if nonpos.any():
         rows = np.flatnonzero(nonpos)[:5].tolist()
         raise AnalysisError(
-            f"column {name!r} ({role}) has {int(nonpos.sum())} non-positive value(s) (rows {rows}, e.g. {v[nonpos][0]:g}); "
+            f"column {name!r} ({role}) has {int(nonpos.sum())} non-positive value(s) "
+            f"(rows {rows}, e.g. {v[nonpos][0]:g}); "
             "scaling laws are fitted in log space, so every value must be > 0"
         )
 
 
 def choose_n_column(
-    df: pd.DataFrame, law, columns: Mapping[str, str] | None = None, n_params: str | None = None,
+    df: pd.DataFrame,
+    law,
+    columns: Mapping[str, str] | None = None,
+    n_params: str | None = None,
 ) -> tuple[dict[str, str], str | None]:
     """(columns with the N column chosen, which N it is: "total", "non_embedding" or None).
 
@@ -245,8 +265,13 @@ def choose_n_column(
         raise AnalysisError(
             "--n-params non_embedding needs a non-embedding parameter count: add a column "
             f"{NON_EMBEDDING_ALIASES[0]} (parameters without the embedding and untied output head), or name "
-            "one with --n-col")
-    warnings.warn(f"law {law.name} is fitted on non-embedding N by default (Kaplan et al. 2020), but the data "
-                  f"have no {NON_EMBEDDING_ALIASES[0]} column: fitted on total N instead; add that column, or "
-                  "pass --n-params total to say so", NParamsWarning, stacklevel=3)
+            "one with --n-col"
+        )
+    warnings.warn(
+        f"law {law.name} is fitted on non-embedding N by default (Kaplan et al. 2020), but the data "
+        f"have no {NON_EMBEDDING_ALIASES[0]} column: fitted on total N instead; add that column, or "
+        "pass --n-params total to say so",
+        NParamsWarning,
+        stacklevel=3,
+    )
     return columns, "total"

@@ -217,8 +217,10 @@ class Law:
 
     def view(self, theta_P) -> tuple:
         """What `log_form` receives for internal parameters `theta_P` (jax, last axis P)."""
-        return tuple(tr.log_public(theta_P[..., i], jnp) if lg else tr.public(theta_P[..., i], jnp)
-                     for i, (tr, lg) in enumerate(zip(self.transforms, self.log_params)))
+        return tuple(
+            tr.log_public(theta_P[..., i], jnp) if lg else tr.public(theta_P[..., i], jnp)
+            for i, (tr, lg) in enumerate(zip(self.transforms, self.log_params))
+        )
 
     def log_predict(self, theta_P, logX):
         """Log prediction from internal parameters (the fit's objective calls this)."""
@@ -239,8 +241,10 @@ class Law:
         """A one-line error unless `value` lies strictly inside parameter `name`'s bounds."""
         lo, hi = self.bounds[self.param_names.index(name)]
         if not lo < value < hi:
-            raise AnalysisError(f"{name}={value:g} is outside the bounds ({lo:g}, {hi:g}) that law {self.name} "
-                                f"enforces; choose a value strictly inside them")
+            raise AnalysisError(
+                f"{name}={value:g} is outside the bounds ({lo:g}, {hi:g}) that law {self.name} "
+                f"enforces; choose a value strictly inside them"
+            )
 
 
 @dataclass(frozen=True)
@@ -256,15 +260,25 @@ class BoundNote:
 
     @property
     def message(self) -> str:
-        what = {"at": "sits at", "near": "is within {:.0%} of the interval from".format(NEAR_BOUND_FRACTION),
-                "ci": "has a CI reaching"}[self.where]
-        return (f"law parameter {self.name} = {self.value:.4g} {what} its bound {self.bound:g} (bounds "
-                f"({self.lo:g}, {self.hi:g})): the data barely determine it; treat the law and its "
-                "allocation with care")
+        what = {
+            "at": "sits at",
+            "near": "is within {:.0%} of the interval from".format(NEAR_BOUND_FRACTION),
+            "ci": "has a CI reaching",
+        }[self.where]
+        return (
+            f"law parameter {self.name} = {self.value:.4g} {what} its bound {self.bound:g} (bounds "
+            f"({self.lo:g}, {self.hi:g})): the data barely determine it; treat the law and its "
+            "allocation with care"
+        )
 
 
-def bound_notes(law: Law, params: Mapping[str, float], ci: Mapping[str, Sequence[float]] | None = None,
-                fixed: Sequence[str] = (), frac: float = NEAR_BOUND_FRACTION) -> list[BoundNote]:
+def bound_notes(
+    law: Law,
+    params: Mapping[str, float],
+    ci: Mapping[str, Sequence[float]] | None = None,
+    fixed: Sequence[str] = (),
+    frac: float = NEAR_BOUND_FRACTION,
+) -> list[BoundNote]:
     """Free parameters at or near a bound. On an interval: within `frac` of its width (point
     estimate or a CI end). On a half-line (no width): at the bound to round-off, or a CI whose
     near end lies within `frac` of the way from the bound to the estimate (the bootstrap piles
@@ -283,8 +297,15 @@ def bound_notes(law: Law, params: Mapping[str, float], ci: Mapping[str, Sequence
             gap = sign * (v - bound)
             if math.isfinite(other):
                 width = other - bound
-                where = ("at" if gap <= 1e-6 * abs(width) else "near" if gap <= frac * abs(width) else
-                         "ci" if math.isfinite(near_end) and sign * (near_end - bound) <= frac * abs(width) else None)
+                where = (
+                    "at"
+                    if gap <= 1e-6 * abs(width)
+                    else "near"
+                    if gap <= frac * abs(width)
+                    else "ci"
+                    if math.isfinite(near_end) and sign * (near_end - bound) <= frac * abs(width)
+                    else None
+                )
             else:
                 tiny = 1e-6 * max(1.0, abs(bound))
                 # measured against the estimate, not the CI's far end: a scale parameter whose CI
@@ -303,7 +324,9 @@ _REGISTRY: dict[str, Law] = {}
 def register(law: Law, *, replace: bool = False) -> Law:
     """Add a `Law` object to the registry (see `register_law` for the friendly form)."""
     if law.name in _REGISTRY and not replace:
-        raise AnalysisError(f"a law named {law.name!r} is already registered; pass replace=True to override it")
+        raise AnalysisError(
+            f"a law named {law.name!r} is already registered; pass replace=True to override it"
+        )
     if not (len(law.param_names) == len(law.log_params) == len(law.bounds)):
         raise AnalysisError(f"law {law.name!r}: param_names, log_params and bounds must have the same length")
     for name, (lo, hi), lg in zip(law.param_names, law.bounds, law.log_params):
@@ -312,7 +335,9 @@ def register(law: Law, *, replace: bool = False) -> Law:
         except AnalysisError as e:
             raise AnalysisError(f"law {law.name!r}, parameter {name}: {e}") from None
         if lg and not lo >= 0:
-            raise AnalysisError(f"law {law.name!r}: {name} is used as a log, so its lower bound must be >= 0 (got {lo})")
+            raise AnalysisError(
+                f"law {law.name!r}: {name} is used as a log, so its lower bound must be >= 0 (got {lo})"
+            )
     if law.default_n_params not in ("total", "non_embedding"):
         raise AnalysisError(f"law {law.name!r}: default_n_params must be 'total' or 'non_embedding'")
     _REGISTRY[law.name] = law
@@ -362,9 +387,16 @@ def register_law(
         return jnp.log(predict(p, cols))
 
     law = Law(
-        name=name, param_names=param_names, inputs=inputs, log_params=(False,) * len(param_names),
-        bounds=tuple(law_bounds), formula=formula or f"user law {name}", description=description,
-        min_distinct={k: 2 for k in inputs}, log_form=log_form, grid=lambda logX, logy: public_grid,
+        name=name,
+        param_names=param_names,
+        inputs=inputs,
+        log_params=(False,) * len(param_names),
+        bounds=tuple(law_bounds),
+        formula=formula or f"user law {name}",
+        description=description,
+        min_distinct={k: 2 for k in inputs},
+        log_form=log_form,
+        grid=lambda logX, logy: public_grid,
         default_n_params=default_n_params,
     )
     return register(law, replace=replace)
@@ -440,7 +472,6 @@ register(
 )
 
 
-
 def _chinchilla_tied(view, logX):
     e, a, b, alpha = view
     logN, logD = logX
@@ -461,11 +492,12 @@ register(
         bounds=((0.0, np.inf), (0.0, np.inf), (0.0, np.inf), (0.0, 3.0)),
         formula="L(N, D) = E + A / N^alpha + B / D^alpha",
         description="Chinchilla form with one exponent for N and D (alpha = beta), the form Gadre et al. "
-                    "2024 fit for over-training laws: one fewer parameter, and tokens per parameter at "
-                    "the optimum independent of the budget.",
+        "2024 fit for over-training laws: one fewer parameter, and tokens per parameter at "
+        "the optimum independent of the budget.",
         min_distinct={"N": 2, "D": 2},
     )
 )
+
 
 def _pure_power(view, logX):
     a, alpha = view
@@ -489,7 +521,9 @@ def _data_scaled_grid(with_floor: bool) -> Callable:
         if not with_floor:
             return np.array([(np.exp(ai + s), al) for ai, al in zip(a, alphas) for s in shifts])
         floors = np.min(logy) + np.log([0.25, 0.5, 0.8, 0.95])
-        return np.array([(np.exp(e), np.exp(ai + s), al) for e in floors for ai, al in zip(a, alphas) for s in shifts])
+        return np.array(
+            [(np.exp(e), np.exp(ai + s), al) for e in floors for ai, al in zip(a, alphas) for s in shifts]
+        )
 
     return grid
 

@@ -42,8 +42,13 @@ class LawChoice:
     criterion: str = "forward-chaining fold error; the simplest law within the parsimony margin of the best"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"chosen": self.chosen, "fold_mae": dict(self.fold_mae), "skipped": dict(self.skipped),
-                "parsimony": self.parsimony, "criterion": self.criterion}
+        return {
+            "chosen": self.chosen,
+            "fold_mae": dict(self.fold_mae),
+            "skipped": dict(self.skipped),
+            "parsimony": self.parsimony,
+            "criterion": self.criterion,
+        }
 
     @property
     def message(self) -> str:
@@ -51,7 +56,9 @@ class LawChoice:
         return f"--law auto chose {self.chosen} (forward-chaining error: {scores})"
 
 
-def choose(fold_mae: Mapping[str, float], order: tuple[str, ...] = CANDIDATES, parsimony: float = PARSIMONY) -> str:
+def choose(
+    fold_mae: Mapping[str, float], order: tuple[str, ...] = CANDIDATES, parsimony: float = PARSIMONY
+) -> str:
     """The first law in `order` (simplest first) whose fold error is within `parsimony` of the
     best; the last candidate (the most general form) when no fold error could be measured."""
     finite = {k: v for k, v in fold_mae.items() if math.isfinite(v)}
@@ -74,8 +81,11 @@ def fit_auto(df: pd.DataFrame, columns: Mapping[str, str] | None = None, **fit_k
             continue
         scores[name] = probes[name].prediction_error.fold_mae
     if not scores:
-        raise AnalysisError("--law auto: no candidate law could be fitted (" +
-                            "; ".join(f"{k}: {v}" for k, v in skipped.items()) + ")")
+        raise AnalysisError(
+            "--law auto: no candidate law could be fitted ("
+            + "; ".join(f"{k}: {v}" for k, v in skipped.items())
+            + ")"
+        )
     choice = LawChoice(chosen=choose(scores), fold_mae=scores, skipped=skipped)
     if fit_kwargs.get("bootstrap", 1000) == 0 and fit_kwargs.get("prediction_intervals", True):
         fit = probes[choice.chosen]  # the probe already is the requested fit

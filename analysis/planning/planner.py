@@ -31,10 +31,21 @@ from typing import Any, Sequence
 
 from analysis.laws.allocation import ScalingLaw
 from analysis.laws.intervals import PREDICTION_LEVEL
-from models.base.errors import AnalysisError
 from analysis.planning.trainer import TRAINER_ZERO_STAGES, TrainerPlan, trainer_plan
-from sharding.costmodel import (BF16_MIXED, DEFAULT_EFFICIENCY, MFU_CONVENTION, Efficiency, Hardware,
-                                Layout, LayoutError, ModelShape, Precision, estimate_step, load_hardware)
+from models.base.errors import AnalysisError
+from sharding.costmodel import (
+    BF16_MIXED,
+    DEFAULT_EFFICIENCY,
+    MFU_CONVENTION,
+    Efficiency,
+    Hardware,
+    Layout,
+    LayoutError,
+    ModelShape,
+    Precision,
+    estimate_step,
+    load_hardware,
+)
 
 HEAD_DIM = 128
 ASPECT_RANGE = (64.0, 192.0)
@@ -43,8 +54,9 @@ ASPECT_TARGET = 128.0
 
 # ---- shapes -------------------------------------------------------------------------------------
 def shape_for(n_layers: int, d_model: int, seq_len: int, vocab: int) -> ModelShape:
-    return ModelShape(n_layers=n_layers, d_model=d_model, n_heads=d_model // HEAD_DIM,
-                      seq_len=seq_len, vocab_size=vocab)
+    return ModelShape(
+        n_layers=n_layers, d_model=d_model, n_heads=d_model // HEAD_DIM, seq_len=seq_len, vocab_size=vocab
+    )
 
 
 def candidate_shapes(n_target: float, seq_len: int, vocab: int, k: int = 4) -> list[ModelShape]:
@@ -55,8 +67,10 @@ def candidate_shapes(n_target: float, seq_len: int, vocab: int, k: int = 4) -> l
     scored = []
     for L in [*range(2, 16, 2), *range(16, 257, 4)]:  # real stacks: even, multiples of 4 when deep
         d_ideal = ASPECT_TARGET * L
-        for d in {128 * max(1, round(d_ideal * f / 128)) for f in (0.5, 0.6, 0.7, 0.8, 0.9, 1.0,
-                                                                   1.1, 1.2, 1.3, 1.4, 1.5)}:
+        for d in {
+            128 * max(1, round(d_ideal * f / 128))
+            for f in (0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.1, 1.2, 1.3, 1.4, 1.5)
+        }:
             aspect = d / L
             if not ASPECT_RANGE[0] <= aspect <= ASPECT_RANGE[1]:
                 continue
@@ -66,8 +80,10 @@ def candidate_shapes(n_target: float, seq_len: int, vocab: int, k: int = 4) -> l
                 continue
             scored.append((err + 0.05 * abs(math.log(aspect / ASPECT_TARGET)), L, d, s))
     if not scored:
-        raise AnalysisError(f"no transformer shape with head dim {HEAD_DIM} comes within 40% of "
-                            f"{n_target:.3g} parameters; the budget is too small or too large")
+        raise AnalysisError(
+            f"no transformer shape with head dim {HEAD_DIM} comes within 40% of "
+            f"{n_target:.3g} parameters; the budget is too small or too large"
+        )
     scored.sort(key=lambda x: x[:3])
     return [s for *_, s in scored[:k]]
 
@@ -77,16 +93,24 @@ def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
-def layouts_for(shape: ModelShape, n_devices: int, hw: Hardware, batch_tokens: int,
-                micro_batches: Sequence[int] = (1, 2, 4, 8),
-                zero_stages: Sequence[int] = (1, 3),
-                act_ckpts: Sequence[str] = ("none", "selective", "full"),
-                offload: Sequence[bool] = (False,)) -> list[Layout]:
+def layouts_for(
+    shape: ModelShape,
+    n_devices: int,
+    hw: Hardware,
+    batch_tokens: int,
+    micro_batches: Sequence[int] = (1, 2, 4, 8),
+    zero_stages: Sequence[int] = (1, 3),
+    act_ckpts: Sequence[str] = ("none", "selective", "full"),
+    offload: Sequence[bool] = (False,),
+) -> list[Layout]:
     """Every valid layout: TP within a node (divides the heads), PP dividing the layers; with
     `offload=(False, True)` also each with ZeRO-Offload (optimizer state and step on the host)."""
     out = []
-    for tp in (t for t in (1, 2, 4, 8, 16) if t <= hw.devices_per_node and n_devices % t == 0
-               and shape.n_heads % t == 0):
+    for tp in (
+        t
+        for t in (1, 2, 4, 8, 16)
+        if t <= hw.devices_per_node and n_devices % t == 0 and shape.n_heads % t == 0
+    ):
         for pp in (p for p in _divisors(n_devices // tp) if p <= 64 and shape.n_layers % p == 0):
             dp = n_devices // (tp * pp)
             for mb in micro_batches:
@@ -97,9 +121,19 @@ def layouts_for(shape: ModelShape, n_devices: int, hw: Hardware, batch_tokens: i
                 for z in zero_stages:
                     for ck in act_ckpts:
                         for off in offload:
-                            out.append(Layout(dp=dp, tp=tp, pp=pp, micro_batch=mb, global_batch=gb,
-                                              sp=tp > 1, zero_stage=z, act_ckpt=ck,
-                                              offload_optimizer=off))
+                            out.append(
+                                Layout(
+                                    dp=dp,
+                                    tp=tp,
+                                    pp=pp,
+                                    micro_batch=mb,
+                                    global_batch=gb,
+                                    sp=tp > 1,
+                                    zero_stage=z,
+                                    act_ckpt=ck,
+                                    offload_optimizer=off,
+                                )
+                            )
     return out
 
 
@@ -131,18 +165,36 @@ class Candidate:
     def as_dict(self) -> dict[str, Any]:
         lo = self.layout
         return {
-            "n_params": self.shape.n_params, "tokens": self.tokens,
-            "n_layers": self.shape.n_layers, "d_model": self.shape.d_model,
-            "n_heads": self.shape.n_heads, "d_ff": self.shape.ffn, "seq_len": self.shape.seq_len,
+            "n_params": self.shape.n_params,
+            "tokens": self.tokens,
+            "n_layers": self.shape.n_layers,
+            "d_model": self.shape.d_model,
+            "n_heads": self.shape.n_heads,
+            "d_ff": self.shape.ffn,
+            "seq_len": self.shape.seq_len,
             "vocab_size": self.shape.vocab_size,
-            "layout": {"dp": lo.dp, "tp": lo.tp, "pp": lo.pp, "micro_batch": lo.micro_batch,
-                       "zero_stage": lo.zero_stage, "act_ckpt": lo.act_ckpt, "sp": lo.sp,
-                       "global_batch": lo.global_batch, "grad_accum": lo.grad_accum,
-                       "attention": lo.attention, "offload_optimizer": lo.offload_optimizer},
-            "mem_gb_per_device": self.mem_gb_per_device, "step_time_s": self.step_time_s,
-            "mfu": self.mfu, "mfu_convention": MFU_CONVENTION, "tokens_per_s": self.tokens_per_s,
+            "layout": {
+                "dp": lo.dp,
+                "tp": lo.tp,
+                "pp": lo.pp,
+                "micro_batch": lo.micro_batch,
+                "zero_stage": lo.zero_stage,
+                "act_ckpt": lo.act_ckpt,
+                "sp": lo.sp,
+                "global_batch": lo.global_batch,
+                "grad_accum": lo.grad_accum,
+                "attention": lo.attention,
+                "offload_optimizer": lo.offload_optimizer,
+            },
+            "mem_gb_per_device": self.mem_gb_per_device,
+            "step_time_s": self.step_time_s,
+            "mfu": self.mfu,
+            "mfu_convention": MFU_CONVENTION,
+            "tokens_per_s": self.tokens_per_s,
             "days": self.days,
-            "gpu_hours": self.gpu_hours, "flops": self.flops, "loss": self.loss,
+            "gpu_hours": self.gpu_hours,
+            "flops": self.flops,
+            "loss": self.loss,
             "loss_ci": list(self.loss_ci) if self.loss_ci else None,
             "loss_interval": list(self.loss_interval) if self.loss_interval else None,
             "mfu_interval": list(self.mfu_interval) if self.mfu_interval else None,
@@ -158,8 +210,10 @@ def band_text(iv: tuple[float, float] | None, scale: float, fmt: str) -> str:
 
 def _layout_text(lo: Layout) -> str:
     """Compact layout label of the plan table, e.g. `dp64 tp2+sp pp1 mb4 z1 none`."""
-    return (f"dp{lo.dp} tp{lo.tp}{'+sp' if lo.sp else ''} pp{lo.pp} mb{lo.micro_batch} "
-            f"z{lo.zero_stage}{'+offload' if lo.offload_optimizer else ''} {lo.act_ckpt}")
+    return (
+        f"dp{lo.dp} tp{lo.tp}{'+sp' if lo.sp else ''} pp{lo.pp} mb{lo.micro_batch} "
+        f"z{lo.zero_stage}{'+offload' if lo.offload_optimizer else ''} {lo.act_ckpt}"
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -201,31 +255,51 @@ class Plan:
         if self.trainer is not None:
             best["overrides"] = self.trainer.overrides
             best["trainer"] = self.trainer.as_dict()
-        return {"best": best, "candidates": [c.as_dict() for c in self.candidates],
-                "mfu_convention": MFU_CONVENTION,
-                "law": {"E": self.law.E, "A": self.law.A, "B": self.law.B,
-                        "alpha": self.law.alpha, "beta": self.law.beta, "source": self.law.source,
-                        "flops_per_param_token": self.law.flops_per_param_token},
-                "hardware": self.hardware.name, "n_devices": self.n_devices,
-                "budget_flops": self.budget_flops, "max_days": self.max_days,
-                "n_opt": self.n_opt, "d_opt": self.d_opt, "notes": list(self.notes),
-                "efficiency": {"provenance": self.efficiency.provenance,
-                               "mfu_ratio_interval": (list(self.efficiency.mfu_ratio_interval)
-                                                      if self.efficiency.mfu_ratio_interval else None),
-                               "note": efficiency_note(self.efficiency)}}
+        return {
+            "best": best,
+            "candidates": [c.as_dict() for c in self.candidates],
+            "mfu_convention": MFU_CONVENTION,
+            "law": {
+                "E": self.law.E,
+                "A": self.law.A,
+                "B": self.law.B,
+                "alpha": self.law.alpha,
+                "beta": self.law.beta,
+                "source": self.law.source,
+                "flops_per_param_token": self.law.flops_per_param_token,
+            },
+            "hardware": self.hardware.name,
+            "n_devices": self.n_devices,
+            "budget_flops": self.budget_flops,
+            "max_days": self.max_days,
+            "n_opt": self.n_opt,
+            "d_opt": self.d_opt,
+            "notes": list(self.notes),
+            "efficiency": {
+                "provenance": self.efficiency.provenance,
+                "mfu_ratio_interval": (
+                    list(self.efficiency.mfu_ratio_interval) if self.efficiency.mfu_ratio_interval else None
+                ),
+                "note": efficiency_note(self.efficiency),
+            },
+        }
 
     def table(self) -> str:
-        head = (f"{'#':>2} {'params':>8} {'tokens':>8} {'L':>4} {'d':>6} {'layout':34s} "
-                f"{'mem GB':>7} {'step s':>7} {'MFU*':>5} {'days':>7} {'GPU-h':>10} "
-                f"loss ({self.interval_label})")
+        head = (
+            f"{'#':>2} {'params':>8} {'tokens':>8} {'L':>4} {'d':>6} {'layout':34s} "
+            f"{'mem GB':>7} {'step s':>7} {'MFU*':>5} {'days':>7} {'GPU-h':>10} "
+            f"loss ({self.interval_label})"
+        )
         lines = [head]
         for i, c in enumerate(self.candidates):
             band = self.loss_band(c)
             ci = f"[{band[0]:.3f}, {band[1]:.3f}]" if band else "(CI unavailable)"
-            lines.append(f"{i + 1:>2} {c.shape.n_params / 1e9:7.1f}B {c.tokens / 1e12:7.2f}T "
-                         f"{c.shape.n_layers:>4} {c.shape.d_model:>6} {_layout_text(c.layout):34s} "
-                         f"{c.mem_gb_per_device:7.1f} {c.step_time_s:7.2f} {c.mfu:5.3f} "
-                         f"{c.days:7.1f} {c.gpu_hours:10.3g} {c.loss:.3f} {ci}")
+            lines.append(
+                f"{i + 1:>2} {c.shape.n_params / 1e9:7.1f}B {c.tokens / 1e12:7.2f}T "
+                f"{c.shape.n_layers:>4} {c.shape.d_model:>6} {_layout_text(c.layout):34s} "
+                f"{c.mem_gb_per_device:7.1f} {c.step_time_s:7.2f} {c.mfu:5.3f} "
+                f"{c.days:7.1f} {c.gpu_hours:10.3g} {c.loss:.3f} {ci}"
+            )
         lines.append(f"MFU*: {MFU_CONVENTION} (model FLOPs 6N + 12·L·H·Q·T per token, N = all parameters)")
         return "\n".join(lines)
 
@@ -234,13 +308,14 @@ class Plan:
         b = self.best
         lo = b.layout
         band = self.loss_band(b)
-        ci = (f"{band[0]:.3f}–{band[1]:.3f}" if band
-              else "unavailable (the law has no bootstrap samples)")
+        ci = f"{band[0]:.3f}–{band[1]:.3f}" if band else "unavailable (the law has no bootstrap samples)"
         budget = f"{self.budget_flops:.3g} FLOPs" if self.budget_flops else "no FLOP budget"
         lines = [
-            "## Planning", "",
+            "## Planning",
+            "",
             f"Budget: {budget} on {self.n_devices} × {self.hardware.name}"
-            + (f", at most {self.max_days:g} days" if self.max_days else "") + f". Law: {self.law.source}.",
+            + (f", at most {self.max_days:g} days" if self.max_days else "")
+            + f". Law: {self.law.source}.",
             "",
             f"Proposed: **{b.shape.n_params / 1e9:.1f}B parameters** (L={b.shape.n_layers}, "
             f"d_model={b.shape.d_model}, {b.shape.n_heads} heads) on **{b.tokens / 1e12:.2f}T "
@@ -251,15 +326,23 @@ class Plan:
             f"({MFU_CONVENTION}), **{b.days:.1f} days**{band_text(b.days_interval, 1, '.1f')} "
             f"({b.gpu_hours:.3g}{band_text(b.gpu_hours_interval, 1, '.3g')} GPU-hours); predicted loss "
             f"{b.loss:.3f} ({self.interval_label} {ci}).",
-            "", "```", self.table(), "```"]
+            "",
+            "```",
+            self.table(),
+            "```",
+        ]
         lines += [f"- {n}" for n in self.notes]
         lines.append(f"- {efficiency_note(self.efficiency)}")
         t = self.trainer
         if t is not None and t.estimate is not None:
-            lacks = f" (the proposed layout needs {', '.join(t.missing)}, which it lacks)" if t.missing else ""
+            lacks = (
+                f" (the proposed layout needs {', '.join(t.missing)}, which it lacks)" if t.missing else ""
+            )
             lacks += f" (of candidate #{t.rank})" if t.rank > 1 else ""
-            lines.append(f"- trainer command, the best layout `python -m experiments.train` can run{lacks}: "
-                         f"`{t.command()}`")
+            lines.append(
+                f"- trainer command, the best layout `python -m experiments.train` can run{lacks}: "
+                f"`{t.command()}`"
+            )
         elif t is not None:
             lines.append(f"- trainer: {t.reason}")
         return "\n".join(lines)
@@ -269,15 +352,26 @@ def efficiency_note(eff: Efficiency) -> str:
     """Where the MFU / days / GPU-hours intervals come from, and what they do not cover."""
     iv = eff.mfu_ratio_interval
     if iv is None:
-        return (f"no interval on MFU, days and GPU-hours: the efficiency constants ({eff.provenance}) "
-                "carry no error model")
-    return (f"MFU, days and GPU-hours intervals: 5%-95% of measured / predicted MFU "
-            f"[{iv[0]:.2f}, {iv[1]:.2f}] on runs the constants were not fitted to ({eff.provenance}); "
-            "a system unlike those runs can be off by more")
+        return (
+            f"no interval on MFU, days and GPU-hours: the efficiency constants ({eff.provenance}) "
+            "carry no error model"
+        )
+    return (
+        f"MFU, days and GPU-hours intervals: 5%-95% of measured / predicted MFU "
+        f"[{iv[0]:.2f}, {iv[1]:.2f}] on runs the constants were not fitted to ({eff.provenance}); "
+        "a system unlike those runs can be off by more"
+    )
 
 
-def fastest_layout(shape: ModelShape, n_devices: int, hw: Hardware, batch_tokens: int,
-                   precision: Precision, eff: Efficiency, offload: bool = False):
+def fastest_layout(
+    shape: ModelShape,
+    n_devices: int,
+    hw: Hardware,
+    batch_tokens: int,
+    precision: Precision,
+    eff: Efficiency,
+    offload: bool = False,
+):
     """(estimate, n_evaluated, leanest estimate) of the fastest fitting layout, or None first;
     `offload` also tries every layout with the optimizer offloaded to the host."""
     best, lean, n = None, None, 0
@@ -297,12 +391,16 @@ def fastest_layout(shape: ModelShape, n_devices: int, hw: Hardware, batch_tokens
 def _no_fit_message(shape: ModelShape, n_devices: int, hw: Hardware, lean) -> str:
     need = ""
     if lean is not None:
-        need = (f"; the leanest layout (tp{lean.layout.tp} pp{lean.layout.pp} "
-                f"ZeRO-{lean.layout.zero_stage} {lean.layout.act_ckpt}) needs "
-                f"{lean.memory.total / 1e9:.0f} GB per device")
-    return (f"no layout of the {shape.n_params / 1e9:.1f}B model (L={shape.n_layers}, "
-            f"d={shape.d_model}) fits {hw.hbm_bytes / 1e9:.0f} GB {hw.name} devices on "
-            f"{n_devices} devices{need}")
+        need = (
+            f"; the leanest layout (tp{lean.layout.tp} pp{lean.layout.pp} "
+            f"ZeRO-{lean.layout.zero_stage} {lean.layout.act_ckpt}) needs "
+            f"{lean.memory.total / 1e9:.0f} GB per device"
+        )
+    return (
+        f"no layout of the {shape.n_params / 1e9:.1f}B model (L={shape.n_layers}, "
+        f"d={shape.d_model}) fits {hw.hbm_bytes / 1e9:.0f} GB {hw.name} devices on "
+        f"{n_devices} devices{need}"
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -322,41 +420,87 @@ class _Request:
     offload: bool = False  # also consider optimizer offload to the host
 
 
-def plan(budget_flops: float | None, n_devices: int, hardware: str | Hardware,
-         law: ScalingLaw | None = None, max_days: float | None = None,
-         max_gpu_hours: float | None = None, seq_len: int = 2048, vocab: int = 32000,
-         batch_tokens: int = 4 * 1024 * 1024, precision: Precision = BF16_MIXED,
-         eff: Efficiency = DEFAULT_EFFICIENCY, top: int = 8, offload: bool = False) -> Plan:
+def plan(
+    budget_flops: float | None,
+    n_devices: int,
+    hardware: str | Hardware,
+    law: ScalingLaw | None = None,
+    max_days: float | None = None,
+    max_gpu_hours: float | None = None,
+    seq_len: int = 2048,
+    vocab: int = 32000,
+    batch_tokens: int = 4 * 1024 * 1024,
+    precision: Precision = BF16_MIXED,
+    eff: Efficiency = DEFAULT_EFFICIENCY,
+    top: int = 8,
+    offload: bool = False,
+) -> Plan:
     """Plan a training run; see the module docstring. Raises AnalysisError for bad input.
     `offload` lets layouts keep the optimizer state (fp32 master weights, Adam moments) and its
     step on the host (ZeRO-Offload, Ren et al. 2021): PCIe transfers and CPU Adam time for
     device memory."""
-    req = check_request(budget_flops, n_devices, hardware, law, max_days, max_gpu_hours,
-                        seq_len, vocab, batch_tokens, precision, eff)
+    req = check_request(
+        budget_flops,
+        n_devices,
+        hardware,
+        law,
+        max_days,
+        max_gpu_hours,
+        seq_len,
+        vocab,
+        batch_tokens,
+        precision,
+        eff,
+    )
     req = dataclasses.replace(req, offload=bool(offload))
     n_opt, d_opt, targets = size_targets(req)
     shapes = shapes_near(targets, req)
     cands, failures = [], []
     for s in shapes:
-        est, _, lean = fastest_layout(s, req.n_devices, req.hw, req.batch_tokens, req.precision,
-                                      req.eff, offload=req.offload)
+        est, _, lean = fastest_layout(
+            s, req.n_devices, req.hw, req.batch_tokens, req.precision, req.eff, offload=req.offload
+        )
         if est is None:
             failures.append(_no_fit_message(s, req.n_devices, req.hw, lean))
         else:
             cands.append(_candidate(s, est, req))
     if not cands:
         smallest = min(shapes, key=lambda s: s.n_params)
-        raise AnalysisError(failures[0] + "; " + _more_devices_hint(
-            smallest, req.n_devices, req.hw, req.batch_tokens, req.precision, req.eff))
+        raise AnalysisError(
+            failures[0]
+            + "; "
+            + _more_devices_hint(smallest, req.n_devices, req.hw, req.batch_tokens, req.precision, req.eff)
+        )
     _rank(cands, req, n_opt)
-    return Plan(best=cands[0], candidates=tuple(cands[:top]), law=req.law, hardware=req.hw,
-                n_devices=req.n_devices, budget_flops=req.budget_flops, max_days=req.max_days,
-                n_opt=n_opt, d_opt=d_opt, notes=_notes(req), trainer=_trainer_plan(cands, req),
-                efficiency=req.eff)
+    return Plan(
+        best=cands[0],
+        candidates=tuple(cands[:top]),
+        law=req.law,
+        hardware=req.hw,
+        n_devices=req.n_devices,
+        budget_flops=req.budget_flops,
+        max_days=req.max_days,
+        n_opt=n_opt,
+        d_opt=d_opt,
+        notes=_notes(req),
+        trainer=_trainer_plan(cands, req),
+        efficiency=req.eff,
+    )
 
 
-def check_request(budget_flops, n_devices, hardware, law, max_days, max_gpu_hours, seq_len,
-                  vocab, batch_tokens, precision, eff) -> _Request:
+def check_request(
+    budget_flops,
+    n_devices,
+    hardware,
+    law,
+    max_days,
+    max_gpu_hours,
+    seq_len,
+    vocab,
+    batch_tokens,
+    precision,
+    eff,
+) -> _Request:
     """Validate `plan`'s arguments (one-line AnalysisError each) and fold the GPU-hour limit
     into a day limit, so the search only knows one kind of time limit."""
     hw = hardware if isinstance(hardware, Hardware) else load_hardware(hardware)
@@ -372,9 +516,18 @@ def check_request(budget_flops, n_devices, hardware, law, max_days, max_gpu_hour
         max_days = d if max_days is None else min(max_days, d)
     if budget_flops is None and max_days is None:
         raise AnalysisError("give --budget FLOPS, or a time limit (--max-days / --gpu-hours)")
-    return _Request(law=law or ScalingLaw.chinchilla_2022(), hw=hw, n_devices=n_devices,
-                    budget_flops=budget_flops, max_days=max_days, seq_len=seq_len, vocab=vocab,
-                    batch_tokens=batch_tokens, precision=precision, eff=eff)
+    return _Request(
+        law=law or ScalingLaw.chinchilla_2022(),
+        hw=hw,
+        n_devices=n_devices,
+        budget_flops=budget_flops,
+        max_days=max_days,
+        seq_len=seq_len,
+        vocab=vocab,
+        batch_tokens=batch_tokens,
+        precision=precision,
+        eff=eff,
+    )
 
 
 # A time limit may make a smaller model better: sizes scanned, as fractions of N*, down to N*/30.
@@ -390,8 +543,7 @@ def size_targets(req: _Request) -> tuple[float | None, float | None, list[float]
         n_opt, d_opt = req.law.optimal(req.budget_flops)
         targets = [n_opt]
     if req.max_days is not None:
-        ref = n_opt if n_opt is not None else _size_for_time(req.law, req.n_devices, req.hw,
-                                                              req.max_days)
+        ref = n_opt if n_opt is not None else _size_for_time(req.law, req.n_devices, req.hw, req.max_days)
         targets = [ref * f for f in TIME_LIMITED_FRACTIONS]
     return n_opt, d_opt, targets
 
@@ -415,14 +567,23 @@ def _candidate(s: ModelShape, est, req: _Request) -> Candidate:
     seconds = tokens / est.tokens_per_s
     days, gpu_hours = seconds / 86400, seconds / 3600 * req.n_devices
     return Candidate(
-        shape=s, tokens=tokens, layout=est.layout, mem_gb_per_device=est.memory.total / 1e9,
-        step_time_s=est.step_time_s, mfu=est.mfu, tokens_per_s=est.tokens_per_s,
-        days=days, gpu_hours=gpu_hours,
-        flops=k * s.n_params * tokens, loss=req.law.loss(s.n_params, tokens),
-        loss_ci=req.law.loss_ci(s.n_params, tokens), loss_interval=_interval(req.law, s.n_params, tokens),
+        shape=s,
+        tokens=tokens,
+        layout=est.layout,
+        mem_gb_per_device=est.memory.total / 1e9,
+        step_time_s=est.step_time_s,
+        mfu=est.mfu,
+        tokens_per_s=est.tokens_per_s,
+        days=days,
+        gpu_hours=gpu_hours,
+        flops=k * s.n_params * tokens,
+        loss=req.law.loss(s.n_params, tokens),
+        loss_ci=req.law.loss_ci(s.n_params, tokens),
+        loss_interval=_interval(req.law, s.n_params, tokens),
         mfu_interval=req.eff.rate_interval(est.mfu, est.mfu),
         days_interval=req.eff.time_interval(days, est.mfu),
-        gpu_hours_interval=req.eff.time_interval(gpu_hours, est.mfu))
+        gpu_hours_interval=req.eff.time_interval(gpu_hours, est.mfu),
+    )
 
 
 def _trainer_plan(cands: list[Candidate], req: _Request) -> TrainerPlan:
@@ -431,10 +592,20 @@ def _trainer_plan(cands: list[Candidate], req: _Request) -> TrainerPlan:
     again under a time limit); the best candidate's failure when none has."""
     first = None
     for rank, c in enumerate(cands, start=1):
-        layouts = layouts_for(c.shape, req.n_devices, req.hw, req.batch_tokens,
-                              zero_stages=TRAINER_ZERO_STAGES)
-        tp = trainer_plan(c.shape, c.tokens, cands[0].layout, req.n_devices, req.hw, req.eff, layouts,
-                          max_days=req.max_days, rank=rank)
+        layouts = layouts_for(
+            c.shape, req.n_devices, req.hw, req.batch_tokens, zero_stages=TRAINER_ZERO_STAGES
+        )
+        tp = trainer_plan(
+            c.shape,
+            c.tokens,
+            cands[0].layout,
+            req.n_devices,
+            req.hw,
+            req.eff,
+            layouts,
+            max_days=req.max_days,
+            rank=rank,
+        )
         if tp.estimate is not None:
             return tp
         first = first or tp
@@ -462,14 +633,20 @@ def _notes(req: _Request) -> tuple[str, ...]:
         notes.append("loss CI unavailable: the law has no bootstrap samples (point estimate only)")
     pe = req.law.prediction_error
     if pe is not None:
-        notes.append(f"loss interval: {100 * PREDICTION_LEVEL:g}% prediction interval from the fit's measured "
-                     f"run scatter ({100 * pe.noise_sd:.2g}%), unseen-budget offset ({100 * pe.budget_sd:.2g}%) and extrapolation drift ({100 * pe.drift_per_decade:.2g}% "
-                     f"per decade beyond the largest fitted run, {pe.scale_max:.3g} {pe.scale_role}) plus parameter noise")
+        notes.append(
+            f"loss interval: {100 * PREDICTION_LEVEL:g}% prediction interval from the fit's measured "
+            f"run scatter ({100 * pe.noise_sd:.2g}%), unseen-budget offset ({100 * pe.budget_sd:.2g}%) "
+            f"and extrapolation drift ({100 * pe.drift_per_decade:.2g}% "
+            f"per decade beyond the largest fitted run, {pe.scale_max:.3g} {pe.scale_role}) "
+            f"plus parameter noise"
+        )
     if req.max_days is not None:
         notes.append(f"tokens capped by what each layout processes in {req.max_days:g} days")
-    notes.append(f"layouts: flash-attention 2, fused norms, bf16 mixed precision, "
-                 f"~{req.batch_tokens / 2**20:.0f}M tokens per step; efficiency constants: "
-                 f"{req.eff.provenance}")
+    notes.append(
+        f"layouts: flash-attention 2, fused norms, bf16 mixed precision, "
+        f"~{req.batch_tokens / 2**20:.0f}M tokens per step; efficiency constants: "
+        f"{req.eff.provenance}"
+    )
     return tuple(notes)
 
 
@@ -478,8 +655,9 @@ def _size_for_time(law: ScalingLaw, n_devices: int, hw: Hardware, days: float) -
     return law.optimal(0.4 * hw.peak_flops * n_devices * days * 86400)[0]
 
 
-def _more_devices_hint(shape: ModelShape, n_devices: int, hw: Hardware, batch_tokens: int,
-                       precision: Precision, eff: Efficiency) -> str:
+def _more_devices_hint(
+    shape: ModelShape, n_devices: int, hw: Hardware, batch_tokens: int, precision: Precision, eff: Efficiency
+) -> str:
     """Where the smallest candidate first fits (doubling the devices up to 8 times)."""
     n = n_devices
     for _ in range(8):

@@ -33,8 +33,16 @@ from typing import Any
 
 from models.base.errors import ConfigError
 from models.config import ModelConfig
-from sharding.costmodel import (FP32_PARAMS, Efficiency, Hardware, Layout, LayoutError, ModelShape,
-                                StepEstimate, estimate_step)
+from sharding.costmodel import (
+    FP32_PARAMS,
+    Efficiency,
+    Hardware,
+    Layout,
+    LayoutError,
+    ModelShape,
+    StepEstimate,
+    estimate_step,
+)
 from sharding.layouts import ShardingConfig
 from sharding.validate import validate_layout
 
@@ -44,8 +52,13 @@ TRAINER_COMMAND = "python -m experiments.train"
 TRAINER_PRECISION = FP32_PARAMS
 # How the trainer's program differs from the Megatron defaults of `Layout` (each checked against
 # the compiled program by tests/test_costmodel_xla.py).
-TRAINER_FLAGS = {"fused_projections": False, "zero3_regather": False, "sp_bwd_regather": False,
-                 "cp_joint_grad_reduce": False, "gspmd_pipeline": True}
+TRAINER_FLAGS = {
+    "fused_projections": False,
+    "zero3_regather": False,
+    "sp_bwd_regather": False,
+    "cp_joint_grad_reduce": False,
+    "gspmd_pipeline": True,
+}
 TRAINER_ZERO_STAGES = (0, 3)  # sharding.data, sharding.fsdp
 
 
@@ -59,8 +72,14 @@ def trainer_features() -> frozenset[str]:
 
     keys = {f.name for f in dataclasses.fields(ShardingConfig)}
     keys |= {f"train.{f.name}" for f in dataclasses.fields(TrainConfig)}
-    out = keys & {"pipeline", "pipeline_schedule", "virtual_stages", "sequence_parallel", "context",
-                  "train.micro_batches"}
+    out = keys & {
+        "pipeline",
+        "pipeline_schedule",
+        "virtual_stages",
+        "sequence_parallel",
+        "context",
+        "train.micro_batches",
+    }
     if "train.micro_batches" not in out:
         out.discard("pipeline")
     return frozenset(out)
@@ -86,11 +105,20 @@ def missing_features(layout: Layout, features: frozenset[str] | None = None) -> 
 def model_config(shape: ModelShape) -> ModelConfig:
     """The trainer's ModelConfig of a cost-model shape (SwiGLU, no dropout)."""
     if shape.mlp != "swiglu" or shape.dropout:
-        raise LayoutError(f"the trainer builds SwiGLU models without dropout (got mlp={shape.mlp!r}, "
-                          f"dropout={shape.dropout})")
-    return ModelConfig(vocab_size=shape.vocab_size, d_model=shape.d_model, n_layers=shape.n_layers,
-                       n_heads=shape.n_heads, n_kv_heads=shape.n_kv_heads, d_ff=shape.ffn,
-                       seq_len=shape.seq_len, tie_embeddings=shape.tied_embeddings)
+        raise LayoutError(
+            f"the trainer builds SwiGLU models without dropout (got mlp={shape.mlp!r}, "
+            f"dropout={shape.dropout})"
+        )
+    return ModelConfig(
+        vocab_size=shape.vocab_size,
+        d_model=shape.d_model,
+        n_layers=shape.n_layers,
+        n_heads=shape.n_heads,
+        n_kv_heads=shape.n_kv_heads,
+        d_ff=shape.ffn,
+        seq_len=shape.seq_len,
+        tie_embeddings=shape.tied_embeddings,
+    )
 
 
 def mesh_axes(layout: Layout) -> dict[str, int]:
@@ -110,8 +138,13 @@ def trainer_refusal(shape: ModelShape, layout: Layout, features: frozenset[str] 
         return f"needs {', '.join(missing)}"
     axes = mesh_axes(layout)
     try:
-        validate_layout(model_config(shape).validate(), axes["data"], axes["fsdp"], axes["tensor"],
-                        micro_batch_size=layout.micro_batch * layout.dp)
+        validate_layout(
+            model_config(shape).validate(),
+            axes["data"],
+            axes["fsdp"],
+            axes["tensor"],
+            micro_batch_size=layout.micro_batch * layout.dp,
+        )
     except (ConfigError, LayoutError) as e:
         return str(e).split("; ")[0]
     return None
@@ -121,8 +154,9 @@ def as_trainer_layouts(layout: Layout, features: frozenset[str] | None = None) -
     """`layout` as the trainer would run it (its program flags, sequence parallelism only if it
     has it); a ZeRO-3 layout also as every hybrid split sharding.data x sharding.fsdp of its dp."""
     features = trainer_features() if features is None else features
-    lo = layout.replace(sp=layout.sp and "sequence_parallel" in features, offload_optimizer=False,
-                        **TRAINER_FLAGS)
+    lo = layout.replace(
+        sp=layout.sp and "sequence_parallel" in features, offload_optimizer=False, **TRAINER_FLAGS
+    )
     if lo.zero_stage < 3:
         return [lo]
     return [lo] + [lo.replace(zero_group=f) for f in range(2, lo.dp) if lo.dp % f == 0]
@@ -131,8 +165,12 @@ def as_trainer_layouts(layout: Layout, features: frozenset[str] | None = None) -
 def overrides(shape: ModelShape, layout: Layout, tokens: float) -> list[str]:
     """Hydra overrides of `python -m experiments.train` for `shape` trained on `tokens` with `layout`."""
     cfg = model_config(shape)
-    out = [f"model.vocab_size={cfg.vocab_size}", f"model.d_model={cfg.d_model}",
-           f"model.n_layers={cfg.n_layers}", f"model.n_heads={cfg.n_heads}"]
+    out = [
+        f"model.vocab_size={cfg.vocab_size}",
+        f"model.d_model={cfg.d_model}",
+        f"model.n_layers={cfg.n_layers}",
+        f"model.n_heads={cfg.n_heads}",
+    ]
     if cfg.n_kv_heads is not None and cfg.n_kv_heads != cfg.n_heads:
         out.append(f"model.n_kv_heads={cfg.n_kv_heads}")
     out += [f"model.d_ff={cfg.ff}", f"model.seq_len={cfg.seq_len}"]
@@ -184,29 +222,57 @@ class TrainerPlan:
         return " ".join([TRAINER_COMMAND, *self.overrides])
 
     def as_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"overrides": self.overrides, "missing": list(self.missing),
-                               "rank": self.rank, "n_params": self.shape.n_params,
-                               "n_layers": self.shape.n_layers, "d_model": self.shape.d_model,
-                               "tokens": self.tokens, "reason": self.reason or None}
+        out: dict[str, Any] = {
+            "overrides": self.overrides,
+            "missing": list(self.missing),
+            "rank": self.rank,
+            "n_params": self.shape.n_params,
+            "n_layers": self.shape.n_layers,
+            "d_model": self.shape.d_model,
+            "tokens": self.tokens,
+            "reason": self.reason or None,
+        }
         est = self.estimate
         if est is not None:
             mem = est.memory
             lo = est.layout
-            out.update(layout={"dp": lo.dp, "tp": lo.tp, "pp": lo.pp, "micro_batch": lo.micro_batch,
-                               "zero_stage": lo.zero_stage, "act_ckpt": lo.act_ckpt, "sp": lo.sp,
-                               "global_batch": lo.global_batch, "grad_accum": lo.grad_accum,
-                               "interleave": lo.interleave, "zero_group": lo.zero_group,
-                               "mesh": mesh_axes(lo)},
-                       mem_gb_per_device=mem.total / 1e9,
-                       state_gb_per_device=(mem.params + mem.grads + mem.optimizer) / 1e9,
-                       memory_gb=mem.as_gb(), step_time_s=est.step_time_s,
-                       tokens_per_s=est.tokens_per_s, mfu=est.mfu, mfu_convention=est.mfu_convention)
+            out.update(
+                layout={
+                    "dp": lo.dp,
+                    "tp": lo.tp,
+                    "pp": lo.pp,
+                    "micro_batch": lo.micro_batch,
+                    "zero_stage": lo.zero_stage,
+                    "act_ckpt": lo.act_ckpt,
+                    "sp": lo.sp,
+                    "global_batch": lo.global_batch,
+                    "grad_accum": lo.grad_accum,
+                    "interleave": lo.interleave,
+                    "zero_group": lo.zero_group,
+                    "mesh": mesh_axes(lo),
+                },
+                mem_gb_per_device=mem.total / 1e9,
+                state_gb_per_device=(mem.params + mem.grads + mem.optimizer) / 1e9,
+                memory_gb=mem.as_gb(),
+                step_time_s=est.step_time_s,
+                tokens_per_s=est.tokens_per_s,
+                mfu=est.mfu,
+                mfu_convention=est.mfu_convention,
+            )
         return out
 
 
-def trainer_plan(shape: ModelShape, tokens: float, best: Layout, n_devices: int, hw: Hardware,
-                 eff: Efficiency, layouts: list[Layout], max_days: float | None = None,
-                 rank: int = 1) -> TrainerPlan:
+def trainer_plan(
+    shape: ModelShape,
+    tokens: float,
+    best: Layout,
+    n_devices: int,
+    hw: Hardware,
+    eff: Efficiency,
+    layouts: list[Layout],
+    max_days: float | None = None,
+    rank: int = 1,
+) -> TrainerPlan:
     """The fastest fitting layout among `layouts` (the planner's candidates for `shape`) that the
     trainer can run, estimated as the trainer's program; `best` is the planner's own choice.
     Under a time limit, tokens are capped by what the trainer's layout processes in `max_days`."""
@@ -231,14 +297,23 @@ def trainer_plan(shape: ModelShape, tokens: float, best: Layout, n_devices: int,
         if est.fits and (chosen is None or est.tokens_per_s > chosen.tokens_per_s):
             chosen = est
     if chosen is None:
-        need = (f"; its leanest runnable layout needs {lean.memory.total / 1e9:.0f} GB per device"
-                if lean is not None else "")
+        need = (
+            f"; its leanest runnable layout needs {lean.memory.total / 1e9:.0f} GB per device"
+            if lean is not None
+            else ""
+        )
         why = f" (the planner's layout needs {', '.join(missing)})" if missing else ""
         fsdp = f"; the trainer refuses its ZeRO-3 layouts ({refusals[3]})" if 3 in refusals else ""
-        return TrainerPlan(shape, tokens, None, missing, rank=rank,
-                           reason=f"no layout the trainer can run fits {shape.n_params / 1e9:.3g}B params "
-                                  f"(L={shape.n_layers}, d={shape.d_model}) on {n_devices} x "
-                                  f"{hw.hbm_bytes / 1e9:.0f} GB {hw.name}{why}{need}{fsdp}")
+        return TrainerPlan(
+            shape,
+            tokens,
+            None,
+            missing,
+            rank=rank,
+            reason=f"no layout the trainer can run fits {shape.n_params / 1e9:.3g}B params "
+            f"(L={shape.n_layers}, d={shape.d_model}) on {n_devices} x "
+            f"{hw.hbm_bytes / 1e9:.0f} GB {hw.name}{why}{need}{fsdp}",
+        )
     if max_days is not None:
         tokens = min(tokens, chosen.tokens_per_s * max_days * 86400)
     return TrainerPlan(shape, tokens, chosen, missing, rank=rank)
@@ -257,15 +332,23 @@ def run_layout(summary: dict[str, Any], config: dict[str, Any]) -> tuple[ModelSh
     if not isinstance(model, dict) or not isinstance(mesh, dict):
         raise LayoutError("summary.json lacks `model` or `mesh` (written by older trainers); re-run it")
     try:
-        shape = ModelShape(n_layers=int(model["n_layers"]), d_model=int(model["d_model"]),
-                           n_heads=int(model["n_heads"]), seq_len=int(model["seq_len"]),
-                           vocab_size=int(model["vocab_size"]),
-                           d_ff=None if model.get("d_ff") is None else int(model["d_ff"]),
-                           n_kv_heads=None if model.get("n_kv_heads") is None else int(model["n_kv_heads"]),
-                           tied_embeddings=bool(model.get("tie_embeddings", False)))
+        shape = ModelShape(
+            n_layers=int(model["n_layers"]),
+            d_model=int(model["d_model"]),
+            n_heads=int(model["n_heads"]),
+            seq_len=int(model["seq_len"]),
+            vocab_size=int(model["vocab_size"]),
+            d_ff=None if model.get("d_ff") is None else int(model["d_ff"]),
+            n_kv_heads=None if model.get("n_kv_heads") is None else int(model["n_kv_heads"]),
+            tied_embeddings=bool(model.get("tie_embeddings", False)),
+        )
         if model.get("d_ff") is None:  # the trainer's default width, not the Llama rule
-            shape = dataclasses.replace(shape, d_ff=ModelConfig(**{
-                k: model[k] for k in ("vocab_size", "d_model", "n_layers", "n_heads", "seq_len")}).ff)
+            shape = dataclasses.replace(
+                shape,
+                d_ff=ModelConfig(
+                    **{k: model[k] for k in ("vocab_size", "d_model", "n_layers", "n_heads", "seq_len")}
+                ).ff,
+            )
         data, fsdp, tensor = int(mesh["data"]), int(mesh["fsdp"]), int(mesh["tensor"])
         stages, context = int(mesh.get("stage", 1)), int(mesh.get("context", 1))
     except (KeyError, TypeError, ValueError) as e:
@@ -278,8 +361,10 @@ def run_layout(summary: dict[str, Any], config: dict[str, Any]) -> tuple[ModelSh
     dp = data * fsdp
     per_rank = micro_bs // (dp * pipe_micro)
     if per_rank < 1 or micro_bs % (dp * pipe_micro):
-        raise LayoutError(f"train.micro_batch_size={micro_bs} is not divisible by data x fsdp x "
-                          f"micro_batches = {dp * pipe_micro}")
+        raise LayoutError(
+            f"train.micro_batch_size={micro_bs} is not divisible by data x fsdp x "
+            f"micro_batches = {dp * pipe_micro}"
+        )
     virtual = int(config.get("sharding.virtual_stages") or 1) if stages > 1 else 1
     # "auto" resolves by platform (models.config): bf16 and cuDNN flash attention on GPU
     accel = str(mesh.get("platform", "cpu")) in ("gpu", "cuda", "rocm", "tpu")
@@ -288,12 +373,21 @@ def run_layout(summary: dict[str, Any], config: dict[str, Any]) -> tuple[ModelSh
         attention = "cudnn" if str(mesh.get("platform")) in ("gpu", "cuda") else "xla"
     if dtype == "auto":
         dtype = "bfloat16" if accel else "float32"
-    layout = Layout(dp=dp, tp=tensor, pp=stages, cp=context, micro_batch=per_rank,
-                    global_batch=batch, sp=bool(mesh.get("sequence_parallel", False)),
-                    zero_stage=3 if fsdp > 1 else 0,
-                    zero_group=fsdp if (fsdp > 1 and data > 1) else None,
-                    act_ckpt=str(model.get("remat", "none")),
-                    attention=_KERNELS.get(attention, "naive"),
-                    fused_norm=False, interleave=virtual, **TRAINER_FLAGS)
+    layout = Layout(
+        dp=dp,
+        tp=tensor,
+        pp=stages,
+        cp=context,
+        micro_batch=per_rank,
+        global_batch=batch,
+        sp=bool(mesh.get("sequence_parallel", False)),
+        zero_stage=3 if fsdp > 1 else 0,
+        zero_group=fsdp if (fsdp > 1 and data > 1) else None,
+        act_ckpt=str(model.get("remat", "none")),
+        attention=_KERNELS.get(attention, "naive"),
+        fused_norm=False,
+        interleave=virtual,
+        **TRAINER_FLAGS,
+    )
     act_bytes = 2 if dtype in ("bfloat16", "bf16", "float16") else 4
     return shape, layout, act_bytes

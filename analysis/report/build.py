@@ -42,7 +42,8 @@ from analysis.report import figures as figs
 from analysis.report.downstream import downstream_section
 from analysis.report.render import write_html, write_markdown
 from analysis.rl.report import find_rl_runs, rl_section
-from analysis.runs import RunWarning, load as load_runs
+from analysis.runs import RunWarning
+from analysis.runs import load as load_runs
 from models.base.errors import AnalysisError
 from models.base.jsonio import write_json_atomic
 
@@ -98,7 +99,9 @@ def collect(sweep_dir: pathlib.Path) -> tuple[pd.DataFrame, pd.DataFrame, pd.Dat
     need = ["n_params", "tokens", "flops", "final_eval_loss"]
     missing = [c for c in need if c not in done.columns]
     if missing:
-        raise AnalysisError(f"run summaries under {sweep_dir} lack {missing}; were they written by experiments.train?")
+        raise AnalysisError(
+            f"run summaries under {sweep_dir} lack {missing}; were they written by experiments.train?"
+        )
     done = done.dropna(subset=need)
     done = done[np.isfinite(done["final_eval_loss"]) & (done["final_eval_loss"] > 0)]
     if done.empty:
@@ -133,16 +136,22 @@ def _edge_and_size_warnings(done: pd.DataFrame) -> list[str]:
     for b, g in done.groupby("budget"):
         sizes = np.unique(g["n_params"])
         if len(sizes) < MIN_SIZES:
-            out.append(f"budget C={b:.3g}: only {len(sizes)} model size(s) completed (< {MIN_SIZES}); "
-                       "its IsoFLOP minimum is not identified")
+            out.append(
+                f"budget C={b:.3g}: only {len(sizes)} model size(s) completed (< {MIN_SIZES}); "
+                "its IsoFLOP minimum is not identified"
+            )
             continue
         best = g.loc[g["final_eval_loss"].idxmin(), "n_params"]
         if best == sizes.min():
-            out.append(f"budget C={b:.3g}: the lowest loss is at the smallest model (N={int(best):,}); the "
-                       "optimum may lie below the ladder -- add smaller shapes")
+            out.append(
+                f"budget C={b:.3g}: the lowest loss is at the smallest model (N={int(best):,}); the "
+                "optimum may lie below the ladder -- add smaller shapes"
+            )
         elif best == sizes.max():
-            out.append(f"budget C={b:.3g}: the lowest loss is at the largest model (N={int(best):,}); the "
-                       "optimum may lie above the ladder -- add larger shapes")
+            out.append(
+                f"budget C={b:.3g}: the lowest loss is at the largest model (N={int(best):,}); the "
+                "optimum may lie above the ladder -- add larger shapes"
+            )
     return out
 
 
@@ -153,8 +162,10 @@ def _bound_warnings(fit) -> list[str]:
     for name in fit.param_names:
         lo_ci, hi_ci = fit.ci.get(name, [math.nan, math.nan])
         if np.isfinite(lo_ci) and np.isfinite(hi_ci) and lo_ci > 0 and hi_ci / lo_ci > 100:
-            out.append(f"law parameter {name}: 95% CI [{lo_ci:.3g}, {hi_ci:.3g}] spans more than 100x "
-                       "-- poorly constrained by these runs")
+            out.append(
+                f"law parameter {name}: 95% CI [{lo_ci:.3g}, {hi_ci:.3g}] spans more than 100x "
+                "-- poorly constrained by these runs"
+            )
     if not fit.converged:
         out.append(f"the law fit did not converge ({fit.status})")
     return out
@@ -163,6 +174,7 @@ def _bound_warnings(fit) -> list[str]:
 def _run_table(all_runs: pd.DataFrame) -> list[dict]:
     rows = []
     for _, r in all_runs.sort_values(["budget", "n_params"], na_position="last").iterrows():
+
         def num(k):
             v = r.get(k)
             try:
@@ -171,18 +183,35 @@ def _run_table(all_runs: pd.DataFrame) -> list[dict]:
                 return None
             return v if math.isfinite(v) else None
 
-        rows.append({"run": str(r["run"]), "status": str(r["status"]), "budget": num("budget"),
-                     "N": num("n_params"), "D": num("tokens"), "C": num("flops"),
-                     "loss": num("final_eval_loss"), "tokens_per_s": num("tokens_per_s"),
-                     "mfu": num("mfu"), "wall_time_s": num("wall_time_s"),
-                     "selected": bool(r[SELECTED]) if SELECTED in r.index and pd.notna(r[SELECTED]) else None})
+        rows.append(
+            {
+                "run": str(r["run"]),
+                "status": str(r["status"]),
+                "budget": num("budget"),
+                "N": num("n_params"),
+                "D": num("tokens"),
+                "C": num("flops"),
+                "loss": num("final_eval_loss"),
+                "tokens_per_s": num("tokens_per_s"),
+                "mfu": num("mfu"),
+                "wall_time_s": num("wall_time_s"),
+                "selected": bool(r[SELECTED]) if SELECTED in r.index and pd.notna(r[SELECTED]) else None,
+            }
+        )
     return rows
 
 
-def build_report(sweep_dir: str | pathlib.Path, out_dir: str | pathlib.Path | None = None,
-                 budgets: Sequence[float] | None = None, bootstrap: int = 1000, seed: int = 0,
-                 title: str | None = None, hardware: str | None = None, gpus: int = 1024,
-                 n_params: str = "total") -> dict:
+def build_report(
+    sweep_dir: str | pathlib.Path,
+    out_dir: str | pathlib.Path | None = None,
+    budgets: Sequence[float] | None = None,
+    bootstrap: int = 1000,
+    seed: int = 0,
+    title: str | None = None,
+    hardware: str | None = None,
+    gpus: int = 1024,
+    n_params: str = "total",
+) -> dict:
     """Analyse the runs under `sweep_dir` and write report.{html,md,json} + figures to `out_dir`.
 
     `budgets`: compute budgets to state N*/D* for (default: 10x the largest budget swept).
@@ -202,7 +231,9 @@ def build_report(sweep_dir: str | pathlib.Path, out_dir: str | pathlib.Path | No
     fig_dir = out / "figures"
     fig_dir.mkdir(parents=True, exist_ok=True)
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # overflow in bootstrap resamples far from the optimum
+        warnings.simplefilter(
+            "ignore", RuntimeWarning
+        )  # overflow in bootstrap resamples far from the optimum
         try:
             rep = _build(sweep_dir, out, fig_dir, budgets, bootstrap, seed, title, hardware, gpus, n_params)
         except NoPretrainingRuns:
@@ -241,10 +272,19 @@ def _rl_only(sweep_dir: pathlib.Path, out: pathlib.Path, title: str | None) -> d
     warn: list[str] = []
     rl = _rl_section(sweep_dir, out, warn)
     if rl is None:
-        raise AnalysisError(f"no completed pretraining runs and no RL runs with evaluations under {sweep_dir}; "
-                            "nothing to report" + (f" ({warn[0]})" if warn else ""))
-    rep = {"title": title or f"RL scaling report: {sweep_dir.name}", "sweep_dir": str(sweep_dir.resolve()),
-           "generated": _now(), "warnings": warn, "sections": [rl], "rl_only": True, "paths": _paths(out)}
+        raise AnalysisError(
+            f"no completed pretraining runs and no RL runs with evaluations under {sweep_dir}; "
+            "nothing to report" + (f" ({warn[0]})" if warn else "")
+        )
+    rep = {
+        "title": title or f"RL scaling report: {sweep_dir.name}",
+        "sweep_dir": str(sweep_dir.resolve()),
+        "generated": _now(),
+        "warnings": warn,
+        "sections": [rl],
+        "rl_only": True,
+        "paths": _paths(out),
+    }
     _write_outputs(rep, out)
     return rep
 
@@ -264,9 +304,18 @@ def _write_outputs(rep: dict, out: pathlib.Path) -> None:
     write_json_atomic(out / "report.json", rep, indent=1, sort_keys=False)
 
 
-def _build(sweep_dir: pathlib.Path, out: pathlib.Path, fig_dir: pathlib.Path, budgets, bootstrap: int,
-           seed: int, title: str | None, hardware: str | None = None, gpus: int = 1024,
-           n_params: str = "total") -> dict:
+def _build(
+    sweep_dir: pathlib.Path,
+    out: pathlib.Path,
+    fig_dir: pathlib.Path,
+    budgets,
+    bootstrap: int,
+    seed: int,
+    title: str | None,
+    hardware: str | None = None,
+    gpus: int = 1024,
+    n_params: str = "total",
+) -> dict:
     """Collect, fit (Approaches 3 and 2), compare, hold out, plot, add sections, write."""
     all_runs, done_all, curves, notes = collect(sweep_dir)
     done, hp = select_best(all_runs, done_all)
@@ -286,8 +335,18 @@ def _build(sweep_dir: pathlib.Path, out: pathlib.Path, fig_dir: pathlib.Path, bu
     rep["holdout"], hold_fit = _holdout_check(done, budgets_swept, seed, warn)
     rep["downstream"] = downstream_section(done, curves, fit, requested, budgets_swept, bootstrap, seed, warn)
     rep["warnings"] = warn
-    figures = report_figures(all_runs, done, curves, fit, a2, rep["holdout"], hold_fit, requested,
-                             hparams=rep["hparams"], downstream=rep["downstream"])
+    figures = report_figures(
+        all_runs,
+        done,
+        curves,
+        fit,
+        a2,
+        rep["holdout"],
+        hold_fit,
+        requested,
+        hparams=rep["hparams"],
+        downstream=rep["downstream"],
+    )
     rep["figures"] = _save_figures(figures, fig_dir, out)
     sections = []
     if hardware and budgets and fit is not None:
@@ -326,10 +385,14 @@ def _use_n_params(done: pd.DataFrame, n_params: str) -> pd.DataFrame:
         return done
     if n_params != "non_embedding":
         raise AnalysisError(f"--n-params must be total or non_embedding (got {n_params!r})")
-    ne = pd.to_numeric(done.get("n_params_non_embedding", pd.Series(np.nan, index=done.index)), errors="coerce")
+    ne = pd.to_numeric(
+        done.get("n_params_non_embedding", pd.Series(np.nan, index=done.index)), errors="coerce"
+    )
     if not (ne.notna().all() and (ne > 0).all()):
-        raise AnalysisError("--n-params non_embedding needs n_params_non_embedding in every completed run's "
-                            "summary.json (experiments.train writes it); add it, or use --n-params total")
+        raise AnalysisError(
+            "--n-params non_embedding needs n_params_non_embedding in every completed run's "
+            "summary.json (experiments.train writes it); add it, or use --n-params total"
+        )
     return done.assign(n_params=ne.astype(float))
 
 
@@ -345,25 +408,41 @@ def _incomplete_warnings(all_runs: pd.DataFrame) -> list[str]:
     not_done = all_runs[all_runs["status"] != "completed"]
     if not len(not_done):
         return []
-    return [f"{len(not_done)} run(s) did not complete and are left out of every fit: "
-            + ", ".join(f"{r} ({s})" for r, s in zip(not_done["run"], not_done["status"]))]
+    return [
+        f"{len(not_done)} run(s) did not complete and are left out of every fit: "
+        + ", ".join(f"{r} ({s})" for r, s in zip(not_done["run"], not_done["status"]))
+    ]
 
 
-def _header(sweep_dir: pathlib.Path, title: str | None, all_runs: pd.DataFrame, done: pd.DataFrame,
-            budgets_swept: list[float], requested: list[float], bootstrap: int, seed: int) -> dict[str, Any]:
+def _header(
+    sweep_dir: pathlib.Path,
+    title: str | None,
+    all_runs: pd.DataFrame,
+    done: pd.DataFrame,
+    budgets_swept: list[float],
+    requested: list[float],
+    bootstrap: int,
+    seed: int,
+) -> dict[str, Any]:
     """The report's opening fields: what was swept, which runs there are, how the fits resample."""
     return {
         "title": title or f"Scaling-law report: {sweep_dir.name}",
-        "sweep_dir": str(sweep_dir.resolve()), "generated": _now(),
-        "n_runs": int(len(all_runs)), "n_completed": int(len(done)),
-        "budgets_swept": [float(b) for b in budgets_swept], "requested_budgets": requested,
-        "runs": _run_table(all_runs), "skipped_shapes": _read_plan(sweep_dir),
-        "bootstrap": int(bootstrap), "seed": int(seed),
+        "sweep_dir": str(sweep_dir.resolve()),
+        "generated": _now(),
+        "n_runs": int(len(all_runs)),
+        "n_completed": int(len(done)),
+        "budgets_swept": [float(b) for b in budgets_swept],
+        "requested_budgets": requested,
+        "runs": _run_table(all_runs),
+        "skipped_shapes": _read_plan(sweep_dir),
+        "bootstrap": int(bootstrap),
+        "seed": int(seed),
     }
 
 
-def _law_section(rep: dict, done: pd.DataFrame, requested: list[float], bootstrap: int, seed: int,
-                 warn: list[str]) -> FitResult | None:
+def _law_section(
+    rep: dict, done: pd.DataFrame, requested: list[float], bootstrap: int, seed: int, warn: list[str]
+) -> FitResult | None:
     """Approach 3: the Chinchilla law fitted to every completed run -> rep["law"] (None if it fails)."""
     try:
         fit = fit_law(done, "chinchilla", COLS, bootstrap=bootstrap, seed=seed)
@@ -376,23 +455,41 @@ def _law_section(rep: dict, done: pd.DataFrame, requested: list[float], bootstra
     return fit
 
 
-def _approach2_section(rep: dict, done: pd.DataFrame, requested: list[float], bootstrap: int, seed: int,
-                       warn: list[str]) -> dict | None:
+def _approach2_section(
+    rep: dict, done: pd.DataFrame, requested: list[float], bootstrap: int, seed: int, warn: list[str]
+) -> dict | None:
     """Approach 2: IsoFLOP parabolas -> rep["approach2"] and its N_opt/D_opt at the requested budgets."""
     try:
-        a2 = approach2(done, COLS, method="parabola", budget_col="budget", bootstrap=min(bootstrap, 1000) or 200,
-                       seed=seed)
+        a2 = approach2(
+            done,
+            COLS,
+            method="parabola",
+            budget_col="budget",
+            bootstrap=min(bootstrap, 1000) or 200,
+            seed=seed,
+        )
     except AnalysisError as e:
         rep["approach2"] = None
         warn.append(f"no Approach 2 (IsoFLOP) estimate: {e}")
         return None
     if not np.isfinite(a2["a"]):
-        warn.append("Approach 2: fewer than two budgets have an interior parabola minimum, so N_opt(C) has "
-                    "no power law; widen the ladder or add budgets")
+        warn.append(
+            "Approach 2: fewer than two budgets have an interior parabola minimum, so N_opt(C) has "
+            "no power law; widen the ladder or add budgets"
+        )
     rep["approach2"] = a2
-    rep["approach2_at_requested"] = [
-        {"C": c, "N_opt": a2["G"] * c ** a2["a"], "D_opt": c / (a2["flops_per_param_token"] * a2["G"] * c ** a2["a"])}
-        for c in requested] if np.isfinite(a2["a"]) else []
+    rep["approach2_at_requested"] = (
+        [
+            {
+                "C": c,
+                "N_opt": a2["G"] * c ** a2["a"],
+                "D_opt": c / (a2["flops_per_param_token"] * a2["G"] * c ** a2["a"]),
+            }
+            for c in requested
+        ]
+        if np.isfinite(a2["a"])
+        else []
+    )
     return a2
 
 
@@ -406,44 +503,77 @@ def _comparison(fit: FitResult | None, a2: dict | None, warn: list[str]) -> dict
     return cmp_
 
 
-def _holdout_check(done: pd.DataFrame, budgets_swept: list[float], seed: int,
-                   warn: list[str]) -> tuple[dict | None, FitResult | None]:
+def _holdout_check(
+    done: pd.DataFrame, budgets_swept: list[float], seed: int, warn: list[str]
+) -> tuple[dict | None, FitResult | None]:
     """Fit the law on every budget but the largest and predict the largest: (summary, that fit)."""
     if len(budgets_swept) < 3:
-        warn.append("no held-out check: it needs at least three compute budgets (two to fit the law on -- at one "
-                    "budget N and D are tied by C = kND -- and the largest to predict)")
+        warn.append(
+            "no held-out check: it needs at least three compute budgets (two to fit the law on -- at one "
+            "budget N and D are tied by C = kND -- and the largest to predict)"
+        )
         return None, None
     thr = float(math.sqrt(budgets_swept[-1] * budgets_swept[-2]))
     fit_part = done[done["budget"] < thr]
     held = done[done["budget"] >= thr]
     try:
-        hold_fit = fit_law(pd.concat([fit_part, held]), "chinchilla", COLS, bootstrap=0, seed=seed,
-                           holdout_above=float(held["flops"].min() * 0.999))
+        hold_fit = fit_law(
+            pd.concat([fit_part, held]),
+            "chinchilla",
+            COLS,
+            bootstrap=0,
+            seed=seed,
+            holdout_above=float(held["flops"].min() * 0.999),
+        )
     except AnalysisError as e:
         warn.append(f"no held-out check: {e}")
         return None, None
-    hold = dict(hold_fit.holdout, threshold=thr, fit_budgets=[float(b) for b in budgets_swept[:-1]],
-                held_out_budget=float(budgets_swept[-1]), n_fit=int(len(fit_part)), fit_params=hold_fit.params)
+    hold = dict(
+        hold_fit.holdout,
+        threshold=thr,
+        fit_budgets=[float(b) for b in budgets_swept[:-1]],
+        held_out_budget=float(budgets_swept[-1]),
+        n_fit=int(len(fit_part)),
+        fit_params=hold_fit.params,
+    )
     if not math.isfinite(hold["mean_rel_error"]):
         warn.append("held-out check failed: the law fitted on the smaller budgets gives no finite prediction")
         return None, hold_fit
     if hold["mean_rel_error"] > HOLDOUT_TARGET:
-        warn.append(f"held-out error {100 * hold['mean_rel_error']:.2f}% on the largest budget exceeds the "
-                    f"{100 * HOLDOUT_TARGET:.0f}% target: the law extrapolates poorly from these runs")
-    outside = [p for p in hold.get("points", []) if p.get("interval")
-               and not p["interval"][0] <= p["actual"] <= p["interval"][1]]
+        warn.append(
+            f"held-out error {100 * hold['mean_rel_error']:.2f}% on the largest budget exceeds the "
+            f"{100 * HOLDOUT_TARGET:.0f}% target: the law extrapolates poorly from these runs"
+        )
+    outside = [
+        p
+        for p in hold.get("points", [])
+        if p.get("interval") and not p["interval"][0] <= p["actual"] <= p["interval"][1]
+    ]
     if outside:
         level = 100 * hold.get("interval_level", 0.9)
-        warn.append(f"held-out runs outside their {level:.0f}% prediction interval: " + "; ".join(
-            f"N={p['N']:,.0f} (actual {p['actual']:.4f}, interval [{p['interval'][0]:.4f}, "
-            f"{p['interval'][1]:.4f}])" for p in outside))
+        warn.append(
+            f"held-out runs outside their {level:.0f}% prediction interval: "
+            + "; ".join(
+                f"N={p['N']:,.0f} (actual {p['actual']:.4f}, interval [{p['interval'][0]:.4f}, "
+                f"{p['interval'][1]:.4f}])"
+                for p in outside
+            )
+        )
     return hold, hold_fit
 
 
-def report_figures(all_runs: pd.DataFrame, done: pd.DataFrame, curves: pd.DataFrame, fit: FitResult | None,
-                   a2: dict | None, hold: dict | None, hold_fit: FitResult | None,
-                   requested: list[float], hparams: dict | None = None,
-                   downstream: dict | None = None) -> dict[str, Figure | None]:
+def report_figures(
+    all_runs: pd.DataFrame,
+    done: pd.DataFrame,
+    curves: pd.DataFrame,
+    fit: FitResult | None,
+    a2: dict | None,
+    hold: dict | None,
+    hold_fit: FitResult | None,
+    requested: list[float],
+    hparams: dict | None = None,
+    downstream: dict | None = None,
+) -> dict[str, Figure | None]:
     """The report's figures by name (None where the data cannot support one), in report order.
     `done` holds the runs the laws were fitted to; `hparams` and `downstream` are report.json's
     selection record and downstream-task section."""
@@ -451,11 +581,17 @@ def report_figures(all_runs: pd.DataFrame, done: pd.DataFrame, curves: pd.DataFr
     if fit is not None:
         hi_c = max(done["flops"].max(), *requested) * 1.5
         frontier = _frontier(fit, np.geomspace(done["flops"].min() / 1.5, hi_c, 40))
-    k = fit.flops_per_param_token if fit is not None else float(np.median(done["flops"] / (done["n_params"] * done["tokens"])))
-    out = {"loss_vs_compute": figs.loss_vs_compute(done, frontier),
-           "isoflop": figs.isoflop_curves(done, fit, k, a2),
-           "allocation": figs.optimal_allocation(a2, frontier, requested),
-           "lr_sensitivity": figs.lr_sensitivity(hparams)}
+    k = (
+        fit.flops_per_param_token
+        if fit is not None
+        else float(np.median(done["flops"] / (done["n_params"] * done["tokens"])))
+    )
+    out = {
+        "loss_vs_compute": figs.loss_vs_compute(done, frontier),
+        "isoflop": figs.isoflop_curves(done, fit, k, a2),
+        "allocation": figs.optimal_allocation(a2, frontier, requested),
+        "lr_sensitivity": figs.lr_sensitivity(hparams),
+    }
     if fit is not None:
         out["residuals"] = figs.residuals(done, fit.predict(done, COLS))
     if hold is not None:
@@ -467,7 +603,9 @@ def report_figures(all_runs: pd.DataFrame, done: pd.DataFrame, curves: pd.DataFr
     return out
 
 
-def _save_figures(figures: dict[str, Figure | None], fig_dir: pathlib.Path, out: pathlib.Path) -> dict[str, str]:
+def _save_figures(
+    figures: dict[str, Figure | None], fig_dir: pathlib.Path, out: pathlib.Path
+) -> dict[str, str]:
     """Save each figure as fig_dir/<name>.png and release it; {name: path relative to `out`}."""
     files = {}
     for name, fig in figures.items():

@@ -28,7 +28,9 @@ from analysis.runs import task_names, task_table
 from models.base.errors import AnalysisError
 
 TARGET_FACTOR = 10.0  # the budget every report predicts at: this many times the largest swept budget
-MAX_BOOTSTRAP = 200  # downstream bootstrap resamples at most (fit-task's default), whatever --bootstrap the law gets
+MAX_BOOTSTRAP = (
+    200  # downstream bootstrap resamples at most (fit-task's default), whatever --bootstrap the law gets
+)
 INTERVAL_LEVEL = 0.9
 
 
@@ -75,31 +77,54 @@ def observed(table: pd.DataFrame, task: str) -> dict[str, Any]:
     final = sub.sort_values("D", kind="stable").groupby("run", sort=False).tail(1)
     top = final.loc[(final["N"] * final["D"]).idxmax()]
     ch = sub["chance"].dropna()
-    return {"n_runs": int(len(final)), "n_points": int(len(sub)), "n_sizes": int(final["N"].nunique()),
-            "accuracy_range": [float(final["accuracy"].min()), float(final["accuracy"].max())],
-            "task_loss_range": [float(final["task_loss"].min()), float(final["task_loss"].max())],
-            "largest_run": {"run": str(top["run"]), "N": float(top["N"]), "D": float(top["D"]),
-                            "accuracy": float(top["accuracy"])},
-            "chance": float(ch.iloc[0]) if not ch.empty else None}
+    return {
+        "n_runs": int(len(final)),
+        "n_points": int(len(sub)),
+        "n_sizes": int(final["N"].nunique()),
+        "accuracy_range": [float(final["accuracy"].min()), float(final["accuracy"].max())],
+        "task_loss_range": [float(final["task_loss"].min()), float(final["task_loss"].max())],
+        "largest_run": {
+            "run": str(top["run"]),
+            "N": float(top["N"]),
+            "D": float(top["D"]),
+            "accuracy": float(top["accuracy"]),
+        },
+        "chance": float(ch.iloc[0]) if not ch.empty else None,
+    }
 
 
-def _fit_task(ladder: pd.DataFrame, targets: pd.DataFrame, task: str, bootstrap: int,
-              seed: int) -> tuple[dict, list[dict]]:
+def _fit_task(
+    ladder: pd.DataFrame, targets: pd.DataFrame, task: str, bootstrap: int, seed: int
+) -> tuple[dict, list[dict]]:
     """(the task's fit summary, its predictions at the targets); AnalysisError if it cannot be fitted."""
     fit = fit_downstream(ladder, bootstrap=bootstrap, seed=seed)
     preds = fit.predict(targets.assign(task=task))
     tf = fit.tasks[task]
     score = tf.selection.fold_mae.get(tf.selection.chosen, math.nan)
-    info = {"method": tf.chosen.candidate.method, "candidate": tf.chosen.candidate.name,
-            "heldout_mae": score, "chance": tf.rows.chance, "chance_source": tf.rows.chance_source,
-            "bootstrap": tf.n_boot, "warnings": list(tf.warnings), "fit": tf.to_dict()}
+    info = {
+        "method": tf.chosen.candidate.method,
+        "candidate": tf.chosen.candidate.name,
+        "heldout_mae": score,
+        "chance": tf.rows.chance,
+        "chance_source": tf.rows.chance_source,
+        "bootstrap": tf.n_boot,
+        "warnings": list(tf.warnings),
+        "fit": tf.to_dict(),
+    }
     rows = [dict(p.to_dict(), C=float(c)) for p, c in zip(preds, targets["C"])]
     return info, rows
 
 
-def downstream_section(done: pd.DataFrame, curves: pd.DataFrame | None, fit, requested: Sequence[float],
-                       budgets_swept: Sequence[float], bootstrap: int, seed: int,
-                       warn: list[str]) -> dict | None:
+def downstream_section(
+    done: pd.DataFrame,
+    curves: pd.DataFrame | None,
+    fit,
+    requested: Sequence[float],
+    budgets_swept: Sequence[float],
+    bootstrap: int,
+    seed: int,
+    warn: list[str],
+) -> dict | None:
     """report.json's `downstream` object, or None when no run measured a task.
 
     `fit` is the report's Approach-3 FitResult (None when it failed: then there is no (N*, D*)
@@ -110,9 +135,14 @@ def downstream_section(done: pd.DataFrame, curves: pd.DataFrame | None, fit, req
     budgets, ten_x = target_budgets(requested, budgets_swept)
     table = ladder_table(done, curves)
     boot = min(int(bootstrap), MAX_BOOTSTRAP)
-    sec: dict[str, Any] = {"tasks": {}, "predictions": [], "targets": [], "ten_x_budget": ten_x,
-                           "errors": [], "settings": {"bootstrap": boot, "seed": int(seed),
-                                                      "interval_level": INTERVAL_LEVEL}}
+    sec: dict[str, Any] = {
+        "tasks": {},
+        "predictions": [],
+        "targets": [],
+        "ten_x_budget": ten_x,
+        "errors": [],
+        "settings": {"bootstrap": boot, "seed": int(seed), "interval_level": INTERVAL_LEVEL},
+    }
     for task in tasks:
         if (table["task"] == task).any():
             seen = observed(table, task)
@@ -141,7 +171,9 @@ def downstream_section(done: pd.DataFrame, curves: pd.DataFrame | None, fit, req
 def _targets(fit, budgets: list[float]) -> pd.DataFrame:
     """C, N*, D* of the report's law at each budget (AnalysisError without a usable law)."""
     if fit is None:
-        raise AnalysisError("the Chinchilla law was not fitted, so there is no compute-optimal (N*, D*) to predict at")
+        raise AnalysisError(
+            "the Chinchilla law was not fitted, so there is no compute-optimal (N*, D*) to predict at"
+        )
     law = ScalingLaw.from_fit(fit, source="Chinchilla law fitted in this report")
     rows = [(c, *law.optimal(c)) for c in budgets]
     return pd.DataFrame(rows, columns=["C", "N", "D"])

@@ -56,15 +56,27 @@ def loss_vs_compute(done: pd.DataFrame, frontier: dict | None) -> Figure:
     """Every run's final eval loss against its compute, with the fitted compute-optimal frontier."""
     fig = Figure(figsize=(7, 4.6))
     ax = fig.subplots()
-    sc = ax.scatter(done["flops"], done["final_eval_loss"], c=np.log10(done["n_params"]), cmap="plasma",
-                    s=36, edgecolor="k", linewidth=0.4, label="runs (colour: model size)", zorder=3)
+    sc = ax.scatter(
+        done["flops"],
+        done["final_eval_loss"],
+        c=np.log10(done["n_params"]),
+        cmap="plasma",
+        s=36,
+        edgecolor="k",
+        linewidth=0.4,
+        label="runs (colour: model size)",
+        zorder=3,
+    )
     cb = fig.colorbar(sc, ax=ax)
     cb.set_label("log10 N (parameters)")
     if frontier:
         C = np.asarray(frontier["C"])
         ax.plot(C, frontier["loss"], color="C0", lw=2, label="fitted frontier L(N*(C), D*(C))")
         lo, hi = np.asarray(frontier["loss_lo"]), np.asarray(frontier["loss_hi"])
-        plo, phi = np.asarray(frontier.get("loss_pi_lo", [np.nan])), np.asarray(frontier.get("loss_pi_hi", [np.nan]))
+        plo, phi = (
+            np.asarray(frontier.get("loss_pi_lo", [np.nan])),
+            np.asarray(frontier.get("loss_pi_hi", [np.nan])),
+        )
         if np.isfinite(plo).all() and np.isfinite(phi).all():
             ax.fill_between(C, plo, phi, color="C0", alpha=0.12, label="90% prediction interval (new run)")
         if np.isfinite(lo).all() and np.isfinite(hi).all():
@@ -94,8 +106,12 @@ def isoflop_curves(done: pd.DataFrame, fit: Any, k_flops: float, a2: dict | None
         Ng = np.geomspace(N.min() / 1.5, N.max() * 1.5, 100)
         if fit is not None:
             Cb = float(np.exp(np.mean(np.log(g["flops"]))))
-            ax.plot(Ng, fit.predict(pd.DataFrame({"N": Ng, "D": Cb / (k_flops * Ng)}), {"N": "N", "D": "D"}),
-                    color=col, lw=1.6)
+            ax.plot(
+                Ng,
+                fit.predict(pd.DataFrame({"N": Ng, "D": Cb / (k_flops * Ng)}), {"N": "N", "D": "D"}),
+                color=col,
+                lw=1.6,
+            )
         if len(np.unique(N)) >= 3:
             c2 = np.polyfit(np.log(N), L, 2)
             ax.plot(Ng, np.polyval(c2, np.log(Ng)), color=col, lw=1, ls="--")
@@ -106,7 +122,9 @@ def isoflop_curves(done: pd.DataFrame, fit: Any, k_flops: float, a2: dict | None
             xerr = None
             if np.isfinite(lo) and np.isfinite(hi):
                 xerr = [[max(row["N_opt"] - lo, 0)], [max(hi - row["N_opt"], 0)]]
-            ax.errorbar([row["N_opt"]], [y], xerr=xerr, fmt="*", ms=13, color=col, mec="k", capsize=3, zorder=4)
+            ax.errorbar(
+                [row["N_opt"]], [y], xerr=xerr, fmt="*", ms=13, color=col, mec="k", capsize=3, zorder=4
+            )
     ax.plot([], [], color="gray", lw=1.6, label="law profile (Approach 3)")
     ax.plot([], [], color="gray", lw=1, ls="--", label="parabola in log N (Approach 2)")
     ax.plot([], [], "*", color="gray", mec="k", ms=11, ls="none", label="Approach 2 minimum (95% CI)")
@@ -125,7 +143,10 @@ def optimal_allocation(a2: dict | None, alloc_grid: dict | None, requested: list
         return None
     fig = Figure(figsize=(10, 4.2))
     axes = fig.subplots(1, 2)
-    for ax, key, label in ((axes[0], "N_opt", "optimal parameters N*"), (axes[1], "D_opt", "optimal tokens D*")):
+    for ax, key, label in (
+        (axes[0], "N_opt", "optimal parameters N*"),
+        (axes[1], "D_opt", "optimal tokens D*"),
+    ):
         if alloc_grid is not None:
             C = np.asarray(alloc_grid["C"])
             ax.plot(C, alloc_grid[key], color="C0", lw=2, label="Approach 3 (law fit)")
@@ -146,12 +167,23 @@ def optimal_allocation(a2: dict | None, alloc_grid: dict | None, requested: list
                     y, ylo, yhi = C2 / (k * Nopt), C2 / (k * ci[:, 1]), C2 / (k * ci[:, 0])
                 err = np.array([np.clip(y - ylo, 0, None), np.clip(yhi - y, 0, None)])
                 err = np.where(np.isfinite(err), err, 0)
-                ax.errorbar(C2, y, yerr=err, fmt="s", color="C3", capsize=3, label="Approach 2 minima (95% CI)")
+                ax.errorbar(
+                    C2, y, yerr=err, fmt="s", color="C3", capsize=3, label="Approach 2 minima (95% CI)"
+                )
                 if np.isfinite(a2.get("a", np.nan)):
-                    Cg = np.geomspace(min(C2.min(), *(requested or [C2.min()])), max(C2.max(), *(requested or [C2.max()])), 50)
+                    Cg = np.geomspace(
+                        min(C2.min(), *(requested or [C2.min()])),
+                        max(C2.max(), *(requested or [C2.max()])),
+                        50,
+                    )
                     Ng = a2["G"] * Cg ** a2["a"]
-                    ax.plot(Cg, Ng if key == "N_opt" else Cg / (k * Ng), color="C3", ls="--",
-                            label=f"Approach 2 power law (a={a2['a']:.2f})")
+                    ax.plot(
+                        Cg,
+                        Ng if key == "N_opt" else Cg / (k * Ng),
+                        color="C3",
+                        ls="--",
+                        label=f"Approach 2 power law (a={a2['a']:.2f})",
+                    )
         for c in requested:
             ax.axvline(c, color="gray", ls=":", lw=1)
         ax.set_xscale("log")
@@ -171,7 +203,10 @@ def residuals(done: pd.DataFrame, pred: np.ndarray) -> Figure:
     axes = fig.subplots(1, 2, sharey=True)
     colors = _budget_colors(done["budget"])
     c = [colors[float(b)] for b in done["budget"]]
-    for ax, col, xl in ((axes[0], "flops", "training compute C (FLOPs)"), (axes[1], "n_params", "parameters N")):
+    for ax, col, xl in (
+        (axes[0], "flops", "training compute C (FLOPs)"),
+        (axes[1], "n_params", "parameters N"),
+    ):
         ax.scatter(done[col], 100 * rel, c=c, s=32, edgecolor="k", linewidth=0.4)
         ax.axhline(0, color="k", lw=0.8)
         ax.set_xscale("log")
@@ -193,12 +228,22 @@ def holdout(points_fit: pd.DataFrame, pred_fit: np.ndarray, hold: dict) -> Figur
     ax.scatter(act_f, pred_fit, s=32, color="C0", edgecolor="k", linewidth=0.4, label="fitted runs")
     ha = np.array([p["actual"] for p in hold["points"]])
     hp = np.array([p["predicted"] for p in hold["points"]])
-    ax.scatter(ha, hp, s=60, marker="D", color="C3", edgecolor="k", linewidth=0.4,
-               label=f"held out (C > {_fmt_c(hold['threshold'])}): mean |err| {100 * hold['mean_rel_error']:.2f}%")
+    ax.scatter(
+        ha,
+        hp,
+        s=60,
+        marker="D",
+        color="C3",
+        edgecolor="k",
+        linewidth=0.4,
+        label=f"held out (C > {_fmt_c(hold['threshold'])}): mean |err| {100 * hold['mean_rel_error']:.2f}%",
+    )
     lo = min(act_f.min(), ha.min(), pred_fit.min(), hp.min()) * 0.97
     hi = max(act_f.max(), ha.max(), pred_fit.max(), hp.max()) * 1.03
     ax.plot([lo, hi], [lo, hi], color="k", lw=0.8, label="predicted = actual")
-    ax.fill_between([lo, hi], [lo * 0.97, hi * 0.97], [lo * 1.03, hi * 1.03], color="gray", alpha=0.15, label="±3%")
+    ax.fill_between(
+        [lo, hi], [lo * 0.97, hi * 0.97], [lo * 1.03, hi * 1.03], color="gray", alpha=0.15, label="±3%"
+    )
     ax.set_xlim(lo, hi)
     ax.set_ylim(lo, hi)
     ax.set_xlabel("actual final eval loss")
@@ -224,8 +269,13 @@ def loss_curves(done: pd.DataFrame, curves: pd.DataFrame) -> Figure | None:
         c = curves[curves["run"] == r["run"]]
         if c.empty:
             continue
-        kw = dict(color=color[r["n_params"]], ls=style[r["budget"]], lw=1.1, alpha=0.9,
-                  label=f"C={_fmt_c(r['budget'])} N={r['n_params'] / 1e3:.0f}k")
+        kw = dict(
+            color=color[r["n_params"]],
+            ls=style[r["budget"]],
+            lw=1.1,
+            alpha=0.9,
+            label=f"C={_fmt_c(r['budget'])} N={r['n_params'] / 1e3:.0f}k",
+        )
         if "loss" in c.columns:
             axes[0].plot(c["tokens"], c["loss"].rolling(20, min_periods=1).mean(), **kw)
         if "eval_loss" in c.columns:
@@ -296,7 +346,7 @@ def lr_sensitivity(hparams: dict | None) -> Figure | None:
         ax.set_title(f"C = {_fmt_c(b)}" if np.isfinite(b) else "all runs", fontsize=9)
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=6, title="shape (N)", title_fontsize=6)
-    for ax in axes[len(budgets):]:
+    for ax in axes[len(budgets) :]:
         ax.set_visible(False)
     for ax in axes[::ncol]:
         ax.set_ylabel("final loss / rung's best − 1  [%]")
@@ -307,7 +357,9 @@ def lr_sensitivity(hparams: dict | None) -> Figure | None:
 def _lr_line(ax, group: dict, x_param: str, color) -> None:
     """One rung's loss-vs-hyperparameter line, sorted by the hyperparameter, its best run starred;
     runs that did not complete are crosses at the rung's highest loss."""
-    x = pd.to_numeric(pd.Series(list(group["values"][x_param]), dtype=object), errors="coerce").to_numpy(float)
+    x = pd.to_numeric(pd.Series(list(group["values"][x_param]), dtype=object), errors="coerce").to_numpy(
+        float
+    )
     y = 100 * (np.array(group["losses"], dtype=float) / group["best_loss"] - 1)
     ok = np.isfinite(x) & np.isfinite(y) & (x > 0)
     order = np.argsort(x[ok])
@@ -328,24 +380,44 @@ def downstream(done: pd.DataFrame, ds: dict | None) -> Figure | None:
     """Per task: the runs' final accuracies against compute, the chance level, and the predicted
     accuracy with its 90% interval at each target budget's compute-optimal (N*, D*).
     `ds` is report.json's `downstream` object; tasks beyond the first four are left out."""
-    tasks = [t for t, v in (ds or {}).get("tasks", {}).items() if f"accuracy/{t}" in done.columns][:MAX_TASK_PANELS]
+    tasks = [t for t, v in (ds or {}).get("tasks", {}).items() if f"accuracy/{t}" in done.columns][
+        :MAX_TASK_PANELS
+    ]
     if not tasks:
         return None
-    fig = Figure(figsize=(4.2 * len(tasks) + 1.2, 4.2), layout="constrained")  # constrained: one colour bar for all
+    fig = Figure(
+        figsize=(4.2 * len(tasks) + 1.2, 4.2), layout="constrained"
+    )  # constrained: one colour bar for all
     axes = fig.subplots(1, len(tasks), squeeze=False)[0]
     for ax, task in zip(axes, tasks):
         acc = pd.to_numeric(done[f"accuracy/{task}"], errors="coerce")
-        sc = ax.scatter(done["flops"], acc, c=np.log10(done["n_params"]), cmap="plasma", s=30, edgecolor="k",
-                        linewidth=0.4, label="runs (colour: log10 N)", zorder=3)
+        sc = ax.scatter(
+            done["flops"],
+            acc,
+            c=np.log10(done["n_params"]),
+            cmap="plasma",
+            s=30,
+            edgecolor="k",
+            linewidth=0.4,
+            label="runs (colour: log10 N)",
+            zorder=3,
+        )
         chance = ds["tasks"][task].get("chance")
         if chance is not None:
             ax.axhline(chance, color="0.5", ls=":", label=f"chance ({chance:.2g})")
         preds = [p for p in ds["predictions"] if p["task"] == task]
         for i, p in enumerate(preds):
             lo, hi = p["accuracy_interval"]
-            ax.errorbar([p["C"]], [p["accuracy"]], yerr=[[p["accuracy"] - lo], [hi - p["accuracy"]]], fmt="D",
-                        color="C0", capsize=4, zorder=4,
-                        label="predicted at (N*, D*), 90% interval" if i == 0 else None)
+            ax.errorbar(
+                [p["C"]],
+                [p["accuracy"]],
+                yerr=[[p["accuracy"] - lo], [hi - p["accuracy"]]],
+                fmt="D",
+                color="C0",
+                capsize=4,
+                zorder=4,
+                label="predicted at (N*, D*), 90% interval" if i == 0 else None,
+            )
         ax.set_xscale("log")
         ax.set_xlabel("training compute C (FLOPs)")
         ax.set_ylabel("accuracy")

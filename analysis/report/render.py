@@ -8,21 +8,39 @@ from __future__ import annotations
 
 import base64
 import html
-import re
 import math
 import pathlib
+import re
 from typing import Any
 
 from models.flops import MFU_CAUSAL
 
 FIGURE_CAPTIONS = {
-    "loss_vs_compute": "Final eval loss of every run against compute, with the fitted compute-optimal frontier, its 95% bootstrap band (parameter noise) and the wider 90% prediction interval of a new run (adds run scatter and extrapolation drift, see docs/analysis.md).",
-    "isoflop": "IsoFLOP profiles: loss against model size at each budget, the law's profile (solid), the parabola in log N (dashed) and Approach 2's minimum with its CI.",
-    "allocation": "N_opt(C) and D_opt(C) from Approach 2 (per-budget minima, power law) and Approach 3 (law fit, 95% CI band).",
+    "loss_vs_compute": (
+        "Final eval loss of every run against compute, with the fitted compute-optimal frontier, "
+        "its 95% bootstrap band (parameter noise) and the wider 90% prediction interval of a new run "
+        "(adds run scatter and extrapolation drift, see docs/analysis.md)."
+    ),
+    "isoflop": (
+        "IsoFLOP profiles: loss against model size at each budget, the law's profile (solid), "
+        "the parabola in log N (dashed) and Approach 2's minimum with its CI."
+    ),
+    "allocation": (
+        "N_opt(C) and D_opt(C) from Approach 2 (per-budget minima, power law) "
+        "and Approach 3 (law fit, 95% CI band)."
+    ),
     "residuals": "Relative residuals of the law fit on every completed run.",
     "holdout": "Held-out check: the law fitted on the smaller budgets predicts the largest budget's runs.",
-    "lr_sensitivity": "Sensitivity to the swept optimiser setting: each run's final eval loss relative to its rung's best (in %), against the setting (log scale), one line per (budget, shape) rung; the star is the run every fit uses, crosses are runs that did not complete.",
-    "downstream": "Downstream tasks: each run's final accuracy against compute (colour: model size), the task's chance level, and the predicted accuracy with its 90% prediction interval at the fitted law's compute-optimal (N*, D*) for each target budget.",
+    "lr_sensitivity": (
+        "Sensitivity to the swept optimiser setting: each run's final eval loss relative to its "
+        "rung's best (in %), against the setting (log scale), one line per (budget, shape) rung; "
+        "the star is the run every fit uses, crosses are runs that did not complete."
+    ),
+    "downstream": (
+        "Downstream tasks: each run's final accuracy against compute (colour: model size), "
+        "the task's chance level, and the predicted accuracy with its 90% prediction interval "
+        "at the fitted law's compute-optimal (N*, D*) for each target budget."
+    ),
     "loss_curves": "Training and eval loss curves of every run.",
     "throughput": "Training throughput and MFU of every run.",
 }
@@ -50,31 +68,50 @@ def headline(rep: dict) -> list[str]:
     law = rep.get("law")
     if law:
         p, ci = law["params"], law["ci"]
-        out.append(f"law: L(N,D) = {p['E']:.3f} + {p['A']:.4g}/N^{p['alpha']:.3f} + {p['B']:.4g}/D^{p['beta']:.3f}"
-                   f"  ({law['n_points']} runs{'; N without embeddings' if law.get('n_params') == 'non_embedding' else ''})")
+        out.append(
+            f"law: L(N,D) = {p['E']:.3f} + {p['A']:.4g}/N^{p['alpha']:.3f} + {p['B']:.4g}/D^{p['beta']:.3f}"
+            f"  ({law['n_points']} runs"
+            f"{'; N without embeddings' if law.get('n_params') == 'non_embedding' else ''})"
+        )
         out.append("  95% CIs: " + ", ".join(f"{k} {_ci(ci[k], '.3g')}" for k in law["param_names"]))
         al = law.get("allocation")
         if al:
-            out.append(f"  N* ∝ C^a, D* ∝ C^b: a = {al['a']:.3f} {_ci(al.get('a_ci'), '.3f')}, "
-                       f"b = {al['b']:.3f} {_ci(al.get('b_ci'), '.3f')}")
+            out.append(
+                f"  N* ∝ C^a, D* ∝ C^b: a = {al['a']:.3f} {_ci(al.get('a_ci'), '.3f')}, "
+                f"b = {al['b']:.3f} {_ci(al.get('b_ci'), '.3f')}"
+            )
             for r in al["budgets"]:
-                out.append(f"  at C = {r['C']:.3g} FLOPs: N* = {r['N_opt']:,.0f} {_ci(r.get('N_opt_ci'), ',.0f')}, "
-                           f"D* = {r['D_opt']:,.0f} {_ci(r.get('D_opt_ci'), ',.0f')} tokens, "
-                           f"loss {r['loss']:.3f} {_ci(r.get('loss_ci'), '.3f')}"
-                           + (f", 90% prediction interval {_ci(r['loss_interval'], '.3f')}" if r.get("loss_interval") else ""))
+                out.append(
+                    f"  at C = {r['C']:.3g} FLOPs: N* = {r['N_opt']:,.0f} {_ci(r.get('N_opt_ci'), ',.0f')}, "
+                    f"D* = {r['D_opt']:,.0f} {_ci(r.get('D_opt_ci'), ',.0f')} tokens, "
+                    f"loss {r['loss']:.3f} {_ci(r.get('loss_ci'), '.3f')}"
+                    + (
+                        f", 90% prediction interval {_ci(r['loss_interval'], '.3f')}"
+                        if r.get("loss_interval")
+                        else ""
+                    )
+                )
     else:
         out.append("law: not fitted (see warnings)")
     a2 = rep.get("approach2")
     if a2 and math.isfinite(a2.get("a", math.nan)):
         out.append(f"Approach 2 (IsoFLOP parabolas): a = {a2['a']:.3f} {_ci(a2.get('a_ci'), '.3f')}")
         for r in rep.get("approach2_at_requested", []):
-            out.append(f"  at C = {r['C']:.3g} FLOPs: N_opt = {r['N_opt']:,.0f}, D_opt = {r['D_opt']:,.0f} tokens")
+            out.append(
+                f"  at C = {r['C']:.3g} FLOPs: N_opt = {r['N_opt']:,.0f}, D_opt = {r['D_opt']:,.0f} tokens"
+            )
     h = rep.get("holdout")
     if h:
-        out.append(f"held-out check: fitted on C <= {max(h['fit_budgets']):.3g} ({h['n_fit']} runs), predicted the "
-                   f"{h['n_points']} runs at C = {h['held_out_budget']:.3g}: mean |error| "
-                   f"{100 * h['mean_rel_error']:.2f}%, max {100 * h['max_rel_error']:.2f}% (target <= 3%)"
-                   + (f"; {100 * h['coverage']:.0f}% inside their 90% prediction intervals" if "coverage" in h else ""))
+        out.append(
+            f"held-out check: fitted on C <= {max(h['fit_budgets']):.3g} ({h['n_fit']} runs), predicted the "
+            f"{h['n_points']} runs at C = {h['held_out_budget']:.3g}: mean |error| "
+            f"{100 * h['mean_rel_error']:.2f}%, max {100 * h['max_rel_error']:.2f}% (target <= 3%)"
+            + (
+                f"; {100 * h['coverage']:.0f}% inside their 90% prediction intervals"
+                if "coverage" in h
+                else ""
+            )
+        )
     else:
         out.append("held-out check: not available (see warnings)")
     hp = rep.get("hparams")
@@ -109,10 +146,12 @@ def downstream_headline(rep: dict) -> list[str]:
         if not math.isclose(p["C"], c10, rel_tol=1e-6):
             continue
         chance = ds["tasks"][p["task"]].get("chance")
-        out.append(f"downstream {p['task']} at C = {c10:.3g} FLOPs (10x the largest budget; N* = {p['N']:.3g}, "
-                   f"D* = {p['D']:.3g}): accuracy {p['accuracy']:.3f} {_ci(p['accuracy_interval'], '.3f')} "
-                   f"(90% prediction interval; chance {_g(chance, '.3g')}; {p['method']})"
-                   + (f"; warnings: {_tags(p['warnings'])}" if p["warnings"] else ""))
+        out.append(
+            f"downstream {p['task']} at C = {c10:.3g} FLOPs (10x the largest budget; N* = {p['N']:.3g}, "
+            f"D* = {p['D']:.3g}): accuracy {p['accuracy']:.3f} {_ci(p['accuracy_interval'], '.3f')} "
+            f"(90% prediction interval; chance {_g(chance, '.3g')}; {p['method']})"
+            + (f"; warnings: {_tags(p['warnings'])}" if p["warnings"] else "")
+        )
     if not out:
         out.append("downstream tasks: no prediction (see warnings)")
     return out
@@ -121,9 +160,19 @@ def downstream_headline(rep: dict) -> list[str]:
 def _runs_rows(rep: dict) -> list[list[str]]:
     rows = []
     for r in rep["runs"]:
-        rows.append([r["run"], r["status"], _g(r["budget"], ".3g"), _g(r["N"], ",.0f"), _g(r["D"], ",.0f"),
-                     _g(r["C"], ".3g"), _g(r["loss"], ".4f"), _g(r["tokens_per_s"], ",.0f"),
-                     _g(None if r["mfu"] is None else 100 * r["mfu"], ".1f")])
+        rows.append(
+            [
+                r["run"],
+                r["status"],
+                _g(r["budget"], ".3g"),
+                _g(r["N"], ",.0f"),
+                _g(r["D"], ",.0f"),
+                _g(r["C"], ".3g"),
+                _g(r["loss"], ".4f"),
+                _g(r["tokens_per_s"], ",.0f"),
+                _g(None if r["mfu"] is None else 100 * r["mfu"], ".1f"),
+            ]
+        )
     return rows
 
 
@@ -135,14 +184,36 @@ def _holdout_rows(h: dict) -> list[list[str]]:
     rows = []
     for p in h["points"]:
         iv = p.get("interval")
-        cell = "–" if not iv else (f"[{iv[0]:.4f}, {iv[1]:.4f}] "
-                                   + ("inside" if iv[0] <= p["actual"] <= iv[1] else "OUTSIDE"))
-        rows.append([f"{p['N']:,.0f}", f"{p['D']:,.0f}", f"{p['C']:.3g}", f"{p['actual']:.4f}",
-                     f"{p['predicted']:.4f}", f"{100 * p['rel_error']:+.2f}", cell])
+        cell = (
+            "–"
+            if not iv
+            else (f"[{iv[0]:.4f}, {iv[1]:.4f}] " + ("inside" if iv[0] <= p["actual"] <= iv[1] else "OUTSIDE"))
+        )
+        rows.append(
+            [
+                f"{p['N']:,.0f}",
+                f"{p['D']:,.0f}",
+                f"{p['C']:.3g}",
+                f"{p['actual']:.4f}",
+                f"{p['predicted']:.4f}",
+                f"{100 * p['rel_error']:+.2f}",
+                cell,
+            ]
+        )
     return rows
 
 
-RUN_HEADER = ["run", "status", "budget C", "N (params)", "D (tokens)", "C (FLOPs)", "eval loss", "tokens/s", f"MFU % ({MFU_CAUSAL})"]
+RUN_HEADER = [
+    "run",
+    "status",
+    "budget C",
+    "N (params)",
+    "D (tokens)",
+    "C (FLOPs)",
+    "eval loss",
+    "tokens/s",
+    f"MFU % ({MFU_CAUSAL})",
+]
 
 
 def hparam_rows(rep: dict) -> list[list[str]]:
@@ -158,8 +229,17 @@ def hparam_rows(rep: dict) -> list[list[str]]:
         best = vals[g["runs"].index(g["best"])] if g["best"] is not None and vals else None
         done = [v for v in g["losses"] if v is not None and math.isfinite(v)]
         spread = f"{100 * (max(done) / g['best_loss'] - 1):.2f}%" if done and g["best"] is not None else "–"
-        rows.append([g["label"], str(len(g["runs"])), ", ".join(_g(v, ".3g") for v in sorted(vals, key=_sort_key)),
-                     _g(best, ".3g"), _g(g["best_loss"], ".4f"), spread, "yes" if g["at_edge"] else "no"])
+        rows.append(
+            [
+                g["label"],
+                str(len(g["runs"])),
+                ", ".join(_g(v, ".3g") for v in sorted(vals, key=_sort_key)),
+                _g(best, ".3g"),
+                _g(g["best_loss"], ".4f"),
+                spread,
+                "yes" if g["at_edge"] else "no",
+            ]
+        )
     return rows
 
 
@@ -171,14 +251,39 @@ def _sort_key(v: Any) -> tuple[int, float, str]:
 
 
 def _skipped_rows(rep: dict) -> list[list[str]]:
-    return [[s["label"], _g(s.get("budget"), ".3g"), _g(s.get("n_params"), ",.0f"), str(s.get("steps")), s["reason"]]
-            for s in rep.get("skipped_shapes", [])]
+    return [
+        [
+            s["label"],
+            _g(s.get("budget"), ".3g"),
+            _g(s.get("n_params"), ",.0f"),
+            str(s.get("steps")),
+            s["reason"],
+        ]
+        for s in rep.get("skipped_shapes", [])
+    ]
 
 
-DOWNSTREAM_OBSERVED = ["task", "runs", "eval points", "final accuracy (min – max)", "largest run's accuracy",
-                       "chance", "method", "held-out MAE (points)"]
-DOWNSTREAM_PREDICTED = ["task", "C (FLOPs)", "N*", "D* (tokens)", "task loss", "accuracy", "90% interval",
-                        "method", "warnings"]
+DOWNSTREAM_OBSERVED = [
+    "task",
+    "runs",
+    "eval points",
+    "final accuracy (min – max)",
+    "largest run's accuracy",
+    "chance",
+    "method",
+    "held-out MAE (points)",
+]
+DOWNSTREAM_PREDICTED = [
+    "task",
+    "C (FLOPs)",
+    "N*",
+    "D* (tokens)",
+    "task loss",
+    "accuracy",
+    "90% interval",
+    "method",
+    "warnings",
+]
 
 
 def downstream_tables(ds: dict) -> tuple[list[list[str]], list[list[str]]]:
@@ -187,12 +292,32 @@ def downstream_tables(ds: dict) -> tuple[list[list[str]], list[list[str]]]:
     for task, t in ds["tasks"].items():
         o = t["observed"]
         mae = t.get("heldout_mae")
-        obs.append([task, str(o["n_runs"]), str(o["n_points"]), " – ".join(_g(a, ".3f") for a in o["accuracy_range"]),
-                    _g(o["largest_run"]["accuracy"], ".3f"), _g(t.get("chance", o["chance"]), ".3g"),
-                    t.get("method", "not fitted"), _g(None if mae is None else 100 * mae, ".2f")])
-    pred = [[p["task"], _g(p["C"], ".3g"), _g(p["N"], ",.0f"), _g(p["D"], ",.0f"), _g(p["task_loss"], ".4g"),
-             _g(p["accuracy"], ".3f"), _ci(p["accuracy_interval"], ".3f"), p["method"], _tags(p["warnings"]) or "–"]
-            for p in ds["predictions"]]
+        obs.append(
+            [
+                task,
+                str(o["n_runs"]),
+                str(o["n_points"]),
+                " – ".join(_g(a, ".3f") for a in o["accuracy_range"]),
+                _g(o["largest_run"]["accuracy"], ".3f"),
+                _g(t.get("chance", o["chance"]), ".3g"),
+                t.get("method", "not fitted"),
+                _g(None if mae is None else 100 * mae, ".2f"),
+            ]
+        )
+    pred = [
+        [
+            p["task"],
+            _g(p["C"], ".3g"),
+            _g(p["N"], ",.0f"),
+            _g(p["D"], ",.0f"),
+            _g(p["task_loss"], ".4g"),
+            _g(p["accuracy"], ".3f"),
+            _ci(p["accuracy_interval"], ".3f"),
+            p["method"],
+            _tags(p["warnings"]) or "–",
+        ]
+        for p in ds["predictions"]
+    ]
     return obs, pred
 
 
@@ -200,13 +325,15 @@ def downstream_notes(ds: dict) -> tuple[str, list[str]]:
     """(the section's explanatory paragraph, its warnings: failures, then each task's distinct
     warnings once)."""
     s = ds["settings"]
-    text = (f"Each task the runs measured (`eval.tasks`) is fitted on the runs the law was fitted to "
-            f"(docs/downstream.md: task loss as L(N, D), accuracy as a sigmoid of it, a direct fit, and a "
-            f"held-out check that picks the method per task). Predictions are at the fitted law's "
-            f"compute-optimal (N*, D*) for each budget, including 10x the largest swept budget "
-            f"({ds['ten_x_budget']:.3g} FLOPs). Intervals are {100 * s['interval_level']:.0f}% prediction "
-            f"intervals ({s['bootstrap']} bootstrap resamples of the runs); they do not include the "
-            f"uncertainty of N* and D* themselves.")
+    text = (
+        f"Each task the runs measured (`eval.tasks`) is fitted on the runs the law was fitted to "
+        f"(docs/downstream.md: task loss as L(N, D), accuracy as a sigmoid of it, a direct fit, and a "
+        f"held-out check that picks the method per task). Predictions are at the fitted law's "
+        f"compute-optimal (N*, D*) for each budget, including 10x the largest swept budget "
+        f"({ds['ten_x_budget']:.3g} FLOPs). Intervals are {100 * s['interval_level']:.0f}% prediction "
+        f"intervals ({s['bootstrap']} bootstrap resamples of the runs); they do not include the "
+        f"uncertainty of N* and D* themselves."
+    )
     notes = list(ds["errors"])
     for task, t in ds["tasks"].items():
         seen = dict.fromkeys(w for p in ds["predictions"] if p["task"] == task for w in p["warnings"])
@@ -244,10 +371,20 @@ def write_markdown(rep: dict, path: pathlib.Path) -> None:
         L += [f"- warning: {w}" for w in rep["warnings"]]
         path.write_text("\n".join(L + [sec["markdown"] for sec in rep["sections"]]) + "\n")
         return
-    L = [f"# {rep['title']}", "", f"Sweep `{rep['sweep_dir']}` — {rep['n_completed']} of {rep['n_runs']} runs "
-         f"completed; budgets {', '.join(_g(b, '.3g') for b in rep['budgets_swept'])} FLOPs; "
-         f"{rep['bootstrap']} bootstrap resamples (seed {rep['seed']}); generated {rep['generated']}.", "",
-         "## Headline", "", "```", *headline(rep), "```", ""]
+    L = [
+        f"# {rep['title']}",
+        "",
+        f"Sweep `{rep['sweep_dir']}` — {rep['n_completed']} of {rep['n_runs']} runs "
+        f"completed; budgets {', '.join(_g(b, '.3g') for b in rep['budgets_swept'])} FLOPs; "
+        f"{rep['bootstrap']} bootstrap resamples (seed {rep['seed']}); generated {rep['generated']}.",
+        "",
+        "## Headline",
+        "",
+        "```",
+        *headline(rep),
+        "```",
+        "",
+    ]
     lead, rest = _lead_and_rest(rep["figures"])
     for name, rel in lead:
         L += [f"![{name}]({rel})", "", f"*{FIGURE_CAPTIONS.get(name, name)}*", ""]
@@ -257,18 +394,36 @@ def write_markdown(rep: dict, path: pathlib.Path) -> None:
         L += [f"![{name}]({rel})", "", f"*{FIGURE_CAPTIONS.get(name, name)}*", ""]
     hp = hparam_rows(rep)
     if hp:
-        L += ["## Hyperparameter sweep", "", rep["hparams"]["message"] + ".", "",
-              "| " + " | ".join(hp[0]) + " |", "|" + "---|" * len(hp[0])]
+        L += [
+            "## Hyperparameter sweep",
+            "",
+            rep["hparams"]["message"] + ".",
+            "",
+            "| " + " | ".join(hp[0]) + " |",
+            "|" + "---|" * len(hp[0]),
+        ]
         L += ["| " + " | ".join(r) + " |" for r in hp[1:]] + [""]
     L += ["## Runs", "", "| " + " | ".join(RUN_HEADER) + " |", "|" + "---|" * len(RUN_HEADER)]
     L += ["| " + " | ".join(r) + " |" for r in _runs_rows(rep)]
     sk = _skipped_rows(rep)
     if sk:
-        L += ["", "## Shapes the sweep skipped", "", "| shape | budget C | N | steps | reason |", "|---|---|---|---|---|"]
+        L += [
+            "",
+            "## Shapes the sweep skipped",
+            "",
+            "| shape | budget C | N | steps | reason |",
+            "|---|---|---|---|---|",
+        ]
         L += ["| " + " | ".join(r) + " |" for r in sk]
     h = rep.get("holdout")
     if h:
-        L += ["", "## Held-out runs", "", "| " + " | ".join(HOLDOUT_HEADER) + " |", "|---|---|---|---|---|---|---|"]
+        L += [
+            "",
+            "## Held-out runs",
+            "",
+            "| " + " | ".join(HOLDOUT_HEADER) + " |",
+            "|---|---|---|---|---|---|---|",
+        ]
         L += ["| " + " | ".join(r) + " |" for r in _holdout_rows(h)]
     if rep.get("downstream"):
         L += _downstream_markdown(rep["downstream"])
@@ -317,8 +472,11 @@ def markdown_to_html(md: str, out: pathlib.Path) -> str:
         flush()
         m = re.fullmatch(r"!\[([^\]]*)\]\(([^)]+)\)", line.strip())
         if m:
-            parts.append(f"<figure>{_img(out, m.group(2), m.group(1))}</figure>" if (out / m.group(2)).is_file()
-                         else f"<p>(missing figure {html.escape(m.group(2))})</p>")
+            parts.append(
+                f"<figure>{_img(out, m.group(2), m.group(1))}</figure>"
+                if (out / m.group(2)).is_file()
+                else f"<p>(missing figure {html.escape(m.group(2))})</p>"
+            )
         elif line.startswith("#"):
             level = min(len(line) - len(line.lstrip("#")), 4)
             parts.append(f"<h{level}>{html.escape(line.lstrip('#').strip())}</h{level}>")
@@ -332,24 +490,33 @@ def markdown_to_html(md: str, out: pathlib.Path) -> str:
 def write_html(rep: dict, path: pathlib.Path) -> None:
     out = path.parent
     if rep.get("rl_only"):
-        parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(rep['title'])}</title>"
-                 f"<style>{CSS}</style></head><body><h1>{html.escape(rep['title'])}</h1>"]
+        parts = [
+            f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(rep['title'])}</title>"
+            f"<style>{CSS}</style></head><body><h1>{html.escape(rep['title'])}</h1>"
+        ]
         parts += [f"<div class='warn'>{html.escape(w)}</div>" for w in rep["warnings"]]
         parts += [markdown_to_html(sec["markdown"], out) for sec in rep["sections"]]
         path.write_text("\n".join(parts + ["</body></html>"]))
         return
-    parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(rep['title'])}</title>"
-             f"<style>{CSS}</style></head><body>", f"<h1>{html.escape(rep['title'])}</h1>",
-             f"<p>Sweep <code>{html.escape(rep['sweep_dir'])}</code> — {rep['n_completed']} of {rep['n_runs']} runs "
-             f"completed; budgets {', '.join(_g(b, '.3g') for b in rep['budgets_swept'])} FLOPs; "
-             f"{rep['bootstrap']} bootstrap resamples (seed {rep['seed']}); generated {rep['generated']}.</p>",
-             "<h2>Headline</h2>", "<pre>" + html.escape("\n".join(headline(rep))) + "</pre>"]
+    parts = [
+        f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(rep['title'])}</title>"
+        f"<style>{CSS}</style></head><body>",
+        f"<h1>{html.escape(rep['title'])}</h1>",
+        f"<p>Sweep <code>{html.escape(rep['sweep_dir'])}</code> — "
+        f"{rep['n_completed']} of {rep['n_runs']} runs "
+        f"completed; budgets {', '.join(_g(b, '.3g') for b in rep['budgets_swept'])} FLOPs; "
+        f"{rep['bootstrap']} bootstrap resamples (seed {rep['seed']}); generated {rep['generated']}.</p>",
+        "<h2>Headline</h2>",
+        "<pre>" + html.escape("\n".join(headline(rep))) + "</pre>",
+    ]
     lead, rest = _lead_and_rest(rep["figures"])
 
     def figure(name: str, rel: str) -> str:
         b64 = base64.b64encode((out / rel).read_bytes()).decode()
-        return (f"<figure><img alt='{name}' src='data:image/png;base64,{b64}'>"
-                f"<figcaption>{html.escape(FIGURE_CAPTIONS.get(name, name))}</figcaption></figure>")
+        return (
+            f"<figure><img alt='{name}' src='data:image/png;base64,{b64}'>"
+            f"<figcaption>{html.escape(FIGURE_CAPTIONS.get(name, name))}</figcaption></figure>"
+        )
 
     parts += [figure(n, r) for n, r in lead] + ["<h2>Warnings</h2>"]
     parts += [f"<div class='warn'>{html.escape(w)}</div>" for w in rep["warnings"]] or ["<p>none</p>"]
@@ -357,12 +524,18 @@ def write_html(rep: dict, path: pathlib.Path) -> None:
     parts += [figure(n, r) for n, r in rest]
     hp = hparam_rows(rep)
     if hp:
-        parts += ["<h2>Hyperparameter sweep</h2>", f"<p>{html.escape(rep['hparams']['message'])}.</p>",
-                  _table(hp[0], hp[1:])]
+        parts += [
+            "<h2>Hyperparameter sweep</h2>",
+            f"<p>{html.escape(rep['hparams']['message'])}.</p>",
+            _table(hp[0], hp[1:]),
+        ]
     parts += ["<h2>Runs</h2>", _table(RUN_HEADER, _runs_rows(rep))]
     sk = _skipped_rows(rep)
     if sk:
-        parts += ["<h2>Shapes the sweep skipped</h2>", _table(["shape", "budget C", "N", "steps", "reason"], sk)]
+        parts += [
+            "<h2>Shapes the sweep skipped</h2>",
+            _table(["shape", "budget C", "N", "steps", "reason"], sk),
+        ]
     h = rep.get("holdout")
     if h:
         parts += ["<h2>Held-out runs</h2>", _table(HOLDOUT_HEADER, _holdout_rows(h))]

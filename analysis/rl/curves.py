@@ -21,8 +21,8 @@ import pathlib
 import numpy as np
 import pandas as pd
 
-from models.base.errors import AnalysisError
 from analysis.rl.laws import Points
+from models.base.errors import AnalysisError
 
 DEFAULT_BURN_IN_FRAC = 0.1
 
@@ -59,8 +59,10 @@ def load_curve(path: str | pathlib.Path) -> RLCurve:
     if not p.exists():
         raise AnalysisError(f"input not found: {p}")
     if p.suffix.lower() not in (".csv", ".txt"):
-        raise AnalysisError(f"{p}: expected a CSV file (compute,pass_rate[,stderr]) or an RL run "
-                            "directory containing metrics.jsonl")
+        raise AnalysisError(
+            f"{p}: expected a CSV file (compute,pass_rate[,stderr]) or an RL run "
+            "directory containing metrics.jsonl"
+        )
     return _load_csv(p)
 
 
@@ -71,15 +73,19 @@ def _load_csv(p: pathlib.Path) -> RLCurve:
         raise AnalysisError(f"{p}: not a readable CSV ({str(e).splitlines()[0]})") from None
     missing = [c for c in ("compute", "pass_rate") if c not in df.columns]
     if missing:
-        raise AnalysisError(f"{p}: missing column(s) {missing}; need compute, pass_rate and "
-                            f"optionally stderr (found {list(df.columns)})")
+        raise AnalysisError(
+            f"{p}: missing column(s) {missing}; need compute, pass_rate and "
+            f"optionally stderr (found {list(df.columns)})"
+        )
     cols = ["compute", "pass_rate"] + (["stderr"] if "stderr" in df.columns else [])
     num = {}
     for c in cols:
         v = pd.to_numeric(df[c], errors="coerce").to_numpy(np.float64)
         if not np.all(np.isfinite(v)):
-            raise AnalysisError(f"{p}: column {c} has non-numeric or missing values "
-                                f"(first bad row {int(np.argmax(~np.isfinite(v))) + 2})")
+            raise AnalysisError(
+                f"{p}: column {c} has non-numeric or missing values "
+                f"(first bad row {int(np.argmax(~np.isfinite(v))) + 2})"
+            )
         num[c] = v
     return _validated(p.name, num["compute"], num["pass_rate"], num.get("stderr"), False)
 
@@ -87,8 +93,7 @@ def _load_csv(p: pathlib.Path) -> RLCurve:
 def _load_run(d: pathlib.Path) -> RLCurve:
     mfile = d / "metrics.jsonl"
     if not mfile.exists():
-        raise AnalysisError(f"{d}: no metrics.jsonl; is this an RL run directory "
-                            "(python -m experiments.rl)?")
+        raise AnalysisError(f"{d}: no metrics.jsonl; is this an RL run directory (python -m experiments.rl)?")
     rows = []
     for i, line in enumerate(mfile.read_text().splitlines()):
         if not line.strip():
@@ -99,13 +104,18 @@ def _load_run(d: pathlib.Path) -> RLCurve:
             raise AnalysisError(f"{mfile}: line {i + 1} is not JSON") from None
     rows = [r for r in rows if "pass_rate" in r and ("flops_rl" in r or "compute" in r)]
     if not rows:
-        raise AnalysisError(f"{mfile}: no evaluation rows with flops_rl and pass_rate "
-                            "(not an RL run, or it has not evaluated yet)")
-    get = lambda k: np.array([float(r.get(k, math.nan) if r.get(k) is not None else math.nan)  # noqa: E731
-                              for r in rows])
+        raise AnalysisError(
+            f"{mfile}: no evaluation rows with flops_rl and pass_rate "
+            "(not an RL run, or it has not evaluated yet)"
+        )
+    get = lambda k: np.array(
+        [
+            float(r.get(k, math.nan) if r.get(k) is not None else math.nan)  # noqa: E731
+            for r in rows
+        ]
+    )
     C = np.array([float(r.get("flops_rl", r.get("compute"))) for r in rows])
-    extra = {k: get(k) for k in ("step", "prompts_seen", "train_reward", "zero_var_frac", "kl",
-                                 "entropy")}
+    extra = {k: get(k) for k in ("step", "prompts_seen", "train_reward", "zero_var_frac", "kl", "entropy")}
     per_pass = None
     sfile = d / "summary.json"
     if sfile.exists():
@@ -113,8 +123,7 @@ def _load_run(d: pathlib.Path) -> RLCurve:
             per_pass = json.loads(sfile.read_text()).get("prompts_per_pass")
         except json.JSONDecodeError:
             per_pass = None
-    return _validated(d.name, C, get("pass_rate"), get("pass_rate_stderr"), True,
-                      per_pass, extra)
+    return _validated(d.name, C, get("pass_rate"), get("pass_rate_stderr"), True, per_pass, extra)
 
 
 def _validated(name, C, y, s, is_run, per_pass=None, extra=None) -> RLCurve:
@@ -132,8 +141,7 @@ def _validated(name, C, y, s, is_run, per_pass=None, extra=None) -> RLCurve:
     return RLCurve(name, C[order], y[order], s[order], is_run, per_pass, extra)
 
 
-def burn_in_cutoff(curve: RLCurve, burn_in: float | None = None,
-                   frac: float | None = None) -> float:
+def burn_in_cutoff(curve: RLCurve, burn_in: float | None = None, frac: float | None = None) -> float:
     """Compute below which evaluations are excluded from the fit (the start point excepted).
 
     Explicit `burn_in` (compute units) wins; `frac` means that fraction of the final compute.
@@ -159,8 +167,7 @@ def burn_in_cutoff(curve: RLCurve, burn_in: float | None = None,
     return cut
 
 
-def fit_points(curve: RLCurve, cutoff: float, until: float | None = None,
-               keep_start: bool = True) -> Points:
+def fit_points(curve: RLCurve, cutoff: float, until: float | None = None, keep_start: bool = True) -> Points:
     """Points used for fitting: compute >= cutoff (and <= until), plus the C = 0 start
     evaluation when present and `keep_start` (it anchors the sigmoid's R0)."""
     C = curve.compute
@@ -177,8 +184,7 @@ def start_pass_rate(curve: RLCurve) -> float:
     return float(curve.pass_rate[0])
 
 
-def variance_collapsed(curve: RLCurve, until: float | None = None,
-                       min_zero_var: float = 0.8) -> bool:
+def variance_collapsed(curve: RLCurve, until: float | None = None, min_zero_var: float = 0.8) -> bool:
     """True when, at the last evaluation (up to compute `until`), most training groups have
     zero reward variance while the train reward is neither ~0 nor ~1: the policy became
     deterministic (exploration collapsed), so the curve's future is not the fitted law's."""

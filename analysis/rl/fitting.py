@@ -15,10 +15,9 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from models.base.errors import AnalysisError
-from analysis.rl.curves import (RLCurve, burn_in_cutoff, fit_points, start_pass_rate,
-                              variance_collapsed)
+from analysis.rl.curves import RLCurve, burn_in_cutoff, fit_points, start_pass_rate, variance_collapsed
 from analysis.rl.laws import Fit, Points, fit_law, gain_per_decade
+from models.base.errors import AnalysisError
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,8 +53,9 @@ def _r0_value(opts: FitOptions, curves: Sequence[RLCurve]) -> float | None:
     return v
 
 
-def _fit(curves: Sequence[RLCurve], opts: FitOptions, until_frac: float | None
-         ) -> tuple[Fit, Points, list[Points]]:
+def _fit(
+    curves: Sequence[RLCurve], opts: FitOptions, until_frac: float | None
+) -> tuple[Fit, Points, list[Points]]:
     """Fit the pooled points of `curves`; returns (fit, fit points, held-out points per curve)."""
     r0 = _r0_value(opts, curves)
     fit_pts, held = [], []
@@ -72,13 +72,15 @@ def _fit(curves: Sequence[RLCurve], opts: FitOptions, until_frac: float | None
     n_pos = int((pooled.C > 0).sum())
     if n_pos < 4:
         what = f" before {until_frac:g} of the final compute" if until_frac else ""
-        raise AnalysisError(f"only {n_pos} evaluation point(s) after the burn-in{what}; need "
-                            "at least 4 (evaluate more often, or lower --burn-in)")
+        raise AnalysisError(
+            f"only {n_pos} evaluation point(s) after the burn-in{what}; need "
+            "at least 4 (evaluate more often, or lower --burn-in)"
+        )
     fit = fit_law(pooled, opts.law, r0=r0, ci_method=opts.ci_method, n_boot=opts.n_boot)
     flags = list(fit.flags)
     if "unstable" not in flags and any(
-            variance_collapsed(c, None if until_frac is None else until_frac * c.final_compute)
-            for c in curves):
+        variance_collapsed(c, None if until_frac is None else until_frac * c.final_compute) for c in curves
+    ):
         flags.append("unstable")
         fit = dataclasses.replace(fit, flags=tuple(flags))
     return fit, pooled, held
@@ -93,26 +95,43 @@ def _prediction(fit: Fit, curves: Sequence[RLCurve], held: Sequence[Points]) -> 
         preds.append(float(fit.predict(np.array([c.final_compute]))[0]))
         actual.append(float(c.pass_rate[-1]))
     fp, fa = float(np.mean(preds)), float(np.mean(actual))
-    return {"final_pred": fp, "final_actual": fa, "final_abs_error": abs(fp - fa),
-            "mean_abs_error": float(np.mean(np.concatenate(errs))),
-            "n_heldout": int(sum(len(h) for h in held)),
-            "withheld": bool(fit.flags)}
+    return {
+        "final_pred": fp,
+        "final_actual": fa,
+        "final_abs_error": abs(fp - fa),
+        "mean_abs_error": float(np.mean(np.concatenate(errs))),
+        "n_heldout": int(sum(len(h) for h in held)),
+        "withheld": bool(fit.flags),
+    }
 
 
 def _summary(fit: Fit, pts: Points) -> dict[str, Any]:
     flagged = bool(fit.flags)
     gpd = gain_per_decade(pts.take(pts.C > 0)) if (pts.C > 0).sum() >= 3 else None
     if flagged:
-        verdict = (f"no ceiling: {', '.join(fit.flags)}; observed gain "
-                   f"{gpd['value']:+.3f} ± {gpd['stderr']:.3f} pass rate per 10x compute"
-                   if gpd else f"no ceiling: {', '.join(fit.flags)}")
+        verdict = (
+            f"no ceiling: {', '.join(fit.flags)}; observed gain "
+            f"{gpd['value']:+.3f} ± {gpd['stderr']:.3f} pass rate per 10x compute"
+            if gpd
+            else f"no ceiling: {', '.join(fit.flags)}"
+        )
     else:
         lo, hi = fit.ci["A"]
         verdict = f"ceiling A = {fit.params['A']:.3f} [{lo:.3f}, {hi:.3f}]"
-    return {"law": fit.law, "params": fit.params, "ci": fit.ci, "flags": list(fit.flags),
-            "ceiling": None if flagged else fit.params["A"], "gain_per_decade": gpd,
-            "verdict": verdict, "chi2": fit.chi2, "dof": fit.dof, "n_points": fit.n_points,
-            "fit_range": list(fit.fit_range), "ci_method": fit.ci_method}
+    return {
+        "law": fit.law,
+        "params": fit.params,
+        "ci": fit.ci,
+        "flags": list(fit.flags),
+        "ceiling": None if flagged else fit.params["A"],
+        "gain_per_decade": gpd,
+        "verdict": verdict,
+        "chi2": fit.chi2,
+        "dof": fit.dof,
+        "n_points": fit.n_points,
+        "fit_range": list(fit.fit_range),
+        "ci_method": fit.ci_method,
+    }
 
 
 def fit_recipe(curves: Sequence[RLCurve], opts: FitOptions = FitOptions()) -> dict[str, Any]:
@@ -122,10 +141,13 @@ def fit_recipe(curves: Sequence[RLCurve], opts: FitOptions = FitOptions()) -> di
     if opts.fit_until_frac is not None and not 0 < opts.fit_until_frac < 1:
         raise AnalysisError("--fit-until-frac must be in (0, 1)")
     fit, pts, held = _fit(curves, opts, opts.fit_until_frac)
-    out: dict[str, Any] = {"inputs": [c.name for c in curves], **_summary(fit, pts),
-                           "burn_in": [burn_in_cutoff(c, opts.burn_in, opts.burn_in_frac)
-                                       for c in curves],
-                           "r0_mode": opts.r0, "fit_until_frac": opts.fit_until_frac}
+    out: dict[str, Any] = {
+        "inputs": [c.name for c in curves],
+        **_summary(fit, pts),
+        "burn_in": [burn_in_cutoff(c, opts.burn_in, opts.burn_in_frac) for c in curves],
+        "r0_mode": opts.r0,
+        "fit_until_frac": opts.fit_until_frac,
+    }
     if opts.fit_until_frac is not None:
         out["prediction"] = _prediction(fit, curves, held)
     if len(curves) > 1:
@@ -138,15 +160,23 @@ def fit_recipe(curves: Sequence[RLCurve], opts: FitOptions = FitOptions()) -> di
             per_seed.append(row)
         out["per_seed"] = per_seed
         out["seed_spread"] = {
-            k: _spread([r["params"].get(k) for r in per_seed]) for k in ("A", "B", "C_mid")
-            if per_seed[0]["params"].get(k) is not None}
+            k: _spread([r["params"].get(k) for r in per_seed])
+            for k in ("A", "B", "C_mid")
+            if per_seed[0]["params"].get(k) is not None
+        }
         out["seed_spread"]["gain_per_decade"] = _spread(
-            [(r.get("gain_per_decade") or {}).get("value") for r in per_seed])
+            [(r.get("gain_per_decade") or {}).get("value") for r in per_seed]
+        )
         out["seed_spread"]["n_flagged"] = sum(bool(r["flags"]) for r in per_seed)
     return out
 
 
 def _spread(values: Sequence[float | None]) -> dict[str, float]:
     v = np.array([x for x in values if x is not None and math.isfinite(x)], np.float64)
-    return {"mean": float(v.mean()), "std": float(v.std(ddof=1)) if v.size > 1 else 0.0,
-            "min": float(v.min()), "max": float(v.max()), "n": int(v.size)}
+    return {
+        "mean": float(v.mean()),
+        "std": float(v.std(ddof=1)) if v.size > 1 else 0.0,
+        "min": float(v.min()),
+        "max": float(v.max()),
+        "n": int(v.size),
+    }

@@ -35,13 +35,14 @@ from models.base.errors import AnalysisError
 
 LAWS = ("sigmoid", "powerlaw")
 CHI2_95 = 3.841458820694124  # chi^2_1 quantile at 0.95
-A_MAX = 1.0                  # a pass rate cannot exceed 1: the upper bound of the ceiling A
+A_MAX = 1.0  # a pass rate cannot exceed 1: the upper bound of the ceiling A
 B_BOUNDS = (0.1, 12.0)
-MID_SPAN = (1e-2, 1e3)       # C_mid searched in [C_lo * 1e-2, C_hi * 1e3]
+MID_SPAN = (1e-2, 1e3)  # C_mid searched in [C_lo * 1e-2, C_hi * 1e3]
 MIN_POINTS = 4
 
 
 # ---- the laws as plain functions ------------------------------------------------------------
+
 
 def sigmoid(C: np.ndarray, A: float, B: float, C_mid: float, R0: float) -> np.ndarray:
     """ScaleRL's saturating curve; C = 0 gives R0."""
@@ -72,6 +73,7 @@ def gao_linear(d: np.ndarray, alpha: float, beta: float) -> np.ndarray:
 
 # ---- data ----------------------------------------------------------------------------------
 
+
 @dataclasses.dataclass(frozen=True)
 class Points:
     """Evaluation points to fit: compute C (> 0), pass rate y and its standard error s."""
@@ -79,7 +81,7 @@ class Points:
     C: np.ndarray
     y: np.ndarray
     s: np.ndarray
-    s_known: bool = True   # False: no stderr given; the residual scatter sets the noise level
+    s_known: bool = True  # False: no stderr given; the residual scatter sets the noise level
 
     @staticmethod
     def make(C: Sequence[float], y: Sequence[float], s: Sequence[float] | None = None) -> "Points":
@@ -116,6 +118,7 @@ def floor_stderr(s: np.ndarray) -> np.ndarray:
 
 # ---- separable least squares ------------------------------------------------------------------
 
+
 @dataclasses.dataclass(frozen=True)
 class _Law:
     """A law written as y = offset(nl) + X(nl) @ lin, with lin solved by bounded WLS.
@@ -136,35 +139,43 @@ def _sigmoid_law(C: np.ndarray, r0: float | None) -> _Law:
     pos = C[C > 0]
     lo, hi = math.log(pos.min() * MID_SPAN[0]), math.log(pos.max() * MID_SPAN[1])
     nl_bounds = ((lo, hi), (math.log(B_BOUNDS[0]), math.log(B_BOUNDS[1])))
-    start = C <= 0                                                    # the C = 0 evaluation: R0
+    start = C <= 0  # the C = 0 evaluation: R0
     logC = np.log(np.where(start, 1.0, C))
 
     def shape(nl):
-        z = np.exp(nl[:, 1:2]) * (nl[:, 0:1] - logC[None, :])       # B (log C_mid - log C)
-        s = 1.0 / (1.0 + np.exp(np.clip(z, -700, 700)))               # s_GxN in (0, 1)
+        z = np.exp(nl[:, 1:2]) * (nl[:, 0:1] - logC[None, :])  # B (log C_mid - log C)
+        s = 1.0 / (1.0 + np.exp(np.clip(z, -700, 700)))  # s_GxN in (0, 1)
         return np.where(start[None, :], 0.0, s)
 
     if r0 is not None:
+
         def design(C_, nl):
             s = shape(nl)
             return r0 * (1.0 - s), s[:, :, None]
+
         return _Law(("log_C_mid", "log_B"), nl_bounds, ("A",), ((r0, A_MAX),), design)
 
     def design_free(C_, nl):
         s = shape(nl)
         return np.zeros_like(s), np.stack([1.0 - s, s], axis=-1)
-    return _Law(("log_C_mid", "log_B"), nl_bounds, ("R0", "A"), ((0.0, 1.0), (0.0, A_MAX)),
-                design_free)
+
+    return _Law(("log_C_mid", "log_B"), nl_bounds, ("R0", "A"), ((0.0, 1.0), (0.0, A_MAX)), design_free)
 
 
 def _power_law(C: np.ndarray) -> _Law:
     logC = np.log(C)
 
     def design(C_, nl):
-        x = -np.exp(-np.exp(nl[:, 0:1]) * logC[None, :])              # -C^-B
+        x = -np.exp(-np.exp(nl[:, 0:1]) * logC[None, :])  # -C^-B
         return np.zeros_like(x), np.stack([np.ones_like(x), x], axis=-1)
-    return _Law(("log_B",), ((math.log(0.02), math.log(B_BOUNDS[1])),), ("A", "D"),
-                ((-1.0, A_MAX), (0.0, np.inf)), design)
+
+    return _Law(
+        ("log_B",),
+        ((math.log(0.02), math.log(B_BOUNDS[1])),),
+        ("A", "D"),
+        ((-1.0, A_MAX), (0.0, np.inf)),
+        design,
+    )
 
 
 def _bounded_wls(offset, X, y, w, bounds, fixed: dict[int, float] | None = None):
@@ -209,7 +220,7 @@ def _bounded_wls(offset, X, y, w, bounds, fixed: dict[int, float] | None = None)
     b0 = (M[:, 1, 1] * v[:, 0] - M[:, 0, 1] * v[:, 1]) / det
     b1 = (M[:, 0, 0] * v[:, 1] - M[:, 1, 0] * v[:, 0]) / det
     cands = [np.stack([b0, b1], -1)]
-    for j in range(2):          # faces: parameter j at a bound, the other solved and clipped
+    for j in range(2):  # faces: parameter j at a bound, the other solved and clipped
         o = 1 - j
         for bound in (lo[j], hi[j]):
             if not np.isfinite(bound):
@@ -250,7 +261,7 @@ class _Fitter:
 
     def __init__(self, law: _Law, pts: Points):
         self.law, self.pts = law, pts
-        self.w = 1.0 / pts.s ** 2
+        self.w = 1.0 / pts.s**2
 
     def _eval(self, nl_GxP, fixed_lin=None):
         off, X = self.law.design(self.pts.C, nl_GxP)
@@ -263,8 +274,12 @@ class _Fitter:
         mesh = np.meshgrid(*axes, indexing="ij")
         return np.stack([m.ravel() for m in mesh], axis=-1)
 
-    def solve(self, fixed_nl: dict[int, float] | None = None,
-              fixed_lin: dict[int, float] | None = None, n_starts: int = 3) -> _Solution:
+    def solve(
+        self,
+        fixed_nl: dict[int, float] | None = None,
+        fixed_lin: dict[int, float] | None = None,
+        n_starts: int = 3,
+    ) -> _Solution:
         """Minimum chi^2 with some parameters held fixed: grid, then polish the best cells."""
         fixed_nl = fixed_nl or {}
         grid = self._grid(fixed_nl)
@@ -290,7 +305,7 @@ class _Fitter:
             return (self.pts.y - off[0] - X[0] @ l[0]) * sw
 
         starts, seen = [], []
-        for i in order[: 50]:
+        for i in order[:50]:
             x0 = grid[i][free]
             if all(np.max(np.abs(x0 - s) / (hi - lo)) > 0.1 for s in seen):
                 seen.append(x0)
@@ -300,8 +315,16 @@ class _Fitter:
         for x0 in starts:
             x0 = np.clip(x0, lo + 1e-9 * (hi - lo), hi - 1e-9 * (hi - lo))
             try:
-                r = optimize.least_squares(resid, x0, bounds=(lo, hi), method="trf",
-                                           x_scale="jac", xtol=1e-10, ftol=1e-12, max_nfev=400)
+                r = optimize.least_squares(
+                    resid,
+                    x0,
+                    bounds=(lo, hi),
+                    method="trf",
+                    x_scale="jac",
+                    xtol=1e-10,
+                    ftol=1e-12,
+                    max_nfev=400,
+                )
             except (ValueError, np.linalg.LinAlgError):
                 continue
             chi = float(r.fun @ r.fun)
@@ -313,6 +336,7 @@ class _Fitter:
 
 
 # ---- results -------------------------------------------------------------------------------
+
 
 @dataclasses.dataclass(frozen=True)
 class Fit:
@@ -344,13 +368,18 @@ def _to_params(law_name: str, law: _Law, sol: _Solution, r0: float | None) -> di
     named = dict(zip(law.lin_names, map(float, sol.lin)))
     nl = dict(zip(law.nl_names, map(float, sol.nl)))
     if law_name == "sigmoid":
-        return {"A": named["A"], "B": math.exp(nl["log_B"]), "C_mid": math.exp(nl["log_C_mid"]),
-                "R0": named.get("R0", r0)}
+        return {
+            "A": named["A"],
+            "B": math.exp(nl["log_B"]),
+            "C_mid": math.exp(nl["log_C_mid"]),
+            "R0": named.get("R0", r0),
+        }
     return {"A": named["A"], "B": math.exp(nl["log_B"]), "C_mid": None, "D": named["D"], "R0": r0}
 
 
-def _profile_ci(fitter: _Fitter, best: _Solution, kind: str, index: int,
-                threshold: float) -> tuple[float, float, bool, bool]:
+def _profile_ci(
+    fitter: _Fitter, best: _Solution, kind: str, index: int, threshold: float
+) -> tuple[float, float, bool, bool]:
     """95% profile interval of one parameter (in fit space). Returns (lo, hi, lo_hit, hi_hit):
     *_hit = the chi^2 never rose by `threshold` before the parameter bound."""
     if kind == "lin":
@@ -370,15 +399,22 @@ def _profile_ci(fitter: _Fitter, best: _Solution, kind: str, index: int,
             out.append((bound, True))
             continue
         # chi2(x_hat) < target <= chi2(bound): Brent's root of the profile's rise.
-        root = optimize.brentq(lambda v: prof(v) - target, x_hat, bound,
-                               xtol=1e-4 * max(1.0, abs(x_hat)), maxiter=40)
+        root = optimize.brentq(
+            lambda v: prof(v) - target, x_hat, bound, xtol=1e-4 * max(1.0, abs(x_hat)), maxiter=40
+        )
         out.append((float(root), False))
     (lo, lo_hit), (hi, hi_hit) = out
     return lo, hi, lo_hit, hi_hit
 
 
-def fit_law(pts: Points, law: str = "sigmoid", r0: float | None = None,
-            ci_method: str = "profile", n_boot: int = 200, seed: int = 0) -> Fit:
+def fit_law(
+    pts: Points,
+    law: str = "sigmoid",
+    r0: float | None = None,
+    ci_method: str = "profile",
+    n_boot: int = 200,
+    seed: int = 0,
+) -> Fit:
     """Fit `law` to `pts` and attach 95% intervals + flags.
 
     `pts` are the points past the burn-in, plus (sigmoid only) optionally the start evaluation at
@@ -392,15 +428,16 @@ def fit_law(pts: Points, law: str = "sigmoid", r0: float | None = None,
     if not (np.all(np.isfinite(pts.C)) and np.all(np.isfinite(pts.y))):
         raise AnalysisError("compute and pass_rate must be finite numbers (found NaN/inf)")
     if np.any(pts.C < 0) or (law == "powerlaw" and np.any(pts.C <= 0)):
-        raise AnalysisError("compute must be >= 0 (and > 0 for the power law, which diverges "
-                            "at C = 0)")
+        raise AnalysisError("compute must be >= 0 (and > 0 for the power law, which diverges at C = 0)")
     if np.any((pts.y < 0) | (pts.y > 1)):
         raise AnalysisError("pass_rate must lie in [0, 1]")
     n_lin = 1 if (law == "sigmoid" and r0 is not None) else 2
     n_par = n_lin + (2 if law == "sigmoid" else 1)
     if len(pts) < max(MIN_POINTS, n_par + 1):
-        raise AnalysisError(f"need at least {max(MIN_POINTS, n_par + 1)} evaluation points after "
-                            f"the burn-in to fit the {law} law (got {len(pts)}); lower --burn-in")
+        raise AnalysisError(
+            f"need at least {max(MIN_POINTS, n_par + 1)} evaluation points after "
+            f"the burn-in to fit the {law} law (got {len(pts)}); lower --burn-in"
+        )
     if len(np.unique(pts.C)) < n_par:
         raise AnalysisError("need evaluation points at several distinct compute values")
     spec = _sigmoid_law(pts.C, r0) if law == "sigmoid" else _power_law(pts.C)
@@ -423,9 +460,18 @@ def fit_law(pts: Points, law: str = "sigmoid", r0: float | None = None,
     else:
         ci, hits = _bootstrap_ci(law, spec, pts, r0, best, n_boot, seed, bounds)
     flags = _flags(law, params, ci, hits, pts, bounds)
-    return Fit(law=law, params=params, ci=ci, flags=tuple(flags), chi2=best.chi2, dof=dof,
-               n_points=len(pts), fit_range=(float(pts.C[pts.C > 0].min()), float(pts.C.max())),
-               ci_method=ci_method, bounds=bounds)
+    return Fit(
+        law=law,
+        params=params,
+        ci=ci,
+        flags=tuple(flags),
+        chi2=best.chi2,
+        dof=dof,
+        n_points=len(pts),
+        fit_range=(float(pts.C[pts.C > 0].min()), float(pts.C.max())),
+        ci_method=ci_method,
+        bounds=bounds,
+    )
 
 
 def _locate(spec: _Law, name: str) -> tuple[str, int]:
@@ -533,6 +579,7 @@ def gain_per_decade(pts: Points) -> dict[str, float]:
 
 # ---- reward vs KL (Gao et al.) ---------------------------------------------------------------
 
+
 @dataclasses.dataclass(frozen=True)
 class GaoFit:
     """gain(d) = d (alpha - beta log d) ("log": RL form) or d (alpha - beta d) ("linear":
@@ -543,15 +590,16 @@ class GaoFit:
     beta: float
     alpha_se: float
     beta_se: float
-    d_peak: float | None   # d where the fitted gain peaks (None if it never turns over)
+    d_peak: float | None  # d where the fitted gain peaks (None if it never turns over)
 
     def predict(self, d) -> np.ndarray:
         fn = gao_log if self.form == "log" else gao_linear
         return fn(d, self.alpha, self.beta)
 
 
-def fit_gao(kl: Sequence[float], gain: Sequence[float], form: str = "log",
-            stderr: Sequence[float] | None = None) -> GaoFit:
+def fit_gao(
+    kl: Sequence[float], gain: Sequence[float], form: str = "log", stderr: Sequence[float] | None = None
+) -> GaoFit:
     """Weighted linear least squares for Gao et al.'s forms, "log" (RL) or "linear" (best-of-n);
     both are linear in alpha, beta."""
     if form not in ("log", "linear"):
@@ -564,13 +612,16 @@ def fit_gao(kl: Sequence[float], gain: Sequence[float], form: str = "log",
     d = np.sqrt(kl[keep])
     s = floor_stderr(np.full(d.shape, np.nan) if stderr is None else np.asarray(stderr)[keep])
     X = np.stack([d, -d * (np.log(d) if form == "log" else d)], -1)
-    w = 1.0 / s ** 2
+    w = 1.0 / s**2
     M = X.T @ (X * w[:, None])
     cov = np.linalg.pinv(M)
     beta_v = cov @ (X.T @ (w * g[keep]))
     res = g[keep] - X @ beta_v
-    scale = max(1.0, float(res @ (w * res)) / max(1, d.size - 2)) if stderr is not None else \
-        float(res @ (w * res)) / max(1, d.size - 2)
+    scale = (
+        max(1.0, float(res @ (w * res)) / max(1, d.size - 2))
+        if stderr is not None
+        else float(res @ (w * res)) / max(1, d.size - 2)
+    )
     se = np.sqrt(np.maximum(np.diag(cov) * scale, 0.0))
     a, b = float(beta_v[0]), float(beta_v[1])
     peak = None
@@ -579,8 +630,9 @@ def fit_gao(kl: Sequence[float], gain: Sequence[float], form: str = "log",
     return GaoFit(form, a, b, float(se[0]), float(se[1]), peak)
 
 
-def fit_params(pts: Points, law: str = "sigmoid", r0: float | None = None,
-               n_starts: int = 2) -> dict[str, float | None]:
+def fit_params(
+    pts: Points, law: str = "sigmoid", r0: float | None = None, n_starts: int = 2
+) -> dict[str, float | None]:
     """Best-fit parameters only (no intervals, no flags): for bootstrap bands and refits."""
     spec = _sigmoid_law(pts.C, r0) if law == "sigmoid" else _power_law(pts.C[pts.C > 0])
     if law != "sigmoid":

@@ -35,8 +35,11 @@ from models.base.errors import AnalysisError
 from models.base.fingerprint import fingerprint
 
 DPI = 130
-FIGURE_FILES = {"curves": "rl_curves.png", "prediction_card": "rl_prediction_card.png",
-                "reward_vs_kl": "rl_reward_vs_kl.png"}
+FIGURE_FILES = {
+    "curves": "rl_curves.png",
+    "prediction_card": "rl_prediction_card.png",
+    "reward_vs_kl": "rl_reward_vs_kl.png",
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -93,7 +96,7 @@ def group_recipes(runs: Sequence[pathlib.Path]) -> list[Recipe]:
             try:
                 curves.append(load_curve(r))
             except AnalysisError:
-                continue             # a run that has not evaluated 3 times yet
+                continue  # a run that has not evaluated 3 times yet
         if curves:
             recipes.append(Recipe(label, tuple(rs), tuple(curves), configs[key]))
     return sorted(recipes, key=lambda x: x.label)
@@ -106,7 +109,7 @@ def rank(results: dict[str, dict]) -> list[str]:
     ok = [k for k, r in results.items() if not r["flags"]]
     ok.sort(key=lambda k: -results[k]["params"]["A"])
     changed = True
-    while changed:                      # bubble B-order within overlapping-A neighbours
+    while changed:  # bubble B-order within overlapping-A neighbours
         changed = False
         for i in range(len(ok) - 1):
             a, b = results[ok[i]], results[ok[i + 1]]
@@ -119,14 +122,17 @@ def rank(results: dict[str, dict]) -> list[str]:
     return ok + flagged
 
 
-def _band(curves: Sequence[RLCurve], opts: FitOptions, C_grid: np.ndarray, n_boot: int = 40,
-          seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+def _band(
+    curves: Sequence[RLCurve], opts: FitOptions, C_grid: np.ndarray, n_boot: int = 40, seed: int = 0
+) -> tuple[np.ndarray, np.ndarray]:
     """Pointwise 95% band of the fitted curve: refits on evaluation points resampled with
     replacement (pooled over seeds)."""
-    pts = [fit_points(c, burn_in_cutoff(c, opts.burn_in, opts.burn_in_frac), keep_start=True)
-           for c in curves]
-    P = Points.make(np.concatenate([p.C for p in pts]), np.concatenate([p.y for p in pts]),
-                    np.concatenate([p.s for p in pts]))
+    pts = [fit_points(c, burn_in_cutoff(c, opts.burn_in, opts.burn_in_frac), keep_start=True) for c in curves]
+    P = Points.make(
+        np.concatenate([p.C for p in pts]),
+        np.concatenate([p.y for p in pts]),
+        np.concatenate([p.s for p in pts]),
+    )
     rng = np.random.default_rng(seed)
     draws = []
     for _ in range(n_boot):
@@ -160,11 +166,20 @@ class RLFits:
     def as_dict(self) -> dict[str, Any]:
         """JSON form (`rl-report --json`): recipes in rank order, then the unfitted ones."""
         ranked = rank(self.results)
-        rows = [{"rank": i, "label": label, "runs": [str(r) for r in self.recipe(label).runs],
-                 "fit": self.results[label], "prediction_fit": self.preds.get(label)}
-                for i, label in enumerate(ranked, 1)]
-        rows += [{"rank": None, "label": label, "runs": [str(r) for r in self.recipe(label).runs],
-                  "error": msg} for label, msg in self.errors.items()]
+        rows = [
+            {
+                "rank": i,
+                "label": label,
+                "runs": [str(r) for r in self.recipe(label).runs],
+                "fit": self.results[label],
+                "prediction_fit": self.preds.get(label),
+            }
+            for i, label in enumerate(ranked, 1)
+        ]
+        rows += [
+            {"rank": None, "label": label, "runs": [str(r) for r in self.recipe(label).runs], "error": msg}
+            for label, msg in self.errors.items()
+        ]
         return {"runs_dir": self.runs_dir, "fit_until_frac": self.fit_until_frac, "recipes": rows}
 
 
@@ -198,18 +213,35 @@ def curves_figure(fits: RLFits) -> Figure:
         col = colors[i % len(colors)]
         rc = fits.recipe(label)
         for c in rc.curves:
-            ax.errorbar(c.compute, c.pass_rate, yerr=np.nan_to_num(c.stderr), fmt="o", ms=2.5,
-                        color=col, alpha=0.45, lw=0.6)
+            ax.errorbar(
+                c.compute,
+                c.pass_rate,
+                yerr=np.nan_to_num(c.stderr),
+                fmt="o",
+                ms=2.5,
+                color=col,
+                alpha=0.45,
+                lw=0.6,
+            )
         c_max = max(c.final_compute for c in rc.curves)
         c_min = min(c.compute[c.compute > 0].min() for c in rc.curves)
         flagged = bool(res["flags"])
         grid = np.geomspace(c_min, c_max * (1.0 if flagged else 3.0), 200)
         lo, hi = _band(rc.curves, opts, grid)
         ax.fill_between(grid, lo, hi, color=col, alpha=0.15, lw=0)
-        tag = (f"no ceiling ({', '.join(res['flags'])})" if flagged else
-               f"A={res['params']['A']:.3f}, B={res['params']['B']:.2f}")
-        ax.plot(grid, predict("sigmoid", res["params"], grid), "--" if flagged else "-", color=col, lw=1.6,
-                label=f"{label}: {tag}")
+        tag = (
+            f"no ceiling ({', '.join(res['flags'])})"
+            if flagged
+            else f"A={res['params']['A']:.3f}, B={res['params']['B']:.2f}"
+        )
+        ax.plot(
+            grid,
+            predict("sigmoid", res["params"], grid),
+            "--" if flagged else "-",
+            color=col,
+            lw=1.6,
+            label=f"{label}: {tag}",
+        )
     ax.set_xscale("log")
     ax.set_xlabel("RL compute C (FLOPs, evaluation excluded)")
     ax.set_ylabel("held-out pass@1")
@@ -238,8 +270,11 @@ def prediction_card_figure(fits: RLFits) -> Figure:
         ax.axvline(frac * c_end, color="gray", lw=0.8)
         p = pr["prediction"]
         verdict = ("FLAGGED: " + ", ".join(pr["flags"])) if pr["flags"] else "identified"
-        ax.set_title(f"{label}\npred {p['final_pred']:.3f} vs actual {p['final_actual']:.3f} "
-                     f"(|err| {p['final_abs_error']:.3f})\n{verdict}", fontsize=8)
+        ax.set_title(
+            f"{label}\npred {p['final_pred']:.3f} vs actual {p['final_actual']:.3f} "
+            f"(|err| {p['final_abs_error']:.3f})\n{verdict}",
+            fontsize=8,
+        )
         ax.set_xlabel("RL compute C")
         ax.set_ylabel("pass@1")
         ax.grid(alpha=0.3)
@@ -267,8 +302,11 @@ def gao_fits(fits: RLFits) -> dict[str, tuple[np.ndarray, np.ndarray, GaoFit | N
 
 
 def gao_lines(gao: dict[str, tuple[np.ndarray, np.ndarray, GaoFit | None]]) -> list[str]:
-    return [f"{label}: gain = d({g.alpha:.3f} {'-' if g.beta >= 0 else '+'} {abs(g.beta):.3f} log d)"
-            for label, (_, _, g) in gao.items() if g is not None]
+    return [
+        f"{label}: gain = d({g.alpha:.3f} {'-' if g.beta >= 0 else '+'} {abs(g.beta):.3f} log d)"
+        for label, (_, _, g) in gao.items()
+        if g is not None
+    ]
 
 
 def reward_vs_kl_figure(fits: RLFits, gao: dict | None = None) -> Figure:
@@ -304,14 +342,25 @@ def _ranking_row(fits: RLFits, rank_no: int, label: str) -> str:
     if r["flags"]:
         g = r.get("gain_per_decade") or {}
         a_txt, b_txt, c_txt = "—", "—", "—"
-        f_txt = f"{', '.join(r['flags'])}; {g.get('value', float('nan')):+.3f} ± {g.get('stderr', float('nan')):.3f}"
+        f_txt = (
+            f"{', '.join(r['flags'])}; "
+            f"{g.get('value', float('nan')):+.3f} ± {g.get('stderr', float('nan')):.3f}"
+        )
     else:
         a_txt = f"{r['params']['A']:.3f} [{r['ci']['A'][0]:.3f}, {r['ci']['A'][1]:.3f}]"
         b_txt, c_txt, f_txt = f"{r['params']['B']:.2f}", f"{r['params']['C_mid']:.3g}", "none"
-    p_txt = (f"{p['final_pred']:.3f} vs {p['final_actual']:.3f} ({p['final_abs_error']:.3f})"
-             + (" — flagged" if pr["flags"] else "")) if p else "—"
-    return (f"| {rank_no} | {label} | {len(fits.recipe(label).runs)} | {a_txt} | {b_txt} | {c_txt} "
-            f"| {f_txt} | {final:.3f} | {p_txt} |")
+    p_txt = (
+        (
+            f"{p['final_pred']:.3f} vs {p['final_actual']:.3f} ({p['final_abs_error']:.3f})"
+            + (" — flagged" if pr["flags"] else "")
+        )
+        if p
+        else "—"
+    )
+    return (
+        f"| {rank_no} | {label} | {len(fits.recipe(label).runs)} | {a_txt} | {b_txt} | {c_txt} "
+        f"| {f_txt} | {final:.3f} | {p_txt} |"
+    )
 
 
 def _seed_spread_lines(fits: RLFits) -> list[str]:
@@ -322,57 +371,74 @@ def _seed_spread_lines(fits: RLFits) -> list[str]:
             continue
         if sp["n_flagged"] == 0:
             a = sp["A"]
-            lines.append(f"\n{label}: seed-to-seed A (per-seed fits) {a['mean']:.3f} ± {a['std']:.3f} "
-                         f"(n={a['n']}).")
+            lines.append(
+                f"\n{label}: seed-to-seed A (per-seed fits) {a['mean']:.3f} ± {a['std']:.3f} (n={a['n']})."
+            )
         else:
             g = sp["gain_per_decade"]
-            lines.append(f"\n{label}: {sp['n_flagged']} of {g['n']} per-seed fits flagged, so no "
-                         f"per-seed ceilings; seed-to-seed gain per decade {g['mean']:+.3f} ± "
-                         f"{g['std']:.3f}.")
+            lines.append(
+                f"\n{label}: {sp['n_flagged']} of {g['n']} per-seed fits flagged, so no "
+                f"per-seed ceilings; seed-to-seed gain per decade {g['mean']:+.3f} ± "
+                f"{g['std']:.3f}."
+            )
     return lines
 
 
 def section_markdown(fits: RLFits, gao: list[str]) -> str:
     """The markdown section: method, ranking table, seed spread, unfitted recipes, Gao fits, figures."""
-    lines = ["## RL scaling", "",
-             f"Runs: {sum(len(r.runs) for r in fits.recipes)} in {len(fits.recipes)} recipe(s) under "
-             f"`{fits.runs_dir}`. Fit: ScaleRL sigmoid R(C) = R0 + (A − R0)/(1 + (C_mid/C)^B), R0 "
-             "anchored by the step-0 evaluation, burn-in = min(10% of final compute, one pass over "
-             "the prompts), 95% profile-likelihood intervals. A flagged fit gives no ceiling, only "
-             "the gain per decade of compute observed so far.", "",
-             "Ranking: by ceiling A; recipes whose A intervals overlap are ordered by efficiency B; "
-             "flagged recipes last, by observed gain per decade.", "",
-             "| rank | recipe | runs | A [95% CI] | B | C_mid | flags / gain per decade | final pass@1 | "
-             f"prediction from {fits.fit_until_frac:g} of C: pred vs actual (abs err) |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "## RL scaling",
+        "",
+        f"Runs: {sum(len(r.runs) for r in fits.recipes)} in {len(fits.recipes)} recipe(s) under "
+        f"`{fits.runs_dir}`. Fit: ScaleRL sigmoid R(C) = R0 + (A − R0)/(1 + (C_mid/C)^B), R0 "
+        "anchored by the step-0 evaluation, burn-in = min(10% of final compute, one pass over "
+        "the prompts), 95% profile-likelihood intervals. A flagged fit gives no ceiling, only "
+        "the gain per decade of compute observed so far.",
+        "",
+        "Ranking: by ceiling A; recipes whose A intervals overlap are ordered by efficiency B; "
+        "flagged recipes last, by observed gain per decade.",
+        "",
+        "| rank | recipe | runs | A [95% CI] | B | C_mid | flags / gain per decade | final pass@1 | "
+        f"prediction from {fits.fit_until_frac:g} of C: pred vs actual (abs err) |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     lines += [_ranking_row(fits, i, label) for i, label in enumerate(rank(fits.results), 1)]
     lines += _seed_spread_lines(fits)
     lines += [f"\n{label}: not fitted ({msg})." for label, msg in fits.errors.items()]
     if gao:
         lines += ["", "Reward vs KL (Gao et al. 2023, RL form, d = sqrt(KL)): " + "; ".join(gao) + "."]
-    lines += ["", f"![RL curves]({FIGURE_FILES['curves']})", "",
-              f"![prediction card]({FIGURE_FILES['prediction_card']})", "",
-              f"![reward vs KL]({FIGURE_FILES['reward_vs_kl']})", ""]
+    lines += [
+        "",
+        f"![RL curves]({FIGURE_FILES['curves']})",
+        "",
+        f"![prediction card]({FIGURE_FILES['prediction_card']})",
+        "",
+        f"![reward vs KL]({FIGURE_FILES['reward_vs_kl']})",
+        "",
+    ]
     return "\n".join(lines)
 
 
-def rl_report(runs_dir: str | pathlib.Path, out_dir: str | pathlib.Path,
-              fit_until_frac: float = 0.5) -> dict[str, Any]:
+def rl_report(
+    runs_dir: str | pathlib.Path, out_dir: str | pathlib.Path, fit_until_frac: float = 0.5
+) -> dict[str, Any]:
     """Fit, write the three figures and rl_section.md into `out_dir`; return
     {"markdown", "figures": {name: file}, **RLFits.as_dict()}."""
     out = pathlib.Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     fits = fit_recipes(runs_dir, fit_until_frac)
     gao = gao_fits(fits)
-    for name, fig in (("curves", curves_figure(fits)), ("prediction_card", prediction_card_figure(fits)),
-                      ("reward_vs_kl", reward_vs_kl_figure(fits, gao))):
+    for name, fig in (
+        ("curves", curves_figure(fits)),
+        ("prediction_card", prediction_card_figure(fits)),
+        ("reward_vs_kl", reward_vs_kl_figure(fits, gao)),
+    ):
         fig.savefig(out / FIGURE_FILES[name], dpi=DPI)
     md = section_markdown(fits, gao_lines(gao))
     (out / "rl_section.md").write_text(md)
     return {"markdown": md, "figures": dict(FIGURE_FILES), **fits.as_dict()}
 
 
-def rl_section(runs_dir: str | pathlib.Path, out_dir: str | pathlib.Path,
-               fit_until_frac: float = 0.5) -> str:
+def rl_section(runs_dir: str | pathlib.Path, out_dir: str | pathlib.Path, fit_until_frac: float = 0.5) -> str:
     """Write RL figures into `out_dir` and return the markdown section that references them."""
     return rl_report(runs_dir, out_dir, fit_until_frac)["markdown"]

@@ -27,12 +27,19 @@ from typing import Any, Callable, Iterable, Iterator
 import numpy as np
 
 from experiments.prepare_data import format as fmt
-from experiments.prepare_data.sources import (PrepareError, Source, count_documents, doc_is_val,
-                                              expand_inputs, inputs_identity, iter_documents)
+from experiments.prepare_data.sources import (
+    PrepareError,
+    Source,
+    count_documents,
+    doc_is_val,
+    expand_inputs,
+    inputs_identity,
+    iter_documents,
+)
 from experiments.prepare_data.tokenizer import find_eot, load_tokenizer, train_bpe
 from models.base.portable import available_cpus
 
-CHUNK_CHARS = 1 << 19          # characters of text per work item (a few hundred ms of tokenizing)
+CHUNK_CHARS = 1 << 19  # characters of text per work item (a few hundred ms of tokenizing)
 DEFAULT_VOCAB = 8192
 
 
@@ -47,8 +54,8 @@ class PrepareOptions:
     text_column: str = "text"
     val_fraction: float = 0.05
     shard_tokens: int = 100_000_000
-    workers: int = 0                       # 0 = every CPU this process may use
-    chunk_chars: int = CHUNK_CHARS         # characters per work item (tests make it small)
+    workers: int = 0  # 0 = every CPU this process may use
+    chunk_chars: int = CHUNK_CHARS  # characters per work item (tests make it small)
     tokenizer_train_chars: int | None = 1_000_000_000
     eot_token: str | None = None
     pad_vocab_multiple: int = 1
@@ -91,7 +98,7 @@ def _init_worker(tokenizer_path: str, eot_id: int, dtype: str, val_fraction: flo
     if not threads:
         os.environ["TOKENIZERS_PARALLELISM"] = "false"
     tok = load_tokenizer(Path(tokenizer_path))
-    tok.encode_special_tokens = True   # a literal "<|endoftext|>" in a document is text, not a separator
+    tok.encode_special_tokens = True  # a literal "<|endoftext|>" in a document is text, not a separator
     _W.update(tok=tok, eot=eot_id, dtype=np.dtype(dtype), val_fraction=val_fraction)
 
 
@@ -99,7 +106,7 @@ def _tokenize(docs: list[str]) -> _Chunk:
     tok, eot, dtype = _W["tok"], _W["eot"], _W["dtype"]
     parts: dict[bool, list[np.ndarray]] = {False: [], True: []}
     nbytes = 0
-    encode = getattr(tok, "encode_batch_fast", tok.encode_batch)   # _fast: no offsets (~25% faster)
+    encode = getattr(tok, "encode_batch_fast", tok.encode_batch)  # _fast: no offsets (~25% faster)
     for doc, enc in zip(docs, encode(docs, add_special_tokens=False)):
         ids = enc.ids
         arr = np.empty(len(ids) + 1, dtype=dtype)
@@ -112,6 +119,7 @@ def _tokenize(docs: list[str]) -> _Chunk:
 
 
 # ---- the main process ----------------------------------------------------------------------
+
 
 def _chunks(docs: Iterable[str], chunk_chars: int) -> Iterator[list[str]]:
     buf: list[str] = []
@@ -126,8 +134,9 @@ def _chunks(docs: Iterable[str], chunk_chars: int) -> Iterator[list[str]]:
         yield buf
 
 
-def _ordered_map(fn: Callable[[Any], Any], items: Iterator[Any], pool: cf.Executor | None,
-                 depth: int) -> Iterator[tuple[Any, bool]]:
+def _ordered_map(
+    fn: Callable[[Any], Any], items: Iterator[Any], pool: cf.Executor | None, depth: int
+) -> Iterator[tuple[Any, bool]]:
     """(fn(item), more results follow) in item order, with at most `depth` items read ahead (a
     pool's own map would read the whole input into its queue)."""
     q: collections.deque = collections.deque()
@@ -160,7 +169,7 @@ class _Progress:
         self.t0 = self.t_line = time.time()
         if enabled and sys.stderr.isatty():
             try:
-                from tqdm import tqdm   # installed with tokenizers (via huggingface-hub)
+                from tqdm import tqdm  # installed with tokenizers (via huggingface-hub)
             except ImportError:
                 return
             self.bar = tqdm(total=total, unit="doc", dynamic_ncols=True, file=sys.stderr, mininterval=0.5)
@@ -173,8 +182,12 @@ class _Progress:
             self.bar.set_postfix_str(f"{self.nbytes / 1e6:,.0f} MB", refresh=False)
         elif self.enabled and time.time() - self.t_line > 30:
             self.t_line = time.time()
-            print(f"tokenized {self.docs:,}/{self.total:,} documents, {self.nbytes / 1e6:,.1f} MB "
-                  f"({self.nbytes / 1e6 / (self.t_line - self.t0):.2f} MB/s)", file=sys.stderr, flush=True)
+            print(
+                f"tokenized {self.docs:,}/{self.total:,} documents, {self.nbytes / 1e6:,.1f} MB "
+                f"({self.nbytes / 1e6 / (self.t_line - self.t0):.2f} MB/s)",
+                file=sys.stderr,
+                flush=True,
+            )
 
     def close(self) -> None:
         if self.bar is not None:
@@ -188,13 +201,23 @@ def _say(msg: str) -> None:
 def _fingerprint(opts: PrepareOptions, sources: list[Source]) -> str:
     """A hash of everything the output depends on (not the worker count): a re-run resumes, or
     finds its work done, only if it is equal."""
-    tok = ({"file_sha256": fmt.sha256_file(opts.tokenizer)} if opts.tokenizer else
-           {"train_bpe": opts.vocab_size or DEFAULT_VOCAB, "train_chars": opts.tokenizer_train_chars})
-    fields = {"format_version": fmt.FORMAT_VERSION, "inputs": inputs_identity(sources),
-              "text_column": opts.text_column, "val_fraction": opts.val_fraction,
-              "shard_tokens": opts.shard_tokens, "tokenizer": tok, "eot_token": opts.eot_token,
-              "vocab_size": opts.vocab_size, "pad_vocab_multiple": opts.pad_vocab_multiple,
-              "chunk_chars": opts.chunk_chars}
+    tok = (
+        {"file_sha256": fmt.sha256_file(opts.tokenizer)}
+        if opts.tokenizer
+        else {"train_bpe": opts.vocab_size or DEFAULT_VOCAB, "train_chars": opts.tokenizer_train_chars}
+    )
+    fields = {
+        "format_version": fmt.FORMAT_VERSION,
+        "inputs": inputs_identity(sources),
+        "text_column": opts.text_column,
+        "val_fraction": opts.val_fraction,
+        "shard_tokens": opts.shard_tokens,
+        "tokenizer": tok,
+        "eot_token": opts.eot_token,
+        "vocab_size": opts.vocab_size,
+        "pad_vocab_multiple": opts.pad_vocab_multiple,
+        "chunk_chars": opts.chunk_chars,
+    }
     return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()
 
 
@@ -204,8 +227,11 @@ _SHARD_FILE = re.compile(r"(train|val_part)_\d{6}\.bin")
 def _clear(out: Path, keep: tuple[str, ...] = ()) -> None:
     """Remove what a preparation writes in `out` (and nothing else), except the names in `keep`."""
     for p in out.iterdir():
-        ours = (p.name in (fmt.META, fmt.PROGRESS, fmt.VAL, fmt.TOKENIZER) or _SHARD_FILE.fullmatch(p.name)
-                or (p.name.startswith(".") and p.name.endswith(".tmp")))
+        ours = (
+            p.name in (fmt.META, fmt.PROGRESS, fmt.VAL, fmt.TOKENIZER)
+            or _SHARD_FILE.fullmatch(p.name)
+            or (p.name.startswith(".") and p.name.endswith(".tmp"))
+        )
         if ours and p.is_file() and p.name not in keep:
             p.unlink()
 
@@ -223,17 +249,20 @@ def _existing_state(out: Path, fp: str, overwrite: bool) -> tuple[dict | None, d
         except ValueError:
             rec = {}
         if rec.get("preparation_id") != fp:
-            raise PrepareError(f"{out} already holds {what} from other inputs or options; pass --overwrite "
-                               "to replace it, or choose another --out")
-        if name == fmt.META:   # finished: tidy what an interruption after meta.json may have left
+            raise PrepareError(
+                f"{out} already holds {what} from other inputs or options; pass --overwrite "
+                "to replace it, or choose another --out"
+            )
+        if name == fmt.META:  # finished: tidy what an interruption after meta.json may have left
             _clear(out, keep=(fmt.META, fmt.TOKENIZER, fmt.VAL, *(s["name"] for s in rec.get("shards", []))))
             return rec, None
         return None, rec
     return None, None
 
 
-def _make_tokenizer(opts: PrepareOptions, sources: list[Source], progress: dict | None,
-                    n_docs: int) -> tuple[Any, str]:
+def _make_tokenizer(
+    opts: PrepareOptions, sources: list[Source], progress: dict | None, n_docs: int
+) -> tuple[Any, str]:
     """(tokenizer, sha256 of out/tokenizer.json): the user's file copied verbatim, the one an
     interrupted run already trained, or a byte-level BPE trained now."""
     dest = opts.out / fmt.TOKENIZER
@@ -252,8 +281,10 @@ def _make_tokenizer(opts: PrepareOptions, sources: list[Source], progress: dict 
         raise PrepareError("the inputs hold no text (every document is empty or blank)")
     tok = train_bpe(_prepend(first, docs), vocab, n_docs, opts.tokenizer_train_chars)
     fmt.write_atomic(dest, tok.to_str())
-    _say(f"trained a byte-level BPE tokenizer: {tok.get_vocab_size():,} tokens (asked {vocab:,}) in "
-         f"{time.time() - t0:.1f}s")
+    _say(
+        f"trained a byte-level BPE tokenizer: {tok.get_vocab_size():,} tokens (asked {vocab:,}) in "
+        f"{time.time() - t0:.1f}s"
+    )
     return load_tokenizer(dest), fmt.sha256_file(dest)
 
 
@@ -268,9 +299,11 @@ def _vocab(opts: PrepareOptions, tok: Any) -> tuple[int, int]:
     m = opts.pad_vocab_multiple
     padded = -(-own // m) * m
     if opts.tokenizer is not None and opts.vocab_size is not None and opts.vocab_size != padded:
-        raise PrepareError(f"tokenizer/vocab mismatch: --vocab-size {opts.vocab_size} but {opts.tokenizer} "
-                           f"has {own:,} tokens{f' ({padded:,} padded)' if padded != own else ''}; "
-                           "drop --vocab-size")
+        raise PrepareError(
+            f"tokenizer/vocab mismatch: --vocab-size {opts.vocab_size} but {opts.tokenizer} "
+            f"has {own:,} tokens{f' ({padded:,} padded)' if padded != own else ''}; "
+            "drop --vocab-size"
+        )
     return padded, own
 
 
@@ -303,13 +336,23 @@ def _flush(out: Path, progress: dict, pend: _Pending, dtype: str) -> None:
     i = len(progress["shards"])
     train = np.concatenate(pend.train).astype(dtype, copy=False)
     fmt.write_atomic(out / fmt.shard_name(i), train)
-    entry = {"name": fmt.shard_name(i), "tokens": int(train.size), "documents": pend.train_docs,
-             "sha256": hashlib.sha256(memoryview(train).cast("B")).hexdigest(), "text_bytes": pend.text_bytes,
-             "chunks_end": progress["chunks_done"] + pend.chunks, "val_part": None}
+    entry = {
+        "name": fmt.shard_name(i),
+        "tokens": int(train.size),
+        "documents": pend.train_docs,
+        "sha256": hashlib.sha256(memoryview(train).cast("B")).hexdigest(),
+        "text_bytes": pend.text_bytes,
+        "chunks_end": progress["chunks_done"] + pend.chunks,
+        "val_part": None,
+    }
     val = np.concatenate(pend.val).astype(dtype, copy=False) if pend.val else np.zeros(0, dtype)
     if val.size:
         fmt.write_atomic(out / fmt.val_part_name(i), val)
-        entry["val_part"] = {"name": fmt.val_part_name(i), "tokens": int(val.size), "documents": pend.val_docs}
+        entry["val_part"] = {
+            "name": fmt.val_part_name(i),
+            "tokens": int(val.size),
+            "documents": pend.val_docs,
+        }
     progress["shards"].append(entry)
     progress["chunks_done"] = entry["chunks_end"]
     fmt.write_json(out / fmt.PROGRESS, progress)
@@ -320,7 +363,9 @@ def _tail_split(buf: np.ndarray, eot: int, val_fraction: float) -> tuple[np.ndar
     held-out split (a tiny input): the last documents become validation, or the tail of the
     last one if it is alone."""
     if buf.size < 2:
-        raise PrepareError(f"the inputs tokenize to {buf.size} token(s): too little text for a train and a validation split")
+        raise PrepareError(
+            f"the inputs tokenize to {buf.size} token(s): too little text for a train and a validation split"
+        )
     target = max(1, int(round(val_fraction * buf.size)))
     starts = np.flatnonzero(buf == eot)
     ok = starts[(starts > 0) & (buf.size - starts >= target)]
@@ -354,8 +399,10 @@ def prepare(opts: PrepareOptions, on_shard: Callable[[int], None] | None = None)
     fp = _fingerprint(opts, sources)
     done, progress = _existing_state(opts.out, fp, opts.overwrite)
     if done is not None:
-        _say(f"{opts.out} is already prepared ({done['train_tokens']:,} train + {done['val_tokens']:,} "
-             "validation tokens); nothing to do")
+        _say(
+            f"{opts.out} is already prepared ({done['train_tokens']:,} train + {done['val_tokens']:,} "
+            "validation tokens); nothing to do"
+        )
         return done
     t0 = time.time()
     n_docs = count_documents(sources, opts.text_column)
@@ -364,28 +411,44 @@ def prepare(opts: PrepareOptions, on_shard: Callable[[int], None] | None = None)
     vocab, own_vocab = _vocab(opts, tok)
     dtype = fmt.dtype_for_vocab(vocab)
     if progress is None or progress.get("tokenizer_sha256") != tok_sha:
-        _clear(opts.out, keep=(fmt.TOKENIZER,))     # shards of an earlier attempt, if any
+        _clear(opts.out, keep=(fmt.TOKENIZER,))  # shards of an earlier attempt, if any
         progress = {"preparation_id": fp, "tokenizer_sha256": tok_sha, "chunks_done": 0, "shards": []}
         fmt.write_json(opts.out / fmt.PROGRESS, progress)
     elif progress["shards"]:
         _say(f"resuming: {len(progress['shards'])} shard(s) already written, skipping their documents")
     meta = _tokenize_all(opts, sources, n_docs, progress, on_shard, tok_sha, eot_id, dtype)
-    meta.update(vocab_size=vocab, tokenizer_vocab_size=own_vocab, eot_token=eot_token,
-                tokenizer_source=str(opts.tokenizer.resolve()) if opts.tokenizer else "trained byte-level BPE",
-                preparation_id=fp, inputs={"files": len(sources), "bytes": sum(s.path.stat().st_size for s in sources)})
+    meta.update(
+        vocab_size=vocab,
+        tokenizer_vocab_size=own_vocab,
+        eot_token=eot_token,
+        tokenizer_source=str(opts.tokenizer.resolve()) if opts.tokenizer else "trained byte-level BPE",
+        preparation_id=fp,
+        inputs={"files": len(sources), "bytes": sum(s.path.stat().st_size for s in sources)},
+    )
     fmt.write_json(opts.out / fmt.META, meta)
     for p in list(opts.out.glob("val_part_*.bin")) + [opts.out / fmt.PROGRESS]:
         p.unlink(missing_ok=True)
     dt = time.time() - t0
-    _say(f"prepared {opts.out}: {meta['documents']:,} documents, {meta['text_bytes'] / 1e6:,.1f} MB of text -> "
-         f"{meta['train_tokens']:,} train tokens in {len(meta['shards'])} shard(s) + {meta['val_tokens']:,} "
-         f"validation tokens ({meta['text_bytes'] / max(1, meta['train_tokens'] + meta['val_tokens']):.2f} "
-         f"bytes/token), vocab {vocab:,} {dtype}, {dt:.1f}s")
+    _say(
+        f"prepared {opts.out}: {meta['documents']:,} documents, "
+        f"{meta['text_bytes'] / 1e6:,.1f} MB of text -> "
+        f"{meta['train_tokens']:,} train tokens in {len(meta['shards'])} shard(s) + {meta['val_tokens']:,} "
+        f"validation tokens ({meta['text_bytes'] / max(1, meta['train_tokens'] + meta['val_tokens']):.2f} "
+        f"bytes/token), vocab {vocab:,} {dtype}, {dt:.1f}s"
+    )
     return meta
 
 
-def _tokenize_all(opts: PrepareOptions, sources: list[Source], n_docs: int, progress: dict,
-                  on_shard: Callable[[int], None] | None, tok_sha: str, eot_id: int, dtype: str) -> dict[str, Any]:
+def _tokenize_all(
+    opts: PrepareOptions,
+    sources: list[Source],
+    n_docs: int,
+    progress: dict,
+    on_shard: Callable[[int], None] | None,
+    tok_sha: str,
+    eot_id: int,
+    dtype: str,
+) -> dict[str, Any]:
     """The tokenizing pass (skipping recorded shards' chunks) and the closing files; the
     corpus part of meta.json."""
     workers = opts.workers or n_cpus()
@@ -402,8 +465,9 @@ def _tokenize_all(opts: PrepareOptions, sources: list[Source], n_docs: int, prog
     init = (str(opts.out / fmt.TOKENIZER), eot_id, dtype, opts.val_fraction, False)
     pool = None
     if workers > 1:
-        pool = cf.ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
-                                      initializer=_init_worker, initargs=init)
+        pool = cf.ProcessPoolExecutor(
+            workers, mp_context=multiprocessing.get_context("spawn"), initializer=_init_worker, initargs=init
+        )
     else:
         _init_worker(*init)
     pend = _Pending()
@@ -423,8 +487,9 @@ def _tokenize_all(opts: PrepareOptions, sources: list[Source], n_docs: int, prog
     return _finish(opts, progress, pend, tok_sha, eot_id, dtype)
 
 
-def _finish(opts: PrepareOptions, progress: dict, pend: _Pending, tok_sha: str, eot_id: int,
-            dtype: str) -> dict[str, Any]:
+def _finish(
+    opts: PrepareOptions, progress: dict, pend: _Pending, tok_sha: str, eot_id: int, dtype: str
+) -> dict[str, Any]:
     """Last shard, val.bin, and the corpus part of meta.json."""
     shards = progress["shards"]
     documents = sum(s["documents"] + (s["val_part"] or {}).get("documents", 0) for s in shards)
@@ -445,15 +510,25 @@ def _finish(opts: PrepareOptions, progress: dict, pend: _Pending, tok_sha: str, 
         split = "tail"
     if last.size:
         pend.train, pend.val, pend.val_docs = [last], [], 0
-        _flush(opts.out, progress, pend, dtype)   # its held-out tokens are tail_val, below
+        _flush(opts.out, progress, pend, dtype)  # its held-out tokens are tail_val, below
     val = _write_val(opts.out, val_parts + [tail_val], dtype)
     val["documents"] = val_docs
     shard_list = [{k: s[k] for k in ("name", "tokens", "documents", "sha256")} for s in shards]
     train_docs = sum(s["documents"] for s in shards)
-    return {"format_version": fmt.FORMAT_VERSION, "dtype": dtype, "eot_id": eot_id,
-            "tokenizer_sha256": tok_sha, "train_tokens": sum(s["tokens"] for s in shards),
-            "val_tokens": val["tokens"], "shards": shard_list, "val": val,
-            "documents": documents, "train_documents": train_docs, "val_documents": val_docs,
-            "text_bytes": text_bytes, "split": split,
-            "val_fraction": opts.val_fraction,
-            "corpus_sha256": fmt.corpus_sha256(tok_sha, shard_list, val)}
+    return {
+        "format_version": fmt.FORMAT_VERSION,
+        "dtype": dtype,
+        "eot_id": eot_id,
+        "tokenizer_sha256": tok_sha,
+        "train_tokens": sum(s["tokens"] for s in shards),
+        "val_tokens": val["tokens"],
+        "shards": shard_list,
+        "val": val,
+        "documents": documents,
+        "train_documents": train_docs,
+        "val_documents": val_docs,
+        "text_bytes": text_bytes,
+        "split": split,
+        "val_fraction": opts.val_fraction,
+        "corpus_sha256": fmt.corpus_sha256(tok_sha, shard_list, val),
+    }

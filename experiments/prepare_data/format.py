@@ -33,9 +33,20 @@ FORMAT_VERSION = 1
 META = "meta.json"
 TOKENIZER = "tokenizer.json"
 VAL = "val.bin"
-PROGRESS = "progress.json"          # present only while a preparation is unfinished
-REQUIRED_META = ("format_version", "vocab_size", "dtype", "eot_id", "tokenizer_sha256",
-                 "train_tokens", "val_tokens", "shards", "val", "documents", "corpus_sha256")
+PROGRESS = "progress.json"  # present only while a preparation is unfinished
+REQUIRED_META = (
+    "format_version",
+    "vocab_size",
+    "dtype",
+    "eot_id",
+    "tokenizer_sha256",
+    "train_tokens",
+    "val_tokens",
+    "shards",
+    "val",
+    "documents",
+    "corpus_sha256",
+)
 
 
 def shard_name(i: int) -> str:
@@ -82,7 +93,7 @@ def write_atomic(path: Path, content: bytes | np.ndarray | str) -> None:
         os.fchmod(fd, _file_mode())
         with os.fdopen(fd, "wb") as f:
             if isinstance(content, np.ndarray):
-                f.write(memoryview(np.ascontiguousarray(content)).cast("B"))   # no copy
+                f.write(memoryview(np.ascontiguousarray(content)).cast("B"))  # no copy
             else:
                 f.write(content.encode() if isinstance(content, str) else content)
             f.flush()
@@ -99,14 +110,18 @@ def write_json(path: Path, obj: Any) -> None:
 
 # ---- reading (the trainer's side) -------------------------------------------------------------
 
+
 def read_meta(d: Path) -> dict[str, Any]:
     """meta.json of prepared directory `d`, checked for the keys the trainer needs."""
     p = d / META
     if not d.is_dir():
         raise ConfigError(f"data.dir: {d} is not a directory")
     if not p.is_file():
-        hint = (" (the preparation has not finished: re-run the same prepare_data command)"
-                if (d / PROGRESS).is_file() else " (make it with `python -m experiments.prepare_data`)")
+        hint = (
+            " (the preparation has not finished: re-run the same prepare_data command)"
+            if (d / PROGRESS).is_file()
+            else " (make it with `python -m experiments.prepare_data`)"
+        )
         raise ConfigError(f"data.dir: {p} is missing{hint}")
     try:
         meta = json.loads(p.read_text())
@@ -118,16 +133,19 @@ def read_meta(d: Path) -> dict[str, Any]:
     if missing:
         raise ConfigError(f"data.dir: {p} lacks {missing}; re-run prepare_data")
     if meta["format_version"] != FORMAT_VERSION:
-        raise ConfigError(f"data.dir: {p} has format_version {meta['format_version']}, this trainer "
-                          f"reads {FORMAT_VERSION}; re-run prepare_data")
+        raise ConfigError(
+            f"data.dir: {p} has format_version {meta['format_version']}, this trainer "
+            f"reads {FORMAT_VERSION}; re-run prepare_data"
+        )
     v = meta["vocab_size"]
     if isinstance(v, bool) or not isinstance(v, int) or v < 2:
         raise ConfigError(f"data.dir: {p} has vocab_size {v!r}, not an integer >= 2")
     if meta["dtype"] not in ("uint16", "uint32"):
         raise ConfigError(f"data.dir: {p} has dtype {meta['dtype']!r}; must be uint16 or uint32")
     if np.iinfo(meta["dtype"]).max < v - 1:
-        raise ConfigError(f"data.dir: {p} says dtype {meta['dtype']} but vocab_size {v} needs "
-                          f"{dtype_for_vocab(v)}")
+        raise ConfigError(
+            f"data.dir: {p} says dtype {meta['dtype']} but vocab_size {v} needs {dtype_for_vocab(v)}"
+        )
     if not isinstance(meta["shards"], list) or not meta["shards"]:
         raise ConfigError(f"data.dir: {p} lists no training shards")
     return meta
@@ -137,13 +155,16 @@ def check_tokenizer(d: Path, meta: dict[str, Any]) -> None:
     """tokenizer.json is the one the shards were made with (its sha256 is in meta.json)."""
     p = d / TOKENIZER
     if not p.is_file():
-        raise ConfigError(f"data.dir: {p} is missing (meta.json names tokenizer sha256 "
-                          f"{meta['tokenizer_sha256'][:12]}...)")
+        raise ConfigError(
+            f"data.dir: {p} is missing (meta.json names tokenizer sha256 {meta['tokenizer_sha256'][:12]}...)"
+        )
     got = sha256_file(p)
     if got != meta["tokenizer_sha256"]:
-        raise ConfigError(f"data.dir: tokenizer/vocab mismatch: {p} has sha256 {got[:12]}... but the "
-                          f"shards were made with {meta['tokenizer_sha256'][:12]}... (meta.json); "
-                          "re-run prepare_data")
+        raise ConfigError(
+            f"data.dir: tokenizer/vocab mismatch: {p} has sha256 {got[:12]}... but the "
+            f"shards were made with {meta['tokenizer_sha256'][:12]}... (meta.json); "
+            "re-run prepare_data"
+        )
 
 
 def open_shard(d: Path, entry: Any, dtype: str) -> np.ndarray:
@@ -158,8 +179,13 @@ def open_shard(d: Path, entry: Any, dtype: str) -> np.ndarray:
     if size == 0 or tokens == 0:
         raise ConfigError(f"data.dir: shard {p} is empty")
     if size != tokens * item:
-        why = (f"{size} bytes is not a whole number of {dtype} tokens" if size % item else
-               f"{size // item} {dtype} tokens, meta.json says {tokens}")
-        raise ConfigError(f"data.dir: shard {p} disagrees with meta.json ({why}; dtype or size "
-                          "mismatch, re-run prepare_data)")
+        why = (
+            f"{size} bytes is not a whole number of {dtype} tokens"
+            if size % item
+            else f"{size // item} {dtype} tokens, meta.json says {tokens}"
+        )
+        raise ConfigError(
+            f"data.dir: shard {p} disagrees with meta.json ({why}; dtype or size "
+            "mismatch, re-run prepare_data)"
+        )
     return np.memmap(p, dtype=dtype, mode="r")

@@ -40,7 +40,7 @@ class PrepareError(ScalelabError):
 @dataclasses.dataclass(frozen=True)
 class Source:
     path: Path
-    kind: str            # text | jsonl | parquet | arrow
+    kind: str  # text | jsonl | parquet | arrow
     gz: bool = False
 
 
@@ -52,8 +52,15 @@ def _kind(p: Path) -> Source:
     suffix = os.path.splitext(name)[1]
     if suffix in PARQUET + ARROW and gz:
         raise PrepareError(f"{p}: compressed {suffix} files are not supported; decompress it first")
-    kind = ("jsonl" if suffix in JSONL else "parquet" if suffix in PARQUET
-            else "arrow" if suffix in ARROW else "text")
+    kind = (
+        "jsonl"
+        if suffix in JSONL
+        else "parquet"
+        if suffix in PARQUET
+        else "arrow"
+        if suffix in ARROW
+        else "text"
+    )
     return Source(p, kind, gz)
 
 
@@ -68,8 +75,11 @@ def expand_inputs(inputs: list[str]) -> list[Source]:
                 raise PrepareError(f"no files match {item!r}")
             files += [h for h in hits if h.is_file()]
         elif Path(s).is_dir():
-            found = sorted(p for p in Path(s).rglob("*") if p.is_file()
-                           and not any(part.startswith(".") for part in p.relative_to(s).parts))
+            found = sorted(
+                p
+                for p in Path(s).rglob("*")
+                if p.is_file() and not any(part.startswith(".") for part in p.relative_to(s).parts)
+            )
             if not found:
                 raise PrepareError(f"directory {item} holds no files")
             files += found
@@ -110,11 +120,14 @@ def _jsonl_docs(s: Source, column: str) -> Iterator[str | None]:
                 continue
             if not isinstance(row, dict) or column not in row:
                 fields = sorted(row) if isinstance(row, dict) else type(row).__name__
-                raise PrepareError(f"{s.path} line {lineno} has no field {column!r} (has {fields}); "
-                                   "pass --text-column")
+                raise PrepareError(
+                    f"{s.path} line {lineno} has no field {column!r} (has {fields}); pass --text-column"
+                )
             v = row[column]
             if v is not None and not isinstance(v, str):
-                raise PrepareError(f"{s.path} line {lineno}: field {column!r} is {type(v).__name__}, not text")
+                raise PrepareError(
+                    f"{s.path} line {lineno}: field {column!r} is {type(v).__name__}, not text"
+                )
             yield v
 
 
@@ -150,8 +163,9 @@ def _check_column(s: Source, schema, column: str) -> None:
     import pyarrow as pa
 
     if column not in schema.names:
-        raise PrepareError(f"{s.path} has no column {column!r} (columns: {', '.join(schema.names)}); "
-                           "pass --text-column")
+        raise PrepareError(
+            f"{s.path} has no column {column!r} (columns: {', '.join(schema.names)}); pass --text-column"
+        )
     t = schema.field(column).type
     if not (pa.types.is_string(t) or pa.types.is_large_string(t)):
         raise PrepareError(f"{s.path}: column {column!r} is {t}, not text")
@@ -174,7 +188,6 @@ def iter_documents(sources: list[Source], column: str = "text") -> Iterator[str]
 
 def count_documents(sources: list[Source], column: str = "text") -> int:
     """An upper bound on the document count (blank ones are counted), cheap: for the progress bar."""
-    import pyarrow as pa
     import pyarrow.parquet as pq
 
     n = 0
@@ -182,7 +195,7 @@ def count_documents(sources: list[Source], column: str = "text") -> int:
         if s.kind == "text":
             n += 1
         elif s.kind == "jsonl":
-            with (gzip.open(s.path, "rb") if s.gz else open(s.path, "rb")) as f:
+            with gzip.open(s.path, "rb") if s.gz else open(s.path, "rb") as f:
                 n += sum(1 for line in f if line.strip())
         elif s.kind == "parquet":
             try:

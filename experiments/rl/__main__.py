@@ -22,8 +22,16 @@ from omegaconf import DictConfig
 
 from experiments.cli import run_cli
 from experiments.rl.config import fingerprint, fingerprint_fields  # also registers the config schemas
-from experiments.rundir import (EXIT_CONFIG, console_log, fail, first_line, log_path,
-                                model_label, register_run_name, run_guarded)
+from experiments.rundir import (
+    EXIT_CONFIG,
+    console_log,
+    fail,
+    first_line,
+    log_path,
+    model_label,
+    register_run_name,
+    run_guarded,
+)
 from models.base.configs import to_plain
 
 

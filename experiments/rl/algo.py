@@ -69,8 +69,9 @@ def token_losses(logp_BxT, old_logp_BxT, adv_B, cfg: AlgoConfig):
     return loss, bit.astype(jnp.float32)
 
 
-def aggregate(x_BxT: jax.Array, mask_BxT: jax.Array, keep_B: jax.Array, group_size: int,
-              how: str) -> jax.Array:
+def aggregate(
+    x_BxT: jax.Array, mask_BxT: jax.Array, keep_B: jax.Array, group_size: int, how: str
+) -> jax.Array:
     """Scalar mean of token values under `mask` (tokens said) and `keep` (rows kept)."""
     m = mask_BxT * keep_B[:, None]
     if how == "token":
@@ -87,13 +88,17 @@ def aggregate(x_BxT: jax.Array, mask_BxT: jax.Array, keep_B: jax.Array, group_si
     raise ValueError(how)
 
 
-def policy_loss(logp_BxT, old_logp_BxT, ref_logp_BxT, rewards_PxG, mask_BxT,
-                cfg: AlgoConfig) -> tuple[jax.Array, dict[str, jax.Array]]:
+def policy_loss(
+    logp_BxT, old_logp_BxT, ref_logp_BxT, rewards_PxG, mask_BxT, cfg: AlgoConfig
+) -> tuple[jax.Array, dict[str, jax.Array]]:
     """The full objective for one update and its diagnostics. ref_logp may be None (beta = 0)."""
     P, G = rewards_PxG.shape
     adv_B = advantages(rewards_PxG, cfg.advantage).reshape(P * G)
-    keep_B = (jnp.repeat(nonzero_variance(rewards_PxG), G) if cfg.zero_variance_filter
-              else jnp.ones((P * G,), jnp.float32))
+    keep_B = (
+        jnp.repeat(nonzero_variance(rewards_PxG), G)
+        if cfg.zero_variance_filter
+        else jnp.ones((P * G,), jnp.float32)
+    )
     loss_BxT, clipped_BxT = token_losses(logp_BxT, old_logp_BxT, adv_B, cfg)
     aux = {}
     if ref_logp_BxT is not None and cfg.kl_beta > 0:

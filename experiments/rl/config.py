@@ -46,14 +46,14 @@ class AlgoConfig:
     """`rl.algo.*`: the GRPO-family switches (what each does: experiments/rl/algo.py)."""
 
     name: str = "grpo"
-    advantage: str = "group"          # group | batch | none
-    loss: str = "ppo_clip"            # ppo_clip | cispo
-    aggregation: str = "token"        # sample | prompt | token
+    advantage: str = "group"  # group | batch | none
+    loss: str = "ppo_clip"  # ppo_clip | cispo
+    aggregation: str = "token"  # sample | prompt | token
     eps_low: float = 0.2
     eps_high: float = 0.28
     zero_variance_filter: bool = True
-    kl_beta: float = 0.0              # KL-to-reference coefficient (0 = off)
-    kl_estimator: str = "k3"          # k1 | k3
+    kl_beta: float = 0.0  # KL-to-reference coefficient (0 = off)
+    kl_estimator: str = "k3"  # k1 | k3
     epochs: int = 1
 
     @classmethod
@@ -61,8 +61,12 @@ class AlgoConfig:
         return config_from_mapping(cls, m, "rl.algo")
 
     def validate(self) -> None:
-        for key, allowed in (("advantage", ADVANTAGES), ("loss", LOSSES),
-                             ("aggregation", AGGREGATIONS), ("kl_estimator", KL_ESTIMATORS)):
+        for key, allowed in (
+            ("advantage", ADVANTAGES),
+            ("loss", LOSSES),
+            ("aggregation", AGGREGATIONS),
+            ("kl_estimator", KL_ESTIMATORS),
+        ):
             if getattr(self, key) not in allowed:
                 raise ConfigError(f"rl.algo.{key} must be one of {allowed} (got {getattr(self, key)!r})")
         for key in ("eps_low", "eps_high", "kl_beta"):
@@ -136,10 +140,10 @@ class RLConfig:
     prompts_per_step: int = 32
     group_size: int = 8
     eval_every: int = 50
-    eval_samples: int = 4          # k samples per held-out prompt: pass@1 = their mean
+    eval_samples: int = 4  # k samples per held-out prompt: pass@1 = their mean
     temperature: float = 1.0
     seed: int = 0
-    init: str | None = None        # training / RL run dir or checkpoints/<step>; None = cached warm start
+    init: str | None = None  # training / RL run dir or checkpoints/<step>; None = cached warm start
     ckpt_every: int = 50
     keep_checkpoints: int = 2
     progress_every_s: float = 5.0
@@ -198,8 +202,9 @@ register_configs()
 _CADENCE = ("eval_every", "ckpt_every", "keep_checkpoints", "progress_every_s")
 
 
-def fingerprint_fields(model: Mapping[str, Any], optim: Mapping[str, Any],
-                       rl: Mapping[str, Any]) -> dict[str, Any]:
+def fingerprint_fields(
+    model: Mapping[str, Any], optim: Mapping[str, Any], rl: Mapping[str, Any]
+) -> dict[str, Any]:
     rl = {k: v for k, v in dict(rl).items() if k not in _CADENCE}
     ws = dict(rl.get("warm_start") or {})
     ws.pop("cache_dir", None)

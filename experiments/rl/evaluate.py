@@ -24,21 +24,24 @@ class EvalResult:
     stderr: float
     by_difficulty: dict[str, float]
     kl: float
-    zero_var_frac: float      # fraction of prompts whose k samples all got the same reward
+    zero_var_frac: float  # fraction of prompts whose k samples all got the same reward
     n_prompts: int
     samples: int
 
     def as_metrics(self) -> dict[str, Any]:
-        return {"pass_rate": self.pass_rate, "pass_rate_stderr": self.stderr,
-                "pass_rate_by_difficulty": self.by_difficulty, "kl": self.kl,
-                "eval_zero_var_frac": self.zero_var_frac}
+        return {
+            "pass_rate": self.pass_rate,
+            "pass_rate_stderr": self.stderr,
+            "pass_rate_by_difficulty": self.by_difficulty,
+            "kl": self.kl,
+            "eval_zero_var_frac": self.zero_var_frac,
+        }
 
 
 class Evaluator:
     """Runs `rollout` on a fixed prompt set repeated k times (rows = prompt-major, k per prompt)."""
 
-    def __init__(self, rollout, batch: Batch, samples: int, difficulty_names: list[str],
-                 seed: int):
+    def __init__(self, rollout, batch: Batch, samples: int, difficulty_names: list[str], seed: int):
         self.rollout, self.batch, self.k = rollout, batch, samples
         self.names = difficulty_names
         self.prompts = np.repeat(batch.prompts, samples, axis=0)
@@ -47,8 +50,9 @@ class Evaluator:
 
     def __call__(self, params: Any, ref_params: Any, index: int) -> EvalResult:
         """`index` varies the sampling noise between evaluations of one run (deterministically)."""
-        r, kl = self.rollout(params, ref_params, self.prompts, self.answers,
-                             jax.random.fold_in(self.key, index))
+        r, kl = self.rollout(
+            params, ref_params, self.prompts, self.answers, jax.random.fold_in(self.key, index)
+        )
         r_NxK = np.asarray(r, np.float64).reshape(-1, self.k)
         p_N = r_NxK.mean(axis=1)
         n = p_N.size
@@ -59,5 +63,4 @@ class Evaluator:
             if sel.any():
                 by[name] = float(p_N[sel].mean())
         zero_var = float(np.mean(r_NxK.max(1) == r_NxK.min(1))) if self.k > 1 else float("nan")
-        return EvalResult(float(p_N.mean()), stderr, by, float(np.asarray(kl).mean()), zero_var,
-                          n, self.k)
+        return EvalResult(float(p_N.mean()), stderr, by, float(np.asarray(kl).mean()), zero_var, n, self.k)

@@ -42,19 +42,27 @@ def window_config(cfg: ModelConfig, window: int) -> ModelConfig:
     return dataclasses.replace(cfg, seq_len=int(window))
 
 
-def rl_step_flops(cfg: ModelConfig, window: int, completion_len: int, prompts: int,
-                  group_size: int, epochs: int, kl_beta: float) -> StepFlops:
+def rl_step_flops(
+    cfg: ModelConfig,
+    window: int,
+    completion_len: int,
+    prompts: int,
+    group_size: int,
+    epochs: int,
+    kl_beta: float,
+) -> StepFlops:
     c = window_config(cfg, window)
     fwd, train = forward_flops_per_token(c), flops_per_token(c)
     rows = prompts * group_size
-    return StepFlops(sample=float(rows * completion_len * window * fwd),
-                     train=float(epochs * rows * window * train),
-                     reference=float(rows * window * fwd) if kl_beta > 0 else 0.0,
-                     old_policy=float(rows * window * fwd) if epochs > 1 else 0.0)
+    return StepFlops(
+        sample=float(rows * completion_len * window * fwd),
+        train=float(epochs * rows * window * train),
+        reference=float(rows * window * fwd) if kl_beta > 0 else 0.0,
+        old_policy=float(rows * window * fwd) if epochs > 1 else 0.0,
+    )
 
 
-def eval_flops(cfg: ModelConfig, window: int, completion_len: int, n_prompts: int,
-               samples: int) -> float:
+def eval_flops(cfg: ModelConfig, window: int, completion_len: int, n_prompts: int, samples: int) -> float:
     """One evaluation: decode k samples per prompt, plus one reference forward for the KL."""
     fwd = forward_flops_per_token(window_config(cfg, window))
     rows = n_prompts * samples

@@ -23,12 +23,12 @@ from typing import Any
 import jax
 import numpy as np
 
+from experiments.preemption import PreemptionGuard
 from experiments.rl.config import RLConfig, fingerprint, fingerprint_fields
 from experiments.rl.evaluate import Evaluator
 from experiments.rl.flops import StepFlops, eval_flops, rl_step_flops
 from experiments.rl.step import RLSetup, TaskShape, build_rl_setup
 from experiments.rl.tasks import Task
-from experiments.preemption import PreemptionGuard
 from experiments.rl.warmstart import check_start, init_model_config, load_init, warm_start
 from experiments.rundir import write_failed_summary
 from experiments.train.checkpoint import Checkpointer
@@ -47,7 +47,7 @@ from sharding import distributed
 from sharding.layouts import resolve_axis_sizes
 from sharding.mesh import make_mesh
 
-RL_PASSES = ("sample", "train", "reference", "old_policy")   # the passes that make up C
+RL_PASSES = ("sample", "train", "reference", "old_policy")  # the passes that make up C
 STEP_METRICS = ("train_reward", "zero_var_frac", "entropy", "clip_frac", "loss", "grad_norm", "kl_train")
 
 
@@ -78,31 +78,44 @@ def resolve(raw: dict[str, Any], n_devices: int) -> RLSpec:
     # seq_len is only the attention context of the FLOP formula: the window the model sees.
     model = dataclasses.replace(model, seq_len=task.seq_len - 1)
     if model.vocab_size < 128:
-        raise ConfigError(f"model.vocab_size={model.vocab_size}: RL tasks use ASCII byte tokens, "
-                          "need vocab_size >= 128 (256 for byte-level models)")
+        raise ConfigError(
+            f"model.vocab_size={model.vocab_size}: RL tasks use ASCII byte tokens, "
+            "need vocab_size >= 128 (256 for byte-level models)"
+        )
     sh = raw.get("sharding") or {}
     if sh.get("context", 1) != 1 or sh.get("sequence_parallel", False) or sh.get("pipeline", 1) != 1:
-        raise ConfigError("sharding.context / sharding.sequence_parallel / sharding.pipeline: not implemented "
-                          "yet for RL runs (experiments.train only)")
+        raise ConfigError(
+            "sharding.context / sharding.sequence_parallel / sharding.pipeline: not implemented "
+            "yet for RL runs (experiments.train only)"
+        )
     sizes = resolve_axis_sizes([sh.get("data", 1), sh.get("fsdp", 1), sh.get("tensor", 1)], n_devices)
     _check_batch_shards(rl, sizes[0] * sizes[1])
-    fields = fingerprint_fields(model.to_dict(), dataclasses.asdict(optim),
-                                to_plain(raw.get("rl") or {}))
-    return RLSpec(model, rl, optim, sizes, fingerprint(fields), fields,
-                  TrackerConfig.from_mapping(raw.get("tracker") or {}))
+    fields = fingerprint_fields(model.to_dict(), dataclasses.asdict(optim), to_plain(raw.get("rl") or {}))
+    return RLSpec(
+        model,
+        rl,
+        optim,
+        sizes,
+        fingerprint(fields),
+        fields,
+        TrackerConfig.from_mapping(raw.get("tracker") or {}),
+    )
 
 
 def _check_batch_shards(rl: RLConfig, batch_shards: int) -> None:
     """Every batch of rows the run builds must split evenly over the batch shards."""
-    for name, rows in (("rl.prompts_per_step * rl.group_size", rl.prompts_per_step * rl.group_size),
-                       ("rl.task.eval_size * rl.eval_samples", rl.task.eval_size * rl.eval_samples),
-                       ("rl.start_check.probe_prompts * rl.group_size",
-                        rl.start_check.probe_prompts * rl.group_size),
-                       ("rl.warm_start.batch_size", rl.warm_start.batch_size),
-                       ("rl.warm_start.dev_size", rl.warm_start.dev_size)):
+    for name, rows in (
+        ("rl.prompts_per_step * rl.group_size", rl.prompts_per_step * rl.group_size),
+        ("rl.task.eval_size * rl.eval_samples", rl.task.eval_size * rl.eval_samples),
+        ("rl.start_check.probe_prompts * rl.group_size", rl.start_check.probe_prompts * rl.group_size),
+        ("rl.warm_start.batch_size", rl.warm_start.batch_size),
+        ("rl.warm_start.dev_size", rl.warm_start.dev_size),
+    ):
         if rows % batch_shards:
-            raise ConfigError(f"{name} = {rows} rows is not divisible by the {batch_shards} batch "
-                              "shards (sharding.data x sharding.fsdp)")
+            raise ConfigError(
+                f"{name} = {rows} rows is not divisible by the {batch_shards} batch "
+                "shards (sharding.data x sharding.fsdp)"
+            )
 
 
 @dataclasses.dataclass
@@ -111,11 +124,12 @@ class RLState:
     current so that a failure at any point still writes a `failed` summary."""
 
     summary_base: dict[str, Any] = dataclasses.field(default_factory=dict)
-    wall_prev: float = 0.0          # wall time of earlier sessions (from the checkpoint)
-    wall0: float = 0.0              # time.time() at which this run's wall clock reads 0
+    wall_prev: float = 0.0  # wall time of earlier sessions (from the checkpoint)
+    wall0: float = 0.0  # time.time() at which this run's wall clock reads 0
     prompts_seen: int = 0
     flops: dict[str, float] = dataclasses.field(
-        default_factory=lambda: {k: 0.0 for k in (*RL_PASSES, "eval")})
+        default_factory=lambda: {k: 0.0 for k in (*RL_PASSES, "eval")}
+    )
     start_check: dict[str, float] | None = None
     start_pass_rate: float | None = None
     last_eval: dict[str, Any] | None = None
@@ -145,8 +159,8 @@ class RLLoop:
     init_info: dict[str, Any] | None = None
     start: int = 0
     resumed: bool = False
-    guard: PreemptionGuard | None = None   # preemption signals: stop at a step boundary
-    stopped_at: int | None = None          # the step a preempted run saved and stopped after
+    guard: PreemptionGuard | None = None  # preemption signals: stop at a step boundary
+    stopped_at: int | None = None  # the step a preempted run saved and stopped after
 
 
 def run(cfg: Any, run_dir: Path) -> dict[str, Any]:
@@ -155,14 +169,16 @@ def run(cfg: Any, run_dir: Path) -> dict[str, Any]:
     t_start = time.time()
     done = read_json(run_dir / "summary.json")
     if done and done.get("status") == "completed":
-        _log(f"RL run in {run_dir} already completed (final pass rate "
-             f"{done.get('final_pass_rate')}); nothing to do")
+        _log(
+            f"RL run in {run_dir} already completed (final pass rate "
+            f"{done.get('final_pass_rate')}); nothing to do"
+        )
         return dict(done, already_completed=True)
     quiet_library_logs()
     enable_compile_cache()  # a sweep's runs share shapes: later runs load, not compile, their steps
     raw = to_plain(cfg)
     state = RLState()
-    guard = PreemptionGuard()   # the RL step is synchronous: the stop vote is read at once
+    guard = PreemptionGuard()  # the RL step is synchronous: the stop vote is read at once
     try:
         distributed.initialize((raw or {}).get("distributed"))
         with guard:  # after jax.distributed, whose own SIGTERM notifier would otherwise win
@@ -171,7 +187,7 @@ def run(cfg: Any, run_dir: Path) -> dict[str, Any]:
         write_failed_summary(run_dir, state.summary_base, e, state.wall_prev + time.time() - t_start)
         raise
     if summary["status"] == "preempted":
-        guard.hand_over()   # e.g. submitit's requeue under hydra/launcher=slurm
+        guard.hand_over()  # e.g. submitit's requeue under hydra/launcher=slurm
     return summary
 
 
@@ -196,39 +212,73 @@ def _build_loop(spec: RLSpec, run_dir: Path, state: RLState) -> RLLoop:
     """FLOP counts, mesh, compiled RL functions, checkpointers, metrics log and evaluator."""
     rl, task = spec.rl, Task(spec.rl.task)
     window = task.seq_len - 1
-    sf = rl_step_flops(spec.model, window, task.completion_len, rl.prompts_per_step, rl.group_size,
-                       rl.algo.epochs, rl.algo.kl_beta)
+    sf = rl_step_flops(
+        spec.model,
+        window,
+        task.completion_len,
+        rl.prompts_per_step,
+        rl.group_size,
+        rl.algo.epochs,
+        rl.algo.kl_beta,
+    )
     ef = eval_flops(spec.model, window, task.completion_len, rl.task.eval_size, rl.eval_samples)
     state.summary_base = _summary_base(spec, sf, ef)
     tx = make_optimizer(spec.optim, make_schedule(spec.optim, rl.steps, 0), spec.model)
-    setup = build_rl_setup(spec.model, tx, make_mesh(spec.mesh_sizes),
-                           TaskShape(task.prompt_len, task.completion_len),
-                           rl.algo, rl.group_size, rl.temperature)
-    evaluator = Evaluator(setup.rollout, task.eval_set(), rl.eval_samples, task.difficulty_names,
-                          seed=rl.seed + 1)
-    return RLLoop(spec=spec, task=task, setup=setup, state=state,
-                  ckpt=Checkpointer(run_dir, keep=rl.keep_checkpoints),
-                  metrics=MetricsLog(run_dir / "metrics.jsonl", tracker=make_tracker(
-                      spec.tracker, run_dir, RL_NAMES, spec.fields, jax.process_index() == 0)),
-                  evaluator=evaluator,
-                  step_flops=sf, eval_flops=ef)
+    setup = build_rl_setup(
+        spec.model,
+        tx,
+        make_mesh(spec.mesh_sizes),
+        TaskShape(task.prompt_len, task.completion_len),
+        rl.algo,
+        rl.group_size,
+        rl.temperature,
+    )
+    evaluator = Evaluator(
+        setup.rollout, task.eval_set(), rl.eval_samples, task.difficulty_names, seed=rl.seed + 1
+    )
+    return RLLoop(
+        spec=spec,
+        task=task,
+        setup=setup,
+        state=state,
+        ckpt=Checkpointer(run_dir, keep=rl.keep_checkpoints),
+        metrics=MetricsLog(
+            run_dir / "metrics.jsonl",
+            tracker=make_tracker(spec.tracker, run_dir, RL_NAMES, spec.fields, jax.process_index() == 0),
+        ),
+        evaluator=evaluator,
+        step_flops=sf,
+        eval_flops=ef,
+    )
 
 
 def _summary_base(spec: RLSpec, sf: StepFlops, ef: float) -> dict[str, Any]:
     """summary.json's fields known before the run starts."""
     rl, model = spec.rl, spec.model
-    return {"status": None, "n_params": param_count(model),
-            "n_params_non_embedding": non_embedding_param_count(model), "model": model.to_dict(),
-            "task": dataclasses.asdict(rl.task), "algo": dataclasses.asdict(rl.algo),
-            "steps": rl.steps, "prompts_per_step": rl.prompts_per_step,
-            "group_size": rl.group_size, "seed": rl.seed,
-            "prompts_per_pass": rl.task.train_pool or None,
-            "flops_per_step": dataclasses.asdict(sf) | {"total": sf.total},
-            "flops_per_eval": ef, "config_fingerprint": spec.fingerprint,
-            "config_fields": spec.fields,
-            "mesh": {"data": spec.mesh_sizes[0], "fsdp": spec.mesh_sizes[1],
-                     "tensor": spec.mesh_sizes[2], "devices": int(np.prod(spec.mesh_sizes)),
-                     "platform": jax.devices()[0].platform}}
+    return {
+        "status": None,
+        "n_params": param_count(model),
+        "n_params_non_embedding": non_embedding_param_count(model),
+        "model": model.to_dict(),
+        "task": dataclasses.asdict(rl.task),
+        "algo": dataclasses.asdict(rl.algo),
+        "steps": rl.steps,
+        "prompts_per_step": rl.prompts_per_step,
+        "group_size": rl.group_size,
+        "seed": rl.seed,
+        "prompts_per_pass": rl.task.train_pool or None,
+        "flops_per_step": dataclasses.asdict(sf) | {"total": sf.total},
+        "flops_per_eval": ef,
+        "config_fingerprint": spec.fingerprint,
+        "config_fields": spec.fields,
+        "mesh": {
+            "data": spec.mesh_sizes[0],
+            "fsdp": spec.mesh_sizes[1],
+            "tensor": spec.mesh_sizes[2],
+            "devices": int(np.prod(spec.mesh_sizes)),
+            "platform": jax.devices()[0].platform,
+        },
+    }
 
 
 def _start(loop: RLLoop, run_dir: Path) -> None:
@@ -248,8 +298,9 @@ def _restore(loop: RLLoop, ref_ckpt: Checkpointer, run_dir: Path) -> bool:
 
     def same_config(meta: dict[str, Any]) -> None:
         if meta.get("config_fingerprint") != loop.spec.fingerprint:
-            raise ConfigError(f"{run_dir} holds checkpoints of another RL config; choose another "
-                              "hydra.run.dir")
+            raise ConfigError(
+                f"{run_dir} holds checkpoints of another RL config; choose another hydra.run.dir"
+            )
 
     got = loop.ckpt.restore_newest(setup.abstract_params(), setup.abstract_opt_state(), check=same_config)
     if got is None:
@@ -287,11 +338,13 @@ def _init_policy(loop: RLLoop, ref_ckpt: Checkpointer) -> None:
 def _log_header(loop: RLLoop) -> None:
     """One line: model, task, run length, algorithm and FLOPs per step."""
     rl, task = loop.spec.rl, loop.task
-    _log(f"RL: {loop.state.summary_base['n_params']:,} params | task {rl.task.name} (prompt "
-         f"{task.prompt_len} + completion {task.completion_len} tokens) | {rl.steps} steps x "
-         f"{rl.prompts_per_step} prompts x {rl.group_size} samples | algo {rl.algo.name} "
-         f"({rl.algo.advantage} adv, {rl.algo.loss}, {rl.algo.aggregation} agg, "
-         f"beta={rl.algo.kl_beta:g}, epochs={rl.algo.epochs}) | {loop.step_flops.total:.3g} FLOPs/step")
+    _log(
+        f"RL: {loop.state.summary_base['n_params']:,} params | task {rl.task.name} (prompt "
+        f"{task.prompt_len} + completion {task.completion_len} tokens) | {rl.steps} steps x "
+        f"{rl.prompts_per_step} prompts x {rl.group_size} samples | algo {rl.algo.name} "
+        f"({rl.algo.advantage} adv, {rl.algo.loss}, {rl.algo.aggregation} agg, "
+        f"beta={rl.algo.kl_beta:g}, epochs={rl.algo.epochs}) | {loop.step_flops.total:.3g} FLOPs/step"
+    )
 
 
 def _evaluate(loop: RLLoop, step: int) -> dict[str, Any]:
@@ -301,11 +354,18 @@ def _evaluate(loop: RLLoop, step: int) -> dict[str, Any]:
     res = loop.evaluator(loop.params, loop.ref_params, step)
     state.flops["eval"] += loop.eval_flops
     f = state.flops
-    row = {"step": step, "prompts_seen": state.prompts_seen,
-           "flops_rl": sum(f[k] for k in RL_PASSES),
-           "flops_sample": f["sample"], "flops_train": f["train"],
-           "flops_reference": f["reference"], "flops_old_policy": f["old_policy"],
-           "flops_eval": f["eval"], "wall_s": state.wall(), **res.as_metrics()}
+    row = {
+        "step": step,
+        "prompts_seen": state.prompts_seen,
+        "flops_rl": sum(f[k] for k in RL_PASSES),
+        "flops_sample": f["sample"],
+        "flops_train": f["train"],
+        "flops_reference": f["reference"],
+        "flops_old_policy": f["old_policy"],
+        "flops_eval": f["eval"],
+        "wall_s": state.wall(),
+        **res.as_metrics(),
+    }
     for k in STEP_METRICS:
         v = state.step_metrics.get(k)
         row[k] = float(np.mean(v)) if v else None
@@ -319,11 +379,22 @@ def _evaluate(loop: RLLoop, step: int) -> dict[str, Any]:
 def _checkpoint(loop: RLLoop, step: int) -> None:
     """Save (params, opt_state) of `step` with the counters a resumed run continues from."""
     state, spec = loop.state, loop.spec
-    loop.ckpt.save(step, loop.params, loop.opt_state, {
-        "step": step, "prompts_seen": state.prompts_seen, "flops": dict(state.flops),
-        "wall_time_s": state.wall(), "config_fingerprint": spec.fingerprint, "init": loop.init_info,
-        "model": spec.model.to_dict(), "start_check": state.start_check,
-        "start_pass_rate": state.start_pass_rate})
+    loop.ckpt.save(
+        step,
+        loop.params,
+        loop.opt_state,
+        {
+            "step": step,
+            "prompts_seen": state.prompts_seen,
+            "flops": dict(state.flops),
+            "wall_time_s": state.wall(),
+            "config_fingerprint": spec.fingerprint,
+            "init": loop.init_info,
+            "model": spec.model.to_dict(),
+            "start_check": state.start_check,
+            "start_pass_rate": state.start_pass_rate,
+        },
+    )
 
 
 def _log_progress(loop: RLLoop, row: dict[str, Any], force: bool) -> None:
@@ -332,18 +403,21 @@ def _log_progress(loop: RLLoop, row: dict[str, Any], force: bool) -> None:
     if time.time() - state.t_last_print < rl.progress_every_s and not force:
         return
     state.t_last_print = time.time()
-    _log(f"step {row['step']}/{rl.steps} | pass@1 {row['pass_rate']:.3f} ± "
-         f"{row['pass_rate_stderr']:.3f} | train reward {row['train_reward']:.3f} "
-         f"| zero-var {row['zero_var_frac']:.2f} | KL {row['kl']:.3f} | entropy "
-         f"{row['entropy']:.3f} | C {row['flops_rl']:.3g} | {row['wall_s']:.0f}s")
+    _log(
+        f"step {row['step']}/{rl.steps} | pass@1 {row['pass_rate']:.3f} ± "
+        f"{row['pass_rate_stderr']:.3f} | train reward {row['train_reward']:.3f} "
+        f"| zero-var {row['zero_var_frac']:.2f} | KL {row['kl']:.3f} | entropy "
+        f"{row['entropy']:.3f} | C {row['flops_rl']:.3g} | {row['wall_s']:.0f}s"
+    )
 
 
 def _rl_step(loop: RLLoop, i: int, key: jax.Array) -> dict[str, float]:
     """Step i (prompts and sampling key are functions of (seed, i)); its metrics as floats."""
     rl = loop.spec.rl
     b = loop.task.train_batch(rl.seed, i, rl.prompts_per_step)
-    loop.params, loop.opt_state, m = loop.setup.rl_step(loop.params, loop.opt_state, loop.ref_params,
-                                                        b.prompts, b.answers, jax.random.fold_in(key, i))
+    loop.params, loop.opt_state, m = loop.setup.rl_step(
+        loop.params, loop.opt_state, loop.ref_params, b.prompts, b.answers, jax.random.fold_in(key, i)
+    )
     return {k: float(v) for k, v in jax.device_get(m).items()}
 
 
@@ -371,8 +445,10 @@ def _rl_steps(loop: RLLoop) -> str:
             if stop or n == rl.steps or (rl.ckpt_every and n % rl.ckpt_every == 0):
                 _checkpoint(loop, n)
             if stop:
-                _log(f"preempted by {', '.join(loop.guard.signal_names()) or 'another process'}: "
-                     f"checkpoint at step {n} saved, stopping")
+                _log(
+                    f"preempted by {', '.join(loop.guard.signal_names()) or 'another process'}: "
+                    f"checkpoint at step {n} saved, stopping"
+                )
                 loop.stopped_at = n
                 return "preempted"
     finally:
@@ -387,19 +463,28 @@ def _write_summary(loop: RLLoop, run_dir: Path, status: str) -> dict[str, Any]:
     state = loop.state
     last = state.last_eval or {}
     steps_done = loop.stopped_at if loop.stopped_at is not None else last.get("step", loop.start)
-    summary = dict(state.summary_base, status=status, steps_done=steps_done,
-                   prompts_seen=state.prompts_seen, flops=last.get("flops_rl"),
-                   flops_split={k: state.flops[k] for k in RL_PASSES},
-                   flops_eval=state.flops["eval"], start_pass_rate=state.start_pass_rate,
-                   final_pass_rate=last.get("pass_rate"),
-                   final_pass_rate_stderr=last.get("pass_rate_stderr"),
-                   final_pass_rate_by_difficulty=last.get("pass_rate_by_difficulty"),
-                   final_kl=last.get("kl"), wall_time_s=state.wall(),
-                   resumed_from_step=loop.start if loop.resumed else None)
+    summary = dict(
+        state.summary_base,
+        status=status,
+        steps_done=steps_done,
+        prompts_seen=state.prompts_seen,
+        flops=last.get("flops_rl"),
+        flops_split={k: state.flops[k] for k in RL_PASSES},
+        flops_eval=state.flops["eval"],
+        start_pass_rate=state.start_pass_rate,
+        final_pass_rate=last.get("pass_rate"),
+        final_pass_rate_stderr=last.get("pass_rate_stderr"),
+        final_pass_rate_by_difficulty=last.get("pass_rate_by_difficulty"),
+        final_kl=last.get("kl"),
+        wall_time_s=state.wall(),
+        resumed_from_step=loop.start if loop.resumed else None,
+    )
     if status == "preempted" and loop.guard is not None:
         summary["preempted_by"] = loop.guard.signal_names() or ["another process"]
     write_json_atomic(run_dir / "summary.json", summary)
-    _log(f"{status}: final held-out pass@1 {summary['final_pass_rate']} after {summary['steps_done']} "
-         f"steps, {summary['flops'] or 0:.3g} RL FLOPs, {summary['wall_time_s']:.0f}s")
-    loop.metrics.finish(status, summary)   # the tracker's run ends with the run's status
+    _log(
+        f"{status}: final held-out pass@1 {summary['final_pass_rate']} after {summary['steps_done']} "
+        f"steps, {summary['flops'] or 0:.3g} RL FLOPs, {summary['wall_time_s']:.0f}s"
+    )
+    loop.metrics.finish(status, summary)  # the tracker's run ends with the run's status
     return summary

@@ -21,11 +21,12 @@ from flax import nnx
 from models.transformer import apply
 
 
-def completion_logits(graphdef: nnx.GraphDef, params: Any, seq_BxL: jax.Array, prompt_len: int,
-                      temperature: float) -> jax.Array:
+def completion_logits(
+    graphdef: nnx.GraphDef, params: Any, seq_BxL: jax.Array, prompt_len: int, temperature: float
+) -> jax.Array:
     """Tempered logits_BxKxV for the K = L - prompt_len completion tokens of full sequences."""
     logits_BxWxV = apply(graphdef, params, seq_BxL[:, :-1])
-    return logits_BxWxV[:, prompt_len - 1:, :] / temperature
+    return logits_BxWxV[:, prompt_len - 1 :, :] / temperature
 
 
 def token_logp(logits_BxKxV: jax.Array, tokens_BxK: jax.Array) -> jax.Array:
@@ -41,8 +42,14 @@ def token_entropy(logits_BxKxV: jax.Array) -> jax.Array:
     return -(jnp.exp(logp) * logp).sum(-1)
 
 
-def sample(graphdef: nnx.GraphDef, params: Any, prompts_BxP: jax.Array, key: jax.Array,
-           completion_len: int, temperature: float) -> tuple[jax.Array, jax.Array]:
+def sample(
+    graphdef: nnx.GraphDef,
+    params: Any,
+    prompts_BxP: jax.Array,
+    key: jax.Array,
+    completion_len: int,
+    temperature: float,
+) -> tuple[jax.Array, jax.Array]:
     """(completions_BxK int32, logp_BxK): K tokens sampled at `temperature` and their log-probs."""
     B, P = prompts_BxP.shape
     K = completion_len
@@ -54,13 +61,14 @@ def sample(graphdef: nnx.GraphDef, params: Any, prompts_BxP: jax.Array, key: jax
     def body(t, carry):
         buf, out, lp = carry
         logits_BxWxV = apply(graphdef, params, buf)
-        logits_BxV = jax.lax.dynamic_index_in_dim(logits_BxWxV, P - 1 + t, axis=1,
-                                                  keepdims=False) / temperature
+        logits_BxV = (
+            jax.lax.dynamic_index_in_dim(logits_BxWxV, P - 1 + t, axis=1, keepdims=False) / temperature
+        )
         tok_B = jax.random.categorical(jax.random.fold_in(key, t), logits_BxV).astype(jnp.int32)
         lp_B = jnp.take_along_axis(jax.nn.log_softmax(logits_BxV), tok_B[:, None], axis=1)[:, 0]
         out = jax.lax.dynamic_update_index_in_dim(out, tok_B, t, axis=1)
         lp = jax.lax.dynamic_update_index_in_dim(lp, lp_B, t, axis=1)
-        pos = jnp.minimum(P + t, W - 1)          # the last token is never fed back
+        pos = jnp.minimum(P + t, W - 1)  # the last token is never fed back
         new = jax.lax.dynamic_update_index_in_dim(buf, tok_B, pos, axis=1)
         buf = jnp.where(P + t < W, new, buf)
         return buf, out, lp

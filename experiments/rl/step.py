@@ -51,13 +51,15 @@ class RLSetup:
 
     def abstract_params(self) -> Any:
         shapes = jax.eval_shape(lambda: split_params(Transformer(self.model_cfg, rngs=nnx.Rngs(0)))[1])
-        return jax.tree.map(lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh),
-                            shapes, self.param_shardings)
+        return jax.tree.map(
+            lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh), shapes, self.param_shardings
+        )
 
     def abstract_opt_state(self) -> Any:
         o = jax.eval_shape(self.tx.init, self.abstract_params())
-        return jax.tree.map(lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh),
-                            o, self.opt_shardings)
+        return jax.tree.map(
+            lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh), o, self.opt_shardings
+        )
 
     def place(self, params: Any) -> Any:
         """Put (host or single-device) params onto the mesh per the sharding rules."""
@@ -74,25 +76,36 @@ class _Shardings:
     params: Any
     opt: Any
     replicated: NamedSharding
-    rows: NamedSharding      # (B, ...) arrays split over the batch axes (data, fsdp)
+    rows: NamedSharding  # (B, ...) arrays split over the batch axes (data, fsdp)
 
 
-def _opt_shardings(tx: optax.GradientTransformation, abstract_params: Any, p_sh: Any,
-                   replicated: NamedSharding) -> Any:
+def _opt_shardings(
+    tx: optax.GradientTransformation, abstract_params: Any, p_sh: Any, replicated: NamedSharding
+) -> Any:
     """Optimizer state shards like the parameter it belongs to; counters are replicated."""
     o_shapes = jax.eval_shape(tx.init, abstract_params)
-    return optax.tree_map_params(tx, lambda _, sh: sh, o_shapes, p_sh,
-                                 transform_non_params=lambda _: replicated,
-                                 is_leaf=lambda x: isinstance(x, jax.ShapeDtypeStruct))
+    return optax.tree_map_params(
+        tx,
+        lambda _, sh: sh,
+        o_shapes,
+        p_sh,
+        transform_non_params=lambda _: replicated,
+        is_leaf=lambda x: isinstance(x, jax.ShapeDtypeStruct),
+    )
 
 
-def _shardings(model_cfg: ModelConfig, tx: optax.GradientTransformation, mesh: Mesh,
-               abstract: nnx.Module) -> _Shardings:
+def _shardings(
+    model_cfg: ModelConfig, tx: optax.GradientTransformation, mesh: Mesh, abstract: nnx.Module
+) -> _Shardings:
     p_sh = param_shardings(mesh, logical_axes(abstract))
     replicated = NamedSharding(mesh, PartitionSpec())
     p_shapes = jax.eval_shape(lambda: split_params(Transformer(model_cfg, rngs=nnx.Rngs(0)))[1])
-    return _Shardings(params=p_sh, opt=_opt_shardings(tx, p_shapes, p_sh, replicated),
-                      replicated=replicated, rows=NamedSharding(mesh, PartitionSpec(BATCH_AXES, None)))
+    return _Shardings(
+        params=p_sh,
+        opt=_opt_shardings(tx, p_shapes, p_sh, replicated),
+        replicated=replicated,
+        rows=NamedSharding(mesh, PartitionSpec(BATCH_AXES, None)),
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -116,21 +129,32 @@ class _Policy:
         return token_logp(self.logits(params, seq_BxL), comp_BxK)
 
 
-def _sample_groups(pol: _Policy, params: Any, ref_params: Any, prompts_PxP: jax.Array,
-                   answers_PxK: jax.Array, key: jax.Array, algo: AlgoConfig, G: int) -> dict[str, Any]:
+def _sample_groups(
+    pol: _Policy,
+    params: Any,
+    ref_params: Any,
+    prompts_PxP: jax.Array,
+    answers_PxK: jax.Array,
+    key: jax.Array,
+    algo: AlgoConfig,
+    G: int,
+) -> dict[str, Any]:
     """G completions per prompt from the current policy, their rewards, and the fixed log-probs
     the loss compares against (reference when beta > 0, old policy when epochs > 1)."""
     n_prompts = prompts_PxP.shape[0]
     prompts_BxP = pol.rows(jnp.repeat(prompts_PxP, G, axis=0))
     answers_BxK = pol.rows(jnp.repeat(answers_PxK, G, axis=0))
     params_fixed = jax.lax.stop_gradient(params)
-    comp_BxK, _ = sample(pol.graphdef, params_fixed, prompts_BxP, key, pol.completion_len,
-                         pol.temperature)
+    comp_BxK, _ = sample(pol.graphdef, params_fixed, prompts_BxP, key, pol.completion_len, pol.temperature)
     seq_BxL = pol.rows(jnp.concatenate([prompts_BxP, comp_BxK], axis=1))
-    return {"seq_BxL": seq_BxL, "comp_BxK": comp_BxK, "mask_BxK": completion_mask(comp_BxK),
-            "reward_PxG": rewards(comp_BxK, answers_BxK).reshape(n_prompts, G),
-            "ref_lp": pol.logp(ref_params, seq_BxL, comp_BxK) if algo.kl_beta > 0 else None,
-            "old_lp": pol.logp(params_fixed, seq_BxL, comp_BxK) if algo.epochs > 1 else None}
+    return {
+        "seq_BxL": seq_BxL,
+        "comp_BxK": comp_BxK,
+        "mask_BxK": completion_mask(comp_BxK),
+        "reward_PxG": rewards(comp_BxK, answers_BxK).reshape(n_prompts, G),
+        "ref_lp": pol.logp(ref_params, seq_BxL, comp_BxK) if algo.kl_beta > 0 else None,
+        "old_lp": pol.logp(params_fixed, seq_BxL, comp_BxK) if algo.epochs > 1 else None,
+    }
 
 
 def _group_loss(pol: _Policy, p: Any, g: dict[str, Any], algo: AlgoConfig, G: int):
@@ -140,13 +164,13 @@ def _group_loss(pol: _Policy, p: Any, g: dict[str, Any], algo: AlgoConfig, G: in
     old = jax.lax.stop_gradient(lp) if g["old_lp"] is None else g["old_lp"]
     loss, aux = policy_loss(lp, old, g["ref_lp"], g["reward_PxG"], g["mask_BxK"], algo)
     ones = jnp.ones((lp.shape[0],), jnp.float32)
-    aux["entropy"] = aggregate(jax.lax.stop_gradient(token_entropy(logits)), g["mask_BxK"], ones,
-                               G, "token")
+    aux["entropy"] = aggregate(jax.lax.stop_gradient(token_entropy(logits)), g["mask_BxK"], ones, G, "token")
     return loss, aux
 
 
 def _make_rl_step(pol: _Policy, tx: optax.GradientTransformation, algo: AlgoConfig, G: int) -> Callable:
     """One GRPO-family step: sample groups, then `algo.epochs` optimizer updates on them."""
+
     def rl_step(params, opt_state, ref_params, prompts_PxP, answers_PxK, key):
         with activation_sharding(pol.act_fn):
             g = _sample_groups(pol, params, ref_params, prompts_PxP, answers_PxK, key, algo, G)
@@ -154,16 +178,18 @@ def _make_rl_step(pol: _Policy, tx: optax.GradientTransformation, algo: AlgoConf
             def epoch(carry, _):
                 p, o = carry
                 (loss, aux), grads = jax.value_and_grad(
-                    lambda q: _group_loss(pol, q, g, algo, G), has_aux=True)(p)
+                    lambda q: _group_loss(pol, q, g, algo, G), has_aux=True
+                )(p)
                 grads = jax.lax.with_sharding_constraint(grads, pol.sh.params)
                 gn = optax.tree.norm(grads)
                 upd, o = tx.update(grads, o, p)
                 return (optax.apply_updates(p, upd), o), {"loss": loss, "grad_norm": gn, **aux}
 
-            (params, opt_state), per_epoch = jax.lax.scan(epoch, (params, opt_state), None,
-                                                          length=algo.epochs)
+            (params, opt_state), per_epoch = jax.lax.scan(
+                epoch, (params, opt_state), None, length=algo.epochs
+            )
             m = {k: v.mean() for k, v in per_epoch.items()}
-            m["entropy"] = per_epoch["entropy"][0]          # of the sampling policy
+            m["entropy"] = per_epoch["entropy"][0]  # of the sampling policy
             m["train_reward"] = g["reward_PxG"].mean()
             m["zero_var_frac"] = 1.0 - nonzero_variance(g["reward_PxG"]).mean()
             return params, opt_state, m
@@ -177,8 +203,7 @@ def _make_rollout(pol: _Policy) -> Callable:
         k1 estimate of KL(pi || ref) (unbiased on the policy's own samples)."""
         with activation_sharding(pol.act_fn):
             prompts_NxP = pol.rows(prompts_NxP)
-            comp, lp = sample(pol.graphdef, params, prompts_NxP, key, pol.completion_len,
-                              pol.temperature)
+            comp, lp = sample(pol.graphdef, params, prompts_NxP, key, pol.completion_len, pol.temperature)
             r = rewards(comp, pol.rows(answers_NxK))
             mask = completion_mask(comp)
             seq = pol.rows(jnp.concatenate([prompts_NxP, comp], axis=1))
@@ -187,23 +212,44 @@ def _make_rollout(pol: _Policy) -> Callable:
     return rollout
 
 
-def build_rl_setup(model_cfg: ModelConfig, tx: optax.GradientTransformation, mesh: Mesh,
-                   shape: TaskShape, algo: AlgoConfig, group_size: int,
-                   temperature: float) -> RLSetup:
+def build_rl_setup(
+    model_cfg: ModelConfig,
+    tx: optax.GradientTransformation,
+    mesh: Mesh,
+    shape: TaskShape,
+    algo: AlgoConfig,
+    group_size: int,
+    temperature: float,
+) -> RLSetup:
     """Shardings from the logical-axis rules, and the jitted RL step and rollout."""
     abstract = abstract_model(model_cfg)
     graphdef, _ = nnx.split(abstract, nnx.Param)
     sh = _shardings(model_cfg, tx, mesh, abstract)
-    pol = _Policy(graphdef, sh, activation_sharding_fn(mesh), shape.prompt_len,
-                  shape.completion_len, temperature)
+    pol = _Policy(
+        graphdef, sh, activation_sharding_fn(mesh), shape.prompt_len, shape.completion_len, temperature
+    )
     rep = sh.replicated
-    step_jit = jax.jit(_make_rl_step(pol, tx, algo, group_size),
-                       in_shardings=(sh.params, sh.opt, sh.params, rep, rep, rep),
-                       out_shardings=(sh.params, sh.opt, rep), donate_argnums=(0, 1))
-    rollout_jit = jax.jit(_make_rollout(pol), in_shardings=(sh.params, sh.params, sh.rows, sh.rows, rep),
-                          out_shardings=(rep, rep))
-    return RLSetup(graphdef=graphdef, mesh=mesh, param_shardings=sh.params, opt_shardings=sh.opt,
-                   tx=tx, model_cfg=model_cfg, rl_step=step_jit, rollout=rollout_jit)
+    step_jit = jax.jit(
+        _make_rl_step(pol, tx, algo, group_size),
+        in_shardings=(sh.params, sh.opt, sh.params, rep, rep, rep),
+        out_shardings=(sh.params, sh.opt, rep),
+        donate_argnums=(0, 1),
+    )
+    rollout_jit = jax.jit(
+        _make_rollout(pol),
+        in_shardings=(sh.params, sh.params, sh.rows, sh.rows, rep),
+        out_shardings=(rep, rep),
+    )
+    return RLSetup(
+        graphdef=graphdef,
+        mesh=mesh,
+        param_shardings=sh.params,
+        opt_shardings=sh.opt,
+        tx=tx,
+        model_cfg=model_cfg,
+        rl_step=step_jit,
+        rollout=rollout_jit,
+    )
 
 
 def build_sft_step(setup: RLSetup, tx: optax.GradientTransformation, prompt_len: int) -> Callable:
@@ -227,7 +273,10 @@ def build_sft_step(setup: RLSetup, tx: optax.GradientTransformation, prompt_len:
             return optax.apply_updates(params, upd), opt_state, loss
 
     init = jax.jit(tx.init, out_shardings=o_sh)
-    step_jit = jax.jit(step, in_shardings=(setup.param_shardings, o_sh, rows, rows),
-                       out_shardings=(setup.param_shardings, o_sh, replicated),
-                       donate_argnums=(0, 1))
+    step_jit = jax.jit(
+        step,
+        in_shardings=(setup.param_shardings, o_sh, rows, rows),
+        out_shardings=(setup.param_shardings, o_sh, replicated),
+        donate_argnums=(0, 1),
+    )
     return init, step_jit

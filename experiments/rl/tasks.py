@@ -46,11 +46,11 @@ class TaskConfig:
     """One task: its name, the item-length range, the fixed eval set and the training stream."""
 
     name: str = "add"
-    min_len: int = 1          # add: operand digits; others: string length
+    min_len: int = 1  # add: operand digits; others: string length
     max_len: int = 3
-    eval_size: int = 512      # held-out prompts
-    eval_seed: int = 1234     # the eval set is a pure function of this (and name/lengths)
-    train_pool: int = 0       # 0 = fresh prompts every step; >0 = a fixed pool of this size
+    eval_size: int = 512  # held-out prompts
+    eval_seed: int = 1234  # the eval set is a pure function of this (and name/lengths)
+    train_pool: int = 0  # 0 = fresh prompts every step; >0 = a fixed pool of this size
 
     @classmethod
     def from_mapping(cls, m: Mapping[str, Any]) -> "TaskConfig":
@@ -132,7 +132,7 @@ class Task:
     def _item(self, rng: np.random.Generator, lens: np.ndarray) -> tuple[str, str]:
         n, name = self.cfg.max_len, self.cfg.name
         if name == "add":
-            a, b = (int(rng.integers(10 ** (k - 1) if k > 1 else 0, 10 ** k)) for k in lens)
+            a, b = (int(rng.integers(10 ** (k - 1) if k > 1 else 0, 10**k)) for k in lens)
             return f"{a:>{n}}+{b:>{n}}=", str(a + b).zfill(n + 1)[::-1]
         k = int(lens[0])
         alphabet = {"reverse": _LETTERS, "copy": _LETTERS, "sort": _DIGITS, "parity": _BITS}[name]
@@ -171,7 +171,7 @@ def rewards(completions_NxA: Any, answers_NxA: Any) -> Any:
     including its first EOS equals the answer (whose last token is EOS)."""
     xp = _xp(completions_NxA)
     is_eos = completions_NxA == EOS
-    before_first_eos = xp.cumsum(is_eos, axis=1) - is_eos == 0       # tokens up to first EOS
+    before_first_eos = xp.cumsum(is_eos, axis=1) - is_eos == 0  # tokens up to first EOS
     ok = (completions_NxA == answers_NxA) | ~before_first_eos
     return xp.all(ok, axis=1).astype(xp.float32) * xp.any(is_eos, axis=1)
 
@@ -190,4 +190,5 @@ def _xp(a: Any):
     # Imported here: TaskConfig is part of the RL config schema (experiments/rl/config.py), which
     # the command line registers before composing, so importing this module stays JAX-free.
     import jax.numpy as jnp
+
     return jnp

@@ -16,7 +16,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import pathlib
 import time
@@ -25,20 +24,20 @@ from typing import Any
 import jax
 import numpy as np
 
-from experiments.train.checkpoint import Checkpointer, load_params
-from experiments.train.optimizer import OptimConfig, make_optimizer, make_schedule
 from experiments.rl.config import RLConfig
 from experiments.rl.evaluate import Evaluator
 from experiments.rl.step import RLSetup, build_sft_step
 from experiments.rl.tasks import Task
-from models.base.jsonio import read_json, write_json_atomic
+from experiments.train.checkpoint import Checkpointer, load_params
+from experiments.train.optimizer import OptimConfig, make_optimizer, make_schedule
 from models.base.errors import ConfigError
 from models.base.fingerprint import fingerprint
+from models.base.jsonio import read_json, write_json_atomic
 from models.base.portable import lock_file
 from models.config import ModelConfig
 from models.transformer import init_params
 
-WARM_VERSION = 1   # bump when the warm-start procedure changes (invalidates the cache)
+WARM_VERSION = 1  # bump when the warm-start procedure changes (invalidates the cache)
 
 
 class StartTooWeak(ConfigError):
@@ -69,8 +68,9 @@ def _resolve_init(init: str) -> tuple[pathlib.Path, int | None]:
         return p.parent.parent, int(p.name)
     if (p / "checkpoints").is_dir():
         return p, None
-    raise ConfigError(f"rl.init={init}: expected a run directory with checkpoints/ or a "
-                      "checkpoints/<step> directory")
+    raise ConfigError(
+        f"rl.init={init}: expected a run directory with checkpoints/ or a checkpoints/<step> directory"
+    )
 
 
 def load_init(init: str, setup: RLSetup) -> tuple[Any, dict[str, Any]]:
@@ -81,16 +81,23 @@ def load_init(init: str, setup: RLSetup) -> tuple[Any, dict[str, Any]]:
 
 # ---- warm start ----------------------------------------------------------------------------
 
+
 def _cache_key(model: ModelConfig, task: Task, cfg: RLConfig) -> str:
     ws = dict(vars(cfg.warm_start))
     ws.pop("cache_dir")
-    blob = {"v": WARM_VERSION, "model": model.to_dict(), "task": vars(task.cfg), "ws": ws,
-            "temperature": cfg.temperature}
+    blob = {
+        "v": WARM_VERSION,
+        "model": model.to_dict(),
+        "task": vars(task.cfg),
+        "ws": ws,
+        "temperature": cfg.temperature,
+    }
     return fingerprint(blob)
 
 
-def warm_start(model: ModelConfig, task: Task, cfg: RLConfig, setup: RLSetup,
-               log=print) -> tuple[Any, dict[str, Any]]:
+def warm_start(
+    model: ModelConfig, task: Task, cfg: RLConfig, setup: RLSetup, log=print
+) -> tuple[Any, dict[str, Any]]:
     """Cached supervised warm start (trains it on a cache miss). Returns (params, info)."""
     ws = cfg.warm_start
     root = pathlib.Path(os.path.expandvars(ws.cache_dir)).expanduser()
@@ -105,8 +112,10 @@ def warm_start(model: ModelConfig, task: Task, cfg: RLConfig, setup: RLSetup,
                 params, _, _ = ck.restore(int(info["steps"]), setup.abstract_params(), {})
             finally:
                 ck.close()
-            log(f"warm start: reusing {path} (pass rate {info['pass_rate']:.3f} after "
-                f"{info['steps']} supervised steps)")
+            log(
+                f"warm start: reusing {path} (pass rate {info['pass_rate']:.3f} after "
+                f"{info['steps']} supervised steps)"
+            )
             return params, dict(info, source="warm_start", path=str(path))
         params, info = _train(model, task, cfg, setup, log)
         ck = Checkpointer(path)
@@ -130,27 +139,37 @@ def _train(model: ModelConfig, task: Task, cfg: RLConfig, setup: RLSetup, log):
     t0 = time.time()
     rate, loss, n = 0.0, float("nan"), 0
     for n in range(1, ws.max_steps + 1):
-        b = task.train_batch(10_000 + ws.seed, n, ws.batch_size)   # a stream RL never sees
+        b = task.train_batch(10_000 + ws.seed, n, ws.batch_size)  # a stream RL never sees
         params, opt_state, loss = step(params, opt_state, b.prompts, b.answers)
         if n % ws.check_every == 0 or n == ws.max_steps:
             rate = evaluate(params, params, n).pass_rate
-            log(f"warm start: step {n}, loss {float(loss):.3f}, dev pass rate {rate:.3f} "
-                f"(target {ws.target_pass_rate:g})")
+            log(
+                f"warm start: step {n}, loss {float(loss):.3f}, dev pass rate {rate:.3f} "
+                f"(target {ws.target_pass_rate:g})"
+            )
             if rate >= ws.target_pass_rate:
                 break
-    info = {"steps": n, "pass_rate": rate, "loss": float(loss), "wall_s": time.time() - t0,
-            "target_pass_rate": ws.target_pass_rate, "reached": rate >= ws.target_pass_rate}
+    info = {
+        "steps": n,
+        "pass_rate": rate,
+        "loss": float(loss),
+        "wall_s": time.time() - t0,
+        "target_pass_rate": ws.target_pass_rate,
+        "reached": rate >= ws.target_pass_rate,
+    }
     return jax.block_until_ready(params), info
 
 
 # ---- is the start strong enough? ---------------------------------------------------------------
 
+
 def check_start(params: Any, task: Task, cfg: RLConfig, setup: RLSetup) -> dict[str, float]:
     """Probe G samples on training-distribution prompts; raise StartTooWeak if RL would stall."""
     sc = cfg.start_check
     probe = task.draw(np.random.default_rng([cfg.seed, 17]), sc.probe_prompts)
-    res = Evaluator(setup.rollout, probe, cfg.group_size, task.difficulty_names,
-                    seed=cfg.seed + 3)(params, params, 0)
+    res = Evaluator(setup.rollout, probe, cfg.group_size, task.difficulty_names, seed=cfg.seed + 3)(
+        params, params, 0
+    )
     out = {"pass_rate": res.pass_rate, "zero_var_frac": res.zero_var_frac}
     if res.pass_rate < sc.min_pass_rate or res.zero_var_frac > sc.max_zero_var_frac:
         raise StartTooWeak(
@@ -158,5 +177,6 @@ def check_start(params: Any, task: Task, cfg: RLConfig, setup: RLSetup) -> dict[
             f"{sc.min_pass_rate:g}), {100 * res.zero_var_frac:.0f}% of groups of "
             f"{cfg.group_size} have zero reward variance (max "
             f"{100 * sc.max_zero_var_frac:.0f}%); raise rl.warm_start.target_pass_rate, "
-            "use a stronger rl.init, or a larger rl.group_size")
+            "use a stronger rl.init, or a larger rl.group_size"
+        )
     return out

@@ -21,8 +21,17 @@ from omegaconf import DictConfig
 
 import experiments.train.config  # noqa: F401 - registers the config schemas (imports no JAX)
 from experiments.cli import run_cli
-from experiments.rundir import (EXIT_CONFIG, completed_summary, console_log, fail, first_line,
-                                log_path, register_run_name, run_guarded, train_run_name)
+from experiments.rundir import (
+    EXIT_CONFIG,
+    completed_summary,
+    console_log,
+    fail,
+    first_line,
+    log_path,
+    register_run_name,
+    run_guarded,
+    train_run_name,
+)
 from models.base.configs import to_plain
 
 # `${scalelab.train_run:}` in conf/config.yaml's hydra.run.dir; registered before Hydra composes.
@@ -49,8 +58,11 @@ def train(cfg: DictConfig, run_dir: Path, multirun: bool) -> dict:
     except ValueError as e:
         return fail(str(e), EXIT_CONFIG, multirun)
     if done is not None:
-        print(f"run in {run_dir} already completed (status completed, {done.get('tokens')} tokens, "
-              f"final eval loss {done.get('final_eval_loss')}); nothing to do", flush=True)
+        print(
+            f"run in {run_dir} already completed (status completed, {done.get('tokens')} tokens, "
+            f"final eval loss {done.get('final_eval_loss')}); nothing to do",
+            flush=True,
+        )
         return done
 
     # Imported here, not at the top: it imports JAX, which a completed run never needs.

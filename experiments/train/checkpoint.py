@@ -36,7 +36,7 @@ from models.config import ModelConfig
 from models.transformer import Transformer, split_params
 
 CKPT_SUBDIR = "checkpoints"
-CORRUPT_SUFFIX = ".corrupt"   # <run_dir>/checkpoints.corrupt/<step>: unreadable checkpoints, set aside
+CORRUPT_SUFFIX = ".corrupt"  # <run_dir>/checkpoints.corrupt/<step>: unreadable checkpoints, set aside
 
 
 class CheckpointError(RuntimeError):
@@ -110,6 +110,7 @@ def _min_over_processes(step: int) -> int:
         return step
     import numpy as np
     from jax.experimental import multihost_utils
+
     return int(np.min(multihost_utils.process_allgather(np.int64(step))))
 
 
@@ -118,11 +119,12 @@ class Checkpointer:
 
     def __init__(self, run_dir: Path, keep: int = 2):
         self.directory = (Path(run_dir) / CKPT_SUBDIR).resolve()
-        with _orbax_quiet():   # it reads every checkpoint's metadata file: corrupt ones are ours to report
+        with _orbax_quiet():  # it reads every checkpoint's metadata file: corrupt ones are ours to report
             self._mngr = ocp.CheckpointManager(
                 self.directory,
-                options=ocp.CheckpointManagerOptions(max_to_keep=keep, create=True,
-                                                     enable_async_checkpointing=False),
+                options=ocp.CheckpointManagerOptions(
+                    max_to_keep=keep, create=True, enable_async_checkpointing=False
+                ),
                 item_names=("state", "meta"),
             )
 
@@ -130,24 +132,37 @@ class Checkpointer:
         return self._mngr.latest_step()
 
     def save(self, step: int, params: Any, opt_state: Any, meta: dict[str, Any]) -> None:
-        self._mngr.save(step, args=ocp.args.Composite(
-            state=ocp.args.StandardSave({"params": params, "opt_state": opt_state}),
-            meta=ocp.args.JsonSave(meta)), force=True)
+        self._mngr.save(
+            step,
+            args=ocp.args.Composite(
+                state=ocp.args.StandardSave({"params": params, "opt_state": opt_state}),
+                meta=ocp.args.JsonSave(meta),
+            ),
+            force=True,
+        )
         self._mngr.wait_until_finished()
 
     def restore(self, step: int, abstract_params: Any, abstract_opt_state: Any) -> tuple[Any, Any, dict]:
-        out = self._mngr.restore(step, args=ocp.args.Composite(
-            state=ocp.args.StandardRestore({"params": abstract_params, "opt_state": abstract_opt_state}),
-            meta=ocp.args.JsonRestore()))
+        out = self._mngr.restore(
+            step,
+            args=ocp.args.Composite(
+                state=ocp.args.StandardRestore({"params": abstract_params, "opt_state": abstract_opt_state}),
+                meta=ocp.args.JsonRestore(),
+            ),
+        )
         return out.state["params"], out.state["opt_state"], dict(out.meta)
 
     def read_meta(self, step: int) -> dict[str, Any]:
         out = self._mngr.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))
         return dict(out.meta)
 
-    def restore_newest(self, abstract_params: Any, abstract_opt_state: Any,
-                       check: Callable[[dict[str, Any]], None] | None = None,
-                       warn: Callable[[str], None] = _warn) -> Restored | None:
+    def restore_newest(
+        self,
+        abstract_params: Any,
+        abstract_opt_state: Any,
+        check: Callable[[dict[str, Any]], None] | None = None,
+        warn: Callable[[str], None] = _warn,
+    ) -> Restored | None:
         """The newest checkpoint that reads back, or None when there is none at all.
 
         `check(meta)` vets the record of the candidate (e.g. refuses another config's run) and
@@ -164,13 +179,15 @@ class Checkpointer:
             got = self._try_restore(step, abstract_params, abstract_opt_state, check, bad)
             if got is not None:
                 break
-        agreed = _min_over_processes(got[0] if got is not None else -1)   # every process calls it
+        agreed = _min_over_processes(got[0] if got is not None else -1)  # every process calls it
         if agreed < 0:
             listed = "; ".join(f"step {s}: {r}" for s, r in bad[:3]) or "unreadable on another process"
-            raise CheckpointError(f"no checkpoint under {self.directory} can be read ({listed}); "
-                                  "move the directory away to start the run over")
+            raise CheckpointError(
+                f"no checkpoint under {self.directory} can be read ({listed}); "
+                "move the directory away to start the run over"
+            )
         step, (params, opt_state, meta) = got
-        if agreed != step:   # another process could not read this one: all take the older
+        if agreed != step:  # another process could not read this one: all take the older
             params, opt_state, meta = self.restore(agreed, abstract_params, abstract_opt_state)
             step = agreed
         newer = [s for s in steps if s > step]
@@ -178,14 +195,21 @@ class Checkpointer:
         skipped = tuple((s, reasons.get(s, "unreadable on another process")) for s in newer)
         if newer:
             where = self._set_aside(newer)
-            warn(f"warning: checkpoint{'s' if len(newer) > 1 else ''} at step "
-                 f"{', '.join(map(str, newer))} unreadable ({skipped[0][1]}); moved to {where}; "
-                 f"resuming from step {step}")
+            warn(
+                f"warning: checkpoint{'s' if len(newer) > 1 else ''} at step "
+                f"{', '.join(map(str, newer))} unreadable ({skipped[0][1]}); moved to {where}; "
+                f"resuming from step {step}"
+            )
         return Restored(step, params, opt_state, meta, skipped)
 
-    def _try_restore(self, step: int, abstract_params: Any, abstract_opt_state: Any,
-                     check: Callable[[dict[str, Any]], None] | None,
-                     bad: list[tuple[int, str]]) -> tuple[int, tuple[Any, Any, dict]] | None:
+    def _try_restore(
+        self,
+        step: int,
+        abstract_params: Any,
+        abstract_opt_state: Any,
+        check: Callable[[dict[str, Any]], None] | None,
+        bad: list[tuple[int, str]],
+    ) -> tuple[int, tuple[Any, Any, dict]] | None:
         """(step, restored) or None (the reason appended to `bad`); `check` errors propagate."""
         try:
             with _read_attempt():
@@ -217,6 +241,7 @@ class Checkpointer:
                     shutil.move(str(src), str(dst))
         if jax.process_count() > 1:
             from jax.experimental import multihost_utils
+
             multihost_utils.sync_global_devices("scalelab-checkpoints-set-aside")
         with _orbax_quiet():
             self._mngr.reload()
@@ -245,8 +270,10 @@ def load_params(run_dir: Path, step: int | None = None):
             except Exception as e:  # noqa: BLE001 - an unreadable checkpoint: the previous one
                 if step is not None or k == len(steps) - 1:
                     raise
-                _warn(f"warning: checkpoint at step {s} of {run_dir} unreadable ({_reason(e)}); "
-                      f"using step {steps[k + 1]}")
+                _warn(
+                    f"warning: checkpoint at step {s} of {run_dir} unreadable ({_reason(e)}); "
+                    f"using step {steps[k + 1]}"
+                )
     finally:
         ck.close()
 
@@ -258,7 +285,14 @@ def _load_params_at(ck: Checkpointer, step: int):
     graphdef, _ = nnx.split(nnx.eval_shape(lambda: Transformer(cfg, rngs=nnx.Rngs(0))), nnx.Param)
     p_shapes = jax.eval_shape(lambda: split_params(Transformer(cfg, rngs=nnx.Rngs(0)))[1])
     target = jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh), p_shapes)
-    out = ck._mngr.restore(step, args=ocp.args.Composite(
-        state=ocp.args.PyTreeRestore({"params": target}, partial_restore=True,
-                                     restore_args=ocp.checkpoint_utils.construct_restore_args({"params": target}))))
+    out = ck._mngr.restore(
+        step,
+        args=ocp.args.Composite(
+            state=ocp.args.PyTreeRestore(
+                {"params": target},
+                partial_restore=True,
+                restore_args=ocp.checkpoint_utils.construct_restore_args({"params": target}),
+            )
+        ),
+    )
     return cfg, graphdef, out.state["params"]

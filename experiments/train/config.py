@@ -27,9 +27,9 @@ from omegaconf import DictConfig, OmegaConf
 
 from experiments.rundir import config_fingerprint, fingerprint_fields
 from experiments.train.corpus import DataConfig, check_paths, data_vocab_size
+from experiments.train.profiling import check_profile_steps
 from experiments.train.tasks import EvalConfig
 from experiments.train.tasks.base import check_tasks
-from experiments.train.profiling import check_profile_steps
 from experiments.train.tracking import TrackerConfig
 from models.base.configs import config_from_mapping, to_plain
 from models.base.errors import ConfigError
@@ -45,23 +45,23 @@ SCHEDULES = ("cosine", "linear", "wsd", "constant")
 class TrainConfig:
     """`train.*`: batch, run length, cadences and seed of a training run."""
 
-    batch_size: int = 16                 # global batch, sequences
+    batch_size: int = 16  # global batch, sequences
     micro_batch_size: int | None = None  # None = batch_size; smaller = gradient accumulation
-    micro_batches: int = 1               # pipeline micro-batches each micro-batch is split into
-                                         # (sharding.pipeline > 1; sharding/pipeline.py)
-    tokens: Any = 262144                 # run length in tokens, rounded up to whole steps (int or
-                                         # float such as 2e6: typed Any so an int stays an int)
-    steps: int | None = None             # run length in steps: when set, wins over tokens
-    eval_every: int = 50                 # steps between evals (0 = only at the end)
-    eval_tokens: int = 16384             # validation tokens per eval (same batches for every seed)
-    ckpt_every: int = 50                 # steps between checkpoints (0 = only at the end)
-    seed: int = 0                        # parameter init and batch order (batch i = f(seed, i))
-    log_every: int = 1                   # steps between metrics.jsonl records
-    loss_ceiling: float | None = None    # loss above this stops the run (None = 2 ln(vocab) + 1)
+    micro_batches: int = 1  # pipeline micro-batches each micro-batch is split into
+    # (sharding.pipeline > 1; sharding/pipeline.py)
+    tokens: Any = 262144  # run length in tokens, rounded up to whole steps (int or
+    # float such as 2e6: typed Any so an int stays an int)
+    steps: int | None = None  # run length in steps: when set, wins over tokens
+    eval_every: int = 50  # steps between evals (0 = only at the end)
+    eval_tokens: int = 16384  # validation tokens per eval (same batches for every seed)
+    ckpt_every: int = 50  # steps between checkpoints (0 = only at the end)
+    seed: int = 0  # parameter init and batch order (batch i = f(seed, i))
+    log_every: int = 1  # steps between metrics.jsonl records
+    loss_ceiling: float | None = None  # loss above this stops the run (None = 2 ln(vocab) + 1)
     keep_checkpoints: int = 2
-    progress_every_s: float = 2.0        # console progress line period
+    progress_every_s: float = 2.0  # console progress line period
     profile_steps: list[int] | None = None  # [first, last]: JAX profiler trace of those steps
-                                         # (1-based) in <run dir>/profile (experiments/train/profiling.py)
+    # (1-based) in <run dir>/profile (experiments/train/profiling.py)
 
     @classmethod
     def from_mapping(cls, m: Mapping[str, Any]) -> "TrainConfig":
@@ -74,17 +74,17 @@ class OptimConfig:
 
     name: str = "adamw"
     lr: float = 3e-3
-    schedule: str = "cosine"             # cosine | linear | wsd | constant (after linear warmup)
-    warmup_tokens: Any = None            # None = 5% of the run (Any: an int stays an int)
-    min_lr_ratio: float = 0.1            # final lr / peak lr for cosine / linear / wsd
-    decay_fraction: float = 0.2          # wsd: last fraction of the run spent decaying
+    schedule: str = "cosine"  # cosine | linear | wsd | constant (after linear warmup)
+    warmup_tokens: Any = None  # None = 5% of the run (Any: an int stays an int)
+    min_lr_ratio: float = 0.1  # final lr / peak lr for cosine / linear / wsd
+    decay_fraction: float = 0.2  # wsd: last fraction of the run spent decaying
     weight_decay: float = 0.1
     b1: float = 0.9
     b2: float = 0.95
     eps: float = 1e-8
-    clip: float | None = 1.0             # global gradient-norm clip; None or 0 disables
-    decay_norms: bool = False            # weight decay on norm scales / biases
-    decay_embeddings: bool = False       # weight decay on the embedding and output head
+    clip: float | None = 1.0  # global gradient-norm clip; None or 0 disables
+    decay_norms: bool = False  # weight decay on norm scales / biases
+    decay_embeddings: bool = False  # weight decay on the embedding and output head
 
     @classmethod
     def from_mapping(cls, m: Mapping[str, Any]) -> "OptimConfig":
@@ -122,19 +122,25 @@ class DistributedConfig:
     SCALELAB_COORDINATOR / SCALELAB_NUM_PROCESSES / SCALELAB_PROCESS_ID or SLURM_* variables; a
     single process if none."""
 
-    coordinator_address: str | None = None   # host:port of process 0
+    coordinator_address: str | None = None  # host:port of process 0
     num_processes: int | None = None
     process_id: int | None = None
-    local_device_ids: Any = None             # list of this process's device ids
-    port: int | None = None                  # coordinator port when derived from SLURM (default 12355)
-    cpu_collectives: str = "gloo"            # CPU backend collectives between processes
+    local_device_ids: Any = None  # list of this process's device ids
+    port: int | None = None  # coordinator port when derived from SLURM (default 12355)
+    cpu_collectives: str = "gloo"  # CPU backend collectives between processes
 
 
 # ---- Hydra schema ---------------------------------------------------------------------------
 
-GROUP_SCHEMAS: dict[str, type] = {"model": ModelConfig, "train": TrainConfig, "optim": OptimConfig,
-                                  "data": DataConfig, "sharding": ShardingConfig, "eval": EvalConfig,
-                                  "tracker": TrackerConfig}
+GROUP_SCHEMAS: dict[str, type] = {
+    "model": ModelConfig,
+    "train": TrainConfig,
+    "optim": OptimConfig,
+    "data": DataConfig,
+    "sharding": ShardingConfig,
+    "eval": EvalConfig,
+    "tracker": TrackerConfig,
+}
 
 
 def schema_node(cls: type) -> DictConfig:
@@ -170,6 +176,7 @@ register_configs()
 
 # ---- the validator --------------------------------------------------------------------------
 
+
 @dataclasses.dataclass(frozen=True)
 class RunSpec:
     """A validated run: the typed configs plus every derived number the trainer uses."""
@@ -178,9 +185,9 @@ class RunSpec:
     train: TrainConfig
     optim: OptimConfig
     data: DataConfig
-    eval: EvalConfig                   # downstream tasks (`eval.*`; absent from the config = none)
-    tracker: TrackerConfig             # `tracker.*` (absent from the config = none)
-    mesh_shape: tuple[int, int, int]   # resolved (data, fsdp, tensor)
+    eval: EvalConfig  # downstream tasks (`eval.*`; absent from the config = none)
+    tracker: TrackerConfig  # `tracker.*` (absent from the config = none)
+    mesh_shape: tuple[int, int, int]  # resolved (data, fsdp, tensor)
     distributed: dict[str, Any]
     steps: int
     tokens_per_step: int
@@ -198,8 +205,8 @@ class RunSpec:
     fingerprint_fields: dict[str, Any]
     raw: dict[str, Any]
     pipeline: PipelineSpec = PipelineSpec()  # sharding.pipeline stages (the `stage` mesh axis)
-    context: int = 1                   # sharding.context: sequence shards (the `context` mesh axis)
-    sequence_parallel: bool = False    # sharding.sequence_parallel (Megatron SP over `tensor`)
+    context: int = 1  # sharding.context: sequence shards (the `context` mesh axis)
+    sequence_parallel: bool = False  # sharding.sequence_parallel (Megatron SP over `tensor`)
 
     @property
     def n_devices(self) -> int:
@@ -244,20 +251,26 @@ def _check_vocab(model: ModelConfig, data: DataConfig) -> ModelConfig:
         if model.vocab_size == ModelConfig.__dataclass_fields__["vocab_size"].default:
             return dataclasses.replace(model, vocab_size=dvocab)
         if model.vocab_size != dvocab:
-            raise ConfigError(f"model.vocab_size={model.vocab_size} does not match data.dir's vocabulary "
-                              f"({dvocab}, {data.dir}/meta.json); leave model.vocab_size unset to take it "
-                              "from meta.json")
+            raise ConfigError(
+                f"model.vocab_size={model.vocab_size} does not match data.dir's vocabulary "
+                f"({dvocab}, {data.dir}/meta.json); leave model.vocab_size unset to take it "
+                "from meta.json"
+            )
         return model
     if model.vocab_size < dvocab:
-        raise ConfigError(f"model.vocab_size={model.vocab_size} is smaller than the data's vocabulary "
-                          f"({dvocab}); set model.vocab_size >= {dvocab}")
+        raise ConfigError(
+            f"model.vocab_size={model.vocab_size} is smaller than the data's vocabulary "
+            f"({dvocab}); set model.vocab_size >= {dvocab}"
+        )
     return model
 
 
 def _run_length(train: TrainConfig, model: ModelConfig) -> _Length:
     """Micro-batching and run length in steps (`train.steps` wins over `train.tokens`)."""
     batch = _int("train.batch_size", train.batch_size)
-    micro = batch if train.micro_batch_size is None else _int("train.micro_batch_size", train.micro_batch_size)
+    micro = (
+        batch if train.micro_batch_size is None else _int("train.micro_batch_size", train.micro_batch_size)
+    )
     if batch % micro:
         raise ConfigError(f"train.micro_batch_size={micro} does not divide train.batch_size={batch}")
     tokens_per_step = batch * model.seq_len
@@ -287,8 +300,10 @@ def _warmup_steps(optim: OptimConfig, length: _Length) -> int:
     if optim.warmup_tokens is None:
         return int(round(0.05 * length.steps))
     if optim.warmup_tokens >= length.total_tokens and optim.warmup_tokens > 0:
-        raise ConfigError(f"optim.warmup_tokens={optim.warmup_tokens:g} is not smaller than the run's "
-                          f"{length.total_tokens} tokens")
+        raise ConfigError(
+            f"optim.warmup_tokens={optim.warmup_tokens:g} is not smaller than the run's "
+            f"{length.total_tokens} tokens"
+        )
     return int(math.ceil(optim.warmup_tokens / length.tokens_per_step))
 
 
@@ -312,19 +327,30 @@ def _devices_per_stage(sharding: ShardingConfig, n_devices: int) -> int:
     return n_devices // p
 
 
-def _pipeline(sharding: ShardingConfig, train: TrainConfig, model: ModelConfig, micro: int,
-              mesh_shape: tuple[int, ...]) -> PipelineSpec:
+def _pipeline(
+    sharding: ShardingConfig, train: TrainConfig, model: ModelConfig, micro: int, mesh_shape: tuple[int, ...]
+) -> PipelineSpec:
     """The validated pipeline (train.micro_batches only means something with stages)."""
     if sharding.pipeline == 1 and train.micro_batches == 1 and sharding.virtual_stages == 1:
-        return PipelineSpec(schedule=check_pipeline(model.n_layers, 1, sharding.pipeline_schedule, 1, 1, micro).schedule)
+        return PipelineSpec(
+            schedule=check_pipeline(model.n_layers, 1, sharding.pipeline_schedule, 1, 1, micro).schedule
+        )
     if sharding.pipeline == 1:
         raise ConfigError("train.micro_batches / sharding.virtual_stages need sharding.pipeline > 1")
-    return check_pipeline(model.n_layers, sharding.pipeline, sharding.pipeline_schedule,
-                          sharding.virtual_stages, train.micro_batches, micro,
-                          batch_shards=mesh_shape[0] * mesh_shape[1])
+    return check_pipeline(
+        model.n_layers,
+        sharding.pipeline,
+        sharding.pipeline_schedule,
+        sharding.virtual_stages,
+        train.micro_batches,
+        micro,
+        batch_shards=mesh_shape[0] * mesh_shape[1],
+    )
 
 
-def _mesh_shape(sharding: ShardingConfig, model: ModelConfig, micro: int, n_devices: int | None) -> tuple[int, int, int]:
+def _mesh_shape(
+    sharding: ShardingConfig, model: ModelConfig, micro: int, n_devices: int | None
+) -> tuple[int, int, int]:
     """Resolved (data, fsdp, tensor) sizes that divide the model and the batch."""
     # Divisibility by the axes given explicitly first (the clearer message), then the device count.
     fixed = sharding.sizes
@@ -337,7 +363,9 @@ def _mesh_shape(sharding: ShardingConfig, model: ModelConfig, micro: int, n_devi
     n_devices = _devices_per_stage(sharding, n_devices)
     check_sequence_layout(model, None, sharding.context, sharding.sequence_parallel)
     if n_devices % sharding.context:
-        raise ConfigError(f"sharding.context={sharding.context} does not divide the {n_devices} available devices")
+        raise ConfigError(
+            f"sharding.context={sharding.context} does not divide the {n_devices} available devices"
+        )
     n_devices //= sharding.context  # the `context` mesh axis takes its share (sharding/context.py)
     mesh_shape = resolve_axis_sizes(list(fixed), n_devices)
     validate_layout(model, *mesh_shape, micro_batch_size=micro, eval_batch_size=micro)
@@ -367,12 +395,30 @@ def resolve_config(cfg: Any, n_devices: int | None = None) -> RunSpec:
     mesh_shape = _mesh_shape(sharding, model, length.micro_batch_size, n_devices)
     pipeline = _pipeline(sharding, train, model, length.micro_batch_size, mesh_shape)
     return RunSpec(
-        model=model, train=train, optim=optim, data=data, eval=evalc, tracker=tracker, mesh_shape=mesh_shape,
+        model=model,
+        train=train,
+        optim=optim,
+        data=data,
+        eval=evalc,
+        tracker=tracker,
+        mesh_shape=mesh_shape,
         distributed=dict(raw.get("distributed") or {}),
-        steps=length.steps, tokens_per_step=length.tokens_per_step, total_tokens=length.total_tokens,
-        micro_batch_size=length.micro_batch_size, n_micro=length.n_micro, warmup_steps=warmup_steps,
-        eval_batch_size=length.micro_batch_size, eval_batches=eval_batches, loss_ceiling=ceiling,
-        n_params=param_count(model), n_params_non_embedding=non_embedding_param_count(model),
-        flops_per_token=flops_per_token(model), fingerprint=config_fingerprint(raw),
-        fingerprint_fields=fingerprint_fields(raw), raw=raw, pipeline=pipeline,
-        context=sharding.context, sequence_parallel=sharding.sequence_parallel)
+        steps=length.steps,
+        tokens_per_step=length.tokens_per_step,
+        total_tokens=length.total_tokens,
+        micro_batch_size=length.micro_batch_size,
+        n_micro=length.n_micro,
+        warmup_steps=warmup_steps,
+        eval_batch_size=length.micro_batch_size,
+        eval_batches=eval_batches,
+        loss_ceiling=ceiling,
+        n_params=param_count(model),
+        n_params_non_embedding=non_embedding_param_count(model),
+        flops_per_token=flops_per_token(model),
+        fingerprint=config_fingerprint(raw),
+        fingerprint_fields=fingerprint_fields(raw),
+        raw=raw,
+        pipeline=pipeline,
+        context=sharding.context,
+        sequence_parallel=sharding.sequence_parallel,
+    )

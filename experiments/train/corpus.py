@@ -50,12 +50,12 @@ class DataConfig:
     """`data.*`: which corpus and how it is split (the defaults are conf/data/stdlib.yaml; this
     class is also the Hydra schema of `data.*`, registered by experiments/train/config.py)."""
 
-    source: str = "auto"            # auto | stdlib | text | tokens | prepared
-    dir: str | None = None          # prepared: directory made by `python -m experiments.prepare_data`
-    path: Any = None                # file, glob, or list of them (text/tokens)
-    val_path: str | None = None     # tokens: separate validation file
-    dtype: str = "uint16"           # tokens: element type of a raw .bin file
-    vocab_size: int | None = None   # tokens: required; bytes: 256; prepared: from meta.json
+    source: str = "auto"  # auto | stdlib | text | tokens | prepared
+    dir: str | None = None  # prepared: directory made by `python -m experiments.prepare_data`
+    path: Any = None  # file, glob, or list of them (text/tokens)
+    val_path: str | None = None  # tokens: separate validation file
+    dtype: str = "uint16"  # tokens: element type of a raw .bin file
+    vocab_size: int | None = None  # tokens: required; bytes: 256; prepared: from meta.json
     val_fraction: float = 0.05
     cache_dir: str = "~/.cache/scalelab"
 
@@ -65,7 +65,9 @@ class DataConfig:
 
     def resolved_source(self) -> str:
         if self.source not in ("auto", "stdlib", "text", "tokens", "prepared"):
-            raise ConfigError(f"data.source must be auto, stdlib, text, tokens or prepared (got {self.source!r})")
+            raise ConfigError(
+                f"data.source must be auto, stdlib, text, tokens or prepared (got {self.source!r})"
+            )
         if self.source != "auto":
             return self.source
         if self.dir not in (None, ""):
@@ -87,6 +89,7 @@ class Corpus:
 
 
 # ---- helpers --------------------------------------------------------------------------------
+
 
 def _cache_root(cfg: DataConfig) -> Path:
     return Path(os.environ.get("SCALELAB_CACHE", cfg.cache_dir)).expanduser()
@@ -160,9 +163,11 @@ def _byte_corpus(name: str, root: Path, rels: list[str], cfg: DataConfig) -> Cor
             b = (root / r).read_bytes()
             content_hash.update(r.encode() + b"\0" + len(b).to_bytes(8, "big") + b)
             if _is_val(r, cfg.val_fraction):
-                val_parts.append(b); n_val += 1
+                val_parts.append(b)
+                n_val += 1
             else:
-                train_parts.append(b); n_train += 1
+                train_parts.append(b)
+                n_train += 1
         split = "file_hash"
         train_b, val_b = b"".join(train_parts), b"".join(val_parts)
         if not train_b or not val_b:  # too few files for a hash split: hold out the tail
@@ -170,17 +175,34 @@ def _byte_corpus(name: str, root: Path, rels: list[str], cfg: DataConfig) -> Cor
             cut = int(len(allb) * (1 - cfg.val_fraction))
             train_b, val_b, split = allb[:cut], allb[cut:], "tail"
         identity = {
-            "name": name, "source_root": str(root), "files": len(rels),
-            "bytes": len(train_b) + len(val_b), "sha256": content_hash.hexdigest(),
-            "split": split, "val_fraction": cfg.val_fraction,
-            "train_files": n_train, "val_files": n_val,
-            "train_tokens": len(train_b), "val_tokens": len(val_b), "vocab_size": 256,
+            "name": name,
+            "source_root": str(root),
+            "files": len(rels),
+            "bytes": len(train_b) + len(val_b),
+            "sha256": content_hash.hexdigest(),
+            "split": split,
+            "val_fraction": cfg.val_fraction,
+            "train_files": n_train,
+            "val_files": n_val,
+            "train_tokens": len(train_b),
+            "val_tokens": len(val_b),
+            "vocab_size": 256,
         }
-        _atomic_dir_write(cdir, {"train.u8": train_b, "val.u8": val_b,
-                                 "identity.json": json.dumps(identity, indent=1).encode()})
+        _atomic_dir_write(
+            cdir,
+            {"train.u8": train_b, "val.u8": val_b, "identity.json": json.dumps(identity, indent=1).encode()},
+        )
     identity = json.loads((cdir / "identity.json").read_text())
-    train = np.memmap(cdir / "train.u8", dtype=np.uint8, mode="r") if identity["train_tokens"] else np.zeros(0, np.uint8)
-    val = np.memmap(cdir / "val.u8", dtype=np.uint8, mode="r") if identity["val_tokens"] else np.zeros(0, np.uint8)
+    train = (
+        np.memmap(cdir / "train.u8", dtype=np.uint8, mode="r")
+        if identity["train_tokens"]
+        else np.zeros(0, np.uint8)
+    )
+    val = (
+        np.memmap(cdir / "val.u8", dtype=np.uint8, mode="r")
+        if identity["val_tokens"]
+        else np.zeros(0, np.uint8)
+    )
     return Corpus(train=train, val=val, vocab_size=256, identity=identity)
 
 
@@ -188,7 +210,9 @@ def _load_token_file(p: Path, dtype: str) -> np.ndarray:
     if p.suffix == ".npy":
         arr = np.load(p, mmap_mode="r")
         if arr.ndim != 1 or arr.dtype.kind != "u":
-            raise ConfigError(f"data.path: {p} must hold a 1-D unsigned integer array (got {arr.dtype}{list(arr.shape)})")
+            raise ConfigError(
+                f"data.path: {p} must hold a 1-D unsigned integer array (got {arr.dtype}{list(arr.shape)})"
+            )
         return arr
     if dtype not in ("uint16", "uint32"):
         raise ConfigError(f"data.dtype must be uint16 or uint32 (got {dtype!r})")
@@ -209,8 +233,13 @@ def _file_identity(p: Path, arr: np.ndarray, cfg: DataConfig) -> dict[str, Any]:
     with open(p, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 24), b""):
             h.update(chunk)
-    ident = {"path": str(p.resolve()), "bytes": st.st_size, "tokens": int(arr.size),
-             "sha256": h.hexdigest(), "max_token": int(arr.max()) if arr.size else -1}
+    ident = {
+        "path": str(p.resolve()),
+        "bytes": st.st_size,
+        "tokens": int(arr.size),
+        "sha256": h.hexdigest(),
+        "max_token": int(arr.max()) if arr.size else -1,
+    }
     cfile.parent.mkdir(parents=True, exist_ok=True)
     tmp = cfile.with_suffix(f".tmp{os.getpid()}")
     tmp.write_text(json.dumps(ident))
@@ -237,11 +266,18 @@ def _token_corpus(cfg: DataConfig) -> Corpus:
     for ident, what in ((tid, "data.path"), (vid, "data.val_path")):
         if ident and ident["max_token"] >= cfg.vocab_size:
             raise ConfigError(f"{what}: token id {ident['max_token']} >= data.vocab_size={cfg.vocab_size}")
-    identity = {"name": "tokens", "files": 1 + (vid is not None),
-                "bytes": tid["bytes"] + (vid["bytes"] if vid else 0),
-                "sha256": hashlib.sha256((tid["sha256"] + (vid["sha256"] if vid else "")).encode()).hexdigest(),
-                "split": split, "train_tokens": int(train.size), "val_tokens": int(val.size),
-                "vocab_size": cfg.vocab_size, "path": tid["path"], "val": vid and vid["path"]}
+    identity = {
+        "name": "tokens",
+        "files": 1 + (vid is not None),
+        "bytes": tid["bytes"] + (vid["bytes"] if vid else 0),
+        "sha256": hashlib.sha256((tid["sha256"] + (vid["sha256"] if vid else "")).encode()).hexdigest(),
+        "split": split,
+        "train_tokens": int(train.size),
+        "val_tokens": int(val.size),
+        "vocab_size": cfg.vocab_size,
+        "path": tid["path"],
+        "val": vid and vid["path"],
+    }
     return Corpus(train=train, val=val, vocab_size=int(cfg.vocab_size), identity=identity)
 
 
@@ -275,7 +311,7 @@ class ShardedTokens:
         pieces = []
         while start < stop:
             end = min(stop, int(self.bounds[k + 1]))
-            pieces.append(self.shards[k][start - self.bounds[k]:end - self.bounds[k]])
+            pieces.append(self.shards[k][start - self.bounds[k] : end - self.bounds[k]])
             start, k = end, k + 1
         return pieces[0] if len(pieces) == 1 else np.concatenate(pieces)
 
@@ -292,12 +328,14 @@ def _prepared_dir(cfg: DataConfig) -> Path:
 
 def _prepared_meta(cfg: DataConfig) -> dict[str, Any]:
     """meta.json of `data.dir`, after the checks that need no shard reading."""
-    from experiments.prepare_data import format as fmt   # NumPy-only: the trainer needs no tokenizers
+    from experiments.prepare_data import format as fmt  # NumPy-only: the trainer needs no tokenizers
 
     meta = fmt.read_meta(_prepared_dir(cfg))
     if cfg.vocab_size is not None and cfg.vocab_size != meta["vocab_size"]:
-        raise ConfigError(f"data.vocab_size={cfg.vocab_size} disagrees with {cfg.dir}/meta.json "
-                          f"(vocab_size {meta['vocab_size']}); leave data.vocab_size unset")
+        raise ConfigError(
+            f"data.vocab_size={cfg.vocab_size} disagrees with {cfg.dir}/meta.json "
+            f"(vocab_size {meta['vocab_size']}); leave data.vocab_size unset"
+        )
     return meta
 
 
@@ -313,17 +351,29 @@ def _prepared_corpus(cfg: DataConfig) -> Corpus:
     val = fmt.open_shard(d, meta["val"], dtype)
     n_train = sum(int(a.size) for a in shards)
     if n_train != meta["train_tokens"] or val.size != meta["val_tokens"]:
-        raise ConfigError(f"data.dir: {d / fmt.META} states {meta['train_tokens']} train / {meta['val_tokens']} "
-                          f"validation tokens but its shards hold {n_train} / {val.size}; re-run prepare_data")
+        raise ConfigError(
+            f"data.dir: {d / fmt.META} states {meta['train_tokens']} train / {meta['val_tokens']} "
+            f"validation tokens but its shards hold {n_train} / {val.size}; re-run prepare_data"
+        )
     train = shards[0] if len(shards) == 1 else ShardedTokens(shards)
     item = np.dtype(dtype).itemsize
-    identity = {"name": f"prepared:{d.resolve().name}", "dir": str(d.resolve()),
-                "files": len(shards) + 1, "bytes": (n_train + int(val.size)) * item,
-                "sha256": meta["corpus_sha256"], "tokenizer_sha256": meta["tokenizer_sha256"],
-                "split": meta.get("split"), "val_fraction": meta.get("val_fraction"),
-                "train_tokens": n_train, "val_tokens": int(val.size), "vocab_size": meta["vocab_size"],
-                "dtype": dtype, "shards": len(shards), "documents": meta["documents"],
-                "text_bytes": meta.get("text_bytes")}
+    identity = {
+        "name": f"prepared:{d.resolve().name}",
+        "dir": str(d.resolve()),
+        "files": len(shards) + 1,
+        "bytes": (n_train + int(val.size)) * item,
+        "sha256": meta["corpus_sha256"],
+        "tokenizer_sha256": meta["tokenizer_sha256"],
+        "split": meta.get("split"),
+        "val_fraction": meta.get("val_fraction"),
+        "train_tokens": n_train,
+        "val_tokens": int(val.size),
+        "vocab_size": meta["vocab_size"],
+        "dtype": dtype,
+        "shards": len(shards),
+        "documents": meta["documents"],
+        "text_bytes": meta.get("text_bytes"),
+    }
     return Corpus(train=train, val=val, vocab_size=int(meta["vocab_size"]), identity=identity)
 
 
@@ -335,7 +385,9 @@ def check_paths(cfg: DataConfig) -> None:
             raise ConfigError("give data.dir (a prepared directory) or data.path (files), not both")
         _prepared_meta(cfg)
     elif cfg.dir not in (None, ""):
-        raise ConfigError(f"data.dir is read only with data.source=prepared or auto (got data.source={cfg.source})")
+        raise ConfigError(
+            f"data.dir is read only with data.source=prepared or auto (got data.source={cfg.source})"
+        )
     if src in ("text", "tokens"):
         if cfg.path in (None, "", []):
             raise ConfigError(f"data.path is required for data.source={src}")
@@ -376,6 +428,7 @@ def load_corpus(cfg: DataConfig) -> Corpus:
 
 # ---- sampling -------------------------------------------------------------------------------
 
+
 class BatchSampler:
     """Batch i = `batch_size` windows of `seq_len + 1` tokens at offsets drawn from rng(seed, i).
 
@@ -389,8 +442,10 @@ class BatchSampler:
         self.tokens, self.seq_len, self.batch_size, self.seed = tokens, seq_len, batch_size, seed
         self.n_starts = int(tokens.size) - seq_len
         if self.n_starts < 1:
-            raise ConfigError(f"the {what} split has {tokens.size} tokens, fewer than model.seq_len+1="
-                              f"{seq_len + 1}; use a larger corpus or a shorter model.seq_len")
+            raise ConfigError(
+                f"the {what} split has {tokens.size} tokens, fewer than model.seq_len+1="
+                f"{seq_len + 1}; use a larger corpus or a shorter model.seq_len"
+            )
 
     def offsets(self, i: int) -> np.ndarray:
         rng = np.random.default_rng([self.seed, i])
@@ -402,7 +457,7 @@ class BatchSampler:
         L1 = self.seq_len + 1
         out = np.empty((len(sel), L1), dtype=np.int32)
         for j, o in enumerate(sel):
-            out[j] = self.tokens[o:o + L1]
+            out[j] = self.tokens[o : o + L1]
         return out
 
     def batch(self, i: int) -> np.ndarray:

@@ -66,6 +66,7 @@ def _log(msg: str, enabled: bool = True) -> None:
 
 # ---- batches --------------------------------------------------------------------------------
 
+
 def make_train_batch(sampler, step: int, n_micro: int, micro: int, sharding) -> Any:
     """Global (n_micro, micro, L+1) int32 array of batch `step`; each process reads only the rows
     its devices hold (global row = k * micro + r for micro-batch k, row r)."""
@@ -88,8 +89,10 @@ def make_eval_batch(sampler, j: int, sharding) -> Any:
     """Global (B, L+1) eval batch `j` of a fixed validation sampler."""
     L1 = sampler.seq_len + 1
     return jax.make_array_from_callback(
-        (sampler.batch_size, L1), sharding,
-        lambda idx: sampler.rows(j, np.arange(sampler.batch_size)[idx[0]])[:, idx[1]])
+        (sampler.batch_size, L1),
+        sharding,
+        lambda idx: sampler.rows(j, np.arange(sampler.batch_size)[idx[0]])[:, idx[1]],
+    )
 
 
 class Prefetcher:
@@ -141,6 +144,7 @@ class HostSchedule:
 
 # ---- the run --------------------------------------------------------------------------------
 
+
 @dataclasses.dataclass
 class RunState:
     """What summary.json reports, kept current as the run goes, so that a failure at any point
@@ -153,14 +157,14 @@ class RunState:
     flops: float = 0.0
     train_loss: float | None = None
     eval_loss: float | None = None
-    task_metrics: dict[str, dict[str, float]] | None = None   # {task: {loss, accuracy, chance}}, last eval
+    task_metrics: dict[str, dict[str, float]] | None = None  # {task: {loss, accuracy, chance}}, last eval
     tokens_per_s: float | None = None
     mfu: float | None = None
     peak: float | None = None
     peak_source: str | None = None
     mesh: dict[str, Any] | None = None
     corpus: dict[str, Any] | None = None
-    wall_prev: float = 0.0        # wall time of earlier sessions of this run (from the checkpoint)
+    wall_prev: float = 0.0  # wall time of earlier sessions of this run (from the checkpoint)
 
 
 @dataclasses.dataclass
@@ -206,14 +210,14 @@ class Loop:
     progress: Progress
     lr_of_step: HostSchedule
     n_dev: int
-    sampler: BatchSampler          # train batches: batch i = f(train.seed, i)
+    sampler: BatchSampler  # train batches: batch i = f(train.seed, i)
     eval_set: list[Any]
     tasks: TaskSuite | None = None  # eval.tasks, scored at every eval
     eval_fn: Any = None
     step_fn: Any = None
     compile_s: float = 0.0
     clock: Clock = dataclasses.field(default_factory=Clock)
-    guard: PreemptionGuard | None = None   # preemption signals: stop at a step boundary
+    guard: PreemptionGuard | None = None  # preemption signals: stop at a step boundary
 
     def mfu(self, tokens_per_s: float) -> float:
         peak = self.state.peak
@@ -230,8 +234,10 @@ def run(cfg: Any, run_dir: Path) -> dict[str, Any]:
     t_start = time.time()
     done = completed_summary(run_dir, cfg)
     if done is not None:
-        _log(f"run in {run_dir} already completed ({done.get('tokens')} tokens, final eval loss "
-             f"{done.get('final_eval_loss')}); nothing to do")
+        _log(
+            f"run in {run_dir} already completed ({done.get('tokens')} tokens, final eval loss "
+            f"{done.get('final_eval_loss')}); nothing to do"
+        )
         return dict(done, already_completed=True)
     quiet_library_logs()
     enable_compile_cache()  # a sweep's runs share shapes: later runs load, not compile, their steps
@@ -244,38 +250,55 @@ def run(cfg: Any, run_dir: Path) -> dict[str, Any]:
             summary = _run(raw, run_dir, t_start, state, guard)
     except Exception as e:  # write a failed summary, then let the caller report
         if state.is_main:
-            write_failed_summary(run_dir, _summary_base(state), e,
-                                 state.wall_prev + time.time() - t_start)
+            write_failed_summary(run_dir, _summary_base(state), e, state.wall_prev + time.time() - t_start)
         raise
     if summary["status"] == "preempted":
-        guard.hand_over()   # e.g. submitit's requeue under hydra/launcher=slurm
+        guard.hand_over()  # e.g. submitit's requeue under hydra/launcher=slurm
     return summary
 
 
 def _summary_base(state: RunState) -> dict[str, Any]:
     """summary.json's fields known so far (status and wall time are set by the caller)."""
     s: dict[str, Any] = {
-        "status": None, "n_params": None, "n_params_non_embedding": None, "tokens": state.tokens,
-        "flops": state.flops, "final_train_loss": state.train_loss,
-        "final_eval_loss": state.eval_loss, "tokens_per_s": state.tokens_per_s,
-        "mfu": state.mfu, "mfu_convention": MFU_CAUSAL, "peak_flops_per_device": state.peak,
-        "peak_flops_source": state.peak_source, "mesh": state.mesh,
-        "corpus": state.corpus, "wall_time_s": None, "steps_done": state.step,
+        "status": None,
+        "n_params": None,
+        "n_params_non_embedding": None,
+        "tokens": state.tokens,
+        "flops": state.flops,
+        "final_train_loss": state.train_loss,
+        "final_eval_loss": state.eval_loss,
+        "tokens_per_s": state.tokens_per_s,
+        "mfu": state.mfu,
+        "mfu_convention": MFU_CAUSAL,
+        "peak_flops_per_device": state.peak,
+        "peak_flops_source": state.peak_source,
+        "mesh": state.mesh,
+        "corpus": state.corpus,
+        "wall_time_s": None,
+        "steps_done": state.step,
         "task_metrics": state.task_metrics or {},
     }
     spec = state.spec
     if spec is not None:
-        s.update(n_params=spec.n_params, n_params_non_embedding=spec.n_params_non_embedding,
-                 steps=spec.steps, total_tokens=spec.total_tokens, tokens_per_step=spec.tokens_per_step,
-                 flops_per_token=spec.flops_per_token, config_fingerprint=spec.fingerprint,
-                 config_fields=spec.fingerprint_fields, model=spec.model.to_dict())
+        s.update(
+            n_params=spec.n_params,
+            n_params_non_embedding=spec.n_params_non_embedding,
+            steps=spec.steps,
+            total_tokens=spec.total_tokens,
+            tokens_per_step=spec.tokens_per_step,
+            flops_per_token=spec.flops_per_token,
+            config_fingerprint=spec.fingerprint,
+            config_fields=spec.fingerprint_fields,
+            model=spec.model.to_dict(),
+        )
     return s
 
 
-def _run(raw: dict[str, Any], run_dir: Path, t_start: float, state: RunState,
-         guard: PreemptionGuard) -> dict[str, Any]:
+def _run(
+    raw: dict[str, Any], run_dir: Path, t_start: float, state: RunState, guard: PreemptionGuard
+) -> dict[str, Any]:
     """Validate, build, restore, train, summarise: the order of work in the module docstring."""
-    spec = resolve_config(raw)                         # all validation, before any compile
+    spec = resolve_config(raw)  # all validation, before any compile
     state.spec, state.is_main = spec, jax.process_index() == 0
     corpus = load_corpus(spec.data)
     state.corpus = corpus.identity
@@ -296,52 +319,101 @@ def _describe_devices(spec: RunSpec, mesh: Any, state: RunState) -> list[Any]:
     """The mesh's devices; records their peak FLOP/s (for MFU) and the mesh in the run state."""
     devices = list(mesh.devices.flat)
     on_host = sum(1 for d in devices if d.process_index == jax.process_index())
-    state.peak, state.peak_source = peak_flops_per_device(devices[0], spec.model.dtype,
-                                                          devices_on_host=on_host)
-    state.mesh = {"data": spec.mesh_shape[0], "fsdp": spec.mesh_shape[1], "tensor": spec.mesh_shape[2],
-                  "stage": spec.pipeline.stages, "context": spec.context,
-                  "sequence_parallel": spec.sequence_parallel,
-                  "devices": len(devices), "processes": jax.process_count(),
-                  "device_kind": devices[0].device_kind, "platform": devices[0].platform}
+    state.peak, state.peak_source = peak_flops_per_device(
+        devices[0], spec.model.dtype, devices_on_host=on_host
+    )
+    state.mesh = {
+        "data": spec.mesh_shape[0],
+        "fsdp": spec.mesh_shape[1],
+        "tensor": spec.mesh_shape[2],
+        "stage": spec.pipeline.stages,
+        "context": spec.context,
+        "sequence_parallel": spec.sequence_parallel,
+        "devices": len(devices),
+        "processes": jax.process_count(),
+        "device_kind": devices[0].device_kind,
+        "platform": devices[0].platform,
+    }
     return devices
 
 
-def _build_loop(spec: RunSpec, state: RunState, run_dir: Path, t_start: float, mesh: Any,
-                corpus: Any, sampler: BatchSampler) -> Loop:
+def _build_loop(
+    spec: RunSpec,
+    state: RunState,
+    run_dir: Path,
+    t_start: float,
+    mesh: Any,
+    corpus: Any,
+    sampler: BatchSampler,
+) -> Loop:
     """Optimizer, sharded steps, checkpointer and metrics log; params restored or initialised."""
     schedule = make_schedule(spec.optim, spec.steps, spec.warmup_steps)
-    ts = build_train_setup(spec.model, make_optimizer(spec.optim, schedule, spec.model), mesh, n_micro=spec.n_micro,
-                           pipeline=spec.pipeline, sequence_parallel=spec.sequence_parallel)
+    ts = build_train_setup(
+        spec.model,
+        make_optimizer(spec.optim, schedule, spec.model),
+        mesh,
+        n_micro=spec.n_micro,
+        pipeline=spec.pipeline,
+        sequence_parallel=spec.sequence_parallel,
+    )
     ckpt = Checkpointer(run_dir, keep=spec.train.keep_checkpoints)
-    metrics = MetricsLog(run_dir / "metrics.jsonl", enabled=state.is_main,
-                         tracker=make_tracker(spec.tracker, run_dir, TRAIN_NAMES, spec.raw, state.is_main))
+    metrics = MetricsLog(
+        run_dir / "metrics.jsonl",
+        enabled=state.is_main,
+        tracker=make_tracker(spec.tracker, run_dir, TRAIN_NAMES, spec.raw, state.is_main),
+    )
     params, opt_state, start, resumed = _restore_or_init(spec, state, run_dir, ts, ckpt, metrics)
     val_sampler = eval_sampler(corpus.val, spec.model.seq_len, spec.eval_batch_size)
     eval_set = [make_eval_batch(val_sampler, j, ts.eval_batch_sharding) for j in range(spec.eval_batches)]
     progress = Progress(spec.steps, spec.tokens_per_step, spec.train.progress_every_s, enabled=state.is_main)
     tasks = None
     if spec.eval.tasks:
-        tasks = TaskSuite(build_task_sets(spec.eval, corpus.val, spec.model.seq_len), ts.graphdef,
-                          ts.param_shardings, ts.eval_batch_sharding, spec.eval_batch_size)
-    return Loop(spec=spec, state=state, run_dir=run_dir, t_start=t_start, ts=ts, params=params,
-                opt_state=opt_state, start=start, resumed=resumed, ckpt=ckpt, metrics=metrics,
-                progress=progress, lr_of_step=HostSchedule(schedule), n_dev=mesh.devices.size,
-                sampler=sampler, eval_set=eval_set, tasks=tasks)
+        tasks = TaskSuite(
+            build_task_sets(spec.eval, corpus.val, spec.model.seq_len),
+            ts.graphdef,
+            ts.param_shardings,
+            ts.eval_batch_sharding,
+            spec.eval_batch_size,
+        )
+    return Loop(
+        spec=spec,
+        state=state,
+        run_dir=run_dir,
+        t_start=t_start,
+        ts=ts,
+        params=params,
+        opt_state=opt_state,
+        start=start,
+        resumed=resumed,
+        ckpt=ckpt,
+        metrics=metrics,
+        progress=progress,
+        lr_of_step=HostSchedule(schedule),
+        n_dev=mesh.devices.size,
+        sampler=sampler,
+        eval_set=eval_set,
+        tasks=tasks,
+    )
 
 
-def _restore_or_init(spec: RunSpec, state: RunState, run_dir: Path, ts: TrainSetup,
-                     ckpt: Checkpointer, metrics: MetricsLog) -> tuple[Any, Any, int, bool]:
+def _restore_or_init(
+    spec: RunSpec, state: RunState, run_dir: Path, ts: TrainSetup, ckpt: Checkpointer, metrics: MetricsLog
+) -> tuple[Any, Any, int, bool]:
     """(params, opt_state, start step, resumed): the newest readable checkpoint of this same
     config (unreadable newer ones are set aside with a warning), or a fresh init. A checkpoint of
     another config is refused (it would mix two experiments)."""
+
     def same_config(meta: dict[str, Any]) -> None:
         if meta.get("config_fingerprint") != spec.fingerprint:
             diffs = diff_fields(meta.get("config_fields") or {}, spec.fingerprint_fields)
-            raise ConfigError(f"{run_dir} holds checkpoints of another config ({'; '.join(diffs[:3])}); "
-                              "choose another hydra.run.dir")
+            raise ConfigError(
+                f"{run_dir} holds checkpoints of another config ({'; '.join(diffs[:3])}); "
+                "choose another hydra.run.dir"
+            )
 
-    got = ckpt.restore_newest(*ts.abstract_state(), check=same_config,
-                              warn=lambda msg: _log(msg, state.is_main))
+    got = ckpt.restore_newest(
+        *ts.abstract_state(), check=same_config, warn=lambda msg: _log(msg, state.is_main)
+    )
     if got is None:
         params, opt_state = ts.init(spec.train.seed)
         metrics.reset()
@@ -361,12 +433,16 @@ def _restore_or_init(spec: RunSpec, state: RunState, run_dir: Path, ts: TrainSet
 
 def _log_header(spec: RunSpec, devices: list[Any], corpus: Any, enabled: bool) -> None:
     """One line: model size, run length, mesh and corpus."""
-    _log(f"model: {spec.n_params:,} params ({spec.n_params_non_embedding:,} non-embedding), "
-         f"{spec.flops_per_token:,} FLOPs/token (mfu: {MFU_CAUSAL}) | run: {spec.steps} steps x "
-         f"{spec.tokens_per_step:,} tokens = {spec.total_tokens:,} tokens | mesh data={spec.mesh_shape[0]} fsdp="
-         f"{spec.mesh_shape[1]} tensor={spec.mesh_shape[2]}{'+sp' if spec.sequence_parallel else ''}"
-         f"{f' context={spec.context}' if spec.context > 1 else ''} on {len(devices)} {devices[0].platform} "
-         f"device(s) | corpus {corpus.identity['name']} ({corpus.identity['bytes']:,} bytes)", enabled)
+    _log(
+        f"model: {spec.n_params:,} params ({spec.n_params_non_embedding:,} non-embedding), "
+        f"{spec.flops_per_token:,} FLOPs/token (mfu: {MFU_CAUSAL}) | run: {spec.steps} steps x "
+        f"{spec.tokens_per_step:,} tokens = {spec.total_tokens:,} tokens | "
+        f"mesh data={spec.mesh_shape[0]} fsdp="
+        f"{spec.mesh_shape[1]} tensor={spec.mesh_shape[2]}{'+sp' if spec.sequence_parallel else ''}"
+        f"{f' context={spec.context}' if spec.context > 1 else ''} on {len(devices)} {devices[0].platform} "
+        f"device(s) | corpus {corpus.identity['name']} ({corpus.identity['bytes']:,} bytes)",
+        enabled,
+    )
 
 
 def _make_batch(loop: Loop, i: int) -> Any:
@@ -411,11 +487,17 @@ def _checkpoint(loop: Loop, step: int) -> None:
     t_s = time.perf_counter()
     loop.metrics.flush()
     spec, state = loop.spec, loop.state
-    meta = {"step": step, "tokens": step * spec.tokens_per_step, "config_fingerprint": spec.fingerprint,
-            "config_fields": spec.fingerprint_fields, "model": spec.model.to_dict(),
-            "train_loss": state.train_loss, "eval_loss": state.eval_loss,
-            "task_metrics": state.task_metrics,
-            "wall_time_s": state.wall_prev + time.time() - loop.t_start}
+    meta = {
+        "step": step,
+        "tokens": step * spec.tokens_per_step,
+        "config_fingerprint": spec.fingerprint,
+        "config_fields": spec.fingerprint_fields,
+        "model": spec.model.to_dict(),
+        "train_loss": state.train_loss,
+        "eval_loss": state.eval_loss,
+        "task_metrics": state.task_metrics,
+        "wall_time_s": state.wall_prev + time.time() - loop.t_start,
+    }
     loop.ckpt.save(step, loop.params, loop.opt_state, meta)
     loop.clock.paused_since(t_s)
 
@@ -430,8 +512,14 @@ def _train_steps(loop: Loop, first: Any) -> str:
     if first is not None:
         prefetch.put(loop.start, first)
     loop.clock = Clock()
-    profiler = StepProfiler(loop.spec.train.profile_steps, loop.run_dir / "profile", loop.start,
-                            loop.state.is_main, loop.clock.paused_since, lambda msg: _log(msg, loop.state.is_main))
+    profiler = StepProfiler(
+        loop.spec.train.profile_steps,
+        loop.run_dir / "profile",
+        loop.start,
+        loop.state.is_main,
+        loop.clock.paused_since,
+        lambda msg: _log(msg, loop.state.is_main),
+    )
     try:
         pending = None
         for i in range(loop.start, loop.spec.steps):
@@ -440,12 +528,15 @@ def _train_steps(loop: Loop, first: Any) -> str:
                 loop.params, loop.opt_state, m = loop.step_fn(loop.params, loop.opt_state, prefetch.get(i))
             profiler.after(i + 1, loop.params)
             if pending is not None:
-                _finish_step(loop, *pending)   # step i-1 finishes while step i runs
+                _finish_step(loop, *pending)  # step i-1 finishes while step i runs
             stop = loop.guard is not None and loop.guard.should_stop()
             pending = None if _finish_on_boundary(loop, i, m, stop) else (i, m)
             if stop and i + 1 < loop.spec.steps:
-                _log(f"preempted by {', '.join(loop.guard.signal_names()) or 'another process'}: "
-                     f"checkpoint at step {i + 1} saved, stopping", loop.state.is_main)
+                _log(
+                    f"preempted by {', '.join(loop.guard.signal_names()) or 'another process'}: "
+                    f"checkpoint at step {i + 1} saved, stopping",
+                    loop.state.is_main,
+                )
                 return "preempted"
         if pending is not None:
             _finish_step(loop, *pending)
@@ -486,8 +577,10 @@ def _finish_step(loop: Loop, step_i: int, m: Any, eval_params: Any = None) -> No
         loop.clock.paused_since(t_e)
     _log_progress(loop, rec, force=diverged)
     if diverged:
-        raise Diverged(f"loss {loss} at step {rec['step']} is non-finite or above train.loss_ceiling="
-                       f"{loop.spec.loss_ceiling:g}")
+        raise Diverged(
+            f"loss {loss} at step {rec['step']} is non-finite or above train.loss_ceiling="
+            f"{loop.spec.loss_ceiling:g}"
+        )
 
 
 def _step_record(loop: Loop, step_i: int, m: Any) -> dict[str, Any]:
@@ -502,9 +595,17 @@ def _step_record(loop: Loop, step_i: int, m: Any) -> dict[str, Any]:
         clock.session_time += dt
     flops = float(n * spec.tokens_per_step * spec.flops_per_token)
     state.step, state.tokens, state.flops, state.train_loss = n, n * spec.tokens_per_step, flops, loss
-    return {"step": n, "tokens": n * spec.tokens_per_step, "flops": flops, "loss": loss,
-            "lr": loop.lr_of_step(step_i), "grad_norm": gnorm, "step_time_s": dt,
-            "tokens_per_s": tps, "mfu": loop.mfu(tps)}
+    return {
+        "step": n,
+        "tokens": n * spec.tokens_per_step,
+        "flops": flops,
+        "loss": loss,
+        "lr": loop.lr_of_step(step_i),
+        "grad_norm": gnorm,
+        "step_time_s": dt,
+        "tokens_per_s": tps,
+        "mfu": loop.mfu(tps),
+    }
 
 
 def _log_progress(loop: Loop, rec: dict[str, Any], force: bool) -> None:
@@ -514,8 +615,9 @@ def _log_progress(loop: Loop, rec: dict[str, Any], force: bool) -> None:
     last = n == spec.steps
     if n % spec.train.log_every == 0 or "eval_loss" in rec or force or last:
         loop.metrics.write(rec)
-    loop.progress.update(n, rec["loss"], rec["tokens_per_s"], rec["mfu"], rec.get("eval_loss"),
-                         force=last or force)
+    loop.progress.update(
+        n, rec["loss"], rec["tokens_per_s"], rec["mfu"], rec.get("eval_loss"), force=last or force
+    )
 
 
 def _write_summary(loop: Loop, status: str) -> dict[str, Any]:
@@ -523,7 +625,7 @@ def _write_summary(loop: Loop, status: str) -> dict[str, Any]:
     and the closing console line."""
     spec, state = loop.spec, loop.state
     if status == "completed" and loop.start >= spec.steps and state.eval_loss is None:
-        state.eval_loss = _evaluate(loop, loop.params)   # resumed after the final checkpoint
+        state.eval_loss = _evaluate(loop, loop.params)  # resumed after the final checkpoint
     if status == "completed" and loop.start >= spec.steps and state.task_metrics is None:
         _evaluate_tasks(loop, loop.params)
     loop.ckpt.close()
@@ -531,14 +633,20 @@ def _write_summary(loop: Loop, status: str) -> dict[str, Any]:
     state.tokens_per_s = tps
     state.mfu = loop.mfu(tps) if tps and state.peak == state.peak else None
     summary = _summary_base(state)
-    summary.update(status=status, wall_time_s=state.wall_prev + time.time() - loop.t_start,
-                   compile_time_s=loop.compile_s, resumed_from_step=loop.start if loop.resumed else None)
+    summary.update(
+        status=status,
+        wall_time_s=state.wall_prev + time.time() - loop.t_start,
+        compile_time_s=loop.compile_s,
+        resumed_from_step=loop.start if loop.resumed else None,
+    )
     if status == "preempted" and loop.guard is not None:
         summary["preempted_by"] = loop.guard.signal_names() or ["another process"]
     if state.is_main:
         write_json_atomic(loop.run_dir / "summary.json", summary)
-        _log(f"{status}: {summary['tokens']:,} tokens, final train loss {summary['final_train_loss']}, "
-             f"eval loss {summary['final_eval_loss']}, {tps or 0:,.0f} tok/s, "
-             f"mfu {summary['mfu'] or float('nan'):.3f} ({MFU_CAUSAL}), {summary['wall_time_s']:.1f}s")
-    loop.metrics.finish(status, summary)   # the tracker's run ends with the run's status
+        _log(
+            f"{status}: {summary['tokens']:,} tokens, final train loss {summary['final_train_loss']}, "
+            f"eval loss {summary['final_eval_loss']}, {tps or 0:,.0f} tok/s, "
+            f"mfu {summary['mfu'] or float('nan'):.3f} ({MFU_CAUSAL}), {summary['wall_time_s']:.1f}s"
+        )
+    loop.metrics.finish(status, summary)  # the tracker's run ends with the run's status
     return summary

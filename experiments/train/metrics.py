@@ -109,20 +109,37 @@ def _dur(s: float) -> str:
     if not math.isfinite(s):
         return "?"
     s = int(round(s))
-    return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else (f"{s // 60}m{s % 60:02d}s" if s >= 60 else f"{s}s")
+    return (
+        f"{s // 3600}h{s % 3600 // 60:02d}m"
+        if s >= 3600
+        else (f"{s // 60}m{s % 60:02d}s" if s >= 60 else f"{s}s")
+    )
 
 
 class Progress:
     """Prints `step a/b | tokens x/y (p%) | loss | tok/s | mfu | ETA` at most every `every_s`."""
 
-    def __init__(self, total_steps: int, tokens_per_step: int, every_s: float = 2.0,
-                 enabled: bool = True, stream: TextIO | None = None):
+    def __init__(
+        self,
+        total_steps: int,
+        tokens_per_step: int,
+        every_s: float = 2.0,
+        enabled: bool = True,
+        stream: TextIO | None = None,
+    ):
         self.total, self.tps, self.every = total_steps, tokens_per_step, every_s
         self.enabled, self.stream = enabled, stream or sys.stdout
         self._last = -math.inf
 
-    def update(self, step: int, loss: float, tokens_per_s: float, mfu: float,
-               eval_loss: float | None = None, force: bool = False) -> None:
+    def update(
+        self,
+        step: int,
+        loss: float,
+        tokens_per_s: float,
+        mfu: float,
+        eval_loss: float | None = None,
+        force: bool = False,
+    ) -> None:
         now = time.monotonic()
         if not self.enabled or (not force and now - self._last < self.every):
             return
@@ -130,6 +147,10 @@ class Progress:
         done, total = step * self.tps, self.total * self.tps
         eta = (total - done) / tokens_per_s if tokens_per_s > 0 else float("inf")
         ev = f" eval {eval_loss:.4f}" if eval_loss is not None else ""
-        print(f"step {step}/{self.total} | tokens {_si(done)}/{_si(total)} ({100 * done / total:.0f}%) | "
-              f"loss {loss:.4f}{ev} | {_si(tokens_per_s)} tok/s | mfu {mfu:.3f} ({MFU_CAUSAL}) | ETA {_dur(eta)}",
-              file=self.stream, flush=True)
+        print(
+            f"step {step}/{self.total} | tokens {_si(done)}/{_si(total)} ({100 * done / total:.0f}%) | "
+            f"loss {loss:.4f}{ev} | {_si(tokens_per_s)} tok/s | mfu {mfu:.3f} ({MFU_CAUSAL}) | "
+            f"ETA {_dur(eta)}",
+            file=self.stream,
+            flush=True,
+        )

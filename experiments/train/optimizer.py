@@ -35,7 +35,8 @@ def make_schedule(cfg: OptimConfig, total_steps: int, warmup_steps: int) -> opta
         decay = max(int(round(cfg.decay_fraction * total_steps)), 1)
         stable = max(rest - decay, 0)
         after = optax.join_schedules(
-            [optax.constant_schedule(peak), optax.linear_schedule(peak, floor, decay)], [stable])
+            [optax.constant_schedule(peak), optax.linear_schedule(peak, floor, decay)], [stable]
+        )
     if warmup_steps <= 0:
         return after
     # Step s of warmup uses lr peak*(s+1)/warmup so the very first update is not zero.
@@ -51,12 +52,14 @@ def _is_embedding(path: tuple[Any, ...]) -> bool:
 
 def decay_mask(params: Any, cfg: OptimConfig) -> Any:
     """True for parameters that get weight decay (same tree as params)."""
+
     def keep(path: tuple[Any, ...], leaf: Any) -> bool:
         if jnp.ndim(leaf) < 2:
             return cfg.decay_norms
         if _is_embedding(path):
             return cfg.decay_embeddings
         return True
+
     return jax.tree_util.tree_map_with_path(keep, params)
 
 
@@ -70,23 +73,34 @@ def scale_hidden_updates(factor: float) -> optax.GradientTransformation:
     """Multiply the updates of hidden matrices by `factor`: µP's per-layer Adam learning rate
     (lr / width multiplier for hidden weights; embeddings, head and norms keep lr). Applied after
     adamw, so decoupled weight decay scales with the learning rate, as in mup's MuAdamW."""
+
     def update(updates, state, params=None):
         del params
         return jax.tree_util.tree_map_with_path(
-            lambda path, u: u * factor if _is_hidden_matrix(path, u) else u, updates), state
+            lambda path, u: u * factor if _is_hidden_matrix(path, u) else u, updates
+        ), state
+
     return optax.GradientTransformation(lambda params: optax.EmptyState(), update)
 
 
-def make_optimizer(cfg: OptimConfig, schedule: optax.Schedule,
-                   model: Any = None) -> optax.GradientTransformation:
+def make_optimizer(
+    cfg: OptimConfig, schedule: optax.Schedule, model: Any = None
+) -> optax.GradientTransformation:
     """clip_by_global_norm(clip) -> adamw(schedule, mask=decay_mask) [-> µP hidden-matrix
     learning-rate scale 1 / model.width_mult when `model` (a ModelConfig) is µP]."""
     parts = []
     if cfg.clip:
         parts.append(optax.clip_by_global_norm(cfg.clip))
-    parts.append(optax.adamw(schedule, b1=cfg.b1, b2=cfg.b2, eps=cfg.eps,
-                             weight_decay=cfg.weight_decay,
-                             mask=lambda p: decay_mask(p, cfg)))
+    parts.append(
+        optax.adamw(
+            schedule,
+            b1=cfg.b1,
+            b2=cfg.b2,
+            eps=cfg.eps,
+            weight_decay=cfg.weight_decay,
+            mask=lambda p: decay_mask(p, cfg),
+        )
+    )
     width_mult = 1.0 if model is None else float(model.width_mult)
     if width_mult != 1.0:
         parts.append(scale_hidden_updates(1.0 / width_mult))

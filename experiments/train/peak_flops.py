@@ -81,8 +81,11 @@ def cpu_host_peak(dtype: str = "float32", refresh: bool = False) -> tuple[float,
             cache = {}
     if refresh or key not in cache:
         flops = measure_cpu_matmul_peak(dtype)
-        cache[key] = {"flops": flops, "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
-                      "method": f"best of 5 jitted {_MATMUL_N}^3 {dtype} matmuls"}
+        cache[key] = {
+            "flops": flops,
+            "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
+            "method": f"best of 5 jitted {_MATMUL_N}^3 {dtype} matmuls",
+        }
         path.parent.mkdir(parents=True, exist_ok=True)
         write_json_atomic(path, cache)
     e = cache[key]
@@ -102,8 +105,10 @@ def peak_flops_per_device(device: Any, dtype: str, devices_on_host: int = 1) -> 
     hw = hardware_for_device_kind(kind)
     peak = None if hw is None else hw.peak_flops_for(dtype)
     if peak is None:
-        return float("nan"), (f"unknown device kind {kind!r}: no {dtype} peak in conf/hardware/*.yaml "
-                              f"(add the chip's `device_kinds` and peaks there)")
+        return float("nan"), (
+            f"unknown device kind {kind!r}: no {dtype} peak in conf/hardware/*.yaml "
+            f"(add the chip's `device_kinds` and peaks there)"
+        )
     return peak, f"conf/hardware/{hw.name}.yaml: {kind} {dtype} dense peak"
 
 

@@ -32,19 +32,32 @@ def check_profile_steps(steps: Any, n_steps: int) -> tuple[int, int] | None:
     """`train.profile_steps` as (first, last), or None; ConfigError unless 1 <= first <= last <= n_steps."""
     if steps is None:
         return None
-    ok = (isinstance(steps, Sequence) and not isinstance(steps, str) and len(steps) == 2
-          and all(isinstance(s, int) and not isinstance(s, bool) for s in steps))
+    ok = (
+        isinstance(steps, Sequence)
+        and not isinstance(steps, str)
+        and len(steps) == 2
+        and all(isinstance(s, int) and not isinstance(s, bool) for s in steps)
+    )
     if ok and 1 <= steps[0] <= steps[1] <= n_steps:
         return int(steps[0]), int(steps[1])
-    raise ConfigError(f"train.profile_steps must be [first, last] with 1 <= first <= last <= {n_steps} "
-                      f"(the run's steps) (got {list(steps) if ok else steps!r})")
+    raise ConfigError(
+        f"train.profile_steps must be [first, last] with 1 <= first <= last <= {n_steps} "
+        f"(the run's steps) (got {list(steps) if ok else steps!r})"
+    )
 
 
 class StepProfiler:
     """Starts / stops the trace around the steps of `train.profile_steps` left in this session."""
 
-    def __init__(self, steps: tuple[int, int] | None, out_dir: Path, start: int, enabled: bool = True,
-                 pause: Callable[[float], None] | None = None, log: Callable[[str], None] | None = None):
+    def __init__(
+        self,
+        steps: tuple[int, int] | None,
+        out_dir: Path,
+        start: int,
+        enabled: bool = True,
+        pause: Callable[[float], None] | None = None,
+        log: Callable[[str], None] | None = None,
+    ):
         self.out_dir = Path(out_dir)
         self.pause = pause or (lambda t0: None)
         self.log = log or (lambda msg: print(msg, flush=True))
@@ -93,8 +106,10 @@ class StepProfiler:
         ok = self._stop()
         self.pause(t0)
         if ok:
-            self.log(f"profile of steps {self.first}-{self.last} written to {self.out_dir} "
-                     f"(view: xprof --logdir {self.out_dir}, or its perfetto_trace.json.gz in ui.perfetto.dev)")
+            self.log(
+                f"profile of steps {self.first}-{self.last} written to {self.out_dir} "
+                f"(view: xprof --logdir {self.out_dir}, or its perfetto_trace.json.gz in ui.perfetto.dev)"
+            )
 
     def close(self) -> None:
         """Stop a trace still running (the run ended inside the profiled steps)."""
@@ -114,5 +129,9 @@ class StepProfiler:
 
     def _warn(self, what: str, err: BaseException) -> None:
         msg = " ".join(str(err).split())[:200]
-        print(f"warning: profiler failed to {what} ({type(err).__name__}: {msg}); the run goes on "
-              "without a profile", file=sys.stderr, flush=True)
+        print(
+            f"warning: profiler failed to {what} ({type(err).__name__}: {msg}); the run goes on "
+            "without a profile",
+            file=sys.stderr,
+            flush=True,
+        )

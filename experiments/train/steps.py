@@ -28,8 +28,9 @@ from sharding.pipeline import PipelineSpec, block_graphdef_and_axes, pipelined_b
 from sharding.rules import BATCH_AXES, activation_sharding_fn, param_shardings
 
 
-def cross_entropy_loss(graphdef: nnx.GraphDef, params: Any, tokens_BxL1: jax.Array,
-                       forward: Callable = apply) -> jax.Array:
+def cross_entropy_loss(
+    graphdef: nnx.GraphDef, params: Any, tokens_BxL1: jax.Array, forward: Callable = apply
+) -> jax.Array:
     """Mean next-token cross-entropy (nats) of the model on a window batch (`forward` =
     `apply`, or a pipelined equivalent with the same signature)."""
     logits_BxLxV = forward(graphdef, params, tokens_BxL1[:, :-1])
@@ -46,7 +47,7 @@ class TrainSetup:
     model_cfg: ModelConfig
     mesh: Mesh
     graphdef: nnx.GraphDef
-    axes: Any                      # logical axis names per parameter
+    axes: Any  # logical axis names per parameter
     param_shardings: Any
     opt_shardings: Any
     batch_sharding: NamedSharding  # for (N, M, L+1) train batches
@@ -62,22 +63,28 @@ class TrainSetup:
         p_shapes = jax.eval_shape(lambda: split_params(Transformer(self.model_cfg, rngs=nnx.Rngs(0)))[1])
         o_shapes = jax.eval_shape(self.tx.init, p_shapes)
         attach = lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh)
-        return (jax.tree.map(attach, p_shapes, self.param_shardings),
-                jax.tree.map(attach, o_shapes, self.opt_shardings))
+        return (
+            jax.tree.map(attach, p_shapes, self.param_shardings),
+            jax.tree.map(attach, o_shapes, self.opt_shardings),
+        )
 
 
-def _make_train_step(grad_fn: Callable, tx: optax.GradientTransformation, p_sh: Any,
-                     n_micro: int) -> Callable:
+def _make_train_step(
+    grad_fn: Callable, tx: optax.GradientTransformation, p_sh: Any, n_micro: int
+) -> Callable:
     """One optimizer step on N micro-batches: the mean of their gradients (scanned, so memory
     holds one micro-batch's activations), norm before clipping, update."""
+
     def train_step(params: Any, opt_state: Any, batch_NxMxL1: jax.Array):
         if n_micro == 1:
             loss, grads = grad_fn(params, batch_NxMxL1[0])
         else:
+
             def micro(carry, mb_MxL1):
                 g_acc, l_acc = carry
                 l, g = grad_fn(params, mb_MxL1)
                 return (jax.tree.map(jnp.add, g_acc, g), l_acc + l), None
+
             zeros = jax.tree.map(jnp.zeros_like, params)
             (grads, loss), _ = jax.lax.scan(micro, (zeros, jnp.zeros((), jnp.float32)), batch_NxMxL1)
             grads = jax.tree.map(lambda g: g / n_micro, grads)
@@ -91,8 +98,9 @@ def _make_train_step(grad_fn: Callable, tx: optax.GradientTransformation, p_sh: 
     return train_step
 
 
-def _pipelined_forward(model_cfg: ModelConfig, abstract: Transformer, mesh: Mesh,
-                       pipe: PipelineSpec) -> Callable:
+def _pipelined_forward(
+    model_cfg: ModelConfig, abstract: Transformer, mesh: Mesh, pipe: PipelineSpec
+) -> Callable:
     """`apply` with the blocks run through the pipeline of sharding/pipeline.py (embedding and
     head outside it, replicated over `stage`)."""
     block_gd, block_axes = block_graphdef_and_axes(abstract)
@@ -106,17 +114,24 @@ def _pipelined_forward(model_cfg: ModelConfig, abstract: Transformer, mesh: Mesh
     return forward
 
 
-def build_train_setup(model_cfg: ModelConfig, tx: optax.GradientTransformation, mesh: Mesh,
-                      n_micro: int = 1, donate: bool = True,
-                      pipeline: PipelineSpec | None = None,
-                      sequence_parallel: bool = False) -> TrainSetup:
+def build_train_setup(
+    model_cfg: ModelConfig,
+    tx: optax.GradientTransformation,
+    mesh: Mesh,
+    n_micro: int = 1,
+    donate: bool = True,
+    pipeline: PipelineSpec | None = None,
+    sequence_parallel: bool = False,
+) -> TrainSetup:
     """Shardings from the logical-axis rules, and the jitted init / train / eval functions.
     `pipeline` (stages on the mesh's `stage` axis) runs the blocks as a pipeline."""
     abstract = abstract_model(model_cfg)
     forward = apply
     if pipeline is not None and pipeline.enabled:
         if mesh.shape.get("stage", 1) != pipeline.stages:
-            raise ValueError(f"mesh stage axis {mesh.shape.get('stage', 1)} != {pipeline.stages} pipeline stages")
+            raise ValueError(
+                f"mesh stage axis {mesh.shape.get('stage', 1)} != {pipeline.stages} pipeline stages"
+            )
         forward = _pipelined_forward(model_cfg, abstract, mesh, pipeline)
     graphdef, _ = nnx.split(abstract, nnx.Param)
     axes = logical_axes(abstract)
@@ -124,9 +139,14 @@ def build_train_setup(model_cfg: ModelConfig, tx: optax.GradientTransformation, 
     replicated = NamedSharding(mesh, PartitionSpec())
     p_shapes = jax.eval_shape(lambda: split_params(Transformer(model_cfg, rngs=nnx.Rngs(0)))[1])
     o_shapes = jax.eval_shape(tx.init, p_shapes)
-    o_sh = optax.tree_map_params(tx, lambda _, sh: sh, o_shapes, p_sh,
-                                 transform_non_params=lambda _: replicated,
-                                 is_leaf=lambda x: isinstance(x, jax.ShapeDtypeStruct))
+    o_sh = optax.tree_map_params(
+        tx,
+        lambda _, sh: sh,
+        o_shapes,
+        p_sh,
+        transform_non_params=lambda _: replicated,
+        is_leaf=lambda x: isinstance(x, jax.ShapeDtypeStruct),
+    )
     batch_sh = NamedSharding(mesh, PartitionSpec(None, BATCH_AXES, None))
     eval_sh = NamedSharding(mesh, PartitionSpec(BATCH_AXES, None))
     act_fn = activation_sharding_fn(mesh, sequence_parallel)  # SP rules; CP attention if context > 1
@@ -144,11 +164,25 @@ def build_train_setup(model_cfg: ModelConfig, tx: optax.GradientTransformation, 
 
     init_jit = jax.jit(init_fn, static_argnums=0, out_shardings=(p_sh, o_sh))
     train_step = _make_train_step(grad_fn, tx, p_sh, n_micro)
-    train_jit = jax.jit(train_step, in_shardings=(p_sh, o_sh, batch_sh),
-                        out_shardings=(p_sh, o_sh, replicated),
-                        donate_argnums=(0, 1) if donate else ())
+    train_jit = jax.jit(
+        train_step,
+        in_shardings=(p_sh, o_sh, batch_sh),
+        out_shardings=(p_sh, o_sh, replicated),
+        donate_argnums=(0, 1) if donate else (),
+    )
     eval_jit = jax.jit(loss_fn, in_shardings=(p_sh, eval_sh), out_shardings=replicated)
-    return TrainSetup(model_cfg=model_cfg, mesh=mesh, graphdef=graphdef, axes=axes,
-                      param_shardings=p_sh, opt_shardings=o_sh, batch_sharding=batch_sh,
-                      eval_batch_sharding=eval_sh, init=lambda seed: init_jit(int(seed)),
-                      train_step=train_jit, eval_step=eval_jit, loss_fn=loss_fn, tx=tx)
+    return TrainSetup(
+        model_cfg=model_cfg,
+        mesh=mesh,
+        graphdef=graphdef,
+        axes=axes,
+        param_shardings=p_sh,
+        opt_shardings=o_sh,
+        batch_sharding=batch_sh,
+        eval_batch_sharding=eval_sh,
+        init=lambda seed: init_jit(int(seed)),
+        train_step=train_jit,
+        eval_step=eval_jit,
+        loss_fn=loss_fn,
+        tx=tx,
+    )

@@ -44,50 +44,79 @@ from models.base.portable import lock_file, unlock_file
 
 BACKENDS = ("none", "tensorboard", "wandb", "mlflow")
 WANDB_MODES = ("online", "offline", "disabled")
-IDS_FILE = "tracker.json"          # <run dir>/tracker.json: the W&B / MLflow run a resume continues
+IDS_FILE = "tracker.json"  # <run dir>/tracker.json: the W&B / MLflow run a resume continues
 
 # metrics.jsonl key -> tracker name, for training runs (experiments/train/loop.py records).
 TRAIN_NAMES: dict[str, str] = {
-    "loss": "train/loss", "eval_loss": "eval/loss",
-    "lr": "optim/lr", "grad_norm": "optim/grad_norm",
-    "tokens_per_s": "perf/tokens_per_s", "mfu": "perf/mfu", "step_time_s": "perf/step_time_s",
-    "tokens": "progress/tokens", "flops": "progress/flops",
+    "loss": "train/loss",
+    "eval_loss": "eval/loss",
+    "lr": "optim/lr",
+    "grad_norm": "optim/grad_norm",
+    "tokens_per_s": "perf/tokens_per_s",
+    "mfu": "perf/mfu",
+    "step_time_s": "perf/step_time_s",
+    "tokens": "progress/tokens",
+    "flops": "progress/flops",
 }
 
 # ... and for RL runs (experiments/rl/loop.py: one record per evaluation, step 0 included).
 RL_NAMES: dict[str, str] = {
-    "pass_rate": "eval/pass_rate", "pass_rate_stderr": "eval/pass_rate_stderr",
-    "pass_rate_by_difficulty": "eval/pass_rate_by_difficulty", "kl": "eval/kl",
+    "pass_rate": "eval/pass_rate",
+    "pass_rate_stderr": "eval/pass_rate_stderr",
+    "pass_rate_by_difficulty": "eval/pass_rate_by_difficulty",
+    "kl": "eval/kl",
     "eval_zero_var_frac": "eval/zero_var_frac",
-    "train_reward": "train/reward", "loss": "train/loss", "entropy": "train/entropy",
-    "clip_frac": "train/clip_frac", "zero_var_frac": "train/zero_var_frac", "kl_train": "train/kl",
-    "grad_norm": "optim/grad_norm", "prompts_seen": "progress/prompts_seen",
-    "flops_rl": "progress/flops", "flops_sample": "compute/sample", "flops_train": "compute/train",
-    "flops_reference": "compute/reference", "flops_old_policy": "compute/old_policy",
-    "flops_eval": "compute/eval", "wall_s": "perf/wall_s",
+    "train_reward": "train/reward",
+    "loss": "train/loss",
+    "entropy": "train/entropy",
+    "clip_frac": "train/clip_frac",
+    "zero_var_frac": "train/zero_var_frac",
+    "kl_train": "train/kl",
+    "grad_norm": "optim/grad_norm",
+    "prompts_seen": "progress/prompts_seen",
+    "flops_rl": "progress/flops",
+    "flops_sample": "compute/sample",
+    "flops_train": "compute/train",
+    "flops_reference": "compute/reference",
+    "flops_old_policy": "compute/old_policy",
+    "flops_eval": "compute/eval",
+    "wall_s": "perf/wall_s",
 }
 
 # summary.json fields a tracker keeps as the run's final numbers (W&B summary, MLflow `final/*`).
-SUMMARY_KEYS = ("final_train_loss", "final_eval_loss", "tokens_per_s", "mfu", "tokens", "flops",
-                "n_params", "n_params_non_embedding", "wall_time_s", "compile_time_s",
-                "start_pass_rate", "final_pass_rate", "final_kl", "prompts_seen")
+SUMMARY_KEYS = (
+    "final_train_loss",
+    "final_eval_loss",
+    "tokens_per_s",
+    "mfu",
+    "tokens",
+    "flops",
+    "n_params",
+    "n_params_non_embedding",
+    "wall_time_s",
+    "compile_time_s",
+    "start_pass_rate",
+    "final_pass_rate",
+    "final_kl",
+    "prompts_seen",
+)
 
 
 @dataclasses.dataclass(frozen=True)
 class TrackerConfig:
     """`tracker.*`: where the run's metrics are mirrored besides metrics.jsonl (conf/tracker/)."""
 
-    backend: str = "none"               # none | tensorboard | wandb | mlflow
-    project: str = "scalelab"           # W&B project; MLflow experiment of a run outside a sweep
-    group: str | None = None            # W&B group / MLflow experiment; None = the sweep dir's name
-    run_name: str | None = None         # None = the run directory's name
+    backend: str = "none"  # none | tensorboard | wandb | mlflow
+    project: str = "scalelab"  # W&B project; MLflow experiment of a run outside a sweep
+    group: str | None = None  # W&B group / MLflow experiment; None = the sweep dir's name
+    run_name: str | None = None  # None = the run directory's name
     tags: list[str] = dataclasses.field(default_factory=list)
-    entity: str | None = None           # W&B team or user; None = the account's default
-    mode: str | None = None             # W&B online | offline | disabled; None = $WANDB_MODE, else online
-    tracking_uri: str | None = None     # MLflow; None = $MLFLOW_TRACKING_URI, else a file store in
-                                        # <sweep dir>/mlruns (a sweep's run) or <run dir>/mlruns
-    flush_every_s: float = 10.0         # TensorBoard flush / MLflow batch period
-    init_timeout_s: float = 30.0        # W&B / MLflow server: give up connecting after this long
+    entity: str | None = None  # W&B team or user; None = the account's default
+    mode: str | None = None  # W&B online | offline | disabled; None = $WANDB_MODE, else online
+    tracking_uri: str | None = None  # MLflow; None = $MLFLOW_TRACKING_URI, else a file store in
+    # <sweep dir>/mlruns (a sweep's run) or <run dir>/mlruns
+    flush_every_s: float = 10.0  # TensorBoard flush / MLflow batch period
+    init_timeout_s: float = 30.0  # W&B / MLflow server: give up connecting after this long
 
     @classmethod
     def from_mapping(cls, m: Mapping[str, Any]) -> "TrackerConfig":
@@ -97,7 +126,9 @@ class TrackerConfig:
         if self.backend not in BACKENDS:
             raise ConfigError(f"tracker.backend must be one of {', '.join(BACKENDS)} (got {self.backend!r})")
         if self.mode is not None and self.mode not in WANDB_MODES:
-            raise ConfigError(f"tracker.mode must be one of {', '.join(WANDB_MODES)} or null (got {self.mode!r})")
+            raise ConfigError(
+                f"tracker.mode must be one of {', '.join(WANDB_MODES)} or null (got {self.mode!r})"
+            )
         if isinstance(self.tags, str) or not all(isinstance(t, str) for t in self.tags):
             raise ConfigError(f"tracker.tags must be a list of strings (got {self.tags!r})")
         for key in ("flush_every_s", "init_timeout_s"):
@@ -137,12 +168,13 @@ class RunInfo:
     run_dir: Path
     name: str
     group: str | None
-    store_dir: Path                  # where a local store goes: the sweep dir, else the run dir
+    store_dir: Path  # where a local store goes: the sweep dir, else the run dir
     config: dict[str, Any]
     tags: tuple[str, ...]
 
 
 # ---- backends: open in __init__, then log / flush / finish; any of them may raise ------------------
+
 
 class _TensorBoard:
     """Event files in <run dir>/tensorboard (tensorboardX: the protobufs alone, no TensorFlow)."""
@@ -156,18 +188,23 @@ class _TensorBoard:
         # the run wrote after its last checkpoint (metrics.jsonl is cut back the same way).
         # The suffix keeps two sessions started within the same second apart (tensorboardX names
         # files by the second and host only), in the order TensorBoard reads them (by name).
-        self.writer = SummaryWriter(logdir=str(info.run_dir / "tensorboard"), purge_step=resume_step + 1,
-                                    flush_secs=max(1, int(cfg.flush_every_s)),
-                                    filename_suffix=f".{time.time_ns():020d}")
+        self.writer = SummaryWriter(
+            logdir=str(info.run_dir / "tensorboard"),
+            purge_step=resume_step + 1,
+            flush_secs=max(1, int(cfg.flush_every_s)),
+            filename_suffix=f".{time.time_ns():020d}",
+        )
         self.where = f"TensorBoard event files in {info.run_dir / 'tensorboard'}"
         if resume_step == 0:
-            self.writer.add_text("config", "```\n" + json.dumps(info.config, indent=2, default=str) + "\n```", 0)
+            self.writer.add_text(
+                "config", "```\n" + json.dumps(info.config, indent=2, default=str) + "\n```", 0
+            )
         self.step = resume_step
 
     def log(self, step: int, scalars: Mapping[str, float]) -> None:
         self.step = step
         file_writer = getattr(self.writer, "_get_file_writer", None)
-        if file_writer is None:   # another tensorboardX: its public, slower path
+        if file_writer is None:  # another tensorboardX: its public, slower path
             for k, v in scalars.items():
                 self.writer.add_scalar(k, v, step)
             return
@@ -188,19 +225,30 @@ class _WandB:
     """A W&B run in <run dir>/wandb: online, or offline (`WANDB_MODE=offline`, `wandb sync` later)."""
 
     def __init__(self, cfg: TrackerConfig, info: RunInfo, resume_step: int, ids: dict[str, Any]):
-        os.environ.setdefault("WANDB_SILENT", "true")   # W&B's banners; the tracker prints one line
+        os.environ.setdefault("WANDB_SILENT", "true")  # W&B's banners; the tracker prints one line
         import wandb
 
-        run_id = ids.get("wandb") or secrets.token_hex(4)   # W&B ids: [a-z0-9]
-        info.run_dir.mkdir(parents=True, exist_ok=True)      # else W&B warns about its git root
-        settings = wandb.Settings(init_timeout=cfg.init_timeout_s, console="off", quiet=True,
-                                  silent=True)
-        self.run = wandb.init(project=cfg.project, entity=cfg.entity, group=info.group, name=info.name,
-                              id=run_id, resume="allow", dir=str(info.run_dir), config=info.config,
-                              tags=list(info.tags) or None, mode=cfg.mode, settings=settings,
-                              reinit="create_new")
+        run_id = ids.get("wandb") or secrets.token_hex(4)  # W&B ids: [a-z0-9]
+        info.run_dir.mkdir(parents=True, exist_ok=True)  # else W&B warns about its git root
+        settings = wandb.Settings(init_timeout=cfg.init_timeout_s, console="off", quiet=True, silent=True)
+        self.run = wandb.init(
+            project=cfg.project,
+            entity=cfg.entity,
+            group=info.group,
+            name=info.name,
+            id=run_id,
+            resume="allow",
+            dir=str(info.run_dir),
+            config=info.config,
+            tags=list(info.tags) or None,
+            mode=cfg.mode,
+            settings=settings,
+            reinit="create_new",
+        )
         ids["wandb"] = run_id
-        self.where = f"W&B run {self.run.url}" if self.run.url else f"W&B offline run in {Path(self.run.dir).parent}"
+        self.where = (
+            f"W&B run {self.run.url}" if self.run.url else f"W&B offline run in {Path(self.run.dir).parent}"
+        )
         # Plot against the run's own step, not W&B's call counter: a resumed run logs steps
         # again that an earlier session logged after its last checkpoint, which W&B's
         # monotonic step would drop.
@@ -234,7 +282,7 @@ def _file_lock(path: Path) -> Iterator[None]:
 class _MLflow:
     """An MLflow run (MlflowClient, no global active run): in a local file store by default."""
 
-    MAX_METRICS = 1000   # MLflow's limit per log_batch
+    MAX_METRICS = 1000  # MLflow's limit per log_batch
     MAX_PARAMS = 100
 
     def __init__(self, cfg: TrackerConfig, info: RunInfo, resume_step: int, ids: dict[str, Any]):
@@ -258,7 +306,7 @@ class _MLflow:
         stored = ids.get("mlflow") or {}
         self.run_id = None
         if stored.get("tracking_uri") == uri and stored.get("run_id"):
-            with contextlib.suppress(Exception):   # deleted meanwhile: start a new run
+            with contextlib.suppress(Exception):  # deleted meanwhile: start a new run
                 self.client.update_run(stored["run_id"], status="RUNNING")
                 self.run_id = stored["run_id"]
         if self.run_id is None:
@@ -270,8 +318,11 @@ class _MLflow:
         self.step = resume_step
 
     def _experiment(self, name: str, uri: str) -> str:
-        lock = (_file_lock(Path(unquote(urlparse(uri).path)) / ".scalelab.lock")
-                if uri.startswith("file:") else contextlib.nullcontext())
+        lock = (
+            _file_lock(Path(unquote(urlparse(uri).path)) / ".scalelab.lock")
+            if uri.startswith("file:")
+            else contextlib.nullcontext()
+        )
         with lock:
             exp = self.client.get_experiment_by_name(name)
             if exp is not None:
@@ -290,10 +341,12 @@ class _MLflow:
         if info.group:
             tags["scalelab.sweep"] = info.group
         run_id = self.client.create_run(exp_id, run_name=info.name, tags=tags).info.run_id
-        params = [self._param(k[:250], (v if isinstance(v, str) else json.dumps(v, default=str))[:500])
-                  for k, v in flatten(info.config).items()]   # 500: the oldest MLflow's value limit
+        params = [
+            self._param(k[:250], (v if isinstance(v, str) else json.dumps(v, default=str))[:500])
+            for k, v in flatten(info.config).items()
+        ]  # 500: the oldest MLflow's value limit
         for i in range(0, len(params), self.MAX_PARAMS):
-            self.client.log_batch(run_id, params=params[i:i + self.MAX_PARAMS])
+            self.client.log_batch(run_id, params=params[i : i + self.MAX_PARAMS])
         return run_id
 
     def log(self, step: int, scalars: Mapping[str, float]) -> None:
@@ -306,16 +359,17 @@ class _MLflow:
     def flush(self) -> None:
         buf, self.buf, self.t_flush = self.buf, [], time.monotonic()
         for i in range(0, len(buf), self.MAX_METRICS):
-            self.client.log_batch(self.run_id, metrics=buf[i:i + self.MAX_METRICS])
+            self.client.log_batch(self.run_id, metrics=buf[i : i + self.MAX_METRICS])
 
     def finish(self, status: str, final: Mapping[str, float]) -> None:
         ms = int(time.time() * 1000)
-        self.buf.extend(self._metric(f"final/{k.removeprefix('final_')}", v, ms, self.step)
-                        for k, v in final.items())
+        self.buf.extend(
+            self._metric(f"final/{k.removeprefix('final_')}", v, ms, self.step) for k, v in final.items()
+        )
         self.flush()
         self.client.set_tag(self.run_id, "scalelab.status", status)
         end = {"completed": "FINISHED", "preempted": "KILLED"}.get(status, "FAILED")
-        self.client.set_terminated(self.run_id, end)   # a resumed run sets RUNNING again
+        self.client.set_terminated(self.run_id, end)  # a resumed run sets RUNNING again
 
 
 def _open_backend(cfg: TrackerConfig, info: RunInfo, resume_step: int, ids: dict[str, Any]) -> Any:
@@ -330,7 +384,7 @@ def _open_backend(cfg: TrackerConfig, info: RunInfo, resume_step: int, ids: dict
 
 # ---- the tracker the loops hold ---------------------------------------------------------------
 
-_OPEN: "set[Tracker]" = set()   # strong references: an unfinished tracker is still ended at exit
+_OPEN: "set[Tracker]" = set()  # strong references: an unfinished tracker is still ended at exit
 
 
 def _finish_open(status: str = "failed") -> None:
@@ -359,9 +413,15 @@ class Tracker:
     so opening is not timed as a step) or at the first `log`; `finish(status, summary)` ends the
     tracker's run with the run's status and final numbers."""
 
-    def __init__(self, cfg: TrackerConfig, run_dir: Path, names: Mapping[str, str],
-                 config: Mapping[str, Any] | None = None, enabled: bool = True,
-                 stream: TextIO | None = None):
+    def __init__(
+        self,
+        cfg: TrackerConfig,
+        run_dir: Path,
+        names: Mapping[str, str],
+        config: Mapping[str, Any] | None = None,
+        enabled: bool = True,
+        stream: TextIO | None = None,
+    ):
         self.cfg, self.names = cfg, dict(names)
         self.run_dir = Path(run_dir)
         self.config = dict(config or {})
@@ -378,9 +438,14 @@ class Tracker:
     def info(self) -> RunInfo:
         sweep = sweep_dir(self.run_dir)
         group = self.cfg.group or (sweep.name if sweep is not None else None)
-        return RunInfo(run_dir=self.run_dir, name=self.cfg.run_name or self.run_dir.resolve().name,
-                       group=group, store_dir=sweep or self.run_dir, config=self.config,
-                       tags=tuple(self.cfg.tags))
+        return RunInfo(
+            run_dir=self.run_dir,
+            name=self.cfg.run_name or self.run_dir.resolve().name,
+            group=group,
+            store_dir=sweep or self.run_dir,
+            config=self.config,
+            tags=tuple(self.cfg.tags),
+        )
 
     def start(self, resume_step: int = 0) -> None:
         """Open the backend for a run that continues after `resume_step` (0 = a fresh run)."""
@@ -411,7 +476,7 @@ class Tracker:
             if key == "step":
                 continue
             name = self.names.get(key, key)
-            if isinstance(value, Mapping):   # e.g. RL pass rate by difficulty
+            if isinstance(value, Mapping):  # e.g. RL pass rate by difficulty
                 for sub, v in value.items():
                     if (x := _number(v)) is not None:
                         out[f"{name}/{sub}"] = x
@@ -467,12 +532,21 @@ class Tracker:
                 why = f"{err.name or 'its package'} is not installed (pip install 'scalelab[tracking]')"
             else:
                 why = f"{type(err).__name__}: {' '.join(str(err).split())[:300]}"
-            print(f"warning: tracker {self.cfg.backend} failed while {what}: {why}; tracking is off "
-                  "for this run, metrics.jsonl has every record", file=self.stream or sys.stderr, flush=True)
+            print(
+                f"warning: tracker {self.cfg.backend} failed while {what}: {why}; tracking is off "
+                "for this run, metrics.jsonl has every record",
+                file=self.stream or sys.stderr,
+                flush=True,
+            )
 
 
-def make_tracker(cfg: TrackerConfig, run_dir: Path, names: Mapping[str, str],
-                 config: Mapping[str, Any] | None = None, enabled: bool = True) -> Tracker | None:
+def make_tracker(
+    cfg: TrackerConfig,
+    run_dir: Path,
+    names: Mapping[str, str],
+    config: Mapping[str, Any] | None = None,
+    enabled: bool = True,
+) -> Tracker | None:
     """The run's tracker, or None for `tracker=none` (then MetricsLog does no tracking work)."""
     if cfg.backend == "none" or not enabled:
         return None

@@ -24,14 +24,21 @@ from models.base.portable import available_cpus
 log = logging.getLogger("scalelab.launcher")
 
 
-def run_in_slot(lock_dir: str, slots: list[list[int]], threads: int, idx: int,
-                overrides: Sequence[str], hydra_context: HydraContext, config: DictConfig,
-                task_function: TaskFunction, singleton_state: Dict[Any, Any]) -> JobReturn:
+def run_in_slot(
+    lock_dir: str,
+    slots: list[list[int]],
+    threads: int,
+    idx: int,
+    overrides: Sequence[str],
+    hydra_context: HydraContext,
+    config: DictConfig,
+    task_function: TaskFunction,
+    singleton_state: Dict[Any, Any],
+) -> JobReturn:
     """Worker-side: take a free CPU slot, pin to it, then run the job as Hydra's joblib does."""
     # Imported here: Hydra imports every plugin module at start-up, for any app (see __init__).
-    from hydra_plugins.hydra_joblib_launcher._core import execute_job
-
     from experiments.sweeps.limits import apply_limits, hold_slot
+    from hydra_plugins.hydra_joblib_launcher._core import execute_job
 
     with hold_slot(pathlib.Path(lock_dir), len(slots)) as k:
         apply_limits(slots[k], threads, slot=k)
@@ -41,10 +48,11 @@ def run_in_slot(lock_dir: str, slots: list[list[int]], threads: int, idx: int,
 class LocalParallelLauncher(Launcher):
     """Parallel local runs (joblib/loky processes), each pinned to its own CPUs."""
 
-    def __init__(self, n_jobs: Optional[int] = None, threads_per_job: int = 1,
-                 **joblib_kwargs: Any) -> None:
+    def __init__(self, n_jobs: Optional[int] = None, threads_per_job: int = 1, **joblib_kwargs: Any) -> None:
         if isinstance(threads_per_job, bool) or not isinstance(threads_per_job, int) or threads_per_job < 1:
-            raise ValueError(f"hydra.launcher.threads_per_job must be a positive integer (got {threads_per_job!r})")
+            raise ValueError(
+                f"hydra.launcher.threads_per_job must be a positive integer (got {threads_per_job!r})"
+            )
         self.threads = threads_per_job
         avail = len(available_cpus())  # affinity mask on Linux, all CPUs elsewhere (no pinning)
         self.n_jobs = int(n_jobs) if n_jobs else max(1, avail // threads_per_job)
@@ -52,14 +60,14 @@ class LocalParallelLauncher(Launcher):
             raise ValueError(f"hydra.launcher.n_jobs must be >= 1 (got {n_jobs!r})")
         if self.n_jobs * self.threads > avail:
             log.warning(f"{self.n_jobs} jobs x {self.threads} threads > {avail} CPUs: runs will share cores")
-        self.joblib = {k: (OmegaConf.to_container(v) if OmegaConf.is_config(v) else v)
-                       for k, v in joblib_kwargs.items()}
+        self.joblib = {
+            k: (OmegaConf.to_container(v) if OmegaConf.is_config(v) else v) for k, v in joblib_kwargs.items()
+        }
         self.config: Optional[DictConfig] = None
         self.task_function: Optional[TaskFunction] = None
         self.hydra_context: Optional[HydraContext] = None
 
-    def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction,
-              config: DictConfig) -> None:
+    def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
         self.config = config
         self.task_function = task_function
         self.hydra_context = hydra_context
@@ -80,8 +88,17 @@ class LocalParallelLauncher(Launcher):
             log.info(f"\t#{initial_job_idx + i} : {' '.join(filter_overrides(ov))}")
         state = Singleton.get_state()
         runs = Parallel(n_jobs=self.n_jobs, backend="loky", **self.joblib)(
-            delayed(run_in_slot)(str(sweep_dir / ".cpu_slots"), slots, self.threads,
-                                 initial_job_idx + i, list(ov), self.hydra_context, self.config,
-                                 self.task_function, state)
-            for i, ov in enumerate(job_overrides))
+            delayed(run_in_slot)(
+                str(sweep_dir / ".cpu_slots"),
+                slots,
+                self.threads,
+                initial_job_idx + i,
+                list(ov),
+                self.hydra_context,
+                self.config,
+                self.task_function,
+                state,
+            )
+            for i, ov in enumerate(job_overrides)
+        )
         return list(runs)

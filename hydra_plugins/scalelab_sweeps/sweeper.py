@@ -96,12 +96,12 @@ class ScalelabSweeper(Sweeper):
         self.launcher: Optional[Launcher] = None
         self.dry_run = False
 
-    def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction,
-              config: DictConfig) -> None:
+    def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
         self.config = config
         self.hydra_context = hydra_context
         self.launcher = Plugins.instance().instantiate_launcher(
-            hydra_context=hydra_context, task_function=TaskGuard(task_function), config=config)
+            hydra_context=hydra_context, task_function=TaskGuard(task_function), config=config
+        )
 
     # ---- planning ----------------------------------------------------------------------------
     def _plan_jobs(self, arguments: List[str]) -> tuple[list[dict], list[dict]]:
@@ -120,8 +120,14 @@ class ScalelabSweeper(Sweeper):
             self._plan_combo(list(combo), sweep_dir, seen, launch, records)
         return launch, records
 
-    def _plan_combo(self, combo: list[str], sweep_dir: pathlib.Path, seen: set[str],
-                    launch: list[dict], records: list[dict]) -> None:
+    def _plan_combo(
+        self,
+        combo: list[str],
+        sweep_dir: pathlib.Path,
+        seen: set[str],
+        launch: list[dict],
+        records: list[dict],
+    ) -> None:
         """Plan one combination: skip, reuse or launch each run, by its deterministic directory."""
         # Imported here: Hydra imports every plugin module at start-up, for any app (see __init__).
         from experiments.sweeps.grid import plan_sweep
@@ -133,8 +139,10 @@ class ScalelabSweeper(Sweeper):
         base = loader.load_sweep_config(self.config, combo)
         sweep = _container(base, "sweep")
         if not isinstance(sweep, dict):
-            raise SweepError("the scalelab sweeper needs a `sweep` config node: "
-                             "select a preset with +sweep=isoflop (or model_ladder, data_ladder, layouts)")
+            raise SweepError(
+                "the scalelab sweeper needs a `sweep` config node: "
+                "select a preset with +sweep=isoflop (or model_ladder, data_ladder, layouts)"
+            )
         run_cfg = _run_config(base)
         try:
             planned = plan_sweep(run_cfg, sweep, corpus_tokens=_corpus_tokens(run_cfg, sweep))
@@ -142,9 +150,16 @@ class ScalelabSweeper(Sweeper):
             raise SweepError(str(e)) from None
         self.dry_run = self.dry_run or bool(sweep.get("dry_run", False))
         for p in planned:
-            rec = {"label": p.label, "budget": p.budget, "n_params": p.n_params,
-                   "flops_per_token": p.flops_per_token, "tokens": p.tokens,
-                   "steps": p.steps, "flops": p.flops, "overrides": combo + list(p.overrides)}
+            rec = {
+                "label": p.label,
+                "budget": p.budget,
+                "n_params": p.n_params,
+                "flops_per_token": p.flops_per_token,
+                "tokens": p.tokens,
+                "steps": p.steps,
+                "flops": p.flops,
+                "overrides": combo + list(p.overrides),
+            }
             if p.skip:
                 records.append({**rec, "action": "skip", "reason": p.skip})
                 continue
@@ -169,8 +184,10 @@ class ScalelabSweeper(Sweeper):
         lock = open(sweep_dir / ".sweep.lock", "w")
         if not lock_file(lock, blocking=False):  # flock, or msvcrt on Windows (models/base/portable.py)
             lock.close()
-            raise SweepError(f"sweep dir {sweep_dir} is in use by another running sweep; "
-                             "wait for it or choose another hydra.sweep.dir")
+            raise SweepError(
+                f"sweep dir {sweep_dir} is in use by another running sweep; "
+                "wait for it or choose another hydra.sweep.dir"
+            )
         try:
             return self._sweep_locked(arguments, sweep_dir)
         finally:
@@ -193,7 +210,7 @@ class ScalelabSweeper(Sweeper):
         batch_size = self.max_batch_size or max(1, len(launch))
         idx = 0
         for start in range(0, len(launch), batch_size):
-            batch = launch[start:start + batch_size]
+            batch = launch[start : start + batch_size]
             results = self.launcher.launch([j["overrides"] for j in batch], initial_job_idx=idx)
             idx += len(batch)
             returns.append(results)
@@ -212,8 +229,10 @@ class ScalelabSweeper(Sweeper):
         diverged = [r for r in ran if r.get("status_after") == "diverged"]
         n_reused = sum(r["action"] == "reuse" for r in records)
         n_skip = sum(r["action"] == "skip" for r in records)
-        log.info(f"sweep done: {len(ran) - len(failed) - len(diverged)} trained, {n_reused} reused, "
-                 f"{len(diverged)} diverged, {len(failed)} failed, {n_skip} skipped -> {sweep_dir}")
+        log.info(
+            f"sweep done: {len(ran) - len(failed) - len(diverged)} trained, {n_reused} reused, "
+            f"{len(diverged)} diverged, {len(failed)} failed, {n_skip} skipped -> {sweep_dir}"
+        )
         for r in diverged:
             log.warning(f"diverged: {r['run_dir']}")
         if failed:
@@ -237,8 +256,10 @@ def _log_plan(records: list[dict]) -> None:
     log.info(f"sweep plan: {len(records)} runs, {n_launch} to launch")
     for r in records:
         budget = f"C={r['budget']:.2e} " if r["budget"] else ""
-        log.info(f"  [{r['action']:6s}] {r['label']:24s} {budget}N={r['n_params']:,} "
-                 f"D={r['tokens']:,} steps={r['steps']} -- {r['reason']}")
+        log.info(
+            f"  [{r['action']:6s}] {r['label']:24s} {budget}N={r['n_params']:,} "
+            f"D={r['tokens']:,} steps={r['steps']} -- {r['reason']}"
+        )
 
 
 def _write_plan(sweep_dir: pathlib.Path, records: list[dict]) -> None:

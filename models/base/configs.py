@@ -12,6 +12,7 @@ def to_plain(cfg: Any) -> Any:
     """DictConfig / ListConfig -> plain resolved Python containers; anything else unchanged."""
     try:
         from omegaconf import DictConfig, ListConfig, OmegaConf  # lazy: the base imports nothing heavy
+
         if isinstance(cfg, (DictConfig, ListConfig)):
             return OmegaConf.to_container(cfg, resolve=True)
     except ImportError:  # pragma: no cover

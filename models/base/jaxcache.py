@@ -22,8 +22,8 @@ import os
 import pathlib
 from typing import Mapping
 
-DIR_ENV = "SCALELAB_JAX_CACHE"   # the cache directory itself, or 0 = off
-ROOT_ENV = "SCALELAB_CACHE"      # root of all scalelab caches; the JAX cache is ROOT/jax
+DIR_ENV = "SCALELAB_JAX_CACHE"  # the cache directory itself, or 0 = off
+ROOT_ENV = "SCALELAB_CACHE"  # root of all scalelab caches; the JAX cache is ROOT/jax
 
 
 def compile_cache_dir(env: Mapping[str, str] | None = None) -> pathlib.Path | None:

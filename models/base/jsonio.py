@@ -34,6 +34,7 @@ def to_strict(obj: Any) -> Any:
         return str(obj)
     try:
         import numpy as np  # lazy: the base imports nothing heavy
+
         if isinstance(obj, np.generic):
             return to_strict(obj.item())
         if isinstance(obj, np.ndarray):
@@ -51,8 +52,9 @@ def dumps(obj: Any, indent: int | None = 1, sort_keys: bool = False) -> str:
     return json.dumps(to_strict(obj), indent=indent, sort_keys=sort_keys, allow_nan=False)
 
 
-def write_json_atomic(path: str | os.PathLike, obj: Any, indent: int | None = 1,
-                      sort_keys: bool = True) -> None:
+def write_json_atomic(
+    path: str | os.PathLike, obj: Any, indent: int | None = 1, sort_keys: bool = True
+) -> None:
     """Write strict JSON to a temp file in the same directory, fsync, then rename over `path`,
     so a reader (or a crash) never sees half a file."""
     write_text_atomic(path, dumps(obj, indent=indent, sort_keys=sort_keys) + "\n")

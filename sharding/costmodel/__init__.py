@@ -14,17 +14,43 @@ See docs/costmodel.md for the equations and their sources.
 """
 
 from sharding.costmodel.efficiency import DEFAULT_EFFICIENCY, PRIOR_EFFICIENCY, Efficiency
-from sharding.costmodel.hardware import (Hardware, catalogue_names, hardware_for_device_kind,
-                                         load_hardware)
+from sharding.costmodel.hardware import Hardware, catalogue_names, hardware_for_device_kind, load_hardware
 from sharding.costmodel.memory import MemoryBreakdown, activation_bytes_per_layer, memory_breakdown
-from sharding.costmodel.spec import (ACT_CKPT, ATTENTION_KERNELS, BF16_MIXED, FP32_PARAMS, Layout,
-                                     LayoutError, ModelShape, Precision, validate_layout)
+from sharding.costmodel.spec import (
+    ACT_CKPT,
+    ATTENTION_KERNELS,
+    BF16_MIXED,
+    FP32_PARAMS,
+    Layout,
+    LayoutError,
+    ModelShape,
+    Precision,
+    validate_layout,
+)
 from sharding.costmodel.step import MFU_CONVENTION, StepEstimate, TimeBreakdown, estimate_step
 
 __all__ = [
-    "ACT_CKPT", "ATTENTION_KERNELS", "BF16_MIXED", "DEFAULT_EFFICIENCY", "Efficiency",
-    "FP32_PARAMS", "Hardware", "Layout", "LayoutError", "MFU_CONVENTION", "MemoryBreakdown", "ModelShape",
-    "PRIOR_EFFICIENCY", "Precision", "StepEstimate", "TimeBreakdown", "activation_bytes_per_layer",
-    "catalogue_names", "estimate_step", "hardware_for_device_kind", "load_hardware",
-    "memory_breakdown", "validate_layout",
+    "ACT_CKPT",
+    "ATTENTION_KERNELS",
+    "BF16_MIXED",
+    "DEFAULT_EFFICIENCY",
+    "Efficiency",
+    "FP32_PARAMS",
+    "Hardware",
+    "Layout",
+    "LayoutError",
+    "MFU_CONVENTION",
+    "MemoryBreakdown",
+    "ModelShape",
+    "PRIOR_EFFICIENCY",
+    "Precision",
+    "StepEstimate",
+    "TimeBreakdown",
+    "activation_bytes_per_layer",
+    "catalogue_names",
+    "estimate_step",
+    "hardware_for_device_kind",
+    "load_hardware",
+    "memory_breakdown",
+    "validate_layout",
 ]

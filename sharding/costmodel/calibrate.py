@@ -41,8 +41,14 @@ TIME_BOUNDS: dict[str, tuple[float, float]] = {
     "tp_overlap": (0.0, 0.9),
     "stage_jitter": (0.0, 0.5),
 }
-_LOG_SCALED = {"gemm_half_dim", "score_traffic_naive", "score_traffic_fused", "elem_bytes_h",
-               "elem_bytes_h_unfused_norm", "layer_overhead_s"}
+_LOG_SCALED = {
+    "gemm_half_dim",
+    "score_traffic_naive",
+    "score_traffic_fused",
+    "elem_bytes_h",
+    "elem_bytes_h_unfused_norm",
+    "layer_overhead_s",
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,8 +94,7 @@ def _value(eff: Efficiency, name: str) -> float:
 
 
 def _encode(eff: Efficiency, names: Sequence[str]) -> np.ndarray:
-    return np.array([math.log(_value(eff, n)) if n in _LOG_SCALED else _value(eff, n)
-                     for n in names])
+    return np.array([math.log(_value(eff, n)) if n in _LOG_SCALED else _value(eff, n) for n in names])
 
 
 def _decode(x: np.ndarray, names: Sequence[str], base: Efficiency) -> Efficiency:
@@ -97,8 +102,11 @@ def _decode(x: np.ndarray, names: Sequence[str], base: Efficiency) -> Efficiency
     return base.replace(**kw)
 
 
-def fit_time_constants(measurements: Sequence[Measurement], base: Efficiency = PRIOR_EFFICIENCY,
-                       names: Sequence[str] | None = None) -> Efficiency:
+def fit_time_constants(
+    measurements: Sequence[Measurement],
+    base: Efficiency = PRIOR_EFFICIENCY,
+    names: Sequence[str] | None = None,
+) -> Efficiency:
     """Least-squares fit of the time constants to log step times of completed runs."""
     timed = [mm for mm in measurements if mm.step_time_s is not None and not mm.oom]
     if len(timed) < 3:
@@ -107,19 +115,20 @@ def fit_time_constants(measurements: Sequence[Measurement], base: Efficiency = P
     # only fit attention constants that the data can see
     kernels = {mm.layout.attention for mm in timed}
     unfused = any(not mm.layout.fused_norm for mm in timed)
-    skip = {"flash1_eff": "flash1" not in kernels, "flash2_eff": "flash2" not in kernels,
-            "score_traffic_naive": "naive" not in kernels,
-            "score_traffic_fused": "fused_softmax" not in kernels,
-            "elem_bytes_h_unfused_norm": not unfused,
-            "tp_overlap": all(mm.layout.tp == 1 for mm in timed),
-            "stage_jitter": all(mm.layout.pp == 1 for mm in timed),
-            "dp_overlap": all(mm.layout.dp == 1 for mm in timed),
-            "zero3_overlap": all(mm.layout.zero_stage < 3 or mm.layout.dp == 1 for mm in timed)}
+    skip = {
+        "flash1_eff": "flash1" not in kernels,
+        "flash2_eff": "flash2" not in kernels,
+        "score_traffic_naive": "naive" not in kernels,
+        "score_traffic_fused": "fused_softmax" not in kernels,
+        "elem_bytes_h_unfused_norm": not unfused,
+        "tp_overlap": all(mm.layout.tp == 1 for mm in timed),
+        "stage_jitter": all(mm.layout.pp == 1 for mm in timed),
+        "dp_overlap": all(mm.layout.dp == 1 for mm in timed),
+        "zero3_overlap": all(mm.layout.zero_stage < 3 or mm.layout.dp == 1 for mm in timed),
+    }
     names = [n for n in names if not skip.get(n, False)]
-    lo = np.array([math.log(TIME_BOUNDS[n][0]) if n in _LOG_SCALED else TIME_BOUNDS[n][0]
-                   for n in names])
-    hi = np.array([math.log(TIME_BOUNDS[n][1]) if n in _LOG_SCALED else TIME_BOUNDS[n][1]
-                   for n in names])
+    lo = np.array([math.log(TIME_BOUNDS[n][0]) if n in _LOG_SCALED else TIME_BOUNDS[n][0] for n in names])
+    hi = np.array([math.log(TIME_BOUNDS[n][1]) if n in _LOG_SCALED else TIME_BOUNDS[n][1] for n in names])
     y = np.log([mm.step_time_s for mm in timed])
     w = np.sqrt([mm.weight for mm in timed])
 
@@ -128,8 +137,9 @@ def fit_time_constants(measurements: Sequence[Measurement], base: Efficiency = P
         return w * (np.log([_predict(mm, eff).step_time_s for mm in timed]) - y)
 
     x0 = np.clip(_encode(base, names), lo + 1e-9, hi - 1e-9)
-    sol = optimize.least_squares(residuals, x0, bounds=(lo, hi), loss="soft_l1", f_scale=0.05,
-                                 x_scale="jac", max_nfev=400)
+    sol = optimize.least_squares(
+        residuals, x0, bounds=(lo, hi), loss="soft_l1", f_scale=0.05, x_scale="jac", max_nfev=400
+    )
     return _decode(sol.x, names, base)
 
 
@@ -154,25 +164,27 @@ def fit_memory_constants(measurements: Sequence[Measurement], base: Efficiency) 
     return base.replace(mem_overhead_bytes=best[1], act_frag=best[2])
 
 
-def calibrate(measurements: Sequence[Measurement], base: Efficiency = PRIOR_EFFICIENCY,
-              provenance: str = "") -> Efficiency:
+def calibrate(
+    measurements: Sequence[Measurement], base: Efficiency = PRIOR_EFFICIENCY, provenance: str = ""
+) -> Efficiency:
     """Memory constants from OOM labels (kept from `base` unless some runs hit OOM and some
     did not), then time constants from step times."""
     labels = {mm.oom for mm in measurements}
     eff = fit_memory_constants(measurements, base) if labels == {True, False} else base
     eff = fit_time_constants(measurements, eff)
     # the error model of `base` described `base`'s constants, not these: the caller measures one
-    return eff.replace(provenance=provenance or f"fitted to {len(measurements)} runs",
-                       mfu_ratio_lo=None, mfu_ratio_hi=None)
+    return eff.replace(
+        provenance=provenance or f"fitted to {len(measurements)} runs", mfu_ratio_lo=None, mfu_ratio_hi=None
+    )
 
 
 def _spearman(a: np.ndarray, b: np.ndarray) -> float:
     return float(stats.spearmanr(a, b).statistic)
 
 
-def mfu_pairs(measurements: Sequence[Measurement], eff: Efficiency,
-              measured_mfu: Sequence[float | None] | None = None
-              ) -> tuple[np.ndarray, np.ndarray, list[bool]]:
+def mfu_pairs(
+    measurements: Sequence[Measurement], eff: Efficiency, measured_mfu: Sequence[float | None] | None = None
+) -> tuple[np.ndarray, np.ndarray, list[bool]]:
     """(predicted MFU, measured MFU) of the timed runs, and per run whether the OOM prediction
     matches its label. A run's measured MFU is model FLOPs / (step time · devices · peak) under the
     model's convention unless `measured_mfu` supplies the published figure (same convention)."""
@@ -186,19 +198,23 @@ def mfu_pairs(measurements: Sequence[Measurement], eff: Efficiency,
         if measured_mfu is not None and measured_mfu[i] is not None:
             meas_mfu.append(float(measured_mfu[i]))
         else:
-            meas_mfu.append(est.model_flops / (mm.step_time_s * mm.layout.n_devices
-                                               * mm.hardware.peak_flops))
+            meas_mfu.append(est.model_flops / (mm.step_time_s * mm.layout.n_devices * mm.hardware.peak_flops))
     return np.array(pred_mfu), np.array(meas_mfu), correct
 
 
-def score(measurements: Sequence[Measurement], eff: Efficiency,
-          measured_mfu: Sequence[float | None] | None = None) -> Scores:
+def score(
+    measurements: Sequence[Measurement], eff: Efficiency, measured_mfu: Sequence[float | None] | None = None
+) -> Scores:
     """Spearman ρ and median |error| of MFU over timed runs (measured MFU as in `mfu_pairs`);
     OOM accuracy over all runs."""
     a, b, correct = mfu_pairs(measurements, eff, measured_mfu)
-    q05, q95 = (np.quantile(b / a, [0.05, 0.95]) if len(a) else (float("nan"),) * 2)
-    return Scores(n_timed=len(a), n_oom_labelled=len(correct),
-                  spearman_mfu=_spearman(a, b) if len(a) > 2 else float("nan"),
-                  median_abs_mfu_error=float(np.median(np.abs(a - b))) if len(a) else float("nan"),
-                  oom_accuracy=float(np.mean(correct)) if correct else float("nan"),
-                  mfu_ratio_q05=float(q05), mfu_ratio_q95=float(q95))
+    q05, q95 = np.quantile(b / a, [0.05, 0.95]) if len(a) else (float("nan"),) * 2
+    return Scores(
+        n_timed=len(a),
+        n_oom_labelled=len(correct),
+        spearman_mfu=_spearman(a, b) if len(a) > 2 else float("nan"),
+        median_abs_mfu_error=float(np.median(np.abs(a - b))) if len(a) else float("nan"),
+        oom_accuracy=float(np.mean(correct)) if correct else float("nan"),
+        mfu_ratio_q05=float(q05),
+        mfu_ratio_q95=float(q95),
+    )

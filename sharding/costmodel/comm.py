@@ -1,10 +1,10 @@
 """Collectives: which ranks share a node, and what a ring collective costs over which link.
 
 Ranks are placed tensor-parallel innermost, then context-, then data-parallel, then pipeline
-(Megatron-LM's default order), so a TP group sits inside one node whenever tp <= devices_per_node. A collective
-over n ranks with g of them per node runs at the intra-node bandwidth if g = n, else at the
-node's network share that its g members get, min(intra, g · inter_node_bw): every node runs
-devices_per_node/g such groups at once and they share its NICs.
+(Megatron-LM's default order), so a TP group sits inside one node whenever tp <= devices_per_node.
+A collective over n ranks with g of them per node runs at the intra-node bandwidth if g = n, else
+at the node's network share that its g members get, min(intra, g · inter_node_bw): every node
+runs devices_per_node/g such groups at once and they share its NICs.
 """
 
 from __future__ import annotations
@@ -14,10 +14,16 @@ import dataclasses
 from sharding.costmodel.hardware import Hardware
 
 # bytes on the wire per rank, as a multiple of the buffer size, for ring algorithms
-_RING_FACTOR = {"all_reduce": lambda n: 2 * (n - 1) / n, "all_gather": lambda n: (n - 1) / n,
-                "reduce_scatter": lambda n: (n - 1) / n}
-_RING_STEPS = {"all_reduce": lambda n: 2 * (n - 1), "all_gather": lambda n: n - 1,
-               "reduce_scatter": lambda n: n - 1}
+_RING_FACTOR = {
+    "all_reduce": lambda n: 2 * (n - 1) / n,
+    "all_gather": lambda n: (n - 1) / n,
+    "reduce_scatter": lambda n: (n - 1) / n,
+}
+_RING_STEPS = {
+    "all_reduce": lambda n: 2 * (n - 1),
+    "all_gather": lambda n: n - 1,
+    "reduce_scatter": lambda n: n - 1,
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,8 +62,9 @@ def _effs(link_eff: LinkEff) -> tuple[float, float]:
     return link_eff if isinstance(link_eff, tuple) else (link_eff, link_eff)
 
 
-def collective_time(kind: str, buffer_bytes: float, n: int, g: int, hw: Hardware,
-                    link_eff: LinkEff) -> tuple[float, float, str]:
+def collective_time(
+    kind: str, buffer_bytes: float, n: int, g: int, hw: Hardware, link_eff: LinkEff
+) -> tuple[float, float, str]:
     """(seconds, wire bytes per rank, link) of one ring collective of `buffer_bytes` over n ranks.
 
     Latency counts the ring's steps: inside a node at the intra-node latency; across nodes every
@@ -78,8 +85,9 @@ def collective_time(kind: str, buffer_bytes: float, n: int, g: int, hw: Hardware
     return wire / bw + lat, wire, link
 
 
-def p2p_time(nbytes: float, same_node: bool, hw: Hardware, link_eff: LinkEff,
-             senders: int | None = None) -> float:
+def p2p_time(
+    nbytes: float, same_node: bool, hw: Hardware, link_eff: LinkEff, senders: int | None = None
+) -> float:
     """One pipeline send/recv of `nbytes` between neighbouring stages. Across nodes, `senders`
     devices of the node send at once (None: all of them); they share the node's network
     bandwidth, each no faster than one adapter (`Hardware.nics_per_node`)."""
@@ -95,8 +103,17 @@ def p2p_time(nbytes: float, same_node: bool, hw: Hardware, link_eff: LinkEff,
     return nbytes / (bw * inter_eff) + hw.inter_node_latency_s
 
 
-def make_collective(name: str, kind: str, buffer_bytes: float, count: float, n: int, g: int,
-                    hw: Hardware, link_eff: LinkEff) -> Collective:
+def make_collective(
+    name: str, kind: str, buffer_bytes: float, count: float, n: int, g: int, hw: Hardware, link_eff: LinkEff
+) -> Collective:
     t, wire, link = collective_time(kind, buffer_bytes, n, g, hw, link_eff)
-    return Collective(name=name, kind=kind, group_size=n, buffer_bytes=buffer_bytes, count=count,
-                      wire_bytes=wire * count, time_s=t * count, link=link)
+    return Collective(
+        name=name,
+        kind=kind,
+        group_size=n,
+        buffer_bytes=buffer_bytes,
+        count=count,
+        wire_bytes=wire * count,
+        time_s=t * count,
+        link=link,
+    )

@@ -152,6 +152,6 @@ DEFAULT_EFFICIENCY = Efficiency(
     mfu_ratio_lo=0.8336,
     mfu_ratio_hi=1.5651,
     provenance="joint fit to Hagemann et al. 2023 (arXiv:2311.05610, calibration half), MosaicML "
-               "MPT (llm-foundry), BLOOM-176B, MT-NLG 530B, torchtitan, IBM fms-fsdp and "
-               "BloombergGPT; reproduce with `python benchmarks/external_layouts.py --calibrate`",
+    "MPT (llm-foundry), BLOOM-176B, MT-NLG 530B, torchtitan, IBM fms-fsdp and "
+    "BloombergGPT; reproduce with `python benchmarks/external_layouts.py --calibrate`",
 )

@@ -22,10 +22,16 @@ import yaml
 from sharding.costmodel.spec import LayoutError
 
 CATALOGUE_DIR = pathlib.Path(__file__).resolve().parents[2] / "conf" / "hardware"
-ALIASES = {"h100": "h100-sxm", "a100": "a100-80gb", "mi250": "mi250x", "v5p": "tpu-v5p",
-           "v5e": "tpu-v5e", "v4": "tpu-v4", "v6e": "tpu-v6e"}
-_REQUIRED = ("peak_flops", "hbm_bytes", "hbm_bw", "devices_per_node", "intra_node_bw",
-             "inter_node_bw")
+ALIASES = {
+    "h100": "h100-sxm",
+    "a100": "a100-80gb",
+    "mi250": "mi250x",
+    "v5p": "tpu-v5p",
+    "v5e": "tpu-v5e",
+    "v4": "tpu-v4",
+    "v6e": "tpu-v6e",
+}
+_REQUIRED = ("peak_flops", "hbm_bytes", "hbm_bw", "devices_per_node", "intra_node_bw", "inter_node_bw")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -99,8 +105,9 @@ def _device_kinds(value: Any, origin: str) -> tuple[str, ...]:
         return ()
     items = [value] if isinstance(value, str) else value
     if not isinstance(items, (list, tuple)) or not all(isinstance(v, str) and v.strip() for v in items):
-        raise LayoutError(f"hardware {origin}: device_kinds must be a list of non-empty strings "
-                          f"(got {value!r})")
+        raise LayoutError(
+            f"hardware {origin}: device_kinds must be a list of non-empty strings (got {value!r})"
+        )
     return tuple(v.strip().lower() for v in items)
 
 
@@ -115,8 +122,9 @@ def load_hardware(name_or_path: str | pathlib.Path) -> Hardware:
     if not (key.endswith((".yaml", ".yml")) or path.is_file()):
         path = CATALOGUE_DIR / f"{ALIASES.get(key.lower(), key.lower())}.yaml"
         if not path.is_file():
-            raise LayoutError(f"unknown hardware {key!r}; known: {', '.join(catalogue_names())} "
-                              f"(or pass a YAML file path)")
+            raise LayoutError(
+                f"unknown hardware {key!r}; known: {', '.join(catalogue_names())} (or pass a YAML file path)"
+            )
     if not path.is_file():
         raise LayoutError(f"hardware file not found: {path}")
     try:

@@ -47,8 +47,9 @@ def parse_cluster(spec: str) -> tuple[DeviceGroup, ...]:
     for part in str(spec).split(","):
         name, sep, count = part.strip().rpartition(":")
         if not sep or not name:
-            raise LayoutError(f"mixed hardware entry {part.strip()!r} must be NAME:COUNT "
-                              f"(e.g. a100-80gb:256,h100-sxm:128)")
+            raise LayoutError(
+                f"mixed hardware entry {part.strip()!r} must be NAME:COUNT (e.g. a100-80gb:256,h100-sxm:128)"
+            )
         try:
             n = int(count)
         except ValueError:
@@ -58,8 +59,10 @@ def parse_cluster(spec: str) -> tuple[DeviceGroup, ...]:
         groups.append(DeviceGroup(load_hardware(name), n))
     names = [g.hardware.name for g in groups]
     if len(set(names)) != len(names):
-        raise LayoutError(f"mixed hardware lists {sorted(n for n in names if names.count(n) > 1)[0]!r} "
-                          "twice; give each device type once with its total count")
+        raise LayoutError(
+            f"mixed hardware lists {sorted(n for n in names if names.count(n) > 1)[0]!r} "
+            "twice; give each device type once with its total count"
+        )
     return tuple(groups)
 
 
@@ -157,9 +160,13 @@ def _split(total: int, weights: Sequence[float], units: Sequence[int]) -> list[i
     return parts if sum(parts) == total else None
 
 
-def estimate_hetero_step(model: ModelShape, layout: Layout, groups: Sequence[DeviceGroup],
-                         precision: Precision = BF16_MIXED,
-                         eff: Efficiency = DEFAULT_EFFICIENCY) -> HeteroEstimate:
+def estimate_hetero_step(
+    model: ModelShape,
+    layout: Layout,
+    groups: Sequence[DeviceGroup],
+    precision: Precision = BF16_MIXED,
+    eff: Efficiency = DEFAULT_EFFICIENCY,
+) -> HeteroEstimate:
     """The step of `layout` (its tp, pp, micro-batch, ZeRO stage, checkpointing, kernels and
     global batch; its dp is ignored) on mixed `groups`. Raises LayoutError when a group's device
     count is not a multiple of tp·pp or the batch cannot be split into whole micro-batches."""
@@ -167,16 +174,22 @@ def estimate_hetero_step(model: ModelShape, layout: Layout, groups: Sequence[Dev
     units = [dp * layout.micro_batch for dp in dps]
 
     def steps(split: Sequence[int]) -> tuple[StepEstimate, ...]:
-        return tuple(estimate_step(model, layout.replace(dp=dp, global_batch=b, zero_group=None),
-                                   g.hardware, precision, eff) for g, dp, b in zip(groups, dps, split))
+        return tuple(
+            estimate_step(
+                model, layout.replace(dp=dp, global_batch=b, zero_group=None), g.hardware, precision, eff
+            )
+            for g, dp, b in zip(groups, dps, split)
+        )
 
     # split by peak FLOPs first, then by each group's throughput at its share (a pipeline's bubble
     # depends on how many micro-batches a group gets), then move whole micro-batches while that
     # shortens the slowest group
     split = _split(layout.global_batch, [g.count * g.hardware.peak_flops for g in groups], units)
     if split is None:
-        raise LayoutError(f"global batch {layout.global_batch} cannot be split into whole micro-batches "
-                          f"of {'/'.join(map(str, units))} sequences per group step")
+        raise LayoutError(
+            f"global batch {layout.global_batch} cannot be split into whole micro-batches "
+            f"of {'/'.join(map(str, units))} sequences per group step"
+        )
     per = steps(split)
     for _ in range(3):
         again = _split(layout.global_batch, [e.tokens_per_s for e in per], units)
@@ -206,6 +219,7 @@ def estimate_hetero_step(model: ModelShape, layout: Layout, groups: Sequence[Dev
     n_stage = max(stage_params(model, per[0].layout))
     shard = n_stage / (min(dps) if layout.zero_stage >= 2 else 1)
     slow = min(groups, key=lambda g: g.hardware.inter_node_bw).hardware
-    sync, _, _ = collective_time("all_reduce", shard * precision.reduce_bytes, len(groups), 1, slow,
-                                 eff.link_effs)
+    sync, _, _ = collective_time(
+        "all_reduce", shard * precision.reduce_bytes, len(groups), 1, slow, eff.link_effs
+    )
     return HeteroEstimate(model=model, groups=tuple(groups), per_group=per, sync_s=sync)

@@ -49,8 +49,15 @@ class MemoryBreakdown:
 
     @property
     def total(self) -> float:
-        return (self.params + self.grads + self.optimizer + self.activations + self.logits
-                + self.temporaries + self.overhead)
+        return (
+            self.params
+            + self.grads
+            + self.optimizer
+            + self.activations
+            + self.logits
+            + self.temporaries
+            + self.overhead
+        )
 
     @property
     def fits(self) -> bool:
@@ -64,8 +71,9 @@ class MemoryBreakdown:
         return out
 
 
-def activation_bytes_per_layer(m: ModelShape, lo: Layout, recompute_attention: bool = False,
-                               act_bytes: int = 2) -> float:
+def activation_bytes_per_layer(
+    m: ModelShape, lo: Layout, recompute_attention: bool = False, act_bytes: int = 2
+) -> float:
     """Activation bytes one layer keeps for backward, for one micro-batch on one device.
 
     `recompute_attention` drops the s×s score terms (selective recomputation, Korthikanti §4.3).
@@ -128,8 +136,9 @@ def stage_params(m: ModelShape, lo: Layout) -> tuple[float, float]:
     return first / lo.tp, last / lo.tp
 
 
-def memory_breakdown(m: ModelShape, lo: Layout, prec: Precision, eff: Efficiency,
-                     capacity: float) -> MemoryBreakdown:
+def memory_breakdown(
+    m: ModelShape, lo: Layout, prec: Precision, eff: Efficiency, capacity: float
+) -> MemoryBreakdown:
     """Memory of the most loaded pipeline stage (first: most activations; last: logits)."""
     act_layer = activation_bytes_per_layer(m, lo, act_bytes=prec.act_bytes)
     if lo.act_ckpt == "full":
@@ -137,8 +146,7 @@ def memory_breakdown(m: ModelShape, lo: Layout, prec: Precision, eff: Efficiency
         stored_layer = prec.act_bytes * m.seq_len // lo.cp * lo.micro_batch * m.d_model * rep
         recompute_buf = RECOMPUTE_FACTOR * act_layer  # one layer is rebuilt at a time in backward
     elif lo.act_ckpt == "selective":
-        stored_layer = activation_bytes_per_layer(m, lo, recompute_attention=True,
-                                                  act_bytes=prec.act_bytes)
+        stored_layer = activation_bytes_per_layer(m, lo, recompute_attention=True, act_bytes=prec.act_bytes)
         recompute_buf = act_layer - stored_layer
     else:
         stored_layer, recompute_buf = act_layer, 0.0
@@ -151,8 +159,11 @@ def memory_breakdown(m: ModelShape, lo: Layout, prec: Precision, eff: Efficiency
             # ZeRO-Offload streams each bucket of gradients to the host as backward produces it
             # (and accumulates them there): two layers' buckets in flight, not all of them
             grads = min(grads, 2 * m.params_per_layer / lo.tp * prec.grad_bytes)
-        opt = 0.0 if lo.offload_optimizer else (
-            n_par * (prec.master_bytes + prec.optimizer_bytes) / (dp if lo.zero_stage >= 1 else 1))
+        opt = (
+            0.0
+            if lo.offload_optimizer
+            else (n_par * (prec.master_bytes + prec.optimizer_bytes) / (dp if lo.zero_stage >= 1 else 1))
+        )
         layers = in_flight_layers(m, lo) if stage == "first" else math.ceil(m.n_layers / lo.pp)
         if lo.pp == 1:
             layers = m.n_layers
@@ -163,9 +174,19 @@ def memory_breakdown(m: ModelShape, lo: Layout, prec: Precision, eff: Efficiency
         if lo.zero_stage >= 3:  # gathered weights of the current and the prefetched layer
             temps += 2 * m.params_per_layer / lo.tp * prec.param_bytes
         if lo.attention in ("naive", "fused_softmax"):  # fp32 scores of the layer being computed
-            temps += 4.0 * m.n_heads / lo.tp * m.seq_len ** 2 / lo.cp * lo.micro_batch
-        candidates.append(MemoryBreakdown(
-            params=params, grads=grads, optimizer=opt, activations=acts,
-            activations_per_layer=act_layer, logits=logits, temporaries=temps,
-            overhead=eff.mem_overhead_bytes, capacity=capacity, stage=stage))
+            temps += 4.0 * m.n_heads / lo.tp * m.seq_len**2 / lo.cp * lo.micro_batch
+        candidates.append(
+            MemoryBreakdown(
+                params=params,
+                grads=grads,
+                optimizer=opt,
+                activations=acts,
+                activations_per_layer=act_layer,
+                logits=logits,
+                temporaries=temps,
+                overhead=eff.mem_overhead_bytes,
+                capacity=capacity,
+                stage=stage,
+            )
+        )
     return max(candidates, key=lambda mb: mb.total)

@@ -63,9 +63,17 @@ class ModelShape:
     @classmethod
     def from_model_config(cls, cfg: Any) -> "ModelShape":
         """From the training core's `models.config.ModelConfig` (duck-typed; SwiGLU, no dropout)."""
-        return cls(n_layers=cfg.n_layers, d_model=cfg.d_model, n_heads=cfg.n_heads,
-                   seq_len=cfg.seq_len, vocab_size=cfg.vocab_size, d_ff=cfg.ff,
-                   n_kv_heads=cfg.kv_heads, mlp="swiglu", tied_embeddings=bool(cfg.tie_embeddings))
+        return cls(
+            n_layers=cfg.n_layers,
+            d_model=cfg.d_model,
+            n_heads=cfg.n_heads,
+            seq_len=cfg.seq_len,
+            vocab_size=cfg.vocab_size,
+            d_ff=cfg.ff,
+            n_kv_heads=cfg.kv_heads,
+            mlp="swiglu",
+            tied_embeddings=bool(cfg.tie_embeddings),
+        )
 
     # ---- derived sizes ------------------------------------------------------------------------
     @property
@@ -124,8 +132,7 @@ class ModelShape:
         shapes both describe (`from_model_config`) the counts are equal, which
         tests/test_costmodel.py checks.
         """
-        return (self.n_layers * self.params_per_layer + self.embedding_params + self.head_params
-                + self.d_model)
+        return self.n_layers * self.params_per_layer + self.embedding_params + self.head_params + self.d_model
 
     @property
     def n_params_non_embedding(self) -> int:
@@ -247,9 +254,13 @@ def _divisors(n: int) -> list[int]:
 
 def nearest_mesh(n_devices: int, tp: int, pp: int) -> str:
     """Closest (tp, pp) with tp·pp dividing n_devices, as text for an error message."""
-    best = min(((t, p) for t in _divisors(n_devices) for p in _divisors(n_devices // t)),
-               key=lambda tp_pp: (abs(math.log2(tp_pp[0] / tp)) + abs(math.log2(tp_pp[1] / pp)),
-                                  tp_pp[0] * tp_pp[1]))
+    best = min(
+        ((t, p) for t in _divisors(n_devices) for p in _divisors(n_devices // t)),
+        key=lambda tp_pp: (
+            abs(math.log2(tp_pp[0] / tp)) + abs(math.log2(tp_pp[1] / pp)),
+            tp_pp[0] * tp_pp[1],
+        ),
+    )
     return f"dp={n_devices // (best[0] * best[1])}, tp={best[0]}, pp={best[1]}"
 
 
@@ -262,8 +273,12 @@ def validate_layout(model: ModelShape, layout: Layout, n_devices: int | None = N
             raise LayoutError(f"layout {name} must be a positive integer (got {v!r})")
     if lo.zero_stage not in (0, 1, 2, 3):
         raise LayoutError(f"zero_stage must be 0, 1, 2 or 3 (got {lo.zero_stage!r})")
-    if lo.zero_group is not None and (isinstance(lo.zero_group, bool) or not isinstance(lo.zero_group, int)
-                                      or lo.zero_group <= 0 or lo.dp % lo.zero_group):
+    if lo.zero_group is not None and (
+        isinstance(lo.zero_group, bool)
+        or not isinstance(lo.zero_group, int)
+        or lo.zero_group <= 0
+        or lo.dp % lo.zero_group
+    ):
         raise LayoutError(f"zero_group={lo.zero_group!r} must be a positive divisor of dp={lo.dp}")
     if lo.act_ckpt not in ACT_CKPT:
         raise LayoutError(f"act_ckpt must be one of {ACT_CKPT} (got {lo.act_ckpt!r})")
@@ -271,32 +286,45 @@ def validate_layout(model: ModelShape, layout: Layout, n_devices: int | None = N
         raise LayoutError(f"attention must be one of {ATTENTION_KERNELS} (got {lo.attention!r})")
     if n_devices is not None and lo.n_devices != n_devices:
         hint = nearest_mesh(n_devices, lo.tp, lo.pp) if n_devices > 0 else "n_devices > 0"
-        names, sizes = ("dp×tp×pp×cp", (lo.dp, lo.tp, lo.pp, lo.cp)) if lo.cp > 1 else \
-            ("dp×tp×pp", (lo.dp, lo.tp, lo.pp))
-        raise LayoutError(f"{names} = {'×'.join(map(str, sizes))} = {lo.n_devices} does not "
-                          f"match {n_devices} devices; nearest valid mesh: {hint}")
+        names, sizes = (
+            ("dp×tp×pp×cp", (lo.dp, lo.tp, lo.pp, lo.cp))
+            if lo.cp > 1
+            else ("dp×tp×pp", (lo.dp, lo.tp, lo.pp))
+        )
+        raise LayoutError(
+            f"{names} = {'×'.join(map(str, sizes))} = {lo.n_devices} does not "
+            f"match {n_devices} devices; nearest valid mesh: {hint}"
+        )
     if model.n_heads % lo.tp or model.kv_heads % lo.tp:
         ok = [t for t in _divisors(model.kv_heads) if t <= max(lo.tp, 1)]
-        raise LayoutError(f"tp={lo.tp} must divide n_heads={model.n_heads} and "
-                          f"kv heads={model.kv_heads}; nearest valid tp: {max(ok)}")
+        raise LayoutError(
+            f"tp={lo.tp} must divide n_heads={model.n_heads} and "
+            f"kv heads={model.kv_heads}; nearest valid tp: {max(ok)}"
+        )
     if lo.pp > model.n_layers:
-        raise LayoutError(f"pp={lo.pp} exceeds n_layers={model.n_layers}; nearest valid: "
-                          f"pp={model.n_layers}")
+        raise LayoutError(f"pp={lo.pp} exceeds n_layers={model.n_layers}; nearest valid: pp={model.n_layers}")
     if lo.interleave > 1 and model.n_layers % (lo.pp * lo.interleave):
         ok = [p for p in _divisors(model.n_layers) if p <= lo.pp * lo.interleave]
-        raise LayoutError(f"pp×interleave = {lo.pp * lo.interleave} must divide n_layers="
-                          f"{model.n_layers}; nearest valid: {max(ok)}")
+        raise LayoutError(
+            f"pp×interleave = {lo.pp * lo.interleave} must divide n_layers="
+            f"{model.n_layers}; nearest valid: {max(ok)}"
+        )
     if lo.global_batch % (lo.dp * lo.micro_batch):
         per = lo.global_batch / lo.dp
-        raise LayoutError(f"global_batch={lo.global_batch} is not divisible by dp×micro_batch = "
-                          f"{lo.dp}×{lo.micro_batch}; each DP rank would get {per:g} sequences")
+        raise LayoutError(
+            f"global_batch={lo.global_batch} is not divisible by dp×micro_batch = "
+            f"{lo.dp}×{lo.micro_batch}; each DP rank would get {per:g} sequences"
+        )
     if lo.interleave > 1 and lo.grad_accum % lo.pp:
-        raise LayoutError(f"interleaved pipeline needs micro-batches per step ({lo.grad_accum}) "
-                          f"divisible by pp={lo.pp}; use interleave=1")
+        raise LayoutError(
+            f"interleaved pipeline needs micro-batches per step ({lo.grad_accum}) "
+            f"divisible by pp={lo.pp}; use interleave=1"
+        )
     if model.seq_len % (lo.cp * (lo.tp if lo.sp else 1)):
         if lo.cp > 1:
-            raise LayoutError(f"context parallelism needs seq_len={model.seq_len} divisible by "
-                              f"cp={lo.cp}" + (f"×tp={lo.tp} (sequence parallel)" if lo.sp else ""))
+            raise LayoutError(
+                f"context parallelism needs seq_len={model.seq_len} divisible by "
+                f"cp={lo.cp}" + (f"×tp={lo.tp} (sequence parallel)" if lo.sp else "")
+            )
     if lo.sp and model.seq_len % lo.tp:  # sp with tp=1 is a no-op, not an error
-        raise LayoutError(f"sequence parallelism needs seq_len={model.seq_len} divisible by "
-                          f"tp={lo.tp}")
+        raise LayoutError(f"sequence parallelism needs seq_len={model.seq_len} divisible by tp={lo.tp}")

@@ -97,8 +97,7 @@ class StepEstimate:
 
     @property
     def hfu(self) -> float:
-        return self.hardware_flops / (self.step_time_s * self.layout.n_devices
-                                      * self.hardware.peak_flops)
+        return self.hardware_flops / (self.step_time_s * self.layout.n_devices * self.hardware.peak_flops)
 
     @property
     def mem_bytes_per_device(self) -> float:
@@ -116,11 +115,17 @@ class StepEstimate:
         return out
 
     def summary(self) -> dict[str, float | bool | str]:
-        return {"step_time_s": self.step_time_s, "tokens_per_s": self.tokens_per_s,
-                "mfu": self.mfu, "mfu_convention": MFU_CONVENTION, "hfu": self.hfu,
-                "mem_gb_per_device": self.memory.total / 1e9,
-                "fits": self.fits, "bubble_s": self.time.bubble,
-                "dp_comm_exposed_s": self.time.dp_comm_exposed}
+        return {
+            "step_time_s": self.step_time_s,
+            "tokens_per_s": self.tokens_per_s,
+            "mfu": self.mfu,
+            "mfu_convention": MFU_CONVENTION,
+            "hfu": self.hfu,
+            "mem_gb_per_device": self.memory.total / 1e9,
+            "fits": self.fits,
+            "bubble_s": self.time.bubble,
+            "dp_comm_exposed_s": self.time.dp_comm_exposed,
+        }
 
 
 def _gemm_eff(eff: Efficiency, *dims: float) -> float:
@@ -151,18 +156,27 @@ class _Step:
     tick_factor: float
 
     @classmethod
-    def of(cls, model: ModelShape, layout: Layout, hardware: Hardware, precision: Precision,
-           eff: Efficiency) -> "_Step":
+    def of(
+        cls, model: ModelShape, layout: Layout, hardware: Hardware, precision: Precision, eff: Efficiency
+    ) -> "_Step":
         full = layout.act_ckpt == "full"
         mv = layout.grad_accum * layout.interleave
         tick_factor = (mv + layout.pp - 1) / mv if layout.gspmd_pipeline and layout.pp > 1 else 1.0
-        return cls(m=model, lo=layout, hw=hardware, precision=precision, eff=eff,
-                   tok=model.seq_len * layout.micro_batch // layout.cp,
-                   layers=math.ceil(model.n_layers / layout.pp),
-                   fwd_passes=2.0 if full else 1.0, sp=layout.sp and layout.tp > 1, full=full,
-                   flash=layout.attention in ("flash1", "flash2"),
-                   ranks=ranks_per_node(hardware, layout.tp, layout.dp, layout.pp, layout.cp),
-                   tick_factor=tick_factor)
+        return cls(
+            m=model,
+            lo=layout,
+            hw=hardware,
+            precision=precision,
+            eff=eff,
+            tok=model.seq_len * layout.micro_batch // layout.cp,
+            layers=math.ceil(model.n_layers / layout.pp),
+            fwd_passes=2.0 if full else 1.0,
+            sp=layout.sp and layout.tp > 1,
+            full=full,
+            flash=layout.attention in ("flash1", "flash2"),
+            ranks=ranks_per_node(hardware, layout.tp, layout.dp, layout.pp, layout.cp),
+            tick_factor=tick_factor,
+        )
 
 
 def _gemm_terms(st: _Step) -> tuple[float, float, float]:
@@ -171,11 +185,11 @@ def _gemm_terms(st: _Step) -> tuple[float, float, float]:
     m, t, peak, eff, tok = st.m, st.lo.tp, st.hw.peak_flops, st.eff, st.tok
     h, f, V = m.d_model, m.ffn, m.vocab_size
     n_mlp_in = 2 * f if m.mlp == "swiglu" else f
-    gemms = [(tok, (h + 2 * m.kv_dim) / t, h), (tok, h, h / t), (tok, n_mlp_in / t, h),
-             (tok, h, f / t)]
+    gemms = [(tok, (h + 2 * m.kv_dim) / t, h), (tok, h, h / t), (tok, n_mlp_in / t, h), (tok, h, f / t)]
     layer_gemm_flops = sum(2 * a * c * d for a, c, d in gemms)
-    layer_gemm_time = sum(2 * a * c * d * (st.fwd_passes + 2) / (peak * _gemm_eff(eff, a, c, d))
-                          for a, c, d in gemms)
+    layer_gemm_time = sum(
+        2 * a * c * d * (st.fwd_passes + 2) / (peak * _gemm_eff(eff, a, c, d)) for a, c, d in gemms
+    )
     head_flops = 2 * tok * V / t * h
     head_time = 3 * head_flops / (peak * _gemm_eff(eff, tok, V / t, h))
     return layer_gemm_flops, layer_gemm_time, head_time
@@ -201,8 +215,9 @@ def _attention_terms(st: _Step) -> tuple[float, float, float]:
         bmm_eff = _gemm_eff(eff, s / lo.cp, s, m.head_dim)
         traffic = eff.score_traffic_naive if lo.attention == "naive" else eff.score_traffic_fused
         scores = heads * (s / lo.cp) * s * b
-        attn_time = (attn_fwd_flops * attn_passes / (peak * bmm_eff)
-                     + traffic * scores * attn_passes / 3 / hw.hbm_bw)
+        attn_time = (
+            attn_fwd_flops * attn_passes / (peak * bmm_eff) + traffic * scores * attn_passes / 3 / hw.hbm_bw
+        )
     return attn_fwd_flops, attn_recompute, attn_time
 
 
@@ -218,8 +233,9 @@ def _elementwise_terms(st: _Step) -> tuple[float, float]:
     return elem_time, overhead
 
 
-def _layer_collectives(st: _Step, prefix: str, buf: float, per_layer: dict[str, float], n: int,
-                       g: int) -> tuple[list[Collective], float]:
+def _layer_collectives(
+    st: _Step, prefix: str, buf: float, per_layer: dict[str, float], n: int, g: int
+) -> tuple[list[Collective], float]:
     """(collectives issued `per_layer[kind]` times per layer per micro-batch over a group of n
     ranks, g of them per node, on every layer of the stage and every micro-batch (bubble ticks
     of the GSPMD pipeline included); their time per layer per micro-batch)."""
@@ -261,8 +277,10 @@ def _tp_collectives(st: _Step) -> tuple[list[Collective], float, float]:
         per_layer = {"all_reduce": 2 * st.fwd_passes + bwd_calls}
     colls, tp_time_layer = _layer_collectives(st, "tp", act_buf, per_layer, t, st.ranks["tp"])
     tp_time_edge = 0.0
-    for name, kind, buf, calls in (("tp_embed_head", "all_reduce", act_buf, 2),
-                                   ("tp_softmax_stats", "all_reduce", st.tok * 4.0, 2)):
+    for name, kind, buf, calls in (
+        ("tp_embed_head", "all_reduce", act_buf, 2),
+        ("tp_softmax_stats", "all_reduce", st.tok * 4.0, 2),
+    ):
         c = make_collective(name, kind, buf, calls * n_mb, t, st.ranks["tp"], hw, eff.link_effs)
         colls.append(c)
         tp_time_edge += c.time_s / n_mb
@@ -281,10 +299,19 @@ def _pp_p2p(st: _Step) -> tuple[float, Collective | None]:
     same_node = st.ranks["pp"] >= p
     p2p_bytes = st.tok * st.m.d_model * st.precision.act_bytes / (1 if lo.gspmd_pipeline else lo.tp)
     sends = 2 * v * (st.tick_factor * (p - 1) / p if lo.gspmd_pipeline else 1.0)
-    p2p = sends * p2p_time(p2p_bytes, same_node, st.hw, st.eff.link_effs,
-                           lo.tp * lo.cp * lo.dp)  # a stage's devices send at once
-    coll = Collective("pp_p2p", "p2p", 2, p2p_bytes, sends * n_mb, sends * n_mb * p2p_bytes,
-                      p2p * n_mb, "intra" if same_node else "inter")
+    p2p = sends * p2p_time(
+        p2p_bytes, same_node, st.hw, st.eff.link_effs, lo.tp * lo.cp * lo.dp
+    )  # a stage's devices send at once
+    coll = Collective(
+        "pp_p2p",
+        "p2p",
+        2,
+        p2p_bytes,
+        sends * n_mb,
+        sends * n_mb * p2p_bytes,
+        p2p * n_mb,
+        "intra" if same_node else "inter",
+    )
     return p2p, coll
 
 
@@ -298,8 +325,9 @@ def _cp_collectives(st: _Step) -> tuple[list[Collective], float]:
     if lo.cp <= 1:
         return [], 0.0
     kv_buf = lo.micro_batch * m.seq_len * m.kv_dim / lo.tp * st.precision.act_bytes
-    return _layer_collectives(st, "cp_kv", kv_buf, {"all_gather": 2 * st.fwd_passes,
-                                                    "reduce_scatter": 2}, lo.cp, st.ranks["cp"])
+    return _layer_collectives(
+        st, "cp_kv", kv_buf, {"all_gather": 2 * st.fwd_passes, "reduce_scatter": 2}, lo.cp, st.ranks["cp"]
+    )
 
 
 def _pipeline(st: _Step, stage_time: float, p2p: float) -> tuple[float, float, float]:
@@ -334,28 +362,40 @@ def _dp_collective_specs(st: _Step, n_stage: float) -> list[tuple[str, str, floa
         ticks = lo.grad_accum * lo.interleave + lo.pp - 1
         chunk = math.ceil(st.m.n_layers / (lo.pp * lo.interleave)) * st.m.params_per_layer / lo.tp
         rest = n_stage - st.m.n_layers * st.m.params_per_layer / lo.tp
-        specs = [("dp_grad_all_reduce", "all_reduce", rest * precision.reduce_bytes, 1, fr, gr),
-                 ("dp_grad_all_reduce_per_tick", "all_reduce", chunk * precision.reduce_bytes,
-                  ticks, fr, gr)]
+        specs = [
+            ("dp_grad_all_reduce", "all_reduce", rest * precision.reduce_bytes, 1, fr, gr),
+            ("dp_grad_all_reduce_per_tick", "all_reduce", chunk * precision.reduce_bytes, ticks, fr, gr),
+        ]
     elif lo.zero_stage == 0:
         specs = [("dp_grad_all_reduce", "all_reduce", grad_buf, 1, fr, gr)]
     elif lo.zero_stage in (1, 2):
-        specs = [("dp_grad_reduce_scatter", "reduce_scatter", grad_buf, 1, fr, gr),
-                 ("dp_param_all_gather", "all_gather", param_buf, 1, f, g)]
+        specs = [
+            ("dp_grad_reduce_scatter", "reduce_scatter", grad_buf, 1, fr, gr),
+            ("dp_param_all_gather", "all_gather", param_buf, 1, f, g),
+        ]
     else:  # ZeRO-3/FSDP: gather weights for fwd and bwd, scatter grads, every micro-batch,
         # one collective per weight matrix (DeepSpeed, XLA) or per layer (FSDP units): each pays
         # the ring's latency, which dominates at thousands of ranks and micro-batch 1
         gathers = 2 if lo.zero3_regather else 1
-        k = max(1, st.layers) * (st.m.matrices_per_layer(lo.fused_projections)
-                                 if lo.zero3_per_matrix else 1)
-        specs = [("dp_param_all_gather", "all_gather", param_buf / k, gathers * n_mb * k, f, g),
-                 ("dp_grad_reduce_scatter", "reduce_scatter", grad_buf / k, n_mb * k, fr, gr)]
+        k = max(1, st.layers) * (st.m.matrices_per_layer(lo.fused_projections) if lo.zero3_per_matrix else 1)
+        specs = [
+            ("dp_param_all_gather", "all_gather", param_buf / k, gathers * n_mb * k, f, g),
+            ("dp_grad_reduce_scatter", "reduce_scatter", grad_buf / k, n_mb * k, fr, gr),
+        ]
     if lo.cp > 1 and not joint:
         specs.append(("cp_grad_all_reduce", "all_reduce", grad_buf, 1, lo.cp, st.ranks["cp"]))
     if f < lo.dp:  # replicas of a shard sit f ranks apart: dp-ranks-per-node / f of them per node
         r = lo.dp // f
-        specs.append(("dp_grad_replica_all_reduce", "all_reduce", grad_buf / f, 1, r,
-                      max(1, min(r, st.ranks["dp"] // f))))
+        specs.append(
+            (
+                "dp_grad_replica_all_reduce",
+                "all_reduce",
+                grad_buf / f,
+                1,
+                r,
+                max(1, min(r, st.ranks["dp"] // f)),
+            )
+        )
     return specs
 
 
@@ -368,8 +408,16 @@ def _dp_collectives(st: _Step, n_stage: float) -> tuple[list[Collective], float]
     specs = _dp_collective_specs(st, n_stage) if lo.dp * lo.cp > 1 else []
     if lo.gspmd_pipeline and lo.pp > 1:
         blocks = st.m.n_layers * st.m.params_per_layer / lo.tp
-        specs.append(("pp_stage_grad_all_reduce", "all_reduce",
-                      blocks * st.precision.reduce_bytes, 1, lo.pp, st.ranks["pp"]))
+        specs.append(
+            (
+                "pp_stage_grad_all_reduce",
+                "all_reduce",
+                blocks * st.precision.reduce_bytes,
+                1,
+                lo.pp,
+                st.ranks["pp"],
+            )
+        )
     colls, dp_time = [], 0.0
     for name, kind, buf, count, n, g in specs:
         c = make_collective(name, kind, buf, count, n, g, st.hw, st.eff.link_effs)
@@ -396,13 +444,16 @@ def _optimizer_time(st: _Step, n_stage: float) -> float:
     shard = n_stage / (lo.zero_shards if lo.zero_stage >= 1 else 1)
     state_bytes = precision.master_bytes + precision.optimizer_bytes
     if lo.offload_optimizer:
-        return (shard * st.eff.cpu_adam_s_per_param
-                + shard * (precision.grad_bytes + precision.param_bytes) / hw.host_bw)
+        return (
+            shard * st.eff.cpu_adam_s_per_param
+            + shard * (precision.grad_bytes + precision.param_bytes) / hw.host_bw
+        )
     return shard * (2 * state_bytes + precision.grad_bytes + 2 * precision.param_bytes) / hw.hbm_bw
 
 
-def _step_flops(st: _Step, layer_gemm_flops: float, attn_fwd_flops: float,
-                attn_recompute: float) -> tuple[float, float]:
+def _step_flops(
+    st: _Step, layer_gemm_flops: float, attn_fwd_flops: float, attn_recompute: float
+) -> tuple[float, float]:
     """(model FLOPs of the step, PaLM convention; hardware FLOPs = model + recomputation),
     whole cluster."""
     m, t, tok = st.m, st.lo.tp, st.tok
@@ -445,18 +496,42 @@ def _layer_terms(st: _Step) -> _LayerTerms:
     elem_time, overhead = _elementwise_terms(st)
     tp_colls, tp_time_layer, tp_time_edge = _tp_collectives(st)
     cp_colls, cp_time_layer = _cp_collectives(st)
-    per_layer = (layer_gemm_time + attn_time + elem_time + overhead
-                 + (tp_time_layer + cp_time_layer) * (1 - eff.tp_overlap))
+    per_layer = (
+        layer_gemm_time
+        + attn_time
+        + elem_time
+        + overhead
+        + (tp_time_layer + cp_time_layer) * (1 - eff.tp_overlap)
+    )
     loss_traffic = st.tok * st.m.vocab_size / st.lo.tp * 16.0 / st.hw.hbm_bw
     edge = head_time + loss_traffic + tp_time_edge * (1 - eff.tp_overlap)
-    return _LayerTerms(layer_gemm_flops, layer_gemm_time, head_time, attn_fwd_flops,
-                       attn_recompute, attn_time, elem_time, overhead, tp_colls, tp_time_layer,
-                       tp_time_edge, cp_colls, cp_time_layer, loss_traffic, per_layer, edge)
+    return _LayerTerms(
+        layer_gemm_flops,
+        layer_gemm_time,
+        head_time,
+        attn_fwd_flops,
+        attn_recompute,
+        attn_time,
+        elem_time,
+        overhead,
+        tp_colls,
+        tp_time_layer,
+        tp_time_edge,
+        cp_colls,
+        cp_time_layer,
+        loss_traffic,
+        per_layer,
+        edge,
+    )
 
 
-def layer_and_head_time(model: ModelShape, layout: Layout, hardware: Hardware,
-                        precision: Precision = BF16_MIXED,
-                        eff: Efficiency = DEFAULT_EFFICIENCY) -> tuple[float, float]:
+def layer_and_head_time(
+    model: ModelShape,
+    layout: Layout,
+    hardware: Hardware,
+    precision: Precision = BF16_MIXED,
+    eff: Efficiency = DEFAULT_EFFICIENCY,
+) -> tuple[float, float]:
     """(seconds of one transformer layer, forward + backward (+ recomputation), for one
     micro-batch on one device; seconds the last pipeline stage adds per micro-batch for the LM
     head and loss). A pipeline stage of k layers takes k·layer (+ head on the last stage)."""
@@ -465,9 +540,13 @@ def layer_and_head_time(model: ModelShape, layout: Layout, hardware: Hardware,
     return t.per_layer, t.edge
 
 
-def estimate_step(model: ModelShape, layout: Layout, hardware: Hardware,
-                  precision: Precision = BF16_MIXED,
-                  eff: Efficiency = DEFAULT_EFFICIENCY) -> StepEstimate:
+def estimate_step(
+    model: ModelShape,
+    layout: Layout,
+    hardware: Hardware,
+    precision: Precision = BF16_MIXED,
+    eff: Efficiency = DEFAULT_EFFICIENCY,
+) -> StepEstimate:
     """Predict memory and time of one optimizer step (raises `LayoutError` if impossible).
 
     One micro-batch on the slowest stage = its layers' GEMMs, attention, element-wise work,
@@ -484,18 +563,30 @@ def estimate_step(model: ModelShape, layout: Layout, hardware: Hardware,
     dp_colls, dp_time = _dp_collectives(st, n_stage)
     dp_exposed = _dp_exposed(st, dp_time, stage_time)
     opt_time = _optimizer_time(st, n_stage)
-    model_flops, hardware_flops = _step_flops(st, t.layer_gemm_flops, t.attn_fwd_flops,
-                                              t.attn_recompute)
+    model_flops, hardware_flops = _step_flops(st, t.layer_gemm_flops, t.attn_fwd_flops, t.attn_recompute)
     times = TimeBreakdown(
         gemm_per_microbatch=st.layers * t.layer_gemm_time + t.head_time,
         attention_per_microbatch=st.layers * t.attn_time,
         elementwise_per_microbatch=st.layers * t.elem_time + t.loss_traffic,
         overhead_per_microbatch=st.layers * t.overhead,
         tp_comm_per_microbatch=st.layers * t.tp_time_layer + t.tp_time_edge,
-        pp_p2p_per_microbatch=p2p, slot=slot, pipeline=pipeline, bubble=bubble, dp_comm=dp_time,
-        dp_comm_exposed=dp_exposed, optimizer=opt_time, step=pipeline + dp_exposed + opt_time)
+        pp_p2p_per_microbatch=p2p,
+        slot=slot,
+        pipeline=pipeline,
+        bubble=bubble,
+        dp_comm=dp_time,
+        dp_comm_exposed=dp_exposed,
+        optimizer=opt_time,
+        step=pipeline + dp_exposed + opt_time,
+    )
     colls = t.tp_colls + t.cp_colls + ([p2p_coll] if p2p_coll is not None else []) + dp_colls
-    return StepEstimate(model=model, layout=layout, hardware=hardware,
-                        memory=memory_breakdown(model, layout, precision, eff, hardware.hbm_bytes),
-                        time=times, collectives=tuple(colls), model_flops=model_flops,
-                        hardware_flops=hardware_flops)
+    return StepEstimate(
+        model=model,
+        layout=layout,
+        hardware=hardware,
+        memory=memory_breakdown(model, layout, precision, eff, hardware.hbm_bytes),
+        time=times,
+        collectives=tuple(colls),
+        model_flops=model_flops,
+        hardware_flops=hardware_flops,
+    )

@@ -9,7 +9,14 @@ package does not import JAX. A new task: a builder `BuildContext -> TaskSet` reg
 """
 
 from experiments.train.tasks import code, probes  # noqa: F401 - registers the shipped tasks
-from experiments.train.tasks.base import (BuildContext, EvalConfig, TaskSet, TaskSpec, get_task,
-                                          register_task, task_names)
+from experiments.train.tasks.base import (
+    BuildContext,
+    EvalConfig,
+    TaskSet,
+    TaskSpec,
+    get_task,
+    register_task,
+    task_names,
+)
 
 __all__ = ["BuildContext", "EvalConfig", "TaskSet", "TaskSpec", "get_task", "register_task", "task_names"]

@@ -26,7 +26,7 @@ from models.base.configs import config_from_mapping
 from models.base.errors import ConfigError
 
 KINDS = ("choice", "exact")
-MAX_EXAMPLES = 512           # per task: the eval must stay a small fraction of a CPU run
+MAX_EXAMPLES = 512  # per task: the eval must stay a small fraction of a CPU run
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,9 +35,9 @@ class EvalConfig:
     summary.json's `task_metrics` (final eval)."""
 
     tasks: list[str] = dataclasses.field(default_factory=list)  # task names (see `task_names()`)
-    examples: int = 32       # examples per task, from the held-out split
-    shots: int = 3           # demonstrations before each few-shot probe query (fewer if the window is short)
-    seed: int = 0            # which held-out examples (fixed for every run seed, so runs compare)
+    examples: int = 32  # examples per task, from the held-out split
+    shots: int = 3  # demonstrations before each few-shot probe query (fewer if the window is short)
+    seed: int = 0  # which held-out examples (fixed for every run seed, so runs compare)
 
     @classmethod
     def from_mapping(cls, m: Mapping[str, Any]) -> "EvalConfig":
@@ -63,8 +63,8 @@ class EvalConfig:
 class BuildContext:
     """What a task builder may use: the held-out tokens and the model's window."""
 
-    val: np.ndarray          # the validation split (1-D uint8 bytes)
-    seq_len: int             # model.seq_len: rows hold seq_len + 1 tokens
+    val: np.ndarray  # the validation split (1-D uint8 bytes)
+    seq_len: int  # model.seq_len: rows hold seq_len + 1 tokens
     examples: int
     shots: int
     seed: int
@@ -76,13 +76,13 @@ class TaskSet:
     e * n_choices ... e * n_choices + n_choices - 1, the correct one at `answer_E[e]`."""
 
     name: str
-    kind: str                # choice | exact
+    kind: str  # choice | exact
     tokens_RxL1: np.ndarray  # int32 rows, context then candidate/answer then padding (0)
-    mask_RxL: np.ndarray     # float32; 1 where tokens_RxL1[:, 1:] is a scored answer token
+    mask_RxL: np.ndarray  # float32; 1 where tokens_RxL1[:, 1:] is a scored answer token
     n_choices: int
-    answer_E: np.ndarray     # int index of the correct row within each example
-    chance: float            # accuracy of a random guess (1 / n_choices, or 0 for exact match)
-    detail: str = ""         # one phrase for the run's log (e.g. "32 x 4 choices")
+    answer_E: np.ndarray  # int index of the correct row within each example
+    chance: float  # accuracy of a random guess (1 / n_choices, or 0 for exact match)
+    detail: str = ""  # one phrase for the run's log (e.g. "32 x 4 choices")
 
     @property
     def n_examples(self) -> int:
@@ -124,8 +124,10 @@ def check_tasks(cfg: EvalConfig, seq_len: int, byte_level: bool) -> None:
     """The configured tasks fit this run: a byte-level corpus (every shipped task is bytes) and
     a model window long enough for each (ConfigError naming the key otherwise)."""
     if cfg.tasks and not byte_level:
-        raise ConfigError(f"eval.tasks {list(cfg.tasks)} need a byte-level corpus (data.source stdlib or "
-                          "text), not pre-tokenized files; set eval.tasks=[]")
+        raise ConfigError(
+            f"eval.tasks {list(cfg.tasks)} need a byte-level corpus (data.source stdlib or "
+            "text), not pre-tokenized files; set eval.tasks=[]"
+        )
     for name in cfg.tasks:
         need = get_task(name).min_seq_len(cfg)
         if seq_len < need:
@@ -137,8 +139,9 @@ def task_rng(seed: int, name: str) -> np.random.Generator:
     return np.random.default_rng([seed, zlib.crc32(name.encode())])
 
 
-def assemble_rows(contexts: Sequence[bytes], answers: Sequence[bytes],
-                  seq_len: int) -> tuple[np.ndarray, np.ndarray]:
+def assemble_rows(
+    contexts: Sequence[bytes], answers: Sequence[bytes], seq_len: int
+) -> tuple[np.ndarray, np.ndarray]:
     """(tokens_RxL1, mask_RxL): row r = contexts[r] + answers[r], zero-padded to seq_len + 1;
     the mask marks the answer's tokens as prediction targets (position t of the mask scores
     token t + 1 of the row). Padding comes after the answer, so a causal model never sees it."""
@@ -147,8 +150,10 @@ def assemble_rows(contexts: Sequence[bytes], answers: Sequence[bytes],
     mask = np.zeros((len(contexts), seq_len), np.float32)
     for r, (c, a) in enumerate(zip(contexts, answers)):
         if not c or not a or len(c) + len(a) > L1:
-            raise ValueError(f"row {r}: context {len(c)} + answer {len(a)} bytes must fit {L1} and be non-empty")
-        tokens[r, :len(c)] = np.frombuffer(c, np.uint8)
-        tokens[r, len(c):len(c) + len(a)] = np.frombuffer(a, np.uint8)
-        mask[r, len(c) - 1:len(c) + len(a) - 1] = 1.0
+            raise ValueError(
+                f"row {r}: context {len(c)} + answer {len(a)} bytes must fit {L1} and be non-empty"
+            )
+        tokens[r, : len(c)] = np.frombuffer(c, np.uint8)
+        tokens[r, len(c) : len(c) + len(a)] = np.frombuffer(a, np.uint8)
+        mask[r, len(c) - 1 : len(c) + len(a) - 1] = 1.0
     return tokens, mask

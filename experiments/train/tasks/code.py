@@ -24,14 +24,21 @@ import re
 
 import numpy as np
 
-from experiments.train.tasks.base import BuildContext, TaskSet, TaskSpec, assemble_rows, register_task, task_rng
+from experiments.train.tasks.base import (
+    BuildContext,
+    TaskSet,
+    TaskSpec,
+    assemble_rows,
+    register_task,
+    task_rng,
+)
 from models.base.errors import ConfigError
 
-MIN_SEQ_LEN = 32                 # shorter windows leave too little context to mean anything
+MIN_SEQ_LEN = 32  # shorter windows leave too little context to mean anything
 N_CHOICES = 4
-MIN_HEAD = 4                     # py_continuation: code bytes of the line left in the context
-MIN_REST = 8                     # ... and bytes of the line in the candidate (before its newline)
-PREFIX = 2                       # identifier bytes given in the context
+MIN_HEAD = 4  # py_continuation: code bytes of the line left in the context
+MIN_REST = 8  # ... and bytes of the line in the candidate (before its newline)
+PREFIX = 2  # identifier bytes given in the context
 MIN_IDENT = 6
 _IDENT = re.compile(rb"[A-Za-z_][A-Za-z0-9_]*")
 _KEYWORDS = {k.encode() for k in keyword.kwlist + keyword.softkwlist}
@@ -55,7 +62,7 @@ def function_body_lines(text: bytes) -> list[tuple[int, bytes]]:
     out: list[tuple[int, bytes]] = []
     stack: list[int] = []
     offset = 0
-    for raw in text.split(b"\n")[:-1]:          # the last piece has no newline: never a candidate
+    for raw in text.split(b"\n")[:-1]:  # the last piece has no newline: never a candidate
         start, offset = offset, offset + len(raw) + 1
         body = raw.lstrip(b" ")
         if not body or body.startswith(b"\t"):
@@ -95,8 +102,10 @@ def build_continuation(ctx: BuildContext) -> TaskSet:
     rng = task_rng(ctx.seed, "py_continuation")
     cands = _continuation_candidates(text, ctx.seq_len, rng)
     if len(cands) < ctx.examples:
-        raise ConfigError(f"eval.tasks: py_continuation found {len(cands)} held-out function-body lines, "
-                          f"fewer than eval.examples={ctx.examples} (is the corpus Python source?)")
+        raise ConfigError(
+            f"eval.tasks: py_continuation found {len(cands)} held-out function-body lines, "
+            f"fewer than eval.examples={ctx.examples} (is the corpus Python source?)"
+        )
     rests = sorted({rest for _, rest in cands})
     ctx_len = ctx.seq_len + 1 - continuation_budget(ctx.seq_len)
     contexts, answers, answer_E = [], [], []
@@ -106,17 +115,25 @@ def build_continuation(ctx: BuildContext) -> TaskSet:
         options = [others[j] for j in rng.choice(len(others), size=N_CHOICES - 1, replace=False)]
         k = int(rng.integers(N_CHOICES))
         options.insert(k, rest)
-        contexts += [text[split - ctx_len:split]] * N_CHOICES
+        contexts += [text[split - ctx_len : split]] * N_CHOICES
         answers += options
         answer_E.append(k)
     tokens, mask = assemble_rows(contexts, answers, ctx.seq_len)
-    return TaskSet("py_continuation", "choice", tokens, mask, N_CHOICES, np.array(answer_E),
-                   1.0 / N_CHOICES, f"{ctx.examples} x {N_CHOICES} choices")
+    return TaskSet(
+        "py_continuation",
+        "choice",
+        tokens,
+        mask,
+        N_CHOICES,
+        np.array(answer_E),
+        1.0 / N_CHOICES,
+        f"{ctx.examples} x {N_CHOICES} choices",
+    )
 
 
 def _copied_identifier(text: bytes, start: int, word: bytes, ctx_len: int) -> bool:
     """Whether `word` occurs as a whole identifier in the context before position `start`."""
-    window = text[start + PREFIX - ctx_len:start]
+    window = text[start + PREFIX - ctx_len : start]
     return re.search(rb"(?<![A-Za-z0-9_])" + re.escape(word) + rb"(?![A-Za-z0-9_])", window) is not None
 
 
@@ -124,9 +141,14 @@ def build_identifier(ctx: BuildContext) -> TaskSet:
     text = bytes(ctx.val)
     budget = answer_budget(ctx.seq_len)
     ctx_len = ctx.seq_len + 1 - budget
-    occ = [(m.start(), m.group()) for m in _IDENT.finditer(text)
-           if MIN_IDENT <= len(m.group()) <= budget + PREFIX - 1 and m.group() not in _KEYWORDS
-           and m.start() + PREFIX >= ctx_len and m.end() < len(text)]
+    occ = [
+        (m.start(), m.group())
+        for m in _IDENT.finditer(text)
+        if MIN_IDENT <= len(m.group()) <= budget + PREFIX - 1
+        and m.group() not in _KEYWORDS
+        and m.start() + PREFIX >= ctx_len
+        and m.end() < len(text)
+    ]
     rng = task_rng(ctx.seed, "py_identifier")
     picked: list[tuple[int, bytes]] = []
     for i in rng.permutation(len(occ)):
@@ -135,16 +157,38 @@ def build_identifier(ctx: BuildContext) -> TaskSet:
             if len(picked) == ctx.examples:
                 break
     if len(picked) < ctx.examples:
-        raise ConfigError(f"eval.tasks: py_identifier found {len(picked)} held-out identifiers to complete, "
-                          f"fewer than eval.examples={ctx.examples}")
-    contexts = [text[s + PREFIX - ctx_len:s + PREFIX] for s, _ in picked]
-    answers = [w[PREFIX:] + text[s + len(w):s + len(w) + 1] for s, w in picked]
+        raise ConfigError(
+            f"eval.tasks: py_identifier found {len(picked)} held-out identifiers to complete, "
+            f"fewer than eval.examples={ctx.examples}"
+        )
+    contexts = [text[s + PREFIX - ctx_len : s + PREFIX] for s, _ in picked]
+    answers = [w[PREFIX:] + text[s + len(w) : s + len(w) + 1] for s, w in picked]
     tokens, mask = assemble_rows(contexts, answers, ctx.seq_len)
-    return TaskSet("py_identifier", "exact", tokens, mask, 1, np.zeros(len(picked), np.int64), 0.0,
-                   f"{len(picked)} identifiers")
+    return TaskSet(
+        "py_identifier",
+        "exact",
+        tokens,
+        mask,
+        1,
+        np.zeros(len(picked), np.int64),
+        0.0,
+        f"{len(picked)} identifiers",
+    )
 
 
-register_task(TaskSpec("py_continuation", build_continuation, lambda cfg: MIN_SEQ_LEN,
-                       "pick a held-out function's next line among 4 (likelihood per byte)"))
-register_task(TaskSpec("py_identifier", build_identifier, lambda cfg: MIN_SEQ_LEN,
-                       "complete an identifier seen earlier in the context (greedy, exact match)"))
+register_task(
+    TaskSpec(
+        "py_continuation",
+        build_continuation,
+        lambda cfg: MIN_SEQ_LEN,
+        "pick a held-out function's next line among 4 (likelihood per byte)",
+    )
+)
+register_task(
+    TaskSpec(
+        "py_identifier",
+        build_identifier,
+        lambda cfg: MIN_SEQ_LEN,
+        "complete an identifier seen earlier in the context (greedy, exact match)",
+    )
+)

@@ -15,7 +15,14 @@ from __future__ import annotations
 import numpy as np
 
 from experiments.rl.tasks import TASKS, Task, TaskConfig
-from experiments.train.tasks.base import BuildContext, TaskSet, TaskSpec, assemble_rows, register_task, task_rng
+from experiments.train.tasks.base import (
+    BuildContext,
+    TaskSet,
+    TaskSpec,
+    assemble_rows,
+    register_task,
+    task_rng,
+)
 from models.base.errors import ConfigError
 
 # The item-length ranges of the RL presets conf/rl/task/<name>.yaml (tests check they agree).
@@ -41,28 +48,43 @@ def build_probe(name: str, ctx: BuildContext) -> TaskSet:
     items = task.eval_set()
     shots = shots_that_fit(task, ctx.seq_len, ctx.shots)
     if ctx.examples + shots > len(items):
-        raise ConfigError(f"eval.examples={ctx.examples} + {shots} shots exceed rl_{name}'s "
-                          f"{len(items)} held-out prompts")
-    solved = [bytes(p.astype(np.uint8)) + bytes(a.astype(np.uint8))
-              for p, a in zip(items.prompts, items.answers)]
+        raise ConfigError(
+            f"eval.examples={ctx.examples} + {shots} shots exceed rl_{name}'s {len(items)} held-out prompts"
+        )
+    solved = [
+        bytes(p.astype(np.uint8)) + bytes(a.astype(np.uint8)) for p, a in zip(items.prompts, items.answers)
+    ]
     rng = task_rng(ctx.seed, f"rl_{name}")
     order = rng.permutation(len(items))
-    queries, demo_pool = order[:ctx.examples], order[ctx.examples:]
+    queries, demo_pool = order[: ctx.examples], order[ctx.examples :]
     contexts, answers = [], []
     for q in queries:
         demos = b"".join(solved[i] for i in rng.choice(demo_pool, size=shots, replace=False))
         contexts.append(demos + bytes(items.prompts[q].astype(np.uint8)))
         answers.append(bytes(items.answers[q].astype(np.uint8)))
     tokens, mask = assemble_rows(contexts, answers, ctx.seq_len)
-    return TaskSet(f"rl_{name}", "exact", tokens, mask, 1, np.zeros(len(queries), np.int64), 0.0,
-                   f"{len(queries)} x {shots}-shot")
+    return TaskSet(
+        f"rl_{name}",
+        "exact",
+        tokens,
+        mask,
+        1,
+        np.zeros(len(queries), np.int64),
+        0.0,
+        f"{len(queries)} x {shots}-shot",
+    )
 
 
 def _register(name: str) -> None:
     task = rl_task(name)
-    register_task(TaskSpec(f"rl_{name}", lambda ctx: build_probe(name, ctx),
-                           lambda cfg: item_len(task) - 1,
-                           f"few-shot RL task {name!r} (greedy, exact match with EOS)"))
+    register_task(
+        TaskSpec(
+            f"rl_{name}",
+            lambda ctx: build_probe(name, ctx),
+            lambda cfg: item_len(task) - 1,
+            f"few-shot RL task {name!r} (greedy, exact match with EOS)",
+        )
+    )
 
 
 for _name in TASKS:

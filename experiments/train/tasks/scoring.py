@@ -27,7 +27,7 @@ from models.axes import activation_sharding
 from models.transformer import apply
 from sharding.rules import activation_sharding_fn
 
-ROWS_PER_CALL = 32   # rounded up to a multiple of the eval batch (which the mesh divides)
+ROWS_PER_CALL = 32  # rounded up to a multiple of the eval batch (which the mesh divides)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,8 +43,9 @@ class TaskResult:
         return {"loss": self.loss, "accuracy": self.accuracy, "chance": self.chance}
 
 
-def row_scores(logits_BxLxV: jax.Array, tokens_BxL1: jax.Array,
-               mask_BxL: jax.Array) -> tuple[jax.Array, jax.Array]:
+def row_scores(
+    logits_BxLxV: jax.Array, tokens_BxL1: jax.Array, mask_BxL: jax.Array
+) -> tuple[jax.Array, jax.Array]:
     """(sum of the answer tokens' log-probabilities (nats), greedy-exact flag) per row."""
     targets_BxL = tokens_BxL1[:, 1:]
     logits_BxLxV = logits_BxLxV.astype(jnp.float32)
@@ -68,8 +69,11 @@ def make_scorer(graphdef: Any, param_shardings: Any, row_sharding: NamedSharding
         return row_scores(logits_BxLxV, tokens_BxL1, mask_BxL)
 
     replicated = NamedSharding(mesh, PartitionSpec())
-    return jax.jit(score, in_shardings=(param_shardings, row_sharding, row_sharding),
-                   out_shardings=(replicated, replicated))
+    return jax.jit(
+        score,
+        in_shardings=(param_shardings, row_sharding, row_sharding),
+        out_shardings=(replicated, replicated),
+    )
 
 
 def task_result(ts: TaskSet, logp_R: np.ndarray, exact_R: np.ndarray) -> TaskResult:
@@ -89,8 +93,9 @@ def task_result(ts: TaskSet, logp_R: np.ndarray, exact_R: np.ndarray) -> TaskRes
 
 def build_task_sets(cfg: EvalConfig, val: np.ndarray, seq_len: int) -> list[TaskSet]:
     """The configured tasks' examples, from the held-out split `val`, in `cfg.tasks` order."""
-    ctx = BuildContext(val=np.asarray(val), seq_len=seq_len, examples=cfg.examples, shots=cfg.shots,
-                       seed=cfg.seed)
+    ctx = BuildContext(
+        val=np.asarray(val), seq_len=seq_len, examples=cfg.examples, shots=cfg.shots, seed=cfg.seed
+    )
     return [get_task(name).build(ctx) for name in cfg.tasks]
 
 
@@ -98,8 +103,14 @@ class TaskSuite:
     """The configured tasks of a run: their rows as device batches of one shape, the compiled
     scorer, and `evaluate(params) -> {task: TaskResult}`."""
 
-    def __init__(self, task_sets: Sequence[TaskSet], graphdef: Any, param_shardings: Any,
-                 row_sharding: NamedSharding, batch_multiple: int):
+    def __init__(
+        self,
+        task_sets: Sequence[TaskSet],
+        graphdef: Any,
+        param_shardings: Any,
+        row_sharding: NamedSharding,
+        batch_multiple: int,
+    ):
         self.task_sets = list(task_sets)
         self.scorer = make_scorer(graphdef, param_shardings, row_sharding)
         rows = batch_multiple * math.ceil(ROWS_PER_CALL / batch_multiple)
@@ -109,8 +120,10 @@ class TaskSuite:
         pad = -self.n_rows % rows
         tokens = np.pad(tokens, ((0, pad), (0, 0)))
         mask = np.pad(mask, ((0, pad), (0, 0)))
-        self.batches = [(_put(tokens[i:i + rows], row_sharding), _put(mask[i:i + rows], row_sharding))
-                        for i in range(0, tokens.shape[0], rows)]
+        self.batches = [
+            (_put(tokens[i : i + rows], row_sharding), _put(mask[i : i + rows], row_sharding))
+            for i in range(0, tokens.shape[0], rows)
+        ]
         self.compiled: Any = None
 
     def compile(self, params: Any) -> None:
@@ -120,8 +133,8 @@ class TaskSuite:
     def evaluate(self, params: Any) -> dict[str, TaskResult]:
         fn = self.compiled if self.compiled is not None else self.scorer
         outs = [fn(params, t, m) for t, m in self.batches]
-        logp_R = np.concatenate([np.asarray(o[0]) for o in outs])[:self.n_rows]
-        exact_R = np.concatenate([np.asarray(o[1]) for o in outs])[:self.n_rows]
+        logp_R = np.concatenate([np.asarray(o[0]) for o in outs])[: self.n_rows]
+        exact_R = np.concatenate([np.asarray(o[1]) for o in outs])[: self.n_rows]
         results, start = {}, 0
         for ts in self.task_sets:
             stop = start + ts.tokens_RxL1.shape[0]
