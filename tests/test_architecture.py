@@ -1,12 +1,16 @@
-"""The layer contract: imports only go down, and there are no import cycles.
+"""The layer contract: each package imports only what its may-import set names, and there are no
+import cycles.
 
-`LAYERS` is the architecture of docs/architecture.md written as data, lowest layer first. A module
-may import modules of its own layer or of a lower one, never of a higher one. Every import
-counts, also those inside functions (a function-level import is still a dependency). The check
-reads the source with `ast`, so it needs no import of JAX and runs in a fraction of a second.
+`MAY_IMPORT` is the architecture of docs/architecture.md written as data: for each unit (a package,
+or a module named on its own; a module belongs to the unit of the longest prefix naming it), the
+units it may import besides itself. Every import counts, also those inside functions (a
+function-level import is still a dependency). The check reads the source with `ast`, so it needs
+no import of JAX and runs in a fraction of a second. The units' sets must themselves form a DAG,
+so the table cannot hide a cycle between packages.
 
-`test_contract_catches_an_upward_import` shows that the check can fail: it copies the tree, adds
-a module that breaks the contract and expects exactly that violation to be reported.
+`test_contract_catches_a_forbidden_import` shows that the check can fail: it copies the tree,
+adds a module that breaks the contract (an upward import, or `analysis.laws` importing the
+training code that sits below it) and expects exactly that violation to be reported.
 """
 
 from __future__ import annotations
@@ -21,44 +25,71 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 PACKAGES = ("models", "sharding", "experiments", "analysis", "hydra_plugins")
 
-# Lowest first. A module belongs to the layer of the longest prefix that names it.
-LAYERS: tuple[tuple[str, ...], ...] = (
-    ("models.base",),  # errors, config parsing, strict JSON, fingerprints
-    ("models",),  # the transformer, its config, FLOPs, logical axes
-    ("sharding",),  # mesh, axis rules, validation, distributed, cost model
-    (
-        "experiments",
-        "experiments.rundir",
-        "experiments.train",  # the training core, and the RL task
-        "experiments.rl.tasks",
-    ),  # generators (NumPy only) that its eval.tasks probes reuse
-    ("experiments.rl", "experiments.sweeps"),  # RL fine-tuning and sweeps, built on the core
-    ("hydra_plugins",),  # Hydra sweeper/launcher plugins over experiments.sweeps
-    ("analysis.runs", "analysis.laws"),  # run tables, laws and fits (no I/O in laws)
-    (
-        "analysis.curves",
-        "analysis.rl",
-        "analysis.planning",  # curve laws, RL laws, budget planner,
-        "analysis.downstream",
-    ),  # downstream-task prediction
-    ("analysis.report",),  # the report: fit + allocation + planning + figures
-    ("analysis.commands", "analysis.cli", "analysis.__main__", "analysis"),  # `python -m analysis`
-    ("experiments.demo",),  # the main job: sweep -> fit -> report
-)
+# The layer contract as data: each unit (a package, or a module named on its own) and the units it
+# may import besides itself. A module belongs to the unit of the longest prefix that names it. The
+# sets are explicit rather than "anything below": `analysis.laws` may not import the training code
+# even though it sits above it. docs/architecture.md has the same table in words.
+BASE = "models.base"
+TRAINING_CORE = (BASE, "models", "sharding", "experiments", "experiments.rundir")
+MAY_IMPORT: dict[str, frozenset[str]] = {
+    k: frozenset(v)
+    for k, v in {
+        BASE: (),  # errors, config parsing, strict JSON, fingerprints, the run directory
+        "models": (BASE,),  # the transformer, its config, FLOPs, logical axes
+        "sharding": (BASE, "models"),  # mesh, axis rules, validation, distributed, cost model
+        "experiments.rundir": (BASE, "sharding"),  # run-dir bookkeeping and the exit-code contract
+        "experiments": TRAINING_CORE,  # cli, preemption, the loop skeleton shared by train and RL
+        "experiments.rl.tasks": (BASE,),  # NumPy task generators the trainer's probes reuse
+        "experiments.train": (*TRAINING_CORE, "experiments.rl.tasks"),  # one training run
+        "experiments.rl": (*TRAINING_CORE, "experiments.train", "experiments.rl.tasks"),  # RL fine-tuning
+        "experiments.sweeps": (*TRAINING_CORE, "experiments.train"),  # ladders, grids, run ids
+        "hydra_plugins": (*TRAINING_CORE, "experiments.sweeps"),  # Hydra sweeper / launcher
+        "analysis.laws": (BASE,),  # point laws and the one fitting engine: no training code
+        "analysis.runs": (BASE, "analysis.laws"),  # run directories -> tables
+        "analysis.rl": (BASE, "analysis.laws", "analysis.runs"),  # RL laws, curves, report section
+        "analysis.curves": (BASE, "analysis.laws", "analysis.runs"),  # loss-curve laws
+        "analysis.downstream": (BASE, "analysis.laws"),  # downstream-task prediction
+        # the budget planner: law + cost model (+ the trainer's config for the trainer plan)
+        "analysis.planning": (BASE, "models", "sharding", "analysis.laws", "experiments.train"),
+        "analysis.report": (
+            BASE,
+            "models",
+            "analysis.laws",
+            "analysis.runs",
+            "analysis.curves",
+            "analysis.rl",
+            "analysis.planning",
+            "analysis.downstream",
+        ),
+        "analysis.commands": (
+            BASE,
+            "models",
+            "sharding",
+            "analysis.laws",
+            "analysis.runs",
+            "analysis.curves",
+            "analysis.rl",
+            "analysis.planning",
+            "analysis.downstream",
+            "analysis.report",
+        ),
+        "analysis.cli": (BASE, "analysis.commands"),
+        "analysis.__main__": ("analysis.cli",),
+        "analysis": (BASE,),  # the lazy public API (importlib by name, no import statements)
+        "experiments.demo": ("*",),  # the main job: sweep -> fit -> report, may use everything
+    }.items()
+}
 
 
 def module_name(path: pathlib.Path, root: pathlib.Path) -> str:
     return ".".join(path.relative_to(root).with_suffix("").parts).removesuffix(".__init__")
 
 
-def layer_of(module: str) -> int:
-    best, best_len = None, -1
-    for i, prefixes in enumerate(LAYERS):
-        for p in prefixes:
-            if (module == p or module.startswith(p + ".")) and len(p) > best_len:
-                best, best_len = i, len(p)
+def unit_of(module: str) -> str:
+    """The contract unit of `module`: the longest key of MAY_IMPORT that is it or a prefix of it."""
+    best = max((u for u in MAY_IMPORT if module == u or module.startswith(u + ".")), key=len, default=None)
     if best is None:
-        raise AssertionError(f"module {module} is in no layer: add its package to LAYERS in {__file__}")
+        raise AssertionError(f"module {module} is in no unit: add its package to MAY_IMPORT in {__file__}")
     return best
 
 
@@ -86,13 +117,17 @@ def import_graph(root: pathlib.Path) -> dict[str, set[str]]:
     return {m: {d for d in project_imports(p, mods) if d != m} for m, p in files.items()}
 
 
-def upward_imports(graph: dict[str, set[str]]) -> list[str]:
-    return sorted(
-        f"{m} (layer {layer_of(m)}) imports {d} (layer {layer_of(d)})"
-        for m, deps in graph.items()
-        for d in deps
-        if layer_of(d) > layer_of(m)
-    )
+def forbidden_imports(graph: dict[str, set[str]]) -> list[str]:
+    """Every import a module's unit may not make, as `a (unit u) imports b (unit v; u may import ...)`."""
+    out = []
+    for m, deps in graph.items():
+        u = unit_of(m)
+        allowed = MAY_IMPORT[u]
+        for d in deps:
+            v = unit_of(d)
+            if v != u and v not in allowed and "*" not in allowed:
+                out.append(f"{m} (unit {u}) imports {d} (unit {v}; {u} may import {sorted(allowed)})")
+    return sorted(out)
 
 
 def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -131,8 +166,18 @@ def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return sccs
 
 
-def test_imports_only_go_down():
-    assert upward_imports(import_graph(ROOT)) == []
+def test_imports_follow_the_contract():
+    assert forbidden_imports(import_graph(ROOT)) == []
+
+
+def test_the_contract_is_a_dag():
+    units = {u: set(v) - {"*", u} for u, v in MAY_IMPORT.items()}
+    assert not [u for u, v in units.items() for w in v if w not in MAY_IMPORT], "unknown unit in a set"
+    order: list[str] = []  # a topological order exists: repeatedly take a unit whose deps are placed
+    while len(order) < len(units):
+        ready = [u for u, v in units.items() if u not in order and v <= set(order)]
+        assert ready, f"MAY_IMPORT has a cycle among {sorted(set(units) - set(order))}"
+        order += sorted(ready)
 
 
 def test_no_import_cycles():
@@ -152,9 +197,9 @@ def test_training_code_never_imports_analysis():
     assert bad == []
 
 
-def test_every_module_has_a_layer():
+def test_every_module_has_a_unit():
     for m in import_graph(ROOT):
-        layer_of(m)
+        unit_of(m)
 
 
 @pytest.mark.parametrize(
@@ -163,25 +208,38 @@ def test_every_module_has_a_layer():
         (
             "sharding/oops.py",
             "from analysis.laws import fitting\n",
-            "sharding.oops (layer 2) imports analysis.laws.fitting",
+            "sharding.oops (unit sharding) imports analysis.laws.fitting",
         ),
         (
             "models/oops.py",
             "def f():\n    import experiments.train.loop\n",
-            "models.oops (layer 1) imports experiments.train.loop",
+            "models.oops (unit models) imports experiments.train.loop",
         ),
         (
             "analysis/laws/oops.py",
             "from analysis.report.build import build_report\n",
-            "analysis.laws.oops (layer 6) imports analysis.report.build",
+            "analysis.laws.oops (unit analysis.laws) imports analysis.report.build",
+        ),
+        # downward, yet forbidden: the laws are fitted without the training code
+        (
+            "analysis/laws/oops_planted.py",
+            "import experiments.train.loop\n",
+            "analysis.laws.oops_planted (unit analysis.laws) imports experiments.train.loop",
+        ),
+        (
+            "analysis/rl/oops.py",
+            "from sharding.costmodel import Layout\n",
+            "analysis.rl.oops (unit analysis.rl) imports sharding.costmodel",
         ),
     ],
 )
-def test_contract_catches_an_upward_import(tmp_path, culprit, source, expected):
+def test_contract_catches_a_forbidden_import(tmp_path, culprit, source, expected):
     for k in PACKAGES:
         shutil.copytree(ROOT / k, tmp_path / k, ignore=shutil.ignore_patterns("__pycache__"))
     (tmp_path / culprit).write_text(source)
-    found = sorted(set(upward_imports(import_graph(tmp_path))) - set(upward_imports(import_graph(ROOT))))
+    found = sorted(
+        set(forbidden_imports(import_graph(tmp_path))) - set(forbidden_imports(import_graph(ROOT)))
+    )
     assert len(found) == 1 and found[0].startswith(expected), found
 
 
