@@ -66,10 +66,10 @@ def test_the_faster_group_gets_more_of_the_batch():
 def test_mixed_plan_says_what_the_mix_buys():
     p = plan_mixed(5.76e23, "a100-80gb:256,h100-sxm:128")
     d = p.as_dict()
-    assert len(d["subsets"]) == 2 and all(s is not None for s in d["subsets"])
+    assert len(d["mixed"]["subsets"]) == 2 and all(s is not None for s in d["mixed"]["subsets"])
     assert p.speedup is not None and p.speedup > 1.0  # the mix beats the best group alone
-    assert p.days < min(s["days"] for s in d["subsets"])
-    lo, hi = d["days_interval"]
+    assert p.days < min(s["days"] for s in d["mixed"]["subsets"])
+    lo, hi = d["best"]["days_interval"]
     assert lo < p.days < hi
     assert "as fast as the best single group" in p.text()
 
@@ -89,7 +89,21 @@ def test_plan_cli_on_a_mixed_cluster(tmp_path):
     assert rc == 0, text
     assert "mixed cluster 256 x a100-80gb + 128 x h100-sxm" in text
     data = json.loads(out.read_text())
-    assert data["mixed"] == [{"hardware": "a100-80gb", "count": 256}, {"hardware": "h100-sxm", "count": 128}]
+    assert data["mixed"]["groups"] == [
+        {"hardware": "a100-80gb", "count": 256},
+        {"hardware": "h100-sxm", "count": 128},
+    ]
+    # one schema for one and for mixed device types: what a single-type plan has, a mixed one has
+    rc, _ = _cli(
+        "plan", "--budget", "5.76e23", "--hardware", "a100-80gb", "--gpus", "384", "--json", str(out)
+    )
+    single = json.loads(out.read_text())
+    common = {"best", "candidates", "mfu_convention", "hardware", "n_devices", "budget_flops", "efficiency"}
+    assert rc == 0 and common <= set(single) and common <= set(data)
+    assert {"n_params", "tokens", "layout", "mfu", "days", "gpu_hours", "loss"} <= set(data["best"]) & set(
+        single["best"]
+    )
+    assert data["n_devices"] == 384 and data["hardware"] == "a100-80gb:256,h100-sxm:128"
     rc, text = _cli(
         "plan", "--budget", "5.76e23", "--hardware", "a100-80gb:256,h100-sxm:128", "--gpus", "100"
     )

@@ -108,11 +108,11 @@ def test_mixed_plan_reports_a_pipeline_across_device_types():
         eff=DEFAULT_EFFICIENCY,
     )
     d = mp.as_dict()
-    assert mp.mode == "pipeline" and d["layout"]["mode"] == "pipeline"
-    assert d["layout"]["layers_per_stage"] == list(est.layers_per_stage())
-    assert d["layout"]["stage_hardware"] == ["a100-80gb", "a100-80gb", "h100-sxm", "h100-sxm"]
+    assert mp.mode == "pipeline" and d["best"]["layout"]["mode"] == "pipeline" == d["mixed"]["mode"]
+    assert d["best"]["layout"]["layers_per_stage"] == list(est.layers_per_stage())
+    assert d["best"]["layout"]["stage_hardware"] == ["a100-80gb", "a100-80gb", "h100-sxm", "h100-sxm"]
     assert "pipeline stages across device types" in mp.text()
-    assert d["mfu_interval"][1] <= 1.0
+    assert d["best"]["mfu_interval"][1] <= 1.0
 
 
 def _layout_eval(tmp_path, rows: str, *extra):

@@ -113,9 +113,7 @@ class MixedPlan:
                 "group_step_time_s": [p.step_time_s for p in e.per_group],
                 "mem_gb_per_device": [p.memory.total / 1e9 for p in e.per_group],
             }
-        return {
-            "mixed": [{"hardware": g.hardware.name, "count": g.count} for g in self.groups],
-            "budget_flops": self.budget_flops,
+        best = {
             "n_params": self.shape.n_params,
             "tokens": self.tokens,
             "n_layers": self.shape.n_layers,
@@ -132,20 +130,40 @@ class MixedPlan:
             "gpu_hours": self.gpu_hours,
             "gpu_hours_interval": self.eff.time_interval(self.gpu_hours, e.mfu),
             "loss": self.loss,
-            "subsets": [
-                None
-                if p is None
-                else {
-                    "hardware": p.hardware.name,
-                    "n_devices": p.n_devices,
-                    "days": p.best.days,
-                    "n_params": p.best.shape.n_params,
-                    "mfu": p.best.mfu,
-                }
-                for p in self.subsets
-            ],
-            "speedup_over_best_subset": self.speedup,
-            "efficiency_note": efficiency_note(self.eff),
+        }
+        # The one plan schema (Plan.as_dict): `best` and the run's context at the top level; what
+        # only a mixed cluster has (its groups, each group alone, the speed-up) under `mixed`.
+        return {
+            "best": best,
+            "candidates": [best],
+            "mfu_convention": MFU_CONVENTION,
+            "hardware": ",".join(f"{g.hardware.name}:{g.count}" for g in self.groups),
+            "n_devices": e.n_devices,
+            "budget_flops": self.budget_flops,
+            "efficiency": {
+                "provenance": self.eff.provenance,
+                "mfu_ratio_interval": (
+                    list(self.eff.mfu_ratio_interval) if self.eff.mfu_ratio_interval else None
+                ),
+                "note": efficiency_note(self.eff),
+            },
+            "mixed": {
+                "groups": [{"hardware": g.hardware.name, "count": g.count} for g in self.groups],
+                "mode": self.mode,
+                "subsets": [
+                    None
+                    if p is None
+                    else {
+                        "hardware": p.hardware.name,
+                        "n_devices": p.n_devices,
+                        "days": p.best.days,
+                        "n_params": p.best.shape.n_params,
+                        "mfu": p.best.mfu,
+                    }
+                    for p in self.subsets
+                ],
+                "speedup_over_best_subset": self.speedup,
+            },
         }
 
     def text(self) -> str:
