@@ -10,7 +10,6 @@ import base64
 import html
 import math
 import pathlib
-import re
 from typing import Any
 
 from models.flops import MFU_CAUSAL
@@ -451,40 +450,22 @@ def _img(out: pathlib.Path, rel: str, alt: str) -> str:
 
 
 def markdown_to_html(md: str, out: pathlib.Path) -> str:
-    """The small Markdown subset the report's extra sections use (headings, paragraphs, bold,
-    fenced code, pipe tables shown as preformatted text, images embedded as base64)."""
-    parts, block, fenced = [], [], False
+    """A report section's Markdown as HTML, by markdown-it-py (CommonMark plus pipe tables; raw
+    HTML in the Markdown is escaped, not passed through). Images are embedded as base64 so the
+    page stays self-contained; an image whose file is missing becomes a line saying so."""
+    from markdown_it import MarkdownIt  # lazy: only a report that writes HTML needs it
 
-    def flush():
-        if block:
-            parts.append("<pre>" + html.escape("\n".join(block)) + "</pre>")
-            block.clear()
+    renderer = MarkdownIt("commonmark", {"html": False}).enable("table")
 
-    for line in md.splitlines():
-        if line.startswith("```"):
-            if fenced:
-                flush()
-            fenced = not fenced
-            continue
-        if fenced or line.startswith("|"):
-            block.append(line)
-            continue
-        flush()
-        m = re.fullmatch(r"!\[([^\]]*)\]\(([^)]+)\)", line.strip())
-        if m:
-            parts.append(
-                f"<figure>{_img(out, m.group(2), m.group(1))}</figure>"
-                if (out / m.group(2)).is_file()
-                else f"<p>(missing figure {html.escape(m.group(2))})</p>"
-            )
-        elif line.startswith("#"):
-            level = min(len(line) - len(line.lstrip("#")), 4)
-            parts.append(f"<h{level}>{html.escape(line.lstrip('#').strip())}</h{level}>")
-        elif line.strip():
-            text = re.sub(r"\*\*(.+?)\*\*", r"<b>\1</b>", html.escape(line.lstrip("- ")))
-            parts.append(f"<p>{text}</p>")
-    flush()
-    return "\n".join(parts)
+    def image(_renderer, tokens, idx, _options, _env):
+        tok = tokens[idx]
+        rel, alt = tok.attrGet("src") or "", tok.content
+        if (out / rel).is_file():
+            return f"<figure>{_img(out, rel, alt)}</figure>"
+        return f"(missing figure {html.escape(rel)})"
+
+    renderer.add_render_rule("image", image)
+    return renderer.render(md)
 
 
 def write_html(rep: dict, path: pathlib.Path) -> None:
