@@ -1,6 +1,7 @@
 """Collecting training runs into tables: `load(paths...) -> (runs_df, curves_df)`.
 
-A run directory (written by the training core) holds
+A run directory (written by the training core; its files, statuses and summary fields are
+`models.base.rundir`, read here through its `RunDir` and its one `read_metrics`) holds
 - `summary.json`: status (completed | diverged | failed), n_params, n_params_non_embedding, tokens,
   flops, final_train_loss, final_eval_loss, tokens_per_s, mfu, ... (written at the end);
 - `metrics.jsonl`: one JSON object per logged step (step, tokens, flops, loss, lr, grad_norm,
@@ -42,9 +43,18 @@ import yaml
 from analysis.laws.best_runs import GROUP, SELECTED, Selection, has_config, select_best_runs
 from models.base.errors import AnalysisError
 from models.base.jsonio import write_text_atomic
+from models.base.rundir import (
+    HYDRA_CONFIG,
+    HYDRA_DIR,
+    MARKERS,
+    METRICS_FILE,
+    ReadStatus,
+    RunDir,
+    RunStatus,
+    read_metrics,
+)
 
-MARKERS = ("summary.json", "metrics.jsonl", os.path.join(".hydra", "config.yaml"))
-COMPLETED = "completed"
+COMPLETED = RunStatus.COMPLETED  # the status of the runs `load` keeps
 
 
 class RunWarning(UserWarning):
@@ -61,7 +71,7 @@ def find_run_dirs(paths: Iterable[str | os.PathLike]) -> list[pathlib.Path]:
         if root.is_file():
             root = root.parent
         for dirpath, dirnames, filenames in os.walk(root):
-            dirnames[:] = [d for d in dirnames if d != ".hydra" and not d.startswith(".scalelab")]
+            dirnames[:] = [d for d in dirnames if d != HYDRA_DIR and not d.startswith(".scalelab")]
             d = pathlib.Path(dirpath)
             if any((d / m).is_file() for m in MARKERS):
                 found.add(d.resolve())
@@ -81,29 +91,13 @@ def flatten(config: object, prefix: str = "") -> dict[str, object]:
     return out
 
 
-def read_metrics(run_dir: str | os.PathLike) -> pd.DataFrame:
-    """metrics.jsonl as a DataFrame; corrupt or non-object lines are skipped with a warning."""
-    path = pathlib.Path(run_dir) / "metrics.jsonl"
-    if not path.is_file():
-        return pd.DataFrame()
-    rows, bad = [], 0
-    with open(path, "rb") as fh:
-        for raw in fh:
-            line = raw.strip()
-            if not line:
-                continue
-            try:
-                obj = json.loads(line)
-            except (json.JSONDecodeError, UnicodeDecodeError):
-                bad += 1
-                continue
-            if isinstance(obj, dict):
-                rows.append(obj)
-            else:
-                bad += 1
-    if bad:
-        warnings.warn(f"{path}: skipped {bad} corrupt line(s)", RunWarning, stacklevel=2)
-    df = pd.DataFrame(rows)
+def metrics_frame(run_dir: str | os.PathLike) -> pd.DataFrame:
+    """metrics.jsonl as a DataFrame sorted by step (`models.base.rundir.read_metrics`, the one
+    reader: null -> NaN; corrupt or non-object lines are skipped, with one warning here)."""
+    records = read_metrics(pathlib.Path(run_dir) / METRICS_FILE)
+    if records.skipped:
+        warnings.warn(records.skipped_message(), RunWarning, stacklevel=2)
+    df = pd.DataFrame(list(records))
     if "step" in df.columns:
         df["step"] = pd.to_numeric(df["step"], errors="coerce")
         df = df.dropna(subset=["step"]).sort_values("step", kind="stable").reset_index(drop=True)
@@ -115,17 +109,8 @@ def read_metrics(run_dir: str | os.PathLike) -> pd.DataFrame:
     return df
 
 
-def _read_json(path: pathlib.Path) -> dict | None:
-    try:
-        with open(path) as fh:
-            obj = json.load(fh)
-        return obj if isinstance(obj, dict) else None
-    except (OSError, json.JSONDecodeError, UnicodeDecodeError):
-        return None
-
-
 def _read_config(run_dir: pathlib.Path) -> dict[str, object]:
-    path = run_dir / ".hydra" / "config.yaml"
+    path = run_dir / HYDRA_CONFIG
     if not path.is_file():
         return {}
     try:
@@ -140,7 +125,7 @@ def _read_config(run_dir: pathlib.Path) -> dict[str, object]:
 def read_run(run_dir: str | os.PathLike) -> tuple[dict | None, dict[str, object]]:
     """(summary.json or None when missing/corrupt, the flattened Hydra config) of one run."""
     run_dir = pathlib.Path(run_dir)
-    return _read_json(run_dir / "summary.json"), _read_config(run_dir)
+    return RunDir(run_dir).read_summary_dict(), _read_config(run_dir)
 
 
 def _signature(run_dir: pathlib.Path) -> str:
@@ -163,16 +148,17 @@ def _cache_paths(cache_dir: pathlib.Path, run_dir: pathlib.Path) -> tuple[pathli
 
 
 def _parse_run(run_dir: pathlib.Path, name: str) -> tuple[dict, pd.DataFrame]:
-    summary = _read_json(run_dir / "summary.json")
+    rd = RunDir(run_dir)
+    summary = rd.read_summary_dict()
     row: dict[str, object] = {"run": name, "path": str(run_dir)}
     if summary is None:
-        row["status"] = "unfinished" if not (run_dir / "summary.json").exists() else "corrupt-summary"
+        row["status"] = str(rd.status)  # ReadStatus: unfinished | corrupt-summary
     else:
         row.update({k: (json.dumps(v) if isinstance(v, (dict, list)) else v) for k, v in summary.items()})
-        row["status"] = str(summary.get("status", "unknown"))
+        row["status"] = str(summary.get("status", ReadStatus.UNKNOWN))  # a word kept as written
     for k, v in _read_config(run_dir).items():
         row[k if k not in row else f"config.{k}"] = v
-    curve = read_metrics(run_dir)
+    curve = metrics_frame(run_dir)
     if not curve.empty:
         curve.insert(0, "run", name)
     return row, curve

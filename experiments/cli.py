@@ -1,4 +1,5 @@
-"""`run_cli(main)`: start a `@hydra.main` entry point under the config-error contract.
+"""`run_cli(main)`: start a `@hydra.main` entry point under the config-error contract; and
+`hydra_job` / `start_run`, the body every such entry point shares.
 
 Hydra checks the command line against the config schema (the dataclasses registered by
 experiments/train/config.py and experiments/rl/config.py) while it composes, before the run's
@@ -7,6 +8,17 @@ that does not exist. Left alone, Hydra prints such an error over several lines a
 contract of `python -m experiments.train` and `python -m experiments.rl` is one `error: ...` line
 and exit 2 for every bad configuration. So `run_cli` has Hydra raise its errors
 (HYDRA_FULL_ERROR, unless the user set it for a full traceback) and reports them itself.
+
+The entry points of `experiments.train` and `experiments.rl` are then, each:
+
+    @hydra.main(config_path="../../conf", config_name=..., version_base=None)
+    def main(cfg):
+        return hydra_job(cfg, job)      # run dir, multirun, console copied to <run dir>/<job>.log
+
+    def job(cfg, run_dir, multirun):
+        return start_run(cfg, run_dir, multirun, label, load_run, completed)
+
+Nothing here imports JAX: `load_run` imports the loop only when there is a run to do.
 """
 
 from __future__ import annotations
@@ -14,12 +26,19 @@ from __future__ import annotations
 import dataclasses
 import os
 import sys
-from typing import Any, Callable
+from pathlib import Path
+from typing import Any, Callable, Mapping
 
+from hydra.core.hydra_config import HydraConfig
 from hydra.errors import CompactHydraException, ConfigCompositionException, OverrideParseException
+from hydra.types import RunMode
+from omegaconf import DictConfig
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException, ValidationError
 
-from experiments.rundir import EXIT_CONFIG, EXIT_FAILED, fail
+from experiments.rundir import EXIT_CONFIG, EXIT_FAILED, console_log, fail, first_line, log_path, run_guarded
+from models.base.configs import to_plain
+
+RunFn = Callable[[Any, Path], dict[str, Any]]  # a loop's `run(cfg, run_dir) -> summary`
 
 CONFIG_ERRORS = (ConfigCompositionException, OverrideParseException, OmegaConfBaseException)
 # Lines of Hydra's / OmegaConf's messages that locate rather than explain.
@@ -42,6 +61,41 @@ def run_cli(main: Callable[[], Any]) -> None:
         sys.exit(EXIT_FAILED)
     finally:
         os.environ.pop("HYDRA_FULL_ERROR", None)
+
+
+def hydra_job(cfg: DictConfig, job: Callable[[DictConfig, Path, bool], dict[str, Any]]) -> dict[str, Any]:
+    """The body of a `@hydra.main` function: `job(cfg, run dir, multirun)` in Hydra's output
+    directory, with everything printed also appended to `<run dir>/<hydra.job.name>.log`."""
+    hc = HydraConfig.get()
+    run_dir = Path(hc.runtime.output_dir)
+    with console_log(log_path(run_dir, hc.job.name, cfg)):
+        return job(cfg, run_dir, hc.mode == RunMode.MULTIRUN)
+
+
+def start_run(
+    cfg: DictConfig,
+    run_dir: Path,
+    multirun: bool,
+    label: str,
+    load_run: Callable[[], RunFn],
+    completed: Callable[[Mapping[str, Any]], dict[str, Any] | None] | None = None,
+) -> dict[str, Any]:
+    """The command-line contract of one run: a config that does not resolve ends with one
+    `error: bad config: ...` line (exit 2); `completed(raw config)`, when given, may return the
+    summary of a completed run (returned as is: nothing to do) or raise ValueError (exit 2);
+    then `load_run()(cfg, run_dir)` under `experiments.rundir.run_guarded`'s exit codes."""
+    try:
+        raw = to_plain(cfg)
+    except Exception as e:  # noqa: BLE001 - e.g. an interpolation error in the config
+        return fail(f"bad config: {first_line(e)}", EXIT_CONFIG, multirun)
+    if completed is not None:
+        try:
+            done = completed(raw)
+        except ValueError as e:
+            return fail(str(e), EXIT_CONFIG, multirun)
+        if done is not None:
+            return done
+    return run_guarded(load_run(), cfg, run_dir, multirun, label)
 
 
 def one_line(err: BaseException) -> str:

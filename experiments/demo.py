@@ -30,6 +30,7 @@ import threading
 import time
 
 from models.base.errors import AnalysisError
+from models.base.rundir import FINISHED_BAD, RunDir, RunStatus
 
 SHOW = ("[launch]", "[reuse", "[skip", "sweep done", "error", "launching ")
 
@@ -55,11 +56,7 @@ def _status_counts(sweep_dir: pathlib.Path) -> tuple[int, int]:
     for r in runs:
         if r.get("action") in ("launch", "reuse"):
             planned += 1
-            try:
-                st = json.loads((sweep_dir / r["run_dir"] / "summary.json").read_text()).get("status")
-            except (OSError, ValueError):
-                st = None
-            done += st in ("completed", "diverged", "failed")
+            done += RunDir(sweep_dir / r["run_dir"]).status in (RunStatus.COMPLETED, *FINISHED_BAD)
     return planned, done
 
 

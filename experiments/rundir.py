@@ -25,7 +25,7 @@ from omegaconf import DictConfig, OmegaConf
 from models.base.configs import to_plain
 from models.base.errors import ConfigError
 from models.base.fingerprint import diff_fields, fingerprint
-from models.base.jsonio import read_json, write_json_atomic
+from models.base.rundir import METRICS_FILE, SUMMARY_FILE, RunDir, RunStatus, console_log_name
 from sharding import distributed
 
 # Keys whose change makes a run a different run (resuming it would mix two experiments).
@@ -73,11 +73,13 @@ def write_failed_summary(
 ) -> None:
     """Best-effort `status: failed` summary.json: the error, and its traceback unless it is a
     ConfigError (whose message already says what to fix). Call from an `except` block."""
-    summary = dict(base, status="failed", error=f"{type(err).__name__}: {err}", wall_time_s=wall_time_s)
+    summary = dict(
+        base, status=RunStatus.FAILED, error=f"{type(err).__name__}: {err}", wall_time_s=wall_time_s
+    )
     if not isinstance(err, ConfigError):
         summary["traceback"] = traceback.format_exc()
     try:
-        write_json_atomic(run_dir / "summary.json", summary)
+        RunDir(run_dir).write_summary(summary)
     except OSError:
         pass
 
@@ -87,8 +89,8 @@ def completed_summary(run_dir: Path, cfg: Mapping[str, Any]) -> dict[str, Any] |
 
     Raises ValueError if the directory holds a completed run of a *different* config.
     """
-    s = read_json(Path(run_dir) / "summary.json")
-    if not s or s.get("status") != "completed":
+    s = RunDir(run_dir).read_summary_dict()
+    if not s or s.get("status") != RunStatus.COMPLETED:
         return None
     same, diffs = same_run(s, cfg)
     if not same:
@@ -123,7 +125,7 @@ def exclusive_run_dir(run_dir: Path, cfg: Mapping[str, Any]) -> Iterator[None]:
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     k = process_index(cfg)
-    path = run_dir / (".run.lock" if k == 0 else f".run.lock.{k}")
+    path = RunDir(run_dir).lock_path(k)
     f = open(path, "w")
     if not lock_file(f, blocking=False):
         f.close()
@@ -144,7 +146,7 @@ def fail(msg: str, code: int, multirun: bool) -> dict[str, Any]:
     print(f"error: {msg}", file=sys.stderr, flush=True)
     if not multirun:
         sys.exit(code)
-    return {"status": "failed", "error": msg}
+    return {"status": RunStatus.FAILED, "error": msg}
 
 
 def first_line(err: BaseException) -> str:
@@ -180,19 +182,19 @@ def run_guarded(
     except Exception as e:  # noqa: BLE001 - one line here, the traceback is in summary.json
         msg = str(e).strip().splitlines()[0] if str(e).strip() else ""
         return fail(
-            f"{label} failed: {type(e).__name__}: {msg[:300]} (traceback in {run_dir / 'summary.json'})",
+            f"{label} failed: {type(e).__name__}: {msg[:300]} (traceback in {run_dir / SUMMARY_FILE})",
             EXIT_FAILED,
             multirun,
         )
-    if summary.get("status") == "diverged" and not multirun:
+    if summary.get("status") == RunStatus.DIVERGED and not multirun:
         print(
             f"error: {label} diverged at step {summary.get('steps_done')}; metrics kept in "
-            f"{run_dir / 'metrics.jsonl'}",
+            f"{run_dir / METRICS_FILE}",
             file=sys.stderr,
             flush=True,
         )
         sys.exit(EXIT_DIVERGED)
-    if summary.get("status") == "preempted":  # the signal was for the process: a sweep stops too
+    if summary.get("status") == RunStatus.PREEMPTED:  # the signal was for the process: a sweep stops too
         print(
             f"{label} preempted ({', '.join(summary.get('preempted_by') or []) or 'signal'}) at step "
             f"{summary.get('steps_done')}, checkpoint saved; start the same command again to resume "
@@ -252,7 +254,7 @@ def process_index(cfg: Mapping[str, Any]) -> int:
 def log_path(run_dir: Path, job_name: str, cfg: Mapping[str, Any]) -> Path:
     """`<run dir>/<job>.log` for process 0, `<job>.<k>.log` for process k of a multi-process run."""
     k = process_index(cfg)
-    return Path(run_dir) / (f"{job_name}.log" if k == 0 else f"{job_name}.{k}.log")
+    return Path(run_dir) / console_log_name(job_name, k)
 
 
 class _Tee:

@@ -9,24 +9,59 @@ offending config keys (as the user typed them on the Hydra command line: `model.
 from __future__ import annotations
 
 import dataclasses
+import enum
 from typing import Any, Mapping
 
-from models.base.configs import config_from_mapping
+from models.base.configs import check_choice, check_float, check_int, config_from_mapping
 from models.base.errors import ConfigError
+from models.shapes import TRAINER_D_FF_MULTIPLE, swiglu_d_ff
 
-_DTYPES = ("auto", "float32", "bfloat16")
-PARAMETRIZATIONS = ("sp", "mup")
-ATTENTION_KERNELS = ("auto", "xla", "cudnn", "blocked")
+
+class Dtype(enum.StrEnum):
+    """`model.dtype`: the compute dtype of the matmuls (AUTO: resolved per platform)."""
+
+    AUTO = "auto"
+    FLOAT32 = "float32"
+    BFLOAT16 = "bfloat16"
+
+
+class Parametrization(enum.StrEnum):
+    """`model.parametrization`: standard, or maximal-update (µP, see `ModelConfig.width_mult`)."""
+
+    SP = "sp"
+    MUP = "mup"
+
+
+class AttentionKernel(enum.StrEnum):
+    """`model.attention`: the attention implementation (see `resolve_attention`)."""
+
+    AUTO = "auto"
+    XLA = "xla"
+    CUDNN = "cudnn"
+    BLOCKED = "blocked"
+
+
+class Remat(enum.StrEnum):
+    """`model.remat`: activation checkpointing of each block (models/transformer.py:
+    REMAT_POLICIES), named as in the cost model (sharding/costmodel: Layout.act_ckpt)."""
+
+    NONE = "none"
+    SELECTIVE = "selective"
+    FULL = "full"
+
+
+# The same sets as tuples of the strings configs hold (error messages print them as such).
+_DTYPES = tuple(d.value for d in Dtype)
+PARAMETRIZATIONS = tuple(p.value for p in Parametrization)
+ATTENTION_KERNELS = tuple(a.value for a in AttentionKernel)
+REMAT = tuple(r.value for r in Remat)
 ACCELERATORS = ("gpu", "rocm", "tpu")  # platforms where "auto" means bfloat16 compute
-# model.remat: activation checkpointing of each block (models/transformer.py: REMAT_POLICIES), named
-# as in the cost model (sharding/costmodel: Layout.act_ckpt). Booleans are the old spelling.
-REMAT = ("none", "selective", "full")
-_REMAT_ALIASES = {"false": "none", "true": "full"}
+_REMAT_ALIASES = {"false": Remat.NONE.value, "true": Remat.FULL.value}  # booleans: the old spelling
 
 
 def default_d_ff(d_model: int) -> int:
     """SwiGLU width that keeps the MLP at ~8*d^2 params: 8/3*d rounded up to a multiple of 64."""
-    return max(64, -(-(8 * d_model) // 3 // 64) * 64)
+    return swiglu_d_ff(d_model, multiple_of=TRAINER_D_FF_MULTIPLE)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,7 +119,7 @@ class ModelConfig:
         and the logits are divided by it (models/transformer.py); embeddings, norms and the
         output head keep the base learning rate; initialisation stays 1/sqrt(fan_in). Widths
         grow by adding heads of a fixed width, so attention keeps its 1/sqrt(d_head) scale."""
-        if self.parametrization != "mup" or self.mup_base_d_model is None:
+        if self.parametrization != Parametrization.MUP or self.mup_base_d_model is None:
             return 1.0
         return self.d_model / self.mup_base_d_model
 
@@ -103,16 +138,10 @@ class ModelConfig:
         return config_from_mapping(cls, m, "model")
 
     def validate(self) -> "ModelConfig":
-        def pos_int(name: str, v: Any) -> None:
-            if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
-                raise ConfigError(f"model.{name} must be a positive integer (got {v!r})")
-
-        for name in ("vocab_size", "d_model", "n_layers", "n_heads", "seq_len"):
-            pos_int(name, getattr(self, name))
-        if self.n_kv_heads is not None:
-            pos_int("n_kv_heads", self.n_kv_heads)
-        if self.d_ff is not None:
-            pos_int("d_ff", self.d_ff)
+        sizes = ["vocab_size", "d_model", "n_layers", "n_heads", "seq_len"]
+        sizes += [name for name in ("n_kv_heads", "d_ff") if getattr(self, name) is not None]  # None: derived
+        for name in sizes:
+            check_int(f"model.{name}", getattr(self, name), lo=1, what="a positive integer")
         if self.d_model % self.n_heads:
             raise ConfigError(
                 f"model.n_heads={self.n_heads} does not divide model.d_model={self.d_model}; "
@@ -125,27 +154,19 @@ class ModelConfig:
                 f"model.n_kv_heads={self.kv_heads} does not divide model.n_heads={self.n_heads} "
                 "(grouped-query attention needs whole groups)"
             )
-        if self.dtype not in _DTYPES:
-            raise ConfigError(f"model.dtype must be one of {_DTYPES} (got {self.dtype!r})")
+        check_choice("model.dtype", self.dtype, Dtype)
         if self.remat not in REMAT:
             raise ConfigError(
                 f"model.remat must be one of {REMAT} (or true/false for full/none; got {self.remat!r})"
             )
-        if self.attention not in ATTENTION_KERNELS:
-            raise ConfigError(f"model.attention must be one of {ATTENTION_KERNELS} (got {self.attention!r})")
-        if self.parametrization not in PARAMETRIZATIONS:
-            raise ConfigError(
-                f"model.parametrization must be one of {PARAMETRIZATIONS} (got {self.parametrization!r})"
-            )
-        base = self.mup_base_d_model
-        if base is not None and (isinstance(base, bool) or not isinstance(base, int) or base <= 0):
-            raise ConfigError(f"model.mup_base_d_model must be a positive integer or null (got {base!r})")
-        if base is not None and self.parametrization != "mup":
-            raise ConfigError("model.mup_base_d_model needs model.parametrization=mup")
+        check_choice("model.attention", self.attention, AttentionKernel)
+        check_choice("model.parametrization", self.parametrization, Parametrization)
+        if self.mup_base_d_model is not None:
+            check_int("model.mup_base_d_model", self.mup_base_d_model, 1, what="a positive integer or null")
+            if self.parametrization != Parametrization.MUP:
+                raise ConfigError("model.mup_base_d_model needs model.parametrization=mup")
         for name in ("rope_theta", "norm_eps", "init_std"):
-            v = getattr(self, name)
-            if not isinstance(v, (int, float)) or isinstance(v, bool) or not v > 0:
-                raise ConfigError(f"model.{name} must be a positive number (got {v!r})")
+            check_float(f"model.{name}", getattr(self, name), 0, lo_open=True, what="a positive number")
         return self
 
     def resolved(self, platform: str | None = None) -> "ModelConfig":
@@ -181,16 +202,16 @@ def resolve_dtype(dtype: str, platform: str) -> str:
     """Concrete compute dtype: "auto" is bfloat16 on accelerators (their matmul peak is bf16's;
     f32 runs at the TF32 rate or below) and float32 on CPU (XLA:CPU has no fast bf16 matmul, and
     float32 keeps CPU results and the goldens as they were)."""
-    if dtype != "auto":
+    if dtype != Dtype.AUTO:
         return dtype
-    return "bfloat16" if platform in ACCELERATORS else "float32"
+    return Dtype.BFLOAT16.value if platform in ACCELERATORS else Dtype.FLOAT32.value
 
 
 def cudnn_supports(dtype: str, d_head: int) -> bool:
     """Whether cuDNN flash attention takes these inputs on every supported GPU: bfloat16 q/k/v
     (it has no float32 kernel) and a head width that is a multiple of 8 and at most 128 (256 from
     Hopper on)."""
-    return dtype == "bfloat16" and d_head % 8 == 0 and d_head <= 128
+    return dtype == Dtype.BFLOAT16 and d_head % 8 == 0 and d_head <= 128
 
 
 def resolve_attention(attention: str, platform: str, dtype: str, d_head: int) -> str:
@@ -204,11 +225,11 @@ def resolve_attention(attention: str, platform: str, dtype: str, d_head: int) ->
     * auto: blocked on CPU, cudnn on an NVIDIA GPU when it supports the shapes (else xla), xla on
       TPU and ROCm.
     """
-    if attention == "auto":
+    if attention == AttentionKernel.AUTO:
         if platform == "gpu":
-            return "cudnn" if cudnn_supports(dtype, d_head) else "xla"
-        return "xla" if platform in ACCELERATORS else "blocked"
-    if attention == "cudnn":
+            return (AttentionKernel.CUDNN if cudnn_supports(dtype, d_head) else AttentionKernel.XLA).value
+        return (AttentionKernel.XLA if platform in ACCELERATORS else AttentionKernel.BLOCKED).value
+    if attention == AttentionKernel.CUDNN:
         if platform != "gpu":
             raise ConfigError(
                 f"model.attention=cudnn needs an NVIDIA GPU (JAX backend here: {platform}); "

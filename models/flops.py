@@ -21,6 +21,10 @@ Conventions (documented because scaling-law fits depend on them):
   masking means only half the score matrix is needed, hence 6. Elementwise work (softmax, norms,
   SwiGLU gate, RoPE, loss) is not counted, as in Kaplan/Chinchilla/PaLM accounting. XLA computes
   the full (masked) score matrix, so its `cost_analysis()` is comparable to `causal=False`.
+* The per-block counts (`attention_params`, `mlp_params`, `block_params`,
+  `attention_score_flops`, `palm_flops_per_token`) take plain sizes, so that the cost model's
+  `ModelShape` (sharding/costmodel/spec.py), which also describes shapes this model cannot build
+  (GELU MLPs), counts with the same functions as `param_count` does here.
 
 MFU conventions. An MFU is "model FLOPs / (time x devices x peak)", and which FLOPs count as
 model FLOPs differs between sources by up to ~2x on the attention term, so every MFU the project
@@ -48,12 +52,48 @@ MFU_CONVENTIONS = {
 }
 
 
+NORMS_PER_LAYER = 2  # RMSNorm scales of a block: before attention and before the MLP
+
+
+def attention_params(d_model: int, n_heads: int, kv_heads: int, d_head: int) -> int:
+    """Weights of one attention block: Wq (D x H*E), Wk and Wv (D x K*E each), Wo (H*E x D)."""
+    return d_model * n_heads * d_head + 2 * d_model * kv_heads * d_head + n_heads * d_head * d_model
+
+
+def mlp_params(d_model: int, d_ff: int, gated: bool = True) -> int:
+    """Weights of one MLP block: gate, up and down (3*D*F) when `gated` (SwiGLU, this repo's
+    model), up and down (2*D*F) otherwise (the GELU MLP of the cost model's GPT shapes)."""
+    return (3 if gated else 2) * d_model * d_ff
+
+
+def block_params(
+    d_model: int, n_heads: int, kv_heads: int, d_head: int, d_ff: int, gated: bool = True
+) -> int:
+    """Parameters of one transformer block: attention, MLP and its two norm scales."""
+    return (
+        attention_params(d_model, n_heads, kv_heads, d_head)
+        + mlp_params(d_model, d_ff, gated)
+        + NORMS_PER_LAYER * d_model
+    )
+
+
+def attention_score_flops(n_layers: int, seq_len: int, attn_width: int, causal: bool = True) -> int:
+    """Training FLOPs per token of the QK^T and AV products, `attn_width` = H * d_head: 6*L*T*H*E
+    causal, 12*L*T*H*E over the full score matrix (see the module docstring)."""
+    return (6 if causal else 12) * n_layers * seq_len * attn_width
+
+
+def palm_flops_per_token(n_params: int, n_layers: int, attn_width: int, seq_len: int) -> float:
+    """Model FLOPs per token under `MFU_PALM`: 6*N + 12*L*H*Q*T, N = every parameter including the
+    input embedding (the cost model's `ModelShape.model_flops_per_token`)."""
+    return 6.0 * n_params + attention_score_flops(n_layers, seq_len, attn_width, causal=False)
+
+
 def _per_layer_params(cfg: ModelConfig) -> tuple[int, int]:
     """(matmul weights, norm scales) of one block."""
-    D, H, K, E, F = cfg.d_model, cfg.n_heads, cfg.kv_heads, cfg.d_head, cfg.ff
-    attn = D * H * E + 2 * D * K * E + H * E * D
-    mlp = 3 * D * F
-    return attn + mlp, 2 * D
+    D = cfg.d_model
+    mm = attention_params(D, cfg.n_heads, cfg.kv_heads, cfg.d_head) + mlp_params(D, cfg.ff)
+    return mm, NORMS_PER_LAYER * D
 
 
 def param_count(cfg: ModelConfig) -> int:
@@ -79,8 +119,7 @@ def matmul_param_count(cfg: ModelConfig) -> int:
 
 def attention_flops_per_token(cfg: ModelConfig, causal: bool = True) -> int:
     """Training FLOPs per token of the QK^T and AV products (see module docstring)."""
-    k = 6 if causal else 12
-    return k * cfg.n_layers * cfg.seq_len * cfg.n_heads * cfg.d_head
+    return attention_score_flops(cfg.n_layers, cfg.seq_len, cfg.n_heads * cfg.d_head, causal)
 
 
 def flops_per_token(cfg: ModelConfig, causal: bool = True) -> int:

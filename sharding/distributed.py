@@ -10,6 +10,7 @@ With one process (or none of the above) it does nothing. Must run before any JAX
 
 from __future__ import annotations
 
+import enum
 import os
 import re
 from typing import Any, Mapping
@@ -17,6 +18,14 @@ from typing import Any, Mapping
 from models.base.errors import ConfigError
 
 DEFAULT_PORT = 12355
+
+
+class InitSource(enum.StrEnum):
+    """Where `resolve` found the multi-process arguments (its result's "source")."""
+
+    CONFIG = "config"  # distributed.* in the config
+    ENV = "env"  # SCALELAB_* environment variables
+    SLURM = "slurm"  # a SLURM job step
 
 
 def _first_slurm_host(nodelist: str) -> str:
@@ -36,16 +45,16 @@ def resolve(cfg: Mapping[str, Any] | None, env: Mapping[str, str] | None = None)
     env = os.environ if env is None else env
     cfg = dict(cfg or {})
     addr, n, pid = cfg.get("coordinator_address"), cfg.get("num_processes"), cfg.get("process_id")
-    source = "config"
+    source = InitSource.CONFIG
     if addr is None and n is None and env.get("SCALELAB_COORDINATOR"):
         addr = env["SCALELAB_COORDINATOR"]
         n, pid = env.get("SCALELAB_NUM_PROCESSES"), env.get("SCALELAB_PROCESS_ID")
-        source = "env"
+        source = InitSource.ENV
     elif addr is None and n is None and int(env.get("SLURM_NTASKS", "1") or 1) > 1 and "SLURM_PROCID" in env:
         nodes = env.get("SLURM_STEP_NODELIST") or env.get("SLURM_JOB_NODELIST") or ""
         port = int(cfg.get("port") or env.get("SCALELAB_PORT", DEFAULT_PORT))
         addr = f"{_first_slurm_host(nodes)}:{port}"
-        n, pid, source = env["SLURM_NTASKS"], env["SLURM_PROCID"], "slurm"
+        n, pid, source = env["SLURM_NTASKS"], env["SLURM_PROCID"], InitSource.SLURM
     if addr is None and n is None:
         return None
     try:

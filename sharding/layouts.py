@@ -10,16 +10,26 @@ is built by sharding/mesh.py.
 from __future__ import annotations
 
 import dataclasses
+import enum
 import math
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import yaml
 
-from models.base.configs import config_from_mapping
+from models.base.configs import config_from_mapping, is_int
 from models.base.errors import ConfigError
 
 LAYOUTS_DIR = Path(__file__).resolve().parents[1] / "conf" / "sharding"
+
+
+class PipelineSchedule(enum.StrEnum):
+    """`sharding.pipeline_schedule`, the strings of the YAML (sharding/pipeline.py runs them;
+    sharding/validate.py: `check_pipeline` checks them)."""
+
+    GPIPE = "gpipe"  # all forwards, then all backwards (one layer chunk per stage)
+    ONE_F_ONE_B = "1f1b"  # accepted; runs GPipe's order here (XLA schedules the backward scan)
+    INTERLEAVED = "interleaved"  # sharding.virtual_stages layer chunks per stage (circular)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -32,7 +42,7 @@ class ShardingConfig:
     context: int = 1  # context parallel: the sequence split (attention all-gathers K/V)
     sequence_parallel: bool = False  # Megatron SP: norms/residuals sequence-split over `tensor`
     pipeline: int = 1  # pipeline stages: the `stage` mesh axis (sharding/pipeline.py)
-    pipeline_schedule: str = "gpipe"  # gpipe | 1f1b | interleaved
+    pipeline_schedule: str = PipelineSchedule.GPIPE.value  # gpipe | 1f1b | interleaved
     virtual_stages: int = 1  # layer chunks per stage for pipeline_schedule=interleaved
 
     @classmethod
@@ -70,7 +80,7 @@ def resolve_axis_sizes(sizes: Sequence[int], n_devices: int) -> tuple[int, int, 
     """Replace a single -1 by the remaining device count; check the product fits."""
     sizes = [int(s) if not isinstance(s, bool) else s for s in sizes]
     for name, s in zip(AXES, sizes):
-        if isinstance(s, bool) or not isinstance(s, int) or (s < 1 and s != -1):
+        if not is_int(s) or (s < 1 and s != -1):
             raise ConfigError(f"sharding.{name} must be a positive integer or -1 (got {s!r})")
     fill = [i for i, s in enumerate(sizes) if s == -1]
     if len(fill) > 1:

@@ -2,17 +2,63 @@
 
 Each failure names the config keys involved, e.g.
 `sharding.tensor=3 does not divide model.n_heads=4`.
+
+Two validators check layouts, for different readers: `validate_mesh` here checks the trainer's
+mesh (`sharding.*` sizes) against a `ModelConfig` and raises `ConfigError` naming config keys;
+`sharding.costmodel.validate_layout` checks a planned `Layout` against a `ModelShape` and raises
+`LayoutError` naming the nearest valid layout. The rules both apply are written once, here:
+`head_splits` (tensor parallelism splits attention by heads) and `sequence_split` (context and
+sequence parallelism split the sequence).
 """
 
 from __future__ import annotations
 
 import dataclasses
 
+from models.base.configs import check_choice, check_int
 from models.base.errors import ConfigError
 from models.config import ModelConfig
+from sharding.layouts import PipelineSchedule
+
+# ---- divisibility rules (shared with sharding/costmodel/spec.py: validate_layout) ------------
 
 
-def validate_layout(
+@dataclasses.dataclass(frozen=True)
+class Split:
+    """One divisibility rule: `ranks` ranks of a mesh axis split a dimension of `size` evenly.
+
+    axis: the mesh axis as its config key(s) (`sharding.tensor`, `sharding.data*sharding.fsdp`);
+    dim: the dimension as its config key (`model.n_heads`, `train.micro_batch_size`).
+    """
+
+    axis: str
+    ranks: int
+    dim: str
+    size: int
+
+    @property
+    def even(self) -> bool:
+        return self.size % self.ranks == 0
+
+
+def head_splits(tensor: int, n_heads: int, kv_heads: int) -> tuple[Split, Split]:
+    """Tensor parallelism splits attention by heads and never a grouped-query group: `tensor`
+    must divide the query heads and the KV heads."""
+    return (
+        Split("sharding.tensor", tensor, "model.n_heads", n_heads),
+        Split("sharding.tensor", tensor, "model.n_kv_heads", kv_heads),
+    )
+
+
+def sequence_split(seq_len: int, context: int, tensor: int, sequence_parallel: bool) -> Split:
+    """The sequence split over the context ranks, and under (Megatron) sequence parallelism also
+    over the tensor ranks, which then hold norms and residuals split along it."""
+    if sequence_parallel:
+        return Split("sharding.context*sharding.tensor", context * tensor, "model.seq_len", seq_len)
+    return Split("sharding.context", context, "model.seq_len", seq_len)
+
+
+def validate_mesh(
     model: ModelConfig,
     data: int,
     fsdp: int,
@@ -20,27 +66,30 @@ def validate_layout(
     micro_batch_size: int,
     eval_batch_size: int | None = None,
 ) -> None:
-    """Raise ConfigError if any sharded dimension is not divisible by its mesh axes."""
-    checks = [
-        (tensor, "sharding.tensor", model.n_heads, "model.n_heads"),
-        (tensor, "sharding.tensor", model.kv_heads, "model.n_kv_heads"),
-        (tensor, "sharding.tensor", model.ff, "model.d_ff"),
-        (tensor, "sharding.tensor", model.vocab_size, "model.vocab_size"),
-        (fsdp, "sharding.fsdp", model.d_model, "model.d_model"),
-        (data * fsdp, "sharding.data*sharding.fsdp", micro_batch_size, "train.micro_batch_size"),
+    """Raise ConfigError if any dimension the trainer shards (sharding/rules.py) is not divisible
+    by its mesh axes: heads, KV heads, MLP width and vocabulary over `tensor`, d_model over
+    `fsdp` (ZeRO-3), the batch rows over `data`*`fsdp`."""
+    batch = "sharding.data*sharding.fsdp"
+    splits = [
+        *head_splits(tensor, model.n_heads, model.kv_heads),
+        Split("sharding.tensor", tensor, "model.d_ff", model.ff),
+        Split("sharding.tensor", tensor, "model.vocab_size", model.vocab_size),
+        Split("sharding.fsdp", fsdp, "model.d_model", model.d_model),
+        Split(batch, data * fsdp, "train.micro_batch_size", micro_batch_size),
     ]
     if eval_batch_size is not None:
-        checks.append((data * fsdp, "sharding.data*sharding.fsdp", eval_batch_size, "the eval batch size"))
-    for n, n_name, dim, dim_name in checks:
-        if dim % n:
+        splits.append(Split(batch, data * fsdp, "the eval batch size", eval_batch_size))
+    for s in splits:
+        if not s.even:
             raise ConfigError(
-                f"{n_name}={n} does not divide {dim_name}={dim}; choose a mesh whose {n_name} divides it"
+                f"{s.axis}={s.ranks} does not divide {s.dim}={s.size}; "
+                f"choose a mesh whose {s.axis} divides it"
             )
 
 
 # ---- pipeline parallelism (sharding/pipeline.py runs it) ------------------------------------
 
-PIPELINE_SCHEDULES = ("gpipe", "1f1b", "interleaved")
+PIPELINE_SCHEDULES = tuple(s.value for s in PipelineSchedule)  # as error messages print them
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,7 +98,7 @@ class PipelineSpec:
 
     stages: int = 1
     micro_batches: int = 1
-    schedule: str = "gpipe"
+    schedule: PipelineSchedule = PipelineSchedule.GPIPE
     virtual_stages: int = 1
 
     @property
@@ -72,13 +121,9 @@ def check_pipeline(
         ("sharding.virtual_stages", virtual_stages),
         ("train.micro_batches", micro_batches),
     ):
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise ConfigError(f"{name} must be a positive integer (got {v!r})")
-    if schedule not in PIPELINE_SCHEDULES:
-        raise ConfigError(
-            f"sharding.pipeline_schedule must be one of {PIPELINE_SCHEDULES} (got {schedule!r})"
-        )
-    if schedule != "interleaved" and virtual_stages != 1:
+        check_int(name, v, lo=1, what="a positive integer")
+    schedule = PipelineSchedule(check_choice("sharding.pipeline_schedule", schedule, PipelineSchedule))
+    if schedule != PipelineSchedule.INTERLEAVED and virtual_stages != 1:
         raise ConfigError(
             f"sharding.virtual_stages={virtual_stages} needs sharding.pipeline_schedule=interleaved"
         )
@@ -115,8 +160,7 @@ def check_sequence_layout(
     """One ConfigError line if `sharding.context` / `sharding.sequence_parallel` cannot split
     the sequence: SP needs tensor > 1, and the sequence must split evenly over context (and
     over context x tensor under SP). `tensor=None` (not resolved yet) skips the SP checks."""
-    if isinstance(context, bool) or not isinstance(context, int) or context < 1:
-        raise ConfigError(f"sharding.context must be a positive integer (got {context!r})")
+    check_int("sharding.context", context, lo=1, what="a positive integer")
     if not isinstance(sequence_parallel, bool):
         raise ConfigError(f"sharding.sequence_parallel must be true or false (got {sequence_parallel!r})")
     if tensor is None:
@@ -126,12 +170,12 @@ def check_sequence_layout(
             "sharding.sequence_parallel=true needs sharding.tensor>1 "
             f"(got sharding.tensor={tensor}): it splits norms/residuals over the tensor axis"
         )
-    if model.seq_len % context:
+    if not sequence_split(model.seq_len, context, 1, False).even:
         raise ConfigError(
             f"sharding.context={context} does not divide model.seq_len={model.seq_len}; "
             "the sequence must split evenly over the context axis"
         )
-    if sequence_parallel and model.seq_len % (context * tensor):
+    if sequence_parallel and not sequence_split(model.seq_len, context, tensor, True).even:
         raise ConfigError(
             f"sharding.context*sharding.tensor={context}*{tensor} does not divide "
             f"model.seq_len={model.seq_len}; sequence parallelism splits it over both"

@@ -22,7 +22,7 @@ from experiments.preemption import PreemptionGuard
 from experiments.rundir import EXIT_PREEMPTED
 from experiments.train import loop as train_loop
 from experiments.train.checkpoint import CheckpointError
-from experiments.train.metrics import read_metrics
+from models.base.rundir import read_metrics
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = [

@@ -20,7 +20,7 @@ from sharding import distributed
 from sharding.layouts import LAYOUTS, resolve_axis_sizes
 from sharding.mesh import make_mesh
 from sharding.rules import RULES, logical_to_spec
-from sharding.validate import validate_layout
+from sharding.validate import validate_mesh
 
 CFG = ModelConfig(vocab_size=64, d_model=64, n_layers=2, n_heads=8, d_ff=128, seq_len=16)
 B = 8
@@ -128,13 +128,13 @@ def test_named_layouts_resolve_on_8_devices():
 )
 def test_impossible_mesh_names_the_dimension(sizes, msg):
     with pytest.raises(ConfigError, match=msg.replace("*", r"\*")):
-        validate_layout(CFG, *sizes, micro_batch_size=B)
+        validate_mesh(CFG, *sizes, micro_batch_size=B)
 
 
 def test_kv_heads_must_split_over_tensor():
     cfg = ModelConfig(vocab_size=64, d_model=64, n_heads=8, n_kv_heads=2, d_ff=128, seq_len=16)
     with pytest.raises(ConfigError, match="sharding.tensor=4 does not divide model.n_kv_heads=2"):
-        validate_layout(cfg, 1, 1, 4, micro_batch_size=8)
+        validate_mesh(cfg, 1, 1, 4, micro_batch_size=8)
 
 
 @pytest.mark.parametrize(

@@ -20,9 +20,10 @@ import pytest
 from hydra import compose, initialize_config_dir
 
 from experiments.train import tracking
-from experiments.train.metrics import MetricsLog, read_metrics
+from experiments.train.metrics import MetricsLog
 from experiments.train.tracking import RL_NAMES, TRAIN_NAMES, Tracker, TrackerConfig, make_tracker, sweep_dir
 from models.base.errors import ConfigError
+from models.base.rundir import read_metrics
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = [

@@ -16,10 +16,10 @@ from hydra import compose, initialize_config_dir
 
 from experiments.train.config import resolve_config
 from experiments.train.loop import HostSchedule, run
-from experiments.train.metrics import read_metrics
 from experiments.train.optimizer import OptimConfig, decay_mask, make_optimizer, make_schedule
 from experiments.train.steps import build_train_setup
 from models.base.errors import ConfigError
+from models.base.rundir import read_metrics
 from models.config import ModelConfig
 from models.transformer import init_params
 from sharding.mesh import make_mesh

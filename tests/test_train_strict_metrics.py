@@ -10,7 +10,8 @@ import pytest
 
 from analysis import runs
 from analysis.rl.curves import load_curve as load_rl_curve
-from experiments.train.metrics import MetricsLog, read_metrics
+from experiments.train.metrics import MetricsLog
+from models.base.rundir import read_metrics
 
 
 def strict_loads(line: str):
@@ -76,7 +77,7 @@ def test_nan_metric_round_trips_through_the_runs_table(tmp_path):
             }
         )
     )
-    curve = runs.read_metrics(run)
+    curve = runs.metrics_frame(run)
     assert curve["mfu"].dtype.kind == "f" and curve["loss"].dtype.kind == "f"
     assert curve["mfu"].isna().tolist() == [True, True, False]
     assert curve["loss"].isna().tolist() == [False, False, True]

@@ -23,12 +23,12 @@ from analysis.cli import main as analysis_main
 from experiments.train.config import resolve_config
 from experiments.train.corpus import DataConfig, load_corpus
 from experiments.train.loop import run
-from experiments.train.metrics import read_metrics
 from experiments.train.tasks import EvalConfig, task_names
 from experiments.train.tasks.base import BuildContext, TaskSet, assemble_rows, get_task
 from experiments.train.tasks.probes import PROBE_LENGTHS
 from experiments.train.tasks.scoring import TaskSuite, build_task_sets, row_scores, task_result
 from models.base.errors import ConfigError
+from models.base.rundir import read_metrics
 from models.config import ModelConfig
 from models.transformer import abstract_model, apply, init_params, logical_axes
 from sharding.mesh import make_mesh

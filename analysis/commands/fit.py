@@ -15,6 +15,7 @@ import sys
 import warnings
 
 from analysis.commands._options import add_budget_argument, add_json_argument, emit_json
+from analysis.laws.enums import LawName, NParams, Precision
 from models.base.errors import AnalysisError
 
 
@@ -40,7 +41,7 @@ def register(subparsers) -> None:
     )
     p.add_argument(
         "--law",
-        default="chinchilla",
+        default=LawName.CHINCHILLA,
         help="law name (default chinchilla; see docs/analysis.md), or auto: chinchilla or chinchilla_tied "
         "(beta = alpha), whichever predicted its own larger runs better (forward-chaining)",
     )
@@ -51,7 +52,7 @@ def register(subparsers) -> None:
     )
     p.add_argument(
         "--n-params",
-        choices=("total", "non_embedding"),
+        choices=tuple(NParams),
         help="which parameter count N is: total (every parameter) or non_embedding (without the input "
         "embedding and untied output head, Kaplan et al.'s N; needs a column n_params_non_embedding, "
         "which `collect` writes). Default: non_embedding for the Kaplan laws of N (kaplan_n, "
@@ -82,8 +83,8 @@ def register(subparsers) -> None:
     p.add_argument("--delta", type=float, default=1e-3, help="Huber delta on log residuals (default 1e-3)")
     p.add_argument(
         "--precision",
-        choices=("auto", "mixed", "float64"),
-        default="auto",
+        choices=tuple(Precision),
+        default=Precision.AUTO,
         help="auto (default): float32 search + float64 polish for big grids; mixed: always; float64: never",
     )
     p.add_argument(
@@ -184,7 +185,7 @@ def _reemit(caught: list, n_params_warning: type) -> None:
 def _print_n_params(fit) -> None:
     kind = fit.extras.get("n_params")
     if kind is not None:
-        what = "non-embedding parameters" if kind == "non_embedding" else "all parameters"
+        what = "non-embedding parameters" if kind == NParams.NON_EMBEDDING else "all parameters"
         print(f"  N = {what} (column {fit.columns.get('N', '?')}); --n-params {kind}")
 
 

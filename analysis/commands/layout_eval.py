@@ -419,6 +419,7 @@ def _sweep_measurements(sweep: pathlib.Path, hardware: str | None):
     """(Measurement list, one record per run) of the trainer runs under `sweep`."""
     from analysis.planning.trainer import TRAINER_PRECISION, run_layout
     from analysis.runs import find_run_dirs, read_run
+    from models.base.rundir import SUMMARY_FILE, RunStatus
     from sharding.costmodel.calibrate import Measurement
     from sharding.costmodel.hardware import hardware_for_device_kind
 
@@ -427,12 +428,12 @@ def _sweep_measurements(sweep: pathlib.Path, hardware: str | None):
     for run_dir in find_run_dirs([sweep]):
         summary, config = read_run(run_dir)
         if summary is None:
-            skipped.append(f"{run_dir.name} (no summary.json)")
+            skipped.append(f"{run_dir.name} (no {SUMMARY_FILE})")
             continue
         status, error = summary.get("status"), str(summary.get("error", "")).lower()
-        oom = status == "failed" and ("resource_exhausted" in error or "out of memory" in error)
+        oom = status == RunStatus.FAILED and ("resource_exhausted" in error or "out of memory" in error)
         tps, per_step = summary.get("tokens_per_s"), summary.get("tokens_per_step")
-        if not oom and (status != "completed" or not tps or not per_step):
+        if not oom and (status != RunStatus.COMPLETED or not tps or not per_step):
             skipped.append(f"{run_dir.name} ({status}, no throughput)")
             continue
         try:

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from analysis.runs import read_metrics
+from analysis.runs import metrics_frame
 from models.base.errors import AnalysisError
 
 
@@ -136,7 +136,7 @@ def load_curve(source, name: str | None = None, loss_col: str | None = None, war
     if not os.path.exists(path):
         raise AnalysisError(f"file not found: {path}")
     if os.path.isdir(path):
-        m = read_metrics(path)
+        m = metrics_frame(path)
         if m.empty:
             raise AnalysisError(f"{path}: no metrics.jsonl rows to build a curve from")
         if loss_col is None and "eval_loss" in m.columns and m["eval_loss"].notna().sum() >= 2:

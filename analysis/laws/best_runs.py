@@ -27,6 +27,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from models.base.rundir import RunStatus
+
 OPTIM_PREFIX = "optim."
 # Config keys that change how a run is run, not what it learns (never part of the group key).
 NOT_SCIENCE_PREFIXES = (OPTIM_PREFIX, "sharding.", "distributed.", "hydra.", "sweep.")
@@ -226,7 +228,7 @@ def _eligible(df: pd.DataFrame, loss_col: str | None) -> pd.Series:
     loss = pd.to_numeric(df[loss_col], errors="coerce")
     ok = np.isfinite(loss) & (loss > 0)
     if "status" in df.columns:
-        ok &= df["status"].astype(str).eq("completed")
+        ok &= df["status"].astype(str).eq(RunStatus.COMPLETED)
     return pd.Series(ok.to_numpy(bool), index=df.index)
 
 

@@ -16,7 +16,7 @@ cost model sees it:
   gate/up are separate matmuls, XLA keeps FSDP-gathered weights and SP-gathered inputs for
   backward, and the pipeline is the GSPMD one of sharding/pipeline.py (`TRAINER_FLAGS`, which
   tests/test_costmodel_xla.py checks against the compiled program);
-* only divisibility the trainer accepts (`sharding.validate.validate_layout`, the trainer's check).
+* only divisibility the trainer accepts (`sharding.validate.validate_mesh`, the trainer's check).
 
 The result's `overrides` are Hydra overrides for `python -m experiments.train`: the model shape
 (`model.*`, d_ff explicit: the planner's Llama rounding differs from the trainer's default), the
@@ -44,7 +44,7 @@ from sharding.costmodel import (
     estimate_step,
 )
 from sharding.layouts import ShardingConfig
-from sharding.validate import validate_layout
+from sharding.validate import validate_mesh
 
 TRAINER_COMMAND = "python -m experiments.train"
 # f32 params, grads and Adam moments (16 bytes/param, as bf16 mixed precision); bf16 activations
@@ -138,7 +138,7 @@ def trainer_refusal(shape: ModelShape, layout: Layout, features: frozenset[str] 
         return f"needs {', '.join(missing)}"
     axes = mesh_axes(layout)
     try:
-        validate_layout(
+        validate_mesh(
             model_config(shape).validate(),
             axes["data"],
             axes["fsdp"],

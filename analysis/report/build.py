@@ -46,6 +46,7 @@ from analysis.runs import RunWarning
 from analysis.runs import load as load_runs
 from models.base.errors import AnalysisError
 from models.base.jsonio import write_json_atomic
+from models.base.rundir import RunStatus
 
 COLS = {"N": "n_params", "D": "tokens", "C": "flops", "loss": "final_eval_loss"}
 HOLDOUT_TARGET = 0.03
@@ -95,7 +96,7 @@ def collect(sweep_dir: pathlib.Path) -> tuple[pd.DataFrame, pd.DataFrame, pd.Dat
     for c in ("n_params", "tokens", "flops", "final_eval_loss", "tokens_per_s", "mfu", "wall_time_s"):
         if c in all_runs.columns:
             all_runs[c] = pd.to_numeric(all_runs[c], errors="coerce")
-    done = all_runs[all_runs["status"] == "completed"].copy()
+    done = all_runs[all_runs["status"] == RunStatus.COMPLETED].copy()
     need = ["n_params", "tokens", "flops", "final_eval_loss"]
     missing = [c for c in need if c not in done.columns]
     if missing:
@@ -405,7 +406,7 @@ def _requested_budgets(budgets: Sequence[float] | None, budgets_swept: list[floa
 
 
 def _incomplete_warnings(all_runs: pd.DataFrame) -> list[str]:
-    not_done = all_runs[all_runs["status"] != "completed"]
+    not_done = all_runs[all_runs["status"] != RunStatus.COMPLETED]
     if not len(not_done):
         return []
     return [

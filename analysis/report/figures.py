@@ -21,6 +21,8 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.ticker import FormatStrFormatter
 
+from models.base.rundir import RunStatus
+
 DPI = 110
 
 
@@ -302,7 +304,7 @@ def throughput(runs: pd.DataFrame) -> Figure | None:
     fig = Figure(figsize=(10, 3.8))
     axes = fig.subplots(1, 2)
     st = r["status"].astype(str)
-    for status, m in (("completed", "o"), ("diverged", "x"), ("failed", "v")):
+    for status, m in ((RunStatus.COMPLETED, "o"), (RunStatus.DIVERGED, "x"), (RunStatus.FAILED, "v")):
         sel = r[st == status]
         if sel.empty:
             continue

@@ -14,15 +14,17 @@ evaluation with `flops_rl` (cumulative RL compute C, evaluation excluded), `pass
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import pathlib
+import warnings
 
 import numpy as np
 import pandas as pd
 
 from analysis.rl.laws import Points
+from analysis.runs import RunWarning
 from models.base.errors import AnalysisError
+from models.base.rundir import METRICS_FILE, RunDir
 
 DEFAULT_BURN_IN_FRAC = 0.1
 
@@ -91,18 +93,16 @@ def _load_csv(p: pathlib.Path) -> RLCurve:
 
 
 def _load_run(d: pathlib.Path) -> RLCurve:
-    mfile = d / "metrics.jsonl"
+    rd = RunDir(d)
+    mfile = rd.metrics_path
     if not mfile.exists():
-        raise AnalysisError(f"{d}: no metrics.jsonl; is this an RL run directory (python -m experiments.rl)?")
-    rows = []
-    for i, line in enumerate(mfile.read_text().splitlines()):
-        if not line.strip():
-            continue
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:
-            raise AnalysisError(f"{mfile}: line {i + 1} is not JSON") from None
-    rows = [r for r in rows if "pass_rate" in r and ("flops_rl" in r or "compute" in r)]
+        raise AnalysisError(
+            f"{d}: no {METRICS_FILE}; is this an RL run directory (python -m experiments.rl)?"
+        )
+    records = rd.metrics()  # the one reader: a torn line is skipped (and said), null -> NaN
+    if records.skipped:
+        warnings.warn(records.skipped_message(), RunWarning, stacklevel=3)
+    rows = [r for r in records if "pass_rate" in r and ("flops_rl" in r or "compute" in r)]
     if not rows:
         raise AnalysisError(
             f"{mfile}: no evaluation rows with flops_rl and pass_rate "
@@ -116,13 +116,8 @@ def _load_run(d: pathlib.Path) -> RLCurve:
     )
     C = np.array([float(r.get("flops_rl", r.get("compute"))) for r in rows])
     extra = {k: get(k) for k in ("step", "prompts_seen", "train_reward", "zero_var_frac", "kl", "entropy")}
-    per_pass = None
-    sfile = d / "summary.json"
-    if sfile.exists():
-        try:
-            per_pass = json.loads(sfile.read_text()).get("prompts_per_pass")
-        except json.JSONDecodeError:
-            per_pass = None
+    summary = rd.read_summary()
+    per_pass = summary.prompts_per_pass if summary is not None else None
     return _validated(d.name, C, get("pass_rate"), get("pass_rate_stderr"), True, per_pass, extra)
 
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import json
 import math
 import pathlib
 from typing import Any, Sequence
@@ -33,6 +32,7 @@ from analysis.rl.fitting import FitOptions, fit_recipe
 from analysis.rl.laws import GaoFit, Points, fit_gao, fit_params, predict
 from models.base.errors import AnalysisError
 from models.base.fingerprint import fingerprint
+from models.base.rundir import METRICS_FILE, RunDir
 
 DPI = 130
 FIGURE_FILES = {
@@ -56,13 +56,10 @@ def find_rl_runs(root: str | pathlib.Path) -> list[pathlib.Path]:
     if not root.is_dir():
         raise AnalysisError(f"{root}: not a directory of RL runs")
     out = []
-    for m in sorted(root.rglob("metrics.jsonl")):
-        first = m.read_text().split("\n", 1)[0]
-        try:
-            if "flops_rl" in json.loads(first):
-                out.append(m.parent)
-        except json.JSONDecodeError:
-            continue
+    for m in sorted(root.rglob(METRICS_FILE)):
+        first = RunDir(m.parent).first_metrics_record()
+        if first is not None and "flops_rl" in first:
+            out.append(m.parent)
     return out
 
 
@@ -70,10 +67,7 @@ def group_recipes(runs: Sequence[pathlib.Path]) -> list[Recipe]:
     groups: dict[str, list[pathlib.Path]] = {}
     configs: dict[str, dict] = {}
     for r in runs:
-        try:
-            s = json.loads((r / "summary.json").read_text())
-        except (OSError, json.JSONDecodeError):
-            s = {}
+        s = RunDir(r).read_summary_dict() or {}
         fields = copy.deepcopy(s.get("config_fields") or {})
         rl = fields.get("rl") or {}
         rl.pop("seed", None)

@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from models.base.configs import is_int
 from models.base.errors import ConfigError
 
 FORMAT_VERSION = 1
@@ -138,7 +139,7 @@ def read_meta(d: Path) -> dict[str, Any]:
             f"reads {FORMAT_VERSION}; re-run prepare_data"
         )
     v = meta["vocab_size"]
-    if isinstance(v, bool) or not isinstance(v, int) or v < 2:
+    if not is_int(v) or v < 2:
         raise ConfigError(f"data.dir: {p} has vocab_size {v!r}, not an integer >= 2")
     if meta["dtype"] not in ("uint16", "uint32"):
         raise ConfigError(f"data.dir: {p} has dtype {meta['dtype']!r}; must be uint16 or uint32")

@@ -16,22 +16,11 @@ from pathlib import Path
 from typing import Any, Mapping
 
 import hydra
-from hydra.core.hydra_config import HydraConfig
-from hydra.types import RunMode
 from omegaconf import DictConfig
 
-from experiments.cli import run_cli
+from experiments.cli import RunFn, hydra_job, run_cli, start_run
 from experiments.rl.config import fingerprint, fingerprint_fields  # also registers the config schemas
-from experiments.rundir import (
-    EXIT_CONFIG,
-    console_log,
-    fail,
-    first_line,
-    log_path,
-    model_label,
-    register_run_name,
-    run_guarded,
-)
+from experiments.rundir import model_label, register_run_name
 from models.base.configs import to_plain
 
 
@@ -51,24 +40,20 @@ register_run_name("scalelab.rl_run", run_name)
 
 @hydra.main(config_path="../../conf", config_name="rl", version_base=None)
 def main(cfg: DictConfig) -> dict:
-    hc = HydraConfig.get()
-    multirun = hc.mode == RunMode.MULTIRUN
-    run_dir = Path(hc.runtime.output_dir)
-    with console_log(log_path(run_dir, hc.job.name, cfg)):
-        return fine_tune(cfg, run_dir, multirun)
+    return hydra_job(cfg, fine_tune)
 
 
 def fine_tune(cfg: DictConfig, run_dir: Path, multirun: bool) -> dict:
-    """The contract above, for the composed `cfg` in `run_dir`."""
-    try:
-        to_plain(cfg)
-    except Exception as e:  # noqa: BLE001 - e.g. an interpolation error in the config
-        return fail(f"bad config: {first_line(e)}", EXIT_CONFIG, multirun)
+    """The contract above, for the composed `cfg` in `run_dir` (the completed-run check is the
+    loop's: it needs no fingerprint comparison)."""
+    return start_run(cfg, run_dir, multirun, "RL run", _load_run)
 
+
+def _load_run() -> RunFn:
     # Imported here, not at the top: it imports JAX, which `--help` / `--cfg` do not need.
     from experiments.rl.loop import run
 
-    return run_guarded(run, cfg, run_dir, multirun, "RL run")
+    return run
 
 
 if __name__ == "__main__":

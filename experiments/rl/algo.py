@@ -22,7 +22,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from experiments.rl.config import AlgoConfig
+from experiments.rl.config import Advantage, Aggregation, AlgoConfig, KLEstimator, PolicyLoss
 
 EPS = 1e-6
 
@@ -30,11 +30,11 @@ EPS = 1e-6
 def advantages(rewards_PxG: jax.Array, kind: str) -> jax.Array:
     """Per-completion advantage (same shape as the rewards)."""
     centred = rewards_PxG - rewards_PxG.mean(axis=1, keepdims=True)
-    if kind == "group":
+    if kind == Advantage.GROUP:
         return centred / (rewards_PxG.std(axis=1, keepdims=True) + EPS)
-    if kind == "batch":
+    if kind == Advantage.BATCH:
         return centred / (rewards_PxG.std() + EPS)
-    if kind == "none":
+    if kind == Advantage.NONE:
         return centred
     raise ValueError(kind)
 
@@ -47,9 +47,9 @@ def nonzero_variance(rewards_PxG: jax.Array) -> jax.Array:
 def kl_per_token(logp_BxT: jax.Array, ref_logp_BxT: jax.Array, estimator: str) -> jax.Array:
     """Per-token estimate of KL(pi || ref) on tokens sampled from pi."""
     d = ref_logp_BxT - logp_BxT
-    if estimator == "k1":
+    if estimator == KLEstimator.K1:
         return -d
-    return jnp.exp(d) - d - 1.0
+    return jnp.exp(d) - d - 1.0  # KLEstimator.K3
 
 
 def token_losses(logp_BxT, old_logp_BxT, adv_B, cfg: AlgoConfig):
@@ -57,12 +57,12 @@ def token_losses(logp_BxT, old_logp_BxT, adv_B, cfg: AlgoConfig):
     ratio = jnp.exp(logp_BxT - old_logp_BxT)
     a = adv_B[:, None]
     lo, hi = 1.0 - cfg.eps_low, 1.0 + cfg.eps_high
-    if cfg.loss == "ppo_clip":
+    if cfg.loss == PolicyLoss.PPO_CLIP:
         unclipped = ratio * a
         clipped_obj = jnp.clip(ratio, lo, hi) * a
         loss = -jnp.minimum(unclipped, clipped_obj)
         bit = clipped_obj < unclipped
-    else:  # cispo
+    else:  # PolicyLoss.CISPO
         w = jax.lax.stop_gradient(jnp.clip(ratio, lo, hi))
         loss = -w * a * logp_BxT
         bit = (ratio < lo) | (ratio > hi)
@@ -74,12 +74,12 @@ def aggregate(
 ) -> jax.Array:
     """Scalar mean of token values under `mask` (tokens said) and `keep` (rows kept)."""
     m = mask_BxT * keep_B[:, None]
-    if how == "token":
+    if how == Aggregation.TOKEN:
         return (x_BxT * m).sum() / jnp.maximum(m.sum(), 1.0)
-    if how == "sample":
+    if how == Aggregation.SAMPLE:
         per_row = (x_BxT * m).sum(1) / jnp.maximum(m.sum(1), 1.0)
         return (per_row * keep_B).sum() / jnp.maximum(keep_B.sum(), 1.0)
-    if how == "prompt":
+    if how == Aggregation.PROMPT:
         P = x_BxT.shape[0] // group_size
         num = (x_BxT * m).reshape(P, -1).sum(1)
         den = m.reshape(P, -1).sum(1)
@@ -104,7 +104,7 @@ def policy_loss(
     if ref_logp_BxT is not None and cfg.kl_beta > 0:
         kl_BxT = kl_per_token(logp_BxT, ref_logp_BxT, cfg.kl_estimator)
         loss_BxT = loss_BxT + cfg.kl_beta * kl_BxT
-        aux["kl_train"] = aggregate(kl_BxT, mask_BxT, jnp.ones_like(keep_B), G, "token")
+        aux["kl_train"] = aggregate(kl_BxT, mask_BxT, jnp.ones_like(keep_B), G, Aggregation.TOKEN)
     loss = aggregate(loss_BxT, mask_BxT, keep_B, G, cfg.aggregation)
-    aux["clip_frac"] = aggregate(clipped_BxT, mask_BxT, keep_B, G, "token")
+    aux["clip_frac"] = aggregate(clipped_BxT, mask_BxT, keep_B, G, Aggregation.TOKEN)
     return loss, aux

@@ -11,6 +11,7 @@ line (`rl.group_size=...`). Importing this module does not import JAX.
 from __future__ import annotations
 
 import dataclasses
+import enum
 from typing import Any, Mapping
 
 from hydra.core.config_store import ConfigStore
@@ -18,27 +19,46 @@ from hydra.core.config_store import ConfigStore
 from experiments.rl.tasks import TaskConfig
 from experiments.train.config import register_configs as register_training_configs
 from experiments.train.config import schema_node
-from models.base.configs import config_from_mapping
+from models.base.configs import check_bool, check_choice, check_float, check_int, config_from_mapping
 from models.base.errors import ConfigError
 from models.base.fingerprint import fingerprint as _fingerprint
 
-ADVANTAGES = ("group", "batch", "none")
-LOSSES = ("ppo_clip", "cispo")
-AGGREGATIONS = ("sample", "prompt", "token")
-KL_ESTIMATORS = ("k1", "k3")
+
+class Advantage(enum.StrEnum):
+    """`rl.algo.advantage`: how a completion's reward becomes its advantage (experiments/rl/algo.py)."""
+
+    GROUP = "group"  # GRPO: (r - group mean) / group std
+    BATCH = "batch"  # ScaleRL: group-centred, divided by the batch's reward std
+    NONE = "none"  # Dr. GRPO: group-centred only
 
 
-def _pos_int(name: str, v: Any, lo: int = 1) -> None:
-    if isinstance(v, bool) or not isinstance(v, int) or v < lo:
-        raise ConfigError(f"{name} must be an integer >= {lo} (got {v!r})")
+class PolicyLoss(enum.StrEnum):
+    """`rl.algo.loss`: the per-token policy-gradient surrogate."""
+
+    PPO_CLIP = "ppo_clip"  # PPO/GRPO clipped ratio (DAPO clip-higher)
+    CISPO = "cispo"  # MiniMax-M1: stop-gradient clipped importance weight
 
 
-def _num(name: str, v: Any, lo: float, hi: float | None = None, lo_open: bool = False) -> None:
-    ok = isinstance(v, (int, float)) and not isinstance(v, bool) and v == v
-    ok = ok and (v > lo if lo_open else v >= lo) and (hi is None or v <= hi)
-    if not ok:
-        rng = f"{'>' if lo_open else '>='} {lo}" + (f" and <= {hi}" if hi is not None else "")
-        raise ConfigError(f"{name} must be a number {rng} (got {v!r})")
+class Aggregation(enum.StrEnum):
+    """`rl.algo.aggregation`: how token losses are averaged into one number."""
+
+    SAMPLE = "sample"  # mean over rows of each row's token mean
+    PROMPT = "prompt"  # mean over prompts of each prompt's token mean (ScaleRL)
+    TOKEN = "token"  # mean over every kept token of the batch
+
+
+class KLEstimator(enum.StrEnum):
+    """`rl.algo.kl_estimator`: the per-token estimate of KL(pi || ref)."""
+
+    K1 = "k1"  # log pi - log ref
+    K3 = "k3"  # Schulman's low-variance, non-negative estimator
+
+
+# The same sets as tuples of the strings configs hold.
+ADVANTAGES = tuple(a.value for a in Advantage)
+LOSSES = tuple(x.value for x in PolicyLoss)
+AGGREGATIONS = tuple(a.value for a in Aggregation)
+KL_ESTIMATORS = tuple(k.value for k in KLEstimator)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,21 +82,16 @@ class AlgoConfig:
 
     def validate(self) -> None:
         for key, allowed in (
-            ("advantage", ADVANTAGES),
-            ("loss", LOSSES),
-            ("aggregation", AGGREGATIONS),
-            ("kl_estimator", KL_ESTIMATORS),
+            ("advantage", Advantage),
+            ("loss", PolicyLoss),
+            ("aggregation", Aggregation),
+            ("kl_estimator", KLEstimator),
         ):
-            if getattr(self, key) not in allowed:
-                raise ConfigError(f"rl.algo.{key} must be one of {allowed} (got {getattr(self, key)!r})")
+            check_choice(f"rl.algo.{key}", getattr(self, key), allowed)
         for key in ("eps_low", "eps_high", "kl_beta"):
-            v = getattr(self, key)
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
-                raise ConfigError(f"rl.algo.{key} must be a number >= 0 (got {v!r})")
-        if isinstance(self.epochs, bool) or not isinstance(self.epochs, int) or self.epochs < 1:
-            raise ConfigError(f"rl.algo.epochs must be an integer >= 1 (got {self.epochs!r})")
-        if not isinstance(self.zero_variance_filter, bool):
-            raise ConfigError("rl.algo.zero_variance_filter must be true or false")
+            check_float(f"rl.algo.{key}", getattr(self, key), 0)
+        check_int("rl.algo.epochs", self.epochs, 1)
+        check_bool("rl.algo.zero_variance_filter", self.zero_variance_filter)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -106,12 +121,12 @@ class WarmStartConfig:
 
     def validate(self) -> None:
         p = "rl.warm_start."
-        _num(p + "target_pass_rate", self.target_pass_rate, 0.0, 1.0, lo_open=True)
+        check_float(p + "target_pass_rate", self.target_pass_rate, 0.0, 1.0, lo_open=True)
         for k in ("max_steps", "check_every", "batch_size", "dev_size"):
-            _pos_int(p + k, getattr(self, k))
-        _pos_int(p + "warmup_steps", self.warmup_steps, 0)
-        _pos_int(p + "seed", self.seed, 0)
-        _num(p + "lr", self.lr, 0.0, lo_open=True)
+            check_int(p + k, getattr(self, k), 1)
+        check_int(p + "warmup_steps", self.warmup_steps, 0)
+        check_int(p + "seed", self.seed, 0)
+        check_float(p + "lr", self.lr, 0.0, lo_open=True)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -127,9 +142,9 @@ class StartCheckConfig:
         return config_from_mapping(cls, m, "rl.start_check")
 
     def validate(self) -> None:
-        _num("rl.start_check.min_pass_rate", self.min_pass_rate, 0.0, 1.0)
-        _num("rl.start_check.max_zero_var_frac", self.max_zero_var_frac, 0.0, 1.0)
-        _pos_int("rl.start_check.probe_prompts", self.probe_prompts)
+        check_float("rl.start_check.min_pass_rate", self.min_pass_rate, 0.0, 1.0)
+        check_float("rl.start_check.max_zero_var_frac", self.max_zero_var_frac, 0.0, 1.0)
+        check_int("rl.start_check.probe_prompts", self.probe_prompts, 1)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -164,16 +179,19 @@ class RLConfig:
         return config_from_mapping(cls, {**m, **sub}, "rl")
 
     def validate(self) -> None:
-        _pos_int("rl.steps", self.steps)
-        _pos_int("rl.prompts_per_step", self.prompts_per_step)
-        _pos_int("rl.group_size", self.group_size, 2)
-        _pos_int("rl.eval_every", self.eval_every)
-        _pos_int("rl.eval_samples", self.eval_samples)
-        _pos_int("rl.seed", self.seed, 0)
-        _pos_int("rl.ckpt_every", self.ckpt_every, 0)
-        _pos_int("rl.keep_checkpoints", self.keep_checkpoints)
-        _num("rl.temperature", self.temperature, 0.0, lo_open=True)
-        _num("rl.progress_every_s", self.progress_every_s, 0.0)
+        for key, lo in (
+            ("steps", 1),
+            ("prompts_per_step", 1),
+            ("group_size", 2),
+            ("eval_every", 1),
+            ("eval_samples", 1),
+            ("seed", 0),
+            ("ckpt_every", 0),
+            ("keep_checkpoints", 1),
+        ):
+            check_int(f"rl.{key}", getattr(self, key), lo)
+        check_float("rl.temperature", self.temperature, 0.0, lo_open=True)
+        check_float("rl.progress_every_s", self.progress_every_s, 0.0)
         if self.init is not None and not isinstance(self.init, str):
             raise ConfigError(f"rl.init must be a path or null (got {self.init!r})")
         self.task.validate()

@@ -1,8 +1,10 @@
 """`run(cfg, run_dir) -> summary`: one RL fine-tuning run, resumable, in plain Python.
 
-Order of work: completed-run check -> validate everything -> mesh -> initial policy (rl.init or
-the cached warm start) -> restore the latest checkpoint, or check the start and evaluate step 0
--> RL steps with evaluations / checkpoints -> atomic summary.json.
+Order of work: completed-run check -> distributed init (experiments/loop_core.py: run_resumable)
+-> validate everything -> mesh -> initial policy (rl.init or the cached warm start) -> restore
+the latest checkpoint, or check the start and evaluate step 0 -> RL steps (loop_core.run_steps)
+with their periodic actions: evaluation, preemption check, checkpoint -> atomic summary.json
+(loop_core.write_summary).
 
 Run directory (same conventions as training): Hydra's `.hydra/`, `metrics.jsonl` (one object per
 evaluation, step 0 included), `checkpoints/<step>` (Orbax: params, optimizer state, counters),
@@ -23,6 +25,8 @@ from typing import Any
 import jax
 import numpy as np
 
+from experiments import loop_core
+from experiments.loop_core import Diverged, StepState
 from experiments.preemption import PreemptionGuard
 from experiments.rl.config import RLConfig, fingerprint, fingerprint_fields
 from experiments.rl.evaluate import Evaluator
@@ -30,20 +34,16 @@ from experiments.rl.flops import StepFlops, eval_flops, rl_step_flops
 from experiments.rl.step import RLSetup, TaskShape, build_rl_setup
 from experiments.rl.tasks import Task
 from experiments.rl.warmstart import check_start, init_model_config, load_init, warm_start
-from experiments.rundir import write_failed_summary
 from experiments.train.checkpoint import Checkpointer
 from experiments.train.config import OptimConfig
-from experiments.train.loop import quiet_library_logs
-from experiments.train.metrics import MetricsLog, read_metrics
+from experiments.train.metrics import MetricsLog
 from experiments.train.optimizer import make_optimizer, make_schedule
 from experiments.train.tracking import RL_NAMES, TrackerConfig, make_tracker
 from models.base.configs import to_plain
 from models.base.errors import ConfigError
-from models.base.jaxcache import enable_compile_cache
-from models.base.jsonio import read_json, write_json_atomic
+from models.base.rundir import METRICS_FILE, REFERENCE_DIR, RunDir, RunStatus, read_metrics
 from models.config import ModelConfig
 from models.flops import non_embedding_param_count, param_count
-from sharding import distributed
 from sharding.layouts import resolve_axis_sizes
 from sharding.mesh import make_mesh
 
@@ -165,30 +165,24 @@ class RLLoop:
 
 def run(cfg: Any, run_dir: Path) -> dict[str, Any]:
     """Run (or resume, or skip if completed) the RL run described by `cfg` in `run_dir`."""
-    run_dir = Path(run_dir)
-    t_start = time.time()
-    done = read_json(run_dir / "summary.json")
-    if done and done.get("status") == "completed":
-        _log(
-            f"RL run in {run_dir} already completed (final pass rate "
-            f"{done.get('final_pass_rate')}); nothing to do"
-        )
-        return dict(done, already_completed=True)
-    quiet_library_logs()
-    enable_compile_cache()  # a sweep's runs share shapes: later runs load, not compile, their steps
-    raw = to_plain(cfg)
-    state = RLState()
-    guard = PreemptionGuard()  # the RL step is synchronous: the stop vote is read at once
-    try:
-        distributed.initialize((raw or {}).get("distributed"))
-        with guard:  # after jax.distributed, whose own SIGTERM notifier would otherwise win
-            summary = _run(raw, run_dir, state, guard)
-    except Exception as e:
-        write_failed_summary(run_dir, state.summary_base, e, state.wall_prev + time.time() - t_start)
-        raise
-    if summary["status"] == "preempted":
-        guard.hand_over()  # e.g. submitit's requeue under hydra/launcher=slurm
-    return summary
+    run_dir, state = Path(run_dir), RLState()
+
+    def completed() -> dict[str, Any] | None:
+        done = RunDir(run_dir).read_summary_dict()
+        return done if done and done.get("status") == RunStatus.COMPLETED else None
+
+    return loop_core.run_resumable(
+        run_dir,
+        cfg,
+        lambda raw, guard, t_start: _run(raw, run_dir, state, guard),
+        completed=completed,
+        done_line=lambda done: (
+            f"RL run in {run_dir} already completed (final pass rate {done.get('final_pass_rate')}); "
+            "nothing to do"
+        ),
+        known_so_far=lambda: (state.summary_base, state.wall_prev),
+        vote_lag=0,  # the RL step is synchronous: the stop vote is read at once
+    )
 
 
 def _run(raw: dict[str, Any], run_dir: Path, state: RLState, guard: PreemptionGuard) -> dict[str, Any]:
@@ -243,7 +237,7 @@ def _build_loop(spec: RLSpec, run_dir: Path, state: RLState) -> RLLoop:
         state=state,
         ckpt=Checkpointer(run_dir, keep=rl.keep_checkpoints),
         metrics=MetricsLog(
-            run_dir / "metrics.jsonl",
+            run_dir / METRICS_FILE,
             tracker=make_tracker(spec.tracker, run_dir, RL_NAMES, spec.fields, jax.process_index() == 0),
         ),
         evaluator=evaluator,
@@ -283,7 +277,7 @@ def _summary_base(spec: RLSpec, sf: StepFlops, ef: float) -> dict[str, Any]:
 
 def _start(loop: RLLoop, run_dir: Path) -> None:
     """Policy, optimizer state and reference: the latest checkpoint, or the initial policy."""
-    ref_ckpt = Checkpointer(run_dir / "reference", keep=1)
+    ref_ckpt = Checkpointer(run_dir / REFERENCE_DIR, keep=1)
     try:
         if not _restore(loop, ref_ckpt, run_dir):
             _init_policy(loop, ref_ckpt)
@@ -312,8 +306,8 @@ def _restore(loop: RLLoop, ref_ckpt: Checkpointer, run_dir: Path) -> bool:
     state.wall_prev, state.prompts_seen = float(meta["wall_time_s"]), int(meta["prompts_seen"])
     state.start_check, state.start_pass_rate = meta.get("start_check"), meta.get("start_pass_rate")
     loop.metrics.truncate_after(loop.start)
-    if (run_dir / "metrics.jsonl").exists():
-        rows = read_metrics(run_dir / "metrics.jsonl")
+    if (run_dir / METRICS_FILE).exists():
+        rows = read_metrics(run_dir / METRICS_FILE)
         state.last_eval = rows[-1] if rows else None
     _log(f"resuming RL from checkpoint at step {loop.start}/{loop.spec.rl.steps}")
     return True
@@ -421,43 +415,56 @@ def _rl_step(loop: RLLoop, i: int, key: jax.Array) -> dict[str, float]:
     return {k: float(v) for k, v in jax.device_get(m).items()}
 
 
-def _rl_steps(loop: RLLoop) -> str:
-    """The steps from `loop.start`, evaluating / checkpointing on their cadence; "completed",
-    "diverged" at a non-finite loss, or "preempted" (checkpoint saved after the step) when the
-    preemption guard says stop."""
-    state, rl = loop.state, loop.spec.rl
-    key = jax.random.PRNGKey(rl.seed)
-    try:
-        for i in range(loop.start, rl.steps):
-            m = _rl_step(loop, i, key)
-            for k, v in m.items():
-                state.step_metrics.setdefault(k, []).append(v)
-            if not math.isfinite(m["loss"]):
-                _log(f"diverged: non-finite loss at step {i + 1}")
-                return "diverged"
-            for k in RL_PASSES:
-                state.flops[k] += getattr(loop.step_flops, k)
-            state.prompts_seen += rl.prompts_per_step
-            n = i + 1
-            if n % rl.eval_every == 0 or n == rl.steps:
-                _log_progress(loop, _evaluate(loop, n), force=n == rl.steps)
-            stop = loop.guard is not None and loop.guard.should_stop() and n < rl.steps
-            if stop or n == rl.steps or (rl.ckpt_every and n % rl.ckpt_every == 0):
-                _checkpoint(loop, n)
-            if stop:
-                _log(
-                    f"preempted by {', '.join(loop.guard.signal_names()) or 'another process'}: "
-                    f"checkpoint at step {n} saved, stopping"
-                )
-                loop.stopped_at = n
-                return "preempted"
-    finally:
-        loop.metrics.close()
-        loop.ckpt.close()
-    return "completed"
+class _RLSteps:
+    """The RL step for `run_steps`: synchronous (its metrics are fetched at once), so nothing is
+    in flight between steps."""
+
+    def __init__(self, loop: RLLoop):
+        self.loop = loop
+        self.key = jax.random.PRNGKey(loop.spec.rl.seed)
+
+    def step(self, i: int) -> None:
+        """Step i; its metrics kept for the next evaluation row, its compute counted."""
+        loop, state, rl = self.loop, self.loop.state, self.loop.spec.rl
+        m = _rl_step(loop, i, self.key)
+        for k, v in m.items():
+            state.step_metrics.setdefault(k, []).append(v)
+        if not math.isfinite(m["loss"]):
+            raise Diverged(f"non-finite loss at step {i + 1}")
+        for k in RL_PASSES:
+            state.flops[k] += getattr(loop.step_flops, k)
+        state.prompts_seen += rl.prompts_per_step
+
+    def drain(self) -> None:
+        pass
+
+    def close(self) -> None:
+        self.loop.metrics.close()
+        self.loop.ckpt.close()
+
+    # ---- periodic actions ----
+    def evaluate(self, s: StepState) -> None:
+        _log_progress(self.loop, _evaluate(self.loop, s.done), force=s.last)
+
+    def checkpoint(self, s: StepState) -> None:
+        _checkpoint(self.loop, s.done)
+        if s.stop:
+            self.loop.stopped_at = s.done
 
 
-def _write_summary(loop: RLLoop, run_dir: Path, status: str) -> dict[str, Any]:
+def _rl_steps(loop: RLLoop) -> RunStatus:
+    """The steps from `loop.start` (experiments/loop_core.py: run_steps). Each step: on
+    `rl.eval_every` steps the evaluation, then the preemption check, then on `rl.ckpt_every`
+    steps the checkpoint (both after the last step; the checkpoint also after a preempted one)."""
+    body, rl = _RLSteps(loop), loop.spec.rl
+    hooks = loop_core.Hooks()
+    hooks.add_hook(body.evaluate, every=rl.eval_every)
+    hooks.add_hook(loop_core.preemption_check(loop.guard), every=1)
+    hooks.add_hook(body.checkpoint, every=rl.ckpt_every, on_stop=True)
+    return loop_core.run_steps(body, hooks, StepState(start=loop.start, total=rl.steps), loop.guard, _log)
+
+
+def _write_summary(loop: RLLoop, run_dir: Path, status: RunStatus) -> dict[str, Any]:
     """summary.json (one atomic write) from the last evaluation and the counters, and the
     closing console line."""
     state = loop.state
@@ -477,14 +484,14 @@ def _write_summary(loop: RLLoop, run_dir: Path, status: str) -> dict[str, Any]:
         final_pass_rate_by_difficulty=last.get("pass_rate_by_difficulty"),
         final_kl=last.get("kl"),
         wall_time_s=state.wall(),
-        resumed_from_step=loop.start if loop.resumed else None,
     )
-    if status == "preempted" and loop.guard is not None:
-        summary["preempted_by"] = loop.guard.signal_names() or ["another process"]
-    write_json_atomic(run_dir / "summary.json", summary)
-    _log(
-        f"{status}: final held-out pass@1 {summary['final_pass_rate']} after {summary['steps_done']} "
-        f"steps, {summary['flops'] or 0:.3g} RL FLOPs, {summary['wall_time_s']:.0f}s"
+
+    def line(s: dict[str, Any]) -> str:
+        return (
+            f"{status}: final held-out pass@1 {s['final_pass_rate']} after {s['steps_done']} "
+            f"steps, {s['flops'] or 0:.3g} RL FLOPs, {s['wall_time_s']:.0f}s"
+        )
+
+    return loop_core.write_summary(
+        run_dir, summary, loop.start if loop.resumed else None, loop.guard, line, loop.metrics
     )
-    loop.metrics.finish(status, summary)  # the tracker's run ends with the run's status
-    return summary

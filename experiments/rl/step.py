@@ -23,9 +23,10 @@ from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from experiments.rl.algo import aggregate, nonzero_variance, policy_loss
-from experiments.rl.config import AlgoConfig
+from experiments.rl.config import Aggregation, AlgoConfig
 from experiments.rl.policy import completion_logits, sample, token_entropy, token_logp
 from experiments.rl.tasks import completion_mask, rewards
+from experiments.train.steps import opt_state_shardings
 from models.axes import activation_sharding
 from models.config import ModelConfig
 from models.transformer import Transformer, abstract_model, logical_axes, split_params
@@ -79,21 +80,6 @@ class _Shardings:
     rows: NamedSharding  # (B, ...) arrays split over the batch axes (data, fsdp)
 
 
-def _opt_shardings(
-    tx: optax.GradientTransformation, abstract_params: Any, p_sh: Any, replicated: NamedSharding
-) -> Any:
-    """Optimizer state shards like the parameter it belongs to; counters are replicated."""
-    o_shapes = jax.eval_shape(tx.init, abstract_params)
-    return optax.tree_map_params(
-        tx,
-        lambda _, sh: sh,
-        o_shapes,
-        p_sh,
-        transform_non_params=lambda _: replicated,
-        is_leaf=lambda x: isinstance(x, jax.ShapeDtypeStruct),
-    )
-
-
 def _shardings(
     model_cfg: ModelConfig, tx: optax.GradientTransformation, mesh: Mesh, abstract: nnx.Module
 ) -> _Shardings:
@@ -102,7 +88,7 @@ def _shardings(
     p_shapes = jax.eval_shape(lambda: split_params(Transformer(model_cfg, rngs=nnx.Rngs(0)))[1])
     return _Shardings(
         params=p_sh,
-        opt=_opt_shardings(tx, p_shapes, p_sh, replicated),
+        opt=opt_state_shardings(tx, p_shapes, p_sh, replicated),
         replicated=replicated,
         rows=NamedSharding(mesh, PartitionSpec(BATCH_AXES, None)),
     )
@@ -164,7 +150,9 @@ def _group_loss(pol: _Policy, p: Any, g: dict[str, Any], algo: AlgoConfig, G: in
     old = jax.lax.stop_gradient(lp) if g["old_lp"] is None else g["old_lp"]
     loss, aux = policy_loss(lp, old, g["ref_lp"], g["reward_PxG"], g["mask_BxK"], algo)
     ones = jnp.ones((lp.shape[0],), jnp.float32)
-    aux["entropy"] = aggregate(jax.lax.stop_gradient(token_entropy(logits)), g["mask_BxK"], ones, G, "token")
+    aux["entropy"] = aggregate(
+        jax.lax.stop_gradient(token_entropy(logits)), g["mask_BxK"], ones, G, Aggregation.TOKEN
+    )
     return loss, aux
 
 
@@ -258,7 +246,7 @@ def build_sft_step(setup: RLSetup, tx: optax.GradientTransformation, prompt_len:
     act_fn = activation_sharding_fn(setup.mesh)
     replicated = NamedSharding(setup.mesh, PartitionSpec())
     rows = NamedSharding(setup.mesh, PartitionSpec(BATCH_AXES, None))
-    o_sh = _opt_shardings(tx, setup.abstract_params(), setup.param_shardings, replicated)
+    o_sh = opt_state_shardings(tx, setup.abstract_params(), setup.param_shardings, replicated)
 
     def step(params, opt_state, prompts_BxP, answers_BxK):
         with activation_sharding(act_fn):

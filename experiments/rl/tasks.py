@@ -27,18 +27,38 @@ defined, and used by the fitter's burn-in).
 from __future__ import annotations
 
 import dataclasses
+import enum
 from typing import Any, Mapping
 
 import numpy as np
 
-from models.base.configs import config_from_mapping
+from models.base.configs import check_choice, check_int, config_from_mapping
 from models.base.errors import ConfigError
 
 EOS = ord("\n")
-TASKS = ("add", "reverse", "sort", "copy", "parity")
+
+
+class TaskName(enum.StrEnum):
+    """`rl.task.name`: what the policy is asked (a prompt and its one right answer)."""
+
+    ADD = "add"  # two numbers of min_len..max_len digits: their sum, digits reversed
+    REVERSE = "reverse"  # a string of letters, reversed
+    SORT = "sort"  # a string of digits, sorted
+    COPY = "copy"  # a string of letters, copied
+    PARITY = "parity"  # a string of bits: 1 if it holds an odd number of ones
+
+
+TASKS = tuple(t.value for t in TaskName)
 _LETTERS = np.frombuffer(b"abcdefghijklmnopqrstuvwxyz", np.uint8)
 _DIGITS = np.frombuffer(b"0123456789", np.uint8)
 _BITS = np.frombuffer(b"01", np.uint8)
+# The symbols of each string task's items.
+_ALPHABETS = {
+    TaskName.REVERSE: _LETTERS,
+    TaskName.COPY: _LETTERS,
+    TaskName.SORT: _DIGITS,
+    TaskName.PARITY: _BITS,
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,18 +77,14 @@ class TaskConfig:
         return config_from_mapping(cls, m, "rl.task")
 
     def validate(self) -> None:
-        if self.name not in TASKS:
-            raise ConfigError(f"rl.task.name must be one of {TASKS} (got {self.name!r})")
+        check_choice("rl.task.name", self.name, TaskName)
         for k in ("min_len", "max_len", "eval_size"):
-            v = getattr(self, k)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ConfigError(f"rl.task.{k} must be a positive integer (got {v!r})")
+            check_int(f"rl.task.{k}", getattr(self, k), 1, what="a positive integer")
         if self.min_len > self.max_len:
             raise ConfigError(f"rl.task.min_len={self.min_len} exceeds rl.task.max_len={self.max_len}")
-        if self.name == "add" and self.max_len > 9:
+        if self.name == TaskName.ADD and self.max_len > 9:
             raise ConfigError("rl.task.max_len must be <= 9 digits for add")
-        if isinstance(self.train_pool, bool) or not isinstance(self.train_pool, int) or self.train_pool < 0:
-            raise ConfigError(f"rl.task.train_pool must be an integer >= 0 (got {self.train_pool!r})")
+        check_int("rl.task.train_pool", self.train_pool, 0)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,9 +107,9 @@ class Task:
         cfg.validate()
         self.cfg = cfg
         n = cfg.max_len
-        if cfg.name == "add":
+        if cfg.name == TaskName.ADD:
             self.prompt_len, self.answer_len = 2 * n + 2, n + 1
-        elif cfg.name == "parity":
+        elif cfg.name == TaskName.PARITY:
             self.prompt_len, self.answer_len = n + 1, 1
         else:
             self.prompt_len, self.answer_len = n + 1, n
@@ -112,13 +128,13 @@ class Task:
 
     @property
     def difficulty_names(self) -> list[str]:
-        unit = "d" if self.cfg.name == "add" else ""
+        unit = "d" if self.cfg.name == TaskName.ADD else ""
         return [f"{k}{unit}" for k in range(self.cfg.min_len, self.cfg.max_len + 1)]
 
     # ---- drawing items ---------------------------------------------------------------------
     def draw(self, rng: np.random.Generator, n: int) -> Batch:
         cfg = self.cfg
-        lens = rng.integers(cfg.min_len, cfg.max_len + 1, size=(n, 2 if cfg.name == "add" else 1))
+        lens = rng.integers(cfg.min_len, cfg.max_len + 1, size=(n, 2 if cfg.name == TaskName.ADD else 1))
         prompts = np.empty((n, self.prompt_len), np.uint8)
         answers = np.empty((n, self.completion_len), np.uint8)
         for i in range(n):
@@ -131,20 +147,22 @@ class Task:
 
     def _item(self, rng: np.random.Generator, lens: np.ndarray) -> tuple[str, str]:
         n, name = self.cfg.max_len, self.cfg.name
-        if name == "add":
+        if name == TaskName.ADD:
             a, b = (int(rng.integers(10 ** (k - 1) if k > 1 else 0, 10**k)) for k in lens)
             return f"{a:>{n}}+{b:>{n}}=", str(a + b).zfill(n + 1)[::-1]
         k = int(lens[0])
-        alphabet = {"reverse": _LETTERS, "copy": _LETTERS, "sort": _DIGITS, "parity": _BITS}[name]
+        alphabet = {TaskName.REVERSE: _LETTERS, TaskName.COPY: _LETTERS, TaskName.SORT: _DIGITS}.get(
+            name, _BITS
+        )
         s = rng.choice(alphabet, size=k).tobytes().decode()
         prompt = f"{s:_<{n}}>"
-        if name == "reverse":
+        if name == TaskName.REVERSE:
             return prompt, f"{s[::-1]:_<{n}}"
-        if name == "copy":
+        if name == TaskName.COPY:
             return prompt, f"{s:_<{n}}"
-        if name == "sort":
+        if name == TaskName.SORT:
             return prompt, f"{''.join(sorted(s)):_<{n}}"
-        return prompt, str(s.count("1") % 2)
+        return prompt, str(s.count("1") % 2)  # TaskName.PARITY
 
     def eval_set(self) -> Batch:
         """The fixed held-out set (same for every run with the same task config)."""

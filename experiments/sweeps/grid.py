@@ -47,14 +47,14 @@ class PlanError(LadderError):
 class PlannedRun:
     """One run of a sweep: its overrides and the numbers behind them."""
 
-    label: str                      # human-readable part of the run directory name
-    overrides: tuple[str, ...]      # Hydra overrides (model/train/optim/sharding/sweep.*)
-    budget: float | None            # target compute C (isoflop) or None
+    label: str  # human-readable part of the run directory name
+    overrides: tuple[str, ...]  # Hydra overrides (model/train/optim/sharding/sweep.*)
+    budget: float | None  # target compute C (isoflop) or None
     n_params: int
     flops_per_token: int
-    tokens: int                     # training tokens after rounding to whole steps
+    tokens: int  # training tokens after rounding to whole steps
     steps: int
-    skip: str | None = None         # why this run is not trained (None = train it)
+    skip: str | None = None  # why this run is not trained (None = train it)
 
     @property
     def flops(self) -> float:
@@ -125,18 +125,28 @@ class _Sweep:
         """Why a run of this length is not worth training, or None."""
         min_steps = int(self.sweep.get("min_steps", 20))
         if steps < min_steps:
-            return (f"only {steps} steps of {self.tokens_per_step} tokens (< sweep.min_steps={min_steps}); "
-                    "the budget is too small for this shape")
+            return (
+                f"only {steps} steps of {self.tokens_per_step} tokens (< sweep.min_steps={min_steps}); "
+                "the budget is too small for this shape"
+            )
         max_epochs = self.sweep.get("max_epochs")
         if max_epochs is not None and self.corpus_tokens:
             epochs = tokens / self.corpus_tokens
             if epochs > float(max_epochs):
-                return (f"{tokens:,} tokens = {epochs:.2f} epochs of the {self.corpus_tokens:,}-token "
-                        f"training split (> sweep.max_epochs={max_epochs})")
+                return (
+                    f"{tokens:,} tokens = {epochs:.2f} epochs of the {self.corpus_tokens:,}-token "
+                    f"training split (> sweep.max_epochs={max_epochs})"
+                )
         return None
 
-    def run(self, label: str, model: Mapping[str, Any], overrides: list[str],
-            tokens_for: Callable[[int, int], float], budget: float | None = None) -> PlannedRun:
+    def run(
+        self,
+        label: str,
+        model: Mapping[str, Any],
+        overrides: list[str],
+        tokens_for: Callable[[int, int], float],
+        budget: float | None = None,
+    ) -> PlannedRun:
         """A run of `model` for about `tokens_for(n_params, flops_per_token)` tokens: its shape
         overrides, then its length overrides (and the budget it belongs to), and the skip rule."""
         n, fpt = self.counts(model)
@@ -144,9 +154,16 @@ class _Sweep:
         overrides = overrides + _length_overrides(tokens, self.sweep)
         if budget is not None:
             overrides.append(f"sweep.budget={budget:g}")
-        return PlannedRun(label=label, overrides=tuple(overrides), budget=budget, n_params=n,
-                          flops_per_token=fpt, tokens=tokens, steps=steps,
-                          skip=self.skip_reason(steps, tokens))
+        return PlannedRun(
+            label=label,
+            overrides=tuple(overrides),
+            budget=budget,
+            n_params=n,
+            flops_per_token=fpt,
+            tokens=tokens,
+            steps=steps,
+            skip=self.skip_reason(steps, tokens),
+        )
 
 
 def _plan_isoflop(s: _Sweep) -> list[PlannedRun]:
@@ -158,13 +175,30 @@ def _plan_isoflop(s: _Sweep) -> list[PlannedRun]:
     if len(set(budgets)) != len(budgets):
         raise PlanError(f"sweep.budgets has repeated entries: {budgets}")
     shapes = shapes_from_config(s.sweep)
-    runs = [s.run(f"C{format_budget(c)}_{shape.label}", shape.apply(s.model), shape.overrides(),
-                  lambda n, fpt, c=c: c / fpt, budget=c)
-            for c in sorted(budgets) for shape in shapes]
+    runs = [
+        s.run(
+            f"C{format_budget(c)}_{shape.label}",
+            shape.apply(s.model),
+            shape.overrides(),
+            lambda n, fpt, c=c: c / fpt,
+            budget=c,
+        )
+        for c in sorted(budgets)
+        for shape in shapes
+    ]
     probe_budgets, lrs = _lr_probe(s.sweep, budgets)
-    runs += [s.run(f"C{format_budget(c)}_{shape.label}_lr{lr:g}", shape.apply(s.model),
-                   shape.overrides() + [f"optim.lr={lr:g}"], lambda n, fpt, c=c: c / fpt, budget=c)
-             for c in probe_budgets for shape in shapes for lr in lrs]
+    runs += [
+        s.run(
+            f"C{format_budget(c)}_{shape.label}_lr{lr:g}",
+            shape.apply(s.model),
+            shape.overrides() + [f"optim.lr={lr:g}"],
+            lambda n, fpt, c=c: c / fpt,
+            budget=c,
+        )
+        for c in probe_budgets
+        for shape in shapes
+        for lr in lrs
+    ]
     return runs
 
 
@@ -193,8 +227,10 @@ def _lr_probe(sweep: Mapping[str, Any], budgets: list[float]) -> tuple[list[floa
 def _plan_model_ladder(s: _Sweep) -> list[PlannedRun]:
     """Every ladder shape at D = tokens_per_param * N."""
     r = _positive("sweep.tokens_per_param", s.sweep.get("tokens_per_param"))
-    return [s.run(f"{shape.label}_r{r:g}", shape.apply(s.model), shape.overrides(), lambda n, fpt: r * n)
-            for shape in shapes_from_config(s.sweep)]
+    return [
+        s.run(f"{shape.label}_r{r:g}", shape.apply(s.model), shape.overrides(), lambda n, fpt: r * n)
+        for shape in shapes_from_config(s.sweep)
+    ]
 
 
 def _plan_data_ladder(s: _Sweep) -> list[PlannedRun]:
@@ -210,7 +246,9 @@ def _plan_layouts(s: _Sweep) -> list[PlannedRun]:
     """The config's model and run length over each mesh of `sweep.meshes` (never skipped)."""
     meshes = s.sweep.get("meshes")
     if not meshes:
-        raise PlanError("sweep.meshes is empty; give meshes, e.g. [{data: 8}, {fsdp: 8}, {data: 2, tensor: 4}]")
+        raise PlanError(
+            "sweep.meshes is empty; give meshes, e.g. [{data: 8}, {fsdp: 8}, {data: 2, tensor: 4}]"
+        )
     n, fpt = s.counts(s.model)
     if s.train.get("steps"):
         steps = int(s.train["steps"])
@@ -224,8 +262,10 @@ def _plan_layouts(s: _Sweep) -> list[PlannedRun]:
     for i, mesh in enumerate(meshes):
         unknown = set(mesh) - set(default) - {"micro_batches"}
         if unknown:
-            raise PlanError(f"sweep.meshes[{i}] has unknown keys {sorted(unknown)}; use the sharding keys "
-                            f"({', '.join(default)}) and micro_batches (pipeline micro-batches)")
+            raise PlanError(
+                f"sweep.meshes[{i}] has unknown keys {sorted(unknown)}; use the sharding keys "
+                f"({', '.join(default)}) and micro_batches (pipeline micro-batches)"
+            )
         full = {k: type(default[k])(mesh.get(k, default[k])) for k in default}
         # data/fsdp/tensor always (stable run labels); newer keys only when not at their default
         axes = {k: v for k, v in full.items() if k in ("data", "fsdp", "tensor") or v != default[k]}
@@ -234,14 +274,28 @@ def _plan_layouts(s: _Sweep) -> list[PlannedRun]:
         if mesh.get("micro_batches") is not None:
             overrides.append(f"train.micro_batches={int(mesh['micro_batches'])}")
             label += f"-mb{int(mesh['micro_batches'])}"
-        runs.append(PlannedRun(label="mesh-" + label, overrides=tuple(overrides), budget=None, n_params=n,
-                               flops_per_token=fpt, tokens=tokens, steps=steps))
+        runs.append(
+            PlannedRun(
+                label="mesh-" + label,
+                overrides=tuple(overrides),
+                budget=None,
+                n_params=n,
+                flops_per_token=fpt,
+                tokens=tokens,
+                steps=steps,
+            )
+        )
     return runs
 
 
 # run-label spelling of the sharding keys added after the first layouts (their labels stay as they were)
-_SHORT = {"context": "cp", "pipeline": "pp", "virtual_stages": "v", "sequence_parallel": "sp",
-          "pipeline_schedule": ""}
+_SHORT = {
+    "context": "cp",
+    "pipeline": "pp",
+    "virtual_stages": "v",
+    "sequence_parallel": "sp",
+    "pipeline_schedule": "",
+}
 
 
 def _label(key: str, value: object) -> str:
@@ -251,14 +305,19 @@ def _label(key: str, value: object) -> str:
 
 
 _PLANNERS: dict[str, Callable[[_Sweep], list[PlannedRun]]] = {
-    "isoflop": _plan_isoflop, "model_ladder": _plan_model_ladder,
-    "data_ladder": _plan_data_ladder, "layouts": _plan_layouts,
+    "isoflop": _plan_isoflop,
+    "model_ladder": _plan_model_ladder,
+    "data_ladder": _plan_data_ladder,
+    "layouts": _plan_layouts,
 }
 
 
-def plan_sweep(run_cfg: Mapping[str, Any], sweep: Mapping[str, Any],
-               corpus_tokens: int | None = None,
-               counts: Callable[[Mapping[str, Any]], tuple[int, int]] = model_counts) -> list[PlannedRun]:
+def plan_sweep(
+    run_cfg: Mapping[str, Any],
+    sweep: Mapping[str, Any],
+    corpus_tokens: int | None = None,
+    counts: Callable[[Mapping[str, Any]], tuple[int, int]] = model_counts,
+) -> list[PlannedRun]:
     """Planned runs for `sweep` (the `sweep` node) over the resolved base config `run_cfg`.
 
     `corpus_tokens` is the size of the training split (for the epoch limit; None = unknown, no
@@ -268,5 +327,12 @@ def plan_sweep(run_cfg: Mapping[str, Any], sweep: Mapping[str, Any],
     kind = sweep.get("kind", "isoflop")
     if kind not in KINDS:
         raise PlanError(f"sweep.kind={kind!r} is not one of {list(KINDS)}")
-    return _PLANNERS[kind](_Sweep(model=dict(run_cfg["model"]), train=run_cfg["train"], sweep=sweep,
-                                  corpus_tokens=corpus_tokens, counts=counts))
+    return _PLANNERS[kind](
+        _Sweep(
+            model=dict(run_cfg["model"]),
+            train=run_cfg["train"],
+            sweep=sweep,
+            corpus_tokens=corpus_tokens,
+            counts=counts,
+        )
+    )

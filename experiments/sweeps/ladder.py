@@ -46,6 +46,7 @@ class Shape:
 
     def overrides(self) -> list[str]:
         """Hydra overrides setting this shape (null keeps the model's own default rule)."""
+
         def fmt(v: int | None) -> str:
             return "null" if v is None else str(int(v))
 
@@ -60,8 +61,13 @@ class Shape:
     def apply(self, model: Mapping[str, Any]) -> dict[str, Any]:
         """The model config dict with this shape's keys substituted."""
         out = dict(model)
-        out.update(n_layers=self.n_layers, d_model=self.d_model, n_heads=self.n_heads,
-                   n_kv_heads=self.n_kv_heads, d_ff=self.d_ff)
+        out.update(
+            n_layers=self.n_layers,
+            d_model=self.d_model,
+            n_heads=self.n_heads,
+            n_kv_heads=self.n_kv_heads,
+            d_ff=self.d_ff,
+        )
         return out
 
 
@@ -71,8 +77,13 @@ def _pos_int(name: str, v: Any) -> int:
     return int(v)
 
 
-def ladder(depths: Iterable[int], head_dim: int = 16, aspect_ratio: float = 32.0,
-           kv_groups: int = 1, ffn_mult: float | None = None) -> list[Shape]:
+def ladder(
+    depths: Iterable[int],
+    head_dim: int = 16,
+    aspect_ratio: float = 32.0,
+    kv_groups: int = 1,
+    ffn_mult: float | None = None,
+) -> list[Shape]:
     """Shapes for `depths` under the fixed-head-width, fixed-aspect-ratio rule (module doc)."""
     head_dim = _pos_int("sweep.ladder.head_dim", head_dim)
     if head_dim % 2:
@@ -92,10 +103,10 @@ def ladder(depths: Iterable[int], head_dim: int = 16, aspect_ratio: float = 32.0
         if n_heads % kv_groups:
             raise LadderError(
                 f"sweep.ladder.kv_groups={kv_groups} does not divide n_heads={n_heads} of the "
-                f"depth-{L} rung; pick kv_groups dividing every rung's head count")
+                f"depth-{L} rung; pick kv_groups dividing every rung's head count"
+            )
         d_ff = None if ffn_mult is None else 16 * math.ceil(ffn_mult * d_model / 16)
-        shapes.append(Shape(L, d_model, n_heads,
-                            None if kv_groups == 1 else n_heads // kv_groups, d_ff))
+        shapes.append(Shape(L, d_model, n_heads, None if kv_groups == 1 else n_heads // kv_groups, d_ff))
     return shapes
 
 
@@ -106,19 +117,27 @@ def shapes_from_config(sweep: Mapping[str, Any]) -> list[Shape]:
         shapes = []
         for i, s in enumerate(explicit):
             try:
-                shapes.append(Shape(
-                    _pos_int(f"sweep.shapes[{i}].n_layers", s["n_layers"]),
-                    _pos_int(f"sweep.shapes[{i}].d_model", s["d_model"]),
-                    _pos_int(f"sweep.shapes[{i}].n_heads", s["n_heads"]),
-                    None if s.get("n_kv_heads") is None
-                    else _pos_int(f"sweep.shapes[{i}].n_kv_heads", s["n_kv_heads"]),
-                    None if s.get("d_ff") is None else _pos_int(f"sweep.shapes[{i}].d_ff", s["d_ff"])))
+                shapes.append(
+                    Shape(
+                        _pos_int(f"sweep.shapes[{i}].n_layers", s["n_layers"]),
+                        _pos_int(f"sweep.shapes[{i}].d_model", s["d_model"]),
+                        _pos_int(f"sweep.shapes[{i}].n_heads", s["n_heads"]),
+                        None
+                        if s.get("n_kv_heads") is None
+                        else _pos_int(f"sweep.shapes[{i}].n_kv_heads", s["n_kv_heads"]),
+                        None if s.get("d_ff") is None else _pos_int(f"sweep.shapes[{i}].d_ff", s["d_ff"]),
+                    )
+                )
             except (KeyError, TypeError) as e:
                 raise LadderError(f"sweep.shapes[{i}] needs n_layers, d_model, n_heads (got {s!r})") from e
         return shapes
     lad = sweep.get("ladder")
     if not lad:
         raise LadderError("the sweep needs model shapes: set sweep.ladder.depths or sweep.shapes")
-    return ladder(lad.get("depths") or [], head_dim=lad.get("head_dim", 16),
-                  aspect_ratio=lad.get("aspect_ratio", 32.0), kv_groups=lad.get("kv_groups", 1),
-                  ffn_mult=lad.get("ffn_mult"))
+    return ladder(
+        lad.get("depths") or [],
+        head_dim=lad.get("head_dim", 16),
+        aspect_ratio=lad.get("aspect_ratio", 32.0),
+        kv_groups=lad.get("kv_groups", 1),
+        ffn_mult=lad.get("ffn_mult"),
+    )

@@ -21,17 +21,23 @@ settings, wall and CPU seconds), so oversubscription can be measured after the f
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import pathlib
 import socket
 import time
 from typing import Any, Iterator
 
+from models.base.jsonio import jsonl_line
 from models.base.portable import available_cpus, lock_file, pin_to_cpus, unlock_file
+from models.base.rundir import RunDir
 
-THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS",
-               "NUMEXPR_NUM_THREADS", "TF_NUM_INTRAOP_THREADS")
+THREAD_VARS = (
+    "OMP_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "OPENBLAS_NUM_THREADS",
+    "NUMEXPR_NUM_THREADS",
+    "TF_NUM_INTRAOP_THREADS",
+)
 SLOT_ENV = "SCALELAB_CPU_SLOT"
 EIGEN_OFF = "--xla_cpu_multi_thread_eigen=false"
 
@@ -88,8 +94,11 @@ def record_launch(run_dir: pathlib.Path) -> Iterator[None]:
     """Append this launch's resources and timings to `<run_dir>/launches.jsonl`."""
     t0, c0 = time.time(), os.times()
     rec: dict[str, Any] = {
-        "pid": os.getpid(), "host": socket.gethostname(), "start": t0,
-        "cpus": available_cpus(), "affinity_api": hasattr(os, "sched_setaffinity"),
+        "pid": os.getpid(),
+        "host": socket.gethostname(),
+        "start": t0,
+        "cpus": available_cpus(),
+        "affinity_api": hasattr(os, "sched_setaffinity"),
         "slot": os.environ.get(SLOT_ENV),
         "threads": {v: os.environ.get(v) for v in THREAD_VARS},
         "xla_flags": os.environ.get("XLA_FLAGS", ""),
@@ -98,9 +107,10 @@ def record_launch(run_dir: pathlib.Path) -> Iterator[None]:
         yield
     finally:
         c1 = os.times()
-        rec.update(end=time.time(), wall_s=time.time() - t0,
-                   cpu_s=(c1.user - c0.user) + (c1.system - c0.system))
+        rec.update(
+            end=time.time(), wall_s=time.time() - t0, cpu_s=(c1.user - c0.user) + (c1.system - c0.system)
+        )
         run_dir = pathlib.Path(run_dir)
         if run_dir.is_dir():
-            with open(run_dir / "launches.jsonl", "a") as f:
-                f.write(json.dumps(rec) + "\n")
+            with open(RunDir(run_dir).launches_path, "a") as f:
+                f.write(jsonl_line(rec) + "\n")

@@ -18,9 +18,9 @@ import pathlib
 from typing import Any, Iterable, Mapping
 
 from models.base.fingerprint import fingerprint
+from models.base.rundir import FINISHED_BAD, ReadStatus, RunDir, RunStatus
 
-FINISHED_OK = "completed"
-FINISHED_BAD = ("diverged", "failed")
+FINISHED_OK = RunStatus.COMPLETED
 ID_LEN = 10
 
 
@@ -40,13 +40,16 @@ def identity(run_cfg: Mapping[str, Any], ignore: Iterable[str] = ()) -> dict[str
     tree = json.loads(json.dumps(dict(run_cfg), default=str))
     tree.pop("hydra", None)
     tree.pop("sweep", None)
-    tree.pop("tracker", None)          # where metrics are mirrored, not what is trained
+    tree.pop("tracker", None)  # where metrics are mirrored, not what is trained
     _drop(tree, "train.profile_steps")  # a trace of some steps does not change them
     if not (tree.get("eval") or {}).get("tasks"):
-        tree.pop("eval", None)   # no downstream tasks: the id it had before `eval.*` existed
+        tree.pop("eval", None)  # no downstream tasks: the id it had before `eval.*` existed
     model = tree.get("model")
-    if isinstance(model, dict) and model.get("parametrization", "sp") == "sp" \
-            and model.get("mup_base_d_model") is None:
+    if (
+        isinstance(model, dict)
+        and model.get("parametrization", "sp") == "sp"
+        and model.get("mup_base_d_model") is None
+    ):
         # standard parametrisation: the id it had before µP existed
         model.pop("parametrization", None)
         model.pop("mup_base_d_model", None)
@@ -64,18 +67,15 @@ def run_dirname(label: str, rid: str) -> str:
     return f"{label}_{rid}"
 
 
-def read_status(run_dir: pathlib.Path) -> str:
+def read_status(run_dir: pathlib.Path) -> RunStatus | ReadStatus:
     """`completed` | `diverged` | `failed` | `interrupted` (dir exists, unfinished) | `new`."""
-    run_dir = pathlib.Path(run_dir)
-    if not run_dir.is_dir():
-        return "new"
-    try:
-        status = json.loads((run_dir / "summary.json").read_text()).get("status")
-    except (OSError, ValueError, AttributeError):
-        return "interrupted"
+    rd = RunDir(run_dir)
+    if not rd.path.is_dir():
+        return ReadStatus.NEW
+    status = rd.status
     if status == FINISHED_OK or status in FINISHED_BAD:
         return status
-    return "interrupted"
+    return ReadStatus.INTERRUPTED
 
 
 def decide(status: str, rerun_failed: bool) -> tuple[bool, str]:
@@ -86,6 +86,6 @@ def decide(status: str, rerun_failed: bool) -> tuple[bool, str]:
         if rerun_failed:
             return True, f"{status} earlier; re-running (sweep.rerun_failed=true)"
         return False, f"{status} earlier; kept (set sweep.rerun_failed=true to re-run)"
-    if status == "interrupted":
+    if status == ReadStatus.INTERRUPTED:
         return True, "interrupted earlier; resuming from its checkpoint"
-    return True, "new"
+    return True, ReadStatus.NEW.value

@@ -13,26 +13,15 @@ In a multirun (`-m`) job nothing exits: the status is returned so the other jobs
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any, Mapping
 
 import hydra
-from hydra.core.hydra_config import HydraConfig
-from hydra.types import RunMode
 from omegaconf import DictConfig
 
 import experiments.train.config  # noqa: F401 - registers the config schemas (imports no JAX)
-from experiments.cli import run_cli
-from experiments.rundir import (
-    EXIT_CONFIG,
-    completed_summary,
-    console_log,
-    fail,
-    first_line,
-    log_path,
-    register_run_name,
-    run_guarded,
-    train_run_name,
-)
-from models.base.configs import to_plain
+from experiments.cli import RunFn, hydra_job, run_cli, start_run
+from experiments.rundir import completed_summary, register_run_name, train_run_name
+from models.base.rundir import RunStatus
 
 # `${scalelab.train_run:}` in conf/config.yaml's hydra.run.dir; registered before Hydra composes.
 register_run_name("scalelab.train_run", train_run_name)
@@ -40,35 +29,32 @@ register_run_name("scalelab.train_run", train_run_name)
 
 @hydra.main(config_path="../../conf", config_name="config", version_base=None)
 def main(cfg: DictConfig) -> dict:
-    hc = HydraConfig.get()
-    multirun = hc.mode == RunMode.MULTIRUN
-    run_dir = Path(hc.runtime.output_dir)
-    with console_log(log_path(run_dir, hc.job.name, cfg)):
-        return train(cfg, run_dir, multirun)
+    return hydra_job(cfg, train)
 
 
 def train(cfg: DictConfig, run_dir: Path, multirun: bool) -> dict:
     """The contract above, for the composed `cfg` in `run_dir`."""
-    try:
-        raw = to_plain(cfg)
-    except Exception as e:  # noqa: BLE001 - e.g. an interpolation error in the config
-        return fail(f"bad config: {first_line(e)}", EXIT_CONFIG, multirun)
-    try:
-        done = completed_summary(run_dir, raw)
-    except ValueError as e:
-        return fail(str(e), EXIT_CONFIG, multirun)
+    return start_run(cfg, run_dir, multirun, "training", _load_run, lambda raw: _completed(run_dir, raw))
+
+
+def _completed(run_dir: Path, raw: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The summary of this config's completed run in `run_dir` (said on the console), or None;
+    ValueError for a completed run of another config."""
+    done = completed_summary(run_dir, raw)
     if done is not None:
         print(
-            f"run in {run_dir} already completed (status completed, {done.get('tokens')} tokens, "
-            f"final eval loss {done.get('final_eval_loss')}); nothing to do",
+            f"run in {run_dir} already completed (status {RunStatus.COMPLETED.value}, "
+            f"{done.get('tokens')} tokens, final eval loss {done.get('final_eval_loss')}); nothing to do",
             flush=True,
         )
-        return done
+    return done
 
+
+def _load_run() -> RunFn:
     # Imported here, not at the top: it imports JAX, which a completed run never needs.
     from experiments.train.loop import run
 
-    return run_guarded(run, cfg, run_dir, multirun, "training")
+    return run
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ composing, and a completed run exits without JAX.
 from __future__ import annotations
 
 import dataclasses
+import enum
 import math
 from typing import Any, Mapping
 
@@ -31,14 +32,24 @@ from experiments.train.profiling import check_profile_steps
 from experiments.train.tasks import EvalConfig
 from experiments.train.tasks.base import check_tasks
 from experiments.train.tracking import TrackerConfig
-from models.base.configs import config_from_mapping, to_plain
+from models.base.configs import check_choice, check_float, check_int, config_from_mapping, is_int, to_plain
 from models.base.errors import ConfigError
 from models.config import ModelConfig
 from models.flops import flops_per_token, non_embedding_param_count, param_count
 from sharding.layouts import ShardingConfig, resolve_axis_sizes
-from sharding.validate import PipelineSpec, check_pipeline, check_sequence_layout, validate_layout
+from sharding.validate import PipelineSpec, check_pipeline, check_sequence_layout, validate_mesh
 
-SCHEDULES = ("cosine", "linear", "wsd", "constant")
+
+class Schedule(enum.StrEnum):
+    """`optim.schedule`: the learning-rate shape after linear warmup (experiments/train/optimizer.py)."""
+
+    COSINE = "cosine"
+    LINEAR = "linear"
+    WSD = "wsd"  # warmup-stable-decay: peak until the last `decay_fraction` of the run
+    CONSTANT = "constant"
+
+
+SCHEDULES = tuple(s.value for s in Schedule)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,6 +79,20 @@ class TrainConfig:
         return config_from_mapping(cls, m, "train")
 
 
+# (key, lo, hi, lo_open) of each number `optim.*` must be in.
+_OPTIM_RANGES = (
+    ("lr", 0.0, None, True),
+    ("min_lr_ratio", 0.0, 1.0, False),
+    ("decay_fraction", 0.0, 1.0, True),
+    ("weight_decay", 0.0, None, False),
+    ("b1", 0.0, 1.0, False),
+    ("b2", 0.0, 1.0, False),
+    ("eps", 0.0, None, True),
+    ("clip", 0.0, None, False),
+    ("warmup_tokens", 0.0, None, False),
+)
+
+
 @dataclasses.dataclass(frozen=True)
 class OptimConfig:
     """`optim.*`: AdamW with linear warmup, then the `schedule` shape (experiments/train/optimizer.py)."""
@@ -93,27 +118,11 @@ class OptimConfig:
     def validate(self) -> None:
         if self.name != "adamw":
             raise ConfigError(f"optim.name must be adamw (got {self.name!r})")
-        if self.schedule not in SCHEDULES:
-            raise ConfigError(f"optim.schedule must be one of {SCHEDULES} (got {self.schedule!r})")
-        self._number("lr", 0.0)
-        self._number("min_lr_ratio", 0.0, 1.0, lo_open=False)
-        self._number("decay_fraction", 0.0, 1.0)
-        self._number("weight_decay", 0.0, lo_open=False)
-        self._number("b1", 0.0, 1.0, lo_open=False)
-        self._number("b2", 0.0, 1.0, lo_open=False)
-        self._number("eps", 0.0)
-        if self.clip is not None:
-            self._number("clip", 0.0, lo_open=False)
-        if self.warmup_tokens is not None:
-            self._number("warmup_tokens", 0.0, lo_open=False)
-
-    def _number(self, name: str, lo: float, hi: float | None = None, lo_open: bool = True) -> None:
-        v = getattr(self, name)
-        ok = isinstance(v, (int, float)) and not isinstance(v, bool) and v == v
-        ok = ok and (v > lo if lo_open else v >= lo) and (hi is None or v <= hi)
-        if not ok:
-            rng = f"{'>' if lo_open else '>='} {lo}" + (f" and <= {hi}" if hi is not None else "")
-            raise ConfigError(f"optim.{name} must be a number {rng} (got {v!r})")
+        check_choice("optim.schedule", self.schedule, Schedule)
+        for name, lo, hi, lo_open in _OPTIM_RANGES:
+            v = getattr(self, name)
+            if v is not None or name not in ("clip", "warmup_tokens"):  # clip, warmup_tokens: null = off / 5%
+                check_float(f"optim.{name}", v, lo, hi, lo_open=lo_open)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -225,11 +234,8 @@ class _Length:
 
 
 def _int(name: str, v: Any, lo: int = 1) -> int:
-    if isinstance(v, float) and v.is_integer():
-        v = int(v)
-    if isinstance(v, bool) or not isinstance(v, int) or v < lo:
-        raise ConfigError(f"{name} must be an integer >= {lo} (got {v!r})")
-    return v
+    """`check_int`, also taking a whole float (`2e3` typed on the command line)."""
+    return check_int(name, int(v) if isinstance(v, float) and v.is_integer() else v, lo)
 
 
 def _raw_groups(cfg: Any) -> dict[str, Any]:
@@ -277,9 +283,7 @@ def _run_length(train: TrainConfig, model: ModelConfig) -> _Length:
     if train.steps is not None:
         steps = _int("train.steps", train.steps)
     elif train.tokens is not None:
-        tok = train.tokens
-        if isinstance(tok, bool) or not isinstance(tok, (int, float)) or not tok > 0 or tok != tok:
-            raise ConfigError(f"train.tokens must be a positive number (got {tok!r})")
+        tok = check_float("train.tokens", train.tokens, 0, lo_open=True, what="a positive number")
         steps = max(1, math.ceil(tok / tokens_per_step))
     else:
         raise ConfigError("give train.steps or train.tokens")
@@ -312,16 +316,12 @@ def _loss_ceiling(train: TrainConfig, model: ModelConfig) -> float:
     ceiling = train.loss_ceiling
     if ceiling is None:
         return 2.0 * math.log(model.vocab_size) + 1.0
-    if isinstance(ceiling, bool) or not isinstance(ceiling, (int, float)) or not ceiling > 0:
-        raise ConfigError(f"train.loss_ceiling must be a positive number (got {ceiling!r})")
-    return float(ceiling)
+    return float(check_float("train.loss_ceiling", ceiling, 0, lo_open=True, what="a positive number"))
 
 
 def _devices_per_stage(sharding: ShardingConfig, n_devices: int) -> int:
     """The devices left for the other axes once `sharding.pipeline` stages take theirs."""
-    p = sharding.pipeline
-    if isinstance(p, bool) or not isinstance(p, int) or p < 1:
-        raise ConfigError(f"sharding.pipeline must be a positive integer (got {p!r})")
+    p = check_int("sharding.pipeline", sharding.pipeline, 1, what="a positive integer")
     if n_devices % p:
         raise ConfigError(f"sharding.pipeline={p} does not divide the {n_devices} available devices")
     return n_devices // p
@@ -354,8 +354,8 @@ def _mesh_shape(
     """Resolved (data, fsdp, tensor) sizes that divide the model and the batch."""
     # Divisibility by the axes given explicitly first (the clearer message), then the device count.
     fixed = sharding.sizes
-    if all(isinstance(v, int) and not isinstance(v, bool) and (v >= 1 or v == -1) for v in fixed):
-        validate_layout(model, *[max(v, 1) for v in fixed], micro_batch_size=micro, eval_batch_size=micro)
+    if all(is_int(v) and (v >= 1 or v == -1) for v in fixed):
+        validate_mesh(model, *[max(v, 1) for v in fixed], micro_batch_size=micro, eval_batch_size=micro)
     if n_devices is None:
         import jax  # only to count devices: importing this module stays JAX-free (see the docstring)
 
@@ -368,7 +368,7 @@ def _mesh_shape(
         )
     n_devices //= sharding.context  # the `context` mesh axis takes its share (sharding/context.py)
     mesh_shape = resolve_axis_sizes(list(fixed), n_devices)
-    validate_layout(model, *mesh_shape, micro_batch_size=micro, eval_batch_size=micro)
+    validate_mesh(model, *mesh_shape, micro_batch_size=micro, eval_batch_size=micro)
     check_sequence_layout(model, mesh_shape[2], sharding.context, sharding.sequence_parallel)
     return mesh_shape
 

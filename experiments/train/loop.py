@@ -5,20 +5,20 @@ Used by `python -m experiments.train` (Hydra) and callable from sweeps / noteboo
     from experiments.train.loop import run
     summary = run(cfg, Path("runs/x"))      # cfg: DictConfig or dict with model/train/optim/data/sharding
 
-Order of work: completed-run check -> distributed init -> validate the whole config (no compile)
--> corpus (and the `eval.tasks` examples from its held-out split) -> mesh + compiled steps ->
-restore latest checkpoint (if any) -> train loop with eval (loss and tasks) / checkpoints /
-metrics -> final eval + checkpoint -> atomic summary.json.
-Exit status lives in summary["status"]: completed | diverged | failed | preempted (SIGTERM,
-SIGUSR1 or SIGUSR2 reached the run: it saved a checkpoint after the step in flight and stopped;
-experiments/preemption.py).
+Order of work: completed-run check -> distributed init (experiments/loop_core.py: run_resumable)
+-> validate the whole config (no compile) -> corpus (and the `eval.tasks` examples from its
+held-out split) -> mesh + compiled steps -> restore latest checkpoint (if any) -> train steps
+(loop_core.run_steps) with their periodic actions: preemption check, eval (loss and tasks),
+checkpoint -> final eval + checkpoint -> atomic summary.json (loop_core.write_summary).
+Exit status lives in summary["status"] (models.base.rundir.RunStatus): completed | diverged |
+failed | preempted (SIGTERM, SIGUSR1 or SIGUSR2 reached the run: it saved a checkpoint after the
+step in flight and stopped; experiments/preemption.py).
 """
 
 from __future__ import annotations
 
 import concurrent.futures as cf
 import dataclasses
-import logging
 import math
 import time
 from pathlib import Path
@@ -27,8 +27,10 @@ from typing import Any, Callable
 import jax
 import numpy as np
 
+from experiments import loop_core
+from experiments.loop_core import Diverged, StepState
 from experiments.preemption import PreemptionGuard
-from experiments.rundir import completed_summary, write_failed_summary
+from experiments.rundir import completed_summary
 from experiments.train.checkpoint import Checkpointer
 from experiments.train.config import RunSpec, resolve_config
 from experiments.train.corpus import BatchSampler, eval_sampler, load_corpus
@@ -39,24 +41,11 @@ from experiments.train.profiling import StepProfiler
 from experiments.train.steps import TrainSetup, build_train_setup
 from experiments.train.tasks.scoring import TaskSuite, build_task_sets, metrics_record
 from experiments.train.tracking import TRAIN_NAMES, make_tracker
-from models.base.configs import to_plain
 from models.base.errors import ConfigError
 from models.base.fingerprint import diff_fields
-from models.base.jaxcache import enable_compile_cache
-from models.base.jsonio import write_json_atomic
+from models.base.rundir import METRICS_FILE, PROFILE_DIR, RunStatus
 from models.flops import MFU_CAUSAL
-from sharding import distributed
 from sharding.mesh import make_mesh
-
-
-class Diverged(RuntimeError):
-    """The loss went non-finite or above `train.loss_ceiling`: the run stops as `diverged`."""
-
-
-def quiet_library_logs() -> None:
-    """Hydra's console logging is INFO; keep JAX/Orbax/absl chatter out of the run's output."""
-    for name in ("absl", "jax", "orbax", "jax._src.xla_bridge"):
-        logging.getLogger(name).setLevel(logging.WARNING)
 
 
 def _log(msg: str, enabled: bool = True) -> None:
@@ -230,31 +219,19 @@ def run(cfg: Any, run_dir: Path) -> dict[str, Any]:
     Returns the summary dict (also written to run_dir/summary.json). Raises ConfigError for bad
     configuration (after writing a `failed` summary), and re-raises unexpected errors likewise.
     """
-    run_dir = Path(run_dir)
-    t_start = time.time()
-    done = completed_summary(run_dir, cfg)
-    if done is not None:
-        _log(
+    run_dir, state = Path(run_dir), RunState()
+    return loop_core.run_resumable(
+        run_dir,
+        cfg,
+        lambda raw, guard, t_start: _run(raw, run_dir, t_start, state, guard),
+        completed=lambda: completed_summary(run_dir, cfg),
+        done_line=lambda done: (
             f"run in {run_dir} already completed ({done.get('tokens')} tokens, final eval loss "
             f"{done.get('final_eval_loss')}); nothing to do"
-        )
-        return dict(done, already_completed=True)
-    quiet_library_logs()
-    enable_compile_cache()  # a sweep's runs share shapes: later runs load, not compile, their steps
-    raw = to_plain(cfg)
-    state = RunState()
-    guard = PreemptionGuard(lag=1)  # lag 1: the stop vote never stalls the step pipeline
-    try:
-        distributed.initialize((raw or {}).get("distributed"))
-        with guard:  # after jax.distributed, whose own SIGTERM notifier would otherwise win
-            summary = _run(raw, run_dir, t_start, state, guard)
-    except Exception as e:  # write a failed summary, then let the caller report
-        if state.is_main:
-            write_failed_summary(run_dir, _summary_base(state), e, state.wall_prev + time.time() - t_start)
-        raise
-    if summary["status"] == "preempted":
-        guard.hand_over()  # e.g. submitit's requeue under hydra/launcher=slurm
-    return summary
+        ),
+        known_so_far=lambda: (_summary_base(state), state.wall_prev) if state.is_main else None,
+        vote_lag=1,  # the stop vote never stalls the step pipeline
+    )
 
 
 def _summary_base(state: RunState) -> dict[str, Any]:
@@ -358,7 +335,7 @@ def _build_loop(
     )
     ckpt = Checkpointer(run_dir, keep=spec.train.keep_checkpoints)
     metrics = MetricsLog(
-        run_dir / "metrics.jsonl",
+        run_dir / METRICS_FILE,
         enabled=state.is_main,
         tracker=make_tracker(spec.tracker, run_dir, TRAIN_NAMES, spec.raw, state.is_main),
     )
@@ -502,66 +479,68 @@ def _checkpoint(loop: Loop, step: int) -> None:
     loop.clock.paused_since(t_s)
 
 
-def _train_steps(loop: Loop, first: Any) -> str:
-    """Run the steps from `loop.start`; "completed", "diverged" on a bad loss, or "preempted"
-    (checkpoint saved after the step in flight) when the preemption guard says stop.
+class _TrainSteps:
+    """The train step for `run_steps`, pipelined: step i is dispatched before step i-1's metrics
+    are fetched, so the host never waits on the device except on eval / checkpoint steps (which
+    need the params after the step). The step not yet finished is `pending`."""
 
-    Step i is dispatched before step i-1's metrics are fetched, so the host never waits on the
-    device except on eval / checkpoint steps (which need the params after the step)."""
-    prefetch = Prefetcher(lambda i: _make_batch(loop, i), loop.spec.steps)
-    if first is not None:
-        prefetch.put(loop.start, first)
-    loop.clock = Clock()
-    profiler = StepProfiler(
-        loop.spec.train.profile_steps,
-        loop.run_dir / "profile",
-        loop.start,
-        loop.state.is_main,
-        loop.clock.paused_since,
-        lambda msg: _log(msg, loop.state.is_main),
-    )
-    try:
-        pending = None
-        for i in range(loop.start, loop.spec.steps):
-            profiler.before(i + 1)
-            with profiler.annotate(i + 1):
-                loop.params, loop.opt_state, m = loop.step_fn(loop.params, loop.opt_state, prefetch.get(i))
-            profiler.after(i + 1, loop.params)
-            if pending is not None:
-                _finish_step(loop, *pending)  # step i-1 finishes while step i runs
-            stop = loop.guard is not None and loop.guard.should_stop()
-            pending = None if _finish_on_boundary(loop, i, m, stop) else (i, m)
-            if stop and i + 1 < loop.spec.steps:
-                _log(
-                    f"preempted by {', '.join(loop.guard.signal_names()) or 'another process'}: "
-                    f"checkpoint at step {i + 1} saved, stopping",
-                    loop.state.is_main,
-                )
-                return "preempted"
-        if pending is not None:
-            _finish_step(loop, *pending)
-    except Diverged as e:
-        _log(f"diverged: {e}", loop.state.is_main)
-        return "diverged"
-    finally:
-        profiler.close()
-        prefetch.close()
-        loop.metrics.close()
-    return "completed"
+    def __init__(self, loop: Loop, first: Any):
+        self.loop = loop
+        self.prefetch = Prefetcher(lambda i: _make_batch(loop, i), loop.spec.steps)
+        if first is not None:
+            self.prefetch.put(loop.start, first)
+        loop.clock = Clock()
+        self.profiler = StepProfiler(
+            loop.spec.train.profile_steps,
+            loop.run_dir / PROFILE_DIR,
+            loop.start,
+            loop.state.is_main,
+            loop.clock.paused_since,
+            lambda msg: _log(msg, loop.state.is_main),
+        )
+        self.pending: tuple[int, Any] | None = None
+
+    def step(self, i: int) -> None:
+        loop = self.loop
+        self.profiler.before(i + 1)
+        with self.profiler.annotate(i + 1):
+            loop.params, loop.opt_state, m = loop.step_fn(loop.params, loop.opt_state, self.prefetch.get(i))
+        self.profiler.after(i + 1, loop.params)
+        self.drain()  # step i-1 finishes while step i runs
+        self.pending = (i, m)
+
+    def drain(self) -> None:
+        if self.pending is not None:
+            pending, self.pending = self.pending, None
+            _finish_step(self.loop, *pending)
+
+    def close(self) -> None:
+        self.profiler.close()
+        self.prefetch.close()
+        self.loop.metrics.close()
+
+    # ---- periodic actions (need the params after the step: finish it now) ----
+    def evaluate(self, s: StepState) -> None:
+        """Finish the step with the validation loss (and tasks) of the params after it."""
+        pending, self.pending = self.pending, None
+        _finish_step(self.loop, *pending, eval_params=self.loop.params)
+
+    def checkpoint(self, s: StepState) -> None:
+        self.drain()
+        _checkpoint(self.loop, s.done)
 
 
-def _finish_on_boundary(loop: Loop, i: int, m: Any, stop: bool = False) -> bool:
-    """At an eval or checkpoint step (and the last step, and a preemption `stop`) finish step i
-    now, evaluate the params after it and save them; True if it did (no longer pending)."""
-    spec, n = loop.spec, i + 1
-    need_ckpt = stop or n == spec.steps or bool(spec.train.ckpt_every and n % spec.train.ckpt_every == 0)
-    need_eval = n == spec.steps or bool(spec.train.eval_every and n % spec.train.eval_every == 0)
-    if not (need_ckpt or need_eval):
-        return False
-    _finish_step(loop, i, m, eval_params=loop.params if need_eval else None)
-    if need_ckpt:
-        _checkpoint(loop, n)
-    return True
+def _train_steps(loop: Loop, first: Any) -> RunStatus:
+    """Run the steps from `loop.start` (experiments/loop_core.py: run_steps). Each step: the
+    preemption check, then on `train.eval_every` steps the eval and on `train.ckpt_every` steps
+    the checkpoint (both after the last step; the checkpoint also after a preempted one)."""
+    body, train = _TrainSteps(loop, first), loop.spec.train
+    hooks = loop_core.Hooks()
+    hooks.add_hook(loop_core.preemption_check(loop.guard), every=1)
+    hooks.add_hook(body.evaluate, every=train.eval_every)
+    hooks.add_hook(body.checkpoint, every=train.ckpt_every, on_stop=True)
+    steps = StepState(start=loop.start, total=loop.spec.steps)
+    return loop_core.run_steps(body, hooks, steps, loop.guard, lambda msg: _log(msg, loop.state.is_main))
 
 
 def _finish_step(loop: Loop, step_i: int, m: Any, eval_params: Any = None) -> None:
@@ -620,13 +599,13 @@ def _log_progress(loop: Loop, rec: dict[str, Any], force: bool) -> None:
     )
 
 
-def _write_summary(loop: Loop, status: str) -> dict[str, Any]:
+def _write_summary(loop: Loop, status: RunStatus) -> dict[str, Any]:
     """Final throughput and MFU of this session, then summary.json (one atomic write, process 0)
     and the closing console line."""
     spec, state = loop.spec, loop.state
-    if status == "completed" and loop.start >= spec.steps and state.eval_loss is None:
+    if status == RunStatus.COMPLETED and loop.start >= spec.steps and state.eval_loss is None:
         state.eval_loss = _evaluate(loop, loop.params)  # resumed after the final checkpoint
-    if status == "completed" and loop.start >= spec.steps and state.task_metrics is None:
+    if status == RunStatus.COMPLETED and loop.start >= spec.steps and state.task_metrics is None:
         _evaluate_tasks(loop, loop.params)
     loop.ckpt.close()
     tps = loop.clock.tokens_per_s()
@@ -637,16 +616,16 @@ def _write_summary(loop: Loop, status: str) -> dict[str, Any]:
         status=status,
         wall_time_s=state.wall_prev + time.time() - loop.t_start,
         compile_time_s=loop.compile_s,
-        resumed_from_step=loop.start if loop.resumed else None,
     )
-    if status == "preempted" and loop.guard is not None:
-        summary["preempted_by"] = loop.guard.signal_names() or ["another process"]
-    if state.is_main:
-        write_json_atomic(loop.run_dir / "summary.json", summary)
-        _log(
-            f"{status}: {summary['tokens']:,} tokens, final train loss {summary['final_train_loss']}, "
-            f"eval loss {summary['final_eval_loss']}, {tps or 0:,.0f} tok/s, "
-            f"mfu {summary['mfu'] or float('nan'):.3f} ({MFU_CAUSAL}), {summary['wall_time_s']:.1f}s"
+
+    def line(s: dict[str, Any]) -> str:
+        return (
+            f"{status}: {s['tokens']:,} tokens, final train loss {s['final_train_loss']}, "
+            f"eval loss {s['final_eval_loss']}, {tps or 0:,.0f} tok/s, "
+            f"mfu {s['mfu'] or float('nan'):.3f} ({MFU_CAUSAL}), {s['wall_time_s']:.1f}s"
         )
-    loop.metrics.finish(status, summary)  # the tracker's run ends with the run's status
-    return summary
+
+    resumed_from = loop.start if loop.resumed else None
+    return loop_core.write_summary(
+        loop.run_dir, summary, resumed_from, loop.guard, line, loop.metrics, state.is_main
+    )

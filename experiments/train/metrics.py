@@ -4,7 +4,8 @@ metrics.jsonl keys: step, tokens, flops, loss, lr, grad_norm, step_time_s, token
 eval_loss on eval steps (with `eval.tasks`, also `task/<name>/loss` and `task/<name>/accuracy`).
 On resume the file is cut back to the checkpointed step so it never holds a step twice. Lines
 are strict JSON (`models.base.jsonio.jsonl_line`): a NaN or infinite value is written as `null`,
-and `read_metrics` reads a null metric back as NaN.
+and `models.base.rundir.read_metrics` (the one reader) reads a null metric back as NaN and skips
+a line torn by a kill.
 
 A `Tracker` (experiments/train/tracking.py, `tracker=tensorboard|wandb|mlflow`) gets every
 record `MetricsLog.write` writes, so the dashboards show what the file holds; the file is written
@@ -13,89 +14,67 @@ first and stays the source of truth whatever the tracker does.
 
 from __future__ import annotations
 
-import json
 import math
 import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, TextIO
 
-from models.base.jsonio import jsonl_line
+from models.base.rundir import MetricsWriter, read_metrics
 from models.flops import MFU_CAUSAL
+
+# `read_metrics` is models.base.rundir's, the one metrics.jsonl reader (imported here by callers
+# that predate it).
+__all__ = ["MetricsLog", "Progress", "read_metrics"]
 
 if TYPE_CHECKING:
     from experiments.train.tracking import Tracker
 
 
 class MetricsLog:
-    """Append-only JSONL writer that can drop the lines after a given step; mirrors each record
-    to `tracker` when given (which then starts at `reset` / `truncate_after`: before the steps)."""
+    """metrics.jsonl of a run (written by `models.base.rundir.MetricsWriter`, the one writer),
+    mirrored to `tracker` when given (which then starts at `reset` / `truncate_after`: before the
+    steps). With `enabled=False` (processes other than 0) it writes and mirrors nothing."""
 
     def __init__(self, path: Path, enabled: bool = True, tracker: "Tracker | None" = None):
         self.path = Path(path)
         self.enabled = enabled
         self.tracker = tracker
-        self._f: TextIO | None = None
+        self._writer = MetricsWriter(self.path)
 
     def truncate_after(self, step: int) -> None:
         """Keep only records with record['step'] <= step (called on resume)."""
         if self.tracker is not None:
             self.tracker.start(resume_step=step)
-        if not self.enabled or not self.path.exists():
-            return
-        keep = []
-        for line in self.path.read_text().splitlines():
-            try:
-                if json.loads(line)["step"] <= step:
-                    keep.append(line)
-            except (ValueError, KeyError, TypeError):
-                continue  # a line torn by a kill
-        tmp = self.path.with_suffix(".jsonl.tmp")
-        tmp.write_text("".join(l + "\n" for l in keep))
-        tmp.replace(self.path)
+        if self.enabled:
+            self._writer.truncate_after(step)
 
     def reset(self) -> None:
         if self.tracker is not None:
             self.tracker.start(resume_step=0)
-        if self.enabled and self.path.exists():
-            self.path.unlink()
+        if self.enabled:
+            self._writer.remove()
 
     def write(self, record: dict[str, Any]) -> None:
         if not self.enabled:
             return
-        if self._f is None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._f = open(self.path, "a", buffering=1)
-        self._f.write(jsonl_line(record) + "\n")
+        self._writer.append(record)
         if self.tracker is not None:
             self.tracker.log(record)
 
     def flush(self) -> None:
-        if self._f is not None:
-            self._f.flush()
+        self._writer.flush()
         if self.tracker is not None:
             self.tracker.flush()
 
     def close(self) -> None:
-        if self._f is not None:
-            self._f.close()
-            self._f = None
+        self._writer.close()
 
     def finish(self, status: str, summary: Mapping[str, Any] | None = None) -> None:
         """Close the file and end the tracker's run with the run's status and final numbers."""
         self.close()
         if self.tracker is not None:
             self.tracker.finish(status, summary)
-
-
-def read_metrics(path: Path) -> list[dict[str, Any]]:
-    """The records of a metrics.jsonl file, in order; a `null` value (a NaN or infinite metric
-    when written, or a metric with no value yet) reads back as NaN."""
-    out = []
-    for line in Path(path).read_text().splitlines():
-        if line.strip():
-            out.append({k: math.nan if v is None else v for k, v in json.loads(line).items()})
-    return out
 
 
 def _si(x: float) -> str:

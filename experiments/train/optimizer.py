@@ -18,20 +18,20 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from experiments.train.config import OptimConfig
+from experiments.train.config import OptimConfig, Schedule
 
 
 def make_schedule(cfg: OptimConfig, total_steps: int, warmup_steps: int) -> optax.Schedule:
     """lr(step) for step = 0 .. total_steps-1: linear warmup from 0, then the named shape."""
     peak, floor = cfg.lr, cfg.lr * cfg.min_lr_ratio
     rest = max(total_steps - warmup_steps, 1)
-    if cfg.schedule == "constant":
+    if cfg.schedule == Schedule.CONSTANT:
         after = optax.constant_schedule(peak)
-    elif cfg.schedule == "cosine":
+    elif cfg.schedule == Schedule.COSINE:
         after = optax.cosine_decay_schedule(peak, rest, alpha=cfg.min_lr_ratio)
-    elif cfg.schedule == "linear":
+    elif cfg.schedule == Schedule.LINEAR:
         after = optax.linear_schedule(peak, floor, rest)
-    else:  # wsd: stable at peak, then linear decay over the last decay_fraction of the run
+    else:  # Schedule.WSD: stable at peak, then linear decay over the last decay_fraction of the run
         decay = max(int(round(cfg.decay_fraction * total_steps)), 1)
         stable = max(rest - decay, 0)
         after = optax.join_schedules(

@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, ContextManager, Sequence
 
+from models.base.configs import is_int
 from models.base.errors import ConfigError
 
 
@@ -36,7 +37,7 @@ def check_profile_steps(steps: Any, n_steps: int) -> tuple[int, int] | None:
         isinstance(steps, Sequence)
         and not isinstance(steps, str)
         and len(steps) == 2
-        and all(isinstance(s, int) and not isinstance(s, bool) for s in steps)
+        and all(is_int(s) for s in steps)
     )
     if ok and 1 <= steps[0] <= steps[1] <= n_steps:
         return int(steps[0]), int(steps[1])

@@ -114,6 +114,22 @@ def _pipelined_forward(
     return forward
 
 
+def opt_state_shardings(
+    tx: optax.GradientTransformation, abstract_params: Any, p_sh: Any, replicated: NamedSharding
+) -> Any:
+    """Optimizer state shards like the parameter it belongs to; counters are replicated (the
+    trainer's and the RL step's optimizer state alike)."""
+    o_shapes = jax.eval_shape(tx.init, abstract_params)
+    return optax.tree_map_params(
+        tx,
+        lambda _, sh: sh,
+        o_shapes,
+        p_sh,
+        transform_non_params=lambda _: replicated,
+        is_leaf=lambda x: isinstance(x, jax.ShapeDtypeStruct),
+    )
+
+
 def build_train_setup(
     model_cfg: ModelConfig,
     tx: optax.GradientTransformation,
@@ -138,15 +154,7 @@ def build_train_setup(
     p_sh = param_shardings(mesh, axes)
     replicated = NamedSharding(mesh, PartitionSpec())
     p_shapes = jax.eval_shape(lambda: split_params(Transformer(model_cfg, rngs=nnx.Rngs(0)))[1])
-    o_shapes = jax.eval_shape(tx.init, p_shapes)
-    o_sh = optax.tree_map_params(
-        tx,
-        lambda _, sh: sh,
-        o_shapes,
-        p_sh,
-        transform_non_params=lambda _: replicated,
-        is_leaf=lambda x: isinstance(x, jax.ShapeDtypeStruct),
-    )
+    o_sh = opt_state_shardings(tx, p_shapes, p_sh, replicated)
     batch_sh = NamedSharding(mesh, PartitionSpec(None, BATCH_AXES, None))
     eval_sh = NamedSharding(mesh, PartitionSpec(BATCH_AXES, None))
     act_fn = activation_sharding_fn(mesh, sequence_parallel)  # SP rules; CP attention if context > 1

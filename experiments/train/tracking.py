@@ -41,10 +41,11 @@ from models.base.configs import config_from_mapping
 from models.base.errors import ConfigError
 from models.base.jsonio import read_json, write_json_atomic
 from models.base.portable import lock_file, unlock_file
+from models.base.rundir import TENSORBOARD_DIR, TRACKER_IDS_FILE, RunStatus
 
 BACKENDS = ("none", "tensorboard", "wandb", "mlflow")
 WANDB_MODES = ("online", "offline", "disabled")
-IDS_FILE = "tracker.json"  # <run dir>/tracker.json: the W&B / MLflow run a resume continues
+IDS_FILE = TRACKER_IDS_FILE  # <run dir>/tracker.json: the W&B / MLflow run a resume continues
 
 # metrics.jsonl key -> tracker name, for training runs (experiments/train/loop.py records).
 TRAIN_NAMES: dict[str, str] = {
@@ -189,12 +190,12 @@ class _TensorBoard:
         # The suffix keeps two sessions started within the same second apart (tensorboardX names
         # files by the second and host only), in the order TensorBoard reads them (by name).
         self.writer = SummaryWriter(
-            logdir=str(info.run_dir / "tensorboard"),
+            logdir=str(info.run_dir / TENSORBOARD_DIR),
             purge_step=resume_step + 1,
             flush_secs=max(1, int(cfg.flush_every_s)),
             filename_suffix=f".{time.time_ns():020d}",
         )
-        self.where = f"TensorBoard event files in {info.run_dir / 'tensorboard'}"
+        self.where = f"TensorBoard event files in {info.run_dir / TENSORBOARD_DIR}"
         if resume_step == 0:
             self.writer.add_text(
                 "config", "```\n" + json.dumps(info.config, indent=2, default=str) + "\n```", 0
@@ -263,7 +264,7 @@ class _WandB:
 
     def finish(self, status: str, final: Mapping[str, float]) -> None:
         self.run.summary.update({"status": status, **final})
-        self.run.finish(exit_code=0 if status == "completed" else 1)
+        self.run.finish(exit_code=0 if status == RunStatus.COMPLETED else 1)
 
 
 @contextlib.contextmanager
@@ -368,7 +369,7 @@ class _MLflow:
         )
         self.flush()
         self.client.set_tag(self.run_id, "scalelab.status", status)
-        end = {"completed": "FINISHED", "preempted": "KILLED"}.get(status, "FAILED")
+        end = {RunStatus.COMPLETED: "FINISHED", RunStatus.PREEMPTED: "KILLED"}.get(status, "FAILED")
         self.client.set_terminated(self.run_id, end)  # a resumed run sets RUNNING again
 
 
@@ -387,7 +388,7 @@ def _open_backend(cfg: TrackerConfig, info: RunInfo, resume_step: int, ids: dict
 _OPEN: "set[Tracker]" = set()  # strong references: an unfinished tracker is still ended at exit
 
 
-def _finish_open(status: str = "failed") -> None:
+def _finish_open(status: str = RunStatus.FAILED) -> None:
     """End every tracker of this process still open: at exit, and before a new one opens (a run
     that raised never reached its own `finish`, and its tracker run must not stay `running`)."""
     for t in list(_OPEN):
@@ -525,7 +526,7 @@ class Tracker:
         _OPEN.discard(self)
         if backend is not None:
             with contextlib.suppress(Exception), _library_quiet():
-                backend.finish("failed", {})
+                backend.finish(RunStatus.FAILED, {})
         if not self.warned:
             self.warned = True
             if isinstance(err, ImportError):

@@ -197,6 +197,7 @@ class ScalelabSweeper(Sweeper):
     def _sweep_locked(self, arguments: List[str], sweep_dir: pathlib.Path) -> Any:
         # Imported here: Hydra imports every plugin module at start-up, for any app (see __init__).
         from experiments.sweeps.runs import read_status
+        from models.base.rundir import RunStatus
 
         launch, records = self._plan_jobs(arguments)
         OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
@@ -225,8 +226,8 @@ class ScalelabSweeper(Sweeper):
         _write_plan(sweep_dir, records)
 
         ran = [r for r in records if r["action"] == "launch"]
-        failed = [r for r in ran if r.get("status_after") not in ("completed", "diverged")]
-        diverged = [r for r in ran if r.get("status_after") == "diverged"]
+        failed = [r for r in ran if r.get("status_after") not in (RunStatus.COMPLETED, RunStatus.DIVERGED)]
+        diverged = [r for r in ran if r.get("status_after") == RunStatus.DIVERGED]
         n_reused = sum(r["action"] == "reuse" for r in records)
         n_skip = sum(r["action"] == "skip" for r in records)
         log.info(

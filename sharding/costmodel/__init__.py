@@ -2,6 +2,8 @@
 
 Public API:
     ModelShape, Layout, Precision (BF16_MIXED, FP32_PARAMS)   frozen inputs      (spec.py)
+    LayoutAttention, ActCkpt, ZeroStage, Mlp                   their fixed sets   (spec.py)
+    CollectiveKind, Link                                       collectives        (comm.py)
     Hardware, load_hardware, catalogue_names                   accelerator specs  (hardware.py)
     hardware_for_device_kind(jax device_kind) -> Hardware | None   peak-FLOPs lookup (hardware.py)
     Efficiency, DEFAULT_EFFICIENCY                             fitted constants   (efficiency.py)
@@ -13,6 +15,7 @@ Public API:
 See docs/costmodel.md for the equations and their sources.
 """
 
+from sharding.costmodel.comm import CollectiveKind, Link
 from sharding.costmodel.efficiency import DEFAULT_EFFICIENCY, PRIOR_EFFICIENCY, Efficiency
 from sharding.costmodel.hardware import Hardware, catalogue_names, hardware_for_device_kind, load_hardware
 from sharding.costmodel.memory import MemoryBreakdown, activation_bytes_per_layer, memory_breakdown
@@ -21,10 +24,14 @@ from sharding.costmodel.spec import (
     ATTENTION_KERNELS,
     BF16_MIXED,
     FP32_PARAMS,
+    ActCkpt,
     Layout,
+    LayoutAttention,
     LayoutError,
+    Mlp,
     ModelShape,
     Precision,
+    ZeroStage,
     validate_layout,
 )
 from sharding.costmodel.step import MFU_CONVENTION, StepEstimate, TimeBreakdown, estimate_step
@@ -32,20 +39,26 @@ from sharding.costmodel.step import MFU_CONVENTION, StepEstimate, TimeBreakdown,
 __all__ = [
     "ACT_CKPT",
     "ATTENTION_KERNELS",
+    "ActCkpt",
     "BF16_MIXED",
+    "CollectiveKind",
     "DEFAULT_EFFICIENCY",
     "Efficiency",
     "FP32_PARAMS",
     "Hardware",
     "Layout",
+    "LayoutAttention",
     "LayoutError",
+    "Link",
     "MFU_CONVENTION",
     "MemoryBreakdown",
+    "Mlp",
     "ModelShape",
     "PRIOR_EFFICIENCY",
     "Precision",
     "StepEstimate",
     "TimeBreakdown",
+    "ZeroStage",
     "activation_bytes_per_layer",
     "catalogue_names",
     "estimate_step",

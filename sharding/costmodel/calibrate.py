@@ -20,7 +20,15 @@ from scipy import optimize, stats
 
 from sharding.costmodel.efficiency import PRIOR_EFFICIENCY, Efficiency
 from sharding.costmodel.hardware import Hardware
-from sharding.costmodel.spec import BF16_MIXED, Layout, LayoutError, ModelShape, Precision
+from sharding.costmodel.spec import (
+    BF16_MIXED,
+    Layout,
+    LayoutAttention,
+    LayoutError,
+    ModelShape,
+    Precision,
+    ZeroStage,
+)
 from sharding.costmodel.step import MFU_CONVENTION, estimate_step
 
 # name: (lower, upper) bounds of each time constant the fit may move
@@ -116,15 +124,17 @@ def fit_time_constants(
     kernels = {mm.layout.attention for mm in timed}
     unfused = any(not mm.layout.fused_norm for mm in timed)
     skip = {
-        "flash1_eff": "flash1" not in kernels,
-        "flash2_eff": "flash2" not in kernels,
-        "score_traffic_naive": "naive" not in kernels,
-        "score_traffic_fused": "fused_softmax" not in kernels,
+        "flash1_eff": LayoutAttention.FLASH1 not in kernels,
+        "flash2_eff": LayoutAttention.FLASH2 not in kernels,
+        "score_traffic_naive": LayoutAttention.NAIVE not in kernels,
+        "score_traffic_fused": LayoutAttention.FUSED_SOFTMAX not in kernels,
         "elem_bytes_h_unfused_norm": not unfused,
         "tp_overlap": all(mm.layout.tp == 1 for mm in timed),
         "stage_jitter": all(mm.layout.pp == 1 for mm in timed),
         "dp_overlap": all(mm.layout.dp == 1 for mm in timed),
-        "zero3_overlap": all(mm.layout.zero_stage < 3 or mm.layout.dp == 1 for mm in timed),
+        "zero3_overlap": all(
+            mm.layout.zero_stage < ZeroStage.PARAMETERS or mm.layout.dp == 1 for mm in timed
+        ),
     }
     names = [n for n in names if not skip.get(n, False)]
     lo = np.array([math.log(TIME_BOUNDS[n][0]) if n in _LOG_SCALED else TIME_BOUNDS[n][0] for n in names])

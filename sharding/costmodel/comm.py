@@ -10,19 +10,38 @@ runs devices_per_node/g such groups at once and they share its NICs.
 from __future__ import annotations
 
 import dataclasses
+import enum
 
 from sharding.costmodel.hardware import Hardware
 
+
+class CollectiveKind(enum.StrEnum):
+    """`Collective.kind`, the keys of `StepEstimate.collective_bytes()` (the names of
+    tests/hlo_collectives.py, which reads them from compiled HLO)."""
+
+    ALL_REDUCE = "all_reduce"
+    ALL_GATHER = "all_gather"
+    REDUCE_SCATTER = "reduce_scatter"
+    P2P = "p2p"  # a pipeline send/receive between neighbouring stages
+
+
+class Link(enum.StrEnum):
+    """`Collective.link`: the link a collective's slowest hop crosses."""
+
+    INTRA = "intra"  # inside a node (NVLink / xGMI / ICI)
+    INTER = "inter"  # over the network between nodes
+
+
 # bytes on the wire per rank, as a multiple of the buffer size, for ring algorithms
 _RING_FACTOR = {
-    "all_reduce": lambda n: 2 * (n - 1) / n,
-    "all_gather": lambda n: (n - 1) / n,
-    "reduce_scatter": lambda n: (n - 1) / n,
+    CollectiveKind.ALL_REDUCE: lambda n: 2 * (n - 1) / n,
+    CollectiveKind.ALL_GATHER: lambda n: (n - 1) / n,
+    CollectiveKind.REDUCE_SCATTER: lambda n: (n - 1) / n,
 }
 _RING_STEPS = {
-    "all_reduce": lambda n: 2 * (n - 1),
-    "all_gather": lambda n: n - 1,
-    "reduce_scatter": lambda n: n - 1,
+    CollectiveKind.ALL_REDUCE: lambda n: 2 * (n - 1),
+    CollectiveKind.ALL_GATHER: lambda n: n - 1,
+    CollectiveKind.REDUCE_SCATTER: lambda n: n - 1,
 }
 
 
@@ -35,13 +54,13 @@ class Collective:
     """
 
     name: str
-    kind: str  # all_reduce | all_gather | reduce_scatter | p2p
+    kind: CollectiveKind  # all_reduce | all_gather | reduce_scatter | p2p
     group_size: int
     buffer_bytes: float
     count: float
     wire_bytes: float
     time_s: float
-    link: str  # intra | inter
+    link: Link  # intra | inter
 
 
 def ranks_per_node(hw: Hardware, tp: int, dp: int, pp: int, cp: int = 1) -> dict[str, int]:
@@ -63,8 +82,8 @@ def _effs(link_eff: LinkEff) -> tuple[float, float]:
 
 
 def collective_time(
-    kind: str, buffer_bytes: float, n: int, g: int, hw: Hardware, link_eff: LinkEff
-) -> tuple[float, float, str]:
+    kind: CollectiveKind, buffer_bytes: float, n: int, g: int, hw: Hardware, link_eff: LinkEff
+) -> tuple[float, float, Link]:
     """(seconds, wire bytes per rank, link) of one ring collective of `buffer_bytes` over n ranks.
 
     Latency counts the ring's steps: inside a node at the intra-node latency; across nodes every
@@ -73,14 +92,14 @@ def collective_time(
     or (inside a node, over the network).
     """
     if n <= 1 or buffer_bytes <= 0:
-        return 0.0, 0.0, "intra"
+        return 0.0, 0.0, Link.INTRA
     intra_eff, inter_eff = _effs(link_eff)
     wire = _RING_FACTOR[kind](n) * buffer_bytes
     if g >= n:
-        bw, link = hw.intra_node_bw * intra_eff, "intra"
+        bw, link = hw.intra_node_bw * intra_eff, Link.INTRA
         lat = _RING_STEPS[kind](n) * hw.intra_node_latency_s
     else:
-        bw, link = min(hw.intra_node_bw * intra_eff, g * hw.inter_node_bw * inter_eff), "inter"
+        bw, link = min(hw.intra_node_bw * intra_eff, g * hw.inter_node_bw * inter_eff), Link.INTER
         lat = _RING_STEPS[kind](n) * hw.inter_node_latency_s
     return wire / bw + lat, wire, link
 
@@ -104,7 +123,14 @@ def p2p_time(
 
 
 def make_collective(
-    name: str, kind: str, buffer_bytes: float, count: float, n: int, g: int, hw: Hardware, link_eff: LinkEff
+    name: str,
+    kind: CollectiveKind,
+    buffer_bytes: float,
+    count: float,
+    n: int,
+    g: int,
+    hw: Hardware,
+    link_eff: LinkEff,
 ) -> Collective:
     t, wire, link = collective_time(kind, buffer_bytes, n, g, hw, link_eff)
     return Collective(

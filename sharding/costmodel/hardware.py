@@ -19,6 +19,8 @@ from typing import Any, Mapping
 
 import yaml
 
+from models.base.configs import is_int
+from models.config import Dtype
 from sharding.costmodel.spec import LayoutError
 
 CATALOGUE_DIR = pathlib.Path(__file__).resolve().parents[2] / "conf" / "hardware"
@@ -85,10 +87,10 @@ class Hardware:
                 if not kw[k] > 0:
                     raise LayoutError(f"hardware {origin}: {k} must be > 0 (got {kw[k]!r})")
         dpn = kw["devices_per_node"]
-        if isinstance(dpn, bool) or not isinstance(dpn, int) or dpn <= 0:
+        if not is_int(dpn) or dpn <= 0:
             raise LayoutError(f"hardware {origin}: devices_per_node must be a positive integer")
         nics = kw.get("nics_per_node")
-        if nics is not None and (isinstance(nics, bool) or not isinstance(nics, int) or nics <= 0):
+        if nics is not None and (not is_int(nics) or nics <= 0):
             raise LayoutError(f"hardware {origin}: nics_per_node must be a positive integer")
         kw["sources"] = dict(kw.get("sources") or {})
         return cls(**kw)
@@ -96,7 +98,7 @@ class Hardware:
     def peak_flops_for(self, dtype: str) -> float | None:
         """Dense peak FLOP/s of matmuls in compute dtype `dtype` ("bfloat16" or "float32");
         None when the catalogue has no figure for it."""
-        return {"bfloat16": self.peak_flops, "float32": self.peak_flops_float32}.get(dtype)
+        return {Dtype.BFLOAT16: self.peak_flops, Dtype.FLOAT32: self.peak_flops_float32}.get(dtype)
 
 
 def _device_kinds(value: Any, origin: str) -> tuple[str, ...]:

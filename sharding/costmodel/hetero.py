@@ -20,11 +20,11 @@ import dataclasses
 import math
 from typing import Sequence
 
-from sharding.costmodel.comm import collective_time
+from sharding.costmodel.comm import CollectiveKind, collective_time
 from sharding.costmodel.efficiency import DEFAULT_EFFICIENCY, Efficiency
 from sharding.costmodel.hardware import Hardware, load_hardware
 from sharding.costmodel.memory import stage_params
-from sharding.costmodel.spec import BF16_MIXED, Layout, LayoutError, ModelShape, Precision
+from sharding.costmodel.spec import BF16_MIXED, Layout, LayoutError, ModelShape, Precision, ZeroStage
 from sharding.costmodel.step import MFU_CONVENTION, StepEstimate, estimate_step
 
 
@@ -217,9 +217,9 @@ def estimate_hetero_step(
     # stage gradient (ZeRO 0/1), or its share on the coarser group's partition (ZeRO 2/3: the
     # finer group's shards are parts of it)
     n_stage = max(stage_params(model, per[0].layout))
-    shard = n_stage / (min(dps) if layout.zero_stage >= 2 else 1)
+    shard = n_stage / (min(dps) if layout.zero_stage >= ZeroStage.GRADIENTS else 1)
     slow = min(groups, key=lambda g: g.hardware.inter_node_bw).hardware
     sync, _, _ = collective_time(
-        "all_reduce", shard * precision.reduce_bytes, len(groups), 1, slow, eff.link_effs
+        CollectiveKind.ALL_REDUCE, shard * precision.reduce_bytes, len(groups), 1, slow, eff.link_effs
     )
     return HeteroEstimate(model=model, groups=tuple(groups), per_group=per, sync_s=sync)

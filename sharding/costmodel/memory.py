@@ -13,15 +13,29 @@ everything divides by t).
 from __future__ import annotations
 
 import dataclasses
+import enum
 import math
 
 from sharding.costmodel.efficiency import Efficiency
-from sharding.costmodel.spec import Layout, ModelShape, Precision
+from sharding.costmodel.spec import (
+    FLASH_KERNELS,
+    ActCkpt,
+    Layout,
+    LayoutAttention,
+    ModelShape,
+    Precision,
+    ZeroStage,
+)
 
 # Bytes stored per attention-score element for backward when the kernel materialises s×s scores.
 # naive: fp32 softmax output kept for backward + its bf16 copy fed to the AV matmul (4 + 2);
 # fused_softmax: Megatron's fused scale-mask-softmax keeps only its bf16 output (2).
-SCORE_STORE_BYTES = {"naive": 6.0, "fused_softmax": 2.0, "flash1": 0.0, "flash2": 0.0}
+SCORE_STORE_BYTES = {
+    LayoutAttention.NAIVE: 6.0,
+    LayoutAttention.FUSED_SOFTMAX: 2.0,
+    LayoutAttention.FLASH1: 0.0,
+    LayoutAttention.FLASH2: 0.0,
+}
 # Extra bytes per element kept by an un-fused (PyTorch op-by-op) RMSNorm beyond its bf16 input:
 # the fp32 upcast (4) and the fp32 normalised tensor (4).
 UNFUSED_NORM_EXTRA_BYTES = 8.0
@@ -30,6 +44,14 @@ UNFUSED_NORM_EXTRA_BYTES = 8.0
 LOGITS_BYTES = 10.0
 # Backward through a recomputed layer holds its rebuilt activations and their gradients.
 RECOMPUTE_FACTOR = 2.0
+
+
+class Stage(enum.StrEnum):
+    """`MemoryBreakdown.stage`: the pipeline stage whose memory it is (the two that can be the
+    fullest: the first holds the most in-flight activations, the last the logits)."""
+
+    FIRST = "first"
+    LAST = "last"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,7 +67,7 @@ class MemoryBreakdown:
     temporaries: float
     overhead: float
     capacity: float
-    stage: str
+    stage: Stage
 
     @property
     def total(self) -> float:
@@ -93,13 +115,13 @@ def activation_bytes_per_layer(
     attn = ab * sbh * rep  # input of the QKV projection (norm output)
     attn += ab * b * (s * h + 2 * s_kv * m.kv_dim) / t  # Q, K, V (full-length K, V under cp)
     attn += ab * sbh / t  # attention context = input of the output projection
-    if lo.attention in ("flash1", "flash2"):
+    if lo.attention in FLASH_KERNELS:
         attn += 4 * s * b * m.n_heads / t  # fp32 log-sum-exp per row
     elif not recompute_attention:
         per_score = SCORE_STORE_BYTES[lo.attention] + (3.0 if m.dropout else 0.0)
         attn += per_score * m.n_heads * s * s_kv * b / t
     mlp = ab * sbh * rep  # input of the first MLP matmul (norm output)
-    mlp += (3 if m.mlp == "swiglu" else 2) * ab * s * b * f / t  # gate, up, gate·up | fc1, act
+    mlp += (3 if m.gated else 2) * ab * s * b * f / t  # gate, up, gate·up | fc1, act
     drop = 2 * sbh * rep if m.dropout else 0.0  # 1-byte masks after attention and MLP
     return norm + attn + mlp + drop
 
@@ -141,39 +163,46 @@ def memory_breakdown(
 ) -> MemoryBreakdown:
     """Memory of the most loaded pipeline stage (first: most activations; last: logits)."""
     act_layer = activation_bytes_per_layer(m, lo, act_bytes=prec.act_bytes)
-    if lo.act_ckpt == "full":
+    if lo.act_ckpt == ActCkpt.FULL:
         rep = 1.0 / lo.tp if (lo.sp and lo.tp > 1) else 1.0
         stored_layer = prec.act_bytes * m.seq_len // lo.cp * lo.micro_batch * m.d_model * rep
         recompute_buf = RECOMPUTE_FACTOR * act_layer  # one layer is rebuilt at a time in backward
-    elif lo.act_ckpt == "selective":
+    elif lo.act_ckpt == ActCkpt.SELECTIVE:
         stored_layer = activation_bytes_per_layer(m, lo, recompute_attention=True, act_bytes=prec.act_bytes)
         recompute_buf = act_layer - stored_layer
     else:
         stored_layer, recompute_buf = act_layer, 0.0
     dp = lo.zero_shards  # ranks the ZeRO-sharded states are split over
     candidates = []
-    for stage, n_par in zip(("first", "last"), stage_params(m, lo)):
-        params = n_par * prec.param_bytes / (dp if lo.zero_stage >= 3 else 1)
-        grads = n_par * prec.grad_bytes / (dp if lo.zero_stage >= 2 else 1)
-        if lo.offload_optimizer and lo.zero_stage >= 2:
+    for stage, n_par in zip((Stage.FIRST, Stage.LAST), stage_params(m, lo)):
+        params = n_par * prec.param_bytes / (dp if lo.zero_stage >= ZeroStage.PARAMETERS else 1)
+        grads = n_par * prec.grad_bytes / (dp if lo.zero_stage >= ZeroStage.GRADIENTS else 1)
+        if lo.offload_optimizer and lo.zero_stage >= ZeroStage.GRADIENTS:
             # ZeRO-Offload streams each bucket of gradients to the host as backward produces it
             # (and accumulates them there): two layers' buckets in flight, not all of them
             grads = min(grads, 2 * m.params_per_layer / lo.tp * prec.grad_bytes)
         opt = (
             0.0
             if lo.offload_optimizer
-            else (n_par * (prec.master_bytes + prec.optimizer_bytes) / (dp if lo.zero_stage >= 1 else 1))
+            else (
+                n_par
+                * (prec.master_bytes + prec.optimizer_bytes)
+                / (dp if lo.zero_stage >= ZeroStage.OPTIMIZER else 1)
+            )
         )
-        layers = in_flight_layers(m, lo) if stage == "first" else math.ceil(m.n_layers / lo.pp)
+        layers = in_flight_layers(m, lo) if stage == Stage.FIRST else math.ceil(m.n_layers / lo.pp)
         if lo.pp == 1:
             layers = m.n_layers
         acts = eff.act_frag * (layers * stored_layer + recompute_buf)
         tokens = m.seq_len // lo.cp * lo.micro_batch
-        logits = tokens * m.vocab_size / lo.tp * LOGITS_BYTES if stage == "last" else 0.0
+        logits = tokens * m.vocab_size / lo.tp * LOGITS_BYTES if stage == Stage.LAST else 0.0
         temps = 0.0
-        if lo.zero_stage >= 3:  # gathered weights of the current and the prefetched layer
+        if lo.zero_stage >= ZeroStage.PARAMETERS:  # gathered weights of the current and the prefetched layer
             temps += 2 * m.params_per_layer / lo.tp * prec.param_bytes
-        if lo.attention in ("naive", "fused_softmax"):  # fp32 scores of the layer being computed
+        if lo.attention in (
+            LayoutAttention.NAIVE,
+            LayoutAttention.FUSED_SOFTMAX,
+        ):  # fp32 scores of the layer being computed
             temps += 4.0 * m.n_heads / lo.tp * m.seq_len**2 / lo.cp * lo.micro_batch
         candidates.append(
             MemoryBreakdown(

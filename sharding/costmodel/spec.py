@@ -3,37 +3,70 @@
 The cost model never sees a live model or mesh: it works from these descriptions so that a
 planner can evaluate thousands of candidate layouts for models that could never be built on the
 machine running it. `validate_layout` turns impossible meshes into one-line `LayoutError`s that
-name the nearest layout that would work.
+name the nearest layout that would work. The fixed sets of a layout's string and stage fields are
+enums (`LayoutAttention`, `ActCkpt`, `ZeroStage`, `Mlp`) whose values are the strings of the
+CSV/JSON files.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import enum
 import math
 from typing import Any
 
+from models import flops
+from models.base.configs import is_int
 from models.base.errors import AnalysisError
-from models.config import REMAT
+from models.config import Remat
+from models.shapes import LLAMA_MULTIPLE_OF, swiglu_d_ff
+from sharding.validate import head_splits, sequence_split
 
-ATTENTION_KERNELS = ("naive", "fused_softmax", "flash1", "flash2")
-ACT_CKPT = REMAT  # activation checkpointing: the trainer's model.remat policies, same names
+
+class LayoutAttention(enum.StrEnum):
+    """`Layout.attention`: the attention kernel of the published layouts the cost model is fitted
+    to (not the trainer's `model.attention`: analysis/planning/trainer.py maps those onto these)."""
+
+    NAIVE = "naive"  # unfused softmax: fp32 scores kept for backward
+    FUSED_SOFTMAX = "fused_softmax"  # Megatron's fused scale-mask-softmax: bf16 scores kept
+    FLASH1 = "flash1"  # FlashAttention (Dao et al. 2022): no score matrix in HBM
+    FLASH2 = "flash2"  # FlashAttention-2 (Dao 2023)
+
+
+FLASH_KERNELS = frozenset({LayoutAttention.FLASH1, LayoutAttention.FLASH2})  # no s x s scores stored
+ATTENTION_KERNELS = tuple(k.value for k in LayoutAttention)  # as error messages print them
+# Activation checkpointing (`Layout.act_ckpt`): the trainer's model.remat policies, same names.
+ActCkpt = Remat
+ACT_CKPT = tuple(c.value for c in ActCkpt)
+
+
+class ZeroStage(enum.IntEnum):
+    """`Layout.zero_stage` (Rajbhandari et al. 2020): which training state is sharded over the
+    data-parallel ranks; each stage shards everything the one before does."""
+
+    NONE = 0  # plain data parallelism: everything replicated
+    OPTIMIZER = 1  # Adam moments and master weights sharded
+    GRADIENTS = 2  # + gradients
+    PARAMETERS = 3  # + parameters (= FSDP full sharding)
+
+
+class Mlp(enum.StrEnum):
+    """`ModelShape.mlp`: the MLP block."""
+
+    SWIGLU = "swiglu"  # gate, up and down projections (Llama)
+    GELU = "gelu"  # up and down projections (GPT)
 
 
 class LayoutError(AnalysisError):
     """An impossible or unsupported layout/model/hardware combination (one-line message)."""
 
 
-def llama_d_ff(d_model: int, multiple_of: int = 256) -> int:
-    """SwiGLU width of Llama 1/2: int(8/3 * d) rounded up to `multiple_of` (13824 for d=5120)."""
-    hidden = int(2 * 4 * d_model / 3)
-    return multiple_of * (-(-hidden // multiple_of))
-
-
 @dataclasses.dataclass(frozen=True)
 class ModelShape:
     """Architecture of a dense decoder-only transformer (pre-norm, RoPE, no biases).
 
-    `d_ff=None` takes the Llama rule (`llama_d_ff`); `mlp="gelu"` gives a GPT-style 2-matrix MLP.
+    `d_ff=None` takes Llama's width (`models.shapes.swiglu_d_ff` with `multiple_of=256`, where the
+    trainer's `ModelConfig` rounds to 64); `mlp="gelu"` gives a GPT-style 2-matrix MLP.
     `dropout=True` adds the dropout masks of Korthikanti et al. (GPT-3 style); Llama has none.
     """
 
@@ -44,20 +77,20 @@ class ModelShape:
     vocab_size: int
     d_ff: int | None = None
     n_kv_heads: int | None = None
-    mlp: str = "swiglu"
+    mlp: str = Mlp.SWIGLU.value
     tied_embeddings: bool = False
     dropout: bool = False
 
     def __post_init__(self) -> None:
         for name in ("n_layers", "d_model", "n_heads", "seq_len", "vocab_size"):
             v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+            if not is_int(v) or v <= 0:
                 raise LayoutError(f"model {name} must be a positive integer (got {v!r})")
         if self.d_model % self.n_heads:
             raise LayoutError(f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}")
         if self.kv_heads <= 0 or self.n_heads % self.kv_heads:
             raise LayoutError(f"n_kv_heads={self.n_kv_heads} must divide n_heads={self.n_heads}")
-        if self.mlp not in ("swiglu", "gelu"):
+        if self.mlp not in tuple(Mlp):
             raise LayoutError(f"mlp must be 'swiglu' or 'gelu' (got {self.mlp!r})")
 
     @classmethod
@@ -71,7 +104,7 @@ class ModelShape:
             vocab_size=cfg.vocab_size,
             d_ff=cfg.ff,
             n_kv_heads=cfg.kv_heads,
-            mlp="swiglu",
+            mlp=Mlp.SWIGLU.value,
             tied_embeddings=bool(cfg.tie_embeddings),
         )
 
@@ -86,24 +119,32 @@ class ModelShape:
 
     @property
     def ffn(self) -> int:
-        return llama_d_ff(self.d_model) if self.d_ff is None else int(self.d_ff)
+        return (
+            swiglu_d_ff(self.d_model, multiple_of=LLAMA_MULTIPLE_OF) if self.d_ff is None else int(self.d_ff)
+        )
 
     @property
     def kv_dim(self) -> int:
         return self.kv_heads * self.head_dim
 
     @property
+    def gated(self) -> bool:
+        """A gated (SwiGLU) MLP: three matrices, not two."""
+        return self.mlp == Mlp.SWIGLU
+
+    @property
     def attn_params_per_layer(self) -> int:
-        h = self.d_model
-        return 2 * h * h + 2 * h * self.kv_dim  # Wq, Wo (h×h) and Wk, Wv (h×kv)
+        return flops.attention_params(self.d_model, self.n_heads, self.kv_heads, self.head_dim)
 
     @property
     def mlp_params_per_layer(self) -> int:
-        return (3 if self.mlp == "swiglu" else 2) * self.d_model * self.ffn
+        return flops.mlp_params(self.d_model, self.ffn, self.gated)
 
     @property
     def params_per_layer(self) -> int:
-        return self.attn_params_per_layer + self.mlp_params_per_layer + 2 * self.d_model
+        return flops.block_params(
+            self.d_model, self.n_heads, self.kv_heads, self.head_dim, self.ffn, self.gated
+        )
 
     @property
     def embedding_params(self) -> int:
@@ -117,7 +158,7 @@ class ModelShape:
         """Weight matrices of one layer: QKV (or q, k, v) and the output projection; the MLP's
         up/gate (fused or not) and down projections."""
         attn = (1 if fused_projections else 3) + 1
-        if self.mlp == "swiglu":
+        if self.gated:
             return attn + (2 if fused_projections else 3)
         return attn + 2
 
@@ -125,12 +166,11 @@ class ModelShape:
     def n_params(self) -> int:
         """All parameters, embeddings included (the PaLM/Hagemann MFU convention's N).
 
-        Counted here, not by `models.flops.param_count`, because the cost model needs the
-        per-component counts (attention, MLP, embedding, head: `memory.stage_params` splits them
-        over pipeline stages) and describes shapes the training model cannot build (GELU MLPs,
-        Llama's d_ff rounding to 256 where `models.config.default_d_ff` rounds to 64). For the
-        shapes both describe (`from_model_config`) the counts are equal, which
-        tests/test_costmodel.py checks.
+        Summed here from the per-block counts of models/flops.py (`block_params`), not by
+        `models.flops.param_count`, because the cost model needs the per-component counts
+        (attention, MLP, embedding, head: `memory.stage_params` splits them over pipeline stages)
+        and describes shapes the training model cannot build (GELU MLPs). For the shapes both
+        describe (`from_model_config`) the counts are equal, which tests/test_costmodel.py checks.
         """
         return self.n_layers * self.params_per_layer + self.embedding_params + self.head_params + self.d_model
 
@@ -146,7 +186,9 @@ class ModelShape:
         N counts every parameter including the input embedding, as Hagemann et al. do, so that
         predicted MFU is directly comparable with the published sheets.
         """
-        return 6.0 * self.n_params + 12.0 * self.n_layers * self.d_model * self.seq_len
+        return flops.palm_flops_per_token(
+            self.n_params, self.n_layers, self.n_heads * self.head_dim, self.seq_len
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -178,12 +220,13 @@ FP32_PARAMS = Precision(param_bytes=4, grad_bytes=4, master_bytes=0, optimizer_b
 class Layout:
     """How one training step is laid out on `dp·tp·pp` devices.
 
-    global_batch and micro_batch count sequences. zero_stage: 0 = plain DP, 1 = optimizer state
-    sharded over DP, 2 = + gradients, 3 = + parameters (= FSDP full sharding). `act_ckpt` is the
-    activation checkpointing (none | selective | full: the trainer's `model.remat`; selective =
-    Korthikanti et al.'s, recompute the attention core). `interleave` is the
-    number of virtual pipeline stages per device (1 = plain 1F1B). `attention` is the attention
-    kernel: naive (unfused softmax), fused_softmax (Megatron fused kernel), flash1, flash2;
+    global_batch and micro_batch count sequences. zero_stage (`ZeroStage`): 0 = plain DP, 1 =
+    optimizer state sharded over DP, 2 = + gradients, 3 = + parameters (= FSDP full sharding).
+    `act_ckpt` (`ActCkpt`) is the activation checkpointing (none | selective | full: the
+    trainer's `model.remat`; selective = Korthikanti et al.'s, recompute the attention core).
+    `interleave` is the number of virtual pipeline stages per device (1 = plain 1F1B).
+    `attention` (`LayoutAttention`) is the attention kernel: naive (unfused softmax),
+    fused_softmax (Megatron fused kernel), flash1, flash2;
     `fused_norm` says whether RMSNorm is a fused kernel (saves activation memory and HBM traffic).
     `fused_projections`: Q/K/V and gate/up are one matmul each (Megatron), so backward needs one
     TP all-reduce per sub-layer input; False = separate matmuls, one all-reduce per projection
@@ -212,9 +255,9 @@ class Layout:
     micro_batch: int = 1
     global_batch: int = 1
     sp: bool = False
-    zero_stage: int = 1
-    act_ckpt: str = "none"
-    attention: str = "flash2"
+    zero_stage: int = ZeroStage.OPTIMIZER.value
+    act_ckpt: str = ActCkpt.NONE.value
+    attention: str = LayoutAttention.FLASH2.value
     fused_norm: bool = True
     interleave: int = 1
     offload_optimizer: bool = False
@@ -265,19 +308,22 @@ def nearest_mesh(n_devices: int, tp: int, pp: int) -> str:
 
 
 def validate_layout(model: ModelShape, layout: Layout, n_devices: int | None = None) -> None:
-    """Raise `LayoutError` (one line, with the nearest valid choice) for impossible layouts."""
+    """Raise `LayoutError` (one line, with the nearest valid choice) for impossible layouts.
+
+    The cost model's check of a planned `Layout` (the trainer checks its own mesh with
+    `sharding.validate.validate_mesh`); the rules both share come from sharding/validate.py
+    (`head_splits`, `sequence_split`). Unlike the trainer, pipeline stages may hold unequal
+    numbers of layers (Megatron), so only interleaving needs pp x interleave to divide them.
+    """
     lo = layout
     for name in ("dp", "tp", "pp", "cp", "micro_batch", "global_batch", "interleave"):
         v = getattr(lo, name)
-        if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+        if not is_int(v) or v <= 0:
             raise LayoutError(f"layout {name} must be a positive integer (got {v!r})")
-    if lo.zero_stage not in (0, 1, 2, 3):
+    if lo.zero_stage not in tuple(ZeroStage):
         raise LayoutError(f"zero_stage must be 0, 1, 2 or 3 (got {lo.zero_stage!r})")
     if lo.zero_group is not None and (
-        isinstance(lo.zero_group, bool)
-        or not isinstance(lo.zero_group, int)
-        or lo.zero_group <= 0
-        or lo.dp % lo.zero_group
+        not is_int(lo.zero_group) or lo.zero_group <= 0 or lo.dp % lo.zero_group
     ):
         raise LayoutError(f"zero_group={lo.zero_group!r} must be a positive divisor of dp={lo.dp}")
     if lo.act_ckpt not in ACT_CKPT:
@@ -295,7 +341,7 @@ def validate_layout(model: ModelShape, layout: Layout, n_devices: int | None = N
             f"{names} = {'×'.join(map(str, sizes))} = {lo.n_devices} does not "
             f"match {n_devices} devices; nearest valid mesh: {hint}"
         )
-    if model.n_heads % lo.tp or model.kv_heads % lo.tp:
+    if not all(split.even for split in head_splits(lo.tp, model.n_heads, model.kv_heads)):
         ok = [t for t in _divisors(model.kv_heads) if t <= max(lo.tp, 1)]
         raise LayoutError(
             f"tp={lo.tp} must divide n_heads={model.n_heads} and "
@@ -320,11 +366,10 @@ def validate_layout(model: ModelShape, layout: Layout, n_devices: int | None = N
             f"interleaved pipeline needs micro-batches per step ({lo.grad_accum}) "
             f"divisible by pp={lo.pp}; use interleave=1"
         )
-    if model.seq_len % (lo.cp * (lo.tp if lo.sp else 1)):
-        if lo.cp > 1:
-            raise LayoutError(
-                f"context parallelism needs seq_len={model.seq_len} divisible by "
-                f"cp={lo.cp}" + (f"×tp={lo.tp} (sequence parallel)" if lo.sp else "")
-            )
-    if lo.sp and model.seq_len % lo.tp:  # sp with tp=1 is a no-op, not an error
+    if lo.cp > 1 and not sequence_split(model.seq_len, lo.cp, lo.tp, lo.sp).even:
+        raise LayoutError(
+            f"context parallelism needs seq_len={model.seq_len} divisible by "
+            f"cp={lo.cp}" + (f"×tp={lo.tp} (sequence parallel)" if lo.sp else "")
+        )
+    if lo.sp and not sequence_split(model.seq_len, 1, lo.tp, True).even:  # tp=1: a no-op, not an error
         raise LayoutError(f"sequence parallelism needs seq_len={model.seq_len} divisible by tp={lo.tp}")

@@ -17,11 +17,28 @@ import dataclasses
 import math
 
 from models.flops import MFU_PALM
-from sharding.costmodel.comm import Collective, make_collective, p2p_time, ranks_per_node
+from sharding.costmodel.comm import (
+    Collective,
+    CollectiveKind,
+    Link,
+    make_collective,
+    p2p_time,
+    ranks_per_node,
+)
 from sharding.costmodel.efficiency import DEFAULT_EFFICIENCY, Efficiency
 from sharding.costmodel.hardware import Hardware
 from sharding.costmodel.memory import MemoryBreakdown, memory_breakdown, stage_params
-from sharding.costmodel.spec import BF16_MIXED, Layout, ModelShape, Precision, validate_layout
+from sharding.costmodel.spec import (
+    BF16_MIXED,
+    FLASH_KERNELS,
+    ActCkpt,
+    Layout,
+    LayoutAttention,
+    ModelShape,
+    Precision,
+    ZeroStage,
+    validate_layout,
+)
 
 # The FLOPs the cost model's MFU counts (models/flops.py: MFU_CONVENTIONS); the training loop's
 # MFU counts causal attention (MFU_CAUSAL), so the two differ for the same run.
@@ -159,7 +176,7 @@ class _Step:
     def of(
         cls, model: ModelShape, layout: Layout, hardware: Hardware, precision: Precision, eff: Efficiency
     ) -> "_Step":
-        full = layout.act_ckpt == "full"
+        full = layout.act_ckpt == ActCkpt.FULL
         mv = layout.grad_accum * layout.interleave
         tick_factor = (mv + layout.pp - 1) / mv if layout.gspmd_pipeline and layout.pp > 1 else 1.0
         return cls(
@@ -173,7 +190,7 @@ class _Step:
             fwd_passes=2.0 if full else 1.0,
             sp=layout.sp and layout.tp > 1,
             full=full,
-            flash=layout.attention in ("flash1", "flash2"),
+            flash=layout.attention in FLASH_KERNELS,
             ranks=ranks_per_node(hardware, layout.tp, layout.dp, layout.pp, layout.cp),
             tick_factor=tick_factor,
         )
@@ -184,7 +201,7 @@ def _gemm_terms(st: _Step) -> tuple[float, float, float]:
     time of the LM-head GEMMs, once per micro-batch on the last stage)."""
     m, t, peak, eff, tok = st.m, st.lo.tp, st.hw.peak_flops, st.eff, st.tok
     h, f, V = m.d_model, m.ffn, m.vocab_size
-    n_mlp_in = 2 * f if m.mlp == "swiglu" else f
+    n_mlp_in = 2 * f if m.gated else f
     gemms = [(tok, (h + 2 * m.kv_dim) / t, h), (tok, h, h / t), (tok, n_mlp_in / t, h), (tok, h, f / t)]
     layer_gemm_flops = sum(2 * a * c * d for a, c, d in gemms)
     layer_gemm_time = sum(
@@ -206,14 +223,16 @@ def _attention_terms(st: _Step) -> tuple[float, float, float]:
     s, b, peak = m.seq_len, lo.micro_batch, hw.peak_flops
     heads = m.n_heads / lo.tp
     attn_fwd_flops = 4 * b * (s / lo.cp) * s * m.head_dim * heads  # cp: L/cp queries, all keys
-    attn_recompute = 1.0 if (st.full or lo.act_ckpt == "selective") and not st.flash else 0.0
+    attn_recompute = 1.0 if (st.full or lo.act_ckpt == ActCkpt.SELECTIVE) and not st.flash else 0.0
     attn_passes = st.fwd_passes + 2 if st.full else 3 + attn_recompute
     if st.flash:
-        kernel_eff = eff.flash2_eff if lo.attention == "flash2" else eff.flash1_eff
+        kernel_eff = eff.flash2_eff if lo.attention == LayoutAttention.FLASH2 else eff.flash1_eff
         attn_time = 0.5 * attn_fwd_flops * attn_passes / (peak * kernel_eff)  # causal: half
     else:
         bmm_eff = _gemm_eff(eff, s / lo.cp, s, m.head_dim)
-        traffic = eff.score_traffic_naive if lo.attention == "naive" else eff.score_traffic_fused
+        traffic = (
+            eff.score_traffic_naive if lo.attention == LayoutAttention.NAIVE else eff.score_traffic_fused
+        )
         scores = heads * (s / lo.cp) * s * b
         attn_time = (
             attn_fwd_flops * attn_passes / (peak * bmm_eff) + traffic * scores * attn_passes / 3 / hw.hbm_bw
@@ -269,17 +288,20 @@ def _tp_collectives(st: _Step) -> tuple[list[Collective], float, float]:
         return [], 0.0, 0.0
     n_mb = lo.grad_accum * st.tick_factor
     act_buf = st.tok * m.d_model * st.precision.act_bytes
-    bwd_calls = 2 if lo.fused_projections else (3 + (2 if m.mlp == "swiglu" else 1))
+    bwd_calls = 2 if lo.fused_projections else (3 + (2 if m.gated else 1))
     if st.sp:
         gathers = 2 * st.fwd_passes + 2 + (2 if lo.sp_bwd_regather else 0)
-        per_layer = {"all_gather": gathers, "reduce_scatter": 2 * st.fwd_passes + bwd_calls}
+        per_layer = {
+            CollectiveKind.ALL_GATHER: gathers,
+            CollectiveKind.REDUCE_SCATTER: 2 * st.fwd_passes + bwd_calls,
+        }
     else:
-        per_layer = {"all_reduce": 2 * st.fwd_passes + bwd_calls}
+        per_layer = {CollectiveKind.ALL_REDUCE: 2 * st.fwd_passes + bwd_calls}
     colls, tp_time_layer = _layer_collectives(st, "tp", act_buf, per_layer, t, st.ranks["tp"])
     tp_time_edge = 0.0
     for name, kind, buf, calls in (
-        ("tp_embed_head", "all_reduce", act_buf, 2),
-        ("tp_softmax_stats", "all_reduce", st.tok * 4.0, 2),
+        ("tp_embed_head", CollectiveKind.ALL_REDUCE, act_buf, 2),
+        ("tp_softmax_stats", CollectiveKind.ALL_REDUCE, st.tok * 4.0, 2),
     ):
         c = make_collective(name, kind, buf, calls * n_mb, t, st.ranks["tp"], hw, eff.link_effs)
         colls.append(c)
@@ -304,13 +326,13 @@ def _pp_p2p(st: _Step) -> tuple[float, Collective | None]:
     )  # a stage's devices send at once
     coll = Collective(
         "pp_p2p",
-        "p2p",
+        CollectiveKind.P2P,
         2,
         p2p_bytes,
         sends * n_mb,
         sends * n_mb * p2p_bytes,
         p2p * n_mb,
-        "intra" if same_node else "inter",
+        Link.INTRA if same_node else Link.INTER,
     )
     return p2p, coll
 
@@ -326,7 +348,12 @@ def _cp_collectives(st: _Step) -> tuple[list[Collective], float]:
         return [], 0.0
     kv_buf = lo.micro_batch * m.seq_len * m.kv_dim / lo.tp * st.precision.act_bytes
     return _layer_collectives(
-        st, "cp_kv", kv_buf, {"all_gather": 2 * st.fwd_passes, "reduce_scatter": 2}, lo.cp, st.ranks["cp"]
+        st,
+        "cp_kv",
+        kv_buf,
+        {CollectiveKind.ALL_GATHER: 2 * st.fwd_passes, CollectiveKind.REDUCE_SCATTER: 2},
+        lo.cp,
+        st.ranks["cp"],
     )
 
 
@@ -356,22 +383,29 @@ def _dp_collective_specs(st: _Step, n_stage: float) -> list[tuple[str, str, floa
     # reduced over them too: jointly with dp (one group of f·cp) or in a collective of their own
     joint = lo.cp > 1 and lo.cp_joint_grad_reduce
     fr, gr = (f * lo.cp, g * st.ranks["cp"]) if joint else (f, g)
-    if lo.zero_stage == 0 and lo.gspmd_pipeline and lo.pp > 1:
+    if lo.zero_stage == ZeroStage.NONE and lo.gspmd_pipeline and lo.pp > 1:
         # XLA reduces each tick's chunk weight gradients inside the tick loop (M·V + P − 1
         # times a chunk of L/(P·V) layers), the embedding / head / final norm once after it
         ticks = lo.grad_accum * lo.interleave + lo.pp - 1
         chunk = math.ceil(st.m.n_layers / (lo.pp * lo.interleave)) * st.m.params_per_layer / lo.tp
         rest = n_stage - st.m.n_layers * st.m.params_per_layer / lo.tp
         specs = [
-            ("dp_grad_all_reduce", "all_reduce", rest * precision.reduce_bytes, 1, fr, gr),
-            ("dp_grad_all_reduce_per_tick", "all_reduce", chunk * precision.reduce_bytes, ticks, fr, gr),
+            ("dp_grad_all_reduce", CollectiveKind.ALL_REDUCE, rest * precision.reduce_bytes, 1, fr, gr),
+            (
+                "dp_grad_all_reduce_per_tick",
+                CollectiveKind.ALL_REDUCE,
+                chunk * precision.reduce_bytes,
+                ticks,
+                fr,
+                gr,
+            ),
         ]
-    elif lo.zero_stage == 0:
-        specs = [("dp_grad_all_reduce", "all_reduce", grad_buf, 1, fr, gr)]
-    elif lo.zero_stage in (1, 2):
+    elif lo.zero_stage == ZeroStage.NONE:
+        specs = [("dp_grad_all_reduce", CollectiveKind.ALL_REDUCE, grad_buf, 1, fr, gr)]
+    elif lo.zero_stage in (ZeroStage.OPTIMIZER, ZeroStage.GRADIENTS):
         specs = [
-            ("dp_grad_reduce_scatter", "reduce_scatter", grad_buf, 1, fr, gr),
-            ("dp_param_all_gather", "all_gather", param_buf, 1, f, g),
+            ("dp_grad_reduce_scatter", CollectiveKind.REDUCE_SCATTER, grad_buf, 1, fr, gr),
+            ("dp_param_all_gather", CollectiveKind.ALL_GATHER, param_buf, 1, f, g),
         ]
     else:  # ZeRO-3/FSDP: gather weights for fwd and bwd, scatter grads, every micro-batch,
         # one collective per weight matrix (DeepSpeed, XLA) or per layer (FSDP units): each pays
@@ -379,17 +413,17 @@ def _dp_collective_specs(st: _Step, n_stage: float) -> list[tuple[str, str, floa
         gathers = 2 if lo.zero3_regather else 1
         k = max(1, st.layers) * (st.m.matrices_per_layer(lo.fused_projections) if lo.zero3_per_matrix else 1)
         specs = [
-            ("dp_param_all_gather", "all_gather", param_buf / k, gathers * n_mb * k, f, g),
-            ("dp_grad_reduce_scatter", "reduce_scatter", grad_buf / k, n_mb * k, fr, gr),
+            ("dp_param_all_gather", CollectiveKind.ALL_GATHER, param_buf / k, gathers * n_mb * k, f, g),
+            ("dp_grad_reduce_scatter", CollectiveKind.REDUCE_SCATTER, grad_buf / k, n_mb * k, fr, gr),
         ]
     if lo.cp > 1 and not joint:
-        specs.append(("cp_grad_all_reduce", "all_reduce", grad_buf, 1, lo.cp, st.ranks["cp"]))
+        specs.append(("cp_grad_all_reduce", CollectiveKind.ALL_REDUCE, grad_buf, 1, lo.cp, st.ranks["cp"]))
     if f < lo.dp:  # replicas of a shard sit f ranks apart: dp-ranks-per-node / f of them per node
         r = lo.dp // f
         specs.append(
             (
                 "dp_grad_replica_all_reduce",
-                "all_reduce",
+                CollectiveKind.ALL_REDUCE,
                 grad_buf / f,
                 1,
                 r,
@@ -411,7 +445,7 @@ def _dp_collectives(st: _Step, n_stage: float) -> tuple[list[Collective], float]
         specs.append(
             (
                 "pp_stage_grad_all_reduce",
-                "all_reduce",
+                CollectiveKind.ALL_REDUCE,
                 blocks * st.precision.reduce_bytes,
                 1,
                 lo.pp,
@@ -431,7 +465,9 @@ def _dp_exposed(st: _Step, dp_time: float, stage_time: float) -> float:
     micro-batch (prefetch, `zero3_overlap`); the others overlap only the last backward pass
     (`dp_overlap`)."""
     n_mb, overlap = st.lo.grad_accum, st.eff.dp_overlap
-    if st.lo.zero_stage >= 3:  # the next layer's gather is prefetched behind this layer's compute
+    if (
+        st.lo.zero_stage >= ZeroStage.PARAMETERS
+    ):  # the next layer's gather is prefetched behind this layer's compute
         return n_mb * max(0.0, dp_time / n_mb - st.eff.zero3_overlap * stage_time)
     bwd_window = stage_time * 2 / (st.fwd_passes + 2)
     return max(0.0, dp_time - overlap * bwd_window)
@@ -441,7 +477,7 @@ def _optimizer_time(st: _Step, n_stage: float) -> float:
     """Adam over the local shard: HBM-bound on the device, or CPU Adam plus PCIe transfers
     when the optimizer is offloaded."""
     lo, precision, hw = st.lo, st.precision, st.hw
-    shard = n_stage / (lo.zero_shards if lo.zero_stage >= 1 else 1)
+    shard = n_stage / (lo.zero_shards if lo.zero_stage >= ZeroStage.OPTIMIZER else 1)
     state_bytes = precision.master_bytes + precision.optimizer_bytes
     if lo.offload_optimizer:
         return (

@@ -22,11 +22,12 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from models.base.configs import config_from_mapping
+from models.base.configs import check_int, config_from_mapping
 from models.base.errors import ConfigError
 
 KINDS = ("choice", "exact")
 MAX_EXAMPLES = 512  # per task: the eval must stay a small fraction of a CPU run
+MAX_SHOTS = 64  # demonstrations per few-shot query (more would not fit any window in use)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,11 +53,8 @@ class EvalConfig:
                 raise ConfigError(f"eval.tasks: unknown task {name!r}; known: {', '.join(known)}")
         if len(set(self.tasks)) != len(self.tasks):
             raise ConfigError(f"eval.tasks lists a task twice ({list(self.tasks)})")
-        for key, lo, hi in (("examples", 1, MAX_EXAMPLES), ("shots", 0, 64), ("seed", 0, None)):
-            v = getattr(self, key)
-            if isinstance(v, bool) or not isinstance(v, int) or v < lo or (hi is not None and v > hi):
-                rng = f">= {lo}" + (f" and <= {hi}" if hi is not None else "")
-                raise ConfigError(f"eval.{key} must be an integer {rng} (got {v!r})")
+        for key, lo, hi in (("examples", 1, MAX_EXAMPLES), ("shots", 0, MAX_SHOTS), ("seed", 0, None)):
+            check_int(f"eval.{key}", getattr(self, key), lo, hi)
 
 
 @dataclasses.dataclass(frozen=True)
