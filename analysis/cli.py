@@ -52,28 +52,44 @@ def command_modules() -> list[str]:
     return sorted(m.name for m in pkgutil.iter_modules(commands.__path__) if not m.name.startswith("_"))
 
 
-def build_parser() -> argparse.ArgumentParser:
+class _VersionAction(argparse.Action):
+    """`--version`: looks the version up only when asked (the lookup reads package metadata)."""
+
+    def __init__(self, option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, help=None):
+        super().__init__(option_strings, dest=dest, default=default, nargs=0, help=help)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(f"scalelab {version()}")  # on stdout, as argparse's own version action
+        parser.exit()
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The parser of every subcommand, or only of `command` when it names one: a command line
+    then imports just the module it runs (the others pull in the planner, the cost model...)."""
     parser = argparse.ArgumentParser(
         prog="python -m analysis",
         description=DESCRIPTION,
         epilog=EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument(
-        "--version",
-        action="version",
-        version=f"scalelab {version()}",
-        help="print the scalelab version and exit",
-    )
+    parser.add_argument("--version", action=_VersionAction, help="print the scalelab version and exit")
     sub = parser.add_subparsers(
         dest="command",
         required=True,
         metavar="COMMAND",
         title="commands (python -m analysis COMMAND --help for its flags)",
     )
-    for name in command_modules():
+    names = command_modules()
+    module = (command or "").replace("-", "_")  # `fit-curve` is module fit_curve
+    for name in [module] if module in names else names:
         importlib.import_module(f"{commands.__name__}.{name}").register(sub)
     return parser
+
+
+def _command_word(argv: list[str]) -> str | None:
+    """The subcommand a command line names: its first word that is not an option (top-level
+    options take no value), or None."""
+    return next((a for a in argv if not a.startswith("-")), None)
 
 
 def _check_json_destination(args: argparse.Namespace) -> None:
@@ -96,7 +112,8 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = build_parser(_command_word(argv)).parse_args(argv)
     try:
         return _run(args)
     except AnalysisError as e:

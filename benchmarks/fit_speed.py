@@ -11,9 +11,14 @@ and compares the optima: the objective gap of the grid fits (ours minus SciPy's:
 ours lower, positive = SciPy found a lower optimum), and every timed resample's optimum. SciPy's
 default tolerances stop the resample fits early (see `main`), so the bootstrap speed-up is given
 against the loop with tolerances matched to ours, next to the default loop.
+4. `optax.lbfgs` (zoom line search; the same objective, memory, Wolfe constants and stopping
+   tests), vmapped over starts, against our engine in float64 on the same starts: a random
+   subset of the grid and the first resamples of the bootstrap (the issue asks whether the
+   library could replace ours: within 1.5x and as accurate).
 Targets: grid < 5 s, bootstrap < 60 s on 2 CPU cores, >= 20x faster than SciPy.
 
-    python benchmarks/fit_speed.py [--subset 300] [--full] [--processes 2]
+    python benchmarks/fit_speed.py [--subset 300] [--full] [--processes 2] [--optax-starts 256]
+        [--optax-resamples 100] [--only-optax]
 """
 
 from __future__ import annotations
@@ -230,6 +235,138 @@ def time_scipy_bootstrap(pool, P: int, data, fit, fitb, boot_seed: int, pick: np
     return seconds
 
 
+def optax_minimize_batch(fun, cfg, max_iter: int):
+    """`optax.lbfgs` with its zoom line search (Wolfe constants, memory and trial limit from
+    `cfg`) vmapped over starts, each start in a `lax.while_loop` stopped by our tests: gradient
+    infinity norm <= cfg.gtol, relative decrease <= cfg.ftol * |f| on a step, or `max_iter`
+    iterations. Returns a jitted f(x0 (S, F), w (S, n), shared) -> (x, f, iterations, evaluations)."""
+    import jax
+    import jax.numpy as jnp
+    import optax
+    import optax.tree_utils as otu
+
+    from analysis.laws.lbfgs import _mesh
+
+    opt = optax.lbfgs(
+        memory_size=cfg.memory,
+        linesearch=optax.scale_by_zoom_linesearch(
+            max_linesearch_steps=cfg.max_ls, slope_rtol=cfg.c1, curv_rtol=cfg.c2
+        ),
+    )
+
+    def one(x0, w, shared):
+        def f(x):
+            return fun(x, *shared, w)
+
+        value_and_grad = optax.value_and_grad_from_state(f)
+
+        def step(carry):
+            x, state, _, k, n_eval = carry
+            value, grad = value_and_grad(x, state=state)
+            updates, state = opt.update(grad, state, x, value=value, grad=grad, value_fn=f)
+            n_eval = n_eval + otu.tree_get(state, "num_linesearch_steps")
+            return optax.apply_updates(x, updates), state, value, k + 1, n_eval
+
+        def going(carry):
+            _, state, f_prev, k, _ = carry
+            value, grad = otu.tree_get(state, "value"), otu.tree_get(state, "grad")
+            improving = (f_prev - value > cfg.ftol * jnp.abs(value)) & jnp.isfinite(value)
+            return (k == 0) | ((k < max_iter) & (jnp.max(jnp.abs(grad)) > cfg.gtol) & improving)
+
+        carry = (x0, opt.init(x0), jnp.asarray(jnp.inf, x0.dtype), 0, 0)
+        x, state, _, k, n_eval = jax.lax.while_loop(going, step, carry)
+        return x, otu.tree_get(state, "value"), k, n_eval
+
+    batched = jax.vmap(one, in_axes=(0, 0, None))
+    mesh = _mesh()  # one host device per core, as our engine gets: each runs its share of starts
+    if mesh is None:
+        return jax.jit(batched)
+    spec = jax.sharding.PartitionSpec
+    return jax.jit(
+        jax.shard_map(
+            batched, mesh=mesh, in_specs=(spec("b"), spec("b"), spec()), out_specs=spec("b"), check_vma=False
+        )
+    )
+
+
+def _optax_vs_ours(prob, x0, w, label: str, fn, n_groups: int) -> dict:
+    """Time ours (float64 `run_starts`, warm) and optax (compiled first, then timed) on the same
+    starts and weights; compare the best objective of each of `n_groups` equal groups of starts."""
+    import jax
+    import jax.numpy as jnp
+
+    from analysis.laws import fitting as F
+    from analysis.laws.lbfgs import _mesh
+
+    F.run_starts(prob, x0[:8], w[:8])  # our program for this width is usually loaded by now
+    t = time.perf_counter()
+    ours = F.run_starts(prob, x0, w)
+    ours_s = time.perf_counter() - t
+    with jax.enable_x64(True):
+        tf, logX, logy, _ = prob.args(np.float64)
+        shared = (jnp.asarray(tf), tuple(jnp.asarray(v) for v in logX), jnp.asarray(logy))
+        xs, ws = jnp.asarray(x0, jnp.float64), jnp.asarray(prob.pad_weights(w), jnp.float64)
+        if _mesh() is not None:  # split over the devices as our engine's slots are
+            sharding = jax.sharding.NamedSharding(_mesh(), jax.sharding.PartitionSpec("b"))
+            xs, ws = jax.device_put(xs, sharding), jax.device_put(ws, sharding)
+        t = time.perf_counter()
+        compiled = fn.lower(xs, ws, shared).compile()
+        compile_s = time.perf_counter() - t
+        t = time.perf_counter()
+        _, f_opt, iters, evals = jax.block_until_ready(compiled(xs, ws, shared))
+        optax_s = time.perf_counter() - t
+    f_ours = np.where(np.isfinite(ours.f), ours.f, np.inf).reshape(n_groups, -1).min(axis=1)
+    f_opt = np.where(np.isfinite(f_opt), np.asarray(f_opt), np.inf).reshape(n_groups, -1).min(axis=1)
+    gap = (f_ours - f_opt) / np.abs(f_opt)  # negative: ours lower
+    print(
+        f"{label}: ours {ours_s:.2f} s ({ours.n_eval.sum()} evaluations), optax.lbfgs vmapped "
+        f"{optax_s:.2f} s ({int(np.sum(evals))} evaluations, up to {int(np.max(iters))} iterations; "
+        f"compile {compile_s:.1f} s) = {optax_s / ours_s:.0f}x ours; best objective ours - optax: "
+        f"median {np.median(gap):+.1e}, max {gap.max():+.1e} relative (optax lower by > 1e-9 in "
+        f"{int(np.sum(gap > 1e-9))} of {n_groups})"
+    )
+    return {"ours": ours_s, "optax": optax_s, "max_gap": float(gap.max())}
+
+
+def time_optax(df: pd.DataFrame, fitb, n_starts: int, n_resamples: int) -> dict:
+    """optax.lbfgs against our engine, both float64 with the same objective and tolerances, on
+    `n_starts` random starts of Epoch's grid (best objective of the subset) and the first
+    `n_resamples` resamples of the 1,000-resample bootstrap (each from its 3 starts)."""
+    from analysis.laws import fitting as F
+    from analysis.laws import points as data_mod
+    from analysis.laws.registry import get_law
+
+    law = get_law("chinchilla")
+    columns, _ = data_mod.choose_n_column(df, law, None, None)
+    prob = F.prepare(law, data_mod.resolve(df, law.inputs, columns), None, F.HUBER_DELTA)
+    starts = F._starts(law, prob, None)
+    import jax
+
+    n_starts -= n_starts % len(jax.devices())  # the batch splits evenly over the devices
+    pick = np.random.default_rng(0).choice(
+        starts.shape[0], size=min(n_starts, starts.shape[0]), replace=False
+    )
+    fn = optax_minimize_batch(prob.fun, F._CFG64, max_iter=F._CFG64.max_evals)
+    x0 = starts[np.sort(pick)]
+    out = {
+        "grid": _optax_vs_ours(
+            prob, x0, np.tile(prob.w, (x0.shape[0], 1)), f"grid, {x0.shape[0]} starts", fn, 1
+        )
+    }
+    boot_x0 = fitb.bootstrap_x0[:, list(prob.free_idx)]  # the internal starts of every resample
+    xb, wb = F.bootstrap_jobs(prob, boot_x0, 1000, fitb.seed)
+    rows = slice(0, n_resamples * boot_x0.shape[0])
+    out["bootstrap"] = _optax_vs_ours(
+        prob,
+        xb[rows],
+        wb[rows],
+        f"bootstrap, {n_resamples} resamples x {boot_x0.shape[0]} starts",
+        fn,
+        n_resamples,
+    )
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument(
@@ -242,6 +379,9 @@ def main() -> int:
         default=os.cpu_count() or 1,
         help="SciPy's pool size (default: one per core, as JAX gets one device per core)",
     )
+    ap.add_argument("--optax-starts", type=int, default=256, help="grid starts optax.lbfgs is timed on")
+    ap.add_argument("--optax-resamples", type=int, default=100, help="bootstrap resamples optax is timed on")
+    ap.add_argument("--only-optax", action="store_true", help="skip the SciPy comparison")
     args = ap.parse_args()
     if not DATA.is_file():
         print(f"data not found: {DATA}", file=sys.stderr)
@@ -255,6 +395,9 @@ def main() -> int:
     )
     boot_seed = 0
     fit, grid_s, fitb, boot_s = time_jax(df, boot_seed)
+    opt = time_optax(df, fitb, args.optax_starts, args.optax_resamples)
+    if args.only_optax:
+        return 0
     logN, logD, logL = (np.log(df[c].to_numpy(float)) for c in ("Model Size", "Training FLOP", "loss"))
     data = (logN, logD - np.log(6.0) - logN, logL)
     P = max(1, args.processes)
@@ -276,7 +419,9 @@ def main() -> int:
         f"(vs SciPy with tolerances that reach the same optima; "
         f"{scipy_boot['default tolerances'] / boot_s:.1f}x vs its "
         f"default tolerances, which stop early), SciPy on {P} processes; grid objective gap ours - SciPy "
-        f"{gap:+.3e} ({gap / fit.objective:+.2e} relative; negative = ours lower)"
+        f"{gap:+.3e} ({gap / fit.objective:+.2e} relative; negative = ours lower); optax.lbfgs "
+        f"{opt['grid']['optax'] / opt['grid']['ours']:.0f}x slower on the grid, "
+        f"{opt['bootstrap']['optax'] / opt['bootstrap']['ours']:.0f}x on the bootstrap"
     )
     return 0
 

@@ -12,7 +12,7 @@ import pytest
 
 from analysis.rl.curves import RLCurve, burn_in_cutoff, load_curve
 from analysis.rl.fitting import FitOptions, fit_recipe
-from analysis.rl.laws import Points, fit_gao, fit_law, gao_log, power_law, sigmoid
+from analysis.rl.laws import RLPoints, fit_gao, fit_rl_law, gao_log, power_law, sigmoid
 from models.base.errors import AnalysisError
 
 
@@ -38,7 +38,7 @@ def _coverage_draw(seed: int) -> tuple[list[bool], float, tuple[str, ...]]:
     A, B, Cm, R0 = rng.uniform(0.5, 0.8), rng.uniform(1.2, 2.4), rng.uniform(1e3, 4e3), rng.uniform(0.1, 0.3)
     C = np.geomspace(Cm / 20, Cm * 30, 30)
     p, s = _binomial_curve(rng, A, B, Cm, R0, C)
-    fit = fit_law(Points.make(C, p, s))
+    fit = fit_rl_law(RLPoints.make(C, p, s))
     inside = [fit.ci[k][0] <= v <= fit.ci[k][1] for k, v in (("A", A), ("B", B), ("C_mid", Cm))]
     return inside, abs(fit.params["A"] - A), fit.flags
 
@@ -78,7 +78,7 @@ def test_pre_midpoint_window_is_flagged():
         C = np.geomspace(Cm / 20, Cm * 30, 60)
         p, s = _binomial_curve(rng, A, B, Cm, R0, C)
         early = C < 0.5 * Cm
-        fit = fit_law(Points.make(C[early], p[early], s[early]))
+        fit = fit_rl_law(RLPoints.make(C[early], p[early], s[early]))
         assert "pre_midpoint" in fit.flags or "A_unbounded" in fit.flags, fit.flags
         assert "A_unbounded" in fit.flags  # the ceiling cannot be bounded from below C_mid
 
@@ -103,7 +103,7 @@ def test_power_law_recovery():
     C = np.geomspace(1e2, 1e5, 40)
     y = power_law(C, 0.7, 0.5, 5.0)
     s = np.full_like(y, 0.005)
-    fit = fit_law(Points.make(C, y + rng.normal(0, 0.005, C.size), s), "powerlaw")
+    fit = fit_rl_law(RLPoints.make(C, y + rng.normal(0, 0.005, C.size), s), "powerlaw")
     assert fit.params["A"] == pytest.approx(0.7, abs=0.03)
     assert fit.params["B"] == pytest.approx(0.5, rel=0.2)
     assert fit.ci["A"][0] <= 0.7 <= fit.ci["A"][1]
@@ -127,17 +127,17 @@ def test_falling_reward_flags_unstable():
     C = np.linspace(100, 10000, 40)
     y = sigmoid(C, 0.7, 2.0, 1500, 0.1)
     y[-10:] -= np.linspace(0.0, 0.15, 10)
-    fit = fit_law(Points.make(C, y, np.full_like(y, 0.01)))
+    fit = fit_rl_law(RLPoints.make(C, y, np.full_like(y, 0.01)))
     assert "unstable" in fit.flags
 
 
 def test_bad_input_is_a_clear_error():
     with pytest.raises(AnalysisError, match="at least"):
-        fit_law(Points.make([1.0, 2.0, 3.0], [0.1, 0.2, 0.3]))
+        fit_rl_law(RLPoints.make([1.0, 2.0, 3.0], [0.1, 0.2, 0.3]))
     with pytest.raises(AnalysisError, match=r"\[0, 1\]"):
-        fit_law(Points.make(np.arange(1, 9.0), np.full(8, 1.5)))
+        fit_rl_law(RLPoints.make(np.arange(1, 9.0), np.full(8, 1.5)))
     with pytest.raises(AnalysisError, match="unknown law"):
-        fit_law(Points.make(np.arange(1, 9.0), np.full(8, 0.5)), "exp")
+        fit_rl_law(RLPoints.make(np.arange(1, 9.0), np.full(8, 0.5)), "exp")
 
 
 def _run_dir(tmp_path, C, y, per_pass=None, prompts=None):
@@ -223,3 +223,99 @@ def test_variance_collapse_flags_unstable_only_inside_the_fit_window(tmp_path):
     assert not variance_collapsed(curve, until=500.0)
     assert "unstable" in fit_recipe([curve])["flags"]
     assert "unstable" not in fit_recipe([curve], FitOptions(fit_until_frac=0.5))["flags"]
+
+
+def test_box_wls_matches_a_bounded_least_squares_solver():
+    """The closed-form inner solve (2 level parameters in a box; lo == hi holds one; infinite
+    bounds have no face) against SciPy's bounded linear least squares."""
+    from scipy.optimize import lsq_linear
+
+    from analysis.rl.varpro import box_wls, moments
+
+    rng = np.random.default_rng(0)
+    boxes = [
+        ([0.0, 0.0], [1.0, 1.0]),
+        ([-1.0, 0.0], [1.0, np.inf]),
+        ([0.3, 0.3], [0.3, 1.0]),  # first held at 0.3
+        ([-np.inf, -np.inf], [np.inf, np.inf]),
+    ]
+    for trial in range(40):
+        X = rng.uniform(0, 1, (1, 12, 2))
+        y = X[0] @ rng.normal(0.5, 1.0, 2) + rng.normal(0, 0.1, 12)
+        w = rng.uniform(0.5, 2.0, 12)
+        lo, hi = (np.array(b) for b in boxes[trial % len(boxes)])
+        lin, chi = box_wls(np, *moments(np, X, y, w), lo, hi)
+        sw = np.sqrt(w)
+        ref = lsq_linear(X[0] * sw[:, None], y * sw, bounds=(lo - 1e-15, hi + 1e-15 * (hi == lo)))
+        assert chi[0] == pytest.approx(2 * ref.cost, rel=1e-9, abs=1e-12)
+        np.testing.assert_allclose(lin[0], ref.x, atol=1e-6)
+
+
+def test_objective_gradient_is_the_projected_chi2_gradient():
+    """The engine's objective holds the level parameters constant under autodiff (Danskin): its
+    gradient must equal finite differences of the projected chi^2 (levels re-solved)."""
+    import jax
+
+    from analysis.rl.varpro import Fitter, _chi2, sigmoid_spec, to_shape
+
+    rng = np.random.default_rng(2)
+    C = np.concatenate([[0.0], np.geomspace(100, 1e5, 20)])
+    p, s = _binomial_curve(rng, 0.7, 1.5, 3000.0, 0.2, C)
+    fitter = Fitter(sigmoid_spec(C, None), C, p, np.maximum(s, 0.005))
+    cfg = fitter.base()
+    args = (
+        fitter.logC,
+        fitter.start,
+        fitter.y,
+        fitter.w_RxN[0],
+        cfg.nl_lo,
+        cfg.nl_hi,
+        cfg.lin_lo,
+        cfg.lin_hi,
+    )
+    u = np.array([7.5, 0.3])
+    with jax.enable_x64(True):
+        g = np.asarray(jax.jit(jax.grad(_chi2))(u, *args, np.asarray(True)))
+
+    def projected(u):
+        return fitter.level(to_shape(np, u[None, :], cfg.nl_lo, cfg.nl_hi), [cfg])[1][0]
+
+    h = 1e-6
+    fd = [(projected(u + h * e) - projected(u - h * e)) / (2 * h) for e in np.eye(2)]
+    np.testing.assert_allclose(g, fd, rtol=1e-5)
+
+
+def test_profile_ends_sit_where_chi2_rises_by_the_threshold():
+    """Each finite end of a profile interval is a root of chi2_profile - (chi2_min + 3.84 scale)."""
+    from analysis.rl.laws import CHI2_95
+    from analysis.rl.varpro import Fitter, profile_intervals, sigmoid_spec
+
+    rng = np.random.default_rng(4)
+    C = np.geomspace(150, 75000, 30)
+    p, s = _binomial_curve(rng, 0.65, 1.8, 2500.0, 0.2, C)
+    pts = RLPoints.make(C, p, s)
+    fitter = Fitter(sigmoid_spec(pts.C, None), pts.C, pts.y, pts.s)
+    best = fitter.solve([fitter.base(n_starts=4)])[0]
+    params = [("lin", 1), ("nl", 0), ("nl", 1)]
+    ends = profile_intervals(fitter, best, params, CHI2_95)
+    held = [fitter.base().hold(k, i, v) for (k, i), e in zip(params, ends) for v in e[:2]]
+    rise = np.array([sol.chi2 for sol in fitter.solve(held)]) - best.chi2
+    assert not any(hit for e in ends for hit in e[2:])
+    np.testing.assert_allclose(rise, CHI2_95, rtol=2e-3)
+
+
+def test_bootstrap_intervals_resample_points_with_their_compute():
+    """A resample keeps each point's compute with its pass rate (resampling counts as weights),
+    so on a well-identified curve the bootstrap and profile intervals of A agree in size and
+    both hold the truth."""
+    rng = np.random.default_rng(3)
+    C = np.geomspace(2000 / 20, 2000 * 30, 40)
+    p, s = _binomial_curve(rng, 0.7, 1.6, 2000.0, 0.2, C)
+    pts = RLPoints.make(C, p, s)
+    prof = fit_rl_law(pts)
+    boot = fit_rl_law(pts, ci_method="bootstrap", n_boot=100)
+    assert boot.params == prof.params
+    for fit in (prof, boot):
+        assert fit.ci["A"][0] <= 0.7 <= fit.ci["A"][1]
+    width = [f.ci["A"][1] - f.ci["A"][0] for f in (prof, boot)]
+    assert 0.5 < width[1] / width[0] < 2.0, width

@@ -47,7 +47,7 @@ def register(subparsers) -> None:
         action="store_true",
         help="skip the forecast intervals (saves the calibration refits)",
     )
-    add_json_argument(p, "params, the convergence report, per-curve prediction errors and 90% intervals")
+    add_json_argument(p, "params, the convergence report, per-curve prediction errors and 90%% intervals")
     p.set_defaults(func=run)
 
 

@@ -60,10 +60,11 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    # SciPy-based fitting loads here, not at import, so `python -m analysis --help` stays fast.
+    # JAX-based fitting loads here, not at import, so `python -m analysis --help` stays fast.
     from analysis.rl.curves import load_curve
     from analysis.rl.fitting import FitOptions, fit_recipe
     from analysis.rl.laws import LAWS
+    from models.base.jaxcache import enable_compile_cache
 
     if args.law not in LAWS:
         raise AnalysisError(f"unknown --law {args.law!r}; choose one of {', '.join(LAWS)}")
@@ -76,6 +77,7 @@ def run(args: argparse.Namespace) -> int:
         ci_method=args.ci,
         fit_until_frac=args.fit_until_frac,
     )
+    enable_compile_cache()
     res = fit_recipe(curves, opts)
     print(f"{args.law} fit of {len(curves)} input(s): {res['verdict']}")
     _print_prediction(res, args.fit_until_frac)

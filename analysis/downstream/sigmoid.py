@@ -14,9 +14,12 @@ the curve barely constrains the ceiling, and a least-squares ceiling fitted to i
 sizes are fitted); the held-out check (`analysis.downstream.holdout`) decides per task which
 one predicted larger models better.
 
-Fit: weighted least squares on accuracy, Levenberg-Marquardt vectorised over a batch (start
-points, or bootstrap resamples as weight rows), in NumPy: the problems have 2-4 parameters, so
-a few hundred of them are solved together in milliseconds. Plain least squares because the
+Fit: weighted least squares on accuracy by the shared multi-start L-BFGS
+(`analysis.laws.lbfgs.minimize_batch`), batched over start points or bootstrap resamples (weight
+rows). The bounds hold by construction (the ceiling through a sigmoid, the slopes as logs), so
+the optimiser is unconstrained. Every form and ceiling mode is one objective on a 4-slot
+parameter vector (unused slots have zero gradient and stay put), so a process compiles one
+program per padded row count for all of a ladder's fits. Plain least squares because the
 scatter of accuracy around the curve is roughly Gaussian (binomial evaluation noise, run-to-run
 variation) and the same size for every row of one task.
 """
@@ -26,11 +29,19 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 from scipy.special import expit
 
+from analysis.laws.lbfgs import LBFGSConfig, minimize_batch
+
 CEILING_FITTED, CEILING_ONE = "fitted", "one"
 MAX_EXP = 40.0  # exp() arguments are clipped here: slopes beyond e^40 are numerically a step
+SLOTS = 4  # the objective's parameter vector: [g (fitted ceiling), then z's parameters, padded]
+MIN_ROWS = 128  # rows are padded (weight 0) to a power of two, at least this: one compiled shape
+WIDTH = 64  # batch width of every fit and bootstrap (more starts queue for a free slot)
+CFG = LBFGSConfig(max_evals=2000)
 
 
 @dataclass(frozen=True)
@@ -116,51 +127,60 @@ def inputs(form: Form, loss: np.ndarray | None, N: np.ndarray, D: np.ndarray, re
     }
 
 
-def _jacobian(f, th: np.ndarray, sw: np.ndarray) -> np.ndarray:
-    """(B, N, P) central-difference Jacobian of sqrt(w) * f."""
-    B, P = th.shape
-    out = np.empty((B, sw.shape[1], P))
-    for p in range(P):
-        h = 1e-6 * (1.0 + np.abs(th[:, p : p + 1]))
-        up, dn = th.copy(), th.copy()
-        up[:, p : p + 1] += h
-        dn[:, p : p + 1] -= h
-        out[:, :, p] = sw * (f(up) - f(dn)) / (2 * h)
-    return out
+def _objective(th, loss, logN, logD, y, w, chance, is_loss, fitted):
+    """sum_n w_n (acc(th)_n - y_n)^2 on the 4-slot vector th = [g, t1, t2, t3]: `is_loss` picks
+    z = e^t1 (t2 - loss) (LOSS) or t1 + e^t2 logN + e^t3 logD (SIZE); `fitted` the ceiling
+    chance + (1 - chance) sigmoid(g) over the ceiling 1. The same formulas as `Form.predict`."""
+    top = jnp.where(fitted, chance + (1.0 - chance) * jax.nn.sigmoid(th[0]), 1.0)
+    e1, e2, e3 = (jnp.exp(jnp.minimum(th[i], MAX_EXP)) for i in (1, 2, 3))
+    z = jnp.where(is_loss, e1 * (th[2] - loss), th[1] + e2 * logN + e3 * logD)
+    r = chance + (top - chance) * jax.nn.sigmoid(z) - y
+    return jnp.sum(w * r * r)
 
 
-def least_squares_batch(
-    f, th0_BxP: np.ndarray, y_N: np.ndarray, w_BxN: np.ndarray, max_iter: int = 200
+def _padded(n: int) -> int:
+    return max(MIN_ROWS, 1 << (n - 1).bit_length())
+
+
+def minimize_sse(
+    form: Form, X: dict, y_N: np.ndarray, chance: float, ceiling: str, th0_BxP: np.ndarray, w_BxN: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Minimise sum_n w[b, n] (f(th)[b, n] - y[n])^2 for every row b: (th_BxP, cost_B).
+    """Minimise sum_n w[b, n] (acc(th)[b, n] - y[n])^2 from every row b of `th0_BxP` (the form's
+    internal parameters) with its own row of weights: (th_BxP, cost_B), cost inf where the
+    objective was never finite. One `minimize_batch` call on the padded 4-slot program."""
+    B, P = th0_BxP.shape
+    n = y_N.size
+    pad = _padded(n) - n
+    offset = int(ceiling == CEILING_FITTED)
+    th4 = np.zeros((B, SLOTS))
+    th4[:, 1 - offset : 1 - offset + P] = th0_BxP  # g in slot 0 when fitted; z's parameters from slot 1
 
-    Levenberg-Marquardt with per-row damping (x0.3 on success, x10 on failure); a row stops when an
-    accepted step lowers its cost by less than 1e-12 relative, or its damping exceeds 1e10.
-    """
-    th = np.array(th0_BxP, float)
-    sw = np.sqrt(np.broadcast_to(w_BxN, (th.shape[0], y_N.size)))
-    cost = np.sum((sw * (f(th) - y_N)) ** 2, axis=1)
-    lam = np.full(th.shape[0], 1e-3)
-    active = np.isfinite(cost)
-    eye = np.eye(th.shape[1])
-    for _ in range(max_iter):
-        if not active.any():
-            break
-        a = np.flatnonzero(active)
-        ta, swa = th[a], sw[a]
-        J = _jacobian(f, ta, swa)
-        r = swa * (f(ta) - y_N)
-        A, g = np.einsum("bnp,bnq->bpq", J, J), np.einsum("bnp,bn->bp", J, r)
-        M = A + lam[a, None, None] * (np.einsum("bpp->bp", A)[:, :, None] * eye + 1e-12 * eye)
-        step = np.linalg.solve(M, -g[:, :, None])[:, :, 0]
-        new = ta + step
-        c_new = np.sum((swa * (f(new) - y_N)) ** 2, axis=1)
-        ok = np.isfinite(c_new) & (c_new < cost[a])
-        small = ok & (cost[a] - c_new <= 1e-12 * cost[a] + 1e-300)
-        th[a[ok]], cost[a[ok]] = new[ok], c_new[ok]
-        lam[a] = np.where(ok, np.maximum(lam[a] * 0.3, 1e-12), lam[a] * 10.0)
-        active[a[small | (lam[a] > 1e10)]] = False
-    return th, cost
+    def col(v):
+        return np.concatenate([np.zeros(n) if v is None else np.asarray(v, float), np.zeros(pad)])
+
+    w = np.broadcast_to(np.asarray(w_BxN, float), (B, n))
+    args = (
+        col(X.get("loss")),
+        col(X.get("logN")),
+        col(X.get("logD")),
+        col(y_N),
+        np.concatenate([w, np.zeros((B, pad))], axis=1),
+        np.asarray(float(chance)),
+        np.asarray(form.name == LOSS.name),
+        np.asarray(ceiling == CEILING_FITTED),
+    )
+    with jax.enable_x64(True):
+        res = minimize_batch(
+            _objective,
+            th4,
+            args,
+            batched_args=(False, False, False, False, True, False, False, False),
+            cfg=CFG,
+            width=WIDTH,
+            slots=WIDTH,
+        )
+    cost = np.where(np.isfinite(res.f), res.f, np.inf)
+    return res.x[:, 1 - offset : 1 - offset + P], cost
 
 
 @dataclass(frozen=True)
@@ -189,11 +209,6 @@ class SigmoidFit:
         }
 
 
-def _batched(form: Form, X: dict, chance: float, ceiling: str):
-    """f(th) over a batch of parameter rows, all on the same inputs X."""
-    return lambda th: form.predict(th, X, chance, ceiling)
-
-
 def fit(
     form: Form,
     X: dict,
@@ -206,7 +221,7 @@ def fit(
     """The best of the form's start grid (all starts in one batch)."""
     th0 = form.starts(X, ceiling)
     w = np.ones(y.size) if weights is None else np.asarray(weights, float)
-    th, cost = least_squares_batch(_batched(form, X, chance, ceiling), th0, y, w[None, :])
+    th, cost = minimize_sse(form, X, y, chance, ceiling, th0, w[None, :])
     best = int(np.nanargmin(cost))
     pred = form.predict(th[best : best + 1], X, chance, ceiling)[0]
     rms = float(np.sqrt(np.average((pred - y) ** 2, weights=w)))
@@ -226,7 +241,7 @@ def bootstrap(fitted: SigmoidFit, X: dict, y: np.ndarray, w_BxN: np.ndarray) -> 
     form = FORMS[fitted.form]
     chance = fitted.params["chance"]
     th0 = np.repeat(np.array([fitted.theta]), w_BxN.shape[0], axis=0)
-    th, cost = least_squares_batch(_batched(form, X, chance, fitted.ceiling_mode), th0, y, w_BxN)
+    th, cost = minimize_sse(form, X, y, chance, fitted.ceiling_mode, th0, w_BxN)
     th[~np.isfinite(cost)] = np.nan
     return th
 

@@ -41,6 +41,10 @@ PREDICTION_LEVEL = 0.90  # the level of every prediction interval the tools repo
 MAX_FOLDS = 6
 MIN_FIT_FRACTION = 0.4  # a fold fits on at least this share of the runs
 TOP_SHARE = 1 / 3  # run scatter is measured on the largest third of the fitted runs
+# The smallest log-error sd an interval carries: the round-off of a float64 fit (parameters
+# polished to a relative decrease of 1e-14) and of its prediction decades beyond the data, far
+# below any measured scatter (Epoch's runs: 7e-3)
+ROUNDOFF_SD = 1e-12
 
 
 @dataclass(frozen=True)
@@ -60,9 +64,12 @@ class PredictionError:
     method: str = "bootstrap + in-sample noise + forward-chaining drift"
 
     def sd(self, decades: np.ndarray) -> np.ndarray:
-        """Sd of the misspecification + noise term at `decades` beyond the fitted data."""
+        """Sd of the misspecification + noise term at `decades` beyond the fitted data, at least
+        `ROUNDOFF_SD`: on noise-free data every term is round-off, and an interval of a few ulps
+        would claim more than float64 arithmetic can hold."""
         d = np.maximum(np.asarray(decades, dtype=float), 0.0)
-        return np.sqrt(self.noise_sd**2 + self.budget_sd**2 + (self.drift_per_decade * d) ** 2)
+        sd = np.sqrt(self.noise_sd**2 + self.budget_sd**2 + (self.drift_per_decade * d) ** 2)
+        return np.maximum(sd, ROUNDOFF_SD)
 
     def decades(self, scale: np.ndarray) -> np.ndarray:
         """Distance beyond the fitted data, in decades of the scale input (0 inside the data)."""

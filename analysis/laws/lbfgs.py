@@ -10,7 +10,14 @@ as long as its slowest member on every outer step. Here each loop iteration perf
 function-and-gradient evaluation per start; whether that evaluation is a line-search trial or an
 accepted step is per-start state. On top of that, `minimize_batch` runs the loop in rounds and
 drops finished starts between rounds (compaction), so the batch pays for the evaluations each
-start needs rather than for those of the slowest start.
+start needs rather than for those of the slowest start. Measured (benchmarks/fit_speed.py,
+docs/analysis.md "The fitting engine"): vmapped `optax.lbfgs` with the same objective and tests
+is 56-86x slower on Epoch's grid and bootstrap and needs twice the evaluations.
+
+The command line pays for tracing: `minimize_batch` starts need no program of their own
+(`fresh_state`), its host bookkeeping is numpy (no eager JAX op, each of which would be one
+more program per process), and a round's length is a traced argument, so a caller that keeps
+one width and one argument signature (as a point-law fit does) loads one program per precision.
 
 The algorithm per start: L-BFGS two-loop recursion (memory `m`) with a weak-Wolfe line search
 (bracketing: Armijo failure shrinks by safeguarded quadratic interpolation, curvature failure
@@ -33,14 +40,16 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
+from analysis.laws.enums import FitStatus
+
 # Status codes (per start), readable by users through the fit's convergence report.
 RUNNING, CONVERGED_GTOL, CONVERGED_FTOL, STALLED, MAX_EVALS = 0, 1, 2, 3, 4
 STATUS_NAMES = {
-    RUNNING: "running",
-    CONVERGED_GTOL: "gradient below tolerance",
-    CONVERGED_FTOL: "relative decrease below tolerance",
-    STALLED: "line search cannot decrease f (round-off floor)",
-    MAX_EVALS: "evaluation limit reached",
+    RUNNING: FitStatus.RUNNING,
+    CONVERGED_GTOL: FitStatus.GTOL,
+    CONVERGED_FTOL: FitStatus.FTOL,
+    STALLED: FitStatus.STALLED,
+    MAX_EVALS: FitStatus.MAX_EVALS,
 }
 CONVERGED_CODES = (CONVERGED_GTOL, CONVERGED_FTOL, STALLED)
 
@@ -216,9 +225,11 @@ def _step(fun, args, cfg: LBFGSConfig, st: State) -> State:
     ls_n = st.ls_n + 1
     accept_trial = armijo & curvature
     br = _update_bracket(st, cfg, ft, gt, armijo, curvature, ls_n)
-    # A line search that collapses takes its best Armijo point if it has one.
-    accept_lo = ~accept_trial & br.collapsed & (br.lo > 0)
-    give_up = ~accept_trial & br.collapsed & (br.lo <= 0)
+    # A line search that collapses takes its best Armijo point if it has one. A fresh state's
+    # trial is its start (`fresh_state`): rejected (f not finite there), there is nothing to search.
+    collapsed = br.collapsed | (st.n_eval == 0)
+    accept_lo = ~accept_trial & collapsed & (br.lo > 0)
+    give_up = ~accept_trial & collapsed & (br.lo <= 0)
     take = accept_trial | accept_lo
 
     x_new = jnp.where(accept_trial, xt, st.x + br.lo * st.d)
@@ -256,7 +267,7 @@ def _step(fun, args, cfg: LBFGSConfig, st: State) -> State:
         Y_MxP=jnp.where(take, Y_new, jnp.where(restart, 0.0, st.Y_MxP)),
         rho_M=jnp.where(take, rho_new, jnp.where(restart, 0.0, st.rho_M)),
         n_eval=n_eval,
-        n_iter=st.n_iter + take.astype(st.n_iter.dtype),
+        n_iter=st.n_iter + (take & (st.n_eval > 0)).astype(st.n_iter.dtype),  # see `fresh_state`
         status=status,
     )
 
@@ -280,10 +291,48 @@ def minimize(fun: Callable, x0: jax.Array, *args: Any, cfg: LBFGSConfig = LBFGSC
     return run(fun, init_state(fun, x0, args, cfg), args, cfg, cfg.max_evals)
 
 
-@partial(jax.jit, static_argnames=("fun", "cfg", "batched_args"))
-def _init_batch(fun, x0_SxP, args, cfg, batched_args):
-    axes = tuple(0 if b else None for b in batched_args)
-    return jax.vmap(lambda x, *a: init_state(fun, x, a, cfg), in_axes=(0, *axes))(x0_SxP, *args)
+def fresh_state(x0_SxP: np.ndarray, cfg: LBFGSConfig) -> State:
+    """Host-side (numpy) states of starts that have not been evaluated yet, for `run`.
+
+    The state is a line search along d = 0 from x0 with f = inf and trial step 0: the first
+    evaluation of `_step` is then x0 itself, which always passes both Wolfe tests (f(x0) < inf,
+    g.d = 0 = c2 gd) and is accepted as the first point; the pair (s = 0) is not stored, the
+    direction becomes -g(x0) with the first step of `init_state`, and `n_eval == 0` marks that
+    acceptance as no iteration. A non-finite f(x0) fails Armijo, and `_step` gives a rejected
+    first trial up at once: STALLED after one evaluation, as `init_state` says. So after one
+    evaluation the state is `init_state`'s, and starting needs no compiled program of its own
+    (the round program does it)."""
+    x0 = np.asarray(x0_SxP)
+    dtype = jax.dtypes.canonicalize_dtype(x0.dtype)
+    itype = jax.dtypes.canonicalize_dtype(np.int64)
+    S, P = x0.shape
+
+    def zeros(*shape, kind=dtype):
+        return np.zeros((S, *shape), kind)
+
+    def inf():
+        return np.full(S, np.inf, dtype)
+
+    return State(
+        x=x0.astype(dtype),
+        f=inf(),
+        g=zeros(P),
+        d=zeros(P),
+        gd=zeros(),
+        t=zeros(),
+        lo=zeros(),
+        hi=inf(),
+        f_lo=inf(),
+        g_lo=zeros(P),
+        f_hi=inf(),
+        ls_n=zeros(kind=itype),
+        S_MxP=zeros(cfg.memory, P),
+        Y_MxP=zeros(cfg.memory, P),
+        rho_M=zeros(cfg.memory),
+        n_eval=zeros(kind=itype),
+        n_iter=zeros(kind=itype),
+        status=np.full(S, RUNNING, itype),
+    )
 
 
 @lru_cache(maxsize=None)
@@ -293,19 +342,41 @@ def _mesh():
     return jax.make_mesh((len(devices),), ("b",), devices=devices) if len(devices) > 1 else None
 
 
-@partial(jax.jit, static_argnames=("fun", "cfg", "batched_args", "n_evals", "mesh"))
-def _run_sharded(fun, st, args, cfg, batched_args, n_evals, mesh):
+@partial(jax.jit, static_argnames=("fun", "cfg", "batched_args", "mesh"))
+def _run_sharded(fun, st, args, n_evals, cfg, batched_args, mesh):
+    """One round: every slot advances by at most `n_evals` evaluations. `n_evals` is traced, so
+    rounds of any length (the tail's longer ones too) reuse one compiled program per width."""
     axes = tuple(0 if b else None for b in batched_args)
 
-    def local(st, *args):
-        return jax.vmap(lambda s, *a: run(fun, s, a, cfg, n_evals), in_axes=(0, *axes))(st, *args)
+    def local(st, n_evals, *args):
+        # The loop runs over the batch with `_step` vmapped inside it: what vmapping `run` would
+        # do (every slot steps while any runs, finished slots keep their state), traced once
+        # rather than through the batching rule of a while loop, which traces its body anew.
+        step = jax.vmap(lambda s, *a: _step(fun, a, cfg, s), in_axes=(0, *axes))
+
+        def cond(carry):
+            st, k = carry
+            return jnp.any(st.status == RUNNING) & (k < n_evals)
+
+        def body(carry):
+            st, k = carry
+            new, running = step(st, *args), st.status == RUNNING
+            keep = jax.tree.map(
+                lambda a, b: jnp.where(running.reshape((-1,) + (1,) * (a.ndim - 1)), a, b), new, st
+            )
+            return keep, k + 1
+
+        return jax.lax.while_loop(cond, body, (st, jnp.zeros((), n_evals.dtype)))[0]
 
     if mesh is None:
-        return local(st, *args)
+        return local(st, n_evals, *args)
     specs = tuple(PartitionSpec("b") if b else PartitionSpec() for b in batched_args)
     return jax.shard_map(
-        local, mesh=mesh, in_specs=(PartitionSpec("b"), *specs), out_specs=PartitionSpec("b")
-    )(st, *args)
+        local,
+        mesh=mesh,
+        in_specs=(PartitionSpec("b"), PartitionSpec(), *specs),
+        out_specs=PartitionSpec("b"),
+    )(st, n_evals, *args)
 
 
 def _run_batch(fun, st, args, cfg, batched_args, n_evals):
@@ -317,7 +388,63 @@ def _run_batch(fun, st, args, cfg, batched_args, n_evals):
         args = tuple(jax.device_put(a, sharding) if b else a for a, b in zip(args, batched_args))
     else:
         mesh = None
-    return _run_sharded(fun, st, args, cfg, batched_args, n_evals, mesh)
+    return _run_sharded(fun, st, args, np.int32(n_evals), cfg, batched_args, mesh)
+
+
+MIN_WIDTH = 32  # the smallest batch: below it, a compiled program per start count costs more than it saves
+
+
+def batch_width(n_starts: int, slots: int = 512) -> int:
+    """The batch size `minimize_batch` uses for `n_starts` starts: the next power of two (at least
+    `MIN_WIDTH`), at most `slots`, so that compiled shapes repeat across calls."""
+    return min(slots, max(MIN_WIDTH, 1 << (max(n_starts, 1) - 1).bit_length()))
+
+
+def _on_devices(width: int) -> int:
+    """`width` rounded up to a multiple of the device count, so that slots split evenly."""
+    n_dev = len(jax.devices())
+    return -(-width // n_dev) * n_dev
+
+
+def prepare_batch(
+    fun: Callable,
+    n_params: int,
+    dtype,
+    args: tuple,
+    batched_args: tuple[bool, ...],
+    cfg: LBFGSConfig,
+    width: int,
+) -> None:
+    """Trace and compile (or load from the persistent cache) the round program a later
+    `minimize_batch(fun, x0 (S, n_params) of dtype, args, batched_args, cfg, width=width)` runs,
+    by running a round of zero evaluations. Call it in a background thread while another
+    program computes (XLA releases the GIL), so that the later call starts at once."""
+    W = _on_devices(width)
+    st = fresh_state(np.zeros((W, n_params), dtype), cfg)
+    host_args = tuple(jax.tree.map(_host, a) for a in args)
+    _run_batch(fun, st, _gather(host_args, batched_args, np.zeros(W, np.int32)), cfg, batched_args, 0)
+
+
+def _host(v):
+    """An argument as a host array (Python scalars stay as they are: jit keeps them weakly typed)."""
+    return v if isinstance(v, (bool, int, float, complex)) else np.asarray(v)
+
+
+def _put_shared(args: tuple, batched_args: tuple[bool, ...]) -> tuple:
+    """The shared arguments on the device(s) (replicated over the mesh) once per
+    `minimize_batch`, rather than sent again with every round; per-start ones stay on the host."""
+    mesh = _mesh()
+    target = NamedSharding(mesh, PartitionSpec()) if mesh is not None else None
+
+    def put(v):
+        return jax.device_put(v, target) if isinstance(v, np.ndarray) else v
+
+    return tuple(a if b else jax.tree.map(put, a) for a, b in zip(args, batched_args))
+
+
+def _gather(args: tuple, batched_args: tuple[bool, ...], idx: np.ndarray) -> tuple:
+    """Rows `idx` of the per-start arguments (host numpy arrays); shared ones as they are."""
+    return tuple(jax.tree.map(lambda v: v[idx], a) if b else a for a, b in zip(args, batched_args))
 
 
 def minimize_batch(
@@ -329,6 +456,8 @@ def minimize_batch(
     slots: int = 512,
     round_evals: int = 16,
     tail_slots: int | None = None,
+    *,
+    width: int | None = None,
 ) -> MinimizeResult:
     """Minimise `fun(x, *args)` from every row of `x0_SxP`; returns per-start results.
 
@@ -342,24 +471,24 @@ def minimize_batch(
     start is waiting and at most that many are unfinished, they move to a batch of that size
     running 4x the evaluations per round (one more compiled shape): worth it for long queues
     with a slow tail, such as a bootstrap's thousands of fits.
+
+    The batch holds `batch_width(len(x0_SxP), slots)` starts unless `width` fixes it: calls
+    with the same function, width and argument shapes run one compiled program, so a caller
+    with several batches (a fit's polish, bootstrap and refits) loads one program, not one per
+    batch size. Starting needs no program of its own (`fresh_state`).
     """
-    x0 = jnp.asarray(x0_SxP)
+    # Host-side bookkeeping is numpy: every eager jnp op (a gather, a cast) is one more program
+    # to compile or dispatch in every process, which is what the command line pays for.
+    x0 = np.asarray(x0_SxP)
     S = x0.shape[0]
     if batched_args is None:
         batched_args = (False,) * len(args)
     batched_args = tuple(bool(b) for b in batched_args)
-    args = tuple(jax.tree.map(jnp.asarray, a) for a in args)
-    # Start counts are padded to a power of two (or a multiple of 512) so compiled shapes repeat.
-    S_pad = max(32, 1 << (S - 1).bit_length()) if S <= 512 else -(-S // 512) * 512
-    pad_idx = np.concatenate([np.arange(S), np.zeros(S_pad - S, dtype=np.int64)]).astype(np.int32)
-    init_args = tuple(jax.tree.map(lambda v: v[pad_idx], a) if b else a for a, b in zip(args, batched_args))
-    host = jax.tree.map(
-        lambda v: np.array(v)[:S], _init_batch(fun, x0[pad_idx], init_args, cfg, batched_args)
-    )
-    pending = list(np.flatnonzero(host.status == RUNNING)[::-1])  # pop() takes the lowest index
+    args = _put_shared(tuple(jax.tree.map(_host, a) for a in args), batched_args)
+    host = fresh_state(x0, cfg)
+    pending = list(range(S - 1, -1, -1))  # pop() takes the lowest index
     n_dev = len(jax.devices())
-    W = min(slots, max(32, 1 << (max(len(pending), 1) - 1).bit_length()))
-    W = -(-W // n_dev) * n_dev  # a multiple of the device count, so slots split evenly
+    W = _on_devices(width or batch_width(S, slots))
     W_tail = -(-tail_slots // n_dev) * n_dev if tail_slots else W
     slot_idx = np.full(W, -1)
     n_evals = round_evals
@@ -379,7 +508,7 @@ def minimize_batch(
             W, n_evals = W_tail, 4 * round_evals
         idx = np.where(live, slot_idx, slot_idx[live][0]).astype(np.int32)
         sub = jax.tree.map(lambda a: a[idx], host)
-        sub_args = tuple(jax.tree.map(lambda v: v[idx], a) if b else a for a, b in zip(args, batched_args))
+        sub_args = _gather(args, batched_args, idx)
         out = jax.tree.map(np.asarray, _run_batch(fun, sub, sub_args, cfg, batched_args, n_evals))
         rows = slot_idx[live]
         for field, value in zip(host._fields, out):

@@ -21,6 +21,7 @@ from typing import Mapping
 import numpy as np
 import pandas as pd
 
+from analysis.laws.enums import NParams
 from models.base.errors import AnalysisError
 
 ALIASES: dict[str, tuple[str, ...]] = {
@@ -35,7 +36,7 @@ FLOPS_PER_PARAM_TOKEN = 6.0
 # Which parameter count N is (`--n-params`): every parameter, or Kaplan et al.'s count without
 # the vocabulary matrices (input embedding, untied output head). The runs table of `collect`
 # carries both (n_params, n_params_non_embedding); Gadre et al.'s shared data too.
-N_PARAMS_KINDS = ("total", "non_embedding")
+N_PARAMS_KINDS = tuple(NParams)
 NON_EMBEDDING_ALIASES = ("n_params_non_embedding", "N_non_embedding")
 
 
@@ -254,8 +255,9 @@ def choose_n_column(
         return columns, None
     kind = n_params or law.default_n_params
     if "N" in columns:
-        return columns, n_params or ("non_embedding" if columns["N"] in NON_EMBEDDING_ALIASES else "total")
-    if kind == "total":
+        named = NParams.NON_EMBEDDING if columns["N"] in NON_EMBEDDING_ALIASES else NParams.TOTAL
+        return columns, n_params or named
+    if kind == NParams.TOTAL:
         return columns, kind
     name = next((c for c in NON_EMBEDDING_ALIASES if c in df.columns), None)
     if name is not None:
@@ -274,4 +276,4 @@ def choose_n_column(
         NParamsWarning,
         stacklevel=3,
     )
-    return columns, "total"
+    return columns, NParams.TOTAL

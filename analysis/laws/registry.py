@@ -44,6 +44,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from analysis.laws.enums import BoundPosition, LawName, NParams, TransformKind
 from models.base.errors import AnalysisError
 
 
@@ -67,7 +68,16 @@ def _log_near_one_jvp(primals, tangents):
 
 
 def logsumexp(*terms):
-    """log(sum(exp(t))) over broadcastable terms, stable and fast (see `_log_near_one`)."""
+    """log(sum(exp(t))) over broadcastable terms, stable and fast (see `_log_near_one`).
+
+    On numpy values (no jax array or tracer among the terms) it is computed by numpy, so a
+    built-in law evaluates a prediction on the host without compiling anything."""
+    if not any(isinstance(t, jax.Array) for t in terms):
+        terms = np.broadcast_arrays(*terms)
+        m = terms[0]
+        for t in terms[1:]:
+            m = np.maximum(m, t)
+        return m + np.log(sum(np.exp(t - m) for t in terms))
     terms = jnp.broadcast_arrays(*terms)
     m = terms[0]
     for t in terms[1:]:
@@ -85,12 +95,13 @@ NEAR_BOUND_FRACTION = 0.01  # a fitted value this close to a bound (fraction of 
 class Transform:
     """Internal coordinate t -> public parameter p, with p inside (lo, hi) for every finite t.
 
-    `kind`: "identity" (unbounded), "exp" (0, inf), "lower" lo + exp(t), "upper" hi - exp(t),
-    "interval" the soft clamp (identity inside, exponential tails; see the module docstring).
+    `kind` (`TransformKind`): identity (unbounded), exp (0, inf), lower lo + exp(t), upper
+    hi - exp(t), interval the soft clamp (identity inside, exponential tails; see the module
+    docstring).
     Chosen from the bounds by `for_bounds`.
     """
 
-    kind: str
+    kind: TransformKind
     lo: float = -math.inf
     hi: float = math.inf
 
@@ -100,22 +111,22 @@ class Transform:
         if math.isnan(lo) or math.isnan(hi) or not lo < hi:
             raise AnalysisError(f"bounds ({lo}, {hi}) must satisfy lo < hi")
         if math.isfinite(lo) and math.isfinite(hi):
-            return cls("interval", lo, hi)
+            return cls(TransformKind.INTERVAL, lo, hi)
         if math.isfinite(lo):
-            return cls("exp" if lo == 0.0 else "lower", lo, hi)
+            return cls(TransformKind.EXP if lo == 0.0 else TransformKind.LOWER, lo, hi)
         if math.isfinite(hi):
-            return cls("upper", lo, hi)
-        return cls("identity", lo, hi)
+            return cls(TransformKind.UPPER, lo, hi)
+        return cls(TransformKind.IDENTITY, lo, hi)
 
     def public(self, t, mod=np):
         """p(t) on numpy (mod=np) or jax (mod=jnp) arrays."""
-        if self.kind == "identity":
+        if self.kind == TransformKind.IDENTITY:
             return t
-        if self.kind == "exp":
+        if self.kind == TransformKind.EXP:
             return mod.exp(t)
-        if self.kind == "lower":
+        if self.kind == TransformKind.LOWER:
             return self.lo + mod.exp(t)
-        if self.kind == "upper":
+        if self.kind == TransformKind.UPPER:
             return self.hi - mod.exp(t)
         k, a, b = self.knee, self.lo + self.knee, self.hi - self.knee
         # tails on clamped arguments: the branch `where` drops never overflows (no NaN gradient),
@@ -130,19 +141,19 @@ class Transform:
 
     def log_public(self, t, mod=np):
         """log p(t): the internal coordinate itself for `exp` (the fast path), else log of p."""
-        return t if self.kind == "exp" else mod.log(self.public(t, mod))
+        return t if self.kind == TransformKind.EXP else mod.log(self.public(t, mod))
 
     def internal(self, p: np.ndarray) -> np.ndarray:
         """t(p); +-inf on a bound, NaN outside the bounds."""
         p = np.asarray(p, dtype=float)
         with np.errstate(divide="ignore", invalid="ignore"):
-            if self.kind == "identity":
+            if self.kind == TransformKind.IDENTITY:
                 return p
-            if self.kind == "exp":
+            if self.kind == TransformKind.EXP:
                 return np.log(p)
-            if self.kind == "lower":
+            if self.kind == TransformKind.LOWER:
                 return np.log(p - self.lo)
-            if self.kind == "upper":
+            if self.kind == TransformKind.UPPER:
                 return np.log(self.hi - p)
             k, a, b = self.knee, self.lo + self.knee, self.hi - self.knee
             lower = a + k * np.log((p - self.lo) / k)
@@ -155,7 +166,7 @@ class Transform:
         value: clipped `margin` of the width inside an interval; on a half-line, whose scale is
         unknown, only values on or past the bound move, to `margin` * max(1, |bound|) inside."""
         p = np.asarray(p, dtype=float)
-        if self.kind == "interval":
+        if self.kind == TransformKind.INTERVAL:
             step = margin * (self.hi - self.lo)
             return np.clip(p, self.lo + step, self.hi - step)
         step = margin * max(1.0, abs(self.lo) if math.isfinite(self.lo) else abs(self.hi))
@@ -180,8 +191,11 @@ class Law:
     formula: str
     description: str = ""
     min_distinct: Mapping[str, int] = field(default_factory=dict)
-    # which parameter count N a fit uses unless told (`--n-params`): "total" or "non_embedding"
-    default_n_params: str = "total"
+    # which parameter count N a fit uses unless told (`--n-params`)
+    default_n_params: NParams = NParams.TOTAL
+    # `log_form` evaluates numpy inputs with numpy alone (arithmetic and `logsumexp`, as the
+    # built-in laws): `predict` then runs on the host; other laws' predictions run compiled
+    numpy_form: bool = False
 
     @property
     def n_params(self) -> int:
@@ -233,9 +247,19 @@ class Law:
         with np.errstate(divide="ignore", invalid="ignore"):
             view = tuple(np.log(pub[..., i]) if lg else pub[..., i] for i, lg in enumerate(self.log_params))
         logX = tuple(np.log(np.asarray(inputs[k], dtype=float)) for k in self.inputs)
+        if self.numpy_form:
+            with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+                return np.exp(np.asarray(self.log_form(view, logX), dtype=float))
         with jax.enable_x64(True):
-            out = self.log_form(tuple(jnp.asarray(v) for v in view), tuple(jnp.asarray(v) for v in logX))
+            out = self._compiled_form(
+                tuple(jnp.asarray(v) for v in view), tuple(jnp.asarray(v) for v in logX)
+            )
             return np.exp(np.asarray(out))
+
+    @cached_property
+    def _compiled_form(self) -> Callable:
+        """`log_form` compiled once per input shape (eager jnp would compile every op)."""
+        return jax.jit(self.log_form)
 
     def check_value(self, name: str, value: float) -> None:
         """A one-line error unless `value` lies strictly inside parameter `name`'s bounds."""
@@ -249,21 +273,21 @@ class Law:
 
 @dataclass(frozen=True)
 class BoundNote:
-    """A fitted parameter at or near one of its bounds (`where`: 'at', 'near' or 'ci')."""
+    """A fitted parameter at or near one of its bounds (`where`: at, near, or its CI reaching it)."""
 
     name: str
     value: float
     bound: float
-    where: str
+    where: BoundPosition
     lo: float
     hi: float
 
     @property
     def message(self) -> str:
         what = {
-            "at": "sits at",
-            "near": "is within {:.0%} of the interval from".format(NEAR_BOUND_FRACTION),
-            "ci": "has a CI reaching",
+            BoundPosition.AT: "sits at",
+            BoundPosition.NEAR: "is within {:.0%} of the interval from".format(NEAR_BOUND_FRACTION),
+            BoundPosition.CI: "has a CI reaching",
         }[self.where]
         return (
             f"law parameter {self.name} = {self.value:.4g} {what} its bound {self.bound:g} (bounds "
@@ -298,11 +322,11 @@ def bound_notes(
             if math.isfinite(other):
                 width = other - bound
                 where = (
-                    "at"
+                    BoundPosition.AT
                     if gap <= 1e-6 * abs(width)
-                    else "near"
+                    else BoundPosition.NEAR
                     if gap <= frac * abs(width)
-                    else "ci"
+                    else BoundPosition.CI
                     if math.isfinite(near_end) and sign * (near_end - bound) <= frac * abs(width)
                     else None
                 )
@@ -311,7 +335,9 @@ def bound_notes(
                 # measured against the estimate, not the CI's far end: a scale parameter whose CI
                 # spans decades (B in [3e3, 4e5]) is poorly determined but nowhere near 0
                 ci_gap = sign * (near_end - bound) if math.isfinite(near_end) else math.nan
-                where = "at" if gap <= tiny else "ci" if ci_gap <= frac * gap else None
+                where = (
+                    BoundPosition.AT if gap <= tiny else BoundPosition.CI if ci_gap <= frac * gap else None
+                )
             if where:
                 out.append(BoundNote(name, v, bound, where, lo, hi))
                 break
@@ -338,8 +364,11 @@ def register(law: Law, *, replace: bool = False) -> Law:
             raise AnalysisError(
                 f"law {law.name!r}: {name} is used as a log, so its lower bound must be >= 0 (got {lo})"
             )
-    if law.default_n_params not in ("total", "non_embedding"):
-        raise AnalysisError(f"law {law.name!r}: default_n_params must be 'total' or 'non_embedding'")
+    if law.default_n_params not in tuple(NParams):
+        raise AnalysisError(
+            f"law {law.name!r}: default_n_params must be one of {', '.join(NParams)}, "
+            f"not {law.default_n_params!r}"
+        )
     _REGISTRY[law.name] = law
     return law
 
@@ -356,7 +385,7 @@ def register_law(
     formula: str = "",
     description: str = "",
     replace: bool = False,
-    default_n_params: str = "total",
+    default_n_params: NParams | str = NParams.TOTAL,
 ) -> Law:
     """Register a user law: `predict(p, cols) -> prediction` with `p` a dict of parameter name ->
     scalar and `cols` a dict of input column -> array (linear scale, jax arrays; use `jnp`).
@@ -364,7 +393,7 @@ def register_law(
     `grid` is either a dict name -> candidate start values (public scale; the full product is
     used) or an array (S, P) of public starts. Parameters listed in `positive` stay > 0 (lower
     bound 0; optimised as logs). `bounds` name -> (lo, hi) are enforced by construction too
-    (see `Transform`): a fit never leaves them. `default_n_params` ("total" or "non_embedding")
+    (see `Transform`): a fit never leaves them. `default_n_params` (`NParams`: total or non_embedding)
     is the parameter count N the law is fitted on unless `--n-params` says otherwise. Example::
 
         register_law("inverse_sqrt", lambda p, c: p["E"] + p["A"] / jnp.sqrt(c["N"]),
@@ -423,7 +452,8 @@ def get_law(name: str) -> Law:
 
 
 def known_laws() -> list[str]:
-    return sorted(_REGISTRY)
+    """Registered law names, sorted (plain strings, the built-in `LawName`s among them)."""
+    return sorted(str(k) for k in _REGISTRY)
 
 
 # ----------------------------------------------------------------------------- built-in laws
@@ -458,7 +488,7 @@ def _chinchilla(view, logX):
 
 register(
     Law(
-        name="chinchilla",
+        name=LawName.CHINCHILLA,
         param_names=("E", "A", "B", "alpha", "beta"),
         inputs=("N", "D"),
         log_form=_chinchilla,
@@ -468,6 +498,7 @@ register(
         formula="L(N, D) = E + A / N^alpha + B / D^beta",
         description="Hoffmann et al. 2022 (Approach 3), fitted as Besiroglu et al. 2024 did.",
         min_distinct={"N": 2, "D": 2},
+        numpy_form=True,
     )
 )
 
@@ -483,7 +514,7 @@ TIED_PUBLIC_GRID = np.unique(CHINCHILLA_PUBLIC_GRID[:, :4], axis=0)
 
 register(
     Law(
-        name="chinchilla_tied",
+        name=LawName.CHINCHILLA_TIED,
         param_names=("E", "A", "B", "alpha"),
         inputs=("N", "D"),
         log_form=_chinchilla_tied,
@@ -495,6 +526,7 @@ register(
         "2024 fit for over-training laws: one fewer parameter, and tokens per parameter at "
         "the optimum independent of the budget.",
         min_distinct={"N": 2, "D": 2},
+        numpy_form=True,
     )
 )
 
@@ -528,10 +560,14 @@ def _data_scaled_grid(with_floor: bool) -> Callable:
     return grid
 
 
-for _var, _what in (("N", "parameters"), ("D", "tokens"), ("C", "training FLOPs")):
+for _var, _what, _pure_name, _floor_name in (
+    ("N", "parameters", LawName.KAPLAN_N, LawName.KAPLAN_N_E),
+    ("D", "tokens", LawName.KAPLAN_D, LawName.KAPLAN_D_E),
+    ("C", "training FLOPs", LawName.KAPLAN_C, LawName.KAPLAN_C_E),
+):
     register(
         Law(
-            name=f"kaplan_{_var.lower()}",
+            name=_pure_name,
             param_names=("A", "alpha"),
             inputs=(_var,),
             log_form=_pure_power,
@@ -541,12 +577,14 @@ for _var, _what in (("N", "parameters"), ("D", "tokens"), ("C", "training FLOPs"
             formula=f"L({_var}) = A / {_var}^alpha",
             description=f"Kaplan et al. 2020 power law in {_what} (no irreducible term).",
             min_distinct={_var: 2},
-            default_n_params="non_embedding" if _var == "N" else "total",  # Kaplan's N excludes embeddings
+            # Kaplan's N excludes embeddings
+            default_n_params=NParams.NON_EMBEDDING if _var == "N" else NParams.TOTAL,
+            numpy_form=True,
         )
     )
     register(
         Law(
-            name=f"kaplan_{_var.lower()}_e",
+            name=_floor_name,
             param_names=("E", "A", "alpha"),
             inputs=(_var,),
             log_form=_power_with_floor,
@@ -556,13 +594,14 @@ for _var, _what in (("N", "parameters"), ("D", "tokens"), ("C", "training FLOPs"
             formula=f"L({_var}) = E + A / {_var}^alpha",
             description=f"Power law in {_what} with an irreducible loss E.",
             min_distinct={_var: 3},
-            default_n_params="non_embedding" if _var == "N" else "total",
+            default_n_params=NParams.NON_EMBEDDING if _var == "N" else NParams.TOTAL,
+            numpy_form=True,
         )
     )
 
 register(
     Law(
-        name="power",
+        name=LawName.POWER,
         param_names=("E", "A", "alpha"),
         inputs=("x",),
         log_form=_power_with_floor,
@@ -572,5 +611,6 @@ register(
         formula="y = E + A * x^-alpha",
         description="Plain power law with offset for any positive metric y of any positive x.",
         min_distinct={"x": 3},
+        numpy_form=True,
     )
 )

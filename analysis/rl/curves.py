@@ -21,7 +21,7 @@ import warnings
 import numpy as np
 import pandas as pd
 
-from analysis.rl.laws import Points
+from analysis.rl.laws import RLPoints
 from analysis.runs import RunWarning
 from models.base.errors import AnalysisError
 from models.base.rundir import METRICS_FILE, RunDir
@@ -49,8 +49,8 @@ class RLCurve:
     def final_compute(self) -> float:
         return float(self.compute.max())
 
-    def points(self) -> Points:
-        return Points.make(self.compute, self.pass_rate, self.stderr)
+    def points(self) -> RLPoints:
+        return RLPoints.make(self.compute, self.pass_rate, self.stderr)
 
 
 def load_curve(path: str | pathlib.Path) -> RLCurve:
@@ -162,7 +162,9 @@ def burn_in_cutoff(curve: RLCurve, burn_in: float | None = None, frac: float | N
     return cut
 
 
-def fit_points(curve: RLCurve, cutoff: float, until: float | None = None, keep_start: bool = True) -> Points:
+def fit_points(
+    curve: RLCurve, cutoff: float, until: float | None = None, keep_start: bool = True
+) -> RLPoints:
     """Points used for fitting: compute >= cutoff (and <= until), plus the C = 0 start
     evaluation when present and `keep_start` (it anchors the sigmoid's R0)."""
     C = curve.compute
@@ -171,7 +173,7 @@ def fit_points(curve: RLCurve, cutoff: float, until: float | None = None, keep_s
         keep &= C <= until
     if keep_start:
         keep |= C == 0
-    return Points.make(C[keep], curve.pass_rate[keep], curve.stderr[keep])
+    return RLPoints.make(C[keep], curve.pass_rate[keep], curve.stderr[keep])
 
 
 def start_pass_rate(curve: RLCurve) -> float:

@@ -16,7 +16,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from analysis.rl.curves import RLCurve, burn_in_cutoff, fit_points, start_pass_rate, variance_collapsed
-from analysis.rl.laws import Fit, Points, fit_law, gain_per_decade
+from analysis.rl.laws import Fit, RLPoints, fit_rl_law, gain_per_decade
 from models.base.errors import AnalysisError
 
 
@@ -34,9 +34,9 @@ class FitOptions:
     n_boot: int = 200
 
 
-def _concat(pts: Sequence[Points]) -> Points:
+def _concat(pts: Sequence[RLPoints]) -> RLPoints:
     s = np.concatenate([p.s if p.s_known else np.full(p.s.shape, np.nan) for p in pts])
-    return Points.make(np.concatenate([p.C for p in pts]), np.concatenate([p.y for p in pts]), s)
+    return RLPoints.make(np.concatenate([p.C for p in pts]), np.concatenate([p.y for p in pts]), s)
 
 
 def _r0_value(opts: FitOptions, curves: Sequence[RLCurve]) -> float | None:
@@ -55,7 +55,7 @@ def _r0_value(opts: FitOptions, curves: Sequence[RLCurve]) -> float | None:
 
 def _fit(
     curves: Sequence[RLCurve], opts: FitOptions, until_frac: float | None
-) -> tuple[Fit, Points, list[Points]]:
+) -> tuple[Fit, RLPoints, list[RLPoints]]:
     """Fit the pooled points of `curves`; returns (fit, fit points, held-out points per curve)."""
     r0 = _r0_value(opts, curves)
     fit_pts, held = [], []
@@ -67,7 +67,7 @@ def _fit(
         fit_pts.append(fp)
         if until is not None:
             m = c.compute > until
-            held.append(Points.make(c.compute[m], c.pass_rate[m], c.stderr[m]))
+            held.append(RLPoints.make(c.compute[m], c.pass_rate[m], c.stderr[m]))
     pooled = _concat(fit_pts)
     n_pos = int((pooled.C > 0).sum())
     if n_pos < 4:
@@ -76,7 +76,7 @@ def _fit(
             f"only {n_pos} evaluation point(s) after the burn-in{what}; need "
             "at least 4 (evaluate more often, or lower --burn-in)"
         )
-    fit = fit_law(pooled, opts.law, r0=r0, ci_method=opts.ci_method, n_boot=opts.n_boot)
+    fit = fit_rl_law(pooled, opts.law, r0=r0, ci_method=opts.ci_method, n_boot=opts.n_boot)
     flags = list(fit.flags)
     if "unstable" not in flags and any(
         variance_collapsed(c, None if until_frac is None else until_frac * c.final_compute) for c in curves
@@ -86,7 +86,7 @@ def _fit(
     return fit, pooled, held
 
 
-def _prediction(fit: Fit, curves: Sequence[RLCurve], held: Sequence[Points]) -> dict[str, Any]:
+def _prediction(fit: Fit, curves: Sequence[RLCurve], held: Sequence[RLPoints]) -> dict[str, Any]:
     errs, preds, actual = [], [], []
     for c, h in zip(curves, held):
         if len(h) == 0:
@@ -105,7 +105,7 @@ def _prediction(fit: Fit, curves: Sequence[RLCurve], held: Sequence[Points]) -> 
     }
 
 
-def _summary(fit: Fit, pts: Points) -> dict[str, Any]:
+def _summary(fit: Fit, pts: RLPoints) -> dict[str, Any]:
     flagged = bool(fit.flags)
     gpd = gain_per_decade(pts.take(pts.C > 0)) if (pts.C > 0).sum() >= 3 else None
     if flagged:

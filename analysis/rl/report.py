@@ -29,7 +29,7 @@ from matplotlib.figure import Figure
 
 from analysis.rl.curves import RLCurve, burn_in_cutoff, fit_points, load_curve
 from analysis.rl.fitting import FitOptions, fit_recipe
-from analysis.rl.laws import GaoFit, Points, fit_gao, fit_params, predict
+from analysis.rl.laws import GaoFit, RLPoints, fit_gao, fit_params, predict
 from models.base.errors import AnalysisError
 from models.base.fingerprint import fingerprint
 from models.base.rundir import METRICS_FILE, RunDir
@@ -122,7 +122,7 @@ def _band(
     """Pointwise 95% band of the fitted curve: refits on evaluation points resampled with
     replacement (pooled over seeds)."""
     pts = [fit_points(c, burn_in_cutoff(c, opts.burn_in, opts.burn_in_frac), keep_start=True) for c in curves]
-    P = Points.make(
+    P = RLPoints.make(
         np.concatenate([p.C for p in pts]),
         np.concatenate([p.y for p in pts]),
         np.concatenate([p.s for p in pts]),
@@ -131,7 +131,7 @@ def _band(
     draws = []
     for _ in range(n_boot):
         idx = np.sort(rng.integers(0, len(P), len(P)))
-        sub = Points(P.C[idx], P.y[idx], P.s[idx], P.s_known)
+        sub = RLPoints(P.C[idx], P.y[idx], P.s[idx], P.s_known)
         if len(np.unique(sub.C)) < 4:
             continue
         draws.append(predict("sigmoid", fit_params(sub, "sigmoid", n_starts=1), C_grid))
