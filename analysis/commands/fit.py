@@ -101,12 +101,10 @@ def register(subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     # JAX and the fitting code load here, not at import, so `python -m analysis --help` stays fast.
-    from models.base.jaxcache import enable_compile_cache, use_host_cores
-
-    use_host_cores()  # before JAX starts: the fit's batches split over every core
     from analysis.laws.fitting import fit_law
     from analysis.laws.points import NParamsWarning
     from analysis.laws.registry import get_law
+    from models.base.jaxcache import enable_compile_cache
 
     enable_compile_cache()
     from analysis.laws.selection import AUTO, LawChoice, fit_auto

@@ -34,6 +34,7 @@ from models.base.errors import ConfigError
 from models.base.fingerprint import fingerprint
 from models.base.jsonio import read_json, write_json_atomic
 from models.base.portable import lock_file
+from models.base.rundir import CHECKPOINTS_DIR
 from models.config import ModelConfig
 from models.transformer import init_params
 
@@ -64,9 +65,9 @@ def _resolve_init(init: str) -> tuple[pathlib.Path, int | None]:
     p = pathlib.Path(init).expanduser().resolve()
     if not p.exists():
         raise ConfigError(f"rl.init={init}: no such directory")
-    if p.parent.name == "checkpoints" and p.name.isdigit():
+    if p.parent.name == CHECKPOINTS_DIR and p.name.isdigit():
         return p.parent.parent, int(p.name)
-    if (p / "checkpoints").is_dir():
+    if (p / CHECKPOINTS_DIR).is_dir():
         return p, None
     raise ConfigError(
         f"rl.init={init}: expected a run directory with checkpoints/ or a checkpoints/<step> directory"

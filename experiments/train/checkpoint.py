@@ -32,11 +32,9 @@ import orbax.checkpoint as ocp
 from flax import nnx
 from jax.sharding import SingleDeviceSharding
 
+from models.base.rundir import CHECKPOINTS_DIR, CORRUPT_CHECKPOINTS_DIR
 from models.config import ModelConfig
 from models.transformer import Transformer, split_params
-
-CKPT_SUBDIR = "checkpoints"
-CORRUPT_SUFFIX = ".corrupt"  # <run_dir>/checkpoints.corrupt/<step>: unreadable checkpoints, set aside
 
 
 class CheckpointError(RuntimeError):
@@ -118,7 +116,7 @@ class Checkpointer:
     """Orbax CheckpointManager of one run directory: save / restore / read the JSON record."""
 
     def __init__(self, run_dir: Path, keep: int = 2):
-        self.directory = (Path(run_dir) / CKPT_SUBDIR).resolve()
+        self.directory = (Path(run_dir) / CHECKPOINTS_DIR).resolve()
         with _orbax_quiet():  # it reads every checkpoint's metadata file: corrupt ones are ours to report
             self._mngr = ocp.CheckpointManager(
                 self.directory,
@@ -229,7 +227,7 @@ class Checkpointer:
     def _set_aside(self, steps: list[int]) -> Path:
         """Move checkpoints `steps` to `checkpoints.corrupt/` (process 0; kept, not deleted: a
         read error may be the filesystem's, and the files are evidence) and forget them."""
-        where = self.directory.parent / (self.directory.name + CORRUPT_SUFFIX)
+        where = self.directory.parent / CORRUPT_CHECKPOINTS_DIR
         if jax.process_index() == 0:
             where.mkdir(parents=True, exist_ok=True)
             for s in steps:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import os
 import pathlib
-from typing import Mapping, MutableMapping
+from typing import Mapping
 
 DIR_ENV = "SCALELAB_JAX_CACHE"  # the cache directory itself, or 0 = off
 ROOT_ENV = "SCALELAB_CACHE"  # root of all scalelab caches; the JAX cache is ROOT/jax
@@ -58,30 +58,3 @@ def enable_compile_cache() -> None:
         jax.config.update("jax_persistent_cache_min_entry_size_bytes", NO_MIN_ENTRY_SIZE)
     except (OSError, AttributeError, ValueError):  # the cache is an optimisation only
         pass
-
-
-XLA_FLAGS_ENV = "XLA_FLAGS"
-HOST_DEVICES_FLAG = "--xla_force_host_platform_device_count"
-
-
-def use_host_cores(env: MutableMapping[str, str] | None = None) -> int:
-    """Give JAX one CPU device per core this process may run on, so that batched work split
-    over devices (`analysis.laws.lbfgs.minimize_batch` shards its slots) uses every core; XLA
-    runs one CPU device's loop on one core. Only before JAX starts in this process (it reads
-    XLA_FLAGS once) and only when XLA_FLAGS does not set the device count already; a process
-    that imported JAX (a notebook, a test) keeps its configuration. Returns the device count
-    asked for (0: left as it was). For command-line entry points, like `enable_compile_cache`."""
-    import sys
-
-    env = os.environ if env is None else env
-    flags = env.get(XLA_FLAGS_ENV, "")
-    if "jax" in sys.modules or HOST_DEVICES_FLAG in flags:
-        return 0
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):  # not Linux
-        cores = os.cpu_count() or 1
-    if cores < 2:
-        return 0
-    env[XLA_FLAGS_ENV] = f"{flags} {HOST_DEVICES_FLAG}={cores}".strip()
-    return cores
