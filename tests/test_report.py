@@ -7,6 +7,7 @@ import pathlib
 import re
 import subprocess
 import sys
+from html import unescape
 
 import pytest
 
@@ -117,6 +118,8 @@ def test_report_flags_edge_minima_and_missing_holdout(fake_sweep, tmp_path):
     assert any("at least three compute budgets" in w for w in rep["warnings"])
     assert any("lowest loss is at the" in w for w in rep["warnings"])
     assert len(rep["figures"]) >= 5
+    # a plan without flops_to_train / flops_if_separate (older sweeps): the report says nothing
+    assert rep["compute"] is None and "compute:" not in (tmp_path / "out" / "report.html").read_text()
 
 
 @pytest.mark.parametrize(
@@ -170,3 +173,130 @@ def test_report_adds_planning_and_rl_sections(fake_sweep, tmp_path):
 
     rl_rep = build_report(sw / "rl", tmp_path / "rl_rep")
     assert rl_rep["rl_only"] and (tmp_path / "rl_rep" / "report.html").read_text().count("<img") == 3
+
+
+# the first screen of report.html (issue 31): a summary table that reads at 1280 px without scrolling
+VIEW_WIDTH = 1280
+VIEW_HEIGHT = 900  # a laptop's first screen: the summary table must end above it
+MAX_PRE_LINE = 100  # characters; a longer preformatted line runs off a 1280 px page
+MAX_COLUMNS = 8
+
+
+@pytest.fixture(scope="module")
+def first_screen(fake_sweep, tmp_path_factory):
+    """(report dict, report.html's text up to its first figure, the HTML path) for the fixture
+    sweep with a plan that records the branch sweep's compute."""
+    import shutil
+
+    from analysis.report.build import build_report
+
+    sw = tmp_path_factory.mktemp("first") / "sweep"
+    shutil.copytree(fake_sweep, sw)
+    plan = json.loads((sw / "sweep_plan.json").read_text())
+    (sw / "sweep_plan.json").write_text(json.dumps(dict(plan, flops_to_train=4.6e12, flops_if_separate=7e12)))
+    out = sw.parent / "rep"
+    rep = build_report(sw, out, budgets=[1e12], bootstrap=20)
+    page = (out / "report.html").read_text()
+    return rep, page[: page.index("<figure")], out / "report.html"
+
+
+def test_report_first_screen_is_a_summary_table(first_screen):
+    """Before the first figure: a table with the law's CIs, the target budget's N*, D* and loss
+    with its 90% interval, the held-out verdict and the sweep's compute; no wide <pre>, no wide table."""
+    from analysis.report.render import _count, _iv, headline
+
+    rep, head, _ = first_screen
+    assert "<table class='summary'>" in head
+    law = rep["law"]
+    for k in ("E", "A", "alpha", "B", "beta"):
+        assert f"<td>{k}</td>" in head and f"<td>{_iv(law['ci'][k])}</td>" in head
+    (r,) = law["allocation"]["budgets"]
+    assert r["C"] == 1e12 and "At C = 1e12 FLOPs" in head
+    assert f"<td>{_iv(r['loss_interval'])}</td>" in head and f"<td>{_iv(r['N_opt_ci'], _count)}</td>" in head
+    h = rep["holdout"]
+    assert h["target"] == 0.03 and f"{100 * h['mean_rel_error']:.2f}%" in head
+    assert (
+        "PASS: target ≤ 3%" in head
+        and f"{round(h['coverage'] * h['n_points'])} of {h['n_points']} inside" in head
+    )
+    c = rep["compute"]
+    assert c == {"flops_to_train": 4.6e12, "flops_if_separate": 7e12, "ratio": pytest.approx(4.6 / 7)}
+    assert "compute: 4.6e12 FLOPs trained, 0.66x the 7e12 of separate runs" in head
+    for pre in re.findall(r"<pre[^>]*>(.*?)</pre>", head, flags=re.S):
+        assert max(map(len, pre.splitlines()), default=0) <= MAX_PRE_LINE
+    for table in re.findall(r"<table.*?</table>", head, flags=re.S):
+        for row in re.findall(r"<tr.*?</tr>", table, flags=re.S):
+            spans = [int(n or 1) for n in re.findall(r"<t[dh](?: colspan='(\d+)')?[^>]*>", row)]
+            assert sum(spans) <= MAX_COLUMNS
+    # the console headline is unchanged: plain text, the law and the held-out check
+    lines = headline(rep)
+    assert lines[0].startswith("law: L(N,D) = ") and any(
+        ln.startswith("held-out check: fitted on C <=") for ln in lines
+    )
+
+
+def _browser() -> str | None:
+    import shutil
+
+    names = ("chromium-headless-shell", "chromium", "chromium-browser", "google-chrome")
+    return next((b for b in map(shutil.which, names) if b), None)
+
+
+# appended to the page: records every element before the first figure that overflows its box
+PROBE = """<script>(function(){var bad=[],bottom=0,els=document.body.querySelectorAll('*');
+for(var i=0;i<els.length;i++){var e=els[i];if(e.tagName==='FIGURE')break;
+if(e.clientWidth>0&&e.scrollWidth>e.clientWidth+1)bad.push(e.tagName+' '+e.scrollWidth+'>'+e.clientWidth);
+if(e.tagName==='TABLE')bottom=Math.max(bottom,e.getBoundingClientRect().bottom);}
+var o=document.createElement('output');o.id='probe';o.textContent=JSON.stringify(
+{page:document.documentElement.scrollWidth,view:window.innerWidth,overflowing:bad,table_bottom:bottom});
+document.body.appendChild(o);})();</script></body>"""
+
+
+def test_report_first_screen_in_a_headless_browser(first_screen, tmp_path):
+    """Opened at 1280 px in headless Chromium (where one is installed: apt's chromium-headless-shell),
+    the page does not scroll sideways, no element before the first figure overflows its box and
+    the summary table ends within the first screen; the screenshot is kept beside the report."""
+    browser = _browser()
+    if browser is None:
+        pytest.skip("no headless Chromium installed (apt-get install chromium-headless-shell)")
+    _, _, page = first_screen
+    probe = tmp_path / "probe.html"
+    probe.write_text(page.read_text().replace("</body>", PROBE))
+    flags = [
+        browser,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--hide-scrollbars",
+        f"--user-data-dir={tmp_path / 'profile'}",
+        f"--window-size={VIEW_WIDTH},{VIEW_HEIGHT}",
+    ]
+    dom = subprocess.run(
+        [*flags, "--dump-dom", probe.as_uri()], capture_output=True, text=True, timeout=120
+    ).stdout
+    m = re.search(r'<output id="probe">([^<]*)</output>', dom)
+    assert m, dom[-2000:]
+    got = json.loads(unescape(m.group(1)))
+    assert got["view"] == VIEW_WIDTH and got["page"] <= VIEW_WIDTH, got
+    assert not got["overflowing"], got
+    assert 0 < got["table_bottom"] <= VIEW_HEIGHT, got
+    shot = page.parent / "first_screen.png"
+    subprocess.run([*flags, f"--screenshot={shot}", page.as_uri()], capture_output=True, timeout=120)
+    png = shot.read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and int.from_bytes(png[16:20], "big") == VIEW_WIDTH
+
+
+def test_read_compute_from_the_sweep_plan(tmp_path):
+    """sweep_plan.json's flops_to_train / flops_if_separate: stated with their ratio; absent (an
+    older sweep, or no plan) -> None and no warning; not positive numbers -> None and one warning."""
+    from analysis.report.build import read_compute
+
+    warn: list[str] = []
+    assert read_compute(tmp_path, warn) is None
+    (tmp_path / "sweep_plan.json").write_text(json.dumps({"runs": []}))
+    assert read_compute(tmp_path, warn) is None and warn == []
+    (tmp_path / "sweep_plan.json").write_text(json.dumps({"flops_to_train": 2e12, "flops_if_separate": 4e12}))
+    assert read_compute(tmp_path, warn) == {"flops_to_train": 2e12, "flops_if_separate": 4e12, "ratio": 0.5}
+    (tmp_path / "sweep_plan.json").write_text(json.dumps({"flops_to_train": "x", "flops_if_separate": 0}))
+    assert read_compute(tmp_path, warn) is None
+    assert len(warn) == 1 and "flops_to_train and flops_if_separate must be positive" in warn[0]

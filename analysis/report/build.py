@@ -75,6 +75,34 @@ def _read_plan(sweep_dir: pathlib.Path) -> list[dict]:
         return []
 
 
+PLAN_COMPUTE_KEYS = ("flops_to_train", "flops_if_separate")
+
+
+def read_compute(sweep_dir: pathlib.Path, warn: list[str]) -> dict | None:
+    """What the sweep spends on training against the same runs trained separately, from
+    sweep_plan.json's `flops_to_train` and `flops_if_separate` (WSD branches share a trunk, so
+    the first is smaller): {flops_to_train, flops_if_separate, ratio}. None, silently, when the
+    plan is missing or predates those keys; None and a warning when they are not positive numbers."""
+    try:
+        plan = json.loads((sweep_dir / "sweep_plan.json").read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(plan, dict) or not all(k in plan for k in PLAN_COMPUTE_KEYS):
+        return None
+    try:
+        spent, separate = (float(plan[k]) for k in PLAN_COMPUTE_KEYS)
+    except (TypeError, ValueError):
+        spent = separate = math.nan
+    if not (math.isfinite(spent) and math.isfinite(separate) and spent > 0 and separate > 0):
+        warn.append(
+            f"sweep_plan.json: flops_to_train and flops_if_separate must be positive FLOP counts (got "
+            f"{plan['flops_to_train']!r}, {plan['flops_if_separate']!r}); "
+            "the report does not state the compute"
+        )
+        return None
+    return {"flops_to_train": spent, "flops_if_separate": separate, "ratio": spent / separate}
+
+
 def collect(sweep_dir: pathlib.Path) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, list[str]]:
     """(all runs, completed runs with a `budget` column, curves, load warnings).
 
@@ -328,6 +356,7 @@ def _build(
     rep = _header(sweep_dir, title, all_runs, done_all, budgets_swept, requested, bootstrap, seed)
     rep["hparams"] = hp.to_dict() if hp is not None else None
     rep["n_params"] = n_params
+    rep["compute"] = read_compute(sweep_dir, warn)
     fit = _law_section(rep, done, requested, bootstrap, seed, warn)
     if rep["law"] is not None:
         rep["law"]["n_params"] = n_params  # the fit read N from n_params, which _use_n_params filled
@@ -536,6 +565,7 @@ def _holdout_check(
         held_out_budget=float(budgets_swept[-1]),
         n_fit=int(len(fit_part)),
         fit_params=hold_fit.params,
+        target=HOLDOUT_TARGET,
     )
     if not math.isfinite(hold["mean_rel_error"]):
         warn.append("held-out check failed: the law fitted on the smaller budgets gives no finite prediction")

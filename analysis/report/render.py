@@ -122,6 +122,227 @@ def headline(rep: dict) -> list[str]:
 # shown right under the headline (the answer's picture); the other figures follow the warnings
 LEAD_FIGURE = "isoflop"
 
+# The HTML report's first screen: one summary table instead of the headline's preformatted lines,
+# which ran off a 1280 px page. Five columns, every cell short (3-4 significant digits).
+SUMMARY_HEADER = ["", "estimate", "95% CI", "90% prediction interval", "note"]
+# the order a reader knows the Chinchilla law in: L = E + A/N^alpha + B/D^beta
+LAW_ORDER = ("E", "A", "alpha", "B", "beta")
+# the held-out target the verdict is judged against (analysis.report.build.HOLDOUT_TARGET, also
+# written as holdout.target; this default serves report dicts written before that key)
+HOLDOUT_TARGET_DEFAULT = 0.03
+SI_SUFFIXES = ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "k"))
+
+
+def _sci(v: Any) -> str:
+    """A FLOP count in 3 significant digits, compact: 1e12, 1.8e11 (not 1e+12)."""
+    s = _g(v, ".3g")
+    return s.replace("e+0", "e").replace("e+", "e").replace("e-0", "e-")
+
+
+def _count(v: Any) -> str:
+    """A parameter or token count in 4 significant digits with an SI suffix: 64.16k, 2.76M."""
+    try:
+        v = float(v)
+    except (TypeError, ValueError):
+        return "–"
+    for scale, suffix in SI_SUFFIXES:
+        if math.isfinite(v) and abs(v) >= scale:
+            return f"{v / scale:.4g}{suffix}"
+    return _g(v, ".4g")
+
+
+def _iv(ci: Any, fmt=None) -> str:
+    """An interval as "[lo, hi]" in `fmt` (a function of one number; default 4 significant digits)."""
+    fmt = fmt or (lambda x: _g(x, ".4g"))
+    return f"[{fmt(ci[0])}, {fmt(ci[1])}]" if ci and len(ci) == 2 else "–"
+
+
+def _law_rows(law: dict) -> list[list[str]]:
+    """One row per law parameter: value and 95% CI."""
+    names = [k for k in LAW_ORDER if k in law["params"]] + [
+        k for k in law["param_names"] if k not in LAW_ORDER
+    ]
+    return [[k, _g(law["params"][k]), _iv(law["ci"].get(k)), "", ""] for k in names]
+
+
+def _budget_rows(rep: dict) -> list[tuple[str, list[list[str]]]]:
+    """Per requested budget: N*, D* and the loss with its 90% prediction interval (Approach 3),
+    with Approach 2's N_opt and D_opt at the same budget as the note."""
+    al = (rep.get("law") or {}).get("allocation") or {}
+    a2 = {round(math.log10(r["C"]), 6): r for r in rep.get("approach2_at_requested", [])}
+    out = []
+    for r in al.get("budgets", []):
+        o = a2.get(round(math.log10(r["C"]), 6))
+        out.append(
+            (
+                f"At C = {_sci(r['C'])} FLOPs (law fit, Approach 3)",
+                [
+                    [
+                        "N* (params)",
+                        _count(r["N_opt"]),
+                        _iv(r.get("N_opt_ci"), _count),
+                        "",
+                        f"Approach 2: {_count(o['N_opt'])}" if o else "",
+                    ],
+                    [
+                        "D* (tokens)",
+                        _count(r["D_opt"]),
+                        _iv(r.get("D_opt_ci"), _count),
+                        "",
+                        f"Approach 2: {_count(o['D_opt'])}" if o else "",
+                    ],
+                    ["loss", _g(r["loss"]), _iv(r.get("loss_ci")), _iv(r.get("loss_interval")), ""],
+                ],
+            )
+        )
+    return out
+
+
+def _exponent_rows(rep: dict) -> list[list[str]]:
+    """The allocation exponents a (N* ∝ C^a) and b (D* ∝ C^b) of the law, and Approach 2's a."""
+    al = (rep.get("law") or {}).get("allocation") or {}
+    rows = []
+    if al:
+        rows.append(["a (N* ∝ C^a), law", _g(al["a"], ".3g"), _iv(al.get("a_ci"), _ci3), "", ""])
+        rows.append(["b (D* ∝ C^b), law", _g(al["b"], ".3g"), _iv(al.get("b_ci"), _ci3), "", ""])
+    a2 = rep.get("approach2")
+    if a2 and math.isfinite(a2.get("a", math.nan)):
+        cmp_ = rep.get("comparison")
+        verdict = (
+            "" if not cmp_ else ("DISAGREES with the law" if cmp_["disagree"] else "agrees with the law")
+        )
+        rows.append(["a, Approach 2 (IsoFLOP)", _g(a2["a"], ".3g"), _iv(a2.get("a_ci"), _ci3), "", verdict])
+    return rows
+
+
+def _ci3(x: Any) -> str:
+    return _g(x, ".3g")
+
+
+def _holdout_summary_rows(h: dict | None) -> list[list[str]]:
+    """The held-out check: what was fitted, what was predicted, the errors and the verdict."""
+    if not h:
+        return [["held-out check", "not available", "", "", "see the warnings"]]
+    target = h.get("target", HOLDOUT_TARGET_DEFAULT)
+    ok = h["mean_rel_error"] <= target
+    rows = [
+        ["fitted on budgets", ", ".join(_sci(b) for b in h["fit_budgets"]), "", "", f"{h['n_fit']} runs"],
+        ["held-out budget", _sci(h["held_out_budget"]), "", "", f"{h['n_points']} runs predicted"],
+        [
+            "mean |error|",
+            f"{100 * h['mean_rel_error']:.2f}%",
+            "",
+            "",
+            f"{'PASS' if ok else 'FAIL'}: target ≤ {100 * target:.0f}%",
+        ],
+        ["max |error|", f"{100 * h['max_rel_error']:.2f}%", "", "", ""],
+    ]
+    if "coverage" in h:
+        inside = round(h["coverage"] * h["n_points"])
+        level = 100 * h.get("interval_level", 0.9)
+        rows.append(
+            [
+                "coverage",
+                f"{100 * h['coverage']:.0f}%",
+                "",
+                f"{inside} of {h['n_points']} inside",
+                f"runs inside their {level:.0f}% prediction interval",
+            ]
+        )
+    return rows
+
+
+def _downstream_summary_rows(rep: dict) -> list[list[str]]:
+    """Each task's predicted accuracy at 10x the largest budget (the rows of `downstream_headline`)."""
+    ds = rep.get("downstream")
+    if not ds:
+        return []
+    rows = []
+    for p in ds["predictions"]:
+        if not math.isclose(p["C"], ds["ten_x_budget"], rel_tol=1e-6):
+            continue
+        chance = ds["tasks"][p["task"]].get("chance")
+        note = f"chance {_g(chance, '.3g')}; {p['method']}" + (
+            f"; warnings: {_tags(p['warnings'])}" if p["warnings"] else ""
+        )
+        rows.append(
+            [f"{p['task']} accuracy", _g(p["accuracy"], ".3f"), "", _iv(p["accuracy_interval"], _acc), note]
+        )
+    return rows or [["downstream tasks", "no prediction", "", "", "see the warnings"]]
+
+
+def _acc(x: Any) -> str:
+    return _g(x, ".3f")
+
+
+def summary_sections(rep: dict) -> list[tuple[str, list[list[str]]]]:
+    """The first screen's summary as (section title, rows of SUMMARY_HEADER cells): the law with
+    its CIs, N*/D*/loss at each requested budget, the allocation exponents, the held-out check,
+    the downstream predictions. The same numbers as `headline`, in cells that wrap."""
+    law = rep.get("law")
+    out: list[tuple[str, list[list[str]]]] = []
+    if law:
+        ne = "; N without embeddings" if law.get("n_params") == "non_embedding" else ""
+        out.append((f"Law L(N,D) = E + A/N^alpha + B/D^beta ({law['n_points']} runs{ne})", _law_rows(law)))
+    else:
+        out.append(("Law", [["law", "not fitted", "", "", "see the warnings"]]))
+    out += _budget_rows(rep)
+    exps = _exponent_rows(rep)
+    if exps:
+        out.append(("Allocation exponents", exps))
+    out.append(
+        (
+            "Held-out check: the law fitted without the largest budget predicts it",
+            _holdout_summary_rows(rep.get("holdout")),
+        )
+    )
+    ds = _downstream_summary_rows(rep)
+    if ds:
+        out.append(
+            (
+                f"Downstream tasks at C = {_sci(rep['downstream']['ten_x_budget'])} FLOPs "
+                "(10x the largest budget)",
+                ds,
+            )
+        )
+    return out
+
+
+def compute_line(rep: dict) -> str:
+    """What the sweep spent on training against the same runs trained separately (sweep_plan.json's
+    flops_to_train and flops_if_separate); "" for sweeps whose plan does not record them."""
+    c = rep.get("compute")
+    if not c:
+        return ""
+    why = " (WSD cooldown branches share their shape's trunk)" if c["ratio"] < 1 else ""
+    return (
+        f"compute: {_sci(c['flops_to_train'])} FLOPs trained, {c['ratio']:.2f}x the "
+        f"{_sci(c['flops_if_separate'])} of separate runs{why}"
+    )
+
+
+def summary_html(rep: dict) -> str:
+    """The summary table (a header row per section) plus the compute, hyperparameter and warnings
+    lines: the HTML report's first screen, readable at 1280 px without horizontal scrolling."""
+    th = "".join(f"<th>{html.escape(h)}</th>" for h in SUMMARY_HEADER)
+    body = []
+    for title, rows in summary_sections(rep):
+        body.append(f"<tr class='sec'><th colspan='{len(SUMMARY_HEADER)}'>{html.escape(title)}</th></tr>")
+        body += ["<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>" for r in rows]
+    parts = [f"<table class='summary'><thead><tr>{th}</tr></thead><tbody>{''.join(body)}</tbody></table>"]
+    line = compute_line(rep)
+    if line:
+        parts.append(f"<p class='compute'>{html.escape(line)}</p>")
+    hp = rep.get("hparams")
+    if hp and hp.get("active"):
+        parts.append(f"<p>{html.escape(hp['message'])}.</p>")
+    if rep.get("warnings"):
+        parts.append(
+            f"<p>{len(rep['warnings'])} warning(s), listed below the figure: "
+            f"{html.escape(_tags(rep['warnings']))}</p>"
+        )
+    return "\n".join(parts)
+
 
 def _lead_and_rest(figures: dict) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
     lead = [(n, r) for n, r in figures.items() if n == LEAD_FIGURE]
@@ -438,7 +659,11 @@ def _table(header: list[str], rows: list[list[str]]) -> str:
 
 
 CSS = """body{font-family:system-ui,sans-serif;max-width:1150px;margin:2em auto;padding:0 1em;color:#222}
-pre{background:#f5f5f5;padding:.8em;overflow-x:auto}table{border-collapse:collapse;font-size:13px}
+pre{background:#f5f5f5;padding:.8em;overflow-x:auto;white-space:pre-wrap;overflow-wrap:anywhere}
+table{border-collapse:collapse;font-size:13px;max-width:100%}
+table.summary{table-layout:fixed;width:100%}table.summary td,table.summary th{overflow-wrap:anywhere}
+table.summary th:first-child{width:24%}table.summary td:last-child{text-align:left}
+table.summary tr.sec th{background:#eef2f7;text-align:left}.compute{color:#333}
 td,th{border:1px solid #ccc;padding:3px 7px;text-align:right}td:first-child,th:first-child{text-align:left}
 .warn{background:#fff4e0;border-left:4px solid #e69500;padding:.4em .8em;margin:.3em 0}
 figure{margin:1.2em 0}figcaption{font-style:italic;color:#555}img{max-width:100%}"""
@@ -488,7 +713,7 @@ def write_html(rep: dict, path: pathlib.Path) -> None:
         f"completed; budgets {', '.join(_g(b, '.3g') for b in rep['budgets_swept'])} FLOPs; "
         f"{rep['bootstrap']} bootstrap resamples (seed {rep['seed']}); generated {rep['generated']}.</p>",
         "<h2>Headline</h2>",
-        "<pre>" + html.escape("\n".join(headline(rep))) + "</pre>",
+        summary_html(rep),
     ]
     lead, rest = _lead_and_rest(rep["figures"])
 

@@ -32,7 +32,15 @@ from experiments.train.profiling import check_profile_steps
 from experiments.train.tasks import EvalConfig
 from experiments.train.tasks.base import check_tasks
 from experiments.train.tracking import TrackerConfig
-from models.base.configs import check_choice, check_float, check_int, config_from_mapping, is_int, to_plain
+from models.base.configs import (
+    check_bool,
+    check_choice,
+    check_float,
+    check_int,
+    config_from_mapping,
+    is_int,
+    to_plain,
+)
 from models.base.errors import ConfigError
 from models.config import ModelConfig
 from models.flops import flops_per_token, non_embedding_param_count, param_count
@@ -66,6 +74,14 @@ class TrainConfig:
     eval_every: int = 50  # steps between evals (0 = only at the end)
     eval_tokens: int = 16384  # validation tokens per eval (same batches for every seed)
     ckpt_every: int = 50  # steps between checkpoints (0 = only at the end)
+    ckpt_every_s: float | None = None  # also checkpoint when this many seconds passed since the
+    # last one (None = by steps only), Levanter/MaxText style: long runs save by time, short ones rarely
+    async_checkpoints: bool = True  # Orbax async saves: the step goes on while the files are written
+    branch_points: list[int] | None = None  # WSD trunk: steps whose checkpoints are kept for
+    # branches (<run dir>/branch_points/, never rotated away)
+    branch_from: str | None = None  # WSD branch: the trunk's run directory; a run with no
+    # checkpoint of its own starts from the trunk's branch point `branch_step`
+    branch_step: int | None = None
     seed: int = 0  # parameter init and batch order (batch i = f(seed, i))
     log_every: int = 1  # steps between metrics.jsonl records
     loss_ceiling: float | None = None  # loss above this stops the run (None = 2 ln(vocab) + 1)
@@ -290,9 +306,18 @@ def _run_length(train: TrainConfig, model: ModelConfig) -> _Length:
     return _Length(micro, batch // micro, tokens_per_step, steps, steps * tokens_per_step)
 
 
-def _check_cadences(train: TrainConfig) -> None:
+def _check_cadences(train: TrainConfig, steps: int) -> None:
     _int("train.eval_every", train.eval_every, lo=0)
     _int("train.ckpt_every", train.ckpt_every, lo=0)
+    if train.ckpt_every_s is not None:
+        check_float("train.ckpt_every_s", train.ckpt_every_s, 0, lo_open=True, what="a positive number")
+    check_bool("train.async_checkpoints", train.async_checkpoints)
+    for k in train.branch_points or []:
+        _int("train.branch_points[]", k)
+    if (train.branch_from is None) != (train.branch_step is None):
+        raise ConfigError("train.branch_from and train.branch_step go together: give both or neither")
+    if train.branch_step is not None and not 0 < _int("train.branch_step", train.branch_step) < steps:
+        raise ConfigError(f"train.branch_step={train.branch_step} must be inside the run (1 .. {steps - 1})")
     _int("train.eval_tokens", train.eval_tokens)
     _int("train.seed", train.seed, lo=0)
     _int("train.log_every", train.log_every)
@@ -385,7 +410,7 @@ def resolve_config(cfg: Any, n_devices: int | None = None) -> RunSpec:
     evalc = EvalConfig.from_mapping(raw.get("eval") or {})
     check_tasks(evalc, model.seq_len, byte_level=data.resolved_source() not in ("tokens", "prepared"))
     length = _run_length(train, model)
-    _check_cadences(train)
+    _check_cadences(train, length.steps)
     check_profile_steps(train.profile_steps, length.steps)
     tracker = TrackerConfig.from_mapping(raw.get("tracker") or {})
     warmup_steps = _warmup_steps(optim, length)

@@ -17,8 +17,10 @@ step in flight and stopped; experiments/preemption.py).
 
 from __future__ import annotations
 
+import collections
 import concurrent.futures as cf
 import dataclasses
+import json
 import math
 import time
 from pathlib import Path
@@ -35,7 +37,7 @@ from experiments.train.checkpoint import Checkpointer
 from experiments.train.config import RunSpec, resolve_config
 from experiments.train.corpus import BatchSampler, eval_sampler, load_corpus
 from experiments.train.metrics import MetricsLog, Progress
-from experiments.train.optimizer import make_optimizer, make_schedule
+from experiments.train.optimizer import RuntimeOptimizer, hyperparams, make_schedule
 from experiments.train.peak_flops import peak_flops_per_device
 from experiments.train.profiling import StepProfiler
 from experiments.train.steps import TrainSetup, build_train_setup
@@ -43,7 +45,16 @@ from experiments.train.tasks.scoring import TaskSuite, build_task_sets, metrics_
 from experiments.train.tracking import TRAIN_NAMES, make_tracker
 from models.base.errors import ConfigError
 from models.base.fingerprint import diff_fields
-from models.base.rundir import METRICS_FILE, PROFILE_DIR, RunStatus
+from models.base.portable import process_started_at
+from models.base.rundir import (
+    BRANCH_POINTS_DIR,
+    METRICS_FILE,
+    PROFILE_DIR,
+    TIME_KINDS,
+    RunRole,
+    RunStatus,
+    read_metrics,
+)
 from models.flops import MFU_CAUSAL
 from sharding.mesh import make_mesh
 
@@ -74,14 +85,11 @@ def make_train_batch(sampler, step: int, n_micro: int, micro: int, sharding) -> 
     return jax.make_array_from_callback((n_micro, micro, L1), sharding, cb)
 
 
-def make_eval_batch(sampler, j: int, sharding) -> Any:
-    """Global (B, L+1) eval batch `j` of a fixed validation sampler."""
-    L1 = sampler.seq_len + 1
-    return jax.make_array_from_callback(
-        (sampler.batch_size, L1),
-        sharding,
-        lambda idx: sampler.rows(j, np.arange(sampler.batch_size)[idx[0]])[:, idx[1]],
-    )
+def make_eval_stack(sampler, k: int, sharding) -> Any:
+    """Global (K, B, L+1) array of the first K batches of a fixed validation sampler (small:
+    `train.eval_tokens` tokens), evaluated by one call of `TrainSetup.eval_all`."""
+    host = np.stack([sampler.rows(j) for j in range(k)])
+    return jax.make_array_from_callback(host.shape, sharding, lambda idx: host[idx])
 
 
 class Prefetcher:
@@ -154,6 +162,8 @@ class RunState:
     mesh: dict[str, Any] | None = None
     corpus: dict[str, Any] | None = None
     wall_prev: float = 0.0  # wall time of earlier sessions of this run (from the checkpoint)
+    time_prev: dict[str, float] | None = None  # time_s of earlier sessions (from the checkpoint)
+    packed_with: list[str] | None = None  # the pack's run ids (experiments/train/pack.py), else None
 
 
 @dataclasses.dataclass
@@ -165,12 +175,14 @@ class Clock:
     pause: float = 0.0
     session_tokens: int = 0
     session_time: float = 0.0
+    steps_time: float = 0.0  # every step of this session, the first (warm-up) one included
 
     def lap(self) -> float:
         """Seconds since the previous lap, pauses excluded."""
         now = time.perf_counter()
         dt = max(now - self.t_last - self.pause, 1e-9)
         self.t_last, self.pause = now, 0.0
+        self.steps_time += dt
         return dt
 
     def paused_since(self, t0: float) -> None:
@@ -200,26 +212,109 @@ class Loop:
     lr_of_step: HostSchedule
     n_dev: int
     sampler: BatchSampler  # train batches: batch i = f(train.seed, i)
-    eval_set: list[Any]
-    tasks: TaskSuite | None = None  # eval.tasks, scored at every eval
-    eval_fn: Any = None
-    step_fn: Any = None
-    compile_s: float = 0.0
+    program: Program  # the compiled steps, eval batches and tasks (shared by a pack's runs)
+    hp: Any  # this run's step scalars on the mesh (RuntimeOptimizer): lr, weight decay, schedule
+    times: Times = dataclasses.field(default_factory=lambda: Times())
+    branch_ckpt: Checkpointer | None = None  # WSD trunk: its kept branch-point checkpoints
     clock: Clock = dataclasses.field(default_factory=Clock)
     guard: PreemptionGuard | None = None  # preemption signals: stop at a step boundary
+
+    @property
+    def tasks(self) -> TaskSuite | None:
+        return self.program.tasks
 
     def mfu(self, tokens_per_s: float) -> float:
         peak = self.state.peak
         return tokens_per_s * self.spec.flops_per_token / (self.n_dev * peak) if peak == peak else math.nan
 
 
-def run(cfg: Any, run_dir: Path) -> dict[str, Any]:
+@dataclasses.dataclass
+class Times:
+    """Where this session's wall time went (summary.json `time_s`, models.base.rundir.TIME_KINDS;
+    `other` is the rest of the wall time: building, restoring, summaries)."""
+
+    compile: float = 0.0
+    train_steps: float = 0.0
+    eval: float = 0.0
+    checkpoint: float = 0.0
+    startup: float = 0.0
+
+    def as_dict(self, wall: float, prev: dict[str, float] | None) -> dict[str, float]:
+        """This session's split of `wall` seconds, plus earlier sessions' (`prev`)."""
+        now = {k: getattr(self, k) for k in TIME_KINDS if k != "other"}
+        now["other"] = max(wall - sum(now.values()), 0.0)
+        return {k: now[k] + float((prev or {}).get(k, 0.0)) for k in TIME_KINDS}
+
+
+_STARTUP_CLAIMED = False  # the process start-up is the first run's (later runs of a pack start warm)
+
+
+def _claim_startup(t_start: float) -> float:
+    """Seconds from this process's start to `t_start`, for the process's first run; 0 after."""
+    global _STARTUP_CLAIMED
+    if _STARTUP_CLAIMED:
+        return 0.0
+    _STARTUP_CLAIMED = True
+    return max(t_start - process_started_at(), 0.0)
+
+
+@dataclasses.dataclass
+class Program:
+    """What runs of one compiled program share: the train setup, its compiled train step and
+    eval, the eval batches and the task suite. Runs whose configs differ only in the step
+    scalars (optimizer.HYPER_KEYS), the seed or the run length get the same Program (`_PROGRAMS`),
+    so the second run of a pack compiles nothing."""
+
+    ts: TrainSetup
+    eval_stack: Any  # (K, B, L+1) validation batches
+    tasks: TaskSuite | None
+    step_fn: Any = None  # compiled train step (params, opt_state, batch, hp)
+    eval_fn: Any = None  # compiled eval_all (params, eval_stack)
+
+
+# Programs of this process, newest last; a pack uses one at a time, so two is plenty and bounds memory.
+_PROGRAMS: collections.OrderedDict[str, Program] = collections.OrderedDict()
+_PROGRAMS_KEPT = 2
+_CORPORA: dict[str, Any] = {}  # loaded corpora by data config (a pack's runs read one corpus)
+
+
+def program_key(spec: RunSpec) -> str:
+    """Everything the compiled program depends on; the step scalars, seed and length are not in it."""
+    runtime = RuntimeOptimizer(spec.optim, {}, spec.model)
+    parts = [
+        spec.model.to_dict(),
+        runtime.static_key,
+        spec.mesh_shape,
+        spec.pipeline,
+        spec.context,
+        spec.sequence_parallel,
+        spec.n_micro,
+        spec.micro_batch_size,
+        spec.eval_batches,
+        spec.eval_batch_size,
+        spec.raw.get("data"),
+        spec.raw.get("eval"),
+        [d.id for d in jax.devices()],
+    ]
+    return json.dumps(parts, default=str, sort_keys=True)
+
+
+def _corpus(spec: RunSpec) -> Any:
+    key = json.dumps(spec.raw.get("data"), default=str, sort_keys=True)
+    if key not in _CORPORA:
+        _CORPORA.clear()
+        _CORPORA[key] = load_corpus(spec.data)
+    return _CORPORA[key]
+
+
+def run(cfg: Any, run_dir: Path, packed_with: list[str] | None = None) -> dict[str, Any]:
     """Train (or resume, or skip if completed) the run described by `cfg` in `run_dir`.
 
     Returns the summary dict (also written to run_dir/summary.json). Raises ConfigError for bad
     configuration (after writing a `failed` summary), and re-raises unexpected errors likewise.
+    `packed_with`: the run ids of the pack this run trains in (summary.json `packed_with`).
     """
-    run_dir, state = Path(run_dir), RunState()
+    run_dir, state = Path(run_dir), RunState(packed_with=packed_with)
     return loop_core.run_resumable(
         run_dir,
         cfg,
@@ -255,6 +350,8 @@ def _summary_base(state: RunState) -> dict[str, Any]:
         "steps_done": state.step,
         "task_metrics": state.task_metrics or {},
     }
+    if state.packed_with:
+        s["packed_with"] = list(state.packed_with)
     spec = state.spec
     if spec is not None:
         s.update(
@@ -268,6 +365,15 @@ def _summary_base(state: RunState) -> dict[str, Any]:
             config_fields=spec.fingerprint_fields,
             model=spec.model.to_dict(),
         )
+        train = spec.train
+        if train.branch_points:
+            s["role"] = RunRole.TRUNK
+        if train.branch_from is not None:
+            s["trunk"] = Path(train.branch_from).name
+            s["branch_step"] = train.branch_step
+            s["marginal_flops"] = float(
+                (spec.steps - train.branch_step) * spec.tokens_per_step * spec.flops_per_token
+            )
     return s
 
 
@@ -275,14 +381,16 @@ def _run(
     raw: dict[str, Any], run_dir: Path, t_start: float, state: RunState, guard: PreemptionGuard
 ) -> dict[str, Any]:
     """Validate, build, restore, train, summarise: the order of work in the module docstring."""
+    startup = _claim_startup(t_start)
     spec = resolve_config(raw)  # all validation, before any compile
     state.spec, state.is_main = spec, jax.process_index() == 0
-    corpus = load_corpus(spec.data)
+    corpus = _corpus(spec)
     state.corpus = corpus.identity
     sampler = BatchSampler(corpus.train, spec.model.seq_len, spec.train.batch_size, spec.train.seed)
-    mesh = make_mesh(spec.mesh_shape, stage=spec.pipeline.stages, context=spec.context)
-    devices = _describe_devices(spec, mesh, state)
-    loop = _build_loop(spec, state, run_dir, t_start, mesh, corpus, sampler)
+    program = _program(spec, corpus)
+    devices = _describe_devices(spec, program.ts.mesh, state)
+    loop = _build_loop(spec, state, run_dir, t_start, program, sampler)
+    loop.times.startup = startup
     _log_header(spec, devices, corpus, state.is_main)
     if loop.tasks is not None:
         _log("tasks: " + ", ".join(f"{t.name} ({t.detail})" for t in loop.tasks.task_sets), state.is_main)
@@ -314,35 +422,23 @@ def _describe_devices(spec: RunSpec, mesh: Any, state: RunState) -> list[Any]:
     return devices
 
 
-def _build_loop(
-    spec: RunSpec,
-    state: RunState,
-    run_dir: Path,
-    t_start: float,
-    mesh: Any,
-    corpus: Any,
-    sampler: BatchSampler,
-) -> Loop:
-    """Optimizer, sharded steps, checkpointer and metrics log; params restored or initialised."""
-    schedule = make_schedule(spec.optim, spec.steps, spec.warmup_steps)
+def _program(spec: RunSpec, corpus: Any) -> Program:
+    """This process's Program for `spec` (program_key), built on first use: mesh, train setup
+    with the step scalars as inputs, eval batches, task suite. Compiled in `_compile`."""
+    key = program_key(spec)
+    if key in _PROGRAMS:
+        _PROGRAMS.move_to_end(key)
+        return _PROGRAMS[key]
+    mesh = make_mesh(spec.mesh_shape, stage=spec.pipeline.stages, context=spec.context)
     ts = build_train_setup(
         spec.model,
-        make_optimizer(spec.optim, schedule, spec.model),
+        RuntimeOptimizer(spec.optim, hyperparams(spec.optim, spec.steps, spec.warmup_steps), spec.model),
         mesh,
         n_micro=spec.n_micro,
         pipeline=spec.pipeline,
         sequence_parallel=spec.sequence_parallel,
     )
-    ckpt = Checkpointer(run_dir, keep=spec.train.keep_checkpoints)
-    metrics = MetricsLog(
-        run_dir / METRICS_FILE,
-        enabled=state.is_main,
-        tracker=make_tracker(spec.tracker, run_dir, TRAIN_NAMES, spec.raw, state.is_main),
-    )
-    params, opt_state, start, resumed = _restore_or_init(spec, state, run_dir, ts, ckpt, metrics)
     val_sampler = eval_sampler(corpus.val, spec.model.seq_len, spec.eval_batch_size)
-    eval_set = [make_eval_batch(val_sampler, j, ts.eval_batch_sharding) for j in range(spec.eval_batches)]
-    progress = Progress(spec.steps, spec.tokens_per_step, spec.train.progress_every_s, enabled=state.is_main)
     tasks = None
     if spec.eval.tasks:
         tasks = TaskSuite(
@@ -352,6 +448,34 @@ def _build_loop(
             ts.eval_batch_sharding,
             spec.eval_batch_size,
         )
+    program = Program(ts, make_eval_stack(val_sampler, spec.eval_batches, ts.batch_sharding), tasks)
+    _PROGRAMS[key] = program
+    while len(_PROGRAMS) > _PROGRAMS_KEPT:
+        _PROGRAMS.popitem(last=False)
+    return program
+
+
+def _build_loop(
+    spec: RunSpec, state: RunState, run_dir: Path, t_start: float, program: Program, sampler: BatchSampler
+) -> Loop:
+    """Checkpointer and metrics log; params restored (own checkpoint, else a WSD trunk's branch
+    point) or initialised; this run's step scalars on the mesh."""
+    ts = program.ts
+    train = spec.train
+    ckpt = Checkpointer(run_dir, keep=train.keep_checkpoints, async_save=train.async_checkpoints)
+    branch_ckpt = None
+    if train.branch_points:
+        branch_ckpt = Checkpointer(run_dir, keep=None, subdir=BRANCH_POINTS_DIR)
+    metrics = MetricsLog(
+        run_dir / METRICS_FILE,
+        enabled=state.is_main,
+        tracker=make_tracker(spec.tracker, run_dir, TRAIN_NAMES, spec.raw, state.is_main),
+    )
+    params, opt_state, start, resumed = _restore_or_init(spec, state, run_dir, ts, ckpt, metrics)
+    hp_host = hyperparams(spec.optim, spec.steps, spec.warmup_steps)
+    replicated = jax.sharding.NamedSharding(ts.mesh, jax.sharding.PartitionSpec())
+    hp = jax.tree.map(lambda v: jax.device_put(v, replicated), hp_host)
+    progress = Progress(spec.steps, spec.tokens_per_step, train.progress_every_s, enabled=state.is_main)
     return Loop(
         spec=spec,
         state=state,
@@ -365,11 +489,12 @@ def _build_loop(
         ckpt=ckpt,
         metrics=metrics,
         progress=progress,
-        lr_of_step=HostSchedule(schedule),
-        n_dev=mesh.devices.size,
+        lr_of_step=HostSchedule(make_schedule(spec.optim, spec.steps, spec.warmup_steps)),
+        n_dev=ts.mesh.devices.size,
         sampler=sampler,
-        eval_set=eval_set,
-        tasks=tasks,
+        program=program,
+        hp=hp,
+        branch_ckpt=branch_ckpt,
     )
 
 
@@ -391,6 +516,8 @@ def _restore_or_init(
     got = ckpt.restore_newest(
         *ts.abstract_state(), check=same_config, warn=lambda msg: _log(msg, state.is_main)
     )
+    if got is None and spec.train.branch_from is not None:
+        return _start_branch(spec, state, ts, metrics)
     if got is None:
         params, opt_state = ts.init(spec.train.seed)
         metrics.reset()
@@ -399,6 +526,7 @@ def _restore_or_init(
         params, opt_state, meta = got.params, got.opt_state, got.meta
         start = int(meta["step"])
         state.wall_prev = float(meta.get("wall_time_s", 0.0))
+        state.time_prev = meta.get("time_s")
         state.train_loss, state.eval_loss = meta.get("train_loss"), meta.get("eval_loss")
         state.task_metrics = meta.get("task_metrics")
         metrics.truncate_after(start)
@@ -406,6 +534,33 @@ def _restore_or_init(
     state.step, state.tokens = start, start * spec.tokens_per_step
     state.flops = float(start * spec.tokens_per_step * spec.flops_per_token)
     return params, opt_state, start, got is not None
+
+
+def _start_branch(
+    spec: RunSpec, state: RunState, ts: TrainSetup, metrics: MetricsLog
+) -> tuple[Any, Any, int, bool]:
+    """A WSD branch's first session: (params, opt_state) of its trunk at `train.branch_step`
+    (the trunk trained this run's own steps up to there: same seed, batches and lr), and the
+    trunk's metrics.jsonl records up to that step as this run's own, so its curve is whole."""
+    trunk, step = Path(spec.train.branch_from), int(spec.train.branch_step)
+    bck = Checkpointer(trunk, keep=None, subdir=BRANCH_POINTS_DIR)
+    try:
+        if step not in bck._mngr.all_steps():
+            raise ConfigError(
+                f"train.branch_from={trunk} has no branch point at step {step} "
+                f"(has {sorted(bck._mngr.all_steps())}); train the trunk first"
+            )
+        params, opt_state, _meta = bck.restore(step, *ts.abstract_state())
+    finally:
+        bck.close()
+    metrics.reset()
+    for rec in read_metrics(trunk / METRICS_FILE).records:
+        if rec.get("step", 0) <= step:
+            metrics.write(rec)
+    _log(f"branch of trunk {trunk.name}: starting from its step {step}/{spec.steps}", state.is_main)
+    state.step, state.tokens = step, step * spec.tokens_per_step
+    state.flops = float(step * spec.tokens_per_step * spec.flops_per_token)
+    return params, opt_state, step, False
 
 
 def _log_header(spec: RunSpec, devices: list[Any], corpus: Any, enabled: bool) -> None:
@@ -429,24 +584,26 @@ def _make_batch(loop: Loop, i: int) -> Any:
 
 
 def _compile(loop: Loop) -> Any:
-    """Compile the train step (on the first batch, returned for reuse) and the eval step, ahead
-    of time so the compile time is measured apart from the steps."""
-    t_c = time.time()
-    first = None
+    """Compile the train step (on the first batch, returned for reuse), the eval and the task
+    scorer ahead of time, so the compile time is measured apart from the steps; a Program
+    another run of this process compiled already is reused as it is."""
+    t_c = time.perf_counter()
+    first, prog = None, loop.program
     if loop.start < loop.spec.steps:
         first = _make_batch(loop, loop.start)
-        loop.step_fn = loop.ts.train_step.lower(loop.params, loop.opt_state, first).compile()
-    loop.eval_fn = loop.ts.eval_step.lower(loop.params, loop.eval_set[0]).compile()
-    if loop.tasks is not None:
+        if prog.step_fn is None:
+            prog.step_fn = loop.ts.train_step.lower(loop.params, loop.opt_state, first, loop.hp).compile()
+    if prog.eval_fn is None:
+        prog.eval_fn = loop.ts.eval_all.lower(loop.params, prog.eval_stack).compile()
+    if loop.tasks is not None and loop.tasks.compiled is None:
         loop.tasks.compile(loop.params)
-    loop.compile_s = time.time() - t_c
+    loop.times.compile = time.perf_counter() - t_c
     return first
 
 
 def _evaluate(loop: Loop, params: Any) -> float:
-    """Mean validation loss over the fixed eval batches."""
-    losses = [loop.eval_fn(params, b) for b in loop.eval_set]
-    return float(np.mean([float(l) for l in losses]))
+    """Mean validation loss over the fixed eval batches (one call)."""
+    return float(loop.program.eval_fn(params, loop.program.eval_stack))
 
 
 def _evaluate_tasks(loop: Loop, params: Any) -> dict[str, float]:
@@ -459,8 +616,9 @@ def _evaluate_tasks(loop: Loop, params: Any) -> dict[str, float]:
     return metrics_record(results)
 
 
-def _checkpoint(loop: Loop, step: int) -> None:
-    """Save (params, opt_state) of `step` with the record that resume and analysis read."""
+def _checkpoint(loop: Loop, step: int, branch_point: bool = False) -> None:
+    """Save (params, opt_state) of `step` with the record that resume and analysis read (also
+    under branch_points/ when `step` is a WSD branch point: synchronous, kept for good)."""
     t_s = time.perf_counter()
     loop.metrics.flush()
     spec, state = loop.spec, loop.state
@@ -475,7 +633,13 @@ def _checkpoint(loop: Loop, step: int) -> None:
         "task_metrics": state.task_metrics,
         "wall_time_s": state.wall_prev + time.time() - loop.t_start,
     }
+    wall = time.time() - loop.t_start + loop.times.startup
+    loop.times.train_steps = loop.clock.steps_time
+    meta["time_s"] = loop.times.as_dict(wall, state.time_prev)  # as of this save, for a resumed run
     loop.ckpt.save(step, loop.params, loop.opt_state, meta)
+    if branch_point and loop.branch_ckpt is not None:
+        loop.branch_ckpt.save(step, loop.params, loop.opt_state, meta)
+    loop.times.checkpoint += time.perf_counter() - t_s
     loop.clock.paused_since(t_s)
 
 
@@ -499,12 +663,16 @@ class _TrainSteps:
             lambda msg: _log(msg, loop.state.is_main),
         )
         self.pending: tuple[int, Any] | None = None
+        self.last_ckpt = time.perf_counter()
+        self.branch_points = frozenset(loop.spec.train.branch_points or ())
 
     def step(self, i: int) -> None:
         loop = self.loop
         self.profiler.before(i + 1)
         with self.profiler.annotate(i + 1):
-            loop.params, loop.opt_state, m = loop.step_fn(loop.params, loop.opt_state, self.prefetch.get(i))
+            loop.params, loop.opt_state, m = loop.program.step_fn(
+                loop.params, loop.opt_state, self.prefetch.get(i), loop.hp
+            )
         self.profiler.after(i + 1, loop.params)
         self.drain()  # step i-1 finishes while step i runs
         self.pending = (i, m)
@@ -527,7 +695,20 @@ class _TrainSteps:
 
     def checkpoint(self, s: StepState) -> None:
         self.drain()
-        _checkpoint(self.loop, s.done)
+        _checkpoint(self.loop, s.done, branch_point=s.done in self.branch_points)
+        self.last_ckpt = time.perf_counter()
+
+    def checkpoint_if_due(self, s: StepState) -> None:
+        """`train.ckpt_every_s`: checkpoint when that long has passed since the last save, and
+        at every WSD branch point; the other cadences (steps, end, stop) are `checkpoint`'s. In
+        a multi-process run process 0's clock decides, every TIME_VOTE_EVERY steps."""
+        every_s = self.loop.spec.train.ckpt_every_s
+        due = s.done in self.branch_points
+        if every_s is not None and not due and _time_vote(s.done, self.last_ckpt, every_s):
+            due = True
+        on_cadence = bool(self.loop.spec.train.ckpt_every) and s.done % self.loop.spec.train.ckpt_every == 0
+        if due and not (on_cadence or s.last or s.stop):  # those save in `checkpoint` anyway
+            self.checkpoint(s)
 
 
 def _train_steps(loop: Loop, first: Any) -> RunStatus:
@@ -539,8 +720,26 @@ def _train_steps(loop: Loop, first: Any) -> RunStatus:
     hooks.add_hook(loop_core.preemption_check(loop.guard), every=1)
     hooks.add_hook(body.evaluate, every=train.eval_every)
     hooks.add_hook(body.checkpoint, every=train.ckpt_every, on_stop=True)
+    if train.ckpt_every_s is not None or train.branch_points:
+        hooks.add_hook(body.checkpoint_if_due, every=1, at_end=False)
     steps = StepState(start=loop.start, total=loop.spec.steps)
     return loop_core.run_steps(body, hooks, steps, loop.guard, lambda msg: _log(msg, loop.state.is_main))
+
+
+TIME_VOTE_EVERY = 10  # multi-process: how often process 0's clock is asked (one broadcast each)
+
+
+def _time_vote(step: int, since: float, every_s: float) -> bool:
+    """Whether `every_s` seconds passed since perf_counter() reading `since`; every process
+    gets the same answer (process 0's, broadcast on every TIME_VOTE_EVERY-th step)."""
+    if jax.process_count() == 1:
+        return time.perf_counter() - since >= every_s
+    if step % TIME_VOTE_EVERY:
+        return False
+    from jax.experimental import multihost_utils
+
+    due = np.int32(time.perf_counter() - since >= every_s)
+    return bool(multihost_utils.broadcast_one_to_all(due))
 
 
 def _finish_step(loop: Loop, step_i: int, m: Any, eval_params: Any = None) -> None:
@@ -553,6 +752,7 @@ def _finish_step(loop: Loop, step_i: int, m: Any, eval_params: Any = None) -> No
         t_e = time.perf_counter()
         loop.state.eval_loss = rec["eval_loss"] = _evaluate(loop, eval_params)
         rec.update(_evaluate_tasks(loop, eval_params))
+        loop.times.eval += time.perf_counter() - t_e
         loop.clock.paused_since(t_e)
     _log_progress(loop, rec, force=diverged)
     if diverged:
@@ -603,19 +803,28 @@ def _write_summary(loop: Loop, status: RunStatus) -> dict[str, Any]:
     """Final throughput and MFU of this session, then summary.json (one atomic write, process 0)
     and the closing console line."""
     spec, state = loop.spec, loop.state
+    t_e = time.perf_counter()
     if status == RunStatus.COMPLETED and loop.start >= spec.steps and state.eval_loss is None:
         state.eval_loss = _evaluate(loop, loop.params)  # resumed after the final checkpoint
     if status == RunStatus.COMPLETED and loop.start >= spec.steps and state.task_metrics is None:
         _evaluate_tasks(loop, loop.params)
-    loop.ckpt.close()
+    loop.times.eval += time.perf_counter() - t_e
+    t_c = time.perf_counter()
+    loop.ckpt.close()  # waits for an asynchronous save in flight
+    if loop.branch_ckpt is not None:
+        loop.branch_ckpt.close()
+    loop.times.checkpoint += time.perf_counter() - t_c
+    loop.times.train_steps = loop.clock.steps_time
     tps = loop.clock.tokens_per_s()
     state.tokens_per_s = tps
     state.mfu = loop.mfu(tps) if tps and state.peak == state.peak else None
     summary = _summary_base(state)
+    session_wall = time.time() - loop.t_start + loop.times.startup
     summary.update(
         status=status,
         wall_time_s=state.wall_prev + time.time() - loop.t_start,
-        compile_time_s=loop.compile_s,
+        compile_time_s=loop.times.compile,
+        time_s=loop.times.as_dict(session_wall, state.time_prev),
     )
 
     def line(s: dict[str, Any]) -> str:

@@ -12,36 +12,68 @@ embedding matrices (input embedding and output head) unless `optim.decay_norms` 
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 
 from experiments.train.config import OptimConfig, Schedule
 
+# `schedule_value`'s shape index: the position of each Schedule in this tuple (a step input).
+SCHEDULE_KINDS = (Schedule.COSINE, Schedule.LINEAR, Schedule.WSD, Schedule.CONSTANT)
+
+# The scalars that differ between runs of one compiled program (packed runs, WSD branches): the
+# train step takes them as an input (`Hyper`), so runs differing only in these share a compilation.
+HYPER_KEYS = ("lr", "weight_decay", "min_lr_ratio", "warmup_steps", "total_steps", "decay_steps", "kind")
+# The `optim.*` keys that only feed those scalars: runs differing in them can pack.
+RUNTIME_OPTIM_KEYS = ("lr", "weight_decay", "min_lr_ratio", "warmup_tokens", "decay_fraction", "schedule")
+
+
+def hyperparams(cfg: OptimConfig, total_steps: int, warmup_steps: int) -> dict[str, np.ndarray]:
+    """The step inputs (`HYPER_KEYS`) of a run: float32 scalars, `kind` an int32 index into
+    SCHEDULE_KINDS. wsd decays over round(decay_fraction * total_steps) steps (at least 1)."""
+    decay = max(int(round(cfg.decay_fraction * total_steps)), 1)
+    f32 = lambda v: np.asarray(v, np.float32)
+    return {
+        "lr": f32(cfg.lr),
+        "weight_decay": f32(cfg.weight_decay),
+        "min_lr_ratio": f32(cfg.min_lr_ratio),
+        "warmup_steps": f32(warmup_steps),
+        "total_steps": f32(total_steps),
+        "decay_steps": f32(decay),
+        "kind": np.asarray(SCHEDULE_KINDS.index(Schedule(cfg.schedule)), np.int32),
+    }
+
+
+def schedule_value(hp: dict[str, Any], step: Any) -> jax.Array:
+    """lr(step), step = 0 .. total_steps-1, from the run's `hyperparams` (traced or concrete):
+    linear warmup from 0 (step s of warmup uses peak*(s+1)/warmup, so the first update is not
+    zero), then the shape `kind`: cosine to min_lr_ratio*peak at the end of the run, linear to it,
+    wsd (stable at peak, then linear to it over the last decay_steps), or constant."""
+    s = jnp.asarray(step, jnp.float32)
+    peak, warm, total = hp["lr"], hp["warmup_steps"], hp["total_steps"]
+    floor = peak * hp["min_lr_ratio"]
+    rest = jnp.maximum(total - warm, 1.0)
+    t = s - warm  # steps since the end of warmup
+    frac = jnp.clip(t / rest, 0.0, 1.0)
+    cosine = peak * (hp["min_lr_ratio"] + (1.0 - hp["min_lr_ratio"]) * 0.5 * (1.0 + jnp.cos(jnp.pi * frac)))
+    linear = peak + (floor - peak) * frac
+    stable = jnp.maximum(rest - hp["decay_steps"], 0.0)
+    wsd = jnp.where(
+        t < stable, peak, peak + (floor - peak) * jnp.clip((t - stable) / hp["decay_steps"], 0.0, 1.0)
+    )
+    after = jnp.select([hp["kind"] == k for k in range(3)], [cosine, linear, wsd], peak)
+    warming = peak * (s + 1.0) / jnp.maximum(warm, 1.0)
+    return jnp.where(s < warm, warming, after)
+
 
 def make_schedule(cfg: OptimConfig, total_steps: int, warmup_steps: int) -> optax.Schedule:
-    """lr(step) for step = 0 .. total_steps-1: linear warmup from 0, then the named shape."""
-    peak, floor = cfg.lr, cfg.lr * cfg.min_lr_ratio
-    rest = max(total_steps - warmup_steps, 1)
-    if cfg.schedule == Schedule.CONSTANT:
-        after = optax.constant_schedule(peak)
-    elif cfg.schedule == Schedule.COSINE:
-        after = optax.cosine_decay_schedule(peak, rest, alpha=cfg.min_lr_ratio)
-    elif cfg.schedule == Schedule.LINEAR:
-        after = optax.linear_schedule(peak, floor, rest)
-    else:  # Schedule.WSD: stable at peak, then linear decay over the last decay_fraction of the run
-        decay = max(int(round(cfg.decay_fraction * total_steps)), 1)
-        stable = max(rest - decay, 0)
-        after = optax.join_schedules(
-            [optax.constant_schedule(peak), optax.linear_schedule(peak, floor, decay)], [stable]
-        )
-    if warmup_steps <= 0:
-        return after
-    # Step s of warmup uses lr peak*(s+1)/warmup so the very first update is not zero.
-    warm = lambda s: peak * (jnp.asarray(s, jnp.float32) + 1.0) / warmup_steps
-    return optax.join_schedules([warm, after], [warmup_steps])
+    """lr(step) for step = 0 .. total_steps-1 with the run's scalars fixed (`schedule_value`)."""
+    hp = hyperparams(cfg, total_steps, warmup_steps)
+    return lambda step: schedule_value(hp, step)
 
 
 def _is_embedding(path: tuple[Any, ...]) -> bool:
@@ -84,10 +116,11 @@ def scale_hidden_updates(factor: float) -> optax.GradientTransformation:
 
 
 def make_optimizer(
-    cfg: OptimConfig, schedule: optax.Schedule, model: Any = None
+    cfg: OptimConfig, schedule: optax.Schedule, model: Any = None, weight_decay: Any = None
 ) -> optax.GradientTransformation:
     """clip_by_global_norm(clip) -> adamw(schedule, mask=decay_mask) [-> µP hidden-matrix
-    learning-rate scale 1 / model.width_mult when `model` (a ModelConfig) is µP]."""
+    learning-rate scale 1 / model.width_mult when `model` (a ModelConfig) is µP].
+    `weight_decay` (default cfg.weight_decay) may be a traced value (`RuntimeOptimizer`)."""
     parts = []
     if cfg.clip:
         parts.append(optax.clip_by_global_norm(cfg.clip))
@@ -97,7 +130,7 @@ def make_optimizer(
             b1=cfg.b1,
             b2=cfg.b2,
             eps=cfg.eps,
-            weight_decay=cfg.weight_decay,
+            weight_decay=cfg.weight_decay if weight_decay is None else weight_decay,
             mask=lambda p: decay_mask(p, cfg),
         )
     )
@@ -105,6 +138,31 @@ def make_optimizer(
     if width_mult != 1.0:
         parts.append(scale_hidden_updates(1.0 / width_mult))
     return optax.chain(*parts)
+
+
+@dataclasses.dataclass(frozen=True)
+class RuntimeOptimizer:
+    """The trainer's optimizer with the per-run scalars (`HYPER_KEYS`) as train-step inputs:
+    `tx(hp)` builds it inside the step from traced `hp`; `tx(None)` (this run's own `hp`) is
+    for state shapes and init. Its optimizer state does not depend on the scalars, so one
+    compiled step serves every run that differs only in them (experiments/train/pack.py)."""
+
+    cfg: OptimConfig
+    hp: dict[str, Any]  # this run's scalars (`hyperparams`)
+    model: Any = None  # ModelConfig (µP learning-rate scale) or None
+
+    def tx(self, hp: dict[str, Any] | None = None) -> optax.GradientTransformation:
+        hp = self.hp if hp is None else hp
+        return make_optimizer(self.cfg, lambda step: schedule_value(hp, step), self.model, hp["weight_decay"])
+
+    @property
+    def static_key(self) -> tuple[Any, ...]:
+        """What the compiled step depends on: the optimizer's fields less the runtime scalars."""
+        return tuple(
+            (f.name, getattr(self.cfg, f.name))
+            for f in dataclasses.fields(self.cfg)
+            if f.name not in RUNTIME_OPTIM_KEYS
+        )
 
 
 LrFn = Callable[[int], float]

@@ -4,6 +4,7 @@
     params, opt_state = ts.init(seed)                  # sharded per sharding/rules.py
     params, opt_state, m = ts.train_step(params, opt_state, batch_NxMxL1)
     loss = ts.eval_step(params, batch_BxL1)
+    loss = ts.eval_all(params, batches_KxBxL1)           # mean over K eval batches, one dispatch
 
 `batch_NxMxL1` holds N micro-batches of M rows of seq_len+1 tokens (inputs = [:, :-1], targets =
 [:, 1:]); the step averages the micro-batch gradients, which equals the big-batch gradient.
@@ -21,6 +22,7 @@ import optax
 from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from experiments.train.optimizer import RuntimeOptimizer
 from models.axes import activation_sharding
 from models.config import ModelConfig
 from models.transformer import Transformer, abstract_model, apply, logical_axes, split_params
@@ -55,8 +57,10 @@ class TrainSetup:
     init: Callable[[int], tuple[Any, Any]]
     train_step: Callable[..., tuple[Any, Any, dict[str, jax.Array]]]
     eval_step: Callable[[Any, jax.Array], jax.Array]
+    eval_all: Callable[[Any, jax.Array], jax.Array]  # mean loss over a (K, B, L+1) stack of batches
     loss_fn: Callable[[Any, jax.Array], jax.Array]
     tx: optax.GradientTransformation
+    hp: dict[str, Any] | None = None  # the run's step scalars (RuntimeOptimizer), else None
 
     def abstract_state(self) -> tuple[Any, Any]:
         """ShapeDtypeStructs (with shardings) of (params, opt_state): restore targets."""
@@ -69,13 +73,11 @@ class TrainSetup:
         )
 
 
-def _make_train_step(
-    grad_fn: Callable, tx: optax.GradientTransformation, p_sh: Any, n_micro: int
-) -> Callable:
+def _make_train_step(grad_fn: Callable, tx_of: Callable[[Any], Any], p_sh: Any, n_micro: int) -> Callable:
     """One optimizer step on N micro-batches: the mean of their gradients (scanned, so memory
-    holds one micro-batch's activations), norm before clipping, update."""
+    holds one micro-batch's activations), norm before clipping, update with `tx_of(hp)`."""
 
-    def train_step(params: Any, opt_state: Any, batch_NxMxL1: jax.Array):
+    def train_step(params: Any, opt_state: Any, batch_NxMxL1: jax.Array, hp: Any = None):
         if n_micro == 1:
             loss, grads = grad_fn(params, batch_NxMxL1[0])
         else:
@@ -91,7 +93,7 @@ def _make_train_step(
             loss = loss / n_micro
         grads = jax.lax.with_sharding_constraint(grads, p_sh)
         grad_norm = optax.tree.norm(grads)
-        updates, opt_state = tx.update(grads, opt_state, params)
+        updates, opt_state = tx_of(hp).update(grads, opt_state, params)
         params = optax.apply_updates(params, updates)
         return params, opt_state, {"loss": loss, "grad_norm": grad_norm}
 
@@ -132,7 +134,7 @@ def opt_state_shardings(
 
 def build_train_setup(
     model_cfg: ModelConfig,
-    tx: optax.GradientTransformation,
+    tx: optax.GradientTransformation | RuntimeOptimizer,
     mesh: Mesh,
     n_micro: int = 1,
     donate: bool = True,
@@ -140,7 +142,15 @@ def build_train_setup(
     sequence_parallel: bool = False,
 ) -> TrainSetup:
     """Shardings from the logical-axis rules, and the jitted init / train / eval functions.
-    `pipeline` (stages on the mesh's `stage` axis) runs the blocks as a pipeline."""
+    `pipeline` (stages on the mesh's `stage` axis) runs the blocks as a pipeline. With a
+    `RuntimeOptimizer` the train step takes the run's scalars as a fourth input,
+    `train_step(params, opt_state, batch, hp)` (`TrainSetup.hp`), so runs that differ only in
+    them share one compiled step; with a plain optax transformation it takes three."""
+    runtime = tx if isinstance(tx, RuntimeOptimizer) else None
+    if runtime is not None:
+        tx, tx_of = runtime.tx(), runtime.tx
+    else:
+        tx_of = lambda _hp, tx=tx: tx
     abstract = abstract_model(model_cfg)
     forward = apply
     if pipeline is not None and pipeline.enabled:
@@ -171,14 +181,22 @@ def build_train_setup(
         return params, tx.init(params)
 
     init_jit = jax.jit(init_fn, static_argnums=0, out_shardings=(p_sh, o_sh))
-    train_step = _make_train_step(grad_fn, tx, p_sh, n_micro)
+    train_step = _make_train_step(grad_fn, tx_of, p_sh, n_micro)
+    hp_sh = () if runtime is None else (jax.tree.map(lambda _: replicated, runtime.hp),)
     train_jit = jax.jit(
         train_step,
-        in_shardings=(p_sh, o_sh, batch_sh),
+        in_shardings=(p_sh, o_sh, batch_sh, *hp_sh),
         out_shardings=(p_sh, o_sh, replicated),
         donate_argnums=(0, 1) if donate else (),
     )
     eval_jit = jax.jit(loss_fn, in_shardings=(p_sh, eval_sh), out_shardings=replicated)
+
+    def eval_all(params: Any, batches_KxBxL1: jax.Array) -> jax.Array:
+        """The mean loss over K eval batches: one dispatch per eval, not K (lax.map keeps one
+        batch's activations live)."""
+        return jnp.mean(jax.lax.map(lambda b: loss_fn(params, b), batches_KxBxL1))
+
+    eval_all_jit = jax.jit(eval_all, in_shardings=(p_sh, batch_sh), out_shardings=replicated)
     return TrainSetup(
         model_cfg=model_cfg,
         mesh=mesh,
@@ -191,6 +209,8 @@ def build_train_setup(
         init=lambda seed: init_jit(int(seed)),
         train_step=train_jit,
         eval_step=eval_jit,
+        eval_all=eval_all_jit,
         loss_fn=loss_fn,
         tx=tx,
+        hp=None if runtime is None else runtime.hp,
     )

@@ -87,3 +87,18 @@ def unlock_file(f: IO) -> None:
         f.seek(0)
         with contextlib.suppress(OSError):
             msvcrt.locking(f.fileno(), msvcrt.LK_UNLCK, 1)
+
+
+_IMPORTED_AT = time.time()
+
+
+def process_started_at() -> float:
+    """The time.time() at which this process started: from /proc on Linux (start-up, imports
+    included), else when this module was imported (imports before it not counted)."""
+    try:
+        ticks = os.sysconf("SC_CLK_TCK")
+        start_ticks = int(open("/proc/self/stat").read().rsplit(")", 1)[1].split()[19])
+        uptime = float(open("/proc/uptime").read().split()[0])
+        return time.time() - (uptime - start_ticks / ticks)
+    except (OSError, ValueError, IndexError, AttributeError):
+        return _IMPORTED_AT

@@ -47,6 +47,7 @@ HYDRA_SETTINGS = os.path.join(HYDRA_DIR, "hydra.yaml")  # Hydra's own node
 HYDRA_OVERRIDES = os.path.join(HYDRA_DIR, "overrides.yaml")  # the command-line overrides
 CHECKPOINTS_DIR = "checkpoints"
 CORRUPT_CHECKPOINTS_DIR = CHECKPOINTS_DIR + ".corrupt"
+BRANCH_POINTS_DIR = "branch_points"  # WSD trunk: the checkpoints its branches start from (all kept)
 REFERENCE_DIR = "reference"  # RL: the initial policy
 LOCK_FILE = ".run.lock"
 LAUNCHES_FILE = "launches.jsonl"
@@ -107,6 +108,18 @@ class ReadStatus(enum.StrEnum):
 
 
 # ---- summary.json ------------------------------------------------------------------------------
+# summary.json `time_s` keys: where a run's wall time went (they add up to the run's wall time,
+# process start-up included): compiling, train steps, evals (loss and tasks), checkpoint saves,
+# process start-up before the run (the first run of a process), the rest.
+TIME_KINDS = ("compile", "train_steps", "eval", "checkpoint", "startup", "other")
+
+
+class RunRole(enum.StrEnum):
+    """summary.json `role`: what a run is for, when it is not an ordinary run."""
+
+    TRUNK = "trunk"  # a WSD trunk at constant LR: its branches are the runs (not fitted itself)
+
+
 @dataclasses.dataclass(frozen=True)
 class RunSummary:
     """summary.json, typed. Fields of the two trainers; a field a run kind does not write is
@@ -147,6 +160,12 @@ class RunSummary:
     peak_flops_source: str | None = None  # where that peak came from (table or measurement)
     corpus: dict[str, Any] | None = None  # the training corpus: name, sizes, split, sha256
     task_metrics: dict[str, Any] | None = None  # eval.tasks at the end: {task: {loss, accuracy, chance}}
+    time_s: dict[str, Any] | None = None  # wall seconds by kind (TIME_KINDS), all sessions together
+    packed_with: list[str] | None = None  # run ids of the runs trained in the same process (a pack)
+    trunk: str | None = None  # WSD branch: run id of the trunk it starts from, else None
+    branch_step: int | None = None  # WSD branch: the trunk step it starts from
+    marginal_flops: float | None = None  # WSD branch: FLOPs spent on it beyond the trunk
+    role: str | None = None  # RunRole: None for an ordinary run, `trunk` for a WSD trunk
     # -- RL runs (experiments.rl)
     task: dict[str, Any] | None = None  # the RL task's settings
     algo: dict[str, Any] | None = None  # the RL algorithm's settings
