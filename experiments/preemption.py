@@ -28,7 +28,8 @@ How the trainer and the RL loop use it:
   `experiments.rundir.EXIT_PREEMPTED`.
 
 Handlers are only installed from the main thread (Python allows no other); a run started in
-another thread is not preemptible and says nothing.
+another thread is preemptible only through a guard `share`d by the main thread (a pack's runs),
+else not at all.
 """
 
 from __future__ import annotations
@@ -93,6 +94,16 @@ def _any_across_processes() -> Callable[[bool], Any]:
     return vote
 
 
+_SHARED: "PreemptionGuard | None" = None  # a pack's main-thread guard (experiments/train/pack.py)
+
+
+def share(guard: "PreemptionGuard | None") -> None:
+    """Make `guard` (installed in the main thread) the signal source of guards entered in other
+    threads, which cannot install handlers: the runs of a pack stop together. None: stop sharing."""
+    global _SHARED
+    _SHARED = guard
+
+
 class PreemptionGuard:
     """Context manager: preemption signals set a flag while it is active (see module docstring)."""
 
@@ -123,15 +134,18 @@ class PreemptionGuard:
 
     @property
     def requested(self) -> bool:
-        """A preemption signal reached this process."""
-        return bool(self.received)
+        """A preemption signal reached this process (this guard's, or a pack's shared one)."""
+        shared = _SHARED
+        return bool(self.received) or (shared is not None and shared is not self and shared.requested)
 
     def should_stop(self) -> bool:
         """Whether to stop after the current step. Every process must call it once per step."""
         return self._vote(self.requested)
 
     def signal_names(self) -> list[str]:
-        return [s.name for s in self.received]
+        shared = _SHARED
+        got = self.received or (shared.received if shared is not None and shared is not self else [])
+        return [s.name for s in got]
 
     def hand_over(self) -> None:
         """After the checkpoint: run the previous Python handler of each signal received (a

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 import hydra
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 import experiments.train.config  # noqa: F401 - registers the config schemas (imports no JAX)
 from experiments.cli import RunFn, hydra_job, run_cli, start_run
@@ -33,7 +33,13 @@ def main(cfg: DictConfig) -> dict:
 
 
 def train(cfg: DictConfig, run_dir: Path, multirun: bool) -> dict:
-    """The contract above, for the composed `cfg` in `run_dir`."""
+    """The contract above, for the composed `cfg` in `run_dir`; a pack job (`pack.manifest`, set
+    by the sweeper's `sweep.pack` or `hydra/launcher=packed`) trains its members instead."""
+    manifest = OmegaConf.select(cfg, "pack.manifest")
+    if manifest:
+        from experiments.train.pack import pack_job
+
+        return pack_job(manifest)
     return start_run(cfg, run_dir, multirun, "training", _load_run, lambda raw: _completed(run_dir, raw))
 
 

@@ -22,6 +22,7 @@ import concurrent.futures as cf
 import dataclasses
 import json
 import math
+import threading
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -270,12 +271,22 @@ class Program:
     tasks: TaskSuite | None
     step_fn: Any = None  # compiled train step (params, opt_state, batch, hp)
     eval_fn: Any = None  # compiled eval_all (params, eval_stack)
+    lock: Any = dataclasses.field(default_factory=threading.Lock)  # compiling
 
 
 # Programs of this process, newest last; a pack uses one at a time, so two is plenty and bounds memory.
 _PROGRAMS: collections.OrderedDict[str, Program] = collections.OrderedDict()
 _PROGRAMS_KEPT = 2
 _CORPORA: dict[str, Any] = {}  # loaded corpora by data config (a pack's runs read one corpus)
+_CACHE_LOCK = threading.RLock()  # a pack's members (threads) share both caches
+
+
+def compiled_program(key: str) -> Program | None:
+    """This process's Program of `program_key` `key` once its train step is compiled, else None
+    (experiments/train/pack.py sizes a pack by it)."""
+    with _CACHE_LOCK:
+        prog = _PROGRAMS.get(key)
+        return prog if prog is not None and prog.step_fn is not None else None
 
 
 def program_key(spec: RunSpec) -> str:
@@ -301,10 +312,11 @@ def program_key(spec: RunSpec) -> str:
 
 def _corpus(spec: RunSpec) -> Any:
     key = json.dumps(spec.raw.get("data"), default=str, sort_keys=True)
-    if key not in _CORPORA:
-        _CORPORA.clear()
-        _CORPORA[key] = load_corpus(spec.data)
-    return _CORPORA[key]
+    with _CACHE_LOCK:
+        if key not in _CORPORA:
+            _CORPORA.clear()
+            _CORPORA[key] = load_corpus(spec.data)
+        return _CORPORA[key]
 
 
 def run(cfg: Any, run_dir: Path, packed_with: list[str] | None = None) -> dict[str, Any]:
@@ -426,9 +438,18 @@ def _program(spec: RunSpec, corpus: Any) -> Program:
     """This process's Program for `spec` (program_key), built on first use: mesh, train setup
     with the step scalars as inputs, eval batches, task suite. Compiled in `_compile`."""
     key = program_key(spec)
-    if key in _PROGRAMS:
-        _PROGRAMS.move_to_end(key)
-        return _PROGRAMS[key]
+    with _CACHE_LOCK:
+        if key in _PROGRAMS:
+            _PROGRAMS.move_to_end(key)
+            return _PROGRAMS[key]
+        program = _build_program(spec, corpus)
+        _PROGRAMS[key] = program
+        while len(_PROGRAMS) > _PROGRAMS_KEPT:
+            _PROGRAMS.popitem(last=False)
+        return program
+
+
+def _build_program(spec: RunSpec, corpus: Any) -> Program:
     mesh = make_mesh(spec.mesh_shape, stage=spec.pipeline.stages, context=spec.context)
     ts = build_train_setup(
         spec.model,
@@ -448,11 +469,7 @@ def _program(spec: RunSpec, corpus: Any) -> Program:
             ts.eval_batch_sharding,
             spec.eval_batch_size,
         )
-    program = Program(ts, make_eval_stack(val_sampler, spec.eval_batches, ts.batch_sharding), tasks)
-    _PROGRAMS[key] = program
-    while len(_PROGRAMS) > _PROGRAMS_KEPT:
-        _PROGRAMS.popitem(last=False)
-    return program
+    return Program(ts, make_eval_stack(val_sampler, spec.eval_batches, ts.batch_sharding), tasks)
 
 
 def _build_loop(
@@ -462,7 +479,10 @@ def _build_loop(
     point) or initialised; this run's step scalars on the mesh."""
     ts = program.ts
     train = spec.train
-    ckpt = Checkpointer(run_dir, keep=train.keep_checkpoints, async_save=train.async_checkpoints)
+    # Orbax's async saves from several threads at once (a pack's members) collided on their
+    # temporary directories (FileExistsError, 2 of 4 members): members in threads save synchronously.
+    async_save = train.async_checkpoints and threading.current_thread() is threading.main_thread()
+    ckpt = Checkpointer(run_dir, keep=train.keep_checkpoints, async_save=async_save)
     branch_ckpt = None
     if train.branch_points:
         branch_ckpt = Checkpointer(run_dir, keep=None, subdir=BRANCH_POINTS_DIR)
@@ -591,12 +611,13 @@ def _compile(loop: Loop) -> Any:
     first, prog = None, loop.program
     if loop.start < loop.spec.steps:
         first = _make_batch(loop, loop.start)
-        if prog.step_fn is None:
+    with prog.lock:  # a pack's members: the first compiles, the others wait and reuse
+        if first is not None and prog.step_fn is None:
             prog.step_fn = loop.ts.train_step.lower(loop.params, loop.opt_state, first, loop.hp).compile()
-    if prog.eval_fn is None:
-        prog.eval_fn = loop.ts.eval_all.lower(loop.params, prog.eval_stack).compile()
-    if loop.tasks is not None and loop.tasks.compiled is None:
-        loop.tasks.compile(loop.params)
+        if prog.eval_fn is None:
+            prog.eval_fn = loop.ts.eval_all.lower(loop.params, prog.eval_stack).compile()
+        if loop.tasks is not None and loop.tasks.compiled is None:
+            loop.tasks.compile(loop.params)
     loop.times.compile = time.perf_counter() - t_c
     return first
 
