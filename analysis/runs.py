@@ -50,6 +50,7 @@ from models.base.rundir import (
     METRICS_FILE,
     ReadStatus,
     RunDir,
+    RunRole,
     RunStatus,
     read_metrics,
 )
@@ -219,11 +220,14 @@ def load(
             f"no run directories (with {', '.join(MARKERS)}) under {', '.join(map(str, paths))}"
         )
     roots = [pathlib.Path(p).resolve() for p in paths]
-    rows, curves, skipped = [], [], []
+    rows, curves, skipped, trunks = [], [], [], []
     for d in dirs:
         root = next((r for r in roots if d == r or r in d.parents), d)
         name = str(d.relative_to(root.parent))
         row, curve = _load_one(d, name, cdir)
+        if row.get("role") == RunRole.TRUNK:  # a WSD trunk at constant LR: its branches are the runs
+            trunks.append(name)
+            continue
         if row["status"] != COMPLETED:
             skipped.append(f"{name} ({row['status']})")
             if not include_unfinished:
@@ -234,6 +238,13 @@ def load(
     if skipped:
         warnings.warn(
             f"skipped {len(skipped)} run(s) that did not complete: {', '.join(skipped)}",
+            RunWarning,
+            stacklevel=2,
+        )
+    if trunks:
+        warnings.warn(
+            f"left out {len(trunks)} WSD trunk run(s) (constant LR; their cooldown branches are "
+            f"the runs): {', '.join(trunks)}",
             RunWarning,
             stacklevel=2,
         )

@@ -21,6 +21,9 @@ from models.base.fingerprint import fingerprint
 from models.base.rundir import FINISHED_BAD, ReadStatus, RunDir, RunStatus
 
 FINISHED_OK = RunStatus.COMPLETED
+# Config keys that change how a run is run, not what it learns: left out of every run id. A WSD
+# branch (`train.branch_from`, `train.branch_step`) equals the same run trained alone.
+_HOW_IT_RUNS = ("train.ckpt_every_s", "train.async_checkpoints", "train.branch_from", "train.branch_step")
 ID_LEN = 10
 
 
@@ -42,6 +45,10 @@ def identity(run_cfg: Mapping[str, Any], ignore: Iterable[str] = ()) -> dict[str
     tree.pop("sweep", None)
     tree.pop("tracker", None)  # where metrics are mirrored, not what is trained
     _drop(tree, "train.profile_steps")  # a trace of some steps does not change them
+    for key in _HOW_IT_RUNS:
+        _drop(tree, key)
+    if (tree.get("train") or {}).get("branch_points") is None:
+        _drop(tree, "train.branch_points")  # not a trunk: the id it had before trunks existed
     if not (tree.get("eval") or {}).get("tasks"):
         tree.pop("eval", None)  # no downstream tasks: the id it had before `eval.*` existed
     model = tree.get("model")

@@ -59,6 +59,10 @@ class Schedule(enum.StrEnum):
 
 SCHEDULES = tuple(s.value for s in Schedule)
 
+# The `optim.*` keys that only set the train step's scalar inputs (experiments/train/optimizer.py
+# hyperparams): runs that differ only in them (and seed, length) share one compiled program.
+PACKABLE_OPTIM_KEYS = ("lr", "weight_decay", "min_lr_ratio", "warmup_tokens", "decay_fraction", "schedule")
+
 
 @dataclasses.dataclass(frozen=True)
 class TrainConfig:

@@ -491,7 +491,11 @@ def _build_loop(
         enabled=state.is_main,
         tracker=make_tracker(spec.tracker, run_dir, TRAIN_NAMES, spec.raw, state.is_main),
     )
-    params, opt_state, start, resumed = _restore_or_init(spec, state, run_dir, ts, ckpt, metrics)
+    try:
+        params, opt_state, start, resumed = _restore_or_init(spec, state, run_dir, ts, ckpt, metrics)
+    except BaseException:
+        ckpt.close()  # no Orbax thread left behind to write after the run's log is closed
+        raise
     hp_host = hyperparams(spec.optim, spec.steps, spec.warmup_steps)
     replicated = jax.sharding.NamedSharding(ts.mesh, jax.sharding.PartitionSpec())
     hp = jax.tree.map(lambda v: jax.device_put(v, replicated), hp_host)
@@ -574,7 +578,7 @@ def _start_branch(
     finally:
         bck.close()
     metrics.reset()
-    for rec in read_metrics(trunk / METRICS_FILE).records:
+    for rec in read_metrics(trunk / METRICS_FILE):
         if rec.get("step", 0) <= step:
             metrics.write(rec)
     _log(f"branch of trunk {trunk.name}: starting from its step {step}/{spec.steps}", state.is_main)

@@ -20,7 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from experiments.train.config import OptimConfig, Schedule
+from experiments.train.config import PACKABLE_OPTIM_KEYS, OptimConfig, Schedule
 
 # `schedule_value`'s shape index: the position of each Schedule in this tuple (a step input).
 SCHEDULE_KINDS = (Schedule.COSINE, Schedule.LINEAR, Schedule.WSD, Schedule.CONSTANT)
@@ -28,8 +28,7 @@ SCHEDULE_KINDS = (Schedule.COSINE, Schedule.LINEAR, Schedule.WSD, Schedule.CONST
 # The scalars that differ between runs of one compiled program (packed runs, WSD branches): the
 # train step takes them as an input (`Hyper`), so runs differing only in these share a compilation.
 HYPER_KEYS = ("lr", "weight_decay", "min_lr_ratio", "warmup_steps", "total_steps", "decay_steps", "kind")
-# The `optim.*` keys that only feed those scalars: runs differing in them can pack.
-RUNTIME_OPTIM_KEYS = ("lr", "weight_decay", "min_lr_ratio", "warmup_tokens", "decay_fraction", "schedule")
+RUNTIME_OPTIM_KEYS = PACKABLE_OPTIM_KEYS  # the `optim.*` keys that only feed those scalars
 
 
 def hyperparams(cfg: OptimConfig, total_steps: int, warmup_steps: int) -> dict[str, np.ndarray]:

@@ -95,6 +95,8 @@ class ScalelabSweeper(Sweeper):
         self.hydra_context: Optional[HydraContext] = None
         self.launcher: Optional[Launcher] = None
         self.dry_run = False
+        self.pack = 1
+        self._branch_info: dict[str, dict] = {}  # label -> role / trunk / flops of WSD branch runs
 
     def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
         self.config = config
@@ -149,6 +151,8 @@ class ScalelabSweeper(Sweeper):
         except LadderError as e:
             raise SweepError(str(e)) from None
         self.dry_run = self.dry_run or bool(sweep.get("dry_run", False))
+        if sweep.get("branches"):
+            planned = self._with_branches(planned, combo, sweep, run_cfg, sweep_dir)
         for p in planned:
             rec = {
                 "label": p.label,
@@ -172,9 +176,149 @@ class ScalelabSweeper(Sweeper):
             status = read_status(sweep_dir / subdir)
             go, why = decide(status, bool(sweep.get("rerun_failed", False)))
             rec.update(run_dir=subdir, status_before=status, action="launch" if go else "reuse", reason=why)
+            rec.update(self._branch_info.get(p.label, {}))
             records.append(rec)
             if go:
-                launch.append({"overrides": job + [f"hydra.sweep.subdir={subdir}"], "rec": rec})
+                launch.append(
+                    {
+                        "overrides": job + [f"hydra.sweep.subdir={subdir}"],
+                        "rec": rec,
+                        "config": _run_config(job_cfg),
+                        "phase": 0 if rec.get("role") == "trunk" else 1,  # trunks before their branches
+                    }
+                )
+
+    def _with_branches(
+        self, planned: list, combo: list[str], sweep: dict, run_cfg: dict, sweep_dir: pathlib.Path
+    ) -> list:
+        """`sweep.branches`: the runs of each shape at several budgets become branches of one
+        WSD trunk (experiments/sweeps/packing.py plan_branches); the trunk runs are added."""
+        from experiments.sweeps.packing import plan_branches
+
+        optim = run_cfg.get("optim") or {}
+        if optim.get("schedule") != "wsd":
+            raise SweepError(
+                f"sweep.branches=true needs optim.schedule=wsd (got {optim.get('schedule')!r}): "
+                "branches share a WSD trunk; add optim.schedule=wsd"
+            )
+        tps = int(run_cfg["train"]["batch_size"]) * int(run_cfg["model"]["seq_len"])
+        groups: dict[tuple, list[int]] = {}
+        for i, p in enumerate(planned):
+            if not p.skip:
+                key = tuple(o for o in p.overrides if not o.startswith(_LENGTH_KEYS))
+                groups.setdefault(key, []).append(i)
+        out = list(planned)
+        for key, idx in groups.items():
+            steps = [planned[i].steps for i in idx]
+            plan = plan_branches(steps, tps, float(optim["decay_fraction"]), sweep.get("warmup_fraction"))
+            if plan is not None:
+                out += self._branch_group(
+                    out, [idx[m] for m in plan.members], plan, list(key), combo, sweep, tps
+                )
+        return out
+
+    def _branch_group(
+        self,
+        out: list,
+        members: list[int],
+        plan: Any,
+        key: list[str],
+        combo: list[str],
+        sweep: dict,
+        tps: int,
+    ) -> list:
+        """The trunk of one shape (returned, to be planned like any run) and its branches (in
+        `out`, with the common warmup, `train.branch_from` and `train.branch_step`)."""
+        import dataclasses as dc
+
+        from experiments.sweeps.packing import flops_of
+        from experiments.sweeps.runs import run_dirname, run_id
+
+        assert self.config is not None and self.hydra_context is not None
+        first = out[members[0]]
+        label = first.label.split("_", 1)[1] if "_" in first.label else first.label
+        points = ",".join(str(b) for b in sorted(set(plan.branch_steps)))
+        trunk_ov = key + [
+            f"train.tokens={plan.trunk_steps * tps}",
+            "train.steps=null",
+            "optim.schedule=constant",
+            f"optim.warmup_tokens={plan.warmup_tokens}",
+            f"train.branch_points=[{points}]",
+        ]
+        trunk = dc.replace(
+            first,
+            label=f"trunk_{label}",
+            overrides=tuple(trunk_ov),
+            budget=None,
+            tokens=plan.trunk_steps * tps,
+            steps=plan.trunk_steps,
+        )
+        tcfg = self.hydra_context.config_loader.load_sweep_config(self.config, combo + trunk_ov)
+        rid = run_id(_run_config(tcfg), list(sweep.get("id_ignore") or []))
+        tdir = (pathlib.Path(str(self.config.hydra.sweep.dir)) / run_dirname(trunk.label, rid)).resolve()
+        trunk_flops = flops_of(plan.trunk_steps, tps, first.flops_per_token)
+        self._branch_info[trunk.label] = {"role": "trunk", "flops_to_train": trunk_flops}
+        for i, bp in zip(members, plan.branch_steps):
+            p = out[i]
+            ov = [o for o in p.overrides if not o.startswith("optim.warmup_tokens=")]
+            ov += [
+                f"optim.warmup_tokens={plan.warmup_tokens}",
+                f"train.branch_from={tdir}",
+                f"train.branch_step={bp}",
+            ]
+            out[i] = dc.replace(p, overrides=tuple(ov))
+            self._branch_info[p.label] = {
+                "role": "branch",
+                "trunk": tdir.name,
+                "branch_step": bp,
+                "flops_to_train": flops_of(p.steps - bp, tps, p.flops_per_token),
+            }
+        return [trunk]
+
+    # ---- packing -----------------------------------------------------------------------------
+    def _packed(self, jobs: list[dict], sweep_dir: pathlib.Path) -> list[dict]:
+        """`sweep.pack` = K > 1: jobs of one program become pack jobs of at most K runs each
+        (experiments/train/pack.py); a job with no partner stays as it is (logged)."""
+        from experiments.sweeps.packing import pack_groups
+
+        if self.pack <= 1 or len(jobs) < 2:
+            return jobs
+        out = []
+        for idx in pack_groups([j["config"] for j in jobs], self.pack):
+            if len(idx) == 1:
+                log.info(f"  not packed (no other run of its program): {jobs[idx[0]]['rec']['run_dir']}")
+                out.append(jobs[idx[0]])
+            else:
+                out.append(self._pack_job([jobs[i] for i in idx], sweep_dir))
+        return out
+
+    def _pack_job(self, members: list[dict], sweep_dir: pathlib.Path) -> dict:
+        """One pack job: its manifest written, its overrides those of the first member plus
+        its own directory and `+pack.manifest`."""
+        from experiments.train.pack import Member, write_manifest
+        from models.base.fingerprint import fingerprint
+
+        ids = [j["rec"]["run_dir"] for j in members]
+        pid = "pack_" + fingerprint(ids, 10)
+        manifest = (sweep_dir / _PACKS_DIR / f"{pid}.json").resolve()
+        own = lambda ov: [o for o in ov if not o.startswith("hydra.sweep.subdir=")]
+        write_manifest(
+            manifest,
+            [
+                Member((sweep_dir / i).resolve(), i, j["config"], tuple(own(j["overrides"])))
+                for i, j in zip(ids, members)
+            ],
+            concurrency=self.pack,
+        )
+        for j in members:
+            j["rec"]["packed_with"] = ids
+        log.info(f"  pack {pid}: {len(ids)} runs of one program: {', '.join(ids)}")
+        return {
+            "overrides": own(members[0]["overrides"])
+            + [f"hydra.sweep.subdir={_PACKS_DIR}/{pid}", f"+pack.manifest={manifest}"],
+            "members": members,
+            "rec": members[0]["rec"],
+        }
 
     # ---- sweeping ----------------------------------------------------------------------------
     def sweep(self, arguments: List[str]) -> Any:
@@ -196,9 +340,9 @@ class ScalelabSweeper(Sweeper):
 
     def _sweep_locked(self, arguments: List[str], sweep_dir: pathlib.Path) -> Any:
         # Imported here: Hydra imports every plugin module at start-up, for any app (see __init__).
-        from experiments.sweeps.runs import read_status
         from models.base.rundir import RunStatus
 
+        self.pack = _pack_size(OmegaConf.select(self.config, "sweep.pack"))
         launch, records = self._plan_jobs(arguments)
         OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
         _log_plan(records)
@@ -210,19 +354,15 @@ class ScalelabSweeper(Sweeper):
         returns: List[Sequence[JobReturn]] = []
         batch_size = self.max_batch_size or max(1, len(launch))
         idx = 0
-        for start in range(0, len(launch), batch_size):
-            batch = launch[start : start + batch_size]
-            results = self.launcher.launch([j["overrides"] for j in batch], initial_job_idx=idx)
-            idx += len(batch)
-            returns.append(results)
-            for job, ret in zip(batch, results):
-                rec = job["rec"]
-                rec["status_after"] = read_status(sweep_dir / rec["run_dir"])
-                value = ret._return_value
-                if ret.status == JobStatus.FAILED:
-                    rec["error"] = str(value)
-                elif isinstance(value, dict) and value.get("error"):
-                    rec["error"] = str(value["error"])
+        for phase in (0, 1):  # WSD trunks first: their branches start from their checkpoints
+            jobs = self._packed([j for j in launch if j.get("phase", 1) == phase], sweep_dir)
+            for start in range(0, len(jobs), batch_size):
+                batch = jobs[start : start + batch_size]
+                results = self.launcher.launch([j["overrides"] for j in batch], initial_job_idx=idx)
+                idx += len(batch)
+                returns.append(results)
+                for job, ret in zip(batch, results):
+                    _record_result(job, ret, sweep_dir)
         _write_plan(sweep_dir, records)
 
         ran = [r for r in records if r["action"] == "launch"]
@@ -240,6 +380,34 @@ class ScalelabSweeper(Sweeper):
             names = ", ".join(f"{r['run_dir']} ({r.get('error') or r.get('status_after')})" for r in failed)
             raise SweepError(f"{len(failed)} of {len(ran)} launched runs failed: {names}")
         return returns
+
+
+_PACKS_DIR = ".scalelab_packs"  # pack jobs' own directories (manifests, logs): not run directories
+# overrides that set a run's length (a WSD trunk serves runs that differ only in them)
+_LENGTH_KEYS = ("train.tokens=", "train.steps=", "optim.warmup_tokens=", "sweep.budget=")
+
+
+def _pack_size(value: Any) -> int:
+    """`sweep.pack` (None = 1, off) as an int >= 1, else the one-line error."""
+    if value is None:
+        return 1
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise SweepError(f"sweep.pack must be an integer >= 1 (got {value!r}); 1 = no packing")
+    return value
+
+
+def _record_result(job: dict, ret: JobReturn, sweep_dir: pathlib.Path) -> None:
+    """Each run's status after its (pack) job, and the job's error if it failed."""
+    from experiments.sweeps.runs import read_status
+
+    value = ret._return_value
+    for member in job.get("members") or [job]:
+        rec = member["rec"]
+        rec["status_after"] = read_status(sweep_dir / rec["run_dir"])
+        if ret.status == JobStatus.FAILED:
+            rec["error"] = str(value)
+        elif isinstance(value, dict) and value.get("error"):
+            rec["error"] = str(value["error"])
 
 
 def _corpus_tokens(run_cfg: dict, sweep: dict) -> Optional[int]:
@@ -264,7 +432,13 @@ def _log_plan(records: list[dict]) -> None:
 
 
 def _write_plan(sweep_dir: pathlib.Path, records: list[dict]) -> None:
-    """`sweep_plan.json` beside the runs: what was planned, launched, reused and skipped, and why."""
+    """`sweep_plan.json` beside the runs: what was planned, launched, reused and skipped, and why;
+    `flops_to_train` (what the sweep spends: WSD trunks and their branches' decays, every other
+    run whole) against `flops_if_separate` (every run trained alone)."""
+    kept = [r for r in records if r["action"] != "skip"]
+    separate = sum(float(r["flops"]) for r in kept if r.get("role") != "trunk")
+    spent = sum(float(r.get("flops_to_train", r["flops"])) for r in kept)
+    plan = {"flops_to_train": spent, "flops_if_separate": separate, "runs": records}
     tmp = sweep_dir / ".sweep_plan.json.tmp"
-    tmp.write_text(json.dumps({"runs": records}, indent=1, default=str))
+    tmp.write_text(json.dumps(plan, indent=1, default=str))
     os.replace(tmp, sweep_dir / "sweep_plan.json")
