@@ -28,8 +28,6 @@ would not fit runs fewer members at a time instead of running out of memory.
 from __future__ import annotations
 
 import concurrent.futures as cf
-import dataclasses
-import json
 import os
 import sys
 import threading
@@ -39,53 +37,10 @@ from typing import Any, Sequence, TextIO
 from experiments import preemption
 from experiments.rundir import RunDirBusy, exclusive_run_dir
 from models.base.errors import ConfigError
-from models.base.jsonio import write_json_atomic
+from models.base.packs import Member, read_manifest
 from models.base.rundir import HYDRA_CONFIG, HYDRA_OVERRIDES, RunStatus
 
-MANIFEST_KEY = "pack"  # the config node of a pack job: `pack.manifest`
 MEMORY_FRACTION = 0.5  # of available memory that concurrent members may hold together
-
-
-@dataclasses.dataclass(frozen=True)
-class Member:
-    """One run of a pack."""
-
-    run_dir: Path  # its own run directory (as if trained alone)
-    run_id: str  # its directory name, `<label>_<id>` (summary.json `packed_with` lists these)
-    config: dict[str, Any]  # its resolved run config (no `hydra` node)
-    overrides: tuple[str, ...] = ()  # the Hydra overrides that compose it (.hydra/overrides.yaml)
-
-
-def write_manifest(path: Path, members: Sequence[Member], concurrency: int) -> None:
-    """The pack job's member list (strict JSON, atomic)."""
-    write_json_atomic(
-        Path(path),
-        {
-            "concurrency": int(concurrency),
-            "members": [
-                {
-                    "run_dir": str(m.run_dir),
-                    "run_id": m.run_id,
-                    "config": m.config,
-                    "overrides": list(m.overrides),
-                }
-                for m in members
-            ],
-        },
-    )
-
-
-def read_manifest(path: Path) -> tuple[list[Member], int]:
-    """(members, concurrency) of a manifest written by `write_manifest`; ConfigError if unreadable."""
-    try:
-        data = json.loads(Path(path).read_text())
-        members = [
-            Member(Path(m["run_dir"]), str(m["run_id"]), dict(m["config"]), tuple(m.get("overrides", ())))
-            for m in data["members"]
-        ]
-        return members, int(data.get("concurrency", len(members)))
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        raise ConfigError(f"pack.manifest={path} is not a pack manifest ({type(e).__name__}: {e})") from None
 
 
 # ---- console output per member ----------------------------------------------------------------

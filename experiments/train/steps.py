@@ -132,6 +132,13 @@ def opt_state_shardings(
     )
 
 
+def _optimizer_parts(tx: Any) -> tuple[RuntimeOptimizer | None, optax.GradientTransformation, Callable]:
+    """(the RuntimeOptimizer or None, a transformation for state shapes, hp -> transformation)."""
+    if isinstance(tx, RuntimeOptimizer):
+        return tx, tx.tx(), tx.tx
+    return None, tx, lambda _hp: tx
+
+
 def build_train_setup(
     model_cfg: ModelConfig,
     tx: optax.GradientTransformation | RuntimeOptimizer,
@@ -146,11 +153,7 @@ def build_train_setup(
     `RuntimeOptimizer` the train step takes the run's scalars as a fourth input,
     `train_step(params, opt_state, batch, hp)` (`TrainSetup.hp`), so runs that differ only in
     them share one compiled step; with a plain optax transformation it takes three."""
-    runtime = tx if isinstance(tx, RuntimeOptimizer) else None
-    if runtime is not None:
-        tx, tx_of = runtime.tx(), runtime.tx
-    else:
-        tx_of = lambda _hp, tx=tx: tx
+    runtime, tx, tx_of = _optimizer_parts(tx)
     abstract = abstract_model(model_cfg)
     forward = apply
     if pipeline is not None and pipeline.enabled:

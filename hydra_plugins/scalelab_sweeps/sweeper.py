@@ -295,8 +295,8 @@ class ScalelabSweeper(Sweeper):
     def _pack_job(self, members: list[dict], sweep_dir: pathlib.Path) -> dict:
         """One pack job: its manifest written, its overrides those of the first member plus
         its own directory and `+pack.manifest`."""
-        from experiments.train.pack import Member, write_manifest
         from models.base.fingerprint import fingerprint
+        from models.base.packs import Member, write_manifest
 
         ids = [j["rec"]["run_dir"] for j in members]
         pid = "pack_" + fingerprint(ids, 10)
