@@ -17,7 +17,7 @@ from hydra.core.singleton import Singleton
 from hydra.core.utils import JobReturn, filter_overrides, setup_globals
 from hydra.plugins.launcher import Launcher
 from hydra.types import HydraContext, TaskFunction
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 
 from models.base.portable import available_cpus
 
@@ -102,3 +102,67 @@ class LocalParallelLauncher(Launcher):
             for i, ov in enumerate(job_overrides)
         )
         return list(runs)
+
+
+class PackedLauncher(Launcher):
+    """`hydra/launcher=packed`: a plain multirun whose jobs compile to one program (they differ
+    only in the train step's inputs: optimizer scalars, seed, length) trains them as packs of
+    at most `pack` runs, each pack one job (experiments/train/pack.py), e.g.
+
+        python -m experiments.train -m optim.lr=1e-3,3e-3,1e-2 hydra/launcher=packed
+
+    Every run keeps the directory Hydra would give it (`<hydra.sweep.dir>/<hydra.sweep.subdir>`);
+    jobs with no partner run as usual. Packs run one after another in this process."""
+
+    def __init__(self, pack: int = 4) -> None:
+        if isinstance(pack, bool) or not isinstance(pack, int) or pack < 1:
+            raise ValueError(f"hydra.launcher.pack must be an integer >= 1 (got {pack!r})")
+        self.pack = pack
+        self.config: Optional[DictConfig] = None
+        self.task_function: Optional[TaskFunction] = None
+        self.hydra_context: Optional[HydraContext] = None
+
+    def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
+        from hydra._internal.core_plugins.basic_launcher import BasicLauncher
+
+        self.config, self.task_function, self.hydra_context = config, task_function, hydra_context
+        self.inner = BasicLauncher()
+        self.inner.setup(hydra_context=hydra_context, task_function=task_function, config=config)
+
+    def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
+        # Imported here: Hydra imports every plugin module at start-up, for any app (see __init__).
+        from experiments.sweeps.packing import pack_groups
+        from hydra_plugins.scalelab_sweeps.sweeper import _run_config
+        from models.base.fingerprint import fingerprint
+        from models.base.packs import Member, write_manifest
+
+        assert self.config is not None and self.hydra_context is not None
+        sweep_dir = pathlib.Path(str(self.config.hydra.sweep.dir))
+        jobs = []
+        for i, ov in enumerate(job_overrides):
+            cfg = self.hydra_context.config_loader.load_sweep_config(self.config, list(ov))
+            with open_dict(cfg):
+                cfg.hydra.job.num = initial_job_idx + i
+            try:
+                subdir = str(OmegaConf.select(cfg, "hydra.sweep.subdir"))
+            except Exception:  # noqa: BLE001 - an interpolation only a running job resolves
+                subdir = str(initial_job_idx + i)
+            jobs.append((list(ov), subdir, _run_config(cfg)))
+        launch: list[list[str]] = []
+        for idx in pack_groups([j[2] for j in jobs], self.pack):
+            if len(idx) == 1:
+                launch.append(jobs[idx[0]][0])
+                continue
+            members = [jobs[i] for i in idx]
+            ids = [m[1] for m in members]
+            pid = "pack_" + fingerprint(ids, 10)
+            manifest = (sweep_dir / ".scalelab_packs" / f"{pid}.json").resolve()
+            write_manifest(
+                manifest,
+                [Member((sweep_dir / sub).resolve(), sub, c, tuple(ov)) for ov, sub, c in members],
+                concurrency=self.pack,
+            )
+            log.info(f"pack {pid}: {len(ids)} runs of one program: {', '.join(ids)}")
+            own = [f"hydra.sweep.subdir=.scalelab_packs/{pid}", f"+pack.manifest={manifest}"]
+            launch.append(members[0][0] + own)
+        return self.inner.launch(launch, initial_job_idx)
