@@ -2196,3 +2196,85 @@ RUN_IDS = {
     "demo/C1e11_L4-d64_lr0.03": "017adeb034",
     "demo/C1e11_L4-d64_lr0.1": "4e79dfc11d",
 }
+
+# Issue 31 (small runs at a fraction of the cost), on purpose: new `train.*` keys at their defaults
+# (checkpoints by time, asynchronous saves, WSD trunk branch points and branch starts); the IsoFLOP
+# presets save by time (`ckpt_every: 0`, `ckpt_every_s: 30`) and know `sweep.pack` / `sweep.branches`;
+# the demo trains WSD branches in packs over 7 budgets and evaluates every 1000 steps. None of the
+# new keys is part of a run id (how a run is run, or equal to the run trained alone), so only the
+# demo's ids change (its runs are other runs: WSD, other budgets and eval cadence).
+for _config in GOLDEN.values():
+    if "train" in _config:
+        _config["train"].update(
+            ckpt_every_s=None, async_checkpoints=True, branch_points=None, branch_from=None, branch_step=None
+        )
+for _case in ("config +sweep=isoflop", "config +sweep=demo"):
+    GOLDEN[_case]["train"].update(ckpt_every=0, ckpt_every_s=30.0)
+    GOLDEN[_case]["sweep"].update(pack=1, branches=False)
+GOLDEN["config +sweep=demo"]["sweep"].update(
+    budgets=[1e11, 1.5e11, 2e11, 3e11, 4e11, 6e11, 1e12], branches=True, pack=4
+)
+GOLDEN["config +sweep=demo"]["optim"]["schedule"] = "wsd"
+GOLDEN["config +sweep=demo"]["train"]["eval_every"] = 1000
+RUN_IDS = {k: v for k, v in RUN_IDS.items() if not k.startswith("demo/")} | {
+    "demo/C1e11_L1-d8": "1001bfaa4f",
+    "demo/C1e11_L1-d16": "47b3ff4b40",
+    "demo/C1e11_L2-d24": "350468ed62",
+    "demo/C1e11_L2-d32": "d284e175ca",
+    "demo/C1e11_L3-d48": "2c10647126",
+    "demo/C1e11_L4-d64": "fd5d7537f9",
+    "demo/C1.5e11_L1-d8": "a3c4d4dd39",
+    "demo/C1.5e11_L1-d16": "52703a9aa1",
+    "demo/C1.5e11_L2-d24": "ddbc7a27bd",
+    "demo/C1.5e11_L2-d32": "93d10edb56",
+    "demo/C1.5e11_L3-d48": "61dd4e77a9",
+    "demo/C1.5e11_L4-d64": "a971b6b9ad",
+    "demo/C2e11_L1-d8": "4eb6967e78",
+    "demo/C2e11_L1-d16": "a82fb94854",
+    "demo/C2e11_L2-d24": "604a667e1c",
+    "demo/C2e11_L2-d32": "be4b6afb2e",
+    "demo/C2e11_L3-d48": "59bbe11d9a",
+    "demo/C2e11_L4-d64": "c5030dd2b1",
+    "demo/C3e11_L1-d8": "02f7c6cc4d",
+    "demo/C3e11_L1-d16": "e566457ed5",
+    "demo/C3e11_L2-d24": "f1a95b8ad3",
+    "demo/C3e11_L2-d32": "a7efb5ea70",
+    "demo/C3e11_L3-d48": "f53e9689c7",
+    "demo/C3e11_L4-d64": "734cd0053f",
+    "demo/C4e11_L1-d8": "937bf011d8",
+    "demo/C4e11_L1-d16": "7e4f9703c9",
+    "demo/C4e11_L2-d24": "7ebceafda9",
+    "demo/C4e11_L2-d32": "55aa4ddff2",
+    "demo/C4e11_L3-d48": "24c8a69107",
+    "demo/C4e11_L4-d64": "e02fe93320",
+    "demo/C6e11_L1-d8": "c44d8c6c55",
+    "demo/C6e11_L1-d16": "8c4892399c",
+    "demo/C6e11_L2-d24": "ae4f11c159",
+    "demo/C6e11_L2-d32": "fb02570b06",
+    "demo/C6e11_L3-d48": "2f153f9441",
+    "demo/C6e11_L4-d64": "6788557634",
+    "demo/C1e12_L1-d8": "6fb283a526",
+    "demo/C1e12_L1-d16": "65fb01afdb",
+    "demo/C1e12_L2-d24": "97275ecdb9",
+    "demo/C1e12_L2-d32": "07686aac6a",
+    "demo/C1e12_L3-d48": "abc169c286",
+    "demo/C1e12_L4-d64": "eb06fbd55c",
+    "demo/C1e11_L1-d8_lr0.003": "e9bc8df76a",
+    "demo/C1e11_L1-d8_lr0.03": "553528e89e",
+    "demo/C1e11_L1-d8_lr0.1": "d322ae20ac",
+    "demo/C1e11_L1-d16_lr0.003": "bef122cea2",
+    "demo/C1e11_L1-d16_lr0.03": "cedef92323",
+    "demo/C1e11_L1-d16_lr0.1": "dfa133347a",
+    "demo/C1e11_L2-d24_lr0.003": "5cdc2ade0b",
+    "demo/C1e11_L2-d24_lr0.03": "d62f29abed",
+    "demo/C1e11_L2-d24_lr0.1": "2c142aabf8",
+    "demo/C1e11_L2-d32_lr0.003": "304a12b617",
+    "demo/C1e11_L2-d32_lr0.03": "87b89029e0",
+    "demo/C1e11_L2-d32_lr0.1": "738673b081",
+    "demo/C1e11_L3-d48_lr0.003": "2f2ce6e1b1",
+    "demo/C1e11_L3-d48_lr0.03": "fe7b03b176",
+    "demo/C1e11_L3-d48_lr0.1": "e54231a306",
+    "demo/C1e11_L4-d64_lr0.003": "4649d82d99",
+    "demo/C1e11_L4-d64_lr0.03": "644732cffe",
+    "demo/C1e11_L4-d64_lr0.1": "e525405d41",
+}

@@ -83,7 +83,7 @@ def main(cfg: DictConfig) -> None:
         if cfg.fake.diverge_d_model == cfg.model.d_model and step >= 3:
             _atomic(summary, {"status": "diverged", "n_params": n})
             raise SystemExit(3)
-        if step % cfg.train.ckpt_every == 0 or step == steps:
+        if (cfg.train.ckpt_every and step % cfg.train.ckpt_every == 0) or step == steps:
             _atomic(ckpt, {"step": step})
     tokens = steps * tps
     _atomic(

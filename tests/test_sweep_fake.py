@@ -125,7 +125,7 @@ def test_other_overrides_compose_with_the_plan(tmp_path):
 def test_sigkill_midway_then_relaunch_reuses_every_finished_run(tmp_path):
     sw = tmp_path / "sw"
     p = subprocess.Popen(
-        cmd(sw, "fake.step_sleep=0.01"),
+        cmd(sw, "fake.step_sleep=0.01", "train.ckpt_every=50"),  # the preset saves by time
         env=env(),
         cwd=REPO,
         stdout=subprocess.DEVNULL,

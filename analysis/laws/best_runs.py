@@ -40,6 +40,12 @@ NOT_SCIENCE_KEYS = frozenset(
         "train.keep_checkpoints",
         "train.progress_every_s",
         "train.loss_ceiling",
+        # how a run is run: checkpoint cadence, and WSD branches (equal to the run trained alone)
+        "train.ckpt_every_s",
+        "train.async_checkpoints",
+        "train.branch_from",
+        "train.branch_step",
+        "train.branch_points",
     }
 )
 # Columns of the runs table (analysis.runs) that say which shape and budget a run is.

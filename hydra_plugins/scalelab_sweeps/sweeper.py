@@ -283,13 +283,18 @@ class ScalelabSweeper(Sweeper):
 
         if self.pack <= 1 or len(jobs) < 2:
             return jobs
+        # Never leave the launcher's concurrent slots idle: a pack job takes one slot (the parallel
+        # launcher pins it to its own core), so a group of G runs on S slots packs by min(K, ceil(G / S)).
+        slots = max(1, int(getattr(self.launcher, "n_jobs", 1) or 1))
         out = []
-        for idx in pack_groups([j["config"] for j in jobs], self.pack):
-            if len(idx) == 1:
-                log.info(f"  not packed (no other run of its program): {jobs[idx[0]]['rec']['run_dir']}")
-                out.append(jobs[idx[0]])
-            else:
-                out.append(self._pack_job([jobs[i] for i in idx], sweep_dir))
+        for group in pack_groups([j["config"] for j in jobs], len(jobs)):
+            k = min(self.pack, -(-len(group) // slots))
+            for idx in [group[i : i + k] for i in range(0, len(group), k)]:
+                if len(idx) == 1:
+                    log.info(f"  not packed (no other run of its program): {jobs[idx[0]]['rec']['run_dir']}")
+                    out.append(jobs[idx[0]])
+                else:
+                    out.append(self._pack_job([jobs[i] for i in idx], sweep_dir))
         return out
 
     def _pack_job(self, members: list[dict], sweep_dir: pathlib.Path) -> dict:
