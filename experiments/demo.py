@@ -1,8 +1,9 @@
 """`python -m experiments.demo`: the main job, sweep -> collect -> fit -> report, on a laptop CPU.
 
-It runs the `demo` sweep preset (conf/sweep/demo.yaml: an IsoFLOP sweep of 4 budgets (1e11-1e12
-FLOPs) x 6 shapes (6k-246k parameters) plus an LR probe at the smallest budget, on the embedded
-stdlib corpus, two runs at a time, each pinned to its own core; shapes with fewer than 100 steps
+It runs the `demo` sweep preset (conf/sweep/demo.yaml: an IsoFLOP sweep of 7 budgets (1e11-1e12
+FLOPs) x 6 shapes (6k-246k parameters) as WSD cooldown branches of one trunk per shape, plus an LR
+probe at the smallest budget, in packs of 4, on the embedded stdlib corpus, two jobs at a time,
+each pinned to its own core; shapes with fewer than 100 steps
 or more than one epoch at a budget are skipped) through the
 real command line, `python -m experiments.train -m +sweep=demo`, then writes the fitted-law
 report (analysis/report/build.py): Chinchilla law + IsoFLOP profiles with bootstrap CIs, a held-out

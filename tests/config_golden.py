@@ -2179,22 +2179,16 @@ RUN_IDS = {
     "demo/C1e12_L4-d64": "20f4b13d45",
     "demo/C1e11_L1-d8_lr0.003": "be37e15d82",
     "demo/C1e11_L1-d8_lr0.03": "97c18e0a27",
-    "demo/C1e11_L1-d8_lr0.1": "1ca7b4e8f1",
     "demo/C1e11_L1-d16_lr0.003": "a8b761a947",
     "demo/C1e11_L1-d16_lr0.03": "fbdee289d5",
-    "demo/C1e11_L1-d16_lr0.1": "b09a87770b",
     "demo/C1e11_L2-d24_lr0.003": "aee958ec1b",
     "demo/C1e11_L2-d24_lr0.03": "79d3a378e0",
-    "demo/C1e11_L2-d24_lr0.1": "3e73fb0af2",
     "demo/C1e11_L2-d32_lr0.003": "965d6645d9",
     "demo/C1e11_L2-d32_lr0.03": "6647cacc2a",
-    "demo/C1e11_L2-d32_lr0.1": "38faf750f5",
     "demo/C1e11_L3-d48_lr0.003": "289fe1af20",
     "demo/C1e11_L3-d48_lr0.03": "5857e84dd5",
-    "demo/C1e11_L3-d48_lr0.1": "5c58f42b28",
     "demo/C1e11_L4-d64_lr0.003": "1cb6516feb",
     "demo/C1e11_L4-d64_lr0.03": "017adeb034",
-    "demo/C1e11_L4-d64_lr0.1": "4e79dfc11d",
 }
 
 # Issue 31 (small runs at a fraction of the cost), on purpose: new `train.*` keys at their defaults
@@ -2215,6 +2209,7 @@ GOLDEN["config +sweep=demo"]["sweep"].update(
     budgets=[1e11, 1.5e11, 2e11, 3e11, 4e11, 6e11, 1e12], branches=True, pack=4
 )
 GOLDEN["config +sweep=demo"]["optim"]["schedule"] = "wsd"
+GOLDEN["config +sweep=demo"]["sweep"]["lr_probe"]["lrs"] = [3e-3, 3e-2]
 GOLDEN["config +sweep=demo"]["train"]["eval_every"] = 1000
 RUN_IDS = {k: v for k, v in RUN_IDS.items() if not k.startswith("demo/")} | {
     "demo/C1e11_L1-d8": "1001bfaa4f",
@@ -2261,20 +2256,14 @@ RUN_IDS = {k: v for k, v in RUN_IDS.items() if not k.startswith("demo/")} | {
     "demo/C1e12_L4-d64": "eb06fbd55c",
     "demo/C1e11_L1-d8_lr0.003": "e9bc8df76a",
     "demo/C1e11_L1-d8_lr0.03": "553528e89e",
-    "demo/C1e11_L1-d8_lr0.1": "d322ae20ac",
     "demo/C1e11_L1-d16_lr0.003": "bef122cea2",
     "demo/C1e11_L1-d16_lr0.03": "cedef92323",
-    "demo/C1e11_L1-d16_lr0.1": "dfa133347a",
     "demo/C1e11_L2-d24_lr0.003": "5cdc2ade0b",
     "demo/C1e11_L2-d24_lr0.03": "d62f29abed",
-    "demo/C1e11_L2-d24_lr0.1": "2c142aabf8",
     "demo/C1e11_L2-d32_lr0.003": "304a12b617",
     "demo/C1e11_L2-d32_lr0.03": "87b89029e0",
-    "demo/C1e11_L2-d32_lr0.1": "738673b081",
     "demo/C1e11_L3-d48_lr0.003": "2f2ce6e1b1",
     "demo/C1e11_L3-d48_lr0.03": "fe7b03b176",
-    "demo/C1e11_L3-d48_lr0.1": "e54231a306",
     "demo/C1e11_L4-d64_lr0.003": "4649d82d99",
     "demo/C1e11_L4-d64_lr0.03": "644732cffe",
-    "demo/C1e11_L4-d64_lr0.1": "e525405d41",
 }

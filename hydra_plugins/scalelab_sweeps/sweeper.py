@@ -184,7 +184,8 @@ class ScalelabSweeper(Sweeper):
                         "overrides": job + [f"hydra.sweep.subdir={subdir}"],
                         "rec": rec,
                         "config": _run_config(job_cfg),
-                        "phase": 0 if rec.get("role") == "trunk" else 1,  # trunks before their branches
+                        # branches after their trunks; every other run trains beside the trunks
+                        "phase": 1 if rec.get("role") == "branch" else 0,
                     }
                 )
 
@@ -359,8 +360,10 @@ class ScalelabSweeper(Sweeper):
         returns: List[Sequence[JobReturn]] = []
         batch_size = self.max_batch_size or max(1, len(launch))
         idx = 0
-        for phase in (0, 1):  # WSD trunks first: their branches start from their checkpoints
-            jobs = self._packed([j for j in launch if j.get("phase", 1) == phase], sweep_dir)
+        for phase in (0, 1):  # WSD branches last: they start from their trunks' checkpoints
+            phase_jobs = [j for j in launch if j.get("phase", 1) == phase]
+            phase_jobs.sort(key=lambda j: j["rec"].get("role") != "trunk")  # branches wait on trunks
+            jobs = self._packed(phase_jobs, sweep_dir)
             for start in range(0, len(jobs), batch_size):
                 batch = jobs[start : start + batch_size]
                 results = self.launcher.launch([j["overrides"] for j in batch], initial_job_idx=idx)
