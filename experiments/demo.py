@@ -31,7 +31,7 @@ import threading
 import time
 
 from models.base.errors import AnalysisError
-from models.base.rundir import FINISHED_BAD, RunDir, RunStatus
+from models.base.rundir import FINISHED_BAD, SWEEP_PLAN_FILE, RunDir, RunStatus
 
 SHOW = ("[launch]", "[reuse", "[skip", "sweep done", "error", "launching ")
 
@@ -51,7 +51,7 @@ def _fmt_t(s: float) -> str:
 def _status_counts(sweep_dir: pathlib.Path) -> tuple[int, int]:
     planned = done = 0
     try:
-        runs = json.loads((sweep_dir / "sweep_plan.json").read_text())["runs"]
+        runs = json.loads((sweep_dir / SWEEP_PLAN_FILE).read_text())["runs"]
     except (OSError, ValueError, KeyError):
         return 0, 0
     for r in runs:

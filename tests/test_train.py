@@ -16,7 +16,7 @@ from hydra import compose, initialize_config_dir
 
 from experiments.train.config import resolve_config
 from experiments.train.loop import HostSchedule, run
-from experiments.train.optimizer import OptimConfig, decay_mask, make_optimizer, make_schedule
+from experiments.train.optimizer import OptimConfig, decay_mask, hyperparams, make_optimizer, make_schedule
 from experiments.train.steps import build_train_setup
 from models.base.errors import ConfigError
 from models.base.rundir import read_metrics
@@ -148,7 +148,7 @@ def test_host_schedule_equals_the_schedule_across_chunks():
     """The logged lr comes from chunked host-side values; they must be the schedule's own."""
     for kind in ("cosine", "wsd", "linear"):
         sched = make_schedule(OptimConfig(lr=3e-3, schedule=kind), 300, 20)
-        host = HostSchedule(sched, chunk=64)
+        host = HostSchedule(hyperparams(OptimConfig(lr=3e-3, schedule=kind), 300, 20), chunk=64)
         for i in (0, 1, 19, 20, 63, 64, 65, 127, 128, 200, 299):
             assert host(i) == pytest.approx(float(sched(i)), rel=1e-6), (kind, i)  # float32 rounding
 

@@ -46,7 +46,7 @@ from analysis.runs import RunWarning
 from analysis.runs import load as load_runs
 from models.base.errors import AnalysisError
 from models.base.jsonio import write_json_atomic
-from models.base.rundir import RunStatus
+from models.base.rundir import SWEEP_PLAN_FILE, RunStatus
 
 COLS = {"N": "n_params", "D": "tokens", "C": "flops", "loss": "final_eval_loss"}
 HOLDOUT_TARGET = 0.03
@@ -68,7 +68,7 @@ def _budget_labels(df: pd.DataFrame) -> pd.Series:
 
 
 def _read_plan(sweep_dir: pathlib.Path) -> list[dict]:
-    p = sweep_dir / "sweep_plan.json"
+    p = sweep_dir / SWEEP_PLAN_FILE
     try:
         return [r for r in json.loads(p.read_text())["runs"] if r.get("action") == "skip"]
     except (OSError, ValueError, KeyError, TypeError):
@@ -84,7 +84,7 @@ def read_compute(sweep_dir: pathlib.Path, warn: list[str]) -> dict | None:
     the first is smaller): {flops_to_train, flops_if_separate, ratio}. None, silently, when the
     plan is missing or predates those keys; None and a warning when they are not positive numbers."""
     try:
-        plan = json.loads((sweep_dir / "sweep_plan.json").read_text())
+        plan = json.loads((sweep_dir / SWEEP_PLAN_FILE).read_text())
     except (OSError, ValueError):
         return None
     if not isinstance(plan, dict) or not all(k in plan for k in PLAN_COMPUTE_KEYS):

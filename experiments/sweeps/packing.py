@@ -1,6 +1,6 @@
 """Which runs of a sweep share a program (packs), and WSD trunks with cooldown branches.
 
-Pure planning (no Hydra, no JAX), used by the sweeper (hydra_plugins/scalelab_sweeps/sweeper.py)
+Pure planning (no JAX), used by the sweeper (hydra_plugins/scalelab_sweeps/sweeper.py)
 and the packing launcher:
 
 * `pack_groups(jobs, k)`: runs whose resolved configs are equal once the train step's inputs
@@ -22,15 +22,12 @@ import dataclasses
 import json
 from typing import Any, Mapping, Sequence
 
-# Config keys the train step takes as inputs (experiments/train/config.py PACKABLE_OPTIM_KEYS,
-# repeated here so planning imports no trainer code; tests/test_pack.py checks they agree).
-PACKABLE_KEYS = (
-    "optim.lr",
-    "optim.weight_decay",
-    "optim.min_lr_ratio",
-    "optim.warmup_tokens",
-    "optim.decay_fraction",
-    "optim.schedule",
+from experiments.train.config import PACKABLE_OPTIM_KEYS
+from experiments.train.config import wsd_decay_steps as decay_steps
+
+# Config keys the train step takes as inputs, and the seed and run length: runs that differ only
+# in them compile to one program.
+PACKABLE_KEYS = tuple(f"optim.{k}" for k in PACKABLE_OPTIM_KEYS) + (
     "train.seed",
     "train.tokens",
     "train.steps",
@@ -71,18 +68,6 @@ def pack_groups(configs: Sequence[Mapping[str, Any]], k: int) -> list[list[int]]
     for idx in groups.values():
         out += [idx[j : j + k] for j in range(0, len(idx), k)]
     return out
-
-
-def length_group(cfg: Mapping[str, Any]) -> str:
-    """The key of runs that differ only in length (and its warmup): one WSD trunk serves them."""
-    return json.dumps(
-        _without(cfg, ("train.tokens", "train.steps", "optim.warmup_tokens")), sort_keys=True, default=str
-    )
-
-
-def decay_steps(steps: int, decay_fraction: float) -> int:
-    """The steps a WSD run of `steps` steps decays over (experiments/train/optimizer.py hyperparams)."""
-    return max(int(round(decay_fraction * steps)), 1)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -21,6 +21,7 @@ from omegaconf import DictConfig, OmegaConf
 import experiments.train.config  # noqa: F401 - registers the config schemas (imports no JAX)
 from experiments.cli import RunFn, hydra_job, run_cli, start_run
 from experiments.rundir import completed_summary, register_run_name, train_run_name
+from models.base.packs import MANIFEST_KEY
 from models.base.rundir import RunStatus
 
 # `${scalelab.train_run:}` in conf/config.yaml's hydra.run.dir; registered before Hydra composes.
@@ -35,7 +36,7 @@ def main(cfg: DictConfig) -> dict:
 def train(cfg: DictConfig, run_dir: Path, multirun: bool) -> dict:
     """The contract above, for the composed `cfg` in `run_dir`; a pack job (`pack.manifest`, set
     by the sweeper's `sweep.pack` or `hydra/launcher=packed`) trains its members instead."""
-    manifest = OmegaConf.select(cfg, "pack.manifest")
+    manifest = OmegaConf.select(cfg, MANIFEST_KEY)
     if manifest:
         from experiments.train.pack import pack_job
 

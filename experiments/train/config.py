@@ -64,6 +64,12 @@ SCHEDULES = tuple(s.value for s in Schedule)
 PACKABLE_OPTIM_KEYS = ("lr", "weight_decay", "min_lr_ratio", "warmup_tokens", "decay_fraction", "schedule")
 
 
+def wsd_decay_steps(steps: int, decay_fraction: float) -> int:
+    """The steps a WSD run of `steps` steps decays over: its last round(decay_fraction * steps),
+    at least one (the optimizer's schedule and the sweeper's branch points both use this)."""
+    return max(int(round(decay_fraction * steps)), 1)
+
+
 @dataclasses.dataclass(frozen=True)
 class TrainConfig:
     """`train.*`: batch, run length, cadences and seed of a training run."""

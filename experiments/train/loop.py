@@ -38,7 +38,7 @@ from experiments.train.checkpoint import Checkpointer
 from experiments.train.config import RunSpec, resolve_config
 from experiments.train.corpus import BatchSampler, eval_sampler, load_corpus
 from experiments.train.metrics import MetricsLog, Progress
-from experiments.train.optimizer import RuntimeOptimizer, hyperparams, make_schedule
+from experiments.train.optimizer import RuntimeOptimizer, hyperparams, schedule_value
 from experiments.train.peak_flops import peak_flops_per_device
 from experiments.train.profiling import StepProfiler
 from experiments.train.steps import TrainSetup, build_train_setup
@@ -124,11 +124,14 @@ class HostSchedule:
     Calling an optax schedule eagerly runs a small XLA computation. On CPU that computation
     queues behind the train step in flight, so logging step i-1's lr stalled the loop until step
     i ended, and the device idled until step i+1 was dispatched. Values come `chunk` steps at a
-    time instead.
+    time instead, from the run's step scalars `hp` (optimizer.hyperparams) as an input of one
+    program per process (a pack's runs, a sweep's in-process jobs compile it once).
     """
 
-    def __init__(self, schedule: Callable[[Any], Any], chunk: int = 4096):
-        self.values_at = jax.jit(jax.vmap(schedule))  # compiled once, evaluated once per chunk
+    values_at = jax.jit(jax.vmap(schedule_value, in_axes=(None, 0)))  # (hp, steps) -> lr per step
+
+    def __init__(self, hp: dict[str, Any], chunk: int = 4096):
+        self.hp = hp
         self.chunk = chunk
         self._c, self._vals = -1, np.empty(0)
 
@@ -136,7 +139,7 @@ class HostSchedule:
         c = i // self.chunk
         if c != self._c:
             steps = np.arange(c * self.chunk, (c + 1) * self.chunk, dtype=np.int32)
-            self._c, self._vals = c, np.asarray(self.values_at(steps))
+            self._c, self._vals = c, np.asarray(HostSchedule.values_at(self.hp, steps))
         return float(self._vals[i - c * self.chunk])
 
 
@@ -224,6 +227,12 @@ class Loop:
     def tasks(self) -> TaskSuite | None:
         return self.program.tasks
 
+    def time_split(self) -> dict[str, float]:
+        """summary.json `time_s` as of now: this session's, process start-up included, plus
+        earlier sessions' (from the checkpoint)."""
+        wall = time.time() - self.t_start + self.times.startup
+        return self.times.as_dict(wall, self.clock.steps_time, self.state.time_prev)
+
     def mfu(self, tokens_per_s: float) -> float:
         peak = self.state.peak
         return tokens_per_s * self.spec.flops_per_token / (self.n_dev * peak) if peak == peak else math.nan
@@ -231,18 +240,19 @@ class Loop:
 
 @dataclasses.dataclass
 class Times:
-    """Where this session's wall time went (summary.json `time_s`, models.base.rundir.TIME_KINDS;
-    `other` is the rest of the wall time: building, restoring, summaries)."""
+    """Where this session's wall time went (summary.json `time_s`, models.base.rundir.TIME_KINDS):
+    the pauses counted here; train steps are the step clock's (`Clock.steps_time`) and `other`
+    is the rest of the wall time (building, restoring, summaries)."""
 
     compile: float = 0.0
-    train_steps: float = 0.0
     eval: float = 0.0
     checkpoint: float = 0.0
     startup: float = 0.0
 
-    def as_dict(self, wall: float, prev: dict[str, float] | None) -> dict[str, float]:
+    def as_dict(self, wall: float, train_steps: float, prev: dict[str, float] | None) -> dict[str, float]:
         """This session's split of `wall` seconds, plus earlier sessions' (`prev`)."""
-        now = {k: getattr(self, k) for k in TIME_KINDS if k != "other"}
+        now = {k: getattr(self, k) for k in TIME_KINDS if k not in ("train_steps", "other")}
+        now["train_steps"] = train_steps
         now["other"] = max(wall - sum(now.values()), 0.0)
         return {k: now[k] + float((prev or {}).get(k, 0.0)) for k in TIME_KINDS}
 
@@ -513,7 +523,7 @@ def _build_loop(
         ckpt=ckpt,
         metrics=metrics,
         progress=progress,
-        lr_of_step=HostSchedule(make_schedule(spec.optim, spec.steps, spec.warmup_steps)),
+        lr_of_step=HostSchedule(hp_host),
         n_dev=ts.mesh.devices.size,
         sampler=sampler,
         program=program,
@@ -658,9 +668,7 @@ def _checkpoint(loop: Loop, step: int, branch_point: bool = False) -> None:
         "task_metrics": state.task_metrics,
         "wall_time_s": state.wall_prev + time.time() - loop.t_start,
     }
-    wall = time.time() - loop.t_start + loop.times.startup
-    loop.times.train_steps = loop.clock.steps_time
-    meta["time_s"] = loop.times.as_dict(wall, state.time_prev)  # as of this save, for a resumed run
+    meta["time_s"] = loop.time_split()  # as of this save, for a resumed run
     loop.ckpt.save(step, loop.params, loop.opt_state, meta)
     if branch_point and loop.branch_ckpt is not None:
         loop.branch_ckpt.save(step, loop.params, loop.opt_state, meta)
@@ -839,17 +847,15 @@ def _write_summary(loop: Loop, status: RunStatus) -> dict[str, Any]:
     if loop.branch_ckpt is not None:
         loop.branch_ckpt.close()
     loop.times.checkpoint += time.perf_counter() - t_c
-    loop.times.train_steps = loop.clock.steps_time
     tps = loop.clock.tokens_per_s()
     state.tokens_per_s = tps
     state.mfu = loop.mfu(tps) if tps and state.peak == state.peak else None
     summary = _summary_base(state)
-    session_wall = time.time() - loop.t_start + loop.times.startup
     summary.update(
         status=status,
         wall_time_s=state.wall_prev + time.time() - loop.t_start,
         compile_time_s=loop.times.compile,
-        time_s=loop.times.as_dict(session_wall, state.time_prev),
+        time_s=loop.time_split(),
     )
 
     def line(s: dict[str, Any]) -> str:

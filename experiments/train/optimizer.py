@@ -20,7 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from experiments.train.config import PACKABLE_OPTIM_KEYS, OptimConfig, Schedule
+from experiments.train.config import PACKABLE_OPTIM_KEYS, OptimConfig, Schedule, wsd_decay_steps
 
 # `schedule_value`'s shape index: the position of each Schedule in this tuple (a step input).
 SCHEDULE_KINDS = (Schedule.COSINE, Schedule.LINEAR, Schedule.WSD, Schedule.CONSTANT)
@@ -28,13 +28,12 @@ SCHEDULE_KINDS = (Schedule.COSINE, Schedule.LINEAR, Schedule.WSD, Schedule.CONST
 # The scalars that differ between runs of one compiled program (packed runs, WSD branches): the
 # train step takes them as an input (`Hyper`), so runs differing only in these share a compilation.
 HYPER_KEYS = ("lr", "weight_decay", "min_lr_ratio", "warmup_steps", "total_steps", "decay_steps", "kind")
-RUNTIME_OPTIM_KEYS = PACKABLE_OPTIM_KEYS  # the `optim.*` keys that only feed those scalars
 
 
 def hyperparams(cfg: OptimConfig, total_steps: int, warmup_steps: int) -> dict[str, np.ndarray]:
     """The step inputs (`HYPER_KEYS`) of a run: float32 scalars, `kind` an int32 index into
     SCHEDULE_KINDS. wsd decays over round(decay_fraction * total_steps) steps (at least 1)."""
-    decay = max(int(round(cfg.decay_fraction * total_steps)), 1)
+    decay = wsd_decay_steps(total_steps, cfg.decay_fraction)
     f32 = lambda v: np.asarray(v, np.float32)
     return {
         "lr": f32(cfg.lr),
@@ -160,7 +159,7 @@ class RuntimeOptimizer:
         return tuple(
             (f.name, getattr(self.cfg, f.name))
             for f in dataclasses.fields(self.cfg)
-            if f.name not in RUNTIME_OPTIM_KEYS
+            if f.name not in PACKABLE_OPTIM_KEYS
         )
 
 

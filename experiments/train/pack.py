@@ -35,11 +35,12 @@ from pathlib import Path
 from typing import Any, Sequence, TextIO
 
 from experiments import preemption
-from experiments.rundir import RunDirBusy, exclusive_run_dir
+from experiments.rundir import RunDirBusy, exclusive_run_dir, log_path
 from models.base.errors import ConfigError
 from models.base.packs import Member, read_manifest
 from models.base.rundir import HYDRA_CONFIG, HYDRA_OVERRIDES, RunStatus
 
+TRAIN_JOB = "train"  # the trainer's Hydra job name (conf/config.yaml): members log to <run dir>/train.log
 MEMORY_FRACTION = 0.5  # of available memory that concurrent members may hold together
 
 
@@ -138,7 +139,7 @@ def _train_member(m: Member, ids: list[str], routing: _Routing) -> dict[str, Any
     from experiments.train.loop import run  # JAX: only once there is a pack to train
 
     _write_hydra_files(m)
-    with routing.member(m.run_dir / "train.log"):
+    with routing.member(log_path(m.run_dir, TRAIN_JOB, m.config)):
         try:
             with exclusive_run_dir(m.run_dir, m.config):
                 return run(m.config, m.run_dir, packed_with=ids)

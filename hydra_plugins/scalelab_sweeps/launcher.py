@@ -133,8 +133,7 @@ class PackedLauncher(Launcher):
         # Imported here: Hydra imports every plugin module at start-up, for any app (see __init__).
         from experiments.sweeps.packing import pack_groups
         from hydra_plugins.scalelab_sweeps.sweeper import _run_config
-        from models.base.fingerprint import fingerprint
-        from models.base.packs import Member, write_manifest
+        from models.base.packs import Member, write_pack
 
         assert self.config is not None and self.hydra_context is not None
         sweep_dir = pathlib.Path(str(self.config.hydra.sweep.dir))
@@ -154,15 +153,11 @@ class PackedLauncher(Launcher):
                 launch.append(jobs[idx[0]][0])
                 continue
             members = [jobs[i] for i in idx]
-            ids = [m[1] for m in members]
-            pid = "pack_" + fingerprint(ids, 10)
-            manifest = (sweep_dir / ".scalelab_packs" / f"{pid}.json").resolve()
-            write_manifest(
-                manifest,
+            pid, pack_ov = write_pack(
+                sweep_dir,
                 [Member((sweep_dir / sub).resolve(), sub, c, tuple(ov)) for ov, sub, c in members],
                 concurrency=self.pack,
             )
-            log.info(f"pack {pid}: {len(ids)} runs of one program: {', '.join(ids)}")
-            own = [f"hydra.sweep.subdir=.scalelab_packs/{pid}", f"+pack.manifest={manifest}"]
-            launch.append(members[0][0] + own)
+            log.info(f"pack {pid}: {len(idx)} runs of one program: {', '.join(m[1] for m in members)}")
+            launch.append(members[0][0] + pack_ov)
         return self.inner.launch(launch, initial_job_idx)

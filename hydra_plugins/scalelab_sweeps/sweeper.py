@@ -30,6 +30,7 @@ from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf
 
 from models.base.portable import lock_file, unlock_file
+from models.base.rundir import SWEEP_PLAN_FILE
 
 log = logging.getLogger("scalelab.sweep")
 
@@ -301,17 +302,13 @@ class ScalelabSweeper(Sweeper):
     def _pack_job(self, members: list[dict], sweep_dir: pathlib.Path) -> dict:
         """One pack job: its manifest written, its overrides those of the first member plus
         its own directory and `+pack.manifest`."""
-        from models.base.fingerprint import fingerprint
-        from models.base.packs import Member, write_manifest
+        from models.base.packs import Member, own_overrides, write_pack
 
         ids = [j["rec"]["run_dir"] for j in members]
-        pid = "pack_" + fingerprint(ids, 10)
-        manifest = (sweep_dir / _PACKS_DIR / f"{pid}.json").resolve()
-        own = lambda ov: [o for o in ov if not o.startswith("hydra.sweep.subdir=")]
-        write_manifest(
-            manifest,
+        pid, pack_ov = write_pack(
+            sweep_dir,
             [
-                Member((sweep_dir / i).resolve(), i, j["config"], tuple(own(j["overrides"])))
+                Member((sweep_dir / i).resolve(), i, j["config"], tuple(own_overrides(j["overrides"])))
                 for i, j in zip(ids, members)
             ],
             concurrency=self.pack,
@@ -320,8 +317,7 @@ class ScalelabSweeper(Sweeper):
             j["rec"]["packed_with"] = ids
         log.info(f"  pack {pid}: {len(ids)} runs of one program: {', '.join(ids)}")
         return {
-            "overrides": own(members[0]["overrides"])
-            + [f"hydra.sweep.subdir={_PACKS_DIR}/{pid}", f"+pack.manifest={manifest}"],
+            "overrides": own_overrides(members[0]["overrides"]) + pack_ov,
             "members": members,
             "rec": members[0]["rec"],
         }
@@ -390,7 +386,6 @@ class ScalelabSweeper(Sweeper):
         return returns
 
 
-_PACKS_DIR = ".scalelab_packs"  # pack jobs' own directories (manifests, logs): not run directories
 # overrides that set a run's length (a WSD trunk serves runs that differ only in them)
 _LENGTH_KEYS = ("train.tokens=", "train.steps=", "optim.warmup_tokens=", "sweep.budget=")
 
@@ -449,4 +444,4 @@ def _write_plan(sweep_dir: pathlib.Path, records: list[dict]) -> None:
     plan = {"flops_to_train": spent, "flops_if_separate": separate, "runs": records}
     tmp = sweep_dir / ".sweep_plan.json.tmp"
     tmp.write_text(json.dumps(plan, indent=1, default=str))
-    os.replace(tmp, sweep_dir / "sweep_plan.json")
+    os.replace(tmp, sweep_dir / SWEEP_PLAN_FILE)

@@ -47,6 +47,7 @@ HYDRA_SETTINGS = os.path.join(HYDRA_DIR, "hydra.yaml")  # Hydra's own node
 HYDRA_OVERRIDES = os.path.join(HYDRA_DIR, "overrides.yaml")  # the command-line overrides
 CHECKPOINTS_DIR = "checkpoints"
 CORRUPT_CHECKPOINTS_DIR = CHECKPOINTS_DIR + ".corrupt"
+SWEEP_PLAN_FILE = "sweep_plan.json"  # beside a sweep's runs: what was planned, launched, reused, skipped
 BRANCH_POINTS_DIR = "branch_points"  # WSD trunk: the checkpoints its branches start from (all kept)
 REFERENCE_DIR = "reference"  # RL: the initial policy
 LOCK_FILE = ".run.lock"
