@@ -1,0 +1,156 @@
+"""`python -m analysis fit-hparams RUNS.csv [--param optim.lr] --json HP.json`: hyperparameter laws.
+
+Per rung (N x budget), the optimum of each swept hyperparameter from a quadratic in its log
+through the best value and its neighbours (with an interval, flagged at the grid's edge); a power
+law of the optima (c N^p D^q, c C^a, c D^q or c N^p, chosen by leave-largest-out error) with 90%
+prediction intervals; the loss penalty at k x the optimum. `--predict TARGETS.csv` (N, D[, C])
+adds `predictions`. The JSON (params, ci, law_form, laws, rungs, holdout, penalty, predictions)
+is what `sweep.hparams` and `plan --hparams` read. See docs/analysis.md, "Hyperparameter laws".
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+
+import numpy as np
+
+from analysis.commands._options import add_json_argument, emit_json
+from models.base.errors import AnalysisError
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "fit-hparams",
+        help="fit learning-rate / batch-size laws to a sweep of runs (CSV)",
+        description=__doc__.splitlines()[0],
+    )
+    p.add_argument("data", help="runs table (CSV or .parquet), e.g. from `python -m analysis collect`")
+    p.add_argument(
+        "--param",
+        action="append",
+        default=None,
+        metavar="KEY",
+        help="hyperparameter column (its config key, e.g. optim.lr); repeatable. Default: every "
+        "optim.* / train.batch_size column with >= 3 values in some rung",
+    )
+    p.add_argument(
+        "--predict", metavar="TARGETS.csv", help="predict the optima at these rows (columns N, D; C optional)"
+    )
+    p.add_argument(
+        "--form",
+        action="append",
+        default=None,
+        help="candidate law forms (N_D, C, D, N; repeatable; default all, chosen by leave-largest-out)",
+    )
+    p.add_argument(
+        "--window",
+        type=int,
+        default=1,
+        help="values each side of the best the rung quadratic uses (default 1)",
+    )
+    p.add_argument(
+        "--include-edges", action="store_true", help="fit the laws also to optima at an edge of the grid"
+    )
+    p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
+    add_json_argument(p, "the laws, rung optima, holdout, penalty curves and predictions")
+    p.set_defaults(func=run)
+
+
+def _targets(path: str) -> list[dict]:
+    from analysis.laws.points import read_table
+
+    t = read_table(path)
+    for col in ("N", "D"):
+        if col not in t.columns:
+            raise AnalysisError(
+                f"--predict {path}: needs columns N and D (C optional); it has {', '.join(t.columns)}"
+            )
+    rows = []
+    for i, r in t.iterrows():
+        vals = {k: float(r[k]) for k in ("N", "D", "C") if k in t.columns and r[k] == r[k]}
+        if not all(v > 0 and math.isfinite(v) for v in vals.values()):
+            raise AnalysisError(f"--predict {path}: row {i + 2} has a non-positive N, D or C")
+        rows.append(vals)
+    return rows
+
+
+def predictions(laws, rows: list[dict]) -> list[dict]:
+    out = []
+    for r in rows:
+        for param in laws.params:
+            v, lo, hi = laws.predict(param, r["N"], r["D"], r.get("C"))
+            out.append({**r, "param": param, "value": v, "interval": [lo, hi]})
+    return out
+
+
+def _fmt_recipe(laws, N: float, D: float, C: float | None) -> str:
+    from analysis.hparams.laws import _short
+
+    parts = []
+    for param in laws.params:
+        v, lo, hi = laws.predict(param, N, D, C)
+        parts.append(f"{_short(param)} = {v:.3g} [{lo:.3g}, {hi:.3g}]")
+    return f"at N = {N:.3g}, D = {D:.3g}: " + ", ".join(parts) + " (90%)"
+
+
+def report_lines(fit, targets: list[dict] | None) -> list[str]:
+    """The text output: the laws first, then a recipe line, then the rungs and penalty."""
+    laws = fit.laws()
+    lines = ["hyperparameter laws (chosen by leave-largest-out error; 90% intervals):"]
+    for p, f in fit.fits.items():
+        h = f.holdout
+        held = (
+            f"held out {h.held_out}: mean |dlog10| {np.mean([abs(r['dlog10']) for r in h.rungs]):.3f} "
+            f"(forms: {', '.join(f'{k} {v:.3f}' for k, v in h.errors.items() if v is not None)})"
+            if h
+            else "no held-out split (too few model sizes)"
+        )
+        lines.append(
+            f"  {laws.describe(p)}   [{f.law.n_rungs} rungs, "
+            f"scatter x{math.exp(f.law.scatter_sd):.2f}; {held}]"
+        )
+    at = targets[0] if targets else None
+    if at is None:
+        r = max((r for f in fit.fits.values() for r in f.rungs), key=lambda r: (r.N, r.D))
+        at = {"N": r.N, "D": r.D, "C": r.C}
+    lines.append("  " + _fmt_recipe(laws, at["N"], at["D"], at.get("C")))
+    for p, f in fit.fits.items():
+        pen = f.penalty()
+        k2 = pen["k"].index(2.0)
+        k4 = pen["k"].index(4.0)
+        lines.append(
+            f"{p}: {len(f.rungs)} rungs located ({f.n_excluded} at an edge or flat, left out of the law); "
+            f"loss noise {f.loss_noise:.2%} ({f.loss_noise_source}); penalty at 2x the optimum "
+            f"+{pen['loss_increase'][k2]:.2%}, at 4x +{pen['loss_increase'][k4]:.2%} (median over rungs)"
+        )
+        for r in f.rungs:
+            if r.flag:
+                lines.append(f"  N={r.N:.3g}, D={r.D:.3g}: {r.flag}")
+    lines += [f"note: {n}" for n in fit.notes]
+    return lines
+
+
+def run(args: argparse.Namespace) -> int:
+    from analysis.hparams.fitting import HparamOptions, fit_hparams
+    from analysis.hparams.laws import FORMS
+    from analysis.laws.points import read_table
+
+    if args.window < 1:
+        raise AnalysisError(f"--window must be >= 1 (got {args.window})")
+    forms = tuple(args.form) if args.form else tuple(FORMS)
+    targets = _targets(args.predict) if args.predict else None  # bad targets fail before the fit
+    fit = fit_hparams(
+        read_table(args.data),
+        args.param,
+        HparamOptions(window=args.window, forms=forms, include_edges=args.include_edges, seed=args.seed),
+    )
+    for line in report_lines(fit, targets):
+        print(line)
+    out = fit.to_json()
+    out["inputs"] = {"runs": str(args.data), "predict": args.predict}
+    if targets is not None:
+        out["predictions"] = predictions(fit.laws(), targets)
+    if args.json:
+        emit_json(args, out)
+    return 0

@@ -1,0 +1,309 @@
+"""`fit_hparams(table, params) -> HparamFit`: rung optima, laws, penalty curves, predictions.
+
+The runs table (from `collect`, or any CSV) needs N (or n_params), D (or tokens), loss (or
+final_eval_loss) and one column per hyperparameter named by its config key (`optim.lr`,
+`train.batch_size`); C (or flops) is used when present, else 6ND. Rows whose loss is not a finite
+positive number (diverged runs) and, where the table says, runs not `completed` are left out.
+
+A rung is one model size N at one budget (`sweep.budget` / `budget` when the table has it) or,
+without a budget column, one N at one D (token counts within 5% are one D: runs of another batch
+size round a budget to a slightly different number of whole steps).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+from analysis.hparams import laws as L
+from analysis.hparams import rungs as R
+from models.base.errors import AnalysisError
+
+KIND = "hparams"  # the `kind` of an HP.json
+N_COLUMNS = ("N", "n_params")
+D_COLUMNS = ("D", "tokens", "total_tokens")
+LOSS_COLUMNS = ("loss", "final_eval_loss")
+C_COLUMNS = ("C", "flops")
+BUDGET_COLUMNS = ("sweep.budget", "budget")
+BATCH_KEY = "train.batch_size"
+D_TOLERANCE = 0.05  # token counts within 5% are one rung's D
+PENALTY_K = (0.125, 0.25, 0.5, 2**-0.5, 2**0.5, 2.0, 4.0, 8.0)  # multiples of the optimum
+
+
+@dataclasses.dataclass(frozen=True)
+class HparamOptions:
+    """How `fit_hparams` locates optima and fits laws."""
+
+    window: int = R.DEFAULT_WINDOW  # values each side of the best that the rung quadratic uses
+    forms: tuple[str, ...] = tuple(L.FORMS)  # candidate law forms
+    include_edges: bool = False  # fit the law also to optima at the grid's edge
+    seed: int = 0
+
+
+def _column(df: pd.DataFrame, names: Sequence[str], role: str, required: bool = True) -> str | None:
+    col = next((c for c in names if c in df.columns), None)
+    if col is None and required:
+        raise AnalysisError(
+            f"the runs table has no {role} column (looked for {', '.join(names)}); "
+            f"its columns: {', '.join(map(str, df.columns[:20]))}"
+        )
+    return col
+
+
+def _numeric(df: pd.DataFrame, col: str) -> np.ndarray:
+    return pd.to_numeric(df[col], errors="coerce").to_numpy(float)
+
+
+def tidy(df: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
+    """(table with N, D, C, loss, rung and every original column; notes on rows left out)."""
+    notes = []
+    out = df.copy()
+    if "status" in out.columns:
+        bad = ~out["status"].astype(str).eq("completed")
+        if bad.any():
+            notes.append(f"{int(bad.sum())} run(s) not completed left out")
+            out = out[~bad]
+    N = _numeric(out, _column(out, N_COLUMNS, "model-size (N)"))
+    D = _numeric(out, _column(out, D_COLUMNS, "token-count (D)"))
+    loss = _numeric(out, _column(out, LOSS_COLUMNS, "loss"))
+    ccol = _column(out, C_COLUMNS, "compute", required=False)
+    C = _numeric(out, ccol) if ccol else L.FLOPS_PER_PARAM_TOKEN * N * D
+    ok = np.isfinite(loss) & (loss > 0)
+    if (~ok).any():
+        notes.append(f"{int((~ok).sum())} run(s) without a finite positive loss (diverged?) left out")
+    if not (np.isfinite(N[ok]) & (N[ok] > 0) & np.isfinite(D[ok]) & (D[ok] > 0)).all():
+        raise AnalysisError("every run needs a positive N and D; fix the rows where they are missing or <= 0")
+    out = out.assign(N=N, D=D, C=C, loss=loss)[ok].reset_index(drop=True)
+    if out.empty:
+        raise AnalysisError("no run has a finite positive loss: nothing to fit")
+    bcol = _column(out, BUDGET_COLUMNS, "budget", required=False)
+    budget = _numeric(out, bcol) if bcol else None
+    out["rung"] = _rung_keys(out["N"].to_numpy(), out["D"].to_numpy(), budget)
+    return out, notes
+
+
+def _rung_keys(N: np.ndarray, D: np.ndarray, budget: np.ndarray | None) -> list[tuple]:
+    keys: list[tuple] = [()] * len(N)
+    n_key = [float(f"{v:.6g}") for v in N]
+    if budget is not None and np.isfinite(budget).all():
+        return [(n, float(f"{b:.6g}")) for n, b in zip(n_key, budget)]
+    for n in sorted(set(n_key)):
+        idx = sorted((i for i in range(len(N)) if n_key[i] == n), key=lambda i: D[i])
+        start = None
+        for i in idx:
+            if start is None or D[i] > start * (1 + D_TOLERANCE):
+                start = D[i]
+            keys[i] = (n, float(f"{start:.6g}"))
+    return keys
+
+
+def swept_params(df: pd.DataFrame) -> list[str]:
+    """The `optim.*` / train.batch_size columns with >= 3 distinct numeric values in some rung."""
+    out = []
+    for c in df.columns:
+        if not (str(c).startswith("optim.") or c == BATCH_KEY):
+            continue
+        v = pd.to_numeric(df[c], errors="coerce")
+        if v.isna().any():
+            continue
+        if df.assign(_v=v).groupby("rung")["_v"].nunique().max() >= R.MIN_VALUES:
+            out.append(str(c))
+    return out
+
+
+def check_param(df: pd.DataFrame, param: str) -> None:
+    if param not in df.columns:
+        cands = [c for c in df.columns if str(c).startswith("optim.") or c == BATCH_KEY]
+        raise AnalysisError(
+            f"--param {param}: the runs table has no such column (hyperparameter columns: "
+            f"{', '.join(map(str, cands)) or 'none'})"
+        )
+    v = pd.to_numeric(df[param], errors="coerce")
+    if v.isna().any():
+        raise AnalysisError(f"{param} has non-numeric or missing values; fix or drop those runs")
+    if (v <= 0).any():
+        bad = v[v <= 0].iloc[0]
+        raise AnalysisError(f"{param} has non-positive values (e.g. {bad:g}); a law in log(value) needs > 0")
+    if df.assign(_v=v).groupby("rung")["_v"].nunique().max() < 2:
+        raise AnalysisError(
+            f"{param} was never swept: every rung has one value; sweep it, or drop --param {param}"
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class ParamFit:
+    """Everything fitted for one hyperparameter."""
+
+    param: str
+    rungs: tuple[R.RungOptimum, ...]
+    law: L.HparamLaw
+    holdout: L.Holdout | None
+    loss_noise: float
+    loss_noise_source: str
+    n_excluded: int  # rungs left out of the law (edge / flat)
+
+    def penalty(self) -> dict:
+        kap = np.array([r.kappa for r in self.rungs if r.usable and math.isfinite(r.kappa)])
+        if kap.size == 0:
+            kap = np.array([r.kappa for r in self.rungs if math.isfinite(r.kappa)])
+        k = np.array(PENALTY_K)
+        curve = kap[:, None] * np.log(k)[None, :] ** 2 if kap.size else np.full((1, k.size), np.nan)
+        return {
+            "k": list(PENALTY_K),
+            "loss_increase": np.median(curve, axis=0).tolist(),
+            "lo": np.min(curve, axis=0).tolist(),
+            "hi": np.max(curve, axis=0).tolist(),
+            "kappa_median": float(np.median(kap)) if kap.size else None,
+            "n_rungs": int(kap.size),
+            "note": "relative loss increase at k x the rung optimum, from each rung's quadratic in ln(value)",
+        }
+
+
+def fit_param(df: pd.DataFrame, param: str, opts: HparamOptions) -> ParamFit:
+    prof = R.check_rung_sizes(R.profiles(df, param), param)
+    if len(prof) == 0:
+        raise AnalysisError(f"no rung has >= {R.MIN_VALUES} values of {param}: no optimum can be located")
+    noise, source = R.pooled_noise(prof, param, opts.window)
+    found = []
+    for j, (key, best) in enumerate(prof):
+        g = df[df["rung"] == key]
+        found.append(
+            R.locate(
+                param,
+                N=float(np.median(g["N"])),
+                D=float(np.median(g["D"])),
+                C=float(np.median(g["C"])),
+                values=best["_v"].to_numpy(float),
+                losses=best["loss"].to_numpy(float),
+                noise=noise,
+                window=opts.window,
+                seed=opts.seed + j,
+            )
+        )
+    used = [r for r in found if r.usable or (opts.include_edges and not r.flat)]
+    if len(used) < 3:
+        flags = "; ".join(f"N={r.N:.3g}, D={r.D:.3g}: {r.flag}" for r in found if r.flag)
+        raise AnalysisError(
+            f"{param}: only {len(used)} of {len(found)} rungs have an optimum inside the grid "
+            f"({flags}); widen the swept range (or pass --include-edges)"
+        )
+    inputs = {k: np.array([getattr(r, k) for r in used]) for k in ("N", "D", "C")}
+    opt = np.array([r.optimum for r in used])
+    kappa = np.array([r.kappa for r in used])
+    form, hold = L.choose_form(param, inputs, opt, kappa, opts.forms, opts.seed)
+    law = L.fit_law(param, L.FORMS[form], inputs, opt, opts.seed)
+    return ParamFit(param, tuple(found), law, hold, noise, source, len(found) - len(used))
+
+
+@dataclasses.dataclass(frozen=True)
+class HparamFit:
+    """The result of `fit_hparams`: one ParamFit per hyperparameter."""
+
+    fits: dict[str, ParamFit]
+    c_over_6nd: float  # median C / (6 N D) of the runs: converts (N, D) targets to C
+    notes: tuple[str, ...]
+    n_runs: int
+
+    def laws(self) -> "HparamLaws":
+        return HparamLaws({p: f.law for p, f in self.fits.items()}, self.c_over_6nd)
+
+    def to_json(self) -> dict:
+        return {
+            "kind": KIND,
+            "level": L.PREDICTION_LEVEL,
+            "params": {p: f.law.params() for p, f in self.fits.items()},
+            "ci": {p: f.law.ci() for p, f in self.fits.items()},
+            "law_form": {p: f.law.form for p, f in self.fits.items()},
+            "expression": {p: f.law.spec.expression(p, f.law.coef) for p, f in self.fits.items()},
+            "laws": {p: {**f.law.to_json(), "n_excluded": f.n_excluded} for p, f in self.fits.items()},
+            "rungs": [r.to_json() for f in self.fits.values() for r in f.rungs],
+            "holdout": {p: f.holdout.to_json() if f.holdout else None for p, f in self.fits.items()},
+            "penalty": {p: f.penalty() for p, f in self.fits.items()},
+            "loss_noise": {
+                p: {"value": f.loss_noise, "source": f.loss_noise_source} for p, f in self.fits.items()
+            },
+            "c_over_6nd": self.c_over_6nd,
+            "n_runs": self.n_runs,
+            "notes": list(self.notes),
+        }
+
+
+def fit_hparams(
+    df: pd.DataFrame, params: Sequence[str] | None = None, opts: HparamOptions | None = None
+) -> HparamFit:
+    opts = opts or HparamOptions()
+    unknown = [f for f in opts.forms if f not in L.FORMS]
+    if unknown:
+        raise AnalysisError(f"unknown law form(s) {unknown}; choose from {', '.join(L.FORMS)}")
+    table, notes = tidy(df)
+    if params:
+        for p in params:
+            check_param(table, p)
+    else:
+        params = swept_params(table)
+        if not params:
+            raise AnalysisError(
+                "no optim.* or train.batch_size column has >= 3 values in any rung; "
+                "name the swept column with --param"
+            )
+    fits = {p: fit_param(table, p, opts) for p in params}
+    ratio = float(np.median(table["C"] / (L.FLOPS_PER_PARAM_TOKEN * table["N"] * table["D"])))
+    return HparamFit(fits, ratio, tuple(notes), len(table))
+
+
+@dataclasses.dataclass(frozen=True)
+class HparamLaws:
+    """Fitted hyperparameter laws read back from an HP.json: what sweeps and plans predict with."""
+
+    laws: dict[str, L.HparamLaw]
+    c_over_6nd: float = 1.0
+
+    @property
+    def params(self) -> list[str]:
+        return list(self.laws)
+
+    def predict(self, param: str, N: float, D: float, C: float | None = None) -> tuple[float, float, float]:
+        """(value, 90% lo, 90% hi) of `param`'s optimum at one (N, D[, C])."""
+        if param not in self.laws:
+            raise AnalysisError(
+                f"the hyperparameter laws have no law for {param} (they have: {', '.join(self.laws)})"
+            )
+        if C is None:
+            C = self.c_over_6nd * L.FLOPS_PER_PARAM_TOKEN * N * D
+        v, lo, hi = self.laws[param].predict(np.array([N]), np.array([D]), np.array([C]))
+        return float(v[0]), float(lo[0]), float(hi[0])
+
+    def describe(self, param: str) -> str:
+        law = self.laws[param]
+        return law.spec.expression(param, law.coef)
+
+
+def load_hparams(path: str | os.PathLike) -> HparamLaws:
+    """An HP.json written by `python -m analysis fit-hparams --json`; one-line errors."""
+    path = os.fspath(path)
+    try:
+        with open(path) as f:
+            d = json.load(f)
+    except FileNotFoundError:
+        raise AnalysisError(f"hyperparameter laws file not found: {path}") from None
+    except (OSError, json.JSONDecodeError) as e:
+        raise AnalysisError(f"cannot read hyperparameter laws {path}: {e}") from None
+    return hparams_from_json(d, path)
+
+
+def hparams_from_json(d: Any, where: str = "HP.json") -> HparamLaws:
+    if not isinstance(d, Mapping) or d.get("kind") != KIND or not isinstance(d.get("laws"), Mapping):
+        raise AnalysisError(
+            f"{where} is not a fit-hparams result (write one with python -m analysis fit-hparams --json)"
+        )
+    try:
+        laws = {p: L.HparamLaw.from_json(v) for p, v in d["laws"].items()}
+    except (KeyError, TypeError, ValueError) as e:
+        raise AnalysisError(f"{where}: malformed law entry ({e}); rewrite it with fit-hparams") from None
+    return HparamLaws(laws, float(d.get("c_over_6nd") or 1.0))

@@ -1,0 +1,225 @@
+"""The optimum of a swept hyperparameter inside one rung, and how much loss a rung loses away from it.
+
+A rung is one (model size N, token count D) trained at several values of a hyperparameter h
+(`optim.lr`, `train.batch_size`, ...). Its optimum is not the raw argmin over the values tried --
+on a x3 grid that is off by up to x1.7 -- but the vertex of a quadratic in x = ln h through the best
+value and its neighbours (the best value and the `window` values on each side of it, least squares
+when that is more than three points):
+
+    loss(x) ~= L* + a (x - x*)^2,   a > 0.
+
+Two flags say when the vertex cannot be trusted:
+
+- `edge`: the best value is the lowest or highest one tried; the vertex is then an extrapolation
+  beyond the grid (kept for the report, left out of the law by default);
+- `flat`: the quadratic is not convex (a <= 0: noise larger than the penalty over the grid).
+
+The interval of x* is the central 90% of the vertex over refits with the losses perturbed by the
+measured loss noise (relative sd; see `loss_noise`), so it is as wide as the grid's resolution
+and the noise make it. The penalty curve of a rung is the quadratic's relative loss increase at
+k times the optimum, kappa (ln k)^2 with kappa = a / L*: how much tuning matters at that rung.
+
+With another hyperparameter swept as well (an LR x batch grid), each value's loss is the best over
+the other parameter's values (a profile), so the optimum is that of the best setting of the rest.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+import pandas as pd
+
+from analysis.laws.intervals import PREDICTION_LEVEL
+from models.base.errors import AnalysisError
+
+# The values of a rung around its best that its quadratic goes through: 1 = the best and its two
+# neighbours ("the best point and its neighbours"), exact on three points.
+DEFAULT_WINDOW = 1
+MIN_VALUES = 3  # a vertex needs three values of the parameter
+# The relative loss noise assumed when no rung has more points in its window than the quadratic
+# has coefficients (no residual to measure it from): 0.2% is the largest eval-loss difference
+# between seeds we would call noise on the CPU ladder's 256-sequence eval split (docs/analysis.md,
+# "Hyperparameter laws"); the measured pooled residual replaces it whenever one exists.
+ASSUMED_LOSS_NOISE = 2e-3
+NOISE_DRAWS = 200  # Monte Carlo refits for a vertex's interval
+VALUE_DIGITS = 6  # values equal to 6 significant digits are one value (float noise in a CSV)
+
+
+@dataclasses.dataclass(frozen=True)
+class RungOptimum:
+    """The located optimum of one hyperparameter in one rung (every field is reported in JSON)."""
+
+    param: str  # the config key swept, e.g. "optim.lr"
+    N: float  # the rung's parameter count
+    D: float  # its training tokens (median over its runs)
+    C: float  # its training compute (median over its runs)
+    values: tuple[float, ...]  # distinct values tried, ascending
+    losses: tuple[float, ...]  # best loss at each value (over the other swept parameters)
+    best_tried: float  # the value with the lowest loss
+    best_loss: float  # that loss
+    optimum: float  # vertex of the quadratic in ln(value) (best_tried when flat)
+    interval: tuple[float, float]  # 90% interval of the optimum
+    loss_at_optimum: float  # the quadratic's loss at its vertex (<= best_loss when convex)
+    kappa: float  # relative loss increase per (ln k)^2 at k x the optimum (nan when flat)
+    edge: bool  # best value is the lowest or highest tried: the optimum may lie outside the grid
+    flat: bool  # the quadratic is not convex: no optimum located
+    n_window: int  # points the quadratic was fitted through
+
+    @property
+    def usable(self) -> bool:
+        """Whether the vertex is a located optimum (not at the grid's edge, not flat)."""
+        return not (self.edge or self.flat)
+
+    @property
+    def flag(self) -> str | None:
+        if self.flat:
+            return "flat: the loss is not convex in ln(value) around the best value tried"
+        if self.edge:
+            side = "lowest" if self.best_tried == self.values[0] else "highest"
+            return f"edge: the best value {self.best_tried:.4g} is the {side} of {len(self.values)} tried"
+        return None
+
+    def penalty(self, k: float | np.ndarray) -> float | np.ndarray:
+        """Relative loss increase at k x the optimum (from the quadratic)."""
+        return self.kappa * np.log(k) ** 2
+
+    def to_json(self) -> dict:
+        out = dataclasses.asdict(self)
+        out.update(values=list(self.values), losses=list(self.losses), interval=list(self.interval))
+        out["flag"] = self.flag
+        return out
+
+
+def _quadratic(x: np.ndarray, y: np.ndarray) -> tuple[float, float, float]:
+    """(a, x*, L*) of y = L* + a (x - x*)^2 by least squares (exact on three points)."""
+    a, b, c = np.polyfit(x, y, 2)
+    if not a > 0:
+        return float(a), math.nan, math.nan
+    xs = -b / (2 * a)
+    return float(a), float(xs), float(c - b * b / (4 * a))
+
+
+def window_of(losses: np.ndarray, window: int) -> slice:
+    """The best value and `window` values on each side (fewer at an end of the grid, but always
+    three points: at an end, the three nearest)."""
+    n, i = len(losses), int(np.argmin(losses))
+    lo, hi = max(0, i - window), min(n, i + window + 1)
+    if hi - lo < MIN_VALUES:
+        lo, hi = (0, MIN_VALUES) if lo == 0 else (n - MIN_VALUES, n)
+    return slice(lo, hi)
+
+
+def residual_noise(x: np.ndarray, y: np.ndarray) -> tuple[float, int]:
+    """(sum of squared relative residuals, degrees of freedom) of the window's quadratic."""
+    if len(x) <= 3:
+        return 0.0, 0
+    coef = np.polyfit(x, y, 2)
+    r = (y - np.polyval(coef, x)) / np.min(y)
+    return float(np.sum(r * r)), len(x) - 3
+
+
+def locate(
+    param: str,
+    N: float,
+    D: float,
+    C: float,
+    values: np.ndarray,
+    losses: np.ndarray,
+    noise: float,
+    window: int = DEFAULT_WINDOW,
+    seed: int = 0,
+) -> RungOptimum:
+    """The optimum of one rung's profile (`values` ascending, distinct, positive)."""
+    x, y = np.log(values), np.asarray(losses, float)
+    w = window_of(y, window)
+    a, xs, ls = _quadratic(x[w], y[w])
+    i = int(np.argmin(y))
+    edge = i in (0, len(y) - 1)
+    flat = not math.isfinite(xs)
+    if flat:
+        xs, ls, lo, hi = x[i], y[i], x[0], x[-1]
+    else:
+        lo, hi = _vertex_interval(x[w], y[w], noise, seed, fallback=(x[0], x[-1]))
+    return RungOptimum(
+        param=param,
+        N=float(N),
+        D=float(D),
+        C=float(C),
+        values=tuple(float(v) for v in values),
+        losses=tuple(float(v) for v in y),
+        best_tried=float(values[i]),
+        best_loss=float(y[i]),
+        optimum=float(math.exp(xs)),
+        interval=(float(math.exp(lo)), float(math.exp(hi))),
+        loss_at_optimum=float(ls),
+        kappa=math.nan if flat else float(a / ls),
+        edge=bool(edge),
+        flat=bool(flat),
+        n_window=int(w.stop - w.start),
+    )
+
+
+def _vertex_interval(
+    x: np.ndarray, y: np.ndarray, noise: float, seed: int, fallback: tuple[float, float]
+) -> tuple[float, float]:
+    """Central 90% of the vertex over refits with relative loss noise `noise`; a draw whose
+    quadratic is not convex puts its vertex at the window's end nearer its lowest loss."""
+    rng = np.random.default_rng(seed)
+    ys = y[None, :] * (1 + noise * rng.standard_normal((NOISE_DRAWS, len(y))))
+    out = np.empty(NOISE_DRAWS)
+    for j in range(NOISE_DRAWS):
+        a, xs, _ = _quadratic(x, ys[j])
+        out[j] = xs if math.isfinite(xs) else x[int(np.argmin(ys[j]))]
+    tail = (1 - PREDICTION_LEVEL) / 2
+    lo, hi = np.quantile(out, [tail, 1 - tail])
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        return fallback
+    return float(lo), float(hi)
+
+
+def profiles(df: pd.DataFrame, param: str) -> list[tuple[tuple, pd.DataFrame]]:
+    """Per rung, the best loss at each value of `param` (over every other column's values) in
+    column `_v` order; `df` has columns N, D, C, loss, rung and `param`."""
+    out = []
+    for key, g in df.groupby("rung", sort=True):
+        g = g.assign(_v=g[param].map(lambda v: float(f"{v:.{VALUE_DIGITS}g}")))
+        best = g.loc[g.groupby("_v")["loss"].idxmin()].sort_values("_v")
+        out.append((key, best))
+    return out
+
+
+def pooled_noise(
+    profile_list: list[tuple[tuple, pd.DataFrame]], param: str, window: int
+) -> tuple[float, str]:
+    """(relative loss noise, where it came from): the pooled residual of the rungs' window
+    quadratics where any has spare points, else ASSUMED_LOSS_NOISE."""
+    ss, dof = 0.0, 0
+    for _, best in profile_list:
+        if len(best) < MIN_VALUES:
+            continue
+        y = best["loss"].to_numpy(float)
+        w = window_of(y, window)
+        s, d = residual_noise(np.log(best["_v"].to_numpy(float))[w], y[w])
+        ss, dof = ss + s, dof + d
+    if dof == 0:
+        return ASSUMED_LOSS_NOISE, "assumed (no rung has more points than its quadratic)"
+    return max(math.sqrt(ss / dof), 1e-6), f"pooled residual of the rung quadratics ({dof} dof)"
+
+
+def check_rung_sizes(profile_list: list[tuple[tuple, pd.DataFrame]], param: str) -> list:
+    """The rungs that sweep `param` (>= 3 values; a rung with one value did not sweep it). A rung
+    with exactly two values is a user error: no optimum can be located from two points."""
+    swept = []
+    for key, best in profile_list:
+        n = len(best)
+        if n == 2:
+            vals = ", ".join(f"{v:.4g}" for v in best["_v"])
+            raise AnalysisError(
+                f"rung N={key[0]:.4g}, D={key[1]:.4g} has 2 values of {param} ({vals}); an optimum "
+                f"needs >= {MIN_VALUES}: add a value to that rung or drop it"
+            )
+        if n >= MIN_VALUES:
+            swept.append((key, best))
+    return swept
