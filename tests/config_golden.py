@@ -2267,3 +2267,9 @@ RUN_IDS = {k: v for k, v in RUN_IDS.items() if not k.startswith("demo/")} | {
     "demo/C1e11_L4-d64_lr0.003": "4649d82d99",
     "demo/C1e11_L4-d64_lr0.03": "644732cffe",
 }
+
+# Issue 26 (hyperparameters that scale), on purpose: the IsoFLOP presets know `sweep.hparams` (an
+# HP.json whose laws set each run's optim.lr / train.batch_size; off) and `sweep.fit_hparams` (fit
+# them after the sweep; off). Neither is part of a run id (the `sweep` node never is).
+for _case in ("config +sweep=isoflop", "config +sweep=demo"):
+    GOLDEN[_case]["sweep"].update(hparams=None, fit_hparams=False)

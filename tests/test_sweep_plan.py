@@ -207,3 +207,65 @@ def test_status_and_decision(tmp_path):
     assert decide("completed", True) == (False, "completed earlier; reused")
     assert decide("diverged", False)[0] is False and decide("diverged", True)[0] is True
     assert decide("interrupted", False)[0] is True and decide("new", False) == (True, "new")
+
+
+def _hp_file(tmp_path, laws):
+    """An HP.json as fit-hparams writes it (only what a sweep reads: kind, laws.inputs/coef_log)."""
+    import json
+
+    path = tmp_path / "hp.json"
+    path.write_text(json.dumps({"kind": "hparams", "laws": laws}))
+    return str(path)
+
+
+def _value(run, key):
+    return next(float(o.split("=", 1)[1]) for o in run.overrides if o.startswith(key + "="))
+
+
+def test_hparams_set_each_runs_lr_from_the_law_and_the_probe_keeps_its_own(tmp_path):
+    # lr* = 2 N^-0.5: each run's lr follows its own N
+    hp = _hp_file(tmp_path, {"optim.lr": {"inputs": ["N"], "coef_log": [math.log(2.0), -0.5]}})
+    sweep = {**SWEEP, "hparams": hp, "lr_probe": {"lrs": [1e-3]}}
+    runs = [r for r in plan_sweep(BASE, sweep, corpus_tokens=10**9) if not r.skip]
+    main = [r for r in runs if "_lr" not in r.label]
+    assert len({_value(r, "optim.lr") for r in main}) > 1
+    for r in main:
+        assert _value(r, "optim.lr") == pytest.approx(2.0 * r.n_params**-0.5, rel=1e-3)
+    probe = [r for r in runs if "_lr" in r.label]
+    assert probe and all(_value(r, "optim.lr") == 1e-3 for r in probe)
+    assert all(sum(o.startswith("optim.lr=") for o in r.overrides) == 1 for r in runs)
+
+
+def test_hparams_batch_law_is_rounded_to_the_mesh_and_sets_the_length(tmp_path):
+    # B* = 0.01 D^0.5 sequences, on a data=2 x fsdp=2 mesh: multiples of 4
+    hp = _hp_file(tmp_path, {"train.batch_size": {"inputs": ["D"], "coef_log": [math.log(0.01), 0.5]}})
+    base = {**BASE, "sharding": {"data": 2, "fsdp": 2}}
+    runs = [r for r in plan_sweep(base, {**SWEEP, "hparams": hp}) if not r.skip]
+    batches = {_value(r, "train.batch_size") for r in runs}
+    assert len(batches) > 1 and all(b % 4 == 0 and b >= 4 for b in batches)
+    for r in runs:
+        b = int(_value(r, "train.batch_size"))
+        assert r.tokens == r.steps * b * BASE["model"]["seq_len"]
+        assert abs(b - 0.01 * r.tokens**0.5) <= 2 + 0.5 * b  # nearest multiple of 4 (rounded in D)
+
+
+def test_hparams_with_branches_give_one_value_per_shape(tmp_path):
+    hp = _hp_file(tmp_path, {"optim.lr": {"inputs": ["N", "D"], "coef_log": [0.0, -0.5, 0.1]}})
+    runs = [r for r in plan_sweep(BASE, {**SWEEP, "hparams": hp, "branches": True}) if not r.skip]
+    by_shape = {}
+    for r in runs:
+        by_shape.setdefault(r.n_params, set()).add(_value(r, "optim.lr"))
+    assert len(by_shape) > 1 and all(len(v) == 1 for v in by_shape.values())
+    unbranched = [r for r in plan_sweep(BASE, {**SWEEP, "hparams": hp}) if not r.skip]
+    assert len({_value(r, "optim.lr") for r in unbranched}) > len(by_shape)  # D moves it otherwise
+
+
+def test_hparams_file_errors_are_one_line(tmp_path):
+    with pytest.raises(PlanError, match="file not found"):
+        plan_sweep(BASE, {**SWEEP, "hparams": str(tmp_path / "missing.json")})
+    (tmp_path / "other.json").write_text('{"params": {}}')
+    with pytest.raises(PlanError, match="not a fit-hparams result"):
+        plan_sweep(BASE, {**SWEEP, "hparams": str(tmp_path / "other.json")})
+    bad = _hp_file(tmp_path, {"model.d_model": {"inputs": ["N"], "coef_log": [0.0, 1.0]}})
+    with pytest.raises(PlanError, match="not model.d_model"):
+        plan_sweep(BASE, {**SWEEP, "hparams": bad})

@@ -14,6 +14,12 @@ Sweep kinds (`sweep.kind`):
                    the LR schedule (which decays over `train.tokens`) is stretched to each run.
                    `sweep.lr_probe` ({lrs, budgets}) adds every shape at other learning rates at
                    some budgets (an LR sweep per rung; the best run of each rung is fitted).
+
+`sweep.hparams: HP.json` (every kind but layouts) sets each run's `optim.*` values and
+`train.batch_size` from the laws `python -m analysis fit-hparams` fitted (experiments/sweeps/
+hparams.py), at the run's N, D and C; runs that set the key themselves (the LR probe) keep theirs.
+With `sweep.branches` a shape's runs share one value (their trunk's), taken at the geometric mean
+D of its trained runs.
 * `model_ladder` -- every ladder shape at a fixed `sweep.tokens_per_param` (D = r * N).
 * `data_ladder`  -- the config's model at each token count in `sweep.tokens`.
 * `layouts`      -- the config's model, unchanged length, over each mesh in `sweep.meshes`
@@ -30,6 +36,7 @@ import dataclasses
 import math
 from typing import Any, Callable, Mapping
 
+from experiments.sweeps import hparams as hp
 from experiments.sweeps.ladder import LadderError, shapes_from_config
 from models.base.errors import ConfigError
 from models.config import ModelConfig
@@ -111,22 +118,25 @@ class _Sweep:
     sweep: Mapping[str, Any]
     corpus_tokens: int | None
     counts: Callable[[Mapping[str, Any]], tuple[int, int]]
+    laws: Mapping[str, hp.PointLaw] = dataclasses.field(default_factory=dict)  # sweep.hparams
+    data_parallel: int = 1  # the batch is a multiple of this
 
     @property
     def tokens_per_step(self) -> int:
         return int(self.train["batch_size"]) * int(self.model["seq_len"])
 
-    def length(self, tokens_wanted: float) -> tuple[int, int]:
+    def length(self, tokens_wanted: float, batch: int | None = None) -> tuple[int, int]:
         """(steps, tokens) of a run of about `tokens_wanted` tokens, in whole steps."""
-        steps = max(0, int(round(tokens_wanted / self.tokens_per_step)))
-        return steps, steps * self.tokens_per_step
+        tps = self.tokens_per_step if batch is None else batch * int(self.model["seq_len"])
+        steps = max(0, int(round(tokens_wanted / tps)))
+        return steps, steps * tps
 
     def skip_reason(self, steps: int, tokens: int) -> str | None:
         """Why a run of this length is not worth training, or None."""
         min_steps = int(self.sweep.get("min_steps", 20))
         if steps < min_steps:
             return (
-                f"only {steps} steps of {self.tokens_per_step} tokens (< sweep.min_steps={min_steps}); "
+                f"only {steps} steps of {tokens // max(steps, 1):,} tokens (< sweep.min_steps={min_steps}); "
                 "the budget is too small for this shape"
             )
         max_epochs = self.sweep.get("max_epochs")
@@ -146,11 +156,25 @@ class _Sweep:
         overrides: list[str],
         tokens_for: Callable[[int, int], float],
         budget: float | None = None,
+        at: float | None = None,
     ) -> PlannedRun:
         """A run of `model` for about `tokens_for(n_params, flops_per_token)` tokens: its shape
-        overrides, then its length overrides (and the budget it belongs to), and the skip rule."""
+        overrides, its hyperparameters from `sweep.hparams` (evaluated at `at` tokens when given:
+        one value for every branch of a trunk), then its length overrides (and the budget it
+        belongs to), and the skip rule."""
         n, fpt = self.counts(model)
-        steps, tokens = self.length(tokens_for(n, fpt))
+        wanted = tokens_for(n, fpt)
+        d = wanted if at is None else at
+        batch = None
+        overrides = list(overrides)
+        law = self.laws.get(hp.BATCH_KEY)
+        if law is not None:
+            batch = hp.round_batch(law(n, d, d * fpt), self.data_parallel)
+            overrides.append(f"{hp.BATCH_KEY}={batch}")
+        steps, tokens = self.length(wanted, batch)
+        for key, law in self.laws.items():
+            if key != hp.BATCH_KEY and not any(o.startswith(key + "=") for o in overrides):
+                overrides.append(hp.value_override(key, law(n, d, d * fpt)))
         overrides = overrides + _length_overrides(tokens, self.sweep)
         if budget is not None:
             overrides.append(f"sweep.budget={budget:g}")
@@ -175,6 +199,7 @@ def _plan_isoflop(s: _Sweep) -> list[PlannedRun]:
     if len(set(budgets)) != len(budgets):
         raise PlanError(f"sweep.budgets has repeated entries: {budgets}")
     shapes = shapes_from_config(s.sweep)
+    at = _trunk_points(s, shapes, budgets) if s.laws and s.sweep.get("branches") else {}
     runs = [
         s.run(
             f"C{format_budget(c)}_{shape.label}",
@@ -182,6 +207,7 @@ def _plan_isoflop(s: _Sweep) -> list[PlannedRun]:
             shape.overrides(),
             lambda n, fpt, c=c: c / fpt,
             budget=c,
+            at=at.get(shape.label),
         )
         for c in sorted(budgets)
         for shape in shapes
@@ -194,12 +220,26 @@ def _plan_isoflop(s: _Sweep) -> list[PlannedRun]:
             shape.overrides() + [f"optim.lr={lr:g}"],
             lambda n, fpt, c=c: c / fpt,
             budget=c,
+            at=at.get(shape.label),
         )
         for c in probe_budgets
         for shape in shapes
         for lr in lrs
     ]
     return runs
+
+
+def _trunk_points(s: _Sweep, shapes: list, budgets: list[float]) -> dict[str, float]:
+    """With `sweep.branches`, the token count each shape's hyperparameters are evaluated at: a
+    trunk has one learning rate and batch for all its branches, so the laws are evaluated at the
+    geometric mean D of the shape's runs that are trained (not skipped)."""
+    out = {}
+    for shape in shapes:
+        model = shape.apply(s.model)
+        d = [r.tokens for c in budgets if not (r := s.run("", model, [], lambda n, f, c=c: c / f)).skip]
+        if d:
+            out[shape.label] = math.exp(sum(math.log(t) for t in d) / len(d))
+    return out
 
 
 def _lr_probe(sweep: Mapping[str, Any], budgets: list[float]) -> tuple[list[float], list[float]]:
@@ -327,6 +367,12 @@ def plan_sweep(
     kind = sweep.get("kind", "isoflop")
     if kind not in KINDS:
         raise PlanError(f"sweep.kind={kind!r} is not one of {list(KINDS)}")
+    laws = {}
+    if sweep.get("hparams") and kind != "layouts":
+        try:
+            laws = hp.read_laws(sweep["hparams"])
+        except hp.HparamsError as e:
+            raise PlanError(str(e)) from None
     return _PLANNERS[kind](
         _Sweep(
             model=dict(run_cfg["model"]),
@@ -334,5 +380,7 @@ def plan_sweep(
             sweep=sweep,
             corpus_tokens=corpus_tokens,
             counts=counts,
+            laws=laws,
+            data_parallel=hp.data_parallel(run_cfg),
         )
     )

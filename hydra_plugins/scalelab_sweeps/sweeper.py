@@ -380,6 +380,8 @@ class ScalelabSweeper(Sweeper):
         )
         for r in diverged:
             log.warning(f"diverged: {r['run_dir']}")
+        if OmegaConf.select(self.config, "sweep.fit_hparams"):
+            _fit_hparams(sweep_dir)
         if failed:
             names = ", ".join(f"{r['run_dir']} ({r.get('error') or r.get('status_after')})" for r in failed)
             raise SweepError(f"{len(failed)} of {len(ran)} launched runs failed: {names}")
@@ -411,6 +413,30 @@ def _record_result(job: dict, ret: JobReturn, sweep_dir: pathlib.Path) -> None:
             rec["error"] = str(value)
         elif isinstance(value, dict) and value.get("error"):
             rec["error"] = str(value["error"])
+
+
+HPARAMS_FILE, RUNS_TABLE = "hparams.json", "runs.csv"
+
+
+def _fit_hparams(sweep_dir: pathlib.Path) -> None:
+    """`sweep.fit_hparams`: collect the sweep and fit its hyperparameter laws, through the analysis
+    command line (the sweeper sits below the analysis package): <sweep dir>/runs.csv and
+    <sweep dir>/hparams.json. A fit that fails is the sweep's one-line error; the runs stay."""
+    import subprocess
+    import sys
+
+    table, laws = sweep_dir / RUNS_TABLE, sweep_dir / HPARAMS_FILE
+    for cmd in (
+        ["collect", str(sweep_dir), "--out", str(table)],
+        ["fit-hparams", str(table), "--json", str(laws)],
+    ):
+        p = subprocess.run([sys.executable, "-m", "analysis", *cmd], capture_output=True, text=True)
+        for line in (p.stdout + p.stderr).splitlines():
+            log.info(f"  {cmd[0]}: {line}")
+        if p.returncode != 0:
+            last = (p.stderr.strip().splitlines() or ["(no output)"])[-1]
+            raise SweepError(f"sweep.fit_hparams: `python -m analysis {' '.join(cmd)}` failed: {last}")
+    log.info(f"hyperparameter laws -> {laws} (use them with sweep.hparams={laws})")
 
 
 def _corpus_tokens(run_cfg: dict, sweep: dict) -> Optional[int]:
