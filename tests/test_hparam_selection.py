@@ -284,3 +284,41 @@ def test_lr_sweep_preset_plans_every_rung_at_each_lr(tmp_path):
     assert len({r["run_dir"] for r in runs}) == 27  # one directory per (rung, lr)
     runs, lrs = plan(tmp_path / "b", "optim.lr=2e-3,4e-3")
     assert len(runs) == 18 and all(v == {2e-3, 4e-3} for v in lrs.values())
+
+
+def test_at_optimum_fits_each_rung_at_its_quadratic_vertex(tmp_path):
+    """A grid offset from each rung's optimum (x0.4, x1.2, x3.6): the best run lies above the law by
+    its LR penalty, which is exactly quadratic in ln lr, so the vertex's loss is the law's loss;
+    a rung whose grid ends at its best keeps that run's loss (its vertex is an extrapolation)."""
+    rungs = [(C, N) for C in BUDGETS for N in SIZES[:2]]
+    for C, N in rungs:
+        D = C / (6 * N)
+        steps = (0.1, 0.3, 0.9) if (C, N) == EDGE_RUNG else (0.4, 1.2, 3.6)
+        for s in steps:
+            lr = lr_opt(N) * s
+            write_run(
+                tmp_path,
+                f"C{C:g}_N{N:g}_lr{lr:.3g}",
+                N=N,
+                D=D,
+                C=C,
+                lr=lr,
+                loss=law(N, D) + lr_penalty(N, lr),
+            )
+    sel = select_best_runs(load(tmp_path))
+    rows, records = sel.at_optimum(["final_eval_loss"])
+    assert len(rows) == len(rungs) == len(records)
+    for _, r in rows.iterrows():
+        truth, best = law(r["N"], r["D"]), sel.table.loc[sel.table["hparam_group"] == r["hparam_group"]]
+        best_loss = best["final_eval_loss"].min()
+        if (r["sweep.budget"], r["n_params"]) == EDGE_RUNG:
+            assert r["final_eval_loss"] == best_loss  # kept
+        else:
+            assert best_loss > truth + 1e-4  # the grid misses the optimum...
+            assert r["final_eval_loss"] == pytest.approx(truth, rel=1e-9)  # ...the vertex does not
+    kept = [rec for rec in records if rec["loss_at_optimum"] is None]
+    assert len(kept) == 1 and "edge" in kept[0]["kept"]
+    moved = [rec for rec in records if rec["optimum"] is not None]
+    for rec in moved:
+        N = float(rec["label"].split("N=")[1].replace(",", ""))
+        assert rec["optimum"] == pytest.approx(lr_opt(N), rel=1e-6)

@@ -71,6 +71,12 @@ def register(subparsers) -> None:
         "--holdout-above", type=float, help="leave runs with C above this out of the fit and predict them"
     )
     p.add_argument(
+        "--at-optimum",
+        action="store_true",
+        help="with an LR sweep per rung: fit each rung's loss at its fitted optimum (the vertex of a "
+        "quadratic in ln lr through the best run and its neighbours) instead of the best run's loss",
+    )
+    p.add_argument(
         "--all-runs",
         action="store_true",
         help=(
@@ -156,6 +162,8 @@ def _fit_rows(args: argparse.Namespace):
     from analysis.laws.points import read_table
 
     df = read_table(args.data)
+    if args.all_runs and getattr(args, "at_optimum", False):
+        raise AnalysisError("--at-optimum corrects the best run of each rung; drop --all-runs")
     if args.all_runs:
         return df, None
     if not has_config(df):
@@ -170,7 +178,19 @@ def _fit_rows(args: argparse.Namespace):
     print(sel.message)
     for w in sel.warnings:
         print(f"warning: {w}", file=sys.stderr)
-    return sel.selected, sel.to_dict()
+    record = sel.to_dict()
+    if not getattr(args, "at_optimum", False):
+        return sel.selected, record
+    from analysis.laws.points import ALIASES
+
+    loss_cols = [args.loss_col] if args.loss_col else [c for c in ALIASES["loss"] if c in df.columns]
+    if not loss_cols:
+        raise AnalysisError("--at-optimum needs a loss column (loss or final_eval_loss)")
+    rows, rungs = sel.at_optimum(loss_cols)
+    moved = [r for r in rungs if r["loss_at_optimum"] is not None]
+    print(f"--at-optimum: {len(moved)} of {len(rungs)} swept rungs fitted at their optimum's loss")
+    record["at_optimum"] = rungs
+    return rows, record
 
 
 def _reemit(caught: list, n_params_warning: type) -> None:

@@ -148,6 +148,41 @@ class Selection:
                 )
         return out
 
+    def at_optimum(self, loss_cols: list[str], window: int = 1) -> tuple[pd.DataFrame, list[dict]]:
+        """The selected rows with each swept rung's loss replaced by the loss at its fitted
+        optimum: the vertex of a quadratic in ln(x_param) through the best run and its
+        neighbours (analysis.laws.vertex), so a rung is not charged for the grid's spacing. Rungs
+        whose best is at the grid's edge, whose loss is not convex there, that swept more than
+        one key or fewer than 3 values keep their best run's loss. Every column of `loss_cols` is
+        set (a table's `loss` and `final_eval_loss` are the same number). Also returns one record per
+        swept rung (label, best_loss, loss_at_optimum or None, optimum, why not)."""
+        from analysis.laws.vertex import MIN_VALUES, vertex
+
+        out = self.selected.copy()
+        param, records = self.x_param, []
+        for g in self.groups:
+            rec = {"label": g.label, "best_loss": g.best_loss, "loss_at_optimum": None, "optimum": None}
+            records.append(rec)
+            if g.best is None or param is None or set(g.values) != {param}:
+                rec["kept"] = "the rung swept another key than " + str(param)
+                continue
+            prof: dict[float, float] = {}
+            for v, l in zip(g.values[param], g.losses):
+                if math.isfinite(l) and float(v) > 0:
+                    prof[float(v)] = min(l, prof.get(float(v), math.inf))
+            if len(prof) < MIN_VALUES:
+                rec["kept"] = f"fewer than {MIN_VALUES} values of {param} completed"
+                continue
+            xs = sorted(prof)
+            vx = vertex(np.array(xs), np.array([prof[v] for v in xs]), window)
+            if not vx.usable:
+                rec["kept"] = "the best value is at the grid's edge" if vx.edge else "not convex"
+                continue
+            rec.update(loss_at_optimum=vx.loss, optimum=math.exp(vx.x))
+            rows = (out[GROUP] == g.group).to_numpy()
+            out.loc[rows, loss_cols] = vx.loss
+        return out, records
+
     def to_dict(self) -> dict[str, Any]:
         """What report.json and `collect --json` record about the selection."""
         return {
@@ -196,7 +231,7 @@ def select_best_runs(df: pd.DataFrame, loss_col: str | None = None) -> Selection
         table[GROUP] = np.arange(len(table))
         table[SELECTED] = True
         return Selection(table, (), (), int(len(table)))
-    loss_col = _loss_column(table, loss_col)
+    loss_col = loss_column(table, loss_col)
     keys = _group_keys(table)
     order = sorted(set(keys), key=lambda k: (_num_key(k[-2]), _num_key(k[-1]), k))
     gid = {k: i for i, k in enumerate(order)}
@@ -220,7 +255,7 @@ def select_best_runs(df: pd.DataFrame, loss_col: str | None = None) -> Selection
     return Selection(table, tuple(varied), tuple(groups), int(len(table) - n_swept))
 
 
-def _loss_column(df: pd.DataFrame, loss_col: str | None) -> str | None:
+def loss_column(df: pd.DataFrame, loss_col: str | None) -> str | None:
     if loss_col is not None:
         return loss_col if loss_col in df.columns else None
     return next((c for c in LOSS_COLUMNS if c in df.columns), None)
