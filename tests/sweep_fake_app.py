@@ -10,6 +10,7 @@ appended to `steps.log`, so tests can count exactly how many steps a relaunch tr
 from __future__ import annotations
 
 import json
+import math
 import os
 import pathlib
 import sys
@@ -27,6 +28,15 @@ from models.flops import flops_per_token, param_count  # noqa: E402
 
 def _law(n: float, d: float) -> float:
     return 1.7 + 400.0 / n**0.34 + 900.0 / max(d, 1.0) ** 0.30
+
+
+def _lr_factor(fake: DictConfig, n: float, lr: float) -> float:
+    """1 + penalty * ln(lr / lr*(n))^2 with lr*(n) = lr_star * (n / lr_n0)^lr_exp (1 when the
+    penalty is 0): a known optimum law for the hyperparameter-law tests."""
+    if not fake.get("lr_penalty"):
+        return 1.0
+    best = fake.lr_star * (n / fake.lr_n0) ** fake.lr_exp
+    return 1.0 + fake.lr_penalty * math.log(lr / best) ** 2
 
 
 def _atomic(path: pathlib.Path, obj: dict) -> None:
@@ -59,7 +69,7 @@ def main(cfg: DictConfig) -> None:
         elif cfg.fake.step_sleep:
             time.sleep(cfg.fake.step_sleep)
         tokens = step * tps
-        loss = _law(n, tokens)
+        loss = _law(n, tokens) * _lr_factor(cfg.fake, n, cfg.optim.lr)
         rec = {
             "step": step,
             "tokens": tokens,
@@ -94,8 +104,8 @@ def main(cfg: DictConfig) -> None:
             "n_params_non_embedding": n,
             "tokens": tokens,
             "flops": tokens * fpt,
-            "final_train_loss": _law(n, tokens),
-            "final_eval_loss": _law(n, tokens) * 1.01,
+            "final_train_loss": _law(n, tokens) * _lr_factor(cfg.fake, n, cfg.optim.lr),
+            "final_eval_loss": _law(n, tokens) * _lr_factor(cfg.fake, n, cfg.optim.lr) * 1.01,
             "tokens_per_s": 1e5,
             "mfu": 0.1,
             "peak_flops_per_device": 1e11,

@@ -200,3 +200,36 @@ def test_bad_sweep_config_and_busy_dir_give_clear_errors(tmp_path):
         fcntl.flock(f, fcntl.LOCK_EX)
         p = sweep(sw, check=False)
     assert p.returncode != 0 and "in use by another running sweep" in p.stderr and "Traceback" not in p.stderr
+
+
+def test_hparams_probe_fits_the_laws_then_trains_every_other_budget_at_them(tmp_path):
+    """sweep.hparams=probe: the LR probe's budgets are trained at 3 learning rates, the laws are
+    fitted (<sweep dir>/hparams.json), and the other budget's runs get the law's learning rate. The
+    fake loss has an exactly quadratic penalty in ln(lr) around lr*(N) = 3e-3 (N / 1e5)^-0.2, so
+    the law is exact and the planned learning rates are lr*(N) (4 significant digits)."""
+    sw = tmp_path / "sw"
+    c = [a for a in cmd(sw) if a != BUDGETS] + [
+        "sweep.budgets=[1e10,3e10,1e11]",
+        "sweep.lr_probe={lrs:[1e-3,9e-3],budgets:[1e10,3e10]}",
+        "sweep.hparams=probe",
+        "fake.lr_penalty=0.05",
+    ]
+    first = subprocess.run(c, env=env(), cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert first.returncode == 0, first.stderr[-2000:] + first.stdout[-2000:]
+    hp = json.loads((sw / "hparams.json").read_text())
+    assert hp["law_form"]["optim.lr"] in ("N", "N_D", "C")
+    assert all(not r["edge"] for r in hp["rungs"]) and len(hp["rungs"]) == 5  # 2 + 3 probed rungs
+    plan = plan_of(sw)
+    late = [r for r in plan if r["budget"] == 1e11 and r["action"] != "skip"]
+    early = [r for r in plan if r["budget"] in (1e10, 3e10) and r["action"] != "skip"]
+    assert len(early) == 3 * 5 and len(late) >= 3
+    for r in late:
+        lr = float(next(o for o in r["overrides"] if o.startswith("optim.lr=")).split("=")[1])
+        assert lr == pytest.approx(3e-3 * (r["n_params"] / 1e5) ** -0.2, rel=2e-3)
+    before = snapshot(sw)
+    second = subprocess.run(c, env=env(), cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert second.returncode == 0, second.stderr[-2000:]
+    assert (
+        snapshot(sw) == before
+        and f"0 trained, {len(early) + len(late)} reused" in second.stdout + second.stderr
+    )

@@ -98,6 +98,7 @@ class ScalelabSweeper(Sweeper):
         self.dry_run = False
         self.pack = 1
         self._branch_info: dict[str, dict] = {}  # label -> role / trunk / flops of WSD branch runs
+        self._job_idx = 0  # Hydra job index of the next launch (over every stage of the sweep)
 
     def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
         self.config = config
@@ -341,34 +342,68 @@ class ScalelabSweeper(Sweeper):
             lock.close()
 
     def _sweep_locked(self, arguments: List[str], sweep_dir: pathlib.Path) -> Any:
-        # Imported here: Hydra imports every plugin module at start-up, for any app (see __init__).
-        from models.base.rundir import RunStatus
-
         self.pack = _pack_size(OmegaConf.select(self.config, "sweep.pack"))
-        launch, records = self._plan_jobs(arguments)
         OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
-        _log_plan(records)
+        if OmegaConf.select(self.config, "sweep.hparams") != HPARAMS_PROBE:
+            records, returns = self._stage(arguments, sweep_dir, [])
+            if records is not None and OmegaConf.select(self.config, "sweep.fit_hparams"):
+                _fit_hparams(sweep_dir)
+            return self._finish(records or [], returns, sweep_dir)
+        # sweep.hparams=probe: the LR probe's budgets first, their laws fitted, then the other
+        # budgets at the fitted values (one sweep, one plan file)
+        probe, rest = _probe_budgets(_container(self.config, "sweep") or {})
+        stage1 = [
+            f"sweep.budgets={_flist(probe)}",
+            f"sweep.lr_probe.budgets={_flist(probe)}",
+            "sweep.hparams=null",
+        ]
+        records, returns = self._stage(list(arguments) + stage1, sweep_dir, [])
+        if records is None:
+            log.info("sweep.hparams=probe: the other budgets are planned once the probe's laws are fitted")
+            return []
+        laws = _fit_hparams(sweep_dir)
+        if rest:
+            stage2 = [f"sweep.budgets={_flist(rest)}", "sweep.lr_probe=null", f"sweep.hparams={laws}"]
+            more, returns2 = self._stage(list(arguments) + stage2, sweep_dir, records)
+            records, returns = more if more is not None else records, returns + returns2
+        return self._finish(records, returns, sweep_dir)
+
+    def _stage(
+        self, arguments: List[str], sweep_dir: pathlib.Path, earlier: list[dict]
+    ) -> tuple[Optional[list[dict]], list]:
+        """Plan and launch one set of runs; (every record so far, job returns), records None on a
+        dry run (only planned and logged)."""
+        launch, records = self._plan_jobs(arguments)
+        records = earlier + records
+        _log_plan(records[len(earlier) :])
         _write_plan(sweep_dir, records)
         if self.dry_run:
             log.info("sweep.dry_run=true: nothing launched")
-            return []
-
+            return None, []
+        assert self.launcher is not None
         returns: List[Sequence[JobReturn]] = []
         batch_size = self.max_batch_size or max(1, len(launch))
-        idx = 0
         for phase in (0, 1):  # WSD branches last: they start from their trunks' checkpoints
             phase_jobs = [j for j in launch if j.get("phase", 1) == phase]
             phase_jobs.sort(key=lambda j: j["rec"].get("role") != "trunk")  # branches wait on trunks
             jobs = self._packed(phase_jobs, sweep_dir)
             for start in range(0, len(jobs), batch_size):
                 batch = jobs[start : start + batch_size]
-                results = self.launcher.launch([j["overrides"] for j in batch], initial_job_idx=idx)
-                idx += len(batch)
+                results = self.launcher.launch([j["overrides"] for j in batch], initial_job_idx=self._job_idx)
+                self._job_idx += len(batch)
                 returns.append(results)
                 for job, ret in zip(batch, results):
                     _record_result(job, ret, sweep_dir)
         _write_plan(sweep_dir, records)
+        return records, returns
 
+    def _finish(self, records: list[dict], returns: list, sweep_dir: pathlib.Path) -> Any:
+        """The sweep's summary line; the one-line error when a launched run failed."""
+        # Imported here: Hydra imports every plugin module at start-up, for any app (see __init__).
+        from models.base.rundir import RunStatus
+
+        if self.dry_run:
+            return []
         ran = [r for r in records if r["action"] == "launch"]
         failed = [r for r in ran if r.get("status_after") not in (RunStatus.COMPLETED, RunStatus.DIVERGED)]
         diverged = [r for r in ran if r.get("status_after") == RunStatus.DIVERGED]
@@ -380,12 +415,34 @@ class ScalelabSweeper(Sweeper):
         )
         for r in diverged:
             log.warning(f"diverged: {r['run_dir']}")
-        if OmegaConf.select(self.config, "sweep.fit_hparams"):
-            _fit_hparams(sweep_dir)
         if failed:
             names = ", ".join(f"{r['run_dir']} ({r.get('error') or r.get('status_after')})" for r in failed)
             raise SweepError(f"{len(failed)} of {len(ran)} launched runs failed: {names}")
         return returns
+
+
+HPARAMS_PROBE = "probe"  # sweep.hparams=probe: fit the laws on the LR probe, then sweep at them
+
+
+def _flist(values: list[float]) -> str:
+    return "[" + ",".join(f"{v:g}" for v in values) + "]"
+
+
+def _probe_budgets(sweep: dict) -> tuple[list[float], list[float]]:
+    """(the LR probe's budgets, the sweep's other budgets) for sweep.hparams=probe."""
+    probe = sweep.get("lr_probe") or {}
+    chosen = probe.get("budgets") if isinstance(probe, dict) else None
+    if not chosen or not probe.get("lrs"):
+        raise SweepError(
+            "sweep.hparams=probe fits the laws on the LR probe: give its learning rates and budgets, "
+            "e.g. 'sweep.lr_probe={lrs:[3e-3,3e-2],budgets:[1e11,1.5e11]}'"
+        )
+    budgets = [float(c) for c in sweep.get("budgets") or []]
+    missing = [c for c in chosen if float(c) not in budgets]
+    if missing:
+        raise SweepError(f"sweep.lr_probe.budgets {missing} are not in sweep.budgets {budgets}")
+    probe_b = sorted({float(c) for c in chosen})
+    return probe_b, [c for c in sorted(budgets) if c not in probe_b]
 
 
 # overrides that set a run's length (a WSD trunk serves runs that differ only in them)
@@ -418,7 +475,7 @@ def _record_result(job: dict, ret: JobReturn, sweep_dir: pathlib.Path) -> None:
 HPARAMS_FILE, RUNS_TABLE = "hparams.json", "runs.csv"
 
 
-def _fit_hparams(sweep_dir: pathlib.Path) -> None:
+def _fit_hparams(sweep_dir: pathlib.Path) -> pathlib.Path:
     """`sweep.fit_hparams`: collect the sweep and fit its hyperparameter laws, through the analysis
     command line (the sweeper sits below the analysis package): <sweep dir>/runs.csv and
     <sweep dir>/hparams.json. A fit that fails is the sweep's one-line error; the runs stay."""
@@ -437,6 +494,7 @@ def _fit_hparams(sweep_dir: pathlib.Path) -> None:
             last = (p.stderr.strip().splitlines() or ["(no output)"])[-1]
             raise SweepError(f"sweep.fit_hparams: `python -m analysis {' '.join(cmd)}` failed: {last}")
     log.info(f"hyperparameter laws -> {laws} (use them with sweep.hparams={laws})")
+    return laws.resolve()
 
 
 def _corpus_tokens(run_cfg: dict, sweep: dict) -> Optional[int]:
