@@ -2273,3 +2273,22 @@ RUN_IDS = {k: v for k, v in RUN_IDS.items() if not k.startswith("demo/")} | {
 # them after the sweep; off). Neither is part of a run id (the `sweep` node never is).
 for _case in ("config +sweep=isoflop", "config +sweep=demo"):
     GOLDEN[_case]["sweep"].update(hparams=None, fit_hparams=False)
+# ...and the demo trains its two smallest budgets as an LR probe, fits the LR law on them and
+# trains the other budgets at it (`sweep.hparams: probe`); the plan (no law yet) adds the probe
+# runs at 1.5e11.
+GOLDEN["config +sweep=demo"]["sweep"].update(hparams="probe")
+GOLDEN["config +sweep=demo"]["sweep"]["lr_probe"]["budgets"] = [1e11, 1.5e11]
+RUN_IDS |= {
+    "demo/C1.5e11_L1-d8_lr0.003": "834f4fa3c0",
+    "demo/C1.5e11_L1-d8_lr0.03": "aadbf56645",
+    "demo/C1.5e11_L1-d16_lr0.003": "af2849cc88",
+    "demo/C1.5e11_L1-d16_lr0.03": "1d4e3f8d4c",
+    "demo/C1.5e11_L2-d24_lr0.003": "eaeec040e9",
+    "demo/C1.5e11_L2-d24_lr0.03": "252f5321e7",
+    "demo/C1.5e11_L2-d32_lr0.003": "e188ec72e6",
+    "demo/C1.5e11_L2-d32_lr0.03": "fb6fc848e1",
+    "demo/C1.5e11_L3-d48_lr0.003": "a1fe3f7abf",
+    "demo/C1.5e11_L3-d48_lr0.03": "39bbb1424b",
+    "demo/C1.5e11_L4-d64_lr0.003": "03e6539d7c",
+    "demo/C1.5e11_L4-d64_lr0.03": "02e3a716e2",
+}

@@ -26,6 +26,7 @@ SCALED = [
     "{n_layers:2,d_model:24,n_heads:3},{n_layers:2,d_model:32,n_heads:4}]",
     "sweep.min_steps=50",
     "sweep.lr_probe=null",
+    "sweep.hparams=null",  # the probe -> law -> sweep path: tests/test_sweep_fake.py
     "eval.tasks=[]",
     "train.eval_every=0",
     "train.eval_tokens=4096",

@@ -12,6 +12,12 @@ Plan → train: best.overrides (JSON) are the `python -m experiments.train` over
 layout the trainer can run (best.trainer: that layout and its predictions; best.trainer.missing:
 what the planner's own best layout needs that the trainer lacks, e.g. pipeline parallelism).
 `--emit overrides` also prints that command line, as the last line of each plan.
+
+Recipe: `--hparams HP.json` (from `python -m analysis fit-hparams`) states the learning rate and
+batch (sequences and tokens) of the recommended run with 90% intervals, plus its warm-up and
+schedule (the trainer's defaults); a batch law sets the batch the layouts are searched for, and
+the emitted overrides carry `optim.lr=` and `train.batch_size=`. JSON: `recipe` per plan
+(analysis/planning/recipe.py). Without --hparams the plan says the recipe is untuned.
 """
 
 from __future__ import annotations
@@ -21,7 +27,8 @@ import pathlib
 
 from analysis.commands._options import add_budget_argument, add_json_argument, emit_json
 from analysis.laws.allocation import ScalingLaw
-from analysis.planning.planner import band_text, efficiency_note, plan
+from analysis.planning.planner import DEFAULT_BATCH_TOKENS, band_text, efficiency_note, plan
+from analysis.planning.recipe import load_hparam_set
 from models.base.errors import AnalysisError
 from sharding.costmodel import MFU_CONVENTION
 from sharding.costmodel.hetero import is_mixed
@@ -77,8 +84,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--batch-tokens",
         type=_positive_int,
-        default=4 * 1024 * 1024,
-        help="target tokens per optimizer step (default 4M)",
+        default=None,
+        help=f"target tokens per optimizer step (default {DEFAULT_BATCH_TOKENS // 2**20}M, or the "
+        "--hparams batch law's optimum; given explicitly it wins over the law)",
+    )
+    p.add_argument(
+        "--hparams",
+        type=pathlib.Path,
+        metavar="HP.json",
+        help="hyperparameter laws from `python -m analysis fit-hparams --json`: state the run's "
+        "learning rate and batch with 90%% intervals and emit optim.lr / train.batch_size",
     )
     p.add_argument("--top", type=_positive_int, default=8, help="candidates to list")
     add_json_argument(p, "the plan ({'best': ..., 'candidates': [...], 'N_opt', 'D_opt', ...})")
@@ -112,6 +127,7 @@ def run(args: argparse.Namespace) -> int:
     eff = load_efficiency(args.efficiency)
     if is_mixed(args.hardware):
         return _run_mixed(args, law, eff)
+    hparams = load_hparam_set(args.hparams) if args.hparams is not None else None
     if args.gpus is None:
         raise AnalysisError(
             "--gpus is required: the number of devices (or give a mixed cluster as "
@@ -131,6 +147,7 @@ def run(args: argparse.Namespace) -> int:
             top=args.top,
             eff=eff,
             offload=args.offload,
+            hparams=hparams,
         )
         for budget in (args.budget or [None])
     ]
@@ -166,6 +183,7 @@ def _run_mixed(args: argparse.Namespace, law: ScalingLaw, eff) -> int:
         ("--emit", args.emit),
         ("--markdown", args.markdown),
         ("--offload", args.offload),
+        ("--hparams", args.hparams),
     ):
         if v:
             raise AnalysisError(f"{flag} is not supported for a mixed cluster yet; plan with --budget")
@@ -178,7 +196,7 @@ def _run_mixed(args: argparse.Namespace, law: ScalingLaw, eff) -> int:
             law=law,
             seq_len=args.seq_len,
             vocab=args.vocab,
-            batch_tokens=args.batch_tokens,
+            batch_tokens=DEFAULT_BATCH_TOKENS if args.batch_tokens is None else args.batch_tokens,
             eff=eff,
         )
         for b in args.budget
@@ -224,6 +242,9 @@ def _print_plan(result) -> None:
         f"({b.gpu_hours:.3g}{band_text(b.gpu_hours_interval, 1, '.3g')} "
         f"GPU-hours), loss {b.loss:.3f} ({ci})"
     )
+    if result.recipe is not None:
+        for line in result.recipe.text_lines():
+            print(line)
     for n in result.notes:
         print(f"note: {n}")
     print(f"note: {efficiency_note(result.efficiency)}")

@@ -24,6 +24,7 @@ def _run(args: argparse.Namespace) -> int:
         hardware=args.hardware,
         gpus=args.gpus,
         n_params=args.n_params,
+        hparams=args.hparams,
     )
     for line in [] if rep.get("rl_only") else headline(rep):
         print(line)
@@ -64,6 +65,14 @@ def register(sub) -> None:
         help="which parameter count N the fits, profiles and figures use: total (default; the Chinchilla "
         "law's N counts every parameter) or non_embedding (without the input embedding and untied "
         "output head, Kaplan et al.'s N; from n_params_non_embedding in each run's summary.json)",
+    )
+    p.add_argument(
+        "--hparams",
+        default=None,
+        metavar="HP.json",
+        help="hyperparameter laws from `python -m analysis fit-hparams --json`: adds the "
+        "'Hyperparameter law' section and tunes the planning sections' recipe (default: "
+        "SWEEP_DIR/hparams.json or SWEEP_DIR/../hparams.json when one exists)",
     )
     add_json_argument(p, "the report's numbers (the same as report.json)")
     p.set_defaults(func=_run)

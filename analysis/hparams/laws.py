@@ -117,6 +117,7 @@ class HparamLaw:
         return {
             "param": self.param,
             "form": self.form,
+            "inputs": list(self.spec.inputs),  # ln h* = coef_log . [1, ln inputs...] (sweeps read this)
             "expression": self.spec.expression(self.param, self.coef),
             "coef_log": list(self.coef),
             "samples": [list(r) for r in self.samples[:SAMPLES_KEPT]],
@@ -167,7 +168,9 @@ def fit_law(
         samples.append(tuple(float(v) for v in _lstsq(X[idx], y[idx])))
     if not samples:
         samples = [tuple(float(v) for v in coef)]
-    return HparamLaw(param, form.name, tuple(float(v) for v in coef), tuple(samples), sd, dof, n)
+    # keep only what the JSON keeps, so an HP.json read back predicts the intervals fit-hparams printed
+    kept = tuple(samples[:SAMPLES_KEPT])
+    return HparamLaw(param, form.name, tuple(float(v) for v in coef), kept, sd, dof, n)
 
 
 @dataclasses.dataclass(frozen=True)

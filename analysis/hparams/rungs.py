@@ -32,12 +32,12 @@ import numpy as np
 import pandas as pd
 
 from analysis.laws.intervals import PREDICTION_LEVEL
+from analysis.laws.vertex import MIN_VALUES, quadratic, window_of
 from models.base.errors import AnalysisError
 
 # The values of a rung around its best that its quadratic goes through: 1 = the best and its two
 # neighbours ("the best point and its neighbours"), exact on three points.
 DEFAULT_WINDOW = 1
-MIN_VALUES = 3  # a vertex needs three values of the parameter
 # The relative loss noise assumed when no rung has more points in its window than the quadratic
 # has coefficients (no residual to measure it from): 0.2% is the largest eval-loss difference
 # between seeds we would call noise on the CPU ladder's 256-sequence eval split (docs/analysis.md,
@@ -92,25 +92,6 @@ class RungOptimum:
         return out
 
 
-def _quadratic(x: np.ndarray, y: np.ndarray) -> tuple[float, float, float]:
-    """(a, x*, L*) of y = L* + a (x - x*)^2 by least squares (exact on three points)."""
-    a, b, c = np.polyfit(x, y, 2)
-    if not a > 0:
-        return float(a), math.nan, math.nan
-    xs = -b / (2 * a)
-    return float(a), float(xs), float(c - b * b / (4 * a))
-
-
-def window_of(losses: np.ndarray, window: int) -> slice:
-    """The best value and `window` values on each side (fewer at an end of the grid, but always
-    three points: at an end, the three nearest)."""
-    n, i = len(losses), int(np.argmin(losses))
-    lo, hi = max(0, i - window), min(n, i + window + 1)
-    if hi - lo < MIN_VALUES:
-        lo, hi = (0, MIN_VALUES) if lo == 0 else (n - MIN_VALUES, n)
-    return slice(lo, hi)
-
-
 def residual_noise(x: np.ndarray, y: np.ndarray) -> tuple[float, int]:
     """(sum of squared relative residuals, degrees of freedom) of the window's quadratic."""
     if len(x) <= 3:
@@ -134,7 +115,7 @@ def locate(
     """The optimum of one rung's profile (`values` ascending, distinct, positive)."""
     x, y = np.log(values), np.asarray(losses, float)
     w = window_of(y, window)
-    a, xs, ls = _quadratic(x[w], y[w])
+    a, xs, ls = quadratic(x[w], y[w])
     i = int(np.argmin(y))
     edge = i in (0, len(y) - 1)
     flat = not math.isfinite(xs)
@@ -170,7 +151,7 @@ def _vertex_interval(
     ys = y[None, :] * (1 + noise * rng.standard_normal((NOISE_DRAWS, len(y))))
     out = np.empty(NOISE_DRAWS)
     for j in range(NOISE_DRAWS):
-        a, xs, _ = _quadratic(x, ys[j])
+        a, xs, _ = quadratic(x, ys[j])
         out[j] = xs if math.isfinite(xs) else x[int(np.argmin(ys[j]))]
     tail = (1 - PREDICTION_LEVEL) / 2
     lo, hi = np.quantile(out, [tail, 1 - tail])

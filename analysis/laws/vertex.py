@@ -16,6 +16,9 @@ import math
 import numpy as np
 
 MIN_VALUES = 3  # a vertex needs three values of the parameter
+# A curvature a below this times the loss (a relative loss change of 1e-9 per (ln k)^2) is float
+# round-off of a constant loss (polyfit returns a ~ +-1e-16), not an optimum: the rung is flat.
+FLAT_CURVATURE = 1e-9
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,7 +44,7 @@ class Vertex:
 def quadratic(x: np.ndarray, y: np.ndarray) -> tuple[float, float, float]:
     """(a, x*, L*) of y = L* + a (x - x*)^2 by least squares (exact on three points)."""
     a, b, c = np.polyfit(x, y, 2)
-    if not a > 0:
+    if not a > FLAT_CURVATURE * np.max(np.abs(y)):
         return float(a), math.nan, math.nan
     return float(a), float(-b / (2 * a)), float(c - b * b / (4 * a))
 

@@ -18,7 +18,12 @@ budget really means. `plan()` joins them:
    process in time, and the shape with the lowest predicted loss wins (usually smaller than N*);
 6. for the winner, the fastest layout the trainer can run (`analysis.planning.trainer`): the
    same layout when the trainer has every axis it needs, else the best one without them; its
-   `python -m experiments.train` overrides are `Plan.trainer.overrides` (JSON: best.overrides).
+   `python -m experiments.train` overrides are `Plan.trainer.overrides` (JSON: best.overrides);
+7. the winner's training recipe (`analysis.planning.recipe`, `Plan.recipe`): with hyperparameter
+   laws (`hparams`, an HP.json from `python -m analysis fit-hparams`) the learning rate and batch
+   at its (N, D) with 90% intervals, the search repeated with the batch law's optimum (global
+   batches inside its 90% interval) when the laws have one; warm-up and schedule are the
+   trainer's defaults. Without laws the recipe says it is untuned.
 Loss confidence intervals come from the fit's bootstrap samples when it has them. MFU follows
 the cost model's convention, PaLM's 6N + 12LHQT (`MFU_CONVENTION`; models/flops.py).
 """
@@ -31,6 +36,7 @@ from typing import Any, Sequence
 
 from analysis.laws.allocation import ScalingLaw
 from analysis.laws.intervals import PREDICTION_LEVEL
+from analysis.planning.recipe import BatchSource, HparamSet, Recipe, tuned, untuned
 from analysis.planning.trainer import TRAINER_ZERO_STAGES, TrainerPlan, trainer_plan
 from models.base.errors import AnalysisError
 from sharding.costmodel import (
@@ -48,6 +54,7 @@ from sharding.costmodel import (
 )
 
 HEAD_DIM = 128
+DEFAULT_BATCH_TOKENS = 4 * 1024 * 1024  # tokens per optimizer step without a batch law or --batch-tokens
 ASPECT_RANGE = (64.0, 192.0)
 ASPECT_TARGET = 128.0
 
@@ -102,9 +109,11 @@ def layouts_for(
     zero_stages: Sequence[int] = (1, 3),
     act_ckpts: Sequence[str] = ("none", "selective", "full"),
     offload: Sequence[bool] = (False,),
+    batch_band: tuple[float, float] | None = None,
 ) -> list[Layout]:
     """Every valid layout: TP within a node (divides the heads), PP dividing the layers; with
-    `offload=(False, True)` also each with ZeRO-Offload (optimizer state and step on the host)."""
+    `offload=(False, True)` also each with ZeRO-Offload (optimizer state and step on the host).
+    `batch_band` (sequences): keep only global batches inside it (a batch law's 90% interval)."""
     out = []
     for tp in (
         t
@@ -118,6 +127,8 @@ def layouts_for(
                 gb = max(unit, unit * round(batch_tokens / shape.seq_len / unit))
                 if gb * shape.seq_len > 2 * batch_tokens:
                     continue  # the DP × micro-batch product alone exceeds the batch
+                if batch_band is not None and not batch_band[0] <= gb <= batch_band[1]:
+                    continue  # rounded outside the batch law's interval
                 for z in zero_stages:
                     for ck in act_ckpts:
                         for off in offload:
@@ -232,6 +243,7 @@ class Plan:
     notes: tuple[str, ...]
     trainer: TrainerPlan | None = None  # what `python -m experiments.train` runs of `best`
     efficiency: Efficiency = DEFAULT_EFFICIENCY  # the constants the times were predicted with
+    recipe: Recipe | None = None  # lr, batch, warm-up and schedule of `best` (tuned or not)
 
     @property
     def ci_percent(self) -> str:
@@ -275,6 +287,7 @@ class Plan:
             "n_opt": self.n_opt,
             "d_opt": self.d_opt,
             "notes": list(self.notes),
+            "recipe": self.recipe.as_dict() if self.recipe is not None else None,
             "efficiency": {
                 "provenance": self.efficiency.provenance,
                 "mfu_ratio_interval": (
@@ -327,6 +340,7 @@ class Plan:
             f"({b.gpu_hours:.3g}{band_text(b.gpu_hours_interval, 1, '.3g')} GPU-hours); predicted loss "
             f"{b.loss:.3f} ({self.interval_label} {ci}).",
             "",
+            *(self.recipe.markdown() + [""] if self.recipe is not None else []),
             "```",
             self.table(),
             "```",
@@ -371,11 +385,14 @@ def fastest_layout(
     precision: Precision,
     eff: Efficiency,
     offload: bool = False,
+    batch_band: tuple[float, float] | None = None,
 ):
     """(estimate, n_evaluated, leanest estimate) of the fastest fitting layout, or None first;
-    `offload` also tries every layout with the optimizer offloaded to the host."""
+    `offload` also tries every layout with the optimizer offloaded to the host; `batch_band`
+    limits the global batch (`layouts_for`)."""
     best, lean, n = None, None, 0
-    for lo in layouts_for(shape, n_devices, hw, batch_tokens, offload=(False, True) if offload else (False,)):
+    offloads = (False, True) if offload else (False,)
+    for lo in layouts_for(shape, n_devices, hw, batch_tokens, offload=offloads, batch_band=batch_band):
         try:
             est = estimate_step(shape, lo, hw, precision, eff)
         except LayoutError:
@@ -418,6 +435,48 @@ class _Request:
     precision: Precision
     eff: Efficiency
     offload: bool = False  # also consider optimizer offload to the host
+    top: int = 8  # candidates kept in the plan
+    # global batches allowed (sequences): a batch law's 90% interval; None: any
+    batch_band: tuple[float, float] | None = None
+
+
+def with_recipe(first: Plan, req: _Request, hp: HparamSet | None, explicit_batch: bool) -> Plan:
+    """`first` with its training recipe. With a batch law (and no explicit --batch-tokens) the
+    search runs again at the law's optimum for `first`'s winner, global batches inside the law's
+    90% interval; if nothing fits there, `first` stands and a note says why. The trainer's
+    overrides gain the laws' optim.* values at the trainer's own shape and tokens."""
+    b = first.best
+    if hp is None:
+        return dataclasses.replace(
+            first, recipe=untuned(b.shape.n_params, b.tokens, req.seq_len, b.layout.global_batch)
+        )
+    result, notes = first, []
+    source = (BatchSource.FLAG if explicit_batch else BatchSource.LAW) if hp.has_batch else BatchSource.PLAN
+    if source == BatchSource.LAW:
+        law = hp.batch(b.shape.n_params, b.tokens)
+        again = dataclasses.replace(
+            req, batch_tokens=max(1, round(law.value * req.seq_len)), batch_band=(law.lo, law.hi)
+        )
+        try:
+            result = search(again)
+        except AnalysisError as e:
+            source = BatchSource.FALLBACK
+            notes.append(
+                f"the batch law's {law.value:.4g} [{law.lo:.4g}, {law.hi:.4g}] sequences: {e}; "
+                f"planned with --batch-tokens {req.batch_tokens} instead"
+            )
+    b = result.best
+    recipe = tuned(hp, b.shape.n_params, b.tokens, req.seq_len, b.layout.global_batch, source, tuple(notes))
+    t = result.trainer
+    if t is not None and t.estimate is not None:
+        same = t.shape == b.shape and math.isclose(t.tokens, b.tokens, rel_tol=1e-9)
+        own = (
+            recipe
+            if same
+            else tuned(hp, t.shape.n_params, t.tokens, req.seq_len, t.layout.global_batch, source)
+        )
+        t = dataclasses.replace(t, extra_overrides=tuple(own.overrides()))
+    return dataclasses.replace(result, recipe=recipe, trainer=t)
 
 
 def plan(
@@ -429,16 +488,19 @@ def plan(
     max_gpu_hours: float | None = None,
     seq_len: int = 2048,
     vocab: int = 32000,
-    batch_tokens: int = 4 * 1024 * 1024,
+    batch_tokens: int | None = None,
     precision: Precision = BF16_MIXED,
     eff: Efficiency = DEFAULT_EFFICIENCY,
     top: int = 8,
     offload: bool = False,
+    hparams: HparamSet | None = None,
 ) -> Plan:
     """Plan a training run; see the module docstring. Raises AnalysisError for bad input.
     `offload` lets layouts keep the optimizer state (fp32 master weights, Adam moments) and its
     step on the host (ZeRO-Offload, Ren et al. 2021): PCIe transfers and CPU Adam time for
-    device memory."""
+    device memory. `batch_tokens`: tokens per step (default DEFAULT_BATCH_TOKENS, or the batch
+    law's optimum when `hparams` has one; given explicitly, it wins over the law). `hparams`:
+    hyperparameter laws (`analysis.planning.recipe.load_hparam_set`) for `Plan.recipe`."""
     req = check_request(
         budget_flops,
         n_devices,
@@ -448,17 +510,30 @@ def plan(
         max_gpu_hours,
         seq_len,
         vocab,
-        batch_tokens,
+        DEFAULT_BATCH_TOKENS if batch_tokens is None else batch_tokens,
         precision,
         eff,
     )
-    req = dataclasses.replace(req, offload=bool(offload))
+    req = dataclasses.replace(req, offload=bool(offload), top=top)
+    return with_recipe(search(req), req, hparams, explicit_batch=batch_tokens is not None)
+
+
+def search(req: _Request) -> Plan:
+    """Shapes near the size targets, each with its fastest fitting layout, ranked; the trainer's
+    plan of the winner. The recipe is left to `with_recipe`."""
     n_opt, d_opt, targets = size_targets(req)
     shapes = shapes_near(targets, req)
     cands, failures = [], []
     for s in shapes:
         est, _, lean = fastest_layout(
-            s, req.n_devices, req.hw, req.batch_tokens, req.precision, req.eff, offload=req.offload
+            s,
+            req.n_devices,
+            req.hw,
+            req.batch_tokens,
+            req.precision,
+            req.eff,
+            offload=req.offload,
+            batch_band=req.batch_band,
         )
         if est is None:
             failures.append(_no_fit_message(s, req.n_devices, req.hw, lean))
@@ -474,7 +549,7 @@ def plan(
     _rank(cands, req, n_opt)
     return Plan(
         best=cands[0],
-        candidates=tuple(cands[:top]),
+        candidates=tuple(cands[: req.top]),
         law=req.law,
         hardware=req.hw,
         n_devices=req.n_devices,
@@ -593,7 +668,12 @@ def _trainer_plan(cands: list[Candidate], req: _Request) -> TrainerPlan:
     first = None
     for rank, c in enumerate(cands, start=1):
         layouts = layouts_for(
-            c.shape, req.n_devices, req.hw, req.batch_tokens, zero_stages=TRAINER_ZERO_STAGES
+            c.shape,
+            req.n_devices,
+            req.hw,
+            req.batch_tokens,
+            zero_stages=TRAINER_ZERO_STAGES,
+            batch_band=req.batch_band,
         )
         tp = trainer_plan(
             c.shape,
@@ -644,7 +724,7 @@ def _notes(req: _Request) -> tuple[str, ...]:
         notes.append(f"tokens capped by what each layout processes in {req.max_days:g} days")
     notes.append(
         f"layouts: flash-attention 2, fused norms, bf16 mixed precision, "
-        f"~{req.batch_tokens / 2**20:.0f}M tokens per step; efficiency constants: "
+        f"~{req.batch_tokens / 2**20:.3g}M tokens per step; efficiency constants: "
         f"{req.eff.provenance}"
     )
     return tuple(notes)

@@ -21,7 +21,8 @@ cost model sees it:
 The result's `overrides` are Hydra overrides for `python -m experiments.train`: the model shape
 (`model.*`, d_ff explicit: the planner's Llama rounding differs from the trainer's default), the
 mesh (`sharding.*`), the batch, micro-batch and run length (`train.*`) and activation
-checkpointing (`model.remat`, named as the cost model's `act_ckpt`).
+checkpointing (`model.remat`, named as the cost model's `act_ckpt`); with hyperparameter laws
+(`plan --hparams`) also the recipe's `optim.lr` (`TrainerPlan.extra_overrides`).
 """
 
 from __future__ import annotations
@@ -209,6 +210,9 @@ class TrainerPlan:
     missing: tuple[str, ...]
     reason: str = ""
     rank: int = 1
+    # the recipe's overrides (optim.lr=... from hyperparameter laws, analysis.planning.recipe);
+    # the batch is the layout's own train.batch_size
+    extra_overrides: tuple[str, ...] = ()
 
     @property
     def layout(self) -> Layout | None:
@@ -216,7 +220,9 @@ class TrainerPlan:
 
     @property
     def overrides(self) -> list[str]:
-        return [] if self.estimate is None else overrides(self.shape, self.layout, self.tokens)
+        if self.estimate is None:
+            return []
+        return overrides(self.shape, self.layout, self.tokens) + list(self.extra_overrides)
 
     def command(self) -> str:
         return " ".join([TRAINER_COMMAND, *self.overrides])

@@ -11,9 +11,12 @@ fits), so the report shows exactly what a notebook user would get:
    requested budgets and the compute-optimal frontier;
 3. Approach 2: IsoFLOP parabolas per budget -> N_opt(C) power law, compared with Approach 3;
 4. the held-out check: the law fitted on all budgets but the largest predicts the largest;
-5. when the runs measured downstream tasks (`eval.tasks`), each task's predicted accuracy with its
+5. with hyperparameter laws (`hparams`: an HP.json from `python -m analysis fit-hparams`, or one
+   found as SWEEP_DIR/hparams.json or SWEEP_DIR/../hparams.json), the "Hyperparameter law"
+   section (analysis/report/hparams.py) and the recipe in every planning section;
+6. when the runs measured downstream tasks (`eval.tasks`), each task's predicted accuracy with its
    90% interval at the law's compute-optimal (N*, D*) (analysis/report/downstream.py);
-6. warnings a reader must see before trusting the numbers (too few sizes per budget, minima at
+7. warnings a reader must see before trusting the numbers (too few sizes per budget, minima at
    the ladder's edge, parameters at their bounds, approaches disagreeing, big held-out error).
 
 Sections whose data is insufficient are replaced by a warning saying why; the report is still
@@ -40,6 +43,7 @@ from analysis.laws.isoflop import approach2, compare_approaches, group_budgets
 from analysis.laws.registry import bound_notes
 from analysis.report import figures as figs
 from analysis.report.downstream import downstream_section
+from analysis.report.hparams import law_section, load_laws
 from analysis.report.render import write_html, write_markdown
 from analysis.rl.report import find_rl_runs, rl_section
 from analysis.runs import RunWarning
@@ -240,6 +244,7 @@ def build_report(
     hardware: str | None = None,
     gpus: int = 1024,
     n_params: str = "total",
+    hparams: str | pathlib.Path | None = None,
 ) -> dict:
     """Analyse the runs under `sweep_dir` and write report.{html,md,json} + figures to `out_dir`.
 
@@ -249,6 +254,8 @@ def build_report(
     RL runs under `sweep_dir` get the RL section (analysis.rl.report); a directory of RL runs
     only gives a report of that section alone. `n_params`: which parameter count N every section
     uses, "total" (default: the Chinchilla law counts every parameter) or "non_embedding".
+    `hparams`: an HP.json for the "Hyperparameter law" section and the plans' recipe (default:
+    SWEEP_DIR/hparams.json or SWEEP_DIR/../hparams.json when one exists).
     Returns the report dict (also written as report.json); its `paths` name the files.
     """
     sweep_dir = pathlib.Path(sweep_dir)
@@ -264,7 +271,9 @@ def build_report(
             "ignore", RuntimeWarning
         )  # overflow in bootstrap resamples far from the optimum
         try:
-            rep = _build(sweep_dir, out, fig_dir, budgets, bootstrap, seed, title, hardware, gpus, n_params)
+            rep = _build(
+                sweep_dir, out, fig_dir, budgets, bootstrap, seed, title, hardware, gpus, n_params, hparams
+            )
         except NoPretrainingRuns:
             rep = _rl_only(sweep_dir, out, title)
     return rep
@@ -281,8 +290,11 @@ def _rl_section(sweep_dir: pathlib.Path, out: pathlib.Path, warn: list[str]) -> 
         return None
 
 
-def _plan_sections(fit, requested: list[float], hardware: str, gpus: int, warn: list[str]) -> list[dict]:
-    """One planning section per requested budget, from the law fitted here (with its bootstrap)."""
+def _plan_sections(
+    fit, requested: list[float], hardware: str, gpus: int, warn: list[str], hparams=None
+) -> list[dict]:
+    """One planning section per requested budget, from the law fitted here (with its bootstrap);
+    `hparams` (an analysis.planning.recipe.HparamSet) tunes each plan's recipe."""
     from analysis.laws.allocation import ScalingLaw
     from analysis.planning.planner import plan
 
@@ -290,7 +302,8 @@ def _plan_sections(fit, requested: list[float], hardware: str, gpus: int, warn: 
     out = []
     for c in requested:
         try:
-            out.append({"markdown": plan(c, gpus, hardware, law=law).to_markdown(), "budget": c})
+            p = plan(c, gpus, hardware, law=law, hparams=hparams)
+            out.append({"markdown": p.to_markdown(), "budget": c, "recipe": p.recipe.as_dict()})
         except AnalysisError as e:
             warn.append(f"no plan for {c:.3g} FLOPs on {gpus} x {hardware}: {e}")
     return out
@@ -344,14 +357,17 @@ def _build(
     hardware: str | None = None,
     gpus: int = 1024,
     n_params: str = "total",
+    hparams: str | pathlib.Path | None = None,
 ) -> dict:
     """Collect, fit (Approaches 3 and 2), compare, hold out, plot, add sections, write."""
+    warn: list[str] = []
+    hp_laws, hp_found = load_laws(sweep_dir, hparams, warn)  # a bad --hparams fails before any fit
     all_runs, done_all, curves, notes = collect(sweep_dir)
     done, hp = select_best(all_runs, done_all)
     done = _use_n_params(done, n_params)
     budgets_swept = sorted(done["budget"].unique())
     requested = _requested_budgets(budgets, budgets_swept)
-    warn: list[str] = list(notes) + _incomplete_warnings(all_runs) + (hp.warnings if hp else [])
+    warn[:0] = list(notes) + _incomplete_warnings(all_runs) + (hp.warnings if hp else [])
     warn += _edge_and_size_warnings(done)
     rep = _header(sweep_dir, title, all_runs, done_all, budgets_swept, requested, bootstrap, seed)
     rep["hparams"] = hp.to_dict() if hp is not None else None
@@ -360,6 +376,9 @@ def _build(
     fit = _law_section(rep, done, requested, bootstrap, seed, warn)
     if rep["law"] is not None:
         rep["law"]["n_params"] = n_params  # the fit read N from n_params, which _use_n_params filled
+    law_sec = law_section(hp_laws, hp_found, rep["law"], requested, warn)
+    if law_sec is not None:  # report.json keeps the laws under `hparams`, beside the selection
+        rep["hparams"] = {**(rep["hparams"] or {"active": False}), "law": law_sec}
     a2 = _approach2_section(rep, done, requested, bootstrap, seed, warn)
     rep["comparison"] = _comparison(fit, a2, warn)
     rep["holdout"], hold_fit = _holdout_check(done, budgets_swept, seed, warn)
@@ -377,10 +396,11 @@ def _build(
         hparams=rep["hparams"],
         downstream=rep["downstream"],
     )
+    figures.update(hparam_figures(law_sec))
     rep["figures"] = _save_figures(figures, fig_dir, out)
     sections = []
     if hardware and budgets and fit is not None:
-        sections += _plan_sections(fit, requested, hardware, gpus, warn)
+        sections += _plan_sections(fit, requested, hardware, gpus, warn, hp_laws)
     rl = _rl_section(sweep_dir, out, warn)
     if rl is not None:
         sections.append(rl)
@@ -632,6 +652,13 @@ def report_figures(
     out["loss_curves"] = figs.loss_curves(done, curves)
     out["throughput"] = figs.throughput(all_runs)
     return out
+
+
+def hparam_figures(law_sec: dict | None) -> dict[str, Figure | None]:
+    """The "Hyperparameter law" section's figures (empty without laws)."""
+    if law_sec is None:
+        return {}
+    return {"hparam_law": figs.hparam_law(law_sec), "hparam_penalty": figs.hparam_penalty(law_sec)}
 
 
 def _save_figures(

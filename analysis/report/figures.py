@@ -429,3 +429,81 @@ def downstream(done: pd.DataFrame, ds: dict | None) -> Figure | None:
     fig.colorbar(sc, ax=list(axes)).set_label("log10 N (parameters)")
     fig.suptitle("Downstream tasks: observed accuracy and the prediction at the target budgets")
     return fig
+
+
+def hparam_penalty(sec: dict | None) -> Figure | None:
+    """How much loss a mistuned hyperparameter costs: the relative loss increase at k x the rung
+    optimum (log x), the median over rungs with the range over rungs shaded, one line per law.
+    `sec` is report.json's `hparams.law`; None without penalty curves."""
+    curves = {p: s["penalty"] for p, s in (sec or {}).get("params", {}).items() if s.get("penalty")}
+    curves = {
+        p: c
+        for p, c in curves.items()
+        if c.get("k") and np.isfinite(np.asarray(c["loss_increase"], float)).any()
+    }
+    if not curves:
+        return None
+    fig = Figure(figsize=(6, 3.8))
+    ax = fig.subplots()
+    for i, (p, c) in enumerate(curves.items()):
+        k, mid, lo, hi = _through_optimum(c["k"], c["loss_increase"], c["lo"], c["hi"])
+        ax.plot(k, mid, "o-", color=f"C{i}", ms=4, label=f"{p} (median of {c.get('n_rungs')} rungs)")
+        ax.fill_between(k, lo, hi, color=f"C{i}", alpha=0.2, lw=0)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("value / rung optimum (k)")
+    ax.set_ylabel("loss increase [%]")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=7)
+    ax.set_title("Loss penalty at k x the optimum (shaded: range over rungs)", fontsize=10)
+    return _laid_out(fig)
+
+
+def _through_optimum(k, *curves) -> tuple[np.ndarray, ...]:
+    """(k, curves in %) sorted by k, with the optimum itself (k = 1, no loss increase) added."""
+    k = np.asarray(k, float)
+    order = np.argsort(k)
+    j = int((k < 1).sum())
+    return (
+        np.insert(k[order], j, 1.0),
+        *(np.insert(100 * np.asarray(y, float)[order], j, 0.0) for y in curves),
+    )
+
+
+def hparam_law(sec: dict | None) -> Figure | None:
+    """Each rung's located optimum (90% interval; crosses: edge / flat rungs, left out of the law)
+    against N, coloured by D, and the law's value at the same rung (open circles); one panel per
+    law. None without rungs."""
+    params = {p: s for p, s in (sec or {}).get("params", {}).items() if s.get("rungs")}
+    if not params:
+        return None
+    fig = Figure(figsize=(4.4 * len(params) + 1.2, 3.8), layout="constrained")
+    axes = fig.subplots(1, len(params), squeeze=False)[0]
+    allD = [r["D"] for s in params.values() for r in s["rungs"] if r.get("D")]
+    norm = matplotlib.colors.LogNorm(min(allD), max(allD) * 1.0001)
+    cmap = matplotlib.colormaps["viridis"]
+    for ax, (p, s) in zip(axes, params.items()):
+        for r in s["rungs"]:
+            opt, iv, col = r.get("optimum"), r.get("interval") or [None, None], cmap(norm(r["D"]))
+            if opt is None or not np.isfinite(opt):
+                continue
+            if r.get("flag"):
+                ax.plot([r["N"]], [opt], "x", color=col, ms=7)
+            else:
+                lo, hi = (opt if v is None else v for v in iv)
+                ax.errorbar(
+                    [r["N"]], [opt], yerr=[[opt - lo], [hi - opt]], fmt="o", color=col, ms=5, capsize=3
+                )
+            if r.get("law") is not None:
+                ax.plot([r["N"]], [r["law"]], "o", mfc="none", mec="k", ms=8)
+        ax.plot([], [], "o", mfc="none", mec="k", label=f"law: {s['expression']}")
+        ax.plot([], [], "o", color="0.4", label="rung optimum, 90% interval")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("N (parameters)")
+        ax.set_ylabel(p)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=7)
+    sm = matplotlib.cm.ScalarMappable(norm=norm, cmap=cmap)
+    fig.colorbar(sm, ax=list(axes)).set_label("D (tokens)")
+    fig.suptitle("Hyperparameter optima per rung and the fitted law")
+    return fig

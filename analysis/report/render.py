@@ -12,6 +12,7 @@ import math
 import pathlib
 from typing import Any
 
+from analysis.report import hparams as hparam_law
 from models.flops import MFU_CAUSAL
 
 FIGURE_CAPTIONS = {
@@ -41,6 +42,15 @@ FIGURE_CAPTIONS = {
         "at the fitted law's compute-optimal (N*, D*) for each target budget."
     ),
     "loss_curves": "Training and eval loss curves of every run.",
+    "hparam_law": (
+        "Hyperparameter optima per rung (vertex of the quadratic in log value, 90% interval; crosses: "
+        "edge or flat rungs, left out of the law) against model size, colour: tokens; open circles: "
+        "the fitted law at the same rung."
+    ),
+    "hparam_penalty": (
+        "Loss penalty of a mistuned hyperparameter: relative loss increase at k times the rung "
+        "optimum (from each rung's quadratic), median over rungs, shaded: their range."
+    ),
     "throughput": "Training throughput and MFU of every run.",
 }
 
@@ -116,6 +126,7 @@ def headline(rep: dict) -> list[str]:
     hp = rep.get("hparams")
     if hp and hp.get("active"):
         out.append(hp["message"])
+    out += hparam_law.headline((hp or {}).get("law"))
     return out + downstream_headline(rep)
 
 
@@ -344,9 +355,22 @@ def summary_html(rep: dict) -> str:
     return "\n".join(parts)
 
 
+# shown in the "Hyperparameter law" section, not among the figures
+SECTION_FIGURES = ("hparam_law", "hparam_penalty")
+
+
 def _lead_and_rest(figures: dict) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
     lead = [(n, r) for n, r in figures.items() if n == LEAD_FIGURE]
-    return lead, [(n, r) for n, r in figures.items() if n != LEAD_FIGURE]
+    return lead, [(n, r) for n, r in figures.items() if n != LEAD_FIGURE and n not in SECTION_FIGURES]
+
+
+def hparam_law_markdown(rep: dict) -> list[str]:
+    """The "Hyperparameter law" section's Markdown, or [] without laws."""
+    sec = (rep.get("hparams") or {}).get("law")
+    if not sec:
+        return []
+    figures = {n: r for n, r in rep.get("figures", {}).items() if n in SECTION_FIGURES}
+    return hparam_law.section_markdown(sec, figures, FIGURE_CAPTIONS)
 
 
 def _tags(warnings: list[str]) -> str:
@@ -623,6 +647,7 @@ def write_markdown(rep: dict, path: pathlib.Path) -> None:
             "|" + "---|" * len(hp[0]),
         ]
         L += ["| " + " | ".join(r) + " |" for r in hp[1:]] + [""]
+    L += hparam_law_markdown(rep)
     L += ["## Runs", "", "| " + " | ".join(RUN_HEADER) + " |", "|" + "---|" * len(RUN_HEADER)]
     L += ["| " + " | ".join(r) + " |" for r in _runs_rows(rep)]
     sk = _skipped_rows(rep)
@@ -735,6 +760,9 @@ def write_html(rep: dict, path: pathlib.Path) -> None:
             f"<p>{html.escape(rep['hparams']['message'])}.</p>",
             _table(hp[0], hp[1:]),
         ]
+    law_md = hparam_law_markdown(rep)
+    if law_md:
+        parts.append(markdown_to_html("\n".join(law_md), out))
     parts += ["<h2>Runs</h2>", _table(RUN_HEADER, _runs_rows(rep))]
     sk = _skipped_rows(rep)
     if sk:

@@ -368,7 +368,8 @@ def plan_sweep(
     if kind not in KINDS:
         raise PlanError(f"sweep.kind={kind!r} is not one of {list(KINDS)}")
     laws = {}
-    if sweep.get("hparams") and kind != "layouts":
+    # `probe` is resolved by the sweeper into two stages (probe budgets, then the rest at a file)
+    if sweep.get("hparams") and sweep["hparams"] != hp.PROBE and kind != "layouts":
         try:
             laws = hp.read_laws(sweep["hparams"])
         except hp.HparamsError as e:

@@ -24,6 +24,7 @@ from models.base.errors import ConfigError
 BATCH_KEY = "train.batch_size"
 KIND = "hparams"  # analysis.hparams.fitting.KIND
 INPUTS = ("N", "D", "C")
+PROBE = "probe"  # sweep.hparams=probe: fit on the LR probe first (hydra_plugins/scalelab_sweeps)
 
 
 class HparamsError(ConfigError):

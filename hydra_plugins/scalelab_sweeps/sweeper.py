@@ -361,7 +361,11 @@ class ScalelabSweeper(Sweeper):
         if records is None:
             log.info("sweep.hparams=probe: the other budgets are planned once the probe's laws are fitted")
             return []
-        laws = _fit_hparams(sweep_dir)
+        try:
+            laws: Any = _fit_hparams(sweep_dir)
+        except SweepError as e:  # never lose the sweep to a fit: the rest trains untuned, said loudly
+            log.warning(f"{e}; the other budgets train at the configured optim.* values instead")
+            laws = "null"
         if rest:
             stage2 = [f"sweep.budgets={_flist(rest)}", "sweep.lr_probe=null", f"sweep.hparams={laws}"]
             more, returns2 = self._stage(list(arguments) + stage2, sweep_dir, records)
@@ -421,7 +425,7 @@ class ScalelabSweeper(Sweeper):
         return returns
 
 
-HPARAMS_PROBE = "probe"  # sweep.hparams=probe: fit the laws on the LR probe, then sweep at them
+HPARAMS_PROBE = "probe"  # sweep.hparams=probe (experiments.sweeps.hparams.PROBE): fit on the probe first
 
 
 def _flist(values: list[float]) -> str:
