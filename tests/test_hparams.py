@@ -371,3 +371,33 @@ def test_hp_json_round_trips_through_load_hparams(tmp_path):
     laws = load_hparams(tmp_path / "hp.json")
     direct = fit_hparams(fit_df, [LR]).laws().predict(LR, 1e9, 4e10)
     assert laws.predict(LR, 1e9, 4e10) == pytest.approx(direct, rel=1e-9)
+
+
+def test_a_setting_that_follows_the_run_length_is_not_a_default_parameter():
+    """optim.warmup_tokens is a fraction of each run's tokens: three batch sizes round a budget to
+    three slightly different lengths (< 1% apart), which is not a sweep of the warm-up."""
+    from analysis.hparams.fitting import swept_params, tidy
+
+    d = lr_sweep(seed=2).drop(columns="lr_true")
+    d["optim.warmup_tokens"] = 0.05 * d["D"] * (1 + 0.003 * (np.arange(len(d)) % 3))
+    table, _ = tidy(d)
+    assert swept_params(table) == [LR]
+    assert list(fit_hparams(d).fits) == [LR]
+
+
+def test_two_model_sizes_are_scored_leave_one_out():
+    """Holding the largest of two model sizes out leaves one N: no form can be fitted on it, so
+    the forms are scored leave-one-out over the rungs instead."""
+    d = lr_sweep(seed=3, n_sizes=2, d_ratios=(20, 80)).drop(columns="lr_true")
+    fit = fit_hparams(d, [LR])
+    h = fit.fits[LR].holdout
+    assert h is not None and h.held_out.startswith("leave-one-out over 4 rungs")
+    assert len(h.rungs) == 4 and h.chosen in ("N", "C", "D")  # N_D: 3 coefficients need > 3 rungs
+
+
+def test_hp_json_records_the_settings_the_runs_shared(tmp_path):
+    d = lr_sweep(seed=4).drop(columns="lr_true")
+    d["model.seq_len"], d["optim.schedule"], d["optim.warmup_tokens"] = 64, "wsd", 0.05 * d["D"]
+    ctx = fit_hparams(d, [LR]).to_json()["context"]
+    assert ctx["model.seq_len"] == 64 and ctx["optim.schedule"] == "wsd"
+    assert ctx["warmup_fraction"] == pytest.approx(0.05)

@@ -101,10 +101,11 @@ def report_lines(fit, targets: list[dict] | None) -> list[str]:
     for p, f in fit.fits.items():
         h = f.holdout
         held = (
-            f"held out {h.held_out}: mean |dlog10| {np.mean([abs(r['dlog10']) for r in h.rungs]):.3f} "
+            f"{'' if h.held_out.startswith('leave-one-out') else 'held out '}{h.held_out}: "
+            f"mean |dlog10| {np.mean([abs(r['dlog10']) for r in h.rungs]):.3f} "
             f"(forms: {', '.join(f'{k} {v:.3f}' for k, v in h.errors.items() if v is not None)})"
             if h
-            else "no held-out split (too few model sizes)"
+            else "not scored: too few rungs to leave any out"
         )
         lines.append(
             f"  {laws.describe(p)}   [{f.law.n_rungs} rungs, "

@@ -33,6 +33,15 @@ C_COLUMNS = ("C", "flops")
 BUDGET_COLUMNS = ("sweep.budget", "budget")
 BATCH_KEY = "train.batch_size"
 D_TOLERANCE = 0.05  # token counts within 5% are one rung's D
+# settings the runs shared, recorded in HP.json `context`: a plan states them as the recipe's
+CONTEXT_KEYS = (
+    "model.seq_len",
+    "optim.schedule",
+    "optim.min_lr_ratio",
+    "optim.decay_fraction",
+    "train.batch_size",
+)
+SWEPT_SPAN = 1.2  # a default parameter's values span more than x1.2 in some rung (a sweep, not rounding)
 PENALTY_K = (0.125, 0.25, 0.5, 2**-0.5, 2**0.5, 2.0, 4.0, 8.0)  # multiples of the optimum
 
 
@@ -104,15 +113,20 @@ def _rung_keys(N: np.ndarray, D: np.ndarray, budget: np.ndarray | None) -> list[
 
 
 def swept_params(df: pd.DataFrame) -> list[str]:
-    """The `optim.*` / train.batch_size columns with >= 3 distinct numeric values in some rung."""
+    """The `optim.*` / train.batch_size columns swept inside some rung: >= 3 distinct positive
+    values spanning more than SWEPT_SPAN. Values that follow the run length (optim.warmup_tokens
+    is a fraction of each run's tokens, which whole steps of another batch size move by < 1%)
+    are not a sweep."""
     out = []
     for c in df.columns:
         if not (str(c).startswith("optim.") or c == BATCH_KEY):
             continue
         v = pd.to_numeric(df[c], errors="coerce")
-        if v.isna().any():
+        if v.isna().any() or (v <= 0).any():
             continue
-        if df.assign(_v=v).groupby("rung")["_v"].nunique().max() >= R.MIN_VALUES:
+        g = df.assign(_v=v).groupby("rung")["_v"]
+        swept = (g.nunique() >= R.MIN_VALUES) & (g.max() > SWEPT_SPAN * g.min())
+        if swept.any():
             out.append(str(c))
     return out
 
@@ -209,9 +223,10 @@ class HparamFit:
     c_over_6nd: float  # median C / (6 N D) of the runs: converts (N, D) targets to C
     notes: tuple[str, ...]
     n_runs: int
+    context: dict[str, Any] = dataclasses.field(default_factory=dict)  # settings every run shared
 
     def laws(self) -> "HparamLaws":
-        return HparamLaws({p: f.law for p, f in self.fits.items()}, self.c_over_6nd)
+        return HparamLaws({p: f.law for p, f in self.fits.items()}, self.c_over_6nd, self.context)
 
     def to_json(self) -> dict:
         return {
@@ -229,6 +244,7 @@ class HparamFit:
                 p: {"value": f.loss_noise, "source": f.loss_noise_source} for p, f in self.fits.items()
             },
             "c_over_6nd": self.c_over_6nd,
+            "context": self.context,
             "n_runs": self.n_runs,
             "notes": list(self.notes),
         }
@@ -254,7 +270,22 @@ def fit_hparams(
             )
     fits = {p: fit_param(table, p, opts) for p in params}
     ratio = float(np.median(table["C"] / (L.FLOPS_PER_PARAM_TOKEN * table["N"] * table["D"])))
-    return HparamFit(fits, ratio, tuple(notes), len(table))
+    return HparamFit(fits, ratio, tuple(notes), len(table), run_context(table, params))
+
+
+def run_context(df: pd.DataFrame, params: Sequence[str]) -> dict[str, Any]:
+    """The settings every run shared (the laws hold under them): CONTEXT_KEYS that have one value
+    in the table, and the warm-up as a fraction of each run's tokens (its median)."""
+    out: dict[str, Any] = {}
+    for key in CONTEXT_KEYS:
+        if key in df.columns and key not in params and df[key].nunique(dropna=False) == 1:
+            v = df[key].iloc[0]
+            out[key] = v.item() if hasattr(v, "item") else v
+    if "optim.warmup_tokens" in df.columns and "optim.warmup_tokens" not in params:
+        w = pd.to_numeric(df["optim.warmup_tokens"], errors="coerce") / df["D"]
+        if w.notna().all():
+            out["warmup_fraction"] = float(np.median(w))
+    return out
 
 
 @dataclasses.dataclass(frozen=True)
@@ -263,6 +294,7 @@ class HparamLaws:
 
     laws: dict[str, L.HparamLaw]
     c_over_6nd: float = 1.0
+    context: dict[str, Any] = dataclasses.field(default_factory=dict)  # HP.json `context`
 
     @property
     def params(self) -> list[str]:
@@ -306,4 +338,5 @@ def hparams_from_json(d: Any, where: str = "HP.json") -> HparamLaws:
         laws = {p: L.HparamLaw.from_json(v) for p, v in d["laws"].items()}
     except (KeyError, TypeError, ValueError) as e:
         raise AnalysisError(f"{where}: malformed law entry ({e}); rewrite it with fit-hparams") from None
-    return HparamLaws(laws, float(d.get("c_over_6nd") or 1.0))
+    context = d.get("context") if isinstance(d.get("context"), Mapping) else {}
+    return HparamLaws(laws, float(d.get("c_over_6nd") or 1.0), dict(context))

@@ -32,6 +32,7 @@ from models.base.errors import AnalysisError
 BOOTSTRAP = 1000
 SAMPLES_KEPT = 400  # bootstrap coefficient samples written to the JSON (enough for a 90% interval)
 FLOPS_PER_PARAM_TOKEN = 6.0  # C = 6 N D when a table gives no compute
+MAX_LOG = 700.0  # math.exp overflows just above 709
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,6 +67,11 @@ FORMS: dict[str, Form] = {
 }
 
 
+def _exp(v: float) -> float:
+    """exp that gives inf (null in JSON) instead of raising for a degenerate bootstrap's huge log."""
+    return math.inf if v > MAX_LOG else math.exp(v)
+
+
 def _short(param: str) -> str:
     return {"optim.lr": "lr", "train.batch_size": "batch"}.get(param, param)
 
@@ -98,7 +104,7 @@ class HparamLaw:
         out = {}
         for j, name in enumerate(self.spec.coef_names):
             lo, hi = np.quantile(s[:, j], [tail, 1 - tail])
-            out[name] = [math.exp(lo), math.exp(hi)] if name == "c" else [float(lo), float(hi)]
+            out[name] = [_exp(lo), _exp(hi)] if name == "c" else [float(lo), float(hi)]
         return out
 
     def predict(self, N, D, C) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -214,44 +220,55 @@ def choose_form(
     forms: Sequence[str] = tuple(FORMS),
     seed: int = 0,
 ) -> tuple[str, Holdout | None]:
-    """The form with the lowest leave-largest-out error (ties: fewer coefficients); without a
-    held-out split, the richest form the rungs can identify."""
+    """The form with the lowest leave-largest-out error (ties: fewer coefficients). When holding
+    the largest model size out leaves too few rungs for any form, the error is leave-one-out;
+    when no form survives that either, the simplest form the rungs identify (unscored)."""
     cands = [FORMS[f] for f in forms if feasible(FORMS[f], inputs)]
     if not cands:
         raise AnalysisError(
             f"{param}: {len(opt)} located optima cannot identify any law (need >= 3 rungs at "
             "different N or D); sweep more rungs"
         )
-    split = holdout_split(inputs)
     errors: dict[str, float | None] = {f: None for f in forms}
     preds: dict[str, np.ndarray] = {}
-    if split is not None:
-        test, _ = split
-        train = {k: np.asarray(v)[~test] for k, v in inputs.items()}
-        held = {k: np.asarray(v)[test] for k, v in inputs.items()}
-        for form in cands:
-            if not feasible(form, train):
-                continue
-            coef = _lstsq(form.design(train), np.log(opt[~test]))
-            preds[form.name] = np.exp(form.design(held) @ coef)
-            errors[form.name] = float(np.mean(np.abs(np.log10(preds[form.name] / opt[test]))))
+    split = holdout_split(inputs)
+    folds = [split[0]] if split is not None else []
+    label = split[1] if split is not None else ""
+    if not folds or not any(feasible(f, _take(inputs, ~folds[0])) for f in cands):
+        # no model size can be held out and still leave a fit: leave each rung out in turn
+        folds = [np.arange(len(opt)) == i for i in range(len(opt))]
+        label = f"leave-one-out over {len(opt)} rungs (too few model sizes to hold the largest out)"
+    for form in cands:
+        if all(feasible(form, _take(inputs, ~t)) for t in folds):
+            p = np.empty(len(opt))
+            for t in folds:
+                coef = _lstsq(form.design(_take(inputs, ~t)), np.log(opt[~t]))
+                p[t] = np.exp(form.design(_take(inputs, t)) @ coef)
+            preds[form.name] = p
+            test = np.any(folds, axis=0)
+            errors[form.name] = float(np.mean(np.abs(np.log10(p[test] / opt[test]))))
     scored = [f for f in cands if errors[f.name] is not None]
-    if not scored:
-        return max(cands, key=lambda f: len(f.inputs)).name, None
+    if not scored:  # the simplest form the rungs identify, unscored
+        return min(cands, key=lambda f: len(f.inputs)).name, None
     best = min(scored, key=lambda f: (round(errors[f.name], 9), len(f.inputs))).name
-    test, label = split
+    test = np.any(folds, axis=0)
     p = preds[best]
+    idx = np.flatnonzero(test)
     rungs = [
         {
-            "N": float(inputs["N"][test][i]),
-            "D": float(inputs["D"][test][i]),
-            "measured": float(opt[test][i]),
+            "N": float(inputs["N"][i]),
+            "D": float(inputs["D"][i]),
+            "measured": float(opt[i]),
             "predicted": float(p[i]),
-            "dlog10": float(math.log10(p[i] / opt[test][i])),
+            "dlog10": float(math.log10(p[i] / opt[i])),
             "loss_penalty": None
-            if not math.isfinite(kappa[test][i])
-            else float(kappa[test][i] * math.log(p[i] / opt[test][i]) ** 2),
+            if not math.isfinite(kappa[i])
+            else float(kappa[i] * math.log(p[i] / opt[i]) ** 2),
         }
-        for i in range(int(test.sum()))
+        for i in idx
     ]
     return best, Holdout(label, errors, best, rungs)
+
+
+def _take(inputs: Mapping[str, np.ndarray], mask: np.ndarray) -> dict[str, np.ndarray]:
+    return {k: np.asarray(v)[mask] for k, v in inputs.items()}

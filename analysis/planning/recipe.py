@@ -103,6 +103,24 @@ def trainer_defaults() -> TrainerDefaults:
     )
 
 
+def swept_settings(context: dict) -> TrainerDefaults:
+    """The schedule and warm-up the laws were fitted under (HP.json `context`: the settings every
+    swept run shared), falling back to the trainer's defaults for what the file does not record."""
+    d = trainer_defaults()
+    if not context:
+        return d
+    frac = context.get("warmup_fraction")
+    return dataclasses.replace(
+        d,
+        schedule=str(context.get("optim.schedule", d.schedule)),
+        min_lr_ratio=float(context.get("optim.min_lr_ratio", d.min_lr_ratio)),
+        decay_fraction=float(context.get("optim.decay_fraction", d.decay_fraction)),
+        warmup_fraction=d.warmup_fraction if frac is None else float(frac),
+        warmup_tokens=d.warmup_tokens if frac is None else None,
+        source="the swept runs' own settings (HP.json context; the laws hold under them)",
+    )
+
+
 @dataclasses.dataclass(frozen=True)
 class Prediction:
     """One law's optimum at the planned run, with its 90% prediction interval."""
@@ -397,7 +415,9 @@ def tuned(
         if p.startswith("optim.") and p != LR_KEY
     }
     said = list(notes) + extrapolation_notes(hp.ranges, n_params, tokens)
-    if hp.has_batch:  # HP.json does not record the swept runs' sequence length
+    swept_len = hp.laws.context.get("model.seq_len")
+    if hp.has_batch and (swept_len is None or int(swept_len) != seq_len):
+        # the batch law counts sequences of the swept runs' length (unknown, or not this plan's)
         said.append(BATCH_UNIT_NOTE.format(seq_len=seq_len))
     unused = [p for p in hp.laws.params if not p.startswith("optim.") and p != BATCH_KEY]
     if unused:
@@ -411,7 +431,7 @@ def tuned(
         seq_len=seq_len,
         batch_sequences=batch_sequences,
         batch_source=batch_source,
-        defaults=trainer_defaults(),
+        defaults=swept_settings(hp.laws.context),
         source=hp.source,
         lr=predict(hp.laws, LR_KEY, n_params, tokens),
         batch=hp.batch(n_params, tokens),
