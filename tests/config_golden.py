@@ -2292,3 +2292,19 @@ RUN_IDS |= {
     "demo/C1.5e11_L4-d64_lr0.003": "03e6539d7c",
     "demo/C1.5e11_L4-d64_lr0.03": "02e3a716e2",
 }
+# ...at four learning rates (1e-3 added: the 108k shape's best was 3e-3, the lowest of three)
+GOLDEN["config +sweep=demo"]["sweep"]["lr_probe"]["lrs"] = [1e-3, 3e-3, 3e-2]
+RUN_IDS |= {
+    "demo/C1e11_L1-d8_lr0.001": "8a32d0cb17",
+    "demo/C1e11_L1-d16_lr0.001": "e5b05ad8e8",
+    "demo/C1e11_L2-d24_lr0.001": "f187923080",
+    "demo/C1e11_L2-d32_lr0.001": "bc2c7ce3a7",
+    "demo/C1e11_L3-d48_lr0.001": "10a16ba86d",
+    "demo/C1e11_L4-d64_lr0.001": "b7ba5417ea",
+    "demo/C1.5e11_L1-d8_lr0.001": "0e9ac71c84",
+    "demo/C1.5e11_L1-d16_lr0.001": "c2d27b2bef",
+    "demo/C1.5e11_L2-d24_lr0.001": "c28f189c41",
+    "demo/C1.5e11_L2-d32_lr0.001": "ac33ca079e",
+    "demo/C1.5e11_L3-d48_lr0.001": "5923a56b7c",
+    "demo/C1.5e11_L4-d64_lr0.001": "7619e466a6",
+}
