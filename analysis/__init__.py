@@ -17,6 +17,10 @@ Loss curves (one run's loss against step under an LR schedule):
     load_curve(path_or_df), fit_curve(fit_curves, law="mpl"|"tissue", predict=..., fit_until=...)
         -> CurveFitResult (.params .predict(curve) .predictions .to_dict())
 
+Hyperparameter laws (the optimal learning rate / batch size per rung and their power laws):
+    fit_hparams(runs_df, params=None, opts=HparamOptions()) -> HparamFit (.fits .laws() .to_json())
+    load_hparams("hp.json") -> HparamLaws (.predict(param, N, D, C=None) -> (value, lo90, hi90))
+
 Runs written by the training core:
     runs.load(*paths) -> (runs_df, curves_df); runs.table(*paths) -> the runs table `fit` reads
 
@@ -57,6 +61,8 @@ _EXPORTS = {
     "CurveFitResult": "analysis.curves.fitting",
     "get_curve_law": "analysis.curves.laws",
     "known_curve_laws": "analysis.curves.laws",
+    "fit_hparams": "analysis.hparams.fitting",
+    "load_hparams": "analysis.hparams.fitting",
     "build_report": "analysis.report.build",
     "plan": "analysis.planning.planner",
 }

@@ -49,8 +49,16 @@ MAY_IMPORT: dict[str, frozenset[str]] = {
         "analysis.rl": (BASE, "analysis.laws", "analysis.runs"),  # RL laws, curves, report section
         "analysis.curves": (BASE, "analysis.laws", "analysis.runs"),  # loss-curve laws
         "analysis.downstream": (BASE, "analysis.laws"),  # downstream-task prediction
+        "analysis.hparams": (BASE, "analysis.laws"),  # learning-rate / batch-size laws
         # the budget planner: law + cost model (+ the trainer's config for the trainer plan)
-        "analysis.planning": (BASE, "models", "sharding", "analysis.laws", "experiments.train"),
+        "analysis.planning": (
+            BASE,
+            "models",
+            "sharding",
+            "analysis.laws",
+            "analysis.hparams",
+            "experiments.train",
+        ),
         "analysis.report": (
             BASE,
             "models",
@@ -60,6 +68,7 @@ MAY_IMPORT: dict[str, frozenset[str]] = {
             "analysis.rl",
             "analysis.planning",
             "analysis.downstream",
+            "analysis.hparams",
         ),
         "analysis.commands": (
             BASE,
@@ -71,6 +80,7 @@ MAY_IMPORT: dict[str, frozenset[str]] = {
             "analysis.rl",
             "analysis.planning",
             "analysis.downstream",
+            "analysis.hparams",
             "analysis.report",
         ),
         "analysis.cli": (BASE, "analysis.commands"),

@@ -15,8 +15,9 @@ import math
 
 import numpy as np
 
-from analysis.commands._options import add_json_argument, emit_json
+from analysis.commands._options import add_json_argument, emit_json, json_to_stdout
 from models.base.errors import AnalysisError
+from models.base.jsonio import write_json
 
 
 def register(subparsers) -> None:
@@ -146,12 +147,17 @@ def run(args: argparse.Namespace) -> int:
         args.param,
         HparamOptions(window=args.window, forms=forms, include_edges=args.include_edges, seed=args.seed),
     )
-    for line in report_lines(fit, targets):
-        print(line)
     out = fit.to_json()
     out["inputs"] = {"runs": str(args.data), "predict": args.predict}
     if targets is not None:
         out["predictions"] = predictions(fit.laws(), targets)
-    if args.json:
+    to_file = args.json and not json_to_stdout(args)
+    if to_file:  # written before the text, so a closed pipe (`| head`) cannot lose it
+        write_json(args.json, out)
+    for line in report_lines(fit, targets):
+        print(line)
+    if to_file:
+        print(f"wrote {args.json}")
+    elif args.json:
         emit_json(args, out)
     return 0

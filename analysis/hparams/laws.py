@@ -30,6 +30,7 @@ from analysis.laws.intervals import PREDICTION_LEVEL
 from models.base.errors import AnalysisError
 
 BOOTSTRAP = 1000
+MIN_BOOTSTRAP_RUNGS = 3  # rungs per coefficient for a bootstrap over rungs (else parametric draws)
 SAMPLES_KEPT = 400  # bootstrap coefficient samples written to the JSON (enough for a 90% interval)
 FLOPS_PER_PARAM_TOKEN = 6.0  # C = 6 N D when a table gives no compute
 MAX_LOG = 700.0  # math.exp overflows just above 709
@@ -158,7 +159,10 @@ def _lstsq(X: np.ndarray, y: np.ndarray) -> np.ndarray:
 def fit_law(
     param: str, form: Form, inputs: Mapping[str, np.ndarray], opt: np.ndarray, seed: int = 0
 ) -> HparamLaw:
-    """Least squares on ln(opt), bootstrap over rungs for the coefficients."""
+    """Least squares on ln(opt); coefficient samples from a bootstrap over rungs, or, with fewer
+    than MIN_BOOTSTRAP_RUNGS rungs per coefficient, from the regression's own sampling distribution
+    (multivariate Student-t around the fit with covariance s^2 (X'X)^-1): a bootstrap of 3 rungs
+    only ever resamples the same exact fit or a degenerate one."""
     X, y = form.design(inputs), np.log(opt)
     coef = _lstsq(X, y)
     n, k = X.shape
@@ -166,17 +170,31 @@ def fit_law(
     ssr = float(np.sum((y - X @ coef) ** 2))
     sd = math.sqrt(ssr / dof) if dof > 0 else 0.0
     rng = np.random.default_rng(seed)
-    samples = []
-    for _ in range(BOOTSTRAP):
-        idx = rng.integers(0, n, n)
-        if np.linalg.matrix_rank(X[idx]) < k:
-            continue  # a resample that cannot identify every exponent
-        samples.append(tuple(float(v) for v in _lstsq(X[idx], y[idx])))
+    if n >= MIN_BOOTSTRAP_RUNGS * k:
+        samples = _bootstrap(X, y, rng)
+    elif dof > 0:
+        cov = sd**2 * np.linalg.inv(X.T @ X)
+        z = rng.multivariate_normal(np.zeros(k), cov, size=SAMPLES_KEPT)
+        scale = np.sqrt(dof / rng.chisquare(dof, size=(SAMPLES_KEPT, 1)))
+        samples = [tuple(float(v) for v in coef + row) for row in z * scale]
+    else:
+        samples = []
     if not samples:
         samples = [tuple(float(v) for v in coef)]
     # keep only what the JSON keeps, so an HP.json read back predicts the intervals fit-hparams printed
     kept = tuple(samples[:SAMPLES_KEPT])
     return HparamLaw(param, form.name, tuple(float(v) for v in coef), kept, sd, dof, n)
+
+
+def _bootstrap(X: np.ndarray, y: np.ndarray, rng: np.random.Generator) -> list[tuple[float, ...]]:
+    n, k = X.shape
+    out = []
+    for _ in range(BOOTSTRAP):
+        idx = rng.integers(0, n, n)
+        if len(np.unique(idx)) <= k or np.linalg.matrix_rank(X[idx]) < k:
+            continue  # cannot identify every exponent, or an exact fit through k rungs (no scatter)
+        out.append(tuple(float(v) for v in _lstsq(X[idx], y[idx])))
+    return out
 
 
 @dataclasses.dataclass(frozen=True)
