@@ -62,6 +62,10 @@ def register(subparsers) -> None:
     p.add_argument("--c-col", help="compute column (default: C, flops or 'Training FLOP'; else 6ND)")
     p.add_argument("--loss-col", help="target column (default: loss or final_eval_loss)")
     p.add_argument("--x-col", help="input column of the generic 'power' law")
+    p.add_argument(
+        "--u-col",
+        help="unique-tokens column of the data-constrained laws (default: U or unique_tokens)",
+    )
     p.add_argument("--weight-col", help="column of per-run weights")
     p.add_argument(
         "--bootstrap", type=int, default=1000, help="bootstrap resamples for CIs (default 1000; 0 = none)"
@@ -101,6 +105,13 @@ def register(subparsers) -> None:
             "with the law fit"
         ),
     )
+    p.add_argument(
+        "--predict",
+        metavar="TARGETS.csv",
+        help="also predict the loss of the runs in this CSV (one row per run: the law's inputs, N and D; "
+        "U / unique_tokens for the data-constrained laws; x for power; C optional), each with its 90%% "
+        "prediction interval: a table, and `predictions` in the JSON (one per row, in order)",
+    )
     add_json_argument(p, "the fit (schema in docs/analysis.md)")
     p.set_defaults(func=run)
 
@@ -118,6 +129,7 @@ def run(args: argparse.Namespace) -> int:
     if args.law != AUTO:
         get_law(args.law)  # unknown law: fail before reading data
     columns = _columns(args)
+    targets = _read_targets(args, columns)  # a bad TARGETS file fails before the fit
     data, selection = _fit_rows(args)
     kwargs = dict(
         bootstrap=args.bootstrap,
@@ -150,6 +162,9 @@ def run(args: argparse.Namespace) -> int:
     if args.approach2:
         _add_approach2(fit, args, columns, data)
         result = fit.to_dict(args.budget)
+    if targets is not None:
+        result["predictions"] = _predictions(fit, targets, args.predict)
+        _print_predictions(result["predictions"], args.predict)
     emit_json(args, result)
     return 0
 
@@ -219,6 +234,7 @@ def _columns(args: argparse.Namespace) -> dict[str, str]:
             ("C", args.c_col),
             ("loss", args.loss_col),
             ("x", args.x_col),
+            ("U", args.u_col),
         )
         if name
     }
@@ -257,3 +273,80 @@ def _add_approach2(fit, args: argparse.Namespace, columns: dict[str, str], data)
     cmp_ = compare_approaches(fit, a2)
     fit.extras.update(approach2=a2, approach_comparison=cmp_)
     print(f"  {cmp_['message']}")
+
+
+def _target_inputs(law, targets, columns: dict[str, str], path: str):
+    """(role -> array, role -> column) of `law`'s inputs in TARGETS, found as in the fit: a column
+    the fit used (or --n-col & co. named) when TARGETS has it, else the usual spellings; D from C / 6N.
+    Any error is one line naming the file and the law."""
+    from analysis.laws.points import ALIASES, resolve_inputs
+
+    cols = {
+        role: name
+        for role, name in columns.items()
+        if role in ALIASES and role != "loss" and not name.startswith("<") and name in targets.columns
+    }
+    try:
+        return resolve_inputs(targets, law.inputs, cols)
+    except AnalysisError as e:
+        raise AnalysisError(f"--predict {path}: law {law.name}: {e}") from None
+
+
+def _read_targets(args: argparse.Namespace, columns: dict[str, str]):
+    """TARGETS (`--predict`) read and checked against the law's inputs before any fitting, or
+    None without the flag. With --law auto the inputs every candidate law needs are checked here,
+    the chosen law's own after the fit."""
+    if not args.predict:
+        return None
+    from analysis.laws.points import read_table
+    from analysis.laws.registry import get_law
+    from analysis.laws.selection import AUTO, CANDIDATES
+
+    try:
+        targets = read_table(args.predict)
+    except AnalysisError as e:
+        raise AnalysisError(f"--predict: {e}") from None
+    laws = [get_law(name) for name in (CANDIDATES if args.law == AUTO else (args.law,))]
+    for law in laws:
+        if all(all(role in other.inputs for other in laws) for role in law.inputs):
+            _target_inputs(law, targets, columns, args.predict)  # raises on the first missing input
+    return targets
+
+
+# Inputs a prediction entry repeats, in this order, besides the law's own (N and D whenever known)
+PREDICTION_ROLES = ("N", "D", "U", "C", "x")
+
+
+def _predictions(fit, targets, path: str) -> list[dict]:
+    """One entry per TARGETS row, in row order: the inputs ({N, D, U (data-constrained laws)...}),
+    the predicted `loss` (FitResult.predict) and its 90% prediction `interval` [lo, hi]
+    (FitResult.predict_interval: parameter noise + run scatter + extrapolation drift)."""
+    law = fit.law_obj
+    vals, used = _target_inputs(law, targets, fit.columns, path)
+    loss = fit.predict(targets, {r: c for r, c in used.items() if not c.startswith("<")})
+    try:
+        _, lo, hi = fit.predict_interval(vals)
+    except AnalysisError as e:
+        raise AnalysisError(f"--predict {path}: {e}") from None
+    shown = [r for r in PREDICTION_ROLES if r in vals and (r in law.inputs or r in ("N", "D"))]
+    return [
+        {
+            **{r: float(vals[r][i]) for r in shown},
+            "loss": float(loss[i]),
+            "interval": [float(lo[i]), float(hi[i])],
+        }
+        for i in range(len(targets))
+    ]
+
+
+def _print_predictions(rows: list[dict], path: str) -> None:
+    """The predictions as a short table (every row; TARGETS files are user queries, not sweeps)."""
+    from analysis.laws.intervals import PREDICTION_LEVEL
+
+    roles = [k for k in rows[0] if k not in ("loss", "interval")]
+    print(f"  predictions for {path} ({PREDICTION_LEVEL:.0%} prediction intervals):")
+    print("    " + "".join(f"{r:>11}" for r in roles) + f"{'loss':>10}  interval")
+    for row in rows:
+        lo, hi = row["interval"]
+        cells = "".join(f"{row[r]:>11.4g}" for r in roles)
+        print(f"    {cells}{row['loss']:>10.4f}  [{lo:.4f}, {hi:.4f}]")

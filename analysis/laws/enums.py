@@ -46,6 +46,8 @@ class LawName(enum.StrEnum):
     KAPLAN_C = "kaplan_c"
     KAPLAN_C_E = "kaplan_c_e"
     POWER = "power"
+    DATA_CONSTRAINED = "data_constrained"
+    DATA_CONSTRAINED_D = "data_constrained_d"
 
 
 class Precision(enum.StrEnum):

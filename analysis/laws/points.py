@@ -5,7 +5,8 @@ non-positive value, too few points, one model size) must stop with one line that
 fix, before any optimiser runs. A silent garbage fit is worse than no fit.
 
 Columns have *roles*: `N` (parameters), `D` (tokens), `C` (training FLOPs), `loss` (the target),
-`x` (the input of the generic `power` law). Each role is found by an explicit column name or, by
+`x` (the input of the generic `power` law), `U` (unique training tokens, for the data-constrained
+laws). Each role is found by an explicit column name or, by
 default, the first present of a few common spellings (including the run table that
 `analysis.runs.load` writes). Missing D is derived as C / (6N) and missing C as 6ND, as the
 Chinchilla papers do.
@@ -30,8 +31,9 @@ ALIASES: dict[str, tuple[str, ...]] = {
     "C": ("C", "flops", "FLOPs", "Training FLOP", "compute"),
     "loss": ("loss", "final_eval_loss", "eval_loss", "final_train_loss"),
     "x": ("x",),
+    "U": ("U", "unique_tokens"),
 }
-FLAGS = {"N": "--n-col", "D": "--d-col", "C": "--c-col", "loss": "--loss-col", "x": "--x-col"}
+FLAGS = {"N": "--n-col", "D": "--d-col", "C": "--c-col", "loss": "--loss-col", "x": "--x-col", "U": "--u-col"}
 FLOPS_PER_PARAM_TOKEN = 6.0
 # Which parameter count N is (`--n-params`): every parameter, or Kaplan et al.'s count without
 # the vocabulary matrices (input embedding, untied output head). The runs table of `collect`
@@ -103,7 +105,14 @@ class Points:
         return self.y.shape[0]
 
 
-_WHAT = {"N": "model-size (parameters)", "D": "tokens", "C": "compute (FLOPs)", "loss": "loss", "x": "x"}
+_WHAT = {
+    "N": "model-size (parameters)",
+    "D": "tokens",
+    "C": "compute (FLOPs)",
+    "loss": "loss",
+    "x": "x",
+    "U": "unique-token (U: the training split's size, or data.max_unique_tokens)",
+}
 
 
 def resolve_inputs(
@@ -201,7 +210,27 @@ def resolve(
         _check_values(w, "weights", "weight")
     if np.any(w < 0) or not np.any(w > 0):
         raise AnalysisError("weights must be >= 0 with at least one > 0")
+    if "U" in vals:
+        _check_repeats(df, vals)
     return Points(inputs=vals, y=y, weights=w, columns=used, index=np.asarray(df.index))
+
+
+EPOCHS_COLUMN = "epochs"  # what `collect` writes: tokens trained / unique tokens
+
+
+def _check_repeats(df: pd.DataFrame, vals: Mapping[str, np.ndarray]) -> None:
+    """A row whose `epochs` column says it repeated its data (> 1 epoch) while its D is below its
+    U contradicts itself: U or D is not what the run trained on."""
+    if EPOCHS_COLUMN not in df.columns or "D" not in vals:
+        return
+    ep = pd.to_numeric(df[EPOCHS_COLUMN], errors="coerce").to_numpy(float)
+    bad = np.flatnonzero((ep > 1.01) & (vals["D"] < vals["U"]))
+    if bad.size:
+        i = int(bad[0])
+        raise AnalysisError(
+            f"row {i}: {EPOCHS_COLUMN}={ep[i]:g} says the run repeated its data, but D={vals['D'][i]:g} < "
+            f"U={vals['U'][i]:g}; fix the row's unique tokens (U) or its tokens (D)"
+        )
 
 
 def _numeric(df: pd.DataFrame, name: str, role: str) -> np.ndarray:

@@ -44,6 +44,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from analysis.laws import repeated
 from analysis.laws.enums import BoundPosition, LawName, NParams, TransformKind
 from models.base.errors import AnalysisError
 
@@ -611,6 +612,78 @@ register(
         formula="y = E + A * x^-alpha",
         description="Plain power law with offset for any positive metric y of any positive x.",
         min_distinct={"x": 3},
+        numpy_form=True,
+    )
+)
+
+
+def _data_constrained(view, logX):
+    """Muennighoff et al. 2023 eq. 5 in logs (analysis/laws/repeated.py): Chinchilla's terms in
+    the effective parameters N' and effective data D'."""
+    e, a, b, alpha, beta, r_d, r_n = view
+    logN, logD, logU = logX
+    log_dp = repeated.log_effective(logU, logD, r_d)
+    log_un = _minimum(logN, repeated.log_n_opt(a, b, alpha, beta, logU))
+    log_np = repeated.log_effective(log_un, logN, r_n)
+    return logsumexp(a - alpha * log_np, b - beta * log_dp, e)
+
+
+def _data_constrained_d(view, logX):
+    """Only repeated data decays (R_D*): for ladders without models beyond N_opt(U)."""
+    e, a, b, alpha, beta, r_d = view
+    logN, logD, logU = logX
+    return logsumexp(a - alpha * logN, b - beta * repeated.log_effective(logU, logD, r_d), e)
+
+
+def _minimum(x, y):
+    return jnp.minimum(x, y) if isinstance(x, jax.Array) or isinstance(y, jax.Array) else np.minimum(x, y)
+
+
+# Starts: a coarser Chinchilla grid (972 of Epoch's 4,500 points) x the decay constants over the
+# range the paper's fits and ours span (R* 3 .. 60; Muennighoff et al.: R_D* 15.4, R_N* 5.3)
+_DC_CHINCHILLA = np.array(
+    [
+        (np.exp(e), np.exp(a), np.exp(b), al, be)
+        for e in (-1.0, 0.0, 1.0)
+        for a in (0.0, 5.0, 10.0, 15.0, 20.0, 25.0)
+        for b in (0.0, 5.0, 10.0, 15.0, 20.0, 25.0)
+        for al in (0.2, 0.5, 1.0)
+        for be in (0.2, 0.5, 1.0)
+    ]
+)
+_R_STARTS = (3.0, 15.0, 60.0)
+DC_D_GRID = np.array([(*row, r) for row in _DC_CHINCHILLA for r in _R_STARTS])
+DC_GRID = np.array([(*row, rd, rn) for row in _DC_CHINCHILLA for rd in _R_STARTS for rn in (2.0, 6.0, 20.0)])
+_DC_BOUNDS = ((0.0, np.inf), (0.0, np.inf), (0.0, np.inf), (0.0, 3.0), (0.0, 3.0))
+
+register(
+    Law(
+        name=LawName.DATA_CONSTRAINED,
+        param_names=("E", "A", "B", "alpha", "beta", "R_D", "R_N"),
+        inputs=("N", "D", "U"),
+        log_form=_data_constrained,
+        log_params=(True, True, True, False, False, False, False),
+        grid=lambda logX, logy: DC_GRID,
+        bounds=(*_DC_BOUNDS, (0.0, np.inf), (0.0, np.inf)),
+        formula="L = E + A / N'^alpha + B / D'^beta, D' = U + U R_D (1 - e^(-R/R_D)), R = D/U - 1; "
+        "N' likewise with U_N = min(N, N_opt(U)) and R_N",
+        description="Muennighoff et al. 2023 (eq. 5): repeated tokens and excess parameters decay in value.",
+        min_distinct={"N": 2, "D": 2},
+        numpy_form=True,
+    )
+)
+register(
+    Law(
+        name=LawName.DATA_CONSTRAINED_D,
+        param_names=("E", "A", "B", "alpha", "beta", "R_D"),
+        inputs=("N", "D", "U"),
+        log_form=_data_constrained_d,
+        log_params=(True, True, True, False, False, False),
+        grid=lambda logX, logy: DC_D_GRID,
+        bounds=(*_DC_BOUNDS, (0.0, np.inf)),
+        formula="L = E + A / N^alpha + B / D'^beta, D' = U + U R_D (1 - e^(-R/R_D)), R = D/U - 1",
+        description="Muennighoff et al. 2023's effective data alone (no excess-parameter term).",
+        min_distinct={"N": 2, "D": 2},
         numpy_form=True,
     )
 )

@@ -4,7 +4,9 @@ A scaling law is used beyond its data, so the form to trust is the one that pred
 *forward*: each candidate's fit already measures that with forward-chaining folds (fit below a
 cut, predict every run above it; `intervals.PredictionError.fold_mae`, the mean |log error|).
 The candidates are the Chinchilla law and its tied form (beta = alpha, one parameter fewer; the
-form Gadre et al. 2024 fit, whose tokens-per-parameter optimum does not drift with the budget).
+form Gadre et al. 2024 fit, whose tokens-per-parameter optimum does not drift with the budget),
+and, when the runs repeat their data (D > U), the data-constrained laws (effective data alone,
+then with excess parameters; Muennighoff et al. 2023).
 The rule is parsimonious: the simplest candidate whose fold error is within `PARSIMONY` (10%)
 of the best wins, because fold errors of near-equal forms differ by noise, and the simpler form
 extrapolates more stably when they do. Measured on the shared data (benchmarks/holdout_eval.py,
@@ -28,6 +30,10 @@ from models.base.errors import AnalysisError
 
 AUTO = "auto"
 CANDIDATES = ("chinchilla_tied", "chinchilla")  # simplest first
+# ...and when the runs repeat their data (a U column with D > U somewhere): the data-constrained
+# forms too, effective data alone before the excess-parameter term (analysis/laws/repeated.py)
+REPEATED_CANDIDATES = (*CANDIDATES, "data_constrained_d", "data_constrained")
+REPEAT_TOLERANCE = 1.01  # D > 1.01 U: a run that repeats (not one rounded to whole steps)
 PARSIMONY = 0.10  # a more complex form must predict forward >10% better to be chosen
 
 
@@ -68,12 +74,24 @@ def choose(
     return next(k for k in order if k in finite and finite[k] <= best * (1 + parsimony))
 
 
+def repeats(df: pd.DataFrame, columns: Mapping[str, str] | None = None) -> bool:
+    """Whether some run trained on more tokens than it had unique ones (D > U)."""
+    from analysis.laws.points import resolve_inputs
+
+    try:
+        vals, _ = resolve_inputs(df, ("D", "U"), columns)
+    except AnalysisError:
+        return False
+    return bool((vals["D"] > REPEAT_TOLERANCE * vals["U"]).any())
+
+
 def fit_auto(df: pd.DataFrame, columns: Mapping[str, str] | None = None, **fit_kwargs) -> FitResult:
     """`fit_law` with the law chosen among `CANDIDATES` (see the module docstring); the result's
     `extras["law_selection"]` says which and why."""
     probe = {k: v for k, v in fit_kwargs.items() if k not in ("bootstrap", "prediction_intervals")}
     scores, skipped, probes = {}, {}, {}
-    for name in CANDIDATES:
+    order = REPEATED_CANDIDATES if repeats(df, columns) else CANDIDATES
+    for name in order:
         try:
             probes[name] = fit_law(df, name, columns, bootstrap=0, prediction_intervals=True, **probe)
         except AnalysisError as e:
@@ -86,7 +104,7 @@ def fit_auto(df: pd.DataFrame, columns: Mapping[str, str] | None = None, **fit_k
             + "; ".join(f"{k}: {v}" for k, v in skipped.items())
             + ")"
         )
-    choice = LawChoice(chosen=choose(scores), fold_mae=scores, skipped=skipped)
+    choice = LawChoice(chosen=choose(scores, order), fold_mae=scores, skipped=skipped)
     if fit_kwargs.get("bootstrap", 1000) == 0 and fit_kwargs.get("prediction_intervals", True):
         fit = probes[choice.chosen]  # the probe already is the requested fit
     else:
