@@ -6,6 +6,8 @@ param_names, bootstrap_samples, ...), the schema documented in docs/analysis.md.
 A runs table from `collect` whose runs differ only in `optim.*` (an LR sweep per rung) is fitted
 on the best run per (budget, shape) (analysis.laws.best_runs), said in one line and recorded as
 `hparam_selection` in the JSON; `--all-runs` fits every row instead.
+`--predict TARGETS.csv` adds `predictions`: per target row, in order, its inputs, the predicted
+loss and its 90% prediction interval (`{N, D, U?, loss, interval: [lo, hi]}`).
 """
 
 from __future__ import annotations

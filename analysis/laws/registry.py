@@ -90,6 +90,10 @@ def logsumexp(*terms):
 START_MARGIN = 1e-3  # grid starts on a bound move this fraction of the interval inside it
 KNEE_FRACTION = 0.05  # an interval's soft clamp is the identity except within this fraction of each end
 NEAR_BOUND_FRACTION = 0.01  # a fitted value this close to a bound (fraction of the interval) is flagged
+# On a half-line to +inf a value this large is running off to it (law parameters are O(1e-3..1e5);
+# the scale constants fitted on the shared data are <= ~1e4; a generic power law of x ~ 1e20 may
+# reach ~1e10)
+RUNAWAY_VALUE = 1e15
 
 
 @dataclass(frozen=True)
@@ -314,6 +318,11 @@ def bound_notes(
             continue
         v = float(params[name])
         ci_lo, ci_hi = (ci or {}).get(name, (math.nan, math.nan))
+        if not math.isfinite(hi) and abs(v) >= RUNAWAY_VALUE:
+            # no finite bound is near, the estimate ran off towards +inf (a decay constant the
+            # data never test, e.g. R_N without excess-parameter runs)
+            out.append(BoundNote(name, v, hi, BoundPosition.AT, lo, hi))
+            continue
         for bound, sign in ((lo, 1.0), (hi, -1.0)):
             if not math.isfinite(bound):
                 continue
