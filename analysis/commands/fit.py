@@ -107,6 +107,13 @@ def register(subparsers) -> None:
             "with the law fit"
         ),
     )
+    _add_predict_argument(p)
+    add_json_argument(p, "the fit (schema in docs/analysis.md)")
+    p.set_defaults(func=run)
+
+
+def _add_predict_argument(p: argparse.ArgumentParser) -> None:
+    """`--predict TARGETS.csv`: the loss, with its 90% prediction interval, of runs not yet trained."""
     p.add_argument(
         "--predict",
         metavar="TARGETS.csv",
@@ -114,8 +121,6 @@ def register(subparsers) -> None:
         "U / unique_tokens for the data-constrained laws; x for power; C optional), each with its 90%% "
         "prediction interval: a table, and `predictions` in the JSON (one per row, in order)",
     )
-    add_json_argument(p, "the fit (schema in docs/analysis.md)")
-    p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -18,6 +18,13 @@ batch (sequences and tokens) of the recommended run with 90% intervals, plus its
 schedule (the trainer's defaults); a batch law sets the batch the layouts are searched for, and
 the emitted overrides carry `optim.lr=` and `train.batch_size=`. JSON: `recipe` per plan
 (analysis/planning/recipe.py). Without --hparams the plan says the recipe is untuned.
+
+A fixed corpus: `--unique-tokens U` plans under the data limit (analysis/planning/data_limit.py):
+the optimum N, D and epochs, the loss penalty against unlimited data, the epoch count past which
+one more buys < 1% of the first's value, and a bigger model at fewer epochs; JSON `data_limit`
+per plan. The law is a `data_constrained` / `data_constrained_d` fit (--law), else Muennighoff et
+al. 2023's R_D*, R_N* on top of the Chinchilla law (the paper's law, not a fit). Without
+--hardware only that part is planned (no layouts).
 """
 
 from __future__ import annotations
@@ -68,9 +75,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--hardware",
-        required=True,
         help="catalogue name (h100, a100-80gb, ...) or YAML; a mixed cluster as "
-        "NAME:COUNT,NAME:COUNT (e.g. a100-80gb:256,h100-sxm:128)",
+        "NAME:COUNT,NAME:COUNT (e.g. a100-80gb:256,h100-sxm:128); required unless the plan is "
+        "only --budget with --unique-tokens",
     )
     p.add_argument(
         "--gpus",
@@ -94,6 +101,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         metavar="HP.json",
         help="hyperparameter laws from `python -m analysis fit-hparams --json`: state the run's "
         "learning rate and batch with 90%% intervals and emit optim.lr / train.batch_size",
+    )
+    p.add_argument(
+        "--unique-tokens",
+        type=float,
+        metavar="U",
+        help="unique tokens in the corpus (e.g. 2e12): plan under this data limit (repeated epochs "
+        "decay in value, Muennighoff et al. 2023): optimum N, D, epochs, penalty against unlimited "
+        "data, the < 1%%-epoch point, a bigger model at fewer epochs; with a data_constrained(_d) "
+        "--law fit, else the paper's R_D*=15.4, R_N*=5.3 on the Chinchilla law",
     )
     p.add_argument("--top", type=_positive_int, default=8, help="candidates to list")
     add_json_argument(p, "the plan ({'best': ..., 'candidates': [...], 'N_opt', 'D_opt', ...})")
@@ -124,6 +140,14 @@ def run(args: argparse.Namespace) -> int:
     from analysis.commands.layout_eval import load_efficiency
 
     law = ScalingLaw.from_json(args.law) if args.law is not None else ScalingLaw.chinchilla_2022()
+    data_law = _data_law(args, law)
+    if args.hardware is None:
+        if data_law is None:
+            raise AnalysisError(
+                "--hardware is required (e.g. --hardware h100-sxm --gpus 64), unless the plan is only "
+                "--budget C with --unique-tokens U"
+            )
+        return _run_data_limit(args, data_law)
     eff = load_efficiency(args.efficiency)
     if is_mixed(args.hardware):
         return _run_mixed(args, law, eff)
@@ -148,6 +172,8 @@ def run(args: argparse.Namespace) -> int:
             eff=eff,
             offload=args.offload,
             hparams=hparams,
+            unique_tokens=args.unique_tokens,
+            data_law=data_law,
         )
         for budget in (args.budget or [None])
     ]
@@ -184,6 +210,7 @@ def _run_mixed(args: argparse.Namespace, law: ScalingLaw, eff) -> int:
         ("--markdown", args.markdown),
         ("--offload", args.offload),
         ("--hparams", args.hparams),
+        ("--unique-tokens", args.unique_tokens),
     ):
         if v:
             raise AnalysisError(f"{flag} is not supported for a mixed cluster yet; plan with --budget")
@@ -208,6 +235,37 @@ def _run_mixed(args: argparse.Namespace, law: ScalingLaw, eff) -> int:
     return 0
 
 
+def _data_law(args: argparse.Namespace, law: ScalingLaw):
+    """The data-constrained law of `--unique-tokens` (None without it), its U checked first."""
+    if args.unique_tokens is None:
+        return None
+    from analysis.planning.data_limit import check_unique_tokens, from_json
+
+    batch = DEFAULT_BATCH_TOKENS if args.batch_tokens is None else args.batch_tokens
+    check_unique_tokens(args.unique_tokens, batch)
+    return from_json(args.law, law)
+
+
+def _run_data_limit(args: argparse.Namespace, data_law) -> int:
+    """`plan --budget C --unique-tokens U` without --hardware: the data-limited allocation alone."""
+    from analysis.planning.data_limit import plan_data_limit
+
+    if not args.budget:
+        raise AnalysisError("--unique-tokens plans a FLOP budget: give --budget FLOPS as well")
+    batch = DEFAULT_BATCH_TOKENS if args.batch_tokens is None else args.batch_tokens
+    results = [plan_data_limit(b, args.unique_tokens, data_law, batch) for b in args.budget]
+    for r in results:
+        print(f"budget {r.budget_flops:.3g} FLOPs")
+        for line in r.text_lines():
+            print(line)
+    payloads = [{"budget_flops": r.budget_flops, "data_limit": r.as_dict()} for r in results]
+    emit_json(args, payloads[0] if len(payloads) == 1 else {"plans": payloads})
+    if args.markdown:
+        sections = [f"## Planning: {r.budget_flops:.3g} FLOPs\n\n" + "\n".join(r.markdown()) for r in results]
+        args.markdown.write_text("\n\n".join(sections) + "\n")
+    return 0
+
+
 def plan_payload(result) -> dict:
     """The plan's JSON: `Plan.as_dict()` plus `N_opt`/`D_opt`, the casing of the fit's allocation
     (`n_opt`/`d_opt` stay as deprecated aliases)."""
@@ -220,8 +278,11 @@ def _print_plan(result) -> None:
     b = result.best
     if result.n_opt is not None:
         print(f"law: {result.law.source}")
+        limit = (
+            "" if result.data_limit is None else f" on {result.data_limit.unique_tokens:.3g} unique tokens"
+        )
         print(
-            f"compute-optimal for {result.budget_flops:.3g} FLOPs: N* = {result.n_opt / 1e9:.1f}B "
+            f"compute-optimal for {result.budget_flops:.3g} FLOPs{limit}: N* = {result.n_opt / 1e9:.1f}B "
             f"params, D* = {result.d_opt / 1e12:.2f}T tokens"
         )
     print(result.table())
@@ -244,6 +305,9 @@ def _print_plan(result) -> None:
     )
     if result.recipe is not None:
         for line in result.recipe.text_lines():
+            print(line)
+    if result.data_limit is not None:
+        for line in result.data_limit.text_lines():
             print(line)
     for n in result.notes:
         print(f"note: {n}")

@@ -15,6 +15,11 @@ def _run(args: argparse.Namespace) -> int:
 
     if args.gpus <= 0:
         raise AnalysisError(f"--gpus must be a positive integer (got {args.gpus})")
+    if args.unique_tokens is not None:  # a bad U fails before the fits
+        from analysis.planning.data_limit import check_unique_tokens
+        from analysis.planning.planner import DEFAULT_BATCH_TOKENS
+
+        check_unique_tokens(args.unique_tokens, DEFAULT_BATCH_TOKENS)
     rep = build_report(
         args.sweep_dir,
         args.out,
@@ -25,6 +30,7 @@ def _run(args: argparse.Namespace) -> int:
         gpus=args.gpus,
         n_params=args.n_params,
         hparams=args.hparams,
+        unique_tokens=args.unique_tokens,
     )
     for line in [] if rep.get("rl_only") else headline(rep):
         print(line)
@@ -73,6 +79,15 @@ def register(sub) -> None:
         help="hyperparameter laws from `python -m analysis fit-hparams --json`: adds the "
         "'Hyperparameter law' section and tunes the planning sections' recipe (default: "
         "SWEEP_DIR/hparams.json or SWEEP_DIR/../hparams.json when one exists)",
+    )
+    p.add_argument(
+        "--unique-tokens",
+        type=float,
+        default=None,
+        metavar="U",
+        help="with --hardware and --budget: plan each planning section under a corpus of U unique "
+        "tokens (data limit: optimum N, D, epochs, penalty against unlimited data; the report's "
+        "data-constrained law, else Muennighoff et al. 2023's R_D*, R_N* on its Chinchilla law)",
     )
     add_json_argument(p, "the report's numbers (the same as report.json)")
     p.set_defaults(func=_run)

@@ -23,7 +23,11 @@ budget really means. `plan()` joins them:
    laws (`hparams`, an HP.json from `python -m analysis fit-hparams`) the learning rate and batch
    at its (N, D) with 90% intervals, the search repeated with the batch law's optimum (global
    batches inside its 90% interval) when the laws have one; warm-up and schedule are the
-   trainer's defaults. Without laws the recipe says it is untuned.
+   trainer's defaults. Without laws the recipe says it is untuned;
+8. with a corpus of `unique_tokens` (`analysis.planning.data_limit`), the size target is the
+   optimum under that data limit (repeated epochs decay in value, Muennighoff et al. 2023), every
+   candidate's loss is the data-constrained law's, and `Plan.data_limit` holds the penalty against
+   unlimited data, the < 1%-epoch point and the bigger-model-at-fewer-epochs alternative.
 Loss confidence intervals come from the fit's bootstrap samples when it has them. MFU follows
 the cost model's convention, PaLM's 6N + 12LHQT (`MFU_CONVENTION`; models/flops.py).
 """
@@ -36,6 +40,7 @@ from typing import Any, Sequence
 
 from analysis.laws.allocation import ScalingLaw
 from analysis.laws.intervals import PREDICTION_LEVEL
+from analysis.planning.data_limit import DataLimitPlan, RepeatedDataLaw, paper_prior, plan_data_limit
 from analysis.planning.recipe import BatchSource, HparamSet, Recipe, tuned, untuned
 from analysis.planning.trainer import TRAINER_ZERO_STAGES, TrainerPlan, trainer_plan
 from models.base.errors import AnalysisError
@@ -244,6 +249,7 @@ class Plan:
     trainer: TrainerPlan | None = None  # what `python -m experiments.train` runs of `best`
     efficiency: Efficiency = DEFAULT_EFFICIENCY  # the constants the times were predicted with
     recipe: Recipe | None = None  # lr, batch, warm-up and schedule of `best` (tuned or not)
+    data_limit: DataLimitPlan | None = None  # the plan under a fixed corpus (`unique_tokens`), or None
 
     @property
     def ci_percent(self) -> str:
@@ -288,6 +294,7 @@ class Plan:
             "d_opt": self.d_opt,
             "notes": list(self.notes),
             "recipe": self.recipe.as_dict() if self.recipe is not None else None,
+            "data_limit": self.data_limit.as_dict() if self.data_limit is not None else None,
             "efficiency": {
                 "provenance": self.efficiency.provenance,
                 "mfu_ratio_interval": (
@@ -341,6 +348,7 @@ class Plan:
             f"{b.loss:.3f} ({self.interval_label} {ci}).",
             "",
             *(self.recipe.markdown() + [""] if self.recipe is not None else []),
+            *(self.data_limit.markdown() + [""] if self.data_limit is not None else []),
             "```",
             self.table(),
             "```",
@@ -438,6 +446,7 @@ class _Request:
     top: int = 8  # candidates kept in the plan
     # global batches allowed (sequences): a batch law's 90% interval; None: any
     batch_band: tuple[float, float] | None = None
+    data_limit: DataLimitPlan | None = None  # the budget under a fixed corpus: sizes and losses follow it
 
 
 def with_recipe(first: Plan, req: _Request, hp: HparamSet | None, explicit_batch: bool) -> Plan:
@@ -494,13 +503,17 @@ def plan(
     top: int = 8,
     offload: bool = False,
     hparams: HparamSet | None = None,
+    unique_tokens: float | None = None,
+    data_law: RepeatedDataLaw | None = None,
 ) -> Plan:
     """Plan a training run; see the module docstring. Raises AnalysisError for bad input.
     `offload` lets layouts keep the optimizer state (fp32 master weights, Adam moments) and its
     step on the host (ZeRO-Offload, Ren et al. 2021): PCIe transfers and CPU Adam time for
     device memory. `batch_tokens`: tokens per step (default DEFAULT_BATCH_TOKENS, or the batch
     law's optimum when `hparams` has one; given explicitly, it wins over the law). `hparams`:
-    hyperparameter laws (`analysis.planning.recipe.load_hparam_set`) for `Plan.recipe`."""
+    hyperparameter laws (`analysis.planning.recipe.load_hparam_set`) for `Plan.recipe`.
+    `unique_tokens`: the corpus size U; the plan then follows the data-constrained `data_law`
+    (default: Muennighoff et al.'s R_D*, R_N* on top of `law`, `data_limit.paper_prior`)."""
     req = check_request(
         budget_flops,
         n_devices,
@@ -515,6 +528,11 @@ def plan(
         eff,
     )
     req = dataclasses.replace(req, offload=bool(offload), top=top)
+    if unique_tokens is not None:
+        if budget_flops is None:
+            raise AnalysisError("--unique-tokens plans a FLOP budget: give --budget FLOPS as well")
+        dl = plan_data_limit(budget_flops, unique_tokens, data_law or paper_prior(req.law), req.batch_tokens)
+        req = dataclasses.replace(req, data_limit=dl)
     return with_recipe(search(req), req, hparams, explicit_batch=batch_tokens is not None)
 
 
@@ -560,6 +578,7 @@ def search(req: _Request) -> Plan:
         notes=_notes(req),
         trainer=_trainer_plan(cands, req),
         efficiency=req.eff,
+        data_limit=req.data_limit,
     )
 
 
@@ -614,7 +633,10 @@ def size_targets(req: _Request) -> tuple[float | None, float | None, list[float]
     smaller sizes under a time limit (from N*, or from what the cluster delivers in the time)."""
     n_opt = d_opt = None
     targets: list[float] = []
-    if req.budget_flops is not None:
+    if req.data_limit is not None:  # the optimum under the corpus limit, not Chinchilla's
+        n_opt, d_opt = req.data_limit.optimum.n_params, req.data_limit.optimum.tokens
+        targets = [n_opt]
+    elif req.budget_flops is not None:
         n_opt, d_opt = req.law.optimal(req.budget_flops)
         targets = [n_opt]
     if req.max_days is not None:
@@ -652,9 +674,7 @@ def _candidate(s: ModelShape, est, req: _Request) -> Candidate:
         days=days,
         gpu_hours=gpu_hours,
         flops=k * s.n_params * tokens,
-        loss=req.law.loss(s.n_params, tokens),
-        loss_ci=req.law.loss_ci(s.n_params, tokens),
-        loss_interval=_interval(req.law, s.n_params, tokens),
+        **_losses(req, s.n_params, tokens),
         mfu_interval=req.eff.rate_interval(est.mfu, est.mfu),
         days_interval=req.eff.time_interval(days, est.mfu),
         gpu_hours_interval=req.eff.time_interval(gpu_hours, est.mfu),
@@ -692,6 +712,21 @@ def _trainer_plan(cands: list[Candidate], req: _Request) -> TrainerPlan:
     return first
 
 
+def _losses(req: _Request, n: float, d: float) -> dict[str, Any]:
+    """A candidate's loss, CI and prediction interval. Under a data limit the loss is the
+    data-constrained law's and both bands are the Chinchilla law's, scaled by the ratio of the
+    two losses: the fit's error model around the data-limited prediction (the uncertainty of
+    R_D*, R_N* is not in them; `_notes` says so)."""
+    law = req.law
+    loss, ci, band = law.loss(n, d), law.loss_ci(n, d), _interval(law, n, d)
+    if req.data_limit is None:
+        return {"loss": loss, "loss_ci": ci, "loss_interval": band}
+    limited = float(req.data_limit.law.loss(n, d, req.data_limit.unique_tokens))
+    r = limited / loss
+    scaled = [None if b is None else (b[0] * r, b[1] * r) for b in (ci, band)]
+    return {"loss": limited, "loss_ci": scaled[0], "loss_interval": scaled[1]}
+
+
 def _interval(law: ScalingLaw, n: float, d: float) -> tuple[float, float] | None:
     band = law.loss_interval(n, d)
     return None if band is None else (float(band[0][0]), float(band[1][0]))
@@ -722,6 +757,14 @@ def _notes(req: _Request) -> tuple[str, ...]:
         )
     if req.max_days is not None:
         notes.append(f"tokens capped by what each layout processes in {req.max_days:g} days")
+    dl = req.data_limit
+    if dl is not None:
+        kind = "fitted" if dl.law.fitted else "the paper's prior, not a fit"
+        notes.append(
+            f"data limit: {dl.unique_tokens:.3g} unique tokens; sizes and losses follow the "
+            f"{dl.law.name} law ({kind}); loss bands are the law's error model around the "
+            "data-limited loss, without the uncertainty of the decay constants"
+        )
     notes.append(
         f"layouts: flash-attention 2, fused norms, bf16 mixed precision, "
         f"~{req.batch_tokens / 2**20:.3g}M tokens per step; efficiency constants: "

@@ -245,6 +245,7 @@ def build_report(
     gpus: int = 1024,
     n_params: str = "total",
     hparams: str | pathlib.Path | None = None,
+    unique_tokens: float | None = None,
 ) -> dict:
     """Analyse the runs under `sweep_dir` and write report.{html,md,json} + figures to `out_dir`.
 
@@ -256,6 +257,8 @@ def build_report(
     uses, "total" (default: the Chinchilla law counts every parameter) or "non_embedding".
     `hparams`: an HP.json for the "Hyperparameter law" section and the plans' recipe (default:
     SWEEP_DIR/hparams.json or SWEEP_DIR/../hparams.json when one exists).
+    `unique_tokens`: plan the planning sections under a corpus of that many unique tokens
+    (analysis.planning.data_limit).
     Returns the report dict (also written as report.json); its `paths` name the files.
     """
     sweep_dir = pathlib.Path(sweep_dir)
@@ -272,7 +275,18 @@ def build_report(
         )  # overflow in bootstrap resamples far from the optimum
         try:
             rep = _build(
-                sweep_dir, out, fig_dir, budgets, bootstrap, seed, title, hardware, gpus, n_params, hparams
+                sweep_dir,
+                out,
+                fig_dir,
+                budgets,
+                bootstrap,
+                seed,
+                title,
+                hardware,
+                gpus,
+                n_params,
+                hparams,
+                unique_tokens,
             )
         except NoPretrainingRuns:
             rep = _rl_only(sweep_dir, out, title)
@@ -291,19 +305,29 @@ def _rl_section(sweep_dir: pathlib.Path, out: pathlib.Path, warn: list[str]) -> 
 
 
 def _plan_sections(
-    fit, requested: list[float], hardware: str, gpus: int, warn: list[str], hparams=None
+    fit, requested: list[float], hardware: str, gpus: int, warn: list[str], hparams=None, unique_tokens=None
 ) -> list[dict]:
     """One planning section per requested budget, from the law fitted here (with its bootstrap);
-    `hparams` (an analysis.planning.recipe.HparamSet) tunes each plan's recipe."""
-    from analysis.laws.allocation import ScalingLaw
+    `hparams` (an analysis.planning.recipe.HparamSet) tunes each plan's recipe; `unique_tokens`
+    plans under that data limit (the report's data-constrained law, else the paper's prior)."""
+    from analysis.planning import data_limit
     from analysis.planning.planner import plan
 
-    law = ScalingLaw.from_fit(fit, source="Chinchilla law fitted in this report")
+    law = data_limit.base_law(fit, "Chinchilla law fitted in this report")
+    data_law = (
+        None
+        if unique_tokens is None
+        else data_limit.from_fit(fit, law, f"{fit.law} law fitted in this report")
+    )
     out = []
     for c in requested:
         try:
-            p = plan(c, gpus, hardware, law=law, hparams=hparams)
+            p = plan(
+                c, gpus, hardware, law=law, hparams=hparams, unique_tokens=unique_tokens, data_law=data_law
+            )
             out.append({"markdown": p.to_markdown(), "budget": c, "recipe": p.recipe.as_dict()})
+            if p.data_limit is not None:
+                out[-1]["data_limit"] = p.data_limit.as_dict()
         except AnalysisError as e:
             warn.append(f"no plan for {c:.3g} FLOPs on {gpus} x {hardware}: {e}")
     return out
@@ -358,6 +382,7 @@ def _build(
     gpus: int = 1024,
     n_params: str = "total",
     hparams: str | pathlib.Path | None = None,
+    unique_tokens: float | None = None,
 ) -> dict:
     """Collect, fit (Approaches 3 and 2), compare, hold out, plot, add sections, write."""
     warn: list[str] = []
@@ -400,7 +425,9 @@ def _build(
     rep["figures"] = _save_figures(figures, fig_dir, out)
     sections = []
     if hardware and budgets and fit is not None:
-        sections += _plan_sections(fit, requested, hardware, gpus, warn, hp_laws)
+        sections += _plan_sections(fit, requested, hardware, gpus, warn, hp_laws, unique_tokens)
+    elif unique_tokens is not None:
+        warn.append("--unique-tokens plans the planning sections: give --hardware and --budget too")
     rl = _rl_section(sweep_dir, out, warn)
     if rl is not None:
         sections.append(rl)
