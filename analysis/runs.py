@@ -25,6 +25,11 @@ Parquet): runs_df with the column roles `fit` looks for first — N, D, C, loss 
 `selected` and `hparam_group` (`with_selection`): runs that differ only in `optim.*` (an LR sweep
 per rung) form one group, and only the best run of each is `selected` for fits
 (analysis.laws.best_runs); every run stays in the table.
+
+Repeated data: every table has `unique_tokens` (the tokens a run sampled from: its training split,
+or `data.max_unique_tokens`) and `epochs` (tokens / unique_tokens) from summary.json
+(`with_unique_columns`, applied by `with_roles`); runs written before the trainer recorded them
+have NaN there.
 """
 
 from __future__ import annotations
@@ -256,6 +261,26 @@ def load(
     return runs_df, curves_df
 
 
+UNIQUE_COLUMNS = ("unique_tokens", "epochs")  # summary.json fields of repeated-data runs
+
+
+def with_unique_columns(runs_df: pd.DataFrame) -> pd.DataFrame:
+    """`runs_df` with numeric `unique_tokens` and `epochs` columns: NaN for a run without them
+    (older summaries), `epochs` = tokens / unique_tokens where only the first is recorded."""
+    if runs_df.empty:
+        return runs_df
+    out = runs_df.copy()
+    nan = pd.Series(np.nan, index=out.index)
+    for c in UNIQUE_COLUMNS:
+        out[c] = pd.to_numeric(out[c], errors="coerce") if c in out.columns else nan
+    if "tokens" in out.columns:
+        derived = pd.to_numeric(out["tokens"], errors="coerce") / out["unique_tokens"].where(
+            out["unique_tokens"] > 0
+        )
+        out["epochs"] = out["epochs"].fillna(derived)
+    return out
+
+
 # ---- downstream tasks ------------------------------------------------------------------------
 
 TASK_PREFIXES = {"loss": "task_loss/", "accuracy": "accuracy/", "chance": "chance/"}
@@ -394,7 +419,9 @@ def with_selection(runs_df: pd.DataFrame) -> tuple[pd.DataFrame, Selection | Non
 
 def with_roles(runs_df: pd.DataFrame) -> pd.DataFrame:
     """`runs_df` with N, D, C, loss (numeric copies of n_params, tokens, flops, final_eval_loss)
-    as its first columns, so `python -m analysis fit` finds them without column flags."""
+    as its first columns, so `python -m analysis fit` finds them without column flags, and the
+    `unique_tokens` / `epochs` columns (`with_unique_columns`: U of the repeated-data laws)."""
+    runs_df = with_unique_columns(runs_df)
     roles = {
         role: pd.to_numeric(runs_df[src], errors="coerce")
         for role, src in ROLE_COLUMNS.items()

@@ -2308,3 +2308,10 @@ RUN_IDS |= {
     "demo/C1.5e11_L3-d48_lr0.001": "5923a56b7c",
     "demo/C1.5e11_L4-d64_lr0.001": "7619e466a6",
 }
+
+# Issue 27 (when data runs out), on purpose: `data.max_unique_tokens` (train on the first U tokens of
+# the training split; DataConfig in experiments/train/corpus.py), null by default. A null cap is left
+# out of the run id (experiments/sweeps/runs.py identity), so every run id above is unchanged.
+for _config in GOLDEN.values():
+    if "data" in _config:
+        _config["data"]["max_unique_tokens"] = None

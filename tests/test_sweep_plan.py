@@ -269,3 +269,98 @@ def test_hparams_file_errors_are_one_line(tmp_path):
     bad = _hp_file(tmp_path, {"model.d_model": {"inputs": ["N"], "coef_log": [0.0, 1.0]}})
     with pytest.raises(PlanError, match="not model.d_model"):
         plan_sweep(BASE, {**SWEEP, "hparams": bad})
+
+
+# ---- data_limited (issue 27: repeated data) ------------------------------------------------------
+
+DATA_LIMITED = {
+    "kind": "data_limited",
+    "unique_tokens": [16_000, 64_000],
+    "epochs": [1, 4, 16],
+    "ladder": {"depths": [1, 2], "head_dim": 16, "aspect_ratio": 32},
+    "min_steps": 10,
+    "max_epochs": None,
+    "warmup_fraction": 0.05,
+}
+
+
+def test_data_limited_plans_every_shape_u_and_epochs():
+    runs = plan_sweep(BASE, DATA_LIMITED, corpus_tokens=10**7)
+    assert len(runs) == 2 * 2 * 3
+    tps = 8 * 64
+    # largest first: shapes by FLOPs per token, then U, then epochs
+    assert [r.label for r in runs[:4]] == [
+        "U6.4e4_ep16_L2-d64",
+        "U6.4e4_ep4_L2-d64",
+        "U6.4e4_ep1_L2-d64",
+        "U1.6e4_ep16_L2-d64",
+    ]
+    assert {r.label for r in runs} == {
+        f"U{u}_ep{e}_{s}" for u in ("1.6e4", "6.4e4") for e in (1, 4, 16) for s in ("L1-d32", "L2-d64")
+    }
+    for r in runs:
+        u = 16_000 if r.label.startswith("U1.6e4") else 64_000
+        e = int(r.label.split("_ep")[1].split("_")[0])
+        assert f"data.max_unique_tokens={u}" in r.overrides
+        assert r.tokens % tps == 0 and abs(r.tokens - e * u) <= tps / 2
+        assert f"train.tokens={r.tokens}" in r.overrides and "train.steps=null" in r.overrides
+        assert r.budget is None
+    # 16k unique tokens, one epoch: 31 steps of 512 tokens; 64k x 16 epochs is 2,000 steps
+    assert {r.steps for r in runs if r.label.startswith("U1.6e4_ep1_")} == {31}
+
+
+def test_data_limited_repeats_by_design_but_skips_short_runs():
+    runs = plan_sweep(BASE, {**DATA_LIMITED, "min_steps": 40}, corpus_tokens=10**7)
+    short = [r for r in runs if r.skip]
+    assert {r.label.split("_L")[0] for r in short} == {"U1.6e4_ep1"}  # 31 steps < 40
+    assert all("sweep.min_steps=40" in r.skip for r in short)
+    assert all(r.skip is None for r in runs if r.steps >= 40)  # 16 epochs: no epoch limit
+    # an explicit epoch limit counts passes over each run's own U, not over the corpus
+    capped = plan_sweep(BASE, {**DATA_LIMITED, "max_epochs": 4}, corpus_tokens=10**7)
+    over = [r for r in capped if r.skip]
+    assert {r.label.split("_L")[0] for r in over} == {"U1.6e4_ep16", "U6.4e4_ep16"}
+    assert all("unique tokens (data.max_unique_tokens)" in r.skip for r in over)
+
+
+def test_epoch_limit_counts_the_capped_split():
+    """`sweep.max_epochs` with a cap in the base config: the sweeper's corpus size is the cap
+    (experiments/sweeps/corpus.py), so a run past it is skipped."""
+    from experiments.sweeps import corpus
+
+    cfg = {**BASE, "data": {"source": "auto", "max_unique_tokens": 50_000}}
+    assert corpus.train_tokens(cfg) == 50_000
+    assert corpus.train_tokens({**BASE, "data": {"max_unique_tokens": 10**12}}) == corpus.train_tokens(BASE)
+    runs = plan_sweep(cfg, SWEEP, corpus_tokens=corpus.train_tokens(cfg))
+    assert any(r.skip and "50,000-token training split" in r.skip for r in runs)
+    with pytest.raises(PlanError, match=r"data.max_unique_tokens must be a positive integer \(got 0\)"):
+        corpus.train_tokens({**BASE, "data": {"max_unique_tokens": 0}})
+
+
+@pytest.mark.parametrize(
+    "change, corpus_tokens, msg",
+    [
+        ({"unique_tokens": []}, None, "sweep.unique_tokens is empty"),
+        ({"unique_tokens": [1e5, -1]}, None, r"sweep.unique_tokens\[\] must be a positive number"),
+        ({"unique_tokens": [1e5, 1e5]}, None, "sweep.unique_tokens has repeated entries"),
+        ({"unique_tokens": [1e5, 500]}, None, r"500 is smaller than one batch of tokens .* = 520"),
+        ({"unique_tokens": [2e6]}, 10**6, "2,000,000 is more than the 1,000,000-token training split"),
+        ({"epochs": []}, None, "sweep.epochs is empty"),
+        ({"epochs": [1, 0]}, None, r"sweep.epochs\[\] must be a positive number"),
+        ({"epochs": [2, 2]}, None, "sweep.epochs has repeated entries"),
+    ],
+)
+def test_data_limited_errors_are_one_line(change, corpus_tokens, msg):
+    with pytest.raises(PlanError, match=msg) as info:
+        plan_sweep(BASE, {**DATA_LIMITED, **change}, corpus_tokens=corpus_tokens)
+    assert "\n" not in str(info.value)
+
+
+def test_data_limited_wants_no_cap_in_the_base_config():
+    base = {**BASE, "data": {"source": "auto", "max_unique_tokens": 1000}}
+    with pytest.raises(PlanError, match="sets data.max_unique_tokens per run"):
+        plan_sweep(base, DATA_LIMITED)
+
+
+def test_run_id_leaves_out_a_null_cap_only():
+    assert run_id(BASE) == run_id({**BASE, "data": {**BASE["data"], "max_unique_tokens": None}})
+    assert run_id(BASE) != run_id({**BASE, "data": {**BASE["data"], "max_unique_tokens": 1000}})

@@ -2,7 +2,9 @@
 
 Uses the training core's own corpus loader (experiments/train/corpus.py), so the figure is exactly
 the training split a run would sample from; the loader caches byte corpora, so after the
-first call this costs a stat per source file.
+first call this costs a stat per source file. With `data.max_unique_tokens` set it is the capped
+size (the first that many tokens of the split are all a run samples from), so `sweep.max_epochs`
+counts passes over what the runs actually repeat.
 """
 
 from __future__ import annotations
@@ -15,9 +17,10 @@ from models.base.errors import ConfigError
 
 
 def train_tokens(run_cfg: Mapping[str, Any]) -> int:
-    """Tokens in the training split of `run_cfg["data"]` (raises PlanError on bad data config)."""
+    """Tokens a run of `run_cfg["data"]` samples from: the training split, or its first
+    `data.max_unique_tokens` (raises PlanError on bad data config)."""
     try:
         corpus = load_corpus(DataConfig.from_mapping(dict(run_cfg.get("data") or {})))
     except ConfigError as e:
         raise PlanError(str(e)) from None
-    return int(corpus.train.size)
+    return corpus.unique_tokens

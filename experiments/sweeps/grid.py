@@ -24,10 +24,17 @@ D of its trained runs.
 * `data_ladder`  -- the config's model at each token count in `sweep.tokens`.
 * `layouts`      -- the config's model, unchanged length, over each mesh in `sweep.meshes`
                    (`{data, fsdp, tensor}`), to compare layout throughput.
+* `data_limited` -- repeated data (Muennighoff et al. 2023): every ladder shape x every unique-
+                   token count U in `sweep.unique_tokens` (absolute token counts) x every epoch
+                   count e in `sweep.epochs`: `data.max_unique_tokens=U` (the first U tokens of
+                   the training split) and D = e x U in whole steps, label `U<U>_ep<e>_<shape>`.
+                   Repeating is the point, so `sweep.max_epochs` is null in its preset (if set,
+                   it counts passes over each run's own U).
 
 Skip rules (logged with the reason, never silently dropped): fewer than `sweep.min_steps`
 optimizer steps, or more training tokens than `sweep.max_epochs` passes over the corpus's
-training split.
+training split (the first `data.max_unique_tokens` tokens of it when that is set: the
+sweeper's corpus size is the capped one, experiments/sweeps/corpus.py).
 """
 
 from __future__ import annotations
@@ -43,7 +50,8 @@ from models.config import ModelConfig
 from models.flops import flops_per_token, param_count
 from sharding.layouts import ShardingConfig
 
-KINDS = ("isoflop", "model_ladder", "data_ladder", "layouts")
+KINDS = ("isoflop", "model_ladder", "data_ladder", "layouts", "data_limited")
+CAP_KEY = "data.max_unique_tokens"  # the trainer's unique-token cap (experiments/train/corpus.py)
 
 
 class PlanError(LadderError):
@@ -119,6 +127,7 @@ class _Sweep:
     corpus_tokens: int | None
     counts: Callable[[Mapping[str, Any]], tuple[int, int]]
     laws: Mapping[str, hp.PointLaw] = dataclasses.field(default_factory=dict)  # sweep.hparams
+    data: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # the base config's `data` node
     data_parallel: int = 1  # the batch is a multiple of this
 
     @property
@@ -131,8 +140,9 @@ class _Sweep:
         steps = max(0, int(round(tokens_wanted / tps)))
         return steps, steps * tps
 
-    def skip_reason(self, steps: int, tokens: int) -> str | None:
-        """Why a run of this length is not worth training, or None."""
+    def skip_reason(self, steps: int, tokens: int, unique: int | None = None) -> str | None:
+        """Why a run of this length is not worth training, or None. `unique`: the run's own
+        `data.max_unique_tokens` (its epochs count passes over that prefix of the split)."""
         min_steps = int(self.sweep.get("min_steps", 20))
         if steps < min_steps:
             return (
@@ -140,13 +150,15 @@ class _Sweep:
                 "the budget is too small for this shape"
             )
         max_epochs = self.sweep.get("max_epochs")
-        if max_epochs is not None and self.corpus_tokens:
-            epochs = tokens / self.corpus_tokens
+        if unique:  # passes over the run's own prefix of the split (all of it when the cap is larger)
+            pool = min(unique, self.corpus_tokens) if self.corpus_tokens else unique
+            of = f"{pool:,} unique tokens (data.max_unique_tokens)"
+        else:
+            pool, of = self.corpus_tokens, f"the {self.corpus_tokens or 0:,}-token training split"
+        if max_epochs is not None and pool:
+            epochs = tokens / pool
             if epochs > float(max_epochs):
-                return (
-                    f"{tokens:,} tokens = {epochs:.2f} epochs of the {self.corpus_tokens:,}-token "
-                    f"training split (> sweep.max_epochs={max_epochs})"
-                )
+                return f"{tokens:,} tokens = {epochs:.2f} epochs of {of} (> sweep.max_epochs={max_epochs})"
         return None
 
     def run(
@@ -157,11 +169,12 @@ class _Sweep:
         tokens_for: Callable[[int, int], float],
         budget: float | None = None,
         at: float | None = None,
+        unique: int | None = None,
     ) -> PlannedRun:
         """A run of `model` for about `tokens_for(n_params, flops_per_token)` tokens: its shape
         overrides, its hyperparameters from `sweep.hparams` (evaluated at `at` tokens when given:
         one value for every branch of a trunk), then its length overrides (and the budget it
-        belongs to), and the skip rule."""
+        belongs to), and the skip rule (epochs over `unique` tokens when the run has a cap)."""
         n, fpt = self.counts(model)
         wanted = tokens_for(n, fpt)
         d = wanted if at is None else at
@@ -186,7 +199,7 @@ class _Sweep:
             flops_per_token=fpt,
             tokens=tokens,
             steps=steps,
-            skip=self.skip_reason(steps, tokens),
+            skip=self.skip_reason(steps, tokens, unique),
         )
 
 
@@ -282,6 +295,67 @@ def _plan_data_ladder(s: _Sweep) -> list[PlannedRun]:
     return [s.run(f"D{format_budget(want)}", s.model, [], lambda n, fpt, w=want: w) for want in wanted]
 
 
+def _unique_counts(s: _Sweep) -> list[int]:
+    """`sweep.unique_tokens` as whole token counts, largest first; each must hold one batch of
+    windows and fit in the training split (when its size is known)."""
+    values = s.sweep.get("unique_tokens")
+    if not values:
+        raise PlanError(
+            "sweep.unique_tokens is empty; give unique-token counts, "
+            "e.g. 'sweep.unique_tokens=[1.6e6,4e5,1e5]'"
+        )
+    counts = sorted({int(round(_positive("sweep.unique_tokens[]", u))) for u in values}, reverse=True)
+    if len(counts) != len(values) or len({format_budget(u) for u in counts}) != len(counts):
+        raise PlanError(
+            "sweep.unique_tokens has repeated entries (to 4 significant digits, as in the run labels): "
+            f"{list(values)}"
+        )
+    batch = int(s.train["batch_size"]) * (int(s.model["seq_len"]) + 1)
+    if counts[-1] < batch:
+        raise PlanError(
+            f"sweep.unique_tokens: {counts[-1]:,} is smaller than one batch of tokens (train.batch_size x "
+            f"(model.seq_len+1) = {batch:,}); use at least {batch}"
+        )
+    if s.corpus_tokens and counts[0] > s.corpus_tokens:
+        raise PlanError(
+            f"sweep.unique_tokens: {counts[0]:,} is more than the {s.corpus_tokens:,}-token training split "
+            "(it would train on the whole split); use smaller counts or a larger corpus"
+        )
+    return counts
+
+
+def _plan_data_limited(s: _Sweep) -> list[PlannedRun]:
+    """Every shape x every U of `sweep.unique_tokens` x every e of `sweep.epochs`: the run trains
+    on the first U tokens of the split (`data.max_unique_tokens=U`) for e x U tokens. Largest
+    first (shapes by FLOPs per token, then U, then e): runs of one (U, shape) pack together and
+    the parallel launcher takes jobs in order, so the longest packs start first."""
+    if (s.data or {}).get("max_unique_tokens") is not None:
+        raise PlanError(
+            f"the data_limited sweep sets {CAP_KEY} per run (sweep.unique_tokens); "
+            f"leave {CAP_KEY} unset (got {s.data['max_unique_tokens']})"
+        )
+    epochs = s.sweep.get("epochs")
+    if not epochs:
+        raise PlanError("sweep.epochs is empty; give epoch counts, e.g. 'sweep.epochs=[1,2,4,8,16]'")
+    epochs = sorted(_positive("sweep.epochs[]", e) for e in epochs)
+    if len(set(epochs)) != len(epochs):
+        raise PlanError(f"sweep.epochs has repeated entries: {epochs}")
+    counts = _unique_counts(s)
+    shapes = sorted(shapes_from_config(s.sweep), key=lambda sh: -s.counts(sh.apply(s.model))[1])
+    return [
+        s.run(
+            f"U{format_budget(u)}_ep{e:g}_{shape.label}",
+            shape.apply(s.model),
+            shape.overrides() + [f"{CAP_KEY}={u}"],
+            lambda n, fpt, w=e * u: w,
+            unique=u,
+        )
+        for shape in shapes
+        for u in counts
+        for e in reversed(epochs)
+    ]
+
+
 def _plan_layouts(s: _Sweep) -> list[PlannedRun]:
     """The config's model and run length over each mesh of `sweep.meshes` (never skipped)."""
     meshes = s.sweep.get("meshes")
@@ -349,6 +423,7 @@ _PLANNERS: dict[str, Callable[[_Sweep], list[PlannedRun]]] = {
     "model_ladder": _plan_model_ladder,
     "data_ladder": _plan_data_ladder,
     "layouts": _plan_layouts,
+    "data_limited": _plan_data_limited,
 }
 
 
@@ -382,6 +457,7 @@ def plan_sweep(
             corpus_tokens=corpus_tokens,
             counts=counts,
             laws=laws,
+            data=dict(run_cfg.get("data") or {}),
             data_parallel=hp.data_parallel(run_cfg),
         )
     )

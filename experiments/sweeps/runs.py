@@ -49,6 +49,8 @@ def identity(run_cfg: Mapping[str, Any], ignore: Iterable[str] = ()) -> dict[str
         _drop(tree, key)
     if (tree.get("train") or {}).get("branch_points") is None:
         _drop(tree, "train.branch_points")  # not a trunk: the id it had before trunks existed
+    if (tree.get("data") or {}).get("max_unique_tokens") is None:
+        _drop(tree, "data.max_unique_tokens")  # the whole split: the id it had before the cap existed
     if not (tree.get("eval") or {}).get("tasks"):
         tree.pop("eval", None)  # no downstream tasks: the id it had before `eval.*` existed
     model = tree.get("model")

@@ -27,7 +27,7 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
 
 from experiments.rundir import config_fingerprint, fingerprint_fields
-from experiments.train.corpus import DataConfig, check_paths, data_vocab_size
+from experiments.train.corpus import DataConfig, check_paths, check_unique_tokens, data_vocab_size
 from experiments.train.profiling import check_profile_steps
 from experiments.train.tasks import EvalConfig
 from experiments.train.tasks.base import check_tasks
@@ -420,6 +420,7 @@ def resolve_config(cfg: Any, n_devices: int | None = None) -> RunSpec:
     evalc = EvalConfig.from_mapping(raw.get("eval") or {})
     check_tasks(evalc, model.seq_len, byte_level=data.resolved_source() not in ("tokens", "prepared"))
     length = _run_length(train, model)
+    check_unique_tokens(data, train.batch_size, model.seq_len)
     _check_cadences(train, length.steps)
     check_profile_steps(train.profile_steps, length.steps)
     tracker = TrackerConfig.from_mapping(raw.get("tracker") or {})

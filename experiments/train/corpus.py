@@ -18,6 +18,15 @@ Byte corpora are cached as uint8 arrays under `data.cache_dir` (default ~/.cache
 by the file list, sizes and mtimes, so a run starts without re-reading the sources. Every corpus
 carries an identity (file count, byte count, SHA-256) that the run records.
 
+Unique tokens (`data.max_unique_tokens: U`): the run trains on the first U tokens of the
+training split only, always the same prefix of the same split (byte corpora: the training files
+in sorted relative-path order, the last one cut; token files and prepared shards: the first U
+tokens of the file / of the shards in order). Validation is untouched, so runs with different
+caps are scored on the same held-out tokens. A cap of at least the split is the split (said in
+the run's header line); null (the default) is the whole split. Summary.json records the figure
+as `unique_tokens` and `epochs` = tokens trained / unique tokens (a nominal count: windows are
+drawn at random offsets, so one "epoch" is not every token exactly once).
+
 Sampling: batch i of a run is a pure function of (seed, i): the row offsets come from
 `np.random.default_rng([seed, i])`, so resuming at step i needs no replay. Callers ask for
 *rows* of a batch; a multi-host process reads only the rows its devices hold.
@@ -58,6 +67,9 @@ class DataConfig:
     vocab_size: int | None = None  # tokens: required; bytes: 256; prepared: from meta.json
     val_fraction: float = 0.05
     cache_dir: str = "~/.cache/scalelab"
+    # train on the first U tokens of the training split only (None = the whole split): a
+    # deterministic prefix, so a sweep can vary the unique data on one corpus (module docstring)
+    max_unique_tokens: int | None = None
 
     @classmethod
     def from_mapping(cls, m: dict[str, Any]) -> "DataConfig":
@@ -80,12 +92,35 @@ class DataConfig:
 
 @dataclasses.dataclass
 class Corpus:
-    """Train and validation token arrays (1-D, any unsigned int dtype) plus their identity."""
+    """Train and validation token arrays (1-D, any unsigned int dtype) plus their identity.
+
+    `train` is what a run samples from: the training split, or its first `data.max_unique_tokens`
+    tokens (`split_tokens` then keeps the whole split's size; `identity` always describes the
+    whole corpus, so runs with different caps still share one corpus identity)."""
 
     train: np.ndarray
     val: np.ndarray
     vocab_size: int
     identity: dict[str, Any]
+    split_tokens: int | None = None  # the whole training split's size (None: `train` is the split)
+    cap: int | None = None  # data.max_unique_tokens as asked (None: no cap)
+
+    @property
+    def unique_tokens(self) -> int:
+        """Tokens the run can sample from: summary.json `unique_tokens`."""
+        return int(self.train.size)
+
+    def unique_line(self) -> str:
+        """How many unique tokens the run trains on, for the run's header line."""
+        if self.cap is None:
+            return f"unique tokens {self.unique_tokens:,} (the whole training split)"
+        split = self.split_tokens if self.split_tokens is not None else self.unique_tokens
+        if self.cap >= split:
+            return (
+                f"unique tokens {self.unique_tokens:,}: data.max_unique_tokens={self.cap:,} >= the "
+                f"{split:,}-token training split, so the whole split"
+            )
+        return f"unique tokens {self.unique_tokens:,} (the first of the {split:,}-token training split)"
 
 
 # ---- helpers --------------------------------------------------------------------------------
@@ -319,6 +354,11 @@ class ShardedTokens:
         out = np.concatenate(self.shards)
         return out if dtype is None else out.astype(dtype)
 
+    def prefix(self, n: int) -> "ShardedTokens | np.ndarray":
+        """The first `n` tokens, still memory-mapped (views of the shards, nothing read)."""
+        parts = [a[: n - int(lo)] for a, lo in zip(self.shards, self.bounds[:-1]) if lo < n]
+        return parts[0] if len(parts) == 1 else ShardedTokens(parts)
+
 
 def _prepared_dir(cfg: DataConfig) -> Path:
     if cfg.dir in (None, ""):
@@ -400,6 +440,27 @@ def check_paths(cfg: DataConfig) -> None:
         raise ConfigError(f"data.vocab_size={cfg.vocab_size} but byte corpora have vocab 256")
     if not 0.0 < float(cfg.val_fraction) < 1.0:
         raise ConfigError(f"data.val_fraction must be in (0, 1) (got {cfg.val_fraction})")
+    _check_cap(cfg.max_unique_tokens)
+
+
+def _check_cap(cap: Any) -> None:
+    if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 1):
+        raise ConfigError(
+            f"data.max_unique_tokens must be a positive integer (got {cap!r}); "
+            "null = the whole training split"
+        )
+
+
+def check_unique_tokens(cfg: DataConfig, batch_size: int, seq_len: int) -> None:
+    """A cap must hold one batch of windows (`train.batch_size` x (`model.seq_len` + 1) tokens):
+    a smaller one would repeat the same few windows inside every batch."""
+    _check_cap(cfg.max_unique_tokens)
+    need = int(batch_size) * (int(seq_len) + 1)
+    if cfg.max_unique_tokens is not None and cfg.max_unique_tokens < need:
+        raise ConfigError(
+            f"data.max_unique_tokens={cfg.max_unique_tokens:,} is smaller than one batch of tokens "
+            f"(train.batch_size x (model.seq_len+1) = {need:,}); use at least {need}"
+        )
 
 
 def data_vocab_size(cfg: DataConfig) -> int:
@@ -410,8 +471,26 @@ def data_vocab_size(cfg: DataConfig) -> int:
 
 
 def load_corpus(cfg: DataConfig) -> Corpus:
-    """Build (or load from cache) the corpus described by `cfg`."""
+    """Build (or load from cache) the corpus described by `cfg`; with `data.max_unique_tokens`
+    its `train` is the first that many tokens of the training split (module docstring)."""
     check_paths(cfg)
+    return with_unique_cap(_load_split(cfg), cfg.max_unique_tokens)
+
+
+def with_unique_cap(corpus: Corpus, cap: int | None) -> Corpus:
+    """`corpus` training on the first `cap` tokens of its split (a view: nothing is copied); a
+    cap of at least the split is the split, None no cap."""
+    if cap is None:
+        return corpus
+    _check_cap(cap)
+    split = int(corpus.train.size)
+    train = corpus.train
+    if cap < split:
+        train = train.prefix(cap) if isinstance(train, ShardedTokens) else train[:cap]
+    return dataclasses.replace(corpus, train=train, split_tokens=split, cap=int(cap))
+
+
+def _load_split(cfg: DataConfig) -> Corpus:
     src = cfg.resolved_source()
     if src == "stdlib":
         root, rels = stdlib_files()

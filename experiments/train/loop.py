@@ -165,6 +165,7 @@ class RunState:
     peak_source: str | None = None
     mesh: dict[str, Any] | None = None
     corpus: dict[str, Any] | None = None
+    unique_tokens: int | None = None  # tokens the run samples from (the split, or data.max_unique_tokens)
     wall_prev: float = 0.0  # wall time of earlier sessions of this run (from the checkpoint)
     time_prev: dict[str, float] | None = None  # time_s of earlier sessions (from the checkpoint)
     packed_with: list[str] | None = None  # the pack's run ids (experiments/train/pack.py), else None
@@ -368,6 +369,8 @@ def _summary_base(state: RunState) -> dict[str, Any]:
         "peak_flops_source": state.peak_source,
         "mesh": state.mesh,
         "corpus": state.corpus,
+        "unique_tokens": state.unique_tokens,
+        "epochs": state.tokens / state.unique_tokens if state.unique_tokens else None,
         "wall_time_s": None,
         "steps_done": state.step,
         "task_metrics": state.task_metrics or {},
@@ -407,7 +410,7 @@ def _run(
     spec = resolve_config(raw)  # all validation, before any compile
     state.spec, state.is_main = spec, jax.process_index() == 0
     corpus = _corpus(spec)
-    state.corpus = corpus.identity
+    state.corpus, state.unique_tokens = corpus.identity, corpus.unique_tokens
     sampler = BatchSampler(corpus.train, spec.model.seq_len, spec.train.batch_size, spec.train.seed)
     program = _program(spec, corpus)
     devices = _describe_devices(spec, program.ts.mesh, state)
@@ -606,7 +609,8 @@ def _log_header(spec: RunSpec, devices: list[Any], corpus: Any, enabled: bool) -
         f"mesh data={spec.mesh_shape[0]} fsdp="
         f"{spec.mesh_shape[1]} tensor={spec.mesh_shape[2]}{'+sp' if spec.sequence_parallel else ''}"
         f"{f' context={spec.context}' if spec.context > 1 else ''} on {len(devices)} {devices[0].platform} "
-        f"device(s) | corpus {corpus.identity['name']} ({corpus.identity['bytes']:,} bytes)",
+        f"device(s) | corpus {corpus.identity['name']} ({corpus.identity['bytes']:,} bytes), "
+        f"{corpus.unique_line()}",
         enabled,
     )
 

@@ -503,7 +503,7 @@ def _fit_hparams(sweep_dir: pathlib.Path) -> pathlib.Path:
 
 def _corpus_tokens(run_cfg: dict, sweep: dict) -> Optional[int]:
     """Training-split size for the epoch limit (None when no limit is asked for)."""
-    if sweep.get("max_epochs") is None:
+    if sweep.get("max_epochs") is None and sweep.get("kind") != "data_limited":  # it checks U <= split
         return None
     # Imported here: it loads the corpus module (numpy), and plugin modules stay light (see __init__).
     from experiments.sweeps.corpus import train_tokens

@@ -160,6 +160,8 @@ class RunSummary:
     peak_flops_per_device: float | None = None  # the peak mfu divides by
     peak_flops_source: str | None = None  # where that peak came from (table or measurement)
     corpus: dict[str, Any] | None = None  # the training corpus: name, sizes, split, sha256
+    unique_tokens: int | None = None  # tokens the run sampled from: the split, or data.max_unique_tokens
+    epochs: float | None = None  # tokens / unique_tokens (nominal passes over the unique tokens)
     task_metrics: dict[str, Any] | None = None  # eval.tasks at the end: {task: {loss, accuracy, chance}}
     time_s: dict[str, Any] | None = None  # wall seconds by kind (TIME_KINDS), all sessions together
     packed_with: list[str] | None = None  # run ids of the runs trained in the same process (a pack)
