@@ -50,6 +50,11 @@ from models.config import ModelConfig
 from models.flops import flops_per_token, param_count
 from sharding.layouts import ShardingConfig
 
+# why an over-epoch run is excluded rather than trained: the IsoFLOP fit is Chinchilla's law on fresh data
+REPEATED_NOTE = (
+    "a repeated-data run needs the data-constrained law (the data_limited preset, fit --law "
+    "data_constrained; docs/analysis.md, 'Repeated data')"
+)
 KINDS = ("isoflop", "model_ladder", "data_ladder", "layouts", "data_limited")
 CAP_KEY = "data.max_unique_tokens"  # the trainer's unique-token cap (experiments/train/corpus.py)
 
@@ -158,7 +163,10 @@ class _Sweep:
         if max_epochs is not None and pool:
             epochs = tokens / pool
             if epochs > float(max_epochs):
-                return f"{tokens:,} tokens = {epochs:.2f} epochs of {of} (> sweep.max_epochs={max_epochs})"
+                return (
+                    f"{tokens:,} tokens = {epochs:.2f} epochs of {of} (> sweep.max_epochs={max_epochs}); "
+                    f"{REPEATED_NOTE}"
+                )
         return None
 
     def run(
