@@ -6,7 +6,8 @@ cut, predict every run above it; `intervals.PredictionError.fold_mae`, the mean 
 The candidates are the Chinchilla law and its tied form (beta = alpha, one parameter fewer; the
 form Gadre et al. 2024 fit, whose tokens-per-parameter optimum does not drift with the budget),
 and, when the runs repeat their data (D > U), the data-constrained laws (effective data alone,
-then with excess parameters; Muennighoff et al. 2023).
+then with excess parameters; Muennighoff et al. 2023), all then scored where such a law is used:
+fitted on the runs of the fewest epochs, predicting those of the most (`epoch_holdout_error`).
 The rule is parsimonious: the simplest candidate whose fold error is within `PARSIMONY` (10%)
 of the best wins, because fold errors of near-equal forms differ by noise, and the simpler form
 extrapolates more stably when they do. Measured on the shared data (benchmarks/holdout_eval.py,
@@ -19,6 +20,7 @@ a held-out check stays honest; the chosen law is then refitted with the caller's
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Any, Mapping
@@ -59,7 +61,12 @@ class LawChoice:
     @property
     def message(self) -> str:
         scores = ", ".join(f"{k} {v:.3%}" for k, v in self.fold_mae.items())
-        return f"--law auto chose {self.chosen} (forward-chaining error: {scores})"
+        what = (
+            "error on the most-repeated runs"
+            if self.criterion == EPOCH_CRITERION
+            else "forward-chaining error"
+        )
+        return f"--law auto chose {self.chosen} ({what}: {scores})"
 
 
 def choose(
@@ -85,19 +92,57 @@ def repeats(df: pd.DataFrame, columns: Mapping[str, str] | None = None) -> bool:
     return bool((vals["D"] > REPEAT_TOLERANCE * vals["U"]).any())
 
 
+EPOCH_SHARE = 0.6  # repeated data: fit on the runs of the fewest epochs (at least this share)
+EPOCH_CRITERION = (
+    "repeated data: mean |log error| on the runs of the most epochs, fitted on the others (at least "
+    f"{EPOCH_SHARE:.0%} of the runs); the simplest law within the parsimony margin of the best"
+)
+
+
+def epoch_holdout_error(df: pd.DataFrame, name: str, columns, probe: Mapping[str, Any]) -> float:
+    """When runs repeat their data the law is used to predict more epochs, so a form is scored
+    there: fitted on the runs of the fewest epochs (the smallest epoch cut that keeps EPOCH_SHARE
+    of the runs), it predicts the runs above the cut (mean |log error|)."""
+    import numpy as np
+
+    from analysis.laws.points import resolve, resolve_inputs
+    from analysis.laws.registry import get_law
+
+    inputs = get_law(name).inputs
+    if probe.get("holdout_above") is not None:  # select on the fitted runs only, as the folds do
+        c = resolve_inputs(df, ("N", "D", "C"), columns)[0]["C"]
+        df = df[c <= float(probe["holdout_above"])]
+    vals, _ = resolve_inputs(df, ("N", "D", "U"), columns)
+    ep = vals["D"] / vals["U"]
+    cut = float(np.quantile(ep, EPOCH_SHARE, method="lower"))
+    fit_rows, test = ep <= cut * REPEAT_TOLERANCE, ep > cut * REPEAT_TOLERANCE
+    if not test.any():
+        raise AnalysisError("every run has the same number of epochs: nothing to hold out")
+    kw = {k: v for k, v in probe.items() if k != "holdout_above"}
+    fit = fit_law(df[fit_rows], name, columns, bootstrap=0, prediction_intervals=False, **kw)
+    held = resolve(df[test], inputs, columns)
+    pred = fit.predict({k: held.inputs[k] for k in inputs})
+    return float(np.mean(np.abs(np.log(pred / held.y))))
+
+
 def fit_auto(df: pd.DataFrame, columns: Mapping[str, str] | None = None, **fit_kwargs) -> FitResult:
     """`fit_law` with the law chosen among `CANDIDATES` (see the module docstring); the result's
     `extras["law_selection"]` says which and why."""
     probe = {k: v for k, v in fit_kwargs.items() if k not in ("bootstrap", "prediction_intervals")}
     scores, skipped, probes = {}, {}, {}
-    order = REPEATED_CANDIDATES if repeats(df, columns) else CANDIDATES
+    repeated = repeats(df, columns)
+    order = REPEATED_CANDIDATES if repeated else CANDIDATES
     for name in order:
         try:
             probes[name] = fit_law(df, name, columns, bootstrap=0, prediction_intervals=True, **probe)
+            scores[name] = (
+                epoch_holdout_error(df, name, columns, probe)
+                if repeated
+                else probes[name].prediction_error.fold_mae
+            )
         except AnalysisError as e:
             skipped[name] = str(e)
             continue
-        scores[name] = probes[name].prediction_error.fold_mae
     if not scores:
         raise AnalysisError(
             "--law auto: no candidate law could be fitted ("
@@ -105,6 +150,8 @@ def fit_auto(df: pd.DataFrame, columns: Mapping[str, str] | None = None, **fit_k
             + ")"
         )
     choice = LawChoice(chosen=choose(scores, order), fold_mae=scores, skipped=skipped)
+    if repeated:
+        choice = dataclasses.replace(choice, criterion=EPOCH_CRITERION)
     if fit_kwargs.get("bootstrap", 1000) == 0 and fit_kwargs.get("prediction_intervals", True):
         fit = probes[choice.chosen]  # the probe already is the requested fit
     else:
