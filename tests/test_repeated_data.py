@@ -77,7 +77,12 @@ def test_fit_recovers_the_law_inside_its_cis_and_predicts_more_epochs():
 def test_auto_picks_a_data_constrained_law_when_runs_repeat():
     d = ladder(seed=1)
     fit = fit_auto(d[d.D / d.U <= 8], bootstrap=0)
-    assert fit.extras["law_selection"]["chosen"].startswith("data_constrained")
+    sel = fit.extras["law_selection"]
+    assert sel["chosen"].startswith("data_constrained") and sel["criterion"].startswith("repeated data")
+    assert (
+        min(sel["fold_mae"]["chinchilla"], sel["fold_mae"]["chinchilla_tied"])
+        > 2 * sel["fold_mae"][sel["chosen"]]
+    )
     once = ladder(seed=1, epochs=(1,))  # no repeats: the data-constrained forms are not candidates
     fit = fit_auto(once, bootstrap=0)
     assert set(fit.extras["law_selection"]["fold_mae"]) == {"chinchilla", "chinchilla_tied"}
