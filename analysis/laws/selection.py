@@ -134,7 +134,8 @@ def fit_auto(df: pd.DataFrame, columns: Mapping[str, str] | None = None, **fit_k
     order = REPEATED_CANDIDATES if repeated else CANDIDATES
     for name in order:
         try:
-            probes[name] = fit_law(df, name, columns, bootstrap=0, prediction_intervals=True, **probe)
+            # repeated data is scored on epochs, not on the folds: the probes need no intervals
+            probes[name] = fit_law(df, name, columns, bootstrap=0, prediction_intervals=not repeated, **probe)
             scores[name] = (
                 epoch_holdout_error(df, name, columns, probe)
                 if repeated
@@ -152,7 +153,11 @@ def fit_auto(df: pd.DataFrame, columns: Mapping[str, str] | None = None, **fit_k
     choice = LawChoice(chosen=choose(scores, order), fold_mae=scores, skipped=skipped)
     if repeated:
         choice = dataclasses.replace(choice, criterion=EPOCH_CRITERION)
-    if fit_kwargs.get("bootstrap", 1000) == 0 and fit_kwargs.get("prediction_intervals", True):
+    if (
+        not repeated
+        and fit_kwargs.get("bootstrap", 1000) == 0
+        and fit_kwargs.get("prediction_intervals", True)
+    ):
         fit = probes[choice.chosen]  # the probe already is the requested fit
     else:
         fit = fit_law(df, choice.chosen, columns, **fit_kwargs)
