@@ -86,12 +86,12 @@ def predictions(laws, rows: list[dict]) -> list[dict]:
 
 
 def _fmt_recipe(laws, N: float, D: float, C: float | None) -> str:
-    from analysis.hparams.laws import _short
+    from analysis.hparams.laws import short_name
 
     parts = []
     for param in laws.params:
         v, lo, hi = laws.predict(param, N, D, C)
-        parts.append(f"{_short(param)} = {v:.3g} [{lo:.3g}, {hi:.3g}]")
+        parts.append(f"{short_name(param)} = {v:.3g} [{lo:.3g}, {hi:.3g}]")
     return f"at N = {N:.3g}, D = {D:.3g}: " + ", ".join(parts) + " (90%)"
 
 

@@ -24,8 +24,8 @@ import pandas as pd
 from analysis.hparams import laws as L
 from analysis.hparams import rungs as R
 from models.base.errors import AnalysisError
+from models.base.rundir import HPARAMS_KIND, RunStatus
 
-KIND = "hparams"  # the `kind` of an HP.json
 N_COLUMNS = ("N", "n_params")
 D_COLUMNS = ("D", "tokens", "total_tokens")
 LOSS_COLUMNS = ("loss", "final_eval_loss")
@@ -74,7 +74,7 @@ def tidy(df: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
     notes = []
     out = df.copy()
     if "status" in out.columns:
-        bad = ~out["status"].astype(str).eq("completed")
+        bad = ~out["status"].astype(str).eq(RunStatus.COMPLETED)
         if bad.any():
             notes.append(f"{int(bad.sum())} run(s) not completed left out")
             out = out[~bad]
@@ -230,7 +230,7 @@ class HparamFit:
 
     def to_json(self) -> dict:
         return {
-            "kind": KIND,
+            "kind": HPARAMS_KIND,
             "level": L.PREDICTION_LEVEL,
             "params": {p: f.law.params() for p, f in self.fits.items()},
             "ci": {p: f.law.ci() for p, f in self.fits.items()},
@@ -330,7 +330,7 @@ def load_hparams(path: str | os.PathLike) -> HparamLaws:
 
 
 def hparams_from_json(d: Any, where: str = "HP.json") -> HparamLaws:
-    if not isinstance(d, Mapping) or d.get("kind") != KIND or not isinstance(d.get("laws"), Mapping):
+    if not isinstance(d, Mapping) or d.get("kind") != HPARAMS_KIND or not isinstance(d.get("laws"), Mapping):
         raise AnalysisError(
             f"{where} is not a fit-hparams result (write one with python -m analysis fit-hparams --json)"
         )

@@ -49,7 +49,7 @@ class Form:
         return ("c", *self.exponents)
 
     def expression(self, param: str, coef: Sequence[float] | None = None) -> str:
-        short = _short(param)
+        short = short_name(param)
         if coef is None:
             return f"{short}* = c · " + " · ".join(f"{i}^{e}" for i, e in zip(self.inputs, self.exponents))
         c = math.exp(coef[0])
@@ -73,7 +73,8 @@ def _exp(v: float) -> float:
     return math.inf if v > MAX_LOG else math.exp(v)
 
 
-def _short(param: str) -> str:
+def short_name(param: str) -> str:
+    """The name a law's text uses for a config key: lr, batch, else the key."""
     return {"optim.lr": "lr", "train.batch_size": "batch"}.get(param, param)
 
 

@@ -32,7 +32,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.laws.intervals import PREDICTION_LEVEL
-from analysis.laws.vertex import MIN_VALUES, quadratic, window_of
+from analysis.laws.vertex import MIN_VALUES, quadratic, vertex, window_of
 from models.base.errors import AnalysisError
 
 # The values of a rung around its best that its quadratic goes through: 1 = the best and its two
@@ -114,11 +114,8 @@ def locate(
 ) -> RungOptimum:
     """The optimum of one rung's profile (`values` ascending, distinct, positive)."""
     x, y = np.log(values), np.asarray(losses, float)
-    w = window_of(y, window)
-    a, xs, ls = quadratic(x[w], y[w])
-    i = int(np.argmin(y))
-    edge = i in (0, len(y) - 1)
-    flat = not math.isfinite(xs)
+    vx = vertex(values, y, window)
+    w, a, xs, ls, i, edge, flat = vx.window, vx.a, vx.x, vx.loss, vx.best, vx.edge, vx.flat
     if flat:
         xs, ls, lo, hi = x[i], y[i], x[0], x[-1]
     else:

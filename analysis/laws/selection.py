@@ -134,13 +134,11 @@ def fit_auto(df: pd.DataFrame, columns: Mapping[str, str] | None = None, **fit_k
     order = REPEATED_CANDIDATES if repeated else CANDIDATES
     for name in order:
         try:
-            # repeated data is scored on epochs, not on the folds: the probes need no intervals
-            probes[name] = fit_law(df, name, columns, bootstrap=0, prediction_intervals=not repeated, **probe)
-            scores[name] = (
-                epoch_holdout_error(df, name, columns, probe)
-                if repeated
-                else probes[name].prediction_error.fold_mae
-            )
+            if repeated:  # scored on the most-repeated runs alone: no fit on every run needed
+                scores[name] = epoch_holdout_error(df, name, columns, probe)
+            else:
+                probes[name] = fit_law(df, name, columns, bootstrap=0, prediction_intervals=True, **probe)
+                scores[name] = probes[name].prediction_error.fold_mae
         except AnalysisError as e:
             skipped[name] = str(e)
             continue
@@ -154,7 +152,7 @@ def fit_auto(df: pd.DataFrame, columns: Mapping[str, str] | None = None, **fit_k
     if repeated:
         choice = dataclasses.replace(choice, criterion=EPOCH_CRITERION)
     if (
-        not repeated
+        choice.chosen in probes
         and fit_kwargs.get("bootstrap", 1000) == 0
         and fit_kwargs.get("prediction_intervals", True)
     ):

@@ -25,8 +25,8 @@ from typing import Any, Sequence
 
 from analysis.planning.recipe import HparamSet, load_hparam_set, predict
 from models.base.errors import AnalysisError
+from models.base.rundir import HPARAMS_FILE  # the name `report` looks for beside a sweep
 
-HPARAMS_FILE = "hparams.json"  # the name `report` looks for beside a sweep
 # The issue's own-ladder target for the largest shape's predicted optimum: within x1.5 of the
 # measured one; a held-out error beyond it is a warning.
 HOLDOUT_RATIO_TARGET = 1.5

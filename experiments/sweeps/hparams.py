@@ -20,9 +20,9 @@ import os
 from typing import Any, Mapping
 
 from models.base.errors import ConfigError
+from models.base.rundir import HPARAMS_KIND
 
 BATCH_KEY = "train.batch_size"
-KIND = "hparams"  # analysis.hparams.fitting.KIND
 INPUTS = ("N", "D", "C")
 PROBE = "probe"  # sweep.hparams=probe: fit on the LR probe first (hydra_plugins/scalelab_sweeps)
 
@@ -56,7 +56,7 @@ def read_laws(path: str | os.PathLike) -> dict[str, PointLaw]:
         ) from None
     except (OSError, ValueError) as e:
         raise HparamsError(f"{where}: cannot read it ({e})") from None
-    if not isinstance(d, Mapping) or d.get("kind") != KIND or not isinstance(d.get("laws"), Mapping):
+    if not isinstance(d, Mapping) or d.get("kind") != HPARAMS_KIND or not isinstance(d.get("laws"), Mapping):
         raise HparamsError(f"{where} is not a fit-hparams result (python -m analysis fit-hparams --json)")
     out = {}
     for param, law in d["laws"].items():

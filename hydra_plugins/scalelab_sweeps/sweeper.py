@@ -30,7 +30,7 @@ from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf
 
 from models.base.portable import lock_file, unlock_file
-from models.base.rundir import SWEEP_PLAN_FILE
+from models.base.rundir import HPARAMS_FILE, SWEEP_PLAN_FILE, SWEEP_RUNS_TABLE, RunRole, RunStatus
 
 log = logging.getLogger("scalelab.sweep")
 
@@ -187,7 +187,7 @@ class ScalelabSweeper(Sweeper):
                         "rec": rec,
                         "config": _run_config(job_cfg),
                         # branches after their trunks; every other run trains beside the trunks
-                        "phase": 1 if rec.get("role") == "branch" else 0,
+                        "phase": 1 if rec.get("role") == RunRole.BRANCH else 0,
                     }
                 )
 
@@ -260,7 +260,7 @@ class ScalelabSweeper(Sweeper):
         rid = run_id(_run_config(tcfg), list(sweep.get("id_ignore") or []))
         tdir = (pathlib.Path(str(self.config.hydra.sweep.dir)) / run_dirname(trunk.label, rid)).resolve()
         trunk_flops = flops_of(plan.trunk_steps, tps, first.flops_per_token)
-        self._branch_info[trunk.label] = {"role": "trunk", "flops_to_train": trunk_flops}
+        self._branch_info[trunk.label] = {"role": RunRole.TRUNK, "flops_to_train": trunk_flops}
         for i, bp in zip(members, plan.branch_steps):
             p = out[i]
             ov = [o for o in p.overrides if not o.startswith("optim.warmup_tokens=")]
@@ -271,7 +271,7 @@ class ScalelabSweeper(Sweeper):
             ]
             out[i] = dc.replace(p, overrides=tuple(ov))
             self._branch_info[p.label] = {
-                "role": "branch",
+                "role": RunRole.BRANCH,
                 "trunk": tdir.name,
                 "branch_step": bp,
                 "flops_to_train": flops_of(p.steps - bp, tps, p.flops_per_token),
@@ -344,7 +344,10 @@ class ScalelabSweeper(Sweeper):
     def _sweep_locked(self, arguments: List[str], sweep_dir: pathlib.Path) -> Any:
         self.pack = _pack_size(OmegaConf.select(self.config, "sweep.pack"))
         OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
-        if OmegaConf.select(self.config, "sweep.hparams") != HPARAMS_PROBE:
+        # Imported here: Hydra imports every plugin module at start-up, for any app (see __init__).
+        from experiments.sweeps.hparams import PROBE
+
+        if OmegaConf.select(self.config, "sweep.hparams") != PROBE:
             records, returns = self._stage(arguments, sweep_dir, [])
             if records is not None and OmegaConf.select(self.config, "sweep.fit_hparams"):
                 _fit_hparams(sweep_dir)
@@ -389,7 +392,7 @@ class ScalelabSweeper(Sweeper):
         batch_size = self.max_batch_size or max(1, len(launch))
         for phase in (0, 1):  # WSD branches last: they start from their trunks' checkpoints
             phase_jobs = [j for j in launch if j.get("phase", 1) == phase]
-            phase_jobs.sort(key=lambda j: j["rec"].get("role") != "trunk")  # branches wait on trunks
+            phase_jobs.sort(key=lambda j: j["rec"].get("role") != RunRole.TRUNK)  # branches wait on trunks
             jobs = self._packed(phase_jobs, sweep_dir)
             for start in range(0, len(jobs), batch_size):
                 batch = jobs[start : start + batch_size]
@@ -403,9 +406,6 @@ class ScalelabSweeper(Sweeper):
 
     def _finish(self, records: list[dict], returns: list, sweep_dir: pathlib.Path) -> Any:
         """The sweep's summary line; the one-line error when a launched run failed."""
-        # Imported here: Hydra imports every plugin module at start-up, for any app (see __init__).
-        from models.base.rundir import RunStatus
-
         if self.dry_run:
             return []
         ran = [r for r in records if r["action"] == "launch"]
@@ -423,9 +423,6 @@ class ScalelabSweeper(Sweeper):
             names = ", ".join(f"{r['run_dir']} ({r.get('error') or r.get('status_after')})" for r in failed)
             raise SweepError(f"{len(failed)} of {len(ran)} launched runs failed: {names}")
         return returns
-
-
-HPARAMS_PROBE = "probe"  # sweep.hparams=probe (experiments.sweeps.hparams.PROBE): fit on the probe first
 
 
 def _flist(values: list[float]) -> str:
@@ -476,9 +473,6 @@ def _record_result(job: dict, ret: JobReturn, sweep_dir: pathlib.Path) -> None:
             rec["error"] = str(value["error"])
 
 
-HPARAMS_FILE, RUNS_TABLE = "hparams.json", "runs.csv"
-
-
 def _fit_hparams(sweep_dir: pathlib.Path) -> pathlib.Path:
     """`sweep.fit_hparams`: collect the sweep and fit its hyperparameter laws, through the analysis
     command line (the sweeper sits below the analysis package): <sweep dir>/runs.csv and
@@ -486,7 +480,7 @@ def _fit_hparams(sweep_dir: pathlib.Path) -> pathlib.Path:
     import subprocess
     import sys
 
-    table, laws = sweep_dir / RUNS_TABLE, sweep_dir / HPARAMS_FILE
+    table, laws = sweep_dir / SWEEP_RUNS_TABLE, sweep_dir / HPARAMS_FILE
     for cmd in (
         ["collect", str(sweep_dir), "--out", str(table)],
         ["fit-hparams", str(table), "--json", str(laws)],
@@ -527,7 +521,7 @@ def _write_plan(sweep_dir: pathlib.Path, records: list[dict]) -> None:
     `flops_to_train` (what the sweep spends: WSD trunks and their branches' decays, every other
     run whole) against `flops_if_separate` (every run trained alone)."""
     kept = [r for r in records if r["action"] != "skip"]
-    separate = sum(float(r["flops"]) for r in kept if r.get("role") != "trunk")
+    separate = sum(float(r["flops"]) for r in kept if r.get("role") != RunRole.TRUNK)
     spent = sum(float(r.get("flops_to_train", r["flops"])) for r in kept)
     plan = {"flops_to_train": spent, "flops_if_separate": separate, "runs": records}
     tmp = sweep_dir / ".sweep_plan.json.tmp"

@@ -48,6 +48,9 @@ HYDRA_OVERRIDES = os.path.join(HYDRA_DIR, "overrides.yaml")  # the command-line 
 CHECKPOINTS_DIR = "checkpoints"
 CORRUPT_CHECKPOINTS_DIR = CHECKPOINTS_DIR + ".corrupt"
 SWEEP_PLAN_FILE = "sweep_plan.json"  # beside a sweep's runs: what was planned, launched, reused, skipped
+SWEEP_RUNS_TABLE = "runs.csv"  # beside a sweep's runs: `collect`'s table (sweep.fit_hparams)
+HPARAMS_FILE = "hparams.json"  # beside a sweep's runs: its fit-hparams laws (sweep.fit_hparams / probe)
+HPARAMS_KIND = "hparams"  # the `kind` of a fit-hparams result (HP.json), checked by every reader
 BRANCH_POINTS_DIR = "branch_points"  # WSD trunk: the checkpoints its branches start from (all kept)
 REFERENCE_DIR = "reference"  # RL: the initial policy
 LOCK_FILE = ".run.lock"
@@ -119,6 +122,7 @@ class RunRole(enum.StrEnum):
     """summary.json `role`: what a run is for, when it is not an ordinary run."""
 
     TRUNK = "trunk"  # a WSD trunk at constant LR: its branches are the runs (not fitted itself)
+    BRANCH = "branch"  # sweep_plan.json only: a cooldown branch of a trunk (its summary names the trunk)
 
 
 @dataclasses.dataclass(frozen=True)
