@@ -24,6 +24,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from analysis.laws import intervals
+from analysis.laws.frontier import Frontier, FrontierMethod
 from models.base.errors import AnalysisError
 
 CHINCHILLA_NAMES = ("E", "A", "B", "alpha", "beta")
@@ -151,6 +152,9 @@ class ScalingLaw:
     # measured error model of the fit (analysis.laws.intervals): gives the 90% prediction
     # interval of a new run's loss; None (published constants) gives none
     prediction_error: intervals.PredictionError | None = dataclasses.field(default=None, compare=False)
+    # how the best loss per budget is predicted (analysis.laws.frontier); None: the IsoFLOP minimum
+    # with the law's own error model (published constants, older fit files)
+    frontier: Frontier | None = dataclasses.field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         _positive_k(self.flops_per_param_token, "scaling law")
@@ -195,6 +199,7 @@ class ScalingLaw:
             samples=samples,
             ci_level=float(fit.ci_level),
             prediction_error=getattr(fit, "prediction_error", None),
+            frontier=getattr(fit, "frontier", None),
         )
 
     @classmethod
@@ -228,6 +233,7 @@ class ScalingLaw:
             samples=_json_samples(data),
             ci_level=float(level) if isinstance(level, (int, float)) and 0 < level < 1 else 0.95,
             prediction_error=_json_prediction_error(data),
+            frontier=_json_frontier(data),
         )
 
     # ---- predictions ----------------------------------------------------------------------------
@@ -308,17 +314,35 @@ class ScalingLaw:
         return out
 
     def _budget_row(self, j: int, C: float, point: dict, boot: dict | None) -> dict:
-        """One budget's row of `allocation`: point values, with samples their CIs, and with an
-        error model the 90% prediction interval of the loss a run at (N*, D*) would reach."""
+        """One budget's row of `allocation`: point values, with samples their CIs, and the best
+        loss expected at C (`loss`, `loss_method`; analysis.laws.frontier) with its 90% prediction
+        interval; without a frontier model, the IsoFLOP minimum and the law's own error model."""
         row = {"C": float(C)}
         for key in ("N_opt", "D_opt", "tokens_per_param", "loss"):
             row[key] = float(point[key][j])
             if boot is not None:
                 row[f"{key}_ci"] = percentile_interval(boot[key][:, j], self.ci_level)
-        band = self.loss_interval(row["N_opt"], row["D_opt"])
-        if band is not None:
-            row["loss_interval"] = [float(band[0][0]), float(band[1][0])]
+        row["loss_method"] = str(FrontierMethod.LAW_MINIMUM)
+        if self.frontier is None:
+            band = self.loss_interval(row["N_opt"], row["D_opt"])
+            if band is not None:
+                row["loss_interval"] = [float(band[0][0]), float(band[1][0])]
+            return row
+        law_s = None if boot is None else boot["loss"][:, j : j + 1]
+        loss, samples = self.frontier.predict(np.array([C]), np.array([row["loss"]]), law_s)
+        lo, hi = self.frontier.interval(np.array([C]), loss, samples)
+        row["loss_law_minimum"] = row["loss"]
+        row["loss"], row["loss_method"] = float(loss[0]), str(self.frontier.method)
+        if samples is not None and np.isfinite(samples).sum() >= MIN_CI_SAMPLES:
+            row["loss_ci"] = percentile_interval(samples[:, 0], self.ci_level)
+        row["loss_interval"] = [float(lo[0]), float(hi[0])]
         return row
+
+    def best_loss(self, C: float) -> tuple[float, tuple[float, float] | None, str]:
+        """(expected best loss at budget C, its 90% prediction interval or None, loss_method)."""
+        row = self.allocation([C])["budgets"][0]
+        band = row.get("loss_interval")
+        return row["loss"], (None if band is None else (band[0], band[1])), row["loss_method"]
 
 
 def _law_constants(data: Mapping[str, Any], law_name: str, origin: pathlib.Path) -> dict[str, float]:
@@ -375,6 +399,17 @@ def _json_prediction_error(data: Mapping[str, Any]) -> intervals.PredictionError
         return None
     ok = all(math.isfinite(v) for v in (pe.noise_sd, pe.drift_per_decade, pe.scale_max)) and pe.scale_max > 0
     return pe if ok else None
+
+
+def _json_frontier(data: Mapping[str, Any]) -> Frontier | None:
+    """The fit JSON's `frontier` object; None when absent or malformed (the IsoFLOP minimum)."""
+    raw = data.get("frontier")
+    if not isinstance(raw, dict):
+        return None
+    try:
+        return Frontier.from_dict(raw)
+    except (KeyError, TypeError, ValueError):
+        return None
 
 
 def allocation(

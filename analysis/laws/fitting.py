@@ -34,9 +34,10 @@ import jax.numpy as jnp
 import numpy as np
 import pandas as pd
 
+from analysis.laws import frontier as frontier_mod
 from analysis.laws import holdout, intervals
 from analysis.laws import points as data_mod
-from analysis.laws.allocation import allocation, supports_allocation
+from analysis.laws.allocation import allocation, chinchilla_index, supports_allocation
 from analysis.laws.enums import FitStatus, LawName, Precision
 from analysis.laws.lbfgs import (
     CONVERGED_CODES,
@@ -338,6 +339,9 @@ class FitResult:
     bootstrap_x0: np.ndarray | None = field(default=None, repr=False)  # internal starts of every resample
     # measured error model behind prediction intervals (None: fitted with prediction_intervals=False)
     prediction_error: intervals.PredictionError | None = None
+    # the best loss expected per budget: the law's IsoFLOP minimum or a direct fit of the per-budget
+    # best runs, chosen by forward-chaining (analysis.laws.frontier); None for other law forms
+    frontier: frontier_mod.Frontier | None = None
 
     @property
     def law_obj(self) -> Law:
@@ -430,6 +434,8 @@ class FitResult:
             out["allocation"] = self.allocation(budgets)
         if self.prediction_error is not None:
             out["prediction_error"] = self.prediction_error.to_dict()
+        if self.frontier is not None:
+            out["frontier"] = self.frontier.to_dict()
         if self.holdout is not None:
             out["holdout"] = self.holdout
         out.update(self.extras)
@@ -791,6 +797,42 @@ def fit_points(
         bootstrap_failed=failed,
         bootstrap_x0=None if boot_x0 is None else prob.full(boot_x0),
         prediction_error=perr,
+        frontier=_frontier(law, prob, pts, public, folds, fold_best, int(bootstrap), seed, k_flops),
+    )
+
+
+def _frontier(
+    law: Law,
+    prob: Problem,
+    pts: data_mod.Points,
+    public: np.ndarray,
+    folds: FoldJobs | None,
+    fold_best: tuple[np.ndarray, np.ndarray] | None,
+    bootstrap: int,
+    seed: int,
+    k: float,
+) -> frontier_mod.Frontier | None:
+    """The frontier predictor of a Chinchilla-form fit (`analysis.laws.frontier`) from its
+    forward-chaining refits and its bootstrap's resample counts; None for any other law, or
+    without folds (`prediction_intervals=False`)."""
+    idx = chinchilla_index(law.param_names)
+    if idx is None or folds is None or fold_best is None:
+        return None
+    N, D = np.asarray(pts.inputs["N"], float), np.asarray(pts.inputs["D"], float)
+    C = np.asarray(pts.inputs["C"], float) if "C" in pts.inputs else k * N * D
+    x, f = fold_best
+    law_folds = [
+        frontier_mod.LawFold(mask, law.to_public(prob.full(x[g]))[idx])
+        for g, mask in enumerate(folds.fit_masks)
+        if math.isfinite(f[g])
+    ]
+    return frontier_mod.estimate(
+        C,
+        np.asarray(pts.y, float),
+        np.asarray(public, float)[idx],
+        law_folds,
+        k,
+        bootstrap_counts(pts.n, bootstrap, seed) if bootstrap else None,
     )
 
 
