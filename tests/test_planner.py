@@ -95,6 +95,8 @@ def test_allocation_is_the_laws(fit_8nd):
         "tokens_per_param_ci",
         "loss_ci",
         "loss_interval",
+        "loss_method",
+        "loss_law_minimum",
     }
     row = al["budgets"][1]
     assert row["N_opt"] * row["D_opt"] * 8 == pytest.approx(1e23, rel=1e-9)

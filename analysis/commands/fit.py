@@ -164,7 +164,7 @@ def run(args: argparse.Namespace) -> int:
     print(fit.summary())
     _print_n_params(fit)
     result = fit.to_dict(args.budget)
-    _print_allocation(result)
+    _print_allocation(result, args.budget)
     _print_holdout(fit.holdout)
     if args.approach2:
         _add_approach2(fit, args, columns, data)
@@ -247,12 +247,22 @@ def _columns(args: argparse.Namespace) -> dict[str, str]:
     }
 
 
-def _print_allocation(result: dict) -> None:
+def _print_allocation(result: dict, budgets=None) -> None:
     if "allocation" not in result:
         return
     al = result["allocation"]
     ci = al.get("a_ci", [float("nan")] * 2)
     print(f"  allocation: N* ~ C^{al['a']:.4f} (CI [{ci[0]:.4f}, {ci[1]:.4f}]), D* ~ C^{al['b']:.4f}")
+    frontier = result.get("frontier")
+    if frontier is not None:
+        print(f"  best loss per budget: {frontier['method']}, by {frontier['reason']}")
+    for r in al["budgets"] if budgets else []:
+        band = r.get("loss_interval")
+        iv = f" [{band[0]:.4f}, {band[1]:.4f}]" if band else ""
+        print(
+            f"  at C = {r['C']:.3g}: N* = {r['N_opt']:.4g}, D* = {r['D_opt']:.4g}, "
+            f"best loss {r['loss']:.4f}{iv} ({r['loss_method']})"
+        )
 
 
 def _print_holdout(h: dict | None) -> None:

@@ -285,6 +285,8 @@ def _print_plan(result) -> None:
             f"compute-optimal for {result.budget_flops:.3g} FLOPs{limit}: N* = {result.n_opt / 1e9:.1f}B "
             f"params, D* = {result.d_opt / 1e12:.2f}T tokens"
         )
+        if result.best_loss_text():
+            print(result.best_loss_text())
     print(result.table())
     lo = b.layout
     band = result.loss_band(b)

@@ -51,6 +51,7 @@ MIN_FRONTIER_POINTS = 4
 # Exponent grid of the variable projection: 0.005-2 covers every published compute exponent of
 # the loss (Kaplan et al. 2020: 0.050; Porian et al.: ~0.05-0.2) with room either side.
 ALPHA_GRID = np.geomspace(0.005, 2.0, 400)
+REFINE_ROUNDS = 6  # parabolic refinements of the best grid alpha: 1.5% grid step / 4^6 = 4e-6
 
 
 class FrontierMethod(enum.StrEnum):
@@ -197,21 +198,23 @@ def fit_power_law(C_BxK: np.ndarray, L_BxK: np.ndarray, present_BxK: np.ndarray,
     """(B, 3) least-squares (E, A, alpha) of log L ~ log(E + A (C/C_ref)^-alpha), E in [0, min L],
     A >= 0, per row: for each alpha of ALPHA_GRID, E and A by weighted linear least squares in L
     (weights 1/L^2: relative errors, the log-loss objective to first order), the best alpha refined
-    by a parabola through its grid neighbours. Rows with fewer than MIN_FRONTIER_POINTS points: NaN."""
+    by parabolic steps on a shrinking bracket. Rows with fewer than MIN_FRONTIER_POINTS points: NaN."""
     C, L, m = (np.atleast_2d(np.asarray(a, float)) for a in (C_BxK, L_BxK, present_BxK))
     m = m > 0
     L = np.where(m, L, 1.0)
     x_BxKxG = np.where(m[..., None], (C / C_ref)[..., None] ** -ALPHA_GRID[None, None, :], 0.0)
-    sse = _sse(x_BxKxG, L, m)
-    g = np.argmin(sse, axis=1)
-    g = np.clip(g, 1, ALPHA_GRID.size - 2)
-    la = np.log(ALPHA_GRID)
-    rows = np.arange(L.shape[0])
-    y0, y1, y2 = sse[rows, g - 1], sse[rows, g], sse[rows, g + 1]
-    den = y0 - 2 * y1 + y2
-    with np.errstate(all="ignore"):
-        shift = np.where(den > 0, 0.5 * (y0 - y2) / den, 0.0)
-    alpha = np.exp(la[g] + np.clip(shift, -1, 1) * (la[1] - la[0]))
+    g = np.argmin(_sse(x_BxKxG, L, m), axis=1)
+    la, h = np.log(ALPHA_GRID)[g], np.log(ALPHA_GRID[1] / ALPHA_GRID[0])
+    for _ in range(REFINE_ROUNDS):  # parabolic steps on a bracket shrinking 4x per round
+        trial = np.exp(la[:, None] + h * np.array([-1.0, 0.0, 1.0])[None, :])
+        x3 = np.where(m[..., None], (C / C_ref)[..., None] ** -trial[:, None, :], 0.0)
+        y0, y1, y2 = _sse(x3, L, m).T
+        den = y0 - 2 * y1 + y2
+        with np.errstate(all="ignore"):
+            shift = np.where(den > 0, 0.5 * (y0 - y2) / den, np.where(y0 < y2, -1.0, 1.0))
+        la = la + np.clip(np.nan_to_num(shift), -1, 1) * h
+        h /= 4
+    alpha = np.exp(la)
     x = np.where(m, (C / C_ref) ** -alpha[:, None], 0.0)
     E, A = _linear(x, L, m)
     out = np.stack([E, A, alpha], axis=1)

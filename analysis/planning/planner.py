@@ -264,6 +264,32 @@ class Plan:
             return f"{100 * PREDICTION_LEVEL:g}% prediction interval"
         return f"{self.ci_percent}% CI"
 
+    def best_loss(self) -> dict[str, Any] | None:
+        """The best loss expected at the budget (`allocation.budgets[i]` of the fit: the law's IsoFLOP
+        minimum or the direct frontier, `loss_method`), or None without a budget or under a data
+        limit (the data-constrained law's loss is then the plan's)."""
+        if self.budget_flops is None or self.data_limit is not None:
+            return None
+        loss, band, method = self.law.best_loss(self.budget_flops)
+        return {
+            "C": self.budget_flops,
+            "loss": loss,
+            "loss_interval": list(band) if band else None,
+            "loss_method": method,
+        }
+
+    def best_loss_text(self) -> str | None:
+        """One line stating `best_loss`, or None."""
+        b = self.best_loss()
+        if b is None:
+            return None
+        band = b["loss_interval"]
+        iv = f" [{band[0]:.3f}, {band[1]:.3f}] (90% prediction interval)" if band else ""
+        return (
+            f"expected best loss at {b['C']:.3g} FLOPs: {b['loss']:.3f}{iv}, from {b['loss_method']} "
+            "(the candidates' losses below are the law's surface at their N, D)"
+        )
+
     def loss_band(self, c: "Candidate") -> tuple[float, float] | None:
         """The interval `interval_label` names, for candidate `c`."""
         return c.loss_interval if self.law.prediction_error is not None else c.loss_ci
@@ -276,6 +302,7 @@ class Plan:
         return {
             "best": best,
             "candidates": [c.as_dict() for c in self.candidates],
+            "best_loss": self.best_loss(),
             "mfu_convention": MFU_CONVENTION,
             "law": {
                 "E": self.law.E,
@@ -347,6 +374,11 @@ class Plan:
             f"({b.gpu_hours:.3g}{band_text(b.gpu_hours_interval, 1, '.3g')} GPU-hours); predicted loss "
             f"{b.loss:.3f} ({self.interval_label} {ci}).",
             "",
+            *(
+                [self.best_loss_text()[0].upper() + self.best_loss_text()[1:] + ".", ""]
+                if self.best_loss()
+                else []
+            ),
             *(self.recipe.markdown() + [""] if self.recipe is not None else []),
             *(self.data_limit.markdown() + [""] if self.data_limit is not None else []),
             "```",

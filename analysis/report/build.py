@@ -153,7 +153,7 @@ class NoPretrainingRuns(AnalysisError):
 def _frontier(fit, C: np.ndarray) -> dict:
     al = fit.allocation(list(C))
     rows = al["budgets"]
-    out: dict[str, Any] = {"C": [r["C"] for r in rows]}
+    out: dict[str, Any] = {"C": [r["C"] for r in rows], "method": rows[0]["loss_method"] if rows else None}
     for key in ("loss", "N_opt", "D_opt"):
         out[key] = [r[key] for r in rows]
         cis = [r.get(f"{key}_ci", [math.nan, math.nan]) for r in rows]

@@ -73,7 +73,13 @@ def loss_vs_compute(done: pd.DataFrame, frontier: dict | None) -> Figure:
     cb.set_label("log10 N (parameters)")
     if frontier:
         C = np.asarray(frontier["C"])
-        ax.plot(C, frontier["loss"], color="C0", lw=2, label="fitted frontier L(N*(C), D*(C))")
+        ax.plot(
+            C,
+            frontier["loss"],
+            color="C0",
+            lw=2,
+            label=f"expected best loss ({frontier.get('method', 'law_minimum')})",
+        )
         lo, hi = np.asarray(frontier["loss_lo"]), np.asarray(frontier["loss_hi"])
         plo, phi = (
             np.asarray(frontier.get("loss_pi_lo", [np.nan])),

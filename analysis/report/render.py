@@ -93,7 +93,8 @@ def headline(rep: dict) -> list[str]:
                 out.append(
                     f"  at C = {r['C']:.3g} FLOPs: N* = {r['N_opt']:,.0f} {_ci(r.get('N_opt_ci'), ',.0f')}, "
                     f"D* = {r['D_opt']:,.0f} {_ci(r.get('D_opt_ci'), ',.0f')} tokens, "
-                    f"loss {r['loss']:.3f} {_ci(r.get('loss_ci'), '.3f')}"
+                    f"best loss {r['loss']:.3f} {_ci(r.get('loss_ci'), '.3f')} "
+                    f"({r.get('loss_method', 'law_minimum')})"
                     + (
                         f", 90% prediction interval {_ci(r['loss_interval'], '.3f')}"
                         if r.get("loss_interval")
@@ -202,7 +203,13 @@ def _budget_rows(rep: dict) -> list[tuple[str, list[list[str]]]]:
                         "",
                         f"Approach 2: {_count(o['D_opt'])}" if o else "",
                     ],
-                    ["loss", _g(r["loss"]), _iv(r.get("loss_ci")), _iv(r.get("loss_interval")), ""],
+                    [
+                        f"best loss ({r.get('loss_method', 'law_minimum')})",
+                        _g(r["loss"]),
+                        _iv(r.get("loss_ci")),
+                        _iv(r.get("loss_interval")),
+                        f"law minimum {_g(r['loss_law_minimum'])}" if "loss_law_minimum" in r else "",
+                    ],
                 ],
             )
         )
