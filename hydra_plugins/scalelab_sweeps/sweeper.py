@@ -42,6 +42,31 @@ class SweepError(CompactHydraException):
         super().__init__(f"error: {msg}")
 
 
+def engine_error(launcher: str, err: BaseException) -> str | None:
+    """One line for a cluster engine's refusal to take the sweep's jobs (no `sbatch`, a partition
+    SLURM does not have, an unreachable Ray address), naming the setting to fix; None for any
+    other error (it propagates as it is)."""
+    text = str(err).strip()
+    lines = [line for line in text.splitlines() if line.strip()] or [type(err).__name__]
+    if launcher == "SlurmLauncher":
+        import shutil
+
+        if shutil.which("sbatch") is None or "srun" in lines[0]:
+            return (
+                "hydra/launcher=slurm: no `sbatch`/`srun` on PATH -- run the sweep on a SLURM login node "
+                "(or load the cluster's slurm module), or use hydra/launcher=local"
+            )
+        refusal = [line for line in lines if line.startswith("sbatch: error:")]
+        if refusal:
+            return f"hydra/launcher=slurm: SLURM refused the jobs: {refusal[0]} (check hydra.launcher.*)"
+    if launcher == "RayLauncher" and isinstance(err, (ConnectionError, TimeoutError, RuntimeError)):
+        return (
+            f"hydra/launcher=ray_cluster: cannot start or reach Ray ({lines[-1]}) -- start a cluster with "
+            "`ray start --head` or fix hydra.launcher.ray.init.address"
+        )
+    return None
+
+
 class TaskGuard:
     """Wraps the task function so one run's `sys.exit(n)` fails that run, not the whole sweep.
 
@@ -396,13 +421,24 @@ class ScalelabSweeper(Sweeper):
             jobs = self._packed(phase_jobs, sweep_dir)
             for start in range(0, len(jobs), batch_size):
                 batch = jobs[start : start + batch_size]
-                results = self.launcher.launch([j["overrides"] for j in batch], initial_job_idx=self._job_idx)
+                results = self._launch([j["overrides"] for j in batch])
                 self._job_idx += len(batch)
                 returns.append(results)
                 for job, ret in zip(batch, results):
                     _record_result(job, ret, sweep_dir)
         _write_plan(sweep_dir, records)
         return records, returns
+
+    def _launch(self, overrides: list) -> Sequence[JobReturn]:
+        """The launcher's `launch`; a cluster engine refusing the jobs ends in one line."""
+        assert self.launcher is not None
+        try:
+            return self.launcher.launch(overrides, initial_job_idx=self._job_idx)
+        except Exception as e:  # noqa: BLE001 - re-raised unless it is the engine's refusal
+            msg = engine_error(type(self.launcher).__name__, e)
+            if msg is None:
+                raise
+            raise SweepError(msg) from e
 
     def _finish(self, records: list[dict], returns: list, sweep_dir: pathlib.Path) -> Any:
         """The sweep's summary line; the one-line error when a launched run failed."""
