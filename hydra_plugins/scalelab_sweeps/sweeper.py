@@ -59,7 +59,9 @@ def engine_error(launcher: str, err: BaseException) -> str | None:
         refusal = [line for line in lines if line.startswith("sbatch: error:")]
         if refusal:
             return f"hydra/launcher=slurm: SLURM refused the jobs: {refusal[0]} (check hydra.launcher.*)"
-    if launcher == "RayLauncher" and isinstance(err, (ConnectionError, TimeoutError, RuntimeError)):
+    if launcher in ("RayLauncher", "RayClusterLauncher") and isinstance(
+        err, (ConnectionError, TimeoutError, RuntimeError)
+    ):
         return (
             f"hydra/launcher=ray_cluster: cannot start or reach Ray ({lines[-1]}) -- start a cluster with "
             "`ray start --head` or fix hydra.launcher.ray.init.address"
