@@ -16,6 +16,8 @@ def _compose(overrides):
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
+    import experiments.train.config  # noqa: F401 - registers the config schema (base_distributed, ...)
+
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base=None):
         return compose("config", overrides=overrides, return_hydra_config=True)
@@ -125,7 +127,10 @@ def test_slurm_environment_maps_to_jax_distributed(monkeypatch):
 
 def test_ray_and_local_launcher_configs_compose():
     cfg = _compose(["+sweep=isoflop", "hydra/launcher=ray_cluster"])
-    assert cfg.hydra.launcher._target_.endswith("RayLauncher") and cfg.hydra.launcher.ray.remote.num_gpus == 0
+    assert (
+        cfg.hydra.launcher._target_.endswith("RayClusterLauncher")
+        and cfg.hydra.launcher.ray.remote.num_gpus == 0
+    )
     cfg = _compose(["+sweep=isoflop", "hydra/launcher=local"])
     assert cfg.hydra.launcher._target_.endswith("BasicLauncher")
     cfg = _compose(["+sweep=demo"])
