@@ -37,7 +37,7 @@ import pandas as pd
 from analysis.laws import frontier as frontier_mod
 from analysis.laws import holdout, intervals
 from analysis.laws import points as data_mod
-from analysis.laws.allocation import allocation, chinchilla_index, supports_allocation
+from analysis.laws.allocation import allocation, chinchilla_index, closed_form_optimum, supports_allocation
 from analysis.laws.enums import FitStatus, LawName, Precision
 from analysis.laws.lbfgs import (
     CONVERGED_CODES,
@@ -831,7 +831,7 @@ def _frontier(
         np.asarray(pts.y, float),
         np.asarray(public, float)[idx],
         law_folds,
-        k,
+        lambda p, C_: closed_form_optimum(p, C_, k)["loss"],
         bootstrap_counts(pts.n, bootstrap, seed) if bootstrap else None,
     )
 

@@ -33,7 +33,7 @@ from __future__ import annotations
 import enum
 import math
 from dataclasses import dataclass, field, replace
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -285,23 +285,22 @@ def estimate(
     loss: np.ndarray,
     law_params: np.ndarray,
     folds: Sequence[LawFold],
-    k: float,
+    law_minimum: Callable[[np.ndarray, np.ndarray], np.ndarray],
     counts_BxN: np.ndarray | None = None,
 ) -> Frontier:
     """Choose and calibrate the frontier predictor of a Chinchilla-form fit on runs (C, loss).
 
-    `law_params` are the full fit's constants, `folds` its forward-chaining refits, `k` its
-    FLOPs per parameter-token and `counts_BxN` the resample counts of its bootstrap (the frontier
+    `law_params` are the full fit's constants, `folds` its forward-chaining refits,
+    `law_minimum(params, C)` its IsoFLOP minimum at budgets C (passed in: this module sits below
+    `analysis.laws.allocation`, which imports it) and `counts_BxN` the resample counts of its bootstrap (the frontier
     is refitted on the same resamples, so `combined` pairs resample b of each)."""
-    from analysis.laws.allocation import closed_form_optimum
-
     C, loss = np.asarray(C, float), np.asarray(loss, float)
     labels = budget_labels(C)
     pC, pL, _ = frontier_points(C, loss, labels)
     C_ref = float(pC.max())
     pl_params = fit_power_law(pC[None], pL[None], np.ones((1, pC.size), bool), C_ref)[0]
     pl = FrontierFit(*(float(v) for v in pl_params), C_ref) if np.all(np.isfinite(pl_params)) else None
-    errs, dists = _fold_errors(C, loss, labels, folds, k)
+    errs, dists = _fold_errors(C, loss, labels, folds, law_minimum)
     scored = [
         f
         for f in range(len(folds))
@@ -326,7 +325,7 @@ def estimate(
             + f", {len(scored)} folds): the first of {', '.join(PREFERENCE)} within "
             f"{100 * CHOICE_MARGIN:g}% of the lowest"
         )
-    law_at = closed_form_optimum(law_params, pC, k)["loss"]
+    law_at = law_minimum(law_params, pC)
     models = {
         m: _error_model(m, pl, law_at, pC, pL, errs, dists, float(C.max()), mae[str(m)])
         for m in FrontierMethod
@@ -375,13 +374,11 @@ def _error_model(
 
 
 def _fold_errors(
-    C: np.ndarray, loss: np.ndarray, labels: np.ndarray, folds: Sequence[LawFold], k: float
+    C: np.ndarray, loss: np.ndarray, labels: np.ndarray, folds: Sequence[LawFold], law_minimum: Callable
 ) -> tuple[dict, list]:
     """Per method, per fold, the log errors (log best - log predicted) at the budgets wholly above
     the fold's cut (NaN where the method cannot be fitted on the fold), and per fold their
     distances in decades beyond the fold's largest run."""
-    from analysis.laws.allocation import closed_form_optimum
-
     errs: dict = {m: [] for m in FrontierMethod}
     dists = []
     for fold in folds:
@@ -391,7 +388,7 @@ def _fold_errors(
         tC = np.array([C[~fm & (labels == g)][np.argmin(loss[~fm & (labels == g)])] for g in test_labels])
         tL = np.array([loss[~fm & (labels == g)].min() for g in test_labels])
         dists.append(np.log10(tC / C[fm].max()) if tC.size else np.zeros(0))
-        law = closed_form_optimum(fold.law_params, tC, k)["loss"] if tC.size else np.zeros(0)
+        law = law_minimum(fold.law_params, tC) if tC.size else np.zeros(0)
         fC, fL, _ = frontier_points(C[fm], loss[fm], labels[fm])
         p = fit_power_law(fC[None], fL[None], np.ones((1, fC.size), bool), float(fC.max()))[0]
         pl = p[0] + p[1] * (tC / fC.max()) ** -p[2]
