@@ -292,7 +292,8 @@ def estimate(
 
     `law_params` are the full fit's constants, `folds` its forward-chaining refits,
     `law_minimum(params, C)` its IsoFLOP minimum at budgets C (passed in: this module sits below
-    `analysis.laws.allocation`, which imports it) and `counts_BxN` the resample counts of its bootstrap (the frontier
+    `analysis.laws.allocation`, which imports it) and `counts_BxN` the resample counts of its
+    bootstrap (the frontier
     is refitted on the same resamples, so `combined` pairs resample b of each)."""
     C, loss = np.asarray(C, float), np.asarray(loss, float)
     labels = budget_labels(C)
