@@ -16,8 +16,13 @@ every task, as in ../shared/checks/downstream.sh. Reported:
 
 "Above chance" uses only the fit side and the tool's own rule (`flags.near_chance`): the median
 accuracy of the largest third of the small runs is at least 5 points above the task's random
-baseline (tasks.csv); the other tasks get a near-chance warning and are reported apart.
-The issue's target: mean |error| <= 3 points with >= 75% interval coverage.
+baseline (tasks.csv); the other tasks get a near-chance warning and are reported apart. Among the
+tasks above chance, those whose accuracy falls with scale or that are emerging (`flags.
+scale_trend`, computed on the ladder only) are warned and left out of the `*_included` means;
+every summary also gives the means over all its tasks. Per task: MAE, mean 90% interval width
+and coverage on the targets, and the fit-side held-out check (`heldout`: the error model on the
+ladder's own held-out size). The issue's targets: mean width <= 10 points with coverage >= 75%
+and MAE <= 3 points over the included tasks above chance.
 
 Usage: python benchmarks/downstream_eval.py [--bootstrap 200] [--json OUT.json]
 """
@@ -157,8 +162,9 @@ def average_error_protocol(small, big, tasks, chance, bootstrap: int) -> dict:
     }
 
 
-def task_protocol(runs, small_mask, tasks, chance, method: str, bootstrap: int) -> pd.DataFrame:
-    """One row per (large run, task): actual, predicted, interval, method, warnings."""
+def task_protocol(runs, small_mask, tasks, chance, method: str, bootstrap: int) -> tuple[pd.DataFrame, dict]:
+    """(one row per (large run, task): actual, predicted, interval, method, warnings, excluded;
+    task -> its fit-task JSON object)."""
     df = ladder(runs, tasks, chance)
     fit_rows, test = (
         df[small_mask.repeat(len(tasks)).to_numpy()],
@@ -173,26 +179,46 @@ def task_protocol(runs, small_mask, tasks, chance, method: str, bootstrap: int) 
     out["warned"] = [bool(p.warnings) for p in preds]
     out["error_pts"] = 100 * (out.predicted - out.actual)
     out["inside"] = (out.lo <= out.actual) & (out.actual <= out.hi)
-    return out
+    info = fit.to_dict()["tasks"]
+    out["excluded"] = [info[t]["scale_trend"]["excluded_from_means"] for t in out.task]
+    return out, info
 
 
-def summary(rows: pd.DataFrame) -> dict:
-    per = rows.groupby("task", sort=False).agg(
-        mae=("error_pts", lambda e: float(e.abs().mean())),
-        coverage=("inside", "mean"),
-        method=("method", "first"),
-    )
+def _means(rows: pd.DataFrame) -> dict:
     return {
-        "n_tasks": int(per.shape[0]),
+        "n_tasks": int(rows.task.nunique()),
         "n_predictions": int(len(rows)),
         "mae_pts": float(rows.error_pts.abs().mean()),
         "coverage": float(rows.inside.mean()),
         "mean_width_pts": float(100 * (rows.hi - rows.lo).mean()),
-        "per_task": {
-            t: {"mae_pts": r.mae, "coverage": float(r.coverage), "method": r.method}
-            for t, r in per.iterrows()
-        },
     }
+
+
+def summary(result: tuple[pd.DataFrame, dict]) -> dict:
+    """Means over all tasks, over the included ones (no falls-with-scale / emerging warning), and
+    per task: MAE, width, coverage on the targets and the fit-side held-out check."""
+    rows, info = result
+    per = rows.assign(width=100 * (rows.hi - rows.lo)).groupby("task", sort=False)
+    out = _means(rows)
+    kept = rows[~rows.excluded]
+    out["included"] = _means(kept) if len(kept) else None
+    out["excluded_tasks"] = {
+        t: info[t]["scale_trend"]["reason"]
+        for t in rows.task.unique()
+        if info[t]["scale_trend"]["excluded_from_means"]
+    }
+    out["per_task"] = {
+        t: {
+            "method": g.method.iloc[0],
+            "mae_pts": float(g.error_pts.abs().mean()),
+            "mean_width_pts": float(g.width.mean()),
+            "coverage": float(g.inside.mean()),
+            "scale_trend": info[t]["scale_trend"]["verdict"],
+            "heldout": info[t]["heldout"],
+        }
+        for t, g in per
+    }
+    return out
 
 
 def run(bootstrap: int, data: pathlib.Path = DATA) -> dict:
@@ -240,14 +266,26 @@ def _report(out: dict) -> None:
         "near_chance_auto",
     ):
         s = out[key]
-        print(
-            f"{key}: {s['n_tasks']} tasks, {s['n_predictions']} predictions: MAE {s['mae_pts']:.2f} pts, "
-            f"90% PI coverage {s['coverage']:.1%}, mean width {s['mean_width_pts']:.1f} pts"
-        )
+        for label, m in (("", s), (" included", s["included"])):
+            if m is None or (label and not s["excluded_tasks"]):
+                continue
+            print(
+                f"{key}{label}: {m['n_tasks']} tasks, {m['n_predictions']} predictions: MAE "
+                f"{m['mae_pts']:.2f} pts, 90% PI coverage {m['coverage']:.1%}, mean width "
+                f"{m['mean_width_pts']:.1f} pts"
+            )
+        for t, why in s["excluded_tasks"].items():
+            print(f"    excluded {t}: {why}")
         if key in ("above_chance_direct", "above_chance_average"):
             continue
         for t, r in s["per_task"].items():
-            print(f"    {t:<36} {r['method']:<7} MAE {r['mae_pts']:5.2f} pts  coverage {r['coverage']:.0%}")
+            h = r["heldout"]
+            held = "–" if h["coverage"] is None else f"{h['coverage']:.0%} / {100 * h['mean_width']:.1f}"
+            print(
+                f"    {t:<36} {r['method']:<7} MAE {r['mae_pts']:5.2f} pts  "
+                f"width {r['mean_width_pts']:5.1f}  coverage {r['coverage']:4.0%}  "
+                f"(held-out check: coverage / width {held})"
+            )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -9,6 +9,8 @@ data and asserts the accuracy the tool reaches there (docs/downstream.md).
 from __future__ import annotations
 
 import json
+import pathlib
+import sys
 
 import numpy as np
 import pandas as pd
@@ -23,6 +25,8 @@ from analysis.downstream.taskloss import fit_task_loss
 from analysis.laws.fitting import fit_law
 from models.base.errors import AnalysisError
 from models.base.jaxcache import enable_compile_cache
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "benchmarks"))
 
 LAW = dict(E=1.7, A=120.0, B=210.0, alpha=0.25)  # close to the tied law fitted on Gadre et al.'s C4 loss
 SIZES = (1e7, 3e7, 1e8, 3e8)
@@ -282,10 +286,7 @@ def test_fit_task_json_contract(tmp_path, capsys, small_ladder):
         fit_downstream(small_ladder, method="best")
 
 
-def test_gadre_protocol_accuracy_and_coverage(shared_data):
-    """The interface check's protocol (../shared/checks/downstream.sh): fit on N <= 412M, predict
-    5 tasks at 1.4B and 6.9B, chance inferred. Measured: mean |error| 2.95 points, 44/45 inside
-    the 90% intervals (docs/downstream.md); asserted with a small margin."""
+def _gadre_check_protocol(shared_data):
     runs = pd.read_csv(shared_data / "gadre2024_overtraining" / "runs.csv")
     tasks = ["hellaswag", "arc_easy", "piqa", "copa", "lambada_openai"]
     df = pd.DataFrame(
@@ -302,14 +303,25 @@ def test_gadre_protocol_accuracy_and_coverage(shared_data):
             for t in tasks
         ]
     )
+    return df, tasks
+
+
+def test_gadre_protocol_accuracy_and_coverage(shared_data):
+    """The interface check's protocol (../shared/checks/downstream.sh): fit on N <= 412M, predict
+    5 tasks at 1.4B and 6.9B, chance inferred. Measured (docs/downstream.md): mean |error| 2.84
+    points, 40/45 inside the 90% intervals, mean width 14.0 points (before the sharper intervals:
+    2.95 points, 44/45, 19.0); asserted with a small margin."""
+    df, tasks = _gadre_check_protocol(shared_data)
     small = df.N <= 5e8
     fit = fit_downstream(df[small], bootstrap=200, seed=0)
     preds = fit.predict(df[~small][["N", "D", "task"]])
     actual = df[~small].accuracy.to_numpy()
     err = 100 * np.abs([p.accuracy for p in preds] - actual)
     inside = [p.accuracy_interval[0] <= a <= p.accuracy_interval[1] for p, a in zip(preds, actual)]
-    assert err.mean() <= 3.1, f"mean |error| {err.mean():.2f} points"
-    assert np.mean(inside) >= 0.9, f"coverage {np.mean(inside):.0%}"
+    width = 100 * np.mean([hi - lo for lo, hi in (p.accuracy_interval for p in preds)])
+    assert err.mean() <= 2.95, f"mean |error| {err.mean():.2f} points"
+    assert np.mean(inside) >= 0.85, f"coverage {np.mean(inside):.0%}"
+    assert width <= 14.5, f"mean 90% interval width {width:.1f} points"
     assert {t: fit.tasks[t].rows.chance for t in tasks} == {
         "hellaswag": 0.25,
         "arc_easy": 0.25,
@@ -317,3 +329,53 @@ def test_gadre_protocol_accuracy_and_coverage(shared_data):
         "copa": 0.5,
         "lambada_openai": 0.0,
     }
+    assert all(fit.tasks[t].chain.regressor == "law" for t in tasks)  # a shared loss: the law's loss
+
+
+def test_gadre_protocol_tasks_above_chance(shared_data):
+    """benchmarks/downstream_eval.py's protocol over the 15 tasks above chance (tasks.csv's random
+    baselines). The fit-side trend rules flag exactly pubmed_qa_labeled (falls with scale) and squad
+    (emerging), which leave the means. Measured over the other 13: MAE 3.55 points, coverage 89.7%,
+    mean 90% width 15.9 points; the issue's targets (MAE <= 3.0, width <= 10) are NOT met
+    (docs/downstream.md says why); asserted at the measured figures with a small margin."""
+    import downstream_eval as bench
+
+    runs, chance = bench.load(shared_data / "gadre2024_overtraining")
+    small = runs.n_params <= bench.FIT_MAX_N
+    tasks, _ = bench.above_chance(runs[small], chance)
+    assert len(tasks) == 15
+    s = bench.summary(bench.task_protocol(runs, small, tasks, chance, "auto", 200))
+    assert set(s["excluded_tasks"]) == {"pubmed_qa_labeled", "squad"}
+    kept = s["included"]
+    assert kept["n_tasks"] == 13
+    assert kept["mae_pts"] <= 3.65, kept
+    assert kept["coverage"] >= 0.85, kept
+    assert kept["mean_width_pts"] <= 16.5, kept
+    assert all(r["heldout"]["coverage"] is not None for r in s["per_task"].values())
+
+
+def _rows(N, D, acc, chance=0.25):
+    from analysis.downstream.data import TaskRows
+
+    N, D, acc = (np.asarray(v, float) for v in (N, D, acc))
+    run = np.arange(N.size)
+    return TaskRows("t", N, D, np.ones(N.size), acc, run, np.ones(N.size, bool), chance, "column")
+
+
+def test_trend_rules_flag_falling_and_emerging_tasks_only():
+    """The fit-side rules on the ladder's two largest sizes: a fall with size (controlling for
+    tokens) is `falls_with_scale`; a rise from near chance steeper than N^1.5 is `emerging`; an
+    ordinary rise (headroom x2.5 for a size x2.7) is neither."""
+    from analysis.downstream import flags
+
+    rng = np.random.default_rng(0)
+    N = np.repeat([1e7, 1e8, 3e8, 8e8], 8)
+    D = 20 * N * np.tile([0.5, 1, 2, 4, 8, 16, 32, 64], 4)
+    base = 0.25 + 0.004 * np.log(D / D.min())
+    noise = 0.005 * rng.standard_normal(N.size)
+    falling = base + np.select([N == 8e8, N == 3e8], [0.30, 0.36], 0.2) + noise
+    emerging = base + np.select([N == 8e8, N == 3e8], [0.12, 0.0], 0.0) + noise
+    rising = base + np.select([N == 8e8, N == 3e8], [0.12, 0.045], 0.0) + noise
+    assert flags.scale_trend(_rows(N, D, falling))[0] == flags.FALLING
+    assert flags.scale_trend(_rows(N, D, emerging))[0] == flags.EMERGING
+    assert flags.scale_trend(_rows(N, D, rising)) == (flags.RISING, None)

@@ -4,7 +4,8 @@
 shares one loss column), the four candidates (`methods`), the held-out check that picks one
 (`holdout`), the bootstrap over runs of the chosen candidate, and its error model
 (`intervals`). `DownstreamFit.predict(targets)` gives each target's task loss, accuracy, 90%
-interval, method and warnings; `DownstreamFit.to_dict` is the `fit-task --json` object.
+interval, method and warnings; `DownstreamFit.to_dict` is the `fit-task --json` object. When
+every task shares one loss, the chain's step 2 regresses on step 1's fitted loss (`methods`).
 """
 
 from __future__ import annotations
@@ -18,12 +19,22 @@ import pandas as pd
 from analysis.downstream import flags
 from analysis.downstream.data import TaskRows, read_ladder, read_targets
 from analysis.downstream.holdout import FoldErrors, Selection, distance, fold_errors, select
-from analysis.downstream.intervals import ErrorModel, drift_per_decade, interval, noise_sd
+from analysis.downstream.intervals import (
+    ErrorModel,
+    HeldoutCheck,
+    drift_per_decade,
+    floor_of,
+    heldout_check,
+    interval,
+    noise_sd,
+)
 from analysis.downstream.methods import (
     AVERAGE,
     CANDIDATES,
     CHAIN,
     DIRECT,
+    LAW_LOSS,
+    OBSERVED_LOSS,
     SINGLE,
     CandidateFit,
     allowed,
@@ -34,6 +45,8 @@ from analysis.downstream.taskloss import DEFAULT_LAW, TaskLossFit, fit_task_loss
 from models.base.errors import AnalysisError
 
 METHODS = ("auto", AVERAGE, CHAIN, DIRECT)
+# scale trends whose tasks a benchmark leaves out of its means (their warning says why)
+EXCLUDED_TRENDS = (flags.FALLING, flags.EMERGING)
 
 
 @dataclass(frozen=True)
@@ -71,13 +84,15 @@ class TaskFit:
     rows: TaskRows
     step1: TaskLossFit
     chosen: object  # the candidate predictions use (a CandidateFit, or the methods.AverageFit)
-    singles: dict  # single candidate name -> CandidateFit (their spread is the model-uncertainty term)
     chain: CandidateFit  # the chain reported as step 2 (the chosen one, else the better chain)
+    chain_ceilings: tuple  # (chain with ceiling 1, with ceiling fitted): their gap is interval term 4
     direct: CandidateFit  # the direct fit reported (the chosen one, else the better direct)
     selection: Selection
     boot: object  # the chosen candidate's bootstrap refits (None: no bootstrap)
     n_boot: int  # resamples whose refits of both steps succeeded
     error_model: ErrorModel
+    heldout: HeldoutCheck  # the error model on the held-out sizes (fit-side coverage and width)
+    trend: tuple[str, str | None]  # flags.scale_trend: (verdict, reason)
     warnings: tuple[str, ...]  # task-level warnings, repeated on each prediction
     seed: int
 
@@ -88,10 +103,8 @@ class TaskFit:
         acc = self.chosen.predict(N, D)
         samples = None if self.boot is None else self.chosen.samples(self.boot, N, D)
         em = self.error_model
-        spread = np.std([c.predict(N, D) for c in self.singles.values()], axis=0)
-        lo, hi = interval(
-            acc, samples, em.sd(distance(N, D, em.N_max, em.D_max), spread), em.level, seed=self.seed
-        )
+        sd = em.sd(distance(N, D, em.N_max, em.D_max, em.C_max), self._ceiling_gap(N, D, loss))
+        lo, hi = interval(acc, samples, sd, em.level, seed=self.seed, floor=em.floor)
         return [
             Prediction(
                 N=float(N[i]),
@@ -107,6 +120,16 @@ class TaskFit:
             for i in range(N.size)
         ]
 
+    def _ceiling_gap(self, N: np.ndarray, D: np.ndarray, loss: np.ndarray) -> np.ndarray:
+        """|chain(ceiling 1) - chain(ceiling fitted)| where the chain or the average reads step 2
+        beyond the ladder's losses (`flags.step2_extrapolated`), else 0 (`intervals`, term 4)."""
+        if self.chosen.candidate.method not in (CHAIN, AVERAGE):
+            return np.zeros(N.size)
+        k, lmin = self.chain.sigmoid.params["k"], float(self.rows.loss.min())
+        far = np.array([flags.step2_extrapolation(float(x), lmin, k) is not None for x in loss])
+        one, fitted = self.chain_ceilings
+        return np.where(far, np.abs(one.predict(N, D) - fitted.predict(N, D)), 0.0)
+
     def _warnings(self, loss: float) -> tuple[str, ...]:
         out = list(self.warnings)
         if self.chosen.candidate.method in (CHAIN, AVERAGE):
@@ -117,7 +140,7 @@ class TaskFit:
     def to_dict(self) -> dict:
         return {
             "step1": self.step1.to_dict(),
-            "step2": self.chain.sigmoid.to_dict(),
+            "step2": {**self.chain.sigmoid.to_dict(), "regressor": self.chain.regressor},
             "direct": self.direct.sigmoid.to_dict(),
             "n_runs": self.rows.n_runs,
             "n_points": self.rows.n_points,
@@ -125,6 +148,12 @@ class TaskFit:
             "candidate": self.chosen.candidate.name,
             "selection": self.selection.to_dict(),
             "error_model": self.error_model.to_dict(),
+            "heldout": self.heldout.to_dict(),
+            "scale_trend": {
+                "verdict": self.trend[0],
+                "reason": self.trend[1],
+                "excluded_from_means": self.trend[0] in EXCLUDED_TRENDS,
+            },
             "chance": self.rows.chance,
             "chance_source": self.rows.chance_source,
             "task_loss_range": [float(self.rows.loss.min()), float(self.rows.loss.max())],
@@ -146,46 +175,59 @@ def _best_of(method: str, fits: dict, sel: Selection) -> CandidateFit:
     return fits[min(scored, key=lambda n: sel.fold_mae[n]) if scored else names[-1]]
 
 
-def _error_model(chosen, fe: FoldErrors) -> ErrorModel:
+def _error_model(chosen, fe: FoldErrors) -> tuple[ErrorModel, HeldoutCheck]:
     rows = chosen.rows
     N, D, acc = rows.final("N"), rows.final("D"), rows.final("accuracy")
     noise = noise_sd(chosen.predict(N, D) - acc, N, D)
     name = chosen.candidate.name
     e, d = fe.errors.get(name, np.zeros(0)), fe.distances.get(name, np.zeros(0))
-    return ErrorModel(
+    em = ErrorModel(
         noise_sd=noise,
         drift_per_decade=drift_per_decade(e, d, noise),
         N_max=float(N.max()),
         D_max=float(D.max()),
+        C_max=float((N * D).max()),
         n_fold_points=int(e.size),
+        floor=floor_of(rows.chance, rows.accuracy),
     )
+    return em, heldout_check(em, e, d)
 
 
 def fit_task(
-    rows: TaskRows, step1: TaskLossFit, fe: FoldErrors, *, method: str = "auto", seed: int = 0
+    rows: TaskRows,
+    step1: TaskLossFit,
+    fe: FoldErrors,
+    *,
+    method: str = "auto",
+    seed: int = 0,
+    regressor: str = OBSERVED_LOSS,
 ) -> TaskFit:
     """Select, fit and bootstrap one task's predictor (step 1 and its held-out errors given)."""
     cands = allowed(method)
     sel = select(fe, cands, default=next(c for c in cands if c.ceiling != CEILING_ONE))
-    fits = fit_all(rows, step1, CANDIDATES)
+    fits = fit_all(rows, step1, CANDIDATES, regressor)
     chosen = fits[sel.chosen]
     boot = chosen.bootstrap(step1.counts(), step1.runs) if step1.n_bootstrap else None
     n_boot = 0
     if boot is not None:
         probe = chosen.samples(boot, rows.final("N")[:1], rows.final("D")[:1])
         n_boot = int(np.sum(np.isfinite(probe)))
-    warns = tuple(w for w in (flags.near_chance(rows), flags.no_holdout(sel.n_folds)) if w)
+    rules = (flags.near_chance, flags.falls_with_scale, flags.emerging)
+    warns = tuple(w for w in (*(rule(rows) for rule in rules), flags.no_holdout(sel.n_folds)) if w)
+    em, held = _error_model(chosen, fe)
     return TaskFit(
         rows=rows,
         step1=step1,
         chosen=chosen,
-        singles={c.name: fits[c.name] for c in SINGLE},
         chain=_best_of(CHAIN, fits, sel),
+        chain_ceilings=tuple(fits[c.name] for c in SINGLE if c.method == CHAIN),
         direct=_best_of(DIRECT, fits, sel),
         selection=sel,
         boot=boot,
         n_boot=n_boot,
-        error_model=_error_model(chosen, fe),
+        error_model=em,
+        heldout=held,
+        trend=flags.scale_trend(rows),
         warnings=warns,
         seed=seed,
     )
@@ -249,9 +291,11 @@ def fit_downstream(
             )
         except AnalysisError as e:
             raise AnalysisError(f"step 1 (task loss as law {law}) for {', '.join(group)}: {e}") from None
-        errors = fold_errors(sub, law, cands)
+        # a loss shared by every task is a proxy: step 2 regresses on the law's loss (`methods`)
+        regressor = LAW_LOSS if len(group) > 1 else OBSERVED_LOSS
+        errors = fold_errors(sub, law, cands, regressor)
         for t in group:
-            fits[t] = fit_task(sub[t], step1, errors[t], method=method, seed=seed)
+            fits[t] = fit_task(sub[t], step1, errors[t], method=method, seed=seed, regressor=regressor)
     return DownstreamFit(
         tasks={t: fits[t] for t in tasks}, law=law, bootstrap=bootstrap, seed=seed, method=method
     )

@@ -10,6 +10,18 @@
   by more than `LOGISTIC_UNITS` of the fitted sigmoid's scale, k (L_min - L_pred) > 1: the
   sigmoid's argument moves by more than one unit beyond anything observed (the odds of a correct
   answer above chance change by a factor e there), so the accuracy is the curve's assumption.
+- falls with scale: among the finished runs of the ladder's two largest model sizes, accuracy
+  regressed on ln N and ln D has a negative ln N slope with t <= `FALLING_T` (-2: about a 2.5%
+  one-sided chance for a flat task). Every candidate is a sigmoid that rises with size, so its
+  extrapolation is then contradicted by the ladder itself (Gadre et al.'s pubmed_qa_labeled: -5.9
+  points from 154M to 412M at t = -2.2; the next most negative task above chance, 32-item
+  novel_concepts, has t = -1.3). Controlling for ln D keeps a size step that also changes the
+  tokens from reading as a size effect.
+- emerging: the ladder's second-largest size sits within `NEAR_CHANCE` of chance (median over its
+  finished runs) and the largest has risen from there faster than N^`EMERGING_EXPONENT` in headroom
+  above chance: the ladder sees only the foot of the rise, so the sigmoid's midpoint and ceiling
+  are not observed (Gadre et al.'s squad: headroom 1.0 -> 6.6 points from 154M to 412M, growth
+  exponent 2.0; the steepest other task above chance, hellaswag, 0.9).
 - no held-out check: the ladder has too few model sizes to fit below its largest and predict it,
   so the method was not chosen by evidence and the interval has no measured drift term (only
   the spread of the candidates' predictions stands for the extrapolation error).
@@ -24,6 +36,10 @@ from analysis.laws.intervals import top_share
 
 NEAR_CHANCE = 0.05  # accuracy points above chance below which a ladder has not left chance
 LOGISTIC_UNITS = 1.0  # k * (loss below the ladder's minimum) beyond which step 2 is flagged
+FALLING_T = -2.0  # t statistic of the ln N slope (two largest sizes) at or below which accuracy falls
+EMERGING_EXPONENT = 1.5  # headroom growth d ln(headroom) / d ln N above which a rise is "emerging"
+HEADROOM_RESOLUTION = 0.005  # headroom below half a point is treated as this (a ratio needs a floor)
+FALLING, EMERGING, NEAR, RISING = "falls_with_scale", "emerging", "near_chance", "rising"
 
 
 def headroom(rows: TaskRows) -> float:
@@ -61,3 +77,69 @@ def step2_extrapolation(loss_pred: float, loss_min: float, k: float) -> str | No
         f"ladder's lowest ({loss_min:.4g}), {units:.1f} logistic units of the fitted sigmoid; the accuracy "
         "there is not observed, only assumed to follow the curve"
     )
+
+
+def _top_two(rows: TaskRows) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(N, D, accuracy, sizes) of the finished runs of the ladder's two largest model sizes."""
+    N, D, acc = rows.final("N"), rows.final("D"), rows.final("accuracy")
+    sizes = np.unique(N)[-2:]
+    m = np.isin(N, sizes)
+    return N[m], D[m], acc[m], sizes
+
+
+def size_slope_t(rows: TaskRows) -> float:
+    """t statistic of the ln N coefficient of accuracy ~ 1 + ln N + ln D (ln D dropped when it is
+    collinear with ln N) over the two largest sizes' finished runs; NaN when not estimable."""
+    N, D, acc, _ = _top_two(rows)
+    X = np.column_stack([np.ones(N.size), np.log(N), np.log(D)])
+    if np.linalg.matrix_rank(X) < 3:
+        X = X[:, :2]
+    dof = N.size - X.shape[1]
+    if dof < 1 or np.linalg.matrix_rank(X) < X.shape[1]:
+        return float("nan")
+    beta = np.linalg.lstsq(X, acc, rcond=None)[0]
+    resid = acc - X @ beta
+    cov = float(resid @ resid) / dof * np.linalg.inv(X.T @ X)
+    se = float(np.sqrt(cov[1, 1]))
+    return float(beta[1] / se) if se > 0 else float("nan")
+
+
+def falls_with_scale(rows: TaskRows) -> str | None:
+    t = size_slope_t(rows)
+    if not t <= FALLING_T:
+        return None
+    return (
+        f"falls with scale: accuracy falls from the ladder's second-largest to its largest size (ln N "
+        f"slope t = {t:.1f}, given ln D); the fitted curves all rise with size, so the prediction "
+        "extrapolates a trend the ladder contradicts"
+    )
+
+
+def growth_exponent(rows: TaskRows) -> tuple[float, float, float]:
+    """(headroom of the second-largest size, of the largest, d ln(headroom) / d ln N between them):
+    headroom = median accuracy above chance of a size's finished runs."""
+    N, _, acc, sizes = _top_two(rows)
+    h = [float(np.median(acc[N == s])) - rows.chance for s in sizes]
+    g = np.log(max(h[1], HEADROOM_RESOLUTION) / max(h[0], HEADROOM_RESOLUTION)) / np.log(sizes[1] / sizes[0])
+    return h[0], h[1], float(g)
+
+
+def emerging(rows: TaskRows) -> str | None:
+    prev, top, g = growth_exponent(rows)
+    if not (prev < NEAR_CHANCE <= top and g > EMERGING_EXPONENT):
+        return None
+    return (
+        f"emerging: the ladder's second-largest size sits {prev:+.3f} from chance and its largest "
+        f"{top:+.3f} (headroom growing as N^{g:.1f}); only the foot of the rise is observed, so the "
+        "curve's midpoint and ceiling, and the prediction, are guesses"
+    )
+
+
+def scale_trend(rows: TaskRows) -> tuple[str, str | None]:
+    """(verdict, reason): "falls_with_scale", "near_chance", "emerging" or "rising" (reason None).
+    Fit-side only: computed from the ladder's runs, never from the targets."""
+    for verdict, rule in ((FALLING, falls_with_scale), (NEAR, near_chance), (EMERGING, emerging)):
+        reason = rule(rows)
+        if reason:
+            return verdict, reason
+    return RISING, None

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from analysis.downstream.data import MIN_SIZES, TaskRows
-from analysis.downstream.methods import CANDIDATES, Candidate, fit_all, subset
+from analysis.downstream.methods import CANDIDATES, OBSERVED_LOSS, Candidate, fit_all, subset
 from analysis.downstream.taskloss import fit_task_loss
 from models.base.errors import AnalysisError
 
@@ -38,10 +38,14 @@ def cuts(N_final: np.ndarray) -> list[float]:
     return [float(levels[-j]) for j in range(1, MAX_FOLDS + 1) if levels.size - j >= MIN_SIZES]
 
 
-def distance(N: np.ndarray, D: np.ndarray, N_max: float, D_max: float) -> np.ndarray:
-    """Decades beyond the fitted runs, in N plus in D (0 inside): the extrapolation a prediction makes."""
+def distance(N: np.ndarray, D: np.ndarray, N_max: float, D_max: float, C_max: float) -> np.ndarray:
+    """Decades beyond the fitted runs (0 inside): the larger of (decades beyond in N plus in D) and
+    decades beyond the largest N*D. The second is what a compute-optimal target makes: its N and D
+    can each lie inside the ladder's ranges (N_max from short runs, D_max from small models) while
+    its loss lies well below every run's, and the error grows with that (the report's 10x budget)."""
     N, D = np.asarray(N, float), np.asarray(D, float)
-    return np.maximum(np.log10(N / N_max), 0.0) + np.maximum(np.log10(D / D_max), 0.0)
+    nd = np.maximum(np.log10(N / N_max), 0.0) + np.maximum(np.log10(D / D_max), 0.0)
+    return np.maximum(nd, np.maximum(np.log10(N * D / C_max), 0.0))
 
 
 @dataclass(frozen=True)
@@ -59,24 +63,31 @@ class FoldErrors:
         return FoldErrors(errors, dist, self.n_folds)
 
 
-def _task_fold(rows: TaskRows, fit_runs: np.ndarray, step1, cands: tuple[Candidate, ...]) -> dict:
+def _task_fold(
+    rows: TaskRows, fit_runs: np.ndarray, step1, cands: tuple[Candidate, ...], regressor: str
+) -> dict:
     """candidate name -> (errors, distances) of one task in one fold."""
     fit_rows = subset(rows, fit_runs)
     test = rows.last & ~np.isin(rows.run, fit_runs)
     N, D, acc = rows.N[test], rows.D[test], rows.accuracy[test]
-    d = distance(N, D, fit_rows.final("N").max(), fit_rows.final("D").max())
+    fN, fD = fit_rows.final("N"), fit_rows.final("D")
+    d = distance(N, D, fN.max(), fD.max(), (fN * fD).max())
     try:
-        fits = fit_all(fit_rows, step1, cands)
+        fits = fit_all(fit_rows, step1, cands, regressor)
     except (AnalysisError, np.linalg.LinAlgError, ValueError):
         return {}
     return {name: (f.predict(N, D) - acc, d) for name, f in fits.items()}
 
 
 def fold_errors(
-    tasks: dict[str, TaskRows], law: str, cands: tuple[Candidate, ...] = CANDIDATES
+    tasks: dict[str, TaskRows],
+    law: str,
+    cands: tuple[Candidate, ...] = CANDIDATES,
+    regressor: str = OBSERVED_LOSS,
 ) -> dict[str, FoldErrors]:
     """task -> pooled held-out errors, for tasks sharing one step-1 fit (a single task otherwise):
-    the first task's last rows carry the shared (N, D, task_loss)."""
+    the first task's last rows carry the shared (N, D, task_loss); `regressor` is the chain's
+    step-2 loss (`methods`), as in the full fit."""
     ref = next(iter(tasks.values()))
     N, D, loss, run = (ref.final(k) for k in ("N", "D", "loss", "run"))
     out = {t: FoldErrors() for t in tasks}
@@ -88,7 +99,7 @@ def fold_errors(
             continue
         for t, rows in tasks.items():
             fe = out[t]
-            for name, (e, d) in _task_fold(rows, run[keep], step1, cands).items():
+            for name, (e, d) in _task_fold(rows, run[keep], step1, cands, regressor).items():
                 fe = fe.add(name, e, d)
             out[t] = FoldErrors(fe.errors, fe.distances, fe.n_folds + 1)
     return out

@@ -146,8 +146,9 @@ def minimize_sse(
     form: Form, X: dict, y_N: np.ndarray, chance: float, ceiling: str, th0_BxP: np.ndarray, w_BxN: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
     """Minimise sum_n w[b, n] (acc(th)[b, n] - y[n])^2 from every row b of `th0_BxP` (the form's
-    internal parameters) with its own row of weights: (th_BxP, cost_B), cost inf where the
-    objective was never finite. One `minimize_batch` call on the padded 4-slot program."""
+    internal parameters) with its own row of weights (and, when X["loss"] is (B, n), its own row of
+    task losses): (th_BxP, cost_B), cost inf where the objective was never finite. One
+    `minimize_batch` call on the padded 4-slot program."""
     B, P = th0_BxP.shape
     n = y_N.size
     pad = _padded(n) - n
@@ -159,8 +160,13 @@ def minimize_sse(
         return np.concatenate([np.zeros(n) if v is None else np.asarray(v, float), np.zeros(pad)])
 
     w = np.broadcast_to(np.asarray(w_BxN, float), (B, n))
+    # the task loss may differ per batch row (the law-loss chain's bootstrap: resample b's law), so it
+    # is always passed as a (B, n) argument: one compiled program for both cases
+    loss = (
+        np.zeros((B, n)) if X.get("loss") is None else np.broadcast_to(np.asarray(X["loss"], float), (B, n))
+    )
     args = (
-        col(X.get("loss")),
+        np.concatenate([loss, np.zeros((B, pad))], axis=1),
         col(X.get("logN")),
         col(X.get("logD")),
         col(y_N),
@@ -174,7 +180,7 @@ def minimize_sse(
             _objective,
             th4,
             args,
-            batched_args=(False, False, False, False, True, False, False, False),
+            batched_args=(True, False, False, False, True, False, False, False),
             cfg=CFG,
             width=WIDTH,
             slots=WIDTH,
@@ -237,12 +243,20 @@ def fit(
 
 def bootstrap(fitted: SigmoidFit, X: dict, y: np.ndarray, w_BxN: np.ndarray) -> np.ndarray:
     """(B, P) internal parameters refitted under each weight row (a resample's run counts),
-    started from the full-data optimum; rows whose refit fails are NaN."""
+    started from the full-data optimum; rows whose refit fails are NaN. X["loss"] may be (B, n):
+    row b's task losses (a NaN row, a failed step-1 resample, gives a NaN refit)."""
     form = FORMS[fitted.form]
     chance = fitted.params["chance"]
-    th0 = np.repeat(np.array([fitted.theta]), w_BxN.shape[0], axis=0)
+    B = w_BxN.shape[0]
+    th0 = np.repeat(np.array([fitted.theta]), B, axis=0)
+    bad = np.zeros(B, bool)
+    if X.get("loss") is not None and np.ndim(X["loss"]) == 2:
+        loss = np.array(X["loss"], float)
+        bad = ~np.all(np.isfinite(loss), axis=1)
+        loss[bad] = 1.0  # placeholder: the row's refit is discarded below
+        X = {**X, "loss": loss}
     th, cost = minimize_sse(form, X, y, chance, fitted.ceiling_mode, th0, w_BxN)
-    th[~np.isfinite(cost)] = np.nan
+    th[~np.isfinite(cost) | bad] = np.nan
     return th
 
 
