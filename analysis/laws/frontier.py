@@ -139,10 +139,11 @@ class Frontier:
             return np.asarray(law_loss, float), law_samples_SxC
         pl = self.power_law.loss(C)
         pl_s = None if self.samples is None else _power_law_samples(self.samples, C, self.power_law.C_ref)
-        if self.method == FrontierMethod.POWER_LAW:
-            return pl, pl_s
-        both = law_samples_SxC is not None and pl_s is not None and len(pl_s) == len(law_samples_SxC)
-        return np.sqrt(pl * law_loss), (np.sqrt(pl_s * law_samples_SxC) if both else None)
+        paired = law_samples_SxC is not None and pl_s is not None and len(pl_s) == len(law_samples_SxC)
+        if self.method == FrontierMethod.COMBINED and not paired:
+            pl_s = None
+        samples = None if pl_s is None else _by_method(self.method, pl_s, law_samples_SxC)
+        return _by_method(self.method, pl, np.asarray(law_loss, float)), samples
 
     def interval(
         self, C: np.ndarray, loss: np.ndarray, samples_SxC: np.ndarray | None
@@ -152,6 +153,14 @@ class Frontier:
         with np.errstate(all="ignore"):
             log_s = None if samples_SxC is None else np.log(samples_SxC)
         return intervals.interval(np.log(loss), log_s, self.error.sd(self.error.decades(C)))
+
+
+def _by_method(method: FrontierMethod, power_law: np.ndarray | None, law: np.ndarray) -> np.ndarray:
+    """A method's prediction from the power law's and the law minimum's (the law's alone without
+    a power law)."""
+    if method == FrontierMethod.LAW_MINIMUM or power_law is None:
+        return law
+    return power_law if method == FrontierMethod.POWER_LAW else np.sqrt(power_law * law)
 
 
 def _finite(v: float) -> float | None:
@@ -293,8 +302,8 @@ def estimate(
     `law_params` are the full fit's constants, `folds` its forward-chaining refits,
     `law_minimum(params, C)` its IsoFLOP minimum at budgets C (passed in: this module sits below
     `analysis.laws.allocation`, which imports it) and `counts_BxN` the resample counts of its
-    bootstrap (the frontier
-    is refitted on the same resamples, so `combined` pairs resample b of each)."""
+    bootstrap (the frontier is refitted on the same resamples, so `combined` pairs resample b of
+    each)."""
     C, loss = np.asarray(C, float), np.asarray(loss, float)
     labels = budget_labels(C)
     pC, pL, _ = frontier_points(C, loss, labels)
@@ -353,9 +362,7 @@ def _error_model(
 ) -> intervals.PredictionError:
     """The error model of predicting the frontier with `method`: the frontier points' scatter
     around its full-data prediction, and the budget offset and drift its fold errors show."""
-    own = law_at if method == FrontierMethod.LAW_MINIMUM or pl is None else pl.loss(pC)
-    if method == FrontierMethod.COMBINED and pl is not None:
-        own = np.sqrt(own * law_at)
+    own = _by_method(method, None if pl is None else pl.loss(pC), law_at)
     noise = intervals.scatter_sd(np.log(pL) - np.log(own))
     use = [f for f in range(len(dists)) if errs[method][f].size and np.all(np.isfinite(errs[method][f]))]
     budget_sd, drift = intervals.drift_from_folds(
@@ -377,26 +384,20 @@ def _error_model(
 def _fold_errors(
     C: np.ndarray, loss: np.ndarray, labels: np.ndarray, folds: Sequence[LawFold], law_minimum: Callable
 ) -> tuple[dict, list]:
-    """Per method, per fold, the log errors (log best - log predicted) at the budgets wholly above
-    the fold's cut (NaN where the method cannot be fitted on the fold), and per fold their
-    distances in decades beyond the fold's largest run."""
+    """Per method, per fold, the log errors (log best - log predicted) at the budgets above the
+    fold's cut, each's best run above it (a budget the cut splits counts on both sides; NaN where the
+    method cannot be fitted on the fold), and per fold their distances in decades beyond the fold's
+    largest run."""
     errs: dict = {m: [] for m in FrontierMethod}
     dists = []
     for fold in folds:
         fm = np.asarray(fold.fit_mask, bool)
-        # budgets above the cut: their runs above it (a budget the cut splits counts on both sides)
-        test_labels = np.unique(labels[~fm])
-        tC = np.array([C[~fm & (labels == g)][np.argmin(loss[~fm & (labels == g)])] for g in test_labels])
-        tL = np.array([loss[~fm & (labels == g)].min() for g in test_labels])
-        dists.append(np.log10(tC / C[fm].max()) if tC.size else np.zeros(0))
+        tC, tL, _ = frontier_points(C[~fm], loss[~fm], labels[~fm])
+        dists.append(np.log10(tC / C[fm].max()))
         law = law_minimum(fold.law_params, tC) if tC.size else np.zeros(0)
         fC, fL, _ = frontier_points(C[fm], loss[fm], labels[fm])
         p = fit_power_law(fC[None], fL[None], np.ones((1, fC.size), bool), float(fC.max()))[0]
-        pl = p[0] + p[1] * (tC / fC.max()) ** -p[2]
-        for m, pred in (
-            (FrontierMethod.LAW_MINIMUM, law),
-            (FrontierMethod.POWER_LAW, pl),
-            (FrontierMethod.COMBINED, np.sqrt(pl * law)),
-        ):
-            errs[m].append(np.log(tL) - np.log(pred) if tC.size else np.zeros(0))
+        pl = FrontierFit(*p, float(fC.max())).loss(tC)
+        for m in FrontierMethod:
+            errs[m].append(np.log(tL) - np.log(_by_method(m, pl, law)))
     return errs, dists
