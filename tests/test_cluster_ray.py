@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from tests.test_cluster_slurm import LONG, SWEEP, _free_port, _summaries, _train, _wait
+from tests.test_cluster_slurm import LONG, SWEEP, _free_port, _summaries, _train, _wait, require
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 RAY = ["hydra/launcher=ray_cluster", "hydra.launcher.ray.init.address=auto"]
@@ -20,8 +20,8 @@ RAY = ["hydra/launcher=ray_cluster", "hydra.launcher.ray.init.address=auto"]
 @pytest.fixture(scope="module")
 def ray_head(tmp_path_factory):
     """Environment whose RAY_ADDRESS names a running 2-CPU head node on loopback."""
-    pytest.importorskip("ray", reason="pip install -e '.[ray]'")
-    pytest.importorskip("hydra_plugins.hydra_ray_launcher", reason="pip install -e '.[ray]'")
+    require("ray", "ray")
+    require("hydra_plugins.hydra_ray_launcher", "ray")
     port = _free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HYDRA_", "RAY_", "SLURM_"))}
     env.update(JAX_PLATFORMS="cpu", XLA_FLAGS="", RAY_USAGE_STATS_ENABLED="0")
