@@ -29,7 +29,8 @@ class PipelineSchedule(enum.StrEnum):
 
     GPIPE = "gpipe"  # all forwards, then all backwards (one layer chunk per stage)
     ONE_F_ONE_B = "1f1b"  # accepted; runs GPipe's order here (XLA schedules the backward scan)
-    INTERLEAVED = "interleaved"  # sharding.virtual_stages layer chunks per stage (circular)
+    INTERLEAVED = "interleaved"  # V layer chunks per stage, depth-first: P micro-batches per loop
+    BREADTH_FIRST = "breadth_first"  # V layer chunks per stage, all M micro-batches per loop
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,8 +43,8 @@ class ShardingConfig:
     context: int = 1  # context parallel: the sequence split (attention all-gathers K/V)
     sequence_parallel: bool = False  # Megatron SP: norms/residuals sequence-split over `tensor`
     pipeline: int = 1  # pipeline stages: the `stage` mesh axis (sharding/pipeline.py)
-    pipeline_schedule: str = PipelineSchedule.GPIPE.value  # gpipe | 1f1b | interleaved
-    virtual_stages: int = 1  # layer chunks per stage for pipeline_schedule=interleaved
+    pipeline_schedule: str = PipelineSchedule.GPIPE.value  # gpipe | 1f1b | interleaved | breadth_first
+    virtual_stages: int = 1  # layer chunks per stage for pipeline_schedule=interleaved / breadth_first
 
     @classmethod
     def from_mapping(cls, m: Mapping[str, Any]) -> "ShardingConfig":

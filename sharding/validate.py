@@ -90,6 +90,8 @@ def validate_mesh(
 # ---- pipeline parallelism (sharding/pipeline.py runs it) ------------------------------------
 
 PIPELINE_SCHEDULES = tuple(s.value for s in PipelineSchedule)  # as error messages print them
+# the schedules that run sharding.virtual_stages > 1 layer chunks per stage
+LOOPED_SCHEDULES = (PipelineSchedule.INTERLEAVED.value, PipelineSchedule.BREADTH_FIRST.value)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -123,9 +125,10 @@ def check_pipeline(
     ):
         check_int(name, v, lo=1, what="a positive integer")
     schedule = PipelineSchedule(check_choice("sharding.pipeline_schedule", schedule, PipelineSchedule))
-    if schedule != PipelineSchedule.INTERLEAVED and virtual_stages != 1:
+    if schedule not in LOOPED_SCHEDULES and virtual_stages != 1:
         raise ConfigError(
-            f"sharding.virtual_stages={virtual_stages} needs sharding.pipeline_schedule=interleaved"
+            f"sharding.virtual_stages={virtual_stages} needs a looped schedule: "
+            f"sharding.pipeline_schedule={' or '.join(LOOPED_SCHEDULES)} (got {schedule})"
         )
     if n_layers % (stages * virtual_stages):
         raise ConfigError(
@@ -143,10 +146,10 @@ def check_pipeline(
             f"{rows // micro_batches} rows of a pipeline micro-batch "
             f"(train.micro_batch_size={rows} / train.micro_batches={micro_batches})"
         )
-    if virtual_stages > 1 and micro_batches < stages:
+    if schedule == PipelineSchedule.INTERLEAVED and virtual_stages > 1 and micro_batches < stages:
         raise ConfigError(
-            f"the interleaved schedule needs train.micro_batches >= sharding.pipeline "
-            f"(got {micro_batches} < {stages})"
+            f"sharding.pipeline_schedule=interleaved needs train.micro_batches >= sharding.pipeline "
+            f"(got {micro_batches} < {stages}); use sharding.pipeline_schedule=breadth_first for fewer"
         )
     return PipelineSpec(stages, micro_batches, schedule, virtual_stages)
 

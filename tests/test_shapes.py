@@ -54,7 +54,7 @@ def test_model_shape_counts_with_models_flops(mlp):
 
 
 def test_enums_hold_the_on_disk_strings():
-    assert tuple(PipelineSchedule) == PIPELINE_SCHEDULES == ("gpipe", "1f1b", "interleaved")
+    assert tuple(PipelineSchedule) == PIPELINE_SCHEDULES == ("gpipe", "1f1b", "interleaved", "breadth_first")
     assert ShardingConfig().pipeline_schedule == "gpipe" and type(ShardingConfig().pipeline_schedule) is str
     assert ATTENTION_KERNELS == ("naive", "fused_softmax", "flash1", "flash2")
     assert ACT_CKPT == ("none", "selective", "full")
