@@ -1,9 +1,10 @@
 """The cost model's calibration sources beyond Hagemann et al.: published training runs of
 other systems, and the joint fit that makes the shipped constants.
 
-    python benchmarks/external_layouts.py [--loso] [--calibrate]
+    python benchmarks/external_layouts.py [--loso] [--calibrate] [--families]
         --loso: leave-one-source-out table; --calibrate: also print the constants fitted to every
-        source (the shipped DEFAULT_EFFICIENCY) with their error model
+        source (the shipped DEFAULT_EFFICIENCY) with their error model; --families: the framework
+        profiles (sharding/costmodel/frameworks.py) and their per-family leave-one-source-out table
 
 Each entry is one published run: its model, layout, hardware and the throughput (and memory)
 its authors reported, with the source of every number (unstated inputs marked ASSUMED). With
@@ -580,6 +581,123 @@ def leave_one_source_out(srcs: dict[str, Source] | None = None) -> dict:
     return res
 
 
+# Framework families of the development runs (docs/costmodel.md, "Framework profiles"). Hagemann
+# et al. ran GPT-NeoX and BLOOM / MT-NLG ran Megatron-DeepSpeed: Megatron-LM's layers, fused
+# kernels and tensor parallelism on DeepSpeed's engine (pipeline schedule, ZeRO-1), so both
+# families learn from them. BloombergGPT ran ZeRO-3 with SageMaker's sharded data parallelism,
+# MiCS (Zhang et al. 2022, arXiv:2205.00119), built on DeepSpeed ZeRO-3: deepspeed. MPT (LLM
+# Foundry / Composer), torchtitan and IBM's fms-fsdp ran PyTorch FSDP / FSDP2: fsdp. No source
+# runs JAX; the jax profile is the shared fit.
+SOURCE_FAMILIES = {
+    "hagemann": ("megatron", "deepspeed"),
+    "megatron": ("megatron", "deepspeed"),
+    "mpt": ("fsdp",),
+    "torchtitan": ("fsdp",),
+}
+FAMILIES = ("megatron", "deepspeed", "fsdp")
+
+
+def run_families(source: str, label: str) -> tuple[str, ...]:
+    """The framework families a development run belongs to (SOURCE_FAMILIES; the 128-512-GPU
+    group splits: BloombergGPT is DeepSpeed-derived ZeRO-3, IBM's runs are PyTorch FSDP)."""
+    if source == "fsdp_scale":
+        return ("deepspeed",) if label.startswith("BloombergGPT") else ("fsdp",)
+    return SOURCE_FAMILIES[source]
+
+
+def _family_part(src: Source, family: str) -> Source | None:
+    """The runs of `src` in `family` (fit and scored), or None when it has none."""
+    fit = tuple(mm for mm in src.fit_runs if family in run_families(src.name, mm.label))
+    keep = [family in run_families(src.name, mm.label) for mm in src.score_runs]
+    score_runs = tuple(mm for mm, k in zip(src.score_runs, keep) if k)
+    score_mfu = None if src.score_mfu is None else tuple(v for v, k in zip(src.score_mfu, keep) if k)
+    if not fit and not score_runs:
+        return None
+    return Source(src.name, fit, score_runs, score_mfu)
+
+
+def fit_family(srcs: dict[str, Source], family: str, prior: "Efficiency", exclude: str | None = None):
+    """The `family` profile: its development runs (every source but `exclude`; each run weighted
+    as in the joint fit), with `prior` (the shared fit) as a Gaussian prior on every constant."""
+    from sharding.costmodel.calibrate import PROFILE_PRIOR_STRENGTH, calibrate
+
+    runs = []
+    for n, src in srcs.items():
+        if n == exclude:
+            continue
+        w = 100.0 * SOURCE_WEIGHTS[n] / len(src.fit_runs)
+        runs += [
+            dataclasses.replace(mm, weight=w) for mm in src.fit_runs if family in run_families(n, mm.label)
+        ]
+    names = sorted({n for n in srcs if n != exclude and _family_part(srcs[n], family)})
+    return calibrate(
+        runs,
+        prior,
+        provenance=f"{family} profile: {', '.join(names)} with the shared joint fit as prior",
+        prior=prior,
+        prior_strength=PROFILE_PRIOR_STRENGTH,
+    )
+
+
+def family_leave_one_source_out(srcs: dict[str, Source] | None = None) -> dict:
+    """Per family, each of its sources predicted by the profile fitted without it (the shared
+    prior also fitted without it): {"loso": {family: {source: scores}}, "shared_loso": the same
+    runs predicted zero-shot by the shared fit without the source, "all": {family: {source:
+    scores}} with the profile fitted to every source, "profiles": {family: Efficiency}}."""
+    from sharding.costmodel.calibrate import score
+
+    srcs = srcs or sources()
+    names = list(srcs)
+    shared_wo = {n: fit_sources(srcs, [m for m in names if m != n]) for n in names}
+    shared = fit_sources(srcs, names)
+    res: dict = {"loso": {}, "shared_loso": {}, "all": {}, "profiles": {}}
+    for fam in FAMILIES:
+        parts = {n: _family_part(srcs[n], fam) for n in names}
+        parts = {n: p for n, p in parts.items() if p is not None}
+        res["loso"][fam], res["shared_loso"][fam], res["all"][fam] = {}, {}, {}
+        full = fit_family(srcs, fam, shared)
+        res["profiles"][fam] = full
+        for n, part in parts.items():
+            runs, mfu = list(part.score_runs), part.score_mfu and list(part.score_mfu)
+            held = fit_family(srcs, fam, shared_wo[n], exclude=n)
+            res["loso"][fam][n] = score(runs, held, mfu).as_dict()
+            res["shared_loso"][fam][n] = score(runs, shared_wo[n], mfu).as_dict()
+            res["all"][fam][n] = score(runs, full, mfu).as_dict()
+    return res
+
+
+def _print_families(res: dict) -> None:
+    print(
+        "framework profiles, leave-one-source-out: each source predicted by its family's profile "
+        "fitted without it (prior: the shared fit without it), vs the shared fit alone"
+    )
+    print(
+        f"  {'family':10s} {'source':12s} {'runs':>5s} {'profile rho':>12s} {'|err|':>8s} "
+        f"{'shared rho':>11s} {'|err|':>8s} {'all-fit |err|':>14s}"
+    )
+    for fam, per in res["loso"].items():
+        for n, sc in per.items():
+            sh, al = res["shared_loso"][fam][n], res["all"][fam][n]
+            print(
+                f"  {fam:10s} {n:12s} {sc['n_timed']:5d} {sc['spearman_mfu']:12.3f} "
+                f"{100 * sc['median_abs_mfu_error']:6.1f}pt {sh['spearman_mfu']:11.3f} "
+                f"{100 * sh['median_abs_mfu_error']:6.1f}pt {100 * al['median_abs_mfu_error']:12.1f}pt"
+            )
+    print("  profiles (constants that differ from the shared fit by more than 2%):")
+    from sharding.costmodel import DEFAULT_EFFICIENCY
+
+    for fam, eff in res["profiles"].items():
+        diff = {
+            k: v
+            for k, v in eff.as_dict().items()
+            if isinstance(v, float)
+            and k not in ("mfu_ratio_lo", "mfu_ratio_hi")
+            and abs(v - (getattr(DEFAULT_EFFICIENCY, k) or 0.0))
+            > 0.02 * abs(getattr(DEFAULT_EFFICIENCY, k) or 1e-9)
+        }
+        print(f"    {fam}: " + ", ".join(f"{k}={float(f'{v:.5g}')!r}" for k, v in diff.items()))
+
+
 def main() -> int:
     for run in RUNS:
         est = run.estimate()
@@ -601,6 +719,8 @@ def main() -> int:
         f"mean signed {100 * sc['mean_signed_mfu_error']:+.1f} pts"
     )
     print(f"  source: {MPT_SOURCE}")
+    if "--families" in sys.argv:
+        _print_families(family_leave_one_source_out())
     if "--loso" in sys.argv or "--calibrate" in sys.argv:
         res = leave_one_source_out()
         print(

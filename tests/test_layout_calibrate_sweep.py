@@ -197,8 +197,12 @@ def test_calibrate_sweep_errors_are_one_line(real_run, tmp_path, hw_yaml):
     cases = [
         (["layout-eval", "--calibrate", str(few), "--hardware", str(hw_yaml)], "needs >= 3"),
         (["layout-eval", "--calibrate", str(few)], "--hardware"),  # CPU: not in the catalogue
-        (["layout-eval", str(tmp_path / "x.csv"), "--calibrate", str(few)], "drop the CSV"),
-        (["layout-eval"], "--calibrate SWEEP_DIR"),
+        # a CSV next to a sweep is predicted with the sweep's fit; one that is missing is one line
+        (
+            ["layout-eval", str(tmp_path / "x.csv"), "--calibrate", str(few), "--hardware", str(hw_yaml)],
+            "needs >= 3",
+        ),
+        (["layout-eval"], "--calibrate MEASURED.csv|SWEEP_DIR"),
         (
             [
                 "plan",

@@ -181,7 +181,10 @@ def test_chinchilla_on_1024_a100s_emits_a_layout_the_trainer_has():
     one it accepts, and the plan says what was missing."""
     default = plan(5.76e23, 1024, "a100-80gb")  # the shipped constants pick FSDP: nothing missing
     assert trainer_refusal(default.trainer.shape, default.trainer.layout) is None
-    r = plan(5.76e23, 1024, "a100-80gb", eff=DEFAULT_EFFICIENCY.replace(zero3_overlap=0.0))
+    # the Megatron-LM stack (ZeRO-1 and pipelines; the default framework is the trainer's own)
+    r = plan(
+        5.76e23, 1024, "a100-80gb", eff=DEFAULT_EFFICIENCY.replace(zero3_overlap=0.0), framework="megatron"
+    )
     t = r.trainer
     assert t.overrides and trainer_refusal(t.shape, t.layout) is None and t.estimate.fits
     assert t.missing == tuple(missing_features(r.best.layout)) and "ZeRO-1" in t.missing

@@ -8,7 +8,10 @@ global_batch (sequences per optimizer step), hardware (catalogue name or YAML pa
   attention (naive|fused_softmax|flash1|flash2; overrides flash_attn), fused_norm=1, cp=1
   (context parallel ranks; n_devices = dp·tp·pp·cp),
   interleave=1, offload_optimizer=0, d_ff (Llama rule 8/3·d rounded up to 256),
-  n_kv_heads=n_heads, mlp=swiglu, tied_embeddings=0.
+  n_kv_heads=n_heads, mlp=swiglu, tied_embeddings=0,
+  pipeline_schedule=1f1b (1f1b|gpipe|interleaved|breadth_first; interleave = looped stages),
+  framework (megatron|deepspeed|fsdp|jax; default --framework, jax = this repository's trainer):
+  the stack's efficiency profile and program (sharding/costmodel/frameworks.py).
 Mixed clusters: hardware `a100-80gb:256,h100-sxm:128` (no n_devices column) with
   mixed_mode=data (default; every group whole replicas with the row's tp, pp, its batch split by
   throughput) or mixed_mode=pipeline (every group whole pipeline stages with the row's tp, dp;
@@ -20,16 +23,22 @@ pred_step_time_s, pred_tokens_per_s, pred_mfu, mfu_convention (the FLOPs pred_mf
 PaLM's 6N + 12LHQT, "palm_6N+12LHQT"; the trainer's summary.json MFU counts causal attention,
 see models/flops.py), pred_hfu, pred_mem_gb_per_device and pred_fits.
 
-Calibration on your own measurements, two ways:
-- CSV: give measured columns `measured_step_time_s` or `measured_tokens_per_s` (and optionally
-  `oom` 0/1) and `--calibrate EFF.json` fits the efficiency constants to them;
+Calibration on your own measurements (calibrate, then predict, in one command):
+- `--calibrate MEASURED.csv`: rows of the layout columns above with a measured
+  `measured_step_time_s` or `measured_tokens_per_s` (and optionally `oom` 0/1) of one
+  framework; its profile is refitted to them (few-shot: pulled towards the profile, so 3-5 rows
+  suffice), the leave-one-out error over those rows gives the MFU interval (wider with fewer
+  rows), and LAYOUTS.csv's rows of that framework are predicted with the refit (`--out EFF.json`
+  keeps it). Without LAYOUTS.csv the measured rows themselves are predicted;
+- older form, kept: `LAYOUTS.csv --calibrate EFF.json` fits the constants to LAYOUTS.csv's own
+  measured columns (all constants, from the shared fit) and writes them to EFF.json;
 - a trainer sweep: `python -m analysis layout-eval --calibrate SWEEP_DIR [--hardware HW]` reads
   every run under SWEEP_DIR (summary.json: model, mesh, tokens/s; .hydra/config.yaml: batch
   sizes), rebuilds each run's layout as the cost model sees the trainer's program
   (analysis.planning.trainer.run_layout), fits the constants to the measured step times (runs that
   failed out of memory count as OOM labels) and writes SWEEP_DIR/efficiency.json (or `--out`).
   `--hardware` names the devices when their `device_kind` is not in the catalogue (a CPU host:
-  pass a YAML describing it).
+  pass a YAML describing it). A LAYOUTS.csv given with it is then predicted with the fit.
 `--efficiency EFF.json` uses such a file for the predictions (and `plan --efficiency` for plans).
 """
 
@@ -58,6 +67,14 @@ from sharding.costmodel import (
     estimate_step,
     load_hardware,
 )
+from sharding.costmodel.frameworks import (
+    DEFAULT_FRAMEWORK,
+    FRAMEWORKS,
+    Framework,
+    apply_framework,
+    framework_efficiency,
+    parse_framework,
+)
 from sharding.costmodel.spec import nearest_mesh
 
 REQUIRED = ("n_layers", "d_model", "n_heads", "seq_len", "vocab_size", "global_batch")
@@ -85,19 +102,31 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default="bf16-mixed",
         help="bf16-mixed (default: bf16 compute, fp32 master weights) or fp32-params",
     )
-    p.add_argument("--efficiency", type=pathlib.Path, help="efficiency constants JSON")
+    p.add_argument(
+        "--efficiency",
+        type=pathlib.Path,
+        help="efficiency constants JSON (replaces the framework profiles' constants)",
+    )
+    p.add_argument(
+        "--framework",
+        default=DEFAULT_FRAMEWORK.value,
+        help=f"framework of rows without a `framework` column: {' | '.join(FRAMEWORKS)} "
+        f"(default {DEFAULT_FRAMEWORK.value}: this repository's trainer)",
+    )
     p.add_argument(
         "--calibrate",
         type=pathlib.Path,
-        metavar="EFF.json|SWEEP_DIR",
-        help="fit efficiency constants to the CSV's measured columns and write them to "
-        "EFF.json, or to the runs of a trainer sweep directory",
+        metavar="MEASURED.csv|SWEEP_DIR",
+        help="refit the framework's profile to measured rows (a CSV with measured_step_time_s "
+        "or measured_tokens_per_s) or to a trainer sweep's runs, then predict; older form: "
+        "EFF.json = fit the CSV's own measured columns and write the constants there",
     )
     p.add_argument(
         "--out",
         type=pathlib.Path,
         metavar="EFF.json",
-        help="with --calibrate SWEEP_DIR: where to write the constants (default SWEEP_DIR/efficiency.json)",
+        help="with --calibrate MEASURED.csv|SWEEP_DIR: where to write the refitted constants "
+        "(default for a sweep: SWEEP_DIR/efficiency.json)",
     )
     p.set_defaults(func=run)
 
@@ -174,6 +203,7 @@ def _layout(row: dict, i: int) -> Layout:
         fused_norm=bool(_int(row, "fused_norm", 1, i)),
         interleave=_int(row, "interleave", 1, i),
         offload_optimizer=bool(_int(row, "offload_optimizer", 0, i)),
+        pipeline_schedule=_str(row, "pipeline_schedule", "1f1b"),
     )
     if n_dev is not None and layout.n_devices != n_dev:
         raise LayoutError(
@@ -215,7 +245,9 @@ def _mixed(row: dict, hw_name: str, i: int) -> MixedCluster:
     return MixedCluster(parse_cluster(hw_name), mode, split)
 
 
-def parse_row(row: dict, i: int, default_hw: str | None, hw_cache: dict):
+def parse_row(
+    row: dict, i: int, default_hw: str | None, hw_cache: dict, default_fw: Framework | str = DEFAULT_FRAMEWORK
+):
     """(ModelShape, Layout, Hardware or MixedCluster) of CSV row i (1-based for messages).
 
     A mixed `hardware` (`name:count,...`) spans device groups: `mixed_mode=data` (default) gives
@@ -235,16 +267,25 @@ def parse_row(row: dict, i: int, default_hw: str | None, hw_cache: dict):
                 raise LayoutError(
                     "a mixed-hardware row takes its device counts from `hardware`; leave n_devices empty"
                 )
-            return shape, _layout(row, i), _mixed(row, hw_name, i)
+            return (
+                shape,
+                apply_framework(_layout(row, i), row_framework(row, default_fw)),
+                _mixed(row, hw_name, i),
+            )
         for col in ("mixed_mode", "stage_layers"):
             if not _missing(row.get(col)):
                 raise LayoutError(f"{col} goes with a mixed `hardware` (name:count,...)")
-        layout = _layout(row, i)
+        layout = apply_framework(_layout(row, i), row_framework(row, default_fw))
         if hw_name not in hw_cache:
             hw_cache[hw_name] = load_hardware(hw_name)
         return shape, layout, hw_cache[hw_name]
     except AnalysisError as e:
         raise AnalysisError(f"row {i}: {e}") from None
+
+
+def row_framework(row: dict, default: Framework | str = DEFAULT_FRAMEWORK) -> Framework:
+    """The row's `framework` column, else `default` (one-line error naming the choices)."""
+    return parse_framework(_str(row, "framework", None) or default)
 
 
 def load_efficiency(path: pathlib.Path | None) -> Efficiency:
@@ -288,26 +329,63 @@ def _clean(v: Any) -> Any:
     return v
 
 
+def _check_framework_arg(args: argparse.Namespace) -> Framework:
+    try:
+        return parse_framework(args.framework, "--framework")
+    except LayoutError as e:
+        raise AnalysisError(str(e)) from None
+
+
 def run(args: argparse.Namespace) -> int:
-    if args.calibrate is not None and args.calibrate.is_dir():
+    default_fw = _check_framework_arg(args)
+    cal = args.calibrate
+    if cal is not None and cal.is_dir():
         return _run_sweep(args)
+    if cal is not None and cal.suffix.lower() != ".json":
+        return _run_measured(args, default_fw)
     if args.csv is None:
-        raise AnalysisError("give a layouts CSV, or --calibrate SWEEP_DIR to fit a trainer sweep")
-    if args.out is not None:
         raise AnalysisError(
-            "--out goes with --calibrate SWEEP_DIR; with a CSV, --calibrate names the output file"
+            "give a layouts CSV, or --calibrate MEASURED.csv|SWEEP_DIR to refit the profile to measurements"
+        )
+    if args.out is not None and cal is not None:
+        raise AnalysisError(
+            "--out goes with --calibrate MEASURED.csv|SWEEP_DIR; "
+            "with --calibrate EFF.json that file is the output"
         )
     rows = read_rows(args.csv)
     prec = PRECISIONS[args.precision]
-    eff = load_efficiency(args.efficiency)
     hw_cache: dict = {}
-    parsed = [parse_row(r, i + 1, args.hardware, hw_cache) for i, r in enumerate(rows)]
-    if args.calibrate is not None:
-        eff = _calibrate(rows, parsed, prec, eff, args.calibrate)
-    out = [_predict_row(r, shape, layout, hw, prec, eff) for r, (shape, layout, hw) in zip(rows, parsed)]
+    parsed = [parse_row(r, i + 1, args.hardware, hw_cache, default_fw) for i, r in enumerate(rows)]
+    fws = [row_framework(r, default_fw) for r in rows]
+    if cal is not None:
+        eff = _calibrate(rows, parsed, prec, load_efficiency(args.efficiency), cal)
+        effs = {fw: eff for fw in Framework}
+    else:
+        effs = profile_effs(args.efficiency)
+    out = [
+        _predict_row(r, shape, layout, hw, prec, effs[fw], fw)
+        for r, (shape, layout, hw), fw in zip(rows, parsed, fws)
+    ]
     _print_table(parsed, out)
-    emit_json(args, {"rows": out, "mfu_convention": MFU_CONVENTION, "efficiency": eff.as_dict()})
+    used = sorted(set(fws))
+    emit_json(
+        args,
+        {
+            "rows": out,
+            "mfu_convention": MFU_CONVENTION,
+            "efficiency": effs[used[0]].as_dict(),
+            "profiles": {fw.value: effs[fw].as_dict() for fw in used},
+        },
+    )
     return 0
+
+
+def profile_effs(path: pathlib.Path | None) -> dict[Framework, Efficiency]:
+    """Efficiency per framework: the profiles, or every framework `path`'s constants."""
+    if path is not None:
+        eff = load_efficiency(path)
+        return {fw: eff for fw in Framework}
+    return {fw: framework_efficiency(fw) for fw in Framework}
 
 
 def _predict_mixed(row: dict, shape, layout, mixed: MixedCluster, prec, eff: Efficiency) -> dict:
@@ -336,15 +414,20 @@ def _predict_mixed(row: dict, shape, layout, mixed: MixedCluster, prec, eff: Eff
     return rec
 
 
-def _predict_row(row: dict, shape, layout, hw, prec, eff: Efficiency) -> dict:
+def _predict_row(row: dict, shape, layout, hw, prec, eff: Efficiency, fw: Framework | None = None) -> dict:
     """The row's inputs plus the cost model's predictions (pred_* columns)."""
     if isinstance(hw, MixedCluster):
         try:
-            return _predict_mixed(row, shape, layout, hw, prec, eff)
+            rec = _predict_mixed(row, shape, layout, hw, prec, eff)
         except LayoutError as e:
             raise AnalysisError(f"mixed hardware {hw.name}: {e}") from None
+        if fw is not None:
+            rec["framework"] = fw.value
+        return rec
     est = estimate_step(shape, layout, hw, prec, eff)
     rec = {k: _clean(v) for k, v in row.items()}
+    if fw is not None:
+        rec["framework"] = fw.value
     rec.update(
         pred_step_time_s=est.step_time_s,
         pred_tokens_per_s=est.tokens_per_s,
@@ -541,14 +624,179 @@ def _print_run_table(recs: list[dict]) -> None:
         )
 
 
-def _run_sweep(args: argparse.Namespace) -> int:
-    """`layout-eval --calibrate SWEEP_DIR`: fit the constants to a trainer sweep's runs."""
-    from sharding.costmodel.calibrate import calibrate, score
+MEASURED_COLUMNS = ("measured_step_time_s", "measured_tokens_per_s")
 
-    if args.csv is not None:
-        raise AnalysisError("--calibrate SWEEP_DIR reads the runs themselves; drop the CSV argument")
-    sweep = args.calibrate
-    ms, recs, skipped = _sweep_measurements(sweep, args.hardware)
+
+@dataclasses.dataclass(frozen=True)
+class Calibration:
+    """A profile refitted to measured rows (`--calibrate MEASURED.csv|SWEEP_DIR`): which
+    framework, on how many rows, and the refit constants with their error model."""
+
+    framework: Framework
+    efficiency: Efficiency
+    n_rows: int  # timed rows the profile was refitted on
+    n_oom: int  # OOM-labelled rows among them
+    source: str
+    error_model: str  # how the MFU interval was measured
+    loo_median_abs_mfu_error: float | None  # leave-one-out over the rows, MFU fraction
+
+    def text(self) -> str:
+        loo = (
+            ""
+            if self.loo_median_abs_mfu_error is None
+            else f"; leave-one-out median |ΔMFU| {100 * self.loo_median_abs_mfu_error:.1f} pts"
+        )
+        iv = self.efficiency.mfu_ratio_interval
+        band = "" if iv is None else f"; MFU error interval [{iv[0]:.2f}, {iv[1]:.2f}] ({self.error_model})"
+        return (
+            f"calibrated: {self.framework.value} profile refitted on {self.n_rows} measured rows of "
+            f"{self.source}" + (f" (+{self.n_oom} OOM labels)" if self.n_oom else "") + loo + band
+        )
+
+    def as_dict(self) -> dict:
+        return {
+            "framework": self.framework.value,
+            "n_rows": self.n_rows,
+            "n_oom": self.n_oom,
+            "source": self.source,
+            "error_model": self.error_model,
+            "loo_median_abs_mfu_error": self.loo_median_abs_mfu_error,
+            "mfu_ratio_interval": list(self.efficiency.mfu_ratio_interval or []) or None,
+        }
+
+
+def _read_measured(path: pathlib.Path) -> list[dict]:
+    """The rows of a MEASURED.csv (one-line errors naming the flag, the columns and the fix)."""
+    need = f"the layout columns ({', '.join(REQUIRED)}) and {' or '.join(MEASURED_COLUMNS)} per row"
+    if not path.exists():
+        raise AnalysisError(f"--calibrate {path}: not found; give MEASURED.csv with {need}, or a SWEEP_DIR")
+    try:
+        rows = read_rows(path)
+    except AnalysisError as e:
+        raise AnalysisError(f"--calibrate {e}; it needs {need}") from None
+    if not any(c in rows[0] for c in MEASURED_COLUMNS):
+        raise AnalysisError(
+            f"--calibrate {path} has no {' or '.join(MEASURED_COLUMNS)} column; add the measured seconds "
+            "per optimizer step or tokens per second of each row"
+        )
+    return rows
+
+
+def measured_calibration(
+    path: pathlib.Path,
+    default_fw: Framework | str,
+    hardware: str | None,
+    prec,
+    efficiency: pathlib.Path | None = None,
+) -> Calibration:
+    """Refit the rows' framework profile (or `efficiency`'s constants) to a MEASURED.csv:
+    few-shot (pulled towards the profile), with the leave-one-out error over the rows as its
+    MFU interval (a Student-t prediction interval: wider with fewer rows)."""
+    from sharding.costmodel.calibrate import (
+        FEW_SHOT_MIN_ROWS,
+        Measurement,
+        few_shot_error_model,
+        refit_profile,
+    )
+
+    rows = _read_measured(path)
+    hw_cache: dict = {}
+    try:
+        parsed = [parse_row(r, i + 1, hardware, hw_cache, default_fw) for i, r in enumerate(rows)]
+    except AnalysisError as e:
+        raise AnalysisError(f"--calibrate {path}: {e}") from None
+    fws = sorted({row_framework(r, default_fw) for r in rows})
+    if len(fws) > 1:
+        raise AnalysisError(
+            f"--calibrate {path} mixes frameworks ({', '.join(fws)}); refit one framework at a time "
+            "(one file per framework, or fix the `framework` column)"
+        )
+    ms = []
+    for i, (r, (shape, layout, hw)) in enumerate(zip(rows, parsed)):
+        if isinstance(hw, MixedCluster):
+            raise AnalysisError(
+                f"--calibrate {path}: row {i + 1} is a mixed cluster ({hw.name}); calibrate on "
+                "single-hardware rows"
+            )
+        step = _measured_step_time(r, shape, layout)
+        oom = bool(_int(r, "oom", 0, i + 1)) if "oom" in r else False
+        if step is not None and not step > 0:
+            raise AnalysisError(
+                f"--calibrate {path}: row {i + 1}: the measured time must be > 0 (got {step})"
+            )
+        if step is None and not oom:
+            continue
+        ms.append(
+            Measurement(shape, layout, hw, None if oom else float(step), oom, prec, label=f"row {i + 1}")
+        )
+    n_timed = sum(m.step_time_s is not None for m in ms)
+    if n_timed < FEW_SHOT_MIN_ROWS + 1:
+        raise AnalysisError(
+            f"--calibrate {path} has {n_timed} row(s) with {' or '.join(MEASURED_COLUMNS)}; the refit "
+            f"and its leave-one-out error need at least {FEW_SHOT_MIN_ROWS + 1}"
+        )
+    fw = fws[0]
+    profile = load_efficiency(efficiency) if efficiency is not None else framework_efficiency(fw)
+    eff = refit_profile(
+        ms, profile, provenance=f"{fw.value} profile refitted on {n_timed} measured rows of {path}"
+    )
+    em = few_shot_error_model(ms, profile)
+    eff = eff.replace(mfu_ratio_lo=em.lo, mfu_ratio_hi=em.hi)
+    how = f"5%-95%, Student-t over {em.n} leave-one-out predictions: wider with fewer rows"
+    return Calibration(fw, eff, n_timed, len(ms) - n_timed, str(path), how, em.median_abs_mfu_error)
+
+
+def _run_measured(args: argparse.Namespace, default_fw: Framework) -> int:
+    """`layout-eval [LAYOUTS.csv] --calibrate MEASURED.csv`: refit, then predict."""
+    prec = PRECISIONS[args.precision]
+    cal = measured_calibration(args.calibrate, default_fw, args.hardware, prec, args.efficiency)
+    print(cal.text())
+    if args.out is not None:
+        write_json(args.out, {"efficiency": cal.efficiency.as_dict(), "calibration": cal.as_dict()})
+        print(f"wrote {args.out}; plan with it: python -m analysis plan ... --efficiency {args.out}")
+    target = args.csv if args.csv is not None else args.calibrate
+    _predict_file(args, target, default_fw, cal)
+    return 0
+
+
+def _predict_file(
+    args: argparse.Namespace, path: pathlib.Path, default_fw: Framework, cal: Calibration
+) -> None:
+    """Predict `path`'s rows: the calibrated framework's with the refit, the others with their profiles."""
+    rows = read_rows(path)
+    prec = PRECISIONS[args.precision]
+    hw_cache: dict = {}
+    parsed = [parse_row(r, i + 1, args.hardware, hw_cache, default_fw) for i, r in enumerate(rows)]
+    fws = [row_framework(r, default_fw) for r in rows]
+    effs = profile_effs(args.efficiency)
+    effs[cal.framework] = cal.efficiency
+    out = [
+        _predict_row(r, shape, layout, hw, prec, effs[fw], fw)
+        for r, (shape, layout, hw), fw in zip(rows, parsed, fws)
+    ]
+    for rec in out:
+        iv = effs[parse_framework(rec["framework"])].rate_interval(rec["pred_mfu"], rec["pred_mfu"])
+        rec["pred_mfu_interval"] = list(iv) if iv else None
+    _print_table(parsed, out)
+    emit_json(
+        args,
+        {
+            "rows": out,
+            "mfu_convention": MFU_CONVENTION,
+            "efficiency": cal.efficiency.as_dict(),
+            "calibration": cal.as_dict(),
+        },
+    )
+
+
+def sweep_calibration(
+    sweep: pathlib.Path, hardware: str | None, efficiency: pathlib.Path | None
+) -> tuple[Calibration, list, list, dict]:
+    """(Calibration of the jax profile to a trainer sweep's runs, their measurements, one record
+    per run, {scores_before, scores, loo_err, how})."""
+    from sharding.costmodel.calibrate import calibrate, mfu_pairs, score
+
+    ms, recs, skipped = _sweep_measurements(sweep, hardware)
     if skipped:
         print(
             f"skipped {len(skipped)} run(s): {', '.join(skipped[:5])}" + (" ..." if len(skipped) > 5 else "")
@@ -558,13 +806,29 @@ def _run_sweep(args: argparse.Namespace) -> int:
             f"{sweep} has {sum(m.step_time_s is not None for m in ms)} completed "
             "run(s) with a measured throughput; --calibrate needs >= 3"
         )
-    base = load_efficiency(args.efficiency)
+    base = load_efficiency(efficiency)
     before = score(ms, base)
     eff = calibrate(ms, base, provenance=f"fitted to {len(ms)} runs of {sweep}")
     after = score(ms, eff)
     loo = _leave_one_out(ms, base)
     loo_err = None if loo is None else float(statistics.median(abs(1 / r - 1) for r in loo))
     eff, how = _with_error_model(eff, ms, loo)
+    n_timed = sum(m.step_time_s is not None for m in ms)
+    loo_mfu = None
+    if loo is not None:  # |ΔMFU| of each left-out run = its MFU · |1 − predicted / measured time|
+        a, _, _ = mfu_pairs(ms, eff)
+        loo_mfu = float(statistics.median(abs(p * (1 / r - 1)) for p, r in zip(a, loo)))
+    cal = Calibration(Framework.JAX, eff, n_timed, len(ms) - n_timed, str(sweep), how, loo_mfu)
+    return cal, ms, recs, {"scores_before": before, "scores": after, "loo_err": loo_err, "how": how}
+
+
+def _run_sweep(args: argparse.Namespace) -> int:
+    """`layout-eval [LAYOUTS.csv] --calibrate SWEEP_DIR`: fit the constants to a trainer
+    sweep's runs (then predict LAYOUTS.csv with them)."""
+    sweep = args.calibrate
+    cal, ms, recs, fit = sweep_calibration(sweep, args.hardware, args.efficiency)
+    eff, before, after = cal.efficiency, fit["scores_before"], fit["scores"]
+    loo_err, how = fit["loo_err"], fit["how"]
     out = args.out or sweep / "efficiency.json"
     write_json(
         out,
@@ -594,6 +858,10 @@ def _run_sweep(args: argparse.Namespace) -> int:
         f"{eff.mfu_ratio_hi:.2f}], {how}; plan shows it as intervals on MFU, days and GPU-hours"
     )
     print(f"plan with them: python -m analysis plan ... --efficiency {out}")
+    print(cal.text())
+    if args.csv is not None:
+        _predict_file(args, args.csv, _check_framework_arg(args), cal)
+        return 0
     emit_json(
         args,
         {

@@ -25,6 +25,14 @@ one more buys < 1% of the first's value, and a bigger model at fewer epochs; JSO
 per plan. The law is a `data_constrained` / `data_constrained_d` fit (--law), else Muennighoff et
 al. 2023's R_D*, R_N* on top of the Chinchilla law (the paper's law, not a fit). Without
 --hardware only that part is planned (no layouts).
+
+Frameworks: `--framework megatron|deepspeed|fsdp|jax` (default jax = this repository's trainer)
+searches the layouts that stack runs (ZeRO stages, pipeline schedules incl. breadth-first where
+it has one) with its program's flags and efficiency profile (sharding/costmodel/frameworks.py).
+`--calibrate MEASURED.csv|SWEEP_DIR` first refits that profile to measured rows (layout-eval's
+columns plus measured_step_time_s or measured_tokens_per_s) or a trainer sweep, says how many
+rows it was refitted on, and widens the MFU / days intervals by the leave-one-out error over
+those rows (wider with fewer rows); then plans with it.
 """
 
 from __future__ import annotations
@@ -38,7 +46,9 @@ from analysis.planning.planner import DEFAULT_BATCH_TOKENS, band_text, efficienc
 from analysis.planning.recipe import load_hparam_set
 from models.base.errors import AnalysisError
 from sharding.costmodel import MFU_CONVENTION
+from sharding.costmodel.frameworks import DEFAULT_FRAMEWORK, FRAMEWORKS, parse_framework
 from sharding.costmodel.hetero import is_mixed
+from sharding.costmodel.spec import LayoutError
 
 
 def _positive_float(text: str) -> float:
@@ -122,6 +132,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "layout-eval --calibrate SWEEP_DIR`); default: Hagemann et al.'s A100 fit",
     )
     p.add_argument(
+        "--framework",
+        default=DEFAULT_FRAMEWORK.value,
+        help=f"the training stack: {' | '.join(FRAMEWORKS)} (default {DEFAULT_FRAMEWORK.value}: this "
+        "repository's trainer); its layouts, program and efficiency profile",
+    )
+    p.add_argument(
+        "--calibrate",
+        type=pathlib.Path,
+        metavar="MEASURED.csv|SWEEP_DIR",
+        help="refit the framework's profile to measured rows (layout-eval columns + "
+        "measured_step_time_s or measured_tokens_per_s) or a trainer sweep, then plan with it",
+    )
+    p.add_argument(
         "--offload",
         action="store_true",
         help="also consider ZeRO-Offload layouts: optimizer state and its step on the "
@@ -148,8 +171,19 @@ def run(args: argparse.Namespace) -> int:
                 "--budget C with --unique-tokens U"
             )
         return _run_data_limit(args, data_law)
-    eff = load_efficiency(args.efficiency)
+    try:
+        fw = parse_framework(args.framework, "--framework")
+    except LayoutError as e:
+        raise AnalysisError(str(e)) from None
+    eff = load_efficiency(args.efficiency) if args.efficiency is not None else None
+    calibration = None
+    if args.calibrate is not None:
+        cal = _calibration(args, fw)
+        eff, calibration = cal.efficiency, cal.as_dict()
+        print(cal.text())
     if is_mixed(args.hardware):
+        if eff is None:
+            eff = load_efficiency(None)
         return _run_mixed(args, law, eff)
     hparams = load_hparam_set(args.hparams) if args.hparams is not None else None
     if args.gpus is None:
@@ -174,6 +208,8 @@ def run(args: argparse.Namespace) -> int:
             hparams=hparams,
             unique_tokens=args.unique_tokens,
             data_law=data_law,
+            framework=fw,
+            calibration=calibration,
         )
         for budget in (args.budget or [None])
     ]
@@ -189,6 +225,31 @@ def run(args: argparse.Namespace) -> int:
     if unrunnable:
         raise AnalysisError(f"--emit overrides: {unrunnable[0]}")
     return 0
+
+
+def _calibration(args: argparse.Namespace, fw):
+    """`--calibrate MEASURED.csv|SWEEP_DIR`: the framework's profile refitted to measurements
+    (analysis/commands/layout_eval.py does the refit; rows without a `framework` column are
+    --framework's)."""
+    from analysis.commands.layout_eval import PRECISIONS, measured_calibration, sweep_calibration
+
+    path = args.calibrate
+    if path.is_dir():
+        if fw.value != "jax":
+            raise AnalysisError(
+                f"--calibrate {path} is a trainer sweep (the jax framework); drop --framework "
+                f"{fw.value}, or give measured rows of {fw.value} as MEASURED.csv"
+            )
+        return sweep_calibration(
+            path, None if args.hardware is None or is_mixed(args.hardware) else args.hardware, args.efficiency
+        )[0]
+    cal = measured_calibration(path, fw, args.hardware, PRECISIONS["bf16-mixed"], args.efficiency)
+    if cal.framework != fw:
+        raise AnalysisError(
+            f"--calibrate {path} holds {cal.framework.value} rows but --framework is {fw.value}; "
+            f"pass --framework {cal.framework.value} (or fix the file's `framework` column)"
+        )
+    return cal
 
 
 def _run_mixed(args: argparse.Namespace, law: ScalingLaw, eff) -> int:

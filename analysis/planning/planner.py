@@ -57,6 +57,15 @@ from sharding.costmodel import (
     estimate_step,
     load_hardware,
 )
+from sharding.costmodel.frameworks import (
+    DEFAULT_FRAMEWORK,
+    FRAMEWORK_SEARCH,
+    Framework,
+    apply_framework,
+    framework_efficiency,
+    parse_framework,
+)
+from sharding.costmodel.spec import Schedule
 
 HEAD_DIM = 128
 DEFAULT_BATCH_TOKENS = 4 * 1024 * 1024  # tokens per optimizer step without a batch law or --batch-tokens
@@ -105,6 +114,25 @@ def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
+# Looped pipeline schedules (interleaved, breadth-first) are searched with this many layer chunks
+# per device: Narayanan et al. 2021 (§2.2.2) and Lamy-Poirier 2022 (§5) gain most of the bubble
+# reduction at 2 loops, and each loop adds p2p sends and (breadth-first) activation memory.
+PLAN_LOOPS = 2
+
+
+def _schedules_for(pp: int, layers: int, schedules: Sequence[str]) -> list[tuple[str, int]]:
+    """(pipeline_schedule, interleave) pairs to try for `pp` stages of `layers` layers."""
+    if pp == 1:
+        return [(Schedule.ONE_F_ONE_B.value, 1)]
+    out = []
+    for sched in schedules:
+        if sched == Schedule.ONE_F_ONE_B:
+            out.append((sched, 1))
+        elif layers % (pp * PLAN_LOOPS) == 0:
+            out.append((sched, PLAN_LOOPS))
+    return out
+
+
 def layouts_for(
     shape: ModelShape,
     n_devices: int,
@@ -115,10 +143,19 @@ def layouts_for(
     act_ckpts: Sequence[str] = ("none", "selective", "full"),
     offload: Sequence[bool] = (False,),
     batch_band: tuple[float, float] | None = None,
+    framework: Framework | str | None = None,
 ) -> list[Layout]:
     """Every valid layout: TP within a node (divides the heads), PP dividing the layers; with
     `offload=(False, True)` also each with ZeRO-Offload (optimizer state and step on the host).
-    `batch_band` (sequences): keep only global batches inside it (a batch law's 90% interval)."""
+    `batch_band` (sequences): keep only global batches inside it (a batch law's 90% interval).
+    `framework`: only what that stack runs (`FRAMEWORK_SEARCH`: its ZeRO stages and pipeline
+    schedules, intersected with `zero_stages`), with its implementation flags; None: Megatron's
+    program with 1F1B only (the layouts before framework profiles)."""
+    fw = None if framework is None else parse_framework(framework)
+    search = FRAMEWORK_SEARCH[fw] if fw is not None else None
+    if search is not None:
+        zero_stages = [z for z in zero_stages if z in search.zero_stages] or list(search.zero_stages)
+    schedules = search.schedules if search is not None else (Schedule.ONE_F_ONE_B.value,)
     out = []
     for tp in (
         t
@@ -135,10 +172,12 @@ def layouts_for(
                 if batch_band is not None and not batch_band[0] <= gb <= batch_band[1]:
                     continue  # rounded outside the batch law's interval
                 for z in zero_stages:
-                    for ck in act_ckpts:
-                        for off in offload:
-                            out.append(
-                                Layout(
+                    if pp > 1 and z >= 2 and search is not None and not search.zero3_with_pipeline:
+                        continue  # e.g. DeepSpeed's pipeline engine refuses ZeRO-2/3
+                    for sched, v in _schedules_for(pp, shape.n_layers, schedules):
+                        for ck in act_ckpts:
+                            for off in offload:
+                                lo = Layout(
                                     dp=dp,
                                     tp=tp,
                                     pp=pp,
@@ -148,8 +187,10 @@ def layouts_for(
                                     zero_stage=z,
                                     act_ckpt=ck,
                                     offload_optimizer=off,
+                                    pipeline_schedule=sched,
+                                    interleave=v,
                                 )
-                            )
+                                out.append(lo if fw is None else apply_framework(lo, fw))
     return out
 
 
@@ -201,6 +242,8 @@ class Candidate:
                 "grad_accum": lo.grad_accum,
                 "attention": lo.attention,
                 "offload_optimizer": lo.offload_optimizer,
+                "pipeline_schedule": lo.pipeline_schedule,
+                "interleave": lo.interleave,
             },
             "mem_gb_per_device": self.mem_gb_per_device,
             "step_time_s": self.step_time_s,
@@ -226,8 +269,13 @@ def band_text(iv: tuple[float, float] | None, scale: float, fmt: str) -> str:
 
 def _layout_text(lo: Layout) -> str:
     """Compact layout label of the plan table, e.g. `dp64 tp2+sp pp1 mb4 z1 none`."""
+    sched = ""
+    if lo.pp > 1 and lo.breadth_first:
+        sched = f" bf{lo.interleave}"
+    elif lo.pp > 1 and lo.interleave > 1:
+        sched = f" i{lo.interleave}"
     return (
-        f"dp{lo.dp} tp{lo.tp}{'+sp' if lo.sp else ''} pp{lo.pp} mb{lo.micro_batch} "
+        f"dp{lo.dp} tp{lo.tp}{'+sp' if lo.sp else ''} pp{lo.pp}{sched} mb{lo.micro_batch} "
         f"z{lo.zero_stage}{'+offload' if lo.offload_optimizer else ''} {lo.act_ckpt}"
     )
 
@@ -250,6 +298,8 @@ class Plan:
     efficiency: Efficiency = DEFAULT_EFFICIENCY  # the constants the times were predicted with
     recipe: Recipe | None = None  # lr, batch, warm-up and schedule of `best` (tuned or not)
     data_limit: DataLimitPlan | None = None  # the plan under a fixed corpus (`unique_tokens`), or None
+    framework: str = DEFAULT_FRAMEWORK.value  # the stack the layouts were searched and timed for
+    calibration: dict[str, Any] | None = None  # `--calibrate`: the rows the profile was refitted on
 
     @property
     def ci_percent(self) -> str:
@@ -314,6 +364,8 @@ class Plan:
                 "flops_per_param_token": self.law.flops_per_param_token,
             },
             "hardware": self.hardware.name,
+            "framework": self.framework,
+            "calibration": self.calibration,
             "n_devices": self.n_devices,
             "budget_flops": self.budget_flops,
             "max_days": self.max_days,
@@ -426,13 +478,16 @@ def fastest_layout(
     eff: Efficiency,
     offload: bool = False,
     batch_band: tuple[float, float] | None = None,
+    framework: Framework | str | None = None,
 ):
     """(estimate, n_evaluated, leanest estimate) of the fastest fitting layout, or None first;
     `offload` also tries every layout with the optimizer offloaded to the host; `batch_band`
-    limits the global batch (`layouts_for`)."""
+    limits the global batch; `framework` the layouts that stack runs (`layouts_for`)."""
     best, lean, n = None, None, 0
     offloads = (False, True) if offload else (False,)
-    for lo in layouts_for(shape, n_devices, hw, batch_tokens, offload=offloads, batch_band=batch_band):
+    for lo in layouts_for(
+        shape, n_devices, hw, batch_tokens, offload=offloads, batch_band=batch_band, framework=framework
+    ):
         try:
             est = estimate_step(shape, lo, hw, precision, eff)
         except LayoutError:
@@ -479,6 +534,7 @@ class _Request:
     # global batches allowed (sequences): a batch law's 90% interval; None: any
     batch_band: tuple[float, float] | None = None
     data_limit: DataLimitPlan | None = None  # the budget under a fixed corpus: sizes and losses follow it
+    framework: Framework = DEFAULT_FRAMEWORK  # the stack: its layouts, flags and (default) profile
 
 
 def with_recipe(first: Plan, req: _Request, hp: HparamSet | None, explicit_batch: bool) -> Plan:
@@ -531,12 +587,14 @@ def plan(
     vocab: int = 32000,
     batch_tokens: int | None = None,
     precision: Precision = BF16_MIXED,
-    eff: Efficiency = DEFAULT_EFFICIENCY,
+    eff: Efficiency | None = None,
     top: int = 8,
     offload: bool = False,
     hparams: HparamSet | None = None,
     unique_tokens: float | None = None,
     data_law: RepeatedDataLaw | None = None,
+    framework: Framework | str = DEFAULT_FRAMEWORK,
+    calibration: dict[str, Any] | None = None,
 ) -> Plan:
     """Plan a training run; see the module docstring. Raises AnalysisError for bad input.
     `offload` lets layouts keep the optimizer state (fp32 master weights, Adam moments) and its
@@ -545,7 +603,15 @@ def plan(
     law's optimum when `hparams` has one; given explicitly, it wins over the law). `hparams`:
     hyperparameter laws (`analysis.planning.recipe.load_hparam_set`) for `Plan.recipe`.
     `unique_tokens`: the corpus size U; the plan then follows the data-constrained `data_law`
-    (default: Muennighoff et al.'s R_D*, R_N* on top of `law`, `data_limit.paper_prior`)."""
+    (default: Muennighoff et al.'s R_D*, R_N* on top of `law`, `data_limit.paper_prior`).
+    `framework` (megatron | deepspeed | fsdp | jax): the stack whose layouts are searched, with its
+    implementation flags and, unless `eff` is given, its efficiency profile
+    (sharding/costmodel/frameworks.py). `calibration`: what `eff` was refitted on (for the JSON)."""
+    try:
+        fw = parse_framework(framework, "--framework")
+    except LayoutError as e:
+        raise AnalysisError(str(e)) from None
+    eff = framework_efficiency(fw) if eff is None else eff
     req = check_request(
         budget_flops,
         n_devices,
@@ -559,13 +625,14 @@ def plan(
         precision,
         eff,
     )
-    req = dataclasses.replace(req, offload=bool(offload), top=top)
+    req = dataclasses.replace(req, offload=bool(offload), top=top, framework=fw)
     if unique_tokens is not None:
         if budget_flops is None:
             raise AnalysisError("--unique-tokens plans a FLOP budget: give --budget FLOPS as well")
         dl = plan_data_limit(budget_flops, unique_tokens, data_law or paper_prior(req.law), req.batch_tokens)
         req = dataclasses.replace(req, data_limit=dl)
-    return with_recipe(search(req), req, hparams, explicit_batch=batch_tokens is not None)
+    result = with_recipe(search(req), req, hparams, explicit_batch=batch_tokens is not None)
+    return dataclasses.replace(result, calibration=calibration)
 
 
 def search(req: _Request) -> Plan:
@@ -584,6 +651,7 @@ def search(req: _Request) -> Plan:
             req.eff,
             offload=req.offload,
             batch_band=req.batch_band,
+            framework=req.framework,
         )
         if est is None:
             failures.append(_no_fit_message(s, req.n_devices, req.hw, lean))
@@ -594,7 +662,9 @@ def search(req: _Request) -> Plan:
         raise AnalysisError(
             failures[0]
             + "; "
-            + _more_devices_hint(smallest, req.n_devices, req.hw, req.batch_tokens, req.precision, req.eff)
+            + _more_devices_hint(
+                smallest, req.n_devices, req.hw, req.batch_tokens, req.precision, req.eff, req.framework
+            )
         )
     _rank(cands, req, n_opt)
     return Plan(
@@ -611,6 +681,7 @@ def search(req: _Request) -> Plan:
         trainer=_trainer_plan(cands, req),
         efficiency=req.eff,
         data_limit=req.data_limit,
+        framework=req.framework.value,
     )
 
 
@@ -726,6 +797,7 @@ def _trainer_plan(cands: list[Candidate], req: _Request) -> TrainerPlan:
             req.batch_tokens,
             zero_stages=TRAINER_ZERO_STAGES,
             batch_band=req.batch_band,
+            framework=Framework.JAX,
         )
         tp = trainer_plan(
             c.shape,
@@ -798,6 +870,12 @@ def _notes(req: _Request) -> tuple[str, ...]:
             "data-limited loss, without the uncertainty of the decay constants"
         )
     notes.append(
+        f"framework: {req.framework.value} (its layouts: ZeRO "
+        f"{'/'.join(map(str, FRAMEWORK_SEARCH[req.framework].zero_stages))}, pipeline schedules "
+        f"{'/'.join(FRAMEWORK_SEARCH[req.framework].schedules)}; its program's flags and profile, "
+        "sharding/costmodel/frameworks.py)"
+    )
+    notes.append(
         f"layouts: flash-attention 2, fused norms, bf16 mixed precision, "
         f"~{req.batch_tokens / 2**20:.3g}M tokens per step; efficiency constants: "
         f"{req.eff.provenance}"
@@ -811,12 +889,18 @@ def _size_for_time(law: ScalingLaw, n_devices: int, hw: Hardware, days: float) -
 
 
 def _more_devices_hint(
-    shape: ModelShape, n_devices: int, hw: Hardware, batch_tokens: int, precision: Precision, eff: Efficiency
+    shape: ModelShape,
+    n_devices: int,
+    hw: Hardware,
+    batch_tokens: int,
+    precision: Precision,
+    eff: Efficiency,
+    framework: Framework | None = None,
 ) -> str:
     """Where the smallest candidate first fits (doubling the devices up to 8 times)."""
     n = n_devices
     for _ in range(8):
         n *= 2
-        if fastest_layout(shape, n, hw, batch_tokens, precision, eff)[0] is not None:
+        if fastest_layout(shape, n, hw, batch_tokens, precision, eff, framework=framework)[0] is not None:
             return f"the {shape.n_params / 1e9:.1f}B model first fits on {n} devices"
     return "use devices with more memory"

@@ -44,6 +44,8 @@ from sharding.costmodel import (
     StepEstimate,
     estimate_step,
 )
+from sharding.costmodel.frameworks import FRAMEWORK_FLAGS, Framework
+from sharding.costmodel.spec import Schedule
 from sharding.layouts import ShardingConfig
 from sharding.validate import validate_mesh
 
@@ -52,14 +54,8 @@ TRAINER_COMMAND = "python -m experiments.train"
 # on GPU/TPU (model.dtype=auto)
 TRAINER_PRECISION = FP32_PARAMS
 # How the trainer's program differs from the Megatron defaults of `Layout` (each checked against
-# the compiled program by tests/test_costmodel_xla.py).
-TRAINER_FLAGS = {
-    "fused_projections": False,
-    "zero3_regather": False,
-    "sp_bwd_regather": False,
-    "cp_joint_grad_reduce": False,
-    "gspmd_pipeline": True,
-}
+# the compiled program by tests/test_costmodel_xla.py): the jax framework profile's flags.
+TRAINER_FLAGS = FRAMEWORK_FLAGS[Framework.JAX]
 TRAINER_ZERO_STAGES = (0, 3)  # sharding.data, sharding.fsdp
 
 
@@ -94,6 +90,8 @@ def missing_features(layout: Layout, features: frozenset[str] | None = None) -> 
         out.append(f"pipeline parallelism (pp={layout.pp})")
     if layout.interleave > 1 and not {"pipeline", "virtual_stages"} <= features:
         out.append(f"an interleaved pipeline schedule ({layout.interleave} virtual stages)")
+    if layout.pp > 1 and layout.breadth_first and "pipeline_schedule" not in features:
+        out.append("the breadth-first pipeline schedule")
     if layout.sp and layout.tp > 1 and "sequence_parallel" not in features:
         out.append("sequence parallelism")
     if layout.offload_optimizer:
@@ -181,7 +179,12 @@ def overrides(shape: ModelShape, layout: Layout, tokens: float) -> list[str]:
     out += [f"sharding.{k}={v}" for k, v in mesh_axes(layout).items()]
     if layout.sp and layout.tp > 1:
         out.append("sharding.sequence_parallel=true")
-    if layout.pp > 1 and layout.interleave > 1:
+    if layout.pp > 1 and layout.breadth_first:
+        out += [
+            f"sharding.pipeline_schedule={Schedule.BREADTH_FIRST.value}",
+            f"sharding.virtual_stages={layout.interleave}",
+        ]
+    elif layout.pp > 1 and layout.interleave > 1:
         out += ["sharding.pipeline_schedule=interleaved", f"sharding.virtual_stages={layout.interleave}"]
     elif layout.pp > 1 and "pipeline_schedule" in trainer_features():
         out.append("sharding.pipeline_schedule=1f1b")  # the cost model's schedule
@@ -254,6 +257,7 @@ class TrainerPlan:
                     "global_batch": lo.global_batch,
                     "grad_accum": lo.grad_accum,
                     "interleave": lo.interleave,
+                    "pipeline_schedule": lo.pipeline_schedule,
                     "zero_group": lo.zero_group,
                     "mesh": mesh_axes(lo),
                 },

@@ -49,6 +49,24 @@ TIME_BOUNDS: dict[str, tuple[float, float]] = {
     "tp_overlap": (0.0, 0.9),
     "stage_jitter": (0.0, 0.5),
 }
+# Profile fits (framework families, few-shot refits) also move the per-op host overhead of ZeRO-3
+# collectives; the shared fit keeps it at 0 (`Efficiency.coll_op_overhead_s`).
+PROFILE_BOUNDS: dict[str, tuple[float, float]] = {**TIME_BOUNDS, "coll_op_overhead_s": (0.0, 2e-3)}
+# Prior widths of a profile fit: one standard deviation, in the fit's own coordinates (log for
+# the log-scaled constants: 0.5 = a factor of 1.65; fractions of peak / of overlap: 0.1; the
+# per-op overhead: 100 µs, the order of a Python hook plus a NCCL launch)
+PRIOR_SD_LOG = 0.5
+PRIOR_SD_FRACTION = 0.1
+PRIOR_SD = {"coll_op_overhead_s": 1e-4}
+# Strength of the shared prior in a profile fit, in the units of the data term (every source
+# weighs 100 spread over its runs, `benchmarks/external_layouts.py`, times its squared log
+# step-time errors under the soft-L1 loss). Tried 0.003 / 0.03 / 0.3 on the fsdp family's
+# leave-one-source-out median |ΔMFU| (MPT 2.1 / 2.0 / 2.3 points, torchtitan 0.5 / 1.2 / 0.9,
+# IBM 2.0 / 2.7 / 3.2): flat; but at 0.003 the megatron profile fitted to BLOOM + MT-NLG alone
+# (4 runs) predicts Hagemann 2.3 points worse than the shared fit (over-fitted), so 0.03 ships.
+# 0 over-fits every family (link_eff at its bound 0.95, layer overhead ×5). Few-shot refits use
+# the same ratio of prior to data (`refit_profile`).
+PROFILE_PRIOR_STRENGTH = 0.03
 _LOG_SCALED = {
     "gemm_half_dim",
     "score_traffic_naive",
@@ -110,16 +128,42 @@ def _decode(x: np.ndarray, names: Sequence[str], base: Efficiency) -> Efficiency
     return base.replace(**kw)
 
 
+# soft-L1 scale of the time fit's residuals (log step time): errors beyond ~5% count linearly
+SOFT_L1_SCALE = 0.05
+
+
+def _quadratic_under_soft_l1(d: np.ndarray, f: float = SOFT_L1_SCALE) -> np.ndarray:
+    """Residuals r whose soft-L1 loss f²·2(sqrt(1 + (r/f)²) − 1) equals d²: the prior stays a
+    Gaussian (quadratic) penalty although the fit's loss is robust (an L1 penalty would pin
+    every constant at the prior's value: its kink at zero outweighs any small data gradient)."""
+    z = (1 + d**2 / (2 * f**2)) ** 2 - 1
+    return np.sign(d) * f * np.sqrt(z)
+
+
+def _prior_sd(name: str) -> float:
+    if name in PRIOR_SD:
+        return PRIOR_SD[name]
+    return PRIOR_SD_LOG if name in _LOG_SCALED else PRIOR_SD_FRACTION
+
+
 def fit_time_constants(
     measurements: Sequence[Measurement],
     base: Efficiency = PRIOR_EFFICIENCY,
     names: Sequence[str] | None = None,
+    prior: Efficiency | None = None,
+    prior_strength: float = 0.0,
+    min_timed: int = 3,
 ) -> Efficiency:
-    """Least-squares fit of the time constants to log step times of completed runs."""
+    """Least-squares fit of the time constants to log step times of completed runs.
+
+    With `prior` (a profile fit): every constant also pays sqrt(prior_strength)·(x − prior)/sd
+    (a Gaussian prior of width `_prior_sd` in the fit's coordinates), so constants the runs say
+    little about stay at the prior's values; `names` default to PROFILE_BOUNDS then."""
     timed = [mm for mm in measurements if mm.step_time_s is not None and not mm.oom]
-    if len(timed) < 3:
-        raise LayoutError(f"calibration needs at least 3 timed runs (got {len(timed)})")
-    names = list(names or TIME_BOUNDS)
+    if len(timed) < min_timed:
+        raise LayoutError(f"calibration needs at least {min_timed} timed runs (got {len(timed)})")
+    bounds = PROFILE_BOUNDS if prior is not None else TIME_BOUNDS
+    names = list(names or bounds)
     # only fit attention constants that the data can see
     kernels = {mm.layout.attention for mm in timed}
     unfused = any(not mm.layout.fused_norm for mm in timed)
@@ -132,23 +176,31 @@ def fit_time_constants(
         "tp_overlap": all(mm.layout.tp == 1 for mm in timed),
         "stage_jitter": all(mm.layout.pp == 1 for mm in timed),
         "dp_overlap": all(mm.layout.dp == 1 for mm in timed),
-        "zero3_overlap": all(
-            mm.layout.zero_stage < ZeroStage.PARAMETERS or mm.layout.dp == 1 for mm in timed
-        ),
+        "zero3_overlap": all(mm.layout.zero_stage < ZeroStage.PARAMETERS or mm.layout.dp == 1 for mm in timed)
+        and not any(mm.layout.breadth_first for mm in timed),
     }
+    skip["coll_op_overhead_s"] = all(
+        mm.layout.zero_stage < ZeroStage.PARAMETERS or mm.layout.dp == 1 for mm in timed
+    )
     names = [n for n in names if not skip.get(n, False)]
-    lo = np.array([math.log(TIME_BOUNDS[n][0]) if n in _LOG_SCALED else TIME_BOUNDS[n][0] for n in names])
-    hi = np.array([math.log(TIME_BOUNDS[n][1]) if n in _LOG_SCALED else TIME_BOUNDS[n][1] for n in names])
+    lo = np.array([math.log(bounds[n][0]) if n in _LOG_SCALED else bounds[n][0] for n in names])
+    hi = np.array([math.log(bounds[n][1]) if n in _LOG_SCALED else bounds[n][1] for n in names])
     y = np.log([mm.step_time_s for mm in timed])
     w = np.sqrt([mm.weight for mm in timed])
+    if prior is not None:
+        x_prior = np.clip(_encode(prior, names), lo, hi)
+        w_prior = math.sqrt(prior_strength) / np.array([_prior_sd(n) for n in names])
 
     def residuals(x: np.ndarray) -> np.ndarray:
         eff = _decode(x, names, base)
-        return w * (np.log([_predict(mm, eff).step_time_s for mm in timed]) - y)
+        r = w * (np.log([_predict(mm, eff).step_time_s for mm in timed]) - y)
+        if prior is None:
+            return r
+        return np.concatenate([r, _quadratic_under_soft_l1(w_prior * (x - x_prior))])
 
     x0 = np.clip(_encode(base, names), lo + 1e-9, hi - 1e-9)
     sol = optimize.least_squares(
-        residuals, x0, bounds=(lo, hi), loss="soft_l1", f_scale=0.05, x_scale="jac", max_nfev=400
+        residuals, x0, bounds=(lo, hi), loss="soft_l1", f_scale=SOFT_L1_SCALE, x_scale="jac", max_nfev=400
     )
     return _decode(sol.x, names, base)
 
@@ -175,13 +227,21 @@ def fit_memory_constants(measurements: Sequence[Measurement], base: Efficiency) 
 
 
 def calibrate(
-    measurements: Sequence[Measurement], base: Efficiency = PRIOR_EFFICIENCY, provenance: str = ""
+    measurements: Sequence[Measurement],
+    base: Efficiency = PRIOR_EFFICIENCY,
+    provenance: str = "",
+    prior: Efficiency | None = None,
+    prior_strength: float = 0.0,
+    min_timed: int = 3,
 ) -> Efficiency:
     """Memory constants from OOM labels (kept from `base` unless some runs hit OOM and some
-    did not), then time constants from step times."""
+    did not), then time constants from step times (with `prior`: pulled towards it, see
+    `fit_time_constants`)."""
     labels = {mm.oom for mm in measurements}
     eff = fit_memory_constants(measurements, base) if labels == {True, False} else base
-    eff = fit_time_constants(measurements, eff)
+    eff = fit_time_constants(
+        measurements, eff, prior=prior, prior_strength=prior_strength, min_timed=min_timed
+    )
     # the error model of `base` described `base`'s constants, not these: the caller measures one
     return eff.replace(
         provenance=provenance or f"fitted to {len(measurements)} runs", mfu_ratio_lo=None, mfu_ratio_hi=None
@@ -227,4 +287,77 @@ def score(
         oom_accuracy=float(np.mean(correct)) if correct else float("nan"),
         mfu_ratio_q05=float(q05),
         mfu_ratio_q95=float(q95),
+    )
+
+
+# Few-shot refits need this many timed rows: with the profile as prior, two rows already say how
+# far the stack is from it; one row cannot be left out for the error model.
+FEW_SHOT_MIN_ROWS = 2
+# Strength of the profile prior in a few-shot refit, per unit of the rows' total weight: the
+# profile counts as much as PROFILE_PRIOR_STRENGTH / 100 of the measured rows together.
+FEW_SHOT_PRIOR_WEIGHT = 1.0
+
+
+def refit_profile(
+    measurements: Sequence[Measurement], profile: Efficiency, provenance: str = ""
+) -> Efficiency:
+    """`profile` refitted to a few measured rows of one system: memory constants from its OOM
+    labels, time constants pulled towards the profile (each row weighs 1, the profile
+    FEW_SHOT_PRIOR_WEIGHT times all of them together)."""
+    rows = [dataclasses.replace(mm, weight=1.0) for mm in measurements]
+    n = max(1, sum(1 for mm in rows if mm.step_time_s is not None and not mm.oom))
+    eff = calibrate(
+        rows,
+        profile,
+        provenance=provenance,
+        prior=profile,
+        prior_strength=FEW_SHOT_PRIOR_WEIGHT * n * PROFILE_PRIOR_STRENGTH / 100.0,
+        min_timed=FEW_SHOT_MIN_ROWS,
+    )
+    return eff
+
+
+@dataclasses.dataclass(frozen=True)
+class FewShotErrorModel:
+    """Leave-one-out over the measured rows of a few-shot refit: each timed row predicted by the
+    profile refitted to the others. `ratios`: measured / predicted MFU of those predictions;
+    (lo, hi): the 5%-95% interval of a new layout's ratio, a Student-t prediction interval on
+    the log ratios (mean ± t(0.95, n − 1)·sd·sqrt(1 + 1/n)), which widens as n shrinks."""
+
+    ratios: tuple[float, ...]
+    lo: float
+    hi: float
+    median_abs_mfu_error: float
+
+    @property
+    def n(self) -> int:
+        return len(self.ratios)
+
+
+def few_shot_error_model(measurements: Sequence[Measurement], profile: Efficiency) -> FewShotErrorModel:
+    """Leave-one-out error model of `refit_profile` on `measurements`: every timed row is left
+    out once and the others (at least FEW_SHOT_MIN_ROWS) refit the profile."""
+    ms = list(measurements)
+    timed = [i for i, mm in enumerate(ms) if mm.step_time_s is not None and not mm.oom]
+    if len(timed) < FEW_SHOT_MIN_ROWS + 1:
+        raise LayoutError(
+            f"the few-shot error model needs at least {FEW_SHOT_MIN_ROWS + 1} measured rows "
+            f"(got {len(timed)})"
+        )
+    ratios, errs = [], []
+    for i in timed:
+        eff = refit_profile(ms[:i] + ms[i + 1 :], profile)
+        est = _predict(ms[i], eff)
+        meas_mfu = est.model_flops / (ms[i].step_time_s * ms[i].layout.n_devices * ms[i].hardware.peak_flops)
+        ratios.append(meas_mfu / est.mfu)
+        errs.append(abs(meas_mfu - est.mfu))
+    logs = np.log(ratios)
+    n = len(logs)
+    half = float(stats.t.ppf(0.95, n - 1)) * float(np.std(logs, ddof=1)) * math.sqrt(1 + 1 / n)
+    mid = float(np.mean(logs))
+    return FewShotErrorModel(
+        tuple(float(r) for r in ratios),
+        math.exp(mid - half),
+        math.exp(mid + half),
+        float(np.median(errs)),
     )

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import math
 
 from sharding.costmodel.hardware import Hardware
 
@@ -101,6 +102,17 @@ def collective_time(
     else:
         bw, link = min(hw.intra_node_bw * intra_eff, g * hw.inter_node_bw * inter_eff), Link.INTER
         lat = _RING_STEPS[kind](n) * hw.inter_node_latency_s
+        if kind == CollectiveKind.ALL_REDUCE:
+            # NCCL's double binary tree (NCCL 2.4+) reduces up and broadcasts down a tree of the
+            # nodes: 2·⌈log2(nodes)⌉ network hops plus the ring inside each node; NCCL picks the
+            # faster of ring and tree. All-gather and reduce-scatter have only the ring, whose
+            # n − 1 hops make them latency-bound at hundreds to thousands of ranks.
+            nodes = max(2, -(-n // max(g, 1)))
+            tree = (
+                2 * math.ceil(math.log2(nodes)) * hw.inter_node_latency_s
+                + 2 * (max(g, 1) - 1) * hw.intra_node_latency_s
+            )
+            lat = min(lat, tree)
     return wire / bw + lat, wire, link
 
 

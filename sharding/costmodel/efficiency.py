@@ -34,6 +34,10 @@ class Efficiency:
     zero3_overlap: fraction of each micro-batch's compute that hides ZeRO-3/FSDP's per-layer
         weight gathers and gradient scatters (prefetch of the next layer).
     tp_overlap: fraction of tensor-parallel collective time hidden behind GEMMs.
+    coll_op_overhead_s: host time per ZeRO-3 parameter gather / gradient reduce-scatter call that
+        no prefetch hides (launch, hooks and bookkeeping of the framework that issues it:
+        DeepSpeed's per-parameter fetch hooks, FSDP's per-unit pre/post hooks); 0 in the shared
+        fit, fitted per framework profile (sharding/costmodel/frameworks.py).
     stage_jitter: coefficient of variation of one pipeline stage's slot time; a 1F1B slot waits
         for the slowest of p stages, E[max of p normals]·stage_jitter longer than the mean.
     mem_overhead_bytes: per-device memory not in the model (CUDA context, NCCL buffers, cache).
@@ -61,6 +65,7 @@ class Efficiency:
     # overlap percentage possible is 90%" (pytorch.org/blog/maximizing-training, appendix)
     zero3_overlap: float = 0.9
     tp_overlap: float = 0.0
+    coll_op_overhead_s: float = 0.0
     stage_jitter: float = 0.05
     mem_overhead_bytes: float = 3e9
     act_frag: float = 1.0
@@ -130,27 +135,27 @@ PRIOR_EFFICIENCY = Efficiency()
 # the leave-one-source-out predictions. Re-fit to your own runs (`python -m analysis layout-eval
 # --calibrate SWEEP_DIR`, or a CSV of measurements) before trusting absolute numbers elsewhere.
 DEFAULT_EFFICIENCY = Efficiency(
-    gemm_eff_max=0.79246,
-    gemm_half_dim=327.41,
-    flash1_eff=0.28995,
-    flash2_eff=0.3482,
-    score_traffic_naive=57.557,
-    score_traffic_fused=27.465,
-    elem_bytes_h=119.91,
-    elem_bytes_h_unfused_norm=473.43,
+    gemm_eff_max=0.79552,
+    gemm_half_dim=363.65,
+    flash1_eff=0.2899,
+    flash2_eff=0.3577,
+    score_traffic_naive=54.532,
+    score_traffic_fused=20.618,
+    elem_bytes_h=102.0,
+    elem_bytes_h_unfused_norm=475.29,
     elem_bytes_f=16.0,
-    layer_overhead_s=1.2508e-3,
-    link_eff=0.47197,
-    intra_link_eff=0.62882,
-    dp_overlap=0.017878,
-    zero3_overlap=0.77123,
-    tp_overlap=0.0087814,
-    stage_jitter=0.034381,
+    layer_overhead_s=1.0917e-3,
+    link_eff=0.50854,
+    intra_link_eff=0.4,
+    dp_overlap=0.0,
+    zero3_overlap=0.56111,
+    tp_overlap=0.24847,
+    stage_jitter=0.031288,
     mem_overhead_bytes=8.2e9,
     act_frag=1.13,
     cpu_adam_s_per_param=7.1e-10,
-    mfu_ratio_lo=0.8336,
-    mfu_ratio_hi=1.5651,
+    mfu_ratio_lo=0.8334,
+    mfu_ratio_hi=1.565,
     provenance="joint fit to Hagemann et al. 2023 (arXiv:2311.05610, calibration half), MosaicML "
     "MPT (llm-foundry), BLOOM-176B, MT-NLG 530B, torchtitan, IBM fms-fsdp and "
     "BloombergGPT; reproduce with `python benchmarks/external_layouts.py --calibrate`",

@@ -130,7 +130,8 @@ def in_flight_layers(m: ModelShape, lo: Layout) -> float:
     """Layer-activations held at once by the first pipeline stage under (interleaved) 1F1B.
 
     1F1B: stage 0 holds min(p, m) micro-batches of its L/p layers. Interleaved with v chunks:
-    L·(1 + (p−1)/(p·v)) (Korthikanti et al. 2022, §4.2.3), capped by m micro-batches. The
+    L·(1 + (p−1)/(p·v)) (Korthikanti et al. 2022, §4.2.3), capped by m micro-batches. GPipe and
+    breadth-first: all m micro-batches of its L/p layers (also with pp = 1). The
     GSPMD pipeline (`gspmd_pipeline`) is GPipe-like: each of its M·V + P − 1 ticks keeps the
     activations of one chunk of L/(p·v) layers.
     """
@@ -138,6 +139,10 @@ def in_flight_layers(m: ModelShape, lo: Layout) -> float:
     per_stage = math.ceil(m.n_layers / p)
     if lo.gspmd_pipeline and p > 1:  # backward of a scan over M·V + P − 1 ticks keeps every tick
         return (n_mb * v + p - 1) * per_stage / v
+    if lo.all_microbatches_alive:
+        # GPipe and breadth-first (Lamy-Poirier 2022, §3): every micro-batch passes all of the
+        # device's layer chunks before the first backward, so all M are alive on all its layers
+        return n_mb * per_stage
     if v == 1 or p == 1:
         return min(p, n_mb) * per_stage
     return min(m.n_layers * (1 + (p - 1) / (p * v)), n_mb * per_stage)
@@ -191,8 +196,8 @@ def memory_breakdown(
             )
         )
         layers = in_flight_layers(m, lo) if stage == Stage.FIRST else math.ceil(m.n_layers / lo.pp)
-        if lo.pp == 1:
-            layers = m.n_layers
+        if lo.pp == 1:  # one stage: all layers; breadth-first accumulation keeps every micro-batch
+            layers = m.n_layers * (lo.grad_accum if lo.all_microbatches_alive else 1)
         acts = eff.act_frag * (layers * stored_layer + recompute_buf)
         tokens = m.seq_len // lo.cp * lo.micro_batch
         logits = tokens * m.vocab_size / lo.tp * LOGITS_BYTES if stage == Stage.LAST else 0.0

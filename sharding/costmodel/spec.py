@@ -212,6 +212,19 @@ class Precision:
         return self.grad_bytes if self.grad_reduce_bytes is None else self.grad_reduce_bytes
 
 
+class Schedule(enum.StrEnum):
+    """`Layout.pipeline_schedule`: the trainer's `sharding.pipeline_schedule` names
+    (sharding/layouts.py `PipelineSchedule`), for the schedules the cost model times."""
+
+    GPIPE = "gpipe"
+    ONE_F_ONE_B = "1f1b"
+    INTERLEAVED = "interleaved"
+    BREADTH_FIRST = "breadth_first"
+
+
+PIPELINE_SCHEDULES = tuple(s.value for s in Schedule)
+
+
 BF16_MIXED = Precision()
 FP32_PARAMS = Precision(param_bytes=4, grad_bytes=4, master_bytes=0, optimizer_bytes=8, act_bytes=2)
 
@@ -247,6 +260,16 @@ class Layout:
     parameters and optimizer state are replicated over the stages (not split), every stage
     computes and communicates on all M·V + P − 1 ticks (bubble ticks included), and activations
     move by a shift of each stage's whole micro-batch buffer (not scattered over TP).
+
+    `pipeline_schedule` (`Schedule`, the trainer's names): `1f1b` (default; with
+    `interleave` > 1 it is Megatron's depth-first interleaved schedule, as is `interleaved`),
+    `gpipe` (all forwards, then all backwards: every micro-batch's activations alive), or
+    `breadth_first` (Lamy-Poirier 2022, arXiv:2211.05953): `interleave` looped stages per device,
+    all M micro-batches pass one stage chunk before the next, so ZeRO-3 gathers and scatters
+    each chunk's weights once per step (not once per micro-batch), the DP gradient reduction of
+    a finished chunk overlaps the backward of the others, and the activations of all M
+    micro-batches are alive at once (GPipe-like memory). With pp = 1 it is breadth-first
+    gradient accumulation (the same ZeRO-3 and overlap terms, no bubble).
     """
 
     dp: int = 1
@@ -272,6 +295,17 @@ class Layout:
     cp_joint_grad_reduce: bool = True
     sp_bwd_regather: bool = True
     gspmd_pipeline: bool = False
+    pipeline_schedule: str = Schedule.ONE_F_ONE_B.value
+
+    @property
+    def breadth_first(self) -> bool:
+        """The breadth-first schedule (all micro-batches through one stage chunk, then the next)."""
+        return self.pipeline_schedule == Schedule.BREADTH_FIRST
+
+    @property
+    def all_microbatches_alive(self) -> bool:
+        """Every micro-batch's activations are kept until its backward (GPipe, breadth-first)."""
+        return self.pipeline_schedule in (Schedule.GPIPE, Schedule.BREADTH_FIRST)
 
     @property
     def n_devices(self) -> int:
@@ -330,6 +364,12 @@ def validate_layout(model: ModelShape, layout: Layout, n_devices: int | None = N
         raise LayoutError(f"act_ckpt must be one of {ACT_CKPT} (got {lo.act_ckpt!r})")
     if lo.attention not in ATTENTION_KERNELS:
         raise LayoutError(f"attention must be one of {ATTENTION_KERNELS} (got {lo.attention!r})")
+    if lo.pipeline_schedule not in PIPELINE_SCHEDULES:
+        raise LayoutError(
+            f"pipeline_schedule must be one of {PIPELINE_SCHEDULES} (got {lo.pipeline_schedule!r})"
+        )
+    if lo.pipeline_schedule == Schedule.INTERLEAVED and lo.interleave < 2 and lo.pp > 1:
+        raise LayoutError("pipeline_schedule=interleaved needs interleave >= 2 virtual stages per device")
     if n_devices is not None and lo.n_devices != n_devices:
         hint = nearest_mesh(n_devices, lo.tp, lo.pp) if n_devices > 0 else "n_devices > 0"
         names, sizes = (
@@ -363,8 +403,8 @@ def validate_layout(model: ModelShape, layout: Layout, n_devices: int | None = N
         )
     if lo.interleave > 1 and lo.grad_accum % lo.pp:
         raise LayoutError(
-            f"interleaved pipeline needs micro-batches per step ({lo.grad_accum}) "
-            f"divisible by pp={lo.pp}; use interleave=1"
+            f"{'breadth-first' if lo.breadth_first else 'interleaved'} pipeline needs micro-batches "
+            f"per step ({lo.grad_accum}) divisible by pp={lo.pp}; use interleave=1"
         )
     if lo.cp > 1 and not sequence_split(model.seq_len, lo.cp, lo.tp, lo.sp).even:
         raise LayoutError(

@@ -1,6 +1,6 @@
 """One training step on one device: compute, communication, pipeline schedule, memory.
 
-Time of a step under (interleaved) 1F1B with m micro-batches and p stages:
+Time of a step under (interleaved) 1F1B or breadth-first with m micro-batches and p stages:
 
     slot  = max over stages (fwd + bwd [+ recompute] + TP collectives + launch overhead) + PP p2p
     step  = (m + (p − 1)/v) · slot · jitter(p)  +  exposed DP collectives  +  optimizer step
@@ -369,12 +369,21 @@ def _pipeline(st: _Step, stage_time: float, p2p: float) -> tuple[float, float, f
     return slot, pipeline, bubble
 
 
+ZERO3_GATHER, ZERO3_SCATTER = "dp_param_all_gather", "dp_grad_reduce_scatter"
+
+
+def _zero3_rounds(st: _Step) -> int:
+    """How often per step ZeRO-3 gathers every weight of the stage: once per micro-batch, or
+    once per step under the breadth-first schedule."""
+    return 1 if st.lo.breadth_first else st.lo.grad_accum
+
+
 def _dp_collective_specs(st: _Step, n_stage: float) -> list[tuple[str, str, float, float, int, int]]:
     """(name, kind, buffer bytes, calls per step, group size, its members per node) of the DP
     collectives of the ZeRO stage. Hybrid sharding (`zero_group` < dp): the sharded collectives
     run within a group, and each rank's gradient shard is all-reduced across the dp / group
     replicas once per step."""
-    lo, precision, n_mb = st.lo, st.precision, st.lo.grad_accum
+    lo, precision = st.lo, st.precision
     grad_buf = n_stage * precision.reduce_bytes
     param_buf = n_stage * precision.param_bytes
     f = lo.zero_shards if lo.zero_stage else lo.dp
@@ -409,12 +418,15 @@ def _dp_collective_specs(st: _Step, n_stage: float) -> list[tuple[str, str, floa
         ]
     else:  # ZeRO-3/FSDP: gather weights for fwd and bwd, scatter grads, every micro-batch,
         # one collective per weight matrix (DeepSpeed, XLA) or per layer (FSDP units): each pays
-        # the ring's latency, which dominates at thousands of ranks and micro-batch 1
+        # the ring's latency, which dominates at thousands of ranks and micro-batch 1.
+        # Breadth-first: all micro-batches pass a chunk while its weights are gathered, so each
+        # is gathered (and its gradient scattered) once per step (Lamy-Poirier 2022, §4)
         gathers = 2 if lo.zero3_regather else 1
         k = max(1, st.layers) * (st.m.matrices_per_layer(lo.fused_projections) if lo.zero3_per_matrix else 1)
+        rounds = _zero3_rounds(st)
         specs = [
-            ("dp_param_all_gather", CollectiveKind.ALL_GATHER, param_buf / k, gathers * n_mb * k, f, g),
-            ("dp_grad_reduce_scatter", CollectiveKind.REDUCE_SCATTER, grad_buf / k, n_mb * k, fr, gr),
+            (ZERO3_GATHER, CollectiveKind.ALL_GATHER, param_buf / k, gathers * rounds * k, f, g),
+            (ZERO3_SCATTER, CollectiveKind.REDUCE_SCATTER, grad_buf / k, rounds * k, fr, gr),
         ]
     if lo.cp > 1 and not joint:
         specs.append(("cp_grad_all_reduce", CollectiveKind.ALL_REDUCE, grad_buf, 1, lo.cp, st.ranks["cp"]))
@@ -460,17 +472,32 @@ def _dp_collectives(st: _Step, n_stage: float) -> tuple[list[Collective], float]
     return colls, dp_time
 
 
-def _dp_exposed(st: _Step, dp_time: float, stage_time: float) -> float:
-    """DP communication not hidden behind compute: ZeRO-3's per-layer collectives overlap every
-    micro-batch (prefetch, `zero3_overlap`); the others overlap only the last backward pass
-    (`dp_overlap`)."""
-    n_mb, overlap = st.lo.grad_accum, st.eff.dp_overlap
-    if (
-        st.lo.zero_stage >= ZeroStage.PARAMETERS
-    ):  # the next layer's gather is prefetched behind this layer's compute
-        return n_mb * max(0.0, dp_time / n_mb - st.eff.zero3_overlap * stage_time)
-    bwd_window = stage_time * 2 / (st.fwd_passes + 2)
-    return max(0.0, dp_time - overlap * bwd_window)
+def _dp_exposed(st: _Step, dp_time: float, stage_time: float, colls: list[Collective]) -> float:
+    """DP communication not hidden behind compute.
+
+    ZeRO-3: the next unit's gather is prefetched behind this unit's compute (`zero3_overlap` of
+    the compute hides it), except the first gather and the last reduce-scatter of every round
+    (micro-batch; step under breadth-first), which nothing precedes or follows; each ZeRO-3 call
+    also costs the framework's host time `coll_op_overhead_s`, which no prefetch hides.
+    Others: 1F1B / interleaved reduce once the last micro-batch's backward has made the
+    gradients, so only that backward hides them (`dp_overlap`); breadth-first finishes a chunk's
+    gradients for every micro-batch at once and reduces them behind the backward of the
+    remaining chunks (`zero3_overlap`: the fraction of compute that hides a collective in
+    flight), all but the last chunk's."""
+    lo, eff, n_mb = st.lo, st.eff, st.lo.grad_accum
+    bwd = stage_time * 2 / (st.fwd_passes + 2)
+    if lo.zero_stage >= ZeroStage.PARAMETERS:
+        rounds = _zero3_rounds(st)
+        z3 = [c for c in colls if c.name in (ZERO3_GATHER, ZERO3_SCATTER)]
+        fill = rounds * sum(c.time_s / c.count for c in z3 if c.count)
+        calls = sum(c.count for c in z3)
+        hidden = eff.zero3_overlap * n_mb * stage_time
+        return fill + max(0.0, dp_time - fill - hidden) + calls * eff.coll_op_overhead_s
+    if lo.breadth_first:
+        units = lo.interleave if lo.pp > 1 else max(1, st.layers)
+        window = n_mb * bwd * (1 - 1 / units)
+        return max(dp_time / units, dp_time - eff.zero3_overlap * window)
+    return max(0.0, dp_time - eff.dp_overlap * bwd)
 
 
 def _optimizer_time(st: _Step, n_stage: float) -> float:
@@ -597,7 +624,7 @@ def estimate_step(
     slot, pipeline, bubble = _pipeline(st, stage_time, p2p)
     n_stage = max(stage_params(model, layout))
     dp_colls, dp_time = _dp_collectives(st, n_stage)
-    dp_exposed = _dp_exposed(st, dp_time, stage_time)
+    dp_exposed = _dp_exposed(st, dp_time, stage_time, dp_colls)
     opt_time = _optimizer_time(st, n_stage)
     model_flops, hardware_flops = _step_flops(st, t.layer_gemm_flops, t.attn_fwd_flops, t.attn_recompute)
     times = TimeBreakdown(
