@@ -15,7 +15,11 @@ the other six curves (two of them 3x longer). Per model size it prints
 Paper figures for comparison (their README): PredE 0.110% / 0.142%, WorstE 0.41% / 0.58% for
 25M / 100M (0.168% / 1.00% for their 400M set, not in the shared data).
 
-    python benchmarks/curve_forecast.py [--sizes 25 100] [--law mpl] [--per-point]
+`--protocol` picks how the MPL is fitted (`analysis/curves/fitting.py`, `PROTOCOLS`): optimum
+(ours, the default), authors (Luo et al.'s code, `analysis/curves/protocol.py`) or multistart.
+The curves' warm-up is 2160 steps (SOURCE.md), while some are logged first at step 2176.
+
+    python benchmarks/curve_forecast.py [--sizes 25 100] [--law mpl] [--protocol authors] [--per-point]
 """
 
 from __future__ import annotations
@@ -29,12 +33,13 @@ import numpy as np
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
-from analysis.curves.fitting import fit_curve  # noqa: E402
+from analysis.curves.fitting import PROTOCOLS, fit_curve, load_curve  # noqa: E402
 from models.base.jaxcache import enable_compile_cache  # noqa: E402
 
 DATA = pathlib.Path(__file__).resolve().parents[2] / "shared" / "data" / "mpl_loss_curves"
 FIT = ("cosine_24000", "constant_24000", "wsdcon_9")
 PREDICT = ("cosine_72000", "constant_72000", "wsd_20000_24000", "wsdld_20000_24000", "wsdcon_3", "wsdcon_18")
+WARMUP_STEPS = 2160  # the runs' warm-up (SOURCE.md; the authors' schedules use it for every curve)
 
 
 def summary(result) -> dict:
@@ -52,15 +57,18 @@ def summary(result) -> dict:
     }
 
 
-def run_size(size: str, law: str, per_point: bool) -> dict:
+def run_size(
+    size: str, law: str, per_point: bool, protocol: str = "optimum", warmup_steps=WARMUP_STEPS
+) -> dict:
     d = DATA / f"csv_{size}"
+    load = lambda k: load_curve(d / f"{k}.csv", warmup_steps=warmup_steps)  # noqa: E731
     t = time.perf_counter()
-    r = fit_curve([d / f"{k}.csv" for k in FIT], law, predict=[d / f"{k}.csv" for k in PREDICT])
+    r = fit_curve([load(k) for k in FIT], law, predict=[load(k) for k in PREDICT], protocol=protocol)
     wall = time.perf_counter() - t
     s = summary(r)
     m = r.intervals
     print(
-        f"{size}M {law}: mean {s['mean']:.3%}  worst {s['worst']:.3%}  "
+        f"{size}M {law} ({protocol}): mean {s['mean']:.3%}  worst {s['worst']:.3%}  "
         f"mean-of-worst {s['mean_of_worst']:.3%}  "
         f"| 90% intervals: coverage {s['coverage']:.1%}, mean width {s['width']:.2%} of the loss "
         f"(jackknife+ over {len(m.refits)} refits, {len(m.units)} units)  | {wall:.1f} s"
@@ -81,6 +89,13 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", nargs="+", default=["25", "100"], choices=["25", "100"])
     ap.add_argument("--law", default="mpl", choices=["mpl", "tissue"])
+    ap.add_argument("--protocol", default="optimum", choices=PROTOCOLS, help="how the law is fitted")
+    ap.add_argument(
+        "--warmup-steps",
+        type=int,
+        default=WARMUP_STEPS,
+        help=f"where the linear warm-up ends (default {WARMUP_STEPS}); 0 = at each curve's first logged step",
+    )
     ap.add_argument("--per-point", action="store_true", help="also print the calibration units")
     args = ap.parse_args(argv)
     if not DATA.is_dir():
@@ -88,7 +103,7 @@ def main(argv=None) -> int:
         return 1
     enable_compile_cache()
     for size in args.sizes:
-        run_size(size, args.law, args.per_point)
+        run_size(size, args.law, args.per_point, args.protocol, args.warmup_steps or None)
     return 0
 
 

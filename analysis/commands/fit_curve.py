@@ -6,7 +6,10 @@ their first steps (`--fit-until STEP`), then predicts the rest of those curves a
 leave-one-curve-out and early-part refits). `--json` writes params, the convergence report,
 `interval_model`, and `predictions`: curve name -> {mean_rel_error, max_rel_error,
 final_loss_pred, final_loss_actual, n_points, interval_coverage, interval_mean_rel_width,
-interval_final, step, predicted, interval_lo, interval_hi}.
+interval_final, step, predicted, interval_lo, interval_hi}. `--protocol authors` (MPL only) fits
+as Luo et al.'s code does (warm-up rises in the drop sum, their start, 200 early-stopped AdamW
+steps; `analysis/curves/protocol.py`); `--protocol multistart` runs that protocol from several
+starts and keeps the lowest objective.
 """
 
 from __future__ import annotations
@@ -43,6 +46,17 @@ def register(subparsers) -> None:
         help="schedule before the first logged step (default: linear warm-up from 0)",
     )
     p.add_argument(
+        "--warmup-steps",
+        type=int,
+        help="step where the linear warm-up ends (default: the first logged step)",
+    )
+    p.add_argument(
+        "--protocol",
+        default="optimum",
+        help="how the parameters are found: optimum (L-BFGS to the objective's minimum; default), "
+        "authors (Luo et al.'s MPL fit) or multistart (theirs from several starts)",
+    )
+    p.add_argument(
         "--no-intervals",
         action="store_true",
         help="skip the forecast intervals (saves the calibration refits)",
@@ -52,7 +66,7 @@ def register(subparsers) -> None:
 
 
 def _print_result(r) -> None:
-    print(f"law {r.law}: " + ", ".join(f"{k}={v:.6g}" for k, v in r.params.items()))
+    print(f"law {r.law} (protocol {r.protocol}): " + ", ".join(f"{k}={v:.6g}" for k, v in r.params.items()))
     print(
         f"  objective {r.objective:.6g}, {r.starts_at_optimum}/{r.n_starts} starts at the optimum; {r.status}"
     )
@@ -81,8 +95,8 @@ def run(args: argparse.Namespace) -> int:
 
     enable_compile_cache()
     get_curve_law(args.law)
-    fit = [load_curve(c, warmup=args.warmup) for c in args.fit]
-    pred = [load_curve(c, warmup=args.warmup) for c in args.predict]
+    fit = [load_curve(c, warmup=args.warmup, warmup_steps=args.warmup_steps) for c in args.fit]
+    pred = [load_curve(c, warmup=args.warmup, warmup_steps=args.warmup_steps) for c in args.predict]
     r = fit_curve(
         fit,
         args.law,
@@ -91,6 +105,7 @@ def run(args: argparse.Namespace) -> int:
         fixed=_fixed(args.fix),
         resolution=args.resolution,
         intervals=not args.no_intervals,
+        protocol=args.protocol,
     )
     _print_result(r)
     emit_json(args, r.to_dict())

@@ -11,6 +11,9 @@ it only at logged steps, so the schedule is rebuilt:
   and step-decay schedules), applied right after the logged step that first shows the new rate;
 - before the first logged step we assume a linear warm-up from 0 (the usual set-up, and what the
   public multi-power-law curves used); `warmup="constant"` assumes the first logged rate instead.
+  `warmup_steps=W` ends the linear warm-up at step W (the first logged rate held from W to the
+  first logged step), for logs whose first point comes after the warm-up ended (the public MPL
+  curves: warm-up 2160 steps, some logged first at 2176).
 
 The laws describe the loss *after* warm-up: the schedule's peak (its first maximum) is where the
 annealing sums start (Luo et al.'s eta_0; drops before it are warm-up rises, not annealing), and
@@ -39,6 +42,7 @@ class Curve:
     loss: np.ndarray
     lr: np.ndarray
     warmup: str = "linear"
+    warmup_steps: int | None = None  # linear warm-up length (default: up to the first logged step)
 
     def schedule(self) -> np.ndarray:
         """Per-step learning rate eta[tau] of the update that produced step tau (tau = 0..last step).
@@ -60,7 +64,13 @@ class Curve:
             if before and after:
                 eta[s[i] + 1 : s[i + 1] + 1] = lr[i]
         if self.warmup == "linear":
-            eta[: t0 + 1] = lr[0] * np.arange(t0 + 1) / max(t0, 1)
+            w = t0 if self.warmup_steps is None else int(self.warmup_steps)
+            if not 1 <= w <= t0:
+                raise AnalysisError(
+                    f"curve {self.name}: warmup_steps must be in [1, first logged step {t0}], not {w}"
+                )
+            eta[: w + 1] = lr[0] * np.arange(w + 1) / w
+            eta[w + 1 : t0 + 1] = lr[0]
         elif self.warmup == "constant":
             eta[: t0 + 1] = lr[0]
         else:
@@ -80,7 +90,9 @@ class Curve:
 
     def until(self, step: int) -> "Curve":
         keep = self.steps <= step
-        return Curve(self.name, self.steps[keep], self.loss[keep], self.lr[keep], self.warmup)
+        return Curve(
+            self.name, self.steps[keep], self.loss[keep], self.lr[keep], self.warmup, self.warmup_steps
+        )
 
     def loss_at(self, steps: np.ndarray) -> np.ndarray:
         """Logged loss at `steps` (which must be logged steps)."""
@@ -97,7 +109,9 @@ def peak_index(eta: np.ndarray) -> int:
     return int(np.argmax(eta >= np.max(eta) * (1 - PEAK_RTOL)))
 
 
-def _curve_from_frame(df: pd.DataFrame, name: str, loss_col: str | None, warmup: str) -> Curve:
+def _curve_from_frame(
+    df: pd.DataFrame, name: str, loss_col: str | None, warmup: str, warmup_steps: int | None = None
+) -> Curve:
     cols = list(df.columns)
     lc = loss_col or next((c for c in ("loss", "eval_loss", "val_loss") if c in cols), None)
     missing = [c for c in ("step", "lr") if c not in cols] + (
@@ -121,16 +135,23 @@ def _curve_from_frame(df: pd.DataFrame, name: str, loss_col: str | None, warmup:
         raise AnalysisError(f"curve {name}: steps must be non-negative integers")
     if steps.size < 2:
         raise AnalysisError(f"curve {name}: needs at least 2 logged steps")
-    return Curve(name, steps.astype(np.int64), loss, lr, warmup)
+    return Curve(name, steps.astype(np.int64), loss, lr, warmup, warmup_steps)
 
 
-def load_curve(source, name: str | None = None, loss_col: str | None = None, warmup: str = "linear") -> Curve:
+def load_curve(
+    source,
+    name: str | None = None,
+    loss_col: str | None = None,
+    warmup: str = "linear",
+    warmup_steps: int | None = None,
+) -> Curve:
     """A curve from a CSV (columns step, lr, loss), a run directory (metrics.jsonl; eval_loss
-    rows when the run has evaluations, else train loss), or a DataFrame."""
+    rows when the run has evaluations, else train loss), or a DataFrame. warmup_steps: where the
+    linear warm-up ends (default: at the first logged step)."""
     if isinstance(source, Curve):
         return source
     if isinstance(source, pd.DataFrame):
-        return _curve_from_frame(source, name or "curve", loss_col, warmup)
+        return _curve_from_frame(source, name or "curve", loss_col, warmup, warmup_steps)
     path = os.fspath(source)
     base = name or os.path.splitext(os.path.basename(path.rstrip("/")))[0]
     if not os.path.exists(path):
@@ -141,7 +162,7 @@ def load_curve(source, name: str | None = None, loss_col: str | None = None, war
             raise AnalysisError(f"{path}: no metrics.jsonl rows to build a curve from")
         if loss_col is None and "eval_loss" in m.columns and m["eval_loss"].notna().sum() >= 2:
             loss_col = "eval_loss"
-        return _curve_from_frame(m, base, loss_col or "loss", warmup)
+        return _curve_from_frame(m, base, loss_col or "loss", warmup, warmup_steps)
     if os.path.getsize(path) == 0:
         raise AnalysisError(f"{path} is empty; a curve CSV needs columns step, lr, loss")
     try:
@@ -150,4 +171,4 @@ def load_curve(source, name: str | None = None, loss_col: str | None = None, war
         raise AnalysisError(
             f"cannot parse {path}: {str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__}"
         ) from None
-    return _curve_from_frame(df, base, loss_col, warmup)
+    return _curve_from_frame(df, base, loss_col, warmup, warmup_steps)

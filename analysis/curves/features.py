@@ -47,10 +47,12 @@ class Features:
     any_decay: bool  # whether the learning rate decreases before some evaluation step
 
 
-def annealing_drops(eta: np.ndarray) -> np.ndarray:
-    """d[k] = eta[k-1] - eta[k] for steps k after the schedule's peak, 0 up to the peak."""
+def annealing_drops(eta: np.ndarray, warmup_rises: bool = False) -> np.ndarray:
+    """d[k] = eta[k-1] - eta[k] for steps k after the schedule's peak, 0 up to the peak; with
+    `warmup_rises`, for every step k >= 1 (the warm-up's rises enter as negative drops, as in
+    Luo et al.'s code: `protocol.py`)."""
     d = np.zeros_like(eta)
-    p = peak_index(eta)
+    p = 0 if warmup_rises else peak_index(eta)
     d[p + 1 :] = eta[p:-1] - eta[p + 1 :]
     return d
 
@@ -95,9 +97,16 @@ def _pairs(t: np.ndarray, k: np.ndarray, eta: np.ndarray, cum: np.ndarray):
 
 
 def features(
-    curves_eval: Sequence[tuple[Curve, np.ndarray]], resolution: int = 32, tissue_lambda: float = 0.999
+    curves_eval: Sequence[tuple[Curve, np.ndarray]],
+    resolution: int = 32,
+    tissue_lambda: float = 0.999,
+    warmup_rises: bool = False,
 ) -> Features:
-    """Features at evaluation steps `t` of each curve (t must lie within its logged schedule)."""
+    """Features at evaluation steps `t` of each curve (t must lie within its logged schedule).
+
+    warmup_rises: the MPL annealing nodes sum the schedule's changes from step 1 on, warm-up
+    rises included (Luo et al.'s code; `protocol.py`), instead of from the peak on. S1 and
+    Tissue's S2 are the same either way."""
     logS1, S2, pj, pdeta, plogeta, plogS = [], [], [], [], [], []
     offset, any_decay = 0, False
     for curve, t in curves_eval:
@@ -108,7 +117,10 @@ def features(
         d = annealing_drops(eta)
         # Tissue et al.: m_i = lambda m_{i-1} + d_i ; S2(s) = sum_{i<=s} m_i.
         S2.append(np.cumsum(lfilter([1.0], [1.0, -tissue_lambda], d))[t])
-        k, w = _nodes(curve.steps, peak_index(eta), d, resolution)
+        if warmup_rises:
+            k, w = _nodes(curve.steps, 0, annealing_drops(eta, warmup_rises=True), resolution)
+        else:
+            k, w = _nodes(curve.steps, peak_index(eta), d, resolution)
         if k.size and t.size:
             any_decay |= bool(np.any(w[k <= t.max()] > 0))
             J, K, log_eta, log_S = _pairs(t, k, eta, cum)

@@ -17,6 +17,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
+from analysis.curves import protocol as authors
 from analysis.curves.data import Curve, load_curve
 from analysis.curves.features import Features, features
 from analysis.curves.intervals import IntervalModel, RefitPlan, calibrate, plan_refits
@@ -28,6 +29,13 @@ from models.base import jsonio
 from models.base.errors import AnalysisError
 
 __all__ = ["Curve", "CurveFitResult", "Features", "features", "fit_curve", "load_curve"]
+
+# How the parameters are found: "optimum", L-BFGS to the objective's minimum from a data-scaled
+# grid, annealing summed from the peak; "authors", Luo et al.'s code (`protocol.py`): warm-up
+# rises in the drop sum, their start, 200 early-stopped AdamW steps; "multistart", theirs from
+# every (C, beta, gamma) of `protocol.MULTISTART_GRID`, keeping the lowest objective.
+PROTOCOLS = ("optimum", "authors", "multistart")
+AUTHORS_PROTOCOLS = ("authors", "multistart")
 
 
 def _errors(pred: np.ndarray, actual: np.ndarray) -> dict:
@@ -75,6 +83,7 @@ class CurveFitResult:
     fixed: dict[str, float] = field(default_factory=dict)
     resolution: int = 32
     intervals: IntervalModel | None = None
+    protocol: str = "optimum"
 
     def _target(self, curve, steps) -> tuple[Curve, np.ndarray, Features]:
         curve = load_curve(curve)
@@ -84,7 +93,8 @@ class CurveFitResult:
                 f"curve {curve.name}: steps must lie within its logged schedule "
                 f"[0, {curve.steps[-1]}]; give the planned schedule to forecast further"
             )
-        return curve, t, features([(curve, t)], self.resolution)
+        F = features([(curve, t)], self.resolution, warmup_rises=self.protocol in AUTHORS_PROTOCOLS)
+        return curve, t, F
 
     def predict(self, curve, steps=None) -> np.ndarray:
         """Predicted loss of `curve` (a Curve, CSV path or run dir) at `steps` (default: its
@@ -106,6 +116,7 @@ class CurveFitResult:
     def to_dict(self) -> dict:
         return {
             "law": self.law,
+            "protocol": self.protocol,
             "param_names": list(self.param_names),
             "params": dict(self.params),
             "objective": self.objective,
@@ -178,10 +189,15 @@ def _log_starts(claw: CurveLaw, grid: np.ndarray | None, logy: np.ndarray, F: Fe
 
 
 def _problem(
-    claw: CurveLaw, parts, fixed: Mapping[str, float] | None, resolution: int, delta: float
+    claw: CurveLaw,
+    parts,
+    fixed: Mapping[str, float] | None,
+    resolution: int,
+    delta: float,
+    warmup_rises: bool = False,
 ) -> Problem:
     """The fit's features, log losses and fixed/free parameters, validated."""
-    F = features(parts, resolution)
+    F = features(parts, resolution, warmup_rises=warmup_rises)
     logy = np.log(np.concatenate([c.loss_at(t) for c, t in parts]))
     fixed = _check_fixed(claw, claw.name, dict(fixed or {}), F)
     free_idx = tuple(i for i, k in enumerate(claw.param_names) if k not in fixed)
@@ -216,18 +232,25 @@ def fit_curve(
     resolution: int = 32,
     delta: float = HUBER_DELTA,
     intervals: bool = True,
+    protocol: str = "optimum",
 ) -> CurveFitResult:
     """Fit a loss-curve law on `fit` curves (paths, run dirs, DataFrames or Curves) and predict.
 
     fit_until: only steps <= fit_until of the fitted curves enter the fit; their later steps are
     predicted (forecasting). predict: further curves predicted in full. The result's
     `predictions` maps curve name -> mean/max relative error, final loss (predicted, actual) and,
-    with `intervals` (default), the 90% interval per point and its coverage.
+    with `intervals` (default), the 90% interval per point and its coverage. protocol:
+    `PROTOCOLS`; "authors" (law mpl only) follows Luo et al.'s code, calibration refits included.
     """
     claw = get_curve_law(law)
+    _check_protocol(protocol, law, fixed, grid)
     curves, others = _load_all(fit, predict, resolution)
     parts = _fit_parts(curves, fit_until)
-    problem = _problem(claw, parts, fixed, resolution, delta)
+    problem = _problem(claw, parts, fixed, resolution, delta, warmup_rises=protocol in AUTHORS_PROTOCOLS)
+    if protocol in AUTHORS_PROTOCOLS:
+        base = _fit_authors(problem, parts, intervals, resolution, protocol)
+        fitted, predictions = _score(base, parts, others, fit_until)
+        return replace(base, fitted=fitted, predictions=predictions)
     starts = _log_starts(claw, grid, problem.logy, problem.F)[:, list(problem.free_idx)]
     plan = plan_refits(problem, parts, starts) if intervals else None
     r = minimize(problem, *_with_refits(problem, starts, plan))
@@ -255,6 +278,61 @@ def fit_curve(
     )
     fitted, predictions = _score(base, parts, others, fit_until)
     return replace(base, fitted=fitted, predictions=predictions)
+
+
+def _check_protocol(protocol: str, law: str, fixed, grid) -> None:
+    if protocol not in PROTOCOLS:
+        raise AnalysisError(f"unknown fit protocol {protocol!r}; known: {', '.join(PROTOCOLS)}")
+    if protocol in AUTHORS_PROTOCOLS and law != "mpl":
+        raise AnalysisError(
+            f"protocol {protocol} is Luo et al.'s multi-power-law fit; it needs law mpl, not {law}"
+        )
+    if protocol in AUTHORS_PROTOCOLS and (fixed or grid is not None):
+        raise AnalysisError(
+            f"protocol {protocol} fits every parameter from the authors' start; drop --fix / grid"
+        )
+
+
+def _fit_authors(problem: Problem, parts, intervals: bool, resolution: int, protocol: str) -> CurveFitResult:
+    """Luo et al.'s protocol (`protocol.py`), or ours on top of it (multistart): the main fit and
+    every calibration refit run their start and their AdamW loop (K runs each with multistart,
+    the lowest objective kept), one row of point weights per run, all runs in one vmapped loop."""
+    plan = plan_refits(problem, parts, np.zeros((1, len(problem.free_idx)))) if intervals else None
+    splits = plan.splits if plan is not None else ()
+    W = np.vstack([np.ones(problem.F.n)] + [s.train.astype(float) for s in splits])
+    anneal = authors.MULTISTART_GRID if protocol == "multistart" else (authors.ANNEAL_START,)
+    K = len(anneal)
+    p0 = authors.starts(problem, parts, W, anneal)
+    r = authors.adamw(problem, p0, np.repeat(W, K, axis=0))
+    f = r.f.reshape(len(W), K)
+    pick = np.arange(len(W)) * K + np.argmin(f, axis=1)  # the lowest objective of each row's K runs
+    i = int(pick[0])
+    if not np.isfinite(r.f[i]):
+        raise AnalysisError(
+            f"law mpl, protocol {protocol}: the fit ends at a non-finite objective; check the curves"
+        )
+    model = None
+    if splits:
+        logp = lambda p: np.log(np.where(p > 0, p, 1.0))  # noqa: E731  (rows with f = inf are skipped)
+        refit_plan = RefitPlan(splits, logp(p0[pick[1:]]), W[1:], 1)
+        model = calibrate(problem, parts, refit_plan, logp(r.params[pick[1:]]), r.f[pick[1:]])
+    stop = int(r.stop[i])
+    return CurveFitResult(
+        law=problem.law.name,
+        param_names=problem.law.param_names,
+        params={k: float(v) for k, v in zip(problem.law.param_names, r.params[i])},
+        objective=float(r.f[i]),
+        grad_norm=float(r.grad_norm[i]),
+        converged=stop in (1, 2),
+        status=f"AdamW stopped after {int(r.steps[i])} steps: {authors.STOP_NAMES[stop]}",
+        n_starts=K,
+        starts_at_optimum=int(np.sum(f[0] <= r.f[i] * (1 + 1e-6))),
+        n_points=problem.F.n,
+        fitted={},
+        resolution=resolution,
+        intervals=model,
+        protocol=protocol,
+    )
 
 
 def _with_refits(

@@ -1,0 +1,222 @@
+"""Luo et al.'s fitting protocol for the multi-power law (`fit-curve --law mpl --protocol authors`).
+
+What their public code does, read (not copied) at github.com/thu-yao-01-luo/MultiPowerLaw through
+its fork Morphorxz/dlt25-final, commit 4d20cd9037dd22d135e7f775739e3ae7d561cdee, whose
+`src/config.py` holds the README's parameters; the curves are the same release
+(`../shared/data/mpl_loss_curves/SOURCE.md`, commit 8da9f19):
+
+- the law (`src/models.py`, `MPL.forward`; `src/evaluation.py`, `evaluate_mpl`): the drop sum
+  runs over every step from 1 on, so the warm-up's rises enter LD as negative drops (their
+  schedules, `src/lr_schedules.py`, warm up linearly from 0); `features(warmup_rises=True)`;
+- the objective: Huber (delta 1e-3) of log loss minus log prediction (clamped at 1e-10), summed
+  over every logged step of the fitted curves, all weighted 1; parameters *not* as logs;
+- the start (`src/fitting.py`, `initialize_params`, `generate_init_params`): a slope and
+  intercept from regressing log(loss - min loss + 0.01) on log S1; L-BFGS-B (parameters >= 0)
+  from a 5 x 3 x 3 x 3 grid around them of a four-parameter stand-in,
+  L0 + A S1^-alpha - B (eta_peak - eta(t)); the best of those, with C = 1, beta = gamma = 0.5;
+- the optimiser (`src/fitting.py`, `mpl_adam_fit`; `src/utils.py`, `compute_loss`): AdamW
+  (torch defaults: betas 0.9 / 0.999, eps 1e-8, decoupled weight decay 0.01) with step size 5e-2
+  for L0, A, B, C and 5e-3 for alpha, beta, gamma, from that one start, at most 200 steps, stopped
+  when 20 steps in a row fail to lower the objective (after step 20) or the gradient's norm falls
+  below 1e-5; kept: the iterate after the best objective's step (their bookkeeping records the
+  parameters after `optimizer.step()`). That stops ~100 steps in, well before the optimum:
+  the early stop is the fit's regulariser (docs/analysis.md, "Accuracy on the MPL protocol");
+- the score (`src/evaluation.py`): per predicted curve the mean ("prede") and the largest
+  ("worste") |pred - loss| / loss over its logged steps, each then averaged over the curves: their
+  README's WorstE is a mean of per-curve worst points.
+
+Here every row of point weights (the main fit, and the calibration refits of `intervals.py`) gets
+its own start and its own AdamW run, all rows in one vmapped loop; the start's grid runs through
+the batched L-BFGS of `analysis/laws/lbfgs.py` on log parameters (positivity, their bounds).
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from functools import lru_cache
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from analysis.curves.data import Curve
+from analysis.curves.optimize import Problem, feature_dict
+from analysis.laws.fitting import huber
+from analysis.laws.lbfgs import LBFGSConfig, minimize_batch
+from models.base.errors import AnalysisError
+
+# The start's grid: L0 within +-0.2 of the lowest fitted loss (5 values), A within +-0.1 of the
+# regression's exp(intercept) and alpha within +-0.1 of its -slope (3 values each), B from 100 to
+# 1000 (3 values); 0.01 keeps log(loss - min loss) finite at the lowest point.
+INIT_L0_SPAN, INIT_L0_N = 0.2, 5
+INIT_A_SPAN, INIT_ALPHA_SPAN, INIT_AA_N = 0.1, 0.1, 3
+INIT_B_RANGE, INIT_B_N = (100.0, 1000.0), 3
+INIT_LOSS_OFFSET = 0.01
+ANNEAL_START = (1.0, 0.5, 0.5)  # C, beta, gamma at the AdamW start
+
+# `--protocol multistart` (ours, not theirs): their AdamW run from every (C, beta, gamma) of a
+# grid around their start (C halved and doubled, beta and gamma +-0.2), keeping the run with the
+# lowest objective. Their single run is fragile: a 0.3% change of its start (alpha 0.4971 instead
+# of 0.4987, from a warm-up 16 steps longer) stops it after 40 steps at 4x their PredE on 25M.
+MULTISTART_C, MULTISTART_EXPONENTS = (0.5, 1.0, 2.0), (0.3, 0.5, 0.7)
+MULTISTART_GRID = tuple(itertools.product(MULTISTART_C, MULTISTART_EXPONENTS, MULTISTART_EXPONENTS))
+INIT_CFG = LBFGSConfig(max_evals=2000, ftol=1e-12)  # the stand-in's fit (theirs: ftol 1e-9, gtol 1e-6)
+
+# AdamW: torch.optim.AdamW's defaults (their fit sets only the step sizes).
+ADAM_BETA1, ADAM_BETA2, ADAM_EPS, ADAM_WEIGHT_DECAY = 0.9, 0.999, 1e-8, 1e-2
+STEP_SCALE = 5e-2  # step size of L0, A, B, C
+STEP_EXPONENT = 5e-3  # step size of alpha, beta, gamma
+MAX_STEPS, PATIENCE, GRAD_STOP = 200, 20, 1e-5
+PRED_FLOOR = 1e-10  # their clamp of the prediction before its log
+
+EXPONENTS = ("alpha", "beta", "gamma")
+STOP_NAMES = {0: "max steps", 1: "no improvement for 20 steps", 2: "gradient norm below 1e-5"}
+MPL_PARAMS = ("L0", "A", "alpha", "B", "C", "beta", "gamma")
+
+
+def _stand_in_inputs(parts: list[tuple[Curve, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+    """(log S1, eta_peak - eta(t)) per fitted point: the start's four-parameter model. eta(t) is
+    the rate logged at t and eta_peak the curve's largest logged rate (their 3e-4)."""
+    logS1, gap = [], []
+    for c, t in parts:
+        logS1.append(np.log(np.cumsum(c.schedule())[t]))
+        gap.append(np.max(c.lr) - c.lr[np.searchsorted(c.steps, t)])
+    return np.concatenate(logS1), np.concatenate(gap)
+
+
+def _stand_in_objective(theta, logS1, gap, logy, w, delta):
+    L0, A, alpha, B = (jnp.exp(theta[i]) for i in range(4))
+    pred = L0 + A * jnp.exp(-alpha * logS1) - B * gap
+    r = logy - jnp.log(jnp.where(pred > 0, pred, jnp.nan))
+    return jnp.sum(w * huber(r, delta))
+
+
+def _grid(logy: np.ndarray, logS1: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """Their start grid for the points with weight > 0 (public L0, A, alpha, B rows)."""
+    keep = w > 0
+    y, x = np.exp(logy[keep]), logS1[keep]
+    lmin = float(y.min())
+    slope, intercept = np.polyfit(x, np.log(y - lmin + INIT_LOSS_OFFSET), 1)
+    rows = itertools.product(
+        np.linspace(lmin - INIT_L0_SPAN, lmin + INIT_L0_SPAN, INIT_L0_N),
+        np.linspace(np.exp(intercept) - INIT_A_SPAN, np.exp(intercept) + INIT_A_SPAN, INIT_AA_N),
+        np.linspace(-slope - INIT_ALPHA_SPAN, -slope + INIT_ALPHA_SPAN, INIT_AA_N),
+        np.linspace(*INIT_B_RANGE, INIT_B_N),
+    )
+    grid = np.array(list(rows))
+    # L-BFGS-B starts on its bounds where a grid value is negative; logs need a positive start.
+    return np.maximum(grid, 1e-6)
+
+
+def starts(problem: Problem, parts, weights: np.ndarray, anneal=(ANNEAL_START,)) -> np.ndarray:
+    """Their start for every row of point `weights`, once per row of `anneal` (C, beta, gamma):
+    (R * K, 7) public MPL parameters, the K rows of one weight row together."""
+    logS1, gap = _stand_in_inputs(parts)
+    grids = [_grid(problem.logy, logS1, w) for w in weights]
+    G = grids[0].shape[0]
+    x0 = np.log(np.vstack(grids))
+    W = np.repeat(weights, G, axis=0)
+    with jax.enable_x64(True):
+        fun = _stand_in_fun(problem.delta)
+        args = (jnp.asarray(logS1), jnp.asarray(gap), jnp.asarray(problem.logy), jnp.asarray(W))
+        r = minimize_batch(fun, x0, args, batched_args=(False, False, False, True), cfg=INIT_CFG, slots=256)
+    f = np.where(np.isfinite(r.f), r.f, np.inf).reshape(len(weights), G)
+    best = np.argmin(f, axis=1)
+    if not np.all(np.isfinite(f[np.arange(len(weights)), best])):
+        raise AnalysisError(
+            "mpl --protocol authors: the start's power-law fit is not finite; check the curves"
+        )
+    four = np.exp(r.x.reshape(len(weights), G, 4)[np.arange(len(weights)), best])
+    anneal = np.asarray(anneal, float)
+    return np.hstack([np.repeat(four, len(anneal), axis=0), np.tile(anneal, (len(weights), 1))])
+
+
+@lru_cache(maxsize=None)
+def _stand_in_fun(delta: float):
+    return lambda theta, logS1, gap, logy, w: _stand_in_objective(theta, logS1, gap, logy, w, delta)
+
+
+@dataclass(frozen=True)
+class AdamWResult:
+    """Per row: the kept parameters (public), the objective and its gradient's infinity norm
+    there, AdamW steps taken, stop code (`STOP_NAMES`)."""
+
+    params: np.ndarray
+    f: np.ndarray
+    grad_norm: np.ndarray
+    steps: np.ndarray
+    stop: np.ndarray
+
+
+@lru_cache(maxsize=None)
+def _adamw_program(law, delta: float, n: int, keep_evaluated: bool = False):
+    step_size = jnp.asarray([STEP_EXPONENT if k in EXPONENTS else STEP_SCALE for k in law.param_names])
+
+    def objective(p, F, logy, w):
+        pred = law.predict(p, F, n)
+        return jnp.sum(w * huber(logy - jnp.log(jnp.maximum(pred, PRED_FLOOR)), delta))
+
+    value_and_grad = jax.value_and_grad(objective)
+
+    def run(p0, F, logy, w):
+        z = jnp.zeros_like(p0)
+        inf = jnp.asarray(jnp.inf, p0.dtype)
+        init = (0, p0, z, z, inf, 0, inf, p0, -1)
+
+        def cond(s):
+            return (s[0] < MAX_STEPS) & (s[8] < 0)
+
+        def body(s):
+            i, p, m, v, f_min, stale, f_best, p_best, _ = s
+            f, g = value_and_grad(p, F, logy, w)
+            f = jnp.where(jnp.isfinite(f), f, inf)
+            g = jnp.where(jnp.isfinite(g), g, 0.0)
+            t = i + 1
+            m = ADAM_BETA1 * m + (1 - ADAM_BETA1) * g
+            v = ADAM_BETA2 * v + (1 - ADAM_BETA2) * g * g
+            m_hat, v_hat = m / (1 - ADAM_BETA1**t), v / (1 - ADAM_BETA2**t)
+            p_new = p * (1 - step_size * ADAM_WEIGHT_DECAY) - step_size * m_hat / (jnp.sqrt(v_hat) + ADAM_EPS)
+            better = f < f_min
+            f_min = jnp.where(better, f, f_min)
+            stale = jnp.where(better, 0, stale + 1)
+            stop = jnp.where(
+                (i > PATIENCE) & (stale >= PATIENCE), 1, jnp.where(jnp.linalg.norm(g) < GRAD_STOP, 2, -1)
+            )
+            keep = (stop < 0) & (f < f_best)
+            return (
+                t,
+                p_new,
+                m,
+                v,
+                f_min,
+                stale,
+                jnp.where(keep, f, f_best),
+                jnp.where(keep, p if keep_evaluated else p_new, p_best),
+                stop,
+            )
+
+        s = jax.lax.while_loop(cond, body, init)
+        return s[7], s[0], jnp.maximum(s[8], 0)
+
+    return jax.jit(jax.vmap(run, in_axes=(0, None, None, 0))), jax.jit(
+        jax.vmap(value_and_grad, (0, None, None, 0))
+    )
+
+
+def adamw(problem: Problem, p0: np.ndarray, weights: np.ndarray, keep_evaluated: bool = False) -> AdamWResult:
+    """Their AdamW run from every row of public starts `p0`, row i weighting the points by
+    `weights[i]`; the objective is recomputed at the kept parameters. keep_evaluated: keep the
+    iterate whose objective was the lowest (theirs keeps the one after it)."""
+    if problem.free_idx != tuple(range(len(problem.law.param_names))):
+        raise AnalysisError("mpl --protocol authors fits every parameter; drop --fix")
+    run, objective = _adamw_program(problem.law, problem.delta, problem.F.n, keep_evaluated)
+    with jax.enable_x64(True):
+        F, logy, w = feature_dict(problem.F), jnp.asarray(problem.logy), jnp.asarray(weights, jnp.float64)
+        p, steps, stop = run(jnp.asarray(p0, jnp.float64), F, logy, w)
+        f, g = objective(p, F, logy, w)
+    p, f, g = np.asarray(p), np.asarray(f), np.asarray(g)
+    ok = np.isfinite(f) & np.all(p > 0, axis=1)
+    return AdamWResult(
+        p, np.where(ok, f, np.inf), np.max(np.abs(g), axis=1), np.asarray(steps), np.asarray(stop)
+    )
