@@ -269,7 +269,10 @@ def parse_row(
                 )
             return (
                 shape,
-                apply_framework(_layout(row, i), row_framework(row, default_fw)),
+                # mixed-device stages are Megatron-style (hetero_pipeline.py): no GSPMD pipeline
+                apply_framework(_layout(row, i), row_framework(row, default_fw)).replace(
+                    gspmd_pipeline=False
+                ),
                 _mixed(row, hw_name, i),
             )
         for col in ("mixed_mode", "stage_layers"):
