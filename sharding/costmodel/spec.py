@@ -20,6 +20,7 @@ from models.base.configs import is_int
 from models.base.errors import AnalysisError
 from models.config import Remat
 from models.shapes import LLAMA_MULTIPLE_OF, swiglu_d_ff
+from sharding.layouts import PipelineSchedule
 from sharding.validate import head_splits, sequence_split
 
 
@@ -212,14 +213,8 @@ class Precision:
         return self.grad_bytes if self.grad_reduce_bytes is None else self.grad_reduce_bytes
 
 
-class Schedule(enum.StrEnum):
-    """`Layout.pipeline_schedule`: the trainer's `sharding.pipeline_schedule` names
-    (sharding/layouts.py `PipelineSchedule`), for the schedules the cost model times."""
-
-    GPIPE = "gpipe"
-    ONE_F_ONE_B = "1f1b"
-    INTERLEAVED = "interleaved"
-    BREADTH_FIRST = "breadth_first"
+# `Layout.pipeline_schedule`: the trainer's `sharding.pipeline_schedule` names, one enum for both
+Schedule = PipelineSchedule
 
 
 PIPELINE_SCHEDULES = tuple(s.value for s in Schedule)
