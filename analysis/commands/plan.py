@@ -71,6 +71,30 @@ def _positive_int(text: str) -> int:
     return v
 
 
+def _add_costmodel_arguments(p: argparse.ArgumentParser) -> None:
+    """The options that choose the cost model's constants: a fitted file, a stack, measured rows."""
+    p.add_argument(
+        "--efficiency",
+        type=pathlib.Path,
+        metavar="EFF.json",
+        help="efficiency constants fitted to your own runs (`python -m analysis "
+        "layout-eval --calibrate SWEEP_DIR`); default: Hagemann et al.'s A100 fit",
+    )
+    p.add_argument(
+        "--framework",
+        default=DEFAULT_FRAMEWORK.value,
+        help=f"the training stack: {' | '.join(FRAMEWORKS)} (default {DEFAULT_FRAMEWORK.value}: this "
+        "repository's trainer); its layouts, program and efficiency profile",
+    )
+    p.add_argument(
+        "--calibrate",
+        type=pathlib.Path,
+        metavar="MEASURED.csv|SWEEP_DIR",
+        help="refit the framework's profile to measured rows (layout-eval columns + "
+        "measured_step_time_s or measured_tokens_per_s) or a trainer sweep, then plan with it",
+    )
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "plan", help="scaling law + cost model -> model size, tokens, layout", description=__doc__
@@ -124,26 +148,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--top", type=_positive_int, default=8, help="candidates to list")
     add_json_argument(p, "the plan ({'best': ..., 'candidates': [...], 'N_opt', 'D_opt', ...})")
     p.add_argument("--markdown", type=pathlib.Path, help="write a planning section for a report")
-    p.add_argument(
-        "--efficiency",
-        type=pathlib.Path,
-        metavar="EFF.json",
-        help="efficiency constants fitted to your own runs (`python -m analysis "
-        "layout-eval --calibrate SWEEP_DIR`); default: Hagemann et al.'s A100 fit",
-    )
-    p.add_argument(
-        "--framework",
-        default=DEFAULT_FRAMEWORK.value,
-        help=f"the training stack: {' | '.join(FRAMEWORKS)} (default {DEFAULT_FRAMEWORK.value}: this "
-        "repository's trainer); its layouts, program and efficiency profile",
-    )
-    p.add_argument(
-        "--calibrate",
-        type=pathlib.Path,
-        metavar="MEASURED.csv|SWEEP_DIR",
-        help="refit the framework's profile to measured rows (layout-eval columns + "
-        "measured_step_time_s or measured_tokens_per_s) or a trainer sweep, then plan with it",
-    )
+    _add_costmodel_arguments(p)
     p.add_argument(
         "--offload",
         action="store_true",
