@@ -28,6 +28,8 @@ its fork Morphorxz/dlt25-final, commit 4d20cd9037dd22d135e7f775739e3ae7d561cdee,
 Here every row of point weights (the main fit, and the calibration refits of `intervals.py`) gets
 its own start and its own AdamW run, all rows in one vmapped loop; the start's grid runs through
 the batched L-BFGS of `analysis/laws/lbfgs.py` on log parameters (positivity, their bounds).
+Beyond theirs, `MULTISTART_GRID` (`--protocol multistart`) runs AdamW from 27 annealing starts per
+row and keeps the lowest objective (docs/analysis.md, "Accuracy on the MPL protocol").
 """
 
 from __future__ import annotations
@@ -71,8 +73,12 @@ MAX_STEPS, PATIENCE, GRAD_STOP = 200, 20, 1e-5
 PRED_FLOOR = 1e-10  # their clamp of the prediction before its log
 
 EXPONENTS = ("alpha", "beta", "gamma")
-STOP_NAMES = {0: "max steps", 1: "no improvement for 20 steps", 2: "gradient norm below 1e-5"}
-MPL_PARAMS = ("L0", "A", "alpha", "B", "C", "beta", "gamma")
+STOP_NAMES = {
+    0: "max steps",
+    1: f"no improvement for {PATIENCE} steps",
+    2: f"gradient norm below {GRAD_STOP:g}",
+}
+GRID_FLOOR = 1e-6  # a grid value <= 0 starts here (L-BFGS-B would start on its bound at 0; logs cannot)
 
 
 def _stand_in_inputs(parts: list[tuple[Curve, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
@@ -104,9 +110,7 @@ def _grid(logy: np.ndarray, logS1: np.ndarray, w: np.ndarray) -> np.ndarray:
         np.linspace(-slope - INIT_ALPHA_SPAN, -slope + INIT_ALPHA_SPAN, INIT_AA_N),
         np.linspace(*INIT_B_RANGE, INIT_B_N),
     )
-    grid = np.array(list(rows))
-    # L-BFGS-B starts on its bounds where a grid value is negative; logs need a positive start.
-    return np.maximum(grid, 1e-6)
+    return np.maximum(np.array(list(rows)), GRID_FLOOR)
 
 
 def starts(problem: Problem, parts, weights: np.ndarray, anneal=(ANNEAL_START,)) -> np.ndarray:
