@@ -67,9 +67,11 @@ def register(subparsers) -> None:
 
 def _print_result(r) -> None:
     print(f"law {r.law} (protocol {r.protocol}): " + ", ".join(f"{k}={v:.6g}" for k, v in r.params.items()))
-    print(
-        f"  objective {r.objective:.6g}, {r.starts_at_optimum}/{r.n_starts} starts at the optimum; {r.status}"
-    )
+    if r.protocol == "optimum":
+        runs = f"{r.starts_at_optimum}/{r.n_starts} starts at the optimum"
+    else:  # early-stopped by design: no optimum to report
+        runs = f"lowest of {r.n_starts} AdamW run(s)"
+    print(f"  objective {r.objective:.6g}, {runs}; {r.status}")
     if r.intervals is not None:
         m = r.intervals
         print(
