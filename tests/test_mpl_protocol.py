@@ -148,3 +148,15 @@ def test_cli_authors_protocol_json(shared_data, tmp_path):
     assert j["protocol"] == "authors" and j["n_starts"] == 1
     assert j["predictions"]["wsdld_20000_24000"]["mean_rel_error"] < 0.01
     assert set(j["interval_model"]["refits"]) == {"first 0.5", "first 0.33"}
+
+
+def test_warmup_steps_end_the_linear_warmup_there():
+    """`warmup_steps=W`: the rate rises linearly from 0 to the first logged rate at step W and holds
+    it up to the first logged step; by default the rise ends at the first logged step."""
+    from analysis.curves.data import Curve
+
+    steps, lr = np.array([100, 200, 300]), np.array([1.0, 1.0, 0.5])
+    eta = Curve("c", steps, np.ones(3), lr, warmup_steps=80).schedule()
+    assert eta[0] == 0 and eta[40] == pytest.approx(0.5) and np.all(eta[80:201] == 1.0)
+    eta = Curve("c", steps, np.ones(3), lr).schedule()
+    assert eta[50] == pytest.approx(0.5) and eta[80] == pytest.approx(0.8) and eta[100] == 1.0
