@@ -125,3 +125,6 @@ def main(argv: list[str] | None = None) -> int:
     except (PermissionError, IsADirectoryError) as e:
         print(f"error: cannot use {e.filename or e}: {e.strerror}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # stdout closed early (`| head`): the --json file is already written
+        sys.stdout = None  # nothing more to flush to the closed pipe at exit
+        return 0

@@ -16,7 +16,8 @@ Paper figures for comparison (their README): PredE 0.110% / 0.142%, WorstE 0.41%
 25M / 100M (0.168% / 1.00% for their 400M set, not in the shared data).
 
 `--protocol` picks how the MPL is fitted (`analysis/curves/fitting.py`, `PROTOCOLS`): optimum
-(ours, the default), authors (Luo et al.'s code, `analysis/curves/protocol.py`) or multistart.
+(ours; the default for tissue), authors (Luo et al.'s code, `analysis/curves/protocol.py`) or
+multistart (the default for mpl).
 The curves' warm-up is 2160 steps (SOURCE.md), while some are logged first at step 2176.
 
     python benchmarks/curve_forecast.py [--sizes 25 100] [--law mpl] [--protocol authors] [--per-point]
@@ -58,7 +59,7 @@ def summary(result) -> dict:
 
 
 def run_size(
-    size: str, law: str, per_point: bool, protocol: str = "optimum", warmup_steps=WARMUP_STEPS
+    size: str, law: str, per_point: bool, protocol: str | None = None, warmup_steps=WARMUP_STEPS
 ) -> dict:
     d = DATA / f"csv_{size}"
     load = lambda k: load_curve(d / f"{k}.csv", warmup_steps=warmup_steps)  # noqa: E731
@@ -68,7 +69,7 @@ def run_size(
     s = summary(r)
     m = r.intervals
     print(
-        f"{size}M {law} ({protocol}): mean {s['mean']:.3%}  worst {s['worst']:.3%}  "
+        f"{size}M {law} ({r.protocol}): mean {s['mean']:.3%}  worst {s['worst']:.3%}  "
         f"mean-of-worst {s['mean_of_worst']:.3%}  "
         f"| 90% intervals: coverage {s['coverage']:.1%}, mean width {s['width']:.2%} of the loss "
         f"(jackknife+ over {len(m.refits)} refits, {len(m.units)} units)  | {wall:.1f} s"
@@ -89,7 +90,9 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", nargs="+", default=["25", "100"], choices=["25", "100"])
     ap.add_argument("--law", default="mpl", choices=["mpl", "tissue"])
-    ap.add_argument("--protocol", default="optimum", choices=PROTOCOLS, help="how the law is fitted")
+    ap.add_argument(
+        "--protocol", default=None, choices=PROTOCOLS, help="how the law is fitted (default: fit-curve's)"
+    )
     ap.add_argument(
         "--warmup-steps",
         type=int,

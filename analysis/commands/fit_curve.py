@@ -52,9 +52,10 @@ def register(subparsers) -> None:
     )
     p.add_argument(
         "--protocol",
-        default="optimum",
-        help="how the parameters are found: optimum (L-BFGS to the objective's minimum; default), "
-        "authors (Luo et al.'s MPL fit) or multistart (theirs from several starts)",
+        default=None,
+        help="how the parameters are found: optimum (L-BFGS to the objective's minimum), authors "
+        "(Luo et al.'s MPL fit) or multistart (theirs from several starts, the lowest objective); "
+        "default: multistart for mpl (without --fix), optimum otherwise",
     )
     p.add_argument(
         "--no-intervals",
