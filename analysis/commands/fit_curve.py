@@ -67,8 +67,10 @@ def register(subparsers) -> None:
 
 
 def _print_result(r) -> None:
+    from analysis.curves.fitting import FitProtocol
+
     print(f"law {r.law} (protocol {r.protocol}): " + ", ".join(f"{k}={v:.6g}" for k, v in r.params.items()))
-    if r.protocol == "optimum":
+    if r.protocol == FitProtocol.OPTIMUM:
         runs = f"{r.starts_at_optimum}/{r.n_starts} starts at the optimum"
     else:  # early-stopped by design: no optimum to report
         runs = f"lowest of {r.n_starts} AdamW run(s)"

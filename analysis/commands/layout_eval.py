@@ -333,10 +333,8 @@ def _clean(v: Any) -> Any:
 
 
 def _check_framework_arg(args: argparse.Namespace) -> Framework:
-    try:
-        return parse_framework(args.framework, "--framework")
-    except LayoutError as e:
-        raise AnalysisError(str(e)) from None
+    """`--framework` as a `Framework` (its LayoutError is an AnalysisError: one line, exit 2)."""
+    return parse_framework(args.framework, "--framework")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -359,16 +357,12 @@ def run(args: argparse.Namespace) -> int:
     prec = PRECISIONS[args.precision]
     hw_cache: dict = {}
     parsed = [parse_row(r, i + 1, args.hardware, hw_cache, default_fw) for i, r in enumerate(rows)]
-    fws = [row_framework(r, default_fw) for r in rows]
     if cal is not None:
         eff = _calibrate(rows, parsed, prec, load_efficiency(args.efficiency), cal)
         effs = {fw: eff for fw in Framework}
     else:
         effs = profile_effs(args.efficiency)
-    out = [
-        _predict_row(r, shape, layout, hw, prec, effs[fw], fw)
-        for r, (shape, layout, hw), fw in zip(rows, parsed, fws)
-    ]
+    fws, out = _predict_rows(rows, parsed, default_fw, effs, prec)
     _print_table(parsed, out)
     used = sorted(set(fws))
     emit_json(
@@ -381,6 +375,18 @@ def run(args: argparse.Namespace) -> int:
         },
     )
     return 0
+
+
+def _predict_rows(
+    rows: list[dict], parsed: list, default_fw: Framework, effs: dict[Framework, Efficiency], prec
+) -> tuple[list[Framework], list[dict]]:
+    """(each row's framework, its prediction with that framework's constants in `effs`)."""
+    fws = [row_framework(r, default_fw) for r in rows]
+    out = [
+        _predict_row(r, shape, layout, hw, prec, effs[fw], fw)
+        for r, (shape, layout, hw), fw in zip(rows, parsed, fws)
+    ]
+    return fws, out
 
 
 def profile_effs(path: pathlib.Path | None) -> dict[Framework, Efficiency]:
@@ -767,18 +773,13 @@ def _predict_file(
 ) -> None:
     """Predict `path`'s rows: the calibrated framework's with the refit, the others with their profiles."""
     rows = read_rows(path)
-    prec = PRECISIONS[args.precision]
     hw_cache: dict = {}
     parsed = [parse_row(r, i + 1, args.hardware, hw_cache, default_fw) for i, r in enumerate(rows)]
-    fws = [row_framework(r, default_fw) for r in rows]
     effs = profile_effs(args.efficiency)
     effs[cal.framework] = cal.efficiency
-    out = [
-        _predict_row(r, shape, layout, hw, prec, effs[fw], fw)
-        for r, (shape, layout, hw), fw in zip(rows, parsed, fws)
-    ]
-    for rec in out:
-        iv = effs[parse_framework(rec["framework"])].rate_interval(rec["pred_mfu"], rec["pred_mfu"])
+    fws, out = _predict_rows(rows, parsed, default_fw, effs, PRECISIONS[args.precision])
+    for rec, fw in zip(out, fws):
+        iv = effs[fw].rate_interval(rec["pred_mfu"], rec["pred_mfu"])
         rec["pred_mfu_interval"] = list(iv) if iv else None
     _print_table(parsed, out)
     emit_json(

@@ -46,9 +46,8 @@ from analysis.planning.planner import DEFAULT_BATCH_TOKENS, band_text, efficienc
 from analysis.planning.recipe import load_hparam_set
 from models.base.errors import AnalysisError
 from sharding.costmodel import MFU_CONVENTION
-from sharding.costmodel.frameworks import DEFAULT_FRAMEWORK, FRAMEWORKS, parse_framework
+from sharding.costmodel.frameworks import DEFAULT_FRAMEWORK, FRAMEWORKS, Framework, parse_framework
 from sharding.costmodel.hetero import is_mixed
-from sharding.costmodel.spec import LayoutError
 
 
 def _positive_float(text: str) -> float:
@@ -176,10 +175,7 @@ def run(args: argparse.Namespace) -> int:
                 "--budget C with --unique-tokens U"
             )
         return _run_data_limit(args, data_law)
-    try:
-        fw = parse_framework(args.framework, "--framework")
-    except LayoutError as e:
-        raise AnalysisError(str(e)) from None
+    fw = parse_framework(args.framework, "--framework")  # a LayoutError: one line, exit 2
     eff = load_efficiency(args.efficiency) if args.efficiency is not None else None
     calibration = None
     if args.calibrate is not None:
@@ -240,7 +236,7 @@ def _calibration(args: argparse.Namespace, fw):
 
     path = args.calibrate
     if path.is_dir():
-        if fw.value != "jax":
+        if fw != Framework.JAX:
             raise AnalysisError(
                 f"--calibrate {path} is a trainer sweep (the jax framework); drop --framework "
                 f"{fw.value}, or give measured rows of {fw.value} as MEASURED.csv"

@@ -12,6 +12,7 @@ Loading curves and rebuilding their schedules is `data.py`; the law inputs are `
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass, field, replace
 from typing import Mapping, Sequence
 
@@ -28,14 +29,21 @@ from analysis.laws.lbfgs import CONVERGED_CODES, STATUS_NAMES
 from models.base import jsonio
 from models.base.errors import AnalysisError
 
-__all__ = ["Curve", "CurveFitResult", "Features", "features", "fit_curve", "load_curve"]
+__all__ = ["Curve", "CurveFitResult", "Features", "FitProtocol", "features", "fit_curve", "load_curve"]
 
-# How the parameters are found: "optimum", L-BFGS to the objective's minimum from a data-scaled
-# grid, annealing summed from the peak; "authors", Luo et al.'s code (`protocol.py`): warm-up
-# rises in the drop sum, their start, 200 early-stopped AdamW steps; "multistart", theirs from
-# every (C, beta, gamma) of `protocol.MULTISTART_GRID`, keeping the lowest objective.
-PROTOCOLS = ("optimum", "authors", "multistart")
-AUTHORS_PROTOCOLS = ("authors", "multistart")
+
+class FitProtocol(enum.StrEnum):
+    """How the parameters are found (`fit-curve --protocol`, JSON `protocol`)."""
+
+    OPTIMUM = "optimum"  # L-BFGS to the objective's minimum from a data-scaled grid
+    # Luo et al.'s code (`protocol.py`): warm-up rises in the drop sum, their start, 200
+    # early-stopped AdamW steps
+    AUTHORS = "authors"
+    MULTISTART = "multistart"  # theirs from every (C, beta, gamma) of MULTISTART_GRID, lowest objective
+
+
+PROTOCOLS = tuple(p.value for p in FitProtocol)
+AUTHORS_PROTOCOLS = (FitProtocol.AUTHORS, FitProtocol.MULTISTART)
 
 
 def default_protocol(law: str, fixed: Mapping[str, float] | None = None, grid=None) -> str:
@@ -44,8 +52,8 @@ def default_protocol(law: str, fixed: Mapping[str, float] | None = None, grid=No
     the early-stopped fit extrapolates better, docs/analysis.md), optimum for tissue and for fits
     that hold parameters fixed or pass a start grid (which the AdamW protocols do not take)."""
     if law == "mpl" and not fixed and grid is None:
-        return "multistart"
-    return "optimum"
+        return FitProtocol.MULTISTART
+    return FitProtocol.OPTIMUM
 
 
 def _errors(pred: np.ndarray, actual: np.ndarray) -> dict:
@@ -93,7 +101,7 @@ class CurveFitResult:
     fixed: dict[str, float] = field(default_factory=dict)
     resolution: int = 32
     intervals: IntervalModel | None = None
-    protocol: str = "optimum"
+    protocol: str = FitProtocol.OPTIMUM.value
 
     def _target(self, curve, steps) -> tuple[Curve, np.ndarray, Features]:
         curve = load_curve(curve)
@@ -254,8 +262,8 @@ def fit_curve(
     None: `default_protocol`.
     """
     claw = get_curve_law(law)
-    protocol = default_protocol(law, fixed, grid) if protocol is None else protocol
-    _check_protocol(protocol, law, fixed, grid)
+    chosen = default_protocol(law, fixed, grid) if protocol is None else protocol
+    protocol = _check_protocol(chosen, law, fixed, grid)
     curves, others = _load_all(fit, predict, resolution)
     parts = _fit_parts(curves, fit_until)
     problem = _problem(claw, parts, fixed, resolution, delta, warmup_rises=protocol in AUTHORS_PROTOCOLS)
@@ -292,9 +300,11 @@ def fit_curve(
     return replace(base, fitted=fitted, predictions=predictions)
 
 
-def _check_protocol(protocol: str, law: str, fixed, grid) -> None:
+def _check_protocol(protocol: str, law: str, fixed, grid) -> FitProtocol:
+    """`protocol` as a FitProtocol that can fit `law` (one-line errors otherwise)."""
     if protocol not in PROTOCOLS:
         raise AnalysisError(f"unknown fit protocol {protocol!r}; known: {', '.join(PROTOCOLS)}")
+    protocol = FitProtocol(protocol)
     if protocol in AUTHORS_PROTOCOLS and law != "mpl":
         raise AnalysisError(
             f"protocol {protocol} is Luo et al.'s multi-power-law fit; it needs law mpl, not {law}"
@@ -303,6 +313,7 @@ def _check_protocol(protocol: str, law: str, fixed, grid) -> None:
         raise AnalysisError(
             f"protocol {protocol} fits every parameter from the authors' start; drop --fix / grid"
         )
+    return protocol
 
 
 def _fit_authors(problem: Problem, parts, intervals: bool, resolution: int, protocol: str) -> CurveFitResult:
@@ -312,7 +323,7 @@ def _fit_authors(problem: Problem, parts, intervals: bool, resolution: int, prot
     plan = plan_refits(problem, parts, np.zeros((1, len(problem.free_idx)))) if intervals else None
     splits = plan.splits if plan is not None else ()
     W = np.vstack([np.ones(problem.F.n)] + [s.train.astype(float) for s in splits])
-    anneal = authors.MULTISTART_GRID if protocol == "multistart" else (authors.ANNEAL_START,)
+    anneal = authors.MULTISTART_GRID if protocol == FitProtocol.MULTISTART else (authors.ANNEAL_START,)
     K = len(anneal)
     p0 = authors.starts(problem, parts, W, anneal)
     r = authors.adamw(problem, p0, np.repeat(W, K, axis=0))
@@ -343,7 +354,7 @@ def _fit_authors(problem: Problem, parts, intervals: bool, resolution: int, prot
         fitted={},
         resolution=resolution,
         intervals=model,
-        protocol=protocol,
+        protocol=protocol.value,
     )
 
 

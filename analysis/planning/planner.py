@@ -607,10 +607,7 @@ def plan(
     `framework` (megatron | deepspeed | fsdp | jax): the stack whose layouts are searched, with its
     implementation flags and, unless `eff` is given, its efficiency profile
     (sharding/costmodel/frameworks.py). `calibration`: what `eff` was refitted on (for the JSON)."""
-    try:
-        fw = parse_framework(framework, "--framework")
-    except LayoutError as e:
-        raise AnalysisError(str(e)) from None
+    fw = parse_framework(framework, "--framework")
     eff = framework_efficiency(fw) if eff is None else eff
     req = check_request(
         budget_flops,

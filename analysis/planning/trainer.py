@@ -185,7 +185,10 @@ def overrides(shape: ModelShape, layout: Layout, tokens: float) -> list[str]:
             f"sharding.virtual_stages={layout.interleave}",
         ]
     elif layout.pp > 1 and layout.interleave > 1:
-        out += ["sharding.pipeline_schedule=interleaved", f"sharding.virtual_stages={layout.interleave}"]
+        out += [
+            f"sharding.pipeline_schedule={Schedule.INTERLEAVED.value}",
+            f"sharding.virtual_stages={layout.interleave}",
+        ]
     elif layout.pp > 1 and "pipeline_schedule" in trainer_features():
         out.append("sharding.pipeline_schedule=1f1b")  # the cost model's schedule
     out.append(f"train.batch_size={layout.global_batch}")

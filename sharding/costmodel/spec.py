@@ -21,7 +21,7 @@ from models.base.errors import AnalysisError
 from models.config import Remat
 from models.shapes import LLAMA_MULTIPLE_OF, swiglu_d_ff
 from sharding.layouts import PipelineSchedule
-from sharding.validate import head_splits, sequence_split
+from sharding.validate import PIPELINE_SCHEDULES, head_splits, sequence_split
 
 
 class LayoutAttention(enum.StrEnum):
@@ -215,9 +215,6 @@ class Precision:
 
 # `Layout.pipeline_schedule`: the trainer's `sharding.pipeline_schedule` names, one enum for both
 Schedule = PipelineSchedule
-
-
-PIPELINE_SCHEDULES = tuple(s.value for s in Schedule)
 
 
 BF16_MIXED = Precision()
