@@ -45,8 +45,9 @@ import pandas as pd  # noqa: E402
 from scipy.optimize import minimize  # noqa: E402
 from scipy.special import huber  # noqa: E402
 
-from analysis.laws.fitting import bootstrap_counts, fit_law  # noqa: E402
+from analysis.laws.fitting import fit_law  # noqa: E402
 from analysis.laws.registry import CHINCHILLA_GRID  # noqa: E402
+from analysis.validation import bootstrap_counts  # noqa: E402
 
 DATA = (
     pathlib.Path(__file__).resolve().parents[1].parent

@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis.laws import intervals
+from analysis import validation
 from analysis.laws.fitting import fit_law
 
 
@@ -16,43 +16,43 @@ def test_drift_is_recovered_from_fold_errors():
     rng = np.random.default_rng(0)
     d = rng.uniform(0.05, 1.0, 20000)
     e = rng.normal(0, np.sqrt(0.004**2 + (0.012 * d) ** 2))
-    budget, drift = intervals.drift_from_folds([e], [d], 0.004)
+    budget, drift = validation.drift_from_folds([e], [d], 0.004)
     assert drift == pytest.approx(0.012, rel=0.05) and budget < 0.002
     # a whole-budget offset shows as the intercept, not as drift
     e2 = rng.normal(0, np.sqrt(0.004**2 + 0.006**2 + (0.01 * d) ** 2))
-    budget, drift = intervals.drift_from_folds([e2], [d], 0.004)
+    budget, drift = validation.drift_from_folds([e2], [d], 0.004)
     assert budget == pytest.approx(0.006, rel=0.15) and drift == pytest.approx(0.01, rel=0.15)
     # a law that extrapolates as well as it fits has neither (clipped at 0, not imaginary)
-    assert intervals.drift_from_folds([rng.normal(0, 0.002, 500)], [np.full(500, 0.5)], 0.004) == (0.0, 0.0)
-    assert intervals.drift_from_folds([], [], 0.004) == (0.0, 0.0)
+    assert validation.drift_from_folds([rng.normal(0, 0.002, 500)], [np.full(500, 0.5)], 0.004) == (0.0, 0.0)
+    assert validation.drift_from_folds([], [], 0.004) == (0.0, 0.0)
 
 
 def test_scatter_sd_is_calibrated_at_90_percent_and_ignores_one_wild_run():
     rng = np.random.default_rng(1)
     r = rng.normal(0, 0.01, 4000)
-    assert intervals.scatter_sd(r) == pytest.approx(0.01, rel=0.05)
-    assert intervals.scatter_sd(np.append(r, 5.0)) == pytest.approx(intervals.scatter_sd(r), rel=0.01)
+    assert validation.scatter_sd(r) == pytest.approx(0.01, rel=0.05)
+    assert validation.scatter_sd(np.append(r, 5.0)) == pytest.approx(validation.scatter_sd(r), rel=0.01)
 
 
 def test_fold_cuts_keep_enough_runs_to_fit():
     scale = np.repeat(np.geomspace(1e17, 1e21, 9), 5)
-    cuts = intervals.fold_cuts(scale)
-    assert 1 <= len(cuts) <= intervals.MAX_FOLDS and cuts == sorted(cuts)
+    cuts = validation.forward_cuts(scale)
+    assert 1 <= len(cuts) <= validation.MAX_FOLDS and cuts == sorted(cuts)
     for c in cuts:
-        assert (scale <= c).mean() >= intervals.MIN_FIT_FRACTION and (scale > c).any()
-    assert intervals.fold_cuts(np.array([1e18, 1e18, 1e19])) == []  # two budgets: nothing to chain
+        assert (scale <= c).mean() >= validation.MIN_FIT_FRACTION and (scale > c).any()
+    assert validation.forward_cuts(np.array([1e18, 1e18, 1e19])) == []  # two budgets: nothing to chain
 
 
 def test_gaussian_interval_covers_90_percent():
     """Without bootstrap samples the interval is the Gaussian one: 90% of draws inside."""
     rng = np.random.default_rng(2)
     sd = np.full(20000, 0.01)
-    lo, hi = intervals.interval(np.zeros(20000), None, sd)
+    lo, hi = validation.interval(np.zeros(20000), None, sd)
     y = np.exp(rng.normal(0, 0.01, 20000))
-    assert intervals.coverage(y, lo, hi) == pytest.approx(0.90, abs=0.01)
+    assert validation.coverage(y, lo, hi) == pytest.approx(0.90, abs=0.01)
     # with samples the parameter spread widens it
     samples = rng.normal(0, 0.01, (500, 20000))
-    lo2, hi2 = intervals.interval(np.zeros(20000), samples, sd)
+    lo2, hi2 = validation.interval(np.zeros(20000), samples, sd)
     assert np.mean(np.log(hi2) - np.log(lo2)) == pytest.approx(
         np.mean(np.log(hi) - np.log(lo)) * math.sqrt(2), rel=0.05
     )

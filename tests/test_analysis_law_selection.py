@@ -10,10 +10,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis import fit_law
+from analysis import fit_law, validation
 from analysis.cli import main as cli_main
 from analysis.laws.allocation import ScalingLaw, closed_form_optimum
-from analysis.laws.selection import choose, fit_auto
+from analysis.laws.selection import CANDIDATES, fit_auto
 
 
 def ladder(alpha: float, beta: float, noise: float = 0.002, seed: int = 0) -> pd.DataFrame:
@@ -30,11 +30,15 @@ def ladder(alpha: float, beta: float, noise: float = 0.002, seed: int = 0) -> pd
 
 
 def test_choose_prefers_the_simplest_form_within_the_margin():
-    assert choose({"chinchilla_tied": 0.0105, "chinchilla": 0.0100}) == "chinchilla_tied"  # within 10%
-    assert choose({"chinchilla_tied": 0.0120, "chinchilla": 0.0100}) == "chinchilla"
-    assert choose({"chinchilla": 0.01}) == "chinchilla"  # the tied form could not be fitted
     assert (
-        choose({"chinchilla_tied": math.nan, "chinchilla": math.nan}) == "chinchilla"
+        validation.choose({"chinchilla_tied": 0.0105, "chinchilla": 0.0100}, CANDIDATES) == "chinchilla_tied"
+    )  # within 10%
+    assert validation.choose({"chinchilla_tied": 0.0120, "chinchilla": 0.0100}, CANDIDATES) == "chinchilla"
+    assert (
+        validation.choose({"chinchilla": 0.01}, CANDIDATES) == "chinchilla"
+    )  # the tied form could not be fitted
+    assert (
+        validation.choose({"chinchilla_tied": math.nan, "chinchilla": math.nan}, CANDIDATES) == "chinchilla"
     )  # no folds: the general form
 
 

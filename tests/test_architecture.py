@@ -44,17 +44,20 @@ MAY_IMPORT: dict[str, frozenset[str]] = {
         "experiments.rl": (*TRAINING_CORE, "experiments.train", "experiments.rl.tasks"),  # RL fine-tuning
         "experiments.sweeps": (*TRAINING_CORE, "experiments.train"),  # ladders, grids, run ids
         "hydra_plugins": (*TRAINING_CORE, "experiments.sweeps"),  # Hydra sweeper / launcher
-        "analysis.laws": (BASE,),  # point laws and the one fitting engine: no training code
-        "analysis.runs": (BASE, "analysis.laws"),  # run directories -> tables
-        "analysis.rl": (BASE, "analysis.laws", "analysis.runs"),  # RL laws, curves, report section
-        "analysis.curves": (BASE, "analysis.laws", "analysis.runs"),  # loss-curve laws
-        "analysis.downstream": (BASE, "analysis.laws"),  # downstream-task prediction
-        "analysis.hparams": (BASE, "analysis.laws"),  # learning-rate / batch-size laws
+        # held-out cuts, fold errors, intervals, bootstrap draws, the padded batch, the method choice
+        "analysis.validation": (BASE,),
+        "analysis.laws": (BASE, "analysis.validation"),  # point laws and the one fitting engine: no training code
+        "analysis.runs": (BASE, "analysis.validation", "analysis.laws"),  # run directories -> tables
+        "analysis.rl": (BASE, "analysis.validation", "analysis.laws", "analysis.runs"),  # RL laws, curves, report section
+        "analysis.curves": (BASE, "analysis.validation", "analysis.laws", "analysis.runs"),  # loss-curve laws
+        "analysis.downstream": (BASE, "analysis.validation", "analysis.laws"),  # downstream-task prediction
+        "analysis.hparams": (BASE, "analysis.validation", "analysis.laws"),  # learning-rate / batch-size laws
         # the budget planner: law + cost model (+ the trainer's config for the trainer plan)
         "analysis.planning": (
             BASE,
             "models",
             "sharding",
+            "analysis.validation",
             "analysis.laws",
             "analysis.hparams",
             "experiments.train",
@@ -62,6 +65,7 @@ MAY_IMPORT: dict[str, frozenset[str]] = {
         "analysis.report": (
             BASE,
             "models",
+            "analysis.validation",
             "analysis.laws",
             "analysis.runs",
             "analysis.curves",
@@ -74,6 +78,7 @@ MAY_IMPORT: dict[str, frozenset[str]] = {
             BASE,
             "models",
             "sharding",
+            "analysis.validation",
             "analysis.laws",
             "analysis.runs",
             "analysis.curves",

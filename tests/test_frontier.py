@@ -13,13 +13,15 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from analysis import validation
 from analysis.laws.allocation import ScalingLaw
 from analysis.laws.fitting import fit_law
 from analysis.laws.frontier import (
+    CHOICE_MARGIN,
     MIN_FRONTIER_POINTS,
+    PREFERENCE,
     FrontierMethod,
     budget_labels,
-    choose,
     fit_power_law,
     frontier_points,
 )
@@ -69,11 +71,29 @@ def test_frontier_points_group_isoflop_budgets_and_bin_scattered_runs():
 
 def test_choice_prefers_the_direct_frontier_only_within_the_margin():
     assert (
-        choose({"law_minimum": 0.0189, "frontier_power_law": 0.0186, "combined": 0.0187})
+        validation.choose(
+            {"law_minimum": 0.0189, "frontier_power_law": 0.0186, "combined": 0.0187},
+            [str(m) for m in PREFERENCE],
+            CHOICE_MARGIN,
+        )
         == "frontier_power_law"
     )
-    assert choose({"law_minimum": 0.0100, "frontier_power_law": 0.0120, "combined": 0.0105}) == "combined"
-    assert choose({"law_minimum": 0.0086, "frontier_power_law": 0.0113, "combined": 0.0100}) == "law_minimum"
+    assert (
+        validation.choose(
+            {"law_minimum": 0.0100, "frontier_power_law": 0.0120, "combined": 0.0105},
+            [str(m) for m in PREFERENCE],
+            CHOICE_MARGIN,
+        )
+        == "combined"
+    )
+    assert (
+        validation.choose(
+            {"law_minimum": 0.0086, "frontier_power_law": 0.0113, "combined": 0.0100},
+            [str(m) for m in PREFERENCE],
+            CHOICE_MARGIN,
+        )
+        == "law_minimum"
+    )
 
 
 def test_epoch_frontier_protocol(shared_data):

@@ -17,7 +17,7 @@ import sys
 import warnings
 
 from analysis.commands._options import add_budget_argument, add_json_argument, emit_json
-from analysis.laws.enums import LawName, NParams, Precision
+from analysis.laws.enums import DEFAULT_LAW, NParams, Precision
 from models.base.errors import AnalysisError
 
 
@@ -43,7 +43,7 @@ def register(subparsers) -> None:
     )
     p.add_argument(
         "--law",
-        default=LawName.CHINCHILLA,
+        default=DEFAULT_LAW,
         help="law name (default chinchilla; see docs/analysis.md), or auto: chinchilla or chinchilla_tied "
         "(beta = alpha), whichever predicted its own larger runs better (forward-chaining)",
     )
@@ -358,7 +358,7 @@ def _predictions(fit, targets, path: str) -> list[dict]:
 
 def _print_predictions(rows: list[dict], path: str) -> None:
     """The predictions as a short table (every row; TARGETS files are user queries, not sweeps)."""
-    from analysis.laws.intervals import PREDICTION_LEVEL
+    from analysis.validation import PREDICTION_LEVEL
 
     roles = [k for k in rows[0] if k not in ("loss", "interval")]
     print(f"  predictions for {path} ({PREDICTION_LEVEL:.0%} prediction intervals):")

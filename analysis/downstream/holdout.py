@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from analysis import validation
 from analysis.downstream.data import MIN_SIZES, TaskRows
 from analysis.downstream.methods import CANDIDATES, OBSERVED_LOSS, Candidate, fit_all, subset
 from analysis.downstream.taskloss import fit_task_loss
@@ -34,8 +35,7 @@ MAX_FOLDS = 2
 def cuts(N_final: np.ndarray) -> list[float]:
     """Fold thresholds: the largest and (ladders of >= 5 sizes) second-largest distinct N; a fold
     fits the runs below its threshold and predicts those at or above it."""
-    levels = np.unique(np.asarray(N_final, float))
-    return [float(levels[-j]) for j in range(1, MAX_FOLDS + 1) if levels.size - j >= MIN_SIZES]
+    return validation.top_levels(N_final, MAX_FOLDS, MIN_SIZES)
 
 
 def distance(N: np.ndarray, D: np.ndarray, N_max: float, D_max: float, C_max: float) -> np.ndarray:
@@ -142,6 +142,6 @@ def select(
     if not finite:
         pick = default if default in cands else cands[0]
         return Selection(pick.name, pick.method, mae, 0, 0, rule="no held-out size: the default candidate")
-    best = min(mae[c.name] for c in finite)
-    pick = next(c for c in finite if mae[c.name] <= best + 1e-12)
+    name = validation.choose(mae, [c.name for c in cands], margin=0.0)
+    pick = next(c for c in finite if c.name == name)
     return Selection(pick.name, pick.method, mae, fe.n_folds, int(fe.errors[pick.name].size))

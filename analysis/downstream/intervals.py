@@ -55,7 +55,7 @@ from statistics import NormalDist
 
 import numpy as np
 
-from analysis.laws.intervals import PREDICTION_LEVEL, offsets, scatter_sd, top_share
+from analysis.validation import PREDICTION_LEVEL, offsets, scatter_sd, top_share
 
 
 @dataclass(frozen=True)

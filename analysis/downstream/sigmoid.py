@@ -34,6 +34,7 @@ import jax.numpy as jnp
 import numpy as np
 from scipy.special import expit
 
+from analysis import validation
 from analysis.laws.lbfgs import LBFGSConfig, minimize_batch
 
 CEILING_FITTED, CEILING_ONE = "fitted", "one"
@@ -138,10 +139,6 @@ def _objective(th, loss, logN, logD, y, w, chance, is_loss, fitted):
     return jnp.sum(w * r * r)
 
 
-def _padded(n: int) -> int:
-    return max(MIN_ROWS, 1 << (n - 1).bit_length())
-
-
 def minimize_sse(
     form: Form, X: dict, y_N: np.ndarray, chance: float, ceiling: str, th0_BxP: np.ndarray, w_BxN: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -151,7 +148,7 @@ def minimize_sse(
     `minimize_batch` call on the padded 4-slot program."""
     B, P = th0_BxP.shape
     n = y_N.size
-    pad = _padded(n) - n
+    pad = validation.padded_rows(n, MIN_ROWS) - n
     offset = int(ceiling == CEILING_FITTED)
     th4 = np.zeros((B, SLOTS))
     th4[:, 1 - offset : 1 - offset + P] = th0_BxP  # g in slot 0 when fitted; z's parameters from slot 1

@@ -23,6 +23,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from analysis import validation
 from analysis.laws import intervals
 from analysis.laws.frontier import Frontier, FrontierMethod
 from models.base.errors import AnalysisError
@@ -104,20 +105,6 @@ def check_allocatable(params: Mapping[str, float], origin: str) -> None:
             f"{origin}: no compute-optimal allocation with {', '.join(bad)} (A, B, alpha and "
             "beta must be finite and > 0, E finite)"
         )
-
-
-def percentile_interval(values: np.ndarray, level: float) -> list[float]:
-    """[lo, hi] central percentile interval of the finite `values`; [nan, nan] when none are.
-
-    The one CI rule of the allocation and the planner's loss interval (bootstrap resamples far
-    from the optimum can overflow, so non-finite values are dropped, not propagated).
-    """
-    v = np.asarray(values, dtype=float).ravel()
-    v = v[np.isfinite(v)]
-    if not v.size:
-        return [math.nan, math.nan]
-    lo, hi = 50 * (1 - level), 50 * (1 + level)
-    return [float(np.percentile(v, lo)), float(np.percentile(v, hi))]
 
 
 def _positive_k(value: Any, origin: str) -> float:
@@ -252,11 +239,11 @@ class ScalingLaw:
         vals = self._sample_losses(n, d)
         if vals is None or np.isfinite(vals).sum() < MIN_CI_SAMPLES:
             return None
-        lo, hi = percentile_interval(vals, self.ci_level if level is None else level)
+        lo, hi = validation.percentile_bounds(vals, self.ci_level if level is None else level)
         return lo, hi
 
     def loss_interval(
-        self, n, d, level: float = intervals.PREDICTION_LEVEL
+        self, n, d, level: float = validation.PREDICTION_LEVEL
     ) -> tuple[np.ndarray, np.ndarray] | None:
         """90% prediction interval (lo, hi) of a new run's loss at N = n, D = d (arrays or floats):
         parameter noise (bootstrap samples) + run scatter + extrapolation drift beyond the fitted
@@ -271,7 +258,7 @@ class ScalingLaw:
         vals = self._sample_losses(n, d)
         with np.errstate(all="ignore"):
             log_s = None if vals is None else np.log(vals)
-            return intervals.interval(np.log(self.loss(n, d)), log_s, pe.sd(pe.decades(scale)), level)
+            return validation.interval(np.log(self.loss(n, d)), log_s, pe.sd(pe.decades(scale)), level)
 
     def _sample_losses(self, n, d) -> np.ndarray | None:
         """(S, ...) loss at (n, d) under every bootstrap sample; None with fewer than MIN_CI_SAMPLES."""
@@ -308,8 +295,8 @@ class ScalingLaw:
         }
         boot = closed_form_optimum(self.samples, budgets, k) if self.samples is not None else None
         if boot is not None:
-            out["a_ci"] = percentile_interval(boot["a"], self.ci_level)
-            out["b_ci"] = percentile_interval(boot["b"], self.ci_level)
+            out["a_ci"] = validation.percentile_bounds(boot["a"], self.ci_level)
+            out["b_ci"] = validation.percentile_bounds(boot["b"], self.ci_level)
         out["budgets"] = [self._budget_row(j, C, point, boot) for j, C in enumerate(budgets)]
         return out
 
@@ -321,7 +308,7 @@ class ScalingLaw:
         for key in ("N_opt", "D_opt", "tokens_per_param", "loss"):
             row[key] = float(point[key][j])
             if boot is not None:
-                row[f"{key}_ci"] = percentile_interval(boot[key][:, j], self.ci_level)
+                row[f"{key}_ci"] = validation.percentile_bounds(boot[key][:, j], self.ci_level)
         row["loss_method"] = str(FrontierMethod.LAW_MINIMUM)
         if self.frontier is None:
             band = self.loss_interval(row["N_opt"], row["D_opt"])
@@ -334,7 +321,7 @@ class ScalingLaw:
         row["loss_law_minimum"] = row["loss"]
         row["loss"], row["loss_method"] = float(loss[0]), str(self.frontier.method)
         if samples is not None and np.isfinite(samples).sum() >= MIN_CI_SAMPLES:
-            row["loss_ci"] = percentile_interval(samples[:, 0], self.ci_level)
+            row["loss_ci"] = validation.percentile_bounds(samples[:, 0], self.ci_level)
         row["loss_interval"] = [float(lo[0]), float(hi[0])]
         return row
 

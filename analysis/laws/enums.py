@@ -50,6 +50,10 @@ class LawName(enum.StrEnum):
     DATA_CONSTRAINED_D = "data_constrained_d"
 
 
+# The law `python -m analysis fit` fits without --law (and `backtest` marks as the default).
+DEFAULT_LAW = LawName.CHINCHILLA
+
+
 class Precision(enum.StrEnum):
     """Floating-point strategy of a multi-start search (see `analysis.laws.fitting.multistart`)."""
 

@@ -34,6 +34,7 @@ import jax.numpy as jnp
 import numpy as np
 import pandas as pd
 
+from analysis import validation
 from analysis.laws import frontier as frontier_mod
 from analysis.laws import holdout, intervals
 from analysis.laws import points as data_mod
@@ -107,7 +108,7 @@ class Problem:
         weights, so one padded size serves them all, and datasets of similar size share programs
         in the persistent compile cache, at most 15 wasted points per evaluation."""
         n = self.logy.shape[0]
-        return max(MIN_POINTS, -(-n // POINT_QUANTUM) * POINT_QUANTUM)
+        return validation.padded_rows(n, MIN_POINTS, POINT_QUANTUM)
 
     @property
     def search_work(self) -> int:
@@ -267,12 +268,6 @@ def multistart(
     )
 
 
-def bootstrap_counts(n: int, n_resamples: int, seed: int) -> np.ndarray:
-    """[n_resamples, n] case-resampling counts that `bootstrap_jobs(..., seed)` draws (so a
-    benchmark or notebook can refit exactly the same resamples another way)."""
-    return np.random.default_rng(seed).multinomial(n, np.full(n, 1.0 / n), size=n_resamples).astype(float)
-
-
 def bootstrap_jobs(
     prob: Problem, starts_KxF: np.ndarray, n_resamples: int, seed: int
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -282,7 +277,7 @@ def bootstrap_jobs(
     so the bootstrap runs the very program of the polish and the forward-chaining folds: on the
     command line a program costs more to load than the ~37% of evaluations that compacting each
     resample to its own points would save."""
-    counts_BxN = bootstrap_counts(prob.logy.shape[0], n_resamples, seed)
+    counts_BxN = validation.bootstrap_counts(prob.logy.shape[0], n_resamples, seed)
     K = starts_KxF.shape[0]
     return np.tile(starts_KxF, (n_resamples, 1)), np.repeat(counts_BxN * prob.w[None, :], K, axis=0)
 
@@ -294,12 +289,6 @@ def best_of_groups(r: MinimizeResult, rows: slice, n_groups: int) -> tuple[np.nd
     x = r.x[rows].reshape(n_groups, f.shape[1], -1)
     best = np.argmin(f, axis=1)
     return x[np.arange(n_groups), best], f[np.arange(n_groups), best]
-
-
-def _percentile_ci(samples_BxP: np.ndarray, level: float) -> np.ndarray:
-    lo, hi = 50 * (1 - level), 50 * (1 + level)
-    finite = np.all(np.isfinite(samples_BxP), axis=1)
-    return np.percentile(samples_BxP[finite], [lo, hi], axis=0).T  # (P, 2)
 
 
 @partial(jax.jit, static_argnums=0)
@@ -376,7 +365,7 @@ class FitResult:
             return np.exp(np.asarray(out))
 
     def predict_interval(
-        self, inputs: Mapping[str, np.ndarray], level: float = intervals.PREDICTION_LEVEL
+        self, inputs: Mapping[str, np.ndarray], level: float = validation.PREDICTION_LEVEL
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(prediction, lo, hi) at `inputs` (role -> array): the `level` prediction interval of a
         new run's loss, parameter noise + run scatter + extrapolation drift (analysis.laws.intervals)."""
@@ -393,7 +382,7 @@ class FitResult:
                 samples = np.log(self.predict_samples(inputs))
         pe = self.prediction_error
         scale = _scale(inputs, pe.scale_role, self.flops_per_param_token)
-        lo, hi = intervals.interval(np.log(pred), samples, pe.sd(pe.decades(scale)), level, seed=self.seed)
+        lo, hi = validation.interval(np.log(pred), samples, pe.sd(pe.decades(scale)), level, seed=self.seed)
         return pred, lo, hi
 
     def allocation(self, budgets: Sequence[float] | None = None) -> dict:
@@ -576,7 +565,7 @@ def fold_jobs(
     fixed: Mapping[str, float] | None,
     grid_starts: np.ndarray,
 ) -> FoldJobs:
-    """The refits of the fit `ms` of `prob` at the cuts `intervals.fold_cuts` picks; a fold whose
+    """The refits of the fit `ms` of `prob` at the cuts `validation.forward_cuts` picks; a fold whose
     fit side cannot identify the law (too few points or sizes) is left out, as `estimate` skips it."""
     law = prob.law
     rng = np.random.default_rng(0)
@@ -585,7 +574,7 @@ def fold_jobs(
     starts = np.vstack([ms.theta[list(prob.free_idx)][None, :], ms.local_optima, extra])
     scale = np.asarray(pts.inputs[scale_role(law, pts)], dtype=float)
     masks = []
-    for cut in intervals.fold_cuts(scale):
+    for cut in validation.forward_cuts(scale):
         mask = scale <= cut
         try:
             prepare(law, holdout.subset(pts, mask), fixed, prob.delta)  # the fold's own checks
@@ -726,7 +715,7 @@ def _bootstrap_summary(
         return None, 0, ci, se
     x, f = best
     samples = law.to_public(prob.full(x))
-    bounds = _percentile_ci(samples, ci_level)
+    bounds = validation.percentile_interval(samples[np.all(np.isfinite(samples), axis=1)], ci_level).T
     ci = {k: [float(bounds[i, 0]), float(bounds[i, 1])] for i, k in enumerate(law.param_names)}
     finite = np.all(np.isfinite(samples), axis=1)
     se = {
@@ -832,7 +821,7 @@ def _frontier(
         np.asarray(public, float)[idx],
         law_folds,
         lambda p, C_: closed_form_optimum(p, C_, k)["loss"],
-        bootstrap_counts(pts.n, bootstrap, seed) if bootstrap else None,
+        validation.bootstrap_counts(pts.n, bootstrap, seed) if bootstrap else None,
     )
 
 

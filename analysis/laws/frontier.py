@@ -13,7 +13,7 @@ property of the data, so both are candidates, with their geometric mean as a thi
 - `combined`: the geometric mean of the two.
 
 The choice is made by forward-chaining over budgets, the held-out question in miniature: at the
-cuts of the law's own forward-chaining folds (`intervals.fold_cuts`; the fold's law refit is
+cuts of the law's own forward-chaining folds (`validation.forward_cuts`; the fold's law refit is
 reused), fit both candidates on the runs below the cut and predict the best run of every budget
 above it. The candidate with the lowest mean |log error| is used; ties go to the law minimum
 (no extra model). Too few budgets for a fold: the law minimum, said in `reason`.
@@ -37,6 +37,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from analysis import validation
 from analysis.laws import intervals
 from analysis.laws.budgets import group_budgets
 
@@ -152,7 +153,7 @@ class Frontier:
         C = np.atleast_1d(np.asarray(C, float))
         with np.errstate(all="ignore"):
             log_s = None if samples_SxC is None else np.log(samples_SxC)
-        return intervals.interval(np.log(loss), log_s, self.error.sd(self.error.decades(C)))
+        return validation.interval(np.log(loss), log_s, self.error.sd(self.error.decades(C)))
 
 
 def _by_method(method: FrontierMethod, power_law: np.ndarray | None, law: np.ndarray) -> np.ndarray:
@@ -274,12 +275,6 @@ PREFERENCE = (FrontierMethod.POWER_LAW, FrontierMethod.COMBINED, FrontierMethod.
 CHOICE_MARGIN = 0.10
 
 
-def choose(fold_mae: dict[str, float]) -> FrontierMethod:
-    """The first method of PREFERENCE whose fold error is within CHOICE_MARGIN of the lowest."""
-    best = min(fold_mae[str(m)] for m in FrontierMethod)
-    return next(m for m in PREFERENCE if fold_mae[str(m)] <= (1 + CHOICE_MARGIN) * best)
-
-
 # ---- the choice ----------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class LawFold:
@@ -318,7 +313,7 @@ def estimate(
         and all(np.all(np.isfinite(errs[m][f])) for m in FrontierMethod)
     ]
     mae = {
-        str(m): intervals.fold_mae([errs[m][f] for f in scored]) if scored else math.nan
+        str(m): validation.fold_mae([errs[m][f] for f in scored]) if scored else math.nan
         for m in FrontierMethod
     }
     if pl is None or not scored:
@@ -328,7 +323,7 @@ def estimate(
             "below a cut): the law's IsoFLOP minimum"
         )
     else:
-        method = choose(mae)
+        method = FrontierMethod(validation.choose(mae, [str(m) for m in PREFERENCE], CHOICE_MARGIN))
         why = (
             "forward-chaining over budgets ("
             + ", ".join(f"{m} {100 * mae[str(m)]:.2f}%" for m in FrontierMethod)
@@ -363,9 +358,9 @@ def _error_model(
     """The error model of predicting the frontier with `method`: the frontier points' scatter
     around its full-data prediction, and the budget offset and drift its fold errors show."""
     own = _by_method(method, None if pl is None else pl.loss(pC), law_at)
-    noise = intervals.scatter_sd(np.log(pL) - np.log(own))
+    noise = validation.scatter_sd(np.log(pL) - np.log(own))
     use = [f for f in range(len(dists)) if errs[method][f].size and np.all(np.isfinite(errs[method][f]))]
-    budget_sd, drift = intervals.drift_from_folds(
+    budget_sd, drift = validation.drift_from_folds(
         [errs[method][f] for f in use], [dists[f] for f in use], noise
     )
     return intervals.PredictionError(

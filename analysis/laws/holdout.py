@@ -16,8 +16,8 @@ import pandas as pd
 
 from analysis.laws import points as data_mod
 from analysis.laws.budgets import group_budgets
-from analysis.laws.intervals import PREDICTION_LEVEL, coverage
 from analysis.laws.registry import Law
+from analysis.validation import PREDICTION_LEVEL, coverage
 from models.base.errors import AnalysisError
 
 

@@ -28,6 +28,7 @@ from typing import Mapping
 import numpy as np
 import pandas as pd
 
+from analysis import validation
 from analysis.laws import points as data_mod
 from analysis.laws.allocation import allocation
 from analysis.laws.budgets import group_budgets  # moved there; `isoflop.group_budgets` still works
@@ -161,19 +162,16 @@ def _stratified_weights(groups: list[np.ndarray], Bt: int, seed: int) -> list[np
     for idx in groups:
         w = np.ones((1 + Bt, idx.size))
         if Bt:
-            w[1:] = rng.multinomial(idx.size, np.full(idx.size, 1.0 / idx.size), size=Bt)
+            w[1:] = validation.bootstrap_counts(idx.size, Bt, rng)
         W.append(w)
     return W
 
 
 def _percentile_ci(bootstrap: int, ci_level: float):
     """v -> [lo, hi] percentile interval of the bootstrap values (NaNs without a bootstrap)."""
-    lo, hi = 50 * (1 - ci_level), 50 * (1 + ci_level)
-    return (
-        (lambda v: [float(np.nanpercentile(v, lo)), float(np.nanpercentile(v, hi))])
-        if bootstrap
-        else (lambda v: [math.nan] * 2)
-    )
+    if not bootstrap:
+        return lambda v: [math.nan] * 2
+    return lambda v: validation.percentile_bounds(v, ci_level)
 
 
 def approach2(
@@ -299,7 +297,7 @@ def _envelope_winners(
     R = len(Nrun)
     masks = np.ones((1 + bootstrap, R), bool)
     if bootstrap:
-        masks[1:] = rng.multinomial(R, np.full(R, 1.0 / R), size=bootstrap) > 0
+        masks[1:] = validation.bootstrap_counts(R, bootstrap, rng) > 0
     Lm = np.where(masks[:, :, None], Lg[None], np.inf)  # (B, R, G)
     best = np.argmin(Lm, axis=1)  # (B, G)
     valid = np.isfinite(np.min(Lm, axis=1))

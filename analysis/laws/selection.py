@@ -21,12 +21,12 @@ a held-out check stays honest; the chosen law is then refitted with the caller's
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass
 from typing import Any, Mapping
 
 import pandas as pd
 
+from analysis import validation
 from analysis.laws.fitting import FitResult, fit_law
 from models.base.errors import AnalysisError
 
@@ -36,7 +36,7 @@ CANDIDATES = ("chinchilla_tied", "chinchilla")  # simplest first
 # forms too, effective data alone before the excess-parameter term (analysis/laws/repeated.py)
 REPEATED_CANDIDATES = (*CANDIDATES, "data_constrained_d", "data_constrained")
 REPEAT_TOLERANCE = 1.01  # D > 1.01 U: a run that repeats (not one rounded to whole steps)
-PARSIMONY = 0.10  # a more complex form must predict forward >10% better to be chosen
+PARSIMONY = validation.PARSIMONY  # a more complex form must predict forward >10% better to be chosen
 
 
 @dataclass(frozen=True)
@@ -67,18 +67,6 @@ class LawChoice:
             else "forward-chaining error"
         )
         return f"--law auto chose {self.chosen} ({what}: {scores})"
-
-
-def choose(
-    fold_mae: Mapping[str, float], order: tuple[str, ...] = CANDIDATES, parsimony: float = PARSIMONY
-) -> str:
-    """The first law in `order` (simplest first) whose fold error is within `parsimony` of the
-    best; the last candidate (the most general form) when no fold error could be measured."""
-    finite = {k: v for k, v in fold_mae.items() if math.isfinite(v)}
-    if not finite:
-        return [k for k in order if k in fold_mae][-1]
-    best = min(finite.values())
-    return next(k for k in order if k in finite and finite[k] <= best * (1 + parsimony))
 
 
 def repeats(df: pd.DataFrame, columns: Mapping[str, str] | None = None) -> bool:
@@ -114,7 +102,7 @@ def epoch_holdout_error(df: pd.DataFrame, name: str, columns, probe: Mapping[str
         df = df[c <= float(probe["holdout_above"])]
     vals, _ = resolve_inputs(df, ("N", "D", "U"), columns)
     ep = vals["D"] / vals["U"]
-    cut = float(np.quantile(ep, EPOCH_SHARE, method="lower"))
+    cut = validation.share_cut(ep, EPOCH_SHARE)
     fit_rows, test = ep <= cut * REPEAT_TOLERANCE, ep > cut * REPEAT_TOLERANCE
     if not test.any():
         raise AnalysisError("every run has the same number of epochs: nothing to hold out")
@@ -148,7 +136,7 @@ def fit_auto(df: pd.DataFrame, columns: Mapping[str, str] | None = None, **fit_k
             + "; ".join(f"{k}: {v}" for k, v in skipped.items())
             + ")"
         )
-    choice = LawChoice(chosen=choose(scores, order), fold_mae=scores, skipped=skipped)
+    choice = LawChoice(chosen=validation.choose(scores, order, PARSIMONY), fold_mae=scores, skipped=skipped)
     if repeated:
         choice = dataclasses.replace(choice, criterion=EPOCH_CRITERION)
     if (

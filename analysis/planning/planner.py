@@ -39,10 +39,10 @@ import math
 from typing import Any, Sequence
 
 from analysis.laws.allocation import ScalingLaw
-from analysis.laws.intervals import PREDICTION_LEVEL
 from analysis.planning.data_limit import DataLimitPlan, RepeatedDataLaw, paper_prior, plan_data_limit
 from analysis.planning.recipe import BatchSource, HparamSet, Recipe, tuned, untuned
 from analysis.planning.trainer import TRAINER_ZERO_STAGES, TrainerPlan, trainer_plan
+from analysis.validation import PREDICTION_LEVEL
 from models.base.errors import AnalysisError
 from sharding.costmodel import (
     BF16_MIXED,

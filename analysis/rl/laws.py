@@ -31,7 +31,6 @@ from typing import Sequence
 
 import numpy as np
 
-from analysis.laws.fitting import bootstrap_counts
 from analysis.rl.varpro import (
     Fitter,
     LawSpec,
@@ -41,6 +40,7 @@ from analysis.rl.varpro import (
     profile_intervals,
     sigmoid_spec,
 )
+from analysis.validation import bootstrap_counts
 from models.base.errors import AnalysisError
 
 LAWS = tuple(RLLaw)  # the strings "sigmoid", "powerlaw"

@@ -27,6 +27,7 @@ import matplotlib
 import numpy as np
 from matplotlib.figure import Figure
 
+from analysis import validation
 from analysis.rl.curves import RLCurve, burn_in_cutoff, fit_points, load_curve
 from analysis.rl.fitting import FitOptions, fit_recipe
 from analysis.rl.laws import GaoFit, RLPoints, fit_gao, fit_params, predict
@@ -127,10 +128,8 @@ def _band(
         np.concatenate([p.y for p in pts]),
         np.concatenate([p.s for p in pts]),
     )
-    rng = np.random.default_rng(seed)
     draws = []
-    for _ in range(n_boot):
-        idx = np.sort(rng.integers(0, len(P), len(P)))
+    for idx in np.sort(validation.bootstrap_indices(len(P), n_boot, seed), axis=1):
         sub = RLPoints(P.C[idx], P.y[idx], P.s[idx], P.s_known)
         if len(np.unique(sub.C)) < 4:
             continue

@@ -36,6 +36,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from analysis import validation
 from analysis.laws.enums import TransformKind
 from analysis.laws.lbfgs import LBFGSConfig, minimize_batch
 from analysis.laws.registry import START_MARGIN, Transform
@@ -236,10 +237,6 @@ class Solution:
     chi2: float
 
 
-def _padded(n: int) -> int:
-    return max(MIN_ROWS, 1 << (n - 1).bit_length())
-
-
 class Fitter:
     """One law on one set of points (compute C, pass rate y, stderr s), with one or more rows
     of point weights (1/s^2 times a bootstrap resample's counts; row 0 by default 1/s^2)."""
@@ -354,7 +351,7 @@ class Fitter:
         weight row per start, on one program shape: points padded with weight 0 (`MIN_ROWS`),
         shape parameters padded to `N_SHAPE` with held ones."""
         S, P = u0_SxP.shape
-        pad_n, pad_p = _padded(self.y.size) - self.y.size, N_SHAPE - P
+        pad_n, pad_p = validation.padded_rows(self.y.size, MIN_ROWS) - self.y.size, N_SHAPE - P
 
         def padded(a, pad, value=0.0):
             return np.concatenate([a, np.full(a.shape[:-1] + (pad,), value, a.dtype)], axis=-1)

@@ -1,0 +1,212 @@
+"""Loss protocols: hide the top of a ladder, fit every candidate law below, predict what was hidden.
+
+- `budget`: runs with C above the cut (default: the largest budget);
+- `size`: runs with N above the cut (default: the largest model size);
+- `epochs`: runs with more than E epochs (D / U; default 4);
+- `frontier`: the best loss of each hidden budget (the best run of each budget above the cut).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import warnings
+from typing import Mapping
+
+import numpy as np
+import pandas as pd
+
+from analysis import validation
+from analysis.backtest import baselines
+from analysis.backtest.result import Backtest, Metric, MethodScore, Point
+from analysis.laws import points as data_mod
+from analysis.laws.allocation import ScalingLaw
+from analysis.laws.enums import DEFAULT_LAW, LawName
+from analysis.laws.fitting import fit_law
+from analysis.laws.frontier import FrontierMethod, budget_labels, frontier_points
+from analysis.laws.holdout import top_budget_threshold
+from analysis.laws.registry import get_law
+from analysis.laws.selection import AUTO, REPEAT_TOLERANCE, fit_auto
+from models.base.errors import AnalysisError
+
+BASELINE = "baseline_scipy_chinchilla"
+FRONTIER_BASELINE = "baseline_minima_power_law"
+POINT_LAWS = (LawName.CHINCHILLA, "chinchilla_tied", AUTO)
+REPEATED_LAWS = ("data_constrained_d", "data_constrained")
+EPOCHS_DEFAULT = 4.0
+
+
+@dataclasses.dataclass(frozen=True)
+class Options:
+    """What a backtest hides and how hard it fits (the command's flags)."""
+
+    holdout_above: float | None = None  # budget / frontier: C threshold
+    holdout_above_n: float | None = None  # size / lr: N threshold
+    holdout_epochs_above: float = EPOCHS_DEFAULT  # epochs
+    bootstrap: int = 100  # resamples per candidate fit (intervals)
+    seed: int = 0
+    columns: Mapping[str, str] | None = None
+
+
+def runs_table(df: pd.DataFrame, columns: Mapping[str, str] | None = None) -> pd.DataFrame:
+    """The runs as N, D, C, loss (and U when the table has unique tokens), rows with a missing or
+    non-positive value dropped (a warning says how many)."""
+    df = df.reset_index(drop=True)
+    roles = ("N", "D", "U") if data_mod._find(df, "U", (columns or {}).get("U")) else ("N", "D")
+    loss_col = data_mod._find(df, "loss", (columns or {}).get("loss"))
+    if loss_col is None:
+        raise data_mod._missing(df, "loss", "loss")
+    keep = np.ones(len(df), bool)
+    for role in (*roles, "C"):
+        name = data_mod._find(df, role, (columns or {}).get(role))
+        if name is not None:
+            v = pd.to_numeric(df[name], errors="coerce").to_numpy(float)
+            keep &= np.isfinite(v) & (v > 0)
+    y = pd.to_numeric(df[loss_col], errors="coerce").to_numpy(float)
+    keep &= np.isfinite(y) & (y > 0)
+    if (~keep).any():
+        warnings.warn(
+            f"{int((~keep).sum())} of {len(df)} rows have a missing or non-positive value; left out"
+        )
+    pts = data_mod.resolve(df[keep], roles, {k: v for k, v in (columns or {}).items()})
+    out = pd.DataFrame({k: pts.inputs[k] for k in (*roles, "C") if k in pts.inputs})
+    out["loss"] = pts.y
+    return out
+
+
+def _split(runs: pd.DataFrame, protocol: str, opt: Options) -> tuple[np.ndarray, dict]:
+    """(held-out mask, cut description) of a loss protocol."""
+    if protocol in ("budget", "frontier"):
+        thr = opt.holdout_above
+        if thr is None:
+            thr = top_budget_threshold(runs, get_law(LawName.CHINCHILLA))
+        held, what = validation.holdout_mask(runs.C, thr), f"C > {thr:.4g}"
+    elif protocol == "size":
+        thr = opt.holdout_above_n
+        held = validation.holdout_mask(runs.N, thr)
+        thr = float(runs.N[~held].max()) if thr is None and (~held).any() else thr
+        what = f"N > {thr:.4g}"
+    else:
+        if "U" not in runs:
+            raise AnalysisError(
+                "--protocol epochs needs unique tokens per run: give a U (or unique_tokens) column"
+            )
+        thr = opt.holdout_epochs_above
+        held, what = (runs.D / runs.U).to_numpy() > thr * REPEAT_TOLERANCE, f"epochs (D/U) > {thr:g}"
+    if not held.any():
+        raise AnalysisError(f"no run has {what}; lower the threshold")
+    if held.all():
+        raise AnalysisError(f"every run has {what}; nothing is left to fit on: raise the threshold")
+    return held, {
+        "what": what,
+        "threshold": float(thr),
+        "n_fit": int((~held).sum()),
+        "n_held_out": int(held.sum()),
+    }
+
+
+def _law_score(
+    name: str, fit_df: pd.DataFrame, held: pd.DataFrame, opt: Options, default: str
+) -> MethodScore:
+    """Fit law `name` (or `auto`) on the fitted runs and predict the held-out ones."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            kw = dict(bootstrap=opt.bootstrap, seed=opt.seed, prediction_intervals=True)
+            fit = fit_auto(fit_df, **kw) if name == AUTO else fit_law(fit_df, name, **kw)
+        inputs = {k: held[k].to_numpy(float) for k in fit.law_obj.inputs}
+        pred, lo, hi = fit.predict_interval(inputs)
+    except AnalysisError as e:
+        return MethodScore(name, (), default=name == default, note=f"not fitted: {e}")
+    note = fit.extras.get("law_selection", {}).get("chosen", "") if name == AUTO else ""
+    return MethodScore(
+        name,
+        _points(held, held.loss.to_numpy(), pred, lo, hi),
+        default=name == default,
+        note=note and f"chose {note}",
+    )
+
+
+def _points(held: pd.DataFrame, actual, pred, lo, hi) -> tuple[Point, ...]:
+    cols = [c for c in ("N", "D", "U", "C") if c in held]
+    return tuple(
+        Point(
+            {c: float(held[c].iloc[i]) for c in cols},
+            float(actual[i]),
+            float(pred[i]),
+            float(lo[i]),
+            float(hi[i]),
+        )
+        for i in range(len(held))
+    )
+
+
+def _baseline(fit_df: pd.DataFrame, held: pd.DataFrame) -> MethodScore:
+    b = baselines.fit_chinchilla(fit_df.N.to_numpy(), fit_df.D.to_numpy(), fit_df.loss.to_numpy())
+    pred = baselines.predict_chinchilla(b, held.N.to_numpy(), held.D.to_numpy())
+    return MethodScore(BASELINE, _points(held, held.loss.to_numpy(), pred, *b.band(pred)), baseline=True)
+
+
+def point_protocol(df: pd.DataFrame, protocol: str, opt: Options) -> Backtest:
+    """budget, size or epochs: every candidate law fitted below the cut, scored above it."""
+    runs = runs_table(df, opt.columns)
+    held, cut = _split(runs, protocol, opt)
+    fit_df, test = runs[~held], runs[held]
+    laws = POINT_LAWS + (REPEATED_LAWS if "U" in runs else ())
+    methods = [_baseline(fit_df, test)] + [_law_score(n, fit_df, test, opt, DEFAULT_LAW) for n in laws]
+    return Backtest(protocol, cut, Metric.REL, tuple(methods))
+
+
+def frontier_protocol(df: pd.DataFrame, opt: Options) -> Backtest:
+    """The best loss of each hidden budget, by each frontier method of `fit --budget` and by the
+    baseline power law of the fitted budgets' best runs."""
+    runs = runs_table(df, opt.columns)
+    held, cut = _split(runs, "frontier", opt)
+    labels = budget_labels(runs.C.to_numpy())
+    fit_df = runs[~held]
+    C_all, L_all = runs.C.to_numpy(), runs.loss.to_numpy()
+    tC, tL, _ = frontier_points(C_all[held], L_all[held], labels[held])
+    fC, fL, _ = frontier_points(C_all[~held], L_all[~held], labels[~held])
+    cut.update(n_budgets_fit=int(fC.size), n_budgets_held_out=int(tC.size))
+    target = pd.DataFrame({"C": tC})
+    methods = [_frontier_baseline(fC, fL, target, tL)]
+    methods += _frontier_methods(fit_df, target, tL, opt)
+    return Backtest("frontier", cut, Metric.REL, tuple(methods))
+
+
+def _frontier_baseline(fC, fL, target: pd.DataFrame, tL) -> MethodScore:
+    if fC.size < 3:
+        return MethodScore(FRONTIER_BASELINE, (), baseline=True, note=f"{fC.size} fitted budgets: need 3")
+    b = baselines.fit_minima_power_law(fC, fL)
+    pred = baselines.predict_minima_power_law(b, target.C.to_numpy())
+    return MethodScore(FRONTIER_BASELINE, _points(target, tL, pred, *b.band(pred)), baseline=True)
+
+
+FRONTIER_CHOSEN = "frontier_chosen"
+
+
+def _frontier_methods(fit_df: pd.DataFrame, target: pd.DataFrame, tL, opt: Options) -> list[MethodScore]:
+    """Each frontier method and the one `fit --budget` chooses (the default)."""
+    names = [FRONTIER_CHOSEN] + [str(m) for m in FrontierMethod]
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            fit = fit_law(fit_df, DEFAULT_LAW, bootstrap=opt.bootstrap, seed=opt.seed)
+        law = ScalingLaw.from_fit(fit)
+    except AnalysisError as e:
+        return [MethodScore(n, (), default=n == FRONTIER_CHOSEN, note=f"not fitted: {e}") for n in names]
+    if fit.frontier is None:
+        return [MethodScore(n, (), default=n == FRONTIER_CHOSEN, note="no frontier model") for n in names]
+    out = []
+    C = target.C.to_numpy()
+    for name in names:
+        m = fit.frontier.method if name == FRONTIER_CHOSEN else FrontierMethod(name)
+        rows = ScalingLaw(**{**law.__dict__, "frontier": fit.frontier.with_method(m)}).allocation(C)[
+            "budgets"
+        ]
+        pred = np.array([r["loss"] for r in rows])
+        lo, hi = (np.array([r["loss_interval"][i] for r in rows]) for i in (0, 1))
+        note = f"chose {m}" if name == FRONTIER_CHOSEN else ""
+        out.append(
+            MethodScore(name, _points(target, tL, pred, lo, hi), default=name == FRONTIER_CHOSEN, note=note)
+        )
+    return out
