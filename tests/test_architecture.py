@@ -46,12 +46,30 @@ MAY_IMPORT: dict[str, frozenset[str]] = {
         "hydra_plugins": (*TRAINING_CORE, "experiments.sweeps"),  # Hydra sweeper / launcher
         # held-out cuts, fold errors, intervals, bootstrap draws, the padded batch, the method choice
         "analysis.validation": (BASE,),
-        "analysis.laws": (BASE, "analysis.validation"),  # point laws and the one fitting engine: no training code
+        "analysis.laws": (
+            BASE,
+            "analysis.validation",
+        ),  # point laws and the one fitting engine: no training code
         "analysis.runs": (BASE, "analysis.validation", "analysis.laws"),  # run directories -> tables
-        "analysis.rl": (BASE, "analysis.validation", "analysis.laws", "analysis.runs"),  # RL laws, curves, report section
+        "analysis.rl": (
+            BASE,
+            "analysis.validation",
+            "analysis.laws",
+            "analysis.runs",
+        ),  # RL laws, curves, report section
         "analysis.curves": (BASE, "analysis.validation", "analysis.laws", "analysis.runs"),  # loss-curve laws
         "analysis.downstream": (BASE, "analysis.validation", "analysis.laws"),  # downstream-task prediction
         "analysis.hparams": (BASE, "analysis.validation", "analysis.laws"),  # learning-rate / batch-size laws
+        # `python -m analysis backtest`: every family's candidate methods on a hidden top of the ladder
+        "analysis.backtest": (
+            BASE,
+            "analysis.validation",
+            "analysis.laws",
+            "analysis.runs",
+            "analysis.curves",
+            "analysis.downstream",
+            "analysis.hparams",
+        ),
         # the budget planner: law + cost model (+ the trainer's config for the trainer plan)
         "analysis.planning": (
             BASE,
@@ -87,6 +105,7 @@ MAY_IMPORT: dict[str, frozenset[str]] = {
             "analysis.downstream",
             "analysis.hparams",
             "analysis.report",
+            "analysis.backtest",
         ),
         "analysis.cli": (BASE, "analysis.commands"),
         "analysis.__main__": ("analysis.cli",),

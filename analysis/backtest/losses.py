@@ -17,7 +17,7 @@ import pandas as pd
 
 from analysis import validation
 from analysis.backtest import baselines
-from analysis.backtest.result import Backtest, Metric, MethodScore, Point
+from analysis.backtest.result import Backtest, MethodScore, Metric, Point
 from analysis.laws import points as data_mod
 from analysis.laws.allocation import ScalingLaw
 from analysis.laws.enums import DEFAULT_LAW, LawName
