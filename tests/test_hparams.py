@@ -326,12 +326,17 @@ def _one_line_error(tmp_path, capsys, d, *extra, targets=None, needle=""):
     return err
 
 
-def test_a_rung_with_two_values_is_one_line(tmp_path, capsys):
+def test_a_rung_with_two_values_is_left_out_with_a_warning(tmp_path, capsys):
     d = lr_sweep(seed=7, n_values=5).drop(columns="lr_true")
     first = d[(d.N == d.N.min()) & (d.D == d.D.min())].index
     d = d.drop(first[2:])  # that rung keeps two learning rates
-    _one_line_error(tmp_path, capsys, d, "--param", LR, needle="2 values of optim.lr")
-    _one_line_error(tmp_path, capsys, d, needle="2 values of optim.lr")  # default --param too
+    for extra in (("--param", LR), ()):  # default --param too
+        rc, j = run_cli(tmp_path, d, *extra)
+        err = capsys.readouterr().err
+        assert rc == 0, err
+        assert "warning:" in err and "Traceback" not in err
+        (skipped,) = j["skipped_rungs"]
+        assert skipped["n_values"] == 2 and skipped["N"] == pytest.approx(d.N.min()) and skipped["reason"]
 
 
 def test_a_parameter_never_swept_is_one_line(tmp_path, capsys):

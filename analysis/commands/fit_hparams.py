@@ -12,12 +12,15 @@ from __future__ import annotations
 
 import argparse
 import math
+import sys
 
 import numpy as np
 
 from analysis.commands._options import add_json_argument, emit_json, json_to_stdout
 from models.base.errors import AnalysisError
 from models.base.jsonio import write_json
+
+MAX_WARNED = 10  # rungs left out that get a warning line each (per parameter); the rest are counted
 
 
 def register(subparsers) -> None:
@@ -95,6 +98,24 @@ def _fmt_recipe(laws, N: float, D: float, C: float | None) -> str:
     return f"at N = {N:.3g}, D = {D:.3g}: " + ", ".join(parts) + " (90%)"
 
 
+def warning_lines(fit) -> list[str]:
+    """One `warning:` line per rung left out with 2 values or no located optimum (at most
+    MAX_WARNED per parameter, then a count), one for the rungs that did not sweep the parameter."""
+    lines = []
+    for p, f in fit.fits.items():
+        partial = [s for s in f.skipped if s.n_values > 1]
+        lines += [f"warning: {p}: rung {s.describe()}; left out" for s in partial[:MAX_WARNED]]
+        if len(partial) > MAX_WARNED:
+            lines.append(
+                f"warning: {p}: {len(partial) - MAX_WARNED} more rung(s) left out for too few values "
+                "or no located optimum (each is in the JSON's skipped_rungs)"
+            )
+        single = len(f.skipped) - len(partial)
+        if single:
+            lines.append(f"warning: {p}: {single} rung(s) with one value of {p} (not swept there) left out")
+    return lines
+
+
 def report_lines(fit, targets: list[dict] | None) -> list[str]:
     """The text output: the laws first, then a recipe line, then the rungs and penalty."""
     laws = fit.laws()
@@ -122,7 +143,8 @@ def report_lines(fit, targets: list[dict] | None) -> list[str]:
         k2 = pen["k"].index(2.0)
         k4 = pen["k"].index(4.0)
         lines.append(
-            f"{p}: {len(f.rungs)} rungs located ({f.n_excluded} at an edge or flat, left out of the law); "
+            f"{p}: {len(f.rungs)} rungs located ({f.n_excluded} at an edge or flat, left out of the law"
+            f"{f'; {len(f.skipped)} more without an optimum, left out' if f.skipped else ''}); "
             f"loss noise {f.loss_noise:.2%} ({f.loss_noise_source}); penalty at 2x the optimum "
             f"+{pen['loss_increase'][k2]:.2%}, at 4x +{pen['loss_increase'][k4]:.2%} (median over rungs)"
         )
@@ -147,6 +169,8 @@ def run(args: argparse.Namespace) -> int:
         args.param,
         HparamOptions(window=args.window, forms=forms, include_edges=args.include_edges, seed=args.seed),
     )
+    for line in warning_lines(fit):
+        print(line, file=sys.stderr)
     out = fit.to_json()
     out["inputs"] = {"runs": str(args.data), "predict": args.predict}
     if targets is not None:

@@ -1,9 +1,12 @@
 """`fit_hparams(table, params) -> HparamFit`: rung optima, laws, penalty curves, predictions.
 
-The runs table (from `collect`, or any CSV) needs N (or n_params), D (or tokens), loss (or
-final_eval_loss) and one column per hyperparameter named by its config key (`optim.lr`,
-`train.batch_size`); C (or flops) is used when present, else 6ND. Rows whose loss is not a finite
-positive number (diverged runs) and, where the table says, runs not `completed` are left out.
+The runs table (from `collect`, or any CSV) needs N (or n_params), D (or tokens; without it
+D = C / 6N), loss (or final_eval_loss) and one column per hyperparameter named by its config key
+(`optim.lr`, `train.batch_size`); C (or flops) is used when present, else 6ND (also for a run whose
+C is missing, non-positive or more than x10 off the others' C / 6ND). Rows whose loss is not a
+finite positive number (diverged runs) and, where the table says, runs not `completed` are left
+out. Rungs with fewer than three values of a parameter, or no located optimum, are left out of
+its law and listed (`ParamFit.skipped`, JSON `skipped_rungs`).
 
 A rung is one model size N at one budget (`sweep.budget` / `budget` when the table has it) or,
 without a budget column, one N at one D (token counts within 5% are one D: runs of another batch
@@ -33,6 +36,7 @@ C_COLUMNS = ("C", "flops")
 BUDGET_COLUMNS = ("sweep.budget", "budget")
 BATCH_KEY = "train.batch_size"
 D_TOLERANCE = 0.05  # token counts within 5% are one rung's D
+C_RATIO_SPAN = 10.0  # a run's C / 6ND this far from the runs' median is not a compute count
 # settings the runs shared, recorded in HP.json `context`: a plan states them as the recipe's
 CONTEXT_KEYS = (
     "model.seq_len",
@@ -79,15 +83,11 @@ def tidy(df: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
             notes.append(f"{int(bad.sum())} run(s) not completed left out")
             out = out[~bad]
     N = _numeric(out, _column(out, N_COLUMNS, "model-size (N)"))
-    D = _numeric(out, _column(out, D_COLUMNS, "token-count (D)"))
     loss = _numeric(out, _column(out, LOSS_COLUMNS, "loss"))
-    ccol = _column(out, C_COLUMNS, "compute", required=False)
-    C = _numeric(out, ccol) if ccol else L.FLOPS_PER_PARAM_TOKEN * N * D
     ok = np.isfinite(loss) & (loss > 0)
     if (~ok).any():
         notes.append(f"{int((~ok).sum())} run(s) without a finite positive loss (diverged?) left out")
-    if not (np.isfinite(N[ok]) & (N[ok] > 0) & np.isfinite(D[ok]) & (D[ok] > 0)).all():
-        raise AnalysisError("every run needs a positive N and D; fix the rows where they are missing or <= 0")
+    D, C = _tokens_and_compute(out, N, ok, notes)
     out = out.assign(N=N, D=D, C=C, loss=loss)[ok].reset_index(drop=True)
     if out.empty:
         raise AnalysisError("no run has a finite positive loss: nothing to fit")
@@ -95,6 +95,56 @@ def tidy(df: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
     budget = _numeric(out, bcol) if bcol else None
     out["rung"] = _rung_keys(out["N"].to_numpy(), out["D"].to_numpy(), budget)
     return out, notes
+
+
+def _positive(v: np.ndarray) -> np.ndarray:
+    return np.isfinite(v) & (v > 0)
+
+
+def _tokens_and_compute(
+    df: pd.DataFrame, N: np.ndarray, ok: np.ndarray, notes: list[str]
+) -> tuple[np.ndarray, np.ndarray]:
+    """(D, C) of every run. A run without a D (no D column, or a blank cell) has D = C / 6N. C is
+    the table's where it is a finite positive number, else 6ND x the median C / 6ND of the runs
+    that have one: a missing or non-positive C (a blank `flops` cell, an int64 overflow of 6*N*D)
+    must not reach a law's log(C). Raises when a run kept (`ok`) has no positive N and D."""
+    dcol = _column(df, D_COLUMNS, "token-count (D)", required=False)
+    ccol = _column(df, C_COLUMNS, "compute", required=False)
+    if dcol is None and ccol is None:
+        _column(df, D_COLUMNS, "token-count (D)")  # raises: neither D nor a C to derive it from
+    C = _numeric(df, ccol) if ccol else np.full(len(N), np.nan)
+    D = _numeric(df, dcol) if dcol else np.full(len(N), np.nan)
+    fill = ok & ~_positive(D) & _positive(C) & _positive(N)
+    if fill.any():
+        D = D.copy()
+        D[fill] = C[fill] / (L.FLOPS_PER_PARAM_TOKEN * N[fill])
+        notes.append(
+            f"no token-count column: D = {ccol} / 6N"
+            if dcol is None
+            else f"{int(fill.sum())} run(s) without a positive {dcol}: D = {ccol} / 6N"
+        )
+    bad = ok & ~(_positive(N) & _positive(D))
+    if bad.any():
+        need = "N and D" + (f" (or a positive {ccol} to derive D from)" if ccol else "")
+        raise AnalysisError(
+            f"every run needs a positive {need}; fix the {int(bad.sum())} run(s) where they are "
+            "missing or <= 0"
+        )
+    six_nd = np.full(len(N), np.nan)
+    six_nd[ok] = L.FLOPS_PER_PARAM_TOKEN * N[ok] * D[ok]
+    good = ok & _positive(C)
+    ratio = float(np.median(C[good] / six_nd[good])) if good.any() else 1.0
+    # a C off 6ND x the others' ratio by more than C_RATIO_SPAN is no compute count (a wrapped overflow)
+    off = np.zeros(len(C))
+    off[good] = np.abs(np.log(C[good] / (ratio * six_nd[good])))
+    good &= off <= math.log(C_RATIO_SPAN)
+    if ccol and (ok & ~good).any():
+        notes.append(
+            f"{int((ok & ~good).sum())} run(s) with a missing, non-positive or inconsistent {ccol} (more "
+            f"than x{C_RATIO_SPAN:g} off 6ND x the runs' median {ccol} / 6ND, {ratio:.3g}): their C is "
+            "6ND x that median (a bad C is often an int64 overflow of 6*N*D)"
+        )
+    return D, np.where(good, C, ratio * six_nd)
 
 
 def _rung_keys(N: np.ndarray, D: np.ndarray, budget: np.ndarray | None) -> list[tuple]:
@@ -112,11 +162,11 @@ def _rung_keys(N: np.ndarray, D: np.ndarray, budget: np.ndarray | None) -> list[
     return keys
 
 
-def swept_params(df: pd.DataFrame) -> list[str]:
-    """The `optim.*` / train.batch_size columns swept inside some rung: >= 3 distinct positive
-    values spanning more than SWEPT_SPAN. Values that follow the run length (optim.warmup_tokens
-    is a fraction of each run's tokens, which whole steps of another batch size move by < 1%)
-    are not a sweep."""
+def swept_params(df: pd.DataFrame, min_values: int = R.MIN_VALUES) -> list[str]:
+    """The `optim.*` / train.batch_size columns swept inside some rung: >= `min_values` distinct
+    positive values spanning more than SWEPT_SPAN. Values that follow the run length
+    (optim.warmup_tokens is a fraction of each run's tokens, which whole steps of another batch
+    size move by < 1%) are not a sweep."""
     out = []
     for c in df.columns:
         if not (str(c).startswith("optim.") or c == BATCH_KEY):
@@ -125,10 +175,24 @@ def swept_params(df: pd.DataFrame) -> list[str]:
         if v.isna().any() or (v <= 0).any():
             continue
         g = df.assign(_v=v).groupby("rung")["_v"]
-        swept = (g.nunique() >= R.MIN_VALUES) & (g.max() > SWEPT_SPAN * g.min())
+        swept = (g.nunique() >= min_values) & (g.max() > SWEPT_SPAN * g.min())
         if swept.any():
             out.append(str(c))
     return out
+
+
+def _no_swept_param(df: pd.DataFrame) -> AnalysisError:
+    """The error when no column is swept with >= MIN_VALUES values in a rung: what to fix."""
+    two = swept_params(df, min_values=2)
+    if two:
+        return AnalysisError(
+            f"no rung has >= {R.MIN_VALUES} values of any hyperparameter ({', '.join(two)}: at most 2 "
+            f"per rung); an optimum needs >= {R.MIN_VALUES} values in a rung: sweep a third value"
+        )
+    return AnalysisError(
+        "no optim.* or train.batch_size column has >= 3 values in any rung; "
+        "name the swept column with --param"
+    )
 
 
 def check_param(df: pd.DataFrame, param: str) -> None:
@@ -161,6 +225,7 @@ class ParamFit:
     loss_noise: float
     loss_noise_source: str
     n_excluded: int  # rungs left out of the law (edge / flat)
+    skipped: tuple[R.SkippedRung, ...] = ()  # rungs with no optimum: too few values, or not finite
 
     def penalty(self) -> dict:
         kap = np.array([r.kappa for r in self.rungs if r.usable and math.isfinite(r.kappa)])
@@ -179,40 +244,79 @@ class ParamFit:
         }
 
 
-def fit_param(df: pd.DataFrame, param: str, opts: HparamOptions) -> ParamFit:
-    prof = R.check_rung_sizes(R.profiles(df, param), param)
-    if len(prof) == 0:
-        raise AnalysisError(f"no rung has >= {R.MIN_VALUES} values of {param}: no optimum can be located")
-    noise, source = R.pooled_noise(prof, param, opts.window)
+def _rung_inputs(df: pd.DataFrame) -> dict[tuple, dict[str, float]]:
+    """Per rung key, its N, D and C: the medians over its runs."""
+    return {
+        key: {k: float(np.median(g[k])) for k in ("N", "D", "C")}
+        for key, g in df[["rung", "N", "D", "C"]].groupby("rung", sort=False)
+    }
+
+
+def _skipped(param: str, where: dict[str, float], best: pd.DataFrame, reason: str) -> R.SkippedRung:
+    values = tuple(float(v) for v in best["_v"])
+    return R.SkippedRung(param, **where, n_values=len(values), values=values, reason=reason)
+
+
+def _too_few_everywhere(param: str, skipped: Sequence[R.SkippedRung]) -> AnalysisError:
+    counts = pd.Series([s.n_values for s in skipped]).value_counts().sort_index(ascending=False)
+    have = ", ".join(f"{n} rung(s) have {k}" for k, n in counts.items())
+    eg = max(skipped, key=lambda s: (s.n_values, s.N, s.D))
+    return AnalysisError(
+        f"{param}: no rung has >= {R.MIN_VALUES} distinct values ({have}; e.g. {eg.describe()}); "
+        f"sweep >= {R.MIN_VALUES} values of {param} (e.g. x0.5, x1, x2 around the best) in each rung to fit"
+    )
+
+
+def locate_rungs(
+    df: pd.DataFrame, param: str, opts: HparamOptions
+) -> tuple[list[R.RungOptimum], list[R.SkippedRung], float, str]:
+    """(located rung optima, rungs left out with their reason, loss noise, its source). Rungs with
+    fewer than MIN_VALUES values, or whose optimum is not finite, are left out; raises when no
+    rung has MIN_VALUES values."""
+    swept, short = R.split_rung_sizes(R.profiles(df, param))
+    at = _rung_inputs(df)
+    skipped = [_skipped(param, at[k], b, R.too_few_reason(param, b["_v"].to_numpy(float))) for k, b in short]
+    if not swept:
+        raise _too_few_everywhere(param, skipped)
+    noise, source = R.pooled_noise(swept, param, opts.window)
     found = []
-    for j, (key, best) in enumerate(prof):
-        g = df[df["rung"] == key]
-        found.append(
-            R.locate(
-                param,
-                N=float(np.median(g["N"])),
-                D=float(np.median(g["D"])),
-                C=float(np.median(g["C"])),
-                values=best["_v"].to_numpy(float),
-                losses=best["loss"].to_numpy(float),
-                noise=noise,
-                window=opts.window,
-                seed=opts.seed + j,
-            )
+    for j, (key, best) in enumerate(swept):
+        where = at[key]
+        r = R.locate(
+            param,
+            **where,
+            values=best["_v"].to_numpy(float),
+            losses=best["loss"].to_numpy(float),
+            noise=noise,
+            window=opts.window,
+            seed=opts.seed + j,
         )
+        why = R.unlocated_reason(r)
+        if why is None:
+            found.append(r)
+        else:
+            skipped.append(_skipped(param, where, best, why))
+    return found, skipped, noise, source
+
+
+def fit_param(df: pd.DataFrame, param: str, opts: HparamOptions) -> ParamFit:
+    found, skipped, noise, source = locate_rungs(df, param, opts)
     used = [r for r in found if r.usable or (opts.include_edges and not r.flat)]
     if len(used) < 3:
-        flags = "; ".join(f"N={r.N:.3g}, D={r.D:.3g}: {r.flag}" for r in found if r.flag)
+        flags = [f"N={r.N:.3g}, D={r.D:.3g}: {r.flag}" for r in found if r.flag]
+        flags += [s.describe() for s in skipped if s.n_values >= R.MIN_VALUES]
+        more = f"; {len(flags) - 5} more" if len(flags) > 5 else ""
+        left = f", {len(skipped)} left out with too few values" if skipped else ""
         raise AnalysisError(
-            f"{param}: only {len(used)} of {len(found)} rungs have an optimum inside the grid "
-            f"({flags}); widen the swept range (or pass --include-edges)"
+            f"{param}: only {len(used)} of {len(found) + len(skipped)} rungs have an optimum inside the "
+            f"grid{left} ({'; '.join(flags[:5])}{more}); widen the swept range (or pass --include-edges)"
         )
     inputs = {k: np.array([getattr(r, k) for r in used]) for k in ("N", "D", "C")}
     opt = np.array([r.optimum for r in used])
     kappa = np.array([r.kappa for r in used])
     form, hold = L.choose_form(param, inputs, opt, kappa, opts.forms, opts.seed)
     law = L.fit_law(param, L.FORMS[form], inputs, opt, opts.seed)
-    return ParamFit(param, tuple(found), law, hold, noise, source, len(found) - len(used))
+    return ParamFit(param, tuple(found), law, hold, noise, source, len(found) - len(used), tuple(skipped))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -236,8 +340,12 @@ class HparamFit:
             "ci": {p: f.law.ci() for p, f in self.fits.items()},
             "law_form": {p: f.law.form for p, f in self.fits.items()},
             "expression": {p: f.law.spec.expression(p, f.law.coef) for p, f in self.fits.items()},
-            "laws": {p: {**f.law.to_json(), "n_excluded": f.n_excluded} for p, f in self.fits.items()},
+            "laws": {
+                p: {**f.law.to_json(), "n_excluded": f.n_excluded, "n_skipped": len(f.skipped)}
+                for p, f in self.fits.items()
+            },
             "rungs": [r.to_json() for f in self.fits.values() for r in f.rungs],
+            "skipped_rungs": [s.to_json() for f in self.fits.values() for s in f.skipped],
             "holdout": {p: f.holdout.to_json() if f.holdout else None for p, f in self.fits.items()},
             "penalty": {p: f.penalty() for p, f in self.fits.items()},
             "loss_noise": {
@@ -264,10 +372,7 @@ def fit_hparams(
     else:
         params = swept_params(table)
         if not params:
-            raise AnalysisError(
-                "no optim.* or train.batch_size column has >= 3 values in any rung; "
-                "name the swept column with --param"
-            )
+            raise _no_swept_param(table)
     fits = {p: fit_param(table, p, opts) for p in params}
     ratio = float(np.median(table["C"] / (L.FLOPS_PER_PARAM_TOKEN * table["N"] * table["D"])))
     return HparamFit(fits, ratio, tuple(notes), len(table), run_context(table, params))

@@ -26,7 +26,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from analysis.laws.intervals import PREDICTION_LEVEL
+from analysis.validation import PREDICTION_LEVEL
 from models.base.errors import AnalysisError
 
 BOOTSTRAP = 1000
@@ -147,8 +147,23 @@ class HparamLaw:
         )
 
 
+def _check_positive(param: str, what: Mapping[str, np.ndarray]) -> None:
+    """Every value a law takes the log of must be a finite positive number: a NaN or a negative one
+    (a missing or overflowed C, an unlocated optimum) would turn into NaN in the design matrix and
+    fail deep in LAPACK ("SVD did not converge"). The callers exclude such rungs first."""
+    for name, v in what.items():
+        v = np.asarray(v, float)
+        bad = ~(np.isfinite(v) & (v > 0))
+        if bad.any():
+            raise AnalysisError(
+                f"{param}: {int(bad.sum())} of {len(v)} rungs have a missing, non-finite or non-positive "
+                f"{name} (e.g. {v[bad][0]:g}); a law in logs needs every {name} > 0"
+            )
+
+
 def feasible(form: Form, inputs: Mapping[str, np.ndarray], n_min_extra: int = 1) -> bool:
     """Whether `form` can be fitted to these points: full rank and a spare point for the scatter."""
+    _check_positive(form.name + " law", {i: inputs[i] for i in form.inputs})
     X = form.design(inputs)
     return len(X) >= X.shape[1] + n_min_extra and np.linalg.matrix_rank(X) == X.shape[1]
 
@@ -164,6 +179,7 @@ def fit_law(
     than MIN_BOOTSTRAP_RUNGS rungs per coefficient, from the regression's own sampling distribution
     (multivariate Student-t around the fit with covariance s^2 (X'X)^-1): a bootstrap of 3 rungs
     only ever resamples the same exact fit or a degenerate one."""
+    _check_positive(param, {**{i: inputs[i] for i in form.inputs}, "optimum": opt})
     X, y = form.design(inputs), np.log(opt)
     coef = _lstsq(X, y)
     n, k = X.shape

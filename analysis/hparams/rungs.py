@@ -14,6 +14,10 @@ Two flags say when the vertex cannot be trusted:
   beyond the grid (kept for the report, left out of the law by default);
 - `flat`: the quadratic is not convex (a <= 0: noise larger than the penalty over the grid).
 
+A rung with fewer than three distinct values, or whose vertex is not a finite positive value with a
+positive loss (an edge rung's quadratic extrapolated far off the grid), has no optimum: it is left
+out with its reason (`SkippedRung`) and the other rungs are fitted.
+
 The interval of x* is the central 90% of the vertex over refits with the losses perturbed by the
 measured loss noise (relative sd; see `loss_noise`), so it is as wide as the grid's resolution
 and the noise make it. The penalty curve of a rung is the quadratic's relative loss increase at
@@ -31,9 +35,8 @@ import math
 import numpy as np
 import pandas as pd
 
-from analysis.laws.intervals import PREDICTION_LEVEL
 from analysis.laws.vertex import MIN_VALUES, quadratic, vertex, window_of
-from models.base.errors import AnalysisError
+from analysis.validation import PREDICTION_LEVEL
 
 # The values of a rung around its best that its quadratic goes through: 1 = the best and its two
 # neighbours ("the best point and its neighbours"), exact on three points.
@@ -45,6 +48,7 @@ DEFAULT_WINDOW = 1
 ASSUMED_LOSS_NOISE = 2e-3
 NOISE_DRAWS = 200  # Monte Carlo refits for a vertex's interval
 VALUE_DIGITS = 6  # values equal to 6 significant digits are one value (float noise in a CSV)
+MAX_LOG = 700.0  # math.exp overflows just above 709
 
 
 @dataclasses.dataclass(frozen=True)
@@ -129,14 +133,19 @@ def locate(
         losses=tuple(float(v) for v in y),
         best_tried=float(values[i]),
         best_loss=float(y[i]),
-        optimum=float(math.exp(xs)),
-        interval=(float(math.exp(lo)), float(math.exp(hi))),
+        optimum=_exp(xs),
+        interval=(_exp(lo), _exp(hi)),
         loss_at_optimum=float(ls),
         kappa=math.nan if flat else float(a / ls),
         edge=bool(edge),
         flat=bool(flat),
         n_window=int(w.stop - w.start),
     )
+
+
+def _exp(v: float) -> float:
+    """exp, inf past float range (an edge rung's vertex can be extrapolated that far), nan for nan."""
+    return math.inf if v > MAX_LOG else float(math.exp(v))
 
 
 def _vertex_interval(
@@ -160,12 +169,10 @@ def _vertex_interval(
 def profiles(df: pd.DataFrame, param: str) -> list[tuple[tuple, pd.DataFrame]]:
     """Per rung, the best loss at each value of `param` (over every other column's values) in
     column `_v` order; `df` has columns N, D, C, loss, rung and `param`."""
-    out = []
-    for key, g in df.groupby("rung", sort=True):
-        g = g.assign(_v=g[param].map(lambda v: float(f"{v:.{VALUE_DIGITS}g}")))
-        best = g.loc[g.groupby("_v")["loss"].idxmin()].sort_values("_v")
-        out.append((key, best))
-    return out
+    d = df.assign(_v=df[param].map(lambda v: float(f"{v:.{VALUE_DIGITS}g}")))
+    # the first run of the lowest loss at each (rung, value); one pass, not a groupby per rung
+    best = d.sort_values("loss", kind="stable").drop_duplicates(["rung", "_v"])
+    return [(key, g.sort_values("_v")) for key, g in best.groupby("rung", sort=True)]
 
 
 def pooled_noise(
@@ -186,18 +193,51 @@ def pooled_noise(
     return max(math.sqrt(ss / dof), 1e-6), f"pooled residual of the rung quadratics ({dof} dof)"
 
 
-def check_rung_sizes(profile_list: list[tuple[tuple, pd.DataFrame]], param: str) -> list:
-    """The rungs that sweep `param` (>= 3 values; a rung with one value did not sweep it). A rung
-    with exactly two values is a user error: no optimum can be located from two points."""
-    swept = []
-    for key, best in profile_list:
-        n = len(best)
-        if n == 2:
-            vals = ", ".join(f"{v:.4g}" for v in best["_v"])
-            raise AnalysisError(
-                f"rung N={key[0]:.4g}, D={key[1]:.4g} has 2 values of {param} ({vals}); an optimum "
-                f"needs >= {MIN_VALUES}: add a value to that rung or drop it"
-            )
-        if n >= MIN_VALUES:
-            swept.append((key, best))
-    return swept
+def split_rung_sizes(
+    profile_list: list[tuple[tuple, pd.DataFrame]],
+) -> tuple[list[tuple[tuple, pd.DataFrame]], list[tuple[tuple, pd.DataFrame]]]:
+    """(rungs with >= MIN_VALUES distinct values of the parameter, rungs with fewer): no optimum
+    can be located from one or two points, so the second are left out (`SkippedRung`)."""
+    swept = [(k, b) for k, b in profile_list if len(b) >= MIN_VALUES]
+    short = [(k, b) for k, b in profile_list if len(b) < MIN_VALUES]
+    return swept, short
+
+
+def too_few_reason(param: str, values: np.ndarray) -> str:
+    """Why a rung with fewer than MIN_VALUES values of `param` is left out."""
+    if len(values) <= 1:
+        return f"1 value of {param}: not swept in this rung"
+    vals = ", ".join(f"{v:.4g}" for v in values)
+    return f"{len(values)} values of {param} ({vals}): an optimum needs >= {MIN_VALUES}"
+
+
+def unlocated_reason(r: RungOptimum) -> str | None:
+    """Why a rung's vertex is no optimum (None when it is one): a non-finite optimum (a vertex
+    extrapolated past float range) or a non-positive loss at it (a far extrapolation)."""
+    if not (math.isfinite(r.optimum) and r.optimum > 0 and all(map(math.isfinite, r.interval))):
+        return f"the optimum of {r.param} could not be located (the quadratic's vertex is not finite)"
+    if not r.loss_at_optimum > 0:
+        return (
+            f"the optimum of {r.param} could not be located (the quadratic's loss at its vertex, "
+            f"{r.loss_at_optimum:.3g}, is not positive: a far extrapolation)"
+        )
+    return None
+
+
+@dataclasses.dataclass(frozen=True)
+class SkippedRung:
+    """A rung left out before any law: too few values of the parameter, or no located optimum."""
+
+    param: str
+    N: float
+    D: float
+    C: float
+    n_values: int  # distinct values of `param` tried in the rung
+    values: tuple[float, ...]
+    reason: str
+
+    def to_json(self) -> dict:
+        return {**dataclasses.asdict(self), "values": list(self.values)}
+
+    def describe(self) -> str:
+        return f"N={self.N:.4g}, D={self.D:.4g}: {self.reason}"
