@@ -6,9 +6,9 @@ loss curves, RL) asks the same question of its own data: fitted below a cut, how
 method predict what lies above it? This module owns the pieces of that answer, so a fix to one of
 them reaches every family and `python -m analysis backtest` measures exactly what the fits use:
 
-- **cuts** (`forward_cuts`, `top_levels`, `share_cut`, `holdout_mask`): where a ladder is cut
-  (by budget, size, epochs, hyperparameter rung, curve prefix or downstream model size: the
-  caller passes the scale column);
+- **cuts** (`forward_cuts`, `top_levels`, `share_cut`, `holdout_mask`, `prefix_mask`): where a ladder is cut
+  (by budget, size, epochs, hyperparameter rung, curve prefix (`prefix_mask`) or downstream model
+  size: the caller passes the scale column);
 - **fold errors** (`scatter_sd`, `top_share`, `drift_from_folds`, `fold_mae`): the run scatter,
   the budget offset and the drift per decade measured from fold errors;
 - **intervals** (`percentile_interval`, `offsets`, `interval`, `coverage`): the central
@@ -86,6 +86,13 @@ def share_cut(values: np.ndarray, share: float) -> float:
     """The smallest observed value that keeps at least `share` of the runs at or below it (a fold
     fits `values <= cut`)."""
     return float(np.quantile(np.asarray(values, dtype=float), share, method="lower"))
+
+
+def prefix_mask(steps: np.ndarray, fraction: float) -> np.ndarray:
+    """Mask of a curve's prefix: the points within the first `fraction` of its span of steps (a
+    curve-prefix fold fits them and forecasts the rest)."""
+    t = np.asarray(steps, dtype=float)
+    return t <= t[0] + fraction * (t[-1] - t[0])
 
 
 def holdout_mask(values: np.ndarray, above: float | None = None, rtol: float = LEVEL_RTOL) -> np.ndarray:

@@ -87,6 +87,33 @@ def gadre_runs(corpus: str) -> Callable[[], pd.DataFrame]:
     return load
 
 
+DOWNSTREAM_TASKS = ("hellaswag", "arc_easy", "piqa", "copa", "lambada_openai")
+
+
+def gadre_ladder(corpus: str) -> Callable[[], pd.DataFrame]:
+    """fit-task's ladder (N, D, task, task_loss, accuracy) of one corpus: the interface check's five
+    tasks, the C4 validation loss as every task's loss."""
+
+    def load() -> pd.DataFrame:
+        r = pd.read_csv(SHARED / "gadre2024_overtraining" / "runs.csv")
+        r = r[r.dataset == corpus]
+        rows = [
+            dict(
+                run=x.run,
+                N=float(x.n_params),
+                D=float(x.tokens),
+                task=t,
+                task_loss=x.loss_c4_val,
+                accuracy=getattr(x, f"acc_{t}"),
+            )
+            for x in r.itertuples()
+            for t in DOWNSTREAM_TASKS
+        ]
+        return pd.DataFrame(rows)
+
+    return load
+
+
 def gemstones_cooldowns() -> pd.DataFrame:
     c = pd.read_csv(SHARED / "gemstones" / "cooldowns.csv")
     return pd.DataFrame({"N": c.N, "D": c.tokens_end, "loss": c.loss_end})
@@ -178,7 +205,15 @@ def cases() -> list[Case]:
             )
         out.append(Case(f"gadre {name}/c4_val", "budget", gadre(corpus)))
         out.append(Case(f"gadre {name}/c4_val", "frontier", gadre(corpus)))
-        out.append(Case(f"gadre {name}", "downstream", gadre_runs(corpus), quick=corpus == "rw_original"))
+        out.append(
+            Case(
+                f"gadre {name} (5 tasks)",
+                "downstream",
+                gadre_ladder(corpus),
+                {"holdout_above_n": 5e8},
+                quick=corpus == "rw_original",
+            )
+        )
     for size in ("25", "100"):
         out.append(
             Case(

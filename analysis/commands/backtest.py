@@ -21,7 +21,11 @@ def register(subparsers) -> None:
         help="hide the top of a ladder, fit every candidate method, score it on what it did not see",
         description=__doc__.splitlines()[0],
     )
-    p.add_argument("data", help="runs table (CSV or parquet; curve: a curves table or sweep directory)")
+    p.add_argument(
+        "data",
+        help="runs table (CSV or parquet); downstream: fit-task's ladder table (N, D, task, task_loss, "
+        "accuracy); curve: what fit-curve reads",
+    )
     p.add_argument(
         "--protocol",
         required=True,
@@ -60,6 +64,7 @@ def run(args) -> int:
     from analysis import backtest
     from analysis.backtest import render
     from models.base.errors import AnalysisError
+    from models.base.jaxcache import enable_compile_cache
     from models.base.jsonio import write_text_atomic
 
     if args.bootstrap < 0:
@@ -68,6 +73,7 @@ def run(args) -> int:
         path = getattr(args, flag)
         if path and not pathlib.Path(path).parent.is_dir():
             raise AnalysisError(f"--{flag}: directory {pathlib.Path(path).parent} does not exist")
+    enable_compile_cache()
     opt = backtest.Options(
         holdout_above=args.holdout_above,
         holdout_above_n=args.holdout_above_n,

@@ -592,12 +592,12 @@ def _with_error_model(eff: Efficiency, ms: list, loo: list[float] | None) -> tup
     """`eff` with its MFU error interval (5%-95% of measured / predicted MFU): the leave-one-out
     ratios `loo` when there are some, else in-sample (narrower than the truth), and words saying
     which."""
-    import numpy as np
 
+    from analysis import validation
     from sharding.costmodel.calibrate import score
 
     if loo is not None:
-        lo, hi = np.quantile(loo, [0.05, 0.95])
+        lo, hi = validation.percentile_bounds(loo, 0.90)
         how = f"leave-one-run-out over {len(loo)} runs"
     else:
         s = score(ms, eff)

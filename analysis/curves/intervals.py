@@ -42,6 +42,7 @@ from typing import Sequence
 
 import numpy as np
 
+from analysis import validation
 from analysis.curves.data import Curve, peak_index
 from analysis.curves.features import subset
 from analysis.curves.optimize import Problem, evaluate
@@ -170,8 +171,7 @@ def splits(parts) -> list[Split]:
     for frac in TAIL_FRACTIONS:
         train = np.zeros(cid.size, bool)
         for i, (_, t) in enumerate(parts):
-            cut = t[0] + frac * (t[-1] - t[0])
-            train[cid == i] = np.asarray(t) <= cut
+            train[cid == i] = validation.prefix_mask(t, frac)
         out.append(Split(f"first {frac:.2g}", train, ~train))
     return out
 

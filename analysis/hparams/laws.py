@@ -26,6 +26,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
+from analysis import validation
 from analysis.validation import PREDICTION_LEVEL
 from models.base.errors import AnalysisError
 
@@ -102,10 +103,9 @@ class HparamLaw:
 
     def ci(self) -> dict[str, list[float]]:
         s = np.asarray(self.samples, float)
-        tail = (1 - PREDICTION_LEVEL) / 2
         out = {}
         for j, name in enumerate(self.spec.coef_names):
-            lo, hi = np.quantile(s[:, j], [tail, 1 - tail])
+            lo, hi = validation.percentile_interval(s[:, j], PREDICTION_LEVEL)
             out[name] = [_exp(lo), _exp(hi)] if name == "c" else [float(lo), float(hi)]
         return out
 
@@ -117,8 +117,7 @@ class HparamLaw:
         rng = np.random.default_rng(0)
         t = rng.standard_t(max(self.dof, 1), size=len(s)) if self.dof > 0 else np.zeros(len(s))
         draws = X @ s.T + self.scatter_sd * t[None, :]
-        tail = (1 - PREDICTION_LEVEL) / 2
-        lo, hi = np.quantile(draws, [tail, 1 - tail], axis=1)
+        lo, hi = validation.percentile_interval(draws, PREDICTION_LEVEL, axis=1)
         return value, np.exp(lo), np.exp(hi)
 
     def to_json(self) -> dict:
@@ -206,8 +205,7 @@ def fit_law(
 def _bootstrap(X: np.ndarray, y: np.ndarray, rng: np.random.Generator) -> list[tuple[float, ...]]:
     n, k = X.shape
     out = []
-    for _ in range(BOOTSTRAP):
-        idx = rng.integers(0, n, n)
+    for idx in validation.bootstrap_indices(n, BOOTSTRAP, rng):
         if len(np.unique(idx)) <= k or np.linalg.matrix_rank(X[idx]) < k:
             continue  # cannot identify every exponent, or an exact fit through k rungs (no scatter)
         out.append(tuple(float(v) for v in _lstsq(X[idx], y[idx])))
@@ -241,7 +239,7 @@ def holdout_split(inputs: Mapping[str, np.ndarray]) -> tuple[np.ndarray, str] | 
     """Mask of the held-out rungs: those of the largest N (the largest D with a single N)."""
     for role in ("N", "D"):
         v = np.asarray(inputs[role], float)
-        top = np.isclose(v, v.max(), rtol=1e-6)
+        top = validation.holdout_mask(v)
         if 0 < top.sum() < len(v) and len(np.unique(np.round(np.log(v), 6))) > 1:
             return top, f"{role} = {v.max():.4g} ({int(top.sum())} rungs)"
     return None
@@ -285,7 +283,8 @@ def choose_form(
     scored = [f for f in cands if errors[f.name] is not None]
     if not scored:  # the simplest form the rungs identify, unscored
         return min(cands, key=lambda f: len(f.inputs)).name, None
-    best = min(scored, key=lambda f: (round(errors[f.name], 9), len(f.inputs))).name
+    simplest_first = [f.name for f in sorted(scored, key=lambda f: len(f.inputs))]
+    best = validation.choose({f.name: errors[f.name] for f in scored}, simplest_first, margin=0.0)
     test = np.any(folds, axis=0)
     p = preds[best]
     idx = np.flatnonzero(test)

@@ -35,6 +35,7 @@ import math
 import numpy as np
 import pandas as pd
 
+from analysis import validation
 from analysis.laws.vertex import MIN_VALUES, quadratic, vertex, window_of
 from analysis.validation import PREDICTION_LEVEL
 
@@ -159,8 +160,7 @@ def _vertex_interval(
     for j in range(NOISE_DRAWS):
         a, xs, _ = quadratic(x, ys[j])
         out[j] = xs if math.isfinite(xs) else x[int(np.argmin(ys[j]))]
-    tail = (1 - PREDICTION_LEVEL) / 2
-    lo, hi = np.quantile(out, [tail, 1 - tail])
+    lo, hi = validation.percentile_interval(out, PREDICTION_LEVEL)
     if not (math.isfinite(lo) and math.isfinite(hi)):
         return fallback
     return float(lo), float(hi)

@@ -14,6 +14,7 @@ from typing import Mapping
 import numpy as np
 import pandas as pd
 
+from analysis import validation
 from analysis.laws import points as data_mod
 from analysis.laws.budgets import group_budgets
 from analysis.laws.registry import Law
@@ -74,7 +75,7 @@ def split(pts: data_mod.Points, threshold: float) -> tuple[data_mod.Points, data
         )
     if not threshold > 0:
         raise AnalysisError(f"--holdout-above must be a positive FLOP count, got {threshold}")
-    above = pts.inputs["C"] > threshold
+    above = validation.holdout_mask(pts.inputs["C"], threshold)
     if not above.any():
         raise AnalysisError(
             f"no run has C above {threshold:g} (max C is {pts.inputs['C'].max():.3g}); lower --holdout-above"

@@ -342,12 +342,7 @@ def approach1(
     best, valid = _envelope_winners(Lg, Nrun, bootstrap, seed, exclude_edges)
     logN = np.where(valid, np.log(Nrun[best]), np.nan)
     a, logG = _powerlaw(np.log(grid), logN)
-    lo, hi = 50 * (1 - ci_level), 50 * (1 + ci_level)
-    a_ci = (
-        [float(np.nanpercentile(a[1:], lo)), float(np.nanpercentile(a[1:], hi))]
-        if bootstrap
-        else [math.nan] * 2
-    )
+    a_ci = validation.percentile_bounds(a[1:], ci_level) if bootstrap else [math.nan] * 2
     env = [
         {"C": float(grid[j]), "N_opt": float(Nrun[best[0, j]]), "loss": float(Lg[best[0, j], j])}
         for j in range(n_grid)

@@ -31,6 +31,7 @@ from typing import Sequence
 
 import numpy as np
 
+from analysis import validation
 from analysis.rl.varpro import (
     Fitter,
     LawSpec,
@@ -275,7 +276,7 @@ def _bootstrap_ci(law, spec, pts, r0, n_boot, seed, bounds):
     for k, v in draws.items():
         if not v:
             continue
-        lo, hi = np.quantile(np.asarray(v), [0.025, 0.975])
+        lo, hi = validation.percentile_bounds(v, 0.95)
         ci[k] = [float(lo), float(hi)]
         blo, bhi = bounds[k]
         near = lambda x, b: abs(x - b) <= 1e-3 * max(1.0, abs(b))  # noqa: E731

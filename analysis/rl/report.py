@@ -137,7 +137,8 @@ def _band(
     if not draws:
         return np.full_like(C_grid, np.nan), np.full_like(C_grid, np.nan)
     d = np.asarray(draws)
-    return np.quantile(d, 0.025, axis=0), np.quantile(d, 0.975, axis=0)
+    lo, hi = validation.percentile_interval(d, 0.95)
+    return lo, hi
 
 
 @dataclasses.dataclass(frozen=True)
