@@ -1,4 +1,8 @@
-"""`python -m analysis report SWEEP_DIR [--out DIR] [--budget C ...]`: the fitted-law report."""
+"""`python -m analysis report SWEEP_DIR|RUNS_TABLE [--out DIR] [--budget C ...]`: the fitted-law report.
+
+RUNS_TABLE: a .csv / .parquet / .pq runs table (`python -m analysis collect`'s, or one's own with
+N, D and/or C, loss, optionally U), its columns found as `python -m analysis fit` finds them
+(--n-col & co. name others); sections that need run directories are left out, said in one line."""
 
 from __future__ import annotations
 
@@ -12,6 +16,9 @@ def _run(args: argparse.Namespace) -> int:
     # The report pulls in JAX, pandas and matplotlib; loaded here so `--help` stays fast.
     from analysis.report.build import build_report
     from analysis.report.render import headline
+    from models.base.jaxcache import enable_compile_cache
+
+    enable_compile_cache()  # the law fits compile the same programs as `fit`: reuse them
 
     if args.gpus <= 0:
         raise AnalysisError(f"--gpus must be a positive integer (got {args.gpus})")
@@ -31,6 +38,7 @@ def _run(args: argparse.Namespace) -> int:
         n_params=args.n_params,
         hparams=args.hparams,
         unique_tokens=args.unique_tokens,
+        columns=_columns(args),
     )
     for line in [] if rep.get("rl_only") else headline(rep):
         print(line)
@@ -41,18 +49,59 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _columns(args: argparse.Namespace) -> dict[str, str]:
+    """Column roles named with --n-col/--d-col/--c-col/--loss-col/--u-col (a runs table only)."""
+    named = (
+        ("N", args.n_col),
+        ("D", args.d_col),
+        ("C", args.c_col),
+        ("loss", args.loss_col),
+        ("U", args.u_col),
+    )
+    return {role: name for role, name in named if name}
+
+
+def _add_column_arguments(p: argparse.ArgumentParser) -> None:
+    """--n-col & co.: `python -m analysis fit`'s column flags, for a runs table whose columns have
+    other names than the ones found by default."""
+    g = p.add_argument_group("runs-table columns (as in `python -m analysis fit`; a runs table only)")
+    g.add_argument("--n-col", metavar="NAME", help="model-size column (default: N, n_params or 'Model Size')")
+    g.add_argument(
+        "--d-col", metavar="NAME", help="tokens column (default: D or tokens; else derived as C/(6N))"
+    )
+    g.add_argument(
+        "--c-col", metavar="NAME", help="compute column (default: C, flops or 'Training FLOP'; else 6ND)"
+    )
+    g.add_argument("--loss-col", metavar="NAME", help="target column (default: loss or final_eval_loss)")
+    g.add_argument(
+        "--u-col",
+        metavar="NAME",
+        help="unique-tokens column (default: U or unique_tokens, when present): a warning names the "
+        "runs that repeated their data, which the report's Chinchilla law counts as fresh",
+    )
+
+
 def register(sub) -> None:
     p = sub.add_parser(
         "report",
-        help="fitted-law report of a sweep (HTML + Markdown + PNG figures)",
-        description="Collect the runs under SWEEP_DIR, fit the Chinchilla law (Approach 3) and IsoFLOP "
-        "profiles (Approach 2) with bootstrap CIs, check the law on the held-out largest "
-        "budget, and write report.html, report.md, report.json and figures/.",
+        help="fitted-law report of a sweep or a runs table (HTML + Markdown + PNG figures)",
+        description="Collect the runs under SWEEP_DIR (or read a runs table), fit the Chinchilla law "
+        "(Approach 3) and IsoFLOP profiles (Approach 2) with bootstrap CIs, check the law on the "
+        "held-out largest budget, and write report.html, report.md, report.json and figures/. "
+        "A runs table gives every section but those that need run directories (loss curves, "
+        "hyperparameter probes, downstream tasks, RL).",
     )
     p.add_argument(
-        "sweep_dir", metavar="SWEEP_DIR", help="sweep directory (hydra.sweep.dir) or any folder of runs"
+        "sweep_dir",
+        metavar="SWEEP_DIR",
+        help="sweep directory (hydra.sweep.dir) or any folder of runs; or a runs table (.csv, .parquet, "
+        ".pq) as `python -m analysis collect` writes, or one's own with N, D and/or C, loss (optionally U)",
     )
-    p.add_argument("--out", default=None, help="output directory (default: SWEEP_DIR/report)")
+    p.add_argument(
+        "--out",
+        default=None,
+        help="output directory (default: SWEEP_DIR/report; for a table T.csv: T-report beside it)",
+    )
     add_budget_argument(p, "to state N*/D* for (default: 10x the largest swept budget)")
     p.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples for CIs (default 1000)")
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed")
@@ -89,5 +138,6 @@ def register(sub) -> None:
         "tokens (data limit: optimum N, D, epochs, penalty against unlimited data; the report's "
         "data-constrained law, else Muennighoff et al. 2023's R_D*, R_N* on its Chinchilla law)",
     )
+    _add_column_arguments(p)
     add_json_argument(p, "the report's numbers (the same as report.json)")
     p.set_defaults(func=_run)

@@ -19,6 +19,13 @@ fits), so the report shows exactly what a notebook user would get:
 7. warnings a reader must see before trusting the numbers (too few sizes per budget, minima at
    the ladder's edge, parameters at their bounds, approaches disagreeing, big held-out error).
 
+`sweep_dir` may also be a runs table (.csv, .parquet or .pq: what `python -m analysis collect`
+writes, or a user's own table with N, D and/or C, loss and optionally U), read with the column
+rules of `python -m analysis fit` (analysis.laws.points.resolve_inputs): the report then has the
+law fit, the held-out check, allocation and frontier; loss curves, hyperparameter probes,
+downstream tasks and RL need run directories and are left out, with one line saying so. A table
+the law cannot be fitted to is an error (one line), not a report without a law.
+
 Sections whose data is insufficient are replaced by a warning saying why; the report is still
 written. Outputs: report.html (self-contained, figures inlined as base64 PNG), report.md with
 figures/*.png beside it, and report.json with the numbers.
@@ -26,6 +33,7 @@ figures/*.png beside it, and report.json with the numbers.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
 import json
 import math
@@ -40,7 +48,8 @@ from matplotlib.figure import Figure
 from analysis.laws.best_runs import SELECTED, Selection, has_config, select_best_runs
 from analysis.laws.fitting import FitResult, fit_law
 from analysis.laws.isoflop import approach2, compare_approaches, group_budgets
-from analysis.laws.registry import bound_notes
+from analysis.laws.points import choose_n_column, read_table, resolve, resolve_inputs
+from analysis.laws.registry import bound_notes, get_law
 from analysis.report import figures as figs
 from analysis.report.downstream import downstream_section
 from analysis.report.hparams import law_section, load_laws
@@ -150,6 +159,149 @@ class NoPretrainingRuns(AnalysisError):
     """The directory holds RL runs only: the report is then the RL section alone."""
 
 
+TABLE_SUFFIXES = (".csv", ".parquet", ".pq")
+PARQUET_SUFFIXES = (".parquet", ".pq")
+# The sections a runs table cannot give: they read files in each run's directory.
+RUN_DIR_SECTIONS = ("loss curves", "hyperparameter probes", "downstream tasks", "RL")
+
+
+def is_runs_table(path: str | pathlib.Path) -> bool:
+    """Whether `path` names a runs table (by its suffix: .csv, .parquet, .pq) rather than a folder."""
+    path = pathlib.Path(path)
+    return path.suffix.lower() in TABLE_SUFFIXES and not path.is_dir()
+
+
+@dataclasses.dataclass(frozen=True)
+class Source:
+    """What the report reads: a sweep directory, or a runs table already read and checked
+    (`collected`: all runs, completed runs with `budget`, curves, notes, as `collect` returns)."""
+
+    path: pathlib.Path
+    collected: tuple | None = None  # set for a runs table
+    columns: dict = dataclasses.field(default_factory=dict)  # role -> column used (a runs table)
+
+    @property
+    def table(self) -> bool:
+        return self.collected is not None
+
+
+def read_runs_table(path: pathlib.Path) -> pd.DataFrame:
+    """The rows of a runs table: `fit`'s reader (analysis.laws.points.read_table), and Parquet under
+    any of its suffixes (.pq, .PARQUET); every failure is one line."""
+    if path.suffix.lower() not in PARQUET_SUFFIXES or path.suffix == ".parquet":
+        return read_table(path)
+    if not path.is_file():
+        raise AnalysisError(f"file not found: {path}")
+    try:
+        df = pd.read_parquet(path)
+    except (OSError, ValueError, ImportError) as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise AnalysisError(f"cannot parse {path}: {first}") from None
+    if df.empty:
+        raise AnalysisError(f"{path} has a header but no rows")
+    return df
+
+
+def collect_table(
+    path: pathlib.Path, columns: dict[str, str] | None = None, n_params: str = "total"
+) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, list[str], dict[str, str]]:
+    """`collect` for a runs table: (all rows, completed rows with a `budget` column, no curves,
+    notes, role -> column used). Columns are found as `python -m analysis fit` finds them
+    (`columns`: --n-col and co.; D from C / 6N, C from 6ND). A `status` column (collect
+    --include-unfinished) keeps unfinished rows out of the fits; without run configs a `selected`
+    column keeps its marked rows, as in `fit`. Budgets: a positive `budget` column, else
+    `sweep.budget`, else runs grouped by C. Errors are one line naming the table."""
+    columns = dict(columns or {})
+    df = read_runs_table(path).reset_index(drop=True)
+    runs = df.copy()
+    status = df["status"] if "status" in df.columns else pd.Series(np.nan, index=df.index)
+    runs["status"] = status.where(status.notna(), RunStatus.COMPLETED).astype(str)
+    runs["run"] = df["run"].astype(str) if "run" in df.columns else [f"row {i + 1}" for i in df.index]
+    keep = runs["status"] == RunStatus.COMPLETED
+    if has_config(df):  # select_best recomputes the selection from the run configs
+        runs = runs.drop(columns=[c for c in (SELECTED, "hparam_group") if c in runs.columns])
+    elif SELECTED in df.columns:
+        runs[SELECTED] = df[SELECTED].map(lambda v: str(v).strip().lower() in ("true", "1", "1.0"))
+        keep &= runs[SELECTED]
+    if not keep.any():
+        raise AnalysisError(f"{path}: no completed (and selected) rows; nothing to fit")
+    try:  # on the table's own columns, so that every message names those
+        pts = resolve(df[keep], ("N", "D"), columns)
+        _check_enough_runs(pts)
+        if n_params == "non_embedding":
+            ne = choose_n_column(df, get_law("chinchilla"), columns, n_params)[0]["N"]
+            runs["n_params_non_embedding"] = pd.to_numeric(df[ne], errors="coerce")
+    except AnalysisError as e:
+        raise AnalysisError(f"{path}: {e}") from None
+    used = pts.columns
+    runs = runs.assign(**_role_values(df, used))
+    done = runs[keep].copy()
+    own = pd.to_numeric(df.loc[keep, "budget"], errors="coerce") if "budget" in df.columns else None
+    done["budget"] = own.astype(float) if own is not None and (own > 0).all() else _budget_labels(done)
+    runs["budget"] = np.nan
+    runs.loc[done.index, "budget"] = done["budget"]
+    notes = _repeated_data_notes(path, df[keep], done["tokens"].to_numpy(float), columns)
+    return runs, done.reset_index(drop=True), pd.DataFrame(), notes, used
+
+
+def _check_enough_runs(pts) -> None:
+    """The report's law needs as many runs as it has free parameters, at two model sizes and two
+    token counts at least (the law's own rule); the report has no --fix, so the fix is more runs."""
+    law = get_law("chinchilla")
+    need = len(law.param_names)
+    if pts.n < need:
+        raise AnalysisError(
+            f"{pts.n} usable run(s) for the {need} free parameters of the Chinchilla law: add runs "
+            f"(at least {need}, more is better), or fit with `python -m analysis fit --fix NAME=VALUE`"
+        )
+    for role, k in law.min_distinct.items():
+        seen = len(np.unique(pts.inputs[role]))
+        if seen < k:
+            raise AnalysisError(
+                f"only {seen} distinct value(s) in column {pts.columns[role]!r} ({role}); the Chinchilla "
+                f"law needs at least {k} to identify its {role}-dependence: add runs at other "
+                + ("model sizes" if role == "N" else "token counts")
+            )
+
+
+def _role_values(runs: pd.DataFrame, used: dict[str, str]) -> dict[str, pd.Series]:
+    """The report's columns (n_params, tokens, flops, final_eval_loss) from the columns the fit's
+    rules chose (`used`, role -> column; "<derived ...>" for D = C / 6N or C = 6ND), for every row."""
+
+    def num(role: str) -> pd.Series | None:
+        name = used.get(role, "<")
+        return None if name.startswith("<") else pd.to_numeric(runs[name], errors="coerce").astype(float)
+
+    N, D, C = num("N"), num("D"), num("C")
+    if D is None:
+        D = C / (6.0 * N)
+    if C is None:
+        C = 6.0 * N * D
+    return {"n_params": N, "tokens": D, "flops": C, "final_eval_loss": num("loss")}
+
+
+def _repeated_data_notes(
+    path: pathlib.Path, rows: pd.DataFrame, tokens: np.ndarray, columns: dict[str, str]
+) -> list[str]:
+    """A warning when the table's unique tokens (U of `rows`, found as `fit` finds it) show
+    repeated data (`tokens` D > U): the report's Chinchilla law counts every token as fresh."""
+    try:
+        U = resolve_inputs(rows, ("U",), {k: v for k, v in columns.items() if k == "U"})[0]["U"]
+    except AnalysisError as e:
+        if "U" in columns:  # named with --u-col: it must be usable
+            raise AnalysisError(f"{path}: {e}") from None
+        return []
+    epochs = tokens / U
+    rep = epochs > 1.001
+    if not rep.any():
+        return []
+    return [
+        f"{int(rep.sum())} of {len(rows)} runs repeated their data (D > U, up to {epochs.max():.3g} "
+        "epochs): the Chinchilla law here counts repeated tokens as fresh; "
+        f"`python -m analysis fit {path} --law data_constrained` fits the repeated-data law"
+    ]
+
+
 def _frontier(fit, C: np.ndarray) -> dict:
     al = fit.allocation(list(C))
     rows = al["budgets"]
@@ -164,15 +316,15 @@ def _frontier(fit, C: np.ndarray) -> dict:
     return out
 
 
+MAX_THIN_BUDGET_LINES = 3  # more budgets with too few sizes than this: one line for all of them
+
+
 def _edge_and_size_warnings(done: pd.DataFrame) -> list[str]:
-    out = []
+    out, thin = [], []
     for b, g in done.groupby("budget"):
         sizes = np.unique(g["n_params"])
         if len(sizes) < MIN_SIZES:
-            out.append(
-                f"budget C={b:.3g}: only {len(sizes)} model size(s) completed (< {MIN_SIZES}); "
-                "its IsoFLOP minimum is not identified"
-            )
+            thin.append((b, len(sizes)))
             continue
         best = g.loc[g["final_eval_loss"].idxmin(), "n_params"]
         if best == sizes.min():
@@ -185,7 +337,23 @@ def _edge_and_size_warnings(done: pd.DataFrame) -> list[str]:
                 f"budget C={b:.3g}: the lowest loss is at the largest model (N={int(best):,}); the "
                 "optimum may lie above the ladder -- add larger shapes"
             )
-    return out
+    return _thin_budget_warnings(thin) + out
+
+
+def _thin_budget_warnings(thin: list[tuple[float, int]]) -> list[str]:
+    """Budgets with fewer than MIN_SIZES model sizes: a line each, or one line for many (a runs
+    table not laid out on IsoFLOP budgets has a FLOP group per run or two)."""
+    if len(thin) <= MAX_THIN_BUDGET_LINES:
+        return [
+            f"budget C={b:.3g}: only {n} model size(s) completed (< {MIN_SIZES}); "
+            "its IsoFLOP minimum is not identified"
+            for b, n in thin
+        ]
+    return [
+        f"{len(thin)} compute budgets have fewer than {MIN_SIZES} model sizes (C="
+        + ", ".join(f"{b:.3g}" for b, _ in thin)
+        + "); their IsoFLOP minima are not identified"
+    ]
 
 
 def _bound_warnings(fit) -> list[str]:
@@ -246,9 +414,13 @@ def build_report(
     n_params: str = "total",
     hparams: str | pathlib.Path | None = None,
     unique_tokens: float | None = None,
+    columns: dict[str, str] | None = None,
 ) -> dict:
     """Analyse the runs under `sweep_dir` and write report.{html,md,json} + figures to `out_dir`.
 
+    `sweep_dir` may instead be a runs table (.csv, .parquet, .pq; see the module docstring), whose
+    columns are found as `python -m analysis fit` finds them, or as `columns` (role -> column:
+    N, D, C, loss, U) names them; default `out_dir` then: <table stem>-report beside the table.
     `budgets`: compute budgets to state N*/D* for (default: 10x the largest budget swept).
     `hardware` (a conf/hardware name or YAML) and `gpus`: with explicit `budgets`, add a planning
     section per budget (analysis.planning.planner: shape, layout, days, loss with CI from the fitted law).
@@ -261,12 +433,10 @@ def build_report(
     (analysis.planning.data_limit).
     Returns the report dict (also written as report.json); its `paths` name the files.
     """
-    sweep_dir = pathlib.Path(sweep_dir)
-    if not sweep_dir.is_dir():
-        raise AnalysisError(f"sweep directory not found: {sweep_dir}")
-    out = pathlib.Path(out_dir) if out_dir is not None else sweep_dir / "report"
-    if bootstrap < 0:
-        raise AnalysisError(f"--bootstrap must be >= 0 (got {bootstrap})")
+    source = _source(pathlib.Path(sweep_dir), columns, n_params, bootstrap)
+    path = source.path
+    default_out = path.with_name(f"{path.stem}-report") if source.table else path / "report"
+    out = pathlib.Path(out_dir) if out_dir is not None else default_out
     fig_dir = out / "figures"
     fig_dir.mkdir(parents=True, exist_ok=True)
     with warnings.catch_warnings():
@@ -275,7 +445,7 @@ def build_report(
         )  # overflow in bootstrap resamples far from the optimum
         try:
             rep = _build(
-                sweep_dir,
+                source,
                 out,
                 fig_dir,
                 budgets,
@@ -289,8 +459,26 @@ def build_report(
                 unique_tokens,
             )
         except NoPretrainingRuns:
-            rep = _rl_only(sweep_dir, out, title)
+            rep = _rl_only(path, out, title)
     return rep
+
+
+def _source(path: pathlib.Path, columns: dict[str, str] | None, n_params: str, bootstrap: int) -> Source:
+    """The sweep directory or runs table to report on, checked (a table read) before anything is written."""
+    if bootstrap < 0:
+        raise AnalysisError(f"--bootstrap must be >= 0 (got {bootstrap})")
+    if is_runs_table(path):
+        *collected, used = collect_table(path, columns, n_params)
+        return Source(path, tuple(collected), used)
+    if not path.is_dir():
+        what = "; a runs table must end in .csv, .parquet or .pq" if path.is_file() else ""
+        raise AnalysisError(f"sweep directory not found: {path}{what}")
+    if columns:
+        flags = ", ".join(f"--{r.lower()}-col" for r in columns)
+        raise AnalysisError(
+            f"{flags}: column flags are for a runs table (.csv, .parquet, .pq); {path} is a directory"
+        )
+    return Source(path)
 
 
 def _rl_section(sweep_dir: pathlib.Path, out: pathlib.Path, warn: list[str]) -> dict | None:
@@ -371,7 +559,7 @@ def _write_outputs(rep: dict, out: pathlib.Path) -> None:
 
 
 def _build(
-    sweep_dir: pathlib.Path,
+    source: Source,
     out: pathlib.Path,
     fig_dir: pathlib.Path,
     budgets,
@@ -386,19 +574,23 @@ def _build(
 ) -> dict:
     """Collect, fit (Approaches 3 and 2), compare, hold out, plot, add sections, write."""
     warn: list[str] = []
-    hp_laws, hp_found = load_laws(sweep_dir, hparams, warn)  # a bad --hparams fails before any fit
-    all_runs, done_all, curves, notes = collect(sweep_dir)
+    sweep_dir = source.path
+    # a bad --hparams fails before any fit; a runs table has no folder to find an HP.json in
+    hp_laws, hp_found = (
+        (None, "auto") if source.table and hparams is None else load_laws(sweep_dir, hparams, warn)
+    )
+    all_runs, done_all, curves, notes = source.collected or collect(sweep_dir)
     done, hp = select_best(all_runs, done_all)
     done = _use_n_params(done, n_params)
     budgets_swept = sorted(done["budget"].unique())
     requested = _requested_budgets(budgets, budgets_swept)
     warn[:0] = list(notes) + _incomplete_warnings(all_runs) + (hp.warnings if hp else [])
     warn += _edge_and_size_warnings(done)
-    rep = _header(sweep_dir, title, all_runs, done_all, budgets_swept, requested, bootstrap, seed)
+    rep = _header(source, title, all_runs, done_all, budgets_swept, requested, bootstrap, seed)
     rep["hparams"] = hp.to_dict() if hp is not None else None
     rep["n_params"] = n_params
-    rep["compute"] = read_compute(sweep_dir, warn)
-    fit = _law_section(rep, done, requested, bootstrap, seed, warn)
+    rep["compute"] = None if source.table else read_compute(sweep_dir, warn)
+    fit = _law_section(rep, done, requested, bootstrap, seed, warn, strict=source.table)
     if rep["law"] is not None:
         rep["law"]["n_params"] = n_params  # the fit read N from n_params, which _use_n_params filled
     law_sec = law_section(hp_laws, hp_found, rep["law"], requested, warn)
@@ -407,7 +599,11 @@ def _build(
     a2 = _approach2_section(rep, done, requested, bootstrap, seed, warn)
     rep["comparison"] = _comparison(fit, a2, warn)
     rep["holdout"], hold_fit = _holdout_check(done, budgets_swept, seed, warn)
-    rep["downstream"] = downstream_section(done, curves, fit, requested, budgets_swept, bootstrap, seed, warn)
+    rep["downstream"] = (
+        None
+        if source.table
+        else downstream_section(done, curves, fit, requested, budgets_swept, bootstrap, seed, warn)
+    )
     rep["warnings"] = warn
     figures = report_figures(
         all_runs,
@@ -423,18 +619,28 @@ def _build(
     )
     figures.update(hparam_figures(law_sec))
     rep["figures"] = _save_figures(figures, fig_dir, out)
+    rep["sections"] = _sections(
+        source, out, fit, requested, budgets, hardware, gpus, hp_laws, unique_tokens, warn
+    )
+    rep["paths"] = _paths(out)
+    _write_outputs(rep, out)
+    return rep
+
+
+def _sections(
+    source: Source, out: pathlib.Path, fit, requested, budgets, hardware, gpus, hp_laws, unique_tokens, warn
+) -> list[dict]:
+    """The report's closing sections: a planning section per budget (with --hardware and --budget)
+    and, for a sweep directory holding RL runs, the RL section."""
     sections = []
     if hardware and budgets and fit is not None:
         sections += _plan_sections(fit, requested, hardware, gpus, warn, hp_laws, unique_tokens)
     elif unique_tokens is not None:
         warn.append("--unique-tokens plans the planning sections: give --hardware and --budget too")
-    rl = _rl_section(sweep_dir, out, warn)
+    rl = None if source.table else _rl_section(source.path, out, warn)
     if rl is not None:
         sections.append(rl)
-    rep["sections"] = sections
-    rep["paths"] = _paths(out)
-    _write_outputs(rep, out)
-    return rep
+    return sections
 
 
 def select_best(all_runs: pd.DataFrame, done: pd.DataFrame) -> tuple[pd.DataFrame, Selection | None]:
@@ -492,7 +698,7 @@ def _incomplete_warnings(all_runs: pd.DataFrame) -> list[str]:
 
 
 def _header(
-    sweep_dir: pathlib.Path,
+    source: Source,
     title: str | None,
     all_runs: pd.DataFrame,
     done: pd.DataFrame,
@@ -501,29 +707,56 @@ def _header(
     bootstrap: int,
     seed: int,
 ) -> dict[str, Any]:
-    """The report's opening fields: what was swept, which runs there are, how the fits resample."""
+    """The report's opening fields: what was swept, which runs there are, how the fits resample;
+    `source` says whether they came from a sweep directory or a runs table (and its columns)."""
+    path = source.path
     return {
-        "title": title or f"Scaling-law report: {sweep_dir.name}",
-        "sweep_dir": str(sweep_dir.resolve()),
+        "title": title or f"Scaling-law report: {path.name}",
+        "sweep_dir": str(path.resolve()),
+        "source": _source_record(source, all_runs),
         "generated": _now(),
         "n_runs": int(len(all_runs)),
         "n_completed": int(len(done)),
         "budgets_swept": [float(b) for b in budgets_swept],
         "requested_budgets": requested,
         "runs": _run_table(all_runs),
-        "skipped_shapes": _read_plan(sweep_dir),
+        "skipped_shapes": [] if source.table else _read_plan(path),
         "bootstrap": int(bootstrap),
         "seed": int(seed),
     }
 
 
+def _source_record(source: Source, all_runs: pd.DataFrame) -> dict[str, Any]:
+    """report.json's `source`: {kind: "sweep"} or {kind: "runs_table", columns (role -> column the
+    fit's rules chose), left_out (sections that need run directories), note (the line saying so)}."""
+    if not source.table:
+        return {"kind": "sweep"}
+    left_out = [s for s in RUN_DIR_SECTIONS if s != "hyperparameter probes" or not has_config(all_runs)]
+    return {
+        "kind": "runs_table",
+        "columns": dict(source.columns),
+        "left_out": left_out,
+        "note": f"Not in this report: {', '.join(left_out)} -- they need run directories, and a runs "
+        "table has none.",
+    }
+
+
 def _law_section(
-    rep: dict, done: pd.DataFrame, requested: list[float], bootstrap: int, seed: int, warn: list[str]
+    rep: dict,
+    done: pd.DataFrame,
+    requested: list[float],
+    bootstrap: int,
+    seed: int,
+    warn: list[str],
+    strict: bool = False,
 ) -> FitResult | None:
-    """Approach 3: the Chinchilla law fitted to every completed run -> rep["law"] (None if it fails)."""
+    """Approach 3: the Chinchilla law fitted to every completed run -> rep["law"] (None if it fails).
+    `strict` (a runs table, whose report is its law): a failed fit is an error, not a warning."""
     try:
         fit = fit_law(done, "chinchilla", COLS, bootstrap=bootstrap, seed=seed)
     except AnalysisError as e:
+        if strict:
+            raise AnalysisError(f"the Chinchilla law cannot be fitted to this table: {e}") from None
         rep["law"] = None
         warn.append(f"no law fit (Approach 3): {e}")
         return None

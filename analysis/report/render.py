@@ -616,6 +616,21 @@ def _downstream_html(ds: dict) -> list[str]:
     return parts + [f"<div class='warn'>{html.escape(w)}</div>" for w in notes]
 
 
+def _source_kind(rep: dict) -> str:
+    """How the report's opening line names what it read: a sweep directory or a runs table."""
+    return "Runs table" if (rep.get("source") or {}).get("kind") == "runs_table" else "Sweep"
+
+
+def source_note(rep: dict) -> str:
+    """The line under the opening one saying which columns a runs table's fit used and which
+    sections are left out (they need run directories); "" for a sweep."""
+    src = rep.get("source") or {}
+    if src.get("kind") != "runs_table":
+        return ""
+    cols = ", ".join(f"{role} = {name.strip('<>')}" for role, name in (src.get("columns") or {}).items())
+    return (f"Columns: {cols}. " if cols else "") + src.get("note", "")
+
+
 def write_markdown(rep: dict, path: pathlib.Path) -> None:
     if rep.get("rl_only"):
         L = [f"# {rep['title']}", "", f"Runs `{rep['sweep_dir']}`; generated {rep['generated']}.", ""]
@@ -625,10 +640,11 @@ def write_markdown(rep: dict, path: pathlib.Path) -> None:
     L = [
         f"# {rep['title']}",
         "",
-        f"Sweep `{rep['sweep_dir']}` — {rep['n_completed']} of {rep['n_runs']} runs "
+        f"{_source_kind(rep)} `{rep['sweep_dir']}` — {rep['n_completed']} of {rep['n_runs']} runs "
         f"completed; budgets {', '.join(_g(b, '.3g') for b in rep['budgets_swept'])} FLOPs; "
         f"{rep['bootstrap']} bootstrap resamples (seed {rep['seed']}); generated {rep['generated']}.",
         "",
+        *([f"*{source_note(rep)}*", ""] if source_note(rep) else []),
         "## Headline",
         "",
         "```",
@@ -740,10 +756,11 @@ def write_html(rep: dict, path: pathlib.Path) -> None:
         f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(rep['title'])}</title>"
         f"<style>{CSS}</style></head><body>",
         f"<h1>{html.escape(rep['title'])}</h1>",
-        f"<p>Sweep <code>{html.escape(rep['sweep_dir'])}</code> — "
+        f"<p>{_source_kind(rep)} <code>{html.escape(rep['sweep_dir'])}</code> — "
         f"{rep['n_completed']} of {rep['n_runs']} runs "
         f"completed; budgets {', '.join(_g(b, '.3g') for b in rep['budgets_swept'])} FLOPs; "
         f"{rep['bootstrap']} bootstrap resamples (seed {rep['seed']}); generated {rep['generated']}.</p>",
+        *([f"<p class='note'><em>{html.escape(source_note(rep))}</em></p>"] if source_note(rep) else []),
         "<h2>Headline</h2>",
         summary_html(rep),
     ]
