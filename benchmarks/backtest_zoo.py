@@ -26,6 +26,8 @@ Usage: python benchmarks/backtest_zoo.py [--quick] [--bootstrap 50] [--json OUT]
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
 import pathlib
 import sys
 import time
@@ -40,7 +42,6 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from analysis import backtest  # noqa: E402
-from analysis.backtest.result import Backtest  # noqa: E402
 from models.base.errors import AnalysisError  # noqa: E402
 from models.base.jsonio import write_json  # noqa: E402
 
@@ -246,12 +247,24 @@ def cases() -> list[Case]:
     return out
 
 
-@dataclass
+@dataclass(frozen=True)
 class Outcome:
-    case: Case
-    result: Backtest | None
+    """One backtest's summary (what the zoo table shows; cached by `--cache`)."""
+
+    dataset: str
+    protocol: str
+    error_key: str | None  # the protocol's error key; None when the backtest refused the table
+    cut: dict
+    rows: list  # Backtest.rows(): one summary per method
     error: str | None
     seconds: float
+
+    @property
+    def key(self) -> str:
+        return f"{self.dataset} | {self.protocol}"
+
+    def role(self, role: str) -> dict | None:
+        return next((r for r in self.rows if r[role]), None)
 
 
 def run_case(case: Case, bootstrap: int) -> Outcome:
@@ -262,100 +275,118 @@ def run_case(case: Case, bootstrap: int) -> Outcome:
             bt = backtest.run(
                 case.load(), case.protocol, backtest.Options(bootstrap=bootstrap, **case.options)
             )
-        return Outcome(case, bt, None, time.perf_counter() - t0)
     except AnalysisError as e:
-        return Outcome(case, None, str(e), time.perf_counter() - t0)
+        return Outcome(case.dataset, case.protocol, None, {}, [], str(e), time.perf_counter() - t0)
+    secs = time.perf_counter() - t0
+    return Outcome(case.dataset, case.protocol, bt.error_key(), bt.cut, bt.rows(), None, secs)
 
 
 # ---- the report ---------------------------------------------------------------------------------
+def _fmt(v: float | None, rel: bool) -> str:
+    return "—" if v is None else (f"{100 * v:.2f}%" if rel else f"{v:.3f}")
+
+
 def _cell(row: dict | None, key: str, rel: bool) -> str:
     if row is None or row.get(key) is None:
         return "—"
-    v = row[key]
     cov = "" if row.get("coverage_90") is None else f" ({100 * row['coverage_90']:.0f}%)"
-    return (f"{100 * v:.2f}%" if rel else f"{v:.3f}") + cov
+    return _fmt(row[key], rel) + cov
 
 
 def summary(outcomes: list[Outcome]) -> list[dict]:
-    """Per protocol: mean over datasets of the default's and the baseline's error, and on how many
-    datasets the default is worse than the baseline."""
+    """Per protocol: mean over datasets of the default's and the baseline's error and coverage, and
+    on how many datasets the default is worse than the baseline."""
     out = []
-    for protocol in dict.fromkeys(o.case.protocol for o in outcomes):
-        d, b, worse, n = [], [], 0, 0
+    for protocol in dict.fromkeys(o.protocol for o in outcomes):
+        d, b, dc, bc, worse = [], [], [], [], 0
         for o in outcomes:
-            if o.case.protocol != protocol or o.result is None:
+            dr, br = o.role("default"), o.role("baseline")
+            if (
+                o.protocol != protocol
+                or not dr
+                or not br
+                or dr[o.error_key] is None
+                or br[o.error_key] is None
+            ):
                 continue
-            key = o.result.error_key()
-            rows = o.result.rows()
-            dr = next((r for r in rows if r["default"]), None)
-            br = next((r for r in rows if r["baseline"]), None)
-            if dr and br and dr[key] is not None and br[key] is not None:
-                d.append(dr[key])
-                b.append(br[key])
-                worse += dr[key] > br[key]
-                n += 1
+            d.append(dr[o.error_key])
+            b.append(br[o.error_key])
+            dc += [dr["coverage_90"]] if dr["coverage_90"] is not None else []
+            bc += [br["coverage_90"]] if br["coverage_90"] is not None else []
+            worse += dr[o.error_key] > br[o.error_key]
+        mean = lambda v: float(np.mean(v)) if v else None  # noqa: E731
         out.append(
             dict(
                 protocol=protocol,
-                n=n,
-                default=np.mean(d) if d else None,
-                baseline=np.mean(b) if b else None,
+                n=len(d),
+                default=mean(d),
+                baseline=mean(b),
+                default_cov=mean(dc),
+                baseline_cov=mean(bc),
                 default_worse=worse,
             )
         )
     return out
 
 
+HEADER = """# Backtests: the development zoo
+
+Written by `python benchmarks/backtest_zoo.py --markdown docs/backtests.md` (do not edit by hand).
+Each row hides the top of one ladder (`python -m analysis backtest DATA --protocol P`), fits every
+candidate method below the cut and scores it on what it did not see. Errors: mean |relative error|
+of the loss (budget, frontier, size, epochs, curve), mean |log10| of the learning-rate optimum (lr),
+mean absolute error in accuracy points (downstream); in brackets the share of held-out values
+inside the method's 90% interval. How to read it: docs/analysis.md, "Backtesting". The zoo is
+development data only (../shared/data and our own ladders); held-back public ladders are not in it.
+"""
+
+
 def markdown(outcomes: list[Outcome], seconds: float, bootstrap: int) -> str:
     lines = [
-        "# Backtests: the development zoo",
-        "",
-        "Written by `python benchmarks/backtest_zoo.py` (do not edit by hand). Each row hides the top",
-        "of one ladder (`python -m analysis backtest DATA --protocol P`), fits every candidate method",
-        "below the cut and scores it on what it did not see. Errors: mean |relative error| of the loss",
-        "(budget, frontier, size, epochs, curve), mean |log10| of the learning-rate optimum (lr), mean",
-        "absolute error in accuracy points (downstream); in brackets the share of held-out values inside",
-        "the method's 90% interval.",
-        'How to read it: docs/analysis.md, "Backtesting".',
-        "",
+        HEADER,
         f"{len(outcomes)} backtests, bootstrap {bootstrap} per candidate fit, "
-        f"{seconds / 60:.1f} min on this machine (2-core VM).",
+        f"{seconds / 60:.0f} min of backtests on a 2-core VM.",
         "",
         "## Summary: the default against the baseline, mean over datasets",
         "",
-        "| protocol | datasets | default | baseline | datasets where the default is worse |",
-        "|---|---|---|---|---|",
+        "| protocol | datasets | default | baseline | default 90% coverage | baseline 90% coverage "
+        "| datasets where the default is worse |",
+        "|---|---|---|---|---|---|---|",
     ]
     for s in summary(outcomes):
         rel = s["protocol"] not in ("lr", "downstream")
-        f = lambda v: "—" if v is None else (f"{100 * v:.2f}%" if rel else f"{v:.3f}")
+        cov = lambda v: "—" if v is None else f"{100 * v:.0f}%"  # noqa: E731
         lines.append(
-            f"| {s['protocol']} | {s['n']} | {f(s['default'])} | {f(s['baseline'])} | {s['default_worse']} |"
+            f"| {s['protocol']} | {s['n']} | {_fmt(s['default'], rel)} | {_fmt(s['baseline'], rel)} | "
+            f"{cov(s['default_cov'])} | {cov(s['baseline_cov'])} | {s['default_worse']} |"
         )
     lines += [
         "",
         "## Every backtest",
         "",
-        "| dataset | protocol | cut | default | baseline | best method | every method |",
+        "| dataset | protocol | held out (n) | default | baseline | best method | every method |",
         "|---|---|---|---|---|---|---|",
     ]
     for o in outcomes:
-        if o.result is None:
-            lines.append(f"| {o.case.dataset} | {o.case.protocol} | — | error: {o.error} | | | |")
+        if o.error is not None:
+            lines.append(f"| {o.dataset} | {o.protocol} | — | error: {o.error} | | | |")
             continue
-        bt = o.result
-        key, rel = bt.error_key(), bt.error_key() == "mean_abs_rel_error"
-        rows = bt.rows()
-        d = next((r for r in rows if r["default"]), None)
-        b = next((r for r in rows if r["baseline"]), None)
-        scored = [r for r in rows if r[key] is not None]
+        key, rel = o.error_key, o.error_key == "mean_abs_rel_error"
+        d, b = o.role("default"), o.role("baseline")
+        scored = [r for r in o.rows if r[key] is not None]
         best = min(scored, key=lambda r: r[key])["method"] if scored else "—"
-        every = "; ".join(f"{r['method']} {_cell(r, key, rel)}" for r in rows)
+        every = "; ".join(f"{r['method']} {_cell(r, key, rel)}" for r in o.rows)
         dn = f"{d['method']}: {_cell(d, key, rel)}" if d else "—"
         bn = f"{b['method']}: {_cell(b, key, rel)}" if b else "—"
-        cut = f"{bt.cut.get('what', '')} ({bt.cut.get('n_held_out')})"
-        lines.append(f"| {o.case.dataset} | {o.case.protocol} | {cut} | {dn} | {bn} | {best} | {every} |")
+        cut = f"{o.cut.get('what', '')} ({o.cut.get('n_held_out')})"
+        lines.append(f"| {o.dataset} | {o.protocol} | {cut} | {dn} | {bn} | {best} | {every} |")
     return "\n".join(lines) + "\n"
+
+
+def _load_cache(path: pathlib.Path | None) -> dict[str, Outcome]:
+    if path is None or not path.exists():
+        return {}
+    return {o.key: o for o in (Outcome(**d) for d in json.loads(path.read_text()))}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -363,53 +394,40 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="one dataset per protocol")
     ap.add_argument("--bootstrap", type=int, default=50)
     ap.add_argument("--only", help="run the cases whose dataset or protocol contains this text")
-    ap.add_argument("--json", help="write every backtest's JSON here")
+    ap.add_argument("--cache", help="JSON of finished backtests: reused, and each new one added at once")
     ap.add_argument("--markdown", help="write the zoo table here (docs/backtests.md)")
     args = ap.parse_args(argv)
     if not SHARED.is_dir():
         print(f"error: the zoo needs {SHARED}", file=sys.stderr)
         return 2
+    cache_path = pathlib.Path(args.cache) if args.cache else None
+    cache = _load_cache(cache_path)
     todo = [
         c
         for c in cases()
         if (c.quick or not args.quick) and (not args.only or args.only in f"{c.dataset} {c.protocol}")
     ]
-    t0, outcomes = time.perf_counter(), []
+    outcomes = []
     for case in todo:
-        o = run_case(case, args.bootstrap)
+        o = cache.get(f"{case.dataset} | {case.protocol}") or run_case(case, args.bootstrap)
         outcomes.append(o)
-        if o.result is None:
-            print(f"{case.dataset:34s} {case.protocol:10s} error: {o.error}  [{o.seconds:.0f} s]", flush=True)
-            continue
-        key = o.result.error_key()
-        rows = {
-            ("default" if r["default"] else "baseline"): r
-            for r in o.result.rows()
-            if r["default"] or r["baseline"]
-        }
-        txt = "  ".join(f"{k} {r['method']} {r[key]}" for k, r in rows.items())
-        print(f"{case.dataset:34s} {case.protocol:10s} {txt}  [{o.seconds:.0f} s]", flush=True)
-    seconds = time.perf_counter() - t0
+        cache[o.key] = o
+        if cache_path is not None:
+            write_json(cache_path, [dataclasses.asdict(x) for x in cache.values()])
+        d, b = o.role("default"), o.role("baseline")
+        txt = (
+            f"error: {o.error}"
+            if o.error
+            else f"default {d and d['method']} {d and d[o.error_key]}  baseline {b and b[o.error_key]}"
+        )
+        print(f"{o.dataset:34s} {o.protocol:10s} {txt}  [{o.seconds:.0f} s]", flush=True)
     for s in summary(outcomes):
         print(
             f"summary {s['protocol']:10s} n={s['n']:2d} default {s['default']} baseline {s['baseline']} "
             f"worse on {s['default_worse']}"
         )
-    if args.json:
-        write_json(
-            args.json,
-            [
-                {
-                    "dataset": o.case.dataset,
-                    "protocol": o.case.protocol,
-                    "error": o.error,
-                    "seconds": o.seconds,
-                    "backtest": None if o.result is None else o.result.to_dict(),
-                }
-                for o in outcomes
-            ],
-        )
     if args.markdown:
+        seconds = sum(o.seconds for o in outcomes)
         pathlib.Path(args.markdown).write_text(markdown(outcomes, seconds, args.bootstrap))
     return 0
 
