@@ -235,7 +235,11 @@ def cases() -> list[Case]:
         Case("synthetic LR ladder", "lr", lr_ladder, {"holdout_above_n": 4e8}, quick=True),
     ]
     for seed in range(3):
-        for protocol, opts in (("budget", {}), ("frontier", {"holdout_above": 5.1e17}), ("size", {})):
+        for protocol, opts in (
+            ("budget", {}),
+            ("frontier", {"holdout_above": 5.1e17}),
+            ("size", {"holdout_above_n": 3e8}),
+        ):
             out.append(Case(f"synthetic Kaplan seed {seed}", protocol, kaplan_ladder(seed), opts))
     for name, protocols in (
         ("demo", ("budget", "frontier", "lr")),
@@ -329,6 +333,65 @@ def summary(outcomes: list[Outcome]) -> list[dict]:
     return out
 
 
+MARGIN = 0.10  # a default may lose to the baseline on a dataset by at most this share of its error
+
+
+def _errors(outcomes: list[Outcome], protocol: str) -> tuple[dict[str, dict[str, float]], dict[str, float]]:
+    """(method -> dataset -> error, dataset -> baseline error) of one protocol's scored backtests."""
+    by_method: dict[str, dict[str, float]] = {}
+    base: dict[str, float] = {}
+    for o in outcomes:
+        b = o.role("baseline")
+        if o.protocol != protocol or b is None or b[o.error_key] is None:
+            continue
+        base[o.dataset] = b[o.error_key]
+        for r in o.rows:
+            if not r["baseline"] and r[o.error_key] is not None:
+                by_method.setdefault(r["method"], {})[o.dataset] = r[o.error_key]
+    return by_method, base
+
+
+def rule(by_method: dict, base: dict, datasets: list[str]) -> str | None:
+    """The method no worse than the baseline by more than MARGIN on every dataset of `datasets`
+    with the lowest mean error there; None (the baseline) when no method is, or without datasets."""
+    if not datasets:
+        return None
+    ok = [
+        m
+        for m, e in by_method.items()
+        if all(d in e and e[d] <= (1 + MARGIN) * base[d] + 1e-12 for d in datasets)
+    ]
+    return min(ok, key=lambda m: np.mean([by_method[m][d] for d in datasets])) if ok else None
+
+
+def decisions(outcomes: list[Outcome]) -> list[dict]:
+    """Per protocol: the rule's pick on every dataset, and its leave-one-dataset-out record (the
+    pick made without dataset d, scored on d) against the baseline's."""
+    out = []
+    for protocol in dict.fromkeys(o.protocol for o in outcomes):
+        by_method, base = _errors(outcomes, protocol)
+        ds = list(base)
+        if not ds:
+            continue
+        lodo = []
+        for d in ds:
+            pick = rule(by_method, base, [x for x in ds if x != d])
+            lodo.append(base[d] if pick is None or d not in by_method[pick] else by_method[pick][d])
+        pick = rule(by_method, base, ds)
+        worst = max(ds, key=lambda d: by_method[pick][d] / base[d]) if pick else None
+        out.append(
+            dict(
+                protocol=protocol,
+                n=len(ds),
+                pick=pick or "baseline",
+                lodo=float(np.mean(lodo)),
+                baseline=float(np.mean([base[d] for d in ds])),
+                worst=None if worst is None else f"{worst} ({by_method[pick][worst] / base[worst]:.2f}x)",
+            )
+        )
+    return out
+
+
 HEADER = """# Backtests: the development zoo
 
 Written by `python benchmarks/backtest_zoo.py --markdown docs/backtests.md` (do not edit by hand).
@@ -359,6 +422,23 @@ def markdown(outcomes: list[Outcome], seconds: float, bootstrap: int) -> str:
         lines.append(
             f"| {s['protocol']} | {s['n']} | {_fmt(s['default'], rel)} | {_fmt(s['baseline'], rel)} | "
             f"{cov(s['default_cov'])} | {cov(s['baseline_cov'])} | {s['default_worse']} |"
+        )
+    lines += [
+        "",
+        f"## The default rule: no worse than the baseline by more than {MARGIN:.0%} on any dataset",
+        "",
+        "The method that passes on every dataset with the lowest mean error, else the baseline; its",
+        "leave-one-dataset-out error is the rule's pick made without a dataset, scored on it.",
+        "",
+        "| protocol | datasets | rule's pick | leave-one-dataset-out error | baseline "
+        "| worst dataset vs baseline |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in decisions(outcomes):
+        rel = r["protocol"] not in ("lr", "downstream")
+        lines.append(
+            f"| {r['protocol']} | {r['n']} | {r['pick']} | {_fmt(r['lodo'], rel)} "
+            f"| {_fmt(r['baseline'], rel)} | {r['worst'] or '—'} |"
         )
     lines += [
         "",

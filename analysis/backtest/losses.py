@@ -20,6 +20,7 @@ from analysis.backtest import baselines
 from analysis.backtest.result import Backtest, MethodScore, Metric, Point
 from analysis.laws import points as data_mod
 from analysis.laws.allocation import ScalingLaw
+from analysis.laws.best_runs import rows_to_fit
 from analysis.laws.enums import DEFAULT_LAW, LawName
 from analysis.laws.fitting import fit_law
 from analysis.laws.frontier import FrontierMethod, budget_labels, frontier_points
@@ -48,9 +49,10 @@ class Options:
 
 
 def runs_table(df: pd.DataFrame, columns: Mapping[str, str] | None = None) -> pd.DataFrame:
-    """The runs as N, D, C, loss (and U when the table has unique tokens), rows with a missing or
-    non-positive value dropped (a warning says how many)."""
-    df = df.reset_index(drop=True)
+    """The runs as N, D, C, loss (and U when the table has unique tokens): the rows `fit` would fit
+    (the best run per rung of an LR sweep), those with a missing or non-positive value dropped (a
+    warning says how many)."""
+    df = rows_to_fit(df, (columns or {}).get("loss"))[0].reset_index(drop=True)
     roles = ("N", "D", "U") if data_mod._find(df, "U", (columns or {}).get("U")) else ("N", "D")
     loss_col = data_mod._find(df, "loss", (columns or {}).get("loss"))
     if loss_col is None:

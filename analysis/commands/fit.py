@@ -180,7 +180,7 @@ def _fit_rows(args: argparse.Namespace):
     """(rows to fit, the selection's record or None). A table with run configs (from `collect`)
     is reduced to the best run per (budget, shape) of an LR / optim.* sweep, recomputed from its
     config columns; a table without them but with a `selected` column keeps its marked rows."""
-    from analysis.laws.best_runs import GROUP, SELECTED, has_config, select_best_runs
+    from analysis.laws.best_runs import rows_to_fit
     from analysis.laws.points import read_table
 
     df = read_table(args.data)
@@ -188,15 +188,9 @@ def _fit_rows(args: argparse.Namespace):
         raise AnalysisError("--at-optimum corrects the best run of each rung; drop --all-runs")
     if args.all_runs:
         return df, None
-    if not has_config(df):
-        if SELECTED in df.columns:
-            return df[df[SELECTED].map(lambda v: str(v).strip().lower() in ("true", "1", "1.0"))], None
-        return df, None
-    sel = select_best_runs(
-        df.drop(columns=[c for c in (SELECTED, GROUP) if c in df.columns]), loss_col=args.loss_col
-    )
-    if not sel.active:
-        return df, None
+    rows, sel = rows_to_fit(df, args.loss_col)
+    if sel is None:
+        return rows, None
     print(sel.message)
     for w in sel.warnings:
         print(f"warning: {w}", file=sys.stderr)
