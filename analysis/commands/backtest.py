@@ -51,7 +51,7 @@ def register(subparsers) -> None:
     p.add_argument(
         "--bootstrap", type=int, default=100, help="bootstrap resamples per candidate fit (default 100)"
     )
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="bootstrap and interval seed (default 0)")
     p.add_argument("--markdown", metavar="PATH", help="write the table as Markdown")
     p.add_argument("--figure", metavar="PATH", help="draw predicted against actual per method (PNG/PDF/SVG)")
     add_json_argument(p, "the backtest: protocol, cut, methods")
