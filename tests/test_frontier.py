@@ -13,13 +13,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis import validation
 from analysis.laws.allocation import ScalingLaw
 from analysis.laws.fitting import fit_law
 from analysis.laws.frontier import (
-    CHOICE_MARGIN,
     MIN_FRONTIER_POINTS,
-    PREFERENCE,
     FrontierMethod,
     budget_labels,
     fit_power_law,
@@ -67,33 +64,6 @@ def test_frontier_points_group_isoflop_budgets_and_bin_scattered_runs():
     counts[1, 14] = 0  # resample 1 lacks the best run of the top budget
     _, bL, present = frontier_points(C, loss, labels, counts)
     assert bL[0, 2] == 0.0 and bL[1, 2] == 1.0 and present.all()
-
-
-def test_choice_prefers_the_direct_frontier_only_within_the_margin():
-    assert (
-        validation.choose(
-            {"law_minimum": 0.0189, "frontier_power_law": 0.0186, "combined": 0.0187},
-            [str(m) for m in PREFERENCE],
-            CHOICE_MARGIN,
-        )
-        == "frontier_power_law"
-    )
-    assert (
-        validation.choose(
-            {"law_minimum": 0.0100, "frontier_power_law": 0.0120, "combined": 0.0105},
-            [str(m) for m in PREFERENCE],
-            CHOICE_MARGIN,
-        )
-        == "combined"
-    )
-    assert (
-        validation.choose(
-            {"law_minimum": 0.0086, "frontier_power_law": 0.0113, "combined": 0.0100},
-            [str(m) for m in PREFERENCE],
-            CHOICE_MARGIN,
-        )
-        == "law_minimum"
-    )
 
 
 def test_epoch_frontier_protocol(shared_data):
