@@ -6,7 +6,8 @@ loss curves, RL) asks the same question of its own data: fitted below a cut, how
 method predict what lies above it? This module owns the pieces of that answer, so a fix to one of
 them reaches every family and `python -m analysis backtest` measures exactly what the fits use:
 
-- **cuts** (`forward_cuts`, `top_levels`, `share_cut`, `holdout_mask`, `prefix_mask`): where a ladder is cut
+- **cuts** (`forward_cuts`, `top_levels`, `top_k_cut`, `share_cut`, `holdout_mask`,
+  `prefix_mask`): where a ladder is cut
   (by budget, size, epochs, hyperparameter rung, curve prefix (`prefix_mask`) or downstream model
   size: the caller passes the scale column);
 - **fold errors** (`scatter_sd`, `top_share`, `drift_from_folds`, `fold_mae`): the run scatter,
@@ -86,6 +87,16 @@ def share_cut(values: np.ndarray, share: float) -> float:
     """The smallest observed value that keeps at least `share` of the runs at or below it (a fold
     fits `values <= cut`)."""
     return float(np.quantile(np.asarray(values, dtype=float), share, method="lower"))
+
+
+def top_k_cut(values: np.ndarray, k: int) -> float:
+    """The cut that holds out at least the `k` largest values: the geometric midpoint between the
+    k-th largest distinct level and the next one below (a fold fits `values <= cut`)."""
+    lv = levels(values)[::-1]
+    v = np.sort(np.asarray(values, dtype=float))[::-1]
+    kth = v[min(k, v.size) - 1]
+    below = lv[lv < kth * (1 - LEVEL_RTOL)]
+    return float(np.sqrt(kth * below[0])) if below.size else float(kth)
 
 
 def prefix_mask(steps: np.ndarray, fraction: float) -> np.ndarray:

@@ -34,6 +34,7 @@ FRONTIER_BASELINE = "baseline_minima_power_law"
 POINT_LAWS = (LawName.CHINCHILLA, "chinchilla_tied", AUTO)
 REPEATED_LAWS = ("data_constrained_d", "data_constrained")
 EPOCHS_DEFAULT = 4.0
+MIN_HELD = 3  # the default budget cut holds out at least this many runs (one run scores nothing)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,8 +80,10 @@ def _split(runs: pd.DataFrame, protocol: str, opt: Options) -> tuple[np.ndarray,
     """(held-out mask, cut description) of a loss protocol."""
     if protocol in ("budget", "frontier"):
         thr = opt.holdout_above
-        if thr is None:
+        if thr is None:  # the top budget; on a ladder whose C scatter (Epoch's), at least MIN_HELD runs
             thr = top_budget_threshold(runs, get_law(LawName.CHINCHILLA))
+            if (runs.C.to_numpy() > thr).sum() < MIN_HELD:
+                thr = validation.top_k_cut(runs.C.to_numpy(), MIN_HELD)
         held, what = validation.holdout_mask(runs.C, thr), f"C > {thr:.4g}"
     elif protocol == "size":
         thr = opt.holdout_above_n
