@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import pathlib
 import sys
 import time
@@ -40,12 +41,15 @@ import pandas as pd
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from frontier_eval import kaplan_surface  # noqa: E402
 
 from analysis import backtest  # noqa: E402
 from models.base.errors import AnalysisError  # noqa: E402
 from models.base.jsonio import write_json  # noqa: E402
 
-SHARED = ROOT.parent / "shared" / "data"
+SHARED = pathlib.Path(os.environ.get("SCALELAB_SHARED_DATA") or ROOT.parent / "shared" / "data")
 OWN = ROOT / "benchmarks" / "data" / "zoo"
 CORPORA = {"c4_original": "C4", "rpj": "RedPajama", "rw_original": "RefinedWeb"}
 GADRE_MAIN = "loss_c4_val"
@@ -91,13 +95,13 @@ def gadre_runs(corpus: str) -> Callable[[], pd.DataFrame]:
 DOWNSTREAM_TASKS = ("hellaswag", "arc_easy", "piqa", "copa", "lambada_openai")
 
 
-def gadre_ladder(corpus: str) -> Callable[[], pd.DataFrame]:
-    """fit-task's ladder (N, D, task, task_loss, accuracy) of one corpus: the interface check's five
-    tasks, the C4 validation loss as every task's loss."""
+def gadre_ladder(corpus: str | None) -> Callable[[], pd.DataFrame]:
+    """fit-task's ladder (N, D, task, task_loss, accuracy) of one corpus (None: all three): the
+    interface check's five tasks, the C4 validation loss as every task's loss."""
 
     def load() -> pd.DataFrame:
         r = pd.read_csv(SHARED / "gadre2024_overtraining" / "runs.csv")
-        r = r[r.dataset == corpus]
+        r = r if corpus is None else r[r.dataset == corpus]
         rows = [
             dict(
                 run=x.run,
@@ -163,8 +167,7 @@ def kaplan_ladder(seed: int) -> Callable[[], pd.DataFrame]:
             for f in np.geomspace(0.25, 4, 7):
                 N = np.sqrt(C / 6 / 20) * f
                 D = C / 6 / N
-                L = 1.8 + 0.9 * ((8.8e13 / N) ** (0.076 / 0.095) + 5.4e13 / D) ** 0.095
-                rows.append(dict(N=N, D=D, C=C, loss=L * np.exp(rng.normal(0, 0.005))))
+                rows.append(dict(N=N, D=D, C=C, loss=kaplan_surface(N, D) * np.exp(rng.normal(0, 0.005))))
         return pd.DataFrame(rows)
 
     return load

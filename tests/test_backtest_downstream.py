@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 import math
+import pathlib
+import sys
 
 import pandas as pd
 import pytest
@@ -19,7 +21,10 @@ from analysis.backtest.downstream import BASELINE, DEFAULT
 from analysis.cli import main
 from analysis.downstream.methods import CANDIDATES
 
-TASKS = ("hellaswag", "arc_easy", "piqa", "copa", "lambada_openai")
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "benchmarks"))
+import backtest_zoo as zoo  # noqa: E402
+
+TASKS = zoo.DOWNSTREAM_TASKS
 METHOD_KEYS = {
     "method",
     "baseline",
@@ -34,20 +39,7 @@ METHOD_KEYS = {
 
 
 def _gadre_ladder(shared_data, path):
-    runs = pd.read_csv(shared_data / "gadre2024_overtraining" / "runs.csv")
-    rows = [
-        dict(
-            run=r.run,
-            N=float(r.n_params),
-            D=float(r.tokens),
-            task=t,
-            task_loss=r.loss_c4_val,
-            accuracy=getattr(r, f"acc_{t}"),
-        )
-        for r in runs.itertuples()
-        for t in TASKS
-    ]
-    pd.DataFrame(rows).to_csv(path, index=False)
+    zoo.gadre_ladder(None)().to_csv(path, index=False)
     return path
 
 
