@@ -146,3 +146,16 @@ def test_zoo_quick_subset(shared_data, tmp_path):
     )
     text = md.read_text()
     assert "| budget | 1 |" in text and "baseline_scipy_chinchilla" in text
+
+
+@pytest.mark.slow
+def test_frontier_default_never_loses_to_the_baseline_on_the_zoo(shared_data):
+    """The default rule at the zoo's figures (docs/backtests.md): on every frontier ladder of the zoo
+    the default best-loss method is no worse than the simple baseline by more than 10%."""
+    cases = [c for c in backtest_zoo.cases() if c.protocol == "frontier"]
+    assert len(cases) >= 8
+    for case in cases:
+        o = backtest_zoo.run_case(case, bootstrap=0)
+        assert o.error is None, (case.dataset, o.error)
+        d, b = o.role("default")[o.error_key], o.role("baseline")[o.error_key]
+        assert d <= (1 + backtest_zoo.MARGIN) * b + 1e-4, (case.dataset, d, b)
