@@ -141,8 +141,9 @@ def gemstones_lr() -> pd.DataFrame:
     )
 
 
-def repeated(seed: int = 0) -> pd.DataFrame:
-    """Muennighoff et al.'s data-constrained form (R_D = 15) on 6 sizes x 2 unique-token counts."""
+def repeated(seed: int = 0, r_d: float = 15.0) -> pd.DataFrame:
+    """Muennighoff et al.'s data-constrained form (R_D = 15 by default) on 6 sizes x 2 unique-token
+    counts."""
     rng = np.random.default_rng(seed)
     rows = []
     for N in np.geomspace(2e7, 6e8, 6):
@@ -150,7 +151,7 @@ def repeated(seed: int = 0) -> pd.DataFrame:
             for ep in (0.5, 1, 2, 4, 8, 16, 32):
                 D = ep * U
                 Ue, R = min(D, U), max(D / U - 1, 0)
-                Dp = Ue + Ue * 15 * (1 - np.exp(-R / 15))
+                Dp = Ue + Ue * r_d * (1 - np.exp(-R / r_d))
                 loss = (1.8 + 480 / N**0.34 + 2100 / Dp**0.37) * np.exp(rng.normal(0, 0.003))
                 rows.append(dict(N=N, D=D, U=U, loss=loss))
     return pd.DataFrame(rows)
@@ -235,6 +236,8 @@ def cases() -> list[Case]:
         Case("gemstones hot", "size", gemstones_hot, {"holdout_above_n": 1.5e9}),
         Case("gemstones hot+half-LR", "lr", gemstones_lr),
         Case("synthetic repeated", "epochs", repeated, quick=True),
+        Case("synthetic repeated R_D=5 seed 1", "epochs", lambda: repeated(1, 5.0)),
+        Case("synthetic repeated R_D=40 seed 2", "epochs", lambda: repeated(2, 40.0)),
         Case("synthetic LR ladder", "lr", lr_ladder, {"holdout_above_n": 4e8}, quick=True),
     ]
     for seed in range(3):

@@ -26,7 +26,7 @@ from analysis.laws.fitting import fit_law
 from analysis.laws.frontier import FrontierMethod, budget_labels, frontier_points
 from analysis.laws.holdout import top_budget_threshold
 from analysis.laws.registry import get_law
-from analysis.laws.selection import AUTO, REPEAT_TOLERANCE, fit_auto
+from analysis.laws.selection import AUTO, REPEAT_TOLERANCE, default_law, fit_auto
 from models.base.errors import AnalysisError
 
 BASELINE = "baseline_scipy_chinchilla"
@@ -157,7 +157,8 @@ def point_protocol(df: pd.DataFrame, protocol: str, opt: Options) -> Backtest:
     held, cut = _split(runs, protocol, opt)
     fit_df, test = runs[~held], runs[held]
     laws = POINT_LAWS + (REPEATED_LAWS if "U" in runs else ())
-    methods = [_baseline(fit_df, test)] + [_law_score(n, fit_df, test, opt, DEFAULT_LAW) for n in laws]
+    default = default_law(fit_df)  # what `fit` fits here without --law
+    methods = [_baseline(fit_df, test)] + [_law_score(n, fit_df, test, opt, default) for n in laws]
     return Backtest(protocol, cut, Metric.REL, tuple(methods))
 
 

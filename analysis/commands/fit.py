@@ -17,7 +17,7 @@ import sys
 import warnings
 
 from analysis.commands._options import add_budget_argument, add_json_argument, emit_json
-from analysis.laws.enums import DEFAULT_LAW, NParams, Precision
+from analysis.laws.enums import NParams, Precision
 from models.base.errors import AnalysisError
 
 
@@ -43,8 +43,9 @@ def register(subparsers) -> None:
     )
     p.add_argument(
         "--law",
-        default=DEFAULT_LAW,
-        help="law name (default chinchilla; see docs/analysis.md), or auto: chinchilla or chinchilla_tied "
+        default=None,
+        help="law name (default: chinchilla, or data_constrained when the runs repeat their data, D > U; "
+        "see docs/analysis.md), or auto: chinchilla or chinchilla_tied "
         "(beta = alpha), whichever predicted its own larger runs better (forward-chaining)",
     )
     p.add_argument(
@@ -131,13 +132,21 @@ def run(args: argparse.Namespace) -> int:
     from models.base.jaxcache import enable_compile_cache
 
     enable_compile_cache()
-    from analysis.laws.selection import AUTO, LawChoice, fit_auto
+    from analysis.laws.enums import DEFAULT_LAW
+    from analysis.laws.selection import AUTO, LawChoice, default_law, fit_auto
 
-    if args.law != AUTO:
+    if args.law not in (AUTO, None):
         get_law(args.law)  # unknown law: fail before reading data
     columns = _columns(args)
     targets = _read_targets(args, columns)  # a bad TARGETS file fails before the fit
     data, selection = _fit_rows(args)
+    if args.law is None:
+        args.law = default_law(data, columns)
+        if args.law != DEFAULT_LAW:
+            print(
+                f"law: {args.law} (the runs repeat their data, D > U; "
+                "--law chinchilla counts repeats as fresh)"
+            )
     kwargs = dict(
         bootstrap=args.bootstrap,
         seed=args.seed,
@@ -317,7 +326,10 @@ def _read_targets(args: argparse.Namespace, columns: dict[str, str]):
         targets = read_table(args.predict)
     except AnalysisError as e:
         raise AnalysisError(f"--predict: {e}") from None
-    laws = [get_law(name) for name in (CANDIDATES if args.law == AUTO else (args.law,))]
+    from analysis.laws.enums import DEFAULT_LAW
+
+    # without --law the law is known after the data is read: check the inputs every law needs
+    laws = [get_law(name) for name in (CANDIDATES if args.law == AUTO else (args.law or DEFAULT_LAW,))]
     for law in laws:
         if all(all(role in other.inputs for other in laws) for role in law.inputs):
             _target_inputs(law, targets, columns, args.predict)  # raises on the first missing input
