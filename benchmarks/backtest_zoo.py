@@ -43,7 +43,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from frontier_eval import kaplan_surface  # noqa: E402
+import frontier_eval  # noqa: E402
 
 from analysis import backtest  # noqa: E402
 from models.base.errors import AnalysisError  # noqa: E402
@@ -159,19 +159,8 @@ def repeated(seed: int = 0, r_d: float = 15.0) -> pd.DataFrame:
 
 def kaplan_ladder(seed: int) -> Callable[[], pd.DataFrame]:
     """Kaplan et al. 2020's eq. 1.5 surface (not of the additive Chinchilla form), 12 budgets x 7
-    shapes, 0.5% noise: a misspecified ladder."""
-
-    def load() -> pd.DataFrame:
-        rng = np.random.default_rng(seed)
-        rows = []
-        for C in np.geomspace(1e16, 2.5e19, 12):
-            for f in np.geomspace(0.25, 4, 7):
-                N = np.sqrt(C / 6 / 20) * f
-                D = C / 6 / N
-                rows.append(dict(N=N, D=D, C=C, loss=kaplan_surface(N, D) * np.exp(rng.normal(0, 0.005))))
-        return pd.DataFrame(rows)
-
-    return load
+    shapes, 0.5% noise: a misspecified ladder (frontier_eval's)."""
+    return lambda: frontier_eval.kaplan_ladder(seed)
 
 
 def lr_ladder(seed: int = 1) -> pd.DataFrame:

@@ -105,8 +105,8 @@ def kaplan_surface(N: np.ndarray, D: np.ndarray) -> np.ndarray:
     return 1.8 + 0.9 * ((8.8e13 / N) ** (0.076 / 0.095) + 5.4e13 / D) ** 0.095
 
 
-def synthetic_one(seed: int) -> dict:
-    """One synthetic ladder (seeded): `evaluate` on its 6 budgets <= 5e17, the 6 larger as targets."""
+def kaplan_ladder(seed: int) -> pd.DataFrame:
+    """A misspecified ladder (seeded): `kaplan_surface` at 12 budgets x 7 shapes, 0.5% noise."""
     rng = np.random.default_rng(seed)
     rows = []
     for C in np.geomspace(1e16, 2.5e19, 12):
@@ -114,7 +114,12 @@ def synthetic_one(seed: int) -> dict:
             N = np.sqrt(C / 6 / 20) * f
             D = C / 6 / N
             rows.append(dict(N=N, D=D, C=C, loss=kaplan_surface(N, D) * np.exp(rng.normal(0, 0.005))))
-    x = pd.DataFrame(rows)
+    return pd.DataFrame(rows)
+
+
+def synthetic_one(seed: int) -> dict:
+    """One synthetic ladder (seeded): `evaluate` on its 6 budgets <= 5e17, the 6 larger as targets."""
+    x = kaplan_ladder(seed)
     big = x[x.C > 5.1e17]
     return evaluate(x[x.C <= 5.1e17], big.loc[big.groupby("C").loss.idxmin()])
 

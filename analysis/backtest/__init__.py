@@ -10,6 +10,7 @@ import pandas as pd
 
 from analysis.backtest.losses import Options
 from analysis.backtest.result import Backtest
+from analysis.laws.points import read_table
 
 
 class Protocol(enum.StrEnum):
@@ -29,7 +30,7 @@ def run(data: pd.DataFrame | str, protocol: Protocol | str, opt: Options = Optio
         from analysis.backtest.curves import curve_protocol
 
         return curve_protocol(data, opt)
-    df = data if isinstance(data, pd.DataFrame) else _read(data)
+    df = data if isinstance(data, pd.DataFrame) else read_table(data)
     if p in (Protocol.BUDGET, Protocol.SIZE, Protocol.EPOCHS):
         from analysis.backtest.losses import point_protocol
 
@@ -45,12 +46,6 @@ def run(data: pd.DataFrame | str, protocol: Protocol | str, opt: Options = Optio
     from analysis.backtest.downstream import downstream_protocol
 
     return downstream_protocol(df, opt)
-
-
-def _read(path: str) -> pd.DataFrame:
-    from analysis.laws.points import read_table
-
-    return read_table(path)
 
 
 __all__ = ["Backtest", "Options", "Protocol", "run"]

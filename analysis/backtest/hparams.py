@@ -42,30 +42,27 @@ def _with_lr(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def _rung_table(table: pd.DataFrame) -> pd.DataFrame:
-    """One row per rung with >= 3 learning rates: N, D, C, best tried lr, measured optimum, and
-    the rung's (lr, loss) profile."""
-    rows = []
-    for key, best in HR.profiles(table, PARAM):
-        if len(best) < HR.MIN_VALUES:
-            continue
-        g = table[table["rung"] == key]
-        v, y = best["_v"].to_numpy(float), best["loss"].to_numpy(float)
-        r = HR.locate(
-            PARAM,
-            N=float(np.median(g["N"])),
-            D=float(np.median(g["D"])),
-            C=float(np.median(g["C"])),
-            values=v,
-            losses=y,
-            noise=HR.ASSUMED_LOSS_NOISE,
-            window=HR.DEFAULT_WINDOW,
-            seed=0,
+    """One row per rung whose optimum fit-hparams locates (`locate_rungs`, on every rung): N, D, C,
+    best tried lr, the located optimum, and the rung's (lr, best loss) profile."""
+    try:
+        found = HF.locate_rungs(table, PARAM, HF.HparamOptions())[0]
+    except AnalysisError as e:
+        raise AnalysisError(
+            f"no rung has >= {HR.MIN_VALUES} learning rates: nothing to back-test ({e})"
+        ) from None
+    rows = [
+        dict(
+            N=r.N,
+            D=r.D,
+            C=r.C,
+            best=r.best_tried,
+            optimum=r.optimum,
+            usable=r.usable,
+            v=np.asarray(r.values),
+            y=np.asarray(r.losses),
         )
-        rows.append(
-            dict(
-                rung=key, N=r.N, D=r.D, C=r.C, best=r.best_tried, optimum=r.optimum, usable=r.usable, v=v, y=y
-            )
-        )
+        for r in found
+    ]
     return pd.DataFrame(rows)
 
 
@@ -132,8 +129,7 @@ def lr_protocol(df: pd.DataFrame, opt: Options) -> Backtest:
         raise AnalysisError(
             f"no held-out rung (N > {thr:.4g}) has its optimum inside its grid: nothing to score"
         )
-    fit_keys = set(rungs.rung[~held_mask])
-    fit_runs = table[table["rung"].isin(fit_keys)].drop(columns=["rung"])
+    fit_runs = table[~validation.holdout_mask(table.N.to_numpy(), thr)].drop(columns=["rung"])
     methods = [_baseline(rungs[~held_mask], held), _law_method(DEFAULT, fit_runs, held, tuple(HL.FORMS))]
     methods += [_law_method(f"form_{f}", fit_runs, held, (f,)) for f in HL.FORMS]
     cut = {

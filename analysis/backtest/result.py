@@ -146,6 +146,3 @@ class Backtest:
         return {Metric.REL: "mean_abs_rel_error", Metric.DLOG10: "mean_abs_dlog10"}.get(
             self.metric, "mean_abs_error"
         )
-
-    def by_role(self, role: str) -> MethodScore | None:
-        return next((m for m in self.methods if getattr(m, role)), None)

@@ -59,6 +59,7 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
+    import dataclasses
     import warnings
 
     from analysis import backtest
@@ -87,7 +88,7 @@ def run(args) -> int:
     seen = dict.fromkeys(
         str(w.message).splitlines()[0] for w in caught if issubclass(w.category, UserWarning)
     )
-    bt = bt.__class__(**{**bt.__dict__, "warnings": tuple(bt.warnings) + tuple(seen)})
+    bt = dataclasses.replace(bt, warnings=tuple(bt.warnings) + tuple(seen))
     print(render.text(bt))
     if args.markdown:
         write_text_atomic(args.markdown, render.markdown(bt))

@@ -255,15 +255,18 @@ def select_best_runs(df: pd.DataFrame, loss_col: str | None = None) -> Selection
     return Selection(table, tuple(varied), tuple(groups), int(len(table) - n_swept))
 
 
+def marked(df: pd.DataFrame) -> pd.Series:
+    """The rows a table's `selected` column marks (true/1, as `collect` writes it, or read back)."""
+    return df[SELECTED].map(lambda v: str(v).strip().lower() in ("true", "1", "1.0")).astype(bool)
+
+
 def rows_to_fit(df: pd.DataFrame, loss_col: str | None = None) -> tuple[pd.DataFrame, Selection | None]:
     """(the rows a point-law fit uses, the selection or None): a table with run configs (from
     `collect`) reduced to the best run per (budget, shape) of an LR / optim.* sweep, recomputed
     from its config columns; a table without them but with a `selected` column keeps its marked
     rows; any other table whole. `fit` and `backtest` both fit these rows."""
     if not has_config(df):
-        if SELECTED in df.columns:
-            return df[df[SELECTED].map(lambda v: str(v).strip().lower() in ("true", "1", "1.0"))], None
-        return df, None
+        return (df[marked(df)], None) if SELECTED in df.columns else (df, None)
     sel = select_best_runs(
         df.drop(columns=[c for c in (SELECTED, GROUP) if c in df.columns]), loss_col=loss_col
     )

@@ -115,7 +115,9 @@ class Problem:
         """Points x 1 the `MIXED_MIN_WORK` threshold counts per start: the point count padded to the
         power-of-two ladder (a multiple of 256 above 256) the threshold was set with."""
         n = self.logy.shape[0]
-        return max(MIN_POINTS, 1 << (n - 1).bit_length()) if n <= 256 else -(-n // 256) * 256
+        return (
+            validation.padded_rows(n, MIN_POINTS) if n <= 256 else validation.padded_rows(n, 0, quantum=256)
+        )
 
     def pad(self, v: np.ndarray) -> np.ndarray:
         """Pad the last axis to `padded_n` by repeating the first point (its weight is padded 0)."""

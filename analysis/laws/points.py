@@ -46,6 +46,9 @@ class NParamsWarning(UserWarning):
     """A law meant for non-embedding N was fitted on total N because the data lack that column."""
 
 
+PARQUET_SUFFIXES = (".parquet", ".pq")  # any case
+
+
 def read_table(path: str | os.PathLike) -> pd.DataFrame:
     """Read a CSV (or Parquet) of points; one-line errors for missing, empty or unreadable files."""
     path = os.fspath(path)
@@ -56,10 +59,10 @@ def read_table(path: str | os.PathLike) -> pd.DataFrame:
     if os.path.getsize(path) == 0:
         raise AnalysisError(f"{path} is empty; it needs a header row and one row per run")
     try:
-        df = pd.read_parquet(path) if path.endswith(".parquet") else pd.read_csv(path)
+        df = pd.read_parquet(path) if path.lower().endswith(PARQUET_SUFFIXES) else pd.read_csv(path)
     except pd.errors.EmptyDataError:
         raise AnalysisError(f"{path} has no columns; it needs a header row and one row per run") from None
-    except (pd.errors.ParserError, UnicodeDecodeError, ValueError) as e:
+    except (pd.errors.ParserError, UnicodeDecodeError, ValueError, OSError, ImportError) as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise AnalysisError(f"cannot parse {path}: {first}") from None
     if df.empty:

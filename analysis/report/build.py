@@ -45,7 +45,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from analysis.laws.best_runs import SELECTED, Selection, has_config, select_best_runs
+from analysis.laws.best_runs import SELECTED, Selection, has_config, marked, select_best_runs
 from analysis.laws.fitting import FitResult, fit_law
 from analysis.laws.isoflop import approach2, compare_approaches, group_budgets
 from analysis.laws.points import choose_n_column, read_table, resolve, resolve_inputs
@@ -160,7 +160,6 @@ class NoPretrainingRuns(AnalysisError):
 
 
 TABLE_SUFFIXES = (".csv", ".parquet", ".pq")
-PARQUET_SUFFIXES = (".parquet", ".pq")
 # The sections a runs table cannot give: they read files in each run's directory.
 RUN_DIR_SECTIONS = ("loss curves", "hyperparameter probes", "downstream tasks", "RL")
 
@@ -185,23 +184,6 @@ class Source:
         return self.collected is not None
 
 
-def read_runs_table(path: pathlib.Path) -> pd.DataFrame:
-    """The rows of a runs table: `fit`'s reader (analysis.laws.points.read_table), and Parquet under
-    any of its suffixes (.pq, .PARQUET); every failure is one line."""
-    if path.suffix.lower() not in PARQUET_SUFFIXES or path.suffix == ".parquet":
-        return read_table(path)
-    if not path.is_file():
-        raise AnalysisError(f"file not found: {path}")
-    try:
-        df = pd.read_parquet(path)
-    except (OSError, ValueError, ImportError) as e:
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise AnalysisError(f"cannot parse {path}: {first}") from None
-    if df.empty:
-        raise AnalysisError(f"{path} has a header but no rows")
-    return df
-
-
 def collect_table(
     path: pathlib.Path, columns: dict[str, str] | None = None, n_params: str = "total"
 ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, list[str], dict[str, str]]:
@@ -212,7 +194,7 @@ def collect_table(
     column keeps its marked rows, as in `fit`. Budgets: a positive `budget` column, else
     `sweep.budget`, else runs grouped by C. Errors are one line naming the table."""
     columns = dict(columns or {})
-    df = read_runs_table(path).reset_index(drop=True)
+    df = read_table(path).reset_index(drop=True)
     runs = df.copy()
     status = df["status"] if "status" in df.columns else pd.Series(np.nan, index=df.index)
     runs["status"] = status.where(status.notna(), RunStatus.COMPLETED).astype(str)
@@ -221,7 +203,7 @@ def collect_table(
     if has_config(df):  # select_best recomputes the selection from the run configs
         runs = runs.drop(columns=[c for c in (SELECTED, "hparam_group") if c in runs.columns])
     elif SELECTED in df.columns:
-        runs[SELECTED] = df[SELECTED].map(lambda v: str(v).strip().lower() in ("true", "1", "1.0"))
+        runs[SELECTED] = marked(df)
         keep &= runs[SELECTED]
     if not keep.any():
         raise AnalysisError(f"{path}: no completed (and selected) rows; nothing to fit")

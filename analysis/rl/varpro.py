@@ -351,18 +351,15 @@ class Fitter:
         weight row per start, on one program shape: points padded with weight 0 (`MIN_ROWS`),
         shape parameters padded to `N_SHAPE` with held ones."""
         S, P = u0_SxP.shape
-        pad_n, pad_p = validation.padded_rows(self.y.size, MIN_ROWS) - self.y.size, N_SHAPE - P
-
-        def padded(a, pad, value=0.0):
-            return np.concatenate([a, np.full(a.shape[:-1] + (pad,), value, a.dtype)], axis=-1)
-
+        n = validation.padded_rows(self.y.size, MIN_ROWS)
+        pad = validation.pad_rows
         args = (
-            padded(self.logC, pad_n),
-            padded(self.start, pad_n, False),
-            padded(self.y, pad_n),
-            padded(np.stack([self.w_RxN[r.row] for r in rows]), pad_n),
-            padded(nl_lo, pad_p),
-            padded(nl_hi, pad_p),
+            pad(self.logC, n),
+            pad(self.start, n, False),
+            pad(self.y, n),
+            pad(np.stack([self.w_RxN[r.row] for r in rows]), n),
+            pad(nl_lo, N_SHAPE),
+            pad(nl_hi, N_SHAPE),
             np.stack([r.lin_lo for r in rows]),
             np.stack([r.lin_hi for r in rows]),
             np.asarray(self.spec.kind == RLLaw.SIGMOID),
@@ -370,7 +367,7 @@ class Fitter:
         with jax.enable_x64(True):
             res = minimize_batch(
                 _chi2,
-                padded(u0_SxP, pad_p),
+                pad(u0_SxP, N_SHAPE),
                 args,
                 batched_args=(False, False, False, True, True, True, True, True, False),
                 cfg=CFG,
