@@ -163,3 +163,18 @@ def test_frontier_default_never_loses_to_the_baseline_on_the_zoo(shared_data):
         assert o.error is None, (case.dataset, o.error)
         d, b = o.role("default")[o.error_key], o.role("baseline")[o.error_key]
         assert d <= (1 + backtest_zoo.MARGIN) * b + 1e-4, (case.dataset, d, b)
+
+
+def test_command_choices_are_the_protocols():
+    """The CLI's --protocol choices (a literal, so `--help` imports no pandas) list every protocol."""
+    import argparse
+
+    from analysis.backtest import RUNNERS, Protocol
+    from analysis.commands import backtest as cmd
+
+    sub = argparse.ArgumentParser().add_subparsers()
+    cmd.register(sub)
+    parser = sub.choices["backtest"]
+    choices = next(a.choices for a in parser._actions if a.dest == "protocol")
+    assert tuple(choices) == tuple(p.value for p in Protocol)
+    assert set(RUNNERS) == set(Protocol)

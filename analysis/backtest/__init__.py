@@ -19,33 +19,37 @@ class Protocol(enum.StrEnum):
     SIZE = "size"
     EPOCHS = "epochs"
     LR = "lr"
+    BATCH = "batch"
     DOWNSTREAM = "downstream"
     CURVE = "curve"
+    COOLDOWN = "cooldown"
+
+
+# protocol -> (module, function(table, Options) -> Backtest); imported on use (each pulls in its
+# own fitting stack). `curve` and `cooldown` take a path as well as a table.
+RUNNERS: dict[Protocol, tuple[str, str]] = {
+    Protocol.BUDGET: ("analysis.backtest.losses", "budget_protocol"),
+    Protocol.SIZE: ("analysis.backtest.losses", "size_protocol"),
+    Protocol.EPOCHS: ("analysis.backtest.losses", "epochs_protocol"),
+    Protocol.FRONTIER: ("analysis.backtest.losses", "frontier_protocol"),
+    Protocol.LR: ("analysis.backtest.hparams", "lr_protocol"),
+    Protocol.BATCH: ("analysis.backtest.hparams", "batch_protocol"),
+    Protocol.DOWNSTREAM: ("analysis.backtest.downstream", "downstream_protocol"),
+    Protocol.CURVE: ("analysis.backtest.curves", "curve_protocol"),
+    Protocol.COOLDOWN: ("analysis.backtest.cooldown", "cooldown_protocol"),
+}
+PATH_PROTOCOLS = (Protocol.CURVE, Protocol.COOLDOWN)
 
 
 def run(data: pd.DataFrame | str, protocol: Protocol | str, opt: Options = Options()) -> Backtest:
-    """Run one protocol on a table (a runs table, or for `curve` a curves table / folder)."""
+    """Run one protocol on a table (a runs table, or for `curve`/`cooldown` also a path)."""
+    import importlib
+
     p = Protocol(protocol)
-    if p == Protocol.CURVE:
-        from analysis.backtest.curves import curve_protocol
-
-        return curve_protocol(data, opt)
-    df = data if isinstance(data, pd.DataFrame) else read_table(data)
-    if p in (Protocol.BUDGET, Protocol.SIZE, Protocol.EPOCHS):
-        from analysis.backtest.losses import point_protocol
-
-        return point_protocol(df, str(p), opt)
-    if p == Protocol.FRONTIER:
-        from analysis.backtest.losses import frontier_protocol
-
-        return frontier_protocol(df, opt)
-    if p == Protocol.LR:
-        from analysis.backtest.hparams import lr_protocol
-
-        return lr_protocol(df, opt)
-    from analysis.backtest.downstream import downstream_protocol
-
-    return downstream_protocol(df, opt)
+    module, name = RUNNERS[p]
+    if p not in PATH_PROTOCOLS and not isinstance(data, pd.DataFrame):
+        data = read_table(data)
+    return getattr(importlib.import_module(module), name)(data, opt)
 
 
-__all__ = ["Backtest", "Options", "Protocol", "run"]
+__all__ = ["RUNNERS", "Backtest", "Options", "Protocol", "run"]

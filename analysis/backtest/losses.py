@@ -162,6 +162,18 @@ def point_protocol(df: pd.DataFrame, protocol: str, opt: Options) -> Backtest:
     return Backtest(protocol, cut, Metric.REL, tuple(methods))
 
 
+def budget_protocol(df: pd.DataFrame, opt: Options) -> Backtest:
+    return point_protocol(df, "budget", opt)
+
+
+def size_protocol(df: pd.DataFrame, opt: Options) -> Backtest:
+    return point_protocol(df, "size", opt)
+
+
+def epochs_protocol(df: pd.DataFrame, opt: Options) -> Backtest:
+    return point_protocol(df, "epochs", opt)
+
+
 def frontier_protocol(df: pd.DataFrame, opt: Options) -> Backtest:
     """The best loss of each hidden budget, by each frontier method of `fit --budget` and by the
     baseline power law of the fitted budgets' best runs."""

@@ -29,7 +29,7 @@ def register(subparsers) -> None:
     p.add_argument(
         "--protocol",
         required=True,
-        choices=("budget", "frontier", "size", "epochs", "lr", "downstream", "curve"),
+        choices=("budget", "frontier", "size", "epochs", "lr", "batch", "downstream", "curve", "cooldown"),
         help="what is hidden (docs/analysis.md, 'Backtesting')",
     )
     p.add_argument(
