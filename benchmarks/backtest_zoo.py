@@ -176,6 +176,34 @@ def lr_ladder(seed: int = 1) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def lr_batch_ladder(
+    seed: int = 0, skew: float = 0.0, drop: float = 0.0, noise: float = 0.002
+) -> pd.DataFrame:
+    """A synthetic LR x batch grid: 6 sizes x2 apart (33.4M-1.07B) x 2 budgets (D = 20N, 80N), per
+    rung 6 learning rates and 5 power-of-two batch sizes, x2 steps, shifted per rung. The optima
+    follow lr* = 3e-3 (N/1e8)^-0.3 (D/20N)^-0.1 and B* = 128 (N/1e8)^0.1 (D/2e9)^0.4 (sequences);
+    the loss is a Chinchilla loss times 1 + 0.02 u^2 + 0.012 v^2 - 0.01 u v + skew u^3 (u = ln
+    lr/lr*, v = ln B/B*: a larger batch wants a larger lr), `noise` relative noise (0.2%); `drop` of
+    the cells left out at random."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for N in 1.07e9 / 2.0 ** np.arange(5, -1, -1):
+        for D in (20 * N, 80 * N):
+            lr_star = 3e-3 * (N / 1e8) ** -0.3 * (D / (20 * N)) ** -0.1
+            b_star = 128 * (N / 1e8) ** 0.1 * (D / 2e9) ** 0.4
+            base = 1.8 + 480 / N**0.34 + 2100 / D**0.37
+            lrs = lr_star * 2.0 ** (np.arange(6) - 2.5 + rng.uniform(-0.5, 0.5))
+            batches = 2.0 ** (np.round(np.log2(b_star) + rng.uniform(-0.5, 0.5)) + np.arange(-2, 3))
+            for lr in lrs:
+                for b in batches:
+                    u, v = np.log(lr / lr_star), np.log(b / b_star)
+                    pen = 0.02 * u * u + 0.012 * v * v - 0.01 * u * v + skew * u**3
+                    loss = base * (1 + pen) * np.exp(rng.normal(0, noise))
+                    if rng.uniform() >= drop:
+                        rows.append({"N": N, "D": D, "optim.lr": lr, "train.batch_size": b, "loss": loss})
+    return pd.DataFrame(rows)
+
+
 def own(name: str) -> Callable[[], pd.DataFrame]:
     return lambda: pd.read_csv(OWN / f"{name}.csv")
 
@@ -228,6 +256,20 @@ def cases() -> list[Case]:
         Case("synthetic repeated R_D=5 seed 1", "epochs", lambda: repeated(1, 5.0)),
         Case("synthetic repeated R_D=40 seed 2", "epochs", lambda: repeated(2, 40.0)),
         Case("synthetic LR ladder", "lr", lr_ladder, {"holdout_above_n": 4e8}, quick=True),
+        Case("synthetic LR x batch grid", "lr", lr_batch_ladder, {"holdout_above_n": 4.3e8}),
+        Case("synthetic LR x batch grid", "batch", lr_batch_ladder, {"holdout_above_n": 4.3e8}),
+        Case(
+            "synthetic LR x batch grid, skewed, 15% cells missing, seed 1",
+            "lr",
+            lambda: lr_batch_ladder(1, skew=0.004, drop=0.15),
+            {"holdout_above_n": 4.3e8},
+        ),
+        Case(
+            "synthetic LR x batch grid, skewed, 15% cells missing, seed 1",
+            "batch",
+            lambda: lr_batch_ladder(1, skew=0.004, drop=0.15),
+            {"holdout_above_n": 4.3e8},
+        ),
     ]
     for seed in range(3):
         for protocol, opts in (
@@ -239,7 +281,7 @@ def cases() -> list[Case]:
     for name, protocols in (
         ("demo", ("budget", "frontier", "lr")),
         ("data_limited", ("epochs",)),
-        ("hparam_ladder", ("lr",)),
+        ("hparam_ladder", ("lr", "batch")),
     ):
         if (OWN / f"{name}.csv").exists():
             out += [Case(f"ours {name}", p, own(name)) for p in protocols]

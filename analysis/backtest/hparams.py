@@ -1,16 +1,19 @@
-"""The `lr` protocol: hide the rungs of the largest models, fit the learning-rate law on the others,
-predict the hidden rungs' optimum learning rate.
+"""The `lr` and `batch` protocols: hide the rungs of the largest models, fit the learning-rate (or
+batch-size) law on the others, predict the hidden rungs' optimum.
 
-Each rung's measured optimum is what `fit-hparams` locates on it (the vertex of a quadratic in
-ln lr through the best tried value and its neighbours, on every rung of the table). Scores: the
-|log10| ratio of predicted to measured optimum, and the loss a researcher would lose by training
-at the tried value nearest the prediction instead of the rung's best (relative). Candidates: the
-law `fit-hparams` chooses without flags (the default), each law form alone, and the baseline, a
-log-linear power law of the best tried value in N (ordinary least squares, no vertex, no choice).
+Each rung's measured optimum is what `fit-hparams` locates on it without flags (on every rung of
+the table). Scores: the |log10| ratio of predicted to measured optimum, and the loss a researcher
+would lose by training at the tried value nearest the prediction instead of the rung's best
+(relative, on the rung's profile: the best loss at each value over the other swept parameters).
+Candidates: the law `fit-hparams` chooses without flags (the default), the same with each joint
+method for an LR x batch grid (`joint_profile`, `joint_quadratic`), each law form alone, and the
+baseline, a log-linear power law of the best tried value in N (ordinary least squares, no vertex,
+no choice).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 
 import numpy as np
@@ -25,30 +28,63 @@ from analysis.hparams import laws as HL
 from analysis.hparams import rungs as HR
 from models.base.errors import AnalysisError
 
-PARAM = "optim.lr"
-LR_ALIASES = ("optim.lr", "lr", "learning_rate", "peak_lr", "max_lr")
 BASELINE = "baseline_log_linear"
 DEFAULT = "fit_hparams"
+JOINT = "joint_"  # + each of HR.JOINT_METHODS: the default's law forms, rungs located that way
 
 
-def _with_lr(df: pd.DataFrame) -> pd.DataFrame:
-    col = next((c for c in LR_ALIASES if c in df.columns), None)
-    if col is None:
+@dataclasses.dataclass(frozen=True)
+class Target:
+    """The hyperparameter a protocol predicts: its config key, the column names read as it, and
+    what the error lines call it."""
+
+    protocol: str
+    key: str
+    aliases: tuple[str, ...]
+    noun: str
+    plural: str
+
+
+LR = Target(
+    "lr",
+    "optim.lr",
+    ("optim.lr", "lr", "learning_rate", "peak_lr", "max_lr"),
+    "learning-rate",
+    "learning rates",
+)
+BATCH = Target(
+    "batch",
+    "train.batch_size",
+    ("train.batch_size", "batch_size", "global_batch", "batch"),
+    "batch-size",
+    "batch sizes",
+)
+
+
+def _alias(df: pd.DataFrame, target: Target) -> str | None:
+    return next((c for c in target.aliases if c in df.columns), None)
+
+
+def _with_keys(df: pd.DataFrame, target: Target) -> pd.DataFrame:
+    """`df` with the target's column (required) and the other LR x batch column (when present)
+    under their config keys: a joint fit finds its partner by key."""
+    if _alias(df, target) is None:
         raise AnalysisError(
-            f"--protocol lr needs a learning-rate column (one of {', '.join(LR_ALIASES)}); "
-            f"the table's columns: {', '.join(map(str, df.columns[:20]))}"
+            f"--protocol {target.protocol} needs a {target.noun} column (one of "
+            f"{', '.join(target.aliases)}); the table's columns: {', '.join(map(str, df.columns[:20]))}"
         )
-    return df if col == PARAM else df.rename(columns={col: PARAM})
+    found = {_alias(df, t): t.key for t in (LR, BATCH) if _alias(df, t) not in (None, t.key)}
+    return df.rename(columns=found)
 
 
-def _rung_table(table: pd.DataFrame) -> pd.DataFrame:
+def _rung_table(table: pd.DataFrame, target: Target) -> pd.DataFrame:
     """One row per rung whose optimum fit-hparams locates (`locate_rungs`, on every rung): N, D, C,
-    best tried lr, the located optimum, and the rung's (lr, best loss) profile."""
+    best tried value, the located optimum, and the rung's (value, best loss) profile."""
     try:
-        found = HF.locate_rungs(table, PARAM, HF.HparamOptions())[0]
+        found = HF.locate_rungs(table, target.key, HF.HparamOptions())[0]
     except AnalysisError as e:
         raise AnalysisError(
-            f"no rung has >= {HR.MIN_VALUES} learning rates: nothing to back-test ({e})"
+            f"no rung has >= {HR.MIN_VALUES} {target.plural}: nothing to back-test ({e})"
         ) from None
     rows = [
         dict(
@@ -86,16 +122,18 @@ def _points(held: pd.DataFrame, pred, lo, hi) -> tuple[Point, ...]:
     )
 
 
-def _law_method(name: str, fit_runs: pd.DataFrame, held: pd.DataFrame, forms: tuple[str, ...]) -> MethodScore:
+def _law_method(
+    name: str, fit_runs: pd.DataFrame, held: pd.DataFrame, param: str, opts: HF.HparamOptions
+) -> MethodScore:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            fit = HF.fit_hparams(fit_runs, [PARAM], HF.HparamOptions(forms=forms))
+            fit = HF.fit_hparams(fit_runs, [param], opts)
     except AnalysisError as e:
         return MethodScore(name, (), default=name == DEFAULT, note=f"not fitted: {e}")
-    law = fit.fits[PARAM].law
+    law = fit.fits[param].law
     pred, lo, hi = law.predict(held.N.to_numpy(), held.D.to_numpy(), held.C.to_numpy())
-    note = f"chose {law.form}" if name == DEFAULT else ""
+    note = f"chose {law.form}" + (f" ({opts.joint})" if name == DEFAULT else "")
     return MethodScore(name, _points(held, pred, lo, hi), default=name == DEFAULT, note=note)
 
 
@@ -108,11 +146,21 @@ def _baseline(fitted: pd.DataFrame, held: pd.DataFrame) -> MethodScore:
     return MethodScore(BASELINE, _points(held, pred, *b.band(pred)), baseline=True)
 
 
-def lr_protocol(df: pd.DataFrame, opt: Options) -> Backtest:
-    table, notes = HF.tidy(_with_lr(df))
-    rungs = _rung_table(table)
+def _candidates() -> list[tuple[str, HF.HparamOptions]]:
+    """(name, options) of every law method: the default, each joint method, each form alone."""
+    default = HF.HparamOptions()
+    out = [(DEFAULT, default)]
+    out += [(JOINT + j, dataclasses.replace(default, joint=j)) for j in HR.JOINT_METHODS]
+    return out + [(f"form_{f}", dataclasses.replace(default, forms=(f,))) for f in HL.FORMS]
+
+
+def _protocol(df: pd.DataFrame, opt: Options, target: Target) -> Backtest:
+    """Hide the rungs above the cut, fit every candidate on the rest, score it on the hidden rungs'
+    located optimum of `target`."""
+    table, notes = HF.tidy(_with_keys(df, target))
+    rungs = _rung_table(table, target)
     if rungs.empty:
-        raise AnalysisError(f"no rung has >= {HR.MIN_VALUES} learning rates: nothing to back-test")
+        raise AnalysisError(f"no rung has >= {HR.MIN_VALUES} {target.plural}: nothing to back-test")
     held_mask = validation.holdout_mask(rungs.N.to_numpy(), opt.holdout_above_n)
     thr = (
         opt.holdout_above_n
@@ -127,11 +175,11 @@ def lr_protocol(df: pd.DataFrame, opt: Options) -> Backtest:
     held = rungs[held_mask & rungs.usable.to_numpy()]
     if held.empty:
         raise AnalysisError(
-            f"no held-out rung (N > {thr:.4g}) has its optimum inside its grid: nothing to score"
+            f"no held-out rung (N > {thr:.4g}) has its {target.key} optimum inside its grid: nothing to score"
         )
     fit_runs = table[~validation.holdout_mask(table.N.to_numpy(), thr)].drop(columns=["rung"])
-    methods = [_baseline(rungs[~held_mask], held), _law_method(DEFAULT, fit_runs, held, tuple(HL.FORMS))]
-    methods += [_law_method(f"form_{f}", fit_runs, held, (f,)) for f in HL.FORMS]
+    methods = [_baseline(rungs[~held_mask], held)]
+    methods += [_law_method(name, fit_runs, held, target.key, o) for name, o in _candidates()]
     cut = {
         "what": f"rungs with N > {thr:.4g}",
         "threshold": float(thr),
@@ -139,4 +187,14 @@ def lr_protocol(df: pd.DataFrame, opt: Options) -> Backtest:
         "n_held_out": int(len(held)),
         "n_held_out_edge": int(held_mask.sum() - len(held)),
     }
-    return Backtest("lr", cut, Metric.DLOG10, tuple(methods), warnings=tuple(notes))
+    return Backtest(target.protocol, cut, Metric.DLOG10, tuple(methods), warnings=tuple(notes))
+
+
+def lr_protocol(df: pd.DataFrame, opt: Options) -> Backtest:
+    """The `lr` protocol: the optimum learning rate of the largest models' rungs."""
+    return _protocol(df, opt, LR)
+
+
+def batch_protocol(df: pd.DataFrame, opt: Options) -> Backtest:
+    """The `batch` protocol: the optimum batch size (`train.batch_size`) of the largest models' rungs."""
+    return _protocol(df, opt, BATCH)

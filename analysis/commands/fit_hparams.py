@@ -11,6 +11,7 @@ is what `sweep.hparams` and `plan --hparams` read. See docs/analysis.md, "Hyperp
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import sys
 
@@ -55,6 +56,13 @@ def register(subparsers) -> None:
     )
     p.add_argument(
         "--include-edges", action="store_true", help="fit the laws also to optima at an edge of the grid"
+    )
+    p.add_argument(
+        "--joint",
+        choices=("profile", "quadratic"),
+        default=None,
+        help="a rung sweeping both optim.lr and train.batch_size: each optimum on its profile (best "
+        "over the other; the default) or at the vertex of a 2-D quadratic in (ln lr, ln batch)",
     )
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
     add_json_argument(p, "the laws, rung optima, holdout, penalty curves and predictions")
@@ -164,10 +172,11 @@ def run(args: argparse.Namespace) -> int:
         raise AnalysisError(f"--window must be >= 1 (got {args.window})")
     forms = tuple(args.form) if args.form else tuple(FORMS)
     targets = _targets(args.predict) if args.predict else None  # bad targets fail before the fit
+    opts = HparamOptions(window=args.window, forms=forms, include_edges=args.include_edges, seed=args.seed)
     fit = fit_hparams(
         read_table(args.data),
         args.param,
-        HparamOptions(window=args.window, forms=forms, include_edges=args.include_edges, seed=args.seed),
+        dataclasses.replace(opts, joint=args.joint) if args.joint else opts,
     )
     for line in warning_lines(fit):
         print(line, file=sys.stderr)

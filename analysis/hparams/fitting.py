@@ -57,6 +57,9 @@ class HparamOptions:
     forms: tuple[str, ...] = tuple(L.FORMS)  # candidate law forms
     include_edges: bool = False  # fit the law also to optima at the grid's edge
     seed: int = 0
+    # a rung that sweeps learning rate and batch size: each one's optimum on its profile (the best
+    # over the other), or the vertex of a 2-D quadratic in (ln lr, ln B) ("quadratic")
+    joint: str = R.PROFILE
 
 
 def _column(df: pd.DataFrame, names: Sequence[str], role: str, required: bool = True) -> str | None:
@@ -279,24 +282,41 @@ def locate_rungs(
     if not swept:
         raise _too_few_everywhere(param, skipped)
     noise, source = R.pooled_noise(swept, param, opts.window)
+    windows = _grid_windows(df, param, opts, [k for k, _ in swept])
+    noise, source = R.pooled_grid_noise(list(windows.values())) or (noise, source)
     found = []
     for j, (key, best) in enumerate(swept):
         where = at[key]
-        r = R.locate(
-            param,
-            **where,
-            values=best["_v"].to_numpy(float),
-            losses=best["loss"].to_numpy(float),
-            noise=noise,
-            window=opts.window,
-            seed=opts.seed + j,
-        )
+        r = R.locate_joint(param, where, best, windows[key], noise, opts.seed + j) if key in windows else None
+        if r is None:
+            r = R.locate(
+                param,
+                **where,
+                values=best["_v"].to_numpy(float),
+                losses=best["loss"].to_numpy(float),
+                noise=noise,
+                window=opts.window,
+                seed=opts.seed + j,
+            )
         why = R.unlocated_reason(r)
         if why is None:
             found.append(r)
         else:
             skipped.append(_skipped(param, where, best, why))
     return found, skipped, noise, source
+
+
+def _grid_windows(
+    df: pd.DataFrame, param: str, opts: HparamOptions, keys: list[tuple]
+) -> dict[tuple, R.GridWindow]:
+    """Per rung of `keys` located jointly (`opts.joint == "quadratic"`, the table sweeps both of
+    R.JOINT_PAIR there), the cells its 2-D quadratic goes through; empty otherwise."""
+    partner = R.joint_partner(param, df.columns)
+    if opts.joint != R.QUADRATIC or partner is None:
+        return {}
+    cells = R.grids(df, param, partner)
+    found = {k: R.grid_window(cells[k], opts.window) for k in keys if k in cells}
+    return {k: w for k, w in found.items() if w is not None}
 
 
 def fit_param(df: pd.DataFrame, param: str, opts: HparamOptions) -> ParamFit:
@@ -365,6 +385,8 @@ def fit_hparams(
     unknown = [f for f in opts.forms if f not in L.FORMS]
     if unknown:
         raise AnalysisError(f"unknown law form(s) {unknown}; choose from {', '.join(L.FORMS)}")
+    if opts.joint not in R.JOINT_METHODS:
+        raise AnalysisError(f"unknown joint method {opts.joint!r}; choose from {', '.join(R.JOINT_METHODS)}")
     table, notes = tidy(df)
     if params:
         for p in params:

@@ -51,7 +51,11 @@ def quadratic(x: np.ndarray, y: np.ndarray) -> tuple[float, float, float]:
 
 def window_of(losses: np.ndarray, window: int) -> slice:
     """The best value and `window` values on each side (the three nearest at an end)."""
-    n, i = len(losses), int(np.argmin(losses))
+    return around(len(losses), int(np.argmin(losses)), window)
+
+
+def around(n: int, i: int, window: int) -> slice:
+    """Index `i` of `n` and `window` indices on each side (the three nearest at an end)."""
     lo, hi = max(0, i - window), min(n, i + window + 1)
     if hi - lo < MIN_VALUES:
         lo, hi = (0, MIN_VALUES) if lo == 0 else (n - MIN_VALUES, n)
