@@ -124,6 +124,11 @@ def gemstones_cooldowns() -> pd.DataFrame:
     return pd.DataFrame({"N": c.N, "D": c.tokens_end, "loss": c.loss_end})
 
 
+def gemstones_folder() -> str:
+    """The Gemstones folder (hot curves and cooldown branches): what the cooldown protocol reads."""
+    return str(SHARED / "gemstones")
+
+
 def gemstones_hot() -> pd.DataFrame:
     h = pd.read_csv(SHARED / "gemstones" / "hot_checkpoints.csv")
     h = h[h.step % (477 * 25) == 0]
@@ -249,6 +254,7 @@ def cases() -> list[Case]:
         Case("gemstones cooldowns", "budget", gemstones_cooldowns),
         Case("gemstones cooldowns", "frontier", gemstones_cooldowns),
         Case("gemstones cooldowns", "size", gemstones_cooldowns, {"holdout_above_n": 1.5e9}),
+        Case("gemstones cooldowns", "cooldown", gemstones_folder, {"holdout_above_n": 1.5e9}),
         Case("gemstones hot", "budget", gemstones_hot),
         Case("gemstones hot", "size", gemstones_hot, {"holdout_above_n": 1.5e9}),
         Case("gemstones hot+half-LR", "lr", gemstones_lr),
