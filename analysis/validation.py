@@ -294,3 +294,34 @@ def choose(scores: Mapping[str, float], order: Sequence[str], margin: float = PA
         return present[-1]
     best = min(finite.values())
     return next(k for k in order if k in finite and finite[k] <= best * (1 + margin) + 1e-15)
+
+
+def choose_against(
+    baseline: str,
+    folds: Mapping[str, Mapping[object, float]],
+    order: Sequence[str],
+    margin: float = PARSIMONY,
+) -> str:
+    """The baseline, unless another method of `order` beats it by `margin` on every fold.
+
+    `folds[method][fold]` is the method's held-out error on one fold (a forward-chaining cut, the
+    most-repeated runs, the largest models, ...). A challenger qualifies when it was scored on
+    every fold the baseline was, with an error at most (1 - margin) x the baseline's on each; of
+    those, the first of `order` within `margin` of the best mean error wins. A wrong pick then
+    needs every fold to mislead in the same direction: one lucky fold (the old rule's mean over
+    two folds) cannot overturn the baseline. Without a scored baseline: `choose` on the means."""
+    means = {k: float(np.mean(list(v.values()))) for k, v in folds.items() if v}
+    means = {k: v for k, v in means.items() if math.isfinite(v)}
+    base = {f: e for f, e in folds.get(baseline, {}).items() if math.isfinite(e)}
+    if not base:
+        return choose(means, order, margin) if means else baseline
+    qualified = {
+        k: means[k]
+        for k in order
+        if k != baseline
+        and k in means
+        and all(f in folds[k] and folds[k][f] <= (1 - margin) * e + 1e-15 for f, e in base.items())
+    }
+    if not qualified:
+        return baseline
+    return choose(qualified, order, margin)

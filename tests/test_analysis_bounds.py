@@ -11,6 +11,7 @@ import pytest
 
 from analysis import AnalysisError, fit_law, register_law
 from analysis.laws.allocation import ScalingLaw, closed_form_optimum
+from analysis.laws.fitting import HUBER_DELTA
 from analysis.laws.registry import (
     CHINCHILLA_GRID,
     KNEE_FRACTION,
@@ -219,7 +220,7 @@ def test_epoch_optimum_is_unchanged_by_the_reparametrisation(shared_data):
     """Epoch's Chinchilla optimum (objective 1.018274e-3) with the full 4,500-start grid."""
     d = pd.read_csv(shared_data / "chinchilla_epoch" / "svg_extracted_data.csv")
     d = d[d.loss < d.loss.nlargest(5).min()]
-    fit = fit_law(d, "chinchilla", bootstrap=0, prediction_intervals=False)
+    fit = fit_law(d, "chinchilla", bootstrap=0, prediction_intervals=False, delta=HUBER_DELTA)
     assert fit.objective == pytest.approx(1.018274e-3, rel=1e-6)
     ref = dict(E=1.8172, A=477.8, B=2143, alpha=0.3473, beta=0.3672)
     for k, v in ref.items():

@@ -9,6 +9,7 @@ import pytest
 from scipy.special import huber, logsumexp
 
 from analysis import AnalysisError, allocation, fit_law, get_law, known_laws, register_law
+from analysis.laws.fitting import HUBER_DELTA
 from analysis.laws.registry import CHINCHILLA_GRID
 
 # Epoch AI's published fit of these 240 points and its bootstrap standard errors (Besiroglu et al.
@@ -29,7 +30,7 @@ def epoch(shared_data):
 
 @pytest.fixture(scope="module")
 def epoch_fit(epoch):
-    return fit_law(epoch, "chinchilla", bootstrap=1000, seed=0)
+    return fit_law(epoch, "chinchilla", bootstrap=1000, seed=0, delta=HUBER_DELTA)  # their protocol
 
 
 def synth(truth, rng, noise=0.002, n=8):

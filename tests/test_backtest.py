@@ -81,7 +81,7 @@ def test_epochs_protocol_scores_the_data_constrained_laws(tmp_path):
     )
     # fit's law without --law on runs that repeat their data, and it beats the baseline here
     default = next(r for r in j["methods"] if r["default"])
-    assert default["method"] == "data_constrained"
+    assert default["method"] == "data_constrained_d"
     assert default["mean_abs_rel_error"] < 0.5 * rows["baseline_scipy_chinchilla"]["mean_abs_rel_error"]
 
 

@@ -114,3 +114,27 @@ def test_bad_unique_tokens_are_one_line(tmp_path, capsys):
     claimed.loc[5, "epochs"] = 4.0
     msg = _one_line(tmp_path, capsys, claimed)
     assert "row 5" in msg and "epochs=4" in msg
+
+
+def test_an_untested_r_n_falls_back_to_the_effective_data_law():
+    """The ladder has no excess-parameter decay: the full law's R_N runs off (to ~1e17 on this
+    seed's fit before the guard), far beyond any N / U_N in the runs. It would decide every
+    extrapolation to larger models, so the fit says so and fits the law without it."""
+    d = ladder(seed=2)
+    with pytest.warns(UserWarning, match="R_N = .* the data do not test it"):
+        fit = fit_law(d, "data_constrained", bootstrap=0, prediction_intervals=False)
+    assert str(fit.law) == "data_constrained_d"
+    (step,) = fit.extras["fallback"]
+    assert step["param"] == "R_N" and step["value"] > repeated.UNTESTED_FACTOR * step["max_repetition"]
+    assert abs(fit.params["R_D"] / TRUTH["R_D"] - 1) < 0.3  # the tested constant is kept and recovered
+    # a fixed R_N is the user's choice: no fallback
+    fixed = fit_law(d, "data_constrained", bootstrap=0, prediction_intervals=False, fixed={"R_N": 5.0})
+    assert str(fixed.law) == "data_constrained" and "fallback" not in fixed.extras
+
+
+def test_a_tested_decay_constant_is_kept():
+    """R_D = 15 on runs repeated up to 31 times: the data test it, no fallback."""
+    fit = fit_law(ladder(seed=3), "data_constrained_d", bootstrap=0, prediction_intervals=False)
+    assert str(fit.law) == "data_constrained_d" and "fallback" not in fit.extras
+    seen = repeated.max_repetitions(fit.params, *(ladder(seed=3)[k] for k in "NDU"))
+    assert seen["R_D"] == pytest.approx(31.0) and fit.params["R_D"] < repeated.UNTESTED_FACTOR * 31

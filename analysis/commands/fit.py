@@ -93,7 +93,13 @@ def register(subparsers) -> None:
     )
     add_budget_argument(p, "to state the compute-optimal allocation N*, D* for")
     p.add_argument("--fix", action="append", metavar="NAME=VALUE", help="hold a parameter fixed; repeatable")
-    p.add_argument("--delta", type=float, default=1e-3, help="Huber delta on log residuals (default 1e-3)")
+    p.add_argument(
+        "--delta",
+        type=float,
+        default=1.0,
+        help="Huber delta on log residuals (default 1: least squares, the zoo's choice; "
+        "Hoffmann et al.'s is 1e-3)",
+    )
     p.add_argument(
         "--precision",
         choices=tuple(Precision),

@@ -62,6 +62,9 @@ class PredictionError:
     # extrapolated on this data; `--law auto` picks the candidate form with the smallest
     fold_mae: float = math.nan
     method: str = "bootstrap + in-sample noise + forward-chaining drift"
+    # (cut, mean |log error| of that fold's predictions) per forward-chaining fold: `--law auto`
+    # keeps the baseline form unless another beats it on every fold (`validation.choose_against`)
+    fold_errors: tuple[tuple[float, float], ...] = ()
 
     def sd(self, decades: np.ndarray) -> np.ndarray:
         """Sd of the misspecification + noise term at `decades` beyond the fitted data, at least
@@ -87,6 +90,7 @@ class PredictionError:
             "fold_mae": self.fold_mae,
             "level": PREDICTION_LEVEL,
             "method": self.method,
+            "fold_errors": [{"cut": c, "mae": e} for c, e in self.fold_errors],
         }
 
     @classmethod
@@ -101,6 +105,7 @@ class PredictionError:
             n_fold_points=int(d.get("n_fold_points", 0)),
             fold_mae=math.nan if d.get("fold_mae") is None else float(d["fold_mae"]),
             method=str(d.get("method", cls.method)),
+            fold_errors=tuple((float(f["cut"]), float(f["mae"])) for f in d.get("fold_errors", ())),
         )
 
 
@@ -118,13 +123,14 @@ def estimate(
     """
     scale = np.asarray(scale, dtype=float)
     noise = scatter_sd(top_share(in_sample_log_residuals, scale))
-    errors, dists = [], []
+    errors, dists, cuts = [], [], []
     for cut in forward_cuts(scale):
         fit_mask, test_mask = scale <= cut, scale > cut
         r = refit_predict(fit_mask, test_mask)
         if r is None:
             continue
         errors.append(np.asarray(r, float))
+        cuts.append(float(cut))
         dists.append(np.log10(scale[test_mask] / scale[fit_mask].max()))
     budget_sd, drift = drift_from_folds(errors, dists, noise)
     return PredictionError(
@@ -136,4 +142,5 @@ def estimate(
         n_folds=len(errors),
         n_fold_points=int(sum(e.size for e in errors)),
         fold_mae=fold_mae(errors),
+        fold_errors=tuple((c, fold_mae([e])) for c, e in zip(cuts, errors)),
     )

@@ -106,3 +106,38 @@ def allocate(params: dict, C: float, U: float, k: float = 6.0) -> dict:
         "D_unlimited": float(D[j]),
         "penalty": float(limited[i] / free[j] - 1.0),
     }
+
+
+# A decay constant R* this many times the largest repetition the fitted runs reach is untested:
+# within the data its term is indistinguishable from no decay (exp(-R / R*) > 0.9), so its value
+# is set by noise and decides every extrapolation beyond the data.
+UNTESTED_FACTOR = 10.0
+# law -> (decay constant, the law without it): the fallback when that constant is untested
+FALLBACKS = {"data_constrained": ("R_N", "data_constrained_d"), "data_constrained_d": ("R_D", "chinchilla")}
+
+
+def max_repetitions(params: dict, N, D, U) -> dict[str, float]:
+    """The largest R = D / U - 1 (for R_D) and R_N = N / U_N - 1 (for R_N) among runs, 0 when none
+    repeat. U_N = min(N, N_opt(U)) under the fitted Chinchilla terms."""
+    N, D, U = (np.asarray(x, float) for x in (N, D, U))
+    out = {"R_D": float(np.max(np.maximum(D / U - 1.0, 0.0), initial=0.0))}
+    if {"A", "B", "alpha", "beta"} <= params.keys():
+        log_nopt = log_n_opt(
+            math.log(params["A"]), math.log(params["B"]), params["alpha"], params["beta"], np.log(U)
+        )
+        u_n = np.minimum(N, np.exp(log_nopt))
+        out["R_N"] = float(np.max(np.maximum(N / u_n - 1.0, 0.0), initial=0.0))
+    return out
+
+
+def untested_decay(law: str, params: dict, N, D, U) -> tuple[str, float, float, str] | None:
+    """(constant, its value, the largest repetition seen, the law to fall back to) when the law's
+    decay constant is untested by the data (`UNTESTED_FACTOR`), else None."""
+    if law not in FALLBACKS:
+        return None
+    name, fallback = FALLBACKS[law]
+    seen = max_repetitions(params, N, D, U).get(name, 0.0)
+    value = float(params[name])
+    if value > UNTESTED_FACTOR * max(seen, 1e-12):
+        return name, value, seen, fallback
+    return None
