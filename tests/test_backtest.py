@@ -92,6 +92,11 @@ def test_lr_protocol_scores_dlog10_and_loss_penalty(tmp_path):
     default = next(r for r in j["methods"] if r["default"])
     assert default["mean_abs_dlog10"] < 0.15 and default["mean_loss_penalty"] >= 0
     assert all("loss_penalty" in p for p in default["points"])
+    # the ladder carries its true optimum (lr_true): scored against it, never fitted on
+    assert j["cut"]["target"] == "the known optimum"
+    truth = {round(N): 3e-3 * (N / 1e8) ** -0.3 for N in backtest_zoo.lr_ladder().N}
+    for p in default["points"]:
+        assert p["actual"] == pytest.approx(truth[round(p["N"])], rel=1e-9)
 
 
 def test_markdown_and_figure(tmp_path):

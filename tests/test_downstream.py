@@ -308,9 +308,11 @@ def _gadre_check_protocol(shared_data):
 
 def test_gadre_protocol_accuracy_and_coverage(shared_data):
     """The interface check's protocol (../shared/checks/downstream.sh): fit on N <= 412M, predict
-    5 tasks at 1.4B and 6.9B, chance inferred. Measured (docs/downstream.md): mean |error| 2.84
-    points, 40/45 inside the 90% intervals, mean width 14.0 points (before the sharper intervals:
-    2.95 points, 44/45, 19.0); asserted with a small margin."""
+    5 tasks at 1.4B and 6.9B, chance inferred. Measured (docs/downstream.md): mean |error| 2.82
+    points, 38/45 inside the 90% intervals, mean width 14.5 points, since step 1 fits least squares
+    (the zoo's default) and the noise is floored at the run-to-run scatter (binds on piqa and copa);
+    before: 2.84, 40/45, 14.0 (before the sharper intervals: 2.95 points, 44/45, 19.0); asserted
+    with a small margin."""
     df, tasks = _gadre_check_protocol(shared_data)
     small = df.N <= 5e8
     fit = fit_downstream(df[small], bootstrap=200, seed=0)
@@ -320,8 +322,8 @@ def test_gadre_protocol_accuracy_and_coverage(shared_data):
     inside = [p.accuracy_interval[0] <= a <= p.accuracy_interval[1] for p, a in zip(preds, actual)]
     width = 100 * np.mean([hi - lo for lo, hi in (p.accuracy_interval for p in preds)])
     assert err.mean() <= 2.95, f"mean |error| {err.mean():.2f} points"
-    assert np.mean(inside) >= 0.85, f"coverage {np.mean(inside):.0%}"
-    assert width <= 14.5, f"mean 90% interval width {width:.1f} points"
+    assert np.mean(inside) >= 0.84, f"coverage {np.mean(inside):.0%}"
+    assert width <= 15.0, f"mean 90% interval width {width:.1f} points"
     assert {t: fit.tasks[t].rows.chance for t in tasks} == {
         "hellaswag": 0.25,
         "arc_easy": 0.25,
@@ -335,8 +337,9 @@ def test_gadre_protocol_accuracy_and_coverage(shared_data):
 def test_gadre_protocol_tasks_above_chance(shared_data):
     """benchmarks/downstream_eval.py's protocol over the 15 tasks above chance (tasks.csv's random
     baselines). The fit-side trend rules flag exactly pubmed_qa_labeled (falls with scale) and squad
-    (emerging), which leave the means. Measured over the other 13: MAE 3.55 points, coverage 89.7%,
-    mean 90% width 15.9 points; the issue's targets (MAE <= 3.0, width <= 10) are NOT met
+    (emerging), which leave the means. Measured over the other 13: MAE 3.52 points, coverage 88.0%,
+    mean 90% width 16.9 points (least-squares step 1 and the run-scatter floor; before: 3.55, 89.7%,
+    15.9); the issue's targets (MAE <= 3.0, width <= 10) are NOT met
     (docs/downstream.md says why); asserted at the measured figures with a small margin."""
     import downstream_eval as bench
 
@@ -350,7 +353,7 @@ def test_gadre_protocol_tasks_above_chance(shared_data):
     assert kept["n_tasks"] == 13
     assert kept["mae_pts"] <= 3.65, kept
     assert kept["coverage"] >= 0.85, kept
-    assert kept["mean_width_pts"] <= 16.5, kept
+    assert kept["mean_width_pts"] <= 17.3, kept
     assert all(r["heldout"]["coverage"] is not None for r in s["per_task"].values())
 
 
@@ -379,3 +382,18 @@ def test_trend_rules_flag_falling_and_emerging_tasks_only():
     assert flags.scale_trend(_rows(N, D, falling))[0] == flags.FALLING
     assert flags.scale_trend(_rows(N, D, emerging))[0] == flags.EMERGING
     assert flags.scale_trend(_rows(N, D, rising)) == (flags.RISING, None)
+
+
+def test_run_scatter_floors_the_noise():
+    """Model-free run scatter: the pooled sd of repeated runs at one (N, D) when there are any,
+    else of each larger size's runs around a line in log D; 0 when nothing measures it."""
+    from analysis.downstream.intervals import run_scatter
+
+    rng = np.random.default_rng(0)
+    N = np.repeat([1e8, 2e8, 4e8, 8e8], 40)
+    D = np.tile(np.repeat([1e9, 2e9, 4e9, 8e9], 10), 4)
+    acc = 0.3 + 0.02 * np.log(D / 1e9) + rng.normal(0, 0.01, N.size)  # 10 replicates per cell
+    assert run_scatter(acc, N, D) == pytest.approx(0.01, rel=0.15)
+    one = np.unique(N * 1e3 + D, return_index=True)[1]  # one run per cell: the line in log D
+    assert run_scatter(acc[one], N[one], D[one]) == pytest.approx(0.01, rel=0.5)
+    assert run_scatter(acc[:2], N[:2] * [1, 2], D[:2]) == 0.0

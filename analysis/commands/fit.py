@@ -133,7 +133,7 @@ def _add_predict_argument(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     # JAX and the fitting code load here, not at import, so `python -m analysis --help` stays fast.
     from analysis.laws.fitting import fit_law
-    from analysis.laws.points import NParamsWarning
+    from analysis.laws.points import FitNotice
     from analysis.laws.registry import get_law
     from models.base.jaxcache import enable_compile_cache
 
@@ -164,16 +164,17 @@ def run(args: argparse.Namespace) -> int:
         n_params=args.n_params,
     )
     with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always", NParamsWarning)
+        warnings.simplefilter("always", FitNotice)
         fit = (
             fit_auto(data, columns, **kwargs)
             if args.law == AUTO
             else fit_law(data, args.law, columns, **kwargs)
         )
-    _reemit(caught, NParamsWarning)
+    _reemit(caught, FitNotice)
     if "law_selection" in fit.extras:
         choice = fit.extras["law_selection"]
-        print(LawChoice(choice["chosen"], choice["fold_mae"], choice["skipped"]).message)
+        keys = ("chosen", "fold_mae", "skipped", "criterion")
+        print(LawChoice(**{k: choice[k] for k in keys}).message)
     if selection is not None:
         fit.extras["hparam_selection"] = selection
     print(fit.summary())
@@ -224,10 +225,11 @@ def _fit_rows(args: argparse.Namespace):
     return rows, record
 
 
-def _reemit(caught: list, n_params_warning: type) -> None:
-    """The fit's warnings: the N it fell back to as one `warning:` line, the others as Python warns."""
+def _reemit(caught: list, notice: type) -> None:
+    """The fit's warnings: each notice for the user (the N it fell back to, an untested decay
+    constant, forms that disagree) as one `warning:` line, the others as Python warns."""
     for w in caught:
-        if issubclass(w.category, n_params_warning):
+        if issubclass(w.category, notice):
             print(f"warning: {w.message}", file=sys.stderr)
         else:
             warnings.warn(w.message, w.category, stacklevel=2)

@@ -86,6 +86,12 @@ def _print(fit, predictions) -> None:
         )
         for w in tf.warnings:
             print(f"  warning: {w}")
+        em = tf.error_model
+        if em.scatter_binds:
+            print(
+                f"  note: interval noise set by the run-to-run scatter ({100 * em.run_scatter_sd:.2f} pts), "
+                "not the curve's residuals: no interval is narrower than the ladder's scatter allows"
+            )
     for p in predictions:
         lo, hi = p.accuracy_interval
         print(

@@ -27,6 +27,7 @@ from analysis.downstream.intervals import (
     heldout_check,
     interval,
     noise_sd,
+    run_scatter,
 )
 from analysis.downstream.methods import (
     AVERAGE,
@@ -178,10 +179,13 @@ def _best_of(method: str, fits: dict, sel: Selection) -> CandidateFit:
 def _error_model(chosen, fe: FoldErrors) -> tuple[ErrorModel, HeldoutCheck]:
     rows = chosen.rows
     N, D, acc = rows.final("N"), rows.final("D"), rows.final("accuracy")
-    noise = noise_sd(chosen.predict(N, D) - acc, N, D)
+    fitted_noise, scatter = noise_sd(chosen.predict(N, D) - acc, N, D), run_scatter(acc, N, D)
+    noise = max(fitted_noise, scatter)
     name = chosen.candidate.name
     e, d = fe.errors.get(name, np.zeros(0)), fe.distances.get(name, np.zeros(0))
     em = ErrorModel(
+        run_scatter_sd=scatter,
+        scatter_binds=scatter > fitted_noise,
         noise_sd=noise,
         drift_per_decade=drift_per_decade(e, d, noise),
         N_max=float(N.max()),

@@ -15,6 +15,10 @@ The predicted accuracy of a new run at (N, D) is treated as
    the largest third of them (scatter grows with accuracy's distance from chance) with the
    project's tail-calibrated scale (`analysis.laws.intervals.scatter_sd`: the 90% quantile of |r|).
    The chain's residuals use step 1's *predicted* loss, so step 1's scatter is inside.
+   A flexible curve can fit part of the scatter away, so `noise` is floored by a model-free
+   measure of it (`run_scatter`): the pooled sd of repeated runs at one (N, D), else of each
+   size's runs around a straight line in log D (the larger half of the sizes). No interval is
+   narrower than that allows; `ErrorModel.scatter_binds` says where the floor decided the noise.
 3. `drift * d`, misspecification: the chosen curve's error grows with the distance d (decades
    beyond the ladder, in N plus in D; `holdout.distance`). `drift` is measured by
    forward-chaining inside the ladder (`holdout`: fit below a model size, predict the next): the
@@ -70,6 +74,8 @@ class ErrorModel:
     n_fold_points: int  # held-out predictions behind `drift_per_decade` (0: not measured)
     floor: float = 0.0  # lower clip of the intervals: min(chance, the ladder's lowest accuracy)
     level: float = PREDICTION_LEVEL
+    run_scatter_sd: float = 0.0  # model-free run-to-run scatter (`run_scatter`): noise_sd's floor
+    scatter_binds: bool = False  # the floor, not the curve's residuals, set noise_sd
 
     def sd(self, d: np.ndarray, ceiling_gap: np.ndarray | float = 0.0) -> np.ndarray:
         """Sd of the noise + misspecification term at distance `d` (decades beyond the ladder);
@@ -89,6 +95,8 @@ class ErrorModel:
             "n_fold_points": self.n_fold_points,
             "floor": self.floor,
             "level": self.level,
+            "run_scatter_sd": self.run_scatter_sd,
+            "scatter_binds": self.scatter_binds,
             "method": "bootstrap over runs (both steps) + run scatter + max(forward-chained drift x "
             "distance, "
             "ceiling gap where step 2 is extrapolated)",
@@ -141,6 +149,31 @@ def floor_of(chance: float, accuracies: np.ndarray) -> float:
 def noise_sd(residuals: np.ndarray, N: np.ndarray, D: np.ndarray) -> float:
     """Run scatter from in-sample residuals of the finished runs, on the largest third by N*D."""
     return scatter_sd(top_share(residuals, np.asarray(N, float) * np.asarray(D, float)))
+
+
+def run_scatter(acc: np.ndarray, N: np.ndarray, D: np.ndarray) -> float:
+    """Model-free run-to-run scatter of the accuracy (0 when nothing measures it): the pooled sd of
+    runs repeated at one (N, D) (to 4 significant digits) when there are any; else the pooled
+    residual sd of each size's runs around a least-squares line in log D, over the sizes with at
+    least 3 token counts in the larger half of the ladder's sizes (scatter grows away from chance)."""
+    acc, N, D = (np.asarray(x, float) for x in (acc, N, D))
+    key = np.round(np.log10(N), 4) * 1e6 + np.round(np.log10(D), 4)
+    ss, df = 0.0, 0
+    for k in np.unique(key):
+        a = acc[key == k]
+        if a.size > 1:
+            ss, df = ss + float(np.sum((a - a.mean()) ** 2)), df + a.size - 1
+    if df:
+        return math.sqrt(ss / df)
+    sizes = np.unique(N)
+    for n in sizes[sizes >= np.median(sizes)]:
+        m = N == n
+        if np.unique(D[m]).size < 3:
+            continue
+        x = np.log(D[m])
+        coef = np.polyfit(x, acc[m], 1)
+        ss, df = ss + float(np.sum((acc[m] - np.polyval(coef, x)) ** 2)), df + int(m.sum()) - 2
+    return math.sqrt(ss / df) if df else 0.0
 
 
 def drift_per_decade(errors: np.ndarray, distances: np.ndarray, noise: float) -> float:

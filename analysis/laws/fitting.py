@@ -887,7 +887,7 @@ def fit_law(
             f"largest repetition in the runs ({seen:.3g}): the data do not test it, and it would decide "
             f"every extrapolation; fitted {to} instead (the same law without {name})"
         )
-        warnings.warn(note, stacklevel=2)
+        warnings.warn(note, data_mod.FitNotice, stacklevel=2)
         fallback = fit.extras.get("fallback", [])
         law_obj = get_law(to)
         fit, pts = _fit_table(df, law_obj, columns, weights, n_params, holdout_above, dict(opts, grid=None))

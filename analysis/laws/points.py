@@ -42,7 +42,11 @@ N_PARAMS_KINDS = tuple(NParams)
 NON_EMBEDDING_ALIASES = ("n_params_non_embedding", "N_non_embedding")
 
 
-class NParamsWarning(UserWarning):
+class FitNotice(UserWarning):
+    """Something about a fit the user must read (the CLI prints each as one `warning:` line)."""
+
+
+class NParamsWarning(FitNotice):
     """A law meant for non-embedding N was fitted on total N because the data lack that column."""
 
 

@@ -174,7 +174,9 @@ def fit_auto(df: pd.DataFrame, columns: Mapping[str, str] | None = None, **fit_k
         chosen=chosen, fold_mae=scores, skipped=skipped, fold_errors=folds, disagreement=disagreement(probes)
     )
     if choice.disagreement:
-        warnings.warn(choice.disagreement, stacklevel=2)
+        from analysis.laws.points import FitNotice
+
+        warnings.warn(choice.disagreement, FitNotice, stacklevel=2)
     if repeated:
         choice = dataclasses.replace(choice, criterion=EPOCH_CRITERION)
     if (
