@@ -335,7 +335,8 @@ def fit_param(df: pd.DataFrame, param: str, opts: HparamOptions) -> ParamFit:
     opt = np.array([r.optimum for r in used])
     kappa = np.array([r.kappa for r in used])
     form, hold = L.choose_form(param, inputs, opt, kappa, opts.forms, opts.seed)
-    law = L.fit_law(param, L.FORMS[form], inputs, opt, opts.seed)
+    interval = np.array([r.interval for r in used])  # each optimum's own error: redrawn in the bootstrap
+    law = L.fit_law(param, L.FORMS[form], inputs, opt, opts.seed, interval)
     return ParamFit(param, tuple(found), law, hold, noise, source, len(found) - len(used), tuple(skipped))
 
 

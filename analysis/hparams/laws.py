@@ -12,10 +12,28 @@ fitted by least squares on ln h*. The form is chosen by leave-largest-out: every
 on the rungs below the largest model size (the largest D when one N was swept) and predicts the
 rungs of it; the form with the lowest mean |log10 error| there wins and is refitted on every rung.
 
-A prediction's 90% interval is that of ln h = x.beta_b + s t_b: beta_b a bootstrap refit over
-rungs (parameter noise), s the residual sd of the full fit (sqrt(SSR / (n - k)): the scatter of a
-rung's optimum around the law, including the noise of locating it) and t_b a Student-t draw with
-n - k degrees of freedom (s itself is estimated from few rungs).
+A prediction's 90% interval is that of  ln h = x.beta_b + s t_b + e_b, the three terms of the loss
+laws' error model (analysis.laws.intervals), each measured on the rungs:
+
+1. parameter noise beta_b: a bootstrap over rungs (>= MIN_BOOTSTRAP_RUNGS rungs per coefficient),
+   else refits to the law plus redrawn errors: every rung's optimum redrawn from its own 90%
+   interval (`RungOptimum.interval`: the grid's resolution and the loss noise; a split normal with
+   the vertex as median and the interval's ends as its 5% and 95% points), and the scatter beyond
+   that (`excess_scatter`) with the Student-t's common scale. A located optimum is a measurement
+   with a known error: four rungs that happen to lie on a line have a residual sd near zero, but
+   not a law known to that precision (the zoo's irregular LR ladder: 0/2 held-out optima inside
+   intervals of +-0.02 dex, its rungs' own intervals being +-0.03-0.1 dex). A bootstrap over more
+   rungs resamples each rung's location error with it, so it redraws nothing (that would count
+   the error twice);
+2. scatter s t_b: s the residual sd of the full fit (sqrt(SSR / (n - k)): a rung's optimum around
+   the law, the noise of locating it included), t_b a Student-t draw with n - k degrees of freedom
+   (s itself is estimated from few rungs);
+3. extrapolation drift e_b ~ Normal(0, budget_sd^2 + (drift_per_decade * decades)^2), decades the
+   distance beyond the largest fitted model size (the largest D when one N was swept: the
+   leave-largest-out axis), both measured by forward-chaining on the rungs themselves (fit the
+   chosen form on the rungs up to a cut in model size, predict those above it; the last fold is
+   leave-largest-out) and regressed like the loss laws' (`validation.drift_from_folds`): how far
+   the form actually missed the next model sizes on this sweep, not an assumed factor.
 """
 
 from __future__ import annotations
@@ -35,6 +53,7 @@ MIN_BOOTSTRAP_RUNGS = 3  # rungs per coefficient for a bootstrap over rungs (els
 SAMPLES_KEPT = 400  # bootstrap coefficient samples written to the JSON (enough for a 90% interval)
 FLOPS_PER_PARAM_TOKEN = 6.0  # C = 6 N D when a table gives no compute
 MAX_LOG = 700.0  # math.exp overflows just above 709
+Z_LEVEL = validation.norm_ppf(0.5 + PREDICTION_LEVEL / 2)  # a rung interval's end, in sds of its draws
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,6 +109,12 @@ class HparamLaw:
     scatter_sd: float  # residual sd of ln h* around the law
     dof: int  # n_rungs - len(coef)
     n_rungs: int  # rungs fitted
+    # extrapolation drift (forward-chaining over model size): sd of ln h* at a model size the law
+    # never saw, right next to its data, and its growth per decade of `scale_role` beyond scale_max
+    budget_sd: float = 0.0
+    drift_per_decade: float = 0.0
+    scale_role: str = "N"  # "N", or "D" when one model size was swept
+    scale_max: float = math.inf  # the largest N (or D) fitted: predictions beyond it drift
 
     @property
     def spec(self) -> Form:
@@ -109,6 +134,17 @@ class HparamLaw:
             out[name] = [_exp(lo), _exp(hi)] if name == "c" else [float(lo), float(hi)]
         return out
 
+    def decades(self, N, D) -> np.ndarray:
+        """Distance beyond the fitted rungs in decades of the scale input (0 inside them)."""
+        scale = np.asarray(N if self.scale_role == "N" else D, float)
+        if not math.isfinite(self.scale_max):  # a law without a drift term (an older HP.json)
+            return np.zeros_like(scale)
+        return np.maximum(np.log10(scale / self.scale_max), 0.0)
+
+    def drift_sd(self, N, D) -> np.ndarray:
+        """Sd of the extrapolation term of ln h* at (N, D)."""
+        return np.hypot(self.budget_sd, self.drift_per_decade * self.decades(N, D))
+
     def predict(self, N, D, C) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(value, 90% lo, 90% hi) at arrays N, D, C."""
         X = self.spec.design({"N": N, "D": D, "C": C})
@@ -116,7 +152,9 @@ class HparamLaw:
         s = np.asarray(self.samples, float)
         rng = np.random.default_rng(0)
         t = rng.standard_t(max(self.dof, 1), size=len(s)) if self.dof > 0 else np.zeros(len(s))
-        draws = X @ s.T + self.scatter_sd * t[None, :]
+        z = rng.standard_normal(len(s))
+        drift = np.atleast_1d(self.drift_sd(N, D))
+        draws = X @ s.T + self.scatter_sd * t[None, :] + drift[:, None] * z[None, :]
         lo, hi = validation.percentile_interval(draws, PREDICTION_LEVEL, axis=1)
         return value, np.exp(lo), np.exp(hi)
 
@@ -131,6 +169,10 @@ class HparamLaw:
             "scatter_sd": self.scatter_sd,
             "dof": self.dof,
             "n_rungs": self.n_rungs,
+            "budget_sd": self.budget_sd,
+            "drift_per_decade": self.drift_per_decade,
+            "scale_role": self.scale_role,
+            "scale_max": self.scale_max if math.isfinite(self.scale_max) else None,
         }
 
     @classmethod
@@ -143,6 +185,11 @@ class HparamLaw:
             scatter_sd=float(d["scatter_sd"]),
             dof=int(d["dof"]),
             n_rungs=int(d["n_rungs"]),
+            # an HP.json written before the drift term: none
+            budget_sd=float(d.get("budget_sd") or 0.0),
+            drift_per_decade=float(d.get("drift_per_decade") or 0.0),
+            scale_role=str(d.get("scale_role") or "N"),
+            scale_max=math.inf if d.get("scale_max") is None else float(d["scale_max"]),
         )
 
 
@@ -172,12 +219,20 @@ def _lstsq(X: np.ndarray, y: np.ndarray) -> np.ndarray:
 
 
 def fit_law(
-    param: str, form: Form, inputs: Mapping[str, np.ndarray], opt: np.ndarray, seed: int = 0
+    param: str,
+    form: Form,
+    inputs: Mapping[str, np.ndarray],
+    opt: np.ndarray,
+    seed: int = 0,
+    interval: np.ndarray | None = None,
 ) -> HparamLaw:
     """Least squares on ln(opt); coefficient samples from a bootstrap over rungs, or, with fewer
     than MIN_BOOTSTRAP_RUNGS rungs per coefficient, from the regression's own sampling distribution
-    (multivariate Student-t around the fit with covariance s^2 (X'X)^-1): a bootstrap of 3 rungs
-    only ever resamples the same exact fit or a degenerate one."""
+    (refits to the law plus errors: a bootstrap of 3 rungs only ever resamples the same exact fit or
+    a degenerate one). There `interval` ((n, 2): each rung optimum's 90% interval) redraws every
+    rung's optimum from it (`redraw`) and the rest of the scatter is `excess_scatter`'s; without
+    it, the multivariate Student-t around the fit with covariance s^2 (X'X)^-1. The extrapolation
+    drift is measured by forward-chaining (`drift`)."""
     _check_positive(param, {**{i: inputs[i] for i in form.inputs}, "optimum": opt})
     X, y = form.design(inputs), np.log(opt)
     coef = _lstsq(X, y)
@@ -189,17 +244,45 @@ def fit_law(
     if n >= MIN_BOOTSTRAP_RUNGS * k:
         samples = _bootstrap(X, y, rng)
     elif dof > 0:
-        cov = sd**2 * np.linalg.inv(X.T @ X)
-        z = rng.multivariate_normal(np.zeros(k), cov, size=SAMPLES_KEPT)
+        # refits to the law plus redrawn errors: each rung's location error from its interval,
+        # the scatter beyond it (tau) with the Student-t's common scale (tau is estimated from few rungs)
+        located = redraw(y, interval, SAMPLES_KEPT, rng) - y
+        tau = excess_scatter(X, y - X @ coef, interval, dof)
         scale = np.sqrt(dof / rng.chisquare(dof, size=(SAMPLES_KEPT, 1)))
-        samples = [tuple(float(v) for v in coef + row) for row in z * scale]
+        ys = X @ coef + located + tau * scale * rng.standard_normal((SAMPLES_KEPT, n))
+        samples = [tuple(float(v) for v in row) for row in _lstsq(X, ys.T).T]
     else:
         samples = []
     if not samples:
         samples = [tuple(float(v) for v in coef)]
     # keep only what the JSON keeps, so an HP.json read back predicts the intervals fit-hparams printed
     kept = tuple(samples[:SAMPLES_KEPT])
-    return HparamLaw(param, form.name, tuple(float(v) for v in coef), kept, sd, dof, n)
+    role, scale_in = scale_axis(inputs)
+    budget_sd, per_decade = drift(form, inputs, y, scale_in, sd)
+    return HparamLaw(
+        param,
+        form.name,
+        tuple(float(v) for v in coef),
+        kept,
+        sd,
+        dof,
+        n,
+        budget_sd=budget_sd,
+        drift_per_decade=per_decade,
+        scale_role=role,
+        scale_max=float(np.max(scale_in)),
+    )
+
+
+def redraw(y: np.ndarray, interval: np.ndarray | None, draws: int, rng: np.random.Generator) -> np.ndarray:
+    """(draws, n) redraws of the rungs' ln optima `y` from their 90% intervals (None: `y` itself):
+    a split normal with median y whose 5% and 95% points are the interval's ends."""
+    if interval is None:
+        return np.broadcast_to(y, (draws, len(y)))
+    lo, hi = np.log(np.asarray(interval, float)).T
+    z = rng.standard_normal((draws, len(y)))
+    sd = np.where(z < 0, np.maximum(y - lo, 0.0), np.maximum(hi - y, 0.0)) / Z_LEVEL
+    return y + sd * z
 
 
 def _bootstrap(X: np.ndarray, y: np.ndarray, rng: np.random.Generator) -> list[tuple[float, ...]]:
@@ -210,6 +293,45 @@ def _bootstrap(X: np.ndarray, y: np.ndarray, rng: np.random.Generator) -> list[t
             continue  # cannot identify every exponent, or an exact fit through k rungs (no scatter)
         out.append(tuple(float(v) for v in _lstsq(X[idx], y[idx])))
     return out
+
+
+def excess_scatter(X: np.ndarray, resid: np.ndarray, interval: np.ndarray | None, dof: int) -> float:
+    """Sd of the rung optima around the law beyond their own location error (method of moments:
+    E[SSR] = dof tau^2 + sum (1 - h_ii) sigma_i^2, sigma_i a rung's sd from its 90% interval, h_ii
+    its leverage), at least 0; the residual sd itself without intervals."""
+    ssr = float(np.sum(resid**2))
+    if interval is None:
+        return math.sqrt(ssr / dof)
+    lo, hi = np.log(np.asarray(interval, float)).T
+    sigma2 = ((hi - lo) / (2 * Z_LEVEL)) ** 2
+    leverage = np.einsum("ij,ji->i", X, np.linalg.pinv(X))
+    return math.sqrt(max(ssr - float(np.sum((1 - leverage) * sigma2)), 0.0) / dof)
+
+
+def scale_axis(inputs: Mapping[str, np.ndarray]) -> tuple[str, np.ndarray]:
+    """(role, values) of the axis a law extrapolates along: N, or D when one N was swept (the
+    leave-largest-out axis of `holdout_split`)."""
+    N = np.asarray(inputs["N"], float)
+    return ("N", N) if validation.levels(N).size > 1 else ("D", np.asarray(inputs["D"], float))
+
+
+def drift(
+    form: Form, inputs: Mapping[str, np.ndarray], y: np.ndarray, scale: np.ndarray, scatter: float
+) -> tuple[float, float]:
+    """(budget_sd, drift_per_decade) of ln h*: forward-chaining over `scale` (validation's cuts;
+    every fold whose rungs identify the form, with a spare rung), each fold's errors on the rungs
+    above its cut against their decades beyond it, beyond the scatter `scatter`
+    (`validation.drift_from_folds`); (0, 0) without two held-out errors."""
+    X = form.design(inputs)
+    errors, decades = [], []
+    for cut in validation.forward_cuts(scale):
+        fit = scale <= cut
+        if not feasible(form, _take(inputs, fit)):
+            continue
+        coef = _lstsq(X[fit], y[fit])
+        errors.append(y[~fit] - X[~fit] @ coef)
+        decades.append(np.log10(scale[~fit] / scale[fit].max()))
+    return validation.drift_from_folds(errors, decades, scatter)
 
 
 @dataclasses.dataclass(frozen=True)
