@@ -342,7 +342,7 @@ def extrapolation_notes(
             out.append(
                 f"{param} law extrapolated: "
                 + "; ".join(far)
-                + " (its 90% interval does not widen for the extrapolation)"
+                + " (its 90% interval widens by the measured drift; the form is unchecked there)"
             )
     return out
 
