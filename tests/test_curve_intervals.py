@@ -10,7 +10,16 @@ import pytest
 from analysis import fit_curve
 from analysis.cli import main
 from analysis.curves.fitting import Curve
-from analysis.curves.intervals import CalibrationUnit, FitDomain, IntervalModel, splits
+from analysis.curves.intervals import (
+    CalibrationUnit,
+    ErrorTerms,
+    FitDomain,
+    IntervalModel,
+    Kind,
+    UnitErrors,
+    splits,
+)
+from analysis.curves.intervals import _terms as _fit_terms
 
 FIT = ("cosine_24000", "constant_24000", "wsdcon_9")
 PREDICT = ("cosine_72000", "constant_72000", "wsd_20000_24000", "wsdld_20000_24000", "wsdcon_3", "wsdcon_18")
@@ -53,29 +62,58 @@ def test_scale_counts_efolds_of_area_beyond_the_fit_and_of_rate_below_it():
     assert domain.scale(lower, lower.steps[-1:])[0] == pytest.approx(1 + np.log(10), rel=1e-9)
 
 
-def _model(scores, refit_names, rank):
-    units = tuple(CalibrationUnit(n, "c", 10, s, 1.0) for n, s in zip(refit_names, scores))
-    refits = tuple((n, (1.0,)) for n in dict.fromkeys(refit_names))
-    return IntervalModel(0.9, rank, units, FitDomain(1.0, 1.0), refits)
+def _terms(budget, drift_h=0.0, drift_r=0.0, fallback=False):
+    return ErrorTerms(budget, drift_h, drift_r, 3, fallback)
 
 
-def test_jackknife_plus_bounds_take_the_rank_th_unit_and_widen_where_refits_disagree():
+def _model(noise, new, later):
+    units = (CalibrationUnit("leave-out fit", "fit", 10, 0.001, 1.0),)
+    return IntervalModel(
+        0.9, noise, {Kind.NEW_CURVE: new, Kind.LATER_STEPS: later}, units, FitDomain(1.0, 1.0), (), ("fit",)
+    )
+
+
+def test_bounds_add_scatter_and_drift_in_quadrature_per_kind_of_forecast():
+    fitted = _constant("fit", 24000)
+    domain = FitDomain.of([(fitted, fitted.steps)])
+    m = _model(0.0003, _terms(0.0004, drift_h=0.002, drift_r=0.001), _terms(0.004))
+    m = IntervalModel(m.level, m.noise, m.terms, m.units, domain, m.refits, m.fitted)
+    z = 1.6448536269514722
+    # a new curve 3x longer at a third of the rate: h = ln 3 at the end, r = ln 3 throughout
+    new = _constant("new", 72000, lr=1e-3 / 3)
+    t = new.steps[[0, -1]]
     pred = np.array([3.0, 2.5])
-    scale = np.array([1.0, 2.0])
-    # Nine units on one refit that predicts exactly `pred`: rank 9 = the widest residual.
-    m = _model(np.linspace(0.001, 0.009, 9), ["r"] * 9, rank=9)
-    lo, hi = m.bounds(pred, {"r": pred}, scale)
-    np.testing.assert_allclose(hi, pred * (1 + 0.009 * scale))
-    np.testing.assert_allclose(lo, pred / (1 + 0.009 * scale))
-    # Nineteen units: rank ceil(0.9 * 20) = 18 drops the single widest one.
-    m19 = _model(np.linspace(0.001, 0.019, 19), ["r"] * 19, rank=18)
-    _, hi19 = m19.bounds(pred, {"r": pred}, scale)
-    np.testing.assert_allclose(hi19, pred * (1 + 0.018 * scale))
-    # Refits that disagree at a point widen its interval beyond the residuals alone.
-    split = _model([0.001] * 9, ["a"] * 4 + ["b"] * 5, rank=9)
-    lo2, hi2 = split.bounds(pred, {"a": pred * 0.99, "b": pred * 1.02}, scale)
-    assert np.all(lo2 <= pred * 0.99 / (1 + 0.001 * scale) + 1e-12)
-    assert np.all(hi2 >= pred * 1.02 * (1 + 0.001 * scale) - 1e-12)
+    lo, hi = m.bounds(pred, new, t)
+    h = np.array([0.0, np.log(3)])
+    sd = np.sqrt(
+        0.0003**2
+        + 0.0004**2
+        + (0.002 * np.maximum(np.log(new.schedule().cumsum()[t] / domain.S1_max), 0)) ** 2
+        + (0.001 * np.log(3)) ** 2
+    )
+    np.testing.assert_allclose(hi, pred * np.exp(z * sd), rtol=1e-6)
+    np.testing.assert_allclose(lo, pred * np.exp(-z * sd), rtol=1e-6)
+    assert sd[1] > sd[0] and h[1] > 0
+    # the later steps of a fitted curve take the early-part refits' terms
+    lo2, hi2 = m.bounds(pred, fitted, fitted.steps[[-2, -1]])
+    np.testing.assert_allclose(hi2, pred * np.exp(z * np.hypot(0.0003, 0.004)), rtol=1e-6)
+    assert m.residual == pytest.approx(np.expm1(z * np.hypot(0.0003, 0.0004)), rel=1e-9)
+    assert m.to_dict()["rank_capped"] is False and "noise 0.030%" in m.to_dict()["method"]
+
+
+def test_error_terms_are_nonnegative_least_squares_of_the_squared_errors():
+    def unit(split, e, h=0.0, r=0.0):
+        n = np.size(e)
+        u = CalibrationUnit(split, "c", n, 0.0, 1.0)
+        return UnitErrors(u, np.asarray(e, float), np.full(n, h), np.full(n, r))
+
+    # errors of 0.2% next to the data and 0.5% two e-folds of rate below it, noise 0.1%
+    leave = [unit("leave-out a", [0.002, -0.002]), unit("leave-out b", [0.005, -0.005], r=2.0)]
+    t = _fit_terms(leave, 0.001, fallback=False)
+    assert t.budget == pytest.approx(np.sqrt(0.002**2 - 0.001**2), rel=1e-6)
+    assert t.drift_r == pytest.approx(np.sqrt(0.005**2 - 0.002**2) / 2, rel=1e-6) and t.drift_h == 0
+    assert leave[0].unit.kind == Kind.NEW_CURVE
+    assert unit("first 0.5", [0.0]).unit.kind == Kind.LATER_STEPS
 
 
 def _pooled(result):
@@ -86,13 +124,14 @@ def _pooled(result):
 
 
 def test_tissue_intervals_cover_held_out_curves(shared_data):
-    """The MPL protocol with the cheap Tissue et al. law (25M): measured 99% of the held-out points
-    inside, mean width 1.3% of the loss; the issue's goal is >= 80% inside at <= 3% width."""
+    """The MPL protocol with the cheap Tissue et al. law (25M): measured 81% of the backtest's
+    held-out points inside at a mean width of 0.57% of the loss (the old jackknife+ band: 98% at
+    1.1%); cosine_72000 and wsdcon_3, Tissue's worst curves, hold 40% and 64%."""
     d = shared_data / "mpl_loss_curves" / "csv_25"
     r = fit_curve([d / f"{n}.csv" for n in FIT], "tissue", predict=[d / f"{n}.csv" for n in PREDICT])
     coverage, width = _pooled(r)
-    assert coverage >= 0.9 and width <= 0.03, (coverage, width)
-    assert len(r.intervals.units) == 9 and r.intervals.rank == 9
+    assert 0.7 <= coverage <= 0.95 and 0.004 <= width <= 0.008, (coverage, width)
+    assert len(r.intervals.units) == 9 and r.intervals.to_dict()["rank"] == 3
     for k in PREDICT:
         p = r.predictions[k]
         lo, hi, pred = map(np.asarray, (p["interval_lo"], p["interval_hi"], p["predicted"]))

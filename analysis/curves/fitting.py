@@ -127,8 +127,7 @@ class CurveFitResult:
         pred = evaluate(law, np.array([self.params[k] for k in self.param_names]), F)
         if self.intervals is None:
             return pred, np.full_like(pred, np.nan), np.full_like(pred, np.nan)
-        refit_preds = {name: evaluate(law, np.array(p), F) for name, p in self.intervals.refits}
-        lo, hi = self.intervals.bounds(pred, refit_preds, self.intervals.domain.scale(curve, t))
+        lo, hi = self.intervals.bounds(pred, curve, t)
         return pred, lo, hi
 
     def to_dict(self) -> dict:
@@ -279,11 +278,12 @@ def fit_curve(
     i = int(np.argmin(f))
     if not np.isfinite(f[i]):
         raise AnalysisError(f"law {law}: the objective is not finite at any start; check the curves")
-    model = calibrate(problem, parts, plan, r.x[S:], r.f[S:]) if plan is not None else None
+    params = problem.params(r.x[i])
+    model = calibrate(problem, parts, plan, r.x[S:], r.f[S:], params) if plan is not None else None
     base = CurveFitResult(
         law=law,
         param_names=claw.param_names,
-        params={k: float(v) for k, v in zip(claw.param_names, problem.params(r.x[i]))},
+        params={k: float(v) for k, v in zip(claw.param_names, params)},
         objective=float(f[i]),
         grad_norm=float(r.grad_norm[i]),
         converged=bool(int(r.status[i]) in CONVERGED_CODES),
@@ -338,7 +338,7 @@ def _fit_authors(problem: Problem, parts, intervals: bool, resolution: int, prot
     if splits:
         logp = lambda p: np.log(np.where(p > 0, p, 1.0))  # noqa: E731  (rows with f = inf are skipped)
         refit_plan = RefitPlan(splits, logp(p0[pick[1:]]), W[1:], 1)
-        model = calibrate(problem, parts, refit_plan, logp(r.params[pick[1:]]), r.f[pick[1:]])
+        model = calibrate(problem, parts, refit_plan, logp(r.params[pick[1:]]), r.f[pick[1:]], r.params[i])
     stop = int(r.stop[i])
     return CurveFitResult(
         law=problem.law.name,

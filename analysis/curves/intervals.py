@@ -1,55 +1,72 @@
-"""Calibrated 90% forecast intervals for loss-curve predictions (jackknife+ over curve refits).
+"""Calibrated 90% forecast intervals for loss-curve predictions (scatter + drift, from refits).
 
 Why not parameter CIs: the curve laws are misspecified at the 0.1-1% level (the multi-power law
 misses how the loss drop saturates for large learning-rate drops, and its power law drifts over 3x
 longer horizons), which is more than the parameter noise of a fit on hundreds of points implies.
-So the interval is built from *forecasts the law makes from part of the fitted data*, of the same
-two kinds the user asks for:
+So the error model is measured on *forecasts the law makes from part of the fitted data*, of the
+same two kinds the user asks for:
 
 - leave-one-curve-out: refit on the other fitted curves, forecast the left-out curve (a schedule
   the fit has not seen);
 - early-part fits: refit on the first 1/2 and the first 1/3 of every fitted curve, forecast the
   rest (a horizon beyond the fitted one).
 
-Each (refit, forecast curve) pair is one calibration *unit* u (points of one curve share one
-misfit, so a curve, not a point, is the exchangeable unit). Its forecast errors, relative to the
-actual loss, grow with how far the forecast lies from the data its refit saw, measured by
+Each (refit, forecast curve) pair is one calibration *unit*. A forecast point lies at a distance
+from the data its fit saw, in two coordinates:
 
-    scale = 1 + h + r,   h = max(0, ln(S1(t) / S1_max)),   r = max(0, ln(eta_min / eta(t))),
+    h = max(0, ln(S1(t) / S1_max)),   r = max(0, ln(eta_min / eta(t))),
 
 the e-folds of area under the schedule beyond the largest fitted one (a 3x longer constant run
-ends at h = ln 3) and of learning rate below the lowest fitted one; assumed: one e-fold beyond the
-data doubles the relative error. The unit's residual R_u is the 90% quantile of its errors
-divided by their scale.
+ends at h = ln 3) and of learning rate below the lowest fitted one. The log error of a forecast is
+treated as Gaussian with
 
-A new point t then gets the jackknife+ interval (Barber, Candes, Ramdas, Tibshirani 2021,
-"Predictive inference with the jackknife+"), with the refits as the leave-out fits: every unit
-proposes [mu_u(t) / (1 + R_u s), mu_u(t) (1 + R_u s)], mu_u its refit's prediction and s the point's
-scale for the full fit, and the interval runs from the k-th largest lower to the k-th smallest
-upper end, k = ceil(0.9 (U + 1)) capped at U (so with U <= 9 units: the widest of them). It
-widens both where the refits' own forecasts missed (misspecification) and where the refits
-disagree at t (a forecast far from the fitted data, where which data the fit saw matters).
-The interval is joined with the band [pred / (1 + R s), pred (1 + R s)] around the full fit's own
-prediction, R the k-th smallest residual: refits on a half or a third of the data can all miss on
-one side of a long forecast, and an interval that excludes the point forecast helps nobody.
+    sd^2 = noise^2 + budget^2 + drift_h^2 h^2 + drift_r^2 r^2
+
+- `noise`, the point scatter of a logged loss around its curve (evaluation noise): the scatter
+  (`validation.scatter_sd`) of the successive differences of the full fit's log residuals within
+  each fitted curve, / sqrt 2 (differences cancel the fit's smooth misfit, which is not noise);
+- `budget`, the misfit of a schedule the fit has not seen right next to its data, and `drift_h`,
+  `drift_r`, its growth per e-fold of horizon and of rate: non-negative least squares of
+  e^2 - noise^2 on (1, h^2, r^2) over the units' points (e the refit's log error). Each refit
+  re-estimates the parameters, so the parameter uncertainty (what a bootstrap would measure) is
+  inside these errors: a bootstrap term on top would count it twice.
+
+The error fit is made per *kind* of forecast, on the units of that kind: a curve the fit did not
+see (`--predict`) gets the leave-one-curve-out units' terms, the later steps of a fitted curve
+(after `--fit-until`) the early-part units'. (Pooling both kinds over-covered: the early-part
+refits see a half or a third of each curve, and their errors, 2-4x the leave-out refits' on the MPL
+protocol even next to the data, sized the new-curve intervals at 99-100% coverage.) A kind
+without a usable unit (one fitted curve: no leave-one-curve-out) falls back to all units.
+
+The interval is pred * exp(+-z sd), z the normal 95% quantile (`validation.interval`).
 """
 
 from __future__ import annotations
 
+import enum
 import math
 from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
+from scipy.optimize import nnls
 
 from analysis import validation
 from analysis.curves.data import Curve, peak_index
 from analysis.curves.features import subset
 from analysis.curves.optimize import Problem, evaluate
 
-LEVEL = 0.9
+LEVEL = validation.PREDICTION_LEVEL
 TAIL_FRACTIONS = (1 / 2, 1 / 3)
 SPLIT_STARTS = 4  # starts per calibration refit (spread over the law's start grid)
+LEAVE_OUT = "leave-out"  # split-name prefix of the leave-one-curve-out refits
+
+
+class Kind(enum.StrEnum):
+    """Which forecast a point is, and so which calibration units size its interval."""
+
+    NEW_CURVE = "new curve"  # a curve the fit did not see: leave-one-curve-out units
+    LATER_STEPS = "later steps"  # a fitted curve after --fit-until: early-part units
 
 
 @dataclass(frozen=True)
@@ -70,23 +87,32 @@ class FitDomain:
             eta_min = min(eta_min, float(eta[peak_index(eta) : int(np.max(t)) + 1].min()))
         return FitDomain(S1_max, eta_min)
 
-    def scale(self, curve: Curve, t: np.ndarray) -> np.ndarray:
-        """1 + h + r per point (see the module docstring)."""
+    def distance(self, curve: Curve, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(h, r) per point: e-folds of area beyond the fitted one and of rate below it."""
         eta = curve.schedule()
         h = np.maximum(0.0, np.log(np.cumsum(eta)[t] / self.S1_max))
         r = np.maximum(0.0, np.log(self.eta_min / np.maximum(eta[t], 1e-300)))
+        return h, r
+
+    def scale(self, curve: Curve, t: np.ndarray) -> np.ndarray:
+        """1 + h + r per point (the total distance, reported per unit as `max_scale`)."""
+        h, r = self.distance(curve, t)
         return 1.0 + h + r
 
 
 @dataclass(frozen=True)
 class CalibrationUnit:
-    """One (refit, forecast curve) pair; score = R_u, the 90% quantile of its errors / scale."""
+    """One (refit, forecast curve) pair; score = the RMS of its log forecast errors."""
 
     split: str
     curve: str
     n_points: int
     score: float
     max_scale: float
+
+    @property
+    def kind(self) -> Kind:
+        return Kind.NEW_CURVE if self.split.startswith(LEAVE_OUT) else Kind.LATER_STEPS
 
     def to_dict(self) -> dict:
         return {
@@ -99,51 +125,74 @@ class CalibrationUnit:
 
 
 @dataclass(frozen=True)
+class ErrorTerms:
+    """budget, drift_h, drift_r of one kind of forecast (log units) and the units they came from."""
+
+    budget: float
+    drift_h: float
+    drift_r: float
+    n_units: int
+    fallback: bool  # no unit of this kind: fitted on all units
+
+
+@dataclass(frozen=True)
 class IntervalModel:
-    """Jackknife+ forecast intervals from the calibration refits (see the module docstring)."""
+    """Scatter + drift forecast intervals from the calibration refits (see the module docstring)."""
 
     level: float
-    rank: int  # k: the interval runs from the k-th largest lower to the k-th smallest upper end
+    noise: float  # point scatter (log units)
+    terms: dict[Kind, ErrorTerms]
     units: tuple[CalibrationUnit, ...]
-    domain: FitDomain  # what the full fit saw (the scale of a new point)
+    domain: FitDomain  # what the full fit saw (the distance of a new point)
     refits: tuple[tuple[str, tuple[float, ...]], ...]  # (split name, public parameters)
+    fitted: tuple[str, ...] = ()  # names of the fitted curves (their later steps: Kind.LATER_STEPS)
+
+    def kind(self, curve: Curve) -> Kind:
+        return Kind.LATER_STEPS if curve.name in self.fitted else Kind.NEW_CURVE
+
+    def sd(self, kind: Kind, h: np.ndarray, r: np.ndarray) -> np.ndarray:
+        """Sd of the log forecast error at distance (h, r)."""
+        e = self.terms[kind]
+        return np.sqrt(self.noise**2 + e.budget**2 + (e.drift_h * h) ** 2 + (e.drift_r * r) ** 2)
 
     @property
     def residual(self) -> float:
-        """The k-th smallest unit residual: a relative half-width at scale 1, for reporting."""
-        return float(np.sort([u.score for u in self.units])[self.rank - 1])
+        """Relative half-width of a new curve's interval next to the fitted data (h = r = 0)."""
+        z = validation.norm_ppf(0.5 + self.level / 2)
+        return math.expm1(z * float(self.sd(Kind.NEW_CURVE, 0.0, 0.0)))
 
-    def bounds(
-        self, pred: np.ndarray, refit_preds: dict[str, np.ndarray], scale: np.ndarray
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """(lower, upper) per point: the jackknife+ interval from every refit's prediction there
-        (split name -> array), joined with the same residual band around the full fit's `pred`
-        (so the interval always holds the point forecast, even when refits on much less data
-        all land on one side of it)."""
-        scale = np.asarray(scale)
-        r = np.stack([u.score * scale for u in self.units])
-        mu = np.stack([refit_preds[u.split] for u in self.units])
-        k = self.rank
-        lo = np.sort(mu / (1 + r), axis=0)[len(self.units) - k]
-        hi = np.sort(mu * (1 + r), axis=0)[k - 1]
-        band = self.residual * scale
-        return np.minimum(lo, pred / (1 + band)), np.maximum(hi, pred * (1 + band))
+    def bounds(self, pred: np.ndarray, curve: Curve, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(lower, upper) per point of `curve` at steps `t` around the full fit's `pred`."""
+        h, r = self.domain.distance(curve, t)
+        return validation.interval(np.log(pred), None, self.sd(self.kind(curve), h, r), self.level)
 
     def to_dict(self) -> dict:
+        new = self.terms[Kind.NEW_CURVE]
         return {
             "level": self.level,
-            "method": "jackknife+ over leave-one-curve-out and early-part refits",
-            "rank": self.rank,
+            "method": self.describe(),
+            # units behind a new curve's terms (leave-one-curve-out; all units on fallback)
+            "rank": new.n_units,
             "n_units": len(self.units),
-            # with fewer than 9 units the rank is capped at the widest unit (no conformal guarantee)
-            "rank_capped": math.ceil(self.level * (len(self.units) + 1)) > len(self.units),
+            # True when no leave-one-curve-out refit was possible (one fitted curve)
+            "rank_capped": new.fallback,
             "residual_at_rank": self.residual,
-            "scale": "1 + max(0, ln(S1/S1_max)) + max(0, ln(eta_min/eta))",
+            "scale": "sd^2 = noise^2 + budget^2 + (drift_h h)^2 + (drift_r r)^2, "
+            "h = max(0, ln(S1/S1_max)), r = max(0, ln(eta_min/eta))",
             "S1_max": self.domain.S1_max,
             "eta_min": self.domain.eta_min,
             "units": [u.to_dict() for u in self.units],
             "refits": {name: list(p) for name, p in self.refits},
         }
+
+    def describe(self) -> str:
+        """The measured terms in one line (the JSON `method`)."""
+        terms = "; ".join(
+            f"{k.value}: budget {t.budget:.3%}, drift {t.drift_h:.3%}/e-fold of area, "
+            f"{t.drift_r:.3%}/e-fold of rate ({t.n_units} units{', all kinds' if t.fallback else ''})"
+            for k, t in self.terms.items()
+        )
+        return f"Gaussian log error, noise {self.noise:.3%}; {terms}"
 
 
 @dataclass(frozen=True)
@@ -167,7 +216,7 @@ def splits(parts) -> list[Split]:
     cid, steps = _layout(parts)
     out = []
     if len(parts) >= 2:
-        out += [Split(f"leave-out {c.name}", cid != i, cid == i) for i, (c, _) in enumerate(parts)]
+        out += [Split(f"{LEAVE_OUT} {c.name}", cid != i, cid == i) for i, (c, _) in enumerate(parts)]
     for frac in TAIL_FRACTIONS:
         train = np.zeros(cid.size, bool)
         for i, (_, t) in enumerate(parts):
@@ -185,25 +234,52 @@ def _usable(problem: Problem, split: Split) -> bool:
     return not anneal_free or subset(problem.F, split.train).any_decay
 
 
-def _units(problem: Problem, parts, split: Split, params: np.ndarray) -> list[CalibrationUnit]:
+@dataclass(frozen=True)
+class UnitErrors:
+    """One unit's log forecast errors and their distances (h, r) from its refit's data."""
+
+    unit: CalibrationUnit
+    e: np.ndarray
+    h: np.ndarray
+    r: np.ndarray
+
+
+def _units(problem: Problem, parts, split: Split, params: np.ndarray) -> list[UnitErrors]:
     """Score every forecast curve of one refit."""
     cid, steps = _layout(parts)
-    pred = evaluate(problem.law, params, problem.F)
-    actual = np.exp(problem.logy)
+    log_pred = np.log(evaluate(problem.law, params, problem.F))
     domain = FitDomain.of([(c, steps[split.train & (cid == i)]) for i, (c, _) in enumerate(parts)])
     units = []
     for i, (curve, _) in enumerate(parts):
         sel = split.test & (cid == i)
         if not sel.any():
             continue
-        scale = domain.scale(curve, steps[sel])
-        z = np.abs(pred[sel] - actual[sel]) / actual[sel] / scale
-        units.append(
-            CalibrationUnit(
-                split.name, curve.name, int(sel.sum()), float(np.quantile(z, LEVEL)), float(scale.max())
-            )
-        )
+        e = problem.logy[sel] - log_pred[sel]
+        h, r = domain.distance(curve, steps[sel])
+        if not np.all(np.isfinite(e)):
+            continue
+        score = float(np.sqrt(np.mean(e**2)))
+        unit = CalibrationUnit(split.name, curve.name, int(sel.sum()), score, float(np.max(1 + h + r)))
+        units.append(UnitErrors(unit, e, h, r))
     return units
+
+
+def _noise(problem: Problem, parts, params: np.ndarray) -> float:
+    """Point scatter of the logged loss: successive differences of the full fit's log residuals
+    within each curve, / sqrt 2 (a smooth misfit cancels in them), at the tail-calibrated scale."""
+    cid, _ = _layout(parts)
+    res = problem.logy - np.log(evaluate(problem.law, params, problem.F))
+    diffs = [np.diff(res[cid == i]) for i in range(len(parts))]
+    return validation.scatter_sd(np.concatenate(diffs)) / math.sqrt(2)
+
+
+def _terms(units: list[UnitErrors], noise: float, fallback: bool) -> ErrorTerms:
+    """budget, drift_h, drift_r: non-negative least squares of e^2 - noise^2 on (1, h^2, r^2)."""
+    e, h, r = (np.concatenate([getattr(u, k) for u in units]) for k in "ehr")
+    X = np.stack([np.ones_like(e), h**2, r**2], axis=1)
+    coef = nnls(X, e**2 - noise**2)[0]
+    b, dh, dr = np.sqrt(coef)
+    return ErrorTerms(float(b), float(dh), float(dr), len(units), fallback)
 
 
 @dataclass(frozen=True)
@@ -233,20 +309,35 @@ def plan_refits(problem: Problem, parts, grid: np.ndarray) -> RefitPlan:
     return RefitPlan(usable, starts, weights, rows.shape[0])
 
 
-def calibrate(problem: Problem, parts, plan: RefitPlan, x: np.ndarray, f: np.ndarray) -> IntervalModel | None:
+def calibrate(
+    problem: Problem, parts, plan: RefitPlan, x: np.ndarray, f: np.ndarray, params: np.ndarray
+) -> IntervalModel | None:
     """Turn the refits' forecast errors into an `IntervalModel` (x, f: the plan's minimisation
-    results, rows as in `plan.starts`); None when no split could be refitted (e.g. one short
-    curve) or no refit converged to a finite objective."""
+    results, rows as in `plan.starts`; params: the full fit's public parameters, for the point
+    scatter); None when no split could be refitted (e.g. one short curve) or no refit converged to
+    a finite objective."""
     units, refits = [], []
     for k, split in enumerate(plan.splits):
         rows = slice(k * plan.per_split, (k + 1) * plan.per_split)
         fk = np.where(np.isfinite(f[rows]), f[rows], np.inf)
         j = int(np.argmin(fk))
         if np.isfinite(fk[j]):
-            params = problem.params(x[rows][j])
-            units += _units(problem, parts, split, params)
-            refits.append((split.name, tuple(float(v) for v in params)))
+            p = problem.params(x[rows][j])
+            units += _units(problem, parts, split, p)
+            refits.append((split.name, tuple(float(v) for v in p)))
     if not units:
         return None
-    rank = min(len(units), math.ceil(LEVEL * (len(units) + 1)))
-    return IntervalModel(LEVEL, rank, tuple(units), FitDomain.of(parts), tuple(refits))
+    noise = _noise(problem, parts, params)
+    terms = {}
+    for kind in Kind:
+        own = [u for u in units if u.unit.kind == kind]
+        terms[kind] = _terms(own or units, noise, fallback=not own)
+    return IntervalModel(
+        LEVEL,
+        noise,
+        terms,
+        tuple(u.unit for u in units),
+        FitDomain.of(parts),
+        tuple(refits),
+        tuple(c.name for c, _ in parts),
+    )
