@@ -72,7 +72,7 @@ def run_size(
         f"{size}M {law} ({r.protocol}): mean {s['mean']:.3%}  worst {s['worst']:.3%}  "
         f"mean-of-worst {s['mean_of_worst']:.3%}  "
         f"| 90% intervals: coverage {s['coverage']:.1%}, mean width {s['width']:.2%} of the loss "
-        f"(jackknife+ over {len(m.refits)} refits, {len(m.units)} units)  | {wall:.1f} s"
+        f"(scatter + drift from {len(m.refits)} refits, {len(m.units)} units)  | {wall:.1f} s"
     )
     for k in PREDICT:
         e = r.predictions[k]

@@ -1,4 +1,4 @@
-"""Forecast intervals of loss-curve fits: calibration splits, the forecast distance, jackknife+ bounds,
+"""Forecast intervals of loss-curve fits: calibration splits, the forecast distance, scatter + drift bounds,
 their coverage of held-out curves on the public multi-power-law data (the MPL law's coverage is
 tested next to its accuracy in test_analysis_curves.py, on the same fits), and the JSON contract."""
 

@@ -19,7 +19,7 @@ Methods: `mpl_multistart` (the default: `fit_curve(curves, "mpl")` without a pro
 L = E + A (S1 / S1_max)^-alpha in the area under the schedule S1, fitted by SciPy on the fitted
 curves' points (the schedule's warm-up and decay count only through S1; no annealing term), with
 the naive 90% band of its in-sample log residuals (`baselines.fit_minima_power_law`, the same form).
-The laws' intervals are fit-curve's (jackknife+ over its calibration refits); `--bootstrap 0`
+The laws' intervals are fit-curve's (scatter + drift measured on its calibration refits); `--bootstrap 0`
 skips those refits (as `fit-curve --no-intervals`) and leaves the laws without intervals.
 """
 

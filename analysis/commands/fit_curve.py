@@ -2,8 +2,9 @@
 
 Fits a loss-curve law on whole curves (CSV columns step, lr, loss; or run directories) and/or on
 their first steps (`--fit-until STEP`), then predicts the rest of those curves and every
-`--predict` curve, each point with a 90% forecast interval (jackknife+ over the fit's own
-leave-one-curve-out and early-part refits). `--json` writes params, the convergence report,
+`--predict` curve, each point with a 90% forecast interval (a Gaussian log error whose scatter,
+budget and drift terms are measured on the fit's own leave-one-curve-out and early-part refits:
+`analysis/curves/intervals.py`). `--json` writes params, the convergence report,
 `interval_model`, and `predictions`: curve name -> {mean_rel_error, max_rel_error,
 final_loss_pred, final_loss_actual, n_points, interval_coverage, interval_mean_rel_width,
 interval_final, step, predicted, interval_lo, interval_hi}. `--protocol authors` (MPL only) fits
@@ -77,10 +78,7 @@ def _print_result(r) -> None:
     print(f"  objective {r.objective:.6g}, {runs}; {r.status}")
     if r.intervals is not None:
         m = r.intervals
-        print(
-            f"  90% intervals: jackknife+ over {len(m.refits)} refits ({len(m.units)} forecast curves; "
-            f"residual {m.residual:.3%} x (1 + horizon + rate distance))"
-        )
+        print(f"  90% intervals: {m.describe()}; from {len(m.refits)} refits, {len(m.units)} forecast curves")
     for name, e in r.predictions.items():
         line = (
             f"  {name}: mean |rel err| {e['mean_rel_error']:.3%}, max {e['max_rel_error']:.3%}, "
