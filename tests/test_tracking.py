@@ -23,7 +23,7 @@ from experiments.train import tracking
 from experiments.train.metrics import MetricsLog
 from experiments.train.tracking import RL_NAMES, TRAIN_NAMES, Tracker, TrackerConfig, make_tracker, sweep_dir
 from models.base.errors import ConfigError
-from models.base.rundir import read_metrics
+from models.base.rundir import RunSummary, read_metrics
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = [
@@ -187,7 +187,7 @@ def test_tensorboard_mirrors_metrics_jsonl_and_a_resume_drops_the_replayed_steps
     log.truncate_after(3)
     for r in records(range(4, 7), scale=2.0, eval_at=(6,)):
         log.write(r)
-    log.finish("completed", {"final_eval_loss": 8.0})
+    log.finish("completed", RunSummary(final_eval_loss=8.0))
     want = read_metrics(rd / "metrics.jsonl")
     assert [r["step"] for r in want] == [1, 2, 3, 4, 5, 6]
     got = read_tb_scalars(rd / "tensorboard")
@@ -225,7 +225,7 @@ def test_mlflow_groups_a_sweeps_runs_in_one_experiment_and_resumes_the_same_run(
         t.start(0)
         for r in records(range(1, 4)):
             t.log(r)
-        t.finish(status, {"final_eval_loss": 3.5, "tokens": 768})
+        t.finish(status, RunSummary(final_eval_loss=3.5, tokens=768))
     t = Tracker(ml, sweep / "r1_abc", TRAIN_NAMES, config)  # the first run, resumed
     t.start(3)
     t.log(records([4])[0])
@@ -263,7 +263,7 @@ def test_wandb_offline_run_is_grouped_by_sweep_and_resumed_by_id(tmp_path, monke
     assert t.active, err.getvalue()
     for r in records(range(1, 4)):
         t.log(r)
-    t.finish("completed", {"final_eval_loss": 3.5})
+    t.finish("completed", RunSummary(final_eval_loss=3.5))
     assert err.getvalue() == ""
     run_id = (rd / "tracker.json").read_text()
     files = list((rd / "wandb").glob("offline-run-*/run-*.wandb"))

@@ -59,9 +59,10 @@ from analysis.runs import RunWarning
 from analysis.runs import load as load_runs
 from models.base.errors import AnalysisError
 from models.base.jsonio import write_json_atomic
-from models.base.rundir import SWEEP_PLAN_FILE, RunStatus
+from models.base.rundir import ROLE_FIELDS, SWEEP_PLAN_FILE, RunStatus
 
-COLS = {"N": "n_params", "D": "tokens", "C": "flops", "loss": "final_eval_loss"}
+COLS = dict(ROLE_FIELDS)  # the fit's column of each role: the summary field (n_params, ...)
+LOSS = COLS["loss"]  # the runs' final eval loss
 HOLDOUT_TARGET = 0.03
 MIN_SIZES = 3
 
@@ -134,18 +135,18 @@ def collect(sweep_dir: pathlib.Path) -> tuple[pd.DataFrame, pd.DataFrame, pd.Dat
         notes = [n for n in notes if not any(r in n for r in rl_names)]
         if all_runs.empty:
             raise NoPretrainingRuns(f"only RL runs under {sweep_dir}")
-    for c in ("n_params", "tokens", "flops", "final_eval_loss", "tokens_per_s", "mfu", "wall_time_s"):
+    for c in (*COLS.values(), "tokens_per_s", "mfu", "wall_time_s"):
         if c in all_runs.columns:
             all_runs[c] = pd.to_numeric(all_runs[c], errors="coerce")
     done = all_runs[all_runs["status"] == RunStatus.COMPLETED].copy()
-    need = ["n_params", "tokens", "flops", "final_eval_loss"]
+    need = list(COLS.values())
     missing = [c for c in need if c not in done.columns]
     if missing:
         raise AnalysisError(
             f"run summaries under {sweep_dir} lack {missing}; were they written by experiments.train?"
         )
     done = done.dropna(subset=need)
-    done = done[np.isfinite(done["final_eval_loss"]) & (done["final_eval_loss"] > 0)]
+    done = done[np.isfinite(done[LOSS]) & (done[LOSS] > 0)]
     if done.empty:
         raise AnalysisError(f"no completed runs with a final eval loss under {sweep_dir}; nothing to report")
     done["budget"] = _budget_labels(done)
@@ -259,7 +260,7 @@ def _role_values(runs: pd.DataFrame, used: dict[str, str]) -> dict[str, pd.Serie
         D = C / (6.0 * N)
     if C is None:
         C = 6.0 * N * D
-    return {"n_params": N, "tokens": D, "flops": C, "final_eval_loss": num("loss")}
+    return {COLS["N"]: N, COLS["D"]: D, COLS["C"]: C, LOSS: num("loss")}
 
 
 def _repeated_data_notes(
@@ -308,7 +309,7 @@ def _edge_and_size_warnings(done: pd.DataFrame) -> list[str]:
         if len(sizes) < MIN_SIZES:
             thin.append((b, len(sizes)))
             continue
-        best = g.loc[g["final_eval_loss"].idxmin(), "n_params"]
+        best = g.loc[g[LOSS].idxmin(), "n_params"]
         if best == sizes.min():
             out.append(
                 f"budget C={b:.3g}: the lowest loss is at the smallest model (N={int(best):,}); the "
@@ -374,7 +375,7 @@ def _run_table(all_runs: pd.DataFrame) -> list[dict]:
                 "N": num("n_params"),
                 "D": num("tokens"),
                 "C": num("flops"),
-                "loss": num("final_eval_loss"),
+                "loss": num(LOSS),
                 "tokens_per_s": num("tokens_per_s"),
                 "mfu": num("mfu"),
                 "wall_time_s": num("wall_time_s"),
@@ -634,7 +635,7 @@ def select_best(all_runs: pd.DataFrame, done: pd.DataFrame) -> tuple[pd.DataFram
     `selected` column shown in the report's run table."""
     if not has_config(all_runs):
         return done, None
-    sel = select_best_runs(all_runs, loss_col="final_eval_loss")
+    sel = select_best_runs(all_runs, loss_col=LOSS)
     all_runs[SELECTED] = sel.table[SELECTED].to_numpy(bool)
     if not sel.active:
         return done, sel
@@ -821,7 +822,7 @@ def _holdout_check(
         warn.append(f"no held-out check: {e}")
         return None, None
     hold = dict(
-        hold_fit.holdout,
+        hold_fit.holdout.to_dict(),
         threshold=thr,
         fit_budgets=[float(b) for b in budgets_swept[:-1]],
         held_out_budget=float(budgets_swept[-1]),

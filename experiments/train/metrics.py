@@ -18,9 +18,9 @@ import math
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
-from models.base.rundir import MetricsWriter, read_metrics
+from models.base.rundir import MetricsWriter, RunSummary, read_metrics
 from models.flops import MFU_CAUSAL
 
 # `read_metrics` is models.base.rundir's, the one metrics.jsonl reader (imported here by callers
@@ -70,7 +70,7 @@ class MetricsLog:
     def close(self) -> None:
         self._writer.close()
 
-    def finish(self, status: str, summary: Mapping[str, Any] | None = None) -> None:
+    def finish(self, status: str, summary: RunSummary | None = None) -> None:
         """Close the file and end the tracker's run with the run's status and final numbers."""
         self.close()
         if self.tracker is not None:

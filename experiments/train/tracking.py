@@ -41,7 +41,7 @@ from models.base.configs import config_from_mapping
 from models.base.errors import ConfigError
 from models.base.jsonio import read_json, write_json_atomic
 from models.base.portable import lock_file, unlock_file
-from models.base.rundir import TENSORBOARD_DIR, TRACKER_IDS_FILE, RunStatus
+from models.base.rundir import FINAL_NUMBERS, TENSORBOARD_DIR, TRACKER_IDS_FILE, RunStatus, RunSummary
 
 BACKENDS = ("none", "tensorboard", "wandb", "mlflow")
 WANDB_MODES = ("online", "offline", "disabled")
@@ -83,24 +83,6 @@ RL_NAMES: dict[str, str] = {
     "flops_eval": "compute/eval",
     "wall_s": "perf/wall_s",
 }
-
-# summary.json fields a tracker keeps as the run's final numbers (W&B summary, MLflow `final/*`).
-SUMMARY_KEYS = (
-    "final_train_loss",
-    "final_eval_loss",
-    "tokens_per_s",
-    "mfu",
-    "tokens",
-    "flops",
-    "n_params",
-    "n_params_non_embedding",
-    "wall_time_s",
-    "compile_time_s",
-    "start_pass_rate",
-    "final_pass_rate",
-    "final_kl",
-    "prompts_seen",
-)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -499,16 +481,16 @@ class Tracker:
         if self.backend is not None:
             self._guard("flushing", self.backend.flush)
 
-    def finish(self, status: str, summary: Mapping[str, Any] | None = None) -> None:
+    def finish(self, status: str, summary: RunSummary | None = None) -> None:
         """End the tracker's run: `status` (completed | diverged | failed | ...) and the final
-        numbers of `summary` (summary.json's fields)."""
+        numbers of `summary` (models.base.rundir.FINAL_NUMBERS)."""
         if self._finished:
             return
         self._finished = True
         _OPEN.discard(self)
         if self.backend is None:
             return
-        final = {k: x for k in SUMMARY_KEYS if (x := _number((summary or {}).get(k))) is not None}
+        final = {k: x for k in FINAL_NUMBERS if (x := _number(getattr(summary, k, None))) is not None}
         backend, self.backend = self.backend, None
         self._guard("finishing", lambda: backend.finish(status, final))
 

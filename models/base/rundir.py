@@ -34,6 +34,7 @@ import json
 import math
 import os
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any, ClassVar, Iterator, Mapping, TextIO
 
 from models.base.jsonio import dumps, jsonl_line, read_json, to_strict, write_text_atomic
@@ -255,6 +256,30 @@ class RunSummary:
         extra = dict(self.extra, **{k: v for k, v in changes.items() if k not in known})
         fields = {k: v for k, v in changes.items() if k in known}
         return dataclasses.replace(self, **fields, extra=extra, present=self.present | set(changes))
+
+
+# The summary fields the scaling laws read, by the role `analysis fit` gives each column: the
+# parameters N, the tokens D, the compute C and the loss (`collect`'s N, D, C, loss are copies).
+ROLE_FIELDS: Mapping[str, str] = MappingProxyType(
+    {"N": "n_params", "D": "tokens", "C": "flops", "loss": "final_eval_loss"}
+)
+# The summary fields that are a run's final numbers (a tracker's W&B summary, MLflow `final/*`).
+FINAL_NUMBERS = (
+    "final_train_loss",
+    "final_eval_loss",
+    "tokens_per_s",
+    "mfu",
+    "tokens",
+    "flops",
+    "n_params",
+    "n_params_non_embedding",
+    "wall_time_s",
+    "compile_time_s",
+    "start_pass_rate",
+    "final_pass_rate",
+    "final_kl",
+    "prompts_seen",
+)
 
 
 # ---- metrics.jsonl -----------------------------------------------------------------------------
