@@ -54,10 +54,10 @@ def test_holdout_validate_predicts_every_run_of_the_top_budget():
     df = jittered_sweep()
     grid = np.array([[1.5, 300.0, 1500.0, 0.3, 0.3], [2.0, 600.0, 3000.0, 0.4, 0.4]])
     fit = holdout_validate(df, "chinchilla", bootstrap=0, grid=grid, prediction_intervals=False)
-    assert fit.holdout["n_points"] == len(SIZES)
+    assert fit.holdout.n_points == len(SIZES)
     assert fit.n_points == len(SIZES) * (len(BUDGETS) - 1)
-    assert {round(p["C"] / 1e20, 1) for p in fit.holdout["points"]} == {1.0}
-    assert fit.holdout["mean_rel_error"] < 0.01  # the law is exact up to 0.1% noise
+    assert {round(p.inputs["C"] / 1e20, 1) for p in fit.holdout.points} == {1.0}
+    assert fit.holdout.mean_rel_error < 0.01  # the law is exact up to 0.1% noise
 
 
 def test_one_budget_is_a_clear_error():

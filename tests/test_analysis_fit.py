@@ -1,6 +1,8 @@
 """Point-law fits: Epoch's published Chinchilla optimum, synthetic recovery, fixed params, weights,
 allocation, prediction, user laws."""
 
+import dataclasses
+import json
 import math
 
 import numpy as np
@@ -9,6 +11,8 @@ import pytest
 from scipy.special import huber, logsumexp
 
 from analysis import AnalysisError, allocation, fit_law, get_law, known_laws, register_law
+from analysis.laws import fitting
+from analysis.laws.enums import FitStatus, NParams
 from analysis.laws.fitting import HUBER_DELTA
 from analysis.laws.registry import CHINCHILLA_GRID
 
@@ -148,6 +152,27 @@ def test_synthetic_law_recovered_and_predicts():
     pred = fit.predict(df)
     assert np.max(np.abs(pred - df.loss) / df.loss) < 0.01
     assert math.isnan(fit.ci["E"][0])  # no bootstrap, no CI
+
+
+def test_a_fit_is_built_once_frozen_and_typed(monkeypatch):
+    """One `fit_points` call per fit (a hold-out included); the result is frozen, its status the
+    enum and its ranges, CIs and hold-out typed records, and the JSON keeps plain strings and lists."""
+    calls = []
+    real = fitting.fit_points
+    monkeypatch.setattr(fitting, "fit_points", lambda *a, **k: calls.append(a[0].name) or real(*a, **k))
+    df = synth(dict(E=2.1, A=900.0, B=1500.0, alpha=0.31, beta=0.36), np.random.default_rng(0))
+    fit = fit_law(df, bootstrap=0, holdout_above=1e20, prediction_intervals=False)
+    assert calls == ["chinchilla"]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        fit.status = FitStatus.RUNNING
+    assert isinstance(fit.status, FitStatus) and fit.n_params is NParams.TOTAL
+    assert fit.input_ranges["N"] == (df.N.min(), df.N.max()) and math.isnan(fit.ci["E"].lo)
+    assert fit.holdout.threshold == 1e20 and fit.holdout.n_points == int((6 * df.N * df.D > 1e20).sum())
+    j = json.loads(fit.to_json())
+    assert j["status"] == str(fit.status) and j["n_params"] == "total"
+    assert j["input_ranges"]["N"] == [df.N.min(), df.N.max()] and j["ci"]["E"] == [None, None]
+    assert j["holdout"]["threshold"] == 1e20 and j["holdout"]["points"][0].keys() >= {"N", "D", "C", "actual"}
+    assert "fallback" not in j and "law_selection" not in j and "extras" not in j
 
 
 def test_fixed_parameter_is_held_and_others_refit():

@@ -22,13 +22,13 @@ def test_exact_law_extrapolates_exactly_and_a_known_shift_is_measured():
     shifted = np.where(C > threshold, L * 1.01, L)  # the big runs are 1% worse than the law says
     fit = fit_law(pd.DataFrame({"N": N, "D": D, "loss": shifted}), bootstrap=0, holdout_above=threshold)
     h = fit.holdout
-    assert h["n_points"] == int(np.sum(C > threshold)) == len(h["points"])
+    assert h.n_points == int(np.sum(C > threshold)) == len(h.points) and h.threshold == threshold
     expected = 1 / 1.01 - 1  # predicted (the true law) vs actual (1% above it)
-    for pt in h["points"]:
-        assert pt["C"] > threshold
-        assert pt["rel_error"] == pytest.approx(expected, abs=2e-4)
-    assert h["mean_rel_error"] == pytest.approx(abs(expected), abs=2e-4)
-    assert h["max_rel_error"] == pytest.approx(abs(expected), abs=2e-4)
+    for pt in h.points:
+        assert pt.inputs["C"] > threshold
+        assert pt.rel_error == pytest.approx(expected, abs=2e-4)
+    assert h.mean_rel_error == pytest.approx(abs(expected), abs=2e-4)
+    assert h.max_rel_error == pytest.approx(abs(expected), abs=2e-4)
     assert fit.n_points == int(np.sum(C <= threshold))
 
 
@@ -38,8 +38,8 @@ def test_misspecified_law_extrapolates_worse_than_the_right_one():
     df = pd.DataFrame({"N": N, "D": D, "loss": L})
     right = holdout_validate(df, "chinchilla", bootstrap=0)
     wrong = holdout_validate(df, "kaplan_c_e", bootstrap=0)
-    assert right.holdout["mean_rel_error"] < 1e-4
-    assert wrong.holdout["mean_rel_error"] > 10 * right.holdout["mean_rel_error"]
+    assert right.holdout.mean_rel_error < 1e-4
+    assert wrong.holdout.mean_rel_error > 10 * right.holdout.mean_rel_error
 
 
 def test_threshold_outside_the_data_is_an_error():

@@ -85,9 +85,9 @@ def test_holdout_intervals_cover_a_misspecified_law():
         df = _misspecified_isoflop(seed)
         fit = fit_law(df, "chinchilla", bootstrap=0, holdout_above=3e19)
         h = fit.holdout
-        assert {"coverage", "points"} <= set(h) and all(len(p["interval"]) == 2 for p in h["points"])
-        inside += [p["interval"][0] <= p["actual"] <= p["interval"][1] for p in h["points"]]
-        widths.append(h["mean_interval_rel_width"])
+        assert h.coverage is not None and all(p.interval is not None for p in h.points)
+        inside += [p.interval.lo <= p.actual <= p.interval.hi for p in h.points]
+        widths.append(h.mean_interval_rel_width)
         pe = fit.prediction_error
         assert pe.n_folds >= 1 and pe.drift_per_decade > 0
         bare = dataclasses.replace(

@@ -112,7 +112,7 @@ def test_auto_keeps_the_baseline_form_unless_beaten_on_every_fold(alpha, beta):
     """Equal exponents: the tied form is as good, not better by 10% on every fold, so the baseline
     form stays (the old rule took the tied form on its mean). Unequal: the tied form is clearly worse."""
     fit = fit_auto(ladder(alpha, beta), bootstrap=0)
-    sel = fit.extras["law_selection"]
+    sel = fit.to_dict()["law_selection"]
     assert fit.law == sel["chosen"] == sel["baseline"] == "chinchilla", sel
     assert set(sel["fold_mae"]) == {"chinchilla", "chinchilla_tied"}
     folds = sel["fold_errors"]

@@ -77,15 +77,12 @@ def test_fit_recovers_the_law_inside_its_cis_and_predicts_more_epochs():
 def test_auto_picks_a_data_constrained_law_when_runs_repeat():
     d = ladder(seed=1)
     fit = fit_auto(d[d.D / d.U <= 8], bootstrap=0)
-    sel = fit.extras["law_selection"]
-    assert sel["chosen"].startswith("data_constrained") and sel["criterion"].startswith("repeated data")
-    assert (
-        min(sel["fold_mae"]["chinchilla"], sel["fold_mae"]["chinchilla_tied"])
-        > 2 * sel["fold_mae"][sel["chosen"]]
-    )
+    sel = fit.law_selection
+    assert sel.chosen.startswith("data_constrained") and sel.criterion.startswith("repeated data")
+    assert min(sel.fold_mae["chinchilla"], sel.fold_mae["chinchilla_tied"]) > 2 * sel.fold_mae[sel.chosen]
     once = ladder(seed=1, epochs=(1,))  # no repeats: the data-constrained forms are not candidates
     fit = fit_auto(once, bootstrap=0)
-    assert set(fit.extras["law_selection"]["fold_mae"]) == {"chinchilla", "chinchilla_tied"}
+    assert set(fit.law_selection.fold_mae) == {"chinchilla", "chinchilla_tied"}
 
 
 def test_allocation_under_a_data_limit():
@@ -124,17 +121,18 @@ def test_an_untested_r_n_falls_back_to_the_effective_data_law():
     with pytest.warns(UserWarning, match="R_N = .* the data do not test it"):
         fit = fit_law(d, "data_constrained", bootstrap=0, prediction_intervals=False)
     assert str(fit.law) == "data_constrained_d"
-    (step,) = fit.extras["fallback"]
-    assert step["param"] == "R_N" and step["value"] > repeated.UNTESTED_FACTOR * step["max_repetition"]
+    (step,) = fit.fallback
+    assert step.param == "R_N" and step.value > repeated.UNTESTED_FACTOR * step.max_repetition
+    assert step.to == "data_constrained_d" and fit.to_dict()["fallback"] == [step.to_dict()]
     assert abs(fit.params["R_D"] / TRUTH["R_D"] - 1) < 0.3  # the tested constant is kept and recovered
     # a fixed R_N is the user's choice: no fallback
     fixed = fit_law(d, "data_constrained", bootstrap=0, prediction_intervals=False, fixed={"R_N": 5.0})
-    assert str(fixed.law) == "data_constrained" and "fallback" not in fixed.extras
+    assert str(fixed.law) == "data_constrained" and fixed.fallback == () and "fallback" not in fixed.to_dict()
 
 
 def test_a_tested_decay_constant_is_kept():
     """R_D = 15 on runs repeated up to 31 times: the data test it, no fallback."""
     fit = fit_law(ladder(seed=3), "data_constrained_d", bootstrap=0, prediction_intervals=False)
-    assert str(fit.law) == "data_constrained_d" and "fallback" not in fit.extras
+    assert str(fit.law) == "data_constrained_d" and fit.fallback == ()
     seen = repeated.max_repetitions(fit.params, *(ladder(seed=3)[k] for k in "NDU"))
     assert seen["R_D"] == pytest.approx(31.0) and fit.params["R_D"] < repeated.UNTESTED_FACTOR * 31

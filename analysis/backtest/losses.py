@@ -122,7 +122,7 @@ def _law_score(
         pred, lo, hi = fit.predict_interval(inputs)
     except AnalysisError as e:
         return MethodScore(name, (), default=name == default, note=f"not fitted: {e}")
-    note = fit.extras.get("law_selection", {}).get("chosen", "") if name == AUTO else ""
+    note = fit.law_selection.chosen if name == AUTO and fit.law_selection is not None else ""
     return MethodScore(
         name,
         _points(held, held.loss.to_numpy(), pred, lo, hi),

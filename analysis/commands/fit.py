@@ -139,7 +139,7 @@ def run(args: argparse.Namespace) -> int:
 
     enable_compile_cache()
     from analysis.laws.enums import DEFAULT_LAW
-    from analysis.laws.selection import AUTO, LawChoice, default_law, fit_auto
+    from analysis.laws.selection import AUTO, default_law, fit_auto
 
     if args.law not in (AUTO, None):
         get_law(args.law)  # unknown law: fail before reading data
@@ -171,24 +171,21 @@ def run(args: argparse.Namespace) -> int:
             else fit_law(data, args.law, columns, **kwargs)
         )
     _reemit(caught, FitNotice)
-    if "law_selection" in fit.extras:
-        choice = fit.extras["law_selection"]
-        keys = ("chosen", "fold_mae", "skipped", "criterion")
-        print(LawChoice(**{k: choice[k] for k in keys}).message)
-    if selection is not None:
-        fit.extras["hparam_selection"] = selection
+    if fit.law_selection is not None:
+        print(fit.law_selection.message)
     print(fit.summary())
     _print_n_params(fit)
     result = fit.to_dict(args.budget)
+    if selection is not None:
+        result["hparam_selection"] = selection
     _print_allocation(result, args.budget)
-    _print_holdout(fit.holdout)
+    _print_holdout(result.get("holdout"))
     if args.approach2:
-        _add_approach2(fit, args, columns, data)
-        result = fit.to_dict(args.budget)
+        result.update(_approach2(fit, args, columns, data))
     if targets is not None:
         result["predictions"] = _predictions(fit, targets, args.predict)
         _print_predictions(result["predictions"], args.predict)
-    emit_json(args, result)
+    emit_json(args.json, result)
     return 0
 
 
@@ -236,7 +233,7 @@ def _reemit(caught: list, notice: type) -> None:
 
 
 def _print_n_params(fit) -> None:
-    kind = fit.extras.get("n_params")
+    kind = fit.n_params
     if kind is not None:
         what = "non-embedding parameters" if kind == NParams.NON_EMBEDDING else "all parameters"
         print(f"  N = {what} (column {fit.columns.get('N', '?')}); --n-params {kind}")
@@ -291,16 +288,17 @@ def _print_holdout(h: dict | None) -> None:
         )
 
 
-def _add_approach2(fit, args: argparse.Namespace, columns: dict[str, str], data) -> None:
-    """IsoFLOP profiles (Approach 2) and their agreement with the law's exponent, kept in the fit's extras."""
+def _approach2(fit, args: argparse.Namespace, columns: dict[str, str], data) -> dict:
+    """IsoFLOP profiles (Approach 2) and their agreement with the law's exponent (`approach2` and
+    `approach_comparison` in the JSON)."""
     from analysis.laws.isoflop import approach2, compare_approaches  # JAX-heavy; see run()
 
     a2 = approach2(
         data, columns, method=args.approach2, bootstrap=min(args.bootstrap, 1000) or 200, seed=args.seed
     )
     cmp_ = compare_approaches(fit, a2)
-    fit.extras.update(approach2=a2, approach_comparison=cmp_)
     print(f"  {cmp_['message']}")
+    return {"approach2": a2, "approach_comparison": cmp_}
 
 
 def _target_inputs(law, targets, columns: dict[str, str], path: str):

@@ -77,8 +77,8 @@ class TaskLossFit:
             "bootstrap": self.n_bootstrap,
             "shared_by_tasks": self.shared,
         }
-        if self.fit is not None and "law_selection" in self.fit.extras:
-            out["law_selection"] = self.fit.extras["law_selection"]
+        if self.fit is not None and self.fit.law_selection is not None:
+            out["law_selection"] = self.fit.law_selection.to_dict()
         return out
 
 

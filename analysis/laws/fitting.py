@@ -26,12 +26,13 @@ on the full data, else random grid starts), all resamples in one batched run. CI
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import threading
 import warnings
 from dataclasses import dataclass, field
 from functools import lru_cache, partial
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -43,7 +44,9 @@ from analysis.laws import frontier as frontier_mod
 from analysis.laws import holdout, intervals, repeated
 from analysis.laws import points as data_mod
 from analysis.laws.allocation import allocation, chinchilla_index, closed_form_optimum, supports_allocation
-from analysis.laws.enums import FitStatus, LawName, Precision
+from analysis.laws.enums import FitStatus, LawName, NParams, Precision
+from analysis.laws.holdout import HoldoutReport
+from analysis.laws.intervals import NO_INTERVAL, Interval
 from analysis.laws.lbfgs import (
     CONVERGED_CODES,
     STATUS_NAMES,
@@ -55,6 +58,9 @@ from analysis.laws.lbfgs import (
 from analysis.laws.registry import Law, bound_notes, get_law
 from models.base import jsonio
 from models.base.errors import AnalysisError
+
+if TYPE_CHECKING:  # selection imports this module; the annotation alone needs LawChoice
+    from analysis.laws.selection import LawChoice
 
 HUBER_DELTA = 1e-3  # Hoffmann et al. (2022)'s delta; loss curves (analysis.curves) keep it
 # The point laws' default: least squares in log loss (a log residual never reaches 1). Chosen by
@@ -306,14 +312,40 @@ def _log_predict_samples(law: Law, theta_BxP, logX):
     return jax.vmap(lambda t: law.log_predict(t, logX))(theta_BxP)
 
 
-@dataclass
+@dataclass(frozen=True)
+class FitOptions:
+    """How `fit_points` fits a law: the search, the bootstrap and the error model (one object,
+    so a fit, its hold-out variant and a fallback refit take the same options)."""
+
+    bootstrap: int = 1000  # resamples for the CIs (0: none)
+    seed: int = 0
+    fixed: Mapping[str, float] | None = None  # public parameter values held fixed, e.g. {"E": 1.69}
+    grid: np.ndarray | None = None  # (S, P) public start values replacing the law's default grid
+    delta: float = DEFAULT_DELTA
+    precision: Precision | str = Precision.AUTO
+    ci_level: float = 0.95
+    bootstrap_starts: int = 2  # starts per resample besides the full-data optimum
+    prediction_intervals: bool = True  # measure the forward-chaining error model
+
+    def __post_init__(self) -> None:
+        if not 0 < self.ci_level < 1:
+            raise AnalysisError(f"ci_level must be in (0, 1), got {self.ci_level}")
+        if self.bootstrap < 0:
+            raise AnalysisError(f"bootstrap must be >= 0, got {self.bootstrap}")
+
+
+@dataclass(frozen=True)
 class FitResult:
-    """A fitted point law: parameters, CIs, convergence report, and the data it came from."""
+    """A fitted point law: parameters, CIs, convergence report, and the data it came from.
+
+    Frozen: a result is built once (`fit_points`); what `fit_law` learns after the fit (the
+    hold-out report, the N it used, a fallback, `--law auto`'s choice) is added by
+    `dataclasses.replace`."""
 
     law: str
     param_names: tuple[str, ...]
     params: dict[str, float]
-    ci: dict[str, list[float]]
+    ci: dict[str, Interval]  # percentile CI per parameter (NaN bounds without a bootstrap)
     se: dict[str, float]
     bootstrap_samples: np.ndarray | None  # (B, P) public parameters, `param_names` order
     objective: float
@@ -323,23 +355,26 @@ class FitResult:
     n_polished: int
     starts_at_optimum: int
     converged: bool
-    status: str
+    status: FitStatus  # how the best start stopped
     columns: dict[str, str]
     fixed: dict[str, float]
     delta: float
     ci_level: float
     seed: int
     flops_per_param_token: float
-    input_ranges: dict[str, list[float]]
-    holdout: dict | None = None
+    input_ranges: dict[str, Interval]  # role -> [min, max] over the fitted points
+    holdout: HoldoutReport | None = None  # the runs held out above `holdout_above` and their errors
     bootstrap_failed: int = 0
-    extras: dict = field(default_factory=dict)
     bootstrap_x0: np.ndarray | None = field(default=None, repr=False)  # internal starts of every resample
     # measured error model behind prediction intervals (None: fitted with prediction_intervals=False)
     prediction_error: intervals.PredictionError | None = None
     # the best loss expected per budget: the law's IsoFLOP minimum or a direct fit of the per-budget
     # best runs, chosen by forward-chaining (analysis.laws.frontier); None for other law forms
     frontier: frontier_mod.Frontier | None = None
+    n_params: NParams | None = None  # which parameter count N is (None: the law has no N)
+    # decay constants the runs did not test, each dropped for the law in its `to` (repeated data)
+    fallback: tuple[repeated.Fallback, ...] = ()
+    law_selection: LawChoice | None = None  # `--law auto`: which form was chosen and why
 
     @property
     def law_obj(self) -> Law:
@@ -405,7 +440,7 @@ class FitResult:
             "formula": self.law_obj.formula,
             "param_names": list(self.param_names),
             "params": {k: float(v) for k, v in self.params.items()},
-            "ci": {k: [float(a), float(b)] for k, (a, b) in self.ci.items()},
+            "ci": {k: Interval(*v).to_list() for k, v in self.ci.items()},
             "ci_level": self.ci_level,
             "se": {k: float(v) for k, v in self.se.items()},
             "objective": self.objective,
@@ -415,11 +450,11 @@ class FitResult:
             "n_polished": self.n_polished,
             "starts_at_optimum": self.starts_at_optimum,
             "converged": self.converged,
-            "status": self.status,
+            "status": str(self.status),
             "huber_delta": self.delta,
             "fixed": dict(self.fixed),
             "columns": dict(self.columns),
-            "input_ranges": self.input_ranges,
+            "input_ranges": {k: Interval(*v).to_list() for k, v in self.input_ranges.items()},
             "flops_per_param_token": self.flops_per_param_token,
             "bootstrap": {
                 "resamples": 0 if self.bootstrap_samples is None else int(self.bootstrap_samples.shape[0]),
@@ -435,8 +470,13 @@ class FitResult:
         if self.frontier is not None:
             out["frontier"] = self.frontier.to_dict()
         if self.holdout is not None:
-            out["holdout"] = self.holdout
-        out.update(self.extras)
+            out["holdout"] = self.holdout.to_dict()
+        if self.n_params is not None:
+            out["n_params"] = str(self.n_params)
+        if self.fallback:
+            out["fallback"] = [f.to_dict() for f in self.fallback]
+        if self.law_selection is not None:
+            out["law_selection"] = self.law_selection.to_dict()
         return out
 
     def to_json(self, path: str | None = None, budgets: Sequence[float] | None = None) -> str:
@@ -450,7 +490,7 @@ class FitResult:
     def summary(self) -> str:
         lines = [f"law {self.law}: {self.law_obj.formula}  ({self.n_points} points)"]
         for k in self.param_names:
-            lo, hi = self.ci.get(k, [math.nan, math.nan])
+            lo, hi = self.ci.get(k, NO_INTERVAL)
             tag = " (fixed)" if k in self.fixed else ""
             lines.append(
                 f"  {k:>8} = {self.params[k]:.6g}   {int(self.ci_level * 100)}% CI [{lo:.6g}, {hi:.6g}]{tag}"
@@ -715,17 +755,17 @@ def _bootstrap_starts(
 
 def _bootstrap_summary(
     law: Law, prob: Problem, best: tuple[np.ndarray, np.ndarray] | None, ci_level: float
-) -> tuple[np.ndarray | None, int, dict[str, list[float]], dict[str, float]]:
+) -> tuple[np.ndarray | None, int, dict[str, Interval], dict[str, float]]:
     """(public samples, failed resamples, percentile CIs, standard errors) from each resample's
     best fit (x, f); NaN CIs and SEs without a bootstrap."""
-    ci = {k: [math.nan, math.nan] for k in law.param_names}
+    ci = {k: NO_INTERVAL for k in law.param_names}
     se = {k: math.nan for k in law.param_names}
     if best is None:
         return None, 0, ci, se
     x, f = best
     samples = law.to_public(prob.full(x))
     bounds = validation.percentile_interval(samples[np.all(np.isfinite(samples), axis=1)], ci_level).T
-    ci = {k: [float(bounds[i, 0]), float(bounds[i, 1])] for i, k in enumerate(law.param_names)}
+    ci = {k: Interval(float(bounds[i, 0]), float(bounds[i, 1])) for i, k in enumerate(law.param_names)}
     finite = np.all(np.isfinite(samples), axis=1)
     se = {
         k: float(np.std(samples[finite, i], ddof=1)) if finite.sum() > 1 else math.nan
@@ -734,35 +774,24 @@ def _bootstrap_summary(
     return samples, int(np.sum(~np.isfinite(f))), ci, se
 
 
-def fit_points(
-    law: Law,
-    pts: data_mod.Points,
-    *,
-    bootstrap: int = 1000,
-    seed: int = 0,
-    fixed: Mapping[str, float] | None = None,
-    grid: np.ndarray | None = None,
-    delta: float = DEFAULT_DELTA,
-    precision: Precision | str = Precision.AUTO,
-    ci_level: float = 0.95,
-    bootstrap_starts: int = 2,
-    prediction_intervals: bool = True,
-) -> FitResult:
+def fit_points(law: Law, pts: data_mod.Points, opts: FitOptions | None = None) -> FitResult:
     """Fit `law` to validated points (see `fit_law` for the DataFrame entry point)."""
-    prob = prepare(law, pts, fixed, delta)
-    grid_all = _starts(law, prob, grid)
-    ms = multistart(prob, grid_all, precision)
+    opts = opts or FitOptions()
+    bootstrap, seed, fixed = int(opts.bootstrap), opts.seed, opts.fixed
+    prob = prepare(law, pts, fixed, opts.delta)
+    grid_all = _starts(law, prob, opts.grid)
+    ms = multistart(prob, grid_all, opts.precision)
     public = law.to_public(ms.theta)
     if not ms.converged:
         warnings.warn(
             f"law {law.name}: the best start did not clearly converge "
             f"({ms.status}, {ms.starts_at_optimum} starts at the optimum)"
         )
-    folds = fold_jobs(prob, pts, ms, fixed, grid_all) if prediction_intervals else None
-    boot_x0 = _bootstrap_starts(prob, ms, grid_all, bootstrap_starts, seed) if bootstrap else None
-    fold_best, boot_best = refit(prob, folds, boot_x0, int(bootstrap), seed)
+    folds = fold_jobs(prob, pts, ms, fixed, grid_all) if opts.prediction_intervals else None
+    boot_x0 = _bootstrap_starts(prob, ms, grid_all, opts.bootstrap_starts, seed) if bootstrap else None
+    fold_best, boot_best = refit(prob, folds, boot_x0, bootstrap, seed)
     perr = fold_error(prob, pts, ms, folds, *fold_best) if folds is not None else None
-    samples, failed, ci, se = _bootstrap_summary(law, prob, boot_best, ci_level)
+    samples, failed, ci, se = _bootstrap_summary(law, prob, boot_best, opts.ci_level)
     k_flops = data_mod.FLOPS_PER_PARAM_TOKEN
     if (
         all(r in pts.inputs for r in ("N", "D", "C"))
@@ -787,15 +816,15 @@ def fit_points(
         status=ms.status,
         columns=dict(pts.columns),
         fixed={k: float(v) for k, v in (fixed or {}).items()},
-        delta=delta,
-        ci_level=ci_level,
+        delta=opts.delta,
+        ci_level=opts.ci_level,
         seed=seed,
         flops_per_param_token=k_flops,
-        input_ranges={k: [float(v.min()), float(v.max())] for k, v in pts.inputs.items()},
+        input_ranges={k: Interval.of(v) for k, v in pts.inputs.items()},
         bootstrap_failed=failed,
         bootstrap_x0=None if boot_x0 is None else prob.full(boot_x0),
         prediction_error=perr,
-        frontier=_frontier(law, prob, pts, public, folds, fold_best, int(bootstrap), seed, k_flops),
+        frontier=_frontier(law, prob, pts, public, folds, fold_best, bootstrap, seed, k_flops),
     )
 
 
@@ -860,16 +889,12 @@ def fit_law(
     fixed: public parameter values to hold fixed, e.g. {"E": 1.69}.
     grid: (S, P) public start values replacing the law's default grid.
     n_params: which N, "total" or "non_embedding" (None: the law's default, see
-    `points.choose_n_column`); recorded as `extras["n_params"]`.
+    `points.choose_n_column`); recorded as `result.n_params`.
     """
     if isinstance(df, (str, bytes)) or hasattr(df, "__fspath__"):
         df = data_mod.read_table(df)
     law_obj = law if isinstance(law, Law) else get_law(law)
-    if not 0 < ci_level < 1:
-        raise AnalysisError(f"ci_level must be in (0, 1), got {ci_level}")
-    if bootstrap < 0:
-        raise AnalysisError(f"bootstrap must be >= 0, got {bootstrap}")
-    opts = dict(
+    opts = FitOptions(
         bootstrap=bootstrap,
         seed=seed,
         fixed=fixed,
@@ -881,56 +906,48 @@ def fit_law(
     )
     fit, pts = _fit_table(df, law_obj, columns, weights, n_params, holdout_above, opts)
     while (fb := _untested(fit, pts, fixed)) is not None:  # a decay constant the runs never test
-        name, value, seen, to = fb
         note = (
-            f"law {law_obj.name}: {name} = {value:.4g} is more than {repeated.UNTESTED_FACTOR:g}x the "
-            f"largest repetition in the runs ({seen:.3g}): the data do not test it, and it would decide "
-            f"every extrapolation; fitted {to} instead (the same law without {name})"
+            f"law {law_obj.name}: {fb.param} = {fb.value:.4g} is more than {repeated.UNTESTED_FACTOR:g}x "
+            f"the largest repetition in the runs ({fb.max_repetition:.3g}): the data do not test it, and "
+            f"it would decide every extrapolation; fitted {fb.to} instead (the same law without {fb.param})"
         )
         warnings.warn(note, data_mod.FitNotice, stacklevel=2)
-        fallback = fit.extras.get("fallback", [])
-        law_obj = get_law(to)
-        fit, pts = _fit_table(df, law_obj, columns, weights, n_params, holdout_above, dict(opts, grid=None))
-        step = {"param": name, "value": value, "max_repetition": seen, "to": to}
-        fit.extras["fallback"] = [*fallback, step]
+        law_obj = get_law(fb.to)
+        refit, pts = _fit_table(
+            df, law_obj, columns, weights, n_params, holdout_above, dataclasses.replace(opts, grid=None)
+        )
+        fit = dataclasses.replace(refit, fallback=(*fit.fallback, fb))
     return fit
 
 
 def _untested(
     fit: FitResult, pts: data_mod.Points, fixed: Mapping[str, float] | None
-) -> tuple[str, float, float, str] | None:
+) -> repeated.Fallback | None:
     """`repeated.untested_decay` on a data-constrained fit's own runs `pts` (None for other laws
     and for a constant the user fixed)."""
     if str(fit.law_obj.name) not in repeated.FALLBACKS:
         return None
     fb = repeated.untested_decay(str(fit.law_obj.name), fit.params, *(pts.inputs[k] for k in "NDU"))
-    return None if fb is None or fb[0] in (fixed or {}) else fb
+    return None if fb is None or fb.param in (fixed or {}) else fb
 
 
 def _fit_table(
-    df, law_obj: Law, columns, weights, n_params, holdout_above, opts: dict
+    df, law_obj: Law, columns, weights, n_params, holdout_above, opts: FitOptions
 ) -> tuple[FitResult, data_mod.Points]:
     """One law on the table's runs (below `holdout_above`, scored on the rest when given), and
-    the points it was fitted on."""
+    the points it was fitted on; the result records which N it used (`n_params`)."""
     columns, n_kind = data_mod.choose_n_column(df, law_obj, columns, n_params)
     pts = data_mod.resolve(df, law_obj.inputs, columns, weights)
-    if holdout_above is None:
-        return _with_n_params(fit_points(law_obj, pts, **opts), n_kind), pts
-    fit_pts, held_pts = holdout.split(pts, holdout_above)
-    fit = fit_points(law_obj, fit_pts, **opts)
-    band = fit.predict_interval(held_pts.inputs)[1:] if fit.prediction_error is not None else None
-    fit.holdout = {
-        "threshold": float(holdout_above),
-        **holdout.holdout_report(law_obj, fit.vector, held_pts, band),
-    }
-    return _with_n_params(fit, n_kind), fit_pts
-
-
-def _with_n_params(fit: FitResult, kind: str | None) -> FitResult:
-    """Record which parameter count N the fit used (`n_params` in its JSON)."""
-    if kind is not None:
-        fit.extras["n_params"] = kind
-    return fit
+    held = None
+    if holdout_above is not None:
+        pts, held = holdout.split(pts, holdout_above)
+    fit = fit_points(law_obj, pts, opts)
+    report = None
+    if held is not None:
+        band = fit.predict_interval(held.inputs)[1:] if fit.prediction_error is not None else None
+        report = holdout.holdout_report(law_obj, fit.vector, held, holdout_above, band)
+    kind = None if n_kind is None else NParams(n_kind)
+    return dataclasses.replace(fit, holdout=report, n_params=kind), pts
 
 
 def holdout_validate(

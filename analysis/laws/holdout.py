@@ -8,8 +8,8 @@ report the signed relative error (predicted - actual) / actual; `mean_rel_error`
 
 from __future__ import annotations
 
-from dataclasses import replace
-from typing import Mapping
+from dataclasses import dataclass, replace
+from typing import Any, Mapping
 
 import numpy as np
 import pandas as pd
@@ -17,44 +17,100 @@ import pandas as pd
 from analysis import validation
 from analysis.laws import points as data_mod
 from analysis.laws.budgets import group_budgets
+from analysis.laws.intervals import Interval
 from analysis.laws.registry import Law
 from analysis.validation import PREDICTION_LEVEL, coverage
 from models.base.errors import AnalysisError
+
+
+@dataclass(frozen=True)
+class HeldOutRun:
+    """One held-out run: where it is, its loss, the fit's prediction and its error."""
+
+    inputs: dict[str, float]  # N, D and C where known, then the law's other inputs
+    actual: float
+    predicted: float
+    rel_error: float  # (predicted - actual) / actual
+    interval: Interval | None = None  # the fit's 90% prediction interval at the run
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = dict(self.inputs)
+        out.update(actual=self.actual, predicted=self.predicted, rel_error=self.rel_error)
+        if self.interval is not None:
+            out["interval"] = self.interval.to_list()
+        return out
+
+
+@dataclass(frozen=True)
+class HoldoutReport:
+    """How a fit predicted the runs it did not see (`holdout` in `fit --json`)."""
+
+    threshold: float  # runs with C above it were held out
+    points: tuple[HeldOutRun, ...]
+    mean_rel_error: float  # mean |rel_error|
+    max_rel_error: float
+    mean_signed_rel_error: float
+    n_points: int
+    # with prediction intervals: the share of held-out runs inside theirs, at this level
+    coverage: float | None = None
+    interval_level: float | None = None
+    mean_interval_rel_width: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "threshold": self.threshold,
+            "points": [p.to_dict() for p in self.points],
+            "mean_rel_error": self.mean_rel_error,
+            "max_rel_error": self.max_rel_error,
+            "mean_signed_rel_error": self.mean_signed_rel_error,
+            "n_points": self.n_points,
+        }
+        if self.coverage is not None:
+            out.update(
+                coverage=self.coverage,
+                interval_level=self.interval_level,
+                mean_interval_rel_width=self.mean_interval_rel_width,
+            )
+        return out
 
 
 def holdout_report(
     law: Law,
     params_P: np.ndarray,
     pts: data_mod.Points,
+    threshold: float,
     interval: tuple[np.ndarray, np.ndarray] | None = None,
-) -> dict:
-    """Prediction errors of public parameters `params_P` on held-out points; with `interval`
-    ((lo, hi) arrays, the fit's 90% prediction interval at each point) also each point's
-    `interval` and the `coverage`, the fraction of held-out runs inside their interval."""
+) -> HoldoutReport:
+    """Prediction errors of public parameters `params_P` on the points held out above
+    `threshold`; with `interval` ((lo, hi) arrays, the fit's 90% prediction interval at each
+    point) also each point's `interval` and the `coverage`, the fraction of held-out runs
+    inside their interval."""
     pred = law.predict(params_P, pts.inputs)
     rel = (pred - pts.y) / pts.y
     points = []
     for i in range(pts.n):
-        row = {k: float(pts.inputs[k][i]) for k in ("N", "D", "C") if k in pts.inputs}
+        where = {k: float(pts.inputs[k][i]) for k in ("N", "D", "C") if k in pts.inputs}
         for k in law.inputs:
-            row.setdefault(k, float(pts.inputs[k][i]))
-        row.update(actual=float(pts.y[i]), predicted=float(pred[i]), rel_error=float(rel[i]))
-        if interval is not None:
-            row["interval"] = [float(interval[0][i]), float(interval[1][i])]
-        points.append(row)
-    out = {
-        "points": points,
-        "mean_rel_error": float(np.mean(np.abs(rel))),
-        "max_rel_error": float(np.max(np.abs(rel))),
-        "mean_signed_rel_error": float(np.mean(rel)),
-        "n_points": int(pts.n),
-    }
+            where.setdefault(k, float(pts.inputs[k][i]))
+        band = None if interval is None else Interval(float(interval[0][i]), float(interval[1][i]))
+        points.append(HeldOutRun(where, float(pts.y[i]), float(pred[i]), float(rel[i]), band))
+    spread = {}
     if interval is not None:
         lo, hi = (np.asarray(v, dtype=float) for v in interval)
-        out["coverage"] = coverage(pts.y, lo, hi)
-        out["interval_level"] = PREDICTION_LEVEL
-        out["mean_interval_rel_width"] = float(np.mean((hi - lo) / pred))
-    return out
+        spread = dict(
+            coverage=coverage(pts.y, lo, hi),
+            interval_level=PREDICTION_LEVEL,
+            mean_interval_rel_width=float(np.mean((hi - lo) / pred)),
+        )
+    return HoldoutReport(
+        threshold=float(threshold),
+        points=tuple(points),
+        mean_rel_error=float(np.mean(np.abs(rel))),
+        max_rel_error=float(np.max(np.abs(rel))),
+        mean_signed_rel_error=float(np.mean(rel)),
+        n_points=int(pts.n),
+        **spread,
+    )
 
 
 def subset(pts: data_mod.Points, mask: np.ndarray) -> data_mod.Points:

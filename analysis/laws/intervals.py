@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, NamedTuple
 
 import numpy as np
 
@@ -45,6 +45,26 @@ from analysis.validation import (
     scatter_sd,
     top_share,
 )
+
+
+class Interval(NamedTuple):
+    """A closed interval [lo, hi]: a parameter's CI, an input's range, a run's prediction
+    interval. A tuple, so `lo, hi = interval` unpacks it and JSON writes it as `[lo, hi]`."""
+
+    lo: float
+    hi: float
+
+    @classmethod
+    def of(cls, values) -> "Interval":
+        """The range [min, max] of `values`."""
+        v = np.asarray(values, dtype=float)
+        return cls(float(v.min()), float(v.max()))
+
+    def to_list(self) -> list[float]:
+        return [float(self.lo), float(self.hi)]
+
+
+NO_INTERVAL = Interval(math.nan, math.nan)  # a CI without a bootstrap
 
 
 @dataclass(frozen=True)

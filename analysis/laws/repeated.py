@@ -18,7 +18,9 @@ Both forms work on numpy and jax arrays alike (`xp` picks the module), in logs: 
 
 from __future__ import annotations
 
+import dataclasses
 import math
+from dataclasses import dataclass
 
 import jax
 import jax.numpy as jnp
@@ -130,14 +132,28 @@ def max_repetitions(params: dict, N, D, U) -> dict[str, float]:
     return out
 
 
-def untested_decay(law: str, params: dict, N, D, U) -> tuple[str, float, float, str] | None:
-    """(constant, its value, the largest repetition seen, the law to fall back to) when the law's
-    decay constant is untested by the data (`UNTESTED_FACTOR`), else None."""
+@dataclass(frozen=True)
+class Fallback:
+    """A decay constant the runs did not test, and the law fitted instead (`fallback` in
+    `fit --json`, one entry per step)."""
+
+    param: str  # the constant, R_N or R_D
+    value: float  # its fitted value
+    max_repetition: float  # the largest repetition of that kind in the runs
+    to: str  # the law fitted instead (the same law without the constant)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def untested_decay(law: str, params: dict, N, D, U) -> Fallback | None:
+    """The law's decay constant, its value, the largest repetition seen and the law to fall back
+    to when the constant is untested by the data (`UNTESTED_FACTOR`), else None."""
     if law not in FALLBACKS:
         return None
     name, fallback = FALLBACKS[law]
     seen = max_repetitions(params, N, D, U).get(name, 0.0)
     value = float(params[name])
     if value > UNTESTED_FACTOR * max(seen, 1e-12):
-        return name, value, seen, fallback
+        return Fallback(name, value, seen, fallback)
     return None

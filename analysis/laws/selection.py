@@ -135,7 +135,7 @@ def epoch_holdout_error(
 
 def fit_auto(df: pd.DataFrame, columns: Mapping[str, str] | None = None, **fit_kwargs) -> FitResult:
     """`fit_law` with the law chosen among `CANDIDATES` (see the module docstring); the result's
-    `extras["law_selection"]` says which and why."""
+    `law_selection` says which and why."""
     probe = {k: v for k, v in fit_kwargs.items() if k not in ("bootstrap", "prediction_intervals")}
     folds, skipped, probes = {}, {}, {}
     repeated = repeats(df, columns)
@@ -187,8 +187,7 @@ def fit_auto(df: pd.DataFrame, columns: Mapping[str, str] | None = None, **fit_k
         fit = probes[choice.chosen]  # the probe already is the requested fit
     else:
         fit = fit_law(df, choice.chosen, columns, **fit_kwargs)
-    fit.extras["law_selection"] = choice.to_dict()
-    return fit
+    return dataclasses.replace(fit, law_selection=choice)
 
 
 DISAGREE_AT = 10.0  # candidates are compared at this many times the largest fitted compute
