@@ -50,13 +50,15 @@ from models.base.errors import AnalysisError
 from models.base.jsonio import write_text_atomic
 from models.base.rundir import (
     HYDRA_CONFIG,
-    HYDRA_DIR,
     MARKERS,
     METRICS_FILE,
+    ROLE_FIELDS,
     ReadStatus,
     RunDir,
     RunRole,
     RunStatus,
+    RunSummary,
+    iter_run_dirs,
     read_metrics,
 )
 
@@ -68,19 +70,14 @@ class RunWarning(UserWarning):
 
 
 def find_run_dirs(paths: Iterable[str | os.PathLike]) -> list[pathlib.Path]:
-    """Every directory at or under `paths` holding a run marker file, sorted, without duplicates."""
+    """Every directory at or under `paths` holding a run marker file (`iter_run_dirs`), sorted,
+    without duplicates."""
     found: set[pathlib.Path] = set()
     for p in paths:
         root = pathlib.Path(p)
         if not root.exists():
             raise AnalysisError(f"run path not found: {root}")
-        if root.is_file():
-            root = root.parent
-        for dirpath, dirnames, filenames in os.walk(root):
-            dirnames[:] = [d for d in dirnames if d != HYDRA_DIR and not d.startswith(".scalelab")]
-            d = pathlib.Path(dirpath)
-            if any((d / m).is_file() for m in MARKERS):
-                found.add(d.resolve())
+        found.update(rd.path.resolve() for rd in iter_run_dirs(root.parent if root.is_file() else root))
     return sorted(found)
 
 
@@ -128,10 +125,10 @@ def _read_config(run_dir: pathlib.Path) -> dict[str, object]:
     return flatten(cfg) if isinstance(cfg, dict) else {}
 
 
-def read_run(run_dir: str | os.PathLike) -> tuple[dict | None, dict[str, object]]:
-    """(summary.json or None when missing/corrupt, the flattened Hydra config) of one run."""
+def read_run(run_dir: str | os.PathLike) -> tuple[RunSummary | None, dict[str, object]]:
+    """(its summary, None when missing/corrupt; the flattened Hydra config) of one run."""
     run_dir = pathlib.Path(run_dir)
-    return RunDir(run_dir).read_summary_dict(), _read_config(run_dir)
+    return RunDir(run_dir).read_summary(), _read_config(run_dir)
 
 
 def _signature(run_dir: pathlib.Path) -> str:
@@ -155,13 +152,14 @@ def _cache_paths(cache_dir: pathlib.Path, run_dir: pathlib.Path) -> tuple[pathli
 
 def _parse_run(run_dir: pathlib.Path, name: str) -> tuple[dict, pd.DataFrame]:
     rd = RunDir(run_dir)
-    summary = rd.read_summary_dict()
+    summary = rd.read_summary()
     row: dict[str, object] = {"run": name, "path": str(run_dir)}
     if summary is None:
         row["status"] = str(rd.status)  # ReadStatus: unfinished | corrupt-summary
-    else:
-        row.update({k: (json.dumps(v) if isinstance(v, (dict, list)) else v) for k, v in summary.items()})
-        row["status"] = str(summary.get("status", ReadStatus.UNKNOWN))  # a word kept as written
+    else:  # one column per key of the file, the keys this version does not know included
+        fields = summary.as_dict()
+        row.update({k: (json.dumps(v) if isinstance(v, (dict, list)) else v) for k, v in fields.items()})
+        row["status"] = str(fields.get("status", ReadStatus.UNKNOWN))  # a word kept as written
     for k, v in _read_config(run_dir).items():
         row[k if k not in row else f"config.{k}"] = v
     curve = metrics_frame(run_dir)
@@ -389,8 +387,6 @@ def _task_rows_from_curves(runs_df: pd.DataFrame, curves_df: pd.DataFrame) -> li
     return rows
 
 
-# Column roles of `analysis fit` (see analysis.laws.points) -> the run summary field holding each.
-ROLE_COLUMNS = {"N": "n_params", "D": "tokens", "C": "flops", "loss": "final_eval_loss"}
 TABLE_SUFFIXES = (".csv", ".parquet")
 
 
@@ -412,7 +408,7 @@ def with_selection(runs_df: pd.DataFrame) -> tuple[pd.DataFrame, Selection | Non
         return runs_df, None
     sel = select_best_runs(runs_df.drop(columns=[c for c in (SELECTED, GROUP) if c in runs_df.columns]))
     df = sel.table
-    front = [c for c in ROLE_COLUMNS if c in df.columns]
+    front = [c for c in ROLE_FIELDS if c in df.columns]
     rest = [c for c in df.columns if c not in front and c not in (SELECTED, GROUP)]
     return df[front + [SELECTED, GROUP] + rest], sel
 
@@ -424,7 +420,7 @@ def with_roles(runs_df: pd.DataFrame) -> pd.DataFrame:
     runs_df = with_unique_columns(runs_df)
     roles = {
         role: pd.to_numeric(runs_df[src], errors="coerce")
-        for role, src in ROLE_COLUMNS.items()
+        for role, src in ROLE_FIELDS.items()
         if src in runs_df.columns and role not in runs_df.columns
     }
     return pd.concat([pd.DataFrame(roles, index=runs_df.index), runs_df], axis=1)

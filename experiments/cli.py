@@ -37,8 +37,11 @@ from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBase
 
 from experiments.rundir import EXIT_CONFIG, EXIT_FAILED, console_log, fail, first_line, log_path, run_guarded
 from models.base.configs import to_plain
+from models.base.rundir import RunSummary
 
-RunFn = Callable[[Any, Path], dict[str, Any]]  # a loop's `run(cfg, run_dir) -> summary`
+RunFn = Callable[[Any, Path], RunSummary]  # a loop's `run(cfg, run_dir) -> summary`
+# What a Hydra job returns: the run's summary, or a pack job's `{"pack": [{run_id, status}, ...]}`.
+JobResult = RunSummary | dict[str, Any]
 
 CONFIG_ERRORS = (ConfigCompositionException, OverrideParseException, OmegaConfBaseException)
 # Lines of Hydra's / OmegaConf's messages that locate rather than explain.
@@ -63,7 +66,7 @@ def run_cli(main: Callable[[], Any]) -> None:
         os.environ.pop("HYDRA_FULL_ERROR", None)
 
 
-def hydra_job(cfg: DictConfig, job: Callable[[DictConfig, Path, bool], dict[str, Any]]) -> dict[str, Any]:
+def hydra_job(cfg: DictConfig, job: Callable[[DictConfig, Path, bool], JobResult]) -> JobResult:
     """The body of a `@hydra.main` function: `job(cfg, run dir, multirun)` in Hydra's output
     directory, with everything printed also appended to `<run dir>/<hydra.job.name>.log`."""
     hc = HydraConfig.get()
@@ -78,8 +81,8 @@ def start_run(
     multirun: bool,
     label: str,
     load_run: Callable[[], RunFn],
-    completed: Callable[[Mapping[str, Any]], dict[str, Any] | None] | None = None,
-) -> dict[str, Any]:
+    completed: Callable[[Mapping[str, Any]], RunSummary | None] | None = None,
+) -> RunSummary:
     """The command-line contract of one run: a config that does not resolve ends with one
     `error: bad config: ...` line (exit 2); `completed(raw config)`, when given, may return the
     summary of a completed run (returned as is: nothing to do) or raise ValueError (exit 2);

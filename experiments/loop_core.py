@@ -32,16 +32,18 @@ import dataclasses
 import logging
 import time
 from pathlib import Path
-from typing import Any, Callable, Mapping, Protocol
+from typing import Any, Callable, Protocol
 
 from experiments.preemption import PreemptionGuard
 from experiments.rundir import write_failed_summary
 from models.base.configs import to_plain
 from models.base.jaxcache import enable_compile_cache
-from models.base.rundir import RunDir, RunStatus
+from models.base.rundir import RunDir, RunStatus, RunSummary
 from sharding import distributed
 
 Log = Callable[[str], None]
+# `run_resumable`'s summary of a run that was already completed has this key set (in `extra`).
+ALREADY_COMPLETED = "already_completed"
 
 
 class Diverged(RuntimeError):
@@ -61,27 +63,29 @@ def quiet_library_logs() -> None:
 def run_resumable(
     run_dir: Path,
     cfg: Any,
-    session: Callable[[dict[str, Any], PreemptionGuard, float], dict[str, Any]],
+    session: Callable[[dict[str, Any], PreemptionGuard, float], RunSummary],
     *,
-    completed: Callable[[], Mapping[str, Any] | None],
-    done_line: Callable[[Mapping[str, Any]], str],
-    known_so_far: Callable[[], tuple[Mapping[str, Any], float] | None],
+    completed: Callable[[], RunSummary | None],
+    done_line: Callable[[RunSummary], str],
+    known_so_far: Callable[[], tuple[RunSummary, float] | None],
     vote_lag: int = 0,
-) -> dict[str, Any]:
-    """Run (or resume, or skip if completed) one run in `run_dir`; its summary dict.
+) -> RunSummary:
+    """Run (or resume, or skip if completed) one run in `run_dir`; its summary.
 
     `completed()`: the summary of a completed run of this config in `run_dir`, or None (it may
-    raise for a completed run of another config); `done_line(summary)` is then printed and the
-    summary returned with `already_completed=True`. `session(raw config, guard, t_start)` does
-    the run and returns its summary. If it raises, `known_so_far()` gives the summary fields
-    known so far and the wall time of earlier sessions (None on processes other than 0), written
-    as a `failed` summary.json before the error propagates. `vote_lag`: see PreemptionGuard (1
+    raise for a completed run of another config: `experiments.rundir.completed_summary`);
+    `done_line(summary)` is then printed and the summary returned with `already_completed`
+    (ALREADY_COMPLETED, a key of its `extra`: returned, never written) set.
+    `session(raw config, guard, t_start)` does the run and returns its summary. If it raises,
+    `known_so_far()` gives the summary fields known so far and the wall time of earlier sessions
+    (None on processes other than 0), written as a `failed` summary.json before the error
+    propagates. `vote_lag`: see PreemptionGuard (1
     keeps the trainer's step pipeline; the synchronous RL step reads the vote at once)."""
     t_start = time.time()
     done = completed()
     if done is not None:
         print(done_line(done), flush=True)
-        return dict(done, already_completed=True)
+        return done.replace(**{ALREADY_COMPLETED: True})
     quiet_library_logs()
     enable_compile_cache()  # a sweep's runs share shapes: later runs load, not compile, their steps
     raw = to_plain(cfg)
@@ -96,7 +100,7 @@ def run_resumable(
             base, wall_prev = known
             write_failed_summary(run_dir, base, e, wall_prev + time.time() - t_start)
         raise
-    if summary["status"] == RunStatus.PREEMPTED:
+    if summary.run_status is RunStatus.PREEMPTED:
         guard.hand_over()  # e.g. submitit's requeue under hydra/launcher=slurm
     return summary
 
@@ -203,22 +207,22 @@ def run_steps(
 
 def write_summary(
     run_dir: Path,
-    summary: dict[str, Any],
+    summary: RunSummary,
     resumed_from: int | None,
     guard: PreemptionGuard | None,
-    line: Callable[[dict[str, Any]], str],
+    line: Callable[[RunSummary], str],
     metrics: Any,
     is_main: bool = True,
-) -> dict[str, Any]:
+) -> RunSummary:
     """Complete `summary` (with its `status`) with `resumed_from_step` and, for a preempted run,
     `preempted_by`; write summary.json (one atomic write, process 0 only) and print `line(summary)`;
     then end the metrics log's tracker run with the run's status (`metrics.finish`)."""
-    status = summary["status"]
-    summary["resumed_from_step"] = resumed_from
+    status = summary.status
+    summary = summary.replace(resumed_from_step=resumed_from)
     if status == RunStatus.PREEMPTED and guard is not None:
-        summary["preempted_by"] = guard.signal_names() or ["another process"]
+        summary = summary.replace(preempted_by=guard.signal_names() or ["another process"])
     if is_main:
-        RunDir(run_dir).write_summary(summary)  # through RunSummary: the one strict JSON writer
+        RunDir(run_dir).write_summary(summary)  # the one strict JSON writer
         print(line(summary), flush=True)
     metrics.finish(status, summary)  # the tracker's run ends with the run's status
     return summary

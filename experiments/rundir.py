@@ -25,7 +25,7 @@ from omegaconf import DictConfig, OmegaConf
 from models.base.configs import to_plain
 from models.base.errors import ConfigError
 from models.base.fingerprint import diff_fields, fingerprint
-from models.base.rundir import METRICS_FILE, SUMMARY_FILE, RunDir, RunStatus, console_log_name
+from models.base.rundir import METRICS_FILE, SUMMARY_FILE, RunDir, RunStatus, RunSummary, console_log_name
 from sharding import distributed
 
 # Keys whose change makes a run a different run (resuming it would mix two experiments).
@@ -50,17 +50,17 @@ def config_fingerprint(cfg: Mapping[str, Any]) -> str:
     return fingerprint(fingerprint_fields(cfg))
 
 
-def same_run(stored: Mapping[str, Any], cfg: Mapping[str, Any]) -> tuple[bool, list[str]]:
-    """Whether `summary.json` fields `stored` describe the run `cfg` asks for, and the differences.
+def same_run(stored: RunSummary, fields: Mapping[str, Any]) -> tuple[bool, list[str]]:
+    """Whether the summary `stored` describes the run whose fingerprint fields are `fields` (the
+    trainer's `fingerprint_fields(cfg)`, the RL loop's `experiments.rl.config.fingerprint_fields`),
+    and the differences.
 
     Compares the stored `config_fields` (robust to how the fingerprint is spelled); falls back
     to the fingerprint for summaries without fields."""
-    fields = fingerprint_fields(cfg)
-    if stored.get("config_fields") is not None:
-        diffs = diff_fields(to_plain_json(stored["config_fields"]), to_plain_json(fields))
+    if stored.config_fields is not None:
+        diffs = diff_fields(to_plain_json(stored.config_fields), to_plain_json(fields))
         return not diffs, diffs
-    fp = stored.get("config_fingerprint")
-    return fp in (None, fingerprint(fields)), []
+    return stored.config_fingerprint in (None, fingerprint(fields)), []
 
 
 def to_plain_json(obj: Any) -> Any:
@@ -68,33 +68,34 @@ def to_plain_json(obj: Any) -> Any:
     return json.loads(json.dumps(obj, default=str))
 
 
-def write_failed_summary(
-    run_dir: Path, base: Mapping[str, Any], err: BaseException, wall_time_s: float
-) -> None:
-    """Best-effort `status: failed` summary.json: the error, and its traceback unless it is a
-    ConfigError (whose message already says what to fix). Call from an `except` block."""
-    summary = dict(
-        base, status=RunStatus.FAILED, error=f"{type(err).__name__}: {err}", wall_time_s=wall_time_s
-    )
+def write_failed_summary(run_dir: Path, base: RunSummary, err: BaseException, wall_time_s: float) -> None:
+    """Best-effort `status: failed` summary.json: `base` (the fields known so far), the error,
+    and its traceback unless it is a ConfigError (whose message already says what to fix). Call
+    from an `except` block."""
+    error = f"{type(err).__name__}: {err}"
+    summary = base.replace(status=RunStatus.FAILED, error=error, wall_time_s=wall_time_s)
     if not isinstance(err, ConfigError):
-        summary["traceback"] = traceback.format_exc()
+        summary = summary.replace(traceback=traceback.format_exc())
     try:
         RunDir(run_dir).write_summary(summary)
     except OSError:
         pass
 
 
-def completed_summary(run_dir: Path, cfg: Mapping[str, Any]) -> dict[str, Any] | None:
-    """The summary of a completed run in `run_dir` with the same fingerprint, else None.
+def completed_summary(run_dir: Path, fields: Callable[[], Mapping[str, Any]]) -> RunSummary | None:
+    """The summary of a completed run in `run_dir` of the config whose fingerprint fields are
+    `fields()` (called only when there is a completed run), else None: the one completed-run
+    check of the trainer (`fingerprint_fields(cfg)`) and the RL loop.
 
-    Raises ValueError if the directory holds a completed run of a *different* config.
+    Raises ConfigError (a ValueError: exit 2) if the directory holds a completed run of a
+    *different* config.
     """
-    s = RunDir(run_dir).read_summary_dict()
-    if not s or s.get("status") != RunStatus.COMPLETED:
+    s = RunDir(run_dir).read_summary()
+    if s is None or not s.completed:
         return None
-    same, diffs = same_run(s, cfg)
+    same, diffs = same_run(s, fields())
     if not same:
-        raise ValueError(
+        raise ConfigError(
             f"{run_dir} already holds a completed run of another config "
             f"({'; '.join(diffs[:3]) or 'fingerprint differs'}); choose another hydra.run.dir"
         )
@@ -140,13 +141,13 @@ def exclusive_run_dir(run_dir: Path, cfg: Mapping[str, Any]) -> Iterator[None]:
         f.close()
 
 
-def fail(msg: str, code: int, multirun: bool) -> dict[str, Any]:
-    """One `error: ...` line; exit with `code`, or in a multirun job return a failed status so
-    the other jobs of the sweep go on."""
+def fail(msg: str, code: int, multirun: bool) -> RunSummary:
+    """One `error: ...` line; exit with `code`, or in a multirun job return a failed summary (not
+    written) so the other jobs of the sweep go on."""
     print(f"error: {msg}", file=sys.stderr, flush=True)
     if not multirun:
         sys.exit(code)
-    return {"status": RunStatus.FAILED, "error": msg}
+    return RunSummary.of(status=RunStatus.FAILED, error=msg)
 
 
 def first_line(err: BaseException) -> str:
@@ -156,12 +157,12 @@ def first_line(err: BaseException) -> str:
 
 
 def run_guarded(
-    run_fn: Callable[[Any, Path], dict[str, Any]],
+    run_fn: Callable[[Any, Path], RunSummary],
     cfg: Any,
     run_dir: Path,
     multirun: bool,
     label: str = "training",
-) -> dict[str, Any]:
+) -> RunSummary:
     """`run_fn(cfg, run_dir)` under the contract: bad config -> exit 2, diverged -> exit 3,
     preempted -> exit EXIT_PREEMPTED (also in a multirun job), the directory busy with another
     live run -> exit 1 (nothing written), any other failure -> exit 1 with one line (the
@@ -186,18 +187,17 @@ def run_guarded(
             EXIT_FAILED,
             multirun,
         )
-    if summary.get("status") == RunStatus.DIVERGED and not multirun:
+    if summary.run_status is RunStatus.DIVERGED and not multirun:
         print(
-            f"error: {label} diverged at step {summary.get('steps_done')}; metrics kept in "
-            f"{run_dir / METRICS_FILE}",
+            f"error: {label} diverged at step {summary.steps_done}; metrics kept in {run_dir / METRICS_FILE}",
             file=sys.stderr,
             flush=True,
         )
         sys.exit(EXIT_DIVERGED)
-    if summary.get("status") == RunStatus.PREEMPTED:  # the signal was for the process: a sweep stops too
+    if summary.run_status is RunStatus.PREEMPTED:  # the signal was for the process: a sweep stops too
         print(
-            f"{label} preempted ({', '.join(summary.get('preempted_by') or []) or 'signal'}) at step "
-            f"{summary.get('steps_done')}, checkpoint saved; start the same command again to resume "
+            f"{label} preempted ({', '.join(summary.preempted_by or []) or 'signal'}) at step "
+            f"{summary.steps_done}, checkpoint saved; start the same command again to resume "
             f"in {run_dir}",
             file=sys.stderr,
             flush=True,

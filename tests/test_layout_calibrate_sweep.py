@@ -24,6 +24,7 @@ import yaml
 from analysis.cli import main as analysis_main
 from analysis.planning.trainer import TRAINER_PRECISION, run_layout
 from analysis.runs import read_run
+from models.base.rundir import RunSummary
 from sharding.costmodel import DEFAULT_EFFICIENCY, estimate_step, load_hardware
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -97,7 +98,7 @@ def test_run_layout_is_the_layout_the_run_ran(real_run):
     summary, config = read_run(real_run)
     shape, layout, act_bytes = run_layout(summary, config)
     assert (shape.d_model, shape.n_layers, shape.seq_len, shape.vocab_size) == (64, 2, 32, 256)
-    assert shape.n_params == summary["n_params"]  # the trainer's d_ff, not the Llama rule
+    assert shape.n_params == summary.n_params  # the trainer's d_ff, not the Llama rule
     assert (layout.dp, layout.tp, layout.pp, layout.cp) == (4, 2, 1, 1)
     assert (layout.zero_stage, layout.zero_group) == (3, 2)  # fsdp 2 within data 2: hybrid
     assert (layout.micro_batch, layout.global_batch, layout.grad_accum) == (2, 8, 1)
@@ -117,7 +118,8 @@ def _make_sweep(real_run: pathlib.Path, root: pathlib.Path, hw) -> list[float]:
         (d / ".hydra" / "config.yaml").write_text(yaml.safe_dump(cfg))
         summary["mesh"].update(data=data, fsdp=fsdp, tensor=tensor, device_kind="cpu-sim-test")
         summary["tokens_per_step"] = batch * 32
-        shape, layout, act = run_layout(summary, {"train.batch_size": batch, "train.micro_batch_size": micro})
+        config = {"train.batch_size": batch, "train.micro_batch_size": micro}
+        shape, layout, act = run_layout(RunSummary.from_json(summary), config)
         prec = TRAINER_PRECISION.__class__(**{**TRAINER_PRECISION.__dict__, "act_bytes": act})
         t = estimate_step(shape, layout, hw, prec, TRUE).step_time_s
         summary["tokens_per_s"] = batch * 32 / t

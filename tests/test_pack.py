@@ -72,18 +72,18 @@ def test_packed_members_equal_solo_runs_and_a_diverged_one_is_frozen(tmp_path):
     from experiments.train.loop import run
 
     for i, (c, got) in enumerate(zip(cfgs, out)):
-        assert got["packed_with"] == ["m0", "m1", "m2", "m3"]
+        assert got.packed_with == ["m0", "m1", "m2", "m3"]
         on_disk = json.loads((tmp_path / f"m{i}" / "summary.json").read_text())
-        assert on_disk["status"] == got["status"] and on_disk["packed_with"] == got["packed_with"]
+        assert on_disk == got.as_dict()
         assert (tmp_path / f"m{i}" / "train.log").read_text().count("completed") <= 1
         if i == 3:
-            assert got["status"] == "diverged"
+            assert got.status == "diverged"
             continue
         solo = run(c, tmp_path / f"solo{i}")
-        assert got["status"] == solo["status"] == "completed"
-        rel = abs(got["final_eval_loss"] - solo["final_eval_loss"]) / solo["final_eval_loss"]
-        assert rel <= 1e-5, (i, got["final_eval_loss"], solo["final_eval_loss"])
-        assert set(got["time_s"]) == {"compile", "train_steps", "eval", "checkpoint", "startup", "other"}
+        assert got.status == solo.status == "completed"
+        rel = abs(got.final_eval_loss - solo.final_eval_loss) / solo.final_eval_loss
+        assert rel <= 1e-5, (i, got.final_eval_loss, solo.final_eval_loss)
+        assert set(got.time_s) == {"compile", "train_steps", "eval", "checkpoint", "startup", "other"}
 
 
 @pytest.mark.slow
@@ -96,16 +96,16 @@ def test_branch_from_trunk_equals_the_wsd_run_alone(tmp_path):
         _cfg(f"train.steps={bp}", "optim.schedule=constant", f"train.branch_points=[{bp}]", *common),
         tmp_path / "trunk",
     )
-    assert trunk["role"] == "trunk"
+    assert trunk.role == "trunk"
     wsd = ("optim.schedule=wsd", f"train.steps={steps}", *common)
     branch = run(
         _cfg(*wsd, f"train.branch_from={tmp_path / 'trunk'}", f"train.branch_step={bp}"), tmp_path / "branch"
     )
     alone = run(_cfg(*wsd), tmp_path / "alone")
-    assert branch["trunk"] == "trunk" and branch["branch_step"] == bp
-    assert branch["marginal_flops"] == pytest.approx(alone["flops"] * (steps - bp) / steps)
-    rel = abs(branch["final_eval_loss"] - alone["final_eval_loss"]) / alone["final_eval_loss"]
-    assert rel <= 1e-5, (branch["final_eval_loss"], alone["final_eval_loss"])
+    assert branch.trunk == "trunk" and branch.branch_step == bp
+    assert branch.marginal_flops == pytest.approx(alone.flops * (steps - bp) / steps)
+    rel = abs(branch.final_eval_loss - alone.final_eval_loss) / alone.final_eval_loss
+    assert rel <= 1e-5, (branch.final_eval_loss, alone.final_eval_loss)
     lines = (tmp_path / "branch" / "metrics.jsonl").read_text().splitlines()
     curve = [json.loads(line)["step"] for line in lines]
     assert curve[0] == 1 and curve[-1] == steps  # the trunk's records up to the branch point, then its own

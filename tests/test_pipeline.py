@@ -162,7 +162,7 @@ RUN = [
 
 def test_pipelined_run_resumes_to_the_uninterrupted_result(tmp_path, monkeypatch):
     ref = train_loop.run(_cfg(*RUN), tmp_path / "ref")
-    assert ref["status"] == "completed" and ref["mesh"]["stage"] == 2 and ref["mesh"]["devices"] == 4
+    assert ref.status == "completed" and ref.mesh["stage"] == 2 and ref.mesh["devices"] == 4
 
     orig = train_loop._finish_step
 
@@ -179,11 +179,11 @@ def test_pipelined_run_resumes_to_the_uninterrupted_result(tmp_path, monkeypatch
             first = train_loop.run(_cfg(*RUN), rd)
     finally:
         signal.signal(signal.SIGUSR2, old)
-    assert first["status"] == "preempted" and 1 <= first["steps_done"] < 4, first
+    assert first.status == "preempted" and 1 <= first.steps_done < 4, first
     resumed = train_loop.run(_cfg(*RUN), rd)
-    assert resumed["status"] == "completed" and resumed["resumed_from_step"] == first["steps_done"]
-    assert resumed["final_train_loss"] == pytest.approx(ref["final_train_loss"], rel=1e-5)
-    assert resumed["final_eval_loss"] == pytest.approx(ref["final_eval_loss"], rel=1e-5)
+    assert resumed.status == "completed" and resumed.resumed_from_step == first.steps_done
+    assert resumed.final_train_loss == pytest.approx(ref.final_train_loss, rel=1e-5)
+    assert resumed.final_eval_loss == pytest.approx(ref.final_eval_loss, rel=1e-5)
 
 
 @pytest.mark.parametrize(

@@ -22,7 +22,7 @@ from experiments.preemption import PreemptionGuard
 from experiments.rundir import EXIT_PREEMPTED
 from experiments.train import loop as train_loop
 from experiments.train.checkpoint import CheckpointError
-from models.base.rundir import read_metrics
+from models.base.rundir import RunStatus, RunSummary, read_metrics
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = [
@@ -59,7 +59,7 @@ def reference(tmp_path_factory):
     """The uninterrupted in-process run every interrupted one must end equal to (its checkpoint
     is also the RL tests' initial policy)."""
     rd = tmp_path_factory.mktemp("ref") / "run"
-    return dict(train_loop.run(_cfg(*RUN), rd), run_dir=rd)
+    return dict(train_loop.run(_cfg(*RUN), rd).as_dict(), run_dir=rd)  # the summary as on disk
 
 
 def _signal_at(monkeypatch, step: int, sig: signal.Signals) -> None:
@@ -198,22 +198,23 @@ def test_previous_handler_requeues_only_after_checkpoint_and_summary(tmp_path, m
         s = train_loop.run(_cfg(*RUN), rd)
     finally:
         signal.signal(signal.SIGUSR2, old)
-    assert s["status"] == "preempted" and s["steps_done"] == 32 and s["preempted_by"] == ["SIGUSR2"]
+    assert s.status == "preempted" and s.steps_done == 32 and s.preempted_by == ["SIGUSR2"]
     assert seen == [(signal.SIGUSR2, "preempted", [32])]
     monkeypatch.undo()
     s2 = train_loop.run(_cfg(*RUN), rd)
-    assert s2["status"] == "completed" and s2["resumed_from_step"] == 32
-    assert s2["final_eval_loss"] == reference["final_eval_loss"]
-    assert s2["final_train_loss"] == reference["final_train_loss"]
+    assert s2.status == "completed" and s2.resumed_from_step == 32
+    assert s2.final_eval_loss == reference["final_eval_loss"]
+    assert s2.final_train_loss == reference["final_train_loss"]
 
 
 def test_cli_exit_code_and_multirun_contract(tmp_path):
     from experiments.rundir import run_guarded
 
+    preempted = RunSummary.of(status=RunStatus.PREEMPTED, steps_done=7, preempted_by=["SIGUSR1"])
     for multirun in (False, True):
         with pytest.raises(SystemExit) as e:
             run_guarded(
-                lambda c, d: {"status": "preempted", "steps_done": 7, "preempted_by": ["SIGUSR1"]},
+                lambda c, d: preempted,
                 {},
                 tmp_path,
                 multirun,
@@ -274,11 +275,11 @@ def test_rl_loop_preempts_at_the_step_boundary_and_resumes(tmp_path, monkeypatch
     monkeypatch.setattr(rl_loop, "_rl_step", step)
     s = rl_loop.run(_rl_cfg(reference["run_dir"]), rd)
     monkeypatch.undo()
-    assert s["status"] == "preempted" and s["steps_done"] == 3 and s["preempted_by"] == ["SIGUSR1"]
+    assert s.status == "preempted" and s.steps_done == 3 and s.preempted_by == ["SIGUSR1"]
     assert (rd / "checkpoints" / "3").is_dir() and _summary(rd)["status"] == "preempted"
     s2 = rl_loop.run(_rl_cfg(reference["run_dir"]), rd)
-    assert s2["status"] == "completed" and s2["resumed_from_step"] == 3 and s2["steps_done"] == 6
-    assert s2["prompts_seen"] == 6 * 8
+    assert s2.status == "completed" and s2.resumed_from_step == 3 and s2.steps_done == 6
+    assert s2.prompts_seen == 6 * 8
     assert [json.loads(l)["step"] for l in (rd / "metrics.jsonl").read_text().splitlines()] == [0, 2, 4, 6]
 
 
@@ -291,7 +292,7 @@ def test_truncated_newest_checkpoint_is_skipped_with_one_warning(
 ):
     rd = tmp_path / "run"
     _signal_at(monkeypatch, 113, signal.SIGTERM)  # stops after step 115: checkpoints 100, 115
-    assert train_loop.run(_cfg(*RUN), rd)["steps_done"] == 115
+    assert train_loop.run(_cfg(*RUN), rd).steps_done == 115
     monkeypatch.undo()
     files = sorted(
         (f for f in (rd / "checkpoints" / "115").rglob("*") if f.is_file()),
@@ -308,8 +309,8 @@ def test_truncated_newest_checkpoint_is_skipped_with_one_warning(
     assert len(warnings) == 1 and "checkpoint at step 115 unreadable" in warnings[0], out
     assert err.strip() == ""  # nothing else: no library tracebacks
     assert "resuming from step 100" in warnings[0]
-    assert s["status"] == "completed" and s["resumed_from_step"] == 100
-    assert s["final_eval_loss"] == reference["final_eval_loss"]
+    assert s.status == "completed" and s.resumed_from_step == 100
+    assert s.final_eval_loss == reference["final_eval_loss"]
     assert (rd / "checkpoints.corrupt" / "115").is_dir()  # set aside, not deleted
     assert sorted(int(p.name) for p in (rd / "checkpoints").iterdir() if p.name.isdigit()) == [100, 200, 300]
 
@@ -317,7 +318,7 @@ def test_truncated_newest_checkpoint_is_skipped_with_one_warning(
 def test_no_readable_checkpoint_is_an_error_not_a_restart(tmp_path, monkeypatch):
     rd = tmp_path / "run"
     _signal_at(monkeypatch, 3, signal.SIGTERM)
-    assert train_loop.run(_cfg(*RUN), rd)["steps_done"] == 5
+    assert train_loop.run(_cfg(*RUN), rd).steps_done == 5
     monkeypatch.undo()
     for f in (rd / "checkpoints").rglob("*"):
         if f.is_file():

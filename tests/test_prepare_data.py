@@ -298,7 +298,7 @@ def test_training_on_a_prepared_corpus_records_its_tokenizer(prepared, tmp_path)
 
     out, meta = prepared
     s = run(cfg(*TINY, f"data.dir={out}", "train.steps=3", "train.eval_every=3"), tmp_path / "run")
-    assert s["status"] == "completed" and s["model"]["vocab_size"] == 320
-    assert s["corpus"]["tokenizer_sha256"] == meta["tokenizer_sha256"]
-    assert s["corpus"]["sha256"] == meta["corpus_sha256"] and s["corpus"]["dir"] == str(out.resolve())
-    assert np.isfinite(s["final_eval_loss"]) and s["final_eval_loss"] < 2 * np.log(320)
+    assert s.status == "completed" and s.model["vocab_size"] == 320
+    assert s.corpus["tokenizer_sha256"] == meta["tokenizer_sha256"]
+    assert s.corpus["sha256"] == meta["corpus_sha256"] and s.corpus["dir"] == str(out.resolve())
+    assert np.isfinite(s.final_eval_loss) and s.final_eval_loss < 2 * np.log(320)

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from experiments.loop_core import ALREADY_COMPLETED
 from experiments.rl import loop as rl_loop
 from experiments.rl.warmstart import StartTooWeak
 from models.base.errors import ConfigError
@@ -78,23 +79,24 @@ def _rows(d: Path):
 def test_rl_end_to_end_and_resume(tmp_path, cache, monkeypatch):
     a = tmp_path / "a"
     s = rl_loop.run(_cfg(cache), a)
-    assert s["status"] == "completed" and s["steps_done"] == 6
+    assert s.status == "completed" and s.steps_done == 6
+    assert json.loads((a / "summary.json").read_text()) == s.as_dict()
     rows = _rows(a)
     assert [r["step"] for r in rows] == [0, 2, 4, 6]
-    per_step = s["flops_per_step"]
+    per_step = s.flops_per_step
     assert per_step["reference"] > 0 and per_step["old_policy"] > 0  # beta > 0, 2 epochs
     for r in rows:
         assert r["flops_rl"] == pytest.approx(r["step"] * per_step["total"])
         assert r["flops_sample"] + r["flops_train"] + r["flops_reference"] + r[
             "flops_old_policy"
         ] == pytest.approx(r["flops_rl"])
-        assert r["flops_eval"] == pytest.approx((rows.index(r) + 1) * s["flops_per_eval"])
+        assert r["flops_eval"] == pytest.approx((rows.index(r) + 1) * s.flops_per_eval)
         assert r["prompts_seen"] == 8 * r["step"]
         assert 0 <= r["pass_rate"] <= 1 and r["pass_rate_stderr"] >= 0
         assert set(r["pass_rate_by_difficulty"]) == {"1d"}
     for k in ("train_reward", "zero_var_frac", "kl", "entropy", "clip_frac", "wall_s"):
         assert rows[-1][k] is not None, k
-    assert s["final_pass_rate"] == rows[-1]["pass_rate"] and s["n_params"] > 0
+    assert s.final_pass_rate == rows[-1]["pass_rate"] and s.n_params > 0
 
     # Same run, failing after its step-4 checkpoint; started again it resumes there.
     b = tmp_path / "b"
@@ -113,14 +115,19 @@ def test_rl_end_to_end_and_resume(tmp_path, cache, monkeypatch):
     assert json.loads((b / "summary.json").read_text())["status"] == "failed"
     monkeypatch.setattr(Task, "train_batch", orig)
     s2 = rl_loop.run(_cfg(cache), b)
-    assert s2["resumed_from_step"] == 4 and s2["status"] == "completed"
+    assert s2.resumed_from_step == 4 and s2.completed
     rb = _rows(b)
     assert [r["step"] for r in rb] == [0, 2, 4, 6]
     for ra, rb_ in zip(rows, rb):
         for k in ("pass_rate", "flops_rl", "kl", "train_reward", "prompts_seen"):
             assert ra[k] == pytest.approx(rb_[k], abs=1e-6), (k, ra["step"])
     again = rl_loop.run(_cfg(cache), b)
-    assert again.get("already_completed")
+    assert again.extra[ALREADY_COMPLETED] and again.final_pass_rate == s2.final_pass_rate
+    # a completed run of another config is refused, as the trainer's is (the fingerprint check)
+    with pytest.raises(
+        ConfigError, match=r"already holds a completed run of another config \(rl.seed: 0 -> 1"
+    ):
+        rl_loop.run(_cfg(cache, seed=1), b)
 
 
 @pytest.mark.slow

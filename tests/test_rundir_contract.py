@@ -172,3 +172,64 @@ def test_run_dir_paths(tmp_path):
     assert not rd.is_run() and RunDir(FIXTURE).is_run()
     assert [r.path for r in rundir.iter_run_dirs(FIXTURE.parent) if r.path.name == "rundir_v0"] == [FIXTURE]
     assert RunDir(FIXTURE).first_metrics_record()["step"] == 1
+
+
+def test_a_built_summary_writes_every_field_it_was_given():
+    s = RunSummary.of(status=None, n_params=None, tokens=3)
+    assert s.as_dict() == {"status": None, "n_params": None, "tokens": 3}  # nulls kept, as the trainers wrote
+    assert s.replace(status=RunStatus.FAILED).as_dict()["status"] == "failed"
+    assert s.replace(status=RunStatus.FAILED).run_status is RunStatus.FAILED and s.status is None  # frozen
+    with pytest.raises(TypeError):
+        RunSummary.of(final_eval_los=1.0)  # a misspelt field is an error, not a new key
+    assert set(rundir.ROLE_FIELDS.values()) | set(rundir.FINAL_NUMBERS) <= set(RunSummary.field_names())
+    assert rundir.ROLE_FIELDS["loss"] == "final_eval_loss" and rundir.ROLE_FIELDS["N"] == "n_params"
+
+
+def test_read_summary_is_none_for_a_missing_or_corrupt_file(tmp_path):
+    assert RunDir(tmp_path).read_summary() is None
+    (tmp_path / "summary.json").write_text("[1]")
+    assert RunDir(tmp_path).read_summary() is None
+    (tmp_path / "summary.json").write_text("{not json")
+    assert RunDir(tmp_path).read_summary() is None and RunDir(tmp_path).status is ReadStatus.CORRUPT_SUMMARY
+
+
+def test_one_walker_finds_runs_for_collect_and_the_rl_report(tmp_path):
+    from analysis.rl.report import find_rl_runs
+
+    for d in ("sweep/a", "sweep/b/nested", "sweep/.scalelab_cache/x", "sweep/rl"):
+        (tmp_path / d).mkdir(parents=True)
+    (tmp_path / "sweep/a/summary.json").write_text('{"status": "completed"}')
+    (tmp_path / "sweep/b/nested/metrics.jsonl").write_text('{"step": 1, "loss": 2.0}\n')
+    (tmp_path / "sweep/.scalelab_cache/x/summary.json").write_text("{}")  # never a run
+    (tmp_path / "sweep/rl/metrics.jsonl").write_text('{"step": 0, "flops_rl": 0, "pass_rate": 0.1}\n')
+    walked = sorted(rd.path.relative_to(tmp_path).as_posix() for rd in rundir.iter_run_dirs(tmp_path))
+    assert walked == ["sweep/a", "sweep/b/nested", "sweep/rl"]
+    found = runs.find_run_dirs([tmp_path / "sweep", tmp_path / "sweep/a/summary.json"])  # a file: its run
+    assert found == [(tmp_path / d).resolve() for d in ("sweep/a", "sweep/b/nested", "sweep/rl")]
+    assert find_rl_runs(tmp_path / "sweep") == [tmp_path / "sweep/rl"]
+
+
+def test_one_completed_run_check_with_the_fingerprint(tmp_path):
+    """The trainer's and the RL loop's check (experiments.rundir.completed_summary): a completed
+    run of the same fields is returned, of other fields refused; the fields are only computed
+    when there is a completed run; a summary without config_fields falls back to the fingerprint."""
+    from experiments.rundir import completed_summary
+    from models.base.errors import ConfigError
+    from models.base.fingerprint import fingerprint
+
+    fields = {"model": {"d_model": 32}, "rl": {"seed": 0}}
+
+    def never():
+        raise AssertionError("fields computed without a completed run")
+
+    assert completed_summary(tmp_path, never) is None  # no summary
+    RunDir(tmp_path).write_summary(RunSummary.of(status=RunStatus.FAILED, config_fields=fields))
+    assert completed_summary(tmp_path, never) is None  # not completed
+    RunDir(tmp_path).write_summary(RunSummary.of(status=RunStatus.COMPLETED, config_fields=fields, steps=6))
+    assert completed_summary(tmp_path, lambda: fields).steps == 6
+    with pytest.raises(ConfigError, match=r"another config \(rl.seed: 0 -> 1\)"):
+        completed_summary(tmp_path, lambda: {"model": {"d_model": 32}, "rl": {"seed": 1}})
+    RunDir(tmp_path).write_summary(RunSummary.of(status="completed", config_fingerprint=fingerprint(fields)))
+    assert completed_summary(tmp_path, lambda: fields).completed
+    with pytest.raises(ConfigError, match="fingerprint differs"):
+        completed_summary(tmp_path, lambda: {"rl": {"seed": 1}})

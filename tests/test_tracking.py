@@ -376,7 +376,7 @@ def test_training_run_writes_tensorboard_scalars_and_a_step_profile(tmp_path, ca
         ),
         rd,
     )
-    assert s["status"] == "completed"
+    assert s.status == "completed"
     recs = read_metrics(rd / "metrics.jsonl")
     got = read_tb_scalars(rd / "tensorboard")
     assert {
@@ -390,7 +390,7 @@ def test_training_run_writes_tensorboard_scalars_and_a_step_profile(tmp_path, ca
         "task/py_continuation/accuracy",
     } <= set(got)
     assert same_points(got["train/loss"], [(r["step"], r["loss"]) for r in recs])
-    assert same_points(got["eval/loss"], [(3, recs[2]["eval_loss"]), (6, s["final_eval_loss"])])
+    assert same_points(got["eval/loss"], [(3, recs[2]["eval_loss"]), (6, s.final_eval_loss)])
     xplanes = list((rd / "profile").rglob("*.xplane.pb"))
     assert len(xplanes) == 1 and list((rd / "profile").rglob("*trace.json.gz"))
     assert "profile of steps 2-3 written to" in capsys.readouterr().out

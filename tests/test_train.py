@@ -14,12 +14,13 @@ import numpy as np
 import pytest
 from hydra import compose, initialize_config_dir
 
+from experiments.loop_core import ALREADY_COMPLETED
 from experiments.train.config import resolve_config
 from experiments.train.loop import HostSchedule, run
 from experiments.train.optimizer import OptimConfig, decay_mask, hyperparams, make_optimizer, make_schedule
 from experiments.train.steps import build_train_setup
 from models.base.errors import ConfigError
-from models.base.rundir import read_metrics
+from models.base.rundir import RunStatus, RunSummary, read_metrics
 from models.config import ModelConfig
 from models.transformer import init_params
 from sharding.mesh import make_mesh
@@ -67,15 +68,20 @@ def test_run_writes_metrics_summary_checkpoints_and_skips_when_done(tmp_path, ca
     rd = tmp_path / "run"
     c = cfg(*TINY, "train.steps=6", "train.eval_every=3", "train.ckpt_every=3")
     s = run(c, rd)
-    assert s["status"] == "completed" and SUMMARY_KEYS <= set(s)
-    assert json.loads((rd / "summary.json").read_text())["final_train_loss"] == s["final_train_loss"]
-    assert s["tokens"] == 6 * 8 * 32 and s["flops"] == s["tokens"] * s["flops_per_token"]
-    assert s["corpus"]["files"] > 100 and s["mesh"]["devices"] == 1 and s["peak_flops_per_device"] > 0
+    on_disk = json.loads((rd / "summary.json").read_text())
+    assert s.status == "completed" and SUMMARY_KEYS <= set(on_disk) and on_disk == s.as_dict()
+    # every key the trainer wrote before the summary was typed (the v0 fixture), nulls included
+    assert set(json.loads((REPO / "tests" / "fixtures" / "rundir_v0" / "summary.json").read_text())) <= set(
+        on_disk
+    )
+    assert on_disk["resumed_from_step"] is None and on_disk["task_metrics"] == {}
+    assert s.tokens == 6 * 8 * 32 and s.flops == s.tokens * s.flops_per_token
+    assert s.corpus["files"] > 100 and s.mesh["devices"] == 1 and s.peak_flops_per_device > 0
     recs = read_metrics(rd / "metrics.jsonl")
     assert [r["step"] for r in recs] == [1, 2, 3, 4, 5, 6]
     assert all(METRIC_KEYS <= set(r) for r in recs)
     assert [r["step"] for r in recs if "eval_loss" in r] == [3, 6]
-    assert recs[-1]["loss"] == s["final_train_loss"] and recs[-1]["eval_loss"] == s["final_eval_loss"]
+    assert recs[-1]["loss"] == s.final_train_loss and recs[-1]["eval_loss"] == s.final_eval_loss
     assert sorted(p.name for p in (rd / "checkpoints").iterdir() if p.name.isdigit()) == ["3", "6"]
     assert "step 6/6" in capsys.readouterr().out
     # The checkpoint loads back for analysis and reproduces the final eval loss.
@@ -91,18 +97,19 @@ def test_run_writes_metrics_summary_checkpoints_and_skips_when_done(tmp_path, ca
         logits = np.asarray(apply(graphdef, params, b[:, :-1]))
         logz = np.log(np.exp(logits - logits.max(-1, keepdims=True)).sum(-1)) + logits.max(-1)
         losses.append(np.mean(logz - np.take_along_axis(logits, b[:, 1:, None], -1)[..., 0]))
-    assert np.mean(losses) == pytest.approx(s["final_eval_loss"], rel=1e-5)
+    assert np.mean(losses) == pytest.approx(s.final_eval_loss, rel=1e-5)
     mtime = (rd / "metrics.jsonl").stat().st_mtime_ns
     again = run(c, rd)
-    assert again.get("already_completed") and (rd / "metrics.jsonl").stat().st_mtime_ns == mtime
-    with pytest.raises(ValueError, match="another config"):
+    assert again.extra[ALREADY_COMPLETED] and (rd / "metrics.jsonl").stat().st_mtime_ns == mtime
+    assert again.completed and again.final_eval_loss == s.final_eval_loss  # the summary on disk
+    with pytest.raises(ConfigError, match="another config"):
         run(cfg(*TINY, "train.steps=7"), rd)
 
 
 def test_divergence_stops_with_status_and_keeps_metrics(tmp_path):
     rd = tmp_path / "div"
     s = run(cfg(*TINY, "train.steps=5", "train.loss_ceiling=1.0"), rd)
-    assert s["status"] == "diverged"
+    assert s.run_status is RunStatus.DIVERGED
     recs = read_metrics(rd / "metrics.jsonl")
     assert len(recs) == 1 and recs[0]["loss"] > 1.0
     assert json.loads((rd / "summary.json").read_text())["status"] == "diverged"
@@ -270,12 +277,17 @@ def test_a_run_directory_trains_in_one_process_at_a_time(tmp_path):
         assert holder.stdout.readline().strip() == "held"
         calls = []
         out = run_guarded(
-            lambda c, d: calls.append(d) or {"status": "completed"}, cfg(*TINY), run_dir, multirun=True
+            lambda c, d: calls.append(d) or RunSummary.of(status=RunStatus.COMPLETED),
+            cfg(*TINY),
+            run_dir,
+            multirun=True,
         )
-        assert out["status"] == "failed" and "another process is training" in out["error"]
+        assert out.status == "failed" and "another process is training" in out.error
         assert calls == [] and not (run_dir / "summary.json").exists()
     finally:
         holder.kill()
         holder.wait()
-    out = run_guarded(lambda c, d: {"status": "completed", "dir": str(d)}, cfg(*TINY), run_dir, multirun=True)
-    assert out["status"] == "completed"  # the killed holder's lock went with it
+    out = run_guarded(
+        lambda c, d: RunSummary.of(status=RunStatus.COMPLETED), cfg(*TINY), run_dir, multirun=True
+    )
+    assert out.completed  # the killed holder's lock went with it

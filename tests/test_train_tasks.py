@@ -249,7 +249,7 @@ def test_run_logs_task_metrics_resumes_and_collect_reads_them(tmp_path):
         "task/rl_add/accuracy",
     }
     tm = json.loads((tmp_path / "sweep" / "full" / "summary.json").read_text())["task_metrics"]
-    assert tm == full["task_metrics"] and set(tm) == {"py_continuation", "rl_add"}
+    assert tm == full.task_metrics and set(tm) == {"py_continuation", "rl_add"}
     assert tm["py_continuation"]["loss"] == recs[-1]["task/py_continuation/loss"] > 0
     assert tm["py_continuation"]["chance"] == 0.25 and 0 <= tm["rl_add"]["accuracy"] <= 1
     # Interrupted after the step-2 checkpoint, started again: the same task metrics.
@@ -258,8 +258,8 @@ def test_run_logs_task_metrics_resumes_and_collect_reads_them(tmp_path):
     shutil.rmtree(rd / "checkpoints" / "4")
     (rd / "summary.json").unlink()
     resumed = run(c, rd)
-    assert resumed["resumed_from_step"] == 2 and _task_recs(rd / "metrics.jsonl") == recs
-    assert resumed["task_metrics"] == full["task_metrics"]
+    assert resumed.resumed_from_step == 2 and _task_recs(rd / "metrics.jsonl") == recs
+    assert resumed.task_metrics == full.task_metrics
     # The runs table has per-task columns; task_table is the long table fit-task reads.
     table = runs.table(tmp_path / "sweep", cache_dir=False)
     assert table["task_loss/rl_add"].tolist() == [tm["rl_add"]["loss"]] * 2

@@ -26,13 +26,13 @@ import pandas as pd
 
 from analysis.hparams import laws as L
 from analysis.hparams import rungs as R
+from analysis.laws.points import LOSS_COLUMNS, TABLE_COLUMNS
 from models.base.errors import AnalysisError
 from models.base.rundir import HPARAMS_KIND, RunStatus
 
-N_COLUMNS = ("N", "n_params")
-D_COLUMNS = ("D", "tokens", "total_tokens")
-LOSS_COLUMNS = ("loss", "final_eval_loss")
-C_COLUMNS = ("C", "flops")
+N_COLUMNS = TABLE_COLUMNS["N"]
+D_COLUMNS = (*TABLE_COLUMNS["D"], "total_tokens")
+C_COLUMNS = TABLE_COLUMNS["C"]
 BUDGET_COLUMNS = ("sweep.budget", "budget")
 BATCH_KEY = "train.batch_size"
 D_TOLERANCE = 0.05  # token counts within 5% are one rung's D

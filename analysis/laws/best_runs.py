@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from analysis.laws.points import LOSS_COLUMNS, TABLE_COLUMNS
 from models.base.rundir import RunStatus
 
 OPTIM_PREFIX = "optim."
@@ -48,10 +49,10 @@ NOT_SCIENCE_KEYS = frozenset(
         "train.branch_points",
     }
 )
-# Columns of the runs table (analysis.runs) that say which shape and budget a run is.
-N_COLUMNS = ("n_params", "N")
+# Columns of the runs table (analysis.runs) that say which shape and budget a run is (N and loss:
+# analysis.laws.points's, the same numbers under either name).
+N_COLUMNS = TABLE_COLUMNS["N"]
 D_COLUMNS = ("total_tokens", "tokens", "D")  # planned length first: a diverged run's `tokens` is partial
-LOSS_COLUMNS = ("final_eval_loss", "loss")
 BUDGET_COLUMNS = ("budget", "sweep.budget")
 SELECTED, GROUP = "selected", "hparam_group"
 

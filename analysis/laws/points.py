@@ -24,12 +24,17 @@ import pandas as pd
 
 from analysis.laws.enums import NParams
 from models.base.errors import AnalysisError
+from models.base.rundir import ROLE_FIELDS
 
+# The columns of a runs table (`collect`) holding each role, looked for in this order by every
+# reader of one: the role's own name, then the run summary's field (models.base.rundir.ROLE_FIELDS).
+TABLE_COLUMNS: dict[str, tuple[str, str]] = {role: (role, field) for role, field in ROLE_FIELDS.items()}
+LOSS_COLUMNS = TABLE_COLUMNS["loss"]  # ("loss", the summary's final eval loss)
 ALIASES: dict[str, tuple[str, ...]] = {
-    "N": ("N", "n_params", "Model Size", "params_n"),
-    "D": ("D", "tokens", "n_tokens"),
-    "C": ("C", "flops", "FLOPs", "Training FLOP", "compute"),
-    "loss": ("loss", "final_eval_loss", "eval_loss", "final_train_loss"),
+    "N": (*TABLE_COLUMNS["N"], "Model Size", "params_n"),
+    "D": (*TABLE_COLUMNS["D"], "n_tokens"),
+    "C": (*TABLE_COLUMNS["C"], "FLOPs", "Training FLOP", "compute"),
+    "loss": (*LOSS_COLUMNS, "eval_loss", "final_train_loss"),
     "x": ("x",),
     "U": ("U", "unique_tokens"),
 }

@@ -33,6 +33,7 @@ import math
 from typing import Any
 
 from models.base.errors import ConfigError
+from models.base.rundir import RunSummary
 from models.config import ModelConfig
 from sharding.costmodel import (
     FP32_PARAMS,
@@ -336,12 +337,12 @@ def trainer_plan(
 _KERNELS = {"cudnn": "flash2", "xla": "naive", "blocked": "naive", "auto": "naive"}
 
 
-def run_layout(summary: dict[str, Any], config: dict[str, Any]) -> tuple[ModelShape, Layout, int]:
+def run_layout(summary: RunSummary, config: dict[str, Any]) -> tuple[ModelShape, Layout, int]:
     """(model shape, layout, activation bytes) of a finished trainer run: the inverse of
     `overrides`, from its summary.json (`model`: the resolved model config, `mesh`: the axes it
     ran on) and its flattened `.hydra/config.yaml` (`train.batch_size`, `train.micro_batch_size`,
     `train.micro_batches`). Raises LayoutError naming what is missing."""
-    model, mesh = summary.get("model"), summary.get("mesh")
+    model, mesh = summary.model, summary.mesh
     if not isinstance(model, dict) or not isinstance(mesh, dict):
         raise LayoutError("summary.json lacks `model` or `mesh` (written by older trainers); re-run it")
     try:

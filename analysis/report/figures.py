@@ -21,9 +21,11 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.ticker import FormatStrFormatter
 
-from models.base.rundir import RunStatus
+from models.base.rundir import ROLE_FIELDS, RunStatus
 
 DPI = 110
+# The report's run tables hold the summary fields: N, C and the loss of each run.
+N_COL, C_COL, LOSS_COL = ROLE_FIELDS["N"], ROLE_FIELDS["C"], ROLE_FIELDS["loss"]
 
 
 def save(fig: Figure, path: str | pathlib.Path) -> pathlib.Path:
@@ -59,9 +61,9 @@ def loss_vs_compute(done: pd.DataFrame, frontier: dict | None) -> Figure:
     fig = Figure(figsize=(7, 4.6))
     ax = fig.subplots()
     sc = ax.scatter(
-        done["flops"],
-        done["final_eval_loss"],
-        c=np.log10(done["n_params"]),
+        done[C_COL],
+        done[LOSS_COL],
+        c=np.log10(done[N_COL]),
         cmap="plasma",
         s=36,
         edgecolor="k",
@@ -108,12 +110,12 @@ def isoflop_curves(done: pd.DataFrame, fit: Any, k_flops: float, a2: dict | None
     a2_rows = {round(np.log10(r["C"]), 2): r for r in (a2 or {}).get("budgets", [])}
     for b, g in done.groupby("budget"):
         col = colors[float(b)]
-        g = g.sort_values("n_params")
-        N, L = g["n_params"].to_numpy(float), g["final_eval_loss"].to_numpy(float)
+        g = g.sort_values(N_COL)
+        N, L = g[N_COL].to_numpy(float), g[LOSS_COL].to_numpy(float)
         ax.scatter(N, L, color=col, s=36, edgecolor="k", linewidth=0.4, zorder=3, label=f"C = {_fmt_c(b)}")
         Ng = np.geomspace(N.min() / 1.5, N.max() * 1.5, 100)
         if fit is not None:
-            Cb = float(np.exp(np.mean(np.log(g["flops"]))))
+            Cb = float(np.exp(np.mean(np.log(g[C_COL]))))
             ax.plot(
                 Ng,
                 fit.predict(pd.DataFrame({"N": Ng, "D": Cb / (k_flops * Ng)}), {"N": "N", "D": "D"}),
@@ -206,14 +208,14 @@ def optimal_allocation(a2: dict | None, alloc_grid: dict | None, requested: list
 
 def residuals(done: pd.DataFrame, pred: np.ndarray) -> Figure:
     """Relative residuals of the law fit against compute and model size."""
-    rel = (pred - done["final_eval_loss"].to_numpy(float)) / done["final_eval_loss"].to_numpy(float)
+    rel = (pred - done[LOSS_COL].to_numpy(float)) / done[LOSS_COL].to_numpy(float)
     fig = Figure(figsize=(10, 3.8))
     axes = fig.subplots(1, 2, sharey=True)
     colors = _budget_colors(done["budget"])
     c = [colors[float(b)] for b in done["budget"]]
     for ax, col, xl in (
-        (axes[0], "flops", "training compute C (FLOPs)"),
-        (axes[1], "n_params", "parameters N"),
+        (axes[0], C_COL, "training compute C (FLOPs)"),
+        (axes[1], N_COL, "parameters N"),
     ):
         ax.scatter(done[col], 100 * rel, c=c, s=32, edgecolor="k", linewidth=0.4)
         ax.axhline(0, color="k", lw=0.8)
@@ -232,7 +234,7 @@ def holdout(points_fit: pd.DataFrame, pred_fit: np.ndarray, hold: dict) -> Figur
     """Predicted vs actual loss: runs the law was fitted on and the held-out largest budget."""
     fig = Figure(figsize=(5.6, 5))
     ax = fig.subplots()
-    act_f = points_fit["final_eval_loss"].to_numpy(float)
+    act_f = points_fit[LOSS_COL].to_numpy(float)
     ax.scatter(act_f, pred_fit, s=32, color="C0", edgecolor="k", linewidth=0.4, label="fitted runs")
     ha = np.array([p["actual"] for p in hold["points"]])
     hp = np.array([p["predicted"] for p in hold["points"]])
@@ -268,17 +270,17 @@ def loss_curves(done: pd.DataFrame, curves: pd.DataFrame) -> Figure | None:
         return None
     fig = Figure(figsize=(11, 4.4))
     axes = fig.subplots(1, 2, sharey=True)
-    sizes = sorted(done["n_params"].unique())
+    sizes = sorted(done[N_COL].unique())
     cmap = matplotlib.colormaps["plasma"]
     color = {n: cmap(0.85 * i / max(1, len(sizes) - 1)) for i, n in enumerate(sizes)}
     styles = ["-", "--", ":", "-."]
     style = {b: styles[i % len(styles)] for i, b in enumerate(sorted(done["budget"].unique()))}
-    for _, r in done.sort_values(["budget", "n_params"]).iterrows():
+    for _, r in done.sort_values(["budget", N_COL]).iterrows():
         c = curves[curves["run"] == r["run"]]
         if c.empty:
             continue
         kw = dict(
-            color=color[r["n_params"]],
+            color=color[r[N_COL]],
             ls=style[r["budget"]],
             lw=1.1,
             alpha=0.9,
@@ -314,9 +316,9 @@ def throughput(runs: pd.DataFrame) -> Figure | None:
         sel = r[st == status]
         if sel.empty:
             continue
-        axes[0].scatter(sel["n_params"], sel["tokens_per_s"], marker=m, s=36, label=status)
+        axes[0].scatter(sel[N_COL], sel["tokens_per_s"], marker=m, s=36, label=status)
         if "mfu" in sel.columns:
-            axes[1].scatter(sel["n_params"], 100 * sel["mfu"].astype(float), marker=m, s=36, label=status)
+            axes[1].scatter(sel[N_COL], 100 * sel["mfu"].astype(float), marker=m, s=36, label=status)
     axes[0].set_ylabel("training throughput (tokens/s)")
     axes[0].set_yscale("log")
     axes[1].set_ylabel("MFU (% of peak FLOP/s)")
@@ -400,9 +402,9 @@ def downstream(done: pd.DataFrame, ds: dict | None) -> Figure | None:
     for ax, task in zip(axes, tasks):
         acc = pd.to_numeric(done[f"accuracy/{task}"], errors="coerce")
         sc = ax.scatter(
-            done["flops"],
+            done[C_COL],
             acc,
-            c=np.log10(done["n_params"]),
+            c=np.log10(done[N_COL]),
             cmap="plasma",
             s=30,
             edgecolor="k",

@@ -33,7 +33,7 @@ from analysis.rl.fitting import FitOptions, fit_recipe
 from analysis.rl.laws import GaoFit, RLPoints, fit_gao, fit_params, predict
 from models.base.errors import AnalysisError
 from models.base.fingerprint import fingerprint
-from models.base.rundir import METRICS_FILE, RunDir
+from models.base.rundir import RunDir, iter_run_dirs
 
 DPI = 130
 FIGURE_FILES = {
@@ -56,20 +56,15 @@ def find_rl_runs(root: str | pathlib.Path) -> list[pathlib.Path]:
     root = pathlib.Path(root)
     if not root.is_dir():
         raise AnalysisError(f"{root}: not a directory of RL runs")
-    out = []
-    for m in sorted(root.rglob(METRICS_FILE)):
-        first = RunDir(m.parent).first_metrics_record()
-        if first is not None and "flops_rl" in first:
-            out.append(m.parent)
-    return out
+    return sorted(rd.path for rd in iter_run_dirs(root) if "flops_rl" in (rd.first_metrics_record() or {}))
 
 
 def group_recipes(runs: Sequence[pathlib.Path]) -> list[Recipe]:
     groups: dict[str, list[pathlib.Path]] = {}
     configs: dict[str, dict] = {}
     for r in runs:
-        s = RunDir(r).read_summary_dict() or {}
-        fields = copy.deepcopy(s.get("config_fields") or {})
+        s = RunDir(r).read_summary()
+        fields = copy.deepcopy((s.config_fields if s is not None else None) or {})
         rl = fields.get("rl") or {}
         rl.pop("seed", None)
         rl.pop("steps", None)

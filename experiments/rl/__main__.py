@@ -18,7 +18,7 @@ from typing import Any, Mapping
 import hydra
 from omegaconf import DictConfig
 
-from experiments.cli import RunFn, hydra_job, run_cli, start_run
+from experiments.cli import JobResult, RunFn, hydra_job, run_cli, start_run
 from experiments.rl.config import fingerprint, fingerprint_fields  # also registers the config schemas
 from experiments.rundir import model_label, register_run_name
 from models.base.configs import to_plain
@@ -39,13 +39,13 @@ register_run_name("scalelab.rl_run", run_name)
 
 
 @hydra.main(config_path="../../conf", config_name="rl", version_base=None)
-def main(cfg: DictConfig) -> dict:
+def main(cfg: DictConfig) -> JobResult:
     return hydra_job(cfg, fine_tune)
 
 
-def fine_tune(cfg: DictConfig, run_dir: Path, multirun: bool) -> dict:
-    """The contract above, for the composed `cfg` in `run_dir` (the completed-run check is the
-    loop's: it needs no fingerprint comparison)."""
+def fine_tune(cfg: DictConfig, run_dir: Path, multirun: bool) -> JobResult:
+    """The contract above, for the composed `cfg` in `run_dir` (the completed-run check, with the
+    fingerprint as the trainer's, is the loop's: its fields need the resolved model config)."""
     return start_run(cfg, run_dir, multirun, "RL run", _load_run)
 
 

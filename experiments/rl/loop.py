@@ -34,6 +34,7 @@ from experiments.rl.flops import StepFlops, eval_flops, rl_step_flops
 from experiments.rl.step import RLSetup, TaskShape, build_rl_setup
 from experiments.rl.tasks import Task
 from experiments.rl.warmstart import check_start, init_model_config, load_init, warm_start
+from experiments.rundir import completed_summary
 from experiments.train.checkpoint import Checkpointer
 from experiments.train.config import OptimConfig
 from experiments.train.metrics import MetricsLog
@@ -41,7 +42,7 @@ from experiments.train.optimizer import make_optimizer, make_schedule
 from experiments.train.tracking import RL_NAMES, TrackerConfig, make_tracker
 from models.base.configs import to_plain
 from models.base.errors import ConfigError
-from models.base.rundir import METRICS_FILE, REFERENCE_DIR, RunDir, RunStatus, read_metrics
+from models.base.rundir import METRICS_FILE, REFERENCE_DIR, RunStatus, RunSummary, read_metrics
 from models.config import ModelConfig
 from models.flops import non_embedding_param_count, param_count
 from sharding.layouts import resolve_axis_sizes
@@ -66,8 +67,9 @@ class RLSpec:
     tracker: TrackerConfig = dataclasses.field(default_factory=TrackerConfig)
 
 
-def resolve(raw: dict[str, Any], n_devices: int) -> RLSpec:
-    """Validate the whole config (no compile). Raises ConfigError naming the bad key."""
+def _configs(raw: dict[str, Any]) -> tuple[RLConfig, Any, ModelConfig, dict[str, Any]]:
+    """(rl, optim, model configs, the fingerprint fields: summary.json `config_fields`) of a raw
+    config, without devices. Raises ConfigError naming the bad key."""
     rl = RLConfig.from_mapping(raw.get("rl") or {})
     optim = OptimConfig.from_mapping(raw.get("optim") or {})
     task = Task(rl.task)
@@ -77,6 +79,13 @@ def resolve(raw: dict[str, Any], n_devices: int) -> RLSpec:
         model = ModelConfig.from_mapping(raw.get("model") or {})
     # seq_len is only the attention context of the FLOP formula: the window the model sees.
     model = dataclasses.replace(model, seq_len=task.seq_len - 1)
+    fields = fingerprint_fields(model.to_dict(), dataclasses.asdict(optim), to_plain(raw.get("rl") or {}))
+    return rl, optim, model, fields
+
+
+def resolve(raw: dict[str, Any], n_devices: int) -> RLSpec:
+    """Validate the whole config (no compile). Raises ConfigError naming the bad key."""
+    rl, optim, model, fields = _configs(raw)
     if model.vocab_size < 128:
         raise ConfigError(
             f"model.vocab_size={model.vocab_size}: RL tasks use ASCII byte tokens, "
@@ -90,7 +99,6 @@ def resolve(raw: dict[str, Any], n_devices: int) -> RLSpec:
         )
     sizes = resolve_axis_sizes([sh.get("data", 1), sh.get("fsdp", 1), sh.get("tensor", 1)], n_devices)
     _check_batch_shards(rl, sizes[0] * sizes[1])
-    fields = fingerprint_fields(model.to_dict(), dataclasses.asdict(optim), to_plain(raw.get("rl") or {}))
     return RLSpec(
         model,
         rl,
@@ -123,7 +131,7 @@ class RLState:
     """What the run has done so far: the counters checkpoints store and the summary reports, kept
     current so that a failure at any point still writes a `failed` summary."""
 
-    summary_base: dict[str, Any] = dataclasses.field(default_factory=dict)
+    summary_base: RunSummary = dataclasses.field(default_factory=RunSummary)  # fields known so far
     wall_prev: float = 0.0  # wall time of earlier sessions (from the checkpoint)
     wall0: float = 0.0  # time.time() at which this run's wall clock reads 0
     prompts_seen: int = 0
@@ -163,35 +171,30 @@ class RLLoop:
     stopped_at: int | None = None  # the step a preempted run saved and stopped after
 
 
-def run(cfg: Any, run_dir: Path) -> dict[str, Any]:
-    """Run (or resume, or skip if completed) the RL run described by `cfg` in `run_dir`."""
+def run(cfg: Any, run_dir: Path) -> RunSummary:
+    """Run (or resume, or skip if completed) the RL run described by `cfg` in `run_dir`; a
+    completed run of another config there is a ConfigError (the trainer's check)."""
     run_dir, state = Path(run_dir), RLState()
-
-    def completed() -> dict[str, Any] | None:
-        done = RunDir(run_dir).read_summary_dict()
-        return done if done and done.get("status") == RunStatus.COMPLETED else None
-
     return loop_core.run_resumable(
         run_dir,
         cfg,
         lambda raw, guard, t_start: _run(raw, run_dir, state, guard),
-        completed=completed,
+        completed=lambda: completed_summary(run_dir, lambda: _configs(to_plain(cfg))[3]),
         done_line=lambda done: (
-            f"RL run in {run_dir} already completed (final pass rate {done.get('final_pass_rate')}); "
-            "nothing to do"
+            f"RL run in {run_dir} already completed (final pass rate {done.final_pass_rate}); nothing to do"
         ),
         known_so_far=lambda: (state.summary_base, state.wall_prev),
         vote_lag=0,  # the RL step is synchronous: the stop vote is read at once
     )
 
 
-def _run(raw: dict[str, Any], run_dir: Path, state: RLState, guard: PreemptionGuard) -> dict[str, Any]:
+def _run(raw: dict[str, Any], run_dir: Path, state: RLState, guard: PreemptionGuard) -> RunSummary:
     """Validate, build, start (restore or initial policy), train, summarise."""
     spec = resolve(raw, len(jax.devices()))
     loop = _build_loop(spec, run_dir, state)
     loop.guard = guard
     _start(loop, run_dir)
-    state.summary_base.update(init=loop.init_info, start_check=state.start_check)
+    state.summary_base = state.summary_base.replace(init=loop.init_info, start_check=state.start_check)
     _log_header(loop)
     state.wall0 = time.time() - state.wall_prev
     if loop.start == 0:
@@ -246,33 +249,33 @@ def _build_loop(spec: RLSpec, run_dir: Path, state: RLState) -> RLLoop:
     )
 
 
-def _summary_base(spec: RLSpec, sf: StepFlops, ef: float) -> dict[str, Any]:
-    """summary.json's fields known before the run starts."""
+def _summary_base(spec: RLSpec, sf: StepFlops, ef: float) -> RunSummary:
+    """summary.json's fields known before the run starts (each one written, null included)."""
     rl, model = spec.rl, spec.model
-    return {
-        "status": None,
-        "n_params": param_count(model),
-        "n_params_non_embedding": non_embedding_param_count(model),
-        "model": model.to_dict(),
-        "task": dataclasses.asdict(rl.task),
-        "algo": dataclasses.asdict(rl.algo),
-        "steps": rl.steps,
-        "prompts_per_step": rl.prompts_per_step,
-        "group_size": rl.group_size,
-        "seed": rl.seed,
-        "prompts_per_pass": rl.task.train_pool or None,
-        "flops_per_step": dataclasses.asdict(sf) | {"total": sf.total},
-        "flops_per_eval": ef,
-        "config_fingerprint": spec.fingerprint,
-        "config_fields": spec.fields,
-        "mesh": {
+    return RunSummary.of(
+        status=None,
+        n_params=param_count(model),
+        n_params_non_embedding=non_embedding_param_count(model),
+        model=model.to_dict(),
+        task=dataclasses.asdict(rl.task),
+        algo=dataclasses.asdict(rl.algo),
+        steps=rl.steps,
+        prompts_per_step=rl.prompts_per_step,
+        group_size=rl.group_size,
+        seed=rl.seed,
+        prompts_per_pass=rl.task.train_pool or None,
+        flops_per_step=dataclasses.asdict(sf) | {"total": sf.total},
+        flops_per_eval=ef,
+        config_fingerprint=spec.fingerprint,
+        config_fields=spec.fields,
+        mesh={
             "data": spec.mesh_sizes[0],
             "fsdp": spec.mesh_sizes[1],
             "tensor": spec.mesh_sizes[2],
             "devices": int(np.prod(spec.mesh_sizes)),
             "platform": jax.devices()[0].platform,
         },
-    }
+    )
 
 
 def _start(loop: RLLoop, run_dir: Path) -> None:
@@ -333,7 +336,7 @@ def _log_header(loop: RLLoop) -> None:
     """One line: model, task, run length, algorithm and FLOPs per step."""
     rl, task = loop.spec.rl, loop.task
     _log(
-        f"RL: {loop.state.summary_base['n_params']:,} params | task {rl.task.name} (prompt "
+        f"RL: {loop.state.summary_base.n_params:,} params | task {rl.task.name} (prompt "
         f"{task.prompt_len} + completion {task.completion_len} tokens) | {rl.steps} steps x "
         f"{rl.prompts_per_step} prompts x {rl.group_size} samples | algo {rl.algo.name} "
         f"({rl.algo.advantage} adv, {rl.algo.loss}, {rl.algo.aggregation} agg, "
@@ -464,14 +467,13 @@ def _rl_steps(loop: RLLoop) -> RunStatus:
     return loop_core.run_steps(body, hooks, StepState(start=loop.start, total=rl.steps), loop.guard, _log)
 
 
-def _write_summary(loop: RLLoop, run_dir: Path, status: RunStatus) -> dict[str, Any]:
+def _write_summary(loop: RLLoop, run_dir: Path, status: RunStatus) -> RunSummary:
     """summary.json (one atomic write) from the last evaluation and the counters, and the
     closing console line."""
     state = loop.state
     last = state.last_eval or {}
     steps_done = loop.stopped_at if loop.stopped_at is not None else last.get("step", loop.start)
-    summary = dict(
-        state.summary_base,
+    summary = state.summary_base.replace(
         status=status,
         steps_done=steps_done,
         prompts_seen=state.prompts_seen,
@@ -486,10 +488,10 @@ def _write_summary(loop: RLLoop, run_dir: Path, status: RunStatus) -> dict[str, 
         wall_time_s=state.wall(),
     )
 
-    def line(s: dict[str, Any]) -> str:
+    def line(s: RunSummary) -> str:
         return (
-            f"{status}: final held-out pass@1 {s['final_pass_rate']} after {s['steps_done']} "
-            f"steps, {s['flops'] or 0:.3g} RL FLOPs, {s['wall_time_s']:.0f}s"
+            f"{status}: final held-out pass@1 {s.final_pass_rate} after {s.steps_done} "
+            f"steps, {s.flops or 0:.3g} RL FLOPs, {s.wall_time_s:.0f}s"
         )
 
     return loop_core.write_summary(

@@ -19,21 +19,21 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 import experiments.train.config  # noqa: F401 - registers the config schemas (imports no JAX)
-from experiments.cli import RunFn, hydra_job, run_cli, start_run
-from experiments.rundir import completed_summary, register_run_name, train_run_name
+from experiments.cli import JobResult, RunFn, hydra_job, run_cli, start_run
+from experiments.rundir import completed_summary, fingerprint_fields, register_run_name, train_run_name
 from models.base.packs import MANIFEST_KEY
-from models.base.rundir import RunStatus
+from models.base.rundir import RunStatus, RunSummary
 
 # `${scalelab.train_run:}` in conf/config.yaml's hydra.run.dir; registered before Hydra composes.
 register_run_name("scalelab.train_run", train_run_name)
 
 
 @hydra.main(config_path="../../conf", config_name="config", version_base=None)
-def main(cfg: DictConfig) -> dict:
+def main(cfg: DictConfig) -> JobResult:
     return hydra_job(cfg, train)
 
 
-def train(cfg: DictConfig, run_dir: Path, multirun: bool) -> dict:
+def train(cfg: DictConfig, run_dir: Path, multirun: bool) -> JobResult:
     """The contract above, for the composed `cfg` in `run_dir`; a pack job (`pack.manifest`, set
     by the sweeper's `sweep.pack` or `hydra/launcher=packed`) trains its members instead."""
     manifest = OmegaConf.select(cfg, MANIFEST_KEY)
@@ -44,14 +44,14 @@ def train(cfg: DictConfig, run_dir: Path, multirun: bool) -> dict:
     return start_run(cfg, run_dir, multirun, "training", _load_run, lambda raw: _completed(run_dir, raw))
 
 
-def _completed(run_dir: Path, raw: Mapping[str, Any]) -> dict[str, Any] | None:
+def _completed(run_dir: Path, raw: Mapping[str, Any]) -> RunSummary | None:
     """The summary of this config's completed run in `run_dir` (said on the console), or None;
     ValueError for a completed run of another config."""
-    done = completed_summary(run_dir, raw)
+    done = completed_summary(run_dir, lambda: fingerprint_fields(raw))
     if done is not None:
         print(
             f"run in {run_dir} already completed (status {RunStatus.COMPLETED.value}, "
-            f"{done.get('tokens')} tokens, final eval loss {done.get('final_eval_loss')}); nothing to do",
+            f"{done.tokens} tokens, final eval loss {done.final_eval_loss}); nothing to do",
             flush=True,
         )
     return done

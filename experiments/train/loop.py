@@ -10,7 +10,7 @@ Order of work: completed-run check -> distributed init (experiments/loop_core.py
 held-out split) -> mesh + compiled steps -> restore latest checkpoint (if any) -> train steps
 (loop_core.run_steps) with their periodic actions: preemption check, eval (loss and tasks),
 checkpoint -> final eval + checkpoint -> atomic summary.json (loop_core.write_summary).
-Exit status lives in summary["status"] (models.base.rundir.RunStatus): completed | diverged |
+The summary is a models.base.rundir.RunSummary; its `status` (RunStatus): completed | diverged |
 failed | preempted (SIGTERM, SIGUSR1 or SIGUSR2 reached the run: it saved a checkpoint after the
 step in flight and stopped; experiments/preemption.py).
 """
@@ -33,7 +33,7 @@ import numpy as np
 from experiments import loop_core
 from experiments.loop_core import Diverged, StepState
 from experiments.preemption import PreemptionGuard
-from experiments.rundir import completed_summary
+from experiments.rundir import completed_summary, fingerprint_fields
 from experiments.train.checkpoint import Checkpointer
 from experiments.train.config import RunSpec, resolve_config
 from experiments.train.corpus import BatchSampler, eval_sampler, load_corpus
@@ -54,6 +54,7 @@ from models.base.rundir import (
     TIME_KINDS,
     RunRole,
     RunStatus,
+    RunSummary,
     read_metrics,
 )
 from models.flops import MFU_CAUSAL
@@ -330,10 +331,10 @@ def _corpus(spec: RunSpec) -> Any:
         return _CORPORA[key]
 
 
-def run(cfg: Any, run_dir: Path, packed_with: list[str] | None = None) -> dict[str, Any]:
+def run(cfg: Any, run_dir: Path, packed_with: list[str] | None = None) -> RunSummary:
     """Train (or resume, or skip if completed) the run described by `cfg` in `run_dir`.
 
-    Returns the summary dict (also written to run_dir/summary.json). Raises ConfigError for bad
+    Returns the summary (also written to run_dir/summary.json). Raises ConfigError for bad
     configuration (after writing a `failed` summary), and re-raises unexpected errors likewise.
     `packed_with`: the run ids of the pack this run trains in (summary.json `packed_with`).
     """
@@ -342,44 +343,45 @@ def run(cfg: Any, run_dir: Path, packed_with: list[str] | None = None) -> dict[s
         run_dir,
         cfg,
         lambda raw, guard, t_start: _run(raw, run_dir, t_start, state, guard),
-        completed=lambda: completed_summary(run_dir, cfg),
+        completed=lambda: completed_summary(run_dir, lambda: fingerprint_fields(cfg)),
         done_line=lambda done: (
-            f"run in {run_dir} already completed ({done.get('tokens')} tokens, final eval loss "
-            f"{done.get('final_eval_loss')}); nothing to do"
+            f"run in {run_dir} already completed ({done.tokens} tokens, final eval loss "
+            f"{done.final_eval_loss}); nothing to do"
         ),
         known_so_far=lambda: (_summary_base(state), state.wall_prev) if state.is_main else None,
         vote_lag=1,  # the stop vote never stalls the step pipeline
     )
 
 
-def _summary_base(state: RunState) -> dict[str, Any]:
-    """summary.json's fields known so far (status and wall time are set by the caller)."""
-    s: dict[str, Any] = {
-        "status": None,
-        "n_params": None,
-        "n_params_non_embedding": None,
-        "tokens": state.tokens,
-        "flops": state.flops,
-        "final_train_loss": state.train_loss,
-        "final_eval_loss": state.eval_loss,
-        "tokens_per_s": state.tokens_per_s,
-        "mfu": state.mfu,
-        "mfu_convention": MFU_CAUSAL,
-        "peak_flops_per_device": state.peak,
-        "peak_flops_source": state.peak_source,
-        "mesh": state.mesh,
-        "corpus": state.corpus,
-        "unique_tokens": state.unique_tokens,
-        "epochs": state.tokens / state.unique_tokens if state.unique_tokens else None,
-        "wall_time_s": None,
-        "steps_done": state.step,
-        "task_metrics": state.task_metrics or {},
-    }
+def _summary_base(state: RunState) -> RunSummary:
+    """summary.json's fields known so far (status and wall time are set by the caller); each
+    one written, null while unknown."""
+    s = RunSummary.of(
+        status=None,
+        n_params=None,
+        n_params_non_embedding=None,
+        tokens=state.tokens,
+        flops=state.flops,
+        final_train_loss=state.train_loss,
+        final_eval_loss=state.eval_loss,
+        tokens_per_s=state.tokens_per_s,
+        mfu=state.mfu,
+        mfu_convention=MFU_CAUSAL,
+        peak_flops_per_device=state.peak,
+        peak_flops_source=state.peak_source,
+        mesh=state.mesh,
+        corpus=state.corpus,
+        unique_tokens=state.unique_tokens,
+        epochs=state.tokens / state.unique_tokens if state.unique_tokens else None,
+        wall_time_s=None,
+        steps_done=state.step,
+        task_metrics=state.task_metrics or {},
+    )
     if state.packed_with:
-        s["packed_with"] = list(state.packed_with)
+        s = s.replace(packed_with=list(state.packed_with))
     spec = state.spec
     if spec is not None:
-        s.update(
+        s = s.replace(
             n_params=spec.n_params,
             n_params_non_embedding=spec.n_params_non_embedding,
             steps=spec.steps,
@@ -392,19 +394,20 @@ def _summary_base(state: RunState) -> dict[str, Any]:
         )
         train = spec.train
         if train.branch_points:
-            s["role"] = RunRole.TRUNK
+            s = s.replace(role=RunRole.TRUNK)
         if train.branch_from is not None:
-            s["trunk"] = Path(train.branch_from).name
-            s["branch_step"] = train.branch_step
-            s["marginal_flops"] = float(
-                (spec.steps - train.branch_step) * spec.tokens_per_step * spec.flops_per_token
+            branch_tokens = (spec.steps - train.branch_step) * spec.tokens_per_step
+            s = s.replace(
+                trunk=Path(train.branch_from).name,
+                branch_step=train.branch_step,
+                marginal_flops=float(branch_tokens * spec.flops_per_token),
             )
     return s
 
 
 def _run(
     raw: dict[str, Any], run_dir: Path, t_start: float, state: RunState, guard: PreemptionGuard
-) -> dict[str, Any]:
+) -> RunSummary:
     """Validate, build, restore, train, summarise: the order of work in the module docstring."""
     startup = _claim_startup(t_start)
     spec = resolve_config(raw)  # all validation, before any compile
@@ -836,7 +839,7 @@ def _log_progress(loop: Loop, rec: dict[str, Any], force: bool) -> None:
     )
 
 
-def _write_summary(loop: Loop, status: RunStatus) -> dict[str, Any]:
+def _write_summary(loop: Loop, status: RunStatus) -> RunSummary:
     """Final throughput and MFU of this session, then summary.json (one atomic write, process 0)
     and the closing console line."""
     spec, state = loop.spec, loop.state
@@ -854,19 +857,18 @@ def _write_summary(loop: Loop, status: RunStatus) -> dict[str, Any]:
     tps = loop.clock.tokens_per_s()
     state.tokens_per_s = tps
     state.mfu = loop.mfu(tps) if tps and state.peak == state.peak else None
-    summary = _summary_base(state)
-    summary.update(
+    summary = _summary_base(state).replace(
         status=status,
         wall_time_s=state.wall_prev + time.time() - loop.t_start,
         compile_time_s=loop.times.compile,
         time_s=loop.time_split(),
     )
 
-    def line(s: dict[str, Any]) -> str:
+    def line(s: RunSummary) -> str:
         return (
-            f"{status}: {s['tokens']:,} tokens, final train loss {s['final_train_loss']}, "
-            f"eval loss {s['final_eval_loss']}, {tps or 0:,.0f} tok/s, "
-            f"mfu {s['mfu'] or float('nan'):.3f} ({MFU_CAUSAL}), {s['wall_time_s']:.1f}s"
+            f"{status}: {s.tokens:,} tokens, final train loss {s.final_train_loss}, "
+            f"eval loss {s.final_eval_loss}, {tps or 0:,.0f} tok/s, "
+            f"mfu {s.mfu or float('nan'):.3f} ({MFU_CAUSAL}), {s.wall_time_s:.1f}s"
         )
 
     resumed_from = loop.start if loop.resumed else None

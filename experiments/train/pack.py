@@ -38,7 +38,7 @@ from experiments import preemption
 from experiments.rundir import RunDirBusy, exclusive_run_dir, log_path
 from models.base.errors import ConfigError
 from models.base.packs import Member, read_manifest
-from models.base.rundir import HYDRA_CONFIG, HYDRA_OVERRIDES, RunStatus
+from models.base.rundir import HYDRA_CONFIG, HYDRA_OVERRIDES, RunStatus, RunSummary
 
 TRAIN_JOB = "train"  # the trainer's Hydra job name (conf/config.yaml): members log to <run dir>/train.log
 MEMORY_FRACTION = 0.5  # of available memory that concurrent members may hold together
@@ -133,7 +133,7 @@ def _write_hydra_files(m: Member) -> None:
     OmegaConf.save(OmegaConf.create(list(m.overrides)), m.run_dir / HYDRA_OVERRIDES)
 
 
-def _train_member(m: Member, ids: list[str], routing: _Routing) -> dict[str, Any]:
+def _train_member(m: Member, ids: list[str], routing: _Routing) -> RunSummary:
     """One member, like `python -m experiments.train` in a multirun job: its status, never an
     exception (a failure is written to its summary.json and returned)."""
     from experiments.train.loop import run  # JAX: only once there is a pack to train
@@ -145,10 +145,10 @@ def _train_member(m: Member, ids: list[str], routing: _Routing) -> dict[str, Any
                 return run(m.config, m.run_dir, packed_with=ids)
         except RunDirBusy as e:
             print(f"error: {e}", file=sys.stderr, flush=True)
-            return {"status": RunStatus.FAILED.value, "error": str(e)}
+            return RunSummary.of(status=RunStatus.FAILED, error=str(e))
         except Exception as e:  # noqa: BLE001 - written to its summary.json by the loop; the others go on
             print(f"error: training failed: {type(e).__name__}: {str(e)[:300]}", file=sys.stderr, flush=True)
-            return {"status": RunStatus.FAILED.value, "error": f"{type(e).__name__}: {e}"}
+            return RunSummary.of(status=RunStatus.FAILED, error=f"{type(e).__name__}: {e}")
 
 
 def _cpu_cap() -> int:
@@ -191,12 +191,12 @@ def concurrency_for(per_member_bytes: int | None, wanted: int, available: int | 
     return max(1, min(wanted, int(MEMORY_FRACTION * available // per_member_bytes)))
 
 
-def run_pack(members: Sequence[Member], concurrency: int | None = None) -> list[dict[str, Any]]:
+def run_pack(members: Sequence[Member], concurrency: int | None = None) -> list[RunSummary]:
     """Train `members` (their summaries, in order), at most `concurrency` at a time (default
     all), capped by memory once the first member has compiled the pack's program."""
     ids = [m.run_id for m in members]
     wanted = min(len(members) if concurrency is None else max(1, int(concurrency)), _cpu_cap())
-    results: list[dict[str, Any] | None] = [None] * len(members)
+    results: list[RunSummary | None] = [None] * len(members)
     print(f"pack of {len(members)} runs, up to {wanted} at a time: {', '.join(ids)}", flush=True)
     with preemption.PreemptionGuard() as guard, _Routing() as routing:
         preemption.share(guard)  # members' guards (their own threads) read this one's signals
@@ -209,7 +209,7 @@ def run_pack(members: Sequence[Member], concurrency: int | None = None) -> list[
                 gate = threading.Semaphore(k - 1)  # member 0 holds the k-th place
                 first.add_done_callback(lambda _: gate.release())
 
-                def gated(m: Member) -> dict[str, Any]:
+                def gated(m: Member) -> RunSummary:
                     with gate:
                         return _train_member(m, ids, routing)
 
@@ -220,7 +220,7 @@ def run_pack(members: Sequence[Member], concurrency: int | None = None) -> list[
             preemption.share(None)
     if guard.requested:
         guard.hand_over()
-    return [r or {} for r in results]
+    return [r if r is not None else RunSummary() for r in results]
 
 
 PROGRAM_POLL_S = 0.05  # how often the pack looks whether its first member has compiled
@@ -254,4 +254,4 @@ def pack_job(manifest: str | os.PathLike) -> dict[str, Any]:
     returns `{"pack": [{run_id, status}, ...]}` (each member's details are in its directory)."""
     members, concurrency = read_manifest(Path(manifest))
     out = run_pack(members, concurrency)
-    return {"pack": [{"run_id": m.run_id, "status": str(r.get("status"))} for m, r in zip(members, out)]}
+    return {"pack": [{"run_id": m.run_id, "status": str(r.status)} for m, r in zip(members, out)]}

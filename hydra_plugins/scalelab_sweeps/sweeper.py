@@ -507,8 +507,8 @@ def _record_result(job: dict, ret: JobReturn, sweep_dir: pathlib.Path) -> None:
         rec["status_after"] = read_status(sweep_dir / rec["run_dir"])
         if ret.status == JobStatus.FAILED:
             rec["error"] = str(value)
-        elif isinstance(value, dict) and value.get("error"):
-            rec["error"] = str(value["error"])
+        elif getattr(value, "error", None):  # a run's RunSummary (a pack job's result has none)
+            rec["error"] = str(value.error)
 
 
 def _fit_hparams(sweep_dir: pathlib.Path) -> pathlib.Path:

@@ -133,7 +133,9 @@ class RunSummary:
     keys the file had, so `from_json(...).to_json()` writes the same keys back (a null stays a
     null, an absent key stays absent). Non-finite floats are written as null (strict JSON).
 
-    Build one from a dict with `from_json(dict)`; `as_dict()` is the dict on disk."""
+    The trainers build theirs with `of(field=value, ...)` and update it with `replace(...)`;
+    readers get one from `RunDir.read_summary()` (or `from_json(path or dict)`); `as_dict()` is
+    the dict on disk."""
 
     # -- every run
     status: RunStatus | str | None = None  # RunStatus; a word it does not know is kept as is
@@ -203,6 +205,12 @@ class RunSummary:
     def field_names(cls) -> tuple[str, ...]:
         """The summary.json keys this version knows (the fields less `extra` and `present`)."""
         return tuple(f.name for f in dataclasses.fields(cls) if f.name not in cls._BOOKKEEPING)
+
+    @classmethod
+    def of(cls, **fields: Any) -> "RunSummary":
+        """A summary of `fields` (field names only: TypeError for another), each one written even
+        when None (as null), as the trainers have always written the fields they know of."""
+        return dataclasses.replace(cls(**fields), present=frozenset(fields))
 
     @classmethod
     def from_json(cls, source: str | os.PathLike | Mapping[str, Any]) -> "RunSummary":
@@ -433,15 +441,10 @@ class RunDir:
         return any((self.path / m).is_file() for m in MARKERS)
 
     # -- summary
-    def read_summary_dict(self) -> dict[str, Any] | None:
-        """summary.json as its dict, or None when missing or not a JSON object."""
-        data = read_json(self.summary_path)
-        return data if isinstance(data, dict) else None
-
     def read_summary(self) -> RunSummary | None:
-        """summary.json as a RunSummary, or None when missing or not a JSON object."""
-        data = self.read_summary_dict()
-        return None if data is None else RunSummary.from_json(data)
+        """summary.json as a RunSummary, or None when missing, unreadable or not a JSON object."""
+        data = read_json(self.summary_path)
+        return RunSummary.from_json(data) if isinstance(data, dict) else None
 
     def write_summary(self, summary: RunSummary | Mapping[str, Any]) -> None:
         """summary.json, written atomically through the strict JSON writer."""
@@ -454,10 +457,10 @@ class RunDir:
         """How the run ended (RunStatus), or what a reader finds instead: UNFINISHED (no
         summary.json), CORRUPT_SUMMARY (not a JSON object), UNKNOWN (no status this version
         knows)."""
-        data = self.read_summary_dict()
-        if data is None:
+        summary = self.read_summary()
+        if summary is None:
             return ReadStatus.UNFINISHED if not self.summary_path.exists() else ReadStatus.CORRUPT_SUMMARY
-        return RunStatus.parse(data.get("status")) or ReadStatus.UNKNOWN
+        return summary.run_status or ReadStatus.UNKNOWN
 
     # -- metrics
     def metrics(self) -> MetricRecords:
