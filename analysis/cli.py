@@ -8,7 +8,6 @@ thing on stdout: its human-readable lines are sent to stderr while it runs.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import importlib
 import importlib.metadata
 import pathlib
@@ -17,7 +16,7 @@ import re
 import sys
 
 from analysis import commands
-from analysis.commands._options import json_to_stdout
+from analysis.commands._options import json_stdout_only, json_to_stdout
 from models.base.errors import AnalysisError
 
 DESCRIPTION = "scalelab analysis: fit scaling laws to training runs, forecast loss curves, plan runs."
@@ -92,10 +91,9 @@ def _command_word(argv: list[str]) -> str | None:
     return next((a for a in argv if not a.startswith("-")), None)
 
 
-def _check_json_destination(args: argparse.Namespace) -> None:
+def _check_json_destination(path: str | None) -> None:
     """Fail before the (possibly long) work when `--json` names a folder that does not exist."""
-    path = getattr(args, "json", None)
-    if path is None or str(path) == "-":
+    if path is None or json_to_stdout(path):
         return
     parent = pathlib.Path(path).parent
     if not parent.is_dir():
@@ -103,11 +101,12 @@ def _check_json_destination(args: argparse.Namespace) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    _check_json_destination(args)
-    if not json_to_stdout(args):
+    """Run the parsed command line's command (its `func` builds the command's typed options)."""
+    json_path = getattr(args, "json", None)
+    _check_json_destination(json_path)
+    if not json_to_stdout(json_path):
         return int(args.func(args) or 0)
-    args.stdout = sys.stdout
-    with contextlib.redirect_stdout(sys.stderr):
+    with json_stdout_only():
         return int(args.func(args) or 0)
 
 

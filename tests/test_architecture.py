@@ -11,6 +11,9 @@ so the table cannot hide a cycle between packages.
 `test_contract_catches_a_forbidden_import` shows that the check can fail: it copies the tree,
 adds a module that breaks the contract (an upward import, or `analysis.laws` importing the
 training code that sits below it) and expects exactly that violation to be reported.
+`test_commands_import_no_command` adds one rule inside a unit: a subcommand module of
+`analysis.commands` imports no other subcommand (what they share lives in an analysis unit or in
+a `_`-prefixed module such as `_options`); a planted one is caught the same way.
 """
 
 from __future__ import annotations
@@ -80,6 +83,14 @@ MAY_IMPORT: dict[str, frozenset[str]] = {
             "analysis.hparams",
             "experiments.train",
         ),
+        # layout rows -> cost-model predictions; the cost model refitted to measured rows or a sweep
+        "analysis.layouts": (
+            BASE,
+            "sharding",
+            "analysis.validation",
+            "analysis.runs",
+            "analysis.planning",
+        ),
         "analysis.report": (
             BASE,
             "models",
@@ -106,6 +117,7 @@ MAY_IMPORT: dict[str, frozenset[str]] = {
             "analysis.hparams",
             "analysis.report",
             "analysis.backtest",
+            "analysis.layouts",
         ),
         "analysis.cli": (BASE, "analysis.commands"),
         "analysis.__main__": ("analysis.cli",),
@@ -164,6 +176,24 @@ def forbidden_imports(graph: dict[str, set[str]]) -> list[str]:
     return sorted(out)
 
 
+COMMANDS = "analysis.commands"
+
+
+def is_command(module: str) -> bool:
+    """A subcommand module: `analysis.commands.<name>`, `<name>` not starting with `_` (those hold
+    what commands share, such as the option definitions in `_options`)."""
+    head, _, name = module.rpartition(".")
+    return head == COMMANDS and not name.startswith("_")
+
+
+def command_imports(graph: dict[str, set[str]]) -> list[str]:
+    """Every import of a command by another command, as `a imports b`: what two commands share
+    lives in an analysis unit or a `_`-prefixed module of analysis.commands."""
+    return sorted(
+        f"{m} imports {d}" for m, deps in graph.items() if is_command(m) for d in deps if is_command(d)
+    )
+
+
 def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     """Strongly connected components of more than one module (Tarjan), ignoring a package and
     its own submodules (a package `__init__` that re-exports is not a cycle of the design)."""
@@ -216,6 +246,10 @@ def test_the_contract_is_a_dag():
 
 def test_no_import_cycles():
     assert import_cycles(import_graph(ROOT)) == []
+
+
+def test_commands_import_no_command():
+    assert command_imports(import_graph(ROOT)) == []
 
 
 def test_training_code_never_imports_analysis():
@@ -275,6 +309,26 @@ def test_contract_catches_a_forbidden_import(tmp_path, culprit, source, expected
         set(forbidden_imports(import_graph(tmp_path))) - set(forbidden_imports(import_graph(ROOT)))
     )
     assert len(found) == 1 and found[0].startswith(expected), found
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "from analysis.commands.fit import run  # planted\n",
+        "def f():\n    from analysis.commands import layout_eval\n",
+    ],
+)
+def test_contract_catches_a_command_importing_a_command(tmp_path, source):
+    for k in PACKAGES:
+        shutil.copytree(ROOT / k, tmp_path / k, ignore=shutil.ignore_patterns("__pycache__"))
+    planted = tmp_path / "analysis" / "commands" / "oops_planted.py"
+    planted.write_text(source)
+    found = sorted(set(command_imports(import_graph(tmp_path))) - set(command_imports(import_graph(ROOT))))
+    assert len(found) == 1, found
+    assert found[0].startswith("analysis.commands.oops_planted imports analysis.commands."), found
+    # a module the commands share (`_`-prefixed) may be imported by every command
+    planted.write_text("from analysis.commands import _options\n")
+    assert command_imports(import_graph(tmp_path)) == command_imports(import_graph(ROOT))
 
 
 def test_contract_catches_a_cycle(tmp_path):

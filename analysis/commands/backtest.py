@@ -10,9 +10,21 @@ fit-curve does). Prints a table; --json, --markdown and --figure write the same 
 
 from __future__ import annotations
 
+import argparse
+import dataclasses
 import pathlib
+import warnings
 
-from analysis.commands._options import add_json_argument, emit_json
+from analysis.commands._options import (
+    CommandOptions,
+    add_bootstrap_argument,
+    add_json_argument,
+    add_seed_argument,
+    emit_json,
+)
+from models.base.errors import AnalysisError
+from models.base.jaxcache import enable_compile_cache
+from models.base.jsonio import write_text_atomic
 
 
 def register(subparsers) -> None:
@@ -48,53 +60,59 @@ def register(subparsers) -> None:
         metavar="E",
         help="epochs: hide runs of more epochs (default 4)",
     )
-    p.add_argument(
-        "--bootstrap", type=int, default=100, help="bootstrap resamples per candidate fit (default 100)"
-    )
-    p.add_argument("--seed", type=int, default=0, help="bootstrap and interval seed (default 0)")
+    add_bootstrap_argument(p, 100, "per candidate fit")
+    add_seed_argument(p)
     p.add_argument("--markdown", metavar="PATH", help="write the table as Markdown")
     p.add_argument("--figure", metavar="PATH", help="draw predicted against actual per method (PNG/PDF/SVG)")
     add_json_argument(p, "the backtest: protocol, cut, methods")
     p.set_defaults(func=run)
 
 
-def run(args) -> int:
-    import dataclasses
-    import warnings
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class BacktestOptions(CommandOptions):
+    data: str
+    protocol: str
+    holdout_above: float | None
+    holdout_above_n: float | None
+    holdout_epochs_above: float
+    bootstrap: int
+    seed: int
+    markdown: str | None
+    figure: str | None
 
+
+def run(args: argparse.Namespace) -> int:
+    opts = BacktestOptions.from_args(args)
+    # pandas, JAX and the fits load here, not at import, so `python -m analysis --help` stays fast.
     from analysis import backtest
     from analysis.backtest import render
-    from models.base.errors import AnalysisError
-    from models.base.jaxcache import enable_compile_cache
-    from models.base.jsonio import write_text_atomic
 
-    if args.bootstrap < 0:
-        raise AnalysisError(f"--bootstrap must be >= 0, got {args.bootstrap}")
-    for flag in ("markdown", "figure"):
-        path = getattr(args, flag)
+    if opts.bootstrap < 0:
+        raise AnalysisError(f"--bootstrap must be >= 0, got {opts.bootstrap}")
+    for flag, path in (("markdown", opts.markdown), ("figure", opts.figure)):
         if path and not pathlib.Path(path).parent.is_dir():
             raise AnalysisError(f"--{flag}: directory {pathlib.Path(path).parent} does not exist")
     enable_compile_cache()
     opt = backtest.Options(
-        holdout_above=args.holdout_above,
-        holdout_above_n=args.holdout_above_n,
-        holdout_epochs_above=args.holdout_epochs_above,
-        bootstrap=args.bootstrap,
-        seed=args.seed,
+        holdout_above=opts.holdout_above,
+        holdout_above_n=opts.holdout_above_n,
+        holdout_epochs_above=opts.holdout_epochs_above,
+        bootstrap=opts.bootstrap,
+        seed=opts.seed,
     )
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        bt = backtest.run(args.data, args.protocol, opt)
+        bt = backtest.run(opts.data, opts.protocol, opt)
     seen = dict.fromkeys(
         str(w.message).splitlines()[0] for w in caught if issubclass(w.category, UserWarning)
     )
     bt = dataclasses.replace(bt, warnings=tuple(bt.warnings) + tuple(seen))
     print(render.text(bt))
-    if args.markdown:
-        write_text_atomic(args.markdown, render.markdown(bt))
-        print(f"wrote {args.markdown}")
-    if args.figure:
-        render.figure(bt, args.figure)
-        print(f"wrote {args.figure}")
-    emit_json(args, bt.to_dict())
+    if opts.markdown:
+        write_text_atomic(opts.markdown, render.markdown(bt))
+        print(f"wrote {opts.markdown}")
+    if opts.figure:
+        render.figure(bt, opts.figure)
+        print(f"wrote {opts.figure}")
+    emit_json(opts.json, bt.to_dict())
     return 0

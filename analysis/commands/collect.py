@@ -14,10 +14,11 @@ warning names any best run at the edge of the swept range.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 import warnings
 
-from analysis.commands._options import add_json_argument, emit_json
+from analysis.commands._options import CommandOptions, add_json_argument, emit_json
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -55,38 +56,49 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class CollectOptions(CommandOptions):
+    sweep_dirs: list[str]
+    out: str
+    curves: str | None
+    tasks: str | None
+    include_unfinished: bool
+    no_cache: bool
+
+
 def run(args: argparse.Namespace) -> int:
+    opts = CollectOptions.from_args(args)
     # pandas loads here, not at import, so `python -m analysis --help` stays fast.
     from analysis import runs
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", runs.RunWarning)
         runs_df, curves = runs.load(
-            *args.sweep_dirs, cache_dir=not args.no_cache, include_unfinished=args.include_unfinished
+            *opts.sweep_dirs, cache_dir=not opts.no_cache, include_unfinished=opts.include_unfinished
         )
     for msg in dict.fromkeys(str(w.message) for w in caught if issubclass(w.category, runs.RunWarning)):
         print(f"warning: {msg}", file=sys.stderr)
     df, sel = runs.with_selection(runs.with_roles(runs_df))
     _print_selection(sel)
-    runs.write_table(df, args.out)
-    print(f"wrote {args.out}: {len(df)} run(s), {len(df.columns)} columns (N, D, C, loss first)")
-    if args.curves:
-        runs.write_table(curves, args.curves)
-        print(f"wrote {args.curves}: {len(curves)} rows")
-    if args.tasks:
+    runs.write_table(df, opts.out)
+    print(f"wrote {opts.out}: {len(df)} run(s), {len(df.columns)} columns (N, D, C, loss first)")
+    if opts.curves:
+        runs.write_table(curves, opts.curves)
+        print(f"wrote {opts.curves}: {len(curves)} rows")
+    if opts.tasks:
         tasks = runs.task_table(runs_df, curves)
         if tasks.empty:
             print(
-                f"warning: no run logged task metrics (eval.tasks); {args.tasks} has no rows", file=sys.stderr
+                f"warning: no run logged task metrics (eval.tasks); {opts.tasks} has no rows", file=sys.stderr
             )
-        runs.write_table(tasks, args.tasks)
+        runs.write_table(tasks, opts.tasks)
         print(
-            f"wrote {args.tasks}: {len(tasks)} rows, {tasks['task'].nunique()} task(s) (fit-task LADDER.csv)"
+            f"wrote {opts.tasks}: {len(tasks)} rows, {tasks['task'].nunique()} task(s) (fit-task LADDER.csv)"
         )
     out = {"columns": list(df.columns), "runs": df.to_dict(orient="records")}
     if sel is not None:
         out["hparams"] = sel.to_dict()
-    emit_json(args, out)
+    emit_json(opts.json, out)
     return 0
 
 

@@ -16,9 +16,15 @@ starts and keeps the lowest objective.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 
-from analysis.commands._options import add_json_argument, emit_json
-from analysis.commands.fit import _fixed
+from analysis.commands._options import (
+    CommandOptions,
+    add_fix_argument,
+    add_json_argument,
+    emit_json,
+    parse_fixed,
+)
 
 
 def register(subparsers) -> None:
@@ -33,7 +39,7 @@ def register(subparsers) -> None:
     p.add_argument("--fit", nargs="+", required=True, metavar="CURVE", help="curves to fit (CSV or run dir)")
     p.add_argument("--predict", nargs="*", default=[], metavar="CURVE", help="curves to predict in full")
     p.add_argument("--fit-until", type=int, help="fit only steps <= this; predict the later steps")
-    p.add_argument("--fix", action="append", metavar="NAME=VALUE", help="hold a parameter fixed; repeatable")
+    add_fix_argument(p)
     p.add_argument(
         "--resolution",
         type=int,
@@ -90,26 +96,41 @@ def _print_result(r) -> None:
         print(line)
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class FitCurveOptions(CommandOptions):
+    law: str
+    fit: list[str]  # curves to fit (CSV or run directory)
+    predict: list[str]  # curves to predict in full
+    fit_until: int | None
+    fix: dict[str, float]  # parameters held fixed
+    resolution: int
+    warmup: str
+    warmup_steps: int | None
+    protocol: str | None
+    no_intervals: bool
+
+
 def run(args: argparse.Namespace) -> int:
+    opts = FitCurveOptions.from_args(args, fix=parse_fixed(args.fix))
     # JAX and the fitting code load here, not at import, so `python -m analysis --help` stays fast.
     from analysis.curves.fitting import fit_curve, load_curve
     from analysis.curves.laws import get_curve_law
     from models.base.jaxcache import enable_compile_cache
 
     enable_compile_cache()
-    get_curve_law(args.law)
-    fit = [load_curve(c, warmup=args.warmup, warmup_steps=args.warmup_steps) for c in args.fit]
-    pred = [load_curve(c, warmup=args.warmup, warmup_steps=args.warmup_steps) for c in args.predict]
+    get_curve_law(opts.law)
+    fit = [load_curve(c, warmup=opts.warmup, warmup_steps=opts.warmup_steps) for c in opts.fit]
+    pred = [load_curve(c, warmup=opts.warmup, warmup_steps=opts.warmup_steps) for c in opts.predict]
     r = fit_curve(
         fit,
-        args.law,
+        opts.law,
         predict=pred,
-        fit_until=args.fit_until,
-        fixed=_fixed(args.fix),
-        resolution=args.resolution,
-        intervals=not args.no_intervals,
-        protocol=args.protocol,
+        fit_until=opts.fit_until,
+        fixed=opts.fix,
+        resolution=opts.resolution,
+        intervals=not opts.no_intervals,
+        protocol=opts.protocol,
     )
     _print_result(r)
-    emit_json(args, r.to_dict())
+    emit_json(opts.json, r.to_dict())
     return 0

@@ -17,7 +17,13 @@ import sys
 
 import numpy as np
 
-from analysis.commands._options import add_json_argument, emit_json, json_to_stdout
+from analysis.commands._options import (
+    CommandOptions,
+    add_json_argument,
+    add_seed_argument,
+    emit_json,
+    json_to_stdout,
+)
 from models.base.errors import AnalysisError
 from models.base.jsonio import write_json
 
@@ -64,7 +70,7 @@ def register(subparsers) -> None:
         help="a rung sweeping both optim.lr and train.batch_size: each optimum on its profile (best "
         "over the other; the default) or at the vertex of a 2-D quadratic in (ln lr, ln batch)",
     )
-    p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
+    add_seed_argument(p)
     add_json_argument(p, "the laws, rung optima, holdout, penalty curves and predictions")
     p.set_defaults(func=run)
 
@@ -163,34 +169,47 @@ def report_lines(fit, targets: list[dict] | None) -> list[str]:
     return lines
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class FitHparamsOptions(CommandOptions):
+    data: str  # the runs table
+    param: list[str] | None  # hyperparameter columns (None: every swept one)
+    predict: str | None  # TARGETS.csv
+    form: list[str] | None
+    window: int
+    include_edges: bool
+    joint: str | None
+    seed: int
+
+
 def run(args: argparse.Namespace) -> int:
+    opts = FitHparamsOptions.from_args(args)
     from analysis.hparams.fitting import HparamOptions, fit_hparams
     from analysis.hparams.laws import FORMS
     from analysis.laws.points import read_table
 
-    if args.window < 1:
-        raise AnalysisError(f"--window must be >= 1 (got {args.window})")
-    forms = tuple(args.form) if args.form else tuple(FORMS)
-    targets = _targets(args.predict) if args.predict else None  # bad targets fail before the fit
-    opts = HparamOptions(window=args.window, forms=forms, include_edges=args.include_edges, seed=args.seed)
+    if opts.window < 1:
+        raise AnalysisError(f"--window must be >= 1 (got {opts.window})")
+    forms = tuple(opts.form) if opts.form else tuple(FORMS)
+    targets = _targets(opts.predict) if opts.predict else None  # bad targets fail before the fit
+    hp = HparamOptions(window=opts.window, forms=forms, include_edges=opts.include_edges, seed=opts.seed)
     fit = fit_hparams(
-        read_table(args.data),
-        args.param,
-        dataclasses.replace(opts, joint=args.joint) if args.joint else opts,
+        read_table(opts.data),
+        opts.param,
+        dataclasses.replace(hp, joint=opts.joint) if opts.joint else hp,
     )
     for line in warning_lines(fit):
         print(line, file=sys.stderr)
     out = fit.to_json()
-    out["inputs"] = {"runs": str(args.data), "predict": args.predict}
+    out["inputs"] = {"runs": str(opts.data), "predict": opts.predict}
     if targets is not None:
         out["predictions"] = predictions(fit.laws(), targets)
-    to_file = args.json and not json_to_stdout(args)
+    to_file = opts.json and not json_to_stdout(opts.json)
     if to_file:  # written before the text, so a closed pipe (`| head`) cannot lose it
-        write_json(args.json, out)
+        write_json(opts.json, out)
     for line in report_lines(fit, targets):
         print(line)
     if to_file:
-        print(f"wrote {args.json}")
-    elif args.json:
-        emit_json(args, out)
+        print(f"wrote {opts.json}")
+    elif opts.json:
+        emit_json(opts.json, out)
     return 0

@@ -9,8 +9,9 @@ a ceiling.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 
-from analysis.commands._options import add_json_argument, emit_json
+from analysis.commands._options import CommandOptions, add_json_argument, emit_json
 from models.base.errors import AnalysisError
 
 
@@ -59,34 +60,46 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class FitRLOptions(CommandOptions):
+    inputs: list[str]  # RL run directories or CSVs
+    law: str
+    burn_in: float | None
+    burn_in_frac: float | None
+    r0: str
+    ci: str
+    fit_until_frac: float | None
+
+
 def run(args: argparse.Namespace) -> int:
+    opts = FitRLOptions.from_args(args)
     # JAX-based fitting loads here, not at import, so `python -m analysis --help` stays fast.
     from analysis.rl.curves import load_curve
     from analysis.rl.fitting import FitOptions, fit_recipe
     from analysis.rl.laws import LAWS
     from models.base.jaxcache import enable_compile_cache
 
-    if args.law not in LAWS:
-        raise AnalysisError(f"unknown --law {args.law!r}; choose one of {', '.join(LAWS)}")
-    curves = [load_curve(i) for i in args.inputs]
-    opts = FitOptions(
-        law=args.law,
-        burn_in=args.burn_in,
-        burn_in_frac=args.burn_in_frac,
-        r0=args.r0,
-        ci_method=args.ci,
-        fit_until_frac=args.fit_until_frac,
+    if opts.law not in LAWS:
+        raise AnalysisError(f"unknown --law {opts.law!r}; choose one of {', '.join(LAWS)}")
+    curves = [load_curve(i) for i in opts.inputs]
+    fit_opts = FitOptions(
+        law=opts.law,
+        burn_in=opts.burn_in,
+        burn_in_frac=opts.burn_in_frac,
+        r0=opts.r0,
+        ci_method=opts.ci,
+        fit_until_frac=opts.fit_until_frac,
     )
     enable_compile_cache()
-    res = fit_recipe(curves, opts)
-    print(f"{args.law} fit of {len(curves)} input(s): {res['verdict']}")
-    _print_prediction(res, args.fit_until_frac)
+    res = fit_recipe(curves, fit_opts)
+    print(f"{opts.law} fit of {len(curves)} input(s): {res['verdict']}")
+    _print_prediction(res, opts.fit_until_frac)
     for row in res.get("per_seed", []):
         line = f"  {row['input']}: {row['verdict']}"
         if "prediction" in row:
             line += f"; final |err| {row['prediction']['final_abs_error']:.3f}"
         print(line)
-    emit_json(args, res)
+    emit_json(opts.json, res)
     return 0
 
 

@@ -11,8 +11,15 @@ step2, n_runs, n_points, method, ...}}, "settings"}. See docs/downstream.md.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 
-from analysis.commands._options import add_json_argument, emit_json
+from analysis.commands._options import (
+    CommandOptions,
+    add_bootstrap_argument,
+    add_json_argument,
+    add_seed_argument,
+    emit_json,
+)
 
 
 def register(subparsers) -> None:
@@ -42,18 +49,24 @@ def register(subparsers) -> None:
         "from the smaller ones (the chain, the direct fit, or their average); average, chain or "
         "direct: restrict the choice to that method",
     )
-    p.add_argument(
-        "--bootstrap",
-        type=int,
-        default=200,
-        help="bootstrap resamples of the runs for the intervals (default 200; 0 = none)",
-    )
-    p.add_argument("--seed", type=int, default=0, help="bootstrap and interval seed (default 0)")
+    add_bootstrap_argument(p, 200, "of the runs for the intervals")
+    add_seed_argument(p)
     add_json_argument(p, "the predictions and per-task fits")
     p.set_defaults(func=run)
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class FitTaskOptions(CommandOptions):
+    ladder: str  # the ladder table
+    predict: str  # the targets table
+    law: str
+    method: str
+    bootstrap: int
+    seed: int
+
+
 def run(args: argparse.Namespace) -> int:
+    opts = FitTaskOptions.from_args(args)
     # JAX and the fitting code load here, not at import, so `python -m analysis --help` stays fast.
     from analysis.downstream import fit_downstream
     from analysis.downstream.data import read_ladder, read_targets
@@ -62,15 +75,15 @@ def run(args: argparse.Namespace) -> int:
     from analysis.laws.selection import AUTO
     from models.base.jaxcache import enable_compile_cache
 
-    if args.law != AUTO:
-        get_law(args.law)  # unknown law: fail before reading data
-    ladder, targets = read_table(args.ladder), read_table(args.predict)
+    if opts.law != AUTO:
+        get_law(opts.law)  # unknown law: fail before reading data
+    ladder, targets = read_table(opts.ladder), read_table(opts.predict)
     read_targets(targets, list(read_ladder(ladder)))  # bad input fails before the (seconds-long) fits
     enable_compile_cache()
-    fit = fit_downstream(ladder, law=args.law, bootstrap=args.bootstrap, seed=args.seed, method=args.method)
+    fit = fit_downstream(ladder, law=opts.law, bootstrap=opts.bootstrap, seed=opts.seed, method=opts.method)
     predictions = fit.predict(targets)
     _print(fit, predictions)
-    emit_json(args, fit.to_dict(predictions))
+    emit_json(opts.json, fit.to_dict(predictions))
     return 0
 
 

@@ -7,12 +7,36 @@ N, D and/or C, loss, optionally U), its columns found as `python -m analysis fit
 from __future__ import annotations
 
 import argparse
+import dataclasses
 
-from analysis.commands._options import add_budget_argument, add_json_argument, emit_json
+from analysis.commands._options import (
+    ColumnOptions,
+    add_bootstrap_argument,
+    add_budget_argument,
+    add_column_arguments,
+    add_json_argument,
+    add_seed_argument,
+    emit_json,
+)
 from models.base.errors import AnalysisError
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ReportOptions(ColumnOptions):
+    sweep_dir: str  # a sweep directory or a runs table
+    out: str | None
+    budget: list[float] | None
+    bootstrap: int
+    seed: int
+    hardware: str | None
+    gpus: int
+    n_params: str
+    hparams: str | None
+    unique_tokens: float | None
+
+
 def _run(args: argparse.Namespace) -> int:
+    opts = ReportOptions.from_args(args)
     # The report pulls in JAX, pandas and matplotlib; loaded here so `--help` stays fast.
     from analysis.report.build import build_report
     from analysis.report.render import headline
@@ -20,65 +44,33 @@ def _run(args: argparse.Namespace) -> int:
 
     enable_compile_cache()  # the law fits compile the same programs as `fit`: reuse them
 
-    if args.gpus <= 0:
-        raise AnalysisError(f"--gpus must be a positive integer (got {args.gpus})")
-    if args.unique_tokens is not None:  # a bad U fails before the fits
+    if opts.gpus <= 0:
+        raise AnalysisError(f"--gpus must be a positive integer (got {opts.gpus})")
+    if opts.unique_tokens is not None:  # a bad U fails before the fits
         from analysis.planning.data_limit import check_unique_tokens
         from analysis.planning.planner import DEFAULT_BATCH_TOKENS
 
-        check_unique_tokens(args.unique_tokens, DEFAULT_BATCH_TOKENS)
+        check_unique_tokens(opts.unique_tokens, DEFAULT_BATCH_TOKENS)
     rep = build_report(
-        args.sweep_dir,
-        args.out,
-        budgets=args.budget,
-        bootstrap=args.bootstrap,
-        seed=args.seed,
-        hardware=args.hardware,
-        gpus=args.gpus,
-        n_params=args.n_params,
-        hparams=args.hparams,
-        unique_tokens=args.unique_tokens,
-        columns=_columns(args),
+        opts.sweep_dir,
+        opts.out,
+        budgets=opts.budget,
+        bootstrap=opts.bootstrap,
+        seed=opts.seed,
+        hardware=opts.hardware,
+        gpus=opts.gpus,
+        n_params=opts.n_params,
+        hparams=opts.hparams,
+        unique_tokens=opts.unique_tokens,
+        columns=opts.columns(),
     )
     for line in [] if rep.get("rl_only") else headline(rep):
         print(line)
     for w in rep["warnings"]:
         print(f"warning: {w}")
     print(f"report: {rep['paths']['html']} (and report.md, report.json, figures/)")
-    emit_json(args, rep)
+    emit_json(opts.json, rep)
     return 0
-
-
-def _columns(args: argparse.Namespace) -> dict[str, str]:
-    """Column roles named with --n-col/--d-col/--c-col/--loss-col/--u-col (a runs table only)."""
-    named = (
-        ("N", args.n_col),
-        ("D", args.d_col),
-        ("C", args.c_col),
-        ("loss", args.loss_col),
-        ("U", args.u_col),
-    )
-    return {role: name for role, name in named if name}
-
-
-def _add_column_arguments(p: argparse.ArgumentParser) -> None:
-    """--n-col & co.: `python -m analysis fit`'s column flags, for a runs table whose columns have
-    other names than the ones found by default."""
-    g = p.add_argument_group("runs-table columns (as in `python -m analysis fit`; a runs table only)")
-    g.add_argument("--n-col", metavar="NAME", help="model-size column (default: N, n_params or 'Model Size')")
-    g.add_argument(
-        "--d-col", metavar="NAME", help="tokens column (default: D or tokens; else derived as C/(6N))"
-    )
-    g.add_argument(
-        "--c-col", metavar="NAME", help="compute column (default: C, flops or 'Training FLOP'; else 6ND)"
-    )
-    g.add_argument("--loss-col", metavar="NAME", help="target column (default: loss or final_eval_loss)")
-    g.add_argument(
-        "--u-col",
-        metavar="NAME",
-        help="unique-tokens column (default: U or unique_tokens, when present): a warning names the "
-        "runs that repeated their data, which the report's Chinchilla law counts as fresh",
-    )
 
 
 def register(sub) -> None:
@@ -103,8 +95,8 @@ def register(sub) -> None:
         help="output directory (default: SWEEP_DIR/report; for a table T.csv: T-report beside it)",
     )
     add_budget_argument(p, "to state N*/D* for (default: 10x the largest swept budget)")
-    p.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples for CIs (default 1000)")
-    p.add_argument("--seed", type=int, default=0, help="bootstrap seed")
+    add_bootstrap_argument(p, 1000, "for CIs")
+    add_seed_argument(p)
     p.add_argument(
         "--hardware",
         default=None,
@@ -138,6 +130,6 @@ def register(sub) -> None:
         "tokens (data limit: optimum N, D, epochs, penalty against unlimited data; the report's "
         "data-constrained law, else Muennighoff et al. 2023's R_D*, R_N* on its Chinchilla law)",
     )
-    _add_column_arguments(p)
+    add_column_arguments(p, "runs-table columns (as in `python -m analysis fit`; a runs table only)")
     add_json_argument(p, "the report's numbers (the same as report.json)")
     p.set_defaults(func=_run)

@@ -10,8 +10,9 @@ rl_reward_vs_kl.png and rl_section.md into OUT_DIR, and prints the markdown sect
 from __future__ import annotations
 
 import argparse
+import dataclasses
 
-from analysis.commands._options import add_json_argument, emit_json
+from analysis.commands._options import CommandOptions, add_json_argument, emit_json
 
 
 def _fraction(text: str) -> float:
@@ -43,10 +44,18 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RLReportOptions(CommandOptions):
+    runs_dir: str
+    out_dir: str
+    fit_until_frac: float
+
+
 def run(args: argparse.Namespace) -> int:
+    opts = RLReportOptions.from_args(args)
     from analysis.rl.report import rl_report  # SciPy + matplotlib; loaded here to keep --help fast
 
-    rep = rl_report(args.runs_dir, args.out_dir, args.fit_until_frac)
+    rep = rl_report(opts.runs_dir, opts.out_dir, opts.fit_until_frac)
     print(rep["markdown"])
-    emit_json(args, rep)
+    emit_json(opts.json, rep)
     return 0

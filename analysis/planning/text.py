@@ -1,0 +1,93 @@
+"""A plan as text: the lines `python -m analysis plan` prints (`plan_lines`) and, with
+`--emit overrides`, the trainer's plan ending in its command line (`trainer_lines`)."""
+
+from __future__ import annotations
+
+from analysis.planning.planner import Plan, band_text, efficiency_note
+from sharding.costmodel import MFU_CONVENTION
+
+
+def plan_lines(result: Plan) -> list[str]:
+    """The plan as `python -m analysis plan` prints it: the law's optimum, the ranked table, the
+    best candidate with its intervals, the recipe, the data limit and the notes."""
+    out = []
+    b = result.best
+    if result.n_opt is not None:
+        out.append(f"law: {result.law.source}")
+        limit = (
+            "" if result.data_limit is None else f" on {result.data_limit.unique_tokens:.3g} unique tokens"
+        )
+        out.append(
+            f"compute-optimal for {result.budget_flops:.3g} FLOPs{limit}: N* = {result.n_opt / 1e9:.1f}B "
+            f"params, D* = {result.d_opt / 1e12:.2f}T tokens"
+        )
+        if result.best_loss_text():
+            out.append(result.best_loss_text())
+    out.append(result.table())
+    lo = b.layout
+    band = result.loss_band(b)
+    ci = (
+        f"{result.interval_label} [{band[0]:.3f}, {band[1]:.3f}]"
+        if band
+        else "CI unavailable: law has no bootstrap samples"
+    )
+    out.append(
+        f"best: {b.shape.n_params / 1e9:.1f}B params (L={b.shape.n_layers}, d={b.shape.d_model}) "
+        f"on {b.tokens / 1e12:.2f}T tokens, dp={lo.dp} tp={lo.tp} pp={lo.pp} mb={lo.micro_batch} "
+        f"ZeRO-{lo.zero_stage}{' +optimizer offload' if lo.offload_optimizer else ''} ckpt={lo.act_ckpt}: "
+        f"MFU {100 * b.mfu:.1f}%{band_text(b.mfu_interval, 100, '.1f')} "
+        f"({MFU_CONVENTION}), {b.days:.1f}{band_text(b.days_interval, 1, '.1f')} days on "
+        f"{result.n_devices} x {result.hardware.name} "
+        f"({b.gpu_hours:.3g}{band_text(b.gpu_hours_interval, 1, '.3g')} "
+        f"GPU-hours), loss {b.loss:.3f} ({ci})"
+    )
+    if result.recipe is not None:
+        out += result.recipe.text_lines()
+    if result.data_limit is not None:
+        out += result.data_limit.text_lines()
+    out += [f"note: {n}" for n in result.notes]
+    out.append(f"note: {efficiency_note(result.efficiency)}")
+    return out
+
+
+def trainer_lines(result: Plan) -> list[str]:
+    """The trainer's plan for the best plan: one line on what the best layout needs that the
+    trainer lacks (if anything), its layout and predictions, and the command line last
+    (`... --emit overrides | tail -1` is the command)."""
+    tp = result.trainer
+    out: list[str] = []
+    if tp.estimate is None:
+        return out  # `plan` ends with the reason as its error line
+    lo, est, best = tp.layout, tp.estimate, result.best
+    mesh = " ".join(f"{k}={v}" for k, v in tp.as_dict()["layout"]["mesh"].items())
+    if tp.missing or tp.rank > 1:
+        zero = (
+            " (its ZeRO: sharding.data = 0, sharding.fsdp = 3, both = hybrid 3)"
+            if any(m.startswith("ZeRO") for m in tp.missing)
+            else ""
+        )
+        lacks = (
+            f"the best layout needs {', '.join(tp.missing)}, which python -m experiments.train lacks{zero}"
+            if tp.missing
+            else "the trainer cannot run the best shape"
+        )
+        shape = (
+            ""
+            if tp.rank == 1
+            else (
+                f" of candidate #{tp.rank} ({tp.shape.n_params / 1e9:.3g}B, "
+                f"L={tp.shape.n_layers}, d={tp.shape.d_model})"
+            )
+        )
+        out.append(
+            f"trainer: {lacks}; emitting the best layout it can run{shape}, at "
+            f"{100 * est.tokens_per_s / best.tokens_per_s:.0f}% of the best plan's tokens/s"
+        )
+    out.append(
+        f"trainer layout: {mesh}, micro-batch {lo.micro_batch}/device x {lo.grad_accum} accumulated, "
+        f"remat={lo.act_ckpt}: "
+        f"{est.memory.total / 1e9:.1f} GB/device, {est.step_time_s:.3g} s/step, MFU {100 * est.mfu:.1f}% "
+        f"({est.mfu_convention}), {tp.tokens / est.tokens_per_s / 86400:.1f} days for {tp.tokens:.3g} tokens"
+    )
+    out.append(tp.command())
+    return out
