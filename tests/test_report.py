@@ -203,10 +203,10 @@ def first_screen(fake_sweep, tmp_path_factory):
 def test_report_first_screen_is_a_summary_table(first_screen):
     """Before the first figure: a table with the law's CIs, the target budget's N*, D* and loss
     with its 90% interval, the held-out verdict and the sweep's compute; no wide <pre>, no wide table."""
-    from analysis.report.render import _count, _iv, headline
+    from analysis.report.render import _count, _iv, headline, summary_sections
 
-    rep, head, _ = first_screen
-    assert "<table class='summary'>" in head
+    rep, head, page = first_screen
+    assert '<table class="summary">' in head
     law = rep["law"]
     for k in ("E", "A", "alpha", "B", "beta"):
         assert f"<td>{k}</td>" in head and f"<td>{_iv(law['ci'][k])}</td>" in head
@@ -226,13 +226,31 @@ def test_report_first_screen_is_a_summary_table(first_screen):
         assert max(map(len, pre.splitlines()), default=0) <= MAX_PRE_LINE
     for table in re.findall(r"<table.*?</table>", head, flags=re.S):
         for row in re.findall(r"<tr.*?</tr>", table, flags=re.S):
-            spans = [int(n or 1) for n in re.findall(r"<t[dh](?: colspan='(\d+)')?[^>]*>", row)]
+            spans = [int(n or 1) for n in re.findall(r"<t[dh](?: colspan=['\"](\d+)['\"])?[^>]*>", row)]
             assert sum(spans) <= MAX_COLUMNS
     # the console headline is unchanged: plain text, the law and the held-out check
     lines = headline(rep)
     assert lines[0].startswith("law: L(N,D) = ") and any(
         ln.startswith("held-out check: fitted on C <=") for ln in lines
     )
+    # ... and follows the lead figure, in the Markdown and so in the HTML
+    assert "law: L(N,D) = " not in head and "law: L(N,D) = " in page.read_text()
+    section = '<tr class="sec">\n<th colspan="5">Law L(N,D) = E + A/N^alpha + B/D^beta'
+    assert head.count('<tr class="sec">') == len(summary_sections(rep)) == 4 and section in head
+
+
+def test_report_html_is_its_markdown_rendered(first_screen):
+    """One renderer: report.html's body is report.md rendered by markdown-it-py, and no table,
+    figure or warning of the page is written by hand."""
+    from analysis.report.render import markdown_to_html
+
+    _, _, page = first_screen
+    md = (page.parent / "report.md").read_text()
+    body = page.read_text().split("<body>\n", 1)[1].rsplit("</body>", 1)[0]
+    assert body == markdown_to_html(md, page.parent)
+    assert body.count("<table") == md.count("\n|---|") >= 4
+    assert body.count("<figure>") == body.count("<figcaption>") == md.count("![")
+    assert body.count('<div class="warn">') == md.count("\n- warning: ") > 0
 
 
 def _browser() -> str | None:
@@ -300,3 +318,45 @@ def test_read_compute_from_the_sweep_plan(tmp_path):
     (tmp_path / "sweep_plan.json").write_text(json.dumps({"flops_to_train": "x", "flops_if_separate": 0}))
     assert read_compute(tmp_path, warn) is None
     assert len(warn) == 1 and "flops_to_train and flops_if_separate must be positive" in warn[0]
+
+
+def test_markdown_conventions_render_as_the_report_looks(tmp_path):
+    """The Markdown conventions report.html is rendered with: a bold-only row with empty cells is
+    a section row of a summary table, an image alone is a <figure> with the italic paragraph after
+    it as caption (embedded; a missing file is said), "warning: " items are warning boxes; `|` in
+    a cell and emphasis characters in a caption stay literal."""
+    from analysis.report.render import markdown_to_html, md_escape, md_table, warning_list
+
+    png = b"\x89PNG\r\n\x1a\n" + b"\0" * 16
+    (tmp_path / "f.png").write_bytes(png)
+    md = "\n".join(
+        [
+            *md_table(["", "estimate"], [["**Section | one**", ""], ["a|b", "1"]]),
+            *md_table(["x", "y"], [["**bold**", "2"]]),
+            "![f](f.png)",
+            "",
+            f"*{md_escape('N* and D*, a_b _c_ *x*')}*",
+            "",
+            "![g](missing.png)",
+            "",
+            *warning_list(["one `code`", "two"]),
+            "Then:",
+            "",
+            "- plain item",
+            "- warning: mixed",
+        ]
+    )
+    assert "| **Section \\| one** |  |\n| a\\|b | 1 |" in md and md.count("|---|---|") == 2
+    html = markdown_to_html(md, tmp_path)
+    summary, plain = re.findall(r"<table.*?</table>", html, flags=re.S)
+    assert summary.startswith('<table class="summary">') and plain.startswith("<table>\n")
+    assert '<tr class="sec">\n<th colspan="2">Section | one</th>\n</tr>' in summary
+    assert "<td>a|b</td>" in summary and "<td><strong>bold</strong></td>\n<td>2</td>" in plain
+    b64 = __import__("base64").b64encode(png).decode()
+    assert (
+        f"<figure><img alt='f' src='data:image/png;base64,{b64}'>"
+        "<figcaption>N* and D*, a_b _c_ *x*</figcaption>" in html
+    )
+    assert "<figure>(missing figure missing.png)</figure>" in html
+    assert '<div class="warn">one <code>code</code></div>\n<div class="warn">two</div>' in html
+    assert "<li>plain item</li>\n<li>warning: mixed</li>" in html and html.count("<ul>") == 1

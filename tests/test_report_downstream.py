@@ -157,10 +157,10 @@ def test_no_task_metrics_no_section_and_no_law_is_a_warning(task_sweep):
     json.dumps(sec, allow_nan=False)
 
 
-def test_downstream_render_headline_tables_and_notes():
+def test_downstream_render_headline_tables_and_notes(tmp_path):
     """Markdown, HTML and headline of a section (no fits): the 10x budget's predictions in the
     headline, one table row per prediction, each distinct warning once, failures listed."""
-    from analysis.report.render import _downstream_html, _downstream_markdown, downstream_headline
+    from analysis.report.render import _downstream_markdown, downstream_headline, markdown_to_html
 
     near = "near chance: the ladder's largest runs sit +0.010 from chance"
     extra = "step 2 extrapolated: predicted task loss 2 is 0.5 below the ladder's lowest"
@@ -226,8 +226,9 @@ def test_downstream_render_headline_tables_and_notes():
     )
     assert md.count("- warning: pick4: near chance") == 1 and md.count("- warning: pick4: step 2") == 1
     assert "- warning: downstream task few: task 'few' has 2 distinct" in md
-    html = "\n".join(_downstream_html(ds))
-    assert html.count("<tr><td>pick4</td>") == 3 and html.count("class='warn'") == 3
+    html = markdown_to_html(md, tmp_path)
+    assert html.count("<td>pick4</td>") == 3 and html.count('<div class="warn">') == 3
+    assert '<div class="warn">pick4: near chance: the ladder' in html and "<li>" not in html
     assert downstream_headline({"downstream": dict(ds, predictions=[])}) == [
         "downstream tasks: no prediction (see warnings)"
     ]

@@ -53,7 +53,7 @@ from analysis.laws.registry import bound_notes, get_law
 from analysis.report import figures as figs
 from analysis.report.downstream import downstream_section
 from analysis.report.hparams import law_section, load_laws
-from analysis.report.render import write_html, write_markdown
+from analysis.report.render import write_report
 from analysis.rl.report import find_rl_runs, rl_section
 from analysis.runs import RunWarning
 from analysis.runs import load as load_runs
@@ -403,7 +403,7 @@ def build_report(
 
     `sweep_dir` may instead be a runs table (.csv, .parquet, .pq; see the module docstring), whose
     columns are found as `python -m analysis fit` finds them, or as `columns` (role -> column:
-    N, D, C, loss, U) names them; default `out_dir` then: <table stem>-report beside the table.
+    N, D, C, loss, U) names them; default `out_dir` then: T-report beside a table T.csv.
     `budgets`: compute budgets to state N*/D* for (default: 10x the largest budget swept).
     `hardware` (a conf/hardware name or YAML) and `gpus`: with explicit `budgets`, add a planning
     section per budget (analysis.planning.planner: shape, layout, days, loss with CI from the fitted law).
@@ -535,9 +535,9 @@ def _paths(out: pathlib.Path) -> dict[str, str]:
 
 
 def _write_outputs(rep: dict, out: pathlib.Path) -> None:
-    """report.md, report.html and report.json (strict JSON: NaN and inf written as null)."""
-    write_markdown(rep, out / "report.md")
-    write_html(rep, out / "report.html")
+    """report.md, report.html (rendered from report.md's Markdown) and report.json (strict JSON:
+    NaN and inf written as null)."""
+    write_report(rep, out)
     write_json_atomic(out / "report.json", rep, indent=1, sort_keys=False)
 
 

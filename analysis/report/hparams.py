@@ -218,32 +218,15 @@ def budget_rows(sec: dict) -> list[list[str]]:
     return rows
 
 
-def section_markdown(sec: dict, figures: dict[str, str], captions: dict[str, str]) -> list[str]:
-    """The section as Markdown lines (HTML renders the same Markdown)."""
+def intro(sec: dict) -> str:
+    """The section's opening paragraph (Markdown): where the laws come from and how they were chosen."""
     how = "given with --hparams" if sec["found"] == "flag" else "found beside the sweep"
-    L = [
-        "## Hyperparameter law",
-        "",
+    return (
         f"Laws of the optimal hyperparameters from `python -m analysis fit-hparams` (`{sec['source']}`, "
         f"{how}): each rung's optimum is the vertex of a quadratic in log(value) through its best run "
         "and neighbours, and the law is the power-law form with the lowest leave-largest-out error "
-        f"(fitted without the largest rungs, predicting them). Intervals are {100 * sec['level']:.0f}%.",
-        "",
-        "| " + " | ".join(LAW_HEADER) + " |",
-        "|" + "---|" * len(LAW_HEADER),
-    ]
-    L += ["| " + " | ".join(r) + " |" for r in law_rows(sec)] + [""]
-    for name, rel in figures.items():
-        L += [f"![{name}]({rel})", "", f"*{captions.get(name, name)}*", ""]
-    rows = budget_rows(sec)
-    if rows:
-        L += [
-            "The laws at the fitted Chinchilla law's compute-optimal (N*, D*) of each requested budget:",
-            "",
-        ]
-        L += ["| " + " | ".join(rows[0]) + " |", "|" + "---|" * len(rows[0])]
-        L += ["| " + " | ".join(r) + " |" for r in rows[1:]] + [""]
-    return L
+        f"(fitted without the largest rungs, predicting them). Intervals are {100 * sec['level']:.0f}%."
+    )
 
 
 def headline(sec: dict | None) -> list[str]:

@@ -1,7 +1,16 @@
-"""Render a report dict (analysis/report/build.py) as Markdown and as self-contained HTML.
+"""Render a report dict (analysis/report/build.py): one Markdown document, and HTML from it.
 
-Both formats carry the same sections in the same order; HTML inlines each PNG as a base64
-`<img>` so the one file can be mailed or archived, Markdown links the PNGs in figures/.
+`report_markdown` writes the report once, as Markdown (report.md: the PNGs linked in figures/);
+`markdown_to_html` renders that same text with markdown-it-py (CommonMark plus pipe tables) into
+report.html, a self-contained page: each PNG inlined as a base64 `<img>`, so the one file can be
+mailed or archived. Every table is a Markdown pipe table from `md_table`. Three conventions of the
+Markdown become the page's look (`_as_figures`, `_as_summary`, `_as_warnings`):
+
+* a paragraph holding only an image is a `<figure>`; an emphasised paragraph right after it is
+  its `<figcaption>`;
+* a table row whose first cell is bold and whose other cells are empty is a section row spanning
+  the table (`<tr class="sec">`); a table with such rows is the summary table (`class="summary"`);
+* a bullet list whose every item starts with "warning: " is a stack of `<div class="warn">`.
 """
 
 from __future__ import annotations
@@ -10,7 +19,13 @@ import base64
 import html
 import math
 import pathlib
-from typing import Any
+import re
+import urllib.parse
+from typing import Any, Iterable, Sequence
+
+from markdown_it import MarkdownIt
+from markdown_it.rules_core import StateCore
+from markdown_it.token import Token
 
 from analysis.report import hparams as hparam_law
 from models.flops import MFU_CAUSAL
@@ -339,27 +354,24 @@ def compute_line(rep: dict) -> str:
     )
 
 
-def summary_html(rep: dict) -> str:
-    """The summary table (a header row per section) plus the compute, hyperparameter and warnings
-    lines: the HTML report's first screen, readable at 1280 px without horizontal scrolling."""
-    th = "".join(f"<th>{html.escape(h)}</th>" for h in SUMMARY_HEADER)
-    body = []
-    for title, rows in summary_sections(rep):
-        body.append(f"<tr class='sec'><th colspan='{len(SUMMARY_HEADER)}'>{html.escape(title)}</th></tr>")
-        body += ["<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>" for r in rows]
-    parts = [f"<table class='summary'><thead><tr>{th}</tr></thead><tbody>{''.join(body)}</tbody></table>"]
+def summary_markdown(rep: dict) -> list[str]:
+    """The summary table (a section row per `summary_sections` title) plus the compute,
+    hyperparameter and warnings lines: the HTML report's first screen, readable at 1280 px
+    without horizontal scrolling."""
+    rows: list[list[str]] = []
+    for title, section in summary_sections(rep):
+        rows.append([f"**{md_escape(title)}**"] + [""] * (len(SUMMARY_HEADER) - 1))
+        rows += section
+    L = md_table(SUMMARY_HEADER, rows)
     line = compute_line(rep)
     if line:
-        parts.append(f"<p class='compute'>{html.escape(line)}</p>")
+        L += [line, ""]
     hp = rep.get("hparams")
     if hp and hp.get("active"):
-        parts.append(f"<p>{html.escape(hp['message'])}.</p>")
+        L += [hp["message"] + ".", ""]
     if rep.get("warnings"):
-        parts.append(
-            f"<p>{len(rep['warnings'])} warning(s), listed below the figure: "
-            f"{html.escape(_tags(rep['warnings']))}</p>"
-        )
-    return "\n".join(parts)
+        L += [f"{len(rep['warnings'])} warning(s), listed below the figure: {_tags(rep['warnings'])}", ""]
+    return L
 
 
 # shown in the "Hyperparameter law" section, not among the figures
@@ -372,12 +384,24 @@ def _lead_and_rest(figures: dict) -> tuple[list[tuple[str, str]], list[tuple[str
 
 
 def hparam_law_markdown(rep: dict) -> list[str]:
-    """The "Hyperparameter law" section's Markdown, or [] without laws."""
+    """The "Hyperparameter law" section's Markdown (analysis/report/hparams.py's numbers), or []
+    without laws."""
     sec = (rep.get("hparams") or {}).get("law")
     if not sec:
         return []
-    figures = {n: r for n, r in rep.get("figures", {}).items() if n in SECTION_FIGURES}
-    return hparam_law.section_markdown(sec, figures, FIGURE_CAPTIONS)
+    L = ["## Hyperparameter law", "", hparam_law.intro(sec), ""]
+    L += md_table(hparam_law.LAW_HEADER, hparam_law.law_rows(sec))
+    for name, rel in rep.get("figures", {}).items():
+        if name in SECTION_FIGURES:
+            L += figure_markdown(name, rel)
+    rows = hparam_law.budget_rows(sec)
+    if rows:
+        L += [
+            "The laws at the fitted Chinchilla law's compute-optimal (N*, D*) of each requested budget:",
+            "",
+        ]
+        L += md_table(rows[0], rows[1:])
+    return L
 
 
 def _tags(warnings: list[str]) -> str:
@@ -595,25 +619,12 @@ def downstream_notes(ds: dict) -> tuple[str, list[str]]:
 def _downstream_markdown(ds: dict) -> list[str]:
     text, notes = downstream_notes(ds)
     obs, pred = downstream_tables(ds)
-    L = ["", "## Downstream tasks", "", text, ""]
+    L = ["## Downstream tasks", "", text, ""]
     if obs:
-        L += ["| " + " | ".join(DOWNSTREAM_OBSERVED) + " |", "|" + "---|" * len(DOWNSTREAM_OBSERVED)]
-        L += ["| " + " | ".join(r) + " |" for r in obs] + [""]
+        L += md_table(DOWNSTREAM_OBSERVED, obs)
     if pred:
-        L += ["| " + " | ".join(DOWNSTREAM_PREDICTED) + " |", "|" + "---|" * len(DOWNSTREAM_PREDICTED)]
-        L += ["| " + " | ".join(r) + " |" for r in pred] + [""]
-    return L + [f"- warning: {w}" for w in notes]
-
-
-def _downstream_html(ds: dict) -> list[str]:
-    text, notes = downstream_notes(ds)
-    obs, pred = downstream_tables(ds)
-    parts = ["<h2>Downstream tasks</h2>", f"<p>{html.escape(text)}</p>"]
-    if obs:
-        parts.append(_table(DOWNSTREAM_OBSERVED, obs))
-    if pred:
-        parts.append(_table(DOWNSTREAM_PREDICTED, pred))
-    return parts + [f"<div class='warn'>{html.escape(w)}</div>" for w in notes]
+        L += md_table(DOWNSTREAM_PREDICTED, pred)
+    return L + warning_list(notes)
 
 
 def _source_kind(rep: dict) -> str:
@@ -631,12 +642,46 @@ def source_note(rep: dict) -> str:
     return (f"Columns: {cols}. " if cols else "") + src.get("note", "")
 
 
-def write_markdown(rep: dict, path: pathlib.Path) -> None:
+# characters that would start emphasis or an escape inside text set in *...* or **...**
+_EMPHASIS_SPECIAL = re.compile(r"[\\*`]|(?<![^\W_])_|_(?![^\W_])")
+
+
+def md_escape(text: str) -> str:
+    """`text` as literal Markdown inline text: backslash, `*`, backtick and an underscore that is
+    not inside a word are backslash-escaped (an underscore inside a word, as in N_opt, is literal)."""
+    return _EMPHASIS_SPECIAL.sub(lambda m: "\\" + m.group(0), text)
+
+
+def md_table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> list[str]:
+    """The report's one table form: a Markdown pipe table (`|` in a cell escaped, a line break made
+    a space) and the blank line that ends it. Cells are Markdown inline text."""
+
+    def line(cells: Sequence[str]) -> str:
+        return "| " + " | ".join(str(c).replace("|", "\\|").replace("\n", " ") for c in cells) + " |"
+
+    return [line(header), "|" + "---|" * len(header), *map(line, rows), ""]
+
+
+WARNING_PREFIX = "warning: "
+
+
+def warning_list(warnings: Sequence[str]) -> list[str]:
+    """Warnings as a Markdown list, "- warning: ..." each (HTML: one `<div class="warn">` each)."""
+    return [f"- {WARNING_PREFIX}{w}" for w in warnings] + ([""] if warnings else [])
+
+
+def figure_markdown(name: str, rel: str) -> list[str]:
+    """A figure: the image alone in its paragraph, then its caption in italics."""
+    return [f"![{name}]({rel})", "", f"*{md_escape(FIGURE_CAPTIONS.get(name, name))}*", ""]
+
+
+def report_markdown(rep: dict) -> str:
+    """The whole report as one Markdown document (report.md; report.html renders it)."""
     if rep.get("rl_only"):
         L = [f"# {rep['title']}", "", f"Runs `{rep['sweep_dir']}`; generated {rep['generated']}.", ""]
-        L += [f"- warning: {w}" for w in rep["warnings"]]
-        path.write_text("\n".join(L + [sec["markdown"] for sec in rep["sections"]]) + "\n")
-        return
+        L += warning_list(rep["warnings"])
+        return "\n".join(L + [sec["markdown"] for sec in rep["sections"]]) + "\n"
+    note = source_note(rep)
     L = [
         f"# {rep['title']}",
         "",
@@ -644,66 +689,35 @@ def write_markdown(rep: dict, path: pathlib.Path) -> None:
         f"completed; budgets {', '.join(_g(b, '.3g') for b in rep['budgets_swept'])} FLOPs; "
         f"{rep['bootstrap']} bootstrap resamples (seed {rep['seed']}); generated {rep['generated']}.",
         "",
-        *([f"*{source_note(rep)}*", ""] if source_note(rep) else []),
+        *([f"*{md_escape(note)}*", ""] if note else []),
         "## Headline",
         "",
-        "```",
-        *headline(rep),
-        "```",
-        "",
+        *summary_markdown(rep),
     ]
     lead, rest = _lead_and_rest(rep["figures"])
     for name, rel in lead:
-        L += [f"![{name}]({rel})", "", f"*{FIGURE_CAPTIONS.get(name, name)}*", ""]
-    L += ["## Warnings", ""] + ([f"- {w}" for w in rep["warnings"]] or ["- none"]) + [""]
+        L += figure_markdown(name, rel)
+    L += ["The same numbers as the command line prints them:", "", "```text", *headline(rep), "```", ""]
+    L += ["## Warnings", ""] + (warning_list(rep["warnings"]) or ["none", ""])
     L += ["## Figures", ""]
     for name, rel in rest:
-        L += [f"![{name}]({rel})", "", f"*{FIGURE_CAPTIONS.get(name, name)}*", ""]
+        L += figure_markdown(name, rel)
     hp = hparam_rows(rep)
     if hp:
-        L += [
-            "## Hyperparameter sweep",
-            "",
-            rep["hparams"]["message"] + ".",
-            "",
-            "| " + " | ".join(hp[0]) + " |",
-            "|" + "---|" * len(hp[0]),
-        ]
-        L += ["| " + " | ".join(r) + " |" for r in hp[1:]] + [""]
+        L += ["## Hyperparameter sweep", "", rep["hparams"]["message"] + ".", ""] + md_table(hp[0], hp[1:])
     L += hparam_law_markdown(rep)
-    L += ["## Runs", "", "| " + " | ".join(RUN_HEADER) + " |", "|" + "---|" * len(RUN_HEADER)]
-    L += ["| " + " | ".join(r) + " |" for r in _runs_rows(rep)]
+    L += ["## Runs", ""] + md_table(RUN_HEADER, _runs_rows(rep))
     sk = _skipped_rows(rep)
     if sk:
-        L += [
-            "",
-            "## Shapes the sweep skipped",
-            "",
-            "| shape | budget C | N | steps | reason |",
-            "|---|---|---|---|---|",
-        ]
-        L += ["| " + " | ".join(r) + " |" for r in sk]
+        L += ["## Shapes the sweep skipped", ""] + md_table(["shape", "budget C", "N", "steps", "reason"], sk)
     h = rep.get("holdout")
     if h:
-        L += [
-            "",
-            "## Held-out runs",
-            "",
-            "| " + " | ".join(HOLDOUT_HEADER) + " |",
-            "|---|---|---|---|---|---|---|",
-        ]
-        L += ["| " + " | ".join(r) + " |" for r in _holdout_rows(h)]
+        L += ["## Held-out runs", ""] + md_table(HOLDOUT_HEADER, _holdout_rows(h))
     if rep.get("downstream"):
         L += _downstream_markdown(rep["downstream"])
     for sec in rep.get("sections", []):
-        L += ["", sec["markdown"]]
-    path.write_text("\n".join(L) + "\n")
-
-
-def _table(header: list[str], rows: list[list[str]]) -> str:
-    th = "".join(f"<th>{html.escape(h)}</th>" for h in header)
-    body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>" for r in rows)
-    return f"<table><thead><tr>{th}</tr></thead><tbody>{body}</tbody></table>"
+        L += [sec["markdown"], ""]
+    return "\n".join(L)
 
 
 CSS = """body{font-family:system-ui,sans-serif;max-width:1150px;margin:2em auto;padding:0 1em;color:#222}
@@ -711,7 +725,7 @@ pre{background:#f5f5f5;padding:.8em;overflow-x:auto;white-space:pre-wrap;overflo
 table{border-collapse:collapse;font-size:13px;max-width:100%}
 table.summary{table-layout:fixed;width:100%}table.summary td,table.summary th{overflow-wrap:anywhere}
 table.summary th:first-child{width:24%}table.summary td:last-child{text-align:left}
-table.summary tr.sec th{background:#eef2f7;text-align:left}.compute{color:#333}
+table.summary tr.sec th{background:#eef2f7;text-align:left}
 td,th{border:1px solid #ccc;padding:3px 7px;text-align:right}td:first-child,th:first-child{text-align:left}
 .warn{background:#fff4e0;border-left:4px solid #e69500;padding:.4em .8em;margin:.3em 0}
 figure{margin:1.2em 0}figcaption{font-style:italic;color:#555}img{max-width:100%}"""
@@ -722,83 +736,131 @@ def _img(out: pathlib.Path, rel: str, alt: str) -> str:
     return f"<img alt='{html.escape(alt)}' src='data:image/png;base64,{b64}'>"
 
 
-def markdown_to_html(md: str, out: pathlib.Path) -> str:
-    """A report section's Markdown as HTML, by markdown-it-py (CommonMark plus pipe tables; raw
-    HTML in the Markdown is escaped, not passed through). Images are embedded as base64 so the
-    page stays self-contained; an image whose file is missing becomes a line saying so."""
-    from markdown_it import MarkdownIt  # lazy: only a report that writes HTML needs it
+def _kids(inline: Token) -> list[Token]:
+    """An inline token's children without empty text (markdown-it leaves some around emphasis)."""
+    return [c for c in inline.children or [] if c.type != "text" or c.content]
 
+
+def _inline_only(tokens: list[Token], i: int, first: str, last: str) -> bool:
+    """Whether tokens[i:i+3] is a paragraph whose inline content runs from a `first` token to a
+    `last` token (the image alone: first = last = "image")."""
+    if i + 2 >= len(tokens) or tokens[i].type != "paragraph_open" or tokens[i].hidden:
+        return False
+    kids = _kids(tokens[i + 1])
+    return bool(kids) and kids[0].type == first and kids[-1].type == last
+
+
+def _as_figures(state: StateCore) -> None:
+    """An image alone in its paragraph -> <figure>; an emphasised paragraph right after it -> the
+    figure's <figcaption> (emphasis dropped)."""
+    toks, out, i = state.tokens, [], 0
+    while i < len(toks):
+        if not (_inline_only(toks, i, "image", "image") and len(_kids(toks[i + 1])) == 1):
+            out.append(toks[i])
+            i += 1
+            continue
+        fig_open, img, fig_close = toks[i : i + 3]
+        fig_open.tag = fig_close.tag = "figure"
+        out += [fig_open, img]
+        i += 3
+        if _inline_only(toks, i, "em_open", "em_close"):
+            cap_open, cap, cap_close = toks[i : i + 3]
+            cap_open.tag = cap_close.tag = "figcaption"
+            cap.children = _kids(cap)[1:-1]
+            out += [cap_open, cap, cap_close]
+            i += 3
+        out.append(fig_close)
+    state.tokens = out
+
+
+def _as_summary(state: StateCore) -> None:
+    """Section rows (first cell bold, the rest empty) -> one <th colspan> cell in <tr class="sec">;
+    their table gets class="summary"."""
+    toks, drop, table, width = state.tokens, set(), None, 0
+    for i, t in enumerate(toks):
+        if t.type == "table_open":
+            table, width = t, 0
+        width += t.type == "th_open"  # pipe tables have <th> in their header row only
+        if t.type != "tr_open":
+            continue
+        end = next(k for k in range(i, len(toks)) if toks[k].type == "tr_close")
+        cells = [k for k in range(i, end) if toks[k].type == "td_open"]
+        lead = _kids(toks[cells[0] + 1]) if cells else []
+        if not (
+            len(lead) >= 3
+            and (lead[0].type, lead[-1].type) == ("strong_open", "strong_close")
+            and all(not toks[k + 1].content.strip() for k in cells[1:])
+        ):
+            continue
+        table.attrSet("class", "summary")
+        t.attrSet("class", "sec")
+        toks[cells[0]].tag = toks[cells[0] + 2].tag = "th"
+        toks[cells[0]].attrSet("colspan", str(width))
+        toks[cells[0] + 1].children = lead[1:-1]
+        drop.update(k for c in cells[1:] for k in (c, c + 1, c + 2))
+    state.tokens = [t for k, t in enumerate(toks) if k not in drop]
+
+
+def _as_warnings(state: StateCore) -> None:
+    """A bullet list whose every item is one paragraph starting "warning: " -> one
+    <div class="warn"> per item, without the prefix."""
+    toks = state.tokens
+    for start, t in enumerate(toks):
+        if t.type != "bullet_list_open":
+            continue
+        end = next(
+            k
+            for k in range(start, len(toks))
+            if toks[k].type == "bullet_list_close" and toks[k].level == t.level
+        )
+        items = [k for k in range(start + 1, end) if toks[k].level == t.level + 1]  # list_item_open / _close
+        if not all(
+            toks[k + 1].type == "paragraph_open" and toks[k + 2].content.startswith(WARNING_PREFIX)
+            if toks[k].nesting == 1
+            else toks[k - 1].type == "paragraph_close"
+            for k in items
+        ):
+            continue
+        t.hidden = toks[end].hidden = True
+        for k in items:
+            toks[k].tag = "div"
+            toks[k + toks[k].nesting].hidden = True  # the item's paragraph: its opening or closing
+            if toks[k].nesting == 1:
+                toks[k].attrSet("class", "warn")
+                for x in (toks[k + 2], toks[k + 2].children[0]):
+                    x.content = x.content.removeprefix(WARNING_PREFIX)
+
+
+def markdown_to_html(md: str, out: pathlib.Path) -> str:
+    """Markdown as HTML, by markdown-it-py (CommonMark plus pipe tables; raw HTML in the Markdown is
+    escaped, not passed through) with the module's figure, summary-table and warning conventions.
+    Images are embedded as base64 so the page stays self-contained; an image whose file is missing
+    becomes a line saying so."""
     renderer = MarkdownIt("commonmark", {"html": False}).enable("table")
 
     def image(_renderer, tokens, idx, _options, _env):
         tok = tokens[idx]
-        rel, alt = tok.attrGet("src") or "", tok.content
+        rel, alt = urllib.parse.unquote(tok.attrGet("src") or ""), tok.content
         if (out / rel).is_file():
-            return f"<figure>{_img(out, rel, alt)}</figure>"
+            return _img(out, rel, alt)
         return f"(missing figure {html.escape(rel)})"
 
     renderer.add_render_rule("image", image)
+    for rule in (_as_figures, _as_summary, _as_warnings):
+        renderer.core.ruler.push(rule.__name__.strip("_"), rule)
     return renderer.render(md)
 
 
-def write_html(rep: dict, path: pathlib.Path) -> None:
-    out = path.parent
-    if rep.get("rl_only"):
-        parts = [
-            f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(rep['title'])}</title>"
-            f"<style>{CSS}</style></head><body><h1>{html.escape(rep['title'])}</h1>"
-        ]
-        parts += [f"<div class='warn'>{html.escape(w)}</div>" for w in rep["warnings"]]
-        parts += [markdown_to_html(sec["markdown"], out) for sec in rep["sections"]]
-        path.write_text("\n".join(parts + ["</body></html>"]))
-        return
-    parts = [
-        f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(rep['title'])}</title>"
-        f"<style>{CSS}</style></head><body>",
-        f"<h1>{html.escape(rep['title'])}</h1>",
-        f"<p>{_source_kind(rep)} <code>{html.escape(rep['sweep_dir'])}</code> — "
-        f"{rep['n_completed']} of {rep['n_runs']} runs "
-        f"completed; budgets {', '.join(_g(b, '.3g') for b in rep['budgets_swept'])} FLOPs; "
-        f"{rep['bootstrap']} bootstrap resamples (seed {rep['seed']}); generated {rep['generated']}.</p>",
-        *([f"<p class='note'><em>{html.escape(source_note(rep))}</em></p>"] if source_note(rep) else []),
-        "<h2>Headline</h2>",
-        summary_html(rep),
-    ]
-    lead, rest = _lead_and_rest(rep["figures"])
+def html_page(title: str, md: str, out: pathlib.Path) -> str:
+    """report.html: the Markdown rendered into a page with the report's CSS."""
+    return (
+        f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
+        f"<style>{CSS}</style></head><body>\n{markdown_to_html(md, out)}</body></html>\n"
+    )
 
-    def figure(name: str, rel: str) -> str:
-        b64 = base64.b64encode((out / rel).read_bytes()).decode()
-        return (
-            f"<figure><img alt='{name}' src='data:image/png;base64,{b64}'>"
-            f"<figcaption>{html.escape(FIGURE_CAPTIONS.get(name, name))}</figcaption></figure>"
-        )
 
-    parts += [figure(n, r) for n, r in lead] + ["<h2>Warnings</h2>"]
-    parts += [f"<div class='warn'>{html.escape(w)}</div>" for w in rep["warnings"]] or ["<p>none</p>"]
-    parts.append("<h2>Figures</h2>")
-    parts += [figure(n, r) for n, r in rest]
-    hp = hparam_rows(rep)
-    if hp:
-        parts += [
-            "<h2>Hyperparameter sweep</h2>",
-            f"<p>{html.escape(rep['hparams']['message'])}.</p>",
-            _table(hp[0], hp[1:]),
-        ]
-    law_md = hparam_law_markdown(rep)
-    if law_md:
-        parts.append(markdown_to_html("\n".join(law_md), out))
-    parts += ["<h2>Runs</h2>", _table(RUN_HEADER, _runs_rows(rep))]
-    sk = _skipped_rows(rep)
-    if sk:
-        parts += [
-            "<h2>Shapes the sweep skipped</h2>",
-            _table(["shape", "budget C", "N", "steps", "reason"], sk),
-        ]
-    h = rep.get("holdout")
-    if h:
-        parts += ["<h2>Held-out runs</h2>", _table(HOLDOUT_HEADER, _holdout_rows(h))]
-    if rep.get("downstream"):
-        parts += _downstream_html(rep["downstream"])
-    parts += [markdown_to_html(sec["markdown"], out) for sec in rep.get("sections", [])]
-    parts.append("</body></html>")
-    path.write_text("\n".join(parts))
+def write_report(rep: dict, out: pathlib.Path) -> None:
+    """report.md and report.html in `out`: the Markdown written once, the HTML rendered from it."""
+    md = report_markdown(rep)
+    (out / "report.md").write_text(md)
+    (out / "report.html").write_text(html_page(rep["title"], md, out))
