@@ -13,25 +13,23 @@ loss and its 90% prediction interval (`{N, D, U?, loss, interval: [lo, hi]}`).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 import warnings
 
-from analysis.commands._options import add_budget_argument, add_json_argument, emit_json
+from analysis.commands._options import (
+    ColumnOptions,
+    add_bootstrap_argument,
+    add_budget_argument,
+    add_column_arguments,
+    add_fix_argument,
+    add_json_argument,
+    add_seed_argument,
+    emit_json,
+    parse_fixed,
+)
 from analysis.laws.enums import NParams, Precision
 from models.base.errors import AnalysisError
-
-
-def _fixed(items: list[str]) -> dict[str, float]:
-    out = {}
-    for item in items or []:
-        name, sep, value = item.partition("=")
-        try:
-            if not sep:
-                raise ValueError
-            out[name.strip()] = float(value)
-        except ValueError:
-            raise AnalysisError(f"--fix expects NAME=VALUE (e.g. --fix E=1.69), got {item!r}") from None
-    return out
 
 
 def register(subparsers) -> None:
@@ -48,11 +46,7 @@ def register(subparsers) -> None:
         "see docs/analysis.md), or auto: chinchilla or chinchilla_tied "
         "(beta = alpha), whichever predicted its own larger runs better (forward-chaining)",
     )
-    p.add_argument(
-        "--n-col",
-        help="model-size column (default: N, n_params or 'Model Size'; with --n-params "
-        "non_embedding: n_params_non_embedding or N_non_embedding)",
-    )
+    add_column_arguments(p, x=True)
     p.add_argument(
         "--n-params",
         choices=tuple(NParams),
@@ -61,19 +55,9 @@ def register(subparsers) -> None:
         "which `collect` writes). Default: non_embedding for the Kaplan laws of N (kaplan_n, "
         "kaplan_n_e), total for every other law (chinchilla). Recorded as n_params in the JSON",
     )
-    p.add_argument("--d-col", help="tokens column (default: D or tokens; else derived as C/(6N))")
-    p.add_argument("--c-col", help="compute column (default: C, flops or 'Training FLOP'; else 6ND)")
-    p.add_argument("--loss-col", help="target column (default: loss or final_eval_loss)")
-    p.add_argument("--x-col", help="input column of the generic 'power' law")
-    p.add_argument(
-        "--u-col",
-        help="unique-tokens column of the data-constrained laws (default: U or unique_tokens)",
-    )
     p.add_argument("--weight-col", help="column of per-run weights")
-    p.add_argument(
-        "--bootstrap", type=int, default=1000, help="bootstrap resamples for CIs (default 1000; 0 = none)"
-    )
-    p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
+    add_bootstrap_argument(p, 1000, "for CIs")
+    add_seed_argument(p)
     p.add_argument(
         "--holdout-above", type=float, help="leave runs with C above this out of the fit and predict them"
     )
@@ -92,7 +76,7 @@ def register(subparsers) -> None:
         ),
     )
     add_budget_argument(p, "to state the compute-optimal allocation N*, D* for")
-    p.add_argument("--fix", action="append", metavar="NAME=VALUE", help="hold a parameter fixed; repeatable")
+    add_fix_argument(p)
     p.add_argument(
         "--delta",
         type=float,
@@ -114,13 +98,6 @@ def register(subparsers) -> None:
             "with the law fit"
         ),
     )
-    _add_predict_argument(p)
-    add_json_argument(p, "the fit (schema in docs/analysis.md)")
-    p.set_defaults(func=run)
-
-
-def _add_predict_argument(p: argparse.ArgumentParser) -> None:
-    """`--predict TARGETS.csv`: the loss, with its 90% prediction interval, of runs not yet trained."""
     p.add_argument(
         "--predict",
         metavar="TARGETS.csv",
@@ -128,91 +105,111 @@ def _add_predict_argument(p: argparse.ArgumentParser) -> None:
         "U / unique_tokens for the data-constrained laws; x for power; C optional), each with its 90%% "
         "prediction interval: a table, and `predictions` in the JSON (one per row, in order)",
     )
+    add_json_argument(p, "the fit (schema in docs/analysis.md)")
+    p.set_defaults(func=run)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class FitOptions(ColumnOptions):
+    data: str  # the runs table
+    law: str | None  # None: chinchilla, or the data-constrained law when the runs repeat their data
+    n_params: NParams | None
+    weight_col: str | None
+    bootstrap: int
+    seed: int
+    holdout_above: float | None
+    at_optimum: bool
+    all_runs: bool
+    budget: list[float] | None
+    fix: dict[str, float]  # parameters held fixed
+    delta: float
+    precision: Precision
+    approach2: str | None
+    predict: str | None  # TARGETS.csv
 
 
 def run(args: argparse.Namespace) -> int:
+    opts = FitOptions.from_args(
+        args,
+        fix=parse_fixed(args.fix),
+        n_params=None if args.n_params is None else NParams(args.n_params),
+        precision=Precision(args.precision),
+    )
     # JAX and the fitting code load here, not at import, so `python -m analysis --help` stays fast.
+    from analysis.laws.enums import DEFAULT_LAW
     from analysis.laws.fitting import fit_law
     from analysis.laws.points import FitNotice
     from analysis.laws.registry import get_law
+    from analysis.laws.selection import AUTO, default_law, fit_auto
+    from analysis.laws.targets import predict_targets, prediction_lines
+    from analysis.laws.text import fit_lines
     from models.base.jaxcache import enable_compile_cache
 
     enable_compile_cache()
-    from analysis.laws.enums import DEFAULT_LAW
-    from analysis.laws.selection import AUTO, default_law, fit_auto
-
-    if args.law not in (AUTO, None):
-        get_law(args.law)  # unknown law: fail before reading data
-    columns = _columns(args)
-    targets = _read_targets(args, columns)  # a bad TARGETS file fails before the fit
-    data, selection = _fit_rows(args)
-    if args.law is None:
-        args.law = default_law(data, columns)
-        if args.law != DEFAULT_LAW:
-            print(
-                f"law: {args.law} (the runs repeat their data, D > U; "
-                "--law chinchilla counts repeats as fresh)"
-            )
+    if opts.law not in (AUTO, None):
+        get_law(opts.law)  # unknown law: fail before reading data
+    columns = opts.columns()
+    targets = _read_targets(opts, columns)  # a bad TARGETS file fails before the fit
+    data, selection = _fit_rows(opts)
+    law = opts.law
+    if law is None:
+        law = default_law(data, columns)
+        if law != DEFAULT_LAW:
+            print(f"law: {law} (the runs repeat their data, D > U; --law chinchilla counts repeats as fresh)")
     kwargs = dict(
-        bootstrap=args.bootstrap,
-        seed=args.seed,
-        holdout_above=args.holdout_above,
-        weights=args.weight_col,
-        fixed=_fixed(args.fix),
-        delta=args.delta,
-        precision=args.precision,
-        n_params=args.n_params,
+        bootstrap=opts.bootstrap,
+        seed=opts.seed,
+        holdout_above=opts.holdout_above,
+        weights=opts.weight_col,
+        fixed=opts.fix,
+        delta=opts.delta,
+        precision=opts.precision,
+        n_params=opts.n_params,
     )
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", FitNotice)
-        fit = (
-            fit_auto(data, columns, **kwargs)
-            if args.law == AUTO
-            else fit_law(data, args.law, columns, **kwargs)
-        )
+        fit = fit_auto(data, columns, **kwargs) if law == AUTO else fit_law(data, law, columns, **kwargs)
     _reemit(caught, FitNotice)
     if fit.law_selection is not None:
         print(fit.law_selection.message)
     print(fit.summary())
-    _print_n_params(fit)
-    result = fit.to_dict(args.budget)
+    result = fit.to_dict(opts.budget)
     if selection is not None:
         result["hparam_selection"] = selection
-    _print_allocation(result, args.budget)
-    _print_holdout(result.get("holdout"))
-    if args.approach2:
-        result.update(_approach2(fit, args, columns, data))
+    for line in fit_lines(fit, result, opts.budget):
+        print(line)
+    if opts.approach2:
+        result.update(_approach2(fit, opts, columns, data))
     if targets is not None:
-        result["predictions"] = _predictions(fit, targets, args.predict)
-        _print_predictions(result["predictions"], args.predict)
-    emit_json(args.json, result)
+        result["predictions"] = predict_targets(fit, targets, f"--predict {opts.predict}")
+        for line in prediction_lines(result["predictions"], opts.predict):
+            print(line)
+    emit_json(opts.json, result)
     return 0
 
 
-def _fit_rows(args: argparse.Namespace):
+def _fit_rows(opts: FitOptions):
     """(rows to fit, the selection's record or None). A table with run configs (from `collect`)
     is reduced to the best run per (budget, shape) of an LR / optim.* sweep, recomputed from its
     config columns; a table without them but with a `selected` column keeps its marked rows."""
-    from analysis.laws.best_runs import rows_to_fit
-    from analysis.laws.points import read_table
+    from analysis.laws.best_runs import rows_to_fit  # pandas and the law modules: see run()
+    from analysis.laws.points import ALIASES, read_table
 
-    df = read_table(args.data)
-    if args.all_runs and getattr(args, "at_optimum", False):
+    df = read_table(opts.data)
+    if opts.all_runs and opts.at_optimum:
         raise AnalysisError("--at-optimum corrects the best run of each rung; drop --all-runs")
-    if args.all_runs:
+    if opts.all_runs:
         return df, None
-    rows, sel = rows_to_fit(df, args.loss_col)
+    rows, sel = rows_to_fit(df, opts.loss_col)
     if sel is None:
         return rows, None
     print(sel.message)
     for w in sel.warnings:
         print(f"warning: {w}", file=sys.stderr)
     record = sel.to_dict()
-    if not getattr(args, "at_optimum", False):
+    if not opts.at_optimum:
         return sel.selected, record
-    from analysis.laws.points import ALIASES
-
-    loss_cols = [args.loss_col] if args.loss_col else [c for c in ALIASES["loss"] if c in df.columns]
+    loss_cols = [opts.loss_col] if opts.loss_col else [c for c in ALIASES["loss"] if c in df.columns]
     if not loss_cols:
         raise AnalysisError("--at-optimum needs a loss column (loss or final_eval_loss)")
     rows, rungs = sel.at_optimum(loss_cols)
@@ -232,150 +229,35 @@ def _reemit(caught: list, notice: type) -> None:
             warnings.warn(w.message, w.category, stacklevel=2)
 
 
-def _print_n_params(fit) -> None:
-    kind = fit.n_params
-    if kind is not None:
-        what = "non-embedding parameters" if kind == NParams.NON_EMBEDDING else "all parameters"
-        print(f"  N = {what} (column {fit.columns.get('N', '?')}); --n-params {kind}")
-
-
-def _columns(args: argparse.Namespace) -> dict[str, str]:
-    """Column roles the user named with --n-col/--d-col/...; the rest are found by name."""
-    return {
-        role: name
-        for role, name in (
-            ("N", args.n_col),
-            ("D", args.d_col),
-            ("C", args.c_col),
-            ("loss", args.loss_col),
-            ("x", args.x_col),
-            ("U", args.u_col),
-        )
-        if name
-    }
-
-
-def _print_allocation(result: dict, budgets=None) -> None:
-    if "allocation" not in result:
-        return
-    al = result["allocation"]
-    ci = al.get("a_ci", [float("nan")] * 2)
-    print(f"  allocation: N* ~ C^{al['a']:.4f} (CI [{ci[0]:.4f}, {ci[1]:.4f}]), D* ~ C^{al['b']:.4f}")
-    frontier = result.get("frontier")
-    if frontier is not None:
-        print(f"  best loss per budget: {frontier['method']}, by {frontier['reason']}")
-    for r in al["budgets"] if budgets else []:
-        band = r.get("loss_interval")
-        iv = f" [{band[0]:.4f}, {band[1]:.4f}]" if band else ""
-        print(
-            f"  at C = {r['C']:.3g}: N* = {r['N_opt']:.4g}, D* = {r['D_opt']:.4g}, "
-            f"best loss {r['loss']:.4f}{iv} ({r['loss_method']})"
-        )
-
-
-def _print_holdout(h: dict | None) -> None:
-    if h is not None:
-        print(
-            f"  held out {h['n_points']} runs above C={h['threshold']:.3g}: "
-            f"mean |rel err| {h['mean_rel_error']:.3%}, "
-            f"max {h['max_rel_error']:.3%}"
-            + (
-                f"; {h['coverage']:.0%} inside their 90% prediction intervals (mean width "
-                f"{h['mean_interval_rel_width']:.2%})"
-                if "coverage" in h
-                else ""
-            )
-        )
-
-
-def _approach2(fit, args: argparse.Namespace, columns: dict[str, str], data) -> dict:
+def _approach2(fit, opts: FitOptions, columns: dict[str, str], data) -> dict:
     """IsoFLOP profiles (Approach 2) and their agreement with the law's exponent (`approach2` and
     `approach_comparison` in the JSON)."""
     from analysis.laws.isoflop import approach2, compare_approaches  # JAX-heavy; see run()
 
     a2 = approach2(
-        data, columns, method=args.approach2, bootstrap=min(args.bootstrap, 1000) or 200, seed=args.seed
+        data, columns, method=opts.approach2, bootstrap=min(opts.bootstrap, 1000) or 200, seed=opts.seed
     )
     cmp_ = compare_approaches(fit, a2)
     print(f"  {cmp_['message']}")
     return {"approach2": a2, "approach_comparison": cmp_}
 
 
-def _target_inputs(law, targets, columns: dict[str, str], path: str):
-    """(role -> array, role -> column) of `law`'s inputs in TARGETS, found as in the fit: a column
-    the fit used (or --n-col & co. named) when TARGETS has it, else the usual spellings; D from C / 6N.
-    Any error is one line naming the file and the law."""
-    from analysis.laws.points import ALIASES, resolve_inputs
-
-    cols = {
-        role: name
-        for role, name in columns.items()
-        if role in ALIASES and role != "loss" and not name.startswith("<") and name in targets.columns
-    }
-    try:
-        return resolve_inputs(targets, law.inputs, cols)
-    except AnalysisError as e:
-        raise AnalysisError(f"--predict {path}: law {law.name}: {e}") from None
-
-
-def _read_targets(args: argparse.Namespace, columns: dict[str, str]):
+def _read_targets(opts: FitOptions, columns: dict[str, str]):
     """TARGETS (`--predict`) read and checked against the law's inputs before any fitting, or
     None without the flag. With --law auto the inputs every candidate law needs are checked here,
     the chosen law's own after the fit."""
-    if not args.predict:
+    if not opts.predict:
         return None
+    from analysis.laws.enums import DEFAULT_LAW  # the law modules load JAX: see run()
     from analysis.laws.points import read_table
-    from analysis.laws.registry import get_law
     from analysis.laws.selection import AUTO, CANDIDATES
+    from analysis.laws.targets import check_targets
 
     try:
-        targets = read_table(args.predict)
+        targets = read_table(opts.predict)
     except AnalysisError as e:
         raise AnalysisError(f"--predict: {e}") from None
-    from analysis.laws.enums import DEFAULT_LAW
-
     # without --law the law is known after the data is read: check the inputs every law needs
-    laws = [get_law(name) for name in (CANDIDATES if args.law == AUTO else (args.law or DEFAULT_LAW,))]
-    for law in laws:
-        if all(all(role in other.inputs for other in laws) for role in law.inputs):
-            _target_inputs(law, targets, columns, args.predict)  # raises on the first missing input
+    laws = CANDIDATES if opts.law == AUTO else (opts.law or DEFAULT_LAW,)
+    check_targets(targets, laws, columns, f"--predict {opts.predict}")
     return targets
-
-
-# Inputs a prediction entry repeats, in this order, besides the law's own (N and D whenever known)
-PREDICTION_ROLES = ("N", "D", "U", "C", "x")
-
-
-def _predictions(fit, targets, path: str) -> list[dict]:
-    """One entry per TARGETS row, in row order: the inputs ({N, D, U (data-constrained laws)...}),
-    the predicted `loss` (FitResult.predict) and its 90% prediction `interval` [lo, hi]
-    (FitResult.predict_interval: parameter noise + run scatter + extrapolation drift)."""
-    law = fit.law_obj
-    vals, used = _target_inputs(law, targets, fit.columns, path)
-    loss = fit.predict(targets, {r: c for r, c in used.items() if not c.startswith("<")})
-    try:
-        _, lo, hi = fit.predict_interval(vals)
-    except AnalysisError as e:
-        raise AnalysisError(f"--predict {path}: {e}") from None
-    shown = [r for r in PREDICTION_ROLES if r in vals and (r in law.inputs or r in ("N", "D"))]
-    return [
-        {
-            **{r: float(vals[r][i]) for r in shown},
-            "loss": float(loss[i]),
-            "interval": [float(lo[i]), float(hi[i])],
-        }
-        for i in range(len(targets))
-    ]
-
-
-def _print_predictions(rows: list[dict], path: str) -> None:
-    """The predictions as a short table (every row; TARGETS files are user queries, not sweeps)."""
-    from analysis.validation import PREDICTION_LEVEL
-
-    roles = [k for k in rows[0] if k not in ("loss", "interval")]
-    print(f"  predictions for {path} ({PREDICTION_LEVEL:.0%} prediction intervals):")
-    print("    " + "".join(f"{r:>11}" for r in roles) + f"{'loss':>10}  interval")
-    for row in rows:
-        lo, hi = row["interval"]
-        cells = "".join(f"{row[r]:>11.4g}" for r in roles)
-        print(f"    {cells}{row['loss']:>10.4f}  [{lo:.4f}, {hi:.4f}]")
