@@ -5,5 +5,5 @@ Every module here defines `register(subparsers)`, which adds its subparser and s
 subcommand is a new file and nothing else. A command's `run(args)` builds its frozen options
 object (`_options.CommandOptions`) and passes that on; the work lives in the analysis units, and
 a command imports no other command (tests/test_architecture.py). `_`-prefixed modules are not
-commands: `_options` holds the flags the commands share.
+commands: `_flags` defines the flags the commands share, `_options` their options objects and output.
 """

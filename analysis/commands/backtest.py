@@ -15,13 +15,8 @@ import dataclasses
 import pathlib
 import warnings
 
-from analysis.commands._options import (
-    CommandOptions,
-    add_bootstrap_argument,
-    add_json_argument,
-    add_seed_argument,
-    emit_json,
-)
+from analysis.commands._flags import add_bootstrap_argument, add_json_argument, add_seed_argument
+from analysis.commands._options import CommandOptions, emit_json
 from models.base.errors import AnalysisError
 from models.base.jaxcache import enable_compile_cache
 from models.base.jsonio import write_text_atomic

@@ -18,7 +18,8 @@ import dataclasses
 import sys
 import warnings
 
-from analysis.commands._options import CommandOptions, add_json_argument, emit_json
+from analysis.commands._flags import add_json_argument
+from analysis.commands._options import CommandOptions, emit_json
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -17,17 +17,16 @@ import dataclasses
 import sys
 import warnings
 
-from analysis.commands._options import (
-    ColumnOptions,
+from analysis.commands._flags import (
     add_bootstrap_argument,
     add_budget_argument,
     add_column_arguments,
     add_fix_argument,
     add_json_argument,
+    add_n_params_argument,
     add_seed_argument,
-    emit_json,
-    parse_fixed,
 )
+from analysis.commands._options import ColumnOptions, emit_json, parse_fixed
 from analysis.laws.enums import NParams, Precision
 from models.base.errors import AnalysisError
 
@@ -47,13 +46,11 @@ def register(subparsers) -> None:
         "(beta = alpha), whichever predicted its own larger runs better (forward-chaining)",
     )
     add_column_arguments(p, x=True)
-    p.add_argument(
-        "--n-params",
-        choices=tuple(NParams),
-        help="which parameter count N is: total (every parameter) or non_embedding (without the input "
-        "embedding and untied output head, Kaplan et al.'s N; needs a column n_params_non_embedding, "
-        "which `collect` writes). Default: non_embedding for the Kaplan laws of N (kaplan_n, "
-        "kaplan_n_e), total for every other law (chinchilla). Recorded as n_params in the JSON",
+    add_n_params_argument(
+        p,
+        None,
+        "non_embedding for the Kaplan laws of N (kaplan_n, kaplan_n_e), total for every other law "
+        "(chinchilla). Recorded as n_params in the JSON",
     )
     p.add_argument("--weight-col", help="column of per-run weights")
     add_bootstrap_argument(p, 1000, "for CIs")

@@ -18,13 +18,8 @@ from __future__ import annotations
 import argparse
 import dataclasses
 
-from analysis.commands._options import (
-    CommandOptions,
-    add_fix_argument,
-    add_json_argument,
-    emit_json,
-    parse_fixed,
-)
+from analysis.commands._flags import add_fix_argument, add_json_argument
+from analysis.commands._options import CommandOptions, emit_json, parse_fixed
 
 
 def register(subparsers) -> None:

@@ -17,13 +17,8 @@ import sys
 
 import numpy as np
 
-from analysis.commands._options import (
-    CommandOptions,
-    add_json_argument,
-    add_seed_argument,
-    emit_json,
-    json_to_stdout,
-)
+from analysis.commands._flags import add_json_argument, add_seed_argument
+from analysis.commands._options import CommandOptions, emit_json, json_to_stdout
 from models.base.errors import AnalysisError
 from models.base.jsonio import write_json
 

@@ -11,7 +11,8 @@ from __future__ import annotations
 import argparse
 import dataclasses
 
-from analysis.commands._options import CommandOptions, add_json_argument, emit_json
+from analysis.commands._flags import add_fit_until_frac_argument, add_json_argument
+from analysis.commands._options import CommandOptions, emit_json
 from models.base.errors import AnalysisError
 
 
@@ -49,13 +50,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         default="profile",
         help="parameter intervals: profile likelihood (default) or bootstrap",
     )
-    p.add_argument(
-        "--fit-until-frac",
-        type=float,
-        default=None,
-        metavar="F",
-        help="fit on compute <= F x final, score the prediction on the rest",
-    )
+    add_fit_until_frac_argument(p, None)
     add_json_argument(p, "the fit (params, ci, flags, verdict, per_seed, prediction)")
     p.set_defaults(func=run)
 

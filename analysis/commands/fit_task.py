@@ -13,13 +13,8 @@ from __future__ import annotations
 import argparse
 import dataclasses
 
-from analysis.commands._options import (
-    CommandOptions,
-    add_bootstrap_argument,
-    add_json_argument,
-    add_seed_argument,
-    emit_json,
-)
+from analysis.commands._flags import add_bootstrap_argument, add_json_argument, add_seed_argument
+from analysis.commands._options import CommandOptions, emit_json
 
 
 def register(subparsers) -> None:

@@ -49,7 +49,8 @@ import dataclasses
 import pathlib
 from typing import TYPE_CHECKING
 
-from analysis.commands._options import CommandOptions, add_costmodel_arguments, add_json_argument, emit_json
+from analysis.commands._flags import add_costmodel_arguments, add_json_argument
+from analysis.commands._options import CommandOptions, emit_json
 from analysis.layouts.rows import (
     PRECISIONS,
     load_efficiency,

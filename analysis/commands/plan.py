@@ -41,15 +41,15 @@ import argparse
 import dataclasses
 import pathlib
 
-from analysis.commands._options import (
-    CommandOptions,
+from analysis.commands._flags import (
     add_budget_argument,
     add_costmodel_arguments,
     add_json_argument,
-    emit_json,
+    add_unique_tokens_argument,
     positive_float,
     positive_int,
 )
+from analysis.commands._options import CommandOptions, emit_json
 from analysis.laws.allocation import ScalingLaw
 from analysis.layouts.rows import load_efficiency
 from analysis.planning.data_limit import check_unique_tokens, from_json, plan_data_limit
@@ -103,15 +103,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="hyperparameter laws from `python -m analysis fit-hparams --json`: state the run's "
         "learning rate and batch with 90%% intervals and emit optim.lr / train.batch_size",
     )
-    p.add_argument(
-        "--unique-tokens",
-        type=float,
-        metavar="U",
-        help="unique tokens in the corpus (e.g. 2e12): plan under this data limit (repeated epochs "
-        "decay in value, Muennighoff et al. 2023): optimum N, D, epochs, penalty against unlimited "
-        "data, the < 1%%-epoch point, a bigger model at fewer epochs; with a data_constrained(_d) "
-        "--law fit, else the paper's R_D*=15.4, R_N*=5.3 on the Chinchilla law",
-    )
+    add_unique_tokens_argument(p, "the run (without --hardware: only its data-limited allocation)")
     p.add_argument("--top", type=positive_int, default=8, help="candidates to list")
     add_json_argument(p, "the plan ({'best': ..., 'candidates': [...], 'N_opt', 'D_opt', ...})")
     p.add_argument("--markdown", type=pathlib.Path, help="write a planning section for a report")

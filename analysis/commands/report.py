@@ -9,15 +9,16 @@ from __future__ import annotations
 import argparse
 import dataclasses
 
-from analysis.commands._options import (
-    ColumnOptions,
+from analysis.commands._flags import (
     add_bootstrap_argument,
     add_budget_argument,
     add_column_arguments,
     add_json_argument,
+    add_n_params_argument,
     add_seed_argument,
-    emit_json,
+    add_unique_tokens_argument,
 )
+from analysis.commands._options import ColumnOptions, emit_json
 from models.base.errors import AnalysisError
 
 
@@ -105,14 +106,7 @@ def register(sub) -> None:
         "(a conf/hardware name such as h100-sxm, or a YAML path)",
     )
     p.add_argument("--gpus", type=int, default=1024, help="devices for the planning section (default 1024)")
-    p.add_argument(
-        "--n-params",
-        choices=("total", "non_embedding"),
-        default="total",
-        help="which parameter count N the fits, profiles and figures use: total (default; the Chinchilla "
-        "law's N counts every parameter) or non_embedding (without the input embedding and untied "
-        "output head, Kaplan et al.'s N; from n_params_non_embedding in each run's summary.json)",
-    )
+    add_n_params_argument(p, "total", "total (the Chinchilla law's N); the fits, profiles and figures use it")
     p.add_argument(
         "--hparams",
         default=None,
@@ -121,15 +115,7 @@ def register(sub) -> None:
         "'Hyperparameter law' section and tunes the planning sections' recipe (default: "
         "SWEEP_DIR/hparams.json or SWEEP_DIR/../hparams.json when one exists)",
     )
-    p.add_argument(
-        "--unique-tokens",
-        type=float,
-        default=None,
-        metavar="U",
-        help="with --hardware and --budget: plan each planning section under a corpus of U unique "
-        "tokens (data limit: optimum N, D, epochs, penalty against unlimited data; the report's "
-        "data-constrained law, else Muennighoff et al. 2023's R_D*, R_N* on its Chinchilla law)",
-    )
+    add_unique_tokens_argument(p, "each planning section (with --hardware and --budget)")
     add_column_arguments(p, "runs-table columns (as in `python -m analysis fit`; a runs table only)")
     add_json_argument(p, "the report's numbers (the same as report.json)")
     p.set_defaults(func=_run)

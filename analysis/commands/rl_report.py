@@ -12,17 +12,8 @@ from __future__ import annotations
 import argparse
 import dataclasses
 
-from analysis.commands._options import CommandOptions, add_json_argument, emit_json
-
-
-def _fraction(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not 0 < v < 1:
-        raise argparse.ArgumentTypeError(f"must be in (0, 1), got {text}")
-    return v
+from analysis.commands._flags import add_fit_until_frac_argument, add_json_argument
+from analysis.commands._options import CommandOptions, emit_json
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -33,13 +24,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("runs_dir", metavar="RUNS_DIR", help="folder of RL run directories (searched recursively)")
     p.add_argument("out_dir", metavar="OUT_DIR", help="where the figures and rl_section.md go")
-    p.add_argument(
-        "--fit-until-frac",
-        type=_fraction,
-        default=0.5,
-        metavar="F",
-        help="the prediction card fits compute <= F x final and scores the rest (default 0.5)",
-    )
+    add_fit_until_frac_argument(p, 0.5)
     add_json_argument(p, "the ranked recipes with their fits (and the markdown)")
     p.set_defaults(func=run)
 
