@@ -69,7 +69,7 @@ def register(subparsers) -> None:
 
 
 def _print_result(r) -> None:
-    from analysis.curves.fitting import FitProtocol
+    from analysis.curves.fitting import FitProtocol  # JAX-heavy, as in run(): loaded when used
 
     print(f"law {r.law} (protocol {r.protocol}): " + ", ".join(f"{k}={v:.6g}" for k, v in r.params.items()))
     if r.protocol == FitProtocol.OPTIMUM:

@@ -71,7 +71,7 @@ def register(subparsers) -> None:
 
 
 def _targets(path: str) -> list[dict]:
-    from analysis.laws.points import read_table
+    from analysis.laws.points import read_table  # pandas and JAX: loaded when run, a fast --help
 
     t = read_table(path)
     for col in ("N", "D"):
@@ -98,7 +98,7 @@ def predictions(laws, rows: list[dict]) -> list[dict]:
 
 
 def _fmt_recipe(laws, N: float, D: float, C: float | None) -> str:
-    from analysis.hparams.laws import short_name
+    from analysis.hparams.laws import short_name  # loaded when run, as in run()
 
     parts = []
     for param in laws.params:
@@ -178,6 +178,7 @@ class FitHparamsOptions(CommandOptions):
 
 def run(args: argparse.Namespace) -> int:
     opts = FitHparamsOptions.from_args(args)
+    # the fits (pandas, JAX) load here, not at import, so `python -m analysis --help` stays fast
     from analysis.hparams.fitting import HparamOptions, fit_hparams
     from analysis.hparams.laws import FORMS
     from analysis.laws.points import read_table
