@@ -32,7 +32,7 @@ import threading
 import warnings
 from dataclasses import dataclass, field
 from functools import lru_cache, partial
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -44,6 +44,7 @@ from analysis.laws import frontier as frontier_mod
 from analysis.laws import holdout, intervals, repeated
 from analysis.laws import points as data_mod
 from analysis.laws.allocation import allocation, chinchilla_index, closed_form_optimum, supports_allocation
+from analysis.laws.choice import LawChoice
 from analysis.laws.enums import FitStatus, LawName, NParams, Precision
 from analysis.laws.holdout import HoldoutReport
 from analysis.laws.intervals import NO_INTERVAL, Interval
@@ -58,9 +59,6 @@ from analysis.laws.lbfgs import (
 from analysis.laws.registry import Law, bound_notes, get_law
 from models.base import jsonio
 from models.base.errors import AnalysisError
-
-if TYPE_CHECKING:  # selection imports this module; the annotation alone needs LawChoice
-    from analysis.laws.selection import LawChoice
 
 HUBER_DELTA = 1e-3  # Hoffmann et al. (2022)'s delta; loss curves (analysis.curves) keep it
 # The point laws' default: least squares in log loss (a log residual never reaches 1). Chosen by

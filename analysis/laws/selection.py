@@ -25,63 +25,22 @@ from __future__ import annotations
 
 import dataclasses
 import warnings
-from dataclasses import dataclass
 from typing import Any, Mapping
 
 import numpy as np
 import pandas as pd
 
 from analysis import validation
+from analysis.laws.choice import BASELINE, EPOCH_CRITERION, EPOCH_SHARE, PARSIMONY, LawChoice
 from analysis.laws.fitting import FitResult, fit_law
 from models.base.errors import AnalysisError
 
 AUTO = "auto"
-BASELINE = "chinchilla"  # kept unless a candidate beats it on every fold
 CANDIDATES = ("chinchilla_tied", "chinchilla")  # simplest first
 # ...and when the runs repeat their data (a U column with D > U somewhere): the data-constrained
 # forms too, effective data alone before the excess-parameter term (analysis/laws/repeated.py)
 REPEATED_CANDIDATES = (*CANDIDATES, "data_constrained_d", "data_constrained")
 REPEAT_TOLERANCE = 1.01  # D > 1.01 U: a run that repeats (not one rounded to whole steps)
-PARSIMONY = validation.PARSIMONY  # a more complex form must predict forward >10% better to be chosen
-
-
-@dataclass(frozen=True)
-class LawChoice:
-    """Which law `--law auto` chose, and why (the `law_selection` object of `fit --json`)."""
-
-    chosen: str  # the law fitted and reported
-    fold_mae: dict[str, float]  # candidate -> mean |log error| over its folds
-    skipped: dict[str, str]  # candidate -> why it could not be fitted (e.g. a fixed parameter it lacks)
-    fold_errors: dict[str, dict[str, float]] = dataclasses.field(default_factory=dict)  # per fold
-    baseline: str = BASELINE
-    disagreement: str | None = None  # the candidates' predictions beyond their intervals (a warning)
-    parsimony: float = PARSIMONY
-    criterion: str = (
-        f"forward-chaining folds: {BASELINE} unless a form beats it by the parsimony margin on every "
-        "fold; then the simplest within the margin of the best"
-    )
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "chosen": self.chosen,
-            "baseline": self.baseline,
-            "disagreement": self.disagreement,
-            "fold_mae": dict(self.fold_mae),
-            "fold_errors": {k: dict(v) for k, v in self.fold_errors.items()},
-            "skipped": dict(self.skipped),
-            "parsimony": self.parsimony,
-            "criterion": self.criterion,
-        }
-
-    @property
-    def message(self) -> str:
-        scores = ", ".join(f"{k} {v:.3%}" for k, v in self.fold_mae.items())
-        what = (
-            "error on the most-repeated runs and the largest models"
-            if self.criterion == EPOCH_CRITERION
-            else "forward-chaining error"
-        )
-        return f"--law auto chose {self.chosen} ({what}: {scores})"
 
 
 def repeats(df: pd.DataFrame, columns: Mapping[str, str] | None = None) -> bool:
@@ -95,13 +54,7 @@ def repeats(df: pd.DataFrame, columns: Mapping[str, str] | None = None) -> bool:
     return bool((vals["D"] > REPEAT_TOLERANCE * vals["U"]).any())
 
 
-EPOCH_SHARE = 0.6  # repeated data: fit on the runs of the fewest epochs (at least this share)
 REPEATED_FOLDS = ("epochs", "N")  # the most-repeated runs; the largest models
-EPOCH_CRITERION = (
-    "repeated data: |log error| on the runs of the most epochs and on the largest models, each "
-    f"fitted on the others (at least {EPOCH_SHARE:.0%} of the runs); {BASELINE} unless a form beats "
-    "it by the parsimony margin on both"
-)
 
 
 def epoch_holdout_error(
