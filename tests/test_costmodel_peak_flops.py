@@ -108,3 +108,30 @@ def test_bad_device_kinds_are_one_line_errors():
     assert Hardware.from_mapping({**base, "device_kinds": "My Chip"}).device_kinds == ("my chip",)
     with pytest.raises(LayoutError, match="device_kinds must be a list of non-empty strings"):
         Hardware.from_mapping({**base, "device_kinds": [3]})
+
+
+def test_cpu_peak_is_the_best_of_shapes_and_of_one_and_all_devices(monkeypatch, tmp_path):
+    """The CPU peak is the highest of the timed matmuls (every shape, one device and all devices),
+    and a figure cached by the older one-matmul method is not reused (the key names the method)."""
+    from experiments.train import peak_flops as pf
+
+    calls = []
+
+    def fake(dtype, n, parallel=False):
+        calls.append((n, parallel))
+        return 1e9 * n / 1024 * (1.5 if parallel else 1.0)
+
+    monkeypatch.setattr(pf, "measure_cpu_matmul_peak", fake)
+    monkeypatch.setenv("SCALELAB_CACHE", str(tmp_path))
+    flops, src = pf.cpu_host_peak("float32")
+    assert sorted(calls) == sorted((n, p) for n in pf._MATMUL_SHAPES for p in (False, True))
+    assert flops == 1.5e9 * max(pf._MATMUL_SHAPES) / 1024
+    assert pf._METHOD_VERSION in src and "every CPU device" in src
+
+
+def test_cpu_matmul_peak_runs_on_one_and_on_all_devices():
+    from experiments.train.peak_flops import measure_cpu_matmul_peak
+
+    one = measure_cpu_matmul_peak("float32", 128, reps=2)
+    every = measure_cpu_matmul_peak("float32", 128, reps=2, parallel=True)
+    assert one > 0 and every > 0
