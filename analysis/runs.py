@@ -69,6 +69,11 @@ class RunWarning(UserWarning):
     """A run was skipped or partly unreadable (the message names it)."""
 
 
+class RunNote(RunWarning):
+    """Not a problem with the data: what the loader left out by design (WSD trunks, whose cooldown
+    branches are the runs). Commands and the report show it as a `note:`, not a warning."""
+
+
 def find_run_dirs(paths: Iterable[str | os.PathLike]) -> list[pathlib.Path]:
     """Every directory at or under `paths` holding a run marker file (`iter_run_dirs`), sorted,
     without duplicates."""
@@ -248,7 +253,7 @@ def load(
         warnings.warn(
             f"left out {len(trunks)} WSD trunk run(s) (constant LR; their cooldown branches are "
             f"the runs): {', '.join(trunks)}",
-            RunWarning,
+            RunNote,
             stacklevel=2,
         )
     runs_df = with_task_columns(pd.DataFrame(rows))

@@ -178,6 +178,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     for line in headline(rep):
         print(line)
+    for n in rep.get("notes", []):
+        print(f"note: {n}")
     for w in rep["warnings"]:
         print(f"warning: {w}")
     print(f"report: {rep['paths']['html']}")

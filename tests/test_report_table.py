@@ -192,7 +192,7 @@ def test_renamed_columns_are_found_as_fit_finds_them(tables, tmp_path):
     runs, done, curves, notes, used = collect_table(path, {"loss": "val"})
     assert used["loss"] == "val" and used["D"].startswith("<derived") and used["C"] == "C"
     assert np.allclose(done["tokens"], gadre["D"]) and np.allclose(done["final_eval_loss"], gadre["loss"])
-    assert len(runs) == len(done) == len(gadre) and curves.empty and notes == []
+    assert len(runs) == len(done) == len(gadre) and curves.empty and notes == ((), ())
 
 
 def test_collect_table_reads_what_collect_wrote(tmp_path):

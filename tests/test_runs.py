@@ -203,3 +203,27 @@ def test_collect_bad_output_suffix_is_one_line(sweep, tmp_path, capsys):
     assert "must end in .csv or .parquet" in capsys.readouterr().err
     assert main(["collect", str(tmp_path / "nope"), "--out", str(tmp_path / "runs.csv")]) == 2
     assert "not found" in capsys.readouterr().err
+
+
+def test_wsd_trunks_left_out_are_a_note_not_a_warning(tmp_path, capsys):
+    """A WSD trunk is left out by design: `load` says so as a RunNote (a RunWarning subclass, so
+    callers that catch warnings still see it), `collect` prints it as `note:`, and a skipped run
+    stays a `warning:`."""
+    from analysis.cli import main
+
+    sweep = tmp_path / "sweep"
+    for i, n in enumerate((1e6, 2e6)):
+        make_run(sweep, f"r{i}", n_params=n)
+    trunk = make_run(sweep, "trunk0", n_params=1e6)
+    s = json.loads((trunk / "summary.json").read_text())
+    (trunk / "summary.json").write_text(json.dumps({**s, "role": "trunk"}))
+    make_run(sweep, "dead", status="failed")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        df, _ = runs.load(sweep, cache_dir=False)
+    kinds = {w.category.__name__ for w in caught}
+    assert {"RunNote", "RunWarning"} <= kinds and "trunk0" not in set(df["run"])
+    assert main(["collect", str(sweep), "--out", str(tmp_path / "runs.csv"), "--no-cache"]) == 0
+    err = capsys.readouterr().err
+    assert "note: left out 1 WSD trunk run(s)" in err
+    assert "warning: skipped 1 run(s) that did not complete" in err and "warning: left out" not in err

@@ -77,8 +77,11 @@ def run(args: argparse.Namespace) -> int:
         runs_df, curves = runs.load(
             *opts.sweep_dirs, cache_dir=not opts.no_cache, include_unfinished=opts.include_unfinished
         )
-    for msg in dict.fromkeys(str(w.message) for w in caught if issubclass(w.category, runs.RunWarning)):
-        print(f"warning: {msg}", file=sys.stderr)
+    said = dict.fromkeys(
+        (w.category, str(w.message)) for w in caught if issubclass(w.category, runs.RunWarning)
+    )
+    for category, msg in said:
+        print(f"{'note' if issubclass(category, runs.RunNote) else 'warning'}: {msg}", file=sys.stderr)
     df, sel = runs.with_selection(runs.with_roles(runs_df))
     _print_selection(sel)
     runs.write_table(df, opts.out)

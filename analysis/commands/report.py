@@ -48,6 +48,7 @@ def _run(args: argparse.Namespace) -> int:
     if opts.gpus <= 0:
         raise AnalysisError(f"--gpus must be a positive integer (got {opts.gpus})")
     if opts.unique_tokens is not None:  # a bad U fails before the fits
+        # deferred, as the report above: the planner loads JAX
         from analysis.planning.data_limit import check_unique_tokens
         from analysis.planning.planner import DEFAULT_BATCH_TOKENS
 
@@ -67,6 +68,8 @@ def _run(args: argparse.Namespace) -> int:
     )
     for line in [] if rep.get("rl_only") else headline(rep):
         print(line)
+    for n in rep.get("notes", []):
+        print(f"note: {n}")
     for w in rep["warnings"]:
         print(f"warning: {w}")
     print(f"report: {rep['paths']['html']} (and report.md, report.json, figures/)")

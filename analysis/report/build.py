@@ -39,7 +39,7 @@ import json
 import math
 import pathlib
 import warnings
-from typing import Any, Sequence
+from typing import Any, NamedTuple, Sequence
 
 import numpy as np
 import pandas as pd
@@ -50,12 +50,13 @@ from analysis.laws.fitting import FitResult, fit_law
 from analysis.laws.isoflop import approach2, compare_approaches, group_budgets
 from analysis.laws.points import choose_n_column, read_table, resolve, resolve_inputs
 from analysis.laws.registry import bound_notes, get_law
+from analysis.planning import data_limit, planner
 from analysis.report import figures as figs
 from analysis.report.downstream import downstream_section
 from analysis.report.hparams import law_section, load_laws
 from analysis.report.render import write_report
 from analysis.rl.report import find_rl_runs, rl_section
-from analysis.runs import RunWarning
+from analysis.runs import RunNote, RunWarning
 from analysis.runs import load as load_runs
 from models.base.errors import AnalysisError
 from models.base.jsonio import write_json_atomic
@@ -117,8 +118,16 @@ def read_compute(sweep_dir: pathlib.Path, warn: list[str]) -> dict | None:
     return {"flops_to_train": spent, "flops_if_separate": separate, "ratio": spent / separate}
 
 
-def collect(sweep_dir: pathlib.Path) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, list[str]]:
-    """(all runs, completed runs with a `budget` column, curves, load warnings).
+class LoadMessages(NamedTuple):
+    """What loading the runs said: `warnings` (skipped or unreadable runs, data problems) and
+    `notes` (what was left out by design, e.g. WSD trunks: the report's notes line, not a warning)."""
+
+    warnings: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+
+
+def collect(sweep_dir: pathlib.Path) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, LoadMessages]:
+    """(all runs, completed runs with a `budget` column, curves, load warnings and notes).
 
     RL runs (found by `analysis.rl.report.find_rl_runs`) are left out: they have their own section.
     """
@@ -126,6 +135,8 @@ def collect(sweep_dir: pathlib.Path) -> tuple[pd.DataFrame, pd.DataFrame, pd.Dat
         warnings.simplefilter("always")
         all_runs, curves = load_runs(sweep_dir, include_unfinished=True, cache_dir=False)
     notes = [str(w.message) for w in caught if issubclass(w.category, RunWarning)]
+    design = [str(w.message) for w in caught if issubclass(w.category, RunNote)]
+    notes = [n for n in notes if n not in design]
     rl_dirs = {str(d) for d in find_rl_runs(sweep_dir)}
     if rl_dirs and "path" in all_runs.columns:
         rl_names = set(all_runs.loc[all_runs["path"].astype(str).isin(rl_dirs), "run"])
@@ -133,6 +144,7 @@ def collect(sweep_dir: pathlib.Path) -> tuple[pd.DataFrame, pd.DataFrame, pd.Dat
         if "run" in curves.columns:
             curves = curves[~curves["run"].isin(rl_names)]
         notes = [n for n in notes if not any(r in n for r in rl_names)]
+        design = [n for n in design if not any(r in n for r in rl_names)]
         if all_runs.empty:
             raise NoPretrainingRuns(f"only RL runs under {sweep_dir}")
     for c in (*COLS.values(), "tokens_per_s", "mfu", "wall_time_s"):
@@ -153,7 +165,7 @@ def collect(sweep_dir: pathlib.Path) -> tuple[pd.DataFrame, pd.DataFrame, pd.Dat
     if "budget" not in all_runs.columns:
         all_runs["budget"] = np.nan
     all_runs.loc[done.index, "budget"] = done["budget"]
-    return all_runs, done.reset_index(drop=True), curves, notes
+    return all_runs, done.reset_index(drop=True), curves, LoadMessages(tuple(notes), tuple(design))
 
 
 class NoPretrainingRuns(AnalysisError):
@@ -224,7 +236,7 @@ def collect_table(
     runs["budget"] = np.nan
     runs.loc[done.index, "budget"] = done["budget"]
     notes = _repeated_data_notes(path, df[keep], done["tokens"].to_numpy(float), columns)
-    return runs, done.reset_index(drop=True), pd.DataFrame(), notes, used
+    return runs, done.reset_index(drop=True), pd.DataFrame(), LoadMessages(tuple(notes)), used
 
 
 def _check_enough_runs(pts) -> None:
@@ -481,9 +493,6 @@ def _plan_sections(
     """One planning section per requested budget, from the law fitted here (with its bootstrap);
     `hparams` (an analysis.planning.recipe.HparamSet) tunes each plan's recipe; `unique_tokens`
     plans under that data limit (the report's data-constrained law, else the paper's prior)."""
-    from analysis.planning import data_limit
-    from analysis.planning.planner import plan
-
     law = data_limit.base_law(fit, "Chinchilla law fitted in this report")
     data_law = (
         None
@@ -493,7 +502,7 @@ def _plan_sections(
     out = []
     for c in requested:
         try:
-            p = plan(
+            p = planner.plan(
                 c, gpus, hardware, law=law, hparams=hparams, unique_tokens=unique_tokens, data_law=data_law
             )
             out.append({"markdown": p.to_markdown(), "budget": c, "recipe": p.recipe.as_dict()})
@@ -562,12 +571,12 @@ def _build(
     hp_laws, hp_found = (
         (None, "auto") if source.table and hparams is None else load_laws(sweep_dir, hparams, warn)
     )
-    all_runs, done_all, curves, notes = source.collected or collect(sweep_dir)
+    all_runs, done_all, curves, loaded = source.collected or collect(sweep_dir)
     done, hp = select_best(all_runs, done_all)
     done = _use_n_params(done, n_params)
     budgets_swept = sorted(done["budget"].unique())
     requested = _requested_budgets(budgets, budgets_swept)
-    warn[:0] = list(notes) + _incomplete_warnings(all_runs) + (hp.warnings if hp else [])
+    warn[:0] = list(loaded.warnings) + _incomplete_warnings(all_runs) + (hp.warnings if hp else [])
     warn += _edge_and_size_warnings(done)
     rep = _header(source, title, all_runs, done_all, budgets_swept, requested, bootstrap, seed)
     rep["hparams"] = hp.to_dict() if hp is not None else None
@@ -588,6 +597,7 @@ def _build(
         else downstream_section(done, curves, fit, requested, budgets_swept, bootstrap, seed, warn)
     )
     rep["warnings"] = warn
+    rep["notes"] = list(loaded.notes)
     figures = report_figures(
         all_runs,
         done,

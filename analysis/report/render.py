@@ -371,6 +371,7 @@ def summary_markdown(rep: dict) -> list[str]:
         L += [hp["message"] + ".", ""]
     if rep.get("warnings"):
         L += [f"{len(rep['warnings'])} warning(s), listed below the figure: {_tags(rep['warnings'])}", ""]
+    L += [f"Note: {md_escape(n)}" for n in rep.get("notes", [])] + ([""] if rep.get("notes") else [])
     return L
 
 
