@@ -61,7 +61,7 @@ class StopVote:
 
     def __call__(self, flag: bool) -> bool:
         if self._multi is None:
-            import jax
+            import jax  # deferred: the trainer imports this module; a completed run exits without JAX
 
             self._multi = jax.process_count() > 1
         if not self._multi:
@@ -76,6 +76,7 @@ class StopVote:
 
 def _any_across_processes() -> Callable[[bool], Any]:
     """flag -> a replicated int32 scalar, max of every process's flag (async, not fetched)."""
+    # deferred: JAX only for a multi-process vote (a completed run exits without importing it)
     import jax
     import jax.numpy as jnp
     import numpy as np

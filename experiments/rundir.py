@@ -25,6 +25,7 @@ from omegaconf import DictConfig, OmegaConf
 from models.base.configs import to_plain
 from models.base.errors import ConfigError
 from models.base.fingerprint import diff_fields, fingerprint
+from models.base.portable import lock_file, unlock_file
 from models.base.rundir import METRICS_FILE, SUMMARY_FILE, RunDir, RunStatus, RunSummary, console_log_name
 from sharding import distributed
 
@@ -121,8 +122,6 @@ def exclusive_run_dir(run_dir: Path, cfg: Mapping[str, Any]) -> Iterator[None]:
     a worker the killed sweep left running), or their checkpoints collide. The lock is the
     operating system's and goes with the process, however it ends, so a crashed or killed run
     never leaves a stale one. RunDirBusy, before anything is written, when it is taken."""
-    from models.base.portable import lock_file, unlock_file
-
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     k = process_index(cfg)

@@ -14,14 +14,20 @@ training code that sits below it) and expects exactly that violation to be repor
 `test_commands_import_no_command` adds one rule inside a unit: a subcommand module of
 `analysis.commands` imports no other subcommand (what they share lives in an analysis unit or in
 a `_`-prefixed module such as `_options`); a planted one is caught the same way.
+`test_function_level_imports_say_why` holds docs/architecture.md's rule that an import inside a
+function says why it is not at the top of its module (start-up time, an optional dependency, an
+import cycle): a comment on its own line(s), or a comment line directly above it or above its
+block of imports; planted imports without one are caught.
 """
 
 from __future__ import annotations
 
 import ast
+import io
 import pathlib
 import shutil
 import sys
+import tokenize
 
 import pytest
 
@@ -337,3 +343,105 @@ def test_contract_catches_a_cycle(tmp_path):
     (tmp_path / "models" / "cyc_a.py").write_text("from models import cyc_b\n")
     (tmp_path / "models" / "cyc_b.py").write_text("def f():\n    from models import cyc_a\n")
     assert ["models.cyc_a", "models.cyc_b"] in import_cycles(import_graph(tmp_path))
+
+
+def _statement_lists(node: ast.AST):
+    """The statement lists directly in `node` (a body, an `else`, a `finally`)."""
+    for _, value in ast.iter_fields(node):
+        if isinstance(value, list) and value and isinstance(value[0], ast.stmt):
+            yield value
+
+
+def imports_without_reason(path: pathlib.Path, root: pathlib.Path) -> list[str]:
+    """Every import inside a function of `path` that says no reason, as `file:line: import ...`.
+    A reason is a comment on the import's own line(s), or on the comment line(s) directly above
+    it or above the first import of its contiguous block of imports (blank lines may separate
+    the groups of one block; any other statement ends it)."""
+    text = path.read_text()
+    lines = text.splitlines()
+    comments = {
+        t.start[0] for t in tokenize.generate_tokens(io.StringIO(text).readline) if t.type == tokenize.COMMENT
+    }
+
+    def comment_above(line: int) -> bool:
+        return line - 1 in comments and lines[line - 2].lstrip().startswith("#")
+
+    def says_why(imp: ast.stmt, block: list[ast.stmt]) -> bool:
+        own = range(imp.lineno, (imp.end_lineno or imp.lineno) + 1)
+        return any(n in comments for n in own) or comment_above(imp.lineno) or comment_above(block[0].lineno)
+
+    out: list[str] = []
+
+    def visit(node: ast.AST, in_function: bool) -> None:
+        if in_function:
+            for stmts in _statement_lists(node):
+                block: list[ast.stmt] = []
+                for st in stmts:
+                    if not isinstance(st, (ast.Import, ast.ImportFrom)):
+                        block = []
+                        continue
+                    block.append(st)
+                    if not says_why(st, block):
+                        out.append(f"{path.relative_to(root)}:{st.lineno}: {lines[st.lineno - 1].strip()}")
+        for child in ast.iter_child_nodes(node):
+            visit(child, in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)))
+
+    visit(ast.parse(text), False)
+    return out
+
+
+def function_imports_without_reason(root: pathlib.Path) -> list[str]:
+    return [
+        line
+        for k in PACKAGES
+        for p in sorted((root / k).rglob("*.py"))
+        if "__pycache__" not in p.parts
+        for line in imports_without_reason(p, root)
+    ]
+
+
+def test_function_level_imports_say_why():
+    """docs/architecture.md: an import is kept inside a function only for start-up time, an
+    optional dependency or an import cycle, and says which."""
+    assert function_imports_without_reason(ROOT) == []
+
+
+@pytest.mark.parametrize(
+    "source, flagged",
+    [
+        ("import json\n\ndef f():\n    import os  # deferred: planted\n", []),
+        ("def f():\n    import json\n", [2]),
+        ("def f():\n    s = '# not a comment'\n    import json\n", [3]),
+        ('def f():\n    """# a docstring, not a comment"""\n    import json\n', [3]),
+        # one comment line covers a contiguous block (isort's blank line between groups included)...
+        ("def f():\n    # deferred: planted\n    import json\n\n    from models import config\n", []),
+        # ...and no further than the next statement
+        ("def f():\n    # deferred: planted\n    import json\n    x = 1\n    import os\n", [5]),
+        ("def f():\n    # deferred: planted\n    x = 1\n    import json\n", [4]),
+        # a trailing comment on the line above is not a comment line
+        ("def f():\n    x = 1  # unrelated\n    import json\n", [3]),
+        ("def f():\n    from models import (\n        config,  # deferred: planted\n    )\n", []),
+        ("class C:\n    def m(self):\n        def g():\n            import json\n", [4]),
+        ("def f():\n    try:\n        import json\n    except ImportError:\n        pass\n", [3]),
+        ("def f():\n    if x:\n        import json  # optional dependency: planted\n", []),
+        ("async def f():\n    import json\n", [2]),
+        ("try:\n    import json\nexcept ImportError:\n    json = None\n", []),  # module level
+    ],
+)
+def test_function_level_imports_without_a_reason_are_caught(tmp_path, source, flagged):
+    (tmp_path / "models").mkdir()
+    (tmp_path / "models" / "oops_planted.py").write_text(source)
+    found = function_imports_without_reason(tmp_path)
+    assert [int(f.split(":")[1]) for f in found] == flagged, found
+    assert all(f.startswith("models/oops_planted.py:") for f in found), found
+
+
+def test_function_level_import_check_catches_one_in_the_tree(tmp_path):
+    for k in PACKAGES:
+        shutil.copytree(ROOT / k, tmp_path / k, ignore=shutil.ignore_patterns("__pycache__"))
+    target = tmp_path / "analysis" / "laws" / "enums.py"
+    target.write_text(target.read_text() + "\n\ndef _planted():\n    import json\n\n    return json\n")
+    before = set(function_imports_without_reason(ROOT))
+    found = sorted(set(function_imports_without_reason(tmp_path)) - before)
+    n = len(target.read_text().splitlines()) - 2
+    assert found == [f"analysis/laws/enums.py:{n}: import json"], found

@@ -5,6 +5,7 @@ method choice come from `analysis.validation`, the same code the fitting command
 from __future__ import annotations
 
 import enum
+import importlib
 
 import pandas as pd
 
@@ -43,8 +44,6 @@ PATH_PROTOCOLS = (Protocol.CURVE, Protocol.COOLDOWN)
 
 def run(data: pd.DataFrame | str, protocol: Protocol | str, opt: Options = Options()) -> Backtest:
     """Run one protocol on a table (a runs table, or for `curve`/`cooldown` also a path)."""
-    import importlib
-
     p = Protocol(protocol)
     module, name = RUNNERS[p]
     if p not in PATH_PROTOCOLS and not isinstance(data, pd.DataFrame):

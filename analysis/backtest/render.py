@@ -64,10 +64,11 @@ def markdown(bt: Backtest) -> str:
 
 def figure(bt: Backtest, path: str | pathlib.Path) -> None:
     """Predicted against actual, one marker per method (error bars: the 90% intervals)."""
+    # deferred: matplotlib only when a figure is drawn (the backtest's tables need none)
     import matplotlib
 
     matplotlib.use("Agg")
-    from matplotlib.figure import Figure
+    from matplotlib.figure import Figure  # deferred with matplotlib above
 
     fig = Figure(figsize=(6, 5))
     ax = fig.add_subplot()

@@ -27,8 +27,10 @@ from analysis.commands._flags import (
     add_seed_argument,
 )
 from analysis.commands._options import ColumnOptions, emit_json, parse_fixed
-from analysis.laws.enums import NParams, Precision
+from analysis.laws.enums import DEFAULT_LAW, NParams, Precision
+from analysis.laws.text import fit_lines
 from models.base.errors import AnalysisError
+from models.base.jaxcache import enable_compile_cache
 
 
 def register(subparsers) -> None:
@@ -133,14 +135,11 @@ def run(args: argparse.Namespace) -> int:
         precision=Precision(args.precision),
     )
     # JAX and the fitting code load here, not at import, so `python -m analysis --help` stays fast.
-    from analysis.laws.enums import DEFAULT_LAW
     from analysis.laws.fitting import fit_law
     from analysis.laws.points import FitNotice
     from analysis.laws.registry import get_law
     from analysis.laws.selection import AUTO, default_law, fit_auto
     from analysis.laws.targets import predict_targets, prediction_lines
-    from analysis.laws.text import fit_lines
-    from models.base.jaxcache import enable_compile_cache
 
     enable_compile_cache()
     if opts.law not in (AUTO, None):
@@ -189,7 +188,8 @@ def _fit_rows(opts: FitOptions):
     """(rows to fit, the selection's record or None). A table with run configs (from `collect`)
     is reduced to the best run per (budget, shape) of an LR / optim.* sweep, recomputed from its
     config columns; a table without them but with a `selected` column keeps its marked rows."""
-    from analysis.laws.best_runs import rows_to_fit  # pandas and the law modules: see run()
+    # deferred: pandas and the law modules, as in run()
+    from analysis.laws.best_runs import rows_to_fit
     from analysis.laws.points import ALIASES, read_table
 
     df = read_table(opts.data)
@@ -229,7 +229,7 @@ def _reemit(caught: list, notice: type) -> None:
 def _approach2(fit, opts: FitOptions, columns: dict[str, str], data) -> dict:
     """IsoFLOP profiles (Approach 2) and their agreement with the law's exponent (`approach2` and
     `approach_comparison` in the JSON)."""
-    from analysis.laws.isoflop import approach2, compare_approaches  # JAX-heavy; see run()
+    from analysis.laws.isoflop import approach2, compare_approaches  # deferred: pandas, as in run()
 
     a2 = approach2(
         data, columns, method=opts.approach2, bootstrap=min(opts.bootstrap, 1000) or 200, seed=opts.seed
@@ -245,7 +245,7 @@ def _read_targets(opts: FitOptions, columns: dict[str, str]):
     the chosen law's own after the fit."""
     if not opts.predict:
         return None
-    from analysis.laws.enums import DEFAULT_LAW  # the law modules load JAX: see run()
+    # deferred: the law modules load pandas and JAX, as in run()
     from analysis.laws.points import read_table
     from analysis.laws.selection import AUTO, CANDIDATES
     from analysis.laws.targets import check_targets

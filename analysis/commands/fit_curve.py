@@ -20,6 +20,7 @@ import dataclasses
 
 from analysis.commands._flags import add_fix_argument, add_json_argument
 from analysis.commands._options import CommandOptions, emit_json, parse_fixed
+from models.base.jaxcache import enable_compile_cache
 
 
 def register(subparsers) -> None:
@@ -110,7 +111,6 @@ def run(args: argparse.Namespace) -> int:
     # JAX and the fitting code load here, not at import, so `python -m analysis --help` stays fast.
     from analysis.curves.fitting import fit_curve, load_curve
     from analysis.curves.laws import get_curve_law
-    from models.base.jaxcache import enable_compile_cache
 
     enable_compile_cache()
     get_curve_law(opts.law)

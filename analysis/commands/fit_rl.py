@@ -14,6 +14,7 @@ import dataclasses
 from analysis.commands._flags import add_fit_until_frac_argument, add_json_argument
 from analysis.commands._options import CommandOptions, emit_json
 from models.base.errors import AnalysisError
+from models.base.jaxcache import enable_compile_cache
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -72,7 +73,6 @@ def run(args: argparse.Namespace) -> int:
     from analysis.rl.curves import load_curve
     from analysis.rl.fitting import FitOptions, fit_recipe
     from analysis.rl.laws import LAWS
-    from models.base.jaxcache import enable_compile_cache
 
     if opts.law not in LAWS:
         raise AnalysisError(f"unknown --law {opts.law!r}; choose one of {', '.join(LAWS)}")

@@ -15,6 +15,7 @@ import dataclasses
 
 from analysis.commands._flags import add_bootstrap_argument, add_json_argument, add_seed_argument
 from analysis.commands._options import CommandOptions, emit_json
+from models.base.jaxcache import enable_compile_cache
 
 
 def register(subparsers) -> None:
@@ -68,7 +69,6 @@ def run(args: argparse.Namespace) -> int:
     from analysis.laws.points import read_table
     from analysis.laws.registry import get_law
     from analysis.laws.selection import AUTO
-    from models.base.jaxcache import enable_compile_cache
 
     if opts.law != AUTO:
         get_law(opts.law)  # unknown law: fail before reading data

@@ -28,6 +28,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.laws.points import LOSS_COLUMNS, TABLE_COLUMNS
+from analysis.laws.vertex import MIN_VALUES, vertex
 from models.base.rundir import RunStatus
 
 OPTIM_PREFIX = "optim."
@@ -157,8 +158,6 @@ class Selection:
         one key or fewer than 3 values keep their best run's loss. Every column of `loss_cols` is
         set (a table's `loss` and `final_eval_loss` are the same number). Also returns one record per
         swept rung (label, best_loss, loss_at_optimum or None, optimum, why not)."""
-        from analysis.laws.vertex import MIN_VALUES, vertex
-
         out = self.selected.copy()
         param, records = self.x_param, []
         for g in self.groups:

@@ -32,7 +32,10 @@ import pandas as pd
 
 from analysis import validation
 from analysis.laws.choice import BASELINE, EPOCH_CRITERION, EPOCH_SHARE, PARSIMONY, LawChoice
+from analysis.laws.enums import DEFAULT_LAW, LawName
 from analysis.laws.fitting import FitResult, fit_law
+from analysis.laws.points import FitNotice, resolve, resolve_inputs
+from analysis.laws.registry import get_law
 from models.base.errors import AnalysisError
 
 AUTO = "auto"
@@ -45,8 +48,6 @@ REPEAT_TOLERANCE = 1.01  # D > 1.01 U: a run that repeats (not one rounded to wh
 
 def repeats(df: pd.DataFrame, columns: Mapping[str, str] | None = None) -> bool:
     """Whether some run trained on more tokens than it had unique ones (D > U)."""
-    from analysis.laws.points import resolve_inputs
-
     try:
         vals, _ = resolve_inputs(df, ("D", "U"), columns)
     except AnalysisError:
@@ -64,9 +65,6 @@ def epoch_holdout_error(
     a form is scored there: fitted on the runs of the fewest epochs (`by="epochs"`) or of the
     smallest models (`by="N"`), the smallest cut that keeps EPOCH_SHARE of the runs, it predicts
     the runs above the cut (mean |log error|)."""
-    from analysis.laws.points import resolve, resolve_inputs
-    from analysis.laws.registry import get_law
-
     inputs = get_law(name).inputs
     if probe.get("holdout_above") is not None:  # select on the fitted runs only, as the folds do
         c = resolve_inputs(df, ("N", "D", "C"), columns)[0]["C"]
@@ -127,8 +125,6 @@ def fit_auto(df: pd.DataFrame, columns: Mapping[str, str] | None = None, **fit_k
         chosen=chosen, fold_mae=scores, skipped=skipped, fold_errors=folds, disagreement=disagreement(probes)
     )
     if choice.disagreement:
-        from analysis.laws.points import FitNotice
-
         warnings.warn(choice.disagreement, FitNotice, stacklevel=2)
     if repeated:
         choice = dataclasses.replace(choice, criterion=EPOCH_CRITERION)
@@ -181,6 +177,4 @@ def default_law(df: pd.DataFrame, columns: Mapping[str, str] | None = None) -> s
     effective-data law is the one candidate no worse than the Chinchilla baseline by more than 10%
     on both held-out epochs and held-out model sizes; the full law (with R_N) lost on our
     data_limited ladder's largest models (8.1% vs the baseline's 5.9%), docs/backtests.md."""
-    from analysis.laws.enums import DEFAULT_LAW, LawName
-
     return str(LawName.DATA_CONSTRAINED_D) if repeats(df, columns) else str(DEFAULT_LAW)

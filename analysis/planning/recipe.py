@@ -25,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import functools
+import json
 import math
 from typing import Any, Mapping
 
@@ -87,8 +88,8 @@ class TrainerDefaults:
 
 @functools.lru_cache(maxsize=1)
 def trainer_defaults() -> TrainerDefaults:
-    """The `optim.*` defaults of the trainer's schema (lazy import: Hydra, only for a plan)."""
-    from experiments.train.config import OptimConfig
+    """The `optim.*` defaults of the trainer's schema."""
+    from experiments.train.config import OptimConfig  # deferred: Hydra, only when a plan is made
 
     d = {f.name: f.default for f in dataclasses.fields(OptimConfig)}
     fixed = d["warmup_tokens"]
@@ -387,9 +388,7 @@ class HparamSet:
 def load_hparam_set(path) -> HparamSet:
     """An HP.json for planning; one-line AnalysisError for a missing or malformed file
     (`analysis.hparams.load_hparams`)."""
-    import json
-
-    from analysis.hparams import load_hparams
+    from analysis.hparams import load_hparams  # deferred: pandas only when an HP.json is read
 
     laws = load_hparams(path)
     with open(path) as f:  # readable: load_hparams just parsed it

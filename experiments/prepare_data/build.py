@@ -169,7 +169,7 @@ class _Progress:
         self.t0 = self.t_line = time.time()
         if enabled and sys.stderr.isatty():
             try:
-                from tqdm import tqdm  # installed with tokenizers (via huggingface-hub)
+                from tqdm import tqdm  # deferred: a progress bar only on a terminal
             except ImportError:
                 return
             self.bar = tqdm(total=total, unit="doc", dynamic_ncols=True, file=sys.stderr, mininterval=0.5)

@@ -132,6 +132,7 @@ def _jsonl_docs(s: Source, column: str) -> Iterator[str | None]:
 
 
 def _arrow_batches(s: Source, column: str):
+    # deferred: pyarrow only for Parquet / Arrow sources (a text or JSONL corpus never loads it)
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -160,7 +161,7 @@ def _arrow_batches(s: Source, column: str):
 
 
 def _check_column(s: Source, schema, column: str) -> None:
-    import pyarrow as pa
+    import pyarrow as pa  # deferred: pyarrow only for Parquet / Arrow sources
 
     if column not in schema.names:
         raise PrepareError(
@@ -188,8 +189,6 @@ def iter_documents(sources: list[Source], column: str = "text") -> Iterator[str]
 
 def count_documents(sources: list[Source], column: str = "text") -> int:
     """An upper bound on the document count (blank ones are counted), cheap: for the progress bar."""
-    import pyarrow.parquet as pq
-
     n = 0
     for s in sources:
         if s.kind == "text":
@@ -198,6 +197,8 @@ def count_documents(sources: list[Source], column: str = "text") -> int:
             with gzip.open(s.path, "rb") if s.gz else open(s.path, "rb") as f:
                 n += sum(1 for line in f if line.strip())
         elif s.kind == "parquet":
+            import pyarrow.parquet as pq  # deferred: pyarrow only for Parquet / Arrow sources
+
             try:
                 n += pq.ParquetFile(s.path).metadata.num_rows
             except Exception:  # noqa: BLE001 - reported properly when the file is read

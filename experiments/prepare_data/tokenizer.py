@@ -18,7 +18,7 @@ MIN_VOCAB = 257  # 256 byte tokens + the end-of-text token
 
 def _tokenizers() -> Any:
     try:
-        import tokenizers
+        import tokenizers  # deferred: loaded when a tokenizer is built; missing, it is one error line
     except ImportError:
         raise PrepareError(
             "prepare_data needs the Hugging Face tokenizers package: pip install tokenizers"

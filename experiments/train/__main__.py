@@ -21,6 +21,7 @@ from omegaconf import DictConfig, OmegaConf
 import experiments.train.config  # noqa: F401 - registers the config schemas (imports no JAX)
 from experiments.cli import JobResult, RunFn, hydra_job, run_cli, start_run
 from experiments.rundir import completed_summary, fingerprint_fields, register_run_name, train_run_name
+from experiments.train.pack import pack_job  # imports no JAX: a completed run exits without it
 from models.base.packs import MANIFEST_KEY
 from models.base.rundir import RunStatus, RunSummary
 
@@ -38,8 +39,6 @@ def train(cfg: DictConfig, run_dir: Path, multirun: bool) -> JobResult:
     by the sweeper's `sweep.pack` or `hydra/launcher=packed`) trains its members instead."""
     manifest = OmegaConf.select(cfg, MANIFEST_KEY)
     if manifest:
-        from experiments.train.pack import pack_job
-
         return pack_job(manifest)
     return start_run(cfg, run_dir, multirun, "training", _load_run, lambda raw: _completed(run_dir, raw))
 

@@ -28,8 +28,10 @@ from pathlib import Path
 from typing import Any, Callable
 
 import jax
+import numpy as np
 import orbax.checkpoint as ocp
 from flax import nnx
+from jax.experimental import multihost_utils
 from jax.sharding import SingleDeviceSharding
 
 from models.base.rundir import CHECKPOINTS_DIR, CORRUPT_CHECKPOINTS_DIR
@@ -106,9 +108,6 @@ def _min_over_processes(step: int) -> int:
     """The smallest `step` of all processes (each process may read different files)."""
     if jax.process_count() == 1:
         return step
-    import numpy as np
-    from jax.experimental import multihost_utils
-
     return int(np.min(multihost_utils.process_allgather(np.int64(step))))
 
 
@@ -250,8 +249,6 @@ class Checkpointer:
                 if src.exists():
                     shutil.move(str(src), str(dst))
         if jax.process_count() > 1:
-            from jax.experimental import multihost_utils
-
             multihost_utils.sync_global_devices("scalelab-checkpoints-set-aside")
         with _orbax_quiet():
             self._mngr.reload()

@@ -47,6 +47,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from experiments.prepare_data import format as fmt  # NumPy-only: the trainer needs no tokenizers
 from models.base.configs import config_from_mapping
 from models.base.errors import ConfigError
 
@@ -368,8 +369,6 @@ def _prepared_dir(cfg: DataConfig) -> Path:
 
 def _prepared_meta(cfg: DataConfig) -> dict[str, Any]:
     """meta.json of `data.dir`, after the checks that need no shard reading."""
-    from experiments.prepare_data import format as fmt  # NumPy-only: the trainer needs no tokenizers
-
     meta = fmt.read_meta(_prepared_dir(cfg))
     if cfg.vocab_size is not None and cfg.vocab_size != meta["vocab_size"]:
         raise ConfigError(
@@ -381,8 +380,6 @@ def _prepared_meta(cfg: DataConfig) -> dict[str, Any]:
 
 def _prepared_corpus(cfg: DataConfig) -> Corpus:
     """Memory-map every shard of a prepared directory, after checking them against meta.json."""
-    from experiments.prepare_data import format as fmt
-
     d = _prepared_dir(cfg)
     meta = _prepared_meta(cfg)
     fmt.check_tokenizer(d, meta)

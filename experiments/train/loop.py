@@ -29,6 +29,7 @@ from typing import Any, Callable
 
 import jax
 import numpy as np
+from jax.experimental import multihost_utils
 
 from experiments import loop_core
 from experiments.loop_core import Diverged, StepState
@@ -776,8 +777,6 @@ def _time_vote(step: int, since: float, every_s: float) -> bool:
         return time.perf_counter() - since >= every_s
     if step % TIME_VOTE_EVERY:
         return False
-    from jax.experimental import multihost_utils
-
     due = np.int32(time.perf_counter() - since >= every_s)
     return bool(multihost_utils.broadcast_one_to_all(due))
 

@@ -34,10 +34,14 @@ import threading
 from pathlib import Path
 from typing import Any, Sequence, TextIO
 
+from omegaconf import OmegaConf
+
 from experiments import preemption
 from experiments.rundir import RunDirBusy, exclusive_run_dir, log_path
+from experiments.train.config import resolve_config
 from models.base.errors import ConfigError
 from models.base.packs import Member, read_manifest
+from models.base.portable import available_cpus
 from models.base.rundir import HYDRA_CONFIG, HYDRA_OVERRIDES, RunStatus, RunSummary
 
 TRAIN_JOB = "train"  # the trainer's Hydra job name (conf/config.yaml): members log to <run dir>/train.log
@@ -126,8 +130,6 @@ class _MemberLog:
 def _write_hydra_files(m: Member) -> None:
     """`.hydra/config.yaml` and `.hydra/overrides.yaml` of the member, as Hydra writes them for
     a job of its own (analysis reads the config from there)."""
-    from omegaconf import OmegaConf
-
     (m.run_dir / HYDRA_CONFIG).parent.mkdir(parents=True, exist_ok=True)
     OmegaConf.save(OmegaConf.create(m.config), m.run_dir / HYDRA_CONFIG)
     OmegaConf.save(OmegaConf.create(list(m.overrides)), m.run_dir / HYDRA_OVERRIDES)
@@ -136,7 +138,7 @@ def _write_hydra_files(m: Member) -> None:
 def _train_member(m: Member, ids: list[str], routing: _Routing) -> RunSummary:
     """One member, like `python -m experiments.train` in a multirun job: its status, never an
     exception (a failure is written to its summary.json and returned)."""
-    from experiments.train.loop import run  # JAX: only once there is a pack to train
+    from experiments.train.loop import run  # deferred: JAX only once there is a pack to train
 
     _write_hydra_files(m)
     with routing.member(log_path(m.run_dir, TRAIN_JOB, m.config)):
@@ -155,19 +157,17 @@ def _cpu_cap() -> int:
     """On XLA:CPU, at most one member per CPU this process may use: in the demo's launcher (one
     pinned core per job) 4 members at once made each member's eval take 16 s against 0.25 s
     alone, for no gain in throughput; on an accelerator no cap (memory caps it)."""
-    import jax
+    import jax  # deferred: JAX only once there is a pack to train (a bad manifest fails without it)
 
     if jax.devices()[0].platform != "cpu":
         return 1 << 30
-    from models.base.portable import available_cpus
-
     return max(1, len(available_cpus()))
 
 
 def available_memory_bytes() -> int | None:
     """Memory the members may share: the first device's limit on an accelerator, else the
     host's MemAvailable (Linux); None when unknown."""
-    import jax
+    import jax  # deferred: JAX only once there is a pack to train
 
     dev = jax.devices()[0]
     if dev.platform != "cpu":
@@ -230,8 +230,7 @@ def _wait_for_program(first: cf.Future, member: Member) -> int | None:
     """Once the first member has compiled the pack's program (or ended): the bytes one member
     holds while it runs — its compiled step's arguments, outputs and temporaries (XLA's
     memory_analysis) — or None when unavailable."""
-    from experiments.train.config import resolve_config
-    from experiments.train.loop import compiled_program, program_key
+    from experiments.train.loop import compiled_program, program_key  # deferred: JAX, as in _train_member
 
     try:
         key = program_key(resolve_config(member.config))

@@ -76,7 +76,7 @@ class StepProfiler:
         """Step n's trace annotation while tracing, else nothing."""
         if not self.active:
             return contextlib.nullcontext()
-        import jax
+        import jax  # deferred: the config imports this module, and a completed run exits without JAX
 
         return jax.profiler.StepTraceAnnotation("train", step_num=n)
 
@@ -84,7 +84,7 @@ class StepProfiler:
         """Call before dispatching step n: starts the trace at the first profiled step."""
         if n != self.first:
             return
-        import jax
+        import jax  # deferred: no JAX at config time (see annotate)
 
         t0 = time.perf_counter()
         try:
@@ -100,7 +100,7 @@ class StepProfiler:
         for it on the device and writes the trace."""
         if not self.active or n != self.last:
             return
-        import jax
+        import jax  # deferred: no JAX at config time (see annotate)
 
         jax.block_until_ready(state)
         t0 = time.perf_counter()
@@ -118,7 +118,7 @@ class StepProfiler:
             self._stop()
 
     def _stop(self) -> bool:
-        import jax
+        import jax  # deferred: no JAX at config time (see annotate)
 
         self.active = False
         try:

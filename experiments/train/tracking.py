@@ -163,6 +163,7 @@ class _TensorBoard:
     """Event files in <run dir>/tensorboard (tensorboardX: the protobufs alone, no TensorFlow)."""
 
     def __init__(self, cfg: TrackerConfig, info: RunInfo, resume_step: int, ids: dict[str, Any]):
+        # optional dependency: the tracking extra (tensorboardX), loaded only for tracker=tensorboard
         from tensorboardX import SummaryWriter
         from tensorboardX.proto.summary_pb2 import Summary
 
@@ -209,7 +210,7 @@ class _WandB:
 
     def __init__(self, cfg: TrackerConfig, info: RunInfo, resume_step: int, ids: dict[str, Any]):
         os.environ.setdefault("WANDB_SILENT", "true")  # W&B's banners; the tracker prints one line
-        import wandb
+        import wandb  # optional dependency: the tracking extra, loaded only for tracker=wandb
 
         run_id = ids.get("wandb") or secrets.token_hex(4)  # W&B ids: [a-z0-9]
         info.run_dir.mkdir(parents=True, exist_ok=True)  # else W&B warns about its git root
@@ -279,6 +280,7 @@ class _MLflow:
         else:  # a server: bounded retries, so an unreachable one costs seconds, not minutes
             os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "1")
             os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", str(int(math.ceil(cfg.init_timeout_s))))
+        # optional dependency: the tracking extra (mlflow-skinny), loaded only for tracker=mlflow
         from mlflow.entities import Metric, Param
         from mlflow.tracking import MlflowClient
 

@@ -13,12 +13,16 @@ import logging
 import pathlib
 from typing import Any, Dict, Optional, Sequence
 
+from hydra._internal.core_plugins.basic_launcher import BasicLauncher
 from hydra.core.singleton import Singleton
 from hydra.core.utils import JobReturn, filter_overrides, setup_globals
 from hydra.plugins.launcher import Launcher
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from experiments.sweeps.limits import apply_limits, cpu_sets, hold_slot
+from hydra_plugins.scalelab_sweeps.sweeper import _run_config
+from models.base.packs import Member, write_pack
 from models.base.portable import available_cpus
 
 log = logging.getLogger("scalelab.launcher")
@@ -36,8 +40,7 @@ def run_in_slot(
     singleton_state: Dict[Any, Any],
 ) -> JobReturn:
     """Worker-side: take a free CPU slot, pin to it, then run the job as Hydra's joblib does."""
-    # Imported here: Hydra imports every plugin module at start-up, for any app (see __init__).
-    from experiments.sweeps.limits import apply_limits, hold_slot
+    # deferred: joblib, in the worker only; Hydra imports every plugin module at start-up (see __init__)
     from hydra_plugins.hydra_joblib_launcher._core import execute_job
 
     with hold_slot(pathlib.Path(lock_dir), len(slots)) as k:
@@ -73,10 +76,8 @@ class LocalParallelLauncher(Launcher):
         self.hydra_context = hydra_context
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
-        # Imported here: Hydra imports every plugin module at start-up, for any app (see __init__).
+        # deferred: joblib, only when this launcher runs; Hydra imports every plugin module at start-up
         from joblib import Parallel, delayed
-
-        from experiments.sweeps.limits import cpu_sets
 
         setup_globals()
         assert self.config is not None and self.task_function is not None
@@ -123,17 +124,13 @@ class PackedLauncher(Launcher):
         self.hydra_context: Optional[HydraContext] = None
 
     def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
-        from hydra._internal.core_plugins.basic_launcher import BasicLauncher
-
         self.config, self.task_function, self.hydra_context = config, task_function, hydra_context
         self.inner = BasicLauncher()
         self.inner.setup(hydra_context=hydra_context, task_function=task_function, config=config)
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
-        # Imported here: Hydra imports every plugin module at start-up, for any app (see __init__).
+        # deferred: NumPy and the trainer's config; Hydra imports every plugin module at start-up
         from experiments.sweeps.packing import pack_groups
-        from hydra_plugins.scalelab_sweeps.sweeper import _run_config
-        from models.base.packs import Member, write_pack
 
         assert self.config is not None and self.hydra_context is not None
         sweep_dir = pathlib.Path(str(self.config.hydra.sweep.dir))

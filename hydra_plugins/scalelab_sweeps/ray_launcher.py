@@ -16,6 +16,7 @@ plugin load in `launch`.
 
 from __future__ import annotations
 
+import socket
 from typing import Optional, Sequence
 
 from hydra.core.utils import JobReturn
@@ -31,8 +32,6 @@ def _check_reachable(address: str | None) -> None:
     itself retries an unreachable GCS for minutes before it fails."""
     if not address or address == "auto" or "://" in address or ":" not in address:
         return
-    import socket
-
     host, _, port = address.rpartition(":")
     try:
         socket.create_connection((host, int(port)), timeout=CONNECT_TIMEOUT_S).close()
@@ -51,6 +50,7 @@ class RayClusterLauncher(Launcher):
         self.config, self.hydra_context, self.task_function = config, hydra_context, task_function
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
+        # optional dependency: the ray extra (Ray and hydra-ray-launcher), loaded only to launch
         import ray
 
         from hydra_plugins.hydra_ray_launcher import _core

@@ -12,10 +12,14 @@ diverged runs are kept unless `sweep.rerun_failed=true`.
 
 from __future__ import annotations
 
+import dataclasses as dc
 import json
 import logging
 import os
 import pathlib
+import shutil
+import subprocess
+import sys
 from typing import Any, List, Optional, Sequence
 
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
@@ -29,6 +33,12 @@ from hydra.plugins.sweeper import Sweeper
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf
 
+from experiments.sweeps.grid import plan_sweep
+from experiments.sweeps.hparams import PROBE
+from experiments.sweeps.ladder import LadderError
+from experiments.sweeps.limits import record_launch
+from experiments.sweeps.runs import decide, read_status, run_dirname, run_id
+from models.base.packs import Member, own_overrides, write_pack
 from models.base.portable import lock_file, unlock_file
 from models.base.rundir import HPARAMS_FILE, SWEEP_PLAN_FILE, SWEEP_RUNS_TABLE, RunRole, RunStatus
 
@@ -49,8 +59,6 @@ def engine_error(launcher: str, err: BaseException) -> str | None:
     text = str(err).strip()
     lines = [line for line in text.splitlines() if line.strip()] or [type(err).__name__]
     if launcher == "SlurmLauncher":
-        import shutil
-
         if shutil.which("sbatch") is None or "srun" in lines[0]:
             return (
                 "hydra/launcher=slurm: no `sbatch`/`srun` on PATH -- run the sweep on a SLURM login node "
@@ -81,9 +89,6 @@ class TaskGuard:
         self.fn = fn
 
     def __call__(self, cfg: DictConfig) -> Any:
-        # Imported here: Hydra imports every plugin module at start-up, for any app (see __init__).
-        from experiments.sweeps.limits import record_launch
-
         with record_launch(pathlib.Path(HydraConfig.get().runtime.output_dir)):
             try:
                 return self.fn(cfg)
@@ -160,11 +165,6 @@ class ScalelabSweeper(Sweeper):
         records: list[dict],
     ) -> None:
         """Plan one combination: skip, reuse or launch each run, by its deterministic directory."""
-        # Imported here: Hydra imports every plugin module at start-up, for any app (see __init__).
-        from experiments.sweeps.grid import plan_sweep
-        from experiments.sweeps.ladder import LadderError
-        from experiments.sweeps.runs import decide, read_status, run_dirname, run_id
-
         assert self.config is not None and self.hydra_context is not None
         loader = self.hydra_context.config_loader
         base = loader.load_sweep_config(self.config, combo)
@@ -223,7 +223,7 @@ class ScalelabSweeper(Sweeper):
     ) -> list:
         """`sweep.branches`: the runs of each shape at several budgets become branches of one
         WSD trunk (experiments/sweeps/packing.py plan_branches); the trunk runs are added."""
-        from experiments.sweeps.packing import plan_branches
+        from experiments.sweeps.packing import plan_branches  # deferred: NumPy (see __init__)
 
         optim = run_cfg.get("optim") or {}
         if optim.get("schedule") != "wsd":
@@ -259,10 +259,7 @@ class ScalelabSweeper(Sweeper):
     ) -> list:
         """The trunk of one shape (returned, to be planned like any run) and its branches (in
         `out`, with the common warmup, `train.branch_from` and `train.branch_step`)."""
-        import dataclasses as dc
-
-        from experiments.sweeps.packing import flops_of
-        from experiments.sweeps.runs import run_dirname, run_id
+        from experiments.sweeps.packing import flops_of  # deferred: NumPy (see __init__)
 
         assert self.config is not None and self.hydra_context is not None
         first = out[members[0]]
@@ -309,7 +306,7 @@ class ScalelabSweeper(Sweeper):
     def _packed(self, jobs: list[dict], sweep_dir: pathlib.Path) -> list[dict]:
         """`sweep.pack` = K > 1: jobs of one program become pack jobs of at most K runs each
         (experiments/train/pack.py); a job with no partner stays as it is (logged)."""
-        from experiments.sweeps.packing import pack_groups
+        from experiments.sweeps.packing import pack_groups  # deferred: NumPy (see __init__)
 
         if self.pack <= 1 or len(jobs) < 2:
             return jobs
@@ -330,8 +327,6 @@ class ScalelabSweeper(Sweeper):
     def _pack_job(self, members: list[dict], sweep_dir: pathlib.Path) -> dict:
         """One pack job: its manifest written, its overrides those of the first member plus
         its own directory and `+pack.manifest`."""
-        from models.base.packs import Member, own_overrides, write_pack
-
         ids = [j["rec"]["run_dir"] for j in members]
         pid, pack_ov = write_pack(
             sweep_dir,
@@ -371,9 +366,6 @@ class ScalelabSweeper(Sweeper):
     def _sweep_locked(self, arguments: List[str], sweep_dir: pathlib.Path) -> Any:
         self.pack = _pack_size(OmegaConf.select(self.config, "sweep.pack"))
         OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
-        # Imported here: Hydra imports every plugin module at start-up, for any app (see __init__).
-        from experiments.sweeps.hparams import PROBE
-
         if OmegaConf.select(self.config, "sweep.hparams") != PROBE:
             records, returns = self._stage(arguments, sweep_dir, [])
             if records is not None and OmegaConf.select(self.config, "sweep.fit_hparams"):
@@ -499,8 +491,6 @@ def _pack_size(value: Any) -> int:
 
 def _record_result(job: dict, ret: JobReturn, sweep_dir: pathlib.Path) -> None:
     """Each run's status after its (pack) job, and the job's error if it failed."""
-    from experiments.sweeps.runs import read_status
-
     value = ret._return_value
     for member in job.get("members") or [job]:
         rec = member["rec"]
@@ -515,9 +505,6 @@ def _fit_hparams(sweep_dir: pathlib.Path) -> pathlib.Path:
     """`sweep.fit_hparams`: collect the sweep and fit its hyperparameter laws, through the analysis
     command line (the sweeper sits below the analysis package): <sweep dir>/runs.csv and
     <sweep dir>/hparams.json. A fit that fails is the sweep's one-line error; the runs stay."""
-    import subprocess
-    import sys
-
     table, laws = sweep_dir / SWEEP_RUNS_TABLE, sweep_dir / HPARAMS_FILE
     for cmd in (
         ["collect", str(sweep_dir), "--out", str(table)],
@@ -537,7 +524,7 @@ def _corpus_tokens(run_cfg: dict, sweep: dict) -> Optional[int]:
     """Training-split size for the epoch limit (None when no limit is asked for)."""
     if sweep.get("max_epochs") is None and sweep.get("kind") != "data_limited":  # it checks U <= split
         return None
-    # Imported here: it loads the corpus module (numpy), and plugin modules stay light (see __init__).
+    # deferred: it loads the corpus module (numpy), and plugin modules stay light (see __init__)
     from experiments.sweeps.corpus import train_tokens
 
     return train_tokens(run_cfg)
