@@ -118,3 +118,20 @@ def test_too_few_budgets_use_the_law_minimum_and_json_round_trips(tmp_path):
     assert b["loss"] == pytest.approx(a["loss"]) and b["loss_interval"] == pytest.approx(a["loss_interval"])
     assert json.loads(path.read_text())["frontier"]["method"] == "law_minimum"
     assert math.isfinite(b["loss_interval"][1])
+
+
+def test_grid_search_budget_by_budget_is_the_full_grid():
+    """The alpha grid's sums of squares computed budget by budget from a table of x powers equal,
+    bit for bit, those of the (B, K, G) construction they replace, resamples lacking budgets
+    included (their terms weigh 0)."""
+    from analysis.laws import frontier
+
+    rng = np.random.default_rng(5)
+    runs_C = np.geomspace(1e17, 1e21, 40)
+    C = rng.choice(runs_C, size=(30, 9))
+    L = 1.8 + 40.0 * (C / 1e17) ** -0.2 * rng.uniform(0.98, 1.02, size=C.shape)
+    m = rng.uniform(size=C.shape) > 0.15
+    L = np.where(m, L, 1.0)
+    ratio = C / runs_C.max()
+    x = np.where(m[..., None], ratio[..., None] ** -frontier.ALPHA_GRID[None, None, :], 0.0)
+    np.testing.assert_array_equal(frontier._grid_sse(ratio, L, m), frontier._sse(x, L, m))

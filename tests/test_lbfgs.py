@@ -44,3 +44,49 @@ def test_one_width_for_every_batch_size():
             np.testing.assert_allclose(fixed.x, own.x, rtol=1e-12, atol=1e-12)
     assert lbfgs.batch_width(3) == lbfgs.MIN_WIDTH and lbfgs.batch_width(70) == 128
     assert lbfgs.batch_width(5000, slots=256) == 256
+
+
+def test_workers_do_not_change_a_start():
+    """Two host threads draining one queue (each its own batch of the same width) give every start
+    exactly the steps one thread gives it: same points, objectives, counts and statuses."""
+    x0 = np.random.default_rng(7).uniform(-1.5, 1.5, size=(150, 3))
+    with jax.enable_x64(True):
+        one = minimize_batch(rosenbrock, x0, (10.0,), width=32, workers=1)
+        two = minimize_batch(rosenbrock, x0, (10.0,), width=32, workers=2)
+    for a, b in zip(one, two):
+        np.testing.assert_array_equal(a, b)
+    assert lbfgs._n_workers(150, 32, 2) == 2 and lbfgs._n_workers(20, 32, 4) == 1
+
+
+def test_a_kept_round_program_is_the_jitted_one(tmp_path, monkeypatch):
+    """With a program key and a program store, the round program is compiled once, kept, and
+    loaded by a later process (here: with this process's loaded programs forgotten): every run
+    gives what the jitted round gives, bit for bit. A broken stored program is dropped and compiled
+    anew; a run without a key stores nothing; the store keeps its most recently used programs."""
+    from models.base import programs
+
+    monkeypatch.setattr(programs, "directory", lambda: tmp_path)
+    monkeypatch.setattr(lbfgs, "_mesh", lambda: None)  # the store serves the one-device round
+    monkeypatch.setattr(programs, "_loaded", {})
+    x0 = np.random.default_rng(3).uniform(-1.5, 1.5, size=(40, 3))
+
+    def fit(key):
+        with jax.enable_x64(True):
+            return minimize_batch(rosenbrock, x0, (10.0,), width=32, program_key=key)
+
+    ref = fit(None)
+    assert not list(tmp_path.iterdir())
+    kept = fit("rosenbrock test")
+    (stored,) = tmp_path.glob("lbfgs_round-*.xla")
+    programs._loaded.clear()
+    loaded = fit("rosenbrock test")
+    stored.write_bytes(b"not a program")
+    programs._loaded.clear()
+    rebuilt = fit("rosenbrock test")
+    assert stored.stat().st_size > 1000
+    monkeypatch.setattr(programs, "MAX_KEPT", 1)
+    other = fit("rosenbrock test, another key")
+    assert len(list(tmp_path.glob("*.xla"))) == 1 and not stored.exists()  # the least recently used goes
+    for got in (kept, loaded, rebuilt, other):
+        for a, b in zip(ref, got):
+            np.testing.assert_array_equal(a, b)

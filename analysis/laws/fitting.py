@@ -27,7 +27,9 @@ on the full data, else random grid starts), all resamples in one batched run. CI
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import math
+import pathlib
 import threading
 import warnings
 from dataclasses import dataclass, field
@@ -96,6 +98,30 @@ def objective_fn(law: Law, free_idx: tuple[int, ...], delta: float):
     return f
 
 
+def program_key(law: Law, free_idx: tuple[int, ...], delta: float) -> str | None:
+    """What identifies `objective_fn(law, free_idx, delta)` across processes (`minimize_batch`'s
+    `program_key`): the law's form and parameters, the free ones, delta and the source of
+    analysis.laws (the objective, the forms, their transforms). None for a form defined elsewhere
+    or closing over values (a user's `register_law`): its program is traced in every process."""
+    form = law.log_form
+    if not getattr(form, "__module__", "").startswith("analysis.laws.") or getattr(form, "__closure__", None):
+        return None
+    return (
+        f"point-law objective | {law.name} | {form.__module__}.{form.__qualname__} | "
+        f"params {law.param_names} | inputs {law.inputs} | log {law.log_params} | bounds {law.bounds} | "
+        f"free {free_idx} | delta {delta!r} | analysis.laws {_laws_source()}"
+    )
+
+
+@lru_cache(maxsize=None)
+def _laws_source() -> str:
+    """A digest of every module of analysis.laws (a program kept across processes is this code's)."""
+    digest = hashlib.sha256()
+    for path in sorted(pathlib.Path(__file__).parent.glob("*.py")):
+        digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()
+
+
 @dataclass(frozen=True)
 class Problem:
     """Everything the optimiser needs: a law, which parameters are free, and log-space data."""
@@ -111,6 +137,10 @@ class Problem:
     @property
     def fun(self):
         return objective_fn(self.law, self.free_idx, self.delta)
+
+    @property
+    def program_key(self) -> str | None:
+        return program_key(self.law, self.free_idx, self.delta)
 
     @property
     def padded_n(self) -> int:
@@ -187,6 +217,7 @@ def run_starts(prob: Problem, x0_SxF: np.ndarray, w_SxN: np.ndarray, dtype=np.fl
             batched_args=(False, False, False, True),
             cfg=_CFG64 if x64 else _CFG32,
             width=FIT_SLOTS,
+            program_key=prob.program_key,
         )
 
 
@@ -206,7 +237,14 @@ def _load_program(prob: Problem, dtype) -> None:
             args = (theta_full, logX, logy, w[None, :])
             cfg = _CFG64 if x64 else _CFG32
             prepare_batch(
-                prob.fun, len(prob.free_idx), dtype, args, (False, False, False, True), cfg, FIT_SLOTS
+                prob.fun,
+                len(prob.free_idx),
+                dtype,
+                args,
+                (False, False, False, True),
+                cfg,
+                FIT_SLOTS,
+                prob.program_key,
             )
     except Exception:  # noqa: BLE001 - the real call raises what this one hit
         pass

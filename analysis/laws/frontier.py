@@ -214,8 +214,7 @@ def fit_power_law(C_BxK: np.ndarray, L_BxK: np.ndarray, present_BxK: np.ndarray,
     C, L, m = (np.atleast_2d(np.asarray(a, float)) for a in (C_BxK, L_BxK, present_BxK))
     m = m > 0
     L = np.where(m, L, 1.0)
-    x_BxKxG = np.where(m[..., None], (C / C_ref)[..., None] ** -ALPHA_GRID[None, None, :], 0.0)
-    g = np.argmin(_sse(x_BxKxG, L, m), axis=1)
+    g = np.argmin(_grid_sse(C / C_ref, L, m), axis=1)
     la, h = np.log(ALPHA_GRID)[g], np.log(ALPHA_GRID[1] / ALPHA_GRID[0])
     for _ in range(REFINE_ROUNDS):  # parabolic steps on a bracket shrinking 4x per round
         trial = np.exp(la[:, None] + h * np.array([-1.0, 0.0, 1.0])[None, :])
@@ -242,11 +241,15 @@ def _linear(x: np.ndarray, L: np.ndarray, m: np.ndarray) -> tuple[np.ndarray, np
     w = np.where(m, 1.0 / L**2, 0.0)
     sw, sx, sy = w.sum(1), (w * x).sum(1), (w * L).sum(1)
     sxx, sxy = (w * x * x).sum(1), (w * x * L).sum(1)
+    return _coefficients(sw, sx, sy, sxx, sxy, np.where(m, L, np.inf).min(1))
+
+
+def _coefficients(sw, sx, sy, sxx, sxy, Lmin) -> tuple[np.ndarray, np.ndarray]:
+    """`_linear`'s E, A from the weighted sums over points (and the smallest L)."""
     with np.errstate(all="ignore"):
         det = sw * sxx - sx * sx
         A = (sw * sxy - sx * sy) / det
         E = (sy - A * sx) / sw
-        Lmin = np.where(m, L, np.inf).min(1)
         low = E < 0  # no floor: a pure power law
         A = np.where(low, sxy / sxx, A)
         E = np.where(low, 0.0, E)
@@ -254,6 +257,44 @@ def _linear(x: np.ndarray, L: np.ndarray, m: np.ndarray) -> tuple[np.ndarray, np
         E = np.where(high, sy / sw, E)
         A = np.where(high, 0.0, A)
     return E, A
+
+
+def _grid_sse(ratio_BxK: np.ndarray, L: np.ndarray, m: np.ndarray) -> np.ndarray:
+    """`_sse` at every alpha of ALPHA_GRID, the same numbers computed budget by budget: x = (C/C_ref)^-alpha
+    is taken from a table over the distinct ratios (a bootstrap's frontier points are the budgets of a
+    few hundred runs, not B x K values), and every sum over budgets adds (B, G) slices one budget after
+    the other, the order of numpy's sum over that axis, so no (B, K, G) array is made. A budget a
+    resample has no run in weighs 0 and its residual is dropped, as `_sse`'s zeros do.
+    On Epoch's 1,000 resamples x 23 budgets x 400 alphas: 0.9 s -> 0.1 s, the same samples."""
+    ratios, inv = np.unique(ratio_BxK, return_inverse=True)
+    inv = inv.reshape(ratio_BxK.shape)
+    table_UxG = ratios[:, None] ** -ALPHA_GRID[None, :]
+    finite = bool(np.isfinite(table_UxG).all())  # else a budget a resample lacks must not add 0 * inf
+    B, K = L.shape
+    w = np.where(m, 1.0 / L**2, 0.0)[..., None]  # (B, K, 1), as `_linear` builds it
+    sw, sy = w.sum(1), (w * L[..., None]).sum(1)
+    sx, sxx, sxy = (np.zeros((B, ALPHA_GRID.size)) for _ in range(3))
+    wx, tmp = np.empty_like(sx), np.empty_like(sx)
+    for k in range(K):  # (w x).sum(1), (w x x).sum(1) and (w x L).sum(1), budget by budget
+        x = table_UxG[inv[:, k]]
+        np.multiply(w[:, k], x, out=wx)
+        if not finite:
+            wx[~m[:, k]] = 0.0
+        sx += wx
+        sxx += np.multiply(wx, x, out=tmp)
+        sxy += np.multiply(wx, L[:, k, None], out=tmp)
+    E, A = _coefficients(sw, sx, sy, sxx, sxy, np.where(m, L, np.inf).min(1)[:, None])
+    logL = np.log(L)
+    sse = np.zeros_like(sx)
+    with np.errstate(all="ignore"):
+        for k in range(K):
+            r = np.multiply(A, table_UxG[inv[:, k]], out=tmp)
+            r += E
+            np.log(r, out=r)
+            r -= logL[:, k, None]
+            np.square(r, out=r)
+            np.add(sse, r, out=sse, where=m[:, k, None])
+    return np.where(np.isfinite(sse), sse, np.inf)
 
 
 def _sse(x_BxKxG: np.ndarray, L: np.ndarray, m: np.ndarray) -> np.ndarray:

@@ -18,6 +18,9 @@ The command line pays for tracing: `minimize_batch` starts need no program of th
 (`fresh_state`), its host bookkeeping is numpy (no eager JAX op, each of which would be one
 more program per process), and a round's length is a traced argument, so a caller that keeps
 one width and one argument signature (as a point-law fit does) loads one program per precision.
+A caller that names its objective (`program_key`) gets that program kept whole across processes
+(`models.base.programs`): the next command line neither traces nor lowers it. Batches of more
+than the width are drained by one host thread per core, on the same program.
 
 The algorithm per start: L-BFGS two-loop recursion (memory `m`) with a weak-Wolfe line search
 (bracketing: Armijo failure shrinks by safeguarded quadratic interpolation, curvature failure
@@ -31,6 +34,11 @@ decrease f any more (round-off floor at the optimum), or `max_evals`.
 
 from __future__ import annotations
 
+import collections
+import concurrent.futures
+import hashlib
+import os
+import pathlib
 from dataclasses import dataclass
 from functools import lru_cache, partial
 from typing import Any, Callable, NamedTuple
@@ -41,6 +49,7 @@ import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
 from analysis.laws.enums import FitStatus
+from models.base import programs
 
 # Status codes (per start), readable by users through the fit's convergence report.
 RUNNING, CONVERGED_GTOL, CONVERGED_FTOL, STALLED, MAX_EVALS = 0, 1, 2, 3, 4
@@ -342,8 +351,7 @@ def _mesh():
     return jax.make_mesh((len(devices),), ("b",), devices=devices) if len(devices) > 1 else None
 
 
-@partial(jax.jit, static_argnames=("fun", "cfg", "batched_args", "mesh"))
-def _run_sharded(fun, st, args, n_evals, cfg, batched_args, mesh):
+def _round(fun, st, args, n_evals, cfg, batched_args, mesh):
     """One round: every slot advances by at most `n_evals` evaluations. `n_evals` is traced, so
     rounds of any length (the tail's longer ones too) reuse one compiled program per width."""
     axes = tuple(0 if b else None for b in batched_args)
@@ -379,8 +387,13 @@ def _run_sharded(fun, st, args, n_evals, cfg, batched_args, mesh):
     )(st, n_evals, *args)
 
 
-def _run_batch(fun, st, args, cfg, batched_args, n_evals):
-    """Run every slot; slots are split across host devices (one core each) when there are several."""
+_run_sharded = partial(jax.jit, static_argnames=("fun", "cfg", "batched_args", "mesh"))(_round)
+
+
+def _run_batch(fun, st, args, cfg, batched_args, n_evals, program_key=None):
+    """Run every slot; slots are split across host devices (one core each) when there are several.
+    With a `program_key` (see `minimize_batch`) on one device, the round program is the one
+    kept across processes (`models.base.programs`) when the compile cache is on."""
     mesh = _mesh()
     if mesh is not None and st.x.shape[0] % mesh.size == 0:
         sharding = NamedSharding(mesh, PartitionSpec("b"))
@@ -388,7 +401,32 @@ def _run_batch(fun, st, args, cfg, batched_args, n_evals):
         args = tuple(jax.device_put(a, sharding) if b else a for a, b in zip(args, batched_args))
     else:
         mesh = None
-    return _run_sharded(fun, st, args, np.int32(n_evals), cfg, batched_args, mesh)
+    n = np.int32(n_evals)
+    if mesh is None and program_key is not None:
+        prog = _kept_round(fun, st, args, cfg, batched_args, program_key)
+        if prog is not None:
+            return prog(st, args, n)
+    return _run_sharded(fun, st, args, n, cfg, batched_args, mesh)
+
+
+def _kept_round(fun, st, args, cfg, batched_args, program_key: str):
+    """The round program of `_run_sharded` (one device) for these shapes from the program store, or
+    None (store off, or nothing kept). Checked by a one-evaluation round before it is trusted."""
+
+    def round_program(st, args, n_evals):
+        return _round(fun, st, args, n_evals, cfg, batched_args, None)
+
+    def check(prog):
+        jax.block_until_ready(prog(st, args, np.int32(1)))
+
+    key = f"lbfgs round | {program_key} | {cfg!r} | batched {batched_args} | lbfgs {_source_digest()}"
+    return programs.compiled(round_program, (st, args, np.int32(0)), key, "lbfgs_round", check)
+
+
+@lru_cache(maxsize=None)
+def _source_digest() -> str:
+    """This module's source: a kept round program is this code's."""
+    return hashlib.sha256(pathlib.Path(__file__).read_bytes()).hexdigest()
 
 
 MIN_WIDTH = 32  # the smallest batch: below it, a compiled program per start count costs more than it saves
@@ -414,6 +452,7 @@ def prepare_batch(
     batched_args: tuple[bool, ...],
     cfg: LBFGSConfig,
     width: int,
+    program_key: str | None = None,
 ) -> None:
     """Trace and compile (or load from the persistent cache) the round program a later
     `minimize_batch(fun, x0 (S, n_params) of dtype, args, batched_args, cfg, width=width)` runs,
@@ -422,7 +461,8 @@ def prepare_batch(
     W = _on_devices(width)
     st = fresh_state(np.zeros((W, n_params), dtype), cfg)
     host_args = tuple(jax.tree.map(_host, a) for a in args)
-    _run_batch(fun, st, _gather(host_args, batched_args, np.zeros(W, np.int32)), cfg, batched_args, 0)
+    idx = np.zeros(W, np.int32)
+    _run_batch(fun, st, _gather(host_args, batched_args, idx), cfg, batched_args, 0, program_key)
 
 
 def _host(v):
@@ -447,6 +487,21 @@ def _gather(args: tuple, batched_args: tuple[bool, ...], idx: np.ndarray) -> tup
     return tuple(jax.tree.map(lambda v: v[idx], a) if b else a for a, b in zip(args, batched_args))
 
 
+def _n_workers(n_starts: int, width: int, workers: int | None) -> int:
+    """How many host threads `minimize_batch` drives batches from: as asked, else one per core
+    (at most `MAX_WORKERS`) on a single device, never more than the starts fill batches of
+    `width` (a half-empty batch costs what a full one does); several devices split each batch
+    instead (`_run_batch`)."""
+    if workers is None:
+        if len(jax.devices()) > 1:
+            return 1
+        workers = min(MAX_WORKERS, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1)
+    return max(1, min(int(workers), -(-n_starts // width)))
+
+
+MAX_WORKERS = 4  # host threads driving batches at once (XLA runs each batch on its caller's thread)
+
+
 def minimize_batch(
     fun: Callable,
     x0_SxP: np.ndarray | jax.Array,
@@ -458,6 +513,8 @@ def minimize_batch(
     tail_slots: int | None = None,
     *,
     width: int | None = None,
+    workers: int | None = None,
+    program_key: str | None = None,
 ) -> MinimizeResult:
     """Minimise `fun(x, *args)` from every row of `x0_SxP`; returns per-start results.
 
@@ -476,6 +533,15 @@ def minimize_batch(
     with the same function, width and argument shapes run one compiled program, so a caller
     with several batches (a fit's polish, bootstrap and refits) loads one program, not one per
     batch size. Starting needs no program of its own (`fresh_state`).
+
+    `workers` host threads (default: one per core, see `_n_workers`) each run their own batch of
+    that width on the same program, taking starts from one queue: XLA computes a batch without
+    the GIL, so on a single CPU device they use the other cores. A start's steps do not depend
+    on its batch, slot or thread: the results are the same for any number of workers.
+
+    `program_key` says what `fun` is (its code and the constants it closes over) across processes:
+    with it, and the persistent compile cache on, the round program is kept compiled
+    (`models.base.programs`), and a later process neither traces nor lowers it.
     """
     # Host-side bookkeeping is numpy: every eager jnp op (a gather, a cast) is one more program
     # to compile or dispatch in every process, which is what the command line pays for.
@@ -486,35 +552,58 @@ def minimize_batch(
     batched_args = tuple(bool(b) for b in batched_args)
     args = _put_shared(tuple(jax.tree.map(_host, a) for a in args), batched_args)
     host = fresh_state(x0, cfg)
-    pending = list(range(S - 1, -1, -1))  # pop() takes the lowest index
+    pending = collections.deque(range(S))  # popleft() takes the lowest index, from any thread
     n_dev = len(jax.devices())
     W = _on_devices(width or batch_width(S, slots))
     W_tail = -(-tail_slots // n_dev) * n_dev if tail_slots else W
-    slot_idx = np.full(W, -1)
-    n_evals = round_evals
-    while True:
-        for w in np.flatnonzero(slot_idx < 0):
-            if not pending:
-                break
-            slot_idx[w] = pending.pop()
-        live = slot_idx >= 0
-        if not live.any():
-            break
-        if not pending and W > W_tail and live.sum() <= W_tail:
-            # The tail: a few slow starts would each pay for a full batch of finished ones. Move
-            # them to a small batch (one more compiled shape) running more evaluations per round.
-            slot_idx = np.concatenate([slot_idx[live], np.full(W_tail - live.sum(), -1)])
+
+    def drain() -> None:
+        """Run batches until the queue is empty and this thread's slots are finished."""
+        width, n_evals = W, round_evals
+        slot_idx = np.full(width, -1)
+        while True:
+            for w in np.flatnonzero(slot_idx < 0):
+                try:
+                    slot_idx[w] = pending.popleft()
+                except IndexError:
+                    break
             live = slot_idx >= 0
-            W, n_evals = W_tail, 4 * round_evals
-        idx = np.where(live, slot_idx, slot_idx[live][0]).astype(np.int32)
-        sub = jax.tree.map(lambda a: a[idx], host)
-        sub_args = _gather(args, batched_args, idx)
-        out = jax.tree.map(np.asarray, _run_batch(fun, sub, sub_args, cfg, batched_args, n_evals))
-        rows = slot_idx[live]
-        for field, value in zip(host._fields, out):
-            getattr(host, field)[rows] = value[live]
-        done = live & (out.status != RUNNING)
-        slot_idx[done] = -1
+            if not live.any():
+                return
+            if not pending and width > W_tail and live.sum() <= W_tail:
+                # The tail: a few slow starts would each pay for a full batch of finished ones. Move
+                # them to a small batch (one more compiled shape) running more evaluations per round.
+                slot_idx = np.concatenate([slot_idx[live], np.full(W_tail - live.sum(), -1)])
+                live = slot_idx >= 0
+                width, n_evals = W_tail, 4 * round_evals
+            idx = np.where(live, slot_idx, slot_idx[live][0]).astype(np.int32)
+            sub = jax.tree.map(lambda a: a[idx], host)
+            sub_args = _gather(args, batched_args, idx)
+            ran = _run_batch(fun, sub, sub_args, cfg, batched_args, n_evals, program_key)
+            out = jax.tree.map(np.asarray, ran)
+            rows = slot_idx[live]
+            for field, value in zip(host._fields, out):
+                getattr(host, field)[rows] = value[live]
+            done = live & (out.status != RUNNING)
+            slot_idx[done] = -1
+
+    n_workers = _n_workers(S, W, workers)
+    if n_workers == 1:
+        drain()
+    else:  # each thread writes only the rows of the starts it took
+        for w in {W, W_tail}:  # the program(s) compiled once here, not by every thread at once
+            idx = np.zeros(w, np.int32)
+            sub = jax.tree.map(lambda a: a[idx], host)
+            _run_batch(fun, sub, _gather(args, batched_args, idx), cfg, batched_args, 0, program_key)
+        x64, device = bool(jax.config.jax_enable_x64), jax.config.jax_default_device
+
+        def worker() -> None:  # JAX's configuration contexts are per thread: the caller's here too
+            with jax.enable_x64(x64), jax.default_device(device):
+                drain()
+
+        with concurrent.futures.ThreadPoolExecutor(n_workers) as pool:
+            for job in [pool.submit(worker) for _ in range(n_workers)]:
+                job.result()
     return MinimizeResult(
         x=host.x,
         f=host.f,
