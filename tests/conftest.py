@@ -51,3 +51,26 @@ def shared_data() -> pathlib.Path:
     if action == "skip":
         pytest.skip(message)
     return path
+
+
+# Tests that need the whole machine run in a second, serial pass (README's test command: the rest
+# runs on 2 xdist workers first): real clusters, two-process jax.distributed, launchers that pin or
+# fill every core, and checks with wall-clock deadlines.
+SERIAL_MODULES = frozenset(
+    {
+        "test_cluster_ray",
+        "test_cluster_slurm",
+        "test_multihost",
+        "test_preemption",
+        "test_launchers",
+        "test_pack_sweeps",
+        "test_sweep_e2e",
+        "test_portable",
+    }
+)
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.path.stem in SERIAL_MODULES or item.get_closest_marker("cluster") is not None:
+            item.add_marker(pytest.mark.serial)
