@@ -17,9 +17,10 @@ no key. The folder keeps the `MAX_KEPT` most recently used programs.
 
 Two guards. An executable loaded from the compile cache does not serialise whole in this jaxlib
 (its copy fails to run: "Function ... not found"), so a program is compiled under a name of its
-own (`name` and the key's digest): the compile cache cannot hold it before this module compiles
-it. And every executable runs once (`check(prog)`, the caller's smallest call) before it is
-written or used: one that fails is dropped, and the caller's jit runs instead.
+own (`name`, the key's digest and a random suffix per compile): the compile cache cannot hold
+it before this module compiles it, not even after an earlier compile of the same key. And
+every executable runs once (`check(prog)`, the caller's smallest call) before it is written or
+used: one that fails is dropped, and the caller's jit runs instead.
 """
 
 from __future__ import annotations
@@ -93,7 +94,11 @@ def compiled(
             path = folder / f"{name}-{digest}.xla"
             prog = _load(path, full, check)
             if prog is None:
-                prog = _compile(fn, args, f"{name}_{digest[:16]}", path, full, check)
+                # a fresh name per compile: an earlier compile of this key (this process, or one
+                # whose stored file was since pruned) sits in JAX's cache, and a copy of that
+                # cannot be kept
+                jit_name = f"{name}_{digest[:16]}_{uuid.uuid4().hex[:8]}"
+                prog = _compile(fn, args, jit_name, path, full, check)
             if prog is None:
                 return None
             _loaded[full] = prog
