@@ -126,7 +126,10 @@ def _start(sw: Path) -> subprocess.Popen:
 def _wait_for_checkpoint(p: subprocess.Popen, sw: Path) -> None:
     """Until some member has a committed checkpoint (the pack is mid-run)."""
     deadline = time.monotonic() + CLI_TIMEOUT_S
-    while not list(sw.glob("*/checkpoints/*/commit_success.txt")):
+    # a finished checkpoint only: its folder is the step number (an Orbax "<step>.orbax-checkpoint-
+    # tmp-*" folder may already hold the marker before it is renamed, and a kill then leaves nothing
+    # to resume from)
+    while not [c for c in sw.glob("*/checkpoints/*/commit_success.txt") if c.parent.name.isdigit()]:
         assert p.poll() is None, f"the sweep ended (rc {p.returncode}) before any checkpoint"
         assert time.monotonic() < deadline, "no checkpoint in time"
         time.sleep(POLL_S)
