@@ -502,6 +502,23 @@ def _n_workers(n_starts: int, width: int, workers: int | None) -> int:
 MAX_WORKERS = 4  # host threads driving batches at once (XLA runs each batch on its caller's thread)
 
 
+def _in_threads(job: Callable[[], None], n: int) -> None:
+    """Run `job` on `n` host threads (here when n == 1), each under the caller's JAX configuration
+    (its contexts, x64 and the default device, are per thread); re-raises a thread's error."""
+    if n == 1:
+        job()
+        return
+    x64, device = bool(jax.config.jax_enable_x64), jax.config.jax_default_device
+
+    def worker() -> None:
+        with jax.enable_x64(x64), jax.default_device(device):
+            job()
+
+    with concurrent.futures.ThreadPoolExecutor(n) as pool:
+        for f in [pool.submit(worker) for _ in range(n)]:
+            f.result()
+
+
 def minimize_batch(
     fun: Callable,
     x0_SxP: np.ndarray | jax.Array,
@@ -588,22 +605,12 @@ def minimize_batch(
             slot_idx[done] = -1
 
     n_workers = _n_workers(S, W, workers)
-    if n_workers == 1:
-        drain()
-    else:  # each thread writes only the rows of the starts it took
-        for w in {W, W_tail}:  # the program(s) compiled once here, not by every thread at once
+    if n_workers > 1:  # the program(s) compiled once here, not by every thread at once
+        for w in {W, W_tail}:
             idx = np.zeros(w, np.int32)
             sub = jax.tree.map(lambda a: a[idx], host)
             _run_batch(fun, sub, _gather(args, batched_args, idx), cfg, batched_args, 0, program_key)
-        x64, device = bool(jax.config.jax_enable_x64), jax.config.jax_default_device
-
-        def worker() -> None:  # JAX's configuration contexts are per thread: the caller's here too
-            with jax.enable_x64(x64), jax.default_device(device):
-                drain()
-
-        with concurrent.futures.ThreadPoolExecutor(n_workers) as pool:
-            for job in [pool.submit(worker) for _ in range(n_workers)]:
-                job.result()
+    _in_threads(drain, n_workers)  # each thread writes only the rows of the starts it took
     return MinimizeResult(
         x=host.x,
         f=host.f,

@@ -31,7 +31,7 @@ from models.base.jsonio import write_json_atomic
 from models.config import resolve_dtype
 from sharding.costmodel.hardware import hardware_for_device_kind
 
-_MATMUL_SHAPES = (1024, 2048, 3072)  # n of the n x n x n matmuls timed (the best of them counts)
+_MATMUL_SHAPES = (1024, 2048)  # n of the n x n x n matmuls timed (the best of them counts)
 _REPS = 5
 _METHOD = (
     f"best of {_REPS} jitted matmuls of n = {', '.join(map(str, _MATMUL_SHAPES))}, on one device "
