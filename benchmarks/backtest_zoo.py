@@ -322,14 +322,14 @@ class Outcome:
         return next((r for r in self.rows if r[role]), None)
 
 
-def run_case(case: Case, bootstrap: int) -> Outcome:
+def run_case(case: Case, bootstrap: int, only_default: bool = False) -> Outcome:
+    """One case's backtest; `only_default` scores the baseline and the default only (the tests)."""
     t0 = time.perf_counter()
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            bt = backtest.run(
-                case.load(), case.protocol, backtest.Options(bootstrap=bootstrap, **case.options)
-            )
+            opt = backtest.Options(bootstrap=bootstrap, only_default=only_default, **case.options)
+            bt = backtest.run(case.load(), case.protocol, opt)
     except AnalysisError as e:
         return Outcome(case.dataset, case.protocol, None, {}, [], str(e), time.perf_counter() - t0)
     secs = time.perf_counter() - t0
@@ -585,6 +585,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="one dataset per protocol")
     ap.add_argument("--bootstrap", type=int, default=50)
     ap.add_argument("--only", help="run the cases whose dataset or protocol contains this text")
+    ap.add_argument(
+        "--only-default", action="store_true", help="score the baseline and the default only (faster)"
+    )
     ap.add_argument("--cache", help="JSON of finished backtests: reused, and each new one added at once")
     ap.add_argument("--markdown", help="write the zoo table here (docs/backtests.md)")
     args = ap.parse_args(argv)
@@ -600,7 +603,9 @@ def main(argv: list[str] | None = None) -> int:
     ]
     outcomes = []
     for case in todo:
-        o = cache.get(f"{case.dataset} | {case.protocol}") or run_case(case, args.bootstrap)
+        o = cache.get(f"{case.dataset} | {case.protocol}") or run_case(
+            case, args.bootstrap, args.only_default
+        )
         outcomes.append(o)
         cache[o.key] = o
         if cache_path is not None:

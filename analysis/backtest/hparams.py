@@ -209,7 +209,11 @@ def _protocol(df: pd.DataFrame, opt: Options, target: Target) -> Backtest:
         )
     fit_runs = table[~validation.holdout_mask(table.N.to_numpy(), thr)].drop(columns=["rung"])
     methods = [_baseline(rungs[~held_mask], held)]
-    methods += [_law_method(name, fit_runs, held, target.key, o) for name, o in _candidates()]
+    methods += [
+        _law_method(name, fit_runs, held, target.key, o)
+        for name, o in _candidates()
+        if name == DEFAULT or not opt.only_default
+    ]
     cut = {
         "what": f"rungs with N > {thr:.4g}",
         "threshold": float(thr),

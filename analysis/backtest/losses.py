@@ -46,6 +46,9 @@ class Options:
     holdout_epochs_above: float = EPOCHS_DEFAULT  # epochs
     bootstrap: int = 100  # resamples per candidate fit (intervals)
     seed: int = 0
+    # score the baseline and the default only, not every candidate (`--only-default`: the rule's
+    # two roles at a fraction of the cost; the zoo's tables score every candidate)
+    only_default: bool = False
     columns: Mapping[str, str] | None = None
 
 
@@ -158,6 +161,7 @@ def point_protocol(df: pd.DataFrame, protocol: str, opt: Options) -> Backtest:
     fit_df, test = runs[~held], runs[held]
     laws = POINT_LAWS + (REPEATED_LAWS if "U" in runs else ())
     default = default_law(fit_df)  # what `fit` fits here without --law
+    laws = tuple(n for n in laws if n == default or not opt.only_default)
     methods = [_baseline(fit_df, test)] + [_law_score(n, fit_df, test, opt, default) for n in laws]
     return Backtest(protocol, cut, Metric.REL, tuple(methods))
 

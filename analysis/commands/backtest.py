@@ -36,7 +36,18 @@ def register(subparsers) -> None:
     p.add_argument(
         "--protocol",
         required=True,
-        choices=("budget", "frontier", "size", "epochs", "lr", "batch", "downstream", "curve", "cooldown"),
+        choices=(
+            "budget",
+            "frontier",
+            "size",
+            "epochs",
+            "lr",
+            "batch",
+            "downstream",
+            "curve",
+            "cooldown",
+            "curve-prefix",
+        ),
         help="what is hidden (docs/analysis.md, 'Backtesting')",
     )
     p.add_argument(
@@ -57,6 +68,11 @@ def register(subparsers) -> None:
     )
     add_bootstrap_argument(p, 100, "per candidate fit")
     add_seed_argument(p)
+    p.add_argument(
+        "--only-default",
+        action="store_true",
+        help="score the baseline and the default only, not every candidate (faster)",
+    )
     p.add_argument("--markdown", metavar="PATH", help="write the table as Markdown")
     p.add_argument("--figure", metavar="PATH", help="draw predicted against actual per method (PNG/PDF/SVG)")
     add_json_argument(p, "the backtest: protocol, cut, methods")
@@ -74,6 +90,7 @@ class BacktestOptions(CommandOptions):
     seed: int
     markdown: str | None
     figure: str | None
+    only_default: bool
 
 
 def run(args: argparse.Namespace) -> int:
@@ -94,6 +111,7 @@ def run(args: argparse.Namespace) -> int:
         holdout_epochs_above=opts.holdout_epochs_above,
         bootstrap=opts.bootstrap,
         seed=opts.seed,
+        only_default=opts.only_default,
     )
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
