@@ -17,6 +17,7 @@ import sys
 
 from analysis import commands
 from analysis.commands._options import json_stdout_only, json_to_stdout
+from models.base.diskspace import disk_full_of
 from models.base.errors import AnalysisError
 
 DESCRIPTION = "scalelab analysis: fit scaling laws to training runs, forecast loss curves, plan runs."
@@ -127,3 +128,9 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # stdout closed early (`| head`): the --json file is already written
         sys.stdout = None  # nothing more to flush to the closed pipe at exit
         return 0
+    except OSError as e:  # a full disk: one line naming the file (written whole or not at all)
+        full = disk_full_of(e)
+        if full is None:
+            raise
+        print(f"error: {full.command_line()}", file=sys.stderr)
+        return 1

@@ -35,6 +35,7 @@ have NaN there.
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 import pathlib
@@ -47,7 +48,7 @@ import yaml
 
 from analysis.laws.best_runs import GROUP, SELECTED, Selection, has_config, select_best_runs
 from models.base.errors import AnalysisError
-from models.base.jsonio import write_text_atomic
+from models.base.jsonio import write_bytes_atomic, write_text_atomic
 from models.base.rundir import (
     HYDRA_CONFIG,
     MARKERS,
@@ -442,9 +443,9 @@ def write_table(df: pd.DataFrame, path: str | os.PathLike) -> pathlib.Path:
     if suffix == ".csv":
         write_text_atomic(path, df.to_csv(index=False))
         return path
-    tmp = path.with_name(f".{path.name}.tmp")
-    _parquet_safe(df).to_parquet(tmp, index=False)
-    os.replace(tmp, path)
+    buf = io.BytesIO()
+    _parquet_safe(df).to_parquet(buf, index=False)
+    write_bytes_atomic(path, buf.getvalue())
     return path
 
 

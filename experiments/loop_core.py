@@ -37,6 +37,7 @@ from typing import Any, Callable, Protocol
 from experiments.preemption import PreemptionGuard
 from experiments.rundir import write_failed_summary
 from models.base.configs import to_plain
+from models.base.diskspace import disk_full_of
 from models.base.jaxcache import enable_compile_cache
 from models.base.rundir import RunDir, RunStatus, RunSummary
 from sharding import distributed
@@ -95,11 +96,18 @@ def run_resumable(
         with guard:  # after jax.distributed, whose own SIGTERM notifier would otherwise win
             summary = session(raw, guard, t_start)
     except Exception as e:  # write a failed summary, then let the caller report
+        full = disk_full_of(e)  # a full disk, however the writer said it: one DiskFull
         known = known_so_far()
+        written = None
         if known is not None:
             base, wall_prev = known
-            write_failed_summary(run_dir, base, e, wall_prev + time.time() - t_start)
-        raise
+            written = write_failed_summary(run_dir, base, full or e, wall_prev + time.time() - t_start)
+        if full is None:
+            raise
+        full.summary_written = written
+        if full is e:
+            raise
+        raise full from e
     if summary.run_status is RunStatus.PREEMPTED:
         guard.hand_over()  # e.g. submitit's requeue under hydra/launcher=slurm
     return summary

@@ -23,10 +23,19 @@ from typing import Any, Callable, Iterator, Mapping, TextIO
 from omegaconf import DictConfig, OmegaConf
 
 from models.base.configs import to_plain
+from models.base.diskspace import DiskFull, disk_full_of, last_complete_step
 from models.base.errors import ConfigError
 from models.base.fingerprint import diff_fields, fingerprint
 from models.base.portable import lock_file, unlock_file
-from models.base.rundir import METRICS_FILE, SUMMARY_FILE, RunDir, RunStatus, RunSummary, console_log_name
+from models.base.rundir import (
+    CHECKPOINTS_DIR,
+    METRICS_FILE,
+    SUMMARY_FILE,
+    RunDir,
+    RunStatus,
+    RunSummary,
+    console_log_name,
+)
 from sharding import distributed
 
 # Keys whose change makes a run a different run (resuming it would mix two experiments).
@@ -69,18 +78,19 @@ def to_plain_json(obj: Any) -> Any:
     return json.loads(json.dumps(obj, default=str))
 
 
-def write_failed_summary(run_dir: Path, base: RunSummary, err: BaseException, wall_time_s: float) -> None:
+def write_failed_summary(run_dir: Path, base: RunSummary, err: BaseException, wall_time_s: float) -> bool:
     """Best-effort `status: failed` summary.json: `base` (the fields known so far), the error,
-    and its traceback unless it is a ConfigError (whose message already says what to fix). Call
-    from an `except` block."""
+    and its traceback unless it is a ConfigError or a full disk (whose message already says what
+    to fix). Call from an `except` block. Whether it could be written."""
     error = f"{type(err).__name__}: {err}"
     summary = base.replace(status=RunStatus.FAILED, error=error, wall_time_s=wall_time_s)
-    if not isinstance(err, ConfigError):
+    if not isinstance(err, (ConfigError, DiskFull)):
         summary = summary.replace(traceback=traceback.format_exc())
     try:
         RunDir(run_dir).write_summary(summary)
     except OSError:
-        pass
+        return False
+    return True
 
 
 def completed_summary(run_dir: Path, fields: Callable[[], Mapping[str, Any]]) -> RunSummary | None:
@@ -180,6 +190,9 @@ def run_guarded(
             multirun,
         )
     except Exception as e:  # noqa: BLE001 - one line here, the traceback is in summary.json
+        full = disk_full_of(e)  # one line: what did not fit, where, and the step a relaunch resumes from
+        if full is not None:
+            return fail(full.run_line(last_complete_step(run_dir / CHECKPOINTS_DIR)), EXIT_FAILED, multirun)
         msg = str(e).strip().splitlines()[0] if str(e).strip() else ""
         return fail(
             f"{label} failed: {type(e).__name__}: {msg[:300]} (traceback in {run_dir / SUMMARY_FILE})",
@@ -266,9 +279,20 @@ class _Tee:
     def __init__(self, stream: TextIO, log: TextIO):
         self._stream, self._log = stream, log
         self._console = True
+        # The error that stopped the log copy (a full disk: DiskFull), for the run to stop on
+        # (`console_log_error`); the console keeps everything, the line saying so included.
+        self.log_error: OSError | None = None
+
+    def _to_log(self, write: Callable[[], Any]) -> None:
+        if self.log_error is None:
+            try:
+                write()
+            except OSError as e:
+                path = Path(getattr(self._log, "name", "console log"))
+                self.log_error = disk_full_of(e, path.name, path.parent) or e
 
     def write(self, s: str) -> int:
-        self._log.write(s)
+        self._to_log(lambda: self._log.write(s))
         if self._console:
             try:
                 self._stream.write(s)
@@ -281,7 +305,7 @@ class _Tee:
             self.write(line)
 
     def flush(self) -> None:
-        self._log.flush()
+        self._to_log(self._log.flush)
         if self._console:
             try:
                 self._stream.flush()
@@ -300,9 +324,10 @@ def console_log(path: Path) -> Iterator[None]:
     streams (C++ libraries writing to the file descriptors) reaches the console only."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a", buffering=1) as log:
+    log = open(path, "a", buffering=1)
+    try:
         out, err = sys.stdout, sys.stderr
-        handler = logging.StreamHandler(log)
+        handler = _LogHandler(log)
         handler.setFormatter(logging.Formatter("%(message)s"))
         root = logging.getLogger()
         sys.stdout, sys.stderr = _Tee(out, log), _Tee(err, log)
@@ -312,3 +337,25 @@ def console_log(path: Path) -> Iterator[None]:
         finally:
             root.removeHandler(handler)
             sys.stdout, sys.stderr = out, err
+    finally:
+        with contextlib.suppress(OSError):  # a full disk: what the log could not take stays on the console
+            log.close()
+
+
+class _LogHandler(logging.StreamHandler):
+    """The console log's logging handler: a record the file cannot take (a full disk) is not a
+    `--- Logging error ---` traceback; the run learns of it from `console_log_error`."""
+
+    def handleError(self, record: logging.LogRecord) -> None:
+        if not isinstance(sys.exc_info()[1], OSError):
+            super().handleError(record)
+
+
+def console_log_error() -> OSError | None:
+    """The error that stopped the copy of the console into the run's log (`console_log`; for a
+    pack member, its own log), or None: the trainer stops on it as on any failed write."""
+    for stream in (sys.stdout, sys.stderr):
+        error = getattr(stream, "log_error", None)
+        if error is not None:
+            return error
+    return None

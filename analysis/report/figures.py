@@ -21,6 +21,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.ticker import FormatStrFormatter
 
+from models.base.jsonio import write_figure_atomic
 from models.base.rundir import ROLE_FIELDS, RunStatus
 
 DPI = 110
@@ -29,8 +30,9 @@ N_COL, C_COL, LOSS_COL = ROLE_FIELDS["N"], ROLE_FIELDS["C"], ROLE_FIELDS["loss"]
 
 
 def save(fig: Figure, path: str | pathlib.Path) -> pathlib.Path:
-    """Write `fig` as a PNG at the report's resolution."""
-    fig.savefig(path, dpi=DPI)
+    """Write `fig` as a PNG at the report's resolution, whole or not at all (a full disk keeps
+    the previous file: models.base.jsonio.write_figure_atomic)."""
+    write_figure_atomic(path, fig, dpi=DPI)
     return pathlib.Path(path)
 
 

@@ -28,6 +28,7 @@ from markdown_it.rules_core import StateCore
 from markdown_it.token import Token
 
 from analysis.report import hparams as hparam_law
+from models.base.jsonio import write_text_atomic
 from models.flops import MFU_CAUSAL
 
 FIGURE_CAPTIONS = {
@@ -863,5 +864,5 @@ def html_page(title: str, md: str, out: pathlib.Path) -> str:
 def write_report(rep: dict, out: pathlib.Path) -> None:
     """report.md and report.html in `out`: the Markdown written once, the HTML rendered from it."""
     md = report_markdown(rep)
-    (out / "report.md").write_text(md)
-    (out / "report.html").write_text(html_page(rep["title"], md, out))
+    write_text_atomic(out / "report.md", md)  # whole or not at all (a full disk keeps the previous one)
+    write_text_atomic(out / "report.html", html_page(rep["title"], md, out))

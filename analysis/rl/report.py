@@ -33,6 +33,7 @@ from analysis.rl.fitting import FitOptions, fit_recipe
 from analysis.rl.laws import GaoFit, RLPoints, fit_gao, fit_params, predict
 from models.base.errors import AnalysisError
 from models.base.fingerprint import fingerprint
+from models.base.jsonio import write_figure_atomic, write_text_atomic
 from models.base.rundir import RunDir, iter_run_dirs
 
 DPI = 130
@@ -422,9 +423,9 @@ def rl_report(
         ("prediction_card", prediction_card_figure(fits)),
         ("reward_vs_kl", reward_vs_kl_figure(fits, gao)),
     ):
-        fig.savefig(out / FIGURE_FILES[name], dpi=DPI)
+        write_figure_atomic(out / FIGURE_FILES[name], fig, dpi=DPI)
     md = section_markdown(fits, gao_lines(gao))
-    (out / "rl_section.md").write_text(md)
+    write_text_atomic(out / "rl_section.md", md)
     return {"markdown": md, "figures": dict(FIGURE_FILES), **fits.as_dict()}
 
 

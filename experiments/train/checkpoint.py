@@ -10,6 +10,13 @@ reads, moves the unreadable newer ones to `<run_dir>/checkpoints.corrupt/` (a la
 same step would otherwise collide with them) and says so in one line; with none readable it
 raises CheckpointError instead of silently starting over from step 0.
 
+A full disk (models/base/diskspace.py): a save that runs out of space raises one DiskFull naming
+the step and the directory, however many arrays failed (Orbax's own per-array tracebacks from
+its writer threads are kept off the console), and the failed step's temporary directory is
+removed, so the space it held is free again and nothing half-written stays behind. With
+asynchronous saves, `poll()` (the trainer calls it every step) raises it as soon as the write
+has failed, instead of at the next save.
+
 For analysis code: `load_params(run_dir)` returns (ModelConfig, graphdef, params) on one device.
 """
 
@@ -34,6 +41,7 @@ from flax import nnx
 from jax.experimental import multihost_utils
 from jax.sharding import SingleDeviceSharding
 
+from models.base.diskspace import DiskFull, is_disk_full
 from models.base.rundir import CHECKPOINTS_DIR, CORRUPT_CHECKPOINTS_DIR
 from models.config import ModelConfig
 from models.transformer import Transformer, split_params
@@ -93,6 +101,53 @@ def _read_attempt():
         sys.stderr, sys.unraisablehook = err, hook
 
 
+class _DiskFullRecords(logging.Filter):
+    """Drops Orbax's log records of a full disk (each writer thread logs its own traceback, one
+    per array and stage: 4 to 50 of them for one failed save); the save's DiskFull says it once."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        return not (is_disk_full(exc) or is_disk_full(Exception(record.getMessage())))
+
+
+_DISK_FULL_FILTER = _DiskFullRecords()
+
+
+def _quiet_disk_full_logs() -> None:
+    """Install the filter on the logger Orbax writes through, and `_unraisable` (once each)."""
+    absl = logging.getLogger("absl")
+    if _DISK_FULL_FILTER not in absl.filters:
+        absl.addFilter(_DISK_FULL_FILTER)
+    if getattr(sys.unraisablehook, "__name__", "") != _unraisable.__name__:
+        _unraisable.previous = sys.unraisablehook  # type: ignore[attr-defined]
+        sys.unraisablehook = _unraisable
+
+
+def _unraisable(u: Any) -> None:
+    """Drop what a failed TensorStore write leaves behind: its remaining writes complete after
+    Orbax's event loop closed, and each completion's `call_soon_threadsafe` raises `RuntimeError:
+    Event loop is closed` from C++, printed as a traceback (8 to 14 per failed save on a full
+    disk). Anything else goes to the hook that was there before."""
+    exc, tb = u.exc_value, u.exc_traceback
+    if (
+        isinstance(exc, RuntimeError)
+        and str(exc) == "Event loop is closed"
+        and u.object is None
+        and tb is not None
+        and tb.tb_frame.f_code.co_name == "call_soon_threadsafe"
+    ):
+        return
+    _unraisable.previous(u)  # type: ignore[attr-defined]
+
+
+_unraisable.previous = sys.unraisablehook  # type: ignore[attr-defined]
+
+
+def _state_bytes(*trees: Any) -> int:
+    """Bytes of the arrays in `trees` (what one checkpoint of them holds, roughly)."""
+    return int(sum(getattr(x, "nbytes", 0) for t in trees for x in jax.tree.leaves(t)))
+
+
 def _warn(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
@@ -123,6 +178,9 @@ class Checkpointer:
         the write); `wait()` / `close()` / the next save wait for the write to finish."""
         self.directory = (Path(run_dir) / subdir).resolve()
         self.async_save = async_save
+        self._pending: tuple[int, int] | None = None  # (step, bytes) of a save not known to be on disk
+        self._failed = False  # a save failed: close() releases the manager without waiting again
+        _quiet_disk_full_logs()
         with _orbax_quiet():  # it reads every checkpoint's metadata file: corrupt ones are ours to report
             self._mngr = ocp.CheckpointManager(
                 self.directory,
@@ -136,20 +194,62 @@ class Checkpointer:
         return self._mngr.latest_step()
 
     def save(self, step: int, params: Any, opt_state: Any, meta: dict[str, Any]) -> None:
-        self._mngr.save(
-            step,
-            args=ocp.args.Composite(
-                state=ocp.args.StandardSave({"params": params, "opt_state": opt_state}),
-                meta=ocp.args.JsonSave(meta),
-            ),
-            force=True,
-        )
+        """Save `step` (asynchronously with `async_save`: see `poll`); DiskFull when it (or the
+        asynchronous save before it) ran out of space."""
+        self.wait()  # the previous save's failure is that save's, reported as such
+        self._pending = (step, _state_bytes(params, opt_state))
+        try:
+            self._mngr.save(
+                step,
+                args=ocp.args.Composite(
+                    state=ocp.args.StandardSave({"params": params, "opt_state": opt_state}),
+                    meta=ocp.args.JsonSave(meta),
+                ),
+                force=True,
+            )
+        except Exception as e:
+            self._raise_failed(e)
         if not self.async_save:
-            self._mngr.wait_until_finished()
+            self.wait()
+
+    @property
+    def pending(self) -> bool:
+        """A save was started and is not known to be on disk yet."""
+        return self._pending is not None
+
+    def poll(self) -> None:
+        """Raise the asynchronous save's error (DiskFull for a full disk) once its write has
+        ended; nothing while it is still writing or when none is in flight. Cheap: every step."""
+        if self._pending is not None and not self._mngr.is_saving_in_progress():
+            self.wait()
 
     def wait(self) -> None:
-        """Block until an asynchronous save in flight is on disk."""
-        self._mngr.wait_until_finished()
+        """Block until an asynchronous save in flight is on disk (DiskFull if it did not fit)."""
+        try:
+            self._mngr.wait_until_finished()
+        except Exception as e:
+            self._raise_failed(e)
+        self._pending = None
+
+    def _raise_failed(self, err: Exception) -> None:
+        """The pending save failed with `err`: its temporary directory goes; a full disk is
+        raised as one DiskFull naming the step, anything else as it is."""
+        step, nbytes = self._pending if self._pending is not None else (None, None)
+        self._pending, self._failed = None, True
+        if step is not None:
+            self._remove_partial(step)
+        if not is_disk_full(err):
+            raise err
+        what = f"the checkpoint of step {step}" if step is not None else "a checkpoint"
+        raise DiskFull.writing(what, self.directory, needed=nbytes) from err
+
+    def _remove_partial(self, step: int) -> None:
+        """Remove `step`'s unfinished temporary directories (process 0): Orbax never reads them,
+        and on a full disk the space they hold is what the failed summary needs."""
+        if jax.process_index() != 0 or not self.directory.is_dir():
+            return
+        for tmp in self.directory.glob(f"{step}.orbax-checkpoint-tmp*"):
+            shutil.rmtree(tmp, ignore_errors=True)
 
     def restore(self, step: int, abstract_params: Any, abstract_opt_state: Any) -> tuple[Any, Any, dict]:
         out = self._mngr.restore(
@@ -255,8 +355,27 @@ class Checkpointer:
         return where
 
     def close(self) -> None:
-        self._mngr.wait_until_finished()
-        self._mngr.close()
+        """Wait for a save in flight (DiskFull if it did not fit), then release the manager."""
+        if not self._failed:
+            self.wait()
+        self._release()
+
+    def abandon(self) -> None:
+        """Release the manager on the way out of a failed run: a save in flight is waited for and
+        its error dropped (the run reports its own), its partial directory removed."""
+        try:
+            self.wait()
+        except Exception:  # noqa: BLE001 - the run is failing already; that error is the one told
+            pass
+        self._release()
+
+    def _release(self) -> None:
+        self._failed = True  # once released, never waited for again
+        try:
+            self._mngr.close()
+        except Exception as e:  # noqa: BLE001 - closing after a failed save: nothing left to lose
+            if not is_disk_full(e):
+                raise
 
 
 def load_params(run_dir: Path, step: int | None = None):

@@ -34,7 +34,7 @@ from jax.experimental import multihost_utils
 from experiments import loop_core
 from experiments.loop_core import Diverged, StepState
 from experiments.preemption import PreemptionGuard
-from experiments.rundir import completed_summary, fingerprint_fields
+from experiments.rundir import completed_summary, console_log_error, fingerprint_fields
 from experiments.train.checkpoint import Checkpointer
 from experiments.train.config import RunSpec, resolve_config
 from experiments.train.corpus import BatchSampler, eval_sampler, load_corpus
@@ -45,6 +45,7 @@ from experiments.train.profiling import StepProfiler
 from experiments.train.steps import TrainSetup, build_train_setup
 from experiments.train.tasks.scoring import TaskSuite, build_task_sets, metrics_record
 from experiments.train.tracking import TRAIN_NAMES, make_tracker
+from models.base.diskspace import DiskFull, is_disk_full
 from models.base.errors import ConfigError
 from models.base.fingerprint import diff_fields
 from models.base.portable import process_started_at
@@ -332,18 +333,26 @@ def _corpus(spec: RunSpec) -> Any:
         return _CORPORA[key]
 
 
-def run(cfg: Any, run_dir: Path, packed_with: list[str] | None = None) -> RunSummary:
+def run(
+    cfg: Any,
+    run_dir: Path,
+    packed_with: list[str] | None = None,
+    halt: Callable[[], BaseException | None] | None = None,
+) -> RunSummary:
     """Train (or resume, or skip if completed) the run described by `cfg` in `run_dir`.
 
     Returns the summary (also written to run_dir/summary.json). Raises ConfigError for bad
     configuration (after writing a `failed` summary), and re-raises unexpected errors likewise.
     `packed_with`: the run ids of the pack this run trains in (summary.json `packed_with`).
+    `halt()`, asked after every step, returns an error to stop the run with (raised as it is,
+    the run resumable from its last checkpoint), or None: a pack stops its members by it when
+    one of them found the disk full.
     """
     run_dir, state = Path(run_dir), RunState(packed_with=packed_with)
     return loop_core.run_resumable(
         run_dir,
         cfg,
-        lambda raw, guard, t_start: _run(raw, run_dir, t_start, state, guard),
+        lambda raw, guard, t_start: _run(raw, run_dir, t_start, state, guard, halt),
         completed=lambda: completed_summary(run_dir, lambda: fingerprint_fields(cfg)),
         done_line=lambda done: (
             f"run in {run_dir} already completed ({done.tokens} tokens, final eval loss "
@@ -407,7 +416,12 @@ def _summary_base(state: RunState) -> RunSummary:
 
 
 def _run(
-    raw: dict[str, Any], run_dir: Path, t_start: float, state: RunState, guard: PreemptionGuard
+    raw: dict[str, Any],
+    run_dir: Path,
+    t_start: float,
+    state: RunState,
+    guard: PreemptionGuard,
+    halt: Callable[[], BaseException | None] | None = None,
 ) -> RunSummary:
     """Validate, build, restore, train, summarise: the order of work in the module docstring."""
     startup = _claim_startup(t_start)
@@ -425,8 +439,23 @@ def _run(
         _log("tasks: " + ", ".join(f"{t.name} ({t.detail})" for t in loop.tasks.task_sets), state.is_main)
     first = _compile(loop)
     loop.guard = guard
-    status = _train_steps(loop, first)
-    return _write_summary(loop, status)
+    try:
+        status = _train_steps(loop, first, halt)
+        return _write_summary(loop, status)
+    except BaseException as e:
+        # No Orbax thread left writing after the run's error is reported (a full disk: once).
+        # A full disk found by another write while a save was in flight is most likely that
+        # save's doing: if it failed, it is the write named.
+        try:
+            if loop.ckpt.pending and is_disk_full(e):
+                loop.ckpt.wait()
+        except DiskFull as ck:
+            raise ck from e
+        finally:
+            loop.ckpt.abandon()
+            if loop.branch_ckpt is not None:
+                loop.branch_ckpt.abandon()
+        raise
 
 
 def _describe_devices(spec: RunSpec, mesh: Any, state: RunState) -> list[Any]:
@@ -752,12 +781,15 @@ class _TrainSteps:
             self.checkpoint(s)
 
 
-def _train_steps(loop: Loop, first: Any) -> RunStatus:
+def _train_steps(loop: Loop, first: Any, halt: Callable[[], BaseException | None] | None = None) -> RunStatus:
     """Run the steps from `loop.start` (experiments/loop_core.py: run_steps). Each step: the
     preemption check, then on `train.eval_every` steps the eval and on `train.ckpt_every` steps
-    the checkpoint (both after the last step; the checkpoint also after a preempted one)."""
+    the checkpoint (both after the last step; the checkpoint also after a preempted one). Every
+    step also asks whether an asynchronous save failed (a full disk stops the run at once, not
+    at the next save) and `halt()` (a pack's stop)."""
     body, train = _TrainSteps(loop, first), loop.spec.train
     hooks = loop_core.Hooks()
+    hooks.add_hook(_write_checks(loop, halt), every=1, at_end=False)
     hooks.add_hook(loop_core.preemption_check(loop.guard), every=1)
     hooks.add_hook(body.evaluate, every=train.eval_every)
     hooks.add_hook(body.checkpoint, every=train.ckpt_every, on_stop=True)
@@ -765,6 +797,23 @@ def _train_steps(loop: Loop, first: Any) -> RunStatus:
         hooks.add_hook(body.checkpoint_if_due, every=1, at_end=False)
     steps = StepState(start=loop.start, total=loop.spec.steps)
     return loop_core.run_steps(body, hooks, steps, loop.guard, lambda msg: _log(msg, loop.state.is_main))
+
+
+def _write_checks(loop: Loop, halt: Callable[[], BaseException | None] | None) -> Callable[[StepState], None]:
+    """The per-step action that stops the run at the first failed write: an asynchronous save
+    that ended in an error raises it (single-process runs: processes of a multi-process run
+    learn of it together, at the next save), and so do a console log that could not be written
+    and `halt()`."""
+    poll = loop.ckpt.async_save and jax.process_count() == 1
+
+    def check(s: StepState) -> None:
+        if poll:
+            loop.ckpt.poll()
+        err = console_log_error() or (halt() if halt is not None else None)
+        if err is not None:
+            raise err
+
+    return check
 
 
 TIME_VOTE_EVERY = 10  # multi-process: how often process 0's clock is asked (one broadcast each)

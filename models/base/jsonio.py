@@ -1,6 +1,12 @@
 """The one JSON writer: strict JSON (NaN and ±inf become `null`), numpy scalars and arrays as
 plain numbers and lists, written atomically (temp file in the same directory, fsync, rename).
 
+The atomic write is the write layer of every whole file scalelab writes (`atomic_output`, and
+`write_text_atomic` / `write_bytes_atomic` on it): the report's HTML, Markdown, JSON and figures,
+`collect`'s tables, `--json`, `summary.json`. A reader sees the previous complete file or the
+new complete one, never half of one; a full disk leaves the previous file (or none) and raises
+`models.base.diskspace.DiskFull`, which names the path, the free space and the bytes needed.
+
 Every JSON output of scalelab goes through here — `summary.json`, `metrics.jsonl`, `report.json`,
 the analysis commands' `--json` — so any strict reader (`json.loads(s, parse_constant=...)` that
 rejects NaN, JavaScript's `JSON.parse`, jq) reads all of them.
@@ -8,13 +14,17 @@ rejects NaN, JavaScript's `JSON.parse`, jq) reads all of them.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import math
 import os
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import IO, Any, Iterator
+
+from models.base.diskspace import DiskFull, is_disk_full
 
 
 def to_strict(obj: Any) -> Any:
@@ -60,23 +70,53 @@ def write_json_atomic(
     write_text_atomic(path, dumps(obj, indent=indent, sort_keys=sort_keys) + "\n")
 
 
-def write_text_atomic(path: str | os.PathLike, text: str) -> None:
+@contextlib.contextmanager
+def atomic_output(path: str | os.PathLike, binary: bool = False, needed: int | None = None) -> Iterator[IO]:
+    """A file object whose contents appear at `path` whole, or not at all: written to a temporary
+    name in the same directory, fsynced, then renamed over `path`. If the block (or the write)
+    fails, the temporary file goes and `path` keeps its previous contents (or stays absent); a
+    full disk is raised as DiskFull naming `path` (`needed`: the bytes it needed, when known)."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    tmp = None
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
         os.chmod(tmp, 0o644)
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
+        with os.fdopen(fd, "wb" if binary else "w") as f:
+            yield f
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
+    except BaseException as e:
+        if tmp is not None:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+        if is_disk_full(e) and not isinstance(e, DiskFull):
+            raise DiskFull.writing_file(path, needed) from e
         raise
+
+
+def write_text_atomic(path: str | os.PathLike, text: str) -> None:
+    """`text` into `path` atomically (see `atomic_output`)."""
+    with atomic_output(path, needed=len(text.encode())) as f:
+        f.write(text)
+
+
+def write_bytes_atomic(path: str | os.PathLike, data: bytes) -> None:
+    """`data` into `path` atomically (see `atomic_output`)."""
+    with atomic_output(path, binary=True, needed=len(data)) as f:
+        f.write(data)
+
+
+def write_figure_atomic(path: str | os.PathLike, fig: Any, **savefig: Any) -> None:
+    """A matplotlib figure as the file `path` (format from its suffix), atomically: rendered in
+    memory, then written as `write_bytes_atomic` writes (a full disk: DiskFull with the bytes
+    needed, the previous figure kept)."""
+    buf = io.BytesIO()
+    fig.savefig(buf, format=Path(path).suffix.lstrip(".") or "png", **savefig)
+    write_bytes_atomic(path, buf.getvalue())
 
 
 def write_json(path: str | os.PathLike, obj: Any, indent: int | None = 2, sort_keys: bool = False) -> None:

@@ -35,8 +35,9 @@ import math
 import os
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, ClassVar, Iterator, Mapping, TextIO
+from typing import Any, ClassVar, Iterator, Mapping
 
+from models.base.diskspace import disk_full_of
 from models.base.jsonio import dumps, jsonl_line, read_json, to_strict, write_text_atomic
 
 # ---- file names --------------------------------------------------------------------------------
@@ -340,17 +341,33 @@ def read_metrics(path: str | os.PathLike) -> MetricRecords:
 
 class MetricsWriter:
     """Append-only strict-JSON lines (`models.base.jsonio.jsonl_line`: NaN and ±inf -> null),
-    line-buffered, that can drop the records after a step (on resume)."""
+    each written whole with one unbuffered write, that can drop the records after a step (on
+    resume). A line that does not fit on the disk is taken back (the file is cut to where it
+    was) and DiskFull raised: the lines already written stay whole and readable."""
 
     def __init__(self, path: str | os.PathLike):
         self.path = Path(path)
-        self._f: TextIO | None = None
+        self._f: Any = None
 
     def append(self, record: Mapping[str, Any]) -> None:
-        if self._f is None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._f = open(self.path, "a", buffering=1)
-        self._f.write(jsonl_line(record) + "\n")
+        data = (jsonl_line(record) + "\n").encode()
+        try:
+            if self._f is None:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                self._f = open(self.path, "ab", buffering=0)
+            start = self._f.seek(0, os.SEEK_END)
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[self._f.write(view) :]
+            except OSError:
+                self._f.truncate(start)  # no torn line left behind
+                raise
+        except OSError as e:
+            full = disk_full_of(e, self.path.name, self.path.parent)
+            if full is None:
+                raise
+            raise full from e
 
     def truncate_after(self, step: int) -> None:
         """Keep only records with record['step'] <= step; torn or step-less lines go too. The
@@ -365,9 +382,7 @@ class MetricsWriter:
                     keep.append(line)
             except (ValueError, KeyError, TypeError):
                 continue  # a line torn by a kill
-        tmp = self.path.with_suffix(".jsonl.tmp")
-        tmp.write_text("".join(line + "\n" for line in keep))
-        tmp.replace(self.path)
+        write_text_atomic(self.path, "".join(line + "\n" for line in keep))
 
     def remove(self) -> None:
         """Delete the file (a run starting from step 0)."""
