@@ -77,7 +77,8 @@ def test_gemstones_cooldowns_measured(shared_data, tmp_path):
     out = tmp_path / "bt.json"
     path = shared_data / "gemstones"
     rc = cli_main(
-        ["backtest", str(path), "--protocol", "cooldown", "--holdout-above-n", "1.5e9", "--json", str(out)]
+        ["backtest", str(path), "--protocol", "cooldown", "--holdout-above-n", "1.5e9", "--only-default"]
+        + ["--json", str(out)]
     )
     assert rc == 0
     j = json.loads(out.read_text())

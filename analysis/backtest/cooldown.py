@@ -306,6 +306,8 @@ def cooldown_protocol(data: pd.DataFrame | str, opt: Options = Options()) -> Bac
     split = split_shapes(shapes, opt)
     methods = [_baseline(split)]
     for name, law, protocol, default in candidates():
+        if opt.only_default and not default:
+            continue
         methods.append(_law_score(name, law, protocol, default, split, opt))
     notes = (
         (f"{dropped} branches with fewer than {MIN_PREFIX} hot steps up to them left out",) if dropped else ()
