@@ -312,6 +312,10 @@ class _Tee:
             except OSError:
                 self._console = False
 
+    def close(self) -> None:
+        """Closes nothing: the console is not the run's, the log is `console_log`'s (a logging
+        handler holding this stream must not close the real stderr)."""
+
     def __getattr__(self, name: str) -> Any:
         return getattr(self._stream, name)
 

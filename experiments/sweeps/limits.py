@@ -27,9 +27,9 @@ import socket
 import time
 from typing import Any, Iterator
 
-from models.base.jsonio import jsonl_line
+from models.base.diskspace import DiskFull
 from models.base.portable import available_cpus, lock_file, pin_to_cpus, unlock_file
-from models.base.rundir import RunDir
+from models.base.rundir import MetricsWriter, RunDir
 
 THREAD_VARS = (
     "OMP_NUM_THREADS",
@@ -112,5 +112,10 @@ def record_launch(run_dir: pathlib.Path) -> Iterator[None]:
         )
         run_dir = pathlib.Path(run_dir)
         if run_dir.is_dir():
-            with open(RunDir(run_dir).launches_path, "a") as f:
-                f.write(jsonl_line(rec) + "\n")
+            log = MetricsWriter(RunDir(run_dir).launches_path)  # whole lines, or none on a full disk
+            try:
+                log.append(rec)
+            except DiskFull:  # bookkeeping: the run has said the disk is full itself
+                pass
+            finally:
+                log.close()

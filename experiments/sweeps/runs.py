@@ -7,8 +7,9 @@ path and decides from its `summary.json` alone what to do:
 
 * `completed`               -> skip (not even launched, so Hydra rewrites nothing in it);
 * `diverged` / `failed`     -> skip, unless the sweep asks for `sweep.rerun_failed=true`;
-* anything else (no summary, or a summary from an unfinished run) -> launch; the training code
-  resumes from the run's latest checkpoint.
+* anything else (no summary, or a summary from an unfinished run, or a `failed` one whose error
+  is a full disk: models/base/diskspace.py) -> launch; the training code resumes from the run's
+  latest checkpoint.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import json
 import pathlib
 from typing import Any, Iterable, Mapping
 
+from models.base.diskspace import disk_full_summary
 from models.base.fingerprint import fingerprint
 from models.base.rundir import FINISHED_BAD, ReadStatus, RunDir, RunStatus
 
@@ -82,6 +84,8 @@ def read_status(run_dir: pathlib.Path) -> RunStatus | ReadStatus:
     if not rd.path.is_dir():
         return ReadStatus.NEW
     status = rd.status
+    if status == RunStatus.FAILED and disk_full_summary(rd.read_summary().error):
+        return ReadStatus.INTERRUPTED  # stopped on a full disk: resumable, not failed for good
     if status == FINISHED_OK or status in FINISHED_BAD:
         return status
     return ReadStatus.INTERRUPTED

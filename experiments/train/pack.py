@@ -28,6 +28,7 @@ would not fit runs fewer members at a time instead of running out of memory.
 from __future__ import annotations
 
 import concurrent.futures as cf
+import contextlib
 import os
 import sys
 import threading
@@ -39,10 +40,11 @@ from omegaconf import OmegaConf
 from experiments import preemption
 from experiments.rundir import RunDirBusy, exclusive_run_dir, log_path
 from experiments.train.config import resolve_config
+from models.base.diskspace import DISK_FULL_ERROR_PREFIX, DiskFull, disk_full_of, last_complete_step
 from models.base.errors import ConfigError
 from models.base.packs import Member, read_manifest
 from models.base.portable import available_cpus
-from models.base.rundir import HYDRA_CONFIG, HYDRA_OVERRIDES, RunStatus, RunSummary
+from models.base.rundir import CHECKPOINTS_DIR, HYDRA_CONFIG, HYDRA_OVERRIDES, RunStatus, RunSummary
 
 TRAIN_JOB = "train"  # the trainer's Hydra job name (conf/config.yaml): members log to <run dir>/train.log
 MEMORY_FRACTION = 0.5  # of available memory that concurrent members may hold together
@@ -58,19 +60,38 @@ class _ThreadRouted:
     def __init__(self, stream: TextIO):
         self._stream = stream
         self._logs: dict[int, TextIO] = {}
+        self._errors: dict[int, OSError] = {}
         self._lock = threading.Lock()
+
+    def _log_failed(self, log: TextIO, err: OSError, ident: int | None = None) -> None:
+        """Stop writing to `log` (thread `ident`'s, default this one's) and keep why."""
+        ident = threading.get_ident() if ident is None else ident
+        path = Path(getattr(log, "name", "train.log"))
+        with self._lock:
+            self._logs.pop(ident, None)
+            self._errors.setdefault(ident, disk_full_of(err, path.name, path.parent) or err)
 
     def route(self, log: TextIO | None) -> None:
         with self._lock:
+            self._errors.pop(threading.get_ident(), None)
             if log is None:
                 self._logs.pop(threading.get_ident(), None)
             else:
                 self._logs[threading.get_ident()] = log
 
+    @property
+    def log_error(self) -> OSError | None:
+        """The error that stopped this thread's member log (a full disk: DiskFull), or None; the
+        member stops on it (experiments.rundir.console_log_error)."""
+        return self._errors.get(threading.get_ident())
+
     def write(self, s: str) -> int:
         log = self._logs.get(threading.get_ident())
         if log is not None:
-            log.write(s)
+            try:
+                log.write(s)
+            except OSError as e:  # the console keeps it; the member stops at its next step
+                self._log_failed(log, e)
         with self._lock:
             try:
                 self._stream.write(s)
@@ -79,12 +100,20 @@ class _ThreadRouted:
         return len(s)
 
     def flush(self) -> None:
-        for log in list(self._logs.values()):
-            log.flush()
+        for ident, log in list(self._logs.items()):
+            try:
+                log.flush()
+            except OSError as e:
+                self._log_failed(log, e, ident)
         try:
             self._stream.flush()
         except OSError:
             pass
+
+    def close(self) -> None:
+        """Closes nothing: the console is not the pack's. (A logging handler created while the
+        pack ran holds this object; closing it, as absl's handler does when Hydra reconfigures
+        logging for the next job, closed the real stderr, and the sweep's error line was lost.)"""
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._stream, name)
@@ -121,7 +150,8 @@ class _MemberLog:
     def __exit__(self, *exc: Any) -> None:
         self.routing.out.route(None)
         self.routing.err.route(None)
-        self.fh.close()
+        with contextlib.suppress(OSError):  # a full disk: what the log could not take was on the console
+            self.fh.close()
 
 
 # ---- training the members ----------------------------------------------------------------------
@@ -135,22 +165,64 @@ def _write_hydra_files(m: Member) -> None:
     OmegaConf.save(OmegaConf.create(list(m.overrides)), m.run_dir / HYDRA_OVERRIDES)
 
 
-def _train_member(m: Member, ids: list[str], routing: _Routing) -> RunSummary:
+class _DiskFullHalt:
+    """A full disk stops the whole pack: the first member whose write did not fit keeps its
+    DiskFull here, and every other member, asked after each step (`run(..., halt=)`), stops with
+    the same error, resumable from its own last checkpoint (no more checkpoints are tried on a
+    disk that is full). The pack then says so in one line (`_report`)."""
+
+    def __init__(self) -> None:
+        self.error: DiskFull | None = None
+        self._lock = threading.Lock()
+
+    def found(self, err: DiskFull) -> None:
+        with self._lock:
+            if self.error is None:
+                self.error = err
+
+    def __call__(self) -> DiskFull | None:
+        err = self.error
+        return None if err is None else DiskFull(err.what, err.directory, err.free, err.needed)
+
+    def line(self, members: Sequence[Member], results: Sequence[RunSummary | None]) -> str | None:
+        """The pack's one line, or None when no member found the disk full."""
+        if self.error is None:
+            return None
+        stopped = [
+            f"{m.run_id} from step {last_complete_step(m.run_dir / CHECKPOINTS_DIR)}"
+            for m, r in zip(members, results)
+            if r is None or r.run_status is not RunStatus.COMPLETED
+        ]
+        return (
+            f"error: {self.error.describe()}; free space and relaunch: the pack's "
+            f"{len(stopped)} unfinished run{'s' if len(stopped) != 1 else ''} resume: {', '.join(stopped)}"
+        )
+
+
+def _train_member(m: Member, ids: list[str], routing: _Routing, halt: _DiskFullHalt) -> RunSummary:
     """One member, like `python -m experiments.train` in a multirun job: its status, never an
-    exception (a failure is written to its summary.json and returned)."""
+    exception (a failure is written to its summary.json and returned). A full disk stops the
+    pack (`halt`), said once by the pack."""
     from experiments.train.loop import run  # deferred: JAX only once there is a pack to train
 
-    _write_hydra_files(m)
-    with routing.member(log_path(m.run_dir, TRAIN_JOB, m.config)):
-        try:
-            with exclusive_run_dir(m.run_dir, m.config):
-                return run(m.config, m.run_dir, packed_with=ids)
-        except RunDirBusy as e:
-            print(f"error: {e}", file=sys.stderr, flush=True)
-            return RunSummary.of(status=RunStatus.FAILED, error=str(e))
-        except Exception as e:  # noqa: BLE001 - written to its summary.json by the loop; the others go on
-            print(f"error: training failed: {type(e).__name__}: {str(e)[:300]}", file=sys.stderr, flush=True)
-            return RunSummary.of(status=RunStatus.FAILED, error=f"{type(e).__name__}: {e}")
+    if halt.error is not None:  # the disk filled before this member's turn: not started, nothing written
+        return RunSummary.of(status=RunStatus.FAILED, error=f"{DISK_FULL_ERROR_PREFIX}{halt.error}")
+    try:
+        _write_hydra_files(m)
+        with routing.member(log_path(m.run_dir, TRAIN_JOB, m.config)):
+            try:
+                with exclusive_run_dir(m.run_dir, m.config):
+                    return run(m.config, m.run_dir, packed_with=ids, halt=halt)
+            except RunDirBusy as e:
+                print(f"error: {e}", file=sys.stderr, flush=True)
+                return RunSummary.of(status=RunStatus.FAILED, error=str(e))
+    except Exception as e:  # noqa: BLE001 - written to its summary.json by the loop; the others go on
+        full = disk_full_of(e)
+        if full is not None:  # the pack stops and says so once
+            halt.found(full)
+            return RunSummary.of(status=RunStatus.FAILED, error=f"{DISK_FULL_ERROR_PREFIX}{full}")
+        print(f"error: training failed: {type(e).__name__}: {str(e)[:300]}", file=sys.stderr, flush=True)
+        return RunSummary.of(status=RunStatus.FAILED, error=f"{type(e).__name__}: {e}")
 
 
 def _cpu_cap() -> int:
@@ -197,12 +269,13 @@ def run_pack(members: Sequence[Member], concurrency: int | None = None) -> list[
     ids = [m.run_id for m in members]
     wanted = min(len(members) if concurrency is None else max(1, int(concurrency)), _cpu_cap())
     results: list[RunSummary | None] = [None] * len(members)
+    halt = _DiskFullHalt()
     print(f"pack of {len(members)} runs, up to {wanted} at a time: {', '.join(ids)}", flush=True)
     with preemption.PreemptionGuard() as guard, _Routing() as routing:
         preemption.share(guard)  # members' guards (their own threads) read this one's signals
         try:
             with cf.ThreadPoolExecutor(wanted, thread_name_prefix="member") as pool:
-                first = pool.submit(_train_member, members[0], ids, routing)
+                first = pool.submit(_train_member, members[0], ids, routing, halt)
                 k = concurrency_for(_wait_for_program(first, members[0]), wanted, available_memory_bytes())
                 if k < wanted:
                     print(f"pack: {k} members at a time fit in memory (asked for {wanted})", flush=True)
@@ -211,13 +284,16 @@ def run_pack(members: Sequence[Member], concurrency: int | None = None) -> list[
 
                 def gated(m: Member) -> RunSummary:
                     with gate:
-                        return _train_member(m, ids, routing)
+                        return _train_member(m, ids, routing, halt)
 
                 futs = {first: 0} | {pool.submit(gated, m): i for i, m in enumerate(members[1:], 1)}
                 for f in cf.as_completed(futs):
                     results[futs[f]] = f.result()
         finally:
             preemption.share(None)
+    line = halt.line(members, results)
+    if line is not None:
+        print(line, file=sys.stderr, flush=True)
     if guard.requested:
         guard.hand_over()
     return [r if r is not None else RunSummary() for r in results]
@@ -250,7 +326,12 @@ def _wait_for_program(first: cf.Future, member: Member) -> int | None:
 
 def pack_job(manifest: str | os.PathLike) -> dict[str, Any]:
     """The task of a pack job (experiments/train/__main__.py): train the manifest's members;
-    returns `{"pack": [{run_id, status}, ...]}` (each member's details are in its directory)."""
+    returns `{"pack": [{run_id, status, error}, ...]}` (each member's details are in its
+    directory; `error` null unless it failed)."""
     members, concurrency = read_manifest(Path(manifest))
     out = run_pack(members, concurrency)
-    return {"pack": [{"run_id": m.run_id, "status": str(r.status)} for m, r in zip(members, out)]}
+    return {
+        "pack": [
+            {"run_id": m.run_id, "status": str(r.status), "error": r.error} for m, r in zip(members, out)
+        ]
+    }

@@ -15,7 +15,6 @@ from __future__ import annotations
 import dataclasses as dc
 import json
 import logging
-import os
 import pathlib
 import shutil
 import subprocess
@@ -33,11 +32,14 @@ from hydra.plugins.sweeper import Sweeper
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf
 
+from experiments.sweeps.disk import full_disk_error, sweep_footprint
 from experiments.sweeps.grid import plan_sweep
 from experiments.sweeps.hparams import PROBE
 from experiments.sweeps.ladder import LadderError
 from experiments.sweeps.limits import record_launch
 from experiments.sweeps.runs import decide, read_status, run_dirname, run_id
+from models.base.diskspace import DiskFull, disk_full_of
+from models.base.jsonio import write_text_atomic
 from models.base.packs import Member, own_overrides, write_pack
 from models.base.portable import lock_file, unlock_file
 from models.base.rundir import HPARAMS_FILE, SWEEP_PLAN_FILE, SWEEP_RUNS_TABLE, RunRole, RunStatus
@@ -359,6 +361,11 @@ class ScalelabSweeper(Sweeper):
             )
         try:
             return self._sweep_locked(arguments, sweep_dir)
+        except OSError as e:  # a full disk where the sweep writes (its plan, packs): one line
+            full = disk_full_of(e)
+            if full is None:
+                raise
+            raise SweepError(full.command_line()) from None
         finally:
             unlock_file(lock)
             lock.close()
@@ -402,7 +409,10 @@ class ScalelabSweeper(Sweeper):
         launch, records = self._plan_jobs(arguments)
         records = earlier + records
         _log_plan(records[len(earlier) :])
-        _write_plan(sweep_dir, records)
+        footprint = sweep_footprint(launch, self.launcher, self.pack, sweep_dir)  # sweeps/disk.py
+        if footprint.warning():
+            log.warning(footprint.warning())
+        _write_plan(sweep_dir, records, footprint)
         if self.dry_run:
             log.info("sweep.dry_run=true: nothing launched")
             return None, []
@@ -420,7 +430,10 @@ class ScalelabSweeper(Sweeper):
                 returns.append(results)
                 for job, ret in zip(batch, results):
                     _record_result(job, ret, sweep_dir)
-        _write_plan(sweep_dir, records)
+        try:
+            _write_plan(sweep_dir, records, footprint)
+        except DiskFull as e:  # the runs' outcome is still told (sweep done ...)
+            log.warning(f"warning: {SWEEP_PLAN_FILE} not updated: {e}")
         return records, returns
 
     def _launch(self, overrides: list) -> Sequence[JobReturn]:
@@ -443,9 +456,13 @@ class ScalelabSweeper(Sweeper):
         diverged = [r for r in ran if r.get("status_after") == RunStatus.DIVERGED]
         n_reused = sum(r["action"] == "reuse" for r in records)
         n_skip = sum(r["action"] == "skip" for r in records)
+        stopped = [r for r in failed if full_disk_error(sweep_dir / r["run_dir"], r.get("error"))]
+        for r in stopped:  # a run a full disk stopped: said so, and resumed by a relaunch
+            r["error"] = full_disk_error(sweep_dir / r["run_dir"], r.get("error"))
+        full = f" ({len(stopped)} stopped by a full disk: free space, relaunch to resume)" if stopped else ""
         log.info(
             f"sweep done: {len(ran) - len(failed) - len(diverged)} trained, {n_reused} reused, "
-            f"{len(diverged)} diverged, {len(failed)} failed, {n_skip} skipped -> {sweep_dir}"
+            f"{len(diverged)} diverged, {len(failed)} failed{full}, {n_skip} skipped -> {sweep_dir}"
         )
         for r in diverged:
             log.warning(f"diverged: {r['run_dir']}")
@@ -499,6 +516,10 @@ def _record_result(job: dict, ret: JobReturn, sweep_dir: pathlib.Path) -> None:
             rec["error"] = str(value)
         elif getattr(value, "error", None):  # a run's RunSummary (a pack job's result has none)
             rec["error"] = str(value.error)
+        elif isinstance(value, dict):  # a pack job: its members' errors (a full disk stops them all)
+            errors = {m.get("run_id"): m.get("error") for m in value.get("pack") or []}
+            if errors.get(rec["run_dir"]):
+                rec["error"] = errors[rec["run_dir"]]
 
 
 def _fit_hparams(sweep_dir: pathlib.Path) -> pathlib.Path:
@@ -541,14 +562,15 @@ def _log_plan(records: list[dict]) -> None:
         )
 
 
-def _write_plan(sweep_dir: pathlib.Path, records: list[dict]) -> None:
+def _write_plan(sweep_dir: pathlib.Path, records: list[dict], footprint: Any = None) -> None:
     """`sweep_plan.json` beside the runs: what was planned, launched, reused and skipped, and why;
     `flops_to_train` (what the sweep spends: WSD trunks and their branches' decays, every other
-    run whole) against `flops_if_separate` (every run trained alone)."""
+    run whole) against `flops_if_separate` (every run trained alone); `checkpoint_footprint`
+    (experiments/sweeps/disk.py) the disk its launched runs' checkpoints take against the free space."""
     kept = [r for r in records if r["action"] != "skip"]
     separate = sum(float(r["flops"]) for r in kept if r.get("role") != RunRole.TRUNK)
     spent = sum(float(r.get("flops_to_train", r["flops"])) for r in kept)
     plan = {"flops_to_train": spent, "flops_if_separate": separate, "runs": records}
-    tmp = sweep_dir / ".sweep_plan.json.tmp"
-    tmp.write_text(json.dumps(plan, indent=1, default=str))
-    os.replace(tmp, sweep_dir / SWEEP_PLAN_FILE)
+    if footprint is not None:
+        plan["checkpoint_footprint"] = footprint.as_dict()
+    write_text_atomic(sweep_dir / SWEEP_PLAN_FILE, json.dumps(plan, indent=1, default=str))

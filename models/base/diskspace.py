@@ -152,8 +152,10 @@ def _filename(err: BaseException | None) -> str | None:
 
 
 def disk_full_summary(error: str | None) -> bool:
-    """Whether a summary's `error` says the run stopped on a full disk (it resumes on relaunch)."""
-    return bool(error) and str(error).startswith(DISK_FULL_ERROR_PREFIX)
+    """Whether a run's `error` (summary.json's, or the line a job returned) says a full disk
+    stopped it: it resumes on relaunch."""
+    text = str(error or "")
+    return text.startswith(DISK_FULL_ERROR_PREFIX) or "no space left on device" in text.lower()
 
 
 def last_complete_step(checkpoints_dir: str | os.PathLike) -> int:
