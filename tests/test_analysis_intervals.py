@@ -50,9 +50,10 @@ def test_gaussian_interval_covers_90_percent():
     lo, hi = validation.interval(np.zeros(20000), None, sd)
     y = np.exp(rng.normal(0, 0.01, 20000))
     assert validation.coverage(y, lo, hi) == pytest.approx(0.90, abs=0.01)
-    # with samples the parameter spread widens it
-    samples = rng.normal(0, 0.01, (500, 20000))
-    lo2, hi2 = validation.interval(np.zeros(20000), samples, sd)
+    # with samples the parameter spread widens it (1000 points: each draws 4000 times, and the
+    # mean width over them is already within ~1% of its limit)
+    samples = rng.normal(0, 0.01, (500, 1000))
+    lo2, hi2 = validation.interval(np.zeros(1000), samples, sd[:1000])
     assert np.mean(np.log(hi2) - np.log(lo2)) == pytest.approx(
         np.mean(np.log(hi) - np.log(lo)) * math.sqrt(2), rel=0.05
     )
