@@ -1,11 +1,13 @@
 """A sweep and its disk: the checkpoint footprint told before launch, the runs a full disk stopped.
 
 A run's checkpoint holds its parameters and the AdamW state (two moments), all float32 whatever
-the compute dtype (models/config.py): STATE_BYTES_PER_PARAM = 12 bytes per parameter (measured:
-the 492,160-parameter run of shared/checks/disk-full.sh writes 5,413,581 bytes per checkpoint, 11.0
-bytes a parameter after OCDBT's compression, so the estimate is ~9% high). A run keeps its newest
-`train.keep_checkpoints` (WSD trunks also every branch point), and Orbax writes a new checkpoint
-before it deletes the oldest, so a run holds `keep + 1` of them while it saves.
+the compute dtype (models/config.py): STATE_BYTES_PER_PARAM = 12 bytes per parameter, plus
+CHECKPOINT_OVERHEAD_BYTES of metadata (Orbax's, the OCDBT manifest, the JSON record). Measured on
+disk: 5,413,581 bytes for the 492,160-parameter run of shared/checks/disk-full.sh and 188,163
+bytes for a 12,336-parameter one, i.e. 10.9 bytes a parameter (OCDBT compresses a little) plus
+~54 KB; the estimate is ~10% above both. A run keeps its newest `train.keep_checkpoints` (WSD
+trunks also every branch point), and Orbax writes a new checkpoint before it deletes the oldest,
+so a run holds `keep + 1` of them while it saves.
 
 Two figures, both in `sweep_plan.json` (`checkpoint_footprint`):
 
@@ -33,6 +35,7 @@ from models.base.diskspace import disk_full_summary, free_bytes, human_bytes
 from models.base.rundir import RunDir
 
 STATE_BYTES_PER_PARAM = 12  # float32 params + AdamW's two float32 moments
+CHECKPOINT_OVERHEAD_BYTES = 56 * 1024  # a checkpoint's metadata, whatever the model's size
 DEFAULT_KEEP = 2  # experiments/train/config.py TrainConfig.keep_checkpoints
 
 
@@ -105,7 +108,10 @@ def run_checkpoints(run_dir: str, n_params: int, train: Mapping[str, Any] | None
     keep = train.get("keep_checkpoints")
     keep = DEFAULT_KEEP if keep is None else int(keep)
     return RunCheckpoints(
-        run_dir, int(n_params) * STATE_BYTES_PER_PARAM, keep, len(train.get("branch_points") or [])
+        run_dir,
+        int(n_params) * STATE_BYTES_PER_PARAM + CHECKPOINT_OVERHEAD_BYTES,
+        keep,
+        len(train.get("branch_points") or []),
     )
 
 
