@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import errno
 import fnmatch
+import io
 import json
 import logging
 import os
@@ -45,8 +46,10 @@ from experiments.sweeps.disk import (
 )
 from experiments.sweeps.runs import decide, read_status
 from experiments.train import checkpoint as ckpt_mod
+from experiments.train import tracking
 from experiments.train.config import TrainConfig, resolve_config
 from experiments.train.loop import run
+from experiments.train.metrics import MetricsLog
 from experiments.train.pack import run_pack
 from models.base import jsonio
 from models.base.configs import to_plain
@@ -412,6 +415,32 @@ def test_console_log_on_a_full_disk(tmp_path, capsys):
     assert line.endswith("the run resumes from step 0")
     assert RunDir(run_dir).read_summary().steps_done <= 1  # stopped at the first step
     assert exp_rundir.console_log_error() is None  # the streams are restored
+
+
+def test_tracker_files_on_a_full_disk_stop_the_run(tmp_path, monkeypatch):
+    """A tracker's failures only warn (a dashboard must not cost the run), but a full disk under
+    its files stops the run there, with DiskFull and no warning; metrics.jsonl is written first."""
+
+    class FullDisk:
+        def log(self, step, scalars):
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        def flush(self):
+            pass
+
+        def finish(self, status, final):
+            pass
+
+    monkeypatch.setattr(tracking, "_open_backend", lambda *a: FullDisk())
+    err = io.StringIO()
+    tracker = tracking.Tracker(tracking.TrackerConfig(backend="tensorboard"), tmp_path, {}, stream=err)
+    log = MetricsLog(tmp_path / "metrics.jsonl", tracker=tracker)
+    with pytest.raises(DiskFull) as e:
+        log.write({"step": 1, "loss": 2.0})
+    assert str(e.value).startswith(
+        f"no space left on device writing the tensorboard tracker's files in {tmp_path} ("
+    )
+    assert err.getvalue() == "" and [r["step"] for r in read_metrics(tmp_path / "metrics.jsonl")] == [1]
 
 
 # ---- packs and sweeps -------------------------------------------------------------------------

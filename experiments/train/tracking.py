@@ -10,7 +10,8 @@ their name), drops values that are not finite numbers, and logs the rest at the 
 Why failures only warn: a dashboard that cannot be reached (W&B online without network, an MLflow
 server down, a package not installed) must not cost a run that may have days of compute behind
 it. The first exception a backend raises prints one `warning:` line on stderr and turns tracking
-off for the rest of the run.
+off for the rest of the run. A full disk is the exception: the run stops there with DiskFull, as
+at any other write (models/base/diskspace.py), instead of failing at its next one.
 
 Grouping: a run whose parent directory holds Hydra's `multirun.yaml` belongs to a sweep; the sweep
 directory's name is its W&B group and its MLflow experiment (`tracker.group` overrides both). A
@@ -38,6 +39,7 @@ from typing import Any, Callable, Iterator, Mapping, TextIO
 from urllib.parse import unquote, urlparse
 
 from models.base.configs import config_from_mapping
+from models.base.diskspace import disk_full_of, is_disk_full
 from models.base.errors import ConfigError
 from models.base.jsonio import read_json, write_json_atomic
 from models.base.portable import lock_file, unlock_file
@@ -500,18 +502,22 @@ class Tracker:
         try:
             with _library_quiet():
                 return fn()
-        except Exception as e:  # noqa: BLE001 - tracking must never end a run
-            self._off(what, e)
+        except Exception as e:  # noqa: BLE001 - tracking must never end a run ...
+            full = is_disk_full(e) and what != "finishing"  # (the run's own files are all written by then)
+            self._off(what, e, quiet=full)
+            if full:  # ... but a full disk ends it anyway: stop at this first failed write
+                raise disk_full_of(e, f"the {self.cfg.backend} tracker's files", self.run_dir) from e
             return None
 
-    def _off(self, what: str, err: BaseException) -> None:
-        """One warning line, then no more tracking in this run (the backend is closed quietly)."""
+    def _off(self, what: str, err: BaseException, quiet: bool = False) -> None:
+        """One warning line (none when `quiet`), then no more tracking in this run (the backend is
+        closed quietly)."""
         backend, self.backend = self.backend, None
         _OPEN.discard(self)
         if backend is not None:
             with contextlib.suppress(Exception), _library_quiet():
                 backend.finish(RunStatus.FAILED, {})
-        if not self.warned:
+        if not self.warned and not quiet:
             self.warned = True
             if isinstance(err, ImportError):
                 why = f"{err.name or 'its package'} is not installed (pip install 'scalelab[tracking]')"
