@@ -149,6 +149,23 @@ def test_cpu_slots_are_disjoint_and_exclusive(tmp_path):
             assert {a, b} == {0, 1}
 
 
+def test_a_batch_smaller_than_n_jobs_shares_every_cpu(monkeypatch):
+    """A lone pack (one job of K runs) gets every CPU, not one slot's: no core idles; a batch of
+    at least n_jobs jobs keeps n_jobs slots of threads_per_job CPUs."""
+    from experiments.sweeps import limits
+    from hydra_plugins.scalelab_sweeps import launcher as L
+
+    for mod in (L, limits):
+        monkeypatch.setattr(mod, "available_cpus", lambda: [0, 1, 2, 3])
+    la = L.LocalParallelLauncher(n_jobs=4, threads_per_job=1)
+    assert la.slots_for(8) == ([[0], [1], [2], [3]], 1)
+    assert la.slots_for(1) == ([[0, 1, 2, 3]], 4)
+    assert la.slots_for(2) == ([[0, 1], [2, 3]], 2)
+    assert la.slots_for(3) == ([[0], [1], [2]], 1)  # 4 // 3 = 1: one CPU each, the fourth idles
+    wide = L.LocalParallelLauncher(n_jobs=1, threads_per_job=4)
+    assert wide.slots_for(1) == ([[0, 1, 2, 3]], 4)
+
+
 def test_parallel_launcher_runs_two_at_once_each_on_its_own_core(tmp_path):
     """Two CPU-bound fake runs at once: overlapping in time, disjoint CPUs, <= 1 core each."""
     if len(os.sched_getaffinity(0)) < 2:

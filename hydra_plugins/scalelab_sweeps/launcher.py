@@ -70,6 +70,15 @@ class LocalParallelLauncher(Launcher):
         self.task_function: Optional[TaskFunction] = None
         self.hydra_context: Optional[HydraContext] = None
 
+    def slots_for(self, n_launch: int) -> tuple[list[list[int]], int]:
+        """(CPU slots, threads per slot) for a batch of `n_launch` jobs: `n_jobs` slots of
+        `threads_per_job` CPUs, or, when the batch has fewer jobs than `n_jobs`, the CPUs shared
+        out among them, so that no core idles while the batch runs (a lone pack of K runs gets
+        every core: with one core per job it used half of a 2-core machine, docs/sweeps.md)."""
+        conc = max(1, min(self.n_jobs, n_launch))
+        threads = max(self.threads, len(available_cpus()) // conc)
+        return cpu_sets(conc, threads), threads
+
     def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
         self.config = config
         self.task_function = task_function
@@ -83,8 +92,8 @@ class LocalParallelLauncher(Launcher):
         assert self.config is not None and self.task_function is not None
         sweep_dir = pathlib.Path(str(self.config.hydra.sweep.dir))
         sweep_dir.mkdir(parents=True, exist_ok=True)
-        slots = cpu_sets(self.n_jobs, self.threads)
-        log.info(f"launching {len(job_overrides)} jobs, {self.n_jobs} at a time, CPU slots {slots}")
+        slots, threads = self.slots_for(len(job_overrides))
+        log.info(f"launching {len(job_overrides)} jobs, {len(slots)} at a time, CPU slots {slots}")
         for i, ov in enumerate(job_overrides):
             log.info(f"\t#{initial_job_idx + i} : {' '.join(filter_overrides(ov))}")
         state = Singleton.get_state()
@@ -92,7 +101,7 @@ class LocalParallelLauncher(Launcher):
             delayed(run_in_slot)(
                 str(sweep_dir / ".cpu_slots"),
                 slots,
-                self.threads,
+                threads,
                 initial_job_idx + i,
                 list(ov),
                 self.hydra_context,
