@@ -69,6 +69,15 @@ MAY_IMPORT: dict[str, frozenset[str]] = {
         "analysis.curves": (BASE, "analysis.validation", "analysis.laws", "analysis.runs"),  # loss-curve laws
         "analysis.downstream": (BASE, "analysis.validation", "analysis.laws"),  # downstream-task prediction
         "analysis.hparams": (BASE, "analysis.validation", "analysis.laws"),  # learning-rate / batch-size laws
+        # a run's final loss from the first part of its curve (`python -m analysis forecast`)
+        "analysis.forecast": (
+            BASE,
+            "models",
+            "analysis.validation",
+            "analysis.laws",
+            "analysis.runs",
+            "analysis.curves",
+        ),
         # `python -m analysis backtest`: every family's candidate methods on a hidden top of the ladder
         "analysis.backtest": (
             BASE,
@@ -78,6 +87,7 @@ MAY_IMPORT: dict[str, frozenset[str]] = {
             "analysis.curves",
             "analysis.downstream",
             "analysis.hparams",
+            "analysis.forecast",
         ),
         # the budget planner: law + cost model (+ the trainer's config for the trainer plan)
         "analysis.planning": (
@@ -124,6 +134,7 @@ MAY_IMPORT: dict[str, frozenset[str]] = {
             "analysis.report",
             "analysis.backtest",
             "analysis.layouts",
+            "analysis.forecast",
         ),
         "analysis.cli": (BASE, "analysis.commands"),
         "analysis.__main__": ("analysis.cli",),

@@ -24,6 +24,7 @@ class Protocol(enum.StrEnum):
     DOWNSTREAM = "downstream"
     CURVE = "curve"
     COOLDOWN = "cooldown"
+    CURVE_PREFIX = "curve-prefix"
 
 
 # protocol -> (module, function(table, Options) -> Backtest); imported on use (each pulls in its
@@ -38,8 +39,9 @@ RUNNERS: dict[Protocol, tuple[str, str]] = {
     Protocol.DOWNSTREAM: ("analysis.backtest.downstream", "downstream_protocol"),
     Protocol.CURVE: ("analysis.backtest.curves", "curve_protocol"),
     Protocol.COOLDOWN: ("analysis.backtest.cooldown", "cooldown_protocol"),
+    Protocol.CURVE_PREFIX: ("analysis.backtest.prefix", "curve_prefix_protocol"),
 }
-PATH_PROTOCOLS = (Protocol.CURVE, Protocol.COOLDOWN)
+PATH_PROTOCOLS = (Protocol.CURVE, Protocol.COOLDOWN, Protocol.CURVE_PREFIX)
 
 
 def run(data: pd.DataFrame | str, protocol: Protocol | str, opt: Options = Options()) -> Backtest:

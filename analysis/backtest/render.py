@@ -23,10 +23,11 @@ def _fmt(v, metric: Metric, rel: bool = True) -> str:
 
 def table_rows(bt: Backtest) -> list[list[str]]:
     """Header and one row per method: method, role, n, error, (lr: loss penalty), coverage, width."""
-    key, extra = bt.error_key(), bt.metric == Metric.DLOG10
+    key = bt.error_key()
+    extra = bt.metric == Metric.DLOG10 or any("mean_loss_penalty" in r for r in bt.rows())
     head = (
         ["method", "role", "n", _UNIT[bt.metric][0]]
-        + (["loss penalty"] if extra else [])
+        + (["loss penalty" if bt.metric == Metric.DLOG10 else "regret"] if extra else [])
         + ["90% cov", "width"]
     )
     rows = [head]
@@ -35,7 +36,7 @@ def table_rows(bt: Backtest) -> list[list[str]]:
         cov = "—" if r["coverage_90"] is None else f"{100 * r['coverage_90']:.0f}%"
         row = [r["method"], role, str(r["n"]), _fmt(r[key], bt.metric)]
         if extra:
-            row.append("—" if r["mean_loss_penalty"] is None else f"{100 * r['mean_loss_penalty']:.3f}%")
+            row.append("—" if r.get("mean_loss_penalty") is None else f"{100 * r['mean_loss_penalty']:.3f}%")
         rows.append(row + [cov, _fmt(r["mean_width"], bt.metric)])
     return rows
 

@@ -39,7 +39,9 @@ class Point:
     predicted: float
     lo: float = math.nan  # the 90% interval (NaN: none)
     hi: float = math.nan
-    penalty: float = math.nan  # lr: loss at the tried value nearest the prediction minus the rung's best
+    # lr: loss at the tried value nearest the prediction minus the rung's best; curve-prefix: the
+    # final loss of the rung's pick against its best (on the picked run's point)
+    penalty: float = math.nan
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = dict(self.x)
@@ -80,12 +82,14 @@ class MethodScore:
             "default": self.default,
             "n": int(ok.sum()),
         }
+        pen = np.array([p.penalty for p in self.points], float)
         if metric == Metric.REL:
             out["mean_abs_rel_error"] = mean
             out["max_abs_rel_error"] = float(np.max(np.abs(e[ok]))) if ok.any() else None
+            if np.isfinite(pen).any():  # curve-prefix: the regret of the method's picks
+                out["mean_loss_penalty"] = float(np.mean(pen[np.isfinite(pen)]))
         elif metric == Metric.DLOG10:
             out["mean_abs_dlog10"] = mean
-            pen = np.array([p.penalty for p in self.points], float)
             out["mean_loss_penalty"] = (
                 float(np.mean(pen[np.isfinite(pen)])) if np.isfinite(pen).any() else None
             )

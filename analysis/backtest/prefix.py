@@ -1,0 +1,181 @@
+"""Curve-prefix protocol `curve-prefix`: forecast each held-out run's final loss from the first
+`CUT` (25%) of its curve, learning from the finished curves of the other runs, and pick each
+held-out rung's best run from those forecasts (`python -m analysis forecast`'s job).
+
+Input: a curves table (what `forecast` reads: run, step, loss, optionally D and lr per logged step;
+total_steps and settings such as N, optim.lr per run; every run to its end), a sweep directory, or a
+folder of curve CSVs (step, lr, loss; one schedule per file, Luo et al.'s MPL layout: the file name
+is the run's `schedule` and its last logged step its total_steps).
+
+What is held out: with several model sizes, the runs with N above `--holdout-above-n` (default: the
+largest third of the sizes, `validation.share_cut`) are cut at CUT of their steps and the smaller
+ones are COMPLETE (forecasting the larger models of a sweep from its smaller ones). With one size,
+each rung in turn (runs of one total_steps) is cut and the other rungs are COMPLETE. The swept key
+of a rung (`SWEPT`): optim.lr, else schedule. A held-out run's schedule, when its curve logs one,
+is known to its end (the `mpl` method's planned schedule).
+
+Methods, scored on the final loss (`Metric.REL`); each one's `mean_loss_penalty` is its regret: per
+held-out rung of two or more runs, the final loss of the run it picks (highest p_best) against the
+rung's best final loss, averaged over the rungs:
+- `baseline_lowest_at_cut`: `forecast --method ratio` (its pick: the lowest loss at the cut);
+- `auto` (the default: `forecast` without --method), `transfer` and `mpl` (`forecast --method ...`;
+  mpl when the schedules are known).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import pathlib
+import warnings
+from typing import Sequence
+
+import numpy as np
+import pandas as pd
+
+from analysis import validation
+from analysis.backtest.losses import Options
+from analysis.backtest.result import Backtest, MethodScore, Metric, Point
+from analysis.forecast import Method, RunCurve, forecast_runs, read_curves
+from analysis.forecast.choose import rung_key
+from analysis.forecast.inputs import MIN_POINTS, curves_from_table
+from models.base.errors import AnalysisError
+
+CUT = 0.25
+BASELINE = "baseline_lowest_at_cut"
+DEFAULT = Method.AUTO
+METHODS = ((BASELINE, Method.RATIO), *((m.value, m) for m in (Method.AUTO, Method.TRANSFER, Method.MPL)))
+SWEPT = ("optim.lr", "schedule")
+HELD_SHARE = 2 / 3  # the smallest two thirds of the sizes are COMPLETE
+LENGTH_RTOL = 0.05  # run lengths within 5% are one (logs end a few steps apart)
+
+
+def _folder_table(path: str) -> pd.DataFrame:
+    parts = []
+    for f in sorted(os.listdir(path)):
+        if f.endswith(".csv"):
+            d = pd.read_csv(os.path.join(path, f))
+            stem = f[: -len(".csv")]
+            parts.append(d.assign(run=stem, schedule=stem, total_steps=int(d["step"].max())))
+    if not parts:
+        raise AnalysisError(f"{path}: no curve CSVs")
+    return pd.concat(parts, ignore_index=True)
+
+
+def load(data: pd.DataFrame | str) -> list[RunCurve]:
+    if isinstance(data, pd.DataFrame):
+        return curves_from_table(data, "the curves table")
+    path = os.fspath(data)
+    if pathlib.Path(path).is_dir() and any(f.endswith(".csv") for f in os.listdir(path)):
+        return curves_from_table(_folder_table(path), path)
+    return read_curves(path, "the curves")
+
+
+def _swept(curves: Sequence[RunCurve]) -> str | None:
+    for key in SWEPT:
+        if len({str(c.settings.get(key)) for c in curves if key in c.settings}) >= 2:
+            return key
+    return None
+
+
+def _cut(c: RunCurve) -> RunCurve:
+    """The curve's first CUT of its steps; its logged schedule (when it has one) kept as the plan."""
+    plan = (c.step, c.lr) if c.lr is not None else None
+    return dataclasses.replace(c.until(CUT * c.total_steps), plan=plan)
+
+
+def folds(curves: list[RunCurve], opt: Options) -> tuple[list[tuple[list[RunCurve], list[RunCurve]]], dict]:
+    """[(held-out runs, finished runs to learn from)] and the cut's description."""
+    unfinished = [c.run for c in curves if not c.finished]
+    if unfinished:
+        raise AnalysisError(
+            f"--protocol curve-prefix needs every run to its end; unfinished: {', '.join(unfinished[:5])}"
+        )
+    N = np.array([c.number("N") for c in curves])
+    if np.isfinite(N).all() and validation.levels(N).size >= 2:
+        thr = opt.holdout_above_n
+        if thr is None:
+            thr = validation.share_cut(validation.levels(N), HELD_SHARE)
+        held = validation.holdout_mask(N, thr)
+        if held.all() or not held.any():
+            raise AnalysisError(f"holding out N > {thr:.4g} leaves nothing to learn from or to forecast")
+        what = f"runs with N > {thr:.4g}, cut at {CUT:.0%} of their steps"
+        return [([c for c, h in zip(curves, held) if h], [c for c, h in zip(curves, held) if not h])], {
+            "what": what,
+            "threshold": float(thr),
+            "n_fit": int((~held).sum()),
+            "n_held_out": int(held.sum()),
+        }
+    T = np.array([c.total_steps for c in curves], float)
+    lv = validation.levels(T, LENGTH_RTOL)
+    group = np.abs(np.log(T)[:, None] - np.log(lv)[None, :]).argmin(axis=1)
+    if lv.size < 2:
+        raise AnalysisError("one model size and one run length: nothing finished to learn from")
+    out = [
+        ([c for c, g in zip(curves, group) if g == k], [c for c, g in zip(curves, group) if g != k])
+        for k in range(lv.size)
+    ]
+    what = f"each run length in turn (the other lengths finished), cut at {CUT:.0%} of its steps"
+    return out, {"what": what, "threshold": CUT, "n_fit": len(curves), "n_held_out": len(curves)}
+
+
+def _scores(held: list[RunCurve], result, key: str | None) -> list[Point]:
+    truth = {c.run: c.final_loss for c in held}
+    by_run = {f.run: f for f in result.runs}
+    penalty: dict[str, float] = {}
+    for ch in result.choices:
+        if len(ch.members) >= 2:
+            best = min(truth[m.run] for m in ch.members)
+            penalty[ch.run] = truth[ch.run] / best - 1
+    out = []
+    for c in held:
+        f = by_run[c.run]
+        v = c.settings.get(key) if key else None
+        x = {"N": c.number("N"), "total_steps": float(c.total_steps)}
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            x[key] = float(v)
+        lo, hi = f.interval
+        out.append(Point(x, truth[c.run], f.final_loss, lo, hi, penalty=penalty.get(c.run, math.nan)))
+    return out
+
+
+def _method(name: str, method: Method, fold_list, key: str | None) -> MethodScore:
+    points, notes = [], []
+    for held, complete in fold_list:
+        cut = [k for k in (_cut(c) for c in held) if k.step.size >= MIN_POINTS]
+        held = [c for c in held if c.run in {k.run for k in cut}]
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                r = forecast_runs(cut, complete, key, method)
+        except AnalysisError as e:
+            return MethodScore(
+                name, (), baseline=method == Method.RATIO, default=method == DEFAULT, note=f"not fitted: {e}"
+            )
+        points += _scores(held, r, key)
+        notes += [f"{f.detail}" for f in r.fits]
+    note = "; ".join(dict.fromkeys(notes)) if len(set(notes)) <= 2 else f"{len(notes)} fits"
+    return MethodScore(
+        name, tuple(points), baseline=method == Method.RATIO, default=method == DEFAULT, note=note
+    )
+
+
+def curve_prefix_protocol(data: pd.DataFrame | str, opt: Options = Options()) -> Backtest:
+    """Backtest the forecasts of held-out runs from their first CUT (module docstring)."""
+    curves = load(data)
+    key = _swept(curves)
+    fold_list, cut = folds(curves, opt)
+    short = [c.run for held, _ in fold_list for c in held if _cut(c).step.size < MIN_POINTS]
+    rungs = {rung_key(c.settings, key or "") for held, _ in fold_list for c in held}
+    cut.update(swept=key, n_rungs=len(rungs), fraction=CUT, n_too_short=len(short))
+    methods = [_method(name, m, fold_list, key) for name, m in METHODS]
+    warn = (
+        (
+            f"{len(short)} held-out run(s) have fewer than {MIN_POINTS} logged points in their first "
+            f"{CUT:.0%}: not scored",
+        )
+        if short
+        else ()
+    )
+    return Backtest("curve-prefix", cut, Metric.REL, tuple(methods), warnings=warn)

@@ -1,0 +1,90 @@
+"""`python -m analysis forecast PREFIX [--train COMPLETE] [--choose KEY] --json PATH`: each run's final
+loss, with a 90% interval, from the part of its curve seen so far (analysis/forecast).
+
+PREFIX and COMPLETE are curves tables (CSV / Parquet: run, step, D, loss and optionally lr per logged
+step; total_steps, N and any optim.* setting per run) or sweep directories. The forecast learns the
+rest of a curve from COMPLETE's finished runs (without --train: PREFIX's own finished runs). With
+`--choose optim.lr`, the runs that differ only in that key form a rung, and `choices` holds, per
+rung, the run most likely to end best (`p_best`) and every member's chance. JSON: `runs`
+[{run, final_loss, interval, frac_seen, method, log_sd, value}], `choices` [{run, value, p_best, rung,
+members}], `fits`, `notes`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import warnings
+
+from analysis.commands._flags import add_json_argument
+from analysis.commands._options import CommandOptions, emit_json
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "forecast",
+        help="forecast each run's final loss (90%% interval) from the first part of its curve",
+        description=__doc__.splitlines()[0],
+    )
+    p.add_argument("prefix", metavar="PREFIX", help="curves table or sweep directory: the runs to forecast")
+    p.add_argument(
+        "--train",
+        metavar="COMPLETE",
+        help="curves table or sweep directory whose finished runs the forecast learns from "
+        "(default: PREFIX's finished runs)",
+    )
+    p.add_argument(
+        "--choose",
+        metavar="KEY",
+        help="a setting (e.g. optim.lr): per rung of runs differing only in it, the chance each ends best",
+    )
+    p.add_argument(
+        "--method",
+        default="auto",
+        choices=("auto", "transfer", "ratio", "mpl"),
+        help="auto (default: mpl when every run's schedule is known, else transfer), transfer (the "
+        "curve's shape learned from COMPLETE), ratio (the baseline: the loss at the cut x the median "
+        "final/cut ratio) or mpl (the multi-power law; needs lr)",
+    )
+    add_json_argument(p, "runs [{run, final_loss, interval, frac_seen}] and choices [{run, value, p_best}]")
+    p.set_defaults(func=run)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ForecastOptions(CommandOptions):
+    prefix: str
+    train: str | None
+    choose: str | None
+    method: str
+
+
+def _print(result) -> None:
+    for f in result.fits:
+        print(f"fit at {f.frac:.1%} of the run: {f.method}, {f.n_complete} finished curves, {f.detail}")
+    for r in result.runs:
+        lo, hi = r.interval
+        print(
+            f"  {r.run}: final loss {r.final_loss:.4f} (90% {lo:.4f}-{hi:.4f}), "
+            f"seen {r.frac_seen:.0%}, {r.method}"
+        )
+    for c in result.choices:
+        others = ", ".join(f"{m.value}: {m.p_best:.2f}" for m in c.members)
+        print(f"choice {c.run} ({result.choose}={c.value}, p_best {c.p_best:.2f}; {others})")
+
+
+def run(args: argparse.Namespace) -> int:
+    opts = ForecastOptions.from_args(args)
+    # pandas and the readers load here, not at import, so `python -m analysis --help` stays fast.
+    from analysis.forecast import ForecastNote, forecast_runs, read_curves
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        prefix = read_curves(opts.prefix, "PREFIX")
+        complete = read_curves(opts.train, "COMPLETE") if opts.train else prefix
+        result = forecast_runs(prefix, complete, opts.choose, opts.method)
+    for w in caught:
+        word = "note" if issubclass(w.category, ForecastNote) else "warning"
+        print(f"{word}: {str(w.message).splitlines()[0]}")
+    _print(result)
+    emit_json(opts.json, result.to_dict())
+    return 0

@@ -1,0 +1,193 @@
+"""`forecast_runs(prefix, complete, choose)`: each run's final loss with a 90% interval, from the part
+of its curve seen so far, and for each rung the probability that each run ends best.
+
+Methods (`Method`):
+- `auto` (the default): `mpl` when every run's learning-rate schedule is known to its end
+  (`schedule.py`) and at least `MIN_COMPLETE` finished curves log theirs, else `transfer`;
+- `transfer`: the shape of the rest of the curve learned from the finished curves (`transfer.py`);
+- `ratio`: the baseline, the loss at the cut times the finished curves' median final / cut ratio (its
+  pick is the run with the lowest loss at the cut);
+- `mpl`: the multi-power law with its exponent and annealing learned from the finished curves
+  (`law.py`).
+A run that has finished is its own forecast (its final loss, a zero-width interval, frac_seen 1).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import numpy as np
+
+from analysis import validation
+from analysis.forecast import choose as ch
+from analysis.forecast import schedule
+from analysis.forecast import transfer as tr
+from analysis.forecast.inputs import MIN_POINTS, RunCurve
+from analysis.forecast.results import SEEN, FitInfo, Method, RunForecast
+from models.base.errors import AnalysisError
+
+FRAC_DIGITS = 3  # runs cut within 0.1% of their length of each other share one fit
+
+
+@dataclass(frozen=True)
+class ForecastResult:
+    method: str
+    choose: str | None
+    runs: tuple[RunForecast, ...]
+    choices: tuple[ch.Choice, ...]
+    fits: tuple[FitInfo, ...]
+    level: float = validation.PREDICTION_LEVEL
+    notes: tuple[str, ...] = field(default=())
+
+    def forecast(self, run: str) -> RunForecast | None:
+        return next((r for r in self.runs if r.run == run), None)
+
+    def choice_of(self, run: str) -> ch.Choice | None:
+        """The choice of the rung `run` belongs to."""
+        return next((c for c in self.choices if any(m.run == run for m in c.members)), None)
+
+    def p_best(self, run: str) -> float | None:
+        c = self.choice_of(run)
+        return None if c is None else next(m.p_best for m in c.members if m.run == run)
+
+    def to_dict(self) -> dict:
+        return {
+            "kind": "forecast",
+            "method": self.method,
+            "level": self.level,
+            "choose": self.choose,
+            "runs": [r.to_dict() for r in self.runs],
+            "choices": [c.to_dict() for c in self.choices],
+            "fits": [f.to_dict() for f in self.fits],
+            "notes": list(self.notes),
+        }
+
+
+def _finished(c: RunCurve) -> RunForecast:
+    return RunForecast(c.run, c.final_loss, (c.final_loss, c.final_loss), 1.0, SEEN, 0.0)
+
+
+def _check_prefix(c: RunCurve) -> None:
+    if c.step.size < MIN_POINTS:
+        raise AnalysisError(
+            f"run {c.run}: its curve has {c.step.size} logged point(s); a forecast needs at least "
+            f"{MIN_POINTS} (a level and a slope)"
+        )
+
+
+def _by_frac(prefix: Sequence[RunCurve]) -> dict[float, list[RunCurve]]:
+    out: dict[float, list[RunCurve]] = {}
+    for c in prefix:
+        out.setdefault(round(c.frac_seen, FRAC_DIGITS), []).append(c)
+    return out
+
+
+def _transfer_group(
+    frac: float, runs: list[RunCurve], complete: list[RunCurve], keys: Sequence[str]
+) -> tuple[list[RunForecast], FitInfo]:
+    ex = tr.examples(complete, frac)
+    needed = [k for k in keys if all(math.isfinite(r.number(k)) for r in runs)]
+    fit = tr.fit_transfer(ex, frac, keys, needed)
+    out = []
+    for c in runs:
+        cut = tr.cut_of(c, c.step[-1])
+        got = None if cut is None else fit.predict(cut, c.settings)
+        if got is None:
+            raise AnalysisError(f"run {c.run}: cannot be forecast (no {', '.join(fit.features)} for it)")
+        mu, sd = got
+        lo, hi = math.exp(mu - tr.Z90 * sd), math.exp(mu + tr.Z90 * sd)
+        out.append(RunForecast(c.run, math.exp(mu), (lo, hi), c.frac_seen, Method.TRANSFER, sd))
+    detail = f"features {', '.join(fit.features) or 'constant'} (leave-one-out rms {fit.s:.3%})"
+    return out, FitInfo(frac, Method.TRANSFER, fit.n, detail, fit.s)
+
+
+def _ratio_group(
+    frac: float, runs: list[RunCurve], complete: list[RunCurve]
+) -> tuple[list[RunForecast], FitInfo]:
+    fit = tr.fit_ratio(tr.examples(complete, frac), frac)
+    out = []
+    for c in runs:
+        cut = tr.cut_of(c, c.step[-1])
+        loss = float(c.loss[-1]) if cut is None else cut.loss
+        pred, lo, hi = loss * fit.ratio, loss * fit.lo, loss * fit.hi
+        sd = (math.log(fit.hi) - math.log(fit.lo)) / (2 * tr.Z90)
+        out.append(RunForecast(c.run, pred, (lo, hi), c.frac_seen, Method.RATIO, max(sd, tr.MIN_SD)))
+    detail = f"median final/cut ratio {fit.ratio:.4f} (central 90% {fit.lo:.4f}-{fit.hi:.4f})"
+    return out, FitInfo(frac, Method.RATIO, fit.n, detail, math.nan)
+
+
+def _group(method: str, frac: float, runs, complete, keys) -> tuple[list[RunForecast], FitInfo]:
+    if method == Method.RATIO:
+        return _ratio_group(frac, runs, complete)
+    if method == Method.MPL:
+        from analysis.forecast import law  # JAX: loaded only for the law's forecasts
+
+        return law.forecast_group(frac, runs, complete)
+    return _transfer_group(frac, runs, complete, keys)
+
+
+def _auto(going: Sequence[RunCurve], learn: Sequence[RunCurve]) -> Method:
+    with_lr = [c for c in learn if c.lr is not None]
+    if going and len(with_lr) >= tr.MIN_COMPLETE and schedule.known(going, with_lr):
+        return Method.MPL
+    return Method.TRANSFER
+
+
+def forecast_runs(
+    prefix: Sequence[RunCurve],
+    complete: Sequence[RunCurve],
+    choose: str | None = None,
+    method: str = Method.AUTO,
+) -> ForecastResult:
+    """Forecast every run of `prefix` from the finished curves `complete` (module docstring)."""
+    if method not in tuple(Method):
+        raise AnalysisError(f"unknown forecast method {method!r}; known: {', '.join(Method)}")
+    if choose is not None and not any(choose in c.settings for c in prefix):
+        have = sorted({k for c in prefix for k in c.settings})
+        raise AnalysisError(f"--choose {choose}: no run has that setting; the runs have {', '.join(have)}")
+    done = [c for c in prefix if c.finished]
+    going = [c for c in prefix if not c.finished]
+    for c in going:
+        _check_prefix(c)
+    learn = [c for c in complete if c.finished]
+    if method == Method.AUTO:
+        method = _auto(going, learn)
+    keys = ["N", "total_steps"] + ([choose] if choose and choose not in ("N", "total_steps") else [])
+    forecasts = {c.run: _finished(c) for c in done}
+    fits = []
+    for frac, runs in sorted(_by_frac(going).items()):
+        names = {c.run for c in runs}
+        got, info = _group(method, frac, runs, [c for c in learn if c.run not in names], keys)
+        forecasts.update({f.run: f for f in got})
+        fits.append(info)
+    value = {c.run: c.settings.get(choose) if choose else None for c in prefix}
+    ordered = tuple(_with_value(forecasts[c.run], value[c.run]) for c in sorted(prefix, key=lambda c: c.run))
+    choices = _choices(prefix, ordered, choose) if choose else ()
+    return ForecastResult(str(method), choose, ordered, choices, tuple(fits))
+
+
+def _with_value(f: RunForecast, value: Any) -> RunForecast:
+    return RunForecast(f.run, f.final_loss, f.interval, f.frac_seen, f.method, f.log_sd, _plain(value))
+
+
+def _plain(v: Any) -> Any:
+    if isinstance(v, np.generic):
+        return v.item()
+    return v
+
+
+def _choices(prefix: Sequence[RunCurve], forecasts: Sequence[RunForecast], key: str) -> tuple[ch.Choice, ...]:
+    by_run = {f.run: f for f in forecasts}
+    rungs: dict[tuple, list[RunCurve]] = {}
+    for c in prefix:
+        rungs.setdefault(ch.rung_key(c.settings, key), []).append(c)
+    out = []
+    for rk, members in sorted(rungs.items(), key=lambda kv: min(c.run for c in kv[1])):
+        fs = [by_run[c.run] for c in sorted(members, key=lambda c: c.run)]
+        p = ch.p_best([math.log(f.final_loss) for f in fs], [f.log_sd for f in fs])
+        ms = tuple(ch.Member(f.run, f.value, f.final_loss, float(pi)) for f, pi in zip(fs, p))
+        best = max(ms, key=lambda m: (m.p_best, -m.final_loss))
+        out.append(ch.Choice(best.run, best.value, best.p_best, dict(rk), ms))
+    return tuple(out)

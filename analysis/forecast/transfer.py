@@ -1,0 +1,204 @@
+"""Shape transfer: a run's final loss from the first part of its curve, learned from finished curves.
+
+Each curve is summarised at its cut (the last step seen, `cut`) by a straight line in (ln step, ln loss)
+through its points of the last octave before the cut (steps in [cut / 2, cut]; the last `MIN_POINTS`
+points when fewer lie there): its `level` (the line's ln loss at the cut: the loss there, smoothed) and
+its `slope` (d ln loss / d ln step: how fast it still falls). What the rest of the run adds is
+y = ln(final loss) - level.
+
+A finished curve (COMPLETE) cut at the same fraction of its own length gives one example of y. The
+forecast is a least-squares regression of y on the cut's features over the finished curves: `slope`,
+`log N` (when N varies among them) and `log <key>` (the swept setting, e.g. the peak learning rate, when
+it varies), each subset in turn, the simplest first; the subset kept is `validation.choose`'s pick by the
+leave-one-curve-out error (a subset later in that order must be more than 10% better). Its 90%
+interval is Gaussian in ln loss with the ordinary least-squares predictive variance
+s^2 (1 + x0' (X'X)^-1 x0), s the leave-one-out RMS error: it widens with the distance of the run's
+features from the finished curves' (a model larger than any finished one).
+
+The baseline (`ratio`): final = the loss at the cut x the median final / cut ratio of the finished
+curves, whose 90% interval is the central 90% of those ratios. Its order of the runs is the order of
+their losses at the cut: it picks the run with the lowest loss at the cut.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from analysis import validation
+from analysis.forecast.inputs import MIN_POINTS, RunCurve
+from models.base.errors import AnalysisError
+
+SLOPE, LOG_N = "slope", "log N"
+MIN_COMPLETE = 3  # finished curves a forecast learns from
+Z90 = validation.norm_ppf(0.5 + validation.PREDICTION_LEVEL / 2)
+MIN_SD = 1e-4  # log-loss sd floor (two finished curves can agree to the last digit)
+
+
+@dataclass(frozen=True)
+class Cut:
+    """A curve at a cut step: its smoothed ln loss there, its log-log slope, the raw loss there."""
+
+    level: float
+    slope: float
+    loss: float
+
+
+def cut_of(curve: RunCurve, step: float) -> Cut | None:
+    """The curve's line through its last octave at or before `step` (None: fewer than 2 points)."""
+    keep = curve.step <= step * (1 + 1e-9)
+    s, y = curve.step[keep], np.log(curve.loss[keep])
+    pos = s > 0
+    s, y = s[pos], y[pos]
+    if s.size < MIN_POINTS:
+        return None
+    win = s >= s[-1] / 2
+    if win.sum() < MIN_POINTS:
+        win = np.arange(s.size) >= s.size - MIN_POINTS
+    x = np.log(s[win])
+    if np.ptp(x) <= 0:
+        return None
+    b, a = np.polyfit(x, y[win], 1)
+    raw = float(np.interp(step, curve.step, curve.loss)) if step <= curve.step[-1] else float(curve.loss[-1])
+    return Cut(float(a + b * math.log(step)), float(b), raw)
+
+
+@dataclass(frozen=True)
+class Example:
+    """One finished curve cut at a fraction of its length: its cut and what came after."""
+
+    run: str
+    cut: Cut
+    y: float  # ln(final) - cut.level
+    ratio: float  # final / loss at the cut
+    settings: dict
+
+
+def examples(complete: Sequence[RunCurve], frac: float) -> list[Example]:
+    """The finished curves cut at `frac` of their length (those with 2 points before it)."""
+    out = []
+    for c in complete:
+        k = cut_of(c, frac * c.total_steps)
+        if k is not None:
+            out.append(Example(c.run, k, math.log(c.final_loss) - k.level, c.final_loss / k.loss, c.settings))
+    return out
+
+
+def _row(cut: Cut, settings, names: Sequence[str]) -> np.ndarray | None:
+    vals = [1.0]
+    for n in names:
+        if n == SLOPE:
+            vals.append(cut.slope)
+        else:
+            key = n[len("log ") :]
+            try:
+                v = float(settings.get(key))
+            except (TypeError, ValueError):
+                return None
+            if not v > 0 or not math.isfinite(v):
+                return None
+            vals.append(math.log(v))
+    return np.array(vals)
+
+
+@dataclass(frozen=True)
+class TransferFit:
+    """The regression of y on the chosen features over the finished curves at one fraction."""
+
+    frac: float
+    features: tuple[str, ...]
+    coef: np.ndarray
+    xtx_inv: np.ndarray
+    s: float  # leave-one-out RMS error (ln loss)
+    n: int
+    scores: dict[str, float]  # feature set -> leave-one-out RMS error
+
+    def predict(self, cut: Cut, settings) -> tuple[float, float] | None:
+        """(ln final loss, its sd) of a run cut here; None when it lacks a feature."""
+        x = _row(cut, settings, self.features)
+        if x is None:
+            return None
+        sd = self.s * math.sqrt(1.0 + float(x @ self.xtx_inv @ x))
+        return cut.level + float(x @ self.coef), max(sd, MIN_SD)
+
+
+def _loo(X: np.ndarray, y: np.ndarray) -> float:
+    """Leave-one-out RMS error of least squares (the hat-matrix shortcut)."""
+    coef, *_ = np.linalg.lstsq(X, y, rcond=None)
+    h = np.einsum("ij,jk,ik->i", X, np.linalg.pinv(X.T @ X), X)
+    r = (y - X @ coef) / np.maximum(1.0 - h, 1e-9)
+    return float(np.sqrt(np.mean(r**2)))
+
+
+def _varies(values: list[float]) -> bool:
+    v = np.array([x for x in values if math.isfinite(x) and x > 0])
+    return v.size >= 2 and float(np.ptp(np.log(v))) > 1e-6
+
+
+def fit_transfer(
+    ex: list[Example], frac: float, keys: Sequence[str], needed: Sequence[str] = ()
+) -> TransferFit:
+    """The regression at `frac` on the finished curves `ex`; `keys`: settings whose log may be a
+    feature (when they vary among the curves); `needed`: settings the forecast runs have (a feature
+    they lack is not offered)."""
+    if len(ex) < MIN_COMPLETE:
+        raise AnalysisError(
+            f"{len(ex)} finished curve(s) reach {frac:.0%} of their length with {MIN_POINTS} logged points; "
+            f"a forecast learns from at least {MIN_COMPLETE} (give more finished runs with --train)"
+        )
+    offered = [SLOPE]
+    for key in keys:
+        vals = [_float(e.settings.get(key)) for e in ex]
+        if _varies(vals) and key in needed:
+            offered.append(f"log {key}")
+    y = np.array([e.y for e in ex])
+    scores, fits = {}, {}
+    for k in range(len(offered) + 1):
+        for names in itertools.combinations(offered, k):
+            rows = [_row(e.cut, e.settings, names) for e in ex]
+            if any(r is None for r in rows) or len(ex) < len(names) + 3:
+                continue
+            X = np.stack(rows)
+            label = ", ".join(names) or "constant"
+            scores[label] = _loo(X, y)
+            fits[label] = (names, X)
+    label = validation.choose(scores, list(scores))
+    names, X = fits[label]
+    coef, *_ = np.linalg.lstsq(X, y, rcond=None)
+    return TransferFit(frac, tuple(names), coef, np.linalg.pinv(X.T @ X), scores[label], len(ex), scores)
+
+
+def _float(v) -> float:
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+@dataclass(frozen=True)
+class RatioFit:
+    """The baseline: the median final / cut ratio of the finished curves and its central 90%."""
+
+    frac: float
+    ratio: float
+    lo: float
+    hi: float
+    n: int
+
+    def predict(self, cut: Cut) -> tuple[float, float, float]:
+        return cut.loss * self.ratio, cut.loss * self.lo, cut.loss * self.hi
+
+
+def fit_ratio(ex: list[Example], frac: float) -> RatioFit:
+    if len(ex) < MIN_COMPLETE:
+        raise AnalysisError(
+            f"{len(ex)} finished curve(s) reach {frac:.0%} of their length; the ratio baseline needs "
+            f"at least {MIN_COMPLETE}"
+        )
+    r = np.array([e.ratio for e in ex])
+    lo, hi = validation.percentile_bounds(r)
+    return RatioFit(frac, float(np.median(r)), lo, hi, len(ex))
