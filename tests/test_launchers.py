@@ -158,12 +158,12 @@ def test_a_batch_smaller_than_n_jobs_shares_every_cpu(monkeypatch):
     for mod in (L, limits):
         monkeypatch.setattr(mod, "available_cpus", lambda: [0, 1, 2, 3])
     la = L.LocalParallelLauncher(n_jobs=4, threads_per_job=1)
-    assert la.slots_for(8) == ([[0], [1], [2], [3]], 1)
-    assert la.slots_for(1) == ([[0, 1, 2, 3]], 4)
-    assert la.slots_for(2) == ([[0, 1], [2, 3]], 2)
-    assert la.slots_for(3) == ([[0], [1], [2]], 1)  # 4 // 3 = 1: one CPU each, the fourth idles
+    assert la.slots_for(8) == [[0], [1], [2], [3]]
+    assert la.slots_for(1) == [[0, 1, 2, 3]]
+    assert la.slots_for(2) == [[0, 1], [2, 3]]
+    assert la.slots_for(3) == [[0], [1], [2]]  # 4 // 3 = 1: one CPU each, the fourth idles
     wide = L.LocalParallelLauncher(n_jobs=1, threads_per_job=4)
-    assert wide.slots_for(1) == ([[0, 1, 2, 3]], 4)
+    assert wide.slots_for(1) == [[0, 1, 2, 3]]
 
 
 def test_parallel_launcher_runs_two_at_once_each_on_its_own_core(tmp_path):

@@ -70,14 +70,14 @@ class LocalParallelLauncher(Launcher):
         self.task_function: Optional[TaskFunction] = None
         self.hydra_context: Optional[HydraContext] = None
 
-    def slots_for(self, n_launch: int) -> tuple[list[list[int]], int]:
-        """(CPU slots, threads per slot) for a batch of `n_launch` jobs: `n_jobs` slots of
-        `threads_per_job` CPUs, or, when the batch has fewer jobs than `n_jobs`, the CPUs shared
-        out among them, so that no core idles while the batch runs (a lone pack of K runs gets
-        every core: with one core per job it used half of a 2-core machine, docs/sweeps.md)."""
+    def slots_for(self, n_launch: int) -> list[list[int]]:
+        """CPU slots for a batch of `n_launch` jobs: `n_jobs` slots of `threads_per_job` CPUs, or,
+        when the batch has fewer jobs than `n_jobs`, the CPUs shared out among them, so that no
+        core idles while the batch runs: a lone pack of K runs gets every core for its member
+        threads (with one core per job it used one of two, docs/sweeps.md). The thread caps stay
+        `threads_per_job`'s (XLA's intra-op pool too): a pack's parallelism is its members."""
         conc = max(1, min(self.n_jobs, n_launch))
-        threads = max(self.threads, len(available_cpus()) // conc)
-        return cpu_sets(conc, threads), threads
+        return cpu_sets(conc, max(self.threads, len(available_cpus()) // conc))
 
     def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
         self.config = config
@@ -92,7 +92,7 @@ class LocalParallelLauncher(Launcher):
         assert self.config is not None and self.task_function is not None
         sweep_dir = pathlib.Path(str(self.config.hydra.sweep.dir))
         sweep_dir.mkdir(parents=True, exist_ok=True)
-        slots, threads = self.slots_for(len(job_overrides))
+        slots = self.slots_for(len(job_overrides))
         log.info(f"launching {len(job_overrides)} jobs, {len(slots)} at a time, CPU slots {slots}")
         for i, ov in enumerate(job_overrides):
             log.info(f"\t#{initial_job_idx + i} : {' '.join(filter_overrides(ov))}")
@@ -101,7 +101,7 @@ class LocalParallelLauncher(Launcher):
             delayed(run_in_slot)(
                 str(sweep_dir / ".cpu_slots"),
                 slots,
-                threads,
+                self.threads,
                 initial_job_idx + i,
                 list(ov),
                 self.hydra_context,
