@@ -229,7 +229,7 @@ def load(
             f"no run directories (with {', '.join(MARKERS)}) under {', '.join(map(str, paths))}"
         )
     roots = [pathlib.Path(p).resolve() for p in paths]
-    rows, curves, skipped, trunks = [], [], [], []
+    rows, curves, skipped, trunks, stopped = [], [], [], [], []
     for d in dirs:
         root = next((r for r in roots if d == r or r in d.parents), d)
         name = str(d.relative_to(root.parent))
@@ -238,7 +238,8 @@ def load(
             trunks.append(name)
             continue
         if row["status"] != COMPLETED:
-            skipped.append(f"{name} ({row['status']})")
+            early = row["status"] == RunStatus.STOPPED  # sweep.early_stop: by design, a note
+            (stopped if early else skipped).append(name if early else f"{name} ({row['status']})")
             if not include_unfinished:
                 continue
         rows.append(row)
@@ -248,6 +249,13 @@ def load(
         warnings.warn(
             f"skipped {len(skipped)} run(s) that did not complete: {', '.join(skipped)}",
             RunWarning,
+            stacklevel=2,
+        )
+    if stopped:
+        warnings.warn(
+            f"left out {len(stopped)} run(s) stopped early by sweep.early_stop (their forecast lost "
+            f"their rung; a stopped run is never a finished loss): {', '.join(stopped)}",
+            RunNote,
             stacklevel=2,
         )
     if trunks:

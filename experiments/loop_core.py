@@ -20,7 +20,8 @@ Periodic actions are registered as in Levanter (`trainer.add_hook(fn, every=N)`)
 preemption signal stopped the run (`on_stop`: the checkpoint). `preemption_check(guard)` is itself
 an action (every step), so each loop decides where in its step the stop vote is read.
 
-Statuses: completed | diverged (the step or an action raised `Diverged`) | preempted (SIGTERM,
+Statuses: completed | diverged (the step or an action raised `Diverged`) | stopped (an action
+raised `Stopped`: `sweep.early_stop`, experiments/early_stop.py) | preempted (SIGTERM,
 SIGUSR1 or SIGUSR2 reached the run: experiments/preemption.py; the previous handlers run after
 the summary is written, e.g. submitit's requeue) | failed (anything else raised).
 Imports no JAX at module level.
@@ -50,6 +51,11 @@ ALREADY_COMPLETED = "already_completed"
 class Diverged(RuntimeError):
     """The loss went non-finite (or above the trainer's `train.loss_ceiling`): the run stops as
     `diverged`; the message is the reason (`diverged: <message>` on the console)."""
+
+
+class Stopped(RuntimeError):
+    """An action decided the run stops here, its checkpoint saved (`sweep.early_stop`,
+    experiments/early_stop.py): the run ends as `stopped`; the message is the reason."""
 
 
 def quiet_library_logs() -> None:
@@ -190,8 +196,9 @@ def run_steps(
     body: StepBody, hooks: Hooks, s: StepState, guard: PreemptionGuard | None, log: Log
 ) -> RunStatus:
     """The steps `s.start` .. `s.total - 1` with their periodic actions: COMPLETED, DIVERGED when
-    the step or an action raised Diverged, PREEMPTED after the step at which the preemption check
-    said stop (its `on_stop` actions, the checkpoint, done)."""
+    the step or an action raised Diverged, STOPPED when an action raised Stopped (after saving a
+    checkpoint), PREEMPTED after the step at which the preemption check said stop (its `on_stop`
+    actions, the checkpoint, done)."""
     try:
         for i in range(s.start, s.total):
             body.step(i)
@@ -205,6 +212,9 @@ def run_steps(
     except Diverged as e:
         log(f"diverged: {e}")
         return RunStatus.DIVERGED
+    except Stopped as e:
+        log(f"stopped early at step {s.done}, checkpoint saved: {e}")
+        return RunStatus.STOPPED
     finally:
         body.close()
     return RunStatus.COMPLETED

@@ -58,7 +58,7 @@ def test_file_names_are_todays():
 
 
 def test_status_strings_are_todays():
-    on_disk = {"completed", "diverged", "failed", "preempted", "running"}
+    on_disk = {"completed", "diverged", "failed", "preempted", "stopped", "running"}
     assert {s.value for s in RunStatus} == on_disk
     assert {s.value for s in ReadStatus} == {"unfinished", "corrupt-summary", "unknown", "new", "interrupted"}
     assert RunStatus.COMPLETED == "completed" and f"{RunStatus.FAILED}" == "failed"
@@ -142,7 +142,7 @@ def test_statuses_of_unfinished_dirs(tmp_path):
     for status in RunStatus:
         (tmp_path / "summary.json").write_text(json.dumps({"status": status.value}))
         assert RunDir(tmp_path).status is status
-        finished = status in (RunStatus.COMPLETED, RunStatus.DIVERGED, RunStatus.FAILED)
+        finished = status in (RunStatus.COMPLETED, RunStatus.DIVERGED, RunStatus.FAILED, RunStatus.STOPPED)
         assert read_status(tmp_path) == (status if finished else ReadStatus.INTERRUPTED)
 
 

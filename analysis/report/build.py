@@ -91,13 +91,15 @@ def _read_plan(sweep_dir: pathlib.Path) -> list[dict]:
 
 
 PLAN_COMPUTE_KEYS = ("flops_to_train", "flops_if_separate")
+EARLY_STOP_KEYS = ("flops_spent", "flops_full_sweep", "flops_saved_by_early_stop", "stopped_early", "at", "p")
 
 
 def read_compute(sweep_dir: pathlib.Path, warn: list[str]) -> dict | None:
     """What the sweep spends on training against the same runs trained separately, from
     sweep_plan.json's `flops_to_train` and `flops_if_separate` (WSD branches share a trunk, so
-    the first is smaller): {flops_to_train, flops_if_separate, ratio}. None, silently, when the
-    plan is missing or predates those keys; None and a warning when they are not positive numbers."""
+    the first is smaller): {flops_to_train, flops_if_separate, ratio}, and with sweep.early_stop
+    `early_stop` (the FLOPs spent against the full sweep's, the runs stopped). None, silently, when
+    the plan is missing or predates those keys; None and a warning when they are not positive numbers."""
     try:
         plan = json.loads((sweep_dir / SWEEP_PLAN_FILE).read_text())
     except (OSError, ValueError):
@@ -115,7 +117,11 @@ def read_compute(sweep_dir: pathlib.Path, warn: list[str]) -> dict | None:
             "the report does not state the compute"
         )
         return None
-    return {"flops_to_train": spent, "flops_if_separate": separate, "ratio": spent / separate}
+    out = {"flops_to_train": spent, "flops_if_separate": separate, "ratio": spent / separate}
+    early = plan.get("early_stop")  # sweep.early_stop: the compute spent against the full sweep
+    if isinstance(early, dict) and early.get("flops_full_sweep"):
+        out["early_stop"] = {k: early.get(k) for k in EARLY_STOP_KEYS}
+    return out
 
 
 class LoadMessages(NamedTuple):

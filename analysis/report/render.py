@@ -349,10 +349,18 @@ def compute_line(rep: dict) -> str:
     if not c:
         return ""
     why = " (WSD cooldown branches share their shape's trunk)" if c["ratio"] < 1 else ""
-    return (
+    line = (
         f"compute: {_sci(c['flops_to_train'])} FLOPs trained, {c['ratio']:.2f}x the "
         f"{_sci(c['flops_if_separate'])} of separate runs{why}"
     )
+    e = c.get("early_stop")
+    if e:  # sweep.early_stop: what the sweep spent against the full sweep
+        stopped, full = len(e.get("stopped_early") or []), float(e["flops_full_sweep"])
+        line += (
+            f"; early stop: {stopped} run(s) stopped, {_sci(float(e['flops_spent']))} FLOPs spent of the "
+            f"full sweep's {_sci(full)} ({float(e['flops_saved_by_early_stop']) / full:.0%} saved)"
+        )
+    return line
 
 
 def summary_markdown(rep: dict) -> list[str]:

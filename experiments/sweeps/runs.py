@@ -7,6 +7,8 @@ path and decides from its `summary.json` alone what to do:
 
 * `completed`               -> skip (not even launched, so Hydra rewrites nothing in it);
 * `diverged` / `failed`     -> skip, unless the sweep asks for `sweep.rerun_failed=true`;
+* `stopped` (sweep.early_stop: its forecast lost its rung) -> skip while the sweep stops runs early,
+  else launch: it resumes from its checkpoint and trains to its end;
 * anything else (no summary, or a summary from an unfinished run, or a `failed` one whose error
   is a full disk: models/base/diskspace.py) -> launch; the training code resumes from the run's
   latest checkpoint.
@@ -79,22 +81,31 @@ def run_dirname(label: str, rid: str) -> str:
 
 
 def read_status(run_dir: pathlib.Path) -> RunStatus | ReadStatus:
-    """`completed` | `diverged` | `failed` | `interrupted` (dir exists, unfinished) | `new`."""
+    """`completed` | `diverged` | `failed` | `stopped` (early) | `interrupted` (dir exists,
+    unfinished) | `new`."""
     rd = RunDir(run_dir)
     if not rd.path.is_dir():
         return ReadStatus.NEW
     status = rd.status
     if status == RunStatus.FAILED and disk_full_summary(rd.read_summary().error):
         return ReadStatus.INTERRUPTED  # stopped on a full disk: resumable, not failed for good
-    if status == FINISHED_OK or status in FINISHED_BAD:
+    if status == FINISHED_OK or status in FINISHED_BAD or status == RunStatus.STOPPED:
         return status
     return ReadStatus.INTERRUPTED
 
 
-def decide(status: str, rerun_failed: bool) -> tuple[bool, str]:
-    """(launch?, why) for a run found in `status`."""
+def decide(status: str, rerun_failed: bool, early_stop: bool = False) -> tuple[bool, str]:
+    """(launch?, why) for a run found in `status`; a run stopped early is kept while the sweep
+    stops runs early (`early_stop`), else resumed from its checkpoint to its end."""
     if status == FINISHED_OK:
         return False, "completed earlier; reused"
+    if status == RunStatus.STOPPED:
+        if early_stop:
+            return (
+                False,
+                "stopped early (its forecast lost its rung); kept (sweep.early_stop=null resumes it)",
+            )
+        return True, "stopped early; resuming from its checkpoint to its end (sweep.early_stop is off)"
     if status in FINISHED_BAD:
         if rerun_failed:
             return True, f"{status} earlier; re-running (sweep.rerun_failed=true)"

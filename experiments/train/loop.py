@@ -31,7 +31,7 @@ import jax
 import numpy as np
 from jax.experimental import multihost_utils
 
-from experiments import loop_core
+from experiments import early_stop, loop_core
 from experiments.loop_core import Diverged, StepState
 from experiments.preemption import PreemptionGuard
 from experiments.rundir import completed_summary, console_log_error, fingerprint_fields
@@ -172,6 +172,7 @@ class RunState:
     wall_prev: float = 0.0  # wall time of earlier sessions of this run (from the checkpoint)
     time_prev: dict[str, float] | None = None  # time_s of earlier sessions (from the checkpoint)
     packed_with: list[str] | None = None  # the pack's run ids (experiments/train/pack.py), else None
+    stopped: dict[str, Any] | None = None  # sweep.early_stop stopped it: stop_reason, forecast, frac_done
 
 
 @dataclasses.dataclass
@@ -389,6 +390,8 @@ def _summary_base(state: RunState) -> RunSummary:
     )
     if state.packed_with:
         s = s.replace(packed_with=list(state.packed_with))
+    if state.stopped:
+        s = s.replace(**state.stopped)
     spec = state.spec
     if spec is not None:
         s = s.replace(
@@ -733,6 +736,7 @@ class _TrainSteps:
             lambda msg: _log(msg, loop.state.is_main),
         )
         self.pending: tuple[int, Any] | None = None
+        self.saved_at = -1  # the step of this session's last checkpoint
         self.last_ckpt = time.perf_counter()
         self.branch_points = frozenset(loop.spec.train.branch_points or ())
 
@@ -767,6 +771,23 @@ class _TrainSteps:
         self.drain()
         _checkpoint(self.loop, s.done, branch_point=s.done in self.branch_points)
         self.last_ckpt = time.perf_counter()
+        self.saved_at = s.done
+
+    def early_stop(self, s: StepState, stopper: early_stop.Stopper) -> None:
+        """`sweep.early_stop` at its steps: the held-out loss at this step, then the run's own
+        decision (process 0 asks the forecast; every process gets its answer); to stop, a
+        checkpoint, then Stopped (experiments/early_stop.py)."""
+        if s.done not in stopper.steps or s.stop:
+            return
+        if self.pending is not None and s.done == self.pending[0] + 1:  # not evaluated at this step yet
+            self.evaluate(s)
+        decision = stopper.decide(s.done) if self.loop.state.is_main else None
+        if not _vote(decision is not None and decision.stop):
+            return
+        self.loop.state.stopped = decision.summary_fields() if decision is not None else None
+        if self.saved_at != s.done:
+            self.checkpoint(s)
+        raise loop_core.Stopped(decision.reason if decision is not None else "process 0 decided to stop")
 
     def checkpoint_if_due(self, s: StepState) -> None:
         """`train.ckpt_every_s`: checkpoint when that long has passed since the last save, and
@@ -795,8 +816,12 @@ def _train_steps(loop: Loop, first: Any, halt: Callable[[], BaseException | None
     hooks.add_hook(body.checkpoint, every=train.ckpt_every, on_stop=True)
     if train.ckpt_every_s is not None or train.branch_points:
         hooks.add_hook(body.checkpoint_if_due, every=1, at_end=False)
+    log = lambda msg: _log(msg, loop.state.is_main)  # noqa: E731
+    stopper = early_stop.Stopper.of(loop.spec.raw, loop.run_dir, loop.spec.steps, log)
+    if stopper is not None:
+        hooks.add_hook(lambda s: body.early_stop(s, stopper), every=1, at_end=False)
     steps = StepState(start=loop.start, total=loop.spec.steps)
-    return loop_core.run_steps(body, hooks, steps, loop.guard, lambda msg: _log(msg, loop.state.is_main))
+    return loop_core.run_steps(body, hooks, steps, loop.guard, log)
 
 
 def _write_checks(loop: Loop, halt: Callable[[], BaseException | None] | None) -> Callable[[StepState], None]:
@@ -817,6 +842,13 @@ def _write_checks(loop: Loop, halt: Callable[[], BaseException | None] | None) -
 
 
 TIME_VOTE_EVERY = 10  # multi-process: how often process 0's clock is asked (one broadcast each)
+
+
+def _vote(yes: bool) -> bool:
+    """Process 0's answer, on every process (one broadcast in a multi-process run)."""
+    if jax.process_count() == 1:
+        return yes
+    return bool(multihost_utils.broadcast_one_to_all(np.int32(yes)))
 
 
 def _time_vote(step: int, since: float, every_s: float) -> bool:

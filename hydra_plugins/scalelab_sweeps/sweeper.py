@@ -32,6 +32,8 @@ from hydra.plugins.sweeper import Sweeper
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf
 
+from experiments.early_stop import EarlyStop
+from experiments.early_stop import spent as early_stop_spent
 from experiments.sweeps.disk import full_disk_error, sweep_footprint
 from experiments.sweeps.grid import plan_sweep
 from experiments.sweeps.hparams import PROBE
@@ -39,6 +41,7 @@ from experiments.sweeps.ladder import LadderError
 from experiments.sweeps.limits import record_launch
 from experiments.sweeps.runs import decide, read_status, run_dirname, run_id
 from models.base.diskspace import DiskFull, disk_full_of
+from models.base.errors import ConfigError
 from models.base.jsonio import write_text_atomic
 from models.base.packs import Member, own_overrides, write_pack
 from models.base.portable import lock_file, unlock_file
@@ -131,6 +134,7 @@ class ScalelabSweeper(Sweeper):
         self.launcher: Optional[Launcher] = None
         self.dry_run = False
         self.pack = 1
+        self.early_stop: EarlyStop | None = None  # sweep.early_stop (experiments/early_stop.py)
         self._branch_info: dict[str, dict] = {}  # label -> role / trunk / flops of WSD branch runs
         self._job_idx = 0  # Hydra job index of the next launch (over every stage of the sweep)
 
@@ -176,6 +180,10 @@ class ScalelabSweeper(Sweeper):
                 "the scalelab sweeper needs a `sweep` config node: "
                 "select a preset with +sweep=isoflop (or model_ladder, data_ladder, layouts)"
             )
+        try:
+            self.early_stop = EarlyStop.parse(sweep.get("early_stop"))
+        except ConfigError as e:
+            raise SweepError(str(e)) from None
         run_cfg = _run_config(base)
         try:
             planned = plan_sweep(run_cfg, sweep, corpus_tokens=_corpus_tokens(run_cfg, sweep))
@@ -205,7 +213,7 @@ class ScalelabSweeper(Sweeper):
                 continue
             seen.add(subdir)
             status = read_status(sweep_dir / subdir)
-            go, why = decide(status, bool(sweep.get("rerun_failed", False)))
+            go, why = decide(status, bool(sweep.get("rerun_failed", False)), self.early_stop is not None)
             rec.update(run_dir=subdir, status_before=status, action="launch" if go else "reuse", reason=why)
             rec.update(self._branch_info.get(p.label, {}))
             records.append(rec)
@@ -412,7 +420,7 @@ class ScalelabSweeper(Sweeper):
         footprint = sweep_footprint(launch, self.launcher, self.pack, sweep_dir)  # sweeps/disk.py
         if footprint.warning():
             log.warning(footprint.warning())
-        _write_plan(sweep_dir, records, footprint)
+        _write_plan(sweep_dir, records, footprint, self.early_stop)
         if self.dry_run:
             log.info("sweep.dry_run=true: nothing launched")
             return None, []
@@ -431,7 +439,7 @@ class ScalelabSweeper(Sweeper):
                 for job, ret in zip(batch, results):
                     _record_result(job, ret, sweep_dir)
         try:
-            _write_plan(sweep_dir, records, footprint)
+            _write_plan(sweep_dir, records, footprint, self.early_stop)
         except DiskFull as e:  # the runs' outcome is still told (sweep done ...)
             log.warning(f"warning: {SWEEP_PLAN_FILE} not updated: {e}")
         return records, returns
@@ -452,17 +460,21 @@ class ScalelabSweeper(Sweeper):
         if self.dry_run:
             return []
         ran = [r for r in records if r["action"] == "launch"]
-        failed = [r for r in ran if r.get("status_after") not in (RunStatus.COMPLETED, RunStatus.DIVERGED)]
+        ended = (RunStatus.COMPLETED, RunStatus.DIVERGED, RunStatus.STOPPED)
+        failed = [r for r in ran if r.get("status_after") not in ended]
         diverged = [r for r in ran if r.get("status_after") == RunStatus.DIVERGED]
+        early = [r for r in ran if r.get("status_after") == RunStatus.STOPPED]  # sweep.early_stop
         n_reused = sum(r["action"] == "reuse" for r in records)
         n_skip = sum(r["action"] == "skip" for r in records)
         stopped = [r for r in failed if full_disk_error(sweep_dir / r["run_dir"], r.get("error"))]
         for r in stopped:  # a run a full disk stopped: said so, and resumed by a relaunch
             r["error"] = full_disk_error(sweep_dir / r["run_dir"], r.get("error"))
         full = f" ({len(stopped)} stopped by a full disk: free space, relaunch to resume)" if stopped else ""
+        early_txt = f"{len(early)} stopped early (sweep.early_stop), " if early else ""
+        trained = len(ran) - len(failed) - len(diverged) - len(early)
         log.info(
-            f"sweep done: {len(ran) - len(failed) - len(diverged)} trained, {n_reused} reused, "
-            f"{len(diverged)} diverged, {len(failed)} failed{full}, {n_skip} skipped -> {sweep_dir}"
+            f"sweep done: {trained} trained, {n_reused} reused, {early_txt}{len(diverged)} diverged, "
+            f"{len(failed)} failed{full}, {n_skip} skipped -> {sweep_dir}"
         )
         for r in diverged:
             log.warning(f"diverged: {r['run_dir']}")
@@ -562,15 +574,21 @@ def _log_plan(records: list[dict]) -> None:
         )
 
 
-def _write_plan(sweep_dir: pathlib.Path, records: list[dict], footprint: Any = None) -> None:
+def _write_plan(
+    sweep_dir: pathlib.Path, records: list[dict], footprint: Any = None, early_stop: EarlyStop | None = None
+) -> None:
     """`sweep_plan.json` beside the runs: what was planned, launched, reused and skipped, and why;
     `flops_to_train` (what the sweep spends: WSD trunks and their branches' decays, every other
     run whole) against `flops_if_separate` (every run trained alone); `checkpoint_footprint`
-    (experiments/sweeps/disk.py) the disk its launched runs' checkpoints take against the free space."""
+    (experiments/sweeps/disk.py) the disk its launched runs' checkpoints take against the free space;
+    with `sweep.early_stop`, `early_stop`: its settings, the FLOPs spent against the full sweep's and
+    the runs stopped early."""
     kept = [r for r in records if r["action"] != "skip"]
     separate = sum(float(r["flops"]) for r in kept if r.get("role") != RunRole.TRUNK)
     spent = sum(float(r.get("flops_to_train", r["flops"])) for r in kept)
     plan = {"flops_to_train": spent, "flops_if_separate": separate, "runs": records}
     if footprint is not None:
         plan["checkpoint_footprint"] = footprint.as_dict()
+    if early_stop is not None:  # the compute spent against the full sweep (experiments/early_stop.py)
+        plan["early_stop"] = {**dc.asdict(early_stop), **early_stop_spent(records, sweep_dir)}
     write_text_atomic(sweep_dir / SWEEP_PLAN_FILE, json.dumps(plan, indent=1, default=str))

@@ -84,6 +84,9 @@ class RunStatus(enum.StrEnum):
     DIVERGED = "diverged"  # stopped on a non-finite loss; metrics kept up to that step
     FAILED = "failed"  # an error (bad config included); `error` (and `traceback`) say which
     PREEMPTED = "preempted"  # a preemption signal: checkpoint saved, start again to resume
+    # `sweep.early_stop`: its forecast said it would not end best in its rung; checkpoint saved,
+    # `stop_reason`, `forecast`, `frac_done` say why and when; start again to resume
+    STOPPED = "stopped"
     # Reserved for a summary written while the run goes; the loops write none today (a live
     # run has no summary.json, RunSummary.status is None in the fields they keep meanwhile).
     RUNNING = "running"
@@ -177,6 +180,9 @@ class RunSummary:
     branch_step: int | None = None  # WSD branch: the trunk step it starts from
     marginal_flops: float | None = None  # WSD branch: FLOPs spent on it beyond the trunk
     role: str | None = None  # RunRole: None for an ordinary run, `trunk` for a WSD trunk
+    stop_reason: str | None = None  # stopped runs: why (the forecast against the rung's best)
+    forecast: dict[str, Any] | None = None  # stopped runs: {final_loss, interval, p_best, method, ...}
+    frac_done: float | None = None  # stopped runs: steps done / steps asked for
     # -- RL runs (experiments.rl)
     task: dict[str, Any] | None = None  # the RL task's settings
     algo: dict[str, Any] | None = None  # the RL algorithm's settings
