@@ -24,6 +24,11 @@ Hyperparameter laws (the optimal learning rate / batch size per rung and their p
 Runs written by the training core:
     runs.load(*paths) -> (runs_df, curves_df); runs.table(*paths) -> the runs table `fit` reads
 
+Recipe comparison (which recipe wins, and by how much compute):
+    load_ladders(inputs, by=None, ref=None) -> (REF Ladder, [OTHER Ladder]);
+    compare_recipes(ref, others, method=None, budgets=None, bootstrap=200, seed=0)
+        -> (Comparison (.to_dict(): compare --json), [PairFit])
+
 Report and planning:
     build_report(sweep_dir, out_dir=None, budgets=None, bootstrap=1000, seed=0, hardware=None, gpus=1024)
         -> report dict (also written as report.{html,md,json} + figures/)
@@ -65,6 +70,8 @@ _EXPORTS = {
     "load_hparams": "analysis.hparams.fitting",
     "build_report": "analysis.report.build",
     "plan": "analysis.planning.planner",
+    "compare_recipes": "analysis.compare.comparison",
+    "load_ladders": "analysis.compare.ladders",
 }
 
 __all__ = ["AnalysisError", "runs", *_EXPORTS]

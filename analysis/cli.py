@@ -28,6 +28,7 @@ examples:
   python -m analysis fit runs.csv --law chinchilla --budget 1e21 --json fit.json
   python -m analysis report outputs/isoflop --budget 1e21         # HTML + Markdown + report.json
   python -m analysis plan --budget 1e23 --law fit.json --hardware h100 --gpus 1024 --json -
+  python -m analysis compare ref.csv other.csv --budget 1e21,1e22  # which recipe wins, by how much
 
 Every subcommand takes --help. `--budget C` is repeatable (or C1,C2) wherever it appears, and
 `--json PATH` writes strict JSON (NaN -> null); `--json -` writes it to stdout.

@@ -217,6 +217,88 @@ def own(name: str) -> Callable[[], pd.DataFrame]:
     return lambda: pd.read_csv(OWN / f"{name}.csv")
 
 
+# ---- recipe pairs (protocol `compare`: a table with a `recipe` column, REF's rows first) ------------
+COMPARE_LOSSES = ("loss_c4_val", "loss_paloma_c4_en", "loss_openlm_eval")
+CORPUS_PAIRS = (("rw_original", "c4_original"), ("rw_original", "rpj"), ("c4_original", "rpj"))
+
+
+def gadre_pair(ref: str, other: str, loss: str) -> Callable[[], pd.DataFrame]:
+    """Two of Gadre et al.'s corpora as recipes, on one validation loss (the same shapes trained
+    on each corpus, every model scored on the same sets)."""
+
+    def load() -> pd.DataFrame:
+        r = pd.read_csv(SHARED / "gadre2024_overtraining" / "runs.csv")
+        parts = [r[r.dataset == c].assign(recipe=CORPORA[c]) for c in (ref, other)]
+        x = pd.concat(parts)
+        return pd.DataFrame({"recipe": x.recipe, "N": x.n_params, "D": x.tokens, "loss": x[loss]}).dropna()
+
+    return load
+
+
+def gemstones_lr_pair() -> pd.DataFrame:
+    """Gemstones at full and at half learning rate (REF full): the 20 models both were run for,
+    checkpoints every ~10B tokens up to the half-LR runs' 100B (McLeish et al. 2025)."""
+    h = pd.read_csv(SHARED / "gemstones" / "hot_checkpoints.csv").assign(recipe="full LR")
+    c = pd.read_csv(SHARED / "gemstones" / "half_lr_checkpoints.csv").assign(recipe="half LR")
+    h = h[h.model.isin(set(c.model)) & (h.tokens <= c.tokens.max())]
+    both = pd.concat([h, c])
+    both = both[both.step % (477 * 5) == 0]
+    out = pd.DataFrame({"recipe": both.recipe, "N": both.N, "D": both.tokens, "loss": both.loss})
+    return out.reset_index(drop=True)
+
+
+REF_LAW = (1.8, 480.0, 2100.0, 0.34, 0.37)  # E, A, B, alpha, beta of the synthetic pairs' REF
+
+
+def _isoflop(law, budgets, rng, noise: float, k: float = 6.0) -> list[dict]:
+    E, A, B, al, be = law
+    G = (al * A / (be * B)) ** (1 / (al + be))
+    rows = []
+    for C in budgets:
+        n_opt = G * (C / k) ** (be / (al + be))
+        for N in n_opt * np.geomspace(0.25, 4, 7):
+            D = C / (k * N)
+            rows.append(dict(N=N, D=D, C=C, loss=(E + A / N**al + B / D**be) * np.exp(rng.normal(0, noise))))
+    return rows
+
+
+def recipe_pair(
+    seed: int = 0, multiplier: float = 2.0, drift: float = 0.0, cross: float = 1e18
+) -> pd.DataFrame:
+    """Two synthetic IsoFLOP ladders (7 budgets 1e17-1e20 x 7 shapes around the optimum, 0.5%
+    noise). drift 0: OTHER is REF with N and D worth sqrt(multiplier) times more (A, B scaled), a
+    constant multiplier at every budget. drift > 0: both exponents x (1 + drift) and the
+    coefficients scaled so that the frontiers cross at `cross`: shared E, so log m is linear in log
+    C with slope drift (d log m / d log C), m = 1 at `cross` (`true_log_m`)."""
+    rng = np.random.default_rng(seed)
+    E, A, B, al, be = REF_LAW
+    if drift == 0:
+        s = multiplier**0.5
+        other = (E, A * s**-al, B * s**-be, al, be)
+    else:
+        al2, be2 = al * (1 + drift), be * (1 + drift)
+        f = _frontier_gap((E, A, B, al, be), cross) / _frontier_gap((E, A, B, al2, be2), cross)
+        other = (E, A * f, B * f, al2, be2)
+    budgets = np.geomspace(1e17, 1e20, 7)
+    ref_rows = [dict(r, recipe="ref") for r in _isoflop(REF_LAW, budgets, rng, 0.005)]
+    oth_rows = [dict(r, recipe="other") for r in _isoflop(other, budgets, rng, 0.005)]
+    return pd.DataFrame(ref_rows + oth_rows)
+
+
+def _frontier_gap(law, C: float, k: float = 6.0) -> float:
+    """L*(C) - E of a Chinchilla law (its IsoFLOP minimum above the floor)."""
+    E, A, B, al, be = law
+    G = (al * A / (be * B)) ** (1 / (al + be))
+    N = G * (C / k) ** (be / (al + be))
+    return A / N**al + B / (C / (k * N)) ** be
+
+
+def true_log_m(multiplier: float, drift: float, C: np.ndarray, cross: float = 1e18) -> np.ndarray:
+    """The exact log multiplier of `recipe_pair` at budgets C."""
+    C = np.asarray(C, float)
+    return np.full(C.shape, np.log(multiplier)) if drift == 0 else drift * np.log(C / cross)
+
+
 # ---- the zoo ------------------------------------------------------------------------------------
 def cases() -> list[Case]:
     out = [
@@ -292,6 +374,18 @@ def cases() -> list[Case]:
             ("size", {"holdout_above_n": 3e8}),
         ):
             out.append(Case(f"synthetic Kaplan seed {seed}", protocol, kaplan_ladder(seed), opts))
+    for ref, other in CORPUS_PAIRS:
+        for loss in COMPARE_LOSSES:
+            quick = (ref, other, loss) == ("rw_original", "c4_original", "loss_paloma_c4_en")
+            name = f"gadre {CORPORA[other]} vs {CORPORA[ref]}/{loss[5:]}"
+            out.append(Case(name, "compare", gadre_pair(ref, other, loss), quick=quick))
+    out += [
+        Case("gemstones half vs full LR", "compare", gemstones_lr_pair),
+        Case("synthetic pair m=2", "compare", lambda: recipe_pair(0, 2.0)),
+        Case("synthetic pair drift 0.1", "compare", lambda: recipe_pair(1, drift=0.1)),
+    ]
+    if (OWN / "recipes_lr.csv").exists():
+        out.append(Case("ours recipes lr 3e-3 vs 1e-2", "compare", own("recipes_lr")))
     for name, protocols in (
         ("demo", ("budget", "frontier", "lr")),
         ("data_limited", ("epochs", "size")),
@@ -527,7 +621,7 @@ def markdown(outcomes: list[Outcome], seconds: float, bootstrap: int) -> str:
         "|---|---|---|---|---|---|---|",
     ]
     for s in summary(outcomes):
-        rel = s["protocol"] not in ("lr", "batch", "downstream")
+        rel = s["protocol"] not in ("lr", "batch", "downstream", "compare")
         cov = lambda v: "—" if v is None else f"{100 * v:.0f}%"  # noqa: E731
         lines.append(
             f"| {s['protocol']} | {s['n']} | {_fmt(s['default'], rel)} | {_fmt(s['baseline'], rel)} | "
@@ -545,7 +639,7 @@ def markdown(outcomes: list[Outcome], seconds: float, bootstrap: int) -> str:
         "|---|---|---|---|---|---|---|",
     ]
     for r in decisions(outcomes):
-        rel = r["protocol"] not in ("lr", "batch", "downstream")
+        rel = r["protocol"] not in ("lr", "batch", "downstream", "compare")
         lines.append(
             f"| {r['protocol']} | {r['n']} | {r['pick']} | {_fmt(r['lodo'], rel)} "
             f"| {_fmt(r['baseline'], rel)} | {r['worst'] or '—'} | {r['default']} |"

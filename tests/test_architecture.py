@@ -69,6 +69,8 @@ MAY_IMPORT: dict[str, frozenset[str]] = {
         "analysis.curves": (BASE, "analysis.validation", "analysis.laws", "analysis.runs"),  # loss-curve laws
         "analysis.downstream": (BASE, "analysis.validation", "analysis.laws"),  # downstream-task prediction
         "analysis.hparams": (BASE, "analysis.validation", "analysis.laws"),  # learning-rate / batch-size laws
+        # recipe comparison: the compute multiplier between two ladders (`python -m analysis compare`)
+        "analysis.compare": (BASE, "analysis.validation", "analysis.laws", "analysis.runs"),
         # a run's final loss from the first part of its curve (`python -m analysis forecast`)
         "analysis.forecast": (
             BASE,
@@ -87,6 +89,7 @@ MAY_IMPORT: dict[str, frozenset[str]] = {
             "analysis.curves",
             "analysis.downstream",
             "analysis.hparams",
+            "analysis.compare",
             "analysis.forecast",
         ),
         # the budget planner: law + cost model (+ the trainer's config for the trainer plan)
@@ -118,6 +121,7 @@ MAY_IMPORT: dict[str, frozenset[str]] = {
             "analysis.planning",
             "analysis.downstream",
             "analysis.hparams",
+            "analysis.compare",
         ),
         "analysis.commands": (
             BASE,
@@ -134,6 +138,7 @@ MAY_IMPORT: dict[str, frozenset[str]] = {
             "analysis.report",
             "analysis.backtest",
             "analysis.layouts",
+            "analysis.compare",
             "analysis.forecast",
         ),
         "analysis.cli": (BASE, "analysis.commands"),

@@ -24,6 +24,7 @@ class Protocol(enum.StrEnum):
     DOWNSTREAM = "downstream"
     CURVE = "curve"
     COOLDOWN = "cooldown"
+    COMPARE = "compare"
     CURVE_PREFIX = "curve-prefix"
 
 
@@ -39,6 +40,7 @@ RUNNERS: dict[Protocol, tuple[str, str]] = {
     Protocol.DOWNSTREAM: ("analysis.backtest.downstream", "downstream_protocol"),
     Protocol.CURVE: ("analysis.backtest.curves", "curve_protocol"),
     Protocol.COOLDOWN: ("analysis.backtest.cooldown", "cooldown_protocol"),
+    Protocol.COMPARE: ("analysis.backtest.compare", "compare_protocol"),
     Protocol.CURVE_PREFIX: ("analysis.backtest.prefix", "curve_prefix_protocol"),
 }
 PATH_PROTOCOLS = (Protocol.CURVE, Protocol.COOLDOWN, Protocol.CURVE_PREFIX)

@@ -10,6 +10,7 @@ _UNIT = {
     Metric.REL: ("mean |rel err|", "%"),
     Metric.DLOG10: ("mean |dlog10|", " dex"),
     Metric.POINTS: ("MAE", " pts"),
+    Metric.LOG2: ("mean |log2 err|", ""),
 }
 
 
@@ -90,7 +91,7 @@ def figure(bt: Backtest, path: str | pathlib.Path) -> None:
     if lo_all:
         lo, hi = min(lo_all), max(hi_all)
         ax.plot([lo, hi], [lo, hi], "k--", lw=1)
-    if bt.metric == Metric.DLOG10:
+    if bt.metric in (Metric.DLOG10, Metric.LOG2):
         ax.set_xscale("log")
         ax.set_yscale("log")
     ax.set_xlabel("actual")

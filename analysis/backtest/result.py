@@ -4,7 +4,8 @@ The JSON (`python -m analysis backtest ... --json`) is `Backtest.to_dict()`:
 `{protocol, cut, metric, methods: [{method, baseline, default, n, <error keys>, coverage_90,
 mean_width, points, note}]}`. Error keys by protocol: the loss protocols (budget, frontier, size,
 epochs, curve) `mean_abs_rel_error` (and `max_abs_rel_error`); `lr` `mean_abs_dlog10` and
-`mean_loss_penalty`; `downstream` `mean_abs_error` in accuracy points. `coverage_90` is the share
+`mean_loss_penalty`; `downstream` `mean_abs_error` in accuracy points; `compare`
+`mean_abs_log2_error` of the compute multiplier. `coverage_90` is the share
 of held-out values inside the method's 90% interval (null: the method gives none) and
 `mean_width` the interval's mean width (relative for losses, in dex for `lr`, in points for
 `downstream`).
@@ -28,6 +29,7 @@ class Metric(enum.StrEnum):
     REL = "rel"  # relative error of a loss
     DLOG10 = "dlog10"  # log10 ratio of a hyperparameter (and the loss it costs)
     POINTS = "points"  # accuracy difference in percentage points
+    LOG2 = "log2"  # log2 ratio of a compute multiplier (compare)
 
 
 @dataclass(frozen=True)
@@ -70,6 +72,8 @@ class MethodScore:
                 return f / a - 1
             if metric == Metric.DLOG10:
                 return np.log10(f / a)
+            if metric == Metric.LOG2:
+                return np.log2(f / a)
             return 100 * (f - a)
 
     def to_dict(self, metric: Metric) -> dict[str, Any]:
@@ -93,6 +97,8 @@ class MethodScore:
             out["mean_loss_penalty"] = (
                 float(np.mean(pen[np.isfinite(pen)])) if np.isfinite(pen).any() else None
             )
+        elif metric == Metric.LOG2:
+            out["mean_abs_log2_error"] = mean
         else:
             out["mean_abs_error"] = mean
         out["coverage_90"], out["mean_width"] = self.coverage(metric)
@@ -112,6 +118,8 @@ class MethodScore:
             width = np.mean((hi - lo) / f)
         elif metric == Metric.DLOG10:
             width = np.mean(np.log10(hi / lo))
+        elif metric == Metric.LOG2:
+            width = np.mean(np.log2(hi / lo))
         else:
             width = np.mean(100 * (hi - lo))
         return cov, float(width)
@@ -147,6 +155,8 @@ class Backtest:
         return out
 
     def error_key(self) -> str:
-        return {Metric.REL: "mean_abs_rel_error", Metric.DLOG10: "mean_abs_dlog10"}.get(
-            self.metric, "mean_abs_error"
-        )
+        return {
+            Metric.REL: "mean_abs_rel_error",
+            Metric.DLOG10: "mean_abs_dlog10",
+            Metric.LOG2: "mean_abs_log2_error",
+        }.get(self.metric, "mean_abs_error")

@@ -5,7 +5,9 @@ Protocols (docs/analysis.md, "Backtesting"): budget (runs above --holdout-above 
 largest budget), frontier (the best loss of each hidden budget), size (--holdout-above-n N),
 epochs (--holdout-epochs-above E, default 4), lr (rungs above --holdout-above-n: their optimum
 learning rate), downstream (the largest models' task accuracy), curve (schedules held out, as
-fit-curve does). Prints a table; --json, --markdown and --figure write the same result.
+fit-curve does), compare (a table of two recipes' ladders with a `recipe` column: the top
+budgets of both hidden, the compute multiplier scored in log2). Prints a table; --json,
+--markdown and --figure write the same result.
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ def register(subparsers) -> None:
             "curve",
             "cooldown",
             "curve-prefix",
+            "compare",
         ),
         help="what is hidden (docs/analysis.md, 'Backtesting')",
     )

@@ -25,6 +25,7 @@ from models.base.errors import AnalysisError
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class ReportOptions(ColumnOptions):
     sweep_dir: str  # a sweep directory or a runs table
+    more_sweeps: tuple[str, ...] = ()  # further sweeps, one recipe each: the "Recipes" section
     out: str | None
     budget: list[float] | None
     bootstrap: int
@@ -65,6 +66,7 @@ def _run(args: argparse.Namespace) -> int:
         hparams=opts.hparams,
         unique_tokens=opts.unique_tokens,
         columns=opts.columns(),
+        recipes_from=opts.more_sweeps,
     )
     for line in [] if rep.get("rl_only") else headline(rep):
         print(line)
@@ -92,6 +94,13 @@ def register(sub) -> None:
         metavar="SWEEP_DIR",
         help="sweep directory (hydra.sweep.dir) or any folder of runs; or a runs table (.csv, .parquet, "
         ".pq) as `python -m analysis collect` writes, or one's own with N, D and/or C, loss (optionally U)",
+    )
+    p.add_argument(
+        "more_sweeps",
+        nargs="*",
+        metavar="OTHER_SWEEP",
+        help="further sweeps or runs tables, one recipe each: adds a 'Recipes' section comparing them "
+        "with SWEEP_DIR (python -m analysis compare); a sweep of sweep.recipes gets it on its own",
     )
     p.add_argument(
         "--out",

@@ -50,6 +50,9 @@ NOT_SCIENCE_KEYS = frozenset(
         "train.branch_points",
     }
 )
+# ... except a run's recipe (`sweep.recipes`, experiments/sweeps/recipes.py): two recipes are two
+# experiments, even when they differ only in `optim.*`; never merged into one rung
+SCIENCE_KEYS = frozenset({"sweep.recipe"})
 # Columns of the runs table (analysis.runs) that say which shape and budget a run is (N and loss:
 # analysis.laws.points's, the same numbers under either name).
 N_COLUMNS = TABLE_COLUMNS["N"]
@@ -205,7 +208,7 @@ def science_columns(df: pd.DataFrame) -> list[str]:
         for c in df.columns
         if isinstance(c, str)
         and "." in c
-        and not c.startswith(NOT_SCIENCE_PREFIXES)
+        and (not c.startswith(NOT_SCIENCE_PREFIXES) or c in SCIENCE_KEYS)
         and c not in NOT_SCIENCE_KEYS
     ]
 

@@ -45,6 +45,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
+from analysis.compare import section as recipes
 from analysis.laws.best_runs import SELECTED, Selection, has_config, marked, select_best_runs
 from analysis.laws.fitting import FitResult, fit_law
 from analysis.laws.isoflop import approach2, compare_approaches, group_budgets
@@ -416,6 +417,7 @@ def build_report(
     hparams: str | pathlib.Path | None = None,
     unique_tokens: float | None = None,
     columns: dict[str, str] | None = None,
+    recipes_from: Sequence[str] = (),
 ) -> dict:
     """Analyse the runs under `sweep_dir` and write report.{html,md,json} + figures to `out_dir`.
 
@@ -432,6 +434,9 @@ def build_report(
     SWEEP_DIR/hparams.json or SWEEP_DIR/../hparams.json when one exists).
     `unique_tokens`: plan the planning sections under a corpus of that many unique tokens
     (analysis.planning.data_limit).
+    A sweep of `sweep.recipes` (a runs table with a recipe column), or `recipes_from` (further
+    sweeps, one recipe each), adds the "Recipes" section (analysis.compare.section); every other
+    section is then fitted to the first recipe's runs.
     Returns the report dict (also written as report.json); its `paths` name the files.
     """
     source = _source(pathlib.Path(sweep_dir), columns, n_params, bootstrap)
@@ -458,6 +463,7 @@ def build_report(
                 n_params,
                 hparams,
                 unique_tokens,
+                recipes_from,
             )
         except NoPretrainingRuns:
             rep = _rl_only(path, out, title)
@@ -569,6 +575,7 @@ def _build(
     n_params: str = "total",
     hparams: str | pathlib.Path | None = None,
     unique_tokens: float | None = None,
+    recipes_from: Sequence[str] = (),
 ) -> dict:
     """Collect, fit (Approaches 3 and 2), compare, hold out, plot, add sections, write."""
     warn: list[str] = []
@@ -578,6 +585,9 @@ def _build(
         (None, "auto") if source.table and hparams is None else load_laws(sweep_dir, hparams, warn)
     )
     all_runs, done_all, curves, loaded = source.collected or collect(sweep_dir)
+    every_recipe = done_all  # the Recipes section compares them; the other sections fit REF's runs
+    ref = recipes.ref_recipe(done_all, None if source.table else sweep_dir)
+    all_runs, done_all = recipes.ref_only(all_runs, ref), recipes.ref_only(done_all, ref)
     done, hp = select_best(all_runs, done_all)
     done = _use_n_params(done, n_params)
     budgets_swept = sorted(done["budget"].unique())
@@ -621,6 +631,11 @@ def _build(
     rep["sections"] = _sections(
         source, out, fit, requested, budgets, hardware, gpus, hp_laws, unique_tokens, warn
     )
+    rep["sections"] += _recipes_section(
+        every_recipe, source, out, budgets, bootstrap, seed, recipes_from, warn
+    )
+    if ref is not None:
+        rep["notes"].append(f"recipes: every section but 'Recipes' is fitted to the first recipe, {ref}")
     rep["paths"] = _paths(out)
     _write_outputs(rep, out)
     return rep
@@ -640,6 +655,30 @@ def _sections(
     if rl is not None:
         sections.append(rl)
     return sections
+
+
+RECIPES_BOOTSTRAP = 200  # the Recipes section's joint bootstrap (at most; `compare`'s default)
+
+
+def _recipes_section(
+    table: pd.DataFrame, source: Source, out: pathlib.Path, budgets, bootstrap: int, seed: int, more, warn
+) -> list[dict]:
+    """The "Recipes" section (analysis.compare.section) when there are recipes to compare."""
+    try:
+        sec = recipes.recipes_section(
+            table,
+            str(source.path),
+            out,
+            budgets,
+            min(bootstrap, RECIPES_BOOTSTRAP),
+            seed,
+            more,
+            None if source.table else source.path,
+        )
+    except AnalysisError as e:
+        warn.append(f"no Recipes section: {e}")
+        return []
+    return [] if sec is None else [sec]
 
 
 def select_best(all_runs: pd.DataFrame, done: pd.DataFrame) -> tuple[pd.DataFrame, Selection | None]:

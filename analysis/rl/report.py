@@ -170,7 +170,13 @@ class RLFits:
             {"rank": None, "label": label, "runs": [str(r) for r in self.recipe(label).runs], "error": msg}
             for label, msg in self.errors.items()
         ]
-        return {"runs_dir": self.runs_dir, "fit_until_frac": self.fit_until_frac, "recipes": rows}
+        ok = [k for k in ranked if not self.results[k]["flags"]]
+        return {
+            "runs_dir": self.runs_dir,
+            "fit_until_frac": self.fit_until_frac,
+            "winner": ok[0] if ok else None,
+            "recipes": rows,
+        }
 
 
 def fit_recipes(runs_dir: str | pathlib.Path, fit_until_frac: float = 0.5) -> RLFits:
@@ -353,6 +359,54 @@ def _ranking_row(fits: RLFits, rank_no: int, label: str) -> str:
     )
 
 
+def _sigmoid_log_compute(p: dict, R: np.ndarray) -> np.ndarray:
+    """log C at which a fitted sigmoid reaches reward R: -inf at or below R0, +inf at or above A."""
+    A, B, C_mid, R0 = (float(p[k]) for k in ("A", "B", "C_mid", "R0"))
+    with np.errstate(all="ignore"):
+        out = math.log(C_mid) - np.log((A - R0) / (np.asarray(R, float) - R0) - 1) / B
+    return np.where(R <= R0, -np.inf, np.where(R >= A, np.inf, out))
+
+
+def multiplier(ref: dict, other: dict, C: np.ndarray) -> np.ndarray:
+    """The compute multiplier of `other` over `ref` (fitted sigmoid parameters) at compute C: the
+    compute `ref` needs to reach `other`'s reward at C, divided by C (> 1: `other` is better), as
+    `python -m analysis compare` defines it for pretraining ladders; capped to [1e-6, 1e6]."""
+    C = np.asarray(C, float)
+    log_m = _sigmoid_log_compute(ref, predict("sigmoid", other, C)) - np.log(C)
+    return np.exp(np.clip(log_m, -math.log(1e6), math.log(1e6)))
+
+
+def winner_lines(fits: RLFits, reach: float = 100.0) -> list[str]:
+    """The winner (rank 1) and each other identified recipe's multiplier over it at the largest
+    compute both reached, with the crossover (where the winner changes) up to `reach` x that
+    compute: the words of `python -m analysis compare` (multiplier, interval, winner, crossover)."""
+    ok = [k for k in rank(fits.results) if not fits.results[k]["flags"]]
+    if not ok:
+        return []
+    lines = ["", f"Winner: {ok[0]} (rank 1: the highest ceiling A, or at a tie in A the most efficient B)."]
+    if len(ok) < 2:
+        return lines
+    win = fits.results[ok[0]]["params"]
+    parts = []
+    for label in ok[1:]:
+        common = min(max(float(c.compute[-1]) for c in fits.recipe(x).curves) for x in (ok[0], label))
+        grid = np.geomspace(common / 1e3, common * reach, 200)
+        m = multiplier(win, fits.results[label]["params"], grid)
+        at = float(multiplier(win, fits.results[label]["params"], np.array([common]))[0])
+        sign = np.sign(np.log(m))
+        cross = np.flatnonzero(sign[:-1] * sign[1:] < 0)
+        where = f"crossover at C = {grid[cross[0] + 1]:.3g}" if cross.size else "no crossover"
+        parts.append(f"{label}: multiplier {at:.3g} at C = {common:.3g}, {where}")
+    lines += [
+        "",
+        f"Multiplier of each recipe over the winner: the compute {ok[0]} needs to reach the recipe's fitted "
+        "reward at C, divided by C (> 1: the recipe is better there), at the largest compute both reached; "
+        f"crossover: where the winner changes, from C/1000 to {reach:g}x C. From the fitted curves (point "
+        "estimates; the interval column is A's 95% profile-likelihood interval): " + "; ".join(parts) + ".",
+    ]
+    return lines
+
+
 def _seed_spread_lines(fits: RLFits) -> list[str]:
     lines = []
     for label, res in fits.results.items():
@@ -388,11 +442,12 @@ def section_markdown(fits: RLFits, gao: list[str]) -> str:
         "Ranking: by ceiling A; recipes whose A intervals overlap are ordered by efficiency B; "
         "flagged recipes last, by observed gain per decade.",
         "",
-        "| rank | recipe | runs | A [95% CI] | B | C_mid | flags / gain per decade | final pass@1 | "
+        "| rank | recipe | runs | A [95% interval] | B | C_mid | flags / gain per decade | final pass@1 | "
         f"prediction from {fits.fit_until_frac:g} of C: pred vs actual (abs err) |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     lines += [_ranking_row(fits, i, label) for i, label in enumerate(rank(fits.results), 1)]
+    lines += winner_lines(fits)
     lines += _seed_spread_lines(fits)
     lines += [f"\n{label}: not fitted ({msg})." for label, msg in fits.errors.items()]
     if gao:

@@ -39,6 +39,7 @@ from experiments.sweeps.grid import plan_sweep
 from experiments.sweeps.hparams import PROBE
 from experiments.sweeps.ladder import LadderError
 from experiments.sweeps.limits import record_launch
+from experiments.sweeps.recipes import recipe_label, recipe_overrides
 from experiments.sweeps.runs import decide, read_status, run_dirname, run_id
 from models.base.diskspace import DiskFull, disk_full_of
 from models.base.errors import ConfigError
@@ -180,6 +181,14 @@ class ScalelabSweeper(Sweeper):
                 "the scalelab sweeper needs a `sweep` config node: "
                 "select a preset with +sweep=isoflop (or model_ladder, data_ladder, layouts)"
             )
+        if sweep.get("recipes"):  # one ladder per recipe, each planned with its overrides (sweeps/recipes.py)
+            try:
+                recipes = recipe_overrides(sweep["recipes"])
+            except LadderError as e:
+                raise SweepError(str(e)) from None
+            for _name, recipe in recipes:
+                self._plan_combo(combo + recipe, sweep_dir, seen, launch, records)
+            return
         try:
             self.early_stop = EarlyStop.parse(sweep.get("early_stop"))
         except ConfigError as e:
@@ -189,6 +198,7 @@ class ScalelabSweeper(Sweeper):
             planned = plan_sweep(run_cfg, sweep, corpus_tokens=_corpus_tokens(run_cfg, sweep))
         except LadderError as e:
             raise SweepError(str(e)) from None
+        planned = [dc.replace(p, label=recipe_label(p.label, sweep.get("recipe"))) for p in planned]
         self.dry_run = self.dry_run or bool(sweep.get("dry_run", False))
         if sweep.get("branches"):
             planned = self._with_branches(planned, combo, sweep, run_cfg, sweep_dir)

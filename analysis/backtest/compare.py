@@ -1,0 +1,122 @@
+"""The `compare` protocol: hide the top budgets of both recipes' ladders, fit every candidate method
+of `python -m analysis compare` below the cut, and score its compute multipliers on the budgets it
+did not see.
+
+The table holds both ladders with a recipe column (`recipe`, or `sweep.recipe` from a
+`sweep.recipes` sweep); REF is the recipe of its first row, every other recipe is compared with it.
+The truth at each of OTHER's hidden budgets is the multiplier measured on all the runs
+(`analysis.compare.measure`: REF's measured frontier read at OTHER's best loss, no law), so it
+favours no method. Score: |log2| of predicted over measured multiplier (1 = a factor of 2), the
+share of measured multipliers inside the method's 90% interval, and in each method's note how
+often it names the right winner where the measured multiplier is beyond +-7% (`WINNER_BAND`).
+The cut (default): the top third of the ladders' span of log C, `--holdout-above C` to move it.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import numpy as np
+import pandas as pd
+
+from analysis.backtest.losses import Options
+from analysis.backtest.result import Backtest, MethodScore, Metric, Point
+from analysis.compare.comparison import compare_pair
+from analysis.compare.ladders import Ladder, check_pair, choose_ref, split_by
+from analysis.compare.measure import measured
+from analysis.compare.methods import BASELINE, DEFAULT, Method
+from models.base.errors import AnalysisError
+
+WINNER_BAND = 0.07  # a measured multiplier within +-7% of 1 names no winner
+HOLD_SHARE = 1 / 3  # the default cut hides the top third of the ladders' log-C span
+MIN_FIT_BUDGETS = 3  # each recipe keeps at least this many budgets below the cut
+
+
+def default_cut(ref: Ladder, others: list[Ladder]) -> float:
+    """The top `HOLD_SHARE` of the ladders' log-C span hidden, moved up while a recipe would keep
+    fewer than `MIN_FIT_BUDGETS` budgets below it."""
+    C = np.concatenate([x.C for x in (ref, *others)])
+    lo, hi = float(np.log(C.min())), float(np.log(C.max()))
+    cut = math.exp(hi - HOLD_SHARE * (hi - lo))
+    for x in (ref, *others):
+        fc = x.frontier()[0]
+        if (fc <= cut).sum() < MIN_FIT_BUDGETS and fc.size >= MIN_FIT_BUDGETS + 1:
+            cut = max(cut, float(np.sqrt(fc[MIN_FIT_BUDGETS - 1] * fc[MIN_FIT_BUDGETS])))
+    return cut
+
+
+def _winner_note(actual: np.ndarray, pred: np.ndarray) -> str:
+    clear = np.abs(np.log(actual)) > math.log1p(WINNER_BAND)
+    if not clear.any():
+        return f"no measured multiplier beyond ±{WINNER_BAND:.0%}"
+    right = np.sign(np.log(pred[clear])) == np.sign(np.log(actual[clear]))
+    return f"winner right {int(right.sum())}/{int(clear.sum())} (measured beyond ±{WINNER_BAND:.0%})"
+
+
+def compare_protocol(df: pd.DataFrame, opt: Options) -> Backtest:
+    """Every compare method fitted below the cut, scored on the measured multipliers above it."""
+    ref, others = choose_ref(split_by(df, "recipe", "the table", opt.columns), None, "recipe")
+    for o in others:
+        check_pair(ref, o)
+    cut = opt.holdout_above if opt.holdout_above is not None else default_cut(ref, others)
+    truths = {o.name: measured(ref, o, above=cut) for o in others}
+    n_held = sum(t.C.size for t in truths.values())
+    if not n_held:
+        raise AnalysisError(
+            f"no budget of {', '.join(o.name for o in others)} above C = {cut:.4g} has a measured multiplier "
+            "(REF's runs must reach its loss); lower --holdout-above"
+        )
+    fitted = {x.name: x.below(cut) for x in (ref, *others)}
+    for name, x in fitted.items():
+        if x.n < 3 or x.n_budgets < 2:
+            raise AnalysisError(
+                f"{name}: {x.n} run(s) in {x.n_budgets} budget(s) at or below C = {cut:.4g}; nothing to fit "
+                "on: raise --holdout-above"
+            )
+    methods = []
+    for m in (x for x in Method if not opt.only_default or x in (BASELINE, DEFAULT)):
+        pts, notes = [], []
+        for o in others:
+            t = truths[o.name]
+            if not t.C.size:
+                continue
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    pc, _ = compare_pair(fitted[ref.name], fitted[o.name], m, t.C, opt.bootstrap, opt.seed)
+            except AnalysisError as e:
+                notes.append(f"{o.name}: not fitted: {e}")
+                continue
+            by_c = {b.C: b for b in pc.budgets}
+            for c, lm in zip(t.C, t.log_m):
+                b = by_c[float(c)]
+                pts.append(Point({"C": float(c)}, math.exp(lm), b.multiplier, b.lo, b.hi))
+        if pts:
+            a = np.array([p.actual for p in pts])
+            f = np.array([p.predicted for p in pts])
+            notes.append("names no winner" if m == BASELINE else _winner_note(a, f))
+        methods.append(
+            MethodScore(
+                str(m), tuple(pts), baseline=m == BASELINE, default=m == DEFAULT, note="; ".join(notes)
+            )
+        )
+    unmeasured = sum(t.n_unmeasured for t in truths.values())
+    what = f"budgets with C > {cut:.4g}"
+    cut_d = {
+        "what": what,
+        "threshold": float(cut),
+        "n_fit": int(sum(x.n for x in fitted.values())),
+        "n_held_out": int(n_held),
+        "n_unmeasured": int(unmeasured),
+        "ref": ref.name,
+        "others": [o.name for o in others],
+        "extrapolated_truths": int(sum(int(t.extrapolated.sum()) for t in truths.values())),
+    }
+    warn = ()
+    if unmeasured:
+        warn = (
+            f"{unmeasured} hidden budget(s) have no measured multiplier: REF's frontier does not reach their "
+            "loss within half a decade of its budgets",
+        )
+    return Backtest("compare", cut_d, Metric.LOG2, tuple(methods), warnings=warn)

@@ -1,0 +1,350 @@
+"""REF against OTHER: a method's multipliers at the requested budgets, with honest intervals.
+
+The interval of log m at budget C is the bootstrap's spread (`methods.PairFit.log_m_samples`,
+deviations from its median) plus a Gaussian term whose sd grows with the distance beyond the
+ladders, measured on the ladders themselves by forward chaining (the project's error model,
+`analysis.laws.intervals.PredictionError`, via `validation.forward_cuts` and
+`validation.drift_from_folds`): refitted below each cut, the method predicts the multipliers
+measured above it (`analysis.compare.measure`), and the errors give a budget offset and a drift
+per decade. A bootstrap alone is far too narrow 100x beyond a ladder: it knows the noise of the
+runs, not how a recipe's advantage moves with scale.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+
+from analysis import validation
+from analysis.compare import frontiers as fr
+from analysis.compare.ladders import Ladder
+from analysis.compare.measure import measured
+from analysis.compare.methods import AUTO_CANDIDATES, DEFAULT, JOINT_LAWS, Method, PairFit, fit_pair
+from analysis.compare.result import BudgetMultiplier, Comparison, Crossover, PairComparison, Trend
+from analysis.laws.intervals import PredictionError
+from models.base.errors import AnalysisError
+
+FOLDS = 3  # forward-chaining cuts of the error model (each refits the method once)
+DRAWS = 4000  # samples of bootstrap deviation + Gaussian term behind each interval and probability
+REACH = 100.0  # the crossover is looked for up to this many times the ladders' top budget
+GRID = 200  # points of the m(C) curve (figure, crossover)
+
+
+def top_budget(ref: Ladder, other: Ladder) -> float:
+    """The ladders' largest budget: the larger of the two ladders' largest best-run budgets."""
+    return float(max(ref.frontier()[0].max(), other.frontier()[0].max()))
+
+
+def default_budgets(ref: Ladder, others: Sequence[Ladder]) -> list[float]:
+    """The ladders' top budget, 10x and 100x it."""
+    top = max(top_budget(ref, o) for o in others)
+    return [top, 10 * top, 100 * top]
+
+
+@dataclass(frozen=True)
+class ErrorModel:
+    """A method's forward-chaining error on the ladders: of log m at a budget (`pe`: a budget
+    offset and a drift per decade beyond the ladders) and of the trend (`trend_sd`: the RMS error of
+    the fitted slope of log m against log C over each fold's hidden budgets). No fold scored: the
+    bootstrap alone."""
+
+    pe: PredictionError
+    trend_sd: float = 0.0
+
+    @property
+    def n_folds(self) -> int:
+        return self.pe.n_folds
+
+    def sd(self, C: np.ndarray) -> np.ndarray:
+        C = np.atleast_1d(np.asarray(C, float))
+        return self.pe.sd(self.pe.decades(C)) if self.n_folds else np.zeros(C.size)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**self.pe.to_dict(), "trend_sd": self.trend_sd}
+
+
+def _slope(logC: np.ndarray, y: np.ndarray) -> float:
+    return float(np.polyfit(logC, y, 1)[0]) if logC.size >= 2 and np.ptp(logC) > 0 else math.nan
+
+
+def error_model(ref: Ladder, other: Ladder, method: Method, seed: int = 0) -> ErrorModel:
+    """The method's forward-chaining error on these ladders (`FOLDS` cuts): each fold refits the
+    method below its cut and predicts the multipliers measured above it."""
+    cuts = validation.forward_cuts(np.concatenate([ref.C, other.C]), max_folds=FOLDS)
+    errors, decades, folds, slopes = [], [], [], []
+    start = None
+    if method in JOINT_LAWS and cuts:  # every fold searches from the full fit's optimum (and a few more)
+        try:
+            start = fit_pair(ref, other, method, bootstrap=0, seed=seed).params
+        except AnalysisError:
+            start = None
+    for cut in cuts:
+        r, o = ref.below(cut), other.below(cut)
+        meas = measured(ref, other, above=cut)
+        if not meas.C.size or min(r.n_budgets, np.unique(r.N).size, np.unique(r.D).size) < 2:
+            continue
+        if min(o.n_budgets, np.unique(o.N).size, np.unique(o.D).size) < 2:
+            continue
+        try:
+            pf = fit_pair(ref, other, method, bootstrap=0, seed=seed, cut=cut, start=start)
+        except AnalysisError:
+            continue
+        e = pf.log_m(meas.C) - meas.log_m
+        ok = np.isfinite(e)
+        if not ok.any():
+            continue
+        top = max(r.C.max(), o.C.max())
+        errors.append(e[ok])
+        decades.append(np.log10(meas.C[ok] / top))
+        folds.append((float(cut), float(np.mean(np.abs(e[ok])))))
+        lc = np.log(meas.C[ok])
+        slopes.append(_slope(lc, pf.log_m(meas.C[ok])) - _slope(lc, meas.log_m[ok]))
+    budget_sd, drift = validation.drift_from_folds(errors, decades, 0.0)
+    s = np.array([x for x in slopes if math.isfinite(x)])
+    pe = PredictionError(
+        noise_sd=0.0,
+        budget_sd=budget_sd,
+        drift_per_decade=drift,
+        scale_max=top_budget(ref, other),
+        scale_role="C",
+        n_folds=len(folds),
+        n_fold_points=int(sum(e.size for e in errors)),
+        fold_mae=validation.fold_mae(errors),
+        method="bootstrap + forward-chaining budget offset and drift of log m",
+        fold_errors=tuple(folds),
+    )
+    return ErrorModel(pe, float(np.sqrt(np.mean(s**2))) if s.size else 0.0)
+
+
+def _draws(samples: np.ndarray | None, sd: np.ndarray, seed: int) -> np.ndarray:
+    """(DRAWS, G) deviations of log m: a bootstrap row's deviation from the median plus N(0, sd^2)."""
+    rng = np.random.default_rng(seed)
+    z = rng.standard_normal((DRAWS, sd.size)) * sd
+    if samples is None or len(samples) < 10:
+        return z
+    s = np.where(np.isfinite(samples), samples, np.nan)
+    dev = s - np.nanmedian(s, axis=0, keepdims=True)
+    return dev[rng.integers(0, len(s), DRAWS)] + z
+
+
+def _p_positive(x: np.ndarray) -> np.ndarray:
+    with np.errstate(invalid="ignore"):
+        return np.nanmean(x > 0, axis=0) + 0.5 * np.nanmean(x == 0, axis=0)
+
+
+def _winner(log_m: float, ref: str, other: str) -> str | None:
+    return None if log_m == 0 or not math.isfinite(log_m) else (other if log_m > 0 else ref)
+
+
+Z90 = validation.norm_ppf(0.5 + validation.PREDICTION_LEVEL / 2)
+
+
+def shrunk(log_m: np.ndarray, draws: np.ndarray) -> np.ndarray:
+    """log m pulled towards 0 (no difference) by its own uncertainty: the positive-part James-Stein
+    (empirical Bayes) factor max(0, 1 - sigma^2 / log m^2), sigma the sd of the predictive draws (from
+    their 90% range). A multiplier within its noise of 1 becomes 1; a clear one is kept."""
+    lo, hi = validation.percentile_interval(draws)
+    sigma = (hi - lo) / (2 * Z90)
+    with np.errstate(all="ignore"):
+        w = np.where(log_m != 0, np.clip(1 - sigma**2 / log_m**2, 0.0, 1.0), 0.0)
+    return np.where(np.isfinite(w), w, 0.0) * log_m
+
+
+def _predictive(
+    pf: PairFit, em: ErrorModel, C: np.ndarray, seed: int, shrink: bool
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(the point log m, draws around it, the draws around the unshrunk fit) at budgets C: the
+    bootstrap deviation plus the error model's Gaussian term; with `shrink`, the point and its draws
+    moved by `shrunk` (P(OTHER better) stays that of the fit's own draws)."""
+    lm = pf.log_m(C)
+    x = np.clip(lm + _draws(pf.log_m_samples(C), em.sd(C), seed), -fr.LOG_CAP, fr.LOG_CAP)
+    if not shrink:
+        return lm, x, x
+    s = shrunk(lm, x)
+    return s, x - lm + s, x
+
+
+def _budgets(pf: PairFit, em: ErrorModel, C: np.ndarray, ref: str, other: str, seed: int, shrink: bool):
+    lm, x, raw = _predictive(pf, em, C, seed, shrink)
+    lo, hi = validation.percentile_interval(x)
+    p = _p_positive(raw)
+    return [
+        BudgetMultiplier(
+            float(c),
+            math.exp(lm[i]),
+            float(math.exp(min(lo[i], lm[i]))),
+            float(math.exp(max(hi[i], lm[i]))),
+            float(p[i]),
+            _winner(float(lm[i]), ref, other),
+            capped=bool(lm[i] >= fr.LOG_CAP - 1e-9),
+        )
+        for i, c in enumerate(C)
+    ]
+
+
+def _trend(pf: PairFit, em: ErrorModel, C: np.ndarray, seed: int, shrink: bool) -> Trend:
+    c1, c2 = float(np.min(C)), float(np.max(C))
+    if c2 < 1.01 * c1:
+        c1, c2 = c1 / math.sqrt(10), c1 * math.sqrt(10)
+    ends = np.array([c1, c2])
+    span = math.log(c2 / c1)
+    lm = pf.log_m(ends)
+    slope = float((lm[1] - lm[0]) / span)
+    centre = _predictive(pf, em, ends, seed, shrink)[0]
+    shift = float((centre[1] - centre[0]) / span) - slope  # 0 unless the ends were shrunk
+    s = pf.log_m_samples(ends)
+    samples = None if s is None else ((s[:, 1] - s[:, 0]) / span)[:, None]
+    # the drift of log m per decade, as a slope; or the folds' own slope errors, whichever is larger
+    sd = np.array([max(em.pe.drift_per_decade / math.log(10), em.trend_sd) if em.n_folds else 0.0])
+    lo, hi = validation.percentile_interval(slope + shift + _draws(samples, sd, seed + 1))
+    slope += shift
+    return Trend(slope, float(min(lo[0], slope)), float(max(hi[0], slope)), (c1, c2))
+
+
+def _crossover(
+    pf: PairFit, start: float, end: float, ref: str, other: str
+) -> tuple[Crossover, np.ndarray, np.ndarray]:
+    C = np.geomspace(start, end, GRID)
+    lm = pf.log_m(C)
+    point = fr.first_crossing(np.log(C), lm)[0]
+    s = pf.log_m_samples(C)
+    lo = hi = None
+    share = math.nan
+    if s is not None:
+        cross = fr.first_crossing(np.log(C), s)
+        share = float(np.mean(np.isfinite(cross)))
+        if np.isfinite(cross).sum() >= 10:
+            lo, hi = validation.percentile_bounds(np.log(cross[np.isfinite(cross)]))
+            lo, hi = math.exp(lo), math.exp(hi)
+    if not math.isfinite(point):
+        return Crossover(None, lo, hi, share, start, end), C, lm
+    j = int(np.searchsorted(C, point))
+    below, above = (
+        _winner(float(lm[max(j - 1, 0)]), ref, other),
+        _winner(float(lm[min(j, GRID - 1)]), ref, other),
+    )
+    return Crossover(float(point), lo, hi, share, start, end, below, above), C, lm
+
+
+def _frontier_record(f: fr.Frontier | None) -> dict | None:
+    if f is None:
+        return None
+    E, lg, ga = (float(v) for v in f.params)
+    return {
+        "E": E,
+        "G": math.exp(lg) if math.isfinite(lg) else None,
+        "gamma": ga,
+        "form": "L*(C) = E + G C^-gamma",
+        "points": {"C": list(f.points_C), "loss": list(f.points_loss)},
+    }
+
+
+def compare_pair(
+    ref: Ladder,
+    other: Ladder,
+    method: Method | str,
+    budgets: Sequence[float],
+    bootstrap: int = 200,
+    seed: int = 0,
+    folds: bool = True,
+) -> tuple[PairComparison, PairFit]:
+    """REF against OTHER under `method` at `budgets` (and the fit behind it)."""
+    method = Method(method)
+    shrink = method == Method.SHRUNK
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        chosen, em, why = (
+            choose_method(ref, other, seed) if method in (Method.AUTO, Method.SHRUNK) else (method, None, "")
+        )
+        pf = fit_pair(ref, other, chosen, bootstrap, seed)
+        if em is None:
+            em = error_model(ref, other, chosen, seed) if folds else error_model_none(ref, other)
+        C = np.asarray(sorted(budgets), float)
+        rows = _budgets(pf, em, C, ref.name, other.name, seed, shrink)
+        trend = _trend(pf, em, C, seed, shrink)
+        top = top_budget(ref, other)
+        start = float(min(ref.C.min(), other.C.min()))
+        cross, grid, lm = _crossover(
+            pf, start, REACH * max(top, float(C.max()) / REACH), ref.name, other.name
+        )
+        lm, x, _ = _predictive(pf, em, grid, seed, shrink)  # the crossover: the fit's own sign change
+        lo, hi = validation.percentile_interval(x)
+    note = "; ".join(x for x in (why, pf.note) if x)
+    if not em.n_folds and chosen != Method.NO_DIFFERENCE:
+        note = (
+            note + "; " if note else ""
+        ) + "no forward-chaining fold could be scored: bootstrap intervals only"
+    return (
+        PairComparison(
+            ref.name,
+            other.name,
+            str(method),
+            tuple(rows),
+            trend,
+            cross,
+            em.to_dict(),
+            {ref.name: _frontier_record(pf.ref), other.name: _frontier_record(pf.other)},
+            top,
+            note,
+            (grid, np.exp(lm), np.exp(np.minimum(lo, lm)), np.exp(np.maximum(hi, lm))),
+        ),
+        pf,
+    )
+
+
+def choose_method(ref: Ladder, other: Ladder, seed: int = 0) -> tuple[Method, ErrorModel, str]:
+    """`auto`: (the method, its error model, why): the first of `AUTO_CANDIDATES` unless another
+    predicts the multipliers above every forward-chaining cut better by the parsimony margin
+    (`validation.choose_against`, the rule `fit --law auto` uses)."""
+    models, folds = {}, {}
+    for m in AUTO_CANDIDATES:
+        try:
+            models[m] = error_model(ref, other, m, seed)
+        except AnalysisError:
+            continue
+        folds[str(m)] = {cut: mae for cut, mae in models[m].pe.fold_errors}
+    if not models:
+        raise AnalysisError("method auto: no candidate could be fitted to these ladders")
+    order = [str(m) for m in AUTO_CANDIDATES if m in models]
+    pick = Method(validation.choose_against(order[0], folds, order))
+    scores = ", ".join(f"{k} {v.pe.fold_mae:.3f}" for k, v in models.items() if math.isfinite(v.pe.fold_mae))
+    return pick, models[pick], f"auto chose {pick} (fold mean |log m| error: {scores or 'none scored'})"
+
+
+def error_model_none(ref: Ladder, other: Ladder) -> ErrorModel:
+    """No error model (the bootstrap alone)."""
+    return ErrorModel(PredictionError(0.0, 0.0, 0.0, top_budget(ref, other), "C", 0, 0))
+
+
+def compare_recipes(
+    ref: Ladder,
+    others: Sequence[Ladder],
+    method: Method | str | None = None,
+    budgets: Sequence[float] | None = None,
+    bootstrap: int = 200,
+    seed: int = 0,
+) -> tuple[Comparison, list[PairFit]]:
+    """REF against every OTHER at `budgets` (default: the top budget, 10x and 100x it) under
+    `method` (default: the one the backtest zoo chose, `methods.DEFAULT`)."""
+    method = Method(method) if method is not None else DEFAULT
+    if bootstrap < 0:
+        raise AnalysisError(f"--bootstrap must be >= 0 (got {bootstrap})")
+    requested = sorted(budgets) if budgets else default_budgets(ref, others)
+    pairs, fits = [], []
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for o in others:
+            pc, pf = compare_pair(ref, o, method, requested, bootstrap, seed)
+            pairs.append(pc)
+            fits.append(pf)
+    seen = dict.fromkeys(
+        str(w.message).splitlines()[0] for w in caught if issubclass(w.category, UserWarning)
+    )
+    sources = {x.name: x.source for x in (ref, *others)}
+    return Comparison(
+        ref.name, str(method), tuple(pairs), tuple(requested), bootstrap, sources, tuple(seen)
+    ), fits

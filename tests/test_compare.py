@@ -1,0 +1,220 @@
+"""`python -m analysis compare` (issue "Which recipe wins, and by how much compute"): the multiplier
+of a synthetic pair with a known constant multiplier and of one whose multiplier drifts with scale,
+each recovered inside its 90% interval; the crossover of the drifting pair found; the JSON keys
+the interface check reads; bad input as one line; the `compare` backtest protocol.
+
+The synthetic pairs are the zoo's (benchmarks/backtest_zoo.py `recipe_pair`): IsoFLOP ladders of
+7 budgets (1e17-1e20) x 7 shapes, 0.5% noise; the exact multiplier is `true_log_m`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import pathlib
+import sys
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from analysis.cli import main
+from analysis.compare import frontiers as fr
+from analysis.compare.comparison import compare_recipes
+from analysis.compare.ladders import ladder_of
+from analysis.compare.methods import DEFAULT, Method
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "benchmarks"))
+
+import backtest_zoo as zoo  # noqa: E402
+
+BUDGETS = [1e18, 1e20, 1e21, 1e22]
+
+
+def _ladders(df: pd.DataFrame):
+    return tuple(ladder_of(df[df.recipe == r].drop(columns="recipe"), r, r) for r in ("ref", "other"))
+
+
+@pytest.fixture(scope="module")
+def constant():
+    ref, other = _ladders(zoo.recipe_pair(0, 2.0))
+    return compare_recipes(ref, [other], None, BUDGETS, bootstrap=40, seed=0)[0]
+
+
+@pytest.fixture(scope="module")
+def drifting():
+    ref, other = _ladders(zoo.recipe_pair(1, drift=0.1))
+    return compare_recipes(ref, [other], None, BUDGETS, bootstrap=40, seed=0)[0]
+
+
+def test_a_constant_multiplier_is_recovered_inside_its_interval(constant):
+    (p,) = constant.others
+    assert constant.method == str(DEFAULT)
+    for b in p.budgets[1:]:  # at and beyond the top budget (1e20): true m = 2
+        assert b.lo <= 2.0 <= b.hi, (b.C, b.multiplier, b.lo, b.hi)
+        assert b.winner == "other" and b.p_other_better > 0.95
+    assert p.trend.lo <= 0.0 <= p.trend.hi, p.trend  # constant: no drift
+    assert p.crossover.C is None
+
+
+def test_a_drifting_multiplier_is_recovered_and_its_crossover_found(drifting):
+    (p,) = drifting.others
+    truth = np.exp(zoo.true_log_m(1.0, 0.1, BUDGETS))  # 1 at 1e18, 2.5 at 1e22
+    for b, t in zip(p.budgets, truth):
+        assert b.lo <= t <= b.hi, (b.C, b.multiplier, b.lo, b.hi, t)
+    assert p.trend.lo <= 0.1 <= p.trend.hi, p.trend
+    c = p.crossover
+    assert c.C is not None and 5e17 < c.C < 2e18, c  # true crossing at 1e18
+    assert (c.winner_below, c.winner_above) == ("ref", "other")
+
+
+def test_the_multiplier_formula_inverts_the_frontier():
+    """m(C) = C_REF(L*_OTHER(C)) / C: OTHER = REF at twice the compute gives m = 2 everywhere, and a
+    loss below REF's floor is the ceiling."""
+    ref = np.array([1.8, math.log(50.0), 0.15])
+    other = np.array([1.8, math.log(50.0) - 0.15 * math.log(2.0), 0.15])  # L*_o(C) = L*_ref(2C)
+    C = np.geomspace(1e18, 1e24, 7)
+    assert np.allclose(np.exp(fr.log_multiplier(ref, other, C)), 2.0)
+    below = np.array([1.5, math.log(50.0), 0.15])
+    assert np.allclose(fr.log_multiplier(ref, below, [1e30]), fr.LOG_CAP)
+
+
+@pytest.fixture(scope="module")
+def tables(tmp_path_factory):
+    d = tmp_path_factory.mktemp("pair")
+    df = zoo.recipe_pair(0, 2.0)
+    df.to_csv(d / "both.csv", index=False)
+    for r in ("ref", "other"):
+        df[df.recipe == r].drop(columns="recipe").to_csv(d / f"{r}.csv", index=False)
+    return d
+
+
+def test_cli_json_text_markdown_and_figure(tables, capsys):
+    d = tables
+    out = d / "cmp.json"
+    rc = main(
+        [
+            "compare",
+            str(d / "ref.csv"),
+            str(d / "other.csv"),
+            "--budget",
+            "1e20,1e21",
+            "--method",
+            "frontier_power_laws",
+            "--bootstrap",
+            "30",
+            "--json",
+            str(out),
+            "--markdown",
+            str(d / "cmp.md"),
+            "--figure",
+            str(d / "cmp.png"),
+        ]
+    )
+    text = capsys.readouterr().out
+    assert rc == 0, text
+    j = json.loads(out.read_text())
+    assert j["ref"] == "ref" and j["method"] == "frontier_power_laws" and j["level"] == 0.9
+    (o,) = j["others"]
+    for key in ("other", "budgets", "trend", "crossover"):
+        assert j[key] == o[key]  # a single OTHER: its keys also at the top level
+    assert [b["C"] for b in o["budgets"]] == [1e20, 1e21]
+    for b in o["budgets"]:
+        lo, hi = b["interval"]
+        assert 0 < lo <= b["multiplier"] <= hi and 0 <= b["p_other_better"] <= 1
+    assert set(o["trend"]) >= {"dlog_m_dlog_C", "interval"}
+    assert "multiplier" in text and "winner" in text and "crossover" in text and "90% interval" in text
+    assert "| budget C | multiplier |" in (d / "cmp.md").read_text()
+    assert (d / "cmp.png").stat().st_size > 10_000
+
+
+def test_by_recipe_with_ref_and_default_budgets(tables, capsys):
+    rc = main(
+        [
+            "compare",
+            str(tables / "both.csv"),
+            "--by",
+            "recipe",
+            "--ref",
+            "other",
+            "--method",
+            "no_difference",
+            "--json",
+            "-",
+        ]
+    )
+    j = json.loads(capsys.readouterr().out)
+    assert rc == 0
+    assert j["ref"] == "other" and j["other"] == "ref"
+    top = j["top_budget"]
+    assert [b["C"] for b in j["budgets"]] == pytest.approx([top, 10 * top, 100 * top])
+    assert all(b["multiplier"] == 1.0 and b["winner"] is None for b in j["budgets"])
+
+
+def _error(argv, capsys) -> str:
+    rc = main(argv)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and err[0].startswith("error: "), err
+    return err[0]
+
+
+def test_bad_input_is_one_line(tables, tmp_path, capsys):
+    one = pd.read_csv(tables / "ref.csv")
+    one = one[one.C == one.C.max()]
+    one.to_csv(tmp_path / "one.csv", index=False)
+    msg = _error(["compare", str(tmp_path / "one.csv"), str(tables / "other.csv")], capsys)
+    assert "one budget only" in msg and "one" in msg
+    # recipes scored on different losses: different loss columns, named
+    pd.read_csv(tables / "other.csv").rename(columns={"loss": "final_train_loss"}).to_csv(
+        tmp_path / "t.csv", index=False
+    )
+    msg = _error(["compare", str(tables / "ref.csv"), str(tmp_path / "t.csv")], capsys)
+    assert "different losses" in msg and "'loss'" in msg and "'final_train_loss'" in msg
+    # ... or run configs that measure the loss on different data
+    pd.read_csv(tables / "ref.csv").assign(**{"data.path": "a.txt"}).to_csv(tmp_path / "a.csv", index=False)
+    pd.read_csv(tables / "other.csv").assign(**{"data.path": "b.txt"}).to_csv(tmp_path / "b.csv", index=False)
+    msg = _error(["compare", str(tmp_path / "a.csv"), str(tmp_path / "b.csv")], capsys)
+    assert "different losses" in msg and "data.path" in msg and "'a.txt'" in msg
+    msg = _error(["compare", str(tables / "both.csv"), "--by", "recipe", "--ref", "nope"], capsys)
+    assert "nope" in msg and "ref, other" in msg
+    msg = _error(["compare", str(tables / "ref.csv")], capsys)
+    assert "recipe column" in msg
+    msg = _error(["compare", str(tables / "ref.csv"), str(tmp_path / "missing.csv")], capsys)
+    assert "missing.csv" in msg
+
+
+def test_the_command_offers_every_method():
+    from analysis.commands.compare import METHODS
+
+    assert set(METHODS) == {str(m) for m in Method}
+
+
+def test_backtest_protocol_compare_scores_the_default_against_the_baseline(capsys, tmp_path):
+    """Hidden top budgets of both ladders (the m = 2 pair): the baseline (m = 1) is off by a factor of
+    2, the default well within that and inside its interval; JSON in log2 units. (--only-default:
+    the zoo scores every candidate, `python benchmarks/backtest_zoo.py --only compare`.)"""
+    zoo.recipe_pair(0, 2.0).to_csv(tmp_path / "pair.csv", index=False)
+    out = tmp_path / "bt.json"
+    argv = ["backtest", str(tmp_path / "pair.csv"), "--protocol", "compare", "--only-default"]
+    assert main(argv + ["--bootstrap", "10", "--json", str(out)]) == 0, capsys.readouterr()
+    bt = json.loads(out.read_text())
+    assert bt["protocol"] == "compare" and bt["metric"] == "log2" and bt["cut"]["ref"] == "ref"
+    rows = {m["method"]: m for m in bt["methods"]}
+    assert set(rows) == {"no_difference", str(DEFAULT)}
+    assert rows["no_difference"]["baseline"] and rows[str(DEFAULT)]["default"]
+    assert rows["no_difference"]["mean_abs_log2_error"] > 0.8  # true m = 2: |log2| = 1
+    assert rows[str(DEFAULT)]["mean_abs_log2_error"] < 0.3
+    assert rows[str(DEFAULT)]["coverage_90"] == 1.0
+    assert "winner right 2/2" in rows[str(DEFAULT)]["note"]
+
+
+def test_rl_report_uses_the_same_multiplier():
+    """rl-report's multiplier between fitted sigmoids is compare's: the compute REF needs to reach
+    OTHER's reward, over C (the same curve at half the compute: 2 everywhere)."""
+    from analysis.rl.report import multiplier
+
+    ref = {"A": 0.8, "B": 1.5, "C_mid": 1e15, "R0": 0.1}
+    other = dict(ref, C_mid=5e14)
+    assert np.allclose(multiplier(ref, other, np.geomspace(1e13, 1e17, 5)), 2.0)
+    assert np.allclose(multiplier(other, ref, np.array([1e15])), 0.5)
+    assert multiplier(ref, dict(ref, A=0.9), np.array([1e18]))[0] == pytest.approx(1e6)  # beyond its ceiling
