@@ -48,8 +48,8 @@ def register(subparsers) -> None:
             "downstream",
             "curve",
             "cooldown",
-            "curve-prefix",
             "compare",
+            "curve-prefix",
         ),
         help="what is hidden (docs/analysis.md, 'Backtesting')",
     )
