@@ -13,6 +13,10 @@ Datasets (each a table and the protocols that apply to it):
 - Gemstones (McLeish et al. 2025): the cooldown branches' end losses (budget, frontier, size), the
   hot checkpoints every ~50B tokens (budget, size), hot + half-LR re-runs (lr: 2 learning rates per
   rung, which the protocol must refuse in one line);
+- recipe pairs (compare): Gadre et al.'s corpora pairwise on three validation losses, Gemstones at
+  full vs half learning rate, two synthetic IsoFLOP pairs (a constant multiplier of 2, one drifting
+  as C^0.1 through 1 at 1e18), our two learning-rate recipes (`recipes_lr.csv`: a `sweep.recipes`
+  demo sweep, docs/sweeps.md, "Recipes");
 - ours: synthetic repeated data (Muennighoff et al.'s form, R_D = 15: epochs), synthetic
   misspecified ladders (Kaplan's surface, not additive: budget, frontier, size), a synthetic LR
   ladder (lr), and runs tables of our presets when present under benchmarks/data/zoo/
@@ -602,9 +606,10 @@ Written by `python benchmarks/backtest_zoo.py --markdown docs/backtests.md` (do 
 Each row hides the top of one ladder (`python -m analysis backtest DATA --protocol P`), fits every
 candidate method below the cut and scores it on what it did not see. Errors: mean |relative error|
 of the loss (budget, frontier, size, epochs, curve), mean |log10| of the learning-rate optimum (lr),
-mean absolute error in accuracy points (downstream); in brackets the share of held-out values
-inside the method's 90% interval. How to read it: docs/analysis.md, "Backtesting". The zoo is
-development data only (../shared/data and our own ladders); held-back public ladders are not in it.
+mean absolute error in accuracy points (downstream), mean |log2| of the compute multiplier between
+two recipes (compare); in brackets the share of held-out values inside the method's 90% interval.
+How to read it: docs/analysis.md, "Backtesting". The zoo is development data only (../shared/data
+and our own ladders); held-back public ladders are not in it.
 """
 
 

@@ -189,23 +189,24 @@ def test_the_command_offers_every_method():
     assert set(METHODS) == {str(m) for m in Method}
 
 
-def test_backtest_protocol_compare_scores_the_default_against_the_baseline(capsys, tmp_path):
-    """Hidden top budgets of both ladders (the m = 2 pair): the baseline (m = 1) is off by a factor of
-    2, the default well within that and inside its interval; JSON in log2 units. (--only-default:
-    the zoo scores every candidate, `python benchmarks/backtest_zoo.py --only compare`.)"""
-    zoo.recipe_pair(0, 2.0).to_csv(tmp_path / "pair.csv", index=False)
+def test_backtest_protocol_compare_and_the_default_rule_on_our_cpu_pair(capsys, tmp_path):
+    """`backtest --protocol compare` on our two learning-rate recipes (benchmarks/data/zoo/
+    recipes_lr.csv, the zoo's dataset where the rule bites): the top budgets of both ladders hidden,
+    scored in log2; the default is no worse than the "no difference" baseline by more than 10% (the
+    unshrunk `auto` is 1.5x worse here: docs/analysis.md, "Comparing recipes"), inside its interval.
+    --only-default: the zoo scores every candidate (`python benchmarks/backtest_zoo.py --only compare`)."""
     out = tmp_path / "bt.json"
-    argv = ["backtest", str(tmp_path / "pair.csv"), "--protocol", "compare", "--only-default"]
-    assert main(argv + ["--bootstrap", "10", "--json", str(out)]) == 0, capsys.readouterr()
+    argv = ["backtest", str(zoo.OWN / "recipes_lr.csv"), "--protocol", "compare", "--only-default"]
+    assert main(argv + ["--bootstrap", "20", "--json", str(out)]) == 0, capsys.readouterr()
     bt = json.loads(out.read_text())
-    assert bt["protocol"] == "compare" and bt["metric"] == "log2" and bt["cut"]["ref"] == "ref"
+    assert bt["protocol"] == "compare" and bt["metric"] == "log2" and bt["cut"]["ref"] == "lr1e-2"
+    assert bt["cut"]["n_held_out"] == 2 and bt["cut"]["threshold"] == pytest.approx(4.64e11, rel=0.01)
     rows = {m["method"]: m for m in bt["methods"]}
     assert set(rows) == {"no_difference", str(DEFAULT)}
-    assert rows["no_difference"]["baseline"] and rows[str(DEFAULT)]["default"]
-    assert rows["no_difference"]["mean_abs_log2_error"] > 0.8  # true m = 2: |log2| = 1
-    assert rows[str(DEFAULT)]["mean_abs_log2_error"] < 0.3
-    assert rows[str(DEFAULT)]["coverage_90"] == 1.0
-    assert "winner right 2/2" in rows[str(DEFAULT)]["note"]
+    base, default = rows["no_difference"], rows[str(DEFAULT)]
+    assert base["baseline"] and default["default"]
+    assert default["mean_abs_log2_error"] <= (1 + zoo.MARGIN) * base["mean_abs_log2_error"] + 1e-9
+    assert default["coverage_90"] == 1.0
 
 
 def test_rl_report_uses_the_same_multiplier():

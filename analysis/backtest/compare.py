@@ -46,11 +46,12 @@ def default_cut(ref: Ladder, others: list[Ladder]) -> float:
     return cut
 
 
-def _winner_note(actual: np.ndarray, pred: np.ndarray) -> str:
+def _winner_note(actual: np.ndarray, p_other: np.ndarray) -> str:
+    """How often the method's winner (the recipe it finds more likely better) is the measured one."""
     clear = np.abs(np.log(actual)) > math.log1p(WINNER_BAND)
     if not clear.any():
         return f"no measured multiplier beyond ±{WINNER_BAND:.0%}"
-    right = np.sign(np.log(pred[clear])) == np.sign(np.log(actual[clear]))
+    right = np.sign(p_other[clear] - 0.5) == np.sign(np.log(actual[clear]))
     return f"winner right {int(right.sum())}/{int(clear.sum())} (measured beyond ±{WINNER_BAND:.0%})"
 
 
@@ -91,11 +92,12 @@ def compare_protocol(df: pd.DataFrame, opt: Options) -> Backtest:
             by_c = {b.C: b for b in pc.budgets}
             for c, lm in zip(t.C, t.log_m):
                 b = by_c[float(c)]
-                pts.append(Point({"C": float(c)}, math.exp(lm), b.multiplier, b.lo, b.hi))
+                x = {"C": float(c), "p_other_better": b.p_other_better}
+                pts.append(Point(x, math.exp(lm), b.multiplier, b.lo, b.hi))
         if pts:
             a = np.array([p.actual for p in pts])
-            f = np.array([p.predicted for p in pts])
-            notes.append("names no winner" if m == BASELINE else _winner_note(a, f))
+            po = np.array([p.x["p_other_better"] for p in pts])
+            notes.append("names no winner" if m == BASELINE else _winner_note(a, po))
         methods.append(
             MethodScore(
                 str(m), tuple(pts), baseline=m == BASELINE, default=m == DEFAULT, note="; ".join(notes)

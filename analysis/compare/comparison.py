@@ -12,6 +12,7 @@ runs, not how a recipe's advantage moves with scale.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import warnings
 from dataclasses import dataclass
@@ -140,6 +141,11 @@ def _winner(log_m: float, ref: str, other: str) -> str | None:
     return None if log_m == 0 or not math.isfinite(log_m) else (other if log_m > 0 else ref)
 
 
+def _likelier(p_other: float, ref: str, other: str) -> str | None:
+    """The recipe more likely the better one (None at even odds: the baseline names none)."""
+    return None if p_other == 0.5 or not math.isfinite(p_other) else (other if p_other > 0.5 else ref)
+
+
 Z90 = validation.norm_ppf(0.5 + validation.PREDICTION_LEVEL / 2)
 
 
@@ -157,21 +163,19 @@ def shrunk(log_m: np.ndarray, draws: np.ndarray) -> np.ndarray:
 def _predictive(
     pf: PairFit, em: ErrorModel, C: np.ndarray, seed: int, shrink: bool
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(the point log m, draws around it, the draws around the unshrunk fit) at budgets C: the
-    bootstrap deviation plus the error model's Gaussian term; with `shrink`, the point and its draws
-    moved by `shrunk` (P(OTHER better) stays that of the fit's own draws)."""
+    """(the point log m, the predictive draws of the fit) at budgets C: the bootstrap deviation plus
+    the error model's Gaussian term around the fit; with `shrink`, the point is `shrunk` and the
+    draws stay the fit's (the interval, widened to hold the point, then covers both the fit and no
+    difference; P(OTHER better) is the fit's)."""
     lm = pf.log_m(C)
     x = np.clip(lm + _draws(pf.log_m_samples(C), em.sd(C), seed), -fr.LOG_CAP, fr.LOG_CAP)
-    if not shrink:
-        return lm, x, x
-    s = shrunk(lm, x)
-    return s, x - lm + s, x
+    return (shrunk(lm, x) if shrink else lm), x
 
 
 def _budgets(pf: PairFit, em: ErrorModel, C: np.ndarray, ref: str, other: str, seed: int, shrink: bool):
-    lm, x, raw = _predictive(pf, em, C, seed, shrink)
+    lm, x = _predictive(pf, em, C, seed, shrink)
     lo, hi = validation.percentile_interval(x)
-    p = _p_positive(raw)
+    p = _p_positive(x)
     return [
         BudgetMultiplier(
             float(c),
@@ -179,7 +183,7 @@ def _budgets(pf: PairFit, em: ErrorModel, C: np.ndarray, ref: str, other: str, s
             float(math.exp(min(lo[i], lm[i]))),
             float(math.exp(max(hi[i], lm[i]))),
             float(p[i]),
-            _winner(float(lm[i]), ref, other),
+            _likelier(float(p[i]), ref, other),
             capped=bool(lm[i] >= fr.LOG_CAP - 1e-9),
         )
         for i, c in enumerate(C)
@@ -195,14 +199,13 @@ def _trend(pf: PairFit, em: ErrorModel, C: np.ndarray, seed: int, shrink: bool) 
     lm = pf.log_m(ends)
     slope = float((lm[1] - lm[0]) / span)
     centre = _predictive(pf, em, ends, seed, shrink)[0]
-    shift = float((centre[1] - centre[0]) / span) - slope  # 0 unless the ends were shrunk
+    shrunk_slope = float((centre[1] - centre[0]) / span)  # the fit's own unless the ends were shrunk
     s = pf.log_m_samples(ends)
     samples = None if s is None else ((s[:, 1] - s[:, 0]) / span)[:, None]
     # the drift of log m per decade, as a slope; or the folds' own slope errors, whichever is larger
     sd = np.array([max(em.pe.drift_per_decade / math.log(10), em.trend_sd) if em.n_folds else 0.0])
-    lo, hi = validation.percentile_interval(slope + shift + _draws(samples, sd, seed + 1))
-    slope += shift
-    return Trend(slope, float(min(lo[0], slope)), float(max(hi[0], slope)), (c1, c2))
+    lo, hi = validation.percentile_interval(slope + _draws(samples, sd, seed + 1))
+    return Trend(shrunk_slope, float(min(lo[0], shrunk_slope)), float(max(hi[0], shrunk_slope)), (c1, c2))
 
 
 def _crossover(
@@ -265,13 +268,15 @@ def compare_pair(
             em = error_model(ref, other, chosen, seed) if folds else error_model_none(ref, other)
         C = np.asarray(sorted(budgets), float)
         rows = _budgets(pf, em, C, ref.name, other.name, seed, shrink)
+        if chosen == Method.NO_DIFFERENCE:  # no difference by assumption: even odds, no winner
+            rows = [dataclasses.replace(b, p_other_better=0.5, winner=None) for b in rows]
         trend = _trend(pf, em, C, seed, shrink)
         top = top_budget(ref, other)
         start = float(min(ref.C.min(), other.C.min()))
         cross, grid, lm = _crossover(
             pf, start, REACH * max(top, float(C.max()) / REACH), ref.name, other.name
         )
-        lm, x, _ = _predictive(pf, em, grid, seed, shrink)  # the crossover: the fit's own sign change
+        lm, x = _predictive(pf, em, grid, seed, shrink)  # the crossover: the fit's own sign change
         lo, hi = validation.percentile_interval(x)
     note = "; ".join(x for x in (why, pf.note) if x)
     if not em.n_folds and chosen != Method.NO_DIFFERENCE:

@@ -15,7 +15,7 @@ with bootstrap rows, from which the multiplier follows in closed form:
   above every cut better by the parsimony margin, `validation.choose_against`);
 - `auto_shrunk`: `auto`'s multiplier pulled towards 1 by its own uncertainty (positive-part
   James-Stein: log m x max(0, 1 - sigma^2 / log m^2), sigma from its 90% predictive range), so a
-  difference within the noise is reported as none.
+  difference within the noise is reported as none; its interval is `auto`'s, widened to hold it.
 
 The law fits are the project's one engine (`analysis.laws.fitting.fit_points`, multi-start
 L-BFGS; the joint laws are `Law`s on the inputs N, D and a recipe indicator G: log G = 0 for REF,
