@@ -22,7 +22,7 @@ import pandas as pd
 
 from analysis.backtest.losses import Options
 from analysis.backtest.result import Backtest, MethodScore, Metric, Point
-from analysis.compare.comparison import compare_pair
+from analysis.compare.comparison import compare_pair, winner_sign
 from analysis.compare.ladders import Ladder, check_pair, choose_ref, split_by
 from analysis.compare.measure import measured
 from analysis.compare.methods import BASELINE, DEFAULT, Method
@@ -46,12 +46,13 @@ def default_cut(ref: Ladder, others: list[Ladder]) -> float:
     return cut
 
 
-def _winner_note(actual: np.ndarray, p_other: np.ndarray) -> str:
-    """How often the method's winner (the recipe it finds more likely better) is the measured one."""
+def _winner_note(actual: np.ndarray, pred: np.ndarray, p_other: np.ndarray) -> str:
+    """How often the method's winner (`comparison.winner_sign`) is the measured one."""
     clear = np.abs(np.log(actual)) > math.log1p(WINNER_BAND)
     if not clear.any():
         return f"no measured multiplier beyond ±{WINNER_BAND:.0%}"
-    right = np.sign(p_other[clear] - 0.5) == np.sign(np.log(actual[clear]))
+    said = np.array([winner_sign(float(np.log(f)), float(p)) for f, p in zip(pred, p_other)])
+    right = said[clear] == np.sign(np.log(actual[clear]))
     return f"winner right {int(right.sum())}/{int(clear.sum())} (measured beyond ±{WINNER_BAND:.0%})"
 
 
@@ -96,8 +97,9 @@ def compare_protocol(df: pd.DataFrame, opt: Options) -> Backtest:
                 pts.append(Point(x, math.exp(lm), b.multiplier, b.lo, b.hi))
         if pts:
             a = np.array([p.actual for p in pts])
+            f = np.array([p.predicted for p in pts])
             po = np.array([p.x["p_other_better"] for p in pts])
-            notes.append("names no winner" if m == BASELINE else _winner_note(a, po))
+            notes.append("names no winner" if m == BASELINE else _winner_note(a, f, po))
         methods.append(
             MethodScore(
                 str(m), tuple(pts), baseline=m == BASELINE, default=m == DEFAULT, note="; ".join(notes)

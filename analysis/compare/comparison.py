@@ -141,9 +141,12 @@ def _winner(log_m: float, ref: str, other: str) -> str | None:
     return None if log_m == 0 or not math.isfinite(log_m) else (other if log_m > 0 else ref)
 
 
-def _likelier(p_other: float, ref: str, other: str) -> str | None:
-    """The recipe more likely the better one (None at even odds: the baseline names none)."""
-    return None if p_other == 0.5 or not math.isfinite(p_other) else (other if p_other > 0.5 else ref)
+def winner_sign(log_m: float, p_other: float) -> int:
+    """+1 (OTHER wins), -1 (REF wins) or 0 (none): the multiplier's side of 1; a multiplier of exactly
+    1 (shrunk to no difference) names the recipe more likely better, at even odds none."""
+    if log_m != 0 and math.isfinite(log_m):
+        return 1 if log_m > 0 else -1
+    return 0 if p_other == 0.5 or not math.isfinite(p_other) else (1 if p_other > 0.5 else -1)
 
 
 Z90 = validation.norm_ppf(0.5 + validation.PREDICTION_LEVEL / 2)
@@ -183,7 +186,7 @@ def _budgets(pf: PairFit, em: ErrorModel, C: np.ndarray, ref: str, other: str, s
             float(math.exp(min(lo[i], lm[i]))),
             float(math.exp(max(hi[i], lm[i]))),
             float(p[i]),
-            _likelier(float(p[i]), ref, other),
+            {1: other, -1: ref, 0: None}[winner_sign(float(lm[i]), float(p[i]))],
             capped=bool(lm[i] >= fr.LOG_CAP - 1e-9),
         )
         for i, c in enumerate(C)

@@ -25,7 +25,7 @@ class BudgetMultiplier:
     lo: float  # the 90% interval
     hi: float
     p_other_better: float  # P(m > 1) under the same error model as the interval
-    winner: str | None  # the recipe more likely better at C (P(other better) against 1/2; None: even)
+    winner: str | None  # m's side of 1; at m = 1 exactly, the recipe more likely better (None: even)
     capped: bool = False  # REF cannot reach OTHER's loss: m is the ceiling (frontiers.MAX_MULTIPLIER)
 
     @property
