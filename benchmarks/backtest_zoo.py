@@ -13,6 +13,9 @@ Datasets (each a table and the protocols that apply to it):
 - Gemstones (McLeish et al. 2025): the cooldown branches' end losses (budget, frontier, size), the
   hot checkpoints every ~50B tokens (budget, size), hot + half-LR re-runs (lr: 2 learning rates per
   rung, which the protocol must refuse in one line);
+- Gemstones' and Luo et al.'s curves, cut at 25% of each run (curve-prefix): the hot runs' loss at
+  350B tokens from the shapes under 6e8 parameters, full vs half learning rate at ~100B tokens, the
+  MPL 25M / 100M run lengths from each other (schedules known);
 - recipe pairs (compare): Gadre et al.'s corpora pairwise on three validation losses, Gemstones at
   full vs half learning rate, two synthetic IsoFLOP pairs (a constant multiplier of 2, one drifting
   as C^0.1 through 1 at 1e18), our two learning-rate recipes (`recipes_lr.csv`: a `sweep.recipes`
@@ -217,6 +220,27 @@ def lr_batch_ladder(
     return pd.DataFrame(rows)
 
 
+def gemstones_prefix_350b() -> pd.DataFrame:
+    """The hot runs as a curves table (protocol `curve-prefix`): each shape to 350B tokens at its
+    constant learning rate, one rung per shape (optim.lr 1: the relative peak rate)."""
+    h = pd.read_csv(SHARED / "gemstones" / "hot_checkpoints.csv").rename(columns={"tokens": "D"})
+    return h.assign(run=h.model, total_steps=h.step.max(), **{"optim.lr": 1.0})
+
+
+GEMSTONES_LR_STEPS = 477 * 50  # the half-LR runs' length (~100B tokens; they end at step 23840)
+
+
+def gemstones_prefix_lr() -> pd.DataFrame:
+    """Full and half learning rate at ~100B tokens as a curves table (protocol `curve-prefix`): the
+    hot runs up to the half-LR runs' length (a constant-LR run of that length) and the half-LR runs,
+    the 20 shapes that have both, one rung per shape (optim.lr 1 and 0.5, relative peak rates)."""
+    h = pd.read_csv(SHARED / "gemstones" / "hot_checkpoints.csv").assign(**{"optim.lr": 1.0})
+    c = pd.read_csv(SHARED / "gemstones" / "half_lr_checkpoints.csv").assign(**{"optim.lr": 0.5})
+    h = h[h.model.isin(c.model.unique()) & (h.step <= GEMSTONES_LR_STEPS)]
+    both = pd.concat([h, c]).rename(columns={"tokens": "D"})
+    return both.assign(run=both.model + "_lr" + both["optim.lr"].astype(str), total_steps=GEMSTONES_LR_STEPS)
+
+
 def own(name: str) -> Callable[[], pd.DataFrame]:
     return lambda: pd.read_csv(OWN / f"{name}.csv")
 
@@ -390,6 +414,22 @@ def cases() -> list[Case]:
     ]
     if (OWN / "recipes_lr.csv").exists():
         out.append(Case("ours recipes lr 3e-3 vs 1e-2", "compare", own("recipes_lr")))
+    # forecasts from the first 25% of a run (`forecast`, sweep.early_stop): the larger shapes from the
+    # smaller ones' finished curves; MPL: each run length from the others, schedules known
+    out += [
+        Case(
+            "gemstones hot 350B", "curve-prefix", gemstones_prefix_350b, {"holdout_above_n": 6e8}, quick=True
+        ),
+        Case("gemstones full vs half LR", "curve-prefix", gemstones_prefix_lr, {"holdout_above_n": 6e8}),
+    ]
+    out += [
+        Case(f"mpl {s}M", "curve-prefix", lambda s=s: str(SHARED / "mpl_loss_curves" / f"csv_{s}"))
+        for s in ("25", "100")
+    ]
+    if (OWN / "hparam_ladder_curves.csv.gz").exists():  # python benchmarks/early_stop_replay.py --curves
+        out.append(
+            Case("ours hparam_ladder", "curve-prefix", lambda: str(OWN / "hparam_ladder_curves.csv.gz"))
+        )
     for name, protocols in (
         ("demo", ("budget", "frontier", "lr")),
         ("data_limited", ("epochs", "size")),

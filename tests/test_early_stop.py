@@ -16,6 +16,7 @@ import warnings
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
@@ -205,3 +206,55 @@ def test_collect_leaves_stopped_runs_out_with_a_note(tmp_path):
     notes = [w for w in caught if issubclass(w.category, runs_mod.RunNote)]
     assert len(notes) == 1 and "stopped early by sweep.early_stop" in str(notes[0].message)
     assert not [w for w in caught if w.category is runs_mod.RunWarning]
+
+
+def _lr_sweep(seed: int = 0) -> pd.DataFrame:
+    """Four sizes x five learning rates, loss quadratic in ln lr around lr* = 3e-3 (N/1e8)^-0.3."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for N in (2e7, 5e7, 1.2e8, 3e8):
+        star = 3e-3 * (N / 1e8) ** -0.3
+        for lr in star * np.exp(np.linspace(-1.4, 1.4, 5)):
+            loss = (2 + 400 / N**0.34) * (1 + 0.02 * np.log(lr / star) ** 2) * np.exp(rng.normal(0, 1e-3))
+            rows.append(
+                {"N": N, "D": 20 * N, "optim.lr": lr, "loss": loss, "status": RunStatus.COMPLETED.value}
+            )
+    return pd.DataFrame(rows)
+
+
+def test_fits_never_take_a_stopped_run_as_a_finished_loss():
+    """A stopped run in a table (its loss the one it had when it stopped, here absurdly low) changes
+    neither fit-hparams' laws nor the best run `fit` takes per rung: both read completed runs only."""
+    from analysis.hparams.fitting import fit_hparams  # deferred: the fitting stack
+    from analysis.laws.best_runs import select_best_runs
+
+    runs = _lr_sweep()
+    stopped = runs.groupby("N").head(1).assign(loss=0.5, status=RunStatus.STOPPED.value)
+    both = pd.concat([runs, stopped], ignore_index=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        clean, mixed = fit_hparams(runs, ["optim.lr"]), fit_hparams(both, ["optim.lr"])
+    assert mixed.fits["optim.lr"].law.coef == pytest.approx(clean.fits["optim.lr"].law.coef)
+    assert [r.optimum for r in mixed.fits["optim.lr"].rungs] == [
+        r.optimum for r in clean.fits["optim.lr"].rungs
+    ]
+    assert any("not completed left out" in n for n in mixed.notes)
+    sel = select_best_runs(both.assign(**{"model.d_model": both.N}))
+    picked = sel.table[sel.table["selected"]]
+    assert (picked["status"] == RunStatus.COMPLETED.value).all() and len(picked) == 4
+
+
+def test_the_report_states_the_compute_against_the_full_sweep():
+    from analysis.report.render import compute_line
+
+    early = {"flops_spent": 80.0, "flops_full_sweep": 100.0, "flops_saved_by_early_stop": 20.0}
+    rep = {
+        "compute": {
+            "flops_to_train": 100.0,
+            "flops_if_separate": 100.0,
+            "ratio": 1.0,
+            "early_stop": early | {"stopped_early": ["a", "b"]},
+        }
+    }
+    line = compute_line(rep)
+    assert "early stop: 2 run(s) stopped" in line and "20% saved" in line

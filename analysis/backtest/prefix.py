@@ -169,7 +169,8 @@ def curve_prefix_protocol(data: pd.DataFrame | str, opt: Options = Options()) ->
     short = [c.run for held, _ in fold_list for c in held if _cut(c).step.size < MIN_POINTS]
     rungs = {rung_key(c.settings, key or "") for held, _ in fold_list for c in held}
     cut.update(swept=key, n_rungs=len(rungs), fraction=CUT, n_too_short=len(short))
-    methods = [_method(name, m, fold_list, key) for name, m in METHODS]
+    chosen = [(n, m) for n, m in METHODS if not opt.only_default or m in (Method.RATIO, DEFAULT)]
+    methods = [_method(name, m, fold_list, key) for name, m in chosen]
     warn = (
         (
             f"{len(short)} held-out run(s) have fewer than {MIN_POINTS} logged points in their first "

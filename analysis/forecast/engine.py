@@ -154,7 +154,7 @@ def forecast_runs(
     learn = [c for c in complete if c.finished]
     if method == Method.AUTO:
         method = _auto(going, learn)
-    keys = ["N", "total_steps"] + ([choose] if choose and choose not in ("N", "total_steps") else [])
+    keys = ["N"] + ([choose] if choose and choose != "N" else [])
     forecasts = {c.run: _finished(c) for c in done}
     fits = []
     for frac, runs in sorted(_by_frac(going).items()):

@@ -49,7 +49,7 @@ PER_STEP_PREFIXES = ("task/",)
 # Settings of a run in a sweep directory that decide what it learns (its rung is the runs equal in all
 # of them but the chosen key); N and total_steps always count.
 RUNG_PREFIXES = ("model.", "optim.", "data.", "train.batch_size", "train.tokens", "train.steps", "train.seed")
-RUNG_EXTRA = ("sweep.budget",)
+RUNG_EXTRA = ("sweep.budget", "sweep.recipe")  # a recipe (sweep.recipes) is never merged into another's rung
 # Run-length bookkeeping that follows from the length (equal within a rung anyway).
 NOT_RUNG = ("optim.warmup_tokens", "train.tokens", "train.steps", "data.cache_dir")
 TARGET = "final_loss"  # optional per-run column: the loss a finished run ended with (e.g. its eval loss)
@@ -233,7 +233,7 @@ def curves_from_runs(path: str) -> list[RunCurve]:
     """One RunCurve per run directory under `path` (module docstring)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", runs_mod.RunWarning)  # unfinished runs are what this reads
-        runs_df, curves_df = runs_mod.load(path, cache_dir=False, include_unfinished=True)
+        runs_df, curves_df = runs_mod.load(path, include_unfinished=True)  # finished runs: cached
     out, short = [], []
     by_run = {r: g for r, g in curves_df.groupby("run", sort=False)} if not curves_df.empty else {}
     for row in runs_df.to_dict("records"):

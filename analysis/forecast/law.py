@@ -2,14 +2,19 @@
 
 A run's schedule to its end: `schedule.planned`.
 
-The law (`analysis.curves`, Luo et al. 2025) is fitted once on the finished curves (fit-curve's
-default fit, without its interval refits): its exponent and annealing parameters (alpha, B, C, beta,
-gamma) are what transfers. Each run keeps its own level: L0 and A by least squares on its last octave
-of points (the prefix's steps in [cut / 2, cut], at least 3), with the others fixed (the law is linear
-in L0 and A). The 90% interval: the leave-one-curve-out RMS error of the same procedure on the finished
-curves cut at the same fraction (with the law fitted on all of them), Gaussian in ln loss, around
-the forecast shifted by that procedure's mean error (a bias the runs share: a final loss of another
-kind than the curve's, such as a sweep's held-out loss under its training-loss curve).
+The law (`analysis.curves`, Luo et al. 2025) is fitted once on the finished curves (`fit_law`: the
+optimum of fit-curve's objective on at most FIT_POINTS points of each, with fit-curve's calibration
+refits; at most FIT_CURVES of them, spread over sizes and lengths): its exponent and annealing
+parameters (alpha, B, C, beta, gamma) are what transfers. Each run keeps its own level: L0 and A by
+least squares on its last octave of points (the prefix's steps in [cut / 2, cut], at least 3), with
+the others fixed (the law is linear in L0 and A). The 90% interval: Gaussian in ln loss, its
+variance the sum of the leave-one-curve-out mean square error of the same procedure on the finished
+curves cut at the same fraction (with the law fitted on all of them: the run's own level) and fit-
+curve's calibrated error of the law on a curve it did not see, at the run's distance from the fitted
+data (`analysis.curves.intervals`: its area and rate drift terms; a run 3x longer than any finished
+one gets a wider interval), around the forecast shifted by that procedure's mean error (a bias the
+runs share: a final loss of another kind than the curve's, such as a sweep's held-out loss under its
+training-loss curve).
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import numpy as np
 
 from analysis.curves.data import Curve
 from analysis.curves.features import features
+from analysis.curves.intervals import IntervalModel, Kind, calibrate, plan_refits
 from analysis.curves.laws import get_curve_law, start_grid
 from analysis.curves.optimize import Problem, evaluate, minimize
 from analysis.forecast.inputs import RunCurve
@@ -34,6 +40,7 @@ LAW = "mpl"
 PEAK_LR = 3e-4  # the rates' unit in the fit (module docstring)
 LEVEL_POINTS = 3  # points the run's own L0 and A are fitted on, at least
 FIT_POINTS = 64  # points of each finished curve the law is fitted on
+FIT_CURVES = 12  # finished curves the law is fitted on, at most (spread over sizes and lengths)
 NODES = 512  # annealing nodes per curve, at most (a coarser quadrature for long curves)
 
 
@@ -55,10 +62,21 @@ def _spread(t: np.ndarray, k: int) -> np.ndarray:
     return t if t.size <= k else t[np.unique(np.linspace(0, t.size - 1, k).round().astype(int))]
 
 
-def fit_law(curves: Sequence[Curve]) -> np.ndarray:
+def _spread_runs(runs: Sequence[RunCurve], k: int) -> list[int]:
+    """The indices of at most `k` runs spread evenly over them in (N, total_steps, name) order: the
+    law's fit and its calibration refits (one per curve left out) cost what k curves cost."""
+    order = sorted(range(len(runs)), key=lambda i: (runs[i].number("N"), runs[i].total_steps, runs[i].run))
+    if len(order) <= k:
+        return order
+    return [order[j] for j in np.unique(np.linspace(0, len(order) - 1, k).round().astype(int))]
+
+
+def fit_law(curves: Sequence[Curve]) -> tuple[np.ndarray, IntervalModel | None]:
     """The law's public parameters fitted on the finished curves: L-BFGS to the optimum of
     fit-curve's objective from its start grid, on at most FIT_POINTS points of each curve (evenly
-    spread from its peak on; the schedule is the whole logged one)."""
+    spread from its peak on; the schedule is the whole logged one); and fit-curve's interval model
+    for a curve the fit did not see (`analysis.curves.intervals`: its leave-one-curve-out and
+    early-part refits, in the same batched minimisation), None when it has no refit."""
     law = get_curve_law(LAW)
     parts = [(c, _spread(c.law_steps(), FIT_POINTS)) for c in curves]
     F = features(parts, _resolution(curves))
@@ -66,12 +84,27 @@ def fit_law(curves: Sequence[Curve]) -> np.ndarray:
     n = len(law.param_names)
     problem = Problem(law, F, logy, np.zeros(n), tuple(range(n)), HUBER_DELTA)
     starts = np.log(start_grid(law, np.exp(logy), F.logS1))
-    r = minimize(problem, starts)
-    f = np.where(np.isfinite(r.f), r.f, np.inf)
+    plan = plan_refits(problem, parts, starts)
+    S = starts.shape[0]
+    weights = np.vstack([np.ones((S, F.n)), plan.weights])
+    r = minimize(problem, np.vstack([starts, plan.starts]), weights)
+    f = np.where(np.isfinite(r.f[:S]), r.f[:S], np.inf)
     i = int(np.argmin(f))
     if not np.isfinite(f[i]):
         raise AnalysisError("--method mpl: the law's fit is not finite at any start; check the curves")
-    return problem.params(r.x[i])
+    params = problem.params(r.x[i])
+    return params, calibrate(problem, parts, plan, r.x[S:], r.f[S:], params)
+
+
+def _sd(s: float, model: IntervalModel | None, plan: Curve, total: int) -> float:
+    """The forecast's log-loss sd: the run's own level (leave-one-out `s`) and the law's error on a
+    curve it did not see at the run's distance from the fitted data (the interval model's terms)."""
+    law_sd = 0.0
+    if model is not None:
+        h, r = model.domain.distance(plan, np.array([total]))
+        law_sd = float(model.sd(Kind.NEW_CURVE, h, r)[0])
+    sd = math.sqrt((s if math.isfinite(s) else 0.0) ** 2 + law_sd**2)
+    return max(sd, MIN_SD) if math.isfinite(s) or law_sd > 0 else math.nan
 
 
 def _basis(params: np.ndarray, curve: Curve, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -121,7 +154,7 @@ def forecast_group(
     # invariant to the unit up to A, B and C, which are fitted
     scale = PEAK_LR / float(np.median([np.max(d.lr) for d in done]))
     curves = [_curve(d, scale) for d in done]
-    params = fit_law(curves)
+    params, model = fit_law([curves[i] for i in _spread_runs(done, FIT_CURVES)])
     errs = []
     for d, cd in zip(done, curves):
         got = _forecast_one(params, cd, int(frac * d.total_steps), int(d.step[-1]))
@@ -131,13 +164,14 @@ def forecast_group(
     # sweep's held-out loss under its training-loss curve): added back; the rest is the scatter
     bias = float(np.mean(errs)) if errs else 0.0
     s = float(np.sqrt(np.mean(np.square(np.asarray(errs) - bias)))) if len(errs) >= 2 else math.nan
-    sd = max(s, MIN_SD) if math.isfinite(s) else math.nan
     out = []
     for c in runs:
-        mu = _forecast_one(params, _scaled(plans[c.run], scale), int(c.step[-1]), int(c.total_steps))
+        plan = _scaled(plans[c.run], scale)
+        mu = _forecast_one(params, plan, int(c.step[-1]), int(c.total_steps))
         if mu is None:
             raise AnalysisError(f"run {c.run}: too few points after its learning-rate peak for the law")
         mu += bias
+        sd = _sd(s, model, plan, int(c.total_steps))
         lo, hi = math.exp(mu - Z90 * sd), math.exp(mu + Z90 * sd)
         out.append(RunForecast(c.run, math.exp(mu), (lo, hi), c.frac_seen, Method.MPL, sd))
     names = get_curve_law(LAW).param_names
