@@ -28,6 +28,7 @@ from analysis.laws import points as data_mod
 from analysis.laws.best_runs import rows_to_fit
 from analysis.laws.frontier import budget_labels, frontier_points
 from models.base.errors import AnalysisError
+from models.base.rundir import RunStatus
 
 RECIPE_COLUMNS = ("recipe", "sweep.recipe")  # `--by recipe` finds either
 # run-config keys that decide what the loss is measured on: recipes that differ in one of them have
@@ -118,7 +119,7 @@ def ladder_of(df: pd.DataFrame, name: str, source: str, columns: Mapping[str, st
             v = pd.to_numeric(df[col], errors="coerce").to_numpy(float)
             keep &= np.isfinite(v) & (v > 0)
     if "status" in df.columns:
-        keep &= df["status"].astype(str).isin(("completed", "nan")).to_numpy()
+        keep &= df["status"].astype(str).isin((RunStatus.COMPLETED, "nan")).to_numpy()  # nan: no summary
     if (~keep).any():
         warnings.warn(
             f"{source}: {int((~keep).sum())} of {len(df)} rows lack a usable N, D, C or loss; left out"
