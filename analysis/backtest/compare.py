@@ -77,7 +77,7 @@ def compare_protocol(df: pd.DataFrame, opt: Options) -> Backtest:
                 "on: raise --holdout-above"
             )
     methods = []
-    for m in (x for x in Method if not opt.only_default or x in (BASELINE, DEFAULT)):
+    for m in (x for x in Method if opt.scores(x in (BASELINE, DEFAULT))):
         pts, notes = [], []
         for o in others:
             t = truths[o.name]

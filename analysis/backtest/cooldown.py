@@ -306,7 +306,7 @@ def cooldown_protocol(data: pd.DataFrame | str, opt: Options = Options()) -> Bac
     split = split_shapes(shapes, opt)
     methods = [_baseline(split)]
     for name, law, protocol, default in candidates():
-        if opt.only_default and not default:
+        if not opt.scores(default):
             continue
         methods.append(_law_score(name, law, protocol, default, split, opt))
     notes = (

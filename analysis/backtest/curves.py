@@ -236,7 +236,7 @@ def curve_protocol(data: pd.DataFrame | str, opt: Options = Options()) -> Backte
     split = split_curves(load_curves(data))
     methods = [_baseline(split)]
     for name, law, protocol, default in candidates():
-        if opt.only_default and not default:
+        if not opt.scores(default):
             continue
         methods.append(_law_score(name, law, protocol, split, opt, default))
     return Backtest("curve", split.cut, Metric.REL, tuple(methods))

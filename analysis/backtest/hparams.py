@@ -212,7 +212,7 @@ def _protocol(df: pd.DataFrame, opt: Options, target: Target) -> Backtest:
     methods += [
         _law_method(name, fit_runs, held, target.key, o)
         for name, o in _candidates()
-        if name == DEFAULT or not opt.only_default
+        if opt.scores(name == DEFAULT)
     ]
     cut = {
         "what": f"rungs with N > {thr:.4g}",

@@ -49,6 +49,12 @@ class Options:
     # score the baseline and the default only, not every candidate (`--only-default`: the rule's
     # two roles at a fraction of the cost; the zoo's tables score every candidate)
     only_default: bool = False
+
+    def scores(self, role: bool) -> bool:
+        """Whether a candidate is scored: every one, or with `only_default` those whose `role`
+        (default or baseline) is set."""
+        return role or not self.only_default
+
     columns: Mapping[str, str] | None = None
 
 
@@ -161,7 +167,7 @@ def point_protocol(df: pd.DataFrame, protocol: str, opt: Options) -> Backtest:
     fit_df, test = runs[~held], runs[held]
     laws = POINT_LAWS + (REPEATED_LAWS if "U" in runs else ())
     default = default_law(fit_df)  # what `fit` fits here without --law
-    laws = tuple(n for n in laws if n == default or not opt.only_default)
+    laws = tuple(n for n in laws if opt.scores(n == default))
     methods = [_baseline(fit_df, test)] + [_law_score(n, fit_df, test, opt, default) for n in laws]
     return Backtest(protocol, cut, Metric.REL, tuple(methods))
 

@@ -169,7 +169,7 @@ def curve_prefix_protocol(data: pd.DataFrame | str, opt: Options = Options()) ->
     short = [c.run for held, _ in fold_list for c in held if _cut(c).step.size < MIN_POINTS]
     rungs = {rung_key(c.settings, key or "") for held, _ in fold_list for c in held}
     cut.update(swept=key, n_rungs=len(rungs), fraction=CUT, n_too_short=len(short))
-    chosen = [(n, m) for n, m in METHODS if not opt.only_default or m in (Method.RATIO, DEFAULT)]
+    chosen = [(n, m) for n, m in METHODS if opt.scores(m in (Method.RATIO, DEFAULT))]
     methods = [_method(name, m, fold_list, key) for name, m in chosen]
     warn = (
         (
