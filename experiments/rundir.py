@@ -43,16 +43,39 @@ from sharding import distributed
 FINGERPRINT_TRAIN_KEYS = ("batch_size", "micro_batch_size", "tokens", "steps", "seed")
 
 
+# Keys that only mean something for a mixture of experts (`model.moe` set): a dense run's
+# fingerprint and sweep run id leave them out (`without_moe_keys`), so they are the ones it had
+# before mixtures of experts existed.
+MOE_ONLY_KEYS = (("model", "moe"), ("optim", "moe_aux_weight"), ("optim", "moe_z_weight"))
+
+
+def without_moe_keys(tree: dict[str, Any]) -> dict[str, Any]:
+    """`tree` (a plain config, or fingerprint fields) without MOE_ONLY_KEYS when its model is
+    dense, and without `sharding.expert` at 1 (a copy of the nodes it changes)."""
+    out = dict(tree)
+    if not isinstance(out.get("model"), Mapping) or out["model"].get("moe") is None:
+        for group, key in MOE_ONLY_KEYS:
+            if isinstance(out.get(group), Mapping) and key in out[group]:
+                out[group] = {k: v for k, v in out[group].items() if k != key}
+    sharding = out.get("sharding")
+    if isinstance(sharding, Mapping) and sharding.get("expert", 1) == 1 and "expert" in sharding:
+        out["sharding"] = {k: v for k, v in sharding.items() if k != "expert"}
+    return out
+
+
 def fingerprint_fields(cfg: Mapping[str, Any]) -> dict[str, Any]:
-    """The parts of a training config that make a run that run (see FINGERPRINT_TRAIN_KEYS)."""
+    """The parts of a training config that make a run that run (see FINGERPRINT_TRAIN_KEYS;
+    a dense run's without the mixture-of-experts keys, `without_moe_keys`)."""
     cfg = to_plain(cfg)
     train = cfg.get("train", {}) or {}
-    return {
-        "model": cfg.get("model"),
-        "optim": cfg.get("optim"),
-        "data": cfg.get("data"),
-        "train": {k: train.get(k) for k in FINGERPRINT_TRAIN_KEYS},
-    }
+    return without_moe_keys(
+        {
+            "model": cfg.get("model"),
+            "optim": cfg.get("optim"),
+            "data": cfg.get("data"),
+            "train": {k: train.get(k) for k in FINGERPRINT_TRAIN_KEYS},
+        }
+    )
 
 
 def config_fingerprint(cfg: Mapping[str, Any]) -> str:
@@ -223,9 +246,12 @@ UNRESOLVED_RUN_NAME = "invalid-config"  # the run then stops with `error: bad co
 
 
 def model_label(model: Mapping[str, Any] | None) -> str:
-    """`d<d_model>l<n_layers>`: the readable part of a run directory's name."""
+    """`d<d_model>l<n_layers>`: the readable part of a run directory's name (a mixture of
+    experts adds `e<experts>k<top_k>`)."""
     model = model or {}
-    return f"d{model.get('d_model')}l{model.get('n_layers')}"
+    moe = model.get("moe")
+    routed = f"e{moe.get('experts')}k{moe.get('top_k')}" if isinstance(moe, Mapping) else ""
+    return f"d{model.get('d_model')}l{model.get('n_layers')}{routed}"
 
 
 def train_run_name(cfg: Mapping[str, Any]) -> str:

@@ -23,6 +23,7 @@ KV_HEADS = "kv_heads"  # key/value-head dimension of a weight
 KV = "kv"  # per-head feature dimension (d_head)
 VOCAB = "vocab"  # vocabulary dimension of the embedding / head
 NORM = "norm"  # the d_model dimension of a norm scale (never sharded)
+EXPERT = "expert"  # the routed-expert dimension of a mixture-of-experts weight
 
 # Activation axes.
 BATCH = "batch"
@@ -34,8 +35,11 @@ ACT_MLP = "act_mlp"
 ACT_HEADS = "act_heads"
 ACT_KV_HEADS = "act_kv_heads"
 ACT_VOCAB = "act_vocab"
+ACT_EXPERT = "act_expert"  # the expert dimension of tokens dispatched to the routed experts
+EXPERT_BATCH = "expert_batch"  # the group (sequence) dimension of dispatched tokens: the batch
+# dim once the expert axis has moved from it to ACT_EXPERT (the all-to-all)
 
-PARAM_AXES = (EMBED, MLP, HEADS, KV_HEADS, KV, VOCAB, NORM)
+PARAM_AXES = (EMBED, MLP, HEADS, KV_HEADS, KV, VOCAB, NORM, EXPERT)
 ACTIVATION_AXES = (
     BATCH,
     LENGTH,
@@ -46,6 +50,8 @@ ACTIVATION_AXES = (
     ACT_HEADS,
     ACT_KV_HEADS,
     ACT_VOCAB,
+    ACT_EXPERT,
+    EXPERT_BATCH,
     KV,
 )
 

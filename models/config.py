@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import math
 from typing import Any, Mapping
 
 from models.base.configs import check_choice, check_float, check_int, config_from_mapping
@@ -65,6 +66,92 @@ def default_d_ff(d_model: int) -> int:
 
 
 @dataclasses.dataclass(frozen=True)
+class MoEConfig:
+    """`model.moe`: the routed (mixture-of-experts) MLP of every `every`-th layer
+    (models/transformer.py: `MoEMLP`; docs/training.md, "Mixture of experts").
+
+    `experts` and `top_k` are counted at granularity 1, in experts of the dense MLP's width
+    `model.d_ff`. Fine-grained experts (Krajewski et al. 2024, "Scaling laws for fine-grained
+    mixture of experts") split each of them into `granularity` experts of width
+    d_ff / granularity: the layer then routes among experts * granularity experts and each token
+    picks top_k * granularity of them, so total and active parameters stay what they are at
+    granularity 1 (router aside) and only the size of the pieces changes. `shared_experts`
+    always-on experts of that same (fine) width are added to every token's routed output
+    (DeepSeekMoE's shared experts).
+
+    Routing is per group of tokens, a group being one sequence (`model.seq_len` tokens): each
+    routed expert takes at most C = min(S, ceil(capacity_factor * S * k / E)) tokens of a group of
+    S (E routed experts, k picks), the first choices of a group's tokens first, then the second,
+    ... (GShard's priority), and a token choice past the capacity is dropped (that expert adds
+    nothing for it; the residual stream carries the token on). `capacity_factor` null or 0 is
+    dropless: C = S, which no group can overflow (a token picks an expert at most once).
+    """
+
+    experts: int = 8  # routed experts at granularity 1
+    top_k: int = 2  # experts each token is sent to (at granularity 1)
+    capacity_factor: float | None = 1.25  # expert capacity / even share; null or 0 = dropless
+    every: int = 1  # layers i with (i + 1) % every == 0 are routed (1: all, 2: every other)
+    shared_experts: int = 0  # always-on experts of the routed experts' width
+    granularity: int = 1  # fine-grained experts: each expert split into this many
+
+    @classmethod
+    def from_mapping(cls, m: Mapping[str, Any]) -> "MoEConfig":
+        return config_from_mapping(cls, m, "model.moe")
+
+    def validate(self) -> "MoEConfig":
+        """One ConfigError line naming the key (the checks that need the rest of the model,
+        `every` against n_layers and `granularity` against d_ff, are ModelConfig.validate's)."""
+        for name in ("experts", "top_k", "every", "granularity"):
+            check_int(f"model.moe.{name}", getattr(self, name), lo=1, what="a positive integer")
+        check_int("model.moe.shared_experts", self.shared_experts, lo=0, what="an integer >= 0")
+        if self.top_k > self.experts:
+            raise ConfigError(
+                f"model.moe.top_k={self.top_k} is larger than model.moe.experts={self.experts}: "
+                "a token cannot be sent to more experts than there are"
+            )
+        if self.capacity_factor is not None:
+            check_float(
+                "model.moe.capacity_factor",
+                self.capacity_factor,
+                0.0,
+                what="a number >= 0 (0 or null: dropless)",
+            )
+        return self
+
+    # ---- derived sizes (what the layer is built with) ---------------------------------------
+    @property
+    def routed_experts(self) -> int:
+        """Experts the router chooses among: experts x granularity."""
+        return self.experts * self.granularity
+
+    @property
+    def routed_top_k(self) -> int:
+        """Experts each token is sent to: top_k x granularity."""
+        return self.top_k * self.granularity
+
+    @property
+    def dropless(self) -> bool:
+        return not self.capacity_factor
+
+    def expert_d_ff(self, d_ff: int) -> int:
+        """Hidden width of one routed (and one shared) expert: d_ff / granularity."""
+        return d_ff // self.granularity
+
+    def capacity(self, group_size: int) -> int:
+        """Token slots of each routed expert per group of `group_size` tokens (see the class
+        docstring): all of them when dropless, else ceil(capacity_factor * S * k / E), at
+        least 1 and at most S."""
+        if self.dropless:
+            return group_size
+        even_share = group_size * self.routed_top_k / self.routed_experts
+        return max(1, min(group_size, math.ceil(self.capacity_factor * even_share)))
+
+    def routed_layers(self, n_layers: int) -> tuple[int, ...]:
+        """The (0-based) layers whose MLP is routed: i with (i + 1) % every == 0."""
+        return tuple(i for i in range(n_layers) if (i + 1) % self.every == 0)
+
+
+@dataclasses.dataclass(frozen=True)
 class ModelConfig:
     """Sizes and numerics of the decoder-only LM (see models/transformer.py).
 
@@ -99,6 +186,10 @@ class ModelConfig:
     # 2022), one learning rate for every width (see width_mult)
     mup_base_d_model: int | None = None  # mup: the width the hyper-parameters were tuned at
     # (None = this model's d_model, i.e. width multiplier 1)
+    moe: Any = None  # MoEConfig | None: mixture of experts ({experts, top_k, capacity_factor,
+    # every, shared_experts, granularity}, unset ones at MoEConfig's defaults); null = the dense
+    # model. Typed Any for Hydra: OmegaConf cannot merge `model.moe={experts:4}` into a null node
+    # typed as a dataclass; __post_init__ makes the mapping a MoEConfig (unknown keys refused).
 
     def __post_init__(self) -> None:
         # true/false (a YAML boolean, or its string once Hydra has typed it as str) mean full/none,
@@ -106,6 +197,13 @@ class ModelConfig:
         alias = _REMAT_ALIASES.get(str(self.remat).lower()) if isinstance(self.remat, (bool, str)) else None
         if alias is not None:
             object.__setattr__(self, "remat", alias)
+        # `model.moe` arrives as a mapping (Hydra, a summary's `model`, a sweep): the typed config.
+        if isinstance(self.moe, Mapping):
+            object.__setattr__(self, "moe", MoEConfig.from_mapping(self.moe))
+        elif self.moe is not None and not isinstance(self.moe, MoEConfig):
+            raise ConfigError(
+                f"model.moe must be a mapping such as {{experts: 8, top_k: 2}} or null (got {self.moe!r})"
+            )
 
     # ---- derived sizes -------------------------------------------------------------------
     @property
@@ -130,6 +228,11 @@ class ModelConfig:
     @property
     def ff(self) -> int:
         return default_d_ff(self.d_model) if self.d_ff is None else int(self.d_ff)
+
+    @property
+    def moe_layers(self) -> tuple[int, ...]:
+        """The layers whose MLP is routed (models/transformer.py: MoEMLP); () for a dense model."""
+        return () if self.moe is None else self.moe.routed_layers(self.n_layers)
 
     # ---- construction / validation -------------------------------------------------------
     @classmethod
@@ -167,7 +270,22 @@ class ModelConfig:
                 raise ConfigError("model.mup_base_d_model needs model.parametrization=mup")
         for name in ("rope_theta", "norm_eps", "init_std"):
             check_float(f"model.{name}", getattr(self, name), 0, lo_open=True, what="a positive number")
+        if self.moe is not None:
+            self._validate_moe()
         return self
+
+    def _validate_moe(self) -> None:
+        moe = self.moe.validate()
+        if moe.every > self.n_layers:
+            raise ConfigError(
+                f"model.moe.every={moe.every} is larger than model.n_layers={self.n_layers}: "
+                "no layer would be routed"
+            )
+        if self.ff % moe.granularity:
+            raise ConfigError(
+                f"model.moe.granularity={moe.granularity} does not divide the MLP width "
+                f"model.d_ff={self.ff}: fine-grained experts are d_ff / granularity wide"
+            )
 
     def resolved(self, platform: str | None = None) -> "ModelConfig":
         """This config with `dtype` and `attention` made concrete for `platform` ("cpu", "gpu"

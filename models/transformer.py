@@ -2,6 +2,10 @@
 
 token embedding -> n_layers x [RMSNorm -> causal GQA attention with RoPE -> residual,
 RMSNorm -> SwiGLU MLP -> residual] -> RMSNorm -> output head (optionally tied to the embedding).
+With `model.moe` set, the MLP of every `moe.every`-th layer is a routed mixture of SwiGLU experts
+(`MoEMLP`: softmax top-k router, per-sequence expert capacity, einsum dispatch and combine,
+optional shared experts); `Transformer.forward` / `apply_with_stats` also return each routed
+layer's load-balancing loss, router z-loss and dropped fraction (`MoEStats`).
 
 Numerics: parameters are float32; matmuls run in `cfg.dtype` (float32 or bfloat16; "auto" is
 bfloat16 on GPU/TPU and float32 on CPU); attention scores, softmax, norms and the returned logits
@@ -14,7 +18,8 @@ Every parameter carries its logical axis names as `out_sharding` metadata (eager
 placement is decided later by `sharding/`, from `logical_axes(model)`), and the main activations
 are passed through `models.axes.constrain` with logical names.
 Shapes are named in suffixes: B batch, L length, D d_model, H query heads, K kv heads,
-G = H/K group size, E d_head, F d_ff, V vocab.
+G = H/K group size, E d_head, F d_ff, V vocab; in the routed layer X routed experts, C the
+expert capacity, K the experts each token picks (top-k), S the tokens of one routing group.
 """
 
 from __future__ import annotations
@@ -199,10 +204,11 @@ class Attention(nnx.Module):
 
 
 class SwiGLU(nnx.Module):
-    """MLP: (silu(x W_gate) * x W_up) W_down."""
+    """MLP: (silu(x W_gate) * x W_up) W_down; `d_ff` (default `cfg.ff`) is its hidden width
+    (the shared experts of a routed layer are one SwiGLU of their summed width)."""
 
-    def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs):
-        D, F = cfg.d_model, cfg.ff
+    def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs, d_ff: int | None = None):
+        D, F = cfg.d_model, cfg.ff if d_ff is None else d_ff
         self.w_gate_DxF = _param(rngs, (D, F), 1.0 / math.sqrt(D), (axes.EMBED, axes.MLP))
         self.w_up_DxF = _param(rngs, (D, F), 1.0 / math.sqrt(D), (axes.EMBED, axes.MLP))
         self.w_down_FxD = _param(
@@ -225,23 +231,157 @@ class SwiGLU(nnx.Module):
         return axes.constrain(out.reshape(B, L, D), (axes.BATCH, axes.RESID_LENGTH, axes.ACT_EMBED))
 
 
-class Block(nnx.Module):
-    """Pre-norm residual block: attention then SwiGLU."""
+# ---- mixture of experts ------------------------------------------------------------------------
+
+# What each routed layer reports (a dict of float32 scalars; `Transformer.forward` stacks them
+# over the routed layers): the load-balancing loss, the router z-loss, the fraction of token
+# choices dropped at the capacity.
+MOE_STATS = ("aux_loss", "z_loss", "dropped_fraction")
+MoEStats = dict[str, jax.Array]
+
+
+def top_k_routing(
+    logits_GxSxX: jax.Array, top_k: int, capacity: int
+) -> tuple[jax.Array, jax.Array, MoEStats]:
+    """(dispatch_GxSxXxC, combine_GxSxXxC, stats) of softmax top-k routing with capacity.
+
+    Per group g of S tokens (a sequence): p = softmax(logits) over the X experts; each token
+    picks its `top_k` most probable experts; expert x gives its chosen (token, choice) pairs the
+    slots 0, 1, ... of its buffer of `capacity`, all first choices of the group first (in token
+    order), then all second choices, ... (GShard's priority: a token's lower choices drop first),
+    and drops those past the capacity. dispatch[g, s, x, c] = 1 when token s sits in slot c of
+    expert x; combine = dispatch * p[g, s, x], the weight of that expert's output in token s's
+    (no renormalisation over the k picks: the gate is the router's probability, as in Switch and
+    GShard, so the LM loss trains the router even at k = 1).
+
+    stats (float32 scalars, means over the G groups):
+    * aux_loss: X * sum_x f_x * P_x, f_x the fraction of the group's S * k choices that picked
+      expert x (before dropping), P_x the group's mean router probability of x (Switch
+      Transformer eq. 4 with k choices per token; GShard computes it per group too): 1 when
+      routing is uniform, X when every token picks the same experts; its gradient flows through P;
+    * z_loss: mean over tokens of logsumexp(logits)^2 (ST-MoE's router z-loss);
+    * dropped_fraction: dropped choices / (S * k), no gradient.
+    Everything is per group, so the result of a batch does not depend on how it is split over
+    devices or micro-batches.
+    """
+    logits = logits_GxSxX.astype(jnp.float32)
+    G, S, X = logits.shape
+    K = top_k
+    p_GxSxX = jax.nn.softmax(logits, axis=-1)
+    _, pick_GxSxK = jax.lax.top_k(p_GxSxX, K)
+    chosen_GxSxKxX = jax.nn.one_hot(pick_GxSxK, X, dtype=jnp.int32)
+    # the slot each choice gets in its expert's buffer: choices in (k, s) order, counted per expert
+    order_GxKSxX = jnp.swapaxes(chosen_GxSxKxX, 1, 2).reshape(G, K * S, X)
+    before_GxKSxX = jnp.cumsum(order_GxKSxX, axis=1) - order_GxKSxX
+    slot_GxSxK = jnp.swapaxes(jnp.sum(before_GxKSxX * order_GxKSxX, axis=-1).reshape(G, K, S), 1, 2)
+    kept_GxSxK = slot_GxSxK < capacity
+    dispatch_GxSxXxC = jnp.einsum(
+        "gskx,gskc->gsxc",
+        chosen_GxSxKxX.astype(jnp.float32) * kept_GxSxK[..., None],
+        jax.nn.one_hot(slot_GxSxK, capacity, dtype=jnp.float32),
+    )
+    combine_GxSxXxC = dispatch_GxSxXxC * p_GxSxX[..., None]
+    f_GxX = jnp.sum(chosen_GxSxKxX, axis=(1, 2)).astype(jnp.float32) / (S * K)
+    aux = X * jnp.mean(jnp.sum(f_GxX * jnp.mean(p_GxSxX, axis=1), axis=-1))
+    z = jnp.mean(jnp.square(jax.nn.logsumexp(logits, axis=-1)))
+    dropped = 1.0 - jnp.mean(kept_GxSxK.astype(jnp.float32))
+    return dispatch_GxSxXxC, combine_GxSxXxC, {"aux_loss": aux, "z_loss": z, "dropped_fraction": dropped}
+
+
+class MoEMLP(nnx.Module):
+    """Routed MLP (`model.moe`, models/config.py: MoEConfig): a float32 softmax router over X =
+    experts * granularity SwiGLU experts of width d_ff / granularity, each token sent to its
+    top_k * granularity most probable ones (`top_k_routing`), plus `shared_experts` always-on
+    experts of the same width (one SwiGLU of their summed width: the sum of their outputs).
+
+    Dispatch and combine are einsums with the capacity-limited dispatch / combine tensors
+    (GShard, Lepikhin et al. 2021): tokens arrive batch-sharded (over data, fsdp and expert),
+    the dispatch einsum gathers each expert's slots into X x G x C x D, constrained expert-sharded
+    (the `expert` mesh axis moves from the group dim to the expert dim: XLA's SPMD partitioner
+    places an all-to-all there), the experts run as batched matmuls on their own devices, and the
+    combine einsum brings the outputs back to the tokens (the all-to-all back). One routing group
+    is one sequence, so routing never depends on the mesh.
+    """
 
     def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs):
+        moe = cfg.moe
+        D, X, F = cfg.d_model, moe.routed_experts, moe.expert_d_ff(cfg.ff)
+        self.router_DxX = _param(rngs, (D, X), cfg.init_std, (axes.EMBED, None))
+        self.w_gate_XxDxF = _param(rngs, (X, D, F), 1.0 / math.sqrt(D), (axes.EXPERT, axes.EMBED, axes.MLP))
+        self.w_up_XxDxF = _param(rngs, (X, D, F), 1.0 / math.sqrt(D), (axes.EXPERT, axes.EMBED, axes.MLP))
+        self.w_down_XxFxD = _param(
+            rngs,
+            (X, F, D),
+            1.0 / math.sqrt(F) / math.sqrt(2 * cfg.n_layers),
+            (axes.EXPERT, axes.MLP, axes.EMBED),
+        )
+        if moe.shared_experts:
+            self.shared = SwiGLU(cfg, rngs, d_ff=moe.shared_experts * F)
+        self.moe = moe
+
+    def router_logits(self, x_BxLxD: jax.Array) -> jax.Array:
+        """Router logits, float32 (B x L x X)."""
+        B, L, _ = x_BxLxD.shape
+        logits = _matmul(_tokens(x_BxLxD).astype(jnp.float32), self.router_DxX[...], jnp.float32)
+        return axes.constrain(logits.reshape(B, L, -1), (axes.BATCH, axes.LENGTH, None))
+
+    def __call__(self, x_BxLxD: jax.Array) -> tuple[jax.Array, MoEStats]:
+        dt = x_BxLxD.dtype
+        x_BxLxD = axes.constrain(x_BxLxD, (axes.BATCH, axes.LENGTH, axes.ACT_EMBED))  # SP all-gather
+        capacity = self.moe.capacity(x_BxLxD.shape[1])  # a routing group is one sequence
+        dispatch_BxLxXxC, combine_BxLxXxC, stats = top_k_routing(
+            self.router_logits(x_BxLxD), self.moe.routed_top_k, capacity
+        )
+        xe_XxBxCxD = axes.constrain(
+            jnp.einsum("bsxc,bsd->xbcd", dispatch_BxLxXxC.astype(dt), x_BxLxD),
+            (axes.ACT_EXPERT, axes.EXPERT_BATCH, None, axes.ACT_EMBED),
+        )
+        g = jnp.einsum("xbcd,xdf->xbcf", xe_XxBxCxD, self.w_gate_XxDxF[...].astype(dt))
+        u = jnp.einsum("xbcd,xdf->xbcf", xe_XxBxCxD, self.w_up_XxDxF[...].astype(dt))
+        h_XxBxCxF = axes.constrain(
+            g * jax.nn.sigmoid(g) * u, (axes.ACT_EXPERT, axes.EXPERT_BATCH, None, axes.ACT_MLP)
+        )
+        ye_XxBxCxD = axes.constrain(
+            jnp.einsum("xbcf,xfd->xbcd", h_XxBxCxF, self.w_down_XxFxD[...].astype(dt)),
+            (axes.ACT_EXPERT, axes.EXPERT_BATCH, None, axes.ACT_EMBED),
+        )
+        y_BxLxD = jnp.einsum("bsxc,xbcd->bsd", combine_BxLxXxC.astype(dt), ye_XxBxCxD)
+        if hasattr(self, "shared"):
+            y_BxLxD = y_BxLxD + self.shared(x_BxLxD)
+        return axes.constrain(y_BxLxD, (axes.BATCH, axes.RESID_LENGTH, axes.ACT_EMBED)), stats
+
+
+class Block(nnx.Module):
+    """Pre-norm residual block: attention then SwiGLU (`routed`: then the routed MoEMLP)."""
+
+    def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs, routed: bool = False):
         self.attn_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
         self.attn = Attention(cfg, rngs)
         self.mlp_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
-        self.mlp = SwiGLU(cfg, rngs)
+        self.mlp = MoEMLP(cfg, rngs) if routed else SwiGLU(cfg, rngs)
+        self.routed = routed
+
+    def forward(self, x_BxLxD: jax.Array) -> tuple[jax.Array, MoEStats | None]:
+        """(block output, the routed layer's MoEStats or None for a dense block)."""
+        x = x_BxLxD + self.attn(self.attn_norm(x_BxLxD))
+        stats = None
+        if self.routed:
+            h, stats = self.mlp(self.mlp_norm(x))
+        else:
+            h = self.mlp(self.mlp_norm(x))
+        x = x + h
+        return axes.constrain(x, (axes.BATCH, axes.RESID_LENGTH, axes.ACT_EMBED)), stats
 
     def __call__(self, x_BxLxD: jax.Array) -> jax.Array:
-        x = x_BxLxD + self.attn(self.attn_norm(x_BxLxD))
-        x = x + self.mlp(self.mlp_norm(x))
-        return axes.constrain(x, (axes.BATCH, axes.RESID_LENGTH, axes.ACT_EMBED))
+        return self.forward(x_BxLxD)[0]
 
 
 def _block_forward(block: Block, x_BxLxD: jax.Array) -> jax.Array:
     return block(x_BxLxD)
+
+
+def _block_forward_stats(block: Block, x_BxLxD: jax.Array) -> tuple[jax.Array, MoEStats | None]:
+    return block.forward(x_BxLxD)
 
 
 # model.remat -> what the backward pass keeps of each block (`jax.checkpoint` policies):
@@ -258,6 +398,11 @@ BLOCK_FORWARD = {
     "none": _block_forward,
     **{name: nnx.remat(_block_forward, policy=policy) for name, policy in REMAT_POLICIES.items()},
 }
+# ... the same for a routed block, which also returns its MoEStats
+ROUTED_BLOCK_FORWARD = {
+    "none": _block_forward_stats,
+    **{name: nnx.remat(_block_forward_stats, policy=policy) for name, policy in REMAT_POLICIES.items()},
+}
 
 
 class Transformer(nnx.Module):
@@ -271,7 +416,7 @@ class Transformer(nnx.Module):
         # Blocks are named attributes (block_0, block_1, ...) so the parameter tree has string
         # keys only, which keeps optimizer masks and Orbax checkpoints simple.
         for i in range(cfg.n_layers):
-            setattr(self, f"block_{i}", Block(cfg, rngs))
+            setattr(self, f"block_{i}", Block(cfg, rngs, routed=i in cfg.moe_layers))
         self.final_norm = RMSNorm(D, cfg.norm_eps)
         if not cfg.tie_embeddings:
             self.head_DxV = _param(rngs, (D, V), cfg.init_std, (axes.EMBED, axes.VOCAB))
@@ -280,11 +425,21 @@ class Transformer(nnx.Module):
         return [getattr(self, f"block_{i}") for i in range(self.cfg.n_layers)]
 
     def __call__(self, tokens_BxL: jax.Array) -> jax.Array:
+        return self.forward(tokens_BxL)[0]
+
+    def forward(self, tokens_BxL: jax.Array) -> tuple[jax.Array, MoEStats | None]:
+        """(logits_BxLxV, stats): stats maps each MOE_STATS name to its values in the routed
+        layers, in layer order (arrays of len(cfg.moe_layers)); None for a dense model."""
         x = self.embed(tokens_BxL)
-        fwd = BLOCK_FORWARD[self.cfg.remat]
+        routed: list[MoEStats] = []
         for block in self.blocks():
-            x = fwd(block, x)
-        return self.logits(x)
+            if block.routed:
+                x, stats = ROUTED_BLOCK_FORWARD[self.cfg.remat](block, x)
+                routed.append(stats)
+            else:
+                x = BLOCK_FORWARD[self.cfg.remat](block, x)
+        stacked = {k: jnp.stack([st[k] for st in routed]) for k in MOE_STATS} if routed else None
+        return self.logits(x), stacked
 
     # embed / logits: the parts before and after the blocks, separate so that a pipeline
     # (sharding/pipeline.py) can run the blocks its own way in between.
@@ -341,8 +496,15 @@ def abstract_model(cfg: ModelConfig) -> Transformer:
 
 def apply(graphdef: nnx.GraphDef, params: dict[str, Any], tokens_BxL: jax.Array) -> jax.Array:
     """Pure forward pass: logits_BxLxV (float32) of the model given by (graphdef, params)."""
+    return apply_with_stats(graphdef, params, tokens_BxL)[0]
+
+
+def apply_with_stats(
+    graphdef: nnx.GraphDef, params: dict[str, Any], tokens_BxL: jax.Array
+) -> tuple[jax.Array, MoEStats | None]:
+    """Pure forward pass with the routed layers' statistics: `Transformer.forward`."""
     model = nnx.merge(graphdef, jax.tree.map(lambda a: nnx.Param(a, eager_sharding=False), params))
-    return model(tokens_BxL)
+    return model.forward(tokens_BxL)
 
 
 def init_params(cfg: ModelConfig, seed: int) -> tuple[nnx.GraphDef, dict[str, Any]]:

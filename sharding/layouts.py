@@ -1,4 +1,4 @@
-"""Mesh axis sizes (`sharding.{data,fsdp,tensor}`) and the named layouts, without JAX.
+"""Mesh axis sizes (`sharding.{data,fsdp,tensor,context,expert,...}`) and the named layouts, without JAX.
 
 The named layouts are conf/sharding/*.yaml, the one table of them: `sharding=dp_tp` on the
 command line and `LAYOUTS["dp_tp"]` here read the same file. Each file sets only the axes that
@@ -41,6 +41,7 @@ class ShardingConfig:
     fsdp: int = 1  # fully sharded data parallel: batch rows and parameters split
     tensor: int = 1  # tensor parallel: heads / MLP width / vocabulary split
     context: int = 1  # context parallel: the sequence split (attention all-gathers K/V)
+    expert: int = 1  # expert parallel: a mixture of experts' routed experts split (and the batch)
     sequence_parallel: bool = False  # Megatron SP: norms/residuals sequence-split over `tensor`
     pipeline: int = 1  # pipeline stages: the `stage` mesh axis (sharding/pipeline.py)
     pipeline_schedule: str = PipelineSchedule.GPIPE.value  # gpipe | 1f1b | interleaved | breadth_first

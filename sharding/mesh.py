@@ -1,4 +1,5 @@
-"""The JAX device mesh of resolved `sharding.{data,fsdp,tensor}` sizes.
+"""The JAX device mesh of resolved `sharding.{data,fsdp,tensor}` sizes (and `stage`, `context`,
+`expert`).
 
 Axis sizes, the -1 rule and the named layouts (conf/sharding/*.yaml) are sharding/layouts.py,
 which needs no JAX. On one process the mesh may use a prefix of the devices (a 1-device run on a
@@ -23,15 +24,20 @@ _AUTO = (AxisType.Auto,) * len(MESH_AXES)
 
 
 def make_mesh(
-    sizes: Sequence[int], devices: Sequence[jax.Device] | None = None, stage: int = 1, context: int = 1
+    sizes: Sequence[int],
+    devices: Sequence[jax.Device] | None = None,
+    stage: int = 1,
+    context: int = 1,
+    expert: int = 1,
 ) -> Mesh:
     """Mesh with axes MESH_AXES of the given resolved sizes (missing trailing axes are 1);
     `stage` = the number of pipeline stages (`sharding.pipeline`), `context` = the number of
-    sequence shards (`sharding.context`)."""
+    sequence shards (`sharding.context`), `expert` = the expert-parallel ranks (`sharding.expert`)."""
     devices = list(jax.devices() if devices is None else devices)
     sizes = list(sizes) + [1] * (len(MESH_AXES) - len(sizes))
     sizes[MESH_AXES.index("stage")] *= stage
     sizes[MESH_AXES.index("context")] *= context
+    sizes[MESH_AXES.index("expert")] *= expert
     n = math.prod(sizes)
     if jax.process_count() > 1 and n != len(devices):
         raise ConfigError(

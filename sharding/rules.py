@@ -3,9 +3,18 @@
 Mesh axes: `data` (pure data parallel: parameters replicated), `fsdp` (data parallel whose
 parameters and optimizer state are sharded over it, ZeRO-3 style), `tensor` (Megatron-style
 column/row split of attention heads, MLP width and vocabulary), `context` (the sequence split;
-attention gathers K/V: sharding/context.py). A layout is nothing but the sizes
-of these three axes: with one table, dp / fsdp / tp and their 2-D combinations all follow (a
-mesh axis of size 1 shards nothing).
+attention gathers K/V: sharding/context.py), `expert` (expert parallelism: the routed experts
+of a mixture-of-experts layer split over it; everything else treats it as one more data-parallel
+axis). A layout is nothing but the sizes of these axes: with one table, dp / fsdp / tp / ep and
+their combinations all follow (a mesh axis of size 1 shards nothing).
+
+Expert parallelism (GShard, Lepikhin et al. 2021) by GSPMD: the batch is split over
+`data` x `fsdp` x `expert`, the experts' weights over `expert` (logical `expert`), and the routed
+layer (models/transformer.py: MoEMLP) constrains its dispatched tokens to expert-sharded
+(`act_expert` -> `expert`, their group dim `expert_batch` -> `data` x `fsdp`): the partitioner
+moves the `expert` split from the batch dim to the expert dim with an all-to-all, and back after
+the experts. The experts' d_model and hidden dims keep the `fsdp` and `tensor` rules, so ep
+combines with fsdp and tp.
 
 Megatron pairing falls out of the names: W_q/W_k/W_v and W_gate/W_up are split on their output
 (heads / mlp) dim = column parallel, W_o and W_down on their input dim = row parallel, so each
@@ -28,8 +37,16 @@ from models import axes
 
 # Mesh axis order = the order of make_mesh's sizes (missing trailing ones are 1); stage and
 # context were appended after (data, fsdp, tensor) so existing 3-tuples keep their meaning.
-MESH_AXES = ("data", "fsdp", "tensor", "stage", "context")  # stage: pipeline stages (sharding/pipeline.py)
-BATCH_AXES = ("data", "fsdp")
+# `expert` comes last: the innermost (neighbouring) devices exchange the experts' all-to-all.
+MESH_AXES = (
+    "data",
+    "fsdp",
+    "tensor",
+    "stage",
+    "context",
+    "expert",
+)  # stage: pipeline stages (sharding/pipeline.py)
+BATCH_AXES = ("data", "fsdp", "expert")
 
 RULES: dict[str, tuple[str, ...] | str | None] = {
     # parameters
@@ -40,6 +57,7 @@ RULES: dict[str, tuple[str, ...] | str | None] = {
     axes.VOCAB: "tensor",
     axes.KV: None,
     axes.NORM: None,
+    axes.EXPERT: "expert",
     # activations
     axes.BATCH: BATCH_AXES,
     axes.LENGTH: "context",
@@ -50,6 +68,8 @@ RULES: dict[str, tuple[str, ...] | str | None] = {
     axes.ACT_HEADS: "tensor",
     axes.ACT_KV_HEADS: "tensor",
     axes.ACT_VOCAB: "tensor",
+    axes.ACT_EXPERT: "expert",
+    axes.EXPERT_BATCH: ("data", "fsdp"),
 }
 
 

@@ -58,6 +58,19 @@ def sequence_split(seq_len: int, context: int, tensor: int, sequence_parallel: b
     return Split("sharding.context", context, "model.seq_len", seq_len)
 
 
+def expert_splits(model: ModelConfig, expert: int, tensor: int) -> list[Split]:
+    """A mixture of experts' dims the mesh splits: the routed experts over `expert`, and the
+    experts' (and shared experts') hidden width d_ff / granularity over `tensor`."""
+    moe = model.moe
+    if moe is None:
+        return []
+    width = "model.d_ff/model.moe.granularity"
+    return [
+        Split("sharding.expert", expert, "model.moe.experts*model.moe.granularity", moe.routed_experts),
+        Split("sharding.tensor", tensor, width, moe.expert_d_ff(model.ff)),
+    ]
+
+
 def validate_mesh(
     model: ModelConfig,
     data: int,
@@ -65,20 +78,28 @@ def validate_mesh(
     tensor: int,
     micro_batch_size: int,
     eval_batch_size: int | None = None,
+    expert: int = 1,
 ) -> None:
     """Raise ConfigError if any dimension the trainer shards (sharding/rules.py) is not divisible
     by its mesh axes: heads, KV heads, MLP width and vocabulary over `tensor`, d_model over
-    `fsdp` (ZeRO-3), the batch rows over `data`*`fsdp`."""
-    batch = "sharding.data*sharding.fsdp"
+    `fsdp` (ZeRO-3), the batch rows over `data`*`fsdp`*`expert`, a mixture of experts' routed
+    experts over `expert` (`expert_splits`). `sharding.expert` > 1 needs `model.moe`."""
+    if expert > 1 and model.moe is None:
+        raise ConfigError(
+            f"sharding.expert={expert} splits the experts of a mixture of experts, and the model "
+            "is dense; set model.moe (e.g. model.moe={experts:8,top_k:2}) or sharding.expert=1"
+        )
+    batch = "sharding.data*sharding.fsdp" + ("*sharding.expert" if expert > 1 else "")
     splits = [
         *head_splits(tensor, model.n_heads, model.kv_heads),
         Split("sharding.tensor", tensor, "model.d_ff", model.ff),
         Split("sharding.tensor", tensor, "model.vocab_size", model.vocab_size),
         Split("sharding.fsdp", fsdp, "model.d_model", model.d_model),
-        Split(batch, data * fsdp, "train.micro_batch_size", micro_batch_size),
+        *expert_splits(model, expert, tensor),
+        Split(batch, data * fsdp * expert, "train.micro_batch_size", micro_batch_size),
     ]
     if eval_batch_size is not None:
-        splits.append(Split(batch, data * fsdp, "the eval batch size", eval_batch_size))
+        splits.append(Split(batch, data * fsdp * expert, "the eval batch size", eval_batch_size))
     for s in splits:
         if not s.even:
             raise ConfigError(

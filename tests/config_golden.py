@@ -2404,3 +2404,16 @@ RUN_IDS = {k: v for k, v in RUN_IDS.items() if not k.startswith("demo/")} | {
 # off. A null key is not part of a run's id, so every run id above is unchanged.
 for _case in ("config +sweep=isoflop", "config +sweep=demo"):
     GOLDEN[_case]["sweep"].update(recipes=None, early_stop=None)
+
+# Issue 45 ("Mixture-of-experts, trained and predicted"), on purpose: `model.moe` (null: the dense
+# model), `optim.moe_aux_weight` / `optim.moe_z_weight` (the auxiliary losses' weights) and
+# `sharding.expert` (expert parallelism, 1) in every composed config, training and RL alike. A
+# dense run's fingerprint and sweep run id leave all four out (experiments/rundir.py:
+# without_moe_keys), so every run id above is unchanged.
+for _config in GOLDEN.values():
+    if "model" in _config:
+        _config["model"]["moe"] = None
+    if "optim" in _config:
+        _config["optim"].update(moe_aux_weight=0.01, moe_z_weight=0.001)
+    if "sharding" in _config:
+        _config["sharding"]["expert"] = 1

@@ -127,7 +127,7 @@ def test_layout_table_is_the_sharding_presets(name):
         (
             "config",
             "sharding.pipe=2",
-            "unknown sharding key(s) ['pipe']; known: ['context', 'data', 'fsdp', 'pipeline',",
+            "unknown sharding key(s) ['pipe']; known: ['context', 'data', 'expert', 'fsdp', 'pipeline',",
         ),
         ("rl", "rl.algo.lossy=1", "unknown rl.algo key(s) ['lossy']; known: ['advantage', 'aggregation',"),
         (

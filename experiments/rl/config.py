@@ -17,6 +17,7 @@ from typing import Any, Mapping
 from hydra.core.config_store import ConfigStore
 
 from experiments.rl.tasks import TaskConfig
+from experiments.rundir import without_moe_keys
 from experiments.train.config import register_configs as register_training_configs
 from experiments.train.config import schema_node
 from models.base.configs import check_bool, check_choice, check_float, check_int, config_from_mapping
@@ -227,7 +228,9 @@ def fingerprint_fields(
     ws = dict(rl.get("warm_start") or {})
     ws.pop("cache_dir", None)
     rl["warm_start"] = ws
-    return {"model": dict(model), "optim": dict(optim), "rl": rl}
+    # a dense policy (RL trains no mixture of experts) without the MoE-only keys: its fingerprint
+    # is the one it had before they existed
+    return without_moe_keys({"model": dict(model), "optim": dict(optim), "rl": rl})
 
 
 def fingerprint(fields: Mapping[str, Any]) -> str:

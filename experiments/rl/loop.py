@@ -92,6 +92,11 @@ def resolve(raw: dict[str, Any], n_devices: int) -> RLSpec:
             "need vocab_size >= 128 (256 for byte-level models)"
         )
     sh = raw.get("sharding") or {}
+    if model.moe is not None or sh.get("expert", 1) != 1:
+        raise ConfigError(
+            "model.moe / sharding.expert: mixture-of-experts policies are not implemented for RL "
+            "runs (experiments.train only)"
+        )
     if sh.get("context", 1) != 1 or sh.get("sequence_parallel", False) or sh.get("pipeline", 1) != 1:
         raise ConfigError(
             "sharding.context / sharding.sequence_parallel / sharding.pipeline: not implemented "

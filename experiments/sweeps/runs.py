@@ -20,6 +20,7 @@ import json
 import pathlib
 from typing import Any, Iterable, Mapping
 
+from experiments.rundir import without_moe_keys
 from models.base.diskspace import disk_full_summary
 from models.base.fingerprint import fingerprint
 from models.base.rundir import FINISHED_BAD, ReadStatus, RunDir, RunStatus
@@ -44,7 +45,7 @@ def _drop(tree: dict[str, Any], dotted: str) -> None:
 
 def identity(run_cfg: Mapping[str, Any], ignore: Iterable[str] = ()) -> dict[str, Any]:
     """The part of a resolved run config that defines the run (no `hydra`, no `sweep`)."""
-    tree = json.loads(json.dumps(dict(run_cfg), default=str))
+    tree = without_moe_keys(json.loads(json.dumps(dict(run_cfg), default=str)))  # dense: as before MoE
     tree.pop("hydra", None)
     tree.pop("sweep", None)
     tree.pop("tracker", None)  # where metrics are mirrored, not what is trained

@@ -43,7 +43,7 @@ from models.base.configs import (
 )
 from models.base.errors import ConfigError
 from models.config import ModelConfig
-from models.flops import flops_per_token, non_embedding_param_count, param_count
+from models.flops import active_param_count, flops_per_token, non_embedding_param_count, param_count
 from sharding.layouts import ShardingConfig, resolve_axis_sizes
 from sharding.validate import PipelineSpec, check_pipeline, check_sequence_layout, validate_mesh
 
@@ -116,6 +116,8 @@ _OPTIM_RANGES = (
     ("eps", 0.0, None, True),
     ("clip", 0.0, None, False),
     ("warmup_tokens", 0.0, None, False),
+    ("moe_aux_weight", 0.0, None, False),
+    ("moe_z_weight", 0.0, None, False),
 )
 
 
@@ -136,6 +138,10 @@ class OptimConfig:
     clip: float | None = 1.0  # global gradient-norm clip; None or 0 disables
     decay_norms: bool = False  # weight decay on norm scales / biases
     decay_embeddings: bool = False  # weight decay on the embedding and output head
+    moe_aux_weight: float = 0.01  # model.moe: weight of the load-balancing loss (summed over the
+    # routed layers) in the objective (Switch Transformer's alpha)
+    moe_z_weight: float = 0.001  # model.moe: weight of the router z-loss (summed over the routed
+    # layers; ST-MoE's 1e-3)
 
     @classmethod
     def from_mapping(cls, m: Mapping[str, Any]) -> "OptimConfig":
@@ -235,17 +241,19 @@ class RunSpec:
     loss_ceiling: float
     n_params: int
     n_params_non_embedding: int
-    flops_per_token: int
+    flops_per_token: int  # active FLOPs for a mixture of experts (models/flops.py)
     fingerprint: str
     fingerprint_fields: dict[str, Any]
     raw: dict[str, Any]
     pipeline: PipelineSpec = PipelineSpec()  # sharding.pipeline stages (the `stage` mesh axis)
     context: int = 1  # sharding.context: sequence shards (the `context` mesh axis)
     sequence_parallel: bool = False  # sharding.sequence_parallel (Megatron SP over `tensor`)
+    expert: int = 1  # sharding.expert: expert-parallel ranks (the `expert` mesh axis)
+    n_params_active: int | None = None  # model.moe: parameters one token uses (else None)
 
     @property
     def n_devices(self) -> int:
-        return math.prod(self.mesh_shape) * self.pipeline.stages * self.context
+        return math.prod(self.mesh_shape) * self.pipeline.stages * self.context * self.expert
 
 
 @dataclasses.dataclass(frozen=True)
@@ -383,14 +391,36 @@ def _pipeline(
     )
 
 
+def _check_moe_layout(sharding: ShardingConfig, model: ModelConfig) -> int:
+    """`sharding.expert`, checked; a mixture of experts refuses the layouts it does not run with
+    (one line): a pipeline (its stages stack identical blocks) and a split sequence (a routing
+    group is one whole sequence)."""
+    expert = check_int("sharding.expert", sharding.expert, lo=1, what="a positive integer")
+    if model.moe is not None and sharding.pipeline != 1:
+        raise ConfigError(
+            "model.moe does not run with sharding.pipeline > 1 (a pipeline stacks identical "
+            "blocks); use sharding.expert / data / fsdp / tensor"
+        )
+    if model.moe is not None and sharding.context != 1:
+        raise ConfigError(
+            "model.moe does not run with sharding.context > 1: a routing group is one whole "
+            "sequence; use sharding.expert / data / fsdp / tensor"
+        )
+    return expert
+
+
 def _mesh_shape(
     sharding: ShardingConfig, model: ModelConfig, micro: int, n_devices: int | None
 ) -> tuple[int, int, int]:
-    """Resolved (data, fsdp, tensor) sizes that divide the model and the batch."""
+    """Resolved (data, fsdp, tensor) sizes that divide the model and the batch (`sharding.expert`
+    and `sharding.context` take their shares of the devices first)."""
+    expert = _check_moe_layout(sharding, model)
     # Divisibility by the axes given explicitly first (the clearer message), then the device count.
     fixed = sharding.sizes
     if all(is_int(v) and (v >= 1 or v == -1) for v in fixed):
-        validate_mesh(model, *[max(v, 1) for v in fixed], micro_batch_size=micro, eval_batch_size=micro)
+        validate_mesh(
+            model, *[max(v, 1) for v in fixed], micro_batch_size=micro, eval_batch_size=micro, expert=expert
+        )
     if n_devices is None:
         import jax  # only to count devices: importing this module stays JAX-free (see the docstring)
 
@@ -402,8 +432,11 @@ def _mesh_shape(
             f"sharding.context={sharding.context} does not divide the {n_devices} available devices"
         )
     n_devices //= sharding.context  # the `context` mesh axis takes its share (sharding/context.py)
+    if n_devices % expert:
+        raise ConfigError(f"sharding.expert={expert} does not divide the {n_devices} available devices")
+    n_devices //= expert  # ... and the `expert` one (sharding/rules.py)
     mesh_shape = resolve_axis_sizes(list(fixed), n_devices)
-    validate_mesh(model, *mesh_shape, micro_batch_size=micro, eval_batch_size=micro)
+    validate_mesh(model, *mesh_shape, micro_batch_size=micro, eval_batch_size=micro, expert=expert)
     check_sequence_layout(model, mesh_shape[2], sharding.context, sharding.sequence_parallel)
     return mesh_shape
 
@@ -457,4 +490,6 @@ def resolve_config(cfg: Any, n_devices: int | None = None) -> RunSpec:
         pipeline=pipeline,
         context=sharding.context,
         sequence_parallel=sharding.sequence_parallel,
+        expert=sharding.expert,
+        n_params_active=None if model.moe is None else active_param_count(model),
     )

@@ -59,7 +59,8 @@ from models.base.rundir import (
     RunSummary,
     read_metrics,
 )
-from models.flops import MFU_CAUSAL
+from models.flops import MFU_CAUSAL, mfu_convention, mfu_label
+from models.transformer import MOE_STATS
 from sharding.mesh import make_mesh
 
 
@@ -162,6 +163,7 @@ class RunState:
     train_loss: float | None = None
     eval_loss: float | None = None
     task_metrics: dict[str, dict[str, float]] | None = None  # {task: {loss, accuracy, chance}}, last eval
+    moe: dict[str, Any] | None = None  # model.moe: the last step's routed-layer statistics (`_moe_fields`)
     tokens_per_s: float | None = None
     mfu: float | None = None
     peak: float | None = None
@@ -314,6 +316,7 @@ def program_key(spec: RunSpec) -> str:
         spec.pipeline,
         spec.context,
         spec.sequence_parallel,
+        spec.expert,
         spec.n_micro,
         spec.micro_batch_size,
         spec.eval_batches,
@@ -377,7 +380,7 @@ def _summary_base(state: RunState) -> RunSummary:
         final_eval_loss=state.eval_loss,
         tokens_per_s=state.tokens_per_s,
         mfu=state.mfu,
-        mfu_convention=MFU_CAUSAL,
+        mfu_convention=MFU_CAUSAL if state.spec is None else mfu_convention(state.spec.model),
         peak_flops_per_device=state.peak,
         peak_flops_source=state.peak_source,
         mesh=state.mesh,
@@ -390,6 +393,8 @@ def _summary_base(state: RunState) -> RunSummary:
     )
     if state.packed_with:
         s = s.replace(packed_with=list(state.packed_with))
+    if state.moe:
+        s = s.replace(**state.moe)
     if state.stopped:
         s = s.replace(**state.stopped)
     spec = state.spec
@@ -405,6 +410,8 @@ def _summary_base(state: RunState) -> RunSummary:
             config_fields=spec.fingerprint_fields,
             model=spec.model.to_dict(),
         )
+        if spec.n_params_active is not None:
+            s = s.replace(n_params_active=spec.n_params_active)
         train = spec.train
         if train.branch_points:
             s = s.replace(role=RunRole.TRUNK)
@@ -474,6 +481,7 @@ def _describe_devices(spec: RunSpec, mesh: Any, state: RunState) -> list[Any]:
         "tensor": spec.mesh_shape[2],
         "stage": spec.pipeline.stages,
         "context": spec.context,
+        "expert": spec.expert,
         "sequence_parallel": spec.sequence_parallel,
         "devices": len(devices),
         "processes": jax.process_count(),
@@ -499,7 +507,7 @@ def _program(spec: RunSpec, corpus: Any) -> Program:
 
 
 def _build_program(spec: RunSpec, corpus: Any) -> Program:
-    mesh = make_mesh(spec.mesh_shape, stage=spec.pipeline.stages, context=spec.context)
+    mesh = make_mesh(spec.mesh_shape, stage=spec.pipeline.stages, context=spec.context, expert=spec.expert)
     ts = build_train_setup(
         spec.model,
         RuntimeOptimizer(spec.optim, hyperparams(spec.optim, spec.steps, spec.warmup_steps), spec.model),
@@ -548,7 +556,13 @@ def _build_loop(
     hp_host = hyperparams(spec.optim, spec.steps, spec.warmup_steps)
     replicated = jax.sharding.NamedSharding(ts.mesh, jax.sharding.PartitionSpec())
     hp = jax.tree.map(lambda v: jax.device_put(v, replicated), hp_host)
-    progress = Progress(spec.steps, spec.tokens_per_step, train.progress_every_s, enabled=state.is_main)
+    progress = Progress(
+        spec.steps,
+        spec.tokens_per_step,
+        train.progress_every_s,
+        enabled=state.is_main,
+        mfu_label=mfu_label(spec.model),
+    )
     return Loop(
         spec=spec,
         state=state,
@@ -601,6 +615,7 @@ def _restore_or_init(
         state.wall_prev = float(meta.get("wall_time_s", 0.0))
         state.time_prev = meta.get("time_s")
         state.train_loss, state.eval_loss = meta.get("train_loss"), meta.get("eval_loss")
+        state.moe = meta.get("moe")
         state.task_metrics = meta.get("task_metrics")
         metrics.truncate_after(start)
         _log(f"resuming from checkpoint at step {start}/{spec.steps}", state.is_main)
@@ -638,13 +653,22 @@ def _start_branch(
 
 def _log_header(spec: RunSpec, devices: list[Any], corpus: Any, enabled: bool) -> None:
     """One line: model size, run length, mesh and corpus."""
+    moe = spec.model.moe
+    routed = ""
+    if moe is not None:
+        routed = (
+            f", {spec.n_params_active:,} active; {len(spec.model.moe_layers)} routed layer(s) of "
+            f"{moe.routed_experts} experts, top-{moe.routed_top_k}, capacity "
+            f"{moe.capacity(spec.model.seq_len)}/{spec.model.seq_len} tokens"
+        )
     _log(
-        f"model: {spec.n_params:,} params ({spec.n_params_non_embedding:,} non-embedding), "
-        f"{spec.flops_per_token:,} FLOPs/token (mfu: {MFU_CAUSAL}) | run: {spec.steps} steps x "
+        f"model: {spec.n_params:,} params ({spec.n_params_non_embedding:,} non-embedding{routed}), "
+        f"{spec.flops_per_token:,} FLOPs/token (mfu: {mfu_label(spec.model)}) | run: {spec.steps} steps x "
         f"{spec.tokens_per_step:,} tokens = {spec.total_tokens:,} tokens | "
         f"mesh data={spec.mesh_shape[0]} fsdp="
         f"{spec.mesh_shape[1]} tensor={spec.mesh_shape[2]}{'+sp' if spec.sequence_parallel else ''}"
-        f"{f' context={spec.context}' if spec.context > 1 else ''} on {len(devices)} {devices[0].platform} "
+        f"{f' context={spec.context}' if spec.context > 1 else ''}"
+        f"{f' expert={spec.expert}' if spec.expert > 1 else ''} on {len(devices)} {devices[0].platform} "
         f"device(s) | corpus {corpus.identity['name']} ({corpus.identity['bytes']:,} bytes), "
         f"{corpus.unique_line()}",
         enabled,
@@ -704,6 +728,7 @@ def _checkpoint(loop: Loop, step: int, branch_point: bool = False) -> None:
         "config_fields": spec.fingerprint_fields,
         "model": spec.model.to_dict(),
         "train_loss": state.train_loss,
+        "moe": state.moe,
         "eval_loss": state.eval_loss,
         "task_metrics": state.task_metrics,
         "wall_time_s": state.wall_prev + time.time() - loop.t_start,
@@ -894,7 +919,7 @@ def _step_record(loop: Loop, step_i: int, m: Any) -> dict[str, Any]:
         clock.session_time += dt
     flops = float(n * spec.tokens_per_step * spec.flops_per_token)
     state.step, state.tokens, state.flops, state.train_loss = n, n * spec.tokens_per_step, flops, loss
-    return {
+    rec = {
         "step": n,
         "tokens": n * spec.tokens_per_step,
         "flops": flops,
@@ -905,6 +930,31 @@ def _step_record(loop: Loop, step_i: int, m: Any) -> dict[str, Any]:
         "tokens_per_s": tps,
         "mfu": loop.mfu(tps),
     }
+    if spec.model.moe is not None:
+        state.moe = _moe_fields(spec.model.moe_layers, m)
+        rec.update(_moe_record(state.moe))
+    return rec
+
+
+def _moe_fields(layers: tuple[int, ...], m: Any) -> dict[str, Any]:
+    """summary.json's mixture-of-experts fields from a step's metrics (steps.moe_metrics: one
+    value per routed layer): `moe_<stat>` the mean over the routed layers, and `moe_layers`
+    {layer index: {stat: value}} (MOE_STATS: aux_loss, z_loss, dropped_fraction)."""
+    per_stat = {k: np.asarray(m[f"moe_{k}"], np.float64) for k in MOE_STATS}
+    fields: dict[str, Any] = {f"moe_{k}": float(v.mean()) for k, v in per_stat.items()}
+    fields["moe_layers"] = {
+        str(i): {k: float(per_stat[k][j]) for k in MOE_STATS} for j, i in enumerate(layers)
+    }
+    return fields
+
+
+def _moe_record(fields: dict[str, Any]) -> dict[str, float]:
+    """metrics.jsonl's mixture-of-experts values: the means `moe_<stat>` and each routed layer's
+    `moe/layer_<i>/<stat>`."""
+    rec = {k: v for k, v in fields.items() if k != "moe_layers"}
+    for i, stats in fields["moe_layers"].items():
+        rec.update({f"moe/layer_{i}/{k}": v for k, v in stats.items()})
+    return rec
 
 
 def _log_progress(loop: Loop, rec: dict[str, Any], force: bool) -> None:
@@ -948,7 +998,7 @@ def _write_summary(loop: Loop, status: RunStatus) -> RunSummary:
         return (
             f"{status}: {s.tokens:,} tokens, final train loss {s.final_train_loss}, "
             f"eval loss {s.final_eval_loss}, {tps or 0:,.0f} tok/s, "
-            f"mfu {s.mfu or float('nan'):.3f} ({MFU_CAUSAL}), {s.wall_time_s:.1f}s"
+            f"mfu {s.mfu or float('nan'):.3f} ({mfu_label(spec.model)}), {s.wall_time_s:.1f}s"
         )
 
     resumed_from = loop.start if loop.resumed else None

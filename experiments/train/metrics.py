@@ -105,8 +105,10 @@ class Progress:
         every_s: float = 2.0,
         enabled: bool = True,
         stream: TextIO | None = None,
+        mfu_label: str = MFU_CAUSAL,
     ):
         self.total, self.tps, self.every = total_steps, tokens_per_step, every_s
+        self.mfu_label = mfu_label  # the MFU's convention as printed (models.flops.mfu_label)
         self.enabled, self.stream = enabled, stream or sys.stdout
         self._last = -math.inf
 
@@ -128,7 +130,7 @@ class Progress:
         ev = f" eval {eval_loss:.4f}" if eval_loss is not None else ""
         print(
             f"step {step}/{self.total} | tokens {_si(done)}/{_si(total)} ({100 * done / total:.0f}%) | "
-            f"loss {loss:.4f}{ev} | {_si(tokens_per_s)} tok/s | mfu {mfu:.3f} ({MFU_CAUSAL}) | "
+            f"loss {loss:.4f}{ev} | {_si(tokens_per_s)} tok/s | mfu {mfu:.3f} ({self.mfu_label}) | "
             f"ETA {_dur(eta)}",
             file=self.stream,
             flush=True,

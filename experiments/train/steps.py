@@ -9,6 +9,12 @@
 `batch_NxMxL1` holds N micro-batches of M rows of seq_len+1 tokens (inputs = [:, :-1], targets =
 [:, 1:]); the step averages the micro-batch gradients, which equals the big-batch gradient.
 Gradient norm is measured before clipping.
+
+A mixture of experts (`model.moe`) trains on the objective cross-entropy + optim.moe_aux_weight
+x (sum of the routed layers' load-balancing losses) + optim.moe_z_weight x (sum of their router
+z-losses) (`moe_objective`); the step's `loss` stays the cross-entropy (what eval, the scaling
+laws and a dense run report), and its metrics add `moe_aux_loss`, `moe_z_loss` and
+`moe_dropped_fraction`, one value per routed layer (means over the micro-batches).
 """
 
 from __future__ import annotations
@@ -22,10 +28,20 @@ import optax
 from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from experiments.train.config import OptimConfig
 from experiments.train.optimizer import RuntimeOptimizer
 from models.axes import activation_sharding
 from models.config import ModelConfig
-from models.transformer import Transformer, abstract_model, apply, logical_axes, split_params
+from models.transformer import (
+    MOE_STATS,
+    MoEStats,
+    Transformer,
+    abstract_model,
+    apply,
+    apply_with_stats,
+    logical_axes,
+    split_params,
+)
 from sharding.pipeline import PipelineSpec, block_graphdef_and_axes, pipelined_blocks
 from sharding.rules import BATCH_AXES, activation_sharding_fn, param_shardings
 
@@ -35,11 +51,44 @@ def cross_entropy_loss(
 ) -> jax.Array:
     """Mean next-token cross-entropy (nats) of the model on a window batch (`forward` =
     `apply`, or a pipelined equivalent with the same signature)."""
-    logits_BxLxV = forward(graphdef, params, tokens_BxL1[:, :-1])
-    targets_BxL = tokens_BxL1[:, 1:]
+    return _cross_entropy(forward(graphdef, params, tokens_BxL1[:, :-1]), tokens_BxL1[:, 1:])
+
+
+def _cross_entropy(logits_BxLxV: jax.Array, targets_BxL: jax.Array) -> jax.Array:
+    """Mean cross-entropy (nats) of the targets under the logits."""
     logz_BxL = jax.nn.logsumexp(logits_BxLxV, axis=-1)
     picked_BxL = jnp.take_along_axis(logits_BxLxV, targets_BxL[..., None], axis=-1)[..., 0]
     return jnp.mean(logz_BxL - picked_BxL)
+
+
+@dataclasses.dataclass(frozen=True)
+class MoELossWeights:
+    """The weights of a mixture of experts' auxiliary losses in the objective (`optim.moe_aux_weight`,
+    `optim.moe_z_weight`; defaults: OptimConfig's)."""
+
+    aux: float = OptimConfig.moe_aux_weight
+    z: float = OptimConfig.moe_z_weight
+
+    @classmethod
+    def of(cls, optim: OptimConfig) -> "MoELossWeights":
+        return cls(float(optim.moe_aux_weight), float(optim.moe_z_weight))
+
+
+def moe_objective(
+    graphdef: nnx.GraphDef, params: Any, tokens_BxL1: jax.Array, weights: MoELossWeights
+) -> tuple[jax.Array, dict[str, jax.Array]]:
+    """(objective, metrics) of a mixture of experts on a window batch: objective = cross-entropy +
+    weights.aux * sum of the routed layers' load-balancing losses + weights.z * sum of their
+    z-losses; metrics = {loss: the cross-entropy, moe_<stat>: per routed layer (MOE_STATS)}."""
+    logits_BxLxV, stats = apply_with_stats(graphdef, params, tokens_BxL1[:, :-1])
+    ce = _cross_entropy(logits_BxLxV, tokens_BxL1[:, 1:])
+    objective = ce + weights.aux * jnp.sum(stats["aux_loss"]) + weights.z * jnp.sum(stats["z_loss"])
+    return objective, {"loss": ce, **moe_metrics(stats)}
+
+
+def moe_metrics(stats: MoEStats) -> dict[str, jax.Array]:
+    """The step metrics of the routed layers' statistics: `moe_<stat>` (one value per layer)."""
+    return {f"moe_{k}": jax.lax.stop_gradient(stats[k]) for k in MOE_STATS}
 
 
 @dataclasses.dataclass
@@ -58,9 +107,12 @@ class TrainSetup:
     train_step: Callable[..., tuple[Any, Any, dict[str, jax.Array]]]
     eval_step: Callable[[Any, jax.Array], jax.Array]
     eval_all: Callable[[Any, jax.Array], jax.Array]  # mean loss over a (K, B, L+1) stack of batches
-    loss_fn: Callable[[Any, jax.Array], jax.Array]
+    loss_fn: Callable[[Any, jax.Array], jax.Array]  # the cross-entropy (eval's loss)
     tx: optax.GradientTransformation
     hp: dict[str, Any] | None = None  # the run's step scalars (RuntimeOptimizer), else None
+    # (params, tokens) -> (objective, metrics): what the train step differentiates (the
+    # cross-entropy for a dense model; `moe_objective` for a mixture of experts)
+    objective_fn: Callable[[Any, jax.Array], tuple[jax.Array, dict[str, jax.Array]]] | None = None
 
     def abstract_state(self) -> tuple[Any, Any]:
         """ShapeDtypeStructs (with shardings) of (params, opt_state): restore targets."""
@@ -75,27 +127,32 @@ class TrainSetup:
 
 def _make_train_step(grad_fn: Callable, tx_of: Callable[[Any], Any], p_sh: Any, n_micro: int) -> Callable:
     """One optimizer step on N micro-batches: the mean of their gradients (scanned, so memory
-    holds one micro-batch's activations), norm before clipping, update with `tx_of(hp)`."""
+    holds one micro-batch's activations), norm before clipping, update with `tx_of(hp)`.
+    `grad_fn(params, batch) -> (metrics, grads)`; the step's metrics are their means over the
+    micro-batches, plus `grad_norm`."""
 
     def train_step(params: Any, opt_state: Any, batch_NxMxL1: jax.Array, hp: Any = None):
         if n_micro == 1:
-            loss, grads = grad_fn(params, batch_NxMxL1[0])
+            metrics, grads = grad_fn(params, batch_NxMxL1[0])
         else:
 
             def micro(carry, mb_MxL1):
-                g_acc, l_acc = carry
-                l, g = grad_fn(params, mb_MxL1)
-                return (jax.tree.map(jnp.add, g_acc, g), l_acc + l), None
+                g_acc, m_acc = carry
+                m, g = grad_fn(params, mb_MxL1)
+                return (jax.tree.map(jnp.add, g_acc, g), jax.tree.map(jnp.add, m_acc, m)), None
 
             zeros = jax.tree.map(jnp.zeros_like, params)
-            (grads, loss), _ = jax.lax.scan(micro, (zeros, jnp.zeros((), jnp.float32)), batch_NxMxL1)
+            m_zeros = jax.tree.map(
+                lambda s: jnp.zeros(s.shape, s.dtype), jax.eval_shape(grad_fn, params, batch_NxMxL1[0])[0]
+            )
+            (grads, metrics), _ = jax.lax.scan(micro, (zeros, m_zeros), batch_NxMxL1)
             grads = jax.tree.map(lambda g: g / n_micro, grads)
-            loss = loss / n_micro
+            metrics = jax.tree.map(lambda m: m / n_micro, metrics)
         grads = jax.lax.with_sharding_constraint(grads, p_sh)
         grad_norm = optax.tree.norm(grads)
         updates, opt_state = tx_of(hp).update(grads, opt_state, params)
         params = optax.apply_updates(params, updates)
-        return params, opt_state, {"loss": loss, "grad_norm": grad_norm}
+        return params, opt_state, {**metrics, "grad_norm": grad_norm}
 
     return train_step
 
@@ -147,12 +204,15 @@ def build_train_setup(
     donate: bool = True,
     pipeline: PipelineSpec | None = None,
     sequence_parallel: bool = False,
+    moe_weights: MoELossWeights | None = None,
 ) -> TrainSetup:
     """Shardings from the logical-axis rules, and the jitted init / train / eval functions.
     `pipeline` (stages on the mesh's `stage` axis) runs the blocks as a pipeline. With a
     `RuntimeOptimizer` the train step takes the run's scalars as a fourth input,
     `train_step(params, opt_state, batch, hp)` (`TrainSetup.hp`), so runs that differ only in
-    them share one compiled step; with a plain optax transformation it takes three."""
+    them share one compiled step; with a plain optax transformation it takes three.
+    `moe_weights`: the auxiliary losses' weights of a mixture of experts (default: the
+    RuntimeOptimizer's `optim.moe_*_weight`, else OptimConfig's defaults)."""
     runtime, tx, tx_of = _optimizer_parts(tx)
     abstract = abstract_model(model_cfg)
     forward = apply
@@ -177,7 +237,28 @@ def build_train_setup(
             tokens_BxL1 = jax.lax.with_sharding_constraint(tokens_BxL1, eval_sh)
             return cross_entropy_loss(graphdef, params, tokens_BxL1, forward)
 
-    grad_fn = jax.value_and_grad(loss_fn)
+    if model_cfg.moe is None:
+        objective_fn = lambda params, tokens: (loss_fn(params, tokens), {})  # noqa: E731
+        value_and_grad = jax.value_and_grad(loss_fn)
+
+        def grad_fn(params: Any, tokens_BxL1: jax.Array) -> tuple[dict[str, jax.Array], Any]:
+            loss, grads = value_and_grad(params, tokens_BxL1)
+            return {"loss": loss}, grads
+
+    else:
+        if moe_weights is None:
+            moe_weights = MoELossWeights.of(runtime.cfg) if runtime is not None else MoELossWeights()
+
+        def objective_fn(params: Any, tokens_BxL1: jax.Array) -> tuple[jax.Array, dict[str, jax.Array]]:
+            with activation_sharding(act_fn):
+                tokens_BxL1 = jax.lax.with_sharding_constraint(tokens_BxL1, eval_sh)
+                return moe_objective(graphdef, params, tokens_BxL1, moe_weights)
+
+        value_and_grad = jax.value_and_grad(objective_fn, has_aux=True)
+
+        def grad_fn(params: Any, tokens_BxL1: jax.Array) -> tuple[dict[str, jax.Array], Any]:
+            (_, metrics), grads = value_and_grad(params, tokens_BxL1)
+            return metrics, grads
 
     def init_fn(seed: int) -> tuple[Any, Any]:
         params = split_params(Transformer(model_cfg, rngs=nnx.Rngs(seed)))[1]
@@ -216,4 +297,5 @@ def build_train_setup(
         loss_fn=loss_fn,
         tx=tx,
         hp=None if runtime is None else runtime.hp,
+        objective_fn=objective_fn,
     )

@@ -183,6 +183,17 @@ class RunSummary:
     stop_reason: str | None = None  # stopped runs: why (the forecast against the rung's best)
     forecast: dict[str, Any] | None = None  # stopped runs: {final_loss, interval, p_best, method, ...}
     frac_done: float | None = None  # stopped runs: steps done / steps asked for
+    n_params_active: int | None = None  # mixture of experts: parameters one token uses
+    moe_aux_loss: float | None = (
+        None  # mixture of experts: last step's load-balancing loss (mean over routed layers)
+    )
+    moe_z_loss: float | None = None  # mixture of experts: last step's router z-loss (mean over routed layers)
+    moe_dropped_fraction: float | None = (
+        None  # mixture of experts: last step's dropped token choices (mean over layers)
+    )
+    moe_layers: dict[str, Any] | None = (
+        None  # mixture of experts: {layer: {aux_loss, z_loss, dropped_fraction}}
+    )
     # -- RL runs (experiments.rl)
     task: dict[str, Any] | None = None  # the RL task's settings
     algo: dict[str, Any] | None = None  # the RL algorithm's settings
