@@ -301,6 +301,7 @@ def choose_against(
     folds: Mapping[str, Mapping[object, float]],
     order: Sequence[str],
     margin: float = PARSIMONY,
+    shared: bool = False,
 ) -> str:
     """The baseline, unless another method of `order` beats it by `margin` on every fold.
 
@@ -309,10 +310,18 @@ def choose_against(
     every fold the baseline was, with an error at most (1 - margin) x the baseline's on each; of
     those, the first of `order` within `margin` of the best mean error wins. A wrong pick then
     needs every fold to mislead in the same direction: one lucky fold (the old rule's mean over
-    two folds) cannot overturn the baseline. Without a scored baseline: `choose` on the means."""
+    two folds) cannot overturn the baseline. Without a scored baseline: `choose` on the means.
+
+    `shared`: a challenger that needs more of the ladder than the baseline (a third model size)
+    cannot be fitted on the smallest cuts; it is then compared on the folds both were scored on,
+    which must include the baseline's last fold (the largest cut, the one most like the real
+    extrapolation; folds are given in the order of their cuts); the challengers that qualify are
+    compared with each other on the folds they all share."""
+    base = {f: e for f, e in folds.get(baseline, {}).items() if math.isfinite(e)}
+    if shared and base:
+        return _choose_shared(baseline, base, folds, order, margin)
     means = {k: float(np.mean(list(v.values()))) for k, v in folds.items() if v}
     means = {k: v for k, v in means.items() if math.isfinite(v)}
-    base = {f: e for f, e in folds.get(baseline, {}).items() if math.isfinite(e)}
     if not base:
         return choose(means, order, margin) if means else baseline
     qualified = {
@@ -325,3 +334,28 @@ def choose_against(
     if not qualified:
         return baseline
     return choose(qualified, order, margin)
+
+
+def _choose_shared(
+    baseline: str,
+    base: Mapping[object, float],
+    folds: Mapping[str, Mapping[object, float]],
+    order: Sequence[str],
+    margin: float,
+) -> str:
+    """`choose_against(..., shared=True)`: each challenger against the baseline on the folds both
+    were scored on (the baseline's last fold among them); the qualified ones compared with each
+    other on the folds they all share."""
+    last = list(base)[-1]
+    qualified = []
+    for k in order:
+        mine = {f: e for f, e in folds.get(k, {}).items() if f in base and math.isfinite(e)}
+        if k == baseline or last not in mine:
+            continue
+        if all(e <= (1 - margin) * base[f] + 1e-15 for f, e in mine.items()):
+            qualified.append(k)
+    if not qualified:
+        return baseline
+    common = [f for f in base if all(f in folds[k] for k in qualified)]
+    means = {k: float(np.mean([folds[k][f] for f in common])) for k in qualified}
+    return choose(means, order, margin)

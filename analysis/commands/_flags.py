@@ -71,9 +71,12 @@ def add_json_argument(parser: argparse.ArgumentParser, what: str) -> None:
     )
 
 
-def add_column_arguments(parser: argparse.ArgumentParser, title: str | None = None, x: bool = False) -> None:
-    """--n-col, --d-col, --c-col, --loss-col, --u-col (and --x-col with `x`): a runs table's
-    columns when they have other names than the ones found by default; in a group `title`."""
+def add_column_arguments(
+    parser: argparse.ArgumentParser, title: str | None = None, x: bool = False, experts: bool = False
+) -> None:
+    """--n-col, --d-col, --c-col, --loss-col, --u-col (and --x-col with `x`, --experts-col with
+    `experts`): a runs table's columns when they have other names than the ones found by default;
+    in a group `title`."""
     g = parser.add_argument_group(title) if title else parser
     g.add_argument(
         "--n-col",
@@ -96,6 +99,13 @@ def add_column_arguments(parser: argparse.ArgumentParser, title: str | None = No
         help="unique-tokens column (default: U or unique_tokens): the data-constrained laws' input, "
         "and how runs that repeated their data (D > U) are found",
     )
+    if experts:
+        g.add_argument(
+            "--experts-col",
+            metavar="NAME",
+            help="routed-experts column of the MoE laws (default: experts, or model.moe.experts from "
+            "`collect`); dense runs have experts = 1",
+        )
 
 
 def add_bootstrap_argument(parser: argparse.ArgumentParser, default: int, what: str) -> None:
@@ -202,11 +212,13 @@ def add_n_params_argument(parser: argparse.ArgumentParser, default: str | None, 
     """`--n-params total|non_embedding`: which parameter count N is (`default_text` says the default)."""
     parser.add_argument(
         "--n-params",
-        choices=("total", "non_embedding"),
+        choices=("total", "non_embedding", "active"),
         default=default,
-        help="which parameter count N is: total (every parameter) or non_embedding (without the input "
+        help="which parameter count N is: total (every parameter), non_embedding (without the input "
         "embedding and untied output head, Kaplan et al.'s N; from a column n_params_non_embedding, "
-        f"which `collect` writes from each run's summary.json). Default: {default_text}",
+        "which `collect` writes from each run's summary.json) or active (a mixture of experts' "
+        "dense-equivalent size: n_params_active, else N as given). "
+        f"Default: {default_text}",
     )
 
 

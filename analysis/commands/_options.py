@@ -53,6 +53,7 @@ class ColumnOptions(CommandOptions):
     loss_col: str | None = None
     x_col: str | None = None  # the generic power law's input (fit only)
     u_col: str | None = None
+    experts_col: str | None = None  # the MoE laws' experts (fit only)
 
     def columns(self) -> dict[str, str]:
         """{role: column} of the roles the user named."""
@@ -63,6 +64,7 @@ class ColumnOptions(CommandOptions):
             ("loss", self.loss_col),
             ("x", self.x_col),
             ("U", self.u_col),
+            ("experts", self.experts_col),
         )
         return {role: name for role, name in named if name}
 

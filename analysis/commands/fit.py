@@ -7,7 +7,10 @@ A runs table from `collect` whose runs differ only in `optim.*` (an LR sweep per
 on the best run per (budget, shape) (analysis.laws.best_runs), said in one line and recorded as
 `hparam_selection` in the JSON; `--all-runs` fits every row instead.
 `--predict TARGETS.csv` adds `predictions`: per target row, in order, its inputs, the predicted
-loss and its 90% prediction interval (`{N, D, U?, loss, interval: [lo, hi]}`).
+loss and its 90% prediction interval (`{N, D, U?, experts?, loss, interval: [lo, hi]}`).
+`--law moe` fits a mixture-of-experts law in N (active parameters), experts and, where the runs
+vary it, D, the form chosen by forward-chaining in N against the log-bilinear baseline
+(analysis/laws/moe.py); `law_selection` in the JSON says which and why.
 """
 
 from __future__ import annotations
@@ -45,9 +48,11 @@ def register(subparsers) -> None:
         default=None,
         help="law name (default: chinchilla, or data_constrained when the runs repeat their data, D > U; "
         "see docs/analysis.md), or auto: chinchilla or chinchilla_tied "
-        "(beta = alpha), whichever predicted its own larger runs better (forward-chaining)",
+        "(beta = alpha), whichever predicted its own larger runs better (forward-chaining), or moe: a "
+        "mixture-of-experts law in N, experts (column experts or --experts-col) and D where it varies: "
+        "log-bilinear, Clark et al. 2022's or the joint form, chosen by forward-chaining in N",
     )
-    add_column_arguments(p, x=True)
+    add_column_arguments(p, x=True, experts=True)
     add_n_params_argument(
         p,
         None,
@@ -101,7 +106,8 @@ def register(subparsers) -> None:
         "--predict",
         metavar="TARGETS.csv",
         help="also predict the loss of the runs in this CSV (one row per run: the law's inputs, N and D; "
-        "U / unique_tokens for the data-constrained laws; x for power; C optional), each with its 90%% "
+        "U / unique_tokens for the data-constrained laws; experts (and D where the law has it) for "
+        "--law moe; x for power; C optional), each with its 90%% "
         "prediction interval: a table, and `predictions` in the JSON (one per row, in order)",
     )
     add_json_argument(p, "the fit (schema in docs/analysis.md)")
@@ -136,13 +142,14 @@ def run(args: argparse.Namespace) -> int:
     )
     # JAX and the fitting code load here, not at import, so `python -m analysis --help` stays fast.
     from analysis.laws.fitting import fit_law
+    from analysis.laws.moe import MOE, fit_moe
     from analysis.laws.points import FitNotice
     from analysis.laws.registry import get_law
     from analysis.laws.selection import AUTO, default_law, fit_auto
     from analysis.laws.targets import predict_targets, prediction_lines
 
     enable_compile_cache()
-    if opts.law not in (AUTO, None):
+    if opts.law not in (AUTO, MOE, None):
         get_law(opts.law)  # unknown law: fail before reading data
     columns = opts.columns()
     targets = _read_targets(opts, columns)  # a bad TARGETS file fails before the fit
@@ -164,7 +171,12 @@ def run(args: argparse.Namespace) -> int:
     )
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", FitNotice)
-        fit = fit_auto(data, columns, **kwargs) if law == AUTO else fit_law(data, law, columns, **kwargs)
+        if law == AUTO:
+            fit = fit_auto(data, columns, **kwargs)
+        elif law == MOE:
+            fit = fit_moe(data, columns, **kwargs)
+        else:
+            fit = fit_law(data, law, columns, **kwargs)
     _reemit(caught, FitNotice)
     if fit.law_selection is not None:
         print(fit.law_selection.message)
@@ -246,6 +258,7 @@ def _read_targets(opts: FitOptions, columns: dict[str, str]):
     if not opts.predict:
         return None
     # deferred: the law modules load pandas and JAX, as in run()
+    from analysis.laws.moe import FIXED_TOKEN_CANDIDATES, MOE
     from analysis.laws.points import read_table
     from analysis.laws.selection import AUTO, CANDIDATES
     from analysis.laws.targets import check_targets
@@ -255,6 +268,7 @@ def _read_targets(opts: FitOptions, columns: dict[str, str]):
     except AnalysisError as e:
         raise AnalysisError(f"--predict: {e}") from None
     # without --law the law is known after the data is read: check the inputs every law needs
-    laws = CANDIDATES if opts.law == AUTO else (opts.law or DEFAULT_LAW,)
+    # --law moe: N and experts (D, when the fit's table varies it, is checked after the fit)
+    laws = {AUTO: CANDIDATES, MOE: FIXED_TOKEN_CANDIDATES}.get(opts.law, (opts.law or DEFAULT_LAW,))
     check_targets(targets, laws, columns, f"--predict {opts.predict}")
     return targets

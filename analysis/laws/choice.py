@@ -31,6 +31,7 @@ class LawChoice:
     fold_errors: dict[str, dict[str, float]] = dataclasses.field(default_factory=dict)  # per fold
     baseline: str = BASELINE
     disagreement: str | None = None  # the candidates' predictions beyond their intervals (a warning)
+    family: str = "auto"  # the --law word that asked for the choice (auto, moe)
     parsimony: float = PARSIMONY
     criterion: str = (
         f"forward-chaining folds: {BASELINE} unless a form beats it by the parsimony margin on every "
@@ -39,6 +40,7 @@ class LawChoice:
 
     def to_dict(self) -> dict[str, Any]:
         return {
+            "family": self.family,
             "chosen": self.chosen,
             "baseline": self.baseline,
             "disagreement": self.disagreement,
@@ -57,4 +59,4 @@ class LawChoice:
             if self.criterion == EPOCH_CRITERION
             else "forward-chaining error"
         )
-        return f"--law auto chose {self.chosen} ({what}: {scores})"
+        return f"--law {self.family} chose {self.chosen} ({what}: {scores})"

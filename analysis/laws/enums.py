@@ -48,6 +48,13 @@ class LawName(enum.StrEnum):
     POWER = "power"
     DATA_CONSTRAINED = "data_constrained"
     DATA_CONSTRAINED_D = "data_constrained_d"
+    # mixture of experts (analysis/laws/moe_forms.py): fixed-token ladders, then (N, D, E) ladders
+    MOE_BILINEAR = "moe_bilinear"
+    MOE_CLARK = "moe_clark"
+    MOE_JOINT_N = "moe_joint_n"
+    MOE_BILINEAR_D = "moe_bilinear_d"
+    MOE_CLARK_D = "moe_clark_d"
+    MOE_JOINT = "moe_joint"
 
 
 # The law `python -m analysis fit` fits without --law (and `backtest` marks as the default).
@@ -67,6 +74,9 @@ class NParams(enum.StrEnum):
 
     TOTAL = "total"  # every parameter
     NON_EMBEDDING = "non_embedding"  # without the input embedding and untied output head (Kaplan's N)
+    # the parameters one token passes through (a mixture of experts' dense-equivalent size: the
+    # shared layers and top_k experts); a dense model's total
+    ACTIVE = "active"
 
 
 class TransformKind(enum.StrEnum):

@@ -553,7 +553,12 @@ def _check_identifiable(law: Law, pts: data_mod.Points, n_free: int, fixed: Mapp
     for role, need in law.min_distinct.items():
         k = len(np.unique(pts.inputs[role]))
         if k < need:
-            what = {"N": "model size", "D": "token count", "C": "compute budget"}.get(role, f"{role} value")
+            what = {
+                "N": "model size",
+                "D": "token count",
+                "C": "compute budget",
+                "experts": "expert count",
+            }.get(role, f"{role} value")
             raise AnalysisError(
                 f"only {k} distinct {what}{'s' if k != 1 else ''} ({pts.columns.get(role, role)}); "
                 f"law {law.name} "
@@ -624,7 +629,10 @@ def _scale(inputs: Mapping[str, np.ndarray], role: str, k: float) -> np.ndarray:
 
 
 def scale_role(law: Law, pts: data_mod.Points) -> str:
-    """Compute C when the points have it; else the law's single input (N, D or x)."""
+    """The law's own scale input when it names one (`Law.scale`: N for the MoE laws); else compute
+    C when the points have it, else the law's single input (N, D or x)."""
+    if law.scale is not None:
+        return law.scale
     return "C" if "C" in pts.inputs else law.inputs[0]
 
 

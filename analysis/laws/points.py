@@ -6,7 +6,8 @@ fix, before any optimiser runs. A silent garbage fit is worse than no fit.
 
 Columns have *roles*: `N` (parameters), `D` (tokens), `C` (training FLOPs), `loss` (the target),
 `x` (the input of the generic `power` law), `U` (unique training tokens, for the data-constrained
-laws). Each role is found by an explicit column name or, by
+laws), `experts` (routed experts per MoE layer, for the MoE laws: dense runs have 1; a value
+below 1 is an error). Each role is found by an explicit column name or, by
 default, the first present of a few common spellings (including the run table that
 `analysis.runs.load` writes). Missing D is derived as C / (6N) and missing C as 6ND, as the
 Chinchilla papers do.
@@ -30,6 +31,8 @@ from models.base.rundir import ROLE_FIELDS
 # reader of one: the role's own name, then the run summary's field (models.base.rundir.ROLE_FIELDS).
 TABLE_COLUMNS: dict[str, tuple[str, str]] = {role: (role, field) for role, field in ROLE_FIELDS.items()}
 LOSS_COLUMNS = TABLE_COLUMNS["loss"]  # ("loss", the summary's final eval loss)
+# The trainer's expert count as `collect` flattens it (missing, NaN, on a dense run: one expert)
+EXPERTS_CONFIG_COLUMN = "model.moe.experts"
 ALIASES: dict[str, tuple[str, ...]] = {
     "N": (*TABLE_COLUMNS["N"], "Model Size", "params_n"),
     "D": (*TABLE_COLUMNS["D"], "n_tokens"),
@@ -37,14 +40,25 @@ ALIASES: dict[str, tuple[str, ...]] = {
     "loss": (*LOSS_COLUMNS, "eval_loss", "final_train_loss"),
     "x": ("x",),
     "U": ("U", "unique_tokens"),
+    "experts": ("experts", EXPERTS_CONFIG_COLUMN),
 }
-FLAGS = {"N": "--n-col", "D": "--d-col", "C": "--c-col", "loss": "--loss-col", "x": "--x-col", "U": "--u-col"}
+FLAGS = {
+    "N": "--n-col",
+    "D": "--d-col",
+    "C": "--c-col",
+    "loss": "--loss-col",
+    "x": "--x-col",
+    "U": "--u-col",
+    "experts": "--experts-col",
+}
 FLOPS_PER_PARAM_TOKEN = 6.0
 # Which parameter count N is (`--n-params`): every parameter, or Kaplan et al.'s count without
 # the vocabulary matrices (input embedding, untied output head). The runs table of `collect`
 # carries both (n_params, n_params_non_embedding); Gadre et al.'s shared data too.
 N_PARAMS_KINDS = tuple(NParams)
 NON_EMBEDDING_ALIASES = ("n_params_non_embedding", "N_non_embedding")
+# A mixture of experts' active (dense-equivalent) parameter count, preferred by the MoE laws
+ACTIVE_ALIASES = ("n_params_active", "N_active", "active_params")
 
 
 class FitNotice(UserWarning):
@@ -124,6 +138,7 @@ _WHAT = {
     "loss": "loss",
     "x": "x",
     "U": "unique-token (U: the training split's size, or data.max_unique_tokens)",
+    "experts": "experts (routed experts per MoE layer; dense runs have 1)",
 }
 
 
@@ -250,6 +265,8 @@ def _numeric(df: pd.DataFrame, name: str, role: str) -> np.ndarray:
         v = pd.to_numeric(df[name], errors="raise").to_numpy(dtype=float)
     except (ValueError, TypeError):
         raise AnalysisError(f"column {name!r} ({role}) has non-numeric values") from None
+    if role == "experts" and name == EXPERTS_CONFIG_COLUMN:
+        v = np.where(np.isnan(v), 1.0, v)  # a collected dense run has no model.moe: one expert
     _check_values(v, name, role)
     return v
 
@@ -264,6 +281,12 @@ def _check_values(v: np.ndarray, name: str, role: str) -> None:
         )
     if role == "weight":
         return
+    if role == "experts" and (v < 1).any():
+        rows = np.flatnonzero(v < 1)[:5].tolist()
+        raise AnalysisError(
+            f"column {name!r} (experts) has {int((v < 1).sum())} value(s) below 1 (rows {rows}, e.g. "
+            f"{v[v < 1][0]:g}); it counts routed experts per MoE layer, and a dense run has experts = 1"
+        )
     nonpos = v <= 0
     if nonpos.any():
         rows = np.flatnonzero(nonpos)[:5].tolist()
@@ -280,13 +303,14 @@ def choose_n_column(
     columns: Mapping[str, str] | None = None,
     n_params: str | None = None,
 ) -> tuple[dict[str, str], str | None]:
-    """(columns with the N column chosen, which N it is: "total", "non_embedding" or None).
+    """(columns with the N column chosen, which N it is: "total", "non_embedding", "active" or None).
 
     `law` is a registry `Law` (its name, inputs and `default_n_params` are read). `n_params` None
     means the law's default ("non_embedding" for Kaplan-form laws of N), and nothing at all for a
     law without an N input. A column named with `columns["N"]` (`--n-col`)
     is used as given; its kind is the one requested, else read from its name. Non-embedding N
-    is the first of `NON_EMBEDDING_ALIASES` present. Missing, it is a one-line error when
+    is the first of `NON_EMBEDDING_ALIASES` present; active N (the MoE laws) the first of
+    `ACTIVE_ALIASES`, else the N column as given. Missing, it is a one-line error when
     requested and, for a law's default, a `NParamsWarning` and a fit on total N (said in the result).
     """
     columns = dict(columns or {})
@@ -297,8 +321,16 @@ def choose_n_column(
     kind = n_params or law.default_n_params
     if "N" in columns:
         named = NParams.NON_EMBEDDING if columns["N"] in NON_EMBEDDING_ALIASES else NParams.TOTAL
+        named = NParams.ACTIVE if columns["N"] in ACTIVE_ALIASES or kind == NParams.ACTIVE else named
         return columns, n_params or named
     if kind == NParams.TOTAL:
+        return columns, kind
+    if kind == NParams.ACTIVE:
+        # the active count when the table has one (a routed model's total counts every expert);
+        # else the N column as given, taken to be the dense-equivalent size (a dense run's total)
+        name = next((c for c in ACTIVE_ALIASES if c in df.columns), None)
+        if name is not None:
+            columns["N"] = name
         return columns, kind
     name = next((c for c in NON_EMBEDDING_ALIASES if c in df.columns), None)
     if name is not None:

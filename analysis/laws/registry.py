@@ -44,7 +44,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from analysis.laws import repeated
+from analysis.laws import moe_forms, repeated
 from analysis.laws.enums import BoundPosition, LawName, NParams, TransformKind
 from models.base.errors import AnalysisError
 
@@ -201,6 +201,10 @@ class Law:
     # `log_form` evaluates numpy inputs with numpy alone (arithmetic and `logsumexp`, as the
     # built-in laws): `predict` then runs on the host; other laws' predictions run compiled
     numpy_form: bool = False
+    # the input whose distance beyond the fitted runs the forward-chaining folds and prediction
+    # intervals measure (None: C when the runs have it, else the law's first input); the MoE laws
+    # extrapolate in N at the expert counts they were fitted on
+    scale: str | None = None
 
     @property
     def n_params(self) -> int:
@@ -697,3 +701,113 @@ register(
         numpy_form=True,
     )
 )
+
+
+# ---- mixture of experts (analysis/laws/moe_forms.py; `fit --law moe` chooses among them) ----------
+_MOE_INPUTS = ("N", "experts")
+_MOE_D_INPUTS = ("N", "experts", "D")
+_FREE = (-np.inf, np.inf)
+_CLARK_E = ((0.0, moe_forms.E_SPLIT), (moe_forms.E_SPLIT, np.inf))  # E_start < E_SPLIT < E_max
+_MOE_COMMON = dict(default_n_params=NParams.ACTIVE, numpy_form=True, scale="N")
+_BILINEAR = "log L = d + a x + b ln E + c x ln E, x = ln(N / 1e9)"
+_CLARK = (
+    "log L = d + a x + b ln Ê + c x ln Ê, x = ln(N / 1e9), "
+    "1/Ê = 1/(E - 1 + (1/E_start - 1/E_max)^-1) + 1/E_max"
+)
+_JOINT_N = "L = c + A Ê^delta (N/1e9)^-(alpha + gamma ln Ê), Ê as moe_clark's"
+for _law in (
+    Law(
+        name=LawName.MOE_BILINEAR,
+        param_names=("d", "a", "b", "c"),
+        inputs=_MOE_INPUTS,
+        log_form=moe_forms.bilinear,
+        log_params=(False,) * 4,
+        grid=moe_forms.bilinear_grid,
+        bounds=(_FREE,) * 4,
+        formula=_BILINEAR,
+        description="Log-bilinear in (ln N, ln E): the MoE baseline (fixed-token ladders).",
+        min_distinct={"N": 2, "experts": 2},
+        **_MOE_COMMON,
+    ),
+    Law(
+        name=LawName.MOE_CLARK,
+        param_names=("d", "a", "b", "c", "E_start", "E_max"),
+        inputs=_MOE_INPUTS,
+        log_form=moe_forms.clark,
+        log_params=(False,) * 6,
+        grid=moe_forms.clark_grid,
+        bounds=(_FREE,) * 4 + _CLARK_E,
+        formula=_CLARK,
+        description="Clark et al. 2022 (Unified Scaling Laws for Routed Language Models, eq. 7-8): "
+        "log-bilinear in N and the saturating expert count Ê (fixed-token ladders).",
+        min_distinct={"N": 2, "experts": 4},
+        **_MOE_COMMON,
+    ),
+    Law(
+        name=LawName.MOE_JOINT_N,
+        param_names=("c", "A", "alpha", "gamma", "delta", "E_start", "E_max"),
+        inputs=_MOE_INPUTS,
+        log_form=moe_forms.joint_n,
+        log_params=(True, True, False, False, False, False, False),
+        grid=moe_forms.joint_n_grid,
+        bounds=((0.0, np.inf), (0.0, np.inf), (0.0, 3.0), (-1.0, 1.0), (-3.0, 3.0)) + _CLARK_E,
+        formula=_JOINT_N,
+        description="Ludziejewski et al. 2025's joint MoE law at one token count: an irreducible loss "
+        "and a power law in N whose coefficient and exponent move with ln Ê (Clark et al.'s Ê).",
+        min_distinct={"N": 3, "experts": 4},
+        **_MOE_COMMON,
+    ),
+    Law(
+        name=LawName.MOE_BILINEAR_D,
+        param_names=("d", "a", "b", "c", "e"),
+        inputs=_MOE_D_INPUTS,
+        log_form=moe_forms.bilinear_d,
+        log_params=(False,) * 5,
+        grid=moe_forms.bilinear_d_grid,
+        bounds=(_FREE,) * 5,
+        formula=_BILINEAR + " + e ln(D / 1e10)",
+        description="Log-bilinear in (ln N, ln E) plus a log-linear token term: the MoE baseline of "
+        "(N, D, E) ladders.",
+        min_distinct={"N": 2, "experts": 2, "D": 2},
+        **_MOE_COMMON,
+    ),
+    Law(
+        name=LawName.MOE_CLARK_D,
+        param_names=("d", "a", "b", "c", "e", "E_start", "E_max"),
+        inputs=_MOE_D_INPUTS,
+        log_form=moe_forms.clark_d,
+        log_params=(False,) * 7,
+        grid=moe_forms.clark_d_grid,
+        bounds=(_FREE,) * 5 + _CLARK_E,
+        formula=_CLARK + " + e ln(D / 1e10)",
+        description="Clark et al. 2022's form plus a log-linear token term ((N, D, E) ladders).",
+        min_distinct={"N": 2, "experts": 4, "D": 2},
+        **_MOE_COMMON,
+    ),
+    Law(
+        name=LawName.MOE_JOINT,
+        param_names=("c", "A", "alpha", "gamma", "delta", "B", "beta", "zeta", "omega", "E_start", "E_max"),
+        inputs=_MOE_D_INPUTS,
+        log_form=moe_forms.joint,
+        log_params=(True, True, False, False, False, True, False, False, False, False, False),
+        grid=moe_forms.joint_grid,
+        bounds=(
+            (0.0, np.inf),
+            (0.0, np.inf),
+            (0.0, 3.0),
+            (-1.0, 1.0),
+            (-3.0, 3.0),
+            (0.0, np.inf),
+            (0.0, 3.0),
+            (-1.0, 1.0),
+            (-3.0, 3.0),
+            *_CLARK_E,
+        ),
+        formula=_JOINT_N + " + B Ê^omega (D/1e10)^-(beta + zeta ln Ê)",
+        description="Ludziejewski et al. 2025 (Joint MoE Scaling Laws) with Clark et al.'s Ê: "
+        "Chinchilla's two power laws whose coefficients and exponents move with ln Ê.",
+        min_distinct={"N": 3, "experts": 4, "D": 2},
+        **_MOE_COMMON,
+    ),
+):
+    register(_law)

@@ -87,10 +87,30 @@ def epoch_holdout_error(
 def fit_auto(df: pd.DataFrame, columns: Mapping[str, str] | None = None, **fit_kwargs) -> FitResult:
     """`fit_law` with the law chosen among `CANDIDATES` (see the module docstring); the result's
     `law_selection` says which and why."""
-    probe = {k: v for k, v in fit_kwargs.items() if k not in ("bootstrap", "prediction_intervals")}
-    folds, skipped, probes = {}, {}, {}
     repeated = repeats(df, columns)
     order = REPEATED_CANDIDATES if repeated else CANDIDATES
+    return fit_chosen(df, columns, order, BASELINE, fit_kwargs, repeated=repeated)
+
+
+def fit_chosen(
+    df: pd.DataFrame,
+    columns: Mapping[str, str] | None,
+    order: tuple[str, ...],
+    baseline: str,
+    fit_kwargs: Mapping[str, Any],
+    *,
+    repeated: bool = False,
+    criterion: str | None = None,
+    family: str = AUTO,
+    shared_folds: bool = False,
+) -> FitResult:
+    """`fit_law` with the law chosen among `order` (simplest first): `baseline` unless another
+    form beats it by PARSIMONY on every forward-chaining fold of its own fit (with `repeated`: on
+    the most-repeated runs and the largest models), `validation.choose_against` (`shared_folds`:
+    a form that needs more of the ladder is compared on the folds both could be fitted on); the
+    result's `law_selection` says which and why (`criterion` in words; `family`: the --law word)."""
+    probe = {k: v for k, v in fit_kwargs.items() if k not in ("bootstrap", "prediction_intervals")}
+    folds, skipped, probes = {}, {}, {}
     for name in order:
         try:
             if repeated:  # scored on held-out runs alone: no fit on every run needed
@@ -115,19 +135,29 @@ def fit_auto(df: pd.DataFrame, columns: Mapping[str, str] | None = None, **fit_k
         if v
     }
     if not scores:
+        if len(skipped) == 1 or len(set(skipped.values())) == 1:  # one reason: say it once
+            raise AnalysisError(f"--law {family}: {next(iter(skipped.values()))}")
         raise AnalysisError(
-            "--law auto: no candidate law could be fitted ("
+            f"--law {family}: no candidate law could be fitted ("
             + "; ".join(f"{k}: {v}" for k, v in skipped.items())
             + ")"
         )
-    chosen = validation.choose_against(BASELINE, folds, order, PARSIMONY)
+    chosen = validation.choose_against(baseline, folds, order, PARSIMONY, shared=shared_folds)
     choice = LawChoice(
-        chosen=chosen, fold_mae=scores, skipped=skipped, fold_errors=folds, disagreement=disagreement(probes)
+        chosen=chosen,
+        fold_mae=scores,
+        skipped=skipped,
+        fold_errors=folds,
+        baseline=baseline,
+        disagreement=disagreement(probes),
+        family=family,
     )
     if choice.disagreement:
         warnings.warn(choice.disagreement, FitNotice, stacklevel=2)
     if repeated:
         choice = dataclasses.replace(choice, criterion=EPOCH_CRITERION)
+    elif criterion is not None:
+        choice = dataclasses.replace(choice, criterion=criterion)
     if (
         choice.chosen in probes
         and fit_kwargs.get("bootstrap", 1000) == 0

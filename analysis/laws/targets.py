@@ -2,7 +2,8 @@
 
 `check_targets` checks a TARGETS table against the inputs of the law(s) before any fitting;
 `predict_targets` gives one entry per row, in row order: its inputs, the predicted loss and its
-90% prediction interval (`{N, D, U?, loss, interval: [lo, hi]}`); `prediction_lines` prints them.
+90% prediction interval (`{N, D, U?, experts?, loss, interval: [lo, hi]}`); `prediction_lines`
+prints them.
 Every error is one line starting with `where` (the flag and the file).
 """
 
@@ -19,7 +20,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
 # Inputs a prediction entry repeats, in this order, besides the law's own (N and D whenever known)
-PREDICTION_ROLES = ("N", "D", "U", "C", "x")
+PREDICTION_ROLES = ("N", "D", "U", "C", "x", "experts")
 
 
 def target_inputs(law, targets: pd.DataFrame, columns: dict[str, str], where: str):

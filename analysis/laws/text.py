@@ -16,7 +16,10 @@ def n_params_lines(fit) -> list[str]:
     kind = fit.n_params
     if kind is None:
         return []
-    what = "non-embedding parameters" if kind == NParams.NON_EMBEDDING else "all parameters"
+    what = {
+        NParams.NON_EMBEDDING: "non-embedding parameters",
+        NParams.ACTIVE: "active (dense-equivalent) parameters",
+    }.get(kind, "all parameters")
     return [f"  N = {what} (column {fit.columns.get('N', '?')}); --n-params {kind}"]
 
 
