@@ -18,13 +18,13 @@ Methods, scored on the final loss (`Metric.REL`); each one's `mean_loss_penalty`
 held-out rung of two or more runs, the final loss of the run it picks (highest p_best) against the
 rung's best final loss, averaged over the rungs:
 - `baseline_lowest_at_cut`: `forecast --method ratio` (its pick: the lowest loss at the cut);
-- `auto` (the default: `forecast` without --method), `transfer` and `mpl` (`forecast --method ...`;
+- `auto` (the default: `forecast` without --method: the baseline unless a law beats it on the
+  finished curves, `analysis/forecast/select.py`), `transfer` and `mpl` (`forecast --method ...`;
   mpl when the schedules are known).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import os
 import pathlib
@@ -40,6 +40,7 @@ from analysis.backtest.result import Backtest, MethodScore, Metric, Point
 from analysis.forecast import Method, RunCurve, forecast_runs, read_curves
 from analysis.forecast.choose import rung_key
 from analysis.forecast.inputs import MIN_POINTS, curves_from_table
+from analysis.forecast.select import LENGTH_RTOL, cut_at
 from models.base.errors import AnalysisError
 
 CUT = 0.25
@@ -48,7 +49,6 @@ DEFAULT = Method.AUTO
 METHODS = ((BASELINE, Method.RATIO), *((m.value, m) for m in (Method.AUTO, Method.TRANSFER, Method.MPL)))
 SWEPT = ("optim.lr", "schedule")
 HELD_SHARE = 2 / 3  # the smallest two thirds of the sizes are COMPLETE
-LENGTH_RTOL = 0.05  # run lengths within 5% are one (logs end a few steps apart)
 
 
 def _folder_table(path: str) -> pd.DataFrame:
@@ -81,8 +81,7 @@ def _swept(curves: Sequence[RunCurve]) -> str | None:
 
 def _cut(c: RunCurve) -> RunCurve:
     """The curve's first CUT of its steps; its logged schedule (when it has one) kept as the plan."""
-    plan = (c.step, c.lr) if c.lr is not None else None
-    return dataclasses.replace(c.until(CUT * c.total_steps), plan=plan)
+    return cut_at(c, CUT)
 
 
 def folds(curves: list[RunCurve], opt: Options) -> tuple[list[tuple[list[RunCurve], list[RunCurve]]], dict]:
@@ -154,7 +153,7 @@ def _method(name: str, method: Method, fold_list, key: str | None) -> MethodScor
                 name, (), baseline=method == Method.RATIO, default=method == DEFAULT, note=f"not fitted: {e}"
             )
         points += _scores(held, r, key)
-        notes += [f"{f.detail}" for f in r.fits]
+        notes += [*r.notes, *(f.detail for f in r.fits)]
     note = "; ".join(dict.fromkeys(notes)) if len(set(notes)) <= 2 else f"{len(notes)} fits"
     return MethodScore(
         name, tuple(points), baseline=method == Method.RATIO, default=method == DEFAULT, note=note

@@ -59,6 +59,8 @@ class ForecastOptions(CommandOptions):
 
 
 def _print(result) -> None:
+    for n in result.notes:
+        print(f"note: {n}")
     for f in result.fits:
         print(f"fit at {f.frac:.1%} of the run: {f.method}, {f.n_complete} finished curves, {f.detail}")
     for r in result.runs:

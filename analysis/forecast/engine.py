@@ -2,8 +2,9 @@
 of its curve seen so far, and for each rung the probability that each run ends best.
 
 Methods (`Method`):
-- `auto` (the default): `mpl` when every run's learning-rate schedule is known to its end
-  (`schedule.py`) and at least `MIN_COMPLETE` finished curves log theirs, else `transfer`;
+- `auto` (the default): the baseline `ratio`, unless `mpl` (when every run's learning-rate schedule is
+  known to its end, `schedule.py`) or `transfer` beats it on every fold of the finished curves
+  themselves, cut where the running ones are (`select.py`: the zoo's rule applied to the data at hand);
 - `transfer`: the shape of the rest of the curve learned from the finished curves (`transfer.py`);
 - `ratio`: the baseline, the loss at the cut times the finished curves' median final / cut ratio (its
   pick is the run with the lowest loss at the cut);
@@ -22,7 +23,7 @@ import numpy as np
 
 from analysis import validation
 from analysis.forecast import choose as ch
-from analysis.forecast import schedule
+from analysis.forecast import select
 from analysis.forecast import transfer as tr
 from analysis.forecast.inputs import MIN_POINTS, RunCurve
 from analysis.forecast.results import SEEN, FitInfo, Method, RunForecast
@@ -128,11 +129,8 @@ def _group(method: str, frac: float, runs, complete, keys) -> tuple[list[RunFore
     return _transfer_group(frac, runs, complete, keys)
 
 
-def _auto(going: Sequence[RunCurve], learn: Sequence[RunCurve]) -> Method:
-    with_lr = [c for c in learn if c.lr is not None]
-    if going and len(with_lr) >= tr.MIN_COMPLETE and schedule.known(going, with_lr):
-        return Method.MPL
-    return Method.TRANSFER
+def _forecasts(method: Method, frac: float, runs, complete, keys) -> list[RunForecast]:
+    return _group(method, frac, runs, complete, keys)[0]
 
 
 def forecast_runs(
@@ -152,9 +150,11 @@ def forecast_runs(
     for c in going:
         _check_prefix(c)
     learn = [c for c in complete if c.finished]
-    if method == Method.AUTO:
-        method = _auto(going, learn)
     keys = ["N"] + ([choose] if choose and choose != "N" else [])
+    notes: tuple[str, ...] = ()
+    if method == Method.AUTO:
+        chosen = select.select(going, learn, keys, _forecasts)
+        method, notes = chosen.method, (chosen.note(),)
     forecasts = {c.run: _finished(c) for c in done}
     fits = []
     for frac, runs in sorted(_by_frac(going).items()):
@@ -165,7 +165,7 @@ def forecast_runs(
     value = {c.run: c.settings.get(choose) if choose else None for c in prefix}
     ordered = tuple(_with_value(forecasts[c.run], value[c.run]) for c in sorted(prefix, key=lambda c: c.run))
     choices = _choices(prefix, ordered, choose) if choose else ()
-    return ForecastResult(str(method), choose, ordered, choices, tuple(fits))
+    return ForecastResult(str(method), choose, ordered, choices, tuple(fits), notes=notes)
 
 
 def _with_value(f: RunForecast, value: Any) -> RunForecast:
