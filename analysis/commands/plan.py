@@ -26,6 +26,14 @@ per plan. The law is a `data_constrained` / `data_constrained_d` fit (--law), el
 al. 2023's R_D*, R_N* on top of the Chinchilla law (the paper's law, not a fit). Without
 --hardware only that part is planned (no layouts).
 
+A mixture of experts: `--moe` plans a routed model (analysis/planning/moe.py): for each expert
+count of `--experts` (default 1,2,4,...,64) the loss at the budget from a fitted MoE law
+(`--moe-law FIT.json` from `python -m analysis fit --law moe`, or `--law` holding one), the active
+size, the fastest layout with expert parallelism (the cost model's all-to-all and expert memory)
+and its days; the recommended expert count's plan follows, and `--emit overrides` ends in its
+trainer command (`model.moe={experts:8,top_k:2} sharding.expert=4 ...`). JSON: the chosen plan's
+payload plus `moe` ({experts, top_k, options: [{experts, loss, loss_interval, layout, ...}]}).
+
 Frameworks: `--framework megatron|deepspeed|fsdp|jax` (default jax = this repository's trainer)
 searches the layouts that stack runs (ZeRO stages, pipeline schedules incl. breadth-first where
 it has one) with its program's flags and efficiency profile (sharding/costmodel/frameworks.py).
@@ -51,9 +59,11 @@ from analysis.commands._flags import (
 )
 from analysis.commands._options import CommandOptions, emit_json
 from analysis.laws.allocation import ScalingLaw
+from analysis.laws.moe import MoeLaw
 from analysis.layouts.rows import load_efficiency
 from analysis.planning.data_limit import check_unique_tokens, from_json, plan_data_limit
 from analysis.planning.mixed import plan_mixed
+from analysis.planning.moe import DEFAULT_EXPERTS, plan_moe
 from analysis.planning.planner import DEFAULT_BATCH_TOKENS, plan
 from analysis.planning.recipe import load_hparam_set
 from analysis.planning.text import plan_lines, trainer_lines
@@ -114,6 +124,34 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="also consider ZeRO-Offload layouts: optimizer state and its step on the "
         "host (PCIe transfers, CPU Adam), for models that do not fit otherwise",
     )
+    g = p.add_argument_group("mixture of experts")
+    g.add_argument(
+        "--moe",
+        action="store_true",
+        help="plan a routed model: the loss each expert count buys at the budget (with a MoE law), "
+        "the layouts with expert parallelism, the routed recipe and its trainer overrides",
+    )
+    g.add_argument(
+        "--moe-law",
+        type=pathlib.Path,
+        metavar="FIT.json",
+        help="a MoE law from `python -m analysis fit RUNS.csv --law moe --json FIT.json` (or give it as "
+        "--law)",
+    )
+    g.add_argument(
+        "--experts",
+        type=_expert_list,
+        default=DEFAULT_EXPERTS,
+        metavar="E,E,...",
+        help=f"expert counts to compare (default {','.join(map(str, DEFAULT_EXPERTS))}; 1 = dense)",
+    )
+    g.add_argument("--top-k", type=positive_int, default=2, help="experts per token (default 2)")
+    g.add_argument(
+        "--capacity-factor",
+        type=float,
+        default=1.25,
+        help="expert capacity / even share (default 1.25; 0: dropless)",
+    )
     p.add_argument(
         "--emit",
         choices=("overrides",),
@@ -143,6 +181,11 @@ class PlanOptions(CommandOptions):
     calibrate: pathlib.Path | None  # MEASURED.csv or SWEEP_DIR
     offload: bool
     emit: str | None
+    moe: bool = False
+    moe_law: pathlib.Path | None = None
+    experts: tuple[int, ...] = DEFAULT_EXPERTS
+    top_k: int = 2
+    capacity_factor: float = 1.25
 
     @property
     def batch_or_default(self) -> int:
@@ -152,7 +195,10 @@ class PlanOptions(CommandOptions):
 def run(args: argparse.Namespace) -> int:
     # a bad --framework is a LayoutError: one line, exit 2
     opts = PlanOptions.from_args(args, framework=parse_framework(args.framework, "--framework"))
-    law = ScalingLaw.from_json(opts.law) if opts.law is not None else ScalingLaw.chinchilla_2022()
+    moe_law = _moe_law(opts)
+    law_is_moe = moe_law is not None and opts.moe_law is None  # --law holds the MoE law
+    dense = opts.law is not None and not law_is_moe
+    law = ScalingLaw.from_json(opts.law) if dense else ScalingLaw.chinchilla_2022()
     data_law = _data_law(opts, law)
     if opts.hardware is None:
         if data_law is None:
@@ -171,6 +217,8 @@ def run(args: argparse.Namespace) -> int:
         eff, calibration = cal.efficiency, cal.as_dict()
         print(cal.text())
     if is_mixed(opts.hardware):
+        if opts.moe:
+            raise AnalysisError("--moe is not supported for a mixed cluster yet; plan one device type")
         if eff is None:
             eff = load_efficiency(None)
         return _run_mixed(opts, law, eff)
@@ -180,6 +228,8 @@ def run(args: argparse.Namespace) -> int:
             "--gpus is required: the number of devices (or give a mixed cluster as "
             "--hardware NAME:COUNT,NAME:COUNT)"
         )
+    if opts.moe:
+        return _run_moe(opts, law, moe_law, eff, hparams, calibration)
     results = [
         plan(
             budget,
@@ -188,17 +238,9 @@ def run(args: argparse.Namespace) -> int:
             law=law,
             max_days=opts.max_days,
             max_gpu_hours=opts.gpu_hours,
-            seq_len=opts.seq_len,
-            vocab=opts.vocab,
-            batch_tokens=opts.batch_tokens,
-            top=opts.top,
-            eff=eff,
-            offload=opts.offload,
-            hparams=hparams,
             unique_tokens=opts.unique_tokens,
             data_law=data_law,
-            framework=opts.framework,
-            calibration=calibration,
+            **_plan_kwargs(opts, eff, hparams, calibration),
         )
         for budget in (opts.budget or [None])
     ]
@@ -252,6 +294,91 @@ def _run_mixed(opts: PlanOptions, law: ScalingLaw, eff) -> int:
     for r in results:
         print(r.text())
     _emit_plans(opts, [r.as_dict() for r in results])
+    return 0
+
+
+def _plan_kwargs(opts: PlanOptions, eff, hparams, calibration) -> dict:
+    """The `planner.plan` arguments every single-device-type plan takes from the flags."""
+    return dict(
+        seq_len=opts.seq_len,
+        vocab=opts.vocab,
+        batch_tokens=opts.batch_tokens,
+        top=opts.top,
+        eff=eff,
+        offload=opts.offload,
+        hparams=hparams,
+        framework=opts.framework,
+        calibration=calibration,
+    )
+
+
+def _expert_list(text: str) -> tuple[int, ...]:
+    """`--experts 1,2,4,8`: whole expert counts >= 1 (an argparse type)."""
+    try:
+        out = tuple(int(v) for v in text.replace(" ", ",").split(",") if v.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expert counts are whole numbers, e.g. 1,2,4,8 (got {text!r})"
+        ) from None
+    if not out or min(out) < 1:
+        raise argparse.ArgumentTypeError(f"expert counts must be >= 1 (got {text!r})")
+    return out
+
+
+def _moe_law(opts: PlanOptions) -> MoeLaw | None:
+    """The MoE law: --moe-law, or --law when it holds one (then only with --moe); None without."""
+    if opts.moe_law is not None:
+        if not opts.moe:
+            raise AnalysisError("--moe-law is the law of a routed plan: add --moe")
+        return MoeLaw.from_json(opts.moe_law)
+    if opts.law is not None and MoeLaw.in_json(opts.law):
+        if not opts.moe:
+            raise AnalysisError(
+                f"--law {opts.law} holds a mixture-of-experts law (fit --law moe): plan with it by "
+                "adding --moe"
+            )
+        return MoeLaw.from_json(opts.law)
+    return None
+
+
+def _run_moe(opts: PlanOptions, law: ScalingLaw, moe_law: MoeLaw | None, eff, hparams, calibration) -> int:
+    """`plan --moe`: each expert count at the budget, the chosen one's plan (analysis/planning/moe.py)."""
+    if not opts.budget:
+        raise AnalysisError("plan --moe compares expert counts at a FLOP budget: give --budget FLOPS")
+    for flag, v in (
+        ("--unique-tokens", opts.unique_tokens),
+        ("--max-days", opts.max_days),
+        ("--gpu-hours", opts.gpu_hours),
+    ):
+        if v:
+            raise AnalysisError(f"{flag} is not supported with --moe yet; plan with --budget")
+    if opts.capacity_factor < 0:
+        raise AnalysisError(f"--capacity-factor must be >= 0 (0: dropless), got {opts.capacity_factor:g}")
+    results = [
+        plan_moe(
+            budget,
+            opts.gpus,
+            opts.hardware,
+            law=law,
+            moe_law=moe_law,
+            experts=opts.experts,
+            top_k=opts.top_k,
+            capacity_factor=opts.capacity_factor or None,
+            **_plan_kwargs(opts, eff, hparams, calibration),
+        )
+        for budget in opts.budget
+    ]
+    for r in results:
+        for line in (
+            r.text_lines() + plan_lines(r.plan) + (trainer_lines(r.plan) if opts.emit == "overrides" else [])
+        ):
+            print(line)
+    _emit_plans(opts, [{**plan_payload(r.plan), "moe": r.as_dict()} for r in results])
+    if opts.markdown:
+        opts.markdown.write_text("\n\n".join(r.plan.to_markdown() for r in results) + "\n")
+    unrunnable = [r.plan.trainer.reason for r in results if opts.emit and not r.plan.trainer.overrides]
+    if unrunnable:
+        raise AnalysisError(f"--emit overrides: {unrunnable[0]}")
     return 0
 
 

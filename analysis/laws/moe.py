@@ -138,6 +138,15 @@ class MoeLaw:
             seed=fit.seed,
         )
 
+    @staticmethod
+    def in_json(path: str | pathlib.Path) -> bool:
+        """Whether `path` is a fit JSON of a MoE law (False for anything else, readable or not)."""
+        try:
+            data = json.loads(pathlib.Path(path).read_text())
+        except (OSError, ValueError):
+            return False
+        return isinstance(data, dict) and is_moe_law(str(data.get("law", "")))
+
     @classmethod
     def from_json(cls, path: str | pathlib.Path) -> "MoeLaw":
         """From `fit --law moe --json FILE`; one-line errors for a missing or unsuitable file."""

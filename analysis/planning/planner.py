@@ -35,10 +35,12 @@ the cost model's convention, PaLM's 6N + 12LHQT (`MFU_CONVENTION`; models/flops.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 from typing import Any, Sequence
 
 from analysis.laws.allocation import ScalingLaw
+from analysis.laws.moe import MoeLaw
 from analysis.planning.data_limit import DataLimitPlan, RepeatedDataLaw, paper_prior, plan_data_limit
 from analysis.planning.recipe import BatchSource, HparamSet, Recipe, tuned, untuned
 from analysis.planning.trainer import TRAINER_ZERO_STAGES, TrainerPlan, trainer_plan
@@ -65,7 +67,7 @@ from sharding.costmodel.frameworks import (
     framework_efficiency,
     parse_framework,
 )
-from sharding.costmodel.spec import Schedule
+from sharding.costmodel.spec import MoeShape, Schedule
 
 HEAD_DIM = 128
 DEFAULT_BATCH_TOKENS = 4 * 1024 * 1024  # tokens per optimizer step without a batch law or --batch-tokens
@@ -74,14 +76,24 @@ ASPECT_TARGET = 128.0
 
 
 # ---- shapes -------------------------------------------------------------------------------------
-def shape_for(n_layers: int, d_model: int, seq_len: int, vocab: int) -> ModelShape:
+def shape_for(
+    n_layers: int, d_model: int, seq_len: int, vocab: int, moe: MoeShape | None = None
+) -> ModelShape:
     return ModelShape(
-        n_layers=n_layers, d_model=d_model, n_heads=d_model // HEAD_DIM, seq_len=seq_len, vocab_size=vocab
+        n_layers=n_layers,
+        d_model=d_model,
+        n_heads=d_model // HEAD_DIM,
+        seq_len=seq_len,
+        vocab_size=vocab,
+        moe=moe,
     )
 
 
-def candidate_shapes(n_target: float, seq_len: int, vocab: int, k: int = 4) -> list[ModelShape]:
-    """The k real shapes whose parameter count is closest to n_target (aspect ratio near 128).
+def candidate_shapes(
+    n_target: float, seq_len: int, vocab: int, k: int = 4, moe: MoeShape | None = None
+) -> list[ModelShape]:
+    """The k real shapes whose parameter count is closest to n_target (aspect ratio near 128);
+    with `moe` (a mixture of experts' routed MLP), whose active parameter count is.
 
     Score = |log(N/N*)| + 0.05·|log(aspect/128)|: parameter count first, shape second.
     """
@@ -95,8 +107,10 @@ def candidate_shapes(n_target: float, seq_len: int, vocab: int, k: int = 4) -> l
             aspect = d / L
             if not ASPECT_RANGE[0] <= aspect <= ASPECT_RANGE[1]:
                 continue
-            s = shape_for(L, d, seq_len, vocab)
-            err = abs(math.log(s.n_params / n_target))
+            if moe is not None and L < moe.every:
+                continue
+            s = shape_for(L, d, seq_len, vocab, moe)
+            err = abs(math.log(s.n_params_active / n_target))
             if err > 0.35:
                 continue
             scored.append((err + 0.05 * abs(math.log(aspect / ASPECT_TARGET)), L, d, s))
@@ -112,6 +126,14 @@ def candidate_shapes(n_target: float, seq_len: int, vocab: int, k: int = 4) -> l
 # ---- layouts ------------------------------------------------------------------------------------
 def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def expert_parallel_sizes(shape: ModelShape, dp: int) -> list[int]:
+    """The ep sizes a layout of `shape` with `dp` data-parallel ranks can take: 1 for a dense
+    shape; for a mixture of experts every divisor of dp that divides its routed experts."""
+    if shape.moe is None:
+        return [1]
+    return [e for e in _divisors(dp) if shape.moe.routed_experts % e == 0]
 
 
 # Looped pipeline schedules (interleaved, breadth-first) are searched with this many layer chunks
@@ -150,7 +172,8 @@ def layouts_for(
     `batch_band` (sequences): keep only global batches inside it (a batch law's 90% interval).
     `framework`: only what that stack runs (`FRAMEWORK_SEARCH`: its ZeRO stages and pipeline
     schedules, intersected with `zero_stages`), with its implementation flags; None: Megatron's
-    program with 1F1B only (the layouts before framework profiles)."""
+    program with 1F1B only (the layouts before framework profiles). A mixture of experts' shape
+    also gets every expert-parallel size (`expert_parallel_sizes`); a dense shape ep = 1 only."""
     fw = None if framework is None else parse_framework(framework)
     search = FRAMEWORK_SEARCH[fw] if fw is not None else None
     if search is not None:
@@ -175,22 +198,24 @@ def layouts_for(
                     if pp > 1 and z >= 2 and search is not None and not search.zero3_with_pipeline:
                         continue  # e.g. DeepSpeed's pipeline engine refuses ZeRO-2/3
                     for sched, v in _schedules_for(pp, shape.n_layers, schedules):
-                        for ck in act_ckpts:
-                            for off in offload:
-                                lo = Layout(
-                                    dp=dp,
-                                    tp=tp,
-                                    pp=pp,
-                                    micro_batch=mb,
-                                    global_batch=gb,
-                                    sp=tp > 1,
-                                    zero_stage=z,
-                                    act_ckpt=ck,
-                                    offload_optimizer=off,
-                                    pipeline_schedule=sched,
-                                    interleave=v,
-                                )
-                                out.append(lo if fw is None else apply_framework(lo, fw))
+                        for ck, off, ep in itertools.product(
+                            act_ckpts, offload, expert_parallel_sizes(shape, dp)
+                        ):
+                            lo = Layout(
+                                dp=dp,
+                                tp=tp,
+                                pp=pp,
+                                micro_batch=mb,
+                                global_batch=gb,
+                                sp=tp > 1,
+                                zero_stage=z,
+                                act_ckpt=ck,
+                                offload_optimizer=off,
+                                pipeline_schedule=sched,
+                                interleave=v,
+                                ep=ep,
+                            )
+                            out.append(lo if fw is None else apply_framework(lo, fw))
     return out
 
 
@@ -221,8 +246,18 @@ class Candidate:
 
     def as_dict(self) -> dict[str, Any]:
         lo = self.layout
+        moe = self.shape.moe
+        routed = (
+            {}
+            if moe is None
+            else {
+                "n_params_active": self.shape.n_params_active,
+                "moe": dataclasses.asdict(moe),
+            }
+        )
         return {
             "n_params": self.shape.n_params,
+            **routed,
             "tokens": self.tokens,
             "n_layers": self.shape.n_layers,
             "d_model": self.shape.d_model,
@@ -244,6 +279,7 @@ class Candidate:
                 "offload_optimizer": lo.offload_optimizer,
                 "pipeline_schedule": lo.pipeline_schedule,
                 "interleave": lo.interleave,
+                **({} if moe is None else {"ep": lo.ep}),
             },
             "mem_gb_per_device": self.mem_gb_per_device,
             "step_time_s": self.step_time_s,
@@ -275,8 +311,8 @@ def _layout_text(lo: Layout) -> str:
     elif lo.pp > 1 and lo.interleave > 1:
         sched = f" i{lo.interleave}"
     return (
-        f"dp{lo.dp} tp{lo.tp}{'+sp' if lo.sp else ''} pp{lo.pp}{sched} mb{lo.micro_batch} "
-        f"z{lo.zero_stage}{'+offload' if lo.offload_optimizer else ''} {lo.act_ckpt}"
+        f"dp{lo.dp}{f'(ep{lo.ep})' if lo.ep > 1 else ''} tp{lo.tp}{'+sp' if lo.sp else ''} pp{lo.pp}{sched} "
+        f"mb{lo.micro_batch} z{lo.zero_stage}{'+offload' if lo.offload_optimizer else ''} {lo.act_ckpt}"
     )
 
 
@@ -300,6 +336,7 @@ class Plan:
     data_limit: DataLimitPlan | None = None  # the plan under a fixed corpus (`unique_tokens`), or None
     framework: str = DEFAULT_FRAMEWORK.value  # the stack the layouts were searched and timed for
     calibration: dict[str, Any] | None = None  # `--calibrate`: the rows the profile was refitted on
+    moe_law: MoeLaw | None = None  # plan --moe: the fitted MoE law the candidates' losses are from
 
     @property
     def ci_percent(self) -> str:
@@ -310,15 +347,21 @@ class Plan:
     def interval_label(self) -> str:
         """What the loss interval is: the 90% prediction interval when the law has an error model,
         else the parameter CI."""
-        if self.law.prediction_error is not None:
+        if self._law_error_model:
             return f"{100 * PREDICTION_LEVEL:g}% prediction interval"
         return f"{self.ci_percent}% CI"
+
+    @property
+    def _law_error_model(self) -> bool:
+        """Whether the candidates' loss bands are prediction intervals (the law has an error model)."""
+        law = self.law if self.moe_law is None else self.moe_law
+        return law.prediction_error is not None
 
     def best_loss(self) -> dict[str, Any] | None:
         """The best loss expected at the budget (`allocation.budgets[i]` of the fit: the law's IsoFLOP
         minimum or the direct frontier, `loss_method`), or None without a budget or under a data
         limit (the data-constrained law's loss is then the plan's)."""
-        if self.budget_flops is None or self.data_limit is not None:
+        if self.budget_flops is None or self.data_limit is not None or self.moe_law is not None:
             return None
         loss, band, method = self.law.best_loss(self.budget_flops)
         return {
@@ -342,7 +385,7 @@ class Plan:
 
     def loss_band(self, c: "Candidate") -> tuple[float, float] | None:
         """The interval `interval_label` names, for candidate `c`."""
-        return c.loss_interval if self.law.prediction_error is not None else c.loss_ci
+        return c.loss_interval if self._law_error_model else c.loss_ci
 
     def as_dict(self) -> dict[str, Any]:
         best = self.best.as_dict()
@@ -399,7 +442,8 @@ class Plan:
                 f"{c.mem_gb_per_device:7.1f} {c.step_time_s:7.2f} {c.mfu:5.3f} "
                 f"{c.days:7.1f} {c.gpu_hours:10.3g} {c.loss:.3f} {ci}"
             )
-        lines.append(f"MFU*: {MFU_CONVENTION} (model FLOPs 6N + 12·L·H·Q·T per token, N = all parameters)")
+        n = "active parameters" if any(c.shape.moe for c in self.candidates) else "all parameters"
+        lines.append(f"MFU*: {MFU_CONVENTION} (model FLOPs 6N + 12·L·H·Q·T per token, N = {n})")
         return "\n".join(lines)
 
     def to_markdown(self) -> str:
@@ -535,6 +579,11 @@ class _Request:
     batch_band: tuple[float, float] | None = None
     data_limit: DataLimitPlan | None = None  # the budget under a fixed corpus: sizes and losses follow it
     framework: Framework = DEFAULT_FRAMEWORK  # the stack: its layouts, flags and (default) profile
+    # a mixture of experts (`plan --moe`, analysis/planning/moe.py): the routed MLP of every shape,
+    # the size the shapes' active parameters aim at (None: the law's N*), the law of its loss
+    moe: MoeShape | None = None
+    size_target: float | None = None
+    moe_law: MoeLaw | None = None
 
 
 def with_recipe(first: Plan, req: _Request, hp: HparamSet | None, explicit_batch: bool) -> Plan:
@@ -595,6 +644,9 @@ def plan(
     data_law: RepeatedDataLaw | None = None,
     framework: Framework | str = DEFAULT_FRAMEWORK,
     calibration: dict[str, Any] | None = None,
+    moe: MoeShape | None = None,
+    moe_law: MoeLaw | None = None,
+    size_target: float | None = None,
 ) -> Plan:
     """Plan a training run; see the module docstring. Raises AnalysisError for bad input.
     `offload` lets layouts keep the optimizer state (fp32 master weights, Adam moments) and its
@@ -606,7 +658,10 @@ def plan(
     (default: Muennighoff et al.'s R_D*, R_N* on top of `law`, `data_limit.paper_prior`).
     `framework` (megatron | deepspeed | fsdp | jax): the stack whose layouts are searched, with its
     implementation flags and, unless `eff` is given, its efficiency profile
-    (sharding/costmodel/frameworks.py). `calibration`: what `eff` was refitted on (for the JSON)."""
+    (sharding/costmodel/frameworks.py). `calibration`: what `eff` was refitted on (for the JSON).
+    `moe` (a mixture of experts' routed MLP): every shape is routed, sized by its active parameters
+    (`size_target`, else the law's N*), its layouts searched with expert parallelism, its loss the
+    fitted `moe_law`'s when given (`plan --moe`, analysis/planning/moe.py)."""
     fw = parse_framework(framework, "--framework")
     eff = framework_efficiency(fw) if eff is None else eff
     req = check_request(
@@ -622,7 +677,9 @@ def plan(
         precision,
         eff,
     )
-    req = dataclasses.replace(req, offload=bool(offload), top=top, framework=fw)
+    req = dataclasses.replace(
+        req, offload=bool(offload), top=top, framework=fw, moe=moe, moe_law=moe_law, size_target=size_target
+    )
     if unique_tokens is not None:
         if budget_flops is None:
             raise AnalysisError("--unique-tokens plans a FLOP budget: give --budget FLOPS as well")
@@ -679,6 +736,7 @@ def search(req: _Request) -> Plan:
         efficiency=req.eff,
         data_limit=req.data_limit,
         framework=req.framework.value,
+        moe_law=req.moe_law,
     )
 
 
@@ -736,6 +794,10 @@ def size_targets(req: _Request) -> tuple[float | None, float | None, list[float]
     if req.data_limit is not None:  # the optimum under the corpus limit, not Chinchilla's
         n_opt, d_opt = req.data_limit.optimum.n_params, req.data_limit.optimum.tokens
         targets = [n_opt]
+    elif req.size_target is not None and req.budget_flops is not None:  # plan --moe's active size
+        n_opt = req.size_target
+        d_opt = req.budget_flops / (req.law.flops_per_param_token * n_opt)
+        targets = [n_opt]
     elif req.budget_flops is not None:
         n_opt, d_opt = req.law.optimal(req.budget_flops)
         targets = [n_opt]
@@ -749,16 +811,19 @@ def shapes_near(targets: Sequence[float], req: _Request) -> list[ModelShape]:
     """The real shapes closest to each target size, without duplicates, in first-seen order."""
     shapes: dict[tuple[int, int], ModelShape] = {}
     for n_t in targets:
-        for s in candidate_shapes(n_t, req.seq_len, req.vocab, k=3 if req.max_days is None else 2):
+        for s in candidate_shapes(
+            n_t, req.seq_len, req.vocab, k=3 if req.max_days is None else 2, moe=req.moe
+        ):
             shapes[(s.n_layers, s.d_model)] = s
     return list(shapes.values())
 
 
 def _candidate(s: ModelShape, est, req: _Request) -> Candidate:
     """Shape `s` trained with its fastest layout `est`: tokens from the budget (C = k·N·D with
-    the law's k), capped by the time limit, and what that costs and predicts."""
+    the law's k, N the active parameters of a mixture of experts), capped by the time limit, and
+    what that costs and predicts."""
     k = req.law.flops_per_param_token
-    tokens = req.budget_flops / (k * s.n_params) if req.budget_flops is not None else math.inf
+    tokens = req.budget_flops / (k * s.n_params_active) if req.budget_flops is not None else math.inf
     if req.max_days is not None:
         tokens = min(tokens, est.tokens_per_s * req.max_days * 86400)
     seconds = tokens / est.tokens_per_s
@@ -773,8 +838,8 @@ def _candidate(s: ModelShape, est, req: _Request) -> Candidate:
         tokens_per_s=est.tokens_per_s,
         days=days,
         gpu_hours=gpu_hours,
-        flops=k * s.n_params * tokens,
-        **_losses(req, s.n_params, tokens),
+        flops=k * s.n_params_active * tokens,
+        **_losses(req, s.n_params_active, tokens),
         mfu_interval=req.eff.rate_interval(est.mfu, est.mfu),
         days_interval=req.eff.time_interval(days, est.mfu),
         gpu_hours_interval=req.eff.time_interval(gpu_hours, est.mfu),
@@ -818,6 +883,14 @@ def _losses(req: _Request, n: float, d: float) -> dict[str, Any]:
     data-constrained law's and both bands are the Chinchilla law's, scaled by the ratio of the
     two losses: the fit's error model around the data-limited prediction (the uncertainty of
     R_D*, R_N* is not in them; `_notes` says so)."""
+    if req.moe_law is not None:  # plan --moe: the fitted MoE law at the active N and the experts
+        experts = 1 if req.moe is None else req.moe.experts
+        band = req.moe_law.loss_interval(n, experts, d)
+        return {
+            "loss": float(req.moe_law.loss(n, experts, d)[0]),
+            "loss_ci": None,
+            "loss_interval": None if band is None else (float(band[0][0]), float(band[1][0])),
+        }
     law = req.law
     loss, ci, band = law.loss(n, d), law.loss_ci(n, d), _interval(law, n, d)
     if req.data_limit is None:
@@ -845,9 +918,14 @@ def _rank(cands: list[Candidate], req: _Request, n_opt: float | None) -> None:
 def _notes(req: _Request) -> tuple[str, ...]:
     """What the user should know about how the plan was made."""
     notes = []
-    if req.law.samples is None and req.law.prediction_error is None:
+    if req.moe_law is not None:
+        notes.append(
+            f"losses: the MoE law {req.moe_law.source} at each shape's active parameters and "
+            f"{req.moe.experts if req.moe else 1} expert(s); sizes from the active-size target"
+        )
+    elif req.law.samples is None and req.law.prediction_error is None:
         notes.append("loss CI unavailable: the law has no bootstrap samples (point estimate only)")
-    pe = req.law.prediction_error
+    pe = req.law.prediction_error if req.moe_law is None else req.moe_law.prediction_error
     if pe is not None:
         notes.append(
             f"loss interval: {100 * PREDICTION_LEVEL:g}% prediction interval from the fit's measured "

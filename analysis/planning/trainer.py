@@ -16,11 +16,15 @@ cost model sees it:
   gate/up are separate matmuls, XLA keeps FSDP-gathered weights and SP-gathered inputs for
   backward, and the pipeline is the GSPMD one of sharding/pipeline.py (`TRAINER_FLAGS`, which
   tests/test_costmodel_xla.py checks against the compiled program);
-* only divisibility the trainer accepts (`sharding.validate.validate_mesh`, the trainer's check).
+* only divisibility the trainer accepts (`sharding.validate.validate_mesh`, the trainer's check);
+* a mixture of experts (`model.moe`, read from the schema like the mesh keys) with its experts split
+  over `sharding.expert` (the cost model's `Layout.ep`, which the trainer's batch is split over too:
+  sharding.data = dp / (fsdp x expert)).
 
 The result's `overrides` are Hydra overrides for `python -m experiments.train`: the model shape
-(`model.*`, d_ff explicit: the planner's Llama rounding differs from the trainer's default), the
-mesh (`sharding.*`), the batch, micro-batch and run length (`train.*`) and activation
+(`model.*`, d_ff explicit: the planner's Llama rounding differs from the trainer's default;
+`model.moe={experts:..,top_k:..}` for a routed shape), the mesh (`sharding.*`, `sharding.expert`
+with expert parallelism), the batch, micro-batch and run length (`train.*`) and activation
 checkpointing (`model.remat`, named as the cost model's `act_ckpt`); with hyperparameter laws
 (`plan --hparams`) also the recipe's `optim.lr` (`TrainerPlan.extra_overrides`).
 """
@@ -46,7 +50,7 @@ from sharding.costmodel import (
     estimate_step,
 )
 from sharding.costmodel.frameworks import FRAMEWORK_FLAGS, Framework
-from sharding.costmodel.spec import Schedule
+from sharding.costmodel.spec import MoeShape, Schedule
 from sharding.layouts import ShardingConfig
 from sharding.validate import validate_mesh
 
@@ -63,30 +67,41 @@ TRAINER_ZERO_STAGES = (0, 3)  # sharding.data, sharding.fsdp
 @functools.lru_cache(maxsize=1)
 def trainer_features() -> frozenset[str]:
     """Optional keys of the trainer's schema that a plan may need, those it has today: any of
-    `pipeline`, `pipeline_schedule`, `virtual_stages`, `sequence_parallel`, `context` (sharding.*)
-    and `train.micro_batches` (pipeline micro-batches). `pipeline` counts only with
-    `train.micro_batches` (stages without micro-batches are no usable pipeline)."""
+    `pipeline`, `pipeline_schedule`, `virtual_stages`, `sequence_parallel`, `context`, `expert`
+    (sharding.*), `train.micro_batches` (pipeline micro-batches) and `model.moe` (a mixture of
+    experts). `pipeline` counts only with `train.micro_batches` (stages without micro-batches are
+    no usable pipeline)."""
     from experiments.train.config import TrainConfig  # lazy: Hydra, only when a plan is made
 
     keys = {f.name for f in dataclasses.fields(ShardingConfig)}
     keys |= {f"train.{f.name}" for f in dataclasses.fields(TrainConfig)}
+    keys |= {f"model.{f.name}" for f in dataclasses.fields(ModelConfig)}
     out = keys & {
         "pipeline",
         "pipeline_schedule",
         "virtual_stages",
         "sequence_parallel",
         "context",
+        "expert",
         "train.micro_batches",
+        "model.moe",
     }
     if "train.micro_batches" not in out:
         out.discard("pipeline")
     return frozenset(out)
 
 
-def missing_features(layout: Layout, features: frozenset[str] | None = None) -> list[str]:
-    """What `layout` needs that the trainer lacks, as words for a message (empty: runnable)."""
+def missing_features(
+    layout: Layout, features: frozenset[str] | None = None, shape: ModelShape | None = None
+) -> list[str]:
+    """What `layout` (of `shape`, when given) needs that the trainer lacks, as words for a
+    message (empty: runnable)."""
     features = trainer_features() if features is None else features
     out = []
+    if shape is not None and shape.moe is not None and "model.moe" not in features:
+        out.append("a mixture of experts (model.moe)")
+    if layout.ep > 1 and "expert" not in features:
+        out.append(f"expert parallelism (ep={layout.ep})")
     if layout.pp > 1 and "pipeline" not in features:
         out.append(f"pipeline parallelism (pp={layout.pp})")
     if layout.interleave > 1 and not {"pipeline", "virtual_stages"} <= features:
@@ -103,13 +118,19 @@ def missing_features(layout: Layout, features: frozenset[str] | None = None) -> 
 
 
 def model_config(shape: ModelShape) -> ModelConfig:
-    """The trainer's ModelConfig of a cost-model shape (SwiGLU, no dropout)."""
+    """The trainer's ModelConfig of a cost-model shape (SwiGLU, no dropout; its `model.moe`)."""
     if shape.mlp != "swiglu" or shape.dropout:
         raise LayoutError(
             f"the trainer builds SwiGLU models without dropout (got mlp={shape.mlp!r}, "
             f"dropout={shape.dropout})"
         )
+    routed = {}
+    if shape.moe is not None:
+        if "model.moe" not in trainer_features():
+            raise LayoutError("the trainer builds no mixture of experts (model.moe)")
+        routed = {"moe": dataclasses.asdict(shape.moe)}
     return ModelConfig(
+        **routed,
         vocab_size=shape.vocab_size,
         d_model=shape.d_model,
         n_layers=shape.n_layers,
@@ -122,9 +143,12 @@ def model_config(shape: ModelShape) -> ModelConfig:
 
 
 def mesh_axes(layout: Layout) -> dict[str, int]:
-    """`sharding.*` sizes of a trainer-runnable layout."""
+    """`sharding.*` sizes of a trainer-runnable layout (the expert axis splits the batch too:
+    data = dp / (fsdp x expert))."""
     fsdp = layout.zero_shards if layout.zero_stage >= 3 else 1
-    axes = {"data": layout.dp // fsdp, "fsdp": fsdp, "tensor": layout.tp}
+    axes = {"data": layout.dp // (fsdp * layout.ep), "fsdp": fsdp, "tensor": layout.tp}
+    if layout.ep > 1:
+        axes["expert"] = layout.ep
     if layout.pp > 1:
         axes["pipeline"] = layout.pp
     return axes
@@ -133,10 +157,17 @@ def mesh_axes(layout: Layout) -> dict[str, int]:
 def trainer_refusal(shape: ModelShape, layout: Layout, features: frozenset[str] | None = None) -> str | None:
     """Why the trainer would not run this layout (a missing feature, or its own divisibility
     check's one-line error), or None when it would."""
-    missing = missing_features(layout, features)
+    missing = missing_features(layout, features, shape)
     if missing:
         return f"needs {', '.join(missing)}"
+    fsdp = layout.zero_shards if layout.zero_stage >= 3 else 1
+    if layout.dp % (fsdp * layout.ep):
+        return (
+            f"sharding.fsdp={fsdp} x sharding.expert={layout.ep} does not divide the {layout.dp} "
+            "data-parallel ranks"
+        )
     axes = mesh_axes(layout)
+    expert = {"expert": layout.ep} if layout.ep > 1 else {}  # the trainer's keyword since it has the axis
     try:
         validate_mesh(
             model_config(shape).validate(),
@@ -144,6 +175,7 @@ def trainer_refusal(shape: ModelShape, layout: Layout, features: frozenset[str] 
             axes["fsdp"],
             axes["tensor"],
             micro_batch_size=layout.micro_batch * layout.dp,
+            **expert,
         )
     except (ConfigError, LayoutError) as e:
         return str(e).split("; ")[0]
@@ -176,6 +208,8 @@ def overrides(shape: ModelShape, layout: Layout, tokens: float) -> list[str]:
     out += [f"model.d_ff={cfg.ff}", f"model.seq_len={cfg.seq_len}"]
     if cfg.tie_embeddings:
         out.append("model.tie_embeddings=true")
+    if shape.moe is not None:
+        out.append(f"model.moe={shape.moe.override()}")
     out.append(f"model.remat={layout.act_ckpt}")
     out += [f"sharding.{k}={v}" for k, v in mesh_axes(layout).items()]
     if layout.sp and layout.tp > 1:
@@ -291,7 +325,7 @@ def trainer_plan(
     trainer can run, estimated as the trainer's program; `best` is the planner's own choice.
     Under a time limit, tokens are capped by what the trainer's layout processes in `max_days`."""
     features = trainer_features()
-    missing = tuple(missing_features(best, features))
+    missing = tuple(missing_features(best, features, shape))
     chosen, lean, seen, refusals = None, None, set(), {}
     for lo in (t for planned in layouts for t in as_trainer_layouts(planned, features)):
         if lo in seen or lo.zero_stage not in TRAINER_ZERO_STAGES:
@@ -355,6 +389,7 @@ def run_layout(summary: RunSummary, config: dict[str, Any]) -> tuple[ModelShape,
             d_ff=None if model.get("d_ff") is None else int(model["d_ff"]),
             n_kv_heads=None if model.get("n_kv_heads") is None else int(model["n_kv_heads"]),
             tied_embeddings=bool(model.get("tie_embeddings", False)),
+            moe=MoeShape.from_config(model.get("moe")),
         )
         if model.get("d_ff") is None:  # the trainer's default width, not the Llama rule
             shape = dataclasses.replace(
@@ -364,6 +399,7 @@ def run_layout(summary: RunSummary, config: dict[str, Any]) -> tuple[ModelShape,
                 ).ff,
             )
         data, fsdp, tensor = int(mesh["data"]), int(mesh["fsdp"]), int(mesh["tensor"])
+        expert = int(mesh.get("expert", 1))
         stages, context = int(mesh.get("stage", 1)), int(mesh.get("context", 1))
     except (KeyError, TypeError, ValueError) as e:
         raise LayoutError(f"summary.json's model/mesh is incomplete ({e})") from None
@@ -372,7 +408,7 @@ def run_layout(summary: RunSummary, config: dict[str, Any]) -> tuple[ModelShape,
         raise LayoutError("the run's config lacks train.batch_size")
     micro_bs = int(config.get("train.micro_batch_size") or batch)
     pipe_micro = int(config.get("train.micro_batches") or 1) if stages > 1 else 1
-    dp = data * fsdp
+    dp = data * fsdp * expert
     per_rank = micro_bs // (dp * pipe_micro)
     if per_rank < 1 or micro_bs % (dp * pipe_micro):
         raise LayoutError(
@@ -396,7 +432,8 @@ def run_layout(summary: RunSummary, config: dict[str, Any]) -> tuple[ModelShape,
         global_batch=batch,
         sp=bool(mesh.get("sequence_parallel", False)),
         zero_stage=3 if fsdp > 1 else 0,
-        zero_group=fsdp if (fsdp > 1 and data > 1) else None,
+        zero_group=fsdp if (fsdp > 1 and data * expert > 1) else None,
+        ep=expert,
         act_ckpt=str(model.get("remat", "none")),
         attention=_KERNELS.get(attention, "naive"),
         fused_norm=False,

@@ -1,7 +1,8 @@
 """Collectives: which ranks share a node, and what a ring collective costs over which link.
 
 Ranks are placed tensor-parallel innermost, then context-, then data-parallel, then pipeline
-(Megatron-LM's default order), so a TP group sits inside one node whenever tp <= devices_per_node.
+(Megatron-LM's default order), so a TP group sits inside one node whenever tp <= devices_per_node;
+an expert-parallel group is the innermost ep of the data-parallel ranks.
 A collective over n ranks with g of them per node runs at the intra-node bandwidth if g = n, else
 at the node's network share that its g members get, min(intra, g · inter_node_bw): every node
 runs devices_per_node/g such groups at once and they share its NICs.
@@ -23,6 +24,7 @@ class CollectiveKind(enum.StrEnum):
     ALL_REDUCE = "all_reduce"
     ALL_GATHER = "all_gather"
     REDUCE_SCATTER = "reduce_scatter"
+    ALL_TO_ALL = "all_to_all"  # a mixture of experts' token dispatch / combine over the ep ranks
     P2P = "p2p"  # a pipeline send/receive between neighbouring stages
 
 
@@ -33,16 +35,19 @@ class Link(enum.StrEnum):
     INTER = "inter"  # over the network between nodes
 
 
-# bytes on the wire per rank, as a multiple of the buffer size, for ring algorithms
+# bytes on the wire per rank, as a multiple of the buffer size, for ring algorithms; an all-to-all
+# (pairwise exchange: n - 1 steps, each rank keeps its own 1/n of the buffer) sends (n - 1)/n of it
 _RING_FACTOR = {
     CollectiveKind.ALL_REDUCE: lambda n: 2 * (n - 1) / n,
     CollectiveKind.ALL_GATHER: lambda n: (n - 1) / n,
     CollectiveKind.REDUCE_SCATTER: lambda n: (n - 1) / n,
+    CollectiveKind.ALL_TO_ALL: lambda n: (n - 1) / n,
 }
 _RING_STEPS = {
     CollectiveKind.ALL_REDUCE: lambda n: 2 * (n - 1),
     CollectiveKind.ALL_GATHER: lambda n: n - 1,
     CollectiveKind.REDUCE_SCATTER: lambda n: n - 1,
+    CollectiveKind.ALL_TO_ALL: lambda n: n - 1,
 }
 
 
@@ -64,15 +69,20 @@ class Collective:
     link: Link  # intra | inter
 
 
-def ranks_per_node(hw: Hardware, tp: int, dp: int, pp: int, cp: int = 1) -> dict[str, int]:
+def ranks_per_node(hw: Hardware, tp: int, dp: int, pp: int, cp: int = 1, ep: int = 1) -> dict[str, int]:
     """How many members of one TP / CP / DP / PP group share a node under tp < cp < dp < pp
-    placement (Megatron-LM's order with context parallelism)."""
+    placement (Megatron-LM's order with context parallelism); `ep` (the innermost ep of the dp
+    ranks): of an expert-parallel group, and of the expert-data group of the dp / ep ranks that
+    hold the same experts (`ep_dp`)."""
     dpn = hw.devices_per_node
     g_tp = min(tp, dpn)
     g_cp = 1 if tp >= dpn else max(1, min(cp, dpn // tp))
     g_dp = 1 if tp * cp >= dpn else max(1, min(dp, dpn // (tp * cp)))
     g_pp = 1 if tp * cp * dp >= dpn else max(1, min(pp, dpn // (tp * cp * dp)))
-    return {"tp": g_tp, "cp": g_cp, "dp": g_dp, "pp": g_pp}
+    out = {"tp": g_tp, "cp": g_cp, "dp": g_dp, "pp": g_pp}
+    if ep > 1:
+        out.update(ep=min(ep, g_dp), ep_dp=max(1, g_dp // ep))
+    return out
 
 
 LinkEff = float | tuple[float, float]  # one fraction, or (intra-node, network)

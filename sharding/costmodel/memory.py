@@ -122,8 +122,29 @@ def activation_bytes_per_layer(
         attn += per_score * m.n_heads * s * s_kv * b / t
     mlp = ab * sbh * rep  # input of the first MLP matmul (norm output)
     mlp += (3 if m.gated else 2) * ab * s * b * f / t  # gate, up, gate·up | fc1, act
+    if m.moe is not None:  # the mean over the layers, a routed layer's MLP in place of the dense one
+        routed = moe_mlp_activation_bytes(m, lo, ab)
+        mlp += m.moe_layers / m.n_layers * (routed - mlp)
     drop = 2 * sbh * rep if m.dropout else 0.0  # 1-byte masks after attention and MLP
     return norm + attn + mlp + drop
+
+
+def moe_mlp_activation_bytes(m: ModelShape, lo: Layout, ab: int) -> float:
+    """Activation bytes a routed MLP keeps for backward, one micro-batch on one device: its input
+    (the norm output), the router's fp32 probabilities, the dispatched token slots (the tokens'
+    top_k choices, padded to capacity) in and out of the experts, the experts' gate, up and
+    gate·up, and the shared experts' (expert hidden width split over tp, as the dense MLP's)."""
+    moe, t = m.moe, lo.tp
+    rep = 1.0 / t if (lo.sp and t > 1) else 1.0
+    tok = m.seq_len // lo.cp * lo.micro_batch
+    slots = tok * moe.routed_top_k * moe.slots_per_routed_token  # expert token slots of the device
+    per_hidden = 3 if m.gated else 2
+    out = ab * tok * m.d_model * rep  # router / experts' input
+    out += 4.0 * tok * moe.routed_experts * rep  # router probabilities (fp32)
+    out += 2 * ab * slots * m.d_model * rep  # dispatched slots and the experts' outputs before combine
+    out += per_hidden * ab * slots * m.expert_ffn / t  # routed experts' hidden (split over tp)
+    out += per_hidden * ab * tok * moe.shared_experts * m.expert_ffn / t  # shared experts' hidden
+    return out
 
 
 def in_flight_layers(m: ModelShape, lo: Layout) -> float:
@@ -148,12 +169,39 @@ def in_flight_layers(m: ModelShape, lo: Layout) -> float:
     return min(m.n_layers * (1 + (p - 1) / (p * v)), n_mb * per_stage)
 
 
+def layer_params_on_device(m: ModelShape, lo: Layout) -> float:
+    """Parameters of one block on one rank before TP: `params_per_layer` for a dense shape; the
+    mean block of a mixture of experts with its routed experts split over the ep ranks."""
+    if m.moe is None:
+        return m.params_per_layer
+    return m.layer_params - m.layer_expert_params * (1 - 1 / lo.ep)
+
+
+def stage_expert_params(m: ModelShape, lo: Layout) -> tuple[float, float]:
+    """Routed-expert parameters held by one TP rank of the first and the last pipeline stage (after
+    expert parallelism; 0 for a dense shape): their states are ZeRO-sharded over the dp / ep ranks
+    that hold the same experts, not over all dp ranks."""
+    if m.moe is None:
+        return 0.0, 0.0
+    layers = m.n_layers if lo.gspmd_pipeline else math.ceil(m.n_layers / lo.pp)
+    return (layers * m.layer_expert_params / (lo.ep * lo.tp),) * 2
+
+
+def expert_zero_shards(lo: Layout) -> int:
+    """Ranks the ZeRO-sharded states of routed experts are split over: the ZeRO group's ranks that
+    hold the same experts (zero_shards / ep, at least 1)."""
+    return max(1, lo.zero_shards // lo.ep)
+
+
 def stage_params(m: ModelShape, lo: Layout) -> tuple[float, float]:
     """Parameters held by one TP rank of the first and of the last pipeline stage (all of them
-    under `gspmd_pipeline`, which replicates parameters over the stages)."""
+    under `gspmd_pipeline`, which replicates parameters over the stages); a mixture of experts'
+    routed experts split over the ep ranks."""
     if lo.gspmd_pipeline:
-        return (m.n_params / lo.tp,) * 2
-    per_stage_layers = math.ceil(m.n_layers / lo.pp) * m.params_per_layer
+        if m.moe is None:
+            return (m.n_params / lo.tp,) * 2
+        return ((m.n_params - m.routed_expert_params * (1 - 1 / lo.ep)) / lo.tp,) * 2
+    per_stage_layers = math.ceil(m.n_layers / lo.pp) * layer_params_on_device(m, lo)
     first = per_stage_layers + m.embedding_params
     last = per_stage_layers + m.head_params + m.d_model
     if lo.pp == 1:
@@ -177,23 +225,29 @@ def memory_breakdown(
         recompute_buf = act_layer - stored_layer
     else:
         stored_layer, recompute_buf = act_layer, 0.0
-    dp = lo.zero_shards  # ranks the ZeRO-sharded states are split over
+    dp, dpe = lo.zero_shards, expert_zero_shards(lo)  # ranks the ZeRO-sharded states are split over
     candidates = []
-    for stage, n_par in zip((Stage.FIRST, Stage.LAST), stage_params(m, lo)):
-        params = n_par * prec.param_bytes / (dp if lo.zero_stage >= ZeroStage.PARAMETERS else 1)
-        grads = n_par * prec.grad_bytes / (dp if lo.zero_stage >= ZeroStage.GRADIENTS else 1)
+    for stage, n_par, n_exp in zip(
+        (Stage.FIRST, Stage.LAST), stage_params(m, lo), stage_expert_params(m, lo)
+    ):
+
+        def zero(nbytes: float, stage_from: ZeroStage) -> float:
+            """Bytes per device of a state of `nbytes` per parameter, ZeRO-sharded from `stage_from`:
+            the replicated parameters over dp ranks, the routed experts over dp / ep."""
+            if lo.zero_stage < stage_from:
+                return n_par * nbytes
+            return (n_par - n_exp) * nbytes / dp + n_exp * nbytes / dpe
+
+        params = zero(prec.param_bytes, ZeroStage.PARAMETERS)
+        grads = zero(prec.grad_bytes, ZeroStage.GRADIENTS)
         if lo.offload_optimizer and lo.zero_stage >= ZeroStage.GRADIENTS:
             # ZeRO-Offload streams each bucket of gradients to the host as backward produces it
             # (and accumulates them there): two layers' buckets in flight, not all of them
-            grads = min(grads, 2 * m.params_per_layer / lo.tp * prec.grad_bytes)
+            grads = min(grads, 2 * layer_params_on_device(m, lo) / lo.tp * prec.grad_bytes)
         opt = (
             0.0
             if lo.offload_optimizer
-            else (
-                n_par
-                * (prec.master_bytes + prec.optimizer_bytes)
-                / (dp if lo.zero_stage >= ZeroStage.OPTIMIZER else 1)
-            )
+            else zero(prec.master_bytes + prec.optimizer_bytes, ZeroStage.OPTIMIZER)
         )
         layers = in_flight_layers(m, lo) if stage == Stage.FIRST else math.ceil(m.n_layers / lo.pp)
         if lo.pp == 1:  # one stage: all layers; breadth-first accumulation keeps every micro-batch
@@ -203,7 +257,7 @@ def memory_breakdown(
         logits = tokens * m.vocab_size / lo.tp * LOGITS_BYTES if stage == Stage.LAST else 0.0
         temps = 0.0
         if lo.zero_stage >= ZeroStage.PARAMETERS:  # gathered weights of the current and the prefetched layer
-            temps += 2 * m.params_per_layer / lo.tp * prec.param_bytes
+            temps += 2 * layer_params_on_device(m, lo) / lo.tp * prec.param_bytes
         if lo.attention in (
             LayoutAttention.NAIVE,
             LayoutAttention.FUSED_SOFTMAX,

@@ -63,6 +63,76 @@ class LayoutError(AnalysisError):
 
 
 @dataclasses.dataclass(frozen=True)
+class MoeShape:
+    """A mixture of experts' routed MLP: the trainer's `model.moe` (models/config.py, MoEConfig),
+    with the same keys and meaning. `experts` and `top_k` count experts of the dense MLP's width;
+    `granularity` g splits each into g experts of width d_ff / g (Krajewski et al. 2024), so the
+    router chooses among experts x g and each token goes to top_k x g of them; `shared_experts`
+    always-on experts of that fine width; layers i with (i + 1) % every == 0 are routed. Each
+    routed expert takes at most capacity_factor x its even share of a group's tokens
+    (None or 0: dropless, every expert sized for the whole group)."""
+
+    experts: int = 8
+    top_k: int = 2
+    capacity_factor: float | None = 1.25
+    every: int = 1
+    shared_experts: int = 0
+    granularity: int = 1
+
+    def __post_init__(self) -> None:
+        for name in ("experts", "top_k", "every", "granularity"):
+            v = getattr(self, name)
+            if not is_int(v) or v <= 0:
+                raise LayoutError(f"moe {name} must be a positive integer (got {v!r})")
+        if not is_int(self.shared_experts) or self.shared_experts < 0:
+            raise LayoutError(f"moe shared_experts must be an integer >= 0 (got {self.shared_experts!r})")
+        if self.top_k > self.experts:
+            raise LayoutError(f"moe top_k={self.top_k} exceeds experts={self.experts}")
+        cf = self.capacity_factor
+        if cf is not None and not (isinstance(cf, (int, float)) and math.isfinite(cf) and cf >= 0):
+            raise LayoutError(f"moe capacity_factor must be a number >= 0 or None (got {cf!r})")
+
+    @classmethod
+    def from_config(cls, moe: Any) -> "MoeShape | None":
+        """From the trainer's `model.moe` (a MoEConfig, or its mapping in a summary's `model`)."""
+        if moe is None:
+            return None
+        get = moe.get if isinstance(moe, dict) else (lambda k, d=None: getattr(moe, k, d))
+        defaults = cls()
+        return cls(**{f.name: get(f.name, getattr(defaults, f.name)) for f in dataclasses.fields(cls)})
+
+    @property
+    def routed_experts(self) -> int:
+        """Experts the router chooses among (experts x granularity)."""
+        return self.experts * self.granularity
+
+    @property
+    def routed_top_k(self) -> int:
+        """Experts each token is sent to (top_k x granularity)."""
+        return self.top_k * self.granularity
+
+    @property
+    def slots_per_routed_token(self) -> float:
+        """Expert token slots computed (and sent) per routed token choice: the capacity factor
+        (capacity padding), or routed_experts / routed_top_k when dropless (every expert sized
+        for the whole group)."""
+        return (
+            float(self.capacity_factor) if self.capacity_factor else self.routed_experts / self.routed_top_k
+        )
+
+    def override(self) -> str:
+        """The trainer's `model.moe={...}` value: experts and top_k, and the keys that differ from
+        the trainer's defaults."""
+        defaults = MoeShape()
+        parts = [f"experts:{self.experts}", f"top_k:{self.top_k}"]
+        for name in ("capacity_factor", "every", "shared_experts", "granularity"):
+            v = getattr(self, name)
+            if v != getattr(defaults, name):
+                parts.append(f"{name}:{'null' if v is None else format(v, 'g')}")
+        return "{" + ",".join(parts) + "}"
+
+
+@dataclasses.dataclass(frozen=True)
 class ModelShape:
     """Architecture of a dense decoder-only transformer (pre-norm, RoPE, no biases).
 
@@ -81,6 +151,7 @@ class ModelShape:
     mlp: str = Mlp.SWIGLU.value
     tied_embeddings: bool = False
     dropout: bool = False
+    moe: MoeShape | None = None  # a mixture of experts' routed MLP; None: dense
 
     def __post_init__(self) -> None:
         for name in ("n_layers", "d_model", "n_heads", "seq_len", "vocab_size"):
@@ -93,6 +164,13 @@ class ModelShape:
             raise LayoutError(f"n_kv_heads={self.n_kv_heads} must divide n_heads={self.n_heads}")
         if self.mlp not in tuple(Mlp):
             raise LayoutError(f"mlp must be 'swiglu' or 'gelu' (got {self.mlp!r})")
+        if self.moe is not None:
+            if self.moe.every > self.n_layers:
+                raise LayoutError(
+                    f"moe every={self.moe.every} exceeds n_layers={self.n_layers}: no layer is routed"
+                )
+            if self.ffn % self.moe.granularity:
+                raise LayoutError(f"moe granularity={self.moe.granularity} does not divide d_ff={self.ffn}")
 
     @classmethod
     def from_model_config(cls, cfg: Any) -> "ModelShape":
@@ -107,6 +185,7 @@ class ModelShape:
             n_kv_heads=cfg.kv_heads,
             mlp=Mlp.SWIGLU.value,
             tied_embeddings=bool(cfg.tie_embeddings),
+            moe=MoeShape.from_config(getattr(cfg, "moe", None)),
         )
 
     # ---- derived sizes ------------------------------------------------------------------------
@@ -147,6 +226,61 @@ class ModelShape:
             self.d_model, self.n_heads, self.kv_heads, self.head_dim, self.ffn, self.gated
         )
 
+    # ---- a mixture of experts (all 0 / the dense values for a dense shape) ----------------------
+    @property
+    def moe_layers(self) -> int:
+        """Routed layers: i with (i + 1) % every == 0."""
+        return 0 if self.moe is None else self.n_layers // self.moe.every
+
+    @property
+    def expert_ffn(self) -> int:
+        """Hidden width of one routed (or shared) expert: d_ff / granularity."""
+        return self.ffn if self.moe is None else self.ffn // self.moe.granularity
+
+    @property
+    def expert_mlp_params(self) -> int:
+        """Weights of one routed expert."""
+        return flops.mlp_params(self.d_model, self.expert_ffn, self.gated)
+
+    def _moe_mlp_params(self, experts: int) -> int:
+        """A routed layer's MLP weights with `experts` routed experts counted: the router (d_model x
+        routed experts), those experts and the shared ones (models/flops.py's counts)."""
+        moe = self.moe
+        return self.d_model * moe.routed_experts + (experts + moe.shared_experts) * self.expert_mlp_params
+
+    @property
+    def routed_expert_params(self) -> int:
+        """Weights of every routed expert in every routed layer: what expert parallelism splits."""
+        return 0 if self.moe is None else self.moe_layers * self.moe.routed_experts * self.expert_mlp_params
+
+    @property
+    def block_params(self) -> int:
+        """Parameters of all transformer blocks (routed MLPs counted whole)."""
+        out = self.n_layers * self.params_per_layer
+        if self.moe is not None:
+            out += self.moe_layers * (
+                self._moe_mlp_params(self.moe.routed_experts) - self.mlp_params_per_layer
+            )
+        return out
+
+    @property
+    def active_block_params(self) -> int:
+        """Parameters of all blocks that one token passes through (router, top_k experts, shared)."""
+        out = self.n_layers * self.params_per_layer
+        if self.moe is not None:
+            out += self.moe_layers * (self._moe_mlp_params(self.moe.routed_top_k) - self.mlp_params_per_layer)
+        return out
+
+    @property
+    def layer_params(self) -> float:
+        """Parameters of one block, the mean over the blocks (`params_per_layer` when dense)."""
+        return self.params_per_layer if self.moe is None else self.block_params / self.n_layers
+
+    @property
+    def layer_expert_params(self) -> float:
+        """Routed-expert parameters of one block, the mean over the blocks (0 when dense)."""
+        return self.routed_expert_params / self.n_layers
+
     @property
     def embedding_params(self) -> int:
         return self.vocab_size * self.d_model
@@ -173,22 +307,29 @@ class ModelShape:
         and describes shapes the training model cannot build (GELU MLPs). For the shapes both
         describe (`from_model_config`) the counts are equal, which tests/test_costmodel.py checks.
         """
-        return self.n_layers * self.params_per_layer + self.embedding_params + self.head_params + self.d_model
+        return self.block_params + self.embedding_params + self.head_params + self.d_model
+
+    @property
+    def n_params_active(self) -> int:
+        """Parameters one token passes through: `n_params` with each routed layer's experts counted
+        top_k x granularity times (router and shared experts whole); `n_params` when dense."""
+        return self.active_block_params + self.embedding_params + self.head_params + self.d_model
 
     @property
     def n_params_non_embedding(self) -> int:
         """`n_params` without the input embedding and the untied head (Kaplan et al.'s N;
         summary.json's `n_params_non_embedding`)."""
-        return self.n_layers * self.params_per_layer + self.d_model
+        return self.block_params + self.d_model
 
     def model_flops_per_token(self) -> float:
         """PaLM (Chowdhery et al. 2022, App. B) model FLOPs: 6N + 12·L·h·s, attention non-causal.
 
         N counts every parameter including the input embedding, as Hagemann et al. do, so that
-        predicted MFU is directly comparable with the published sheets.
+        predicted MFU is directly comparable with the published sheets; for a mixture of experts
+        the active ones (`n_params_active`: the work per token, not the weights held).
         """
         return flops.palm_flops_per_token(
-            self.n_params, self.n_layers, self.n_heads * self.head_dim, self.seq_len
+            self.n_params_active, self.n_layers, self.n_heads * self.head_dim, self.seq_len
         )
 
 
@@ -240,7 +381,8 @@ class Layout:
     weights from forward (XLA on this repo's model). `zero3_per_matrix`: ZeRO-3 gathers and
     reduce-scatters each weight matrix of a layer in a collective of its own (DeepSpeed ZeRO-3
     fetches parameter by parameter; XLA shards each weight); False = one collective per layer
-    (PyTorch FSDP's flat-parameter units). Each collective pays its ring's latency.
+    (PyTorch FSDP's flat-parameter units). Each collective pays its ring's latency. `ep`: expert
+    parallelism over ep of the dp ranks (a mixture of experts' shapes only; below).
 
     `cp`: context parallelism (the trainer's `sharding.context`): the sequence is split over cp
     ranks, K and V are all-gathered per layer (sharding/context.py). `cp_joint_grad_reduce`: the
@@ -288,6 +430,11 @@ class Layout:
     sp_bwd_regather: bool = True
     gspmd_pipeline: bool = False
     pipeline_schedule: str = Schedule.ONE_F_ONE_B.value
+    # Expert parallelism (a mixture of experts; the trainer's sharding.expert): the routed experts
+    # split over `ep` of the dp ranks (which also split the batch), tokens sent to their experts'
+    # ranks and back by all-to-alls; the expert gradients reduced over the dp / ep ranks that hold
+    # the same experts. 1 = every rank holds every expert.
+    ep: int = 1
 
     @property
     def breadth_first(self) -> bool:
@@ -342,10 +489,23 @@ def validate_layout(model: ModelShape, layout: Layout, n_devices: int | None = N
     numbers of layers (Megatron), so only interleaving needs pp x interleave to divide them.
     """
     lo = layout
-    for name in ("dp", "tp", "pp", "cp", "micro_batch", "global_batch", "interleave"):
+    for name in ("dp", "tp", "pp", "cp", "micro_batch", "global_batch", "interleave", "ep"):
         v = getattr(lo, name)
         if not is_int(v) or v <= 0:
             raise LayoutError(f"layout {name} must be a positive integer (got {v!r})")
+    if lo.ep > 1 and model.moe is None:
+        raise LayoutError(
+            f"ep={lo.ep} splits a mixture of experts' experts, and the model is dense; use ep=1"
+        )
+    if lo.dp % lo.ep:
+        raise LayoutError(
+            f"ep={lo.ep} must divide dp={lo.dp}: expert parallelism runs over data-parallel ranks"
+        )
+    if model.moe is not None and model.moe.routed_experts % lo.ep:
+        ok = max(d for d in _divisors(model.moe.routed_experts) if d <= lo.ep and lo.dp % d == 0)
+        raise LayoutError(
+            f"ep={lo.ep} must divide the {model.moe.routed_experts} routed experts; nearest valid: ep={ok}"
+        )
     if lo.zero_stage not in tuple(ZeroStage):
         raise LayoutError(f"zero_stage must be 0, 1, 2 or 3 (got {lo.zero_stage!r})")
     if lo.zero_group is not None and (

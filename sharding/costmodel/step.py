@@ -27,7 +27,14 @@ from sharding.costmodel.comm import (
 )
 from sharding.costmodel.efficiency import DEFAULT_EFFICIENCY, Efficiency
 from sharding.costmodel.hardware import Hardware
-from sharding.costmodel.memory import MemoryBreakdown, memory_breakdown, stage_params
+from sharding.costmodel.memory import (
+    MemoryBreakdown,
+    expert_zero_shards,
+    layer_params_on_device,
+    memory_breakdown,
+    stage_expert_params,
+    stage_params,
+)
 from sharding.costmodel.spec import (
     BF16_MIXED,
     FLASH_KERNELS,
@@ -191,7 +198,7 @@ class _Step:
             sp=layout.sp and layout.tp > 1,
             full=full,
             flash=layout.attention in FLASH_KERNELS,
-            ranks=ranks_per_node(hardware, layout.tp, layout.dp, layout.pp, layout.cp),
+            ranks=ranks_per_node(hardware, layout.tp, layout.dp, layout.pp, layout.cp, layout.ep),
             tick_factor=tick_factor,
         )
 
@@ -207,9 +214,41 @@ def _gemm_terms(st: _Step) -> tuple[float, float, float]:
     layer_gemm_time = sum(
         2 * a * c * d * (st.fwd_passes + 2) / (peak * _gemm_eff(eff, a, c, d)) for a, c, d in gemms
     )
+    if m.moe is not None:  # the mean layer: a routed MLP's GEMMs in place of the dense MLP's
+        w = m.moe_layers / m.n_layers
+        dense = [(tok, n_mlp_in / t, h), (tok, h, f / t)]
+        for sign, terms in ((-1.0, [(g, 1.0) for g in dense]), (1.0, _moe_gemms(st))):
+            for (a, c, d), e_dim in terms:
+                layer_gemm_flops += sign * w * 2 * a * c * d
+                eff_dims = (a * e_dim, c, d)  # the GEMM of one expert: its share of the token slots
+                layer_gemm_time += (
+                    sign * w * 2 * a * c * d * (st.fwd_passes + 2) / (peak * _gemm_eff(eff, *eff_dims))
+                )
     head_flops = 2 * tok * V / t * h
     head_time = 3 * head_flops / (peak * _gemm_eff(eff, tok, V / t, h))
     return layer_gemm_flops, layer_gemm_time, head_time
+
+
+def _moe_gemms(st: _Step) -> list[tuple[tuple[float, float, float], float]]:
+    """A routed MLP's GEMMs on one device, one micro-batch, forward: ((m, n, k), the share of the m
+    rows one GEMM call sees). The router (tokens x routed experts x d_model); the routed experts
+    over the device's token slots (each token's top_k choices padded to capacity; balanced, every
+    device computes as many slots as it sends), each local expert a GEMM of ep / routed_experts of
+    them; the shared experts over every token. Expert hidden widths split over tp."""
+    m, t, tok = st.m, st.lo.tp, st.tok
+    moe, h, fe = m.moe, m.d_model, m.expert_ffn
+    slots = tok * moe.routed_top_k * moe.slots_per_routed_token
+    per_expert = st.lo.ep / moe.routed_experts
+    n_in = 2 * fe if m.gated else fe
+    out = [
+        ((tok, moe.routed_experts, h), 1.0),
+        ((slots, n_in / t, h), per_expert),
+        ((slots, h, fe / t), per_expert),
+    ]
+    if moe.shared_experts:
+        s = moe.shared_experts
+        out += [((tok, s * n_in / t, h), 1.0), ((tok, h, s * fe / t), 1.0)]
+    return out
 
 
 def _attention_terms(st: _Step) -> tuple[float, float, float]:
@@ -247,6 +286,20 @@ def _elementwise_terms(st: _Step) -> tuple[float, float]:
     rep = 1.0 / lo.tp if st.sp else 1.0
     elem_h = eff.elem_bytes_h + (0.0 if lo.fused_norm else eff.elem_bytes_h_unfused_norm)
     elem_bytes = st.tok * (m.d_model * elem_h * rep + m.ffn * eff.elem_bytes_f / lo.tp)
+    if m.moe is not None:
+        # a routed layer's hidden work is its token slots' and the shared experts', and it moves
+        # every slot to its expert and back (a permutation: read and write, both ways)
+        moe, w = m.moe, m.moe_layers / m.n_layers
+        slots = moe.routed_top_k * moe.slots_per_routed_token
+        width = (slots + moe.shared_experts) * m.expert_ffn
+        elem_bytes += (
+            w
+            * st.tok
+            * (
+                (width - m.ffn) * eff.elem_bytes_f / lo.tp
+                + 4 * slots * m.d_model * st.precision.act_bytes * rep
+            )
+        )
     elem_time = elem_bytes * (st.fwd_passes + 2) / 3 / st.hw.hbm_bw
     overhead = eff.layer_overhead_s * (st.fwd_passes + 2) / 3
     return elem_time, overhead
@@ -307,6 +360,24 @@ def _tp_collectives(st: _Step) -> tuple[list[Collective], float, float]:
         colls.append(c)
         tp_time_edge += c.time_s / n_mb
     return colls, tp_time_layer, tp_time_edge
+
+
+def _ep_collectives(st: _Step) -> tuple[list[Collective], float]:
+    """(expert-parallel all-to-alls of the step, their time per layer per micro-batch; the mean
+    layer: routed layers' calls spread over all layers).
+
+    Per routed layer and micro-batch the tokens' expert slots go to their experts' ranks and back:
+    dispatch and combine in forward (again when full checkpointing recomputes it) and their
+    gradients in backward, each an all-to-all over the ep ranks of a buffer of tokens x top_k x
+    capacity factor x d_model activations (1/tp of them per rank under sequence parallelism)."""
+    m, lo = st.m, st.lo
+    if m.moe is None or lo.ep <= 1:
+        return [], 0.0
+    moe = m.moe
+    rep = 1.0 / lo.tp if st.sp else 1.0
+    buf = st.tok * moe.routed_top_k * moe.slots_per_routed_token * m.d_model * st.precision.act_bytes * rep
+    calls = (2 * st.fwd_passes + 2) * m.moe_layers / m.n_layers
+    return _layer_collectives(st, "ep", buf, {CollectiveKind.ALL_TO_ALL: calls}, lo.ep, st.ranks["ep"])
 
 
 def _pp_p2p(st: _Step) -> tuple[float, Collective | None]:
@@ -396,8 +467,9 @@ def _dp_collective_specs(st: _Step, n_stage: float) -> list[tuple[str, str, floa
         # XLA reduces each tick's chunk weight gradients inside the tick loop (M·V + P − 1
         # times a chunk of L/(P·V) layers), the embedding / head / final norm once after it
         ticks = lo.grad_accum * lo.interleave + lo.pp - 1
-        chunk = math.ceil(st.m.n_layers / (lo.pp * lo.interleave)) * st.m.params_per_layer / lo.tp
-        rest = n_stage - st.m.n_layers * st.m.params_per_layer / lo.tp
+        layer = layer_params_on_device(st.m, lo)
+        chunk = math.ceil(st.m.n_layers / (lo.pp * lo.interleave)) * layer / lo.tp
+        rest = n_stage - st.m.n_layers * layer / lo.tp
         specs = [
             ("dp_grad_all_reduce", CollectiveKind.ALL_REDUCE, rest * precision.reduce_bytes, 1, fr, gr),
             (
@@ -445,15 +517,41 @@ def _dp_collective_specs(st: _Step, n_stage: float) -> list[tuple[str, str, floa
     return specs
 
 
-def _dp_collectives(st: _Step, n_stage: float) -> tuple[list[Collective], float]:
+def _expert_dp_specs(st: _Step, n_expert: float) -> list[tuple[str, str, float, float, int, int]]:
+    """The DP collectives of the routed experts under expert parallelism: those of the ZeRO stage
+    over the dp / ep ranks that hold the same experts (their members per node: `ep_dp`)."""
+    lo = st.lo
+    dp = lo.dp // lo.ep
+    group = expert_zero_shards(lo)
+    sub = lo.replace(
+        dp=dp,
+        ep=1,
+        global_batch=lo.global_batch // lo.ep,
+        zero_group=group if group < dp and dp % group == 0 else None,
+    )
+    ranks = {**st.ranks, "dp": st.ranks["ep_dp"]}
+    specs = (
+        _dp_collective_specs(dataclasses.replace(st, lo=sub, ranks=ranks), n_expert) if dp * lo.cp > 1 else []
+    )
+    return [(f"{EXPERT_PREFIX}{name}", *rest) for name, *rest in specs]
+
+
+EXPERT_PREFIX = "expert_"  # the routed experts' own DP collectives (`_expert_dp_specs`)
+
+
+def _dp_collectives(st: _Step, n_stage: float, n_expert: float = 0.0) -> tuple[list[Collective], float]:
     """(DP gradient / parameter collectives of the step, their total time before overlap).
 
+    `n_expert` of the stage's `n_stage` parameters are routed experts split over ep > 1 ranks:
+    their gradients are reduced over the dp / ep ranks that hold them (`_expert_dp_specs`).
     The GSPMD pipeline adds one all-reduce over the stages of every block's gradient: each
     stage computes the gradients of its own layers, and the parameters are replicated."""
     lo = st.lo
-    specs = _dp_collective_specs(st, n_stage) if lo.dp * lo.cp > 1 else []
+    specs = _dp_collective_specs(st, n_stage - n_expert) if lo.dp * lo.cp > 1 else []
+    if n_expert:
+        specs += _expert_dp_specs(st, n_expert)
     if lo.gspmd_pipeline and lo.pp > 1:
-        blocks = st.m.n_layers * st.m.params_per_layer / lo.tp
+        blocks = st.m.n_layers * layer_params_on_device(st.m, lo) / lo.tp
         specs.append(
             (
                 "pp_stage_grad_all_reduce",
@@ -488,7 +586,7 @@ def _dp_exposed(st: _Step, dp_time: float, stage_time: float, colls: list[Collec
     bwd = stage_time * 2 / (st.fwd_passes + 2)
     if lo.zero_stage >= ZeroStage.PARAMETERS:
         rounds = _zero3_rounds(st)
-        z3 = [c for c in colls if c.name in (ZERO3_GATHER, ZERO3_SCATTER)]
+        z3 = [c for c in colls if c.name.removeprefix(EXPERT_PREFIX) in (ZERO3_GATHER, ZERO3_SCATTER)]
         fill = rounds * sum(c.time_s / c.count for c in z3 if c.count)
         calls = sum(c.count for c in z3)
         hidden = eff.zero3_overlap * n_mb * stage_time
@@ -500,11 +598,14 @@ def _dp_exposed(st: _Step, dp_time: float, stage_time: float, colls: list[Collec
     return max(0.0, dp_time - eff.dp_overlap * bwd)
 
 
-def _optimizer_time(st: _Step, n_stage: float) -> float:
+def _optimizer_time(st: _Step, n_stage: float, n_expert: float = 0.0) -> float:
     """Adam over the local shard: HBM-bound on the device, or CPU Adam plus PCIe transfers
-    when the optimizer is offloaded."""
+    when the optimizer is offloaded. ZeRO shards the routed experts (`n_expert` of `n_stage`)
+    over the dp / ep ranks that hold them."""
     lo, precision, hw = st.lo, st.precision, st.hw
-    shard = n_stage / (lo.zero_shards if lo.zero_stage >= ZeroStage.OPTIMIZER else 1)
+    shard = n_stage
+    if lo.zero_stage >= ZeroStage.OPTIMIZER:
+        shard = (n_stage - n_expert) / lo.zero_shards + n_expert / expert_zero_shards(lo)
     state_bytes = precision.master_bytes + precision.optimizer_bytes
     if lo.offload_optimizer:
         return (
@@ -547,6 +648,8 @@ class _LayerTerms:
     tp_time_edge: float
     cp_colls: list[Collective]
     cp_time_layer: float
+    ep_colls: list[Collective]  # a mixture of experts' all-to-alls (exposed: nothing overlaps them)
+    ep_time_layer: float
     loss_traffic: float  # fp32 softmax and the gradient of the logits, on the last stage
     per_layer: float  # one layer: GEMMs, attention, element-wise, overhead, exposed TP/CP
     edge: float  # the last stage's extra: LM head, loss, vocab-parallel collectives
@@ -559,6 +662,7 @@ def _layer_terms(st: _Step) -> _LayerTerms:
     elem_time, overhead = _elementwise_terms(st)
     tp_colls, tp_time_layer, tp_time_edge = _tp_collectives(st)
     cp_colls, cp_time_layer = _cp_collectives(st)
+    ep_colls, ep_time_layer = _ep_collectives(st)
     per_layer = (
         layer_gemm_time
         + attn_time
@@ -566,6 +670,8 @@ def _layer_terms(st: _Step) -> _LayerTerms:
         + overhead
         + (tp_time_layer + cp_time_layer) * (1 - eff.tp_overlap)
     )
+    if ep_colls:
+        per_layer += ep_time_layer
     loss_traffic = st.tok * st.m.vocab_size / st.lo.tp * 16.0 / st.hw.hbm_bw
     edge = head_time + loss_traffic + tp_time_edge * (1 - eff.tp_overlap)
     return _LayerTerms(
@@ -582,6 +688,8 @@ def _layer_terms(st: _Step) -> _LayerTerms:
         tp_time_edge,
         cp_colls,
         cp_time_layer,
+        ep_colls,
+        ep_time_layer,
         loss_traffic,
         per_layer,
         edge,
@@ -623,9 +731,10 @@ def estimate_step(
     p2p, p2p_coll = _pp_p2p(st)
     slot, pipeline, bubble = _pipeline(st, stage_time, p2p)
     n_stage = max(stage_params(model, layout))
-    dp_colls, dp_time = _dp_collectives(st, n_stage)
+    n_expert = max(stage_expert_params(model, layout)) if layout.ep > 1 else 0.0
+    dp_colls, dp_time = _dp_collectives(st, n_stage, n_expert)
     dp_exposed = _dp_exposed(st, dp_time, stage_time, dp_colls)
-    opt_time = _optimizer_time(st, n_stage)
+    opt_time = _optimizer_time(st, n_stage, n_expert)
     model_flops, hardware_flops = _step_flops(st, t.layer_gemm_flops, t.attn_fwd_flops, t.attn_recompute)
     times = TimeBreakdown(
         gemm_per_microbatch=st.layers * t.layer_gemm_time + t.head_time,
@@ -642,7 +751,7 @@ def estimate_step(
         optimizer=opt_time,
         step=pipeline + dp_exposed + opt_time,
     )
-    colls = t.tp_colls + t.cp_colls + ([p2p_coll] if p2p_coll is not None else []) + dp_colls
+    colls = t.tp_colls + t.cp_colls + t.ep_colls + ([p2p_coll] if p2p_coll is not None else []) + dp_colls
     return StepEstimate(
         model=model,
         layout=layout,
