@@ -20,6 +20,9 @@ Datasets (each a table and the protocols that apply to it):
   full vs half learning rate, two synthetic IsoFLOP pairs (a constant multiplier of 2, one drifting
   as C^0.1 through 1 at 1e18), our two learning-rate recipes (`recipes_lr.csv`: a `sweep.recipes`
   demo sweep, docs/sweeps.md, "Recipes");
+- mixture of experts (moe): synthetic routed ladders generated here (seeded): Clark et al.'s form at
+  their five sizes x ten expert counts with fixed tokens (two seeds), the same with an irreducible
+  loss, the log-bilinear form of the moe check, and an (N, D, E) ladder in the joint form;
 - ours: synthetic repeated data (Muennighoff et al.'s form, R_D = 15: epochs), synthetic
   misspecified ladders (Kaplan's surface, not additive: budget, frontier, size), a synthetic LR
   ladder (lr), and runs tables of our presets when present under benchmarks/data/zoo/
@@ -53,6 +56,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import frontier_eval  # noqa: E402
 
 from analysis import backtest  # noqa: E402
+from analysis.laws import moe_forms  # noqa: E402
 from models.base.errors import AnalysisError  # noqa: E402
 from models.base.jsonio import write_json  # noqa: E402
 
@@ -327,6 +331,69 @@ def true_log_m(multiplier: float, drift: float, C: np.ndarray, cross: float = 1e
     return np.full(C.shape, np.log(multiplier)) if drift == 0 else drift * np.log(C / cross)
 
 
+# ---- mixture-of-experts ladders (protocol `moe`: the largest model size hidden) ---------------------
+# Synthetic, seeded; shaped like the routed ladders MoE laws are fitted on: Clark et al. 2022's five
+# dense-equivalent sizes (15M-1.3B) at ten expert counts (1-512, dense = 1) and one token count; an
+# (N, D, E) ladder in the joint law's form. Truths from analysis/laws/moe_forms.py's forms.
+MOE_SIZES = (1.5e7, 2.5e7, 1.3e8, 3.7e8, 1.3e9)
+MOE_EXPERTS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+
+
+def moe_fixed_tokens(seed: int, truth: str, noise: float = 0.005) -> Callable[[], pd.DataFrame]:
+    """A fixed-token MoE ladder (N, experts, loss): `truth` "clark" (Clark et al.'s form: log-bilinear
+    in N and the saturating Ê, E_start 2, E_max 300, their fitted signs and sizes), "floor" (an
+    irreducible loss under a power law in N whose exponent moves with ln Ê: the loss bends as N
+    grows) or "bilinear" (the baseline's own form: moe.sh's check law); `noise` lognormal sd."""
+
+    def load() -> pd.DataFrame:
+        rng = np.random.default_rng(seed)
+        N, E = (a.ravel() for a in np.meshgrid(MOE_SIZES, MOE_EXPERTS, indexing="ij"))
+        x = np.log(N / moe_forms.N_REF)
+        if truth == "clark":
+            le = np.log(moe_forms.e_hat(E, 2.0, 300.0))
+            loss = np.exp(1.0 - 0.082 * x - 0.108 * le + 0.009 * x * le)
+        elif truth == "floor":
+            le = np.log(moe_forms.e_hat(E, 1.5, 400.0))
+            loss = 1.3 + 1.2 * np.exp(-0.07 * le - (0.16 - 0.006 * le) * x)
+        else:
+            x8, le = np.log(N / 1e8), np.log(E)
+            loss = np.exp(0.95 - 0.055 * x8 - 0.03 * le + 0.004 * x8 * le)
+        return pd.DataFrame({"N": N, "experts": E, "loss": loss * np.exp(rng.normal(0, noise, N.size))})
+
+    return load
+
+
+def moe_tokens(seed: int = 0, noise: float = 0.004) -> pd.DataFrame:
+    """An (N, D, E) MoE ladder in Ludziejewski et al. 2025's joint form (with Clark's Ê): 6 sizes
+    20M-1.3B x 2 token counts (10 and 40 tokens per parameter) x 7 expert counts (1-64)."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for N in np.geomspace(2e7, 1.3e9, 6):
+        for D in (10 * N, 40 * N):
+            for E in (1, 2, 4, 8, 16, 32, 64):
+                le = np.log(moe_forms.e_hat(E, 1.5, 300.0))
+                loss = (
+                    1.7
+                    + 0.55 * np.exp(-0.05 * le - (0.3 - 0.01 * le) * np.log(N / 1e9))
+                    + 0.35 * np.exp(-0.08 * le - (0.28 + 0.01 * le) * np.log(D / 1e10))
+                )
+                rows.append(dict(N=N, D=D, experts=E, loss=loss * np.exp(rng.normal(0, noise))))
+    return pd.DataFrame(rows)
+
+
+def moe_cases() -> list[Case]:
+    """The MoE ladders, each with its largest model size hidden (protocol `moe`)."""
+    return [
+        Case("synthetic MoE Clark form, fixed tokens", "moe", moe_fixed_tokens(0, "clark"), quick=True),
+        Case("synthetic MoE Clark form, fixed tokens, seed 1", "moe", moe_fixed_tokens(1, "clark")),
+        Case("synthetic MoE irreducible loss, fixed tokens", "moe", moe_fixed_tokens(2, "floor")),
+        Case(
+            "synthetic MoE log-bilinear (moe.sh), fixed tokens", "moe", moe_fixed_tokens(3, "bilinear", 0.003)
+        ),
+        Case("synthetic MoE joint form, (N, D, E)", "moe", moe_tokens),
+    ]
+
+
 # ---- the zoo ------------------------------------------------------------------------------------
 def cases() -> list[Case]:
     out = [
@@ -430,6 +497,7 @@ def cases() -> list[Case]:
         out.append(
             Case("ours hparam_ladder", "curve-prefix", lambda: str(OWN / "hparam_ladder_curves.csv.gz"))
         )
+    out += moe_cases()
     for name, protocols in (
         ("demo", ("budget", "frontier", "lr")),
         ("data_limited", ("epochs", "size")),

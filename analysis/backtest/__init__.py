@@ -26,6 +26,7 @@ class Protocol(enum.StrEnum):
     COOLDOWN = "cooldown"
     COMPARE = "compare"
     CURVE_PREFIX = "curve-prefix"
+    MOE = "moe"
 
 
 # protocol -> (module, function(table, Options) -> Backtest); imported on use (each pulls in its
@@ -42,6 +43,7 @@ RUNNERS: dict[Protocol, tuple[str, str]] = {
     Protocol.COOLDOWN: ("analysis.backtest.cooldown", "cooldown_protocol"),
     Protocol.COMPARE: ("analysis.backtest.compare", "compare_protocol"),
     Protocol.CURVE_PREFIX: ("analysis.backtest.prefix", "curve_prefix_protocol"),
+    Protocol.MOE: ("analysis.backtest.moe", "moe_protocol"),
 }
 PATH_PROTOCOLS = (Protocol.CURVE, Protocol.COOLDOWN, Protocol.CURVE_PREFIX)
 

@@ -140,8 +140,10 @@ def _law_score(
     )
 
 
-def _points(held: pd.DataFrame, actual, pred, lo, hi) -> tuple[Point, ...]:
-    cols = [c for c in ("N", "D", "U", "C") if c in held]
+def _points(
+    held: pd.DataFrame, actual, pred, lo, hi, roles: tuple[str, ...] = ("N", "D", "U", "C")
+) -> tuple[Point, ...]:
+    cols = [c for c in roles if c in held]
     return tuple(
         Point(
             {c: float(held[c].iloc[i]) for c in cols},

@@ -6,7 +6,9 @@ largest budget), frontier (the best loss of each hidden budget), size (--holdout
 epochs (--holdout-epochs-above E, default 4), lr (rungs above --holdout-above-n: their optimum
 learning rate), downstream (the largest models' task accuracy), curve (schedules held out, as
 fit-curve does), compare (a table of two recipes' ladders with a `recipe` column: the top
-budgets of both hidden, the compute multiplier scored in log2). Prints a table; --json,
+budgets of both hidden, the compute multiplier scored in log2), moe (a mixture-of-experts ladder,
+N x experts (x D): the models above --holdout-above-n, default the largest, hidden; --law moe's
+choice against the log-bilinear baseline). Prints a table; --json,
 --markdown and --figure write the same result.
 """
 
@@ -50,6 +52,7 @@ def register(subparsers) -> None:
             "cooldown",
             "compare",
             "curve-prefix",
+            "moe",
         ),
         help="what is hidden (docs/analysis.md, 'Backtesting')",
     )
@@ -60,7 +63,7 @@ def register(subparsers) -> None:
         "--holdout-above-n",
         type=float,
         metavar="N",
-        help="size/lr/downstream: hide runs (rungs) with N above this",
+        help="size/lr/downstream/moe: hide runs (rungs) with N above this",
     )
     p.add_argument(
         "--holdout-epochs-above",
