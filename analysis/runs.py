@@ -293,6 +293,26 @@ def with_unique_columns(runs_df: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
+EXPERTS_COLUMN, ACTIVE_COLUMN = "experts", "n_params_active"  # the MoE laws' roles (fit --law moe)
+MOE_EXPERTS_KEY = "model.moe.experts"  # the trainer's expert count as `flatten` writes it
+
+
+def with_moe_columns(runs_df: pd.DataFrame) -> pd.DataFrame:
+    """`runs_df` of a sweep with routed runs (a `model.moe.experts` column) with `experts` (a dense
+    run: 1) and `n_params_active` complete (a dense run's active count is its total), so `fit --law
+    moe` reads the runs table as it is; a table without routed runs is returned unchanged."""
+    if runs_df.empty or MOE_EXPERTS_KEY not in runs_df.columns:
+        return runs_df
+    out = runs_df.copy()
+    if EXPERTS_COLUMN not in out.columns:
+        out[EXPERTS_COLUMN] = pd.to_numeric(out[MOE_EXPERTS_KEY], errors="coerce").fillna(1.0)
+    if "n_params" in out.columns:
+        total = pd.to_numeric(out["n_params"], errors="coerce")
+        active = pd.to_numeric(out[ACTIVE_COLUMN], errors="coerce") if ACTIVE_COLUMN in out.columns else total
+        out[ACTIVE_COLUMN] = active.fillna(total)
+    return out
+
+
 # ---- downstream tasks ------------------------------------------------------------------------
 
 TASK_PREFIXES = {"loss": "task_loss/", "accuracy": "accuracy/", "chance": "chance/"}
@@ -429,9 +449,10 @@ def with_selection(runs_df: pd.DataFrame) -> tuple[pd.DataFrame, Selection | Non
 
 def with_roles(runs_df: pd.DataFrame) -> pd.DataFrame:
     """`runs_df` with N, D, C, loss (numeric copies of n_params, tokens, flops, final_eval_loss)
-    as its first columns, so `python -m analysis fit` finds them without column flags, and the
-    `unique_tokens` / `epochs` columns (`with_unique_columns`: U of the repeated-data laws)."""
-    runs_df = with_unique_columns(runs_df)
+    as its first columns, so `python -m analysis fit` finds them without column flags, the
+    `unique_tokens` / `epochs` columns (`with_unique_columns`: U of the repeated-data laws) and,
+    for a sweep with routed runs, `experts` and `n_params_active` (`with_moe_columns`)."""
+    runs_df = with_moe_columns(with_unique_columns(runs_df))
     roles = {
         role: pd.to_numeric(runs_df[src], errors="coerce")
         for role, src in ROLE_FIELDS.items()

@@ -53,6 +53,7 @@ from analysis.laws.points import choose_n_column, read_table, resolve, resolve_i
 from analysis.laws.registry import bound_notes, get_law
 from analysis.planning import data_limit, planner
 from analysis.report import figures as figs
+from analysis.report import moe
 from analysis.report.downstream import downstream_section
 from analysis.report.hparams import law_section, load_laws
 from analysis.report.render import write_report
@@ -588,6 +589,9 @@ def _build(
     every_recipe = done_all  # the Recipes section compares them; the other sections fit REF's runs
     ref = recipes.ref_recipe(done_all, None if source.table else sweep_dir)
     all_runs, done_all = recipes.ref_only(all_runs, ref), recipes.ref_only(done_all, ref)
+    every_moe = done_all  # the MoE section fits every expert count; the other sections the dense runs
+    routed = moe.is_routed(done_all)
+    all_runs, done_all = moe.dense_only(all_runs), moe.dense_only(done_all)
     done, hp = select_best(all_runs, done_all)
     done = _use_n_params(done, n_params)
     budgets_swept = sorted(done["budget"].unique())
@@ -636,6 +640,12 @@ def _build(
     )
     if ref is not None:
         rep["notes"].append(f"recipes: every section but 'Recipes' is fitted to the first recipe, {ref}")
+    if routed:
+        sec = moe.moe_section(every_moe, out, bootstrap, seed, warn)
+        rep["sections"] += [sec] if sec is not None else []
+        rep["notes"].append(
+            f"mixture of experts: every section but '{moe.TITLE}' is fitted to the dense runs (experts = 1)"
+        )
     rep["paths"] = _paths(out)
     _write_outputs(rep, out)
     return rep

@@ -30,6 +30,12 @@ D of its trained runs.
                    the training split) and D = e x U in whole steps, label `U<U>_ep<e>_<shape>`.
                    Repeating is the point, so `sweep.max_epochs` is null in its preset (if set,
                    it counts passes over each run's own U).
+* `moe`          -- mixture of experts: every budget C in `sweep.budgets` x every ladder shape x
+                   every expert count E in `sweep.experts` (E = 1: the dense shape, model.moe=null;
+                   E > 1: `model.moe={experts: E, **sweep.moe}`, top-1 routing by default, so the
+                   active size is the dense shape's): D = C / F, F the active training FLOPs per
+                   token (router included, models/flops.py), label `C<C>_<shape>_E<E>`. The loss
+                   against E per size and `fit --law moe` are the report's MoE section.
 
 Skip rules (logged with the reason, never silently dropped): fewer than `sweep.min_steps`
 optimizer steps, or more training tokens than `sweep.max_epochs` passes over the corpus's
@@ -46,7 +52,7 @@ from typing import Any, Callable, Mapping
 from experiments.sweeps import hparams as hp
 from experiments.sweeps.ladder import LadderError, shapes_from_config
 from models.base.errors import ConfigError
-from models.config import ModelConfig
+from models.config import ModelConfig, MoEConfig
 from models.flops import flops_per_token, param_count
 from sharding.layouts import ShardingConfig
 
@@ -55,7 +61,7 @@ REPEATED_NOTE = (
     "a repeated-data run needs the data-constrained law (the data_limited preset, fit --law "
     "data_constrained; docs/analysis.md, 'Repeated data')"
 )
-KINDS = ("isoflop", "model_ladder", "data_ladder", "layouts", "data_limited")
+KINDS = ("isoflop", "model_ladder", "data_ladder", "layouts", "data_limited", "moe")
 CAP_KEY = "data.max_unique_tokens"  # the trainer's unique-token cap (experiments/train/corpus.py)
 
 
@@ -211,14 +217,19 @@ class _Sweep:
         )
 
 
-def _plan_isoflop(s: _Sweep) -> list[PlannedRun]:
-    """Every budget x every ladder shape, D = C / F(shape)."""
-    budgets = s.sweep.get("budgets")
+def _budgets(sweep: Mapping[str, Any]) -> list[float]:
+    budgets = sweep.get("budgets")
     if not budgets:
         raise PlanError("sweep.budgets is empty; give FLOP budgets, e.g. 'sweep.budgets=[1e11,3e11]'")
     budgets = [_positive("sweep.budgets[]", c) for c in budgets]
     if len(set(budgets)) != len(budgets):
         raise PlanError(f"sweep.budgets has repeated entries: {budgets}")
+    return budgets
+
+
+def _plan_isoflop(s: _Sweep) -> list[PlannedRun]:
+    """Every budget x every ladder shape, D = C / F(shape)."""
+    budgets = _budgets(s.sweep)
     shapes = shapes_from_config(s.sweep)
     at = _trunk_points(s, shapes, budgets) if s.laws and s.sweep.get("branches") else {}
     runs = [
@@ -283,6 +294,62 @@ def _lr_probe(sweep: Mapping[str, Any], budgets: list[float]) -> tuple[list[floa
     if missing:
         raise PlanError(f"sweep.lr_probe.budgets {missing} are not in sweep.budgets {budgets}")
     return sorted(set(chosen)), lrs
+
+
+MOE_KEYS = ("top_k", "capacity_factor", "every", "shared_experts", "granularity")
+
+
+def _hydra_value(v: Any) -> str:
+    if v is None:
+        return "null"
+    if isinstance(v, bool):
+        return str(v).lower()
+    return f"{v:g}" if isinstance(v, float) else str(v)
+
+
+def _moe_override(experts: int, moe: Mapping[str, Any]) -> str:
+    """`model.moe=...` of a run with `experts` experts (1: the dense model, null)."""
+    if experts == 1:
+        return "model.moe=null"
+    items = [f"experts:{experts}", *(f"{k}:{_hydra_value(moe[k])}" for k in MOE_KEYS)]
+    return "model.moe={" + ",".join(items) + "}"
+
+
+def _plan_moe(s: _Sweep) -> list[PlannedRun]:
+    """Every budget x every ladder shape x every expert count of `sweep.experts`, D = C / F_active."""
+    budgets = _budgets(s.sweep)
+    experts = s.sweep.get("experts")
+    if not experts:
+        raise PlanError("sweep.experts is empty; give expert counts, e.g. 'sweep.experts=[1,2,4,8]'")
+    whole = all(isinstance(e, int) and not isinstance(e, bool) and e >= 1 for e in experts)
+    if not whole or len(set(experts)) != len(experts):
+        raise PlanError(
+            f"sweep.experts must be distinct whole numbers >= 1 (1: the dense model), got {list(experts)}"
+        )
+    moe = dict(s.sweep.get("moe") or {})
+    unknown = sorted(set(moe) - set(MOE_KEYS))
+    if unknown:
+        raise PlanError(
+            f"sweep.moe has unknown keys {unknown}: it sets the routed layer's {', '.join(MOE_KEYS)} "
+            "(sweep.experts sets the experts)"
+        )
+    moe = {k: moe.get(k, getattr(MoEConfig(), k)) for k in MOE_KEYS}
+    runs = []
+    for c in budgets:
+        for shape in shapes_from_config(s.sweep):
+            for e in sorted(experts):
+                model = shape.apply(s.model)
+                model["moe"] = None if e == 1 else {"experts": e, **moe}
+                runs.append(
+                    s.run(
+                        f"C{format_budget(c)}_{shape.label}_E{e}",
+                        model,
+                        shape.overrides() + [_moe_override(e, moe)],
+                        lambda n, fpt, c=c: c / fpt,
+                        budget=c,
+                    )
+                )
+    return runs
 
 
 def _plan_model_ladder(s: _Sweep) -> list[PlannedRun]:
@@ -432,6 +499,7 @@ _PLANNERS: dict[str, Callable[[_Sweep], list[PlannedRun]]] = {
     "data_ladder": _plan_data_ladder,
     "layouts": _plan_layouts,
     "data_limited": _plan_data_limited,
+    "moe": _plan_moe,
 }
 
 
