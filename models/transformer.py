@@ -240,6 +240,20 @@ MOE_STATS = ("aux_loss", "z_loss", "dropped_fraction")
 MoEStats = dict[str, jax.Array]
 
 
+def _top_k_one_hot(p_GxSxX: jax.Array, k: int) -> jax.Array:
+    """The k largest entries of each row as one-hot int32 rows (G x S x k x X), largest first,
+    the lower index first among equals (as `jax.lax.top_k`). By k rounds of argmax: XLA's SPMD
+    partitioner splits an argmax over the batch dims, while it gathers the operand of a TopK
+    onto every device."""
+    X = p_GxSxX.shape[-1]
+    picks, p = [], p_GxSxX
+    for _ in range(k):
+        one = jax.nn.one_hot(jnp.argmax(p, axis=-1), X, dtype=jnp.int32)
+        picks.append(one)
+        p = jnp.where(one > 0, -jnp.inf, p)
+    return jnp.stack(picks, axis=2)
+
+
 def top_k_routing(
     logits_GxSxX: jax.Array, top_k: int, capacity: int
 ) -> tuple[jax.Array, jax.Array, MoEStats]:
@@ -268,8 +282,7 @@ def top_k_routing(
     G, S, X = logits.shape
     K = top_k
     p_GxSxX = jax.nn.softmax(logits, axis=-1)
-    _, pick_GxSxK = jax.lax.top_k(p_GxSxX, K)
-    chosen_GxSxKxX = jax.nn.one_hot(pick_GxSxK, X, dtype=jnp.int32)
+    chosen_GxSxKxX = _top_k_one_hot(p_GxSxX, K)
     # the slot each choice gets in its expert's buffer: choices in (k, s) order, counted per expert
     order_GxKSxX = jnp.swapaxes(chosen_GxSxKxX, 1, 2).reshape(G, K * S, X)
     before_GxKSxX = jnp.cumsum(order_GxKSxX, axis=1) - order_GxKSxX
@@ -332,10 +345,14 @@ class MoEMLP(nnx.Module):
         dispatch_BxLxXxC, combine_BxLxXxC, stats = top_k_routing(
             self.router_logits(x_BxLxD), self.moe.routed_top_k, capacity
         )
+        # Dispatch where the tokens are (every expert's slots of the local sequences), then move
+        # the `expert` split from the sequences to the experts: the all-to-all. (Constraining the
+        # einsum's output to expert-sharded directly makes XLA all-gather the tokens instead.)
         xe_XxBxCxD = axes.constrain(
             jnp.einsum("bsxc,bsd->xbcd", dispatch_BxLxXxC.astype(dt), x_BxLxD),
-            (axes.ACT_EXPERT, axes.EXPERT_BATCH, None, axes.ACT_EMBED),
+            (None, axes.BATCH, None, axes.ACT_EMBED),
         )
+        xe_XxBxCxD = axes.constrain(xe_XxBxCxD, (axes.ACT_EXPERT, axes.EXPERT_BATCH, None, axes.ACT_EMBED))
         g = jnp.einsum("xbcd,xdf->xbcf", xe_XxBxCxD, self.w_gate_XxDxF[...].astype(dt))
         u = jnp.einsum("xbcd,xdf->xbcf", xe_XxBxCxD, self.w_up_XxDxF[...].astype(dt))
         h_XxBxCxF = axes.constrain(
@@ -345,6 +362,8 @@ class MoEMLP(nnx.Module):
             jnp.einsum("xbcf,xfd->xbcd", h_XxBxCxF, self.w_down_XxFxD[...].astype(dt)),
             (axes.ACT_EXPERT, axes.EXPERT_BATCH, None, axes.ACT_EMBED),
         )
+        # back to the tokens' devices (the all-to-all back), then combine there
+        ye_XxBxCxD = axes.constrain(ye_XxBxCxD, (None, axes.BATCH, None, axes.ACT_EMBED))
         y_BxLxD = jnp.einsum("bsxc,xbcd->bsd", combine_BxLxXxC.astype(dt), ye_XxBxCxD)
         if hasattr(self, "shared"):
             y_BxLxD = y_BxLxD + self.shared(x_BxLxD)

@@ -9,14 +9,13 @@ Tolerance: loss rtol 1e-5; gradients atol 1e-5 (sharded reductions sum in anothe
 float32; measured max |dgrad| ~2e-7).
 """
 
-import os
-import signal
 from pathlib import Path
 
 import jax
 import numpy as np
 import pytest
 from hydra import compose, initialize_config_dir
+from preempt import preempted_at
 
 from experiments.train import loop as train_loop
 from experiments.train.config import resolve_config
@@ -164,21 +163,9 @@ def test_pipelined_run_resumes_to_the_uninterrupted_result(tmp_path, monkeypatch
     ref = train_loop.run(_cfg(*RUN), tmp_path / "ref")
     assert ref.status == "completed" and ref.mesh["stage"] == 2 and ref.mesh["devices"] == 4
 
-    orig = train_loop._finish_step
-
-    def finish(loop, step_i, m, eval_params=None):  # preempt (as under SLURM) at step 1
-        if step_i == 1:
-            os.kill(os.getpid(), signal.SIGUSR2)
-        return orig(loop, step_i, m, eval_params)
-
     rd = tmp_path / "pre"
-    old = signal.signal(signal.SIGUSR2, lambda signum, frame: None)  # the "previous" handler
-    try:
-        with monkeypatch.context() as mp:
-            mp.setattr(train_loop, "_finish_step", finish)
-            first = train_loop.run(_cfg(*RUN), rd)
-    finally:
-        signal.signal(signal.SIGUSR2, old)
+    with preempted_at(monkeypatch, 1):  # preempt (as under SLURM) at step 1
+        first = train_loop.run(_cfg(*RUN), rd)
     assert first.status == "preempted" and 1 <= first.steps_done < 4, first
     resumed = train_loop.run(_cfg(*RUN), rd)
     assert resumed.status == "completed" and resumed.resumed_from_step == first.steps_done
