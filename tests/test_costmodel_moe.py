@@ -9,6 +9,7 @@ import pytest
 
 from analysis.planning.planner import layouts_for
 from analysis.planning.trainer import mesh_axes, trainer_features
+from models.config import MoEConfig
 from sharding.costmodel import (
     BF16_MIXED,
     DEFAULT_EFFICIENCY,
@@ -19,7 +20,7 @@ from sharding.costmodel import (
     estimate_step,
     load_hardware,
 )
-from sharding.costmodel.spec import MoeShape
+from sharding.costmodel.spec import moe_override
 
 GOLDEN = pathlib.Path(__file__).parent / "fixtures" / "costmodel_dense_golden.json"
 HW = load_hardware("h100-sxm")  # 8 devices per node
@@ -31,13 +32,13 @@ MIXTRAL = ModelShape(
     seq_len=4096,
     vocab_size=32000,
     d_ff=14336,
-    moe=MoeShape(experts=8, top_k=2),
+    moe=MoEConfig(experts=8, top_k=2),
 )
 
 
 def small_moe(**moe) -> ModelShape:
     return ModelShape(
-        n_layers=8, d_model=1024, n_heads=8, seq_len=2048, vocab_size=32000, moe=MoeShape(**moe)
+        n_layers=8, d_model=1024, n_heads=8, seq_len=2048, vocab_size=32000, moe=MoEConfig(**moe)
     )
 
 
@@ -86,7 +87,7 @@ def test_mixtral_parameter_counts():
     assert MIXTRAL.model_flops_per_token() - dense.model_flops_per_token() == pytest.approx(
         6 * (MIXTRAL.n_params_active - dense.n_params)
     )
-    g = MoeShape(experts=8, top_k=2, granularity=4, shared_experts=1)  # fine-grained: same totals but router
+    g = MoEConfig(experts=8, top_k=2, granularity=4, shared_experts=1)  # fine-grained: same totals but router
     fine = ModelShape(
         n_layers=32, d_model=4096, n_heads=32, n_kv_heads=8, seq_len=4096, vocab_size=32000, d_ff=14336, moe=g
     )
@@ -170,7 +171,7 @@ def test_expert_memory_split_over_ep():
 def test_trainer_mesh_and_overrides():
     lo = Layout(dp=8, ep=4, global_batch=16, zero_stage=0)
     assert mesh_axes(lo) == {"data": 2, "fsdp": 1, "tensor": 1, "expert": 4}
-    assert MoeShape(experts=8, top_k=2).override() == "{experts:8,top_k:2}"
-    assert MoeShape(experts=64, top_k=1, capacity_factor=None, every=2).override() == (
+    assert moe_override(MoEConfig(experts=8, top_k=2)) == "{experts:8,top_k:2}"
+    assert moe_override(MoEConfig(experts=64, top_k=1, capacity_factor=None, every=2)) == (
         "{experts:64,top_k:1,capacity_factor:null,every:2}"
     )

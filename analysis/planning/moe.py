@@ -34,7 +34,7 @@ from analysis.laws.moe import MoeLaw
 from analysis.planning.planner import Plan, plan
 from analysis.validation import PREDICTION_LEVEL
 from models.base.errors import AnalysisError
-from sharding.costmodel.spec import MoeShape
+from models.config import MoEConfig
 
 DEFAULT_EXPERTS = (1, 2, 4, 8, 16, 32, 64)
 MIN_GAIN = 0.002  # a larger expert count must lower the predicted loss by this fraction
@@ -218,7 +218,7 @@ def plan_moe(
     options = []
     for e in experts:
         n = _size(budget_flops, e, law, moe_law)
-        shape = None if e == 1 else MoeShape(experts=e, top_k=top_k, capacity_factor=capacity_factor)
+        shape = None if e == 1 else MoEConfig(experts=e, top_k=top_k, capacity_factor=capacity_factor)
         loss = band = None
         if moe_law is not None:
             tokens = budget_flops / (law.flops_per_param_token * n)

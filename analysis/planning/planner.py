@@ -46,6 +46,7 @@ from analysis.planning.recipe import BatchSource, HparamSet, Recipe, tuned, untu
 from analysis.planning.trainer import TRAINER_ZERO_STAGES, TrainerPlan, trainer_plan
 from analysis.validation import PREDICTION_LEVEL
 from models.base.errors import AnalysisError
+from models.config import MoEConfig
 from sharding.costmodel import (
     BF16_MIXED,
     DEFAULT_EFFICIENCY,
@@ -67,7 +68,7 @@ from sharding.costmodel.frameworks import (
     framework_efficiency,
     parse_framework,
 )
-from sharding.costmodel.spec import MoeShape, Schedule
+from sharding.costmodel.spec import Schedule
 
 HEAD_DIM = 128
 DEFAULT_BATCH_TOKENS = 4 * 1024 * 1024  # tokens per optimizer step without a batch law or --batch-tokens
@@ -77,7 +78,7 @@ ASPECT_TARGET = 128.0
 
 # ---- shapes -------------------------------------------------------------------------------------
 def shape_for(
-    n_layers: int, d_model: int, seq_len: int, vocab: int, moe: MoeShape | None = None
+    n_layers: int, d_model: int, seq_len: int, vocab: int, moe: MoEConfig | None = None
 ) -> ModelShape:
     return ModelShape(
         n_layers=n_layers,
@@ -90,7 +91,7 @@ def shape_for(
 
 
 def candidate_shapes(
-    n_target: float, seq_len: int, vocab: int, k: int = 4, moe: MoeShape | None = None
+    n_target: float, seq_len: int, vocab: int, k: int = 4, moe: MoEConfig | None = None
 ) -> list[ModelShape]:
     """The k real shapes whose parameter count is closest to n_target (aspect ratio near 128);
     with `moe` (a mixture of experts' routed MLP), whose active parameter count is.
@@ -581,7 +582,7 @@ class _Request:
     framework: Framework = DEFAULT_FRAMEWORK  # the stack: its layouts, flags and (default) profile
     # a mixture of experts (`plan --moe`, analysis/planning/moe.py): the routed MLP of every shape,
     # the size the shapes' active parameters aim at (None: the law's N*), the law of its loss
-    moe: MoeShape | None = None
+    moe: MoEConfig | None = None
     size_target: float | None = None
     moe_law: MoeLaw | None = None
 
@@ -644,7 +645,7 @@ def plan(
     data_law: RepeatedDataLaw | None = None,
     framework: Framework | str = DEFAULT_FRAMEWORK,
     calibration: dict[str, Any] | None = None,
-    moe: MoeShape | None = None,
+    moe: MoEConfig | None = None,
     moe_law: MoeLaw | None = None,
     size_target: float | None = None,
 ) -> Plan:

@@ -50,7 +50,7 @@ from sharding.costmodel import (
     estimate_step,
 )
 from sharding.costmodel.frameworks import FRAMEWORK_FLAGS, Framework
-from sharding.costmodel.spec import MoeShape, Schedule
+from sharding.costmodel.spec import Schedule, moe_from_config, moe_override
 from sharding.layouts import ShardingConfig
 from sharding.validate import validate_mesh
 
@@ -128,7 +128,7 @@ def model_config(shape: ModelShape) -> ModelConfig:
     if shape.moe is not None:
         if "model.moe" not in trainer_features():
             raise LayoutError("the trainer builds no mixture of experts (model.moe)")
-        routed = {"moe": dataclasses.asdict(shape.moe)}
+        routed = {"moe": shape.moe}
     return ModelConfig(
         **routed,
         vocab_size=shape.vocab_size,
@@ -209,7 +209,7 @@ def overrides(shape: ModelShape, layout: Layout, tokens: float) -> list[str]:
     if cfg.tie_embeddings:
         out.append("model.tie_embeddings=true")
     if shape.moe is not None:
-        out.append(f"model.moe={shape.moe.override()}")
+        out.append(f"model.moe={moe_override(shape.moe)}")
     out.append(f"model.remat={layout.act_ckpt}")
     out += [f"sharding.{k}={v}" for k, v in mesh_axes(layout).items()]
     if layout.sp and layout.tp > 1:
@@ -389,7 +389,7 @@ def run_layout(summary: RunSummary, config: dict[str, Any]) -> tuple[ModelShape,
             d_ff=None if model.get("d_ff") is None else int(model["d_ff"]),
             n_kv_heads=None if model.get("n_kv_heads") is None else int(model["n_kv_heads"]),
             tied_embeddings=bool(model.get("tie_embeddings", False)),
-            moe=MoeShape.from_config(model.get("moe")),
+            moe=moe_from_config(model.get("moe")),
         )
         if model.get("d_ff") is None:  # the trainer's default width, not the Llama rule
             shape = dataclasses.replace(

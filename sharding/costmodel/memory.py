@@ -25,6 +25,7 @@ from sharding.costmodel.spec import (
     ModelShape,
     Precision,
     ZeroStage,
+    expert_slots,
 )
 
 # Bytes stored per attention-score element for backward when the kernel materialises s×s scores.
@@ -137,7 +138,7 @@ def moe_mlp_activation_bytes(m: ModelShape, lo: Layout, ab: int) -> float:
     moe, t = m.moe, lo.tp
     rep = 1.0 / t if (lo.sp and t > 1) else 1.0
     tok = m.seq_len // lo.cp * lo.micro_batch
-    slots = tok * moe.routed_top_k * moe.slots_per_routed_token  # expert token slots of the device
+    slots = tok * moe.routed_top_k * expert_slots(moe)  # expert token slots of the device
     per_hidden = 3 if m.gated else 2
     out = ab * tok * m.d_model * rep  # router / experts' input
     out += 4.0 * tok * moe.routed_experts * rep  # router probabilities (fp32)

@@ -17,8 +17,8 @@ from typing import Any
 
 from models import flops
 from models.base.configs import is_int
-from models.base.errors import AnalysisError
-from models.config import Remat
+from models.base.errors import AnalysisError, ConfigError
+from models.config import MoEConfig, Remat
 from models.shapes import LLAMA_MULTIPLE_OF, swiglu_d_ff
 from sharding.layouts import PipelineSchedule
 from sharding.validate import PIPELINE_SCHEDULES, head_splits, sequence_split
@@ -62,74 +62,40 @@ class LayoutError(AnalysisError):
     """An impossible or unsupported layout/model/hardware combination (one-line message)."""
 
 
-@dataclasses.dataclass(frozen=True)
-class MoeShape:
-    """A mixture of experts' routed MLP: the trainer's `model.moe` (models/config.py, MoEConfig),
-    with the same keys and meaning. `experts` and `top_k` count experts of the dense MLP's width;
-    `granularity` g splits each into g experts of width d_ff / g (Krajewski et al. 2024), so the
-    router chooses among experts x g and each token goes to top_k x g of them; `shared_experts`
-    always-on experts of that fine width; layers i with (i + 1) % every == 0 are routed. Each
-    routed expert takes at most capacity_factor x its even share of a group's tokens
-    (None or 0: dropless, every expert sized for the whole group)."""
+# A mixture of experts' routed MLP is the trainer's own `model.moe` (models/config.py, MoEConfig:
+# experts and top_k at granularity 1, capacity_factor (None/0: dropless), every, shared_experts,
+# granularity; `routed_experts`, `routed_top_k`, `expert_d_ff`): the cost model describes the
+# routed shapes the trainer builds with the same object.
 
-    experts: int = 8
-    top_k: int = 2
-    capacity_factor: float | None = 1.25
-    every: int = 1
-    shared_experts: int = 0
-    granularity: int = 1
 
-    def __post_init__(self) -> None:
-        for name in ("experts", "top_k", "every", "granularity"):
-            v = getattr(self, name)
-            if not is_int(v) or v <= 0:
-                raise LayoutError(f"moe {name} must be a positive integer (got {v!r})")
-        if not is_int(self.shared_experts) or self.shared_experts < 0:
-            raise LayoutError(f"moe shared_experts must be an integer >= 0 (got {self.shared_experts!r})")
-        if self.top_k > self.experts:
-            raise LayoutError(f"moe top_k={self.top_k} exceeds experts={self.experts}")
-        cf = self.capacity_factor
-        if cf is not None and not (isinstance(cf, (int, float)) and math.isfinite(cf) and cf >= 0):
-            raise LayoutError(f"moe capacity_factor must be a number >= 0 or None (got {cf!r})")
+def moe_from_config(moe: Any) -> MoEConfig | None:
+    """A shape's routed MLP from the trainer's `model.moe`: a MoEConfig, its mapping (a summary's
+    `model`), or None (dense); `LayoutError` for a bad one."""
+    if moe is None:
+        return None
+    try:
+        return (moe if isinstance(moe, MoEConfig) else MoEConfig.from_mapping(moe)).validate()
+    except ConfigError as e:
+        raise LayoutError(str(e)) from None
 
-    @classmethod
-    def from_config(cls, moe: Any) -> "MoeShape | None":
-        """From the trainer's `model.moe` (a MoEConfig, or its mapping in a summary's `model`)."""
-        if moe is None:
-            return None
-        get = moe.get if isinstance(moe, dict) else (lambda k, d=None: getattr(moe, k, d))
-        defaults = cls()
-        return cls(**{f.name: get(f.name, getattr(defaults, f.name)) for f in dataclasses.fields(cls)})
 
-    @property
-    def routed_experts(self) -> int:
-        """Experts the router chooses among (experts x granularity)."""
-        return self.experts * self.granularity
+def expert_slots(moe: MoEConfig) -> float:
+    """Expert token slots computed (and sent) per routed token choice: the capacity factor (the
+    capacity's padding), or routed_experts / routed_top_k when dropless (every expert sized for
+    the whole group)."""
+    return float(moe.capacity_factor) if moe.capacity_factor else moe.routed_experts / moe.routed_top_k
 
-    @property
-    def routed_top_k(self) -> int:
-        """Experts each token is sent to (top_k x granularity)."""
-        return self.top_k * self.granularity
 
-    @property
-    def slots_per_routed_token(self) -> float:
-        """Expert token slots computed (and sent) per routed token choice: the capacity factor
-        (capacity padding), or routed_experts / routed_top_k when dropless (every expert sized
-        for the whole group)."""
-        return (
-            float(self.capacity_factor) if self.capacity_factor else self.routed_experts / self.routed_top_k
-        )
-
-    def override(self) -> str:
-        """The trainer's `model.moe={...}` value: experts and top_k, and the keys that differ from
-        the trainer's defaults."""
-        defaults = MoeShape()
-        parts = [f"experts:{self.experts}", f"top_k:{self.top_k}"]
-        for name in ("capacity_factor", "every", "shared_experts", "granularity"):
-            v = getattr(self, name)
-            if v != getattr(defaults, name):
-                parts.append(f"{name}:{'null' if v is None else format(v, 'g')}")
-        return "{" + ",".join(parts) + "}"
+def moe_override(moe: MoEConfig) -> str:
+    """The trainer's `model.moe={...}` value: experts and top_k, and the keys that differ from its
+    defaults."""
+    defaults = MoEConfig()
+    parts = [f"experts:{moe.experts}", f"top_k:{moe.top_k}"]
+    for f in dataclasses.fields(MoEConfig):
+        v = getattr(moe, f.name)
+        if f.name not in ("experts", "top_k") and v != getattr(defaults, f.name):
+            parts.append(f"{f.name}:{'null' if v is None else format(v, 'g')}")
+    return "{" + ",".join(parts) + "}"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -151,7 +117,7 @@ class ModelShape:
     mlp: str = Mlp.SWIGLU.value
     tied_embeddings: bool = False
     dropout: bool = False
-    moe: MoeShape | None = None  # a mixture of experts' routed MLP; None: dense
+    moe: MoEConfig | None = None  # a mixture of experts' routed MLP (the trainer's model.moe); None: dense
 
     def __post_init__(self) -> None:
         for name in ("n_layers", "d_model", "n_heads", "seq_len", "vocab_size"):
@@ -164,6 +130,12 @@ class ModelShape:
             raise LayoutError(f"n_kv_heads={self.n_kv_heads} must divide n_heads={self.n_heads}")
         if self.mlp not in tuple(Mlp):
             raise LayoutError(f"mlp must be 'swiglu' or 'gelu' (got {self.mlp!r})")
+        if self.moe is not None:
+            object.__setattr__(self, "moe", moe_from_config(self.moe))
+        if self.moe is not None and not self.gated:
+            raise LayoutError(
+                "a mixture of experts' experts are SwiGLU MLPs (mlp='swiglu'), as the trainer's"
+            )
         if self.moe is not None:
             if self.moe.every > self.n_layers:
                 raise LayoutError(
@@ -185,7 +157,7 @@ class ModelShape:
             n_kv_heads=cfg.kv_heads,
             mlp=Mlp.SWIGLU.value,
             tied_embeddings=bool(cfg.tie_embeddings),
-            moe=MoeShape.from_config(getattr(cfg, "moe", None)),
+            moe=moe_from_config(getattr(cfg, "moe", None)),
         )
 
     # ---- derived sizes ------------------------------------------------------------------------
@@ -235,18 +207,28 @@ class ModelShape:
     @property
     def expert_ffn(self) -> int:
         """Hidden width of one routed (or shared) expert: d_ff / granularity."""
-        return self.ffn if self.moe is None else self.ffn // self.moe.granularity
+        return self.ffn if self.moe is None else self.moe.expert_d_ff(self.ffn)
 
     @property
     def expert_mlp_params(self) -> int:
         """Weights of one routed expert."""
         return flops.mlp_params(self.d_model, self.expert_ffn, self.gated)
 
-    def _moe_mlp_params(self, experts: int) -> int:
-        """A routed layer's MLP weights with `experts` routed experts counted: the router (d_model x
-        routed experts), those experts and the shared ones (models/flops.py's counts)."""
+    @property
+    def moe_mlp_params_per_layer(self) -> int:
+        """A routed layer's MLP weights: the router (d_model x routed experts), every routed expert
+        and the shared ones (models/flops.py's count, the trainer's)."""
         moe = self.moe
-        return self.d_model * moe.routed_experts + (experts + moe.shared_experts) * self.expert_mlp_params
+        return flops.moe_mlp_params(self.d_model, self.expert_ffn, moe.routed_experts, moe.shared_experts)
+
+    @property
+    def moe_mlp_active_params_per_layer(self) -> int:
+        """A routed layer's MLP weights one token uses: the router, its top_k (x granularity)
+        experts and the shared ones (models/flops.py's count)."""
+        moe = self.moe
+        return flops.moe_mlp_active_params(
+            self.d_model, self.expert_ffn, moe.routed_experts, moe.routed_top_k, moe.shared_experts
+        )
 
     @property
     def routed_expert_params(self) -> int:
@@ -258,9 +240,7 @@ class ModelShape:
         """Parameters of all transformer blocks (routed MLPs counted whole)."""
         out = self.n_layers * self.params_per_layer
         if self.moe is not None:
-            out += self.moe_layers * (
-                self._moe_mlp_params(self.moe.routed_experts) - self.mlp_params_per_layer
-            )
+            out += self.moe_layers * (self.moe_mlp_params_per_layer - self.mlp_params_per_layer)
         return out
 
     @property
@@ -268,7 +248,7 @@ class ModelShape:
         """Parameters of all blocks that one token passes through (router, top_k experts, shared)."""
         out = self.n_layers * self.params_per_layer
         if self.moe is not None:
-            out += self.moe_layers * (self._moe_mlp_params(self.moe.routed_top_k) - self.mlp_params_per_layer)
+            out += self.moe_layers * (self.moe_mlp_active_params_per_layer - self.mlp_params_per_layer)
         return out
 
     @property

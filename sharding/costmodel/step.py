@@ -44,6 +44,7 @@ from sharding.costmodel.spec import (
     ModelShape,
     Precision,
     ZeroStage,
+    expert_slots,
     validate_layout,
 )
 
@@ -237,7 +238,7 @@ def _moe_gemms(st: _Step) -> list[tuple[tuple[float, float, float], float]]:
     them; the shared experts over every token. Expert hidden widths split over tp."""
     m, t, tok = st.m, st.lo.tp, st.tok
     moe, h, fe = m.moe, m.d_model, m.expert_ffn
-    slots = tok * moe.routed_top_k * moe.slots_per_routed_token
+    slots = tok * moe.routed_top_k * expert_slots(moe)
     per_expert = st.lo.ep / moe.routed_experts
     n_in = 2 * fe if m.gated else fe
     out = [
@@ -290,7 +291,7 @@ def _elementwise_terms(st: _Step) -> tuple[float, float]:
         # a routed layer's hidden work is its token slots' and the shared experts', and it moves
         # every slot to its expert and back (a permutation: read and write, both ways)
         moe, w = m.moe, m.moe_layers / m.n_layers
-        slots = moe.routed_top_k * moe.slots_per_routed_token
+        slots = moe.routed_top_k * expert_slots(moe)
         width = (slots + moe.shared_experts) * m.expert_ffn
         elem_bytes += (
             w
@@ -375,7 +376,7 @@ def _ep_collectives(st: _Step) -> tuple[list[Collective], float]:
         return [], 0.0
     moe = m.moe
     rep = 1.0 / lo.tp if st.sp else 1.0
-    buf = st.tok * moe.routed_top_k * moe.slots_per_routed_token * m.d_model * st.precision.act_bytes * rep
+    buf = st.tok * moe.routed_top_k * expert_slots(moe) * m.d_model * st.precision.act_bytes * rep
     calls = (2 * st.fwd_passes + 2) * m.moe_layers / m.n_layers
     return _layer_collectives(st, "ep", buf, {CollectiveKind.ALL_TO_ALL: calls}, lo.ep, st.ranks["ep"])
 
