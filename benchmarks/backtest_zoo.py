@@ -502,6 +502,7 @@ def cases() -> list[Case]:
         ("demo", ("budget", "frontier", "lr")),
         ("data_limited", ("epochs", "size")),
         ("hparam_ladder", ("lr", "batch")),
+        ("moe", ("moe",)),  # +sweep=moe (3 shapes x E 1-8 x 2 budgets; N = active parameters)
     ):
         if (OWN / f"{name}.csv").exists():
             out += [Case(f"ours {name}", p, own(name)) for p in protocols]
