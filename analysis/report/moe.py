@@ -24,6 +24,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from analysis.laws.moe import fit_moe
+from analysis.laws.points import ALIASES
 from analysis.runs import ACTIVE_COLUMN, EXPERTS_COLUMN, with_moe_columns
 from models.base.errors import AnalysisError
 from models.base.jsonio import write_figure_atomic
@@ -66,9 +67,17 @@ class Cell:
     vs_dense: float  # loss / the dense run's loss (NaN without one)
 
 
+def _column(t: pd.DataFrame, role: str) -> pd.Series:
+    """The role's column (its first spelling present: `loss` or the summary's final eval loss, ...)."""
+    name = next((c for c in ALIASES[role] if c in t.columns), None)
+    if name is None:
+        raise AnalysisError(f"the runs table has no {role} column (looked for {', '.join(ALIASES[role])})")
+    return pd.to_numeric(t[name], errors="coerce")
+
+
 def _cells(done: pd.DataFrame) -> list[Cell]:
     t = with_moe_columns(done)
-    budget = pd.to_numeric(t.get("budget", t.get("C")), errors="coerce")
+    budget = pd.to_numeric(t["budget"], errors="coerce") if "budget" in t else _column(t, "C")
     shape = (
         t["model.n_layers"].astype(str) + "x" + t["model.d_model"].astype(str)
         if "model.d_model" in t
@@ -79,9 +88,9 @@ def _cells(done: pd.DataFrame) -> list[Cell]:
             "budget": budget,
             "shape": shape if shape is not None else t[ACTIVE_COLUMN].map(lambda n: f"N={n:.3g}"),
             "n_active": pd.to_numeric(t[ACTIVE_COLUMN], errors="coerce"),
-            "tokens": pd.to_numeric(t["D"] if "D" in t else t.get("tokens"), errors="coerce"),
+            "tokens": _column(t, "D"),
             "experts": experts_of(t).astype(int),
-            "loss": pd.to_numeric(t["loss"], errors="coerce"),
+            "loss": _column(t, "loss"),
         }
     ).dropna(subset=["loss"])
     out = []
