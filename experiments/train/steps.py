@@ -196,6 +196,41 @@ def _optimizer_parts(tx: Any) -> tuple[RuntimeOptimizer | None, optax.GradientTr
     return None, tx, lambda _hp: tx
 
 
+def _objective_and_grad(
+    model_cfg: ModelConfig,
+    loss_fn: Callable[[Any, jax.Array], jax.Array],
+    graphdef: nnx.GraphDef,
+    act_fn: Any,
+    eval_sh: NamedSharding,
+    moe_weights: MoELossWeights | None,
+) -> tuple[Callable, Callable]:
+    """(objective_fn, grad_fn) of the train step: `objective_fn(params, tokens) -> (objective,
+    metrics)`, `grad_fn(params, tokens) -> (metrics, grads)`. A dense model differentiates the
+    cross-entropy `loss_fn` itself (the program of before mixtures of experts existed); a mixture
+    of experts `moe_objective` with the auxiliary losses, under the same activation shardings."""
+    if model_cfg.moe is None:
+        value_and_grad = jax.value_and_grad(loss_fn)
+
+        def dense_grad(params: Any, tokens_BxL1: jax.Array) -> tuple[dict[str, jax.Array], Any]:
+            loss, grads = value_and_grad(params, tokens_BxL1)
+            return {"loss": loss}, grads
+
+        return (lambda params, tokens: (loss_fn(params, tokens), {})), dense_grad
+
+    def objective_fn(params: Any, tokens_BxL1: jax.Array) -> tuple[jax.Array, dict[str, jax.Array]]:
+        with activation_sharding(act_fn):
+            tokens_BxL1 = jax.lax.with_sharding_constraint(tokens_BxL1, eval_sh)
+            return moe_objective(graphdef, params, tokens_BxL1, moe_weights)
+
+    moe_value_and_grad = jax.value_and_grad(objective_fn, has_aux=True)
+
+    def moe_grad(params: Any, tokens_BxL1: jax.Array) -> tuple[dict[str, jax.Array], Any]:
+        (_, metrics), grads = moe_value_and_grad(params, tokens_BxL1)
+        return metrics, grads
+
+    return objective_fn, moe_grad
+
+
 def build_train_setup(
     model_cfg: ModelConfig,
     tx: optax.GradientTransformation | RuntimeOptimizer,
@@ -237,28 +272,9 @@ def build_train_setup(
             tokens_BxL1 = jax.lax.with_sharding_constraint(tokens_BxL1, eval_sh)
             return cross_entropy_loss(graphdef, params, tokens_BxL1, forward)
 
-    if model_cfg.moe is None:
-        objective_fn = lambda params, tokens: (loss_fn(params, tokens), {})  # noqa: E731
-        value_and_grad = jax.value_and_grad(loss_fn)
-
-        def grad_fn(params: Any, tokens_BxL1: jax.Array) -> tuple[dict[str, jax.Array], Any]:
-            loss, grads = value_and_grad(params, tokens_BxL1)
-            return {"loss": loss}, grads
-
-    else:
-        if moe_weights is None:
-            moe_weights = MoELossWeights.of(runtime.cfg) if runtime is not None else MoELossWeights()
-
-        def objective_fn(params: Any, tokens_BxL1: jax.Array) -> tuple[jax.Array, dict[str, jax.Array]]:
-            with activation_sharding(act_fn):
-                tokens_BxL1 = jax.lax.with_sharding_constraint(tokens_BxL1, eval_sh)
-                return moe_objective(graphdef, params, tokens_BxL1, moe_weights)
-
-        value_and_grad = jax.value_and_grad(objective_fn, has_aux=True)
-
-        def grad_fn(params: Any, tokens_BxL1: jax.Array) -> tuple[dict[str, jax.Array], Any]:
-            (_, metrics), grads = value_and_grad(params, tokens_BxL1)
-            return metrics, grads
+    if model_cfg.moe is not None and moe_weights is None:
+        moe_weights = MoELossWeights.of(runtime.cfg) if runtime is not None else MoELossWeights()
+    objective_fn, grad_fn = _objective_and_grad(model_cfg, loss_fn, graphdef, act_fn, eval_sh, moe_weights)
 
     def init_fn(seed: int) -> tuple[Any, Any]:
         params = split_params(Transformer(model_cfg, rngs=nnx.Rngs(seed)))[1]
