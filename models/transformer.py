@@ -309,11 +309,13 @@ class MoEMLP(nnx.Module):
 
     Dispatch and combine are einsums with the capacity-limited dispatch / combine tensors
     (GShard, Lepikhin et al. 2021): tokens arrive batch-sharded (over data, fsdp and expert),
-    the dispatch einsum gathers each expert's slots into X x G x C x D, constrained expert-sharded
-    (the `expert` mesh axis moves from the group dim to the expert dim: XLA's SPMD partitioner
-    places an all-to-all there), the experts run as batched matmuls on their own devices, and the
-    combine einsum brings the outputs back to the tokens (the all-to-all back). One routing group
-    is one sequence, so routing never depends on the mesh.
+    the dispatch einsum gathers the local sequences' slots of every expert into X x B x C x D
+    where the tokens are, which is then constrained expert-sharded (the `expert` mesh axis moves
+    from the sequence dim to the expert dim: XLA's SPMD partitioner places an all-to-all there),
+    the experts run as batched matmuls on their own devices, and their outputs go back to the
+    tokens' devices (the all-to-all back) for the combine einsum. One routing group is one
+    sequence, so routing never depends on the mesh. The router starts at `init_std` (near-uniform
+    routing); the experts are initialised as the dense SwiGLU of their width.
     """
 
     def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs):
