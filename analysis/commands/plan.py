@@ -57,19 +57,27 @@ from analysis.commands._flags import (
     positive_float,
     positive_int,
 )
-from analysis.commands._options import CommandOptions, emit_json
+from analysis.commands._options import CommandOptions
+from analysis.commands._plan_modes import (
+    add_moe_arguments,
+    emit_plans,
+    moe_law_of,
+    plan_kwargs,
+    plan_payload,
+    run_data_limit,
+    run_mixed,
+    run_moe,
+)
 from analysis.laws.allocation import ScalingLaw
-from analysis.laws.moe import MoeLaw
 from analysis.layouts.rows import load_efficiency
-from analysis.planning.data_limit import check_unique_tokens, from_json, plan_data_limit
-from analysis.planning.mixed import plan_mixed
-from analysis.planning.moe import DEFAULT_EXPERTS, plan_moe
+from analysis.planning.data_limit import check_unique_tokens, from_json
+from analysis.planning.moe import DEFAULT_EXPERTS
 from analysis.planning.planner import DEFAULT_BATCH_TOKENS, plan
 from analysis.planning.recipe import load_hparam_set
 from analysis.planning.text import plan_lines, trainer_lines
 from models.base.errors import AnalysisError
 from sharding.costmodel.frameworks import Framework, parse_framework
-from sharding.costmodel.hetero import is_mixed, parse_cluster
+from sharding.costmodel.hetero import is_mixed
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -124,34 +132,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="also consider ZeRO-Offload layouts: optimizer state and its step on the "
         "host (PCIe transfers, CPU Adam), for models that do not fit otherwise",
     )
-    g = p.add_argument_group("mixture of experts")
-    g.add_argument(
-        "--moe",
-        action="store_true",
-        help="plan a routed model: the loss each expert count buys at the budget (with a MoE law), "
-        "the layouts with expert parallelism, the routed recipe and its trainer overrides",
-    )
-    g.add_argument(
-        "--moe-law",
-        type=pathlib.Path,
-        metavar="FIT.json",
-        help="a MoE law from `python -m analysis fit RUNS.csv --law moe --json FIT.json` (or give it as "
-        "--law)",
-    )
-    g.add_argument(
-        "--experts",
-        type=_expert_list,
-        default=DEFAULT_EXPERTS,
-        metavar="E,E,...",
-        help=f"expert counts to compare (default {','.join(map(str, DEFAULT_EXPERTS))}; 1 = dense)",
-    )
-    g.add_argument("--top-k", type=positive_int, default=2, help="experts per token (default 2)")
-    g.add_argument(
-        "--capacity-factor",
-        type=float,
-        default=1.25,
-        help="expert capacity / even share (default 1.25; 0: dropless)",
-    )
+    add_moe_arguments(p)
     p.add_argument(
         "--emit",
         choices=("overrides",),
@@ -195,7 +176,7 @@ class PlanOptions(CommandOptions):
 def run(args: argparse.Namespace) -> int:
     # a bad --framework is a LayoutError: one line, exit 2
     opts = PlanOptions.from_args(args, framework=parse_framework(args.framework, "--framework"))
-    moe_law = _moe_law(opts)
+    moe_law = moe_law_of(opts)
     law_is_moe = moe_law is not None and opts.moe_law is None  # --law holds the MoE law
     dense = opts.law is not None and not law_is_moe
     law = ScalingLaw.from_json(opts.law) if dense else ScalingLaw.chinchilla_2022()
@@ -206,7 +187,7 @@ def run(args: argparse.Namespace) -> int:
                 "--hardware is required (e.g. --hardware h100-sxm --gpus 64), unless the plan is only "
                 "--budget C with --unique-tokens U"
             )
-        return _run_data_limit(opts, data_law)
+        return run_data_limit(opts, data_law)
     eff = load_efficiency(opts.efficiency) if opts.efficiency is not None else None
     calibration = None
     if opts.calibrate is not None:
@@ -221,7 +202,7 @@ def run(args: argparse.Namespace) -> int:
             raise AnalysisError("--moe is not supported for a mixed cluster yet; plan one device type")
         if eff is None:
             eff = load_efficiency(None)
-        return _run_mixed(opts, law, eff)
+        return run_mixed(opts, law, eff)
     hparams = load_hparam_set(opts.hparams) if opts.hparams is not None else None
     if opts.gpus is None:
         raise AnalysisError(
@@ -229,7 +210,7 @@ def run(args: argparse.Namespace) -> int:
             "--hardware NAME:COUNT,NAME:COUNT)"
         )
     if opts.moe:
-        return _run_moe(opts, law, moe_law, eff, hparams, calibration)
+        return run_moe(opts, law, moe_law, eff, hparams, calibration)
     results = [
         plan(
             budget,
@@ -240,7 +221,7 @@ def run(args: argparse.Namespace) -> int:
             max_gpu_hours=opts.gpu_hours,
             unique_tokens=opts.unique_tokens,
             data_law=data_law,
-            **_plan_kwargs(opts, eff, hparams, calibration),
+            **plan_kwargs(opts, eff, hparams, calibration),
         )
         for budget in (opts.budget or [None])
     ]
@@ -248,135 +229,10 @@ def run(args: argparse.Namespace) -> int:
         lines = plan_lines(result) + (trainer_lines(result) if opts.emit == "overrides" else [])
         for line in lines:
             print(line)
-    _emit_plans(opts, [plan_payload(r) for r in results])
+    emit_plans(opts, [plan_payload(r) for r in results])
     if opts.markdown:
         opts.markdown.write_text("\n\n".join(r.to_markdown() for r in results) + "\n")
     unrunnable = [r.trainer.reason for r in results if opts.emit and not r.trainer.overrides]
-    if unrunnable:
-        raise AnalysisError(f"--emit overrides: {unrunnable[0]}")
-    return 0
-
-
-def _run_mixed(opts: PlanOptions, law: ScalingLaw, eff) -> int:
-    """`plan --hardware a:n,b:m`: heterogeneous data parallelism over the device groups, and the
-    same budget on each group alone (analysis/planning/mixed.py)."""
-    groups = parse_cluster(opts.hardware)
-    total = sum(g.count for g in groups)
-    if opts.gpus is not None and opts.gpus != total:
-        raise AnalysisError(
-            f"--gpus {opts.gpus} does not match the mixed --hardware's {total} devices; drop --gpus"
-        )
-    for flag, v in (
-        ("--max-days", opts.max_days),
-        ("--gpu-hours", opts.gpu_hours),
-        ("--emit", opts.emit),
-        ("--markdown", opts.markdown),
-        ("--offload", opts.offload),
-        ("--hparams", opts.hparams),
-        ("--unique-tokens", opts.unique_tokens),
-    ):
-        if v:
-            raise AnalysisError(f"{flag} is not supported for a mixed cluster yet; plan with --budget")
-    if not opts.budget:
-        raise AnalysisError("a mixed-cluster plan needs --budget FLOPS")
-    results = [
-        plan_mixed(
-            b,
-            opts.hardware,
-            law=law,
-            seq_len=opts.seq_len,
-            vocab=opts.vocab,
-            batch_tokens=opts.batch_or_default,
-            eff=eff,
-        )
-        for b in opts.budget
-    ]
-    for r in results:
-        print(r.text())
-    _emit_plans(opts, [r.as_dict() for r in results])
-    return 0
-
-
-def _plan_kwargs(opts: PlanOptions, eff, hparams, calibration) -> dict:
-    """The `planner.plan` arguments every single-device-type plan takes from the flags."""
-    return dict(
-        seq_len=opts.seq_len,
-        vocab=opts.vocab,
-        batch_tokens=opts.batch_tokens,
-        top=opts.top,
-        eff=eff,
-        offload=opts.offload,
-        hparams=hparams,
-        framework=opts.framework,
-        calibration=calibration,
-    )
-
-
-def _expert_list(text: str) -> tuple[int, ...]:
-    """`--experts 1,2,4,8`: whole expert counts >= 1 (an argparse type)."""
-    try:
-        out = tuple(int(v) for v in text.replace(" ", ",").split(",") if v.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"expert counts are whole numbers, e.g. 1,2,4,8 (got {text!r})"
-        ) from None
-    if not out or min(out) < 1:
-        raise argparse.ArgumentTypeError(f"expert counts must be >= 1 (got {text!r})")
-    return out
-
-
-def _moe_law(opts: PlanOptions) -> MoeLaw | None:
-    """The MoE law: --moe-law, or --law when it holds one (then only with --moe); None without."""
-    if opts.moe_law is not None:
-        if not opts.moe:
-            raise AnalysisError("--moe-law is the law of a routed plan: add --moe")
-        return MoeLaw.from_json(opts.moe_law)
-    if opts.law is not None and MoeLaw.in_json(opts.law):
-        if not opts.moe:
-            raise AnalysisError(
-                f"--law {opts.law} holds a mixture-of-experts law (fit --law moe): plan with it by "
-                "adding --moe"
-            )
-        return MoeLaw.from_json(opts.law)
-    return None
-
-
-def _run_moe(opts: PlanOptions, law: ScalingLaw, moe_law: MoeLaw | None, eff, hparams, calibration) -> int:
-    """`plan --moe`: each expert count at the budget, the chosen one's plan (analysis/planning/moe.py)."""
-    if not opts.budget:
-        raise AnalysisError("plan --moe compares expert counts at a FLOP budget: give --budget FLOPS")
-    for flag, v in (
-        ("--unique-tokens", opts.unique_tokens),
-        ("--max-days", opts.max_days),
-        ("--gpu-hours", opts.gpu_hours),
-    ):
-        if v:
-            raise AnalysisError(f"{flag} is not supported with --moe yet; plan with --budget")
-    if opts.capacity_factor < 0:
-        raise AnalysisError(f"--capacity-factor must be >= 0 (0: dropless), got {opts.capacity_factor:g}")
-    results = [
-        plan_moe(
-            budget,
-            opts.gpus,
-            opts.hardware,
-            law=law,
-            moe_law=moe_law,
-            experts=opts.experts,
-            top_k=opts.top_k,
-            capacity_factor=opts.capacity_factor or None,
-            **_plan_kwargs(opts, eff, hparams, calibration),
-        )
-        for budget in opts.budget
-    ]
-    for r in results:
-        for line in (
-            r.text_lines() + plan_lines(r.plan) + (trainer_lines(r.plan) if opts.emit == "overrides" else [])
-        ):
-            print(line)
-    _emit_plans(opts, [{**plan_payload(r.plan), "moe": r.as_dict()} for r in results])
-    if opts.markdown:
-        opts.markdown.write_text("\n\n".join(r.plan.to_markdown() for r in results) + "\n")
-    unrunnable = [r.plan.trainer.reason for r in results if opts.emit and not r.plan.trainer.overrides]
     if unrunnable:
         raise AnalysisError(f"--emit overrides: {unrunnable[0]}")
     return 0
@@ -388,32 +244,3 @@ def _data_law(opts: PlanOptions, law: ScalingLaw):
         return None
     check_unique_tokens(opts.unique_tokens, opts.batch_or_default)
     return from_json(opts.law, law)
-
-
-def _run_data_limit(opts: PlanOptions, data_law) -> int:
-    """`plan --budget C --unique-tokens U` without --hardware: the data-limited allocation alone."""
-    if not opts.budget:
-        raise AnalysisError("--unique-tokens plans a FLOP budget: give --budget FLOPS as well")
-    results = [plan_data_limit(b, opts.unique_tokens, data_law, opts.batch_or_default) for b in opts.budget]
-    for r in results:
-        print(f"budget {r.budget_flops:.3g} FLOPs")
-        for line in r.text_lines():
-            print(line)
-    _emit_plans(opts, [{"budget_flops": r.budget_flops, "data_limit": r.as_dict()} for r in results])
-    if opts.markdown:
-        sections = [f"## Planning: {r.budget_flops:.3g} FLOPs\n\n" + "\n".join(r.markdown()) for r in results]
-        opts.markdown.write_text("\n\n".join(sections) + "\n")
-    return 0
-
-
-def plan_payload(result) -> dict:
-    """The plan's JSON: `Plan.as_dict()` plus `N_opt`/`D_opt`, the casing of the fit's allocation
-    (`n_opt`/`d_opt` stay as deprecated aliases)."""
-    out = result.as_dict()
-    out["N_opt"], out["D_opt"] = out.get("n_opt"), out.get("d_opt")
-    return out
-
-
-def _emit_plans(opts: PlanOptions, payloads: list[dict]) -> None:
-    """`--json`: one plan as it is, several as {"plans": [...]}."""
-    emit_json(opts.json, payloads[0] if len(payloads) == 1 else {"plans": payloads})

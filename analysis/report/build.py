@@ -590,7 +590,6 @@ def _build(
     ref = recipes.ref_recipe(done_all, None if source.table else sweep_dir)
     all_runs, done_all = recipes.ref_only(all_runs, ref), recipes.ref_only(done_all, ref)
     every_moe = done_all  # the MoE section fits every expert count; the other sections the dense runs
-    routed = moe.is_routed(done_all)
     all_runs, done_all = moe.dense_only(all_runs), moe.dense_only(done_all)
     done, hp = select_best(all_runs, done_all)
     done = _use_n_params(done, n_params)
@@ -640,15 +639,22 @@ def _build(
     )
     if ref is not None:
         rep["notes"].append(f"recipes: every section but 'Recipes' is fitted to the first recipe, {ref}")
-    if routed:
-        sec = moe.moe_section(every_moe, out, bootstrap, seed, warn)
-        rep["sections"] += [sec] if sec is not None else []
-        rep["notes"].append(
-            f"mixture of experts: every section but '{moe.TITLE}' is fitted to the dense runs (experts = 1)"
-        )
+    _add_moe_section(rep, every_moe, out, bootstrap, seed, warn)
     rep["paths"] = _paths(out)
     _write_outputs(rep, out)
     return rep
+
+
+def _add_moe_section(rep: dict, every_moe: pd.DataFrame, out: pathlib.Path, bootstrap, seed, warn) -> None:
+    """A routed sweep's "Mixture of experts" section (analysis/report/moe.py) and the note that the
+    other sections fit its dense runs; nothing for a sweep of one expert count."""
+    sec = moe.moe_section(every_moe, out, bootstrap, seed, warn)
+    if sec is None:
+        return
+    rep["sections"].append(sec)
+    rep["notes"].append(
+        f"mixture of experts: every section but '{moe.TITLE}' is fitted to the dense runs (experts = 1)"
+    )
 
 
 def _sections(

@@ -231,6 +231,15 @@ def _objective_and_grad(
     return objective_fn, moe_grad
 
 
+def _forward(model_cfg: ModelConfig, abstract, mesh: Mesh, pipeline: PipelineSpec | None):
+    """The model's forward: `apply`, or the blocks as a pipeline over the mesh's `stage` axis."""
+    if pipeline is None or not pipeline.enabled:
+        return apply
+    if mesh.shape.get("stage", 1) != pipeline.stages:
+        raise ValueError(f"mesh stage axis {mesh.shape.get('stage', 1)} != {pipeline.stages} pipeline stages")
+    return _pipelined_forward(model_cfg, abstract, mesh, pipeline)
+
+
 def build_train_setup(
     model_cfg: ModelConfig,
     tx: optax.GradientTransformation | RuntimeOptimizer,
@@ -250,13 +259,7 @@ def build_train_setup(
     RuntimeOptimizer's `optim.moe_*_weight`, else OptimConfig's defaults)."""
     runtime, tx, tx_of = _optimizer_parts(tx)
     abstract = abstract_model(model_cfg)
-    forward = apply
-    if pipeline is not None and pipeline.enabled:
-        if mesh.shape.get("stage", 1) != pipeline.stages:
-            raise ValueError(
-                f"mesh stage axis {mesh.shape.get('stage', 1)} != {pipeline.stages} pipeline stages"
-            )
-        forward = _pipelined_forward(model_cfg, abstract, mesh, pipeline)
+    forward = _forward(model_cfg, abstract, mesh, pipeline)
     graphdef, _ = nnx.split(abstract, nnx.Param)
     axes = logical_axes(abstract)
     p_sh = param_shardings(mesh, axes)

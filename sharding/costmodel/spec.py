@@ -460,19 +460,9 @@ def nearest_mesh(n_devices: int, tp: int, pp: int) -> str:
     return f"dp={n_devices // (best[0] * best[1])}, tp={best[0]}, pp={best[1]}"
 
 
-def validate_layout(model: ModelShape, layout: Layout, n_devices: int | None = None) -> None:
-    """Raise `LayoutError` (one line, with the nearest valid choice) for impossible layouts.
-
-    The cost model's check of a planned `Layout` (the trainer checks its own mesh with
-    `sharding.validate.validate_mesh`); the rules both share come from sharding/validate.py
-    (`head_splits`, `sequence_split`). Unlike the trainer, pipeline stages may hold unequal
-    numbers of layers (Megatron), so only interleaving needs pp x interleave to divide them.
-    """
-    lo = layout
-    for name in ("dp", "tp", "pp", "cp", "micro_batch", "global_batch", "interleave", "ep"):
-        v = getattr(lo, name)
-        if not is_int(v) or v <= 0:
-            raise LayoutError(f"layout {name} must be a positive integer (got {v!r})")
+def _validate_expert_split(model: ModelShape, lo: Layout) -> None:
+    """`validate_layout`'s expert-parallel rules: ep only for a mixture of experts, dividing dp and
+    the routed experts."""
     if lo.ep > 1 and model.moe is None:
         raise LayoutError(
             f"ep={lo.ep} splits a mixture of experts' experts, and the model is dense; use ep=1"
@@ -486,6 +476,22 @@ def validate_layout(model: ModelShape, layout: Layout, n_devices: int | None = N
         raise LayoutError(
             f"ep={lo.ep} must divide the {model.moe.routed_experts} routed experts; nearest valid: ep={ok}"
         )
+
+
+def validate_layout(model: ModelShape, layout: Layout, n_devices: int | None = None) -> None:
+    """Raise `LayoutError` (one line, with the nearest valid choice) for impossible layouts.
+
+    The cost model's check of a planned `Layout` (the trainer checks its own mesh with
+    `sharding.validate.validate_mesh`); the rules both share come from sharding/validate.py
+    (`head_splits`, `sequence_split`). Unlike the trainer, pipeline stages may hold unequal
+    numbers of layers (Megatron), so only interleaving needs pp x interleave to divide them.
+    """
+    lo = layout
+    for name in ("dp", "tp", "pp", "cp", "micro_batch", "global_batch", "interleave", "ep"):
+        v = getattr(lo, name)
+        if not is_int(v) or v <= 0:
+            raise LayoutError(f"layout {name} must be a positive integer (got {v!r})")
+    _validate_expert_split(model, lo)
     if lo.zero_stage not in tuple(ZeroStage):
         raise LayoutError(f"zero_stage must be 0, 1, 2 or 3 (got {lo.zero_stage!r})")
     if lo.zero_group is not None and (
