@@ -56,6 +56,13 @@ def levels(values: np.ndarray, rtol: float = LEVEL_RTOL) -> np.ndarray:
     return v[keep]
 
 
+def level_index(values: np.ndarray, rtol: float = LEVEL_RTOL) -> tuple[np.ndarray, np.ndarray]:
+    """(`levels(values, rtol)`, the index of each value's nearest level in log space): the runs of
+    each level, e.g. runs whose lengths differ by a few logged steps as one run length."""
+    lv = levels(values, rtol)
+    return lv, np.abs(np.log(values)[:, None] - np.log(lv)[None, :]).argmin(axis=1)
+
+
 def forward_cuts(
     scale: np.ndarray, max_folds: int = MAX_FOLDS, min_fit_fraction: float = MIN_FIT_FRACTION
 ) -> list[float]:

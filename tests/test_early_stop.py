@@ -21,6 +21,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
+import experiments.train.config  # noqa: F401 - registers the config schema (base_distributed, ...) _cfg composes
 from analysis import runs as runs_mod
 from experiments.early_stop import EarlyStop, Stopper, judge, run_name, spent
 from experiments.sweeps.runs import decide, read_status

@@ -10,6 +10,7 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
+from test_sweep_plan import BASE  # the dense sweep tests' base config
 
 from analysis.report import moe as report_moe
 from analysis.runs import with_moe_columns
@@ -17,21 +18,6 @@ from experiments.sweeps.grid import PlanError, plan_sweep
 from models.config import ModelConfig
 from models.flops import active_param_count, flops_per_token, param_count
 
-BASE = {
-    "model": {
-        "vocab_size": 256,
-        "d_model": 64,
-        "n_layers": 2,
-        "n_heads": 4,
-        "n_kv_heads": None,
-        "d_ff": None,
-        "seq_len": 64,
-        "moe": None,
-    },
-    "train": {"batch_size": 8, "tokens": None, "steps": 50, "seed": 0},
-    "optim": {"lr": 3e-3, "warmup_tokens": 0},
-    "data": {"source": "auto"},
-}
 SWEEP = {
     "kind": "moe",
     "budgets": [1e11, 3e11],
@@ -51,7 +37,8 @@ def test_moe_plan_is_budget_x_shape_x_experts_at_the_active_flops():
     dense, routed = runs[0], runs[2]
     assert "model.moe=null" in dense.overrides
     (moe,) = [o for o in routed.overrides if o.startswith("model.moe=")]
-    assert moe == "model.moe={experts:4,top_k:1,capacity_factor:2,every:1,shared_experts:0,granularity:1}"
+    # the cost model's spelling (sharding.costmodel.spec.moe_override): the keys off their defaults
+    assert moe == "model.moe={experts:4,top_k:1,capacity_factor:2}"
     cfg = ModelConfig.from_mapping(
         {
             **BASE["model"],
@@ -76,6 +63,7 @@ def test_moe_plan_is_budget_x_shape_x_experts_at_the_active_flops():
         ({"experts": [2, 2]}, "distinct whole numbers >= 1"),
         ({"moe": {"top_k": 1, "experts": 4}}, "sweep.moe has unknown keys ['experts']"),
         ({"budgets": []}, "sweep.budgets is empty"),
+        ({"moe": {"top_k": 4}}, "sweep.moe at experts=2: model.moe.top_k=4 is larger than"),
     ],
 )
 def test_moe_plan_errors_are_one_line(change, msg):

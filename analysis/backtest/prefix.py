@@ -79,11 +79,6 @@ def _swept(curves: Sequence[RunCurve]) -> str | None:
     return None
 
 
-def _cut(c: RunCurve) -> RunCurve:
-    """The curve's first CUT of its steps; its logged schedule (when it has one) kept as the plan."""
-    return cut_at(c, CUT)
-
-
 def folds(curves: list[RunCurve], opt: Options) -> tuple[list[tuple[list[RunCurve], list[RunCurve]]], dict]:
     """[(held-out runs, finished runs to learn from)] and the cut's description."""
     unfinished = [c.run for c in curves if not c.finished]
@@ -107,8 +102,7 @@ def folds(curves: list[RunCurve], opt: Options) -> tuple[list[tuple[list[RunCurv
             "n_held_out": int(held.sum()),
         }
     T = np.array([c.total_steps for c in curves], float)
-    lv = validation.levels(T, LENGTH_RTOL)
-    group = np.abs(np.log(T)[:, None] - np.log(lv)[None, :]).argmin(axis=1)
+    lv, group = validation.level_index(T, LENGTH_RTOL)
     if lv.size < 2:
         raise AnalysisError("one model size and one run length: nothing finished to learn from")
     out = [
@@ -142,7 +136,7 @@ def _scores(held: list[RunCurve], result, key: str | None) -> list[Point]:
 def _method(name: str, method: Method, fold_list, key: str | None) -> MethodScore:
     points, notes = [], []
     for held, complete in fold_list:
-        cut = [k for k in (_cut(c) for c in held) if k.step.size >= MIN_POINTS]
+        cut = [k for k in (cut_at(c, CUT) for c in held) if k.step.size >= MIN_POINTS]
         held = [c for c in held if c.run in {k.run for k in cut}]
         try:
             with warnings.catch_warnings():
@@ -165,7 +159,7 @@ def curve_prefix_protocol(data: pd.DataFrame | str, opt: Options = Options()) ->
     curves = load(data)
     key = _swept(curves)
     fold_list, cut = folds(curves, opt)
-    short = [c.run for held, _ in fold_list for c in held if _cut(c).step.size < MIN_POINTS]
+    short = [c.run for held, _ in fold_list for c in held if cut_at(c, CUT).step.size < MIN_POINTS]
     rungs = {rung_key(c.settings, key or "") for held, _ in fold_list for c in held}
     cut.update(swept=key, n_rungs=len(rungs), fraction=CUT, n_too_short=len(short))
     chosen = [(n, m) for n, m in METHODS if opt.scores(m in (Method.RATIO, DEFAULT))]

@@ -44,11 +44,6 @@ def cut_at(c: RunCurve, frac: float) -> RunCurve:
     return dataclasses.replace(c.until(frac * c.total_steps), plan=plan)
 
 
-def _groups(values: np.ndarray, rtol: float) -> tuple[np.ndarray, np.ndarray]:
-    lv = validation.levels(values, rtol)
-    return lv, np.abs(np.log(values)[:, None] - np.log(lv)[None, :]).argmin(axis=1)
-
-
 def folds(learn: Sequence[RunCurve]) -> list[tuple[str, list[RunCurve], list[RunCurve]]]:
     """[(fold name, finished runs to forecast, finished runs to learn from)] (module docstring)."""
     if len(learn) <= MIN_COMPLETE:
@@ -56,7 +51,7 @@ def folds(learn: Sequence[RunCurve]) -> list[tuple[str, list[RunCurve], list[Run
     N = np.array([c.number("N") for c in learn])
     out = []
     if np.isfinite(N).all() and (N > 0).all() and validation.levels(N).size >= 2:
-        lv, g = _groups(N, validation.LEVEL_RTOL)
+        lv, g = validation.level_index(N)
         for k in range(lv.size - 1, 0, -1):
             held = [c for c, gi in zip(learn, g) if gi == k]
             train = [c for c, gi in zip(learn, g) if gi < k]
@@ -66,7 +61,7 @@ def folds(learn: Sequence[RunCurve]) -> list[tuple[str, list[RunCurve], list[Run
                 break
         return out
     T = np.array([c.total_steps for c in learn], float)
-    lv, g = _groups(T, LENGTH_RTOL)
+    lv, g = validation.level_index(T, LENGTH_RTOL)
     for k in range(lv.size - 1, -1, -1) if lv.size >= 2 else ():
         held = [c for c, gi in zip(learn, g) if gi == k]
         train = [c for c, gi in zip(learn, g) if gi != k]

@@ -24,7 +24,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from analysis.laws.moe import fit_moe
-from analysis.laws.points import ALIASES
+from analysis.laws.points import resolve
 from analysis.runs import ACTIVE_COLUMN, EXPERTS_COLUMN, with_moe_columns
 from models.base.errors import AnalysisError
 from models.base.jsonio import write_figure_atomic
@@ -67,32 +67,24 @@ class Cell:
     vs_dense: float  # loss / the dense run's loss (NaN without one)
 
 
-def _column(t: pd.DataFrame, role: str) -> pd.Series:
-    """The role's column (its first spelling present: `loss` or the summary's final eval loss, ...)."""
-    name = next((c for c in ALIASES[role] if c in t.columns), None)
-    if name is None:
-        raise AnalysisError(f"the runs table has no {role} column (looked for {', '.join(ALIASES[role])})")
-    return pd.to_numeric(t[name], errors="coerce")
-
-
 def _cells(done: pd.DataFrame) -> list[Cell]:
-    t = with_moe_columns(done)
-    budget = pd.to_numeric(t["budget"], errors="coerce") if "budget" in t else _column(t, "C")
+    t = with_moe_columns(done).reset_index(drop=True)
+    pts = resolve(t, ("D", "C"))  # the loss and tokens columns by the fits' own spellings, checked
     shape = (
         t["model.n_layers"].astype(str) + "x" + t["model.d_model"].astype(str)
         if "model.d_model" in t
-        else None
+        else t[ACTIVE_COLUMN].map(lambda n: f"N={n:.3g}")
     )
     rows = pd.DataFrame(
         {
-            "budget": budget,
-            "shape": shape if shape is not None else t[ACTIVE_COLUMN].map(lambda n: f"N={n:.3g}"),
+            "budget": pd.to_numeric(t["budget"], errors="coerce") if "budget" in t else pts.inputs["C"],
+            "shape": shape,
             "n_active": pd.to_numeric(t[ACTIVE_COLUMN], errors="coerce"),
-            "tokens": _column(t, "D"),
+            "tokens": pts.inputs["D"],
             "experts": experts_of(t).astype(int),
-            "loss": _column(t, "loss"),
+            "loss": pts.y,
         }
-    ).dropna(subset=["loss"])
+    )
     out = []
     for (c, s), g in rows.groupby(["budget", "shape"], sort=True, dropna=False):
         dense = g.loc[g.experts == 1, "loss"]

@@ -54,6 +54,7 @@ from experiments.sweeps.ladder import LadderError, shapes_from_config
 from models.base.errors import ConfigError
 from models.config import ModelConfig, MoEConfig
 from models.flops import flops_per_token, param_count
+from sharding.costmodel.spec import moe_override
 from sharding.layouts import ShardingConfig
 
 # why an over-epoch run is excluded rather than trained: the IsoFLOP fit is Chinchilla's law on fresh data
@@ -296,23 +297,18 @@ def _lr_probe(sweep: Mapping[str, Any], budgets: list[float]) -> tuple[list[floa
     return sorted(set(chosen)), lrs
 
 
-MOE_KEYS = ("top_k", "capacity_factor", "every", "shared_experts", "granularity")
+MOE_KEYS = tuple(f.name for f in dataclasses.fields(MoEConfig) if f.name != "experts")
 
 
-def _hydra_value(v: Any) -> str:
-    if v is None:
-        return "null"
-    if isinstance(v, bool):
-        return str(v).lower()
-    return f"{v:g}" if isinstance(v, float) else str(v)
-
-
-def _moe_override(experts: int, moe: Mapping[str, Any]) -> str:
-    """`model.moe=...` of a run with `experts` experts (1: the dense model, null)."""
+def _routed(experts: int, moe: Mapping[str, Any]) -> MoEConfig | None:
+    """The routed layer of a run with `experts` experts and `sweep.moe`'s other keys (None at one
+    expert: the dense model)."""
     if experts == 1:
-        return "model.moe=null"
-    items = [f"experts:{experts}", *(f"{k}:{_hydra_value(moe[k])}" for k in MOE_KEYS)]
-    return "model.moe={" + ",".join(items) + "}"
+        return None
+    try:
+        return MoEConfig.from_mapping({**moe, "experts": experts}).validate()
+    except ConfigError as e:
+        raise PlanError(f"sweep.moe at experts={experts}: {e}") from None
 
 
 def _plan_moe(s: _Sweep) -> list[PlannedRun]:
@@ -333,18 +329,19 @@ def _plan_moe(s: _Sweep) -> list[PlannedRun]:
             f"sweep.moe has unknown keys {unknown}: it sets the routed layer's {', '.join(MOE_KEYS)} "
             "(sweep.experts sets the experts)"
         )
-    moe = {k: moe.get(k, getattr(MoEConfig(), k)) for k in MOE_KEYS}
     runs = []
     for c in budgets:
         for shape in shapes_from_config(s.sweep):
             for e in sorted(experts):
+                routed = _routed(e, moe)
                 model = shape.apply(s.model)
-                model["moe"] = None if e == 1 else {"experts": e, **moe}
+                model["moe"] = None if routed is None else dataclasses.asdict(routed)
+                override = "model.moe=" + ("null" if routed is None else moe_override(routed))
                 runs.append(
                     s.run(
                         f"C{format_budget(c)}_{shape.label}_E{e}",
                         model,
-                        shape.overrides() + [_moe_override(e, moe)],
+                        shape.overrides() + [override],
                         lambda n, fpt, c=c: c / fpt,
                         budget=c,
                     )
