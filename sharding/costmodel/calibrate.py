@@ -28,8 +28,9 @@ from sharding.costmodel.spec import (
     ModelShape,
     Precision,
     ZeroStage,
+    validate_layout,
 )
-from sharding.costmodel.step import MFU_CONVENTION, estimate_step
+from sharding.costmodel.step import MFU_CONVENTION, estimate_step, step_time_s
 
 # name: (lower, upper) bounds of each time constant the fit may move
 TIME_BOUNDS: dict[str, tuple[float, float]] = {
@@ -191,9 +192,15 @@ def fit_time_constants(
         x_prior = np.clip(_encode(prior, names), lo, hi)
         w_prior = math.sqrt(prior_strength) / np.array([_prior_sd(n) for n in names])
 
+    for mm in timed:  # once here, not at every trial of the constants (`step_time_s`)
+        validate_layout(mm.model, mm.layout)
+
     def residuals(x: np.ndarray) -> np.ndarray:
         eff = _decode(x, names, base)
-        r = w * (np.log([_predict(mm, eff).step_time_s for mm in timed]) - y)
+        times = [
+            step_time_s(mm.model, mm.layout, mm.hardware, mm.precision, eff, validate=False) for mm in timed
+        ]
+        r = w * (np.log(times) - y)
         if prior is None:
             return r
         return np.concatenate([r, _quadratic_under_soft_l1(w_prior * (x - x_prior))])

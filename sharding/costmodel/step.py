@@ -712,21 +712,12 @@ def layer_and_head_time(
     return t.per_layer, t.edge
 
 
-def estimate_step(
-    model: ModelShape,
-    layout: Layout,
-    hardware: Hardware,
-    precision: Precision = BF16_MIXED,
-    eff: Efficiency = DEFAULT_EFFICIENCY,
-) -> StepEstimate:
-    """Predict memory and time of one optimizer step (raises `LayoutError` if impossible).
-
-    One micro-batch on the slowest stage = its layers' GEMMs, attention, element-wise work,
-    launch overhead and exposed TP collectives, plus the LM head and loss on the last stage;
-    the step = pipeline of those slots + exposed DP collectives + optimizer.
-    """
-    validate_layout(model, layout)
-    st = _Step.of(model, layout, hardware, precision, eff)
+def _time_and_flops(
+    st: _Step,
+) -> tuple[TimeBreakdown, list[Collective], float, float]:
+    """(time breakdown, collectives, model FLOPs, hardware FLOPs) of one step of a validated
+    layout: `estimate_step` without the memory breakdown."""
+    model, layout = st.m, st.lo
     t = _layer_terms(st)
     stage_time = st.layers * t.per_layer + t.edge
     p2p, p2p_coll = _pp_p2p(st)
@@ -753,6 +744,26 @@ def estimate_step(
         step=pipeline + dp_exposed + opt_time,
     )
     colls = t.tp_colls + t.cp_colls + t.ep_colls + ([p2p_coll] if p2p_coll is not None else []) + dp_colls
+    return times, colls, model_flops, hardware_flops
+
+
+def estimate_step(
+    model: ModelShape,
+    layout: Layout,
+    hardware: Hardware,
+    precision: Precision = BF16_MIXED,
+    eff: Efficiency = DEFAULT_EFFICIENCY,
+) -> StepEstimate:
+    """Predict memory and time of one optimizer step (raises `LayoutError` if impossible).
+
+    One micro-batch on the slowest stage = its layers' GEMMs, attention, element-wise work,
+    launch overhead and exposed TP collectives, plus the LM head and loss on the last stage;
+    the step = pipeline of those slots + exposed DP collectives + optimizer.
+    """
+    validate_layout(model, layout)
+    times, colls, model_flops, hardware_flops = _time_and_flops(
+        _Step.of(model, layout, hardware, precision, eff)
+    )
     return StepEstimate(
         model=model,
         layout=layout,
@@ -763,3 +774,19 @@ def estimate_step(
         model_flops=model_flops,
         hardware_flops=hardware_flops,
     )
+
+
+def step_time_s(
+    model: ModelShape,
+    layout: Layout,
+    hardware: Hardware,
+    precision: Precision = BF16_MIXED,
+    eff: Efficiency = DEFAULT_EFFICIENCY,
+    validate: bool = True,
+) -> float:
+    """`estimate_step(...).step_time_s`, the same float, without the memory breakdown: a
+    calibration's time fit evaluates it for every run at every trial of the constants
+    (`validate=False` there: the layouts were validated once before the fit)."""
+    if validate:
+        validate_layout(model, layout)
+    return _time_and_flops(_Step.of(model, layout, hardware, precision, eff))[0].step
