@@ -50,27 +50,35 @@ ENV = dict(
     PYTHONPATH=str(REPO),
 )
 
-# Compiles the run's train step from its composed config (.hydra/config.yaml) and prints the
-# compiled per-device memory (XLA_FLAGS is set before JAX is imported: 8 simulated devices).
+# Compiles the run's train step from its composed config (.hydra/config.yaml), as the trainer
+# builds it (experiments/train/loop.py: the step scalars as a fourth input), and prints the
+# compiled per-device memory (XLA_FLAGS is set before JAX is imported: 8 simulated devices). With
+# the persistent XLA cache the run wrote (SCALELAB_JAX_CACHE, tests/conftest.py) this is the run's
+# own program read back, not a second compile of a near-identical one.
 MEASURE = textwrap.dedent("""
     import json, sys
     import jax, jax.numpy as jnp
     from omegaconf import OmegaConf
     from experiments.train.config import resolve_config
-    from experiments.train.optimizer import make_optimizer, make_schedule
+    from experiments.train.optimizer import RuntimeOptimizer, hyperparams
     from experiments.train.steps import build_train_setup
+    from models.base.jaxcache import enable_compile_cache
     from sharding.mesh import make_mesh
+    enable_compile_cache()
     spec = resolve_config(OmegaConf.load(sys.argv[1]))
-    opt = make_optimizer(spec.optim, make_schedule(spec.optim, spec.steps, spec.warmup_steps))
-    ts = build_train_setup(spec.model, opt, make_mesh(spec.mesh_shape), n_micro=spec.n_micro)
+    hp = hyperparams(spec.optim, spec.steps, spec.warmup_steps)
+    runtime = RuntimeOptimizer(spec.optim, hp, spec.model)
+    ts = build_train_setup(spec.model, runtime, make_mesh(spec.mesh_shape), n_micro=spec.n_micro)
     params, opt_state = ts.abstract_state()
     batch = jax.ShapeDtypeStruct((spec.n_micro, spec.micro_batch_size, spec.model.seq_len + 1),
                                  jnp.int32, sharding=ts.batch_sharding)
-    m = ts.train_step.lower(params, opt_state, batch).compile().memory_analysis()
+    rep = jax.sharding.NamedSharding(ts.mesh, jax.sharding.PartitionSpec())
+    hp_in = jax.tree.map(lambda v: jax.ShapeDtypeStruct(v.shape, v.dtype, sharding=rep), hp)
+    m = ts.train_step.lower(params, opt_state, batch, hp_in).compile().memory_analysis()
     dp = spec.mesh_shape[0] * spec.mesh_shape[1]
     print(json.dumps({"argument": m.argument_size_in_bytes, "temp": m.temp_size_in_bytes,
                       "batch": spec.n_micro * spec.micro_batch_size // dp * (spec.model.seq_len + 1) * 4,
-                      "mesh": list(spec.mesh_shape)}))
+                      "hp": sum(v.nbytes for v in hp.values()), "mesh": list(spec.mesh_shape)}))
 """)
 
 
@@ -133,7 +141,7 @@ def test_emitted_overrides_run_and_hold_the_predicted_state_memory(planned, tmp_
     )
     assert r.returncode == 0, r.stderr[-2000:]
     measured = json.loads(r.stdout.strip().splitlines()[-1])
-    state = measured["argument"] - measured["batch"]  # params + Adam state per device
+    state = measured["argument"] - measured["batch"] - measured["hp"]  # params + Adam state per device
     gb = trainer["memory_gb"]
     predicted = (gb["params"] + gb["optimizer"]) * 1e9
     print(
