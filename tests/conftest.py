@@ -1,6 +1,7 @@
 """Test-wide set-up: 8 simulated CPU devices (must happen before jax is imported anywhere), and
 the `shared_data` fixture for the public datasets in ../shared/data."""
 
+import functools
 import os
 import pathlib
 import tempfile
@@ -74,3 +75,29 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.path.stem in SERIAL_MODULES or item.get_closest_marker("cluster") is not None:
             item.add_marker(pytest.mark.serial)
+
+
+@functools.lru_cache(maxsize=None)
+def _shares_module_fixture(path: str) -> bool:
+    """Whether a test file defines a module-scoped fixture (a fitted table, a trained sweep)."""
+    try:
+        return 'scope="module"' in pathlib.Path(path).read_text()
+    except OSError:
+        return False
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """README's `-n 2`: tests are handed out one by one (xdist's `load`), except that the tests of
+    a file with a module-scoped fixture go to one worker together, so that the fixture is built
+    once, not once per worker. (`--dist loadgroup` would do it with marks, but with pytest 9.2 and
+    xdist 3.8 it does not group.) Another `--dist` keeps xdist's own scheduler."""
+    if config.getvalue("dist") != "load":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByFixtureScope(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            file = nodeid.split("::", 1)[0]
+            return file if _shares_module_fixture(str(REPO / file)) else nodeid
+
+    return ByFixtureScope(config, log)
