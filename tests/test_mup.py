@@ -1,10 +1,11 @@
 """µP (`model.parametrization=mup`): the coordinate check of Yang et al. (Tensor Programs V).
 
-Train the same 2-layer model at widths 16, 64 and 256 (heads of width 8) for 5 Adam steps at
-one learning rate, and measure how far the activations moved from their initial values: the
-last residual stream and the logits. Under µP (width multiplier = d_model / 16) the movement
-stays O(1) as the width grows 16x; under standard parametrisation it grows with the width
-(measured: x6 for both), which is why one learning rate cannot serve a ladder of widths.
+Train the same 2-layer model at widths 16 and 256 (heads of width 8) for 5 Adam steps at one
+learning rate, and measure how far the activations moved from their initial values: the last
+residual stream and the logits. Under µP (width multiplier = d_model / 16) the movement stays
+O(1) as the width grows 16x; under standard parametrisation it grows with the width (measured:
+x6 for both), which is why one learning rate cannot serve a ladder of widths. (The checks compare
+the two ends of the ladder; a middle width, 64, only cost a third more.)
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from models.base.errors import ConfigError
 from models.config import ModelConfig
 from models.transformer import Transformer, apply, split_params
 
-WIDTHS = (16, 64, 256)
+WIDTHS = (16, 256)
 
 
 def _movement(parametrization: str, d: int, steps: int = 5, lr: float = 1e-2) -> tuple[float, float]:
@@ -54,17 +55,22 @@ def _movement(parametrization: str, d: int, steps: int = 5, lr: float = 1e-2) ->
             x = block(x)
         return x, model.logits(x)
 
-    @jax.jit
-    def step(p, o):
+    def step(_, state):
+        p, o = state
         updates, o = tx.update(jax.grad(loss)(p), o, p)
         return optax.apply_updates(p, updates), o
 
-    x0, l0 = activations(params)
-    opt = tx.init(params)
-    for _ in range(steps):
-        params, opt = step(params, opt)
-    x1, l1 = activations(params)
-    return float(jnp.mean(jnp.abs(x1 - x0))), float(jnp.mean(jnp.abs(l1 - l0)))
+    @jax.jit
+    def moved(p):
+        """The activations before and after the steps, one compiled program (activations run
+        eagerly op by op, and a step compiled apart, took twice as long)."""
+        x0, l0 = activations(p)
+        p, _ = jax.lax.fori_loop(0, steps, step, (p, tx.init(p)))
+        x1, l1 = activations(p)
+        return jnp.mean(jnp.abs(x1 - x0)), jnp.mean(jnp.abs(l1 - l0))
+
+    residual, logits = moved(params)
+    return float(residual), float(logits)
 
 
 @pytest.fixture(scope="module")
