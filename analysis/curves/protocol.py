@@ -70,6 +70,11 @@ ADAM_BETA1, ADAM_BETA2, ADAM_EPS, ADAM_WEIGHT_DECAY = 0.9, 0.999, 1e-8, 1e-2
 STEP_SCALE = 5e-2  # step size of L0, A, B, C
 STEP_EXPONENT = 5e-3  # step size of alpha, beta, gamma
 MAX_STEPS, PATIENCE, GRAD_STOP = 200, 20, 1e-5
+# The loop's rounds (`_run_compacted`): steps per round; the running rows move to a batch of their
+# own once they are at most SHRINK of the batch (each new batch size compiles the loop once, ~1 s);
+# the smallest batch (below ~12 rows XLA's CPU code for the batch changes, and the iterates' last
+# bits with it), and no shrinking below twice that (27 rows, one fit without intervals: no gain).
+CHUNK_STEPS, SHRINK, MIN_BATCH = 20, 0.75, 16
 PRED_FLOOR = 1e-10  # their clamp of the prediction before its log
 
 EXPONENTS = ("alpha", "beta", "gamma")
@@ -163,16 +168,13 @@ def _adamw_program(law, delta: float, n: int, keep_evaluated: bool = False):
 
     value_and_grad = jax.value_and_grad(objective)
 
-    def run(p0, F, logy, w):
-        z = jnp.zeros_like(p0)
-        inf = jnp.asarray(jnp.inf, p0.dtype)
-        init = (0, p0, z, z, inf, 0, inf, p0, -1)
-
+    def run(state, F, logy, w, limit):
         def cond(s):
-            return (s[0] < MAX_STEPS) & (s[8] < 0)
+            return (s[0] < limit) & (s[8] < 0)
 
         def body(s):
             i, p, m, v, f_min, stale, f_best, p_best, _ = s
+            inf = jnp.asarray(jnp.inf, p.dtype)
             f, g = value_and_grad(p, F, logy, w)
             f = jnp.where(jnp.isfinite(f), f, inf)
             g = jnp.where(jnp.isfinite(g), g, 0.0)
@@ -200,12 +202,44 @@ def _adamw_program(law, delta: float, n: int, keep_evaluated: bool = False):
                 stop,
             )
 
-        s = jax.lax.while_loop(cond, body, init)
-        return s[7], s[0], jnp.maximum(s[8], 0)
+        return jax.lax.while_loop(cond, body, state)
 
-    return jax.jit(jax.vmap(run, in_axes=(0, None, None, 0))), jax.jit(
+    return jax.jit(jax.vmap(run, in_axes=(0, None, None, 0, None))), jax.jit(
         jax.vmap(value_and_grad, (0, None, None, 0))
     )
+
+
+def _initial_state(p0: np.ndarray) -> list[np.ndarray]:
+    """The AdamW loop's carry for every row, as `_adamw_program`'s body reads it: step, iterate,
+    first and second moments, lowest objective, steps without improvement, kept objective, kept
+    iterate, stop code (-1: running); copies: the rounds write into it, never into `p0`."""
+    R, p0 = p0.shape[0], np.array(p0, np.float64)
+    inf, z = np.full(R, np.inf), np.zeros_like(p0)
+    count = lambda v: np.full(R, v, np.int64)  # noqa: E731  (the loop runs under enable_x64)
+    return [count(0), p0, z, z.copy(), inf, count(0), inf.copy(), p0.copy(), count(-1)]
+
+
+def _run_compacted(run, p0: np.ndarray, F, logy, weights: np.ndarray) -> list[np.ndarray]:
+    """Every row's AdamW loop to its stop, in rounds of `CHUNK_STEPS` steps: a vmapped loop
+    computes every row until the last one stops, so once a quarter of the batch has stopped the
+    running rows go on alone (in a smaller batch: `MIN_BATCH` at least, filled with copies of a
+    running row). Rows share no arithmetic, so each gets the iterates it would get in the full
+    batch (checked bit for bit on the MPL sets' 162 rows: parameters, objectives, steps, stop
+    codes); only the compute of rows that already stopped is saved, ~40% of a multistart fit
+    with intervals (its rows stop after 33 to 200 steps, 105 on average)."""
+    state = _initial_state(p0)
+    rows, batch, step = np.arange(p0.shape[0]), p0.shape[0], 0
+    while rows.size:
+        if batch >= 2 * MIN_BATCH and rows.size <= batch * SHRINK:
+            batch = max(MIN_BATCH, rows.size)
+        take = np.concatenate([rows, np.full(max(batch - rows.size, 0), rows[0])])
+        step = min(step + CHUNK_STEPS, MAX_STEPS)
+        carry = tuple(jnp.asarray(x[take]) for x in state)
+        out = run(carry, F, logy, jnp.asarray(weights[take]), step)
+        for x, y in zip(state, out):
+            x[rows] = np.asarray(y)[: rows.size]
+        rows = rows[(state[8][rows] < 0) & (state[0][rows] < MAX_STEPS)]
+    return state
 
 
 def adamw(problem: Problem, p0: np.ndarray, weights: np.ndarray, keep_evaluated: bool = False) -> AdamWResult:
@@ -216,11 +250,11 @@ def adamw(problem: Problem, p0: np.ndarray, weights: np.ndarray, keep_evaluated:
         raise AnalysisError("mpl --protocol authors fits every parameter; drop --fix")
     run, objective = _adamw_program(problem.law, problem.delta, problem.F.n, keep_evaluated)
     with jax.enable_x64(True):
-        F, logy, w = feature_dict(problem.F), jnp.asarray(problem.logy), jnp.asarray(weights, jnp.float64)
-        p, steps, stop = run(jnp.asarray(p0, jnp.float64), F, logy, w)
-        f, g = objective(p, F, logy, w)
-    p, f, g = np.asarray(p), np.asarray(f), np.asarray(g)
+        F, logy = feature_dict(problem.F), jnp.asarray(problem.logy)
+        weights = np.asarray(weights, np.float64)
+        state = _run_compacted(run, p0, F, logy, weights)
+        f, g = objective(jnp.asarray(state[7]), F, logy, jnp.asarray(weights))
+    p, f, g = state[7], np.asarray(f), np.asarray(g)
     ok = np.isfinite(f) & np.all(p > 0, axis=1)
-    return AdamWResult(
-        p, np.where(ok, f, np.inf), np.max(np.abs(g), axis=1), np.asarray(steps), np.asarray(stop)
-    )
+    steps, stop = state[0], np.maximum(state[8], 0)
+    return AdamWResult(p, np.where(ok, f, np.inf), np.max(np.abs(g), axis=1), steps, stop)
