@@ -51,6 +51,42 @@ def test_grid_is_epochs_4500_points():
     assert len(np.unique(CHINCHILLA_GRID, axis=0)) == 4500
 
 
+def test_first_pass_rows_are_a_seeded_quarter():
+    rows = fitting.first_pass_rows(4500)
+    assert rows.size == 1125 and np.all(np.diff(rows) > 0) and rows[-1] < 4500
+    assert np.array_equal(rows, fitting.first_pass_rows(4500))  # seeded: every fit the same rows
+    picked = CHINCHILLA_GRID[rows]
+    for j in range(CHINCHILLA_GRID.shape[1]):  # every value of every grid axis is tried
+        assert set(np.unique(picked[:, j])) == set(np.unique(CHINCHILLA_GRID[:, j]))
+
+
+def test_a_first_pass_without_agreement_runs_the_whole_grid(monkeypatch):
+    """A 64-point table makes a mixed search: the first pass is kept when enough of its starts
+    agree; demanding more agreement than it can give runs all 4,500 starts, to the same optimum."""
+    df = synth({"E": 1.7, "A": 400.0, "B": 900.0, "alpha": 0.33, "beta": 0.3}, np.random.default_rng(3))
+    kept = fit_law(df, "chinchilla", bootstrap=0, prediction_intervals=False)
+    assert kept.grid_starts == 4500 and kept.n_starts == 1125
+    monkeypatch.setattr(fitting, "FIRST_PASS_AGREE", 10**6)
+    whole = fit_law(df, "chinchilla", bootstrap=0, prediction_intervals=False)
+    assert whole.grid_starts == whole.n_starts == 4500
+    assert whole.objective == pytest.approx(kept.objective, rel=1e-9)
+    assert whole.params == pytest.approx(kept.params, rel=1e-6)
+    assert json.loads(whole.to_json())["grid_starts"] == 4500
+
+
+def test_a_first_pass_on_a_ridge_runs_the_whole_grid():
+    """Loss independent of D: B / D^beta is fitted to 0 along a ridge of equal objective, where
+    which starts run decides the parameters; the first pass's starts at the optimum disagree
+    (spread > FIRST_PASS_SPREAD), so the whole grid runs and the fit ends where it always did."""
+    N = np.repeat(np.geomspace(2e7, 3e9, 8), 8)
+    D = np.tile(np.geomspace(4e8, 2e11, 8), 8)
+    df = pd.DataFrame({"N": N, "D": D, "loss": 1.7 + 400.0 / N**0.33})
+    r = fit_law(df, "chinchilla", bootstrap=0, prediction_intervals=False)
+    assert r.grid_starts == r.n_starts == 4500
+    assert r.params["E"] == pytest.approx(1.7, rel=1e-6)
+    assert r.params["alpha"] == pytest.approx(0.33, rel=1e-6)
+
+
 def epoch_objective(df: pd.DataFrame, p: dict) -> float:
     """Epoch's objective written independently of the fitter (SciPy's Huber, delta 1e-3, summed
     over points, on log L - LSE(log A - alpha log N, log B - beta log D, log E), D = C / 6N)."""
@@ -86,7 +122,9 @@ def test_epoch_our_digits(epoch_fit):
     assert epoch_fit.objective == pytest.approx(OUR_OBJECTIVE, rel=1e-6)
     assert epoch_fit.params == pytest.approx(OURS, rel=1e-5)
     assert epoch_fit.n_points == 240
-    assert epoch_fit.n_starts == 4500
+    # the first pass (a seeded quarter of Epoch's grid) agreed on the optimum, so it was kept
+    assert epoch_fit.grid_starts == 4500 and epoch_fit.n_starts == 1125
+    assert epoch_fit.starts_at_optimum >= fitting.FIRST_PASS_AGREE
     assert epoch_fit.converged and epoch_fit.starts_at_optimum >= 2
     assert epoch_fit.grad_norm < 1e-6
 
