@@ -15,6 +15,12 @@ os.environ.setdefault("SCALELAB_JAX_CACHE", tempfile.mkdtemp(prefix="scalelab-ja
 
 import pytest  # noqa: E402
 
+from models.base.jaxcache import enable_compile_cache  # noqa: E402
+
+# The tests' own processes use that cache too (the CLI and the run loops turn it on for
+# themselves): a fit's programs, compiled in one test or on one xdist worker, load in the next.
+enable_compile_cache()
+
 REPO = pathlib.Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data"
 # Overrides the data location (and lets a test point it somewhere wrong on purpose).
