@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
                 fallbacks.append({"law": prob.law.name, "n": int(prob.logy.size), "mixed": mixed})
             return ms
         whole = Precision.MIXED if mixed else Precision.FLOAT64
-        full = fitting._search(prob, np.asarray(starts, float), whole)
+        full = fitting._search(prob, np.asarray(starts, float), whole, fitting._StartRuns(prob))
         rel = (ms.objective - full.objective) / abs(full.objective)
         dtheta = float(np.max(np.abs(ms.theta - full.theta)))
         records.append(

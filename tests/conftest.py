@@ -4,6 +4,7 @@ the `shared_data` fixture for the public datasets in ../shared/data."""
 import functools
 import os
 import pathlib
+import re
 import tempfile
 
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
@@ -87,7 +88,7 @@ def pytest_collection_modifyitems(config, items):
 def _shares_module_fixture(path: str) -> bool:
     """Whether a test file defines a module-scoped fixture (a fitted table, a trained sweep)."""
     try:
-        return 'scope="module"' in pathlib.Path(path).read_text()
+        return re.search(r"""scope\s*=\s*["']module["']""", pathlib.Path(path).read_text()) is not None
     except OSError:
         return False
 

@@ -74,7 +74,7 @@ def test_a_first_pass_without_agreement_runs_the_whole_grid(monkeypatch):
     assert json.loads(whole.to_json())["grid_starts"] == 4500
 
 
-def test_a_first_pass_on_a_ridge_runs_the_whole_grid():
+def test_a_first_pass_on_a_ridge_runs_the_whole_grid(monkeypatch):
     """Loss independent of D: B / D^beta is fitted to 0 along a ridge of equal objective, where
     which starts run decides the parameters; the first pass's starts at the optimum disagree
     (spread > FIRST_PASS_SPREAD), so the whole grid runs and the fit ends where it always did."""
@@ -85,6 +85,11 @@ def test_a_first_pass_on_a_ridge_runs_the_whole_grid():
     assert r.grid_starts == r.n_starts == 4500
     assert r.params["E"] == pytest.approx(1.7, rel=1e-6)
     assert r.params["alpha"] == pytest.approx(0.33, rel=1e-6)
+    # the first pass's runs are kept, not run again: the result is the whole grid's, bit for bit
+    monkeypatch.setattr(fitting, "FIRST_PASS_MIN_STARTS", 10**9)
+    whole = fit_law(df, "chinchilla", bootstrap=0, prediction_intervals=False)
+    assert whole.params == r.params and whole.objective == r.objective
+    assert whole.starts_at_optimum == r.starts_at_optimum
 
 
 def epoch_objective(df: pd.DataFrame, p: dict) -> float:

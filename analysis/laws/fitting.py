@@ -284,8 +284,9 @@ def multistart(
 
     A big search (at least `FIRST_PASS_MIN_STARTS` starts) runs a first pass on a quarter
     of the starts (`first_pass_rows`) and stops there when `FIRST_PASS_AGREE` of them reach its
-    optimum at the same parameters (`FIRST_PASS_SPREAD`); otherwise every start runs, so a
-    ridge of equal objective ends where the whole grid's search ends. On Epoch's table 15% of
+    optimum at the same parameters (`FIRST_PASS_SPREAD`); otherwise the other starts run too
+    (`_StartRuns` keeps the first pass's runs), so a ridge of equal objective ends where the
+    whole grid's search ends. On Epoch's table 15% of
     the 4,500 grid starts reach the optimum, spread evenly over the grid, so the first pass finds
     it ~170 times."""
     starts = np.asarray(starts_SxF, dtype=float)
@@ -296,19 +297,42 @@ def multistart(
         )
     if precision == Precision.AUTO:  # the float32 pass pays for its extra compilation only on big searches
         precision = Precision.MIXED if S * prob.search_work >= MIXED_MIN_WORK else Precision.FLOAT64
+    runs = _StartRuns(prob)
     if S >= FIRST_PASS_MIN_STARTS:
-        first = _search(prob, starts[first_pass_rows(S)], Precision(precision))
+        first = _search(prob, starts[first_pass_rows(S)], Precision(precision), runs)
         if first.starts_at_optimum >= FIRST_PASS_AGREE and first.optimum_spread <= FIRST_PASS_SPREAD:
             return dataclasses.replace(first, grid_starts=S)
-    return _search(prob, starts, Precision(precision))
+    return _search(prob, starts, Precision(precision), runs)
 
 
-def _search(prob: Problem, starts: np.ndarray, precision: Precision) -> MultiStart:
+class _StartRuns:
+    """L-BFGS runs of one problem's starts with the point weights, kept per precision and start:
+    the whole grid's search after a first pass runs only the starts the first pass did not (a
+    start's run does not depend on its batch, so a kept result is the one it would get)."""
+
+    def __init__(self, prob: Problem) -> None:
+        self.prob = prob
+        self.kept: dict[tuple[str, bytes], tuple] = {}
+
+    def run(self, x0_SxF: np.ndarray, dtype) -> MinimizeResult:
+        x0 = np.asarray(x0_SxF, dtype)
+        keys = [(x0.dtype.str, row.tobytes()) for row in x0]
+        todo = [j for j, k in enumerate(keys) if k not in self.kept]
+        if todo:
+            w = np.broadcast_to(self.prob.w, (len(todo), self.prob.w.size))
+            r = run_starts(self.prob, x0[todo], w, dtype)
+            for n, j in enumerate(todo):
+                self.kept[keys[j]] = tuple(field[n] for field in r)
+        rows = [self.kept[k] for k in keys]
+        return MinimizeResult(*(np.stack(col) for col in zip(*rows)))
+
+
+def _search(prob: Problem, starts: np.ndarray, precision: Precision, runs: _StartRuns) -> MultiStart:
     """`multistart` on exactly these starts (precision MIXED or FLOAT64)."""
     S = starts.shape[0]
     if precision == Precision.MIXED:
         loading = load_program_async(prob, np.float64)  # the polish's program, while float32 runs
-        r32 = run_starts(prob, starts, np.broadcast_to(prob.w, (S, prob.w.size)), np.float32)
+        r32 = runs.run(starts, np.float32)
         loading.join()
         f32 = np.where(np.isfinite(r32.f), r32.f, np.inf)
         best32 = np.min(f32)
@@ -322,7 +346,7 @@ def _search(prob: Problem, starts: np.ndarray, precision: Precision) -> MultiSta
         polish_from = r32.x[keep].astype(np.float64)
     else:
         polish_from = starts
-    r = _run64(prob, polish_from, np.broadcast_to(prob.w, (polish_from.shape[0], prob.w.size)))
+    r = runs.run(polish_from, np.float64)
     f = np.where(np.isfinite(r.f), r.f, np.inf)
     i = int(np.argmin(f))
     best = float(f[i])
