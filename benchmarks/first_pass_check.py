@@ -25,8 +25,8 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import backtest_zoo  # noqa: E402
 
+from analysis.core.enums import Precision  # noqa: E402
 from analysis.laws import fitting  # noqa: E402
-from analysis.laws.enums import Precision  # noqa: E402
 
 # protocols whose methods fit point laws with the big grids (curves, MoE and RL laws do not)
 PROTOCOLS = ("budget", "frontier", "size", "epochs", "downstream", "compare", "lr", "batch")

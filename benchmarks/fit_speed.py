@@ -45,9 +45,9 @@ import pandas as pd  # noqa: E402
 from scipy.optimize import minimize  # noqa: E402
 from scipy.special import huber  # noqa: E402
 
+from analysis.core.validation import bootstrap_counts  # noqa: E402
 from analysis.laws.fitting import fit_law  # noqa: E402
 from analysis.laws.registry import CHINCHILLA_GRID  # noqa: E402
-from analysis.validation import bootstrap_counts  # noqa: E402
 
 DATA = (
     pathlib.Path(__file__).resolve().parents[1].parent
@@ -246,7 +246,7 @@ def optax_minimize_batch(fun, cfg, max_iter: int):
     import optax
     import optax.tree_utils as otu
 
-    from analysis.laws.lbfgs import _mesh
+    from analysis.core.lbfgs import _mesh
 
     opt = optax.lbfgs(
         memory_size=cfg.memory,
@@ -296,8 +296,8 @@ def _optax_vs_ours(prob, x0, w, label: str, fn, n_groups: int) -> dict:
     import jax
     import jax.numpy as jnp
 
+    from analysis.core.lbfgs import _mesh
     from analysis.laws import fitting as F
-    from analysis.laws.lbfgs import _mesh
 
     F.run_starts(prob, x0[:8], w[:8])  # our program for this width is usually loaded by now
     t = time.perf_counter()
@@ -333,8 +333,8 @@ def time_optax(df: pd.DataFrame, fitb, n_starts: int, n_resamples: int) -> dict:
     """optax.lbfgs against our engine, both float64 with the same objective and tolerances, on
     `n_starts` random starts of Epoch's grid (best objective of the subset) and the first
     `n_resamples` resamples of the 1,000-resample bootstrap (each from its 3 starts)."""
+    from analysis.core import table as data_mod
     from analysis.laws import fitting as F
-    from analysis.laws import points as data_mod
     from analysis.laws.registry import get_law
 
     law = get_law("chinchilla")

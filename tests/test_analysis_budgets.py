@@ -7,7 +7,8 @@ import pandas as pd
 import pytest
 
 from analysis import AnalysisError
-from analysis.laws import budgets, isoflop
+from analysis.core import budgets
+from analysis.laws import isoflop
 from analysis.laws.fitting import holdout_validate
 from analysis.laws.holdout import top_budget_threshold
 from analysis.laws.registry import get_law

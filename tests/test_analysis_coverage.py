@@ -19,8 +19,8 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
 from analysis import approach2  # noqa: E402
+from analysis.core.lbfgs import LBFGSConfig, minimize_batch  # noqa: E402
 from analysis.laws.fitting import objective_fn  # noqa: E402
-from analysis.laws.lbfgs import LBFGSConfig, minimize_batch  # noqa: E402
 from analysis.laws.registry import get_law  # noqa: E402
 
 

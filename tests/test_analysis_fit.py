@@ -11,8 +11,8 @@ import pytest
 from scipy.special import huber, logsumexp
 
 from analysis import AnalysisError, allocation, fit_law, get_law, known_laws, register_law
+from analysis.core.enums import FitStatus, NParams
 from analysis.laws import fitting
-from analysis.laws.enums import FitStatus, NParams
 from analysis.laws.fitting import HUBER_DELTA
 from analysis.laws.registry import CHINCHILLA_GRID
 

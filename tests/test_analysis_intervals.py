@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis import validation
+from analysis.core import validation
 from analysis.laws.fitting import fit_law
 
 

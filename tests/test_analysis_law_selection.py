@@ -124,7 +124,7 @@ def test_auto_keeps_the_baseline_form_unless_beaten_on_every_fold(alpha, beta):
 
 
 def test_choose_against_needs_every_fold():
-    from analysis.validation import choose_against
+    from analysis.core.validation import choose_against
 
     base = {"a": 1.0, "b": 1.0, "c": 1.0}
     order = ("simple", "base", "other")

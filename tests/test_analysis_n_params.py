@@ -14,7 +14,7 @@ import pytest
 
 from analysis import AnalysisError, fit_law
 from analysis.cli import main
-from analysis.laws.points import NParamsWarning, choose_n_column
+from analysis.core.table import NParamsWarning, choose_n_column
 from analysis.laws.registry import get_law
 from analysis.report.build import _use_n_params
 

@@ -54,28 +54,28 @@ MAY_IMPORT: dict[str, frozenset[str]] = {
         "experiments.sweeps": (*TRAINING_CORE, "experiments.train"),  # ladders, grids, run ids
         "hydra_plugins": (*TRAINING_CORE, "experiments.sweeps"),  # Hydra sweeper / launcher
         # held-out cuts, fold errors, intervals, bootstrap draws, the padded batch, the method choice
-        "analysis.validation": (BASE,),
+        "analysis.core": (BASE,),
         "analysis.laws": (
             BASE,
-            "analysis.validation",
+            "analysis.core",
         ),  # point laws and the one fitting engine: no training code
-        "analysis.runs": (BASE, "analysis.validation", "analysis.laws"),  # run directories -> tables
+        "analysis.runs": (BASE, "analysis.core", "analysis.laws"),  # run directories -> tables
         "analysis.rl": (
             BASE,
-            "analysis.validation",
+            "analysis.core",
             "analysis.laws",
             "analysis.runs",
         ),  # RL laws, curves, report section
-        "analysis.curves": (BASE, "analysis.validation", "analysis.laws", "analysis.runs"),  # loss-curve laws
-        "analysis.downstream": (BASE, "analysis.validation", "analysis.laws"),  # downstream-task prediction
-        "analysis.hparams": (BASE, "analysis.validation", "analysis.laws"),  # learning-rate / batch-size laws
+        "analysis.curves": (BASE, "analysis.core", "analysis.laws", "analysis.runs"),  # loss-curve laws
+        "analysis.downstream": (BASE, "analysis.core", "analysis.laws"),  # downstream-task prediction
+        "analysis.hparams": (BASE, "analysis.core", "analysis.laws"),  # learning-rate / batch-size laws
         # recipe comparison: the compute multiplier between two ladders (`python -m analysis compare`)
-        "analysis.compare": (BASE, "analysis.validation", "analysis.laws", "analysis.runs"),
+        "analysis.compare": (BASE, "analysis.core", "analysis.laws", "analysis.runs"),
         # a run's final loss from the first part of its curve (`python -m analysis forecast`)
         "analysis.forecast": (
             BASE,
             "models",
-            "analysis.validation",
+            "analysis.core",
             "analysis.laws",
             "analysis.runs",
             "analysis.curves",
@@ -83,7 +83,7 @@ MAY_IMPORT: dict[str, frozenset[str]] = {
         # `python -m analysis backtest`: every family's candidate methods on a hidden top of the ladder
         "analysis.backtest": (
             BASE,
-            "analysis.validation",
+            "analysis.core",
             "analysis.laws",
             "analysis.runs",
             "analysis.curves",
@@ -97,7 +97,7 @@ MAY_IMPORT: dict[str, frozenset[str]] = {
             BASE,
             "models",
             "sharding",
-            "analysis.validation",
+            "analysis.core",
             "analysis.laws",
             "analysis.hparams",
             "experiments.train",
@@ -106,14 +106,14 @@ MAY_IMPORT: dict[str, frozenset[str]] = {
         "analysis.layouts": (
             BASE,
             "sharding",
-            "analysis.validation",
+            "analysis.core",
             "analysis.runs",
             "analysis.planning",
         ),
         "analysis.report": (
             BASE,
             "models",
-            "analysis.validation",
+            "analysis.core",
             "analysis.laws",
             "analysis.runs",
             "analysis.curves",
@@ -127,7 +127,7 @@ MAY_IMPORT: dict[str, frozenset[str]] = {
             BASE,
             "models",
             "sharding",
-            "analysis.validation",
+            "analysis.core",
             "analysis.laws",
             "analysis.runs",
             "analysis.curves",
@@ -455,9 +455,9 @@ def test_function_level_imports_without_a_reason_are_caught(tmp_path, source, fl
 def test_function_level_import_check_catches_one_in_the_tree(tmp_path):
     for k in PACKAGES:
         shutil.copytree(ROOT / k, tmp_path / k, ignore=shutil.ignore_patterns("__pycache__"))
-    target = tmp_path / "analysis" / "laws" / "enums.py"
+    target = tmp_path / "analysis" / "core" / "enums.py"
     target.write_text(target.read_text() + "\n\ndef _planted():\n    import json\n\n    return json\n")
     before = set(function_imports_without_reason(ROOT))
     found = sorted(set(function_imports_without_reason(tmp_path)) - before)
     n = len(target.read_text().splitlines()) - 2
-    assert found == [f"analysis/laws/enums.py:{n}: import json"], found
+    assert found == [f"analysis/core/enums.py:{n}: import json"], found

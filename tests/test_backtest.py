@@ -12,8 +12,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis import validation
 from analysis.cli import main as cli_main
+from analysis.core import validation
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "benchmarks"))
 import backtest_zoo  # noqa: E402

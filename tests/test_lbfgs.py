@@ -5,8 +5,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from analysis.laws import lbfgs
-from analysis.laws.lbfgs import LBFGSConfig, minimize_batch
+from analysis.core import lbfgs
+from analysis.core.lbfgs import LBFGSConfig, minimize_batch
 
 
 def rosenbrock(x, scale):

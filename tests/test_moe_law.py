@@ -10,8 +10,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis import validation
 from analysis.cli import main
+from analysis.core import validation
 from analysis.laws.moe import fit_moe
 from analysis.laws.moe_forms import N_REF, e_hat
 from analysis.planning.trainer import trainer_features

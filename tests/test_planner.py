@@ -14,8 +14,8 @@ import pytest
 from scipy import optimize
 
 from analysis import allocation, fit_law
+from analysis.core.table import FLOPS_PER_PARAM_TOKEN
 from analysis.laws.allocation import ScalingLaw
-from analysis.laws.points import FLOPS_PER_PARAM_TOKEN
 from analysis.planning.planner import candidate_shapes, plan
 from models.base.errors import AnalysisError
 from sharding.costmodel import PRIOR_EFFICIENCY, Layout, ModelShape, estimate_step, load_hardware

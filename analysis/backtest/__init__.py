@@ -1,6 +1,6 @@
 """`python -m analysis backtest`: hide the top of a ladder, fit every candidate method, report how
 each did on what it did not see (docs/analysis.md, "Backtesting"). The cuts, intervals and the
-method choice come from `analysis.validation`, the same code the fitting commands use."""
+method choice come from `analysis.core.validation`, the same code the fitting commands use."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pandas as pd
 
 from analysis.backtest.losses import Options
 from analysis.backtest.result import Backtest
-from analysis.laws.points import read_table
+from analysis.core.table import read_table
 
 
 class Protocol(enum.StrEnum):

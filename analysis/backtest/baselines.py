@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.optimize import least_squares
 
-from analysis import validation
+from analysis.core import validation
 
 Z90 = validation.norm_ppf(0.5 + validation.PREDICTION_LEVEL / 2)
 

@@ -23,10 +23,10 @@ import warnings
 import numpy as np
 import pandas as pd
 
-from analysis import validation
 from analysis.backtest import baselines
 from analysis.backtest.losses import Options
 from analysis.backtest.result import Backtest, MethodScore, Metric, Point
+from analysis.core import validation
 from analysis.hparams import fitting as HF
 from analysis.hparams import laws as HL
 from analysis.hparams import rungs as HR

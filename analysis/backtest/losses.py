@@ -15,13 +15,13 @@ from typing import Mapping
 import numpy as np
 import pandas as pd
 
-from analysis import validation
 from analysis.backtest import baselines
 from analysis.backtest.result import Backtest, MethodScore, Metric, Point
-from analysis.laws import points as data_mod
+from analysis.core import table as data_mod
+from analysis.core import validation
+from analysis.core.enums import DEFAULT_LAW, LawName
 from analysis.laws.allocation import ScalingLaw
 from analysis.laws.best_runs import rows_to_fit
-from analysis.laws.enums import DEFAULT_LAW, LawName
 from analysis.laws.fitting import fit_law
 from analysis.laws.frontier import FrontierMethod, budget_labels, frontier_points
 from analysis.laws.holdout import top_budget_threshold

@@ -15,14 +15,14 @@ import warnings
 import numpy as np
 import pandas as pd
 
-from analysis import validation
 from analysis.backtest import baselines
 from analysis.backtest.losses import Options, _points
 from analysis.backtest.result import Backtest, MethodScore, Metric
+from analysis.core import validation
+from analysis.core.table import resolve
 from analysis.laws.fitting import fit_law
 from analysis.laws.moe import MOE, candidates, check_experts, fit_moe, varies_tokens
 from analysis.laws.moe_forms import N_REF
-from analysis.laws.points import resolve
 from models.base.errors import AnalysisError
 
 BASELINE = "baseline_log_bilinear"

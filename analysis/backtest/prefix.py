@@ -34,9 +34,9 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from analysis import validation
 from analysis.backtest.losses import Options
 from analysis.backtest.result import Backtest, MethodScore, Metric, Point
+from analysis.core import validation
 from analysis.forecast import Method, RunCurve, forecast_runs, read_curves
 from analysis.forecast.choose import rung_key
 from analysis.forecast.inputs import MIN_POINTS, curves_from_table

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from analysis import validation
+from analysis.core import validation
 
 
 class Metric(enum.StrEnum):

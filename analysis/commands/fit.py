@@ -30,7 +30,7 @@ from analysis.commands._flags import (
     add_seed_argument,
 )
 from analysis.commands._options import ColumnOptions, emit_json, parse_fixed
-from analysis.laws.enums import DEFAULT_LAW, NParams, Precision
+from analysis.core.enums import DEFAULT_LAW, NParams, Precision
 from analysis.laws.text import fit_lines
 from models.base.errors import AnalysisError
 from models.base.jaxcache import enable_compile_cache
@@ -141,9 +141,9 @@ def run(args: argparse.Namespace) -> int:
         precision=Precision(args.precision),
     )
     # JAX and the fitting code load here, not at import, so `python -m analysis --help` stays fast.
+    from analysis.core.table import FitNotice
     from analysis.laws.fitting import fit_law
     from analysis.laws.moe import MOE, fit_moe
-    from analysis.laws.points import FitNotice
     from analysis.laws.registry import get_law
     from analysis.laws.selection import AUTO, default_law, fit_auto
     from analysis.laws.targets import predict_targets, prediction_lines
@@ -201,8 +201,8 @@ def _fit_rows(opts: FitOptions):
     is reduced to the best run per (budget, shape) of an LR / optim.* sweep, recomputed from its
     config columns; a table without them but with a `selected` column keeps its marked rows."""
     # deferred: pandas and the law modules, as in run()
+    from analysis.core.table import ALIASES, read_table
     from analysis.laws.best_runs import rows_to_fit
-    from analysis.laws.points import ALIASES, read_table
 
     df = read_table(opts.data)
     if opts.all_runs and opts.at_optimum:
@@ -258,8 +258,8 @@ def _read_targets(opts: FitOptions, columns: dict[str, str]):
     if not opts.predict:
         return None
     # deferred: the law modules load pandas and JAX, as in run()
+    from analysis.core.table import read_table
     from analysis.laws.moe import FIXED_TOKEN_CANDIDATES, MOE
-    from analysis.laws.points import read_table
     from analysis.laws.selection import AUTO, CANDIDATES
     from analysis.laws.targets import check_targets
 

@@ -71,7 +71,7 @@ def register(subparsers) -> None:
 
 
 def _targets(path: str) -> list[dict]:
-    from analysis.laws.points import read_table  # pandas and JAX: loaded when run, a fast --help
+    from analysis.core.table import read_table  # pandas and JAX: loaded when run, a fast --help
 
     t = read_table(path)
     for col in ("N", "D"):
@@ -179,9 +179,9 @@ class FitHparamsOptions(CommandOptions):
 def run(args: argparse.Namespace) -> int:
     opts = FitHparamsOptions.from_args(args)
     # the fits (pandas, JAX) load here, not at import, so `python -m analysis --help` stays fast
+    from analysis.core.table import read_table
     from analysis.hparams.fitting import HparamOptions, fit_hparams
     from analysis.hparams.laws import FORMS
-    from analysis.laws.points import read_table
 
     if opts.window < 1:
         raise AnalysisError(f"--window must be >= 1 (got {opts.window})")

@@ -64,9 +64,9 @@ class FitTaskOptions(CommandOptions):
 def run(args: argparse.Namespace) -> int:
     opts = FitTaskOptions.from_args(args)
     # JAX and the fitting code load here, not at import, so `python -m analysis --help` stays fast.
+    from analysis.core.table import read_table
     from analysis.downstream import fit_downstream
     from analysis.downstream.data import read_ladder, read_targets
-    from analysis.laws.points import read_table
     from analysis.laws.registry import get_law
     from analysis.laws.selection import AUTO
 

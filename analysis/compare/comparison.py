@@ -20,12 +20,12 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from analysis import validation
 from analysis.compare import frontiers as fr
 from analysis.compare.ladders import Ladder
 from analysis.compare.measure import measured
 from analysis.compare.methods import AUTO_CANDIDATES, DEFAULT, JOINT_LAWS, Method, PairFit, fit_pair
 from analysis.compare.result import BudgetMultiplier, Comparison, Crossover, PairComparison, Trend
+from analysis.core import validation
 from analysis.laws.intervals import PredictionError
 from models.base.errors import AnalysisError
 

@@ -24,7 +24,7 @@ import pandas as pd
 import yaml
 
 from analysis import runs as runs_mod
-from analysis.laws import points as data_mod
+from analysis.core import table as data_mod
 from analysis.laws.best_runs import rows_to_fit
 from analysis.laws.frontier import budget_labels, frontier_points
 from models.base.errors import AnalysisError

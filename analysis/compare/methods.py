@@ -33,10 +33,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from analysis import validation
 from analysis.compare import frontiers as fr
 from analysis.compare.ladders import Ladder
-from analysis.laws import points as data_mod
+from analysis.core import table as data_mod
+from analysis.core import validation
 from analysis.laws.fitting import FitOptions, fit_points
 from analysis.laws.frontier import MIN_FRONTIER_POINTS, fit_power_law, frontier_points
 from analysis.laws.registry import Law, get_law, logsumexp

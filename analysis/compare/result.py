@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from analysis import validation
+from analysis.core import validation
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
+from analysis.core.lbfgs import CONVERGED_CODES, STATUS_NAMES
 from analysis.curves import protocol as authors
 from analysis.curves.data import Curve, load_curve
 from analysis.curves.features import Features, features
@@ -25,7 +26,6 @@ from analysis.curves.intervals import IntervalModel, RefitPlan, calibrate, plan_
 from analysis.curves.laws import CurveLaw, get_curve_law, start_grid
 from analysis.curves.optimize import Problem, evaluate, minimize
 from analysis.laws.fitting import HUBER_DELTA
-from analysis.laws.lbfgs import CONVERGED_CODES, STATUS_NAMES
 from models.base import jsonio
 from models.base.errors import AnalysisError
 

@@ -51,7 +51,7 @@ from typing import Sequence
 import numpy as np
 from scipy.optimize import nnls
 
-from analysis import validation
+from analysis.core import validation
 from analysis.curves.data import Curve, peak_index
 from analysis.curves.features import subset
 from analysis.curves.optimize import Problem, evaluate

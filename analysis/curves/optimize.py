@@ -16,10 +16,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from analysis.core.lbfgs import LBFGSConfig, MinimizeResult, minimize_batch
 from analysis.curves.features import FEATURE_KEYS, Features
 from analysis.curves.laws import CurveLaw
 from analysis.laws.fitting import huber
-from analysis.laws.lbfgs import LBFGSConfig, MinimizeResult, minimize_batch
 
 CFG = LBFGSConfig(max_evals=4000, ftol=1e-13)
 

@@ -27,7 +27,7 @@ its fork Morphorxz/dlt25-final, commit 4d20cd9037dd22d135e7f775739e3ae7d561cdee,
 
 Here every row of point weights (the main fit, and the calibration refits of `intervals.py`) gets
 its own start and its own AdamW run, all rows in one vmapped loop; the start's grid runs through
-the batched L-BFGS of `analysis/laws/lbfgs.py` on log parameters (positivity, their bounds).
+the batched L-BFGS of `analysis/core/lbfgs.py` on log parameters (positivity, their bounds).
 Beyond theirs, `MULTISTART_GRID` (`--protocol multistart`) runs AdamW from 27 annealing starts per
 row and keeps the lowest objective (docs/analysis.md, "Accuracy on the MPL protocol").
 """
@@ -42,10 +42,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from analysis.core.lbfgs import LBFGSConfig, minimize_batch
 from analysis.curves.data import Curve
 from analysis.curves.optimize import Problem, feature_dict
 from analysis.laws.fitting import huber
-from analysis.laws.lbfgs import LBFGSConfig, minimize_batch
 from models.base.errors import AnalysisError
 
 # The start's grid: L0 within +-0.2 of the lowest fitted loss (5 values), A within +-0.1 of the

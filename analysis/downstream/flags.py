@@ -31,8 +31,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from analysis.core.validation import top_share
 from analysis.downstream.data import MIN_SIZES, TaskRows
-from analysis.validation import top_share
 
 NEAR_CHANCE = 0.05  # accuracy points above chance below which a ladder has not left chance
 LOGISTIC_UNITS = 1.0  # k * (loss below the ladder's minimum) beyond which step 2 is flagged

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from analysis import validation
+from analysis.core import validation
 from analysis.downstream.data import MIN_SIZES, TaskRows
 from analysis.downstream.methods import CANDIDATES, OBSERVED_LOSS, Candidate, fit_all, subset
 from analysis.downstream.taskloss import fit_task_loss

@@ -59,7 +59,7 @@ from statistics import NormalDist
 
 import numpy as np
 
-from analysis.validation import PREDICTION_LEVEL, offsets, scatter_sd, top_share
+from analysis.core.validation import PREDICTION_LEVEL, offsets, scatter_sd, top_share
 
 
 @dataclass(frozen=True)

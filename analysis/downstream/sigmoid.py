@@ -15,7 +15,7 @@ sizes are fitted); the held-out check (`analysis.downstream.holdout`) decides pe
 one predicted larger models better.
 
 Fit: weighted least squares on accuracy by the shared multi-start L-BFGS
-(`analysis.laws.lbfgs.minimize_batch`), batched over start points or bootstrap resamples (weight
+(`analysis.core.lbfgs.minimize_batch`), batched over start points or bootstrap resamples (weight
 rows). The bounds hold by construction (the ceiling through a sigmoid, the slopes as logs), so
 the optimiser is unconstrained. Every form and ceiling mode is one objective on a 4-slot
 parameter vector (unused slots have zero gradient and stay put), so a process compiles one
@@ -34,8 +34,8 @@ import jax.numpy as jnp
 import numpy as np
 from scipy.special import expit
 
-from analysis import validation
-from analysis.laws.lbfgs import LBFGSConfig, minimize_batch
+from analysis.core import validation
+from analysis.core.lbfgs import LBFGSConfig, minimize_batch
 
 CEILING_FITTED, CEILING_ONE = "fitted", "one"
 MAX_EXP = 40.0  # exp() arguments are clipped here: slopes beyond e^40 are numerically a step

@@ -10,7 +10,7 @@ form Gadre et al. 2024 fitted; on their C4 validation loss it predicts the 1.4B/
 measured error model, docs/analysis.md); the accuracy interval propagates step 1 separately.
 
 Its bootstrap resamples runs: the rows are passed in run order, so resample b's count of run i
-is `analysis.validation.bootstrap_counts(n_runs, B, seed)[b, i]`, the same counts the caller
+is `analysis.core.validation.bootstrap_counts(n_runs, B, seed)[b, i]`, the same counts the caller
 uses to refit step 2 and the direct method. That joint resampling is what propagates step 1's
 parameter uncertainty through step 2.
 """
@@ -23,10 +23,10 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from analysis.core.table import NParamsWarning
+from analysis.core.validation import bootstrap_counts
 from analysis.laws.fitting import FitResult, fit_law
-from analysis.laws.points import NParamsWarning
 from analysis.laws.selection import AUTO, fit_auto
-from analysis.validation import bootstrap_counts
 
 DEFAULT_LAW = "chinchilla_tied"
 

@@ -21,7 +21,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from analysis import validation
+from analysis.core import validation
 from analysis.forecast import choose as ch
 from analysis.forecast import select
 from analysis.forecast import transfer as tr

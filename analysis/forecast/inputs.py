@@ -36,7 +36,7 @@ import numpy as np
 import pandas as pd
 
 from analysis import runs as runs_mod
-from analysis.laws.points import read_table
+from analysis.core.table import read_table
 from models.base.errors import AnalysisError, ConfigError
 from models.base.rundir import RunRole, RunStatus
 from models.config import ModelConfig

@@ -24,7 +24,7 @@ from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
-from analysis import validation
+from analysis.core import validation
 from analysis.forecast import schedule
 from analysis.forecast.inputs import MIN_POINTS, RunCurve
 from analysis.forecast.results import Method, RunForecast

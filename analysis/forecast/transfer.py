@@ -29,7 +29,7 @@ from typing import Sequence
 
 import numpy as np
 
-from analysis import validation
+from analysis.core import validation
 from analysis.forecast.inputs import MIN_POINTS, RunCurve
 from models.base.errors import AnalysisError
 

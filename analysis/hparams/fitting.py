@@ -24,9 +24,9 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from analysis.core.table import LOSS_COLUMNS, TABLE_COLUMNS
 from analysis.hparams import laws as L
 from analysis.hparams import rungs as R
-from analysis.laws.points import LOSS_COLUMNS, TABLE_COLUMNS
 from models.base.errors import AnalysisError
 from models.base.rundir import HPARAMS_KIND, RunStatus
 

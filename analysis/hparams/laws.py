@@ -44,8 +44,8 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from analysis import validation
-from analysis.validation import PREDICTION_LEVEL
+from analysis.core import validation
+from analysis.core.validation import PREDICTION_LEVEL
 from models.base.errors import AnalysisError
 
 BOOTSTRAP = 1000

@@ -37,9 +37,9 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-from analysis import validation
+from analysis.core import validation
+from analysis.core.validation import PREDICTION_LEVEL
 from analysis.laws.vertex import FLAT_CURVATURE, MIN_VALUES, around, quadratic, vertex, window_of
-from analysis.validation import PREDICTION_LEVEL
 
 # The values of a rung around its best that its quadratic goes through: 1 = the best and its two
 # neighbours ("the best point and its neighbours"), exact on three points.

@@ -23,14 +23,14 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from analysis import validation
+from analysis.core import validation
 from analysis.laws import intervals
 from analysis.laws.frontier import Frontier, FrontierMethod
 from models.base.errors import AnalysisError
 
 CHINCHILLA_NAMES = ("E", "A", "B", "alpha", "beta")
 DEFAULT_BUDGETS = (1e19, 1e20, 1e21, 1e22, 1e23, 1e24, 1e25)
-# The 6ND convention; equal to analysis.laws.points.FLOPS_PER_PARAM_TOKEN (not imported from there:
+# The 6ND convention; equal to analysis.core.table.FLOPS_PER_PARAM_TOKEN (not imported from there:
 # points pulls in pandas, which `python -m analysis --help` does not load).
 DEFAULT_FLOPS_PER_PARAM_TOKEN = 6.0
 MIN_CI_SAMPLES = 10  # fewer finite bootstrap values than this give no loss interval

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from analysis.laws.points import LOSS_COLUMNS, TABLE_COLUMNS
+from analysis.core.table import LOSS_COLUMNS, TABLE_COLUMNS
 from analysis.laws.vertex import MIN_VALUES, vertex
 from models.base.rundir import RunStatus
 
@@ -54,7 +54,7 @@ NOT_SCIENCE_KEYS = frozenset(
 # experiments, even when they differ only in `optim.*`; never merged into one rung
 SCIENCE_KEYS = frozenset({"sweep.recipe"})
 # Columns of the runs table (analysis.runs) that say which shape and budget a run is (N and loss:
-# analysis.laws.points's, the same numbers under either name).
+# analysis.core.table's, the same numbers under either name).
 N_COLUMNS = TABLE_COLUMNS["N"]
 D_COLUMNS = ("total_tokens", "tokens", "D")  # planned length first: a diverged run's `tokens` is partial
 BUDGET_COLUMNS = ("budget", "sweep.budget")

@@ -9,7 +9,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from analysis import validation
+from analysis.core import validation
 
 BASELINE = "chinchilla"  # kept unless a candidate beats it on every fold
 PARSIMONY = validation.PARSIMONY  # a more complex form must predict forward >10% better to be chosen

@@ -9,7 +9,7 @@ errors on average but loses to the least-squares baseline by more than 10% on 10
 and size backtests, and a default may not.
 
 Search: L-BFGS from every point of the law's start grid, all starts vectorised
-(`analysis.laws.lbfgs.minimize_batch`). For big searches (`precision="auto"`, e.g. the
+(`analysis.core.lbfgs.minimize_batch`). For big searches (`precision="auto"`, e.g. the
 4,500-start Chinchilla grid; or `"mixed"`) every start first runs to convergence in float32
 (about 3x cheaper on CPU), then the starts whose float32 optimum is within 1% of the best are
 polished in float64, which is needed to resolve the optimum to the digits of the published
@@ -41,16 +41,10 @@ import jax.numpy as jnp
 import numpy as np
 import pandas as pd
 
-from analysis import validation
-from analysis.laws import frontier as frontier_mod
-from analysis.laws import holdout, intervals, repeated
-from analysis.laws import points as data_mod
-from analysis.laws.allocation import allocation, chinchilla_index, closed_form_optimum, supports_allocation
-from analysis.laws.choice import LawChoice
-from analysis.laws.enums import FitStatus, LawName, NParams, Precision
-from analysis.laws.holdout import HoldoutReport
-from analysis.laws.intervals import NO_INTERVAL, Interval
-from analysis.laws.lbfgs import (
+from analysis.core import table as data_mod
+from analysis.core import validation
+from analysis.core.enums import FitStatus, LawName, NParams, Precision
+from analysis.core.lbfgs import (
     CONVERGED_CODES,
     STATUS_NAMES,
     LBFGSConfig,
@@ -58,6 +52,12 @@ from analysis.laws.lbfgs import (
     minimize_batch,
     prepare_batch,
 )
+from analysis.laws import frontier as frontier_mod
+from analysis.laws import holdout, intervals, repeated
+from analysis.laws.allocation import allocation, chinchilla_index, closed_form_optimum, supports_allocation
+from analysis.laws.choice import LawChoice
+from analysis.laws.holdout import HoldoutReport
+from analysis.laws.intervals import NO_INTERVAL, Interval
 from analysis.laws.registry import Law, bound_notes, get_law
 from models.base import jsonio
 from models.base.errors import AnalysisError

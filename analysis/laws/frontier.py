@@ -39,9 +39,9 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from analysis import validation
+from analysis.core import validation
+from analysis.core.budgets import group_budgets
 from analysis.laws import intervals
-from analysis.laws.budgets import group_budgets
 
 # A budget has >= this many runs on average in an IsoFLOP sweep; below it the C values scatter
 # (one run per C) and frontier points come from bins of BIN_DECADES instead.

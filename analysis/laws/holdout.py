@@ -14,12 +14,12 @@ from typing import Any, Mapping
 import numpy as np
 import pandas as pd
 
-from analysis import validation
-from analysis.laws import points as data_mod
-from analysis.laws.budgets import group_budgets
+from analysis.core import table as data_mod
+from analysis.core import validation
+from analysis.core.budgets import group_budgets
+from analysis.core.validation import PREDICTION_LEVEL, coverage
 from analysis.laws.intervals import Interval
 from analysis.laws.registry import Law
-from analysis.validation import PREDICTION_LEVEL, coverage
 from models.base.errors import AnalysisError
 
 
@@ -147,7 +147,7 @@ def split(pts: data_mod.Points, threshold: float) -> tuple[data_mod.Points, data
 def top_budget_threshold(df: pd.DataFrame, law: Law, columns: Mapping[str, str] | None = None) -> float:
     """The threshold that holds out exactly the top compute budget: the geometric mid-point of
     the smallest C of the top budget and the largest C of the one below. Budgets are grouped first
-    (`analysis.laws.budgets.group_budgets`): runs of one budget differ in C by whole steps."""
+    (`analysis.core.budgets.group_budgets`): runs of one budget differ in C by whole steps."""
     vals, _ = data_mod.resolve_inputs(df, law.inputs, columns)
     if "C" not in vals:
         raise AnalysisError("held-out validation needs compute per run (C, or N and D)")

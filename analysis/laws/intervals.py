@@ -36,7 +36,7 @@ from typing import Callable, NamedTuple
 
 import numpy as np
 
-from analysis.validation import (
+from analysis.core.validation import (
     PREDICTION_LEVEL,
     ROUNDOFF_SD,
     drift_from_folds,

@@ -28,10 +28,10 @@ from typing import Mapping
 import numpy as np
 import pandas as pd
 
-from analysis import validation
-from analysis.laws import points as data_mod
+from analysis.core import table as data_mod
+from analysis.core import validation
+from analysis.core.budgets import group_budgets  # moved there; `isoflop.group_budgets` still works
 from analysis.laws.allocation import allocation
-from analysis.laws.budgets import group_budgets  # moved there; `isoflop.group_budgets` still works
 from models.base.errors import AnalysisError
 
 METHODS = ("parabola", "cubic", "law")

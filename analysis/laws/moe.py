@@ -34,11 +34,11 @@ from typing import Any, Mapping
 import numpy as np
 import pandas as pd
 
-from analysis import validation
-from analysis.laws.enums import LawName
+from analysis.core import validation
+from analysis.core.enums import LawName
+from analysis.core.table import resolve_inputs
 from analysis.laws.fitting import FitResult
 from analysis.laws.intervals import PredictionError
-from analysis.laws.points import resolve_inputs
 from analysis.laws.registry import get_law
 from analysis.laws.selection import fit_chosen
 from models.base.errors import AnalysisError

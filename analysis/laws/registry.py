@@ -44,8 +44,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from analysis.core.enums import BoundPosition, LawName, NParams, TransformKind
 from analysis.laws import moe_forms, repeated
-from analysis.laws.enums import BoundPosition, LawName, NParams, TransformKind
 from models.base.errors import AnalysisError
 
 

@@ -30,11 +30,11 @@ from typing import Any, Mapping
 import numpy as np
 import pandas as pd
 
-from analysis import validation
+from analysis.core import validation
+from analysis.core.enums import DEFAULT_LAW, LawName
+from analysis.core.table import FitNotice, resolve, resolve_inputs
 from analysis.laws.choice import BASELINE, EPOCH_CRITERION, EPOCH_SHARE, PARSIMONY, LawChoice
-from analysis.laws.enums import DEFAULT_LAW, LawName
 from analysis.laws.fitting import FitResult, fit_law
-from analysis.laws.points import FitNotice, resolve, resolve_inputs
 from analysis.laws.registry import get_law
 from models.base.errors import AnalysisError
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Sequence
 
-from analysis.laws.points import ALIASES, resolve_inputs
+from analysis.core.table import ALIASES, resolve_inputs
+from analysis.core.validation import PREDICTION_LEVEL
 from analysis.laws.registry import get_law
-from analysis.validation import PREDICTION_LEVEL
 from models.base.errors import AnalysisError
 
 if TYPE_CHECKING:

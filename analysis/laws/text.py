@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from analysis.laws.enums import NParams
+from analysis.core.enums import NParams
 
 
 def fit_lines(fit, result: dict, budgets: list[float] | None = None) -> list[str]:

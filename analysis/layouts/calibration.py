@@ -17,7 +17,7 @@ import dataclasses
 import pathlib
 import statistics
 
-from analysis import validation
+from analysis.core import validation
 from analysis.layouts.rows import (
     MEASURED_COLUMNS,
     PRECISIONS,

@@ -34,9 +34,9 @@ from typing import Any, Mapping
 import numpy as np
 from scipy.optimize import minimize_scalar
 
+from analysis.core.enums import LawName
 from analysis.laws import repeated
 from analysis.laws.allocation import ScalingLaw
-from analysis.laws.enums import LawName
 from models.base.errors import AnalysisError
 
 # Muennighoff et al. 2023: up to ~4 epochs of repeated data are nearly as good as fresh data

@@ -29,10 +29,10 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from analysis.core.validation import PREDICTION_LEVEL
 from analysis.laws.allocation import ScalingLaw
 from analysis.laws.moe import MoeLaw
 from analysis.planning.planner import Plan, plan
-from analysis.validation import PREDICTION_LEVEL
 from models.base.errors import AnalysisError
 from models.config import MoEConfig
 

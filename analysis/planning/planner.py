@@ -39,12 +39,12 @@ import itertools
 import math
 from typing import Any, Sequence
 
+from analysis.core.validation import PREDICTION_LEVEL
 from analysis.laws.allocation import ScalingLaw
 from analysis.laws.moe import MoeLaw
 from analysis.planning.data_limit import DataLimitPlan, RepeatedDataLaw, paper_prior, plan_data_limit
 from analysis.planning.recipe import BatchSource, HparamSet, Recipe, tuned, untuned
 from analysis.planning.trainer import TRAINER_ZERO_STAGES, TrainerPlan, trainer_plan
-from analysis.validation import PREDICTION_LEVEL
 from models.base.errors import AnalysisError
 from models.config import MoEConfig
 from sharding.costmodel import (

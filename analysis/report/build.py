@@ -21,7 +21,7 @@ fits), so the report shows exactly what a notebook user would get:
 
 `sweep_dir` may also be a runs table (.csv, .parquet or .pq: what `python -m analysis collect`
 writes, or a user's own table with N, D and/or C, loss and optionally U), read with the column
-rules of `python -m analysis fit` (analysis.laws.points.resolve_inputs): the report then has the
+rules of `python -m analysis fit` (analysis.core.table.resolve_inputs): the report then has the
 law fit, the held-out check, allocation and frontier; loss curves, hyperparameter probes,
 downstream tasks and RL need run directories and are left out, with one line saying so. A table
 the law cannot be fitted to is an error (one line), not a report without a law.
@@ -46,10 +46,10 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from analysis.compare import section as recipes
+from analysis.core.table import choose_n_column, read_table, resolve, resolve_inputs
 from analysis.laws.best_runs import SELECTED, Selection, has_config, marked, select_best_runs
 from analysis.laws.fitting import FitResult, fit_law
 from analysis.laws.isoflop import approach2, compare_approaches, group_budgets
-from analysis.laws.points import choose_n_column, read_table, resolve, resolve_inputs
 from analysis.laws.registry import bound_notes, get_law
 from analysis.planning import data_limit, planner
 from analysis.report import figures as figs

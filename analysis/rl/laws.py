@@ -14,7 +14,7 @@ once the shape parameters (C_mid, B) are fixed. So chi^2 is minimised over the s
 alone, the level parameters solved in closed form by bounded weighted least squares inside the
 objective: a grid of the shape parameters (as ScaleRL grids A and C_mid), then the best grid
 cells polished by the shared multi-start L-BFGS (`analysis.rl.varpro`, on
-`analysis.laws.lbfgs.minimize_batch`). That is global (no start-value luck) and cheap.
+`analysis.core.lbfgs.minimize_batch`). That is global (no start-value luck) and cheap.
 
 Uncertainty: 95% intervals by profile likelihood (chi^2 rise of 3.84, scaled by the reduced
 chi^2 when it exceeds 1) or by a bootstrap over evaluation points. An interval that runs into a
@@ -31,7 +31,8 @@ from typing import Sequence
 
 import numpy as np
 
-from analysis import validation
+from analysis.core import validation
+from analysis.core.validation import bootstrap_counts
 from analysis.rl.varpro import (
     Fitter,
     LawSpec,
@@ -41,7 +42,6 @@ from analysis.rl.varpro import (
     profile_intervals,
     sigmoid_spec,
 )
-from analysis.validation import bootstrap_counts
 from models.base.errors import AnalysisError
 
 LAWS = tuple(RLLaw)  # the strings "sigmoid", "powerlaw"

@@ -27,7 +27,7 @@ import matplotlib
 import numpy as np
 from matplotlib.figure import Figure
 
-from analysis import validation
+from analysis.core import validation
 from analysis.rl.curves import RLCurve, burn_in_cutoff, fit_points, load_curve
 from analysis.rl.fitting import FitOptions, fit_recipe
 from analysis.rl.laws import GaoFit, RLPoints, fit_gao, fit_params, predict

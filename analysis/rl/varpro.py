@@ -12,7 +12,7 @@ minimum over the shape parameters (log C_mid, log B) is
 
 1. a grid (`GRID` points per free shape parameter, as ScaleRL grids A and C_mid), evaluated in
    NumPy from the same closed form: global, so no start-value luck;
-2. a polish of the best distinct grid cells by `analysis.laws.lbfgs.minimize_batch`, the
+2. a polish of the best distinct grid cells by `analysis.core.lbfgs.minimize_batch`, the
    vmapped multi-start L-BFGS every least-squares fit in `analysis` runs on, with the inner
    solve inside the objective (exact gradients: autodiff at the solved levels, see `_chi2`) and
    the box bounds of the shape parameters by reparametrisation: the soft clamp of
@@ -36,9 +36,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from analysis import validation
-from analysis.laws.enums import TransformKind
-from analysis.laws.lbfgs import LBFGSConfig, minimize_batch
+from analysis.core import validation
+from analysis.core.enums import TransformKind
+from analysis.core.lbfgs import LBFGSConfig, minimize_batch
 from analysis.laws.registry import START_MARGIN, Transform
 
 

@@ -23,7 +23,7 @@ from typing import Mapping
 import numpy as np
 import pandas as pd
 
-from analysis.laws.enums import NParams
+from analysis.core.enums import NParams
 from models.base.errors import AnalysisError
 from models.base.rundir import ROLE_FIELDS
 

@@ -16,7 +16,7 @@ them reaches every family and `python -m analysis backtest` measures exactly wha
   percentile range every reported interval uses, and its coverage;
 - **bootstrap draws** (`bootstrap_counts`, `bootstrap_indices`): case resamples from a seed;
 - **the padded batch** (`padded_rows`, `pad_rows`): rows padded with weight 0 to few compiled
-  shapes before a problem is handed to the L-BFGS engine (`analysis.laws.lbfgs`);
+  shapes before a problem is handed to the L-BFGS engine (`analysis.core.lbfgs`);
 - **the choice** (`choose`): the first method, in the caller's order of preference (simplest or
   safest first), whose held-out error is within a margin of the best.
 

@@ -5,7 +5,7 @@ tolerance"`, `json.dumps` writes the string, f-strings print it), so the JSON a 
 the flags the command line takes are unchanged, while the code names every value once.
 
 - `FitStatus`: how the best start of a fit stopped (`status` in `fit --json`, the summary line);
-  one per L-BFGS stop code (`analysis.laws.lbfgs.STATUS_NAMES`).
+  one per L-BFGS stop code (`analysis.core.lbfgs.STATUS_NAMES`).
 - `LawName`: the built-in point laws of `analysis.laws.registry` (users may register more under
   any other name, so a law's `name` stays a string; these are the ones the package defines).
 - `Precision`: the `precision` of a multi-start search (`fit --precision`).

@@ -48,7 +48,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
-from analysis.laws.enums import FitStatus
+from analysis.core.enums import FitStatus
 from models.base import programs
 
 # Status codes (per start), readable by users through the fit's convergence report.
