@@ -210,7 +210,7 @@ def bench(name, steps, peak_dev):
         "n_layers": nl,
         "seq_len": L,
         "batch": B,
-        "n_params": s["n_params"],
+        "n_params": s.n_params,
         "flops_per_token": fpt,
         "steps": steps,
         "framework_tokens_per_s": fw_tps,
