@@ -135,3 +135,120 @@ def test_cpu_matmul_peak_runs_on_one_and_on_all_devices():
     one = measure_cpu_matmul_peak("float32", 128, reps=2)
     every = measure_cpu_matmul_peak("float32", 128, reps=2, parallel=True)
     assert one > 0 and every > 0
+
+
+# ---- the CPU peak cannot go stale (experiments/train/peak_flops.py, RULE) -------------------------
+
+
+@pytest.fixture
+def cpu_peak(monkeypatch, tmp_path):
+    """peak_flops with a private cache, a settable load average and a scripted measurement:
+    `st.load`, `st.next` (the FLOP/s the next measurement reads), `st.calls`, `st.entry()`."""
+    from experiments.train import peak_flops as pf
+
+    st = types.SimpleNamespace(load=0.1, next=None, calls=0, pf=pf)
+
+    def measure(dtype="float32"):
+        st.calls += 1
+        return st.next
+
+    monkeypatch.setenv("SCALELAB_CACHE", str(tmp_path))
+    monkeypatch.setattr(pf, "_load_average", lambda: st.load)
+    monkeypatch.setattr(pf, "measure_cpu_host_peak", measure)
+    st.entry = lambda: __import__("json").loads(pf._cache_file().read_text())[pf._cpu_key("float32")]
+    return st
+
+
+def test_a_low_contended_peak_does_not_stick(cpu_peak):
+    """The first measurement on a busy machine reads low (the suite beside it): it is used, but
+    flagged, and the next start on a quiet machine measures again and replaces it; after that a
+    low reading (busy, or --refresh) never lowers the cached peak, and a busy start re-measures
+    nothing."""
+    pf = cpu_peak.pf
+    cpu_peak.load, cpu_peak.next = 3.0, 50e9  # contended: a third of the true peak
+    assert pf.cpu_host_peak_info().flops == 50e9 and cpu_peak.entry()["contended"]
+    cpu_peak.next = 60e9
+    assert pf.cpu_host_peak_info().flops == 50e9 and cpu_peak.calls == 1  # still busy: no measuring
+    cpu_peak.load, cpu_peak.next = 0.2, 150e9
+    p = pf.cpu_host_peak_info()
+    assert (p.flops, cpu_peak.calls) == (150e9, 2) and not cpu_peak.entry()["contended"]
+    assert pf.cpu_host_peak_info().flops == 150e9 and cpu_peak.calls == 2  # fresh and quiet: cached
+    cpu_peak.next = 70e9
+    assert pf.cpu_host_peak_info(refresh=True).flops == 150e9  # measured, lower: the highest stays
+    e = cpu_peak.entry()
+    assert (e["flops"], e["last_measurement"], e["measurements"], cpu_peak.calls) == (150e9, 70e9, 3, 3)
+    assert p.measured_at == e["measured_at"] and p.measured_at in p.source
+
+
+def test_an_old_or_suspect_peak_is_measured_again_when_quiet(cpu_peak, monkeypatch):
+    """Older than REFRESH_AFTER_S, or marked by a run that saw MFU > 1: re-measured at the next
+    quiet start (never on a busy one), and a higher figure replaces the cached one."""
+    pf = cpu_peak.pf
+    cpu_peak.next = 100e9
+    pf.cpu_host_peak_info()
+    now = __import__("time").time()
+    monkeypatch.setattr(pf.time, "time", lambda: now + pf.REFRESH_AFTER_S + 60)
+    cpu_peak.load, cpu_peak.next = 2.5, 300e9
+    assert pf.cpu_host_peak_info().flops == 100e9 and cpu_peak.calls == 1
+    cpu_peak.load = 0.3
+    assert pf.cpu_host_peak_info().flops == 300e9 and cpu_peak.calls == 2
+    pf.mark_cpu_peak_stale("auto")  # model.dtype "auto" is float32 on CPU
+    assert cpu_peak.entry()["stale"]
+    cpu_peak.next = 320e9
+    assert pf.cpu_host_peak_info().flops == 320e9 and not cpu_peak.entry()["stale"]
+
+
+def test_an_mfu_above_one_warns_once_and_is_not_recorded(cpu_peak, tmp_path, capsys):
+    """A cached CPU peak far too low (1 MFLOP/s): the run prints one `warning:` line naming the
+    peak's age and `--refresh`, summary.json and metrics.jsonl hold no mfu > 1 (null, the figure
+    as mfu_raw), the summary says which peak and when, and the cache entry is marked for
+    re-measuring."""
+    import json
+    import time
+    from pathlib import Path
+
+    from hydra import compose, initialize_config_dir
+
+    from experiments.train.loop import run
+    from models.base.jsonio import write_json_atomic
+    from models.base.rundir import read_metrics
+
+    pf = cpu_peak.pf
+    pf._cache_file().parent.mkdir(parents=True, exist_ok=True)
+    stamp = "2026-01-02T03:04:05"
+    entry = {"flops": 1e6, "measured_at": stamp, "method": "m", "checked_at_unix": time.time()}
+    write_json_atomic(pf._cache_file(), {pf._cpu_key("float32"): entry})
+    overrides = [
+        "model.d_model=32",
+        "model.n_layers=2",
+        "model.n_heads=4",
+        "model.seq_len=32",
+        "train.batch_size=8",
+        "train.eval_tokens=512",
+        "train.progress_every_s=0",
+        "train.steps=4",
+    ]
+    conf = Path(__file__).resolve().parents[1] / "conf"
+    with initialize_config_dir(config_dir=str(conf), version_base=None):
+        cfg = compose(config_name="config", overrides=overrides)
+    s = run(cfg, tmp_path / "run")
+    out = capsys.readouterr().out
+    warnings = [ln for ln in out.splitlines() if ln.startswith("warning:")]
+    assert len(warnings) == 1, out
+    assert "MFU" in warnings[0] and stamp in warnings[0] and "peak_flops --refresh" in warnings[0]
+    on_disk = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert on_disk["mfu"] is None and on_disk["mfu_raw"] > 1 and s.mfu is None
+    assert on_disk["peak_flops_per_device"] == 1e6 and on_disk["peak_flops_measured_at"] == stamp
+    assert stamp in on_disk["peak_flops_source"]
+    recs = read_metrics(tmp_path / "run" / "metrics.jsonl")
+    assert recs and all(not r["mfu"] <= 1 for r in recs)  # null, read back as NaN: never a figure
+    assert all(r["mfu_raw"] > 1 for r in recs)
+    assert cpu_peak.entry()["stale"] and cpu_peak.calls == 0
+
+
+def test_checked_mfu_keeps_possible_figures():
+    from experiments.train.peak_flops import checked_mfu
+
+    assert checked_mfu(0.42) == (0.42, None) and checked_mfu(1.0) == (1.0, None)
+    assert checked_mfu(1.7) == (None, 1.7)
+    assert checked_mfu(float("nan")) == (None, None) and checked_mfu(None) == (None, None)

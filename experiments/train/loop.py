@@ -40,7 +40,7 @@ from experiments.train.config import RunSpec, resolve_config
 from experiments.train.corpus import BatchSampler, eval_sampler, load_corpus
 from experiments.train.metrics import MetricsLog, Progress
 from experiments.train.optimizer import RuntimeOptimizer, hyperparams, schedule_value
-from experiments.train.peak_flops import peak_flops_per_device
+from experiments.train.peak_flops import Peak, checked_mfu, mark_cpu_peak_stale, peak_info, stale_peak_warning
 from experiments.train.profiling import StepProfiler
 from experiments.train.steps import TrainSetup, build_train_setup
 from experiments.train.tasks.scoring import TaskSuite, build_task_sets, metrics_record
@@ -166,8 +166,10 @@ class RunState:
     moe: dict[str, Any] | None = None  # model.moe: the last step's routed-layer statistics (`_moe_fields`)
     tokens_per_s: float | None = None
     mfu: float | None = None
+    mfu_raw: float | None = None  # an impossible MFU (> 1: a stale peak), kept apart from mfu
     peak: float | None = None
     peak_source: str | None = None
+    peak_measured_at: str | None = None  # when a measured (CPU) peak was measured; None: catalogued
     mesh: dict[str, Any] | None = None
     corpus: dict[str, Any] | None = None
     unique_tokens: int | None = None  # tokens the run samples from (the split, or data.max_unique_tokens)
@@ -229,6 +231,7 @@ class Loop:
     branch_ckpt: Checkpointer | None = None  # WSD trunk: its kept branch-point checkpoints
     clock: Clock = dataclasses.field(default_factory=Clock)
     guard: PreemptionGuard | None = None  # preemption signals: stop at a step boundary
+    warned_stale_peak: bool = False  # the MFU > 1 warning is printed once a run
 
     @property
     def tasks(self) -> TaskSuite | None:
@@ -241,8 +244,22 @@ class Loop:
         return self.times.as_dict(wall, self.clock.steps_time, self.state.time_prev)
 
     def mfu(self, tokens_per_s: float) -> float:
+        """The raw MFU of `tokens_per_s` (`checked_mfu` turns an impossible one into None)."""
         peak = self.state.peak
         return tokens_per_s * self.spec.flops_per_token / (self.n_dev * peak) if peak == peak else math.nan
+
+    def checked_mfu(self, tokens_per_s: float) -> tuple[float | None, float | None]:
+        """(mfu to record, raw figure when above 1): the first MFU above 1 prints one `warning:`
+        line (the peak is stale) and marks a measured CPU peak for re-measuring."""
+        mfu, raw = checked_mfu(self.mfu(tokens_per_s))
+        if raw is not None and not self.warned_stale_peak:
+            self.warned_stale_peak = True
+            st = self.state
+            peak = Peak(st.peak, st.peak_source or "", st.peak_measured_at, st.peak_measured_at is not None)
+            _log(stale_peak_warning(raw, peak), st.is_main)
+            if peak.measured:
+                mark_cpu_peak_stale(self.spec.model.dtype)
+        return mfu, raw
 
 
 @dataclasses.dataclass
@@ -383,6 +400,7 @@ def _summary_base(state: RunState) -> RunSummary:
         mfu_convention=MFU_CAUSAL if state.spec is None else mfu_convention(state.spec.model),
         peak_flops_per_device=state.peak,
         peak_flops_source=state.peak_source,
+        peak_flops_measured_at=state.peak_measured_at,
         mesh=state.mesh,
         corpus=state.corpus,
         unique_tokens=state.unique_tokens,
@@ -391,6 +409,8 @@ def _summary_base(state: RunState) -> RunSummary:
         steps_done=state.step,
         task_metrics=state.task_metrics or {},
     )
+    if state.mfu_raw is not None:  # written only when mfu is null for being above 1
+        s = s.replace(mfu_raw=state.mfu_raw)
     if state.packed_with:
         s = s.replace(packed_with=list(state.packed_with))
     if state.moe:
@@ -472,9 +492,8 @@ def _describe_devices(spec: RunSpec, mesh: Any, state: RunState) -> list[Any]:
     """The mesh's devices; records their peak FLOP/s (for MFU) and the mesh in the run state."""
     devices = list(mesh.devices.flat)
     on_host = sum(1 for d in devices if d.process_index == jax.process_index())
-    state.peak, state.peak_source = peak_flops_per_device(
-        devices[0], spec.model.dtype, devices_on_host=on_host
-    )
+    peak = peak_info(devices[0], spec.model.dtype, devices_on_host=on_host)
+    state.peak, state.peak_source, state.peak_measured_at = peak.flops, peak.source, peak.measured_at
     state.mesh = {
         "data": spec.mesh_shape[0],
         "fsdp": spec.mesh_shape[1],
@@ -928,8 +947,10 @@ def _step_record(loop: Loop, step_i: int, m: Any) -> dict[str, Any]:
         "grad_norm": gnorm,
         "step_time_s": dt,
         "tokens_per_s": tps,
-        "mfu": loop.mfu(tps),
     }
+    rec["mfu"], raw = loop.checked_mfu(tps)
+    if raw is not None:
+        rec["mfu_raw"] = raw
     if spec.model.moe is not None:
         state.moe = _moe_fields(spec.model.moe_layers, m)
         rec.update(_moe_record(state.moe))
@@ -965,7 +986,12 @@ def _log_progress(loop: Loop, rec: dict[str, Any], force: bool) -> None:
     if n % spec.train.log_every == 0 or "eval_loss" in rec or force or last:
         loop.metrics.write(rec)
     loop.progress.update(
-        n, rec["loss"], rec["tokens_per_s"], rec["mfu"], rec.get("eval_loss"), force=last or force
+        n,
+        rec["loss"],
+        rec["tokens_per_s"],
+        math.nan if rec["mfu"] is None else rec["mfu"],
+        rec.get("eval_loss"),
+        force=last or force,
     )
 
 
@@ -986,7 +1012,7 @@ def _write_summary(loop: Loop, status: RunStatus) -> RunSummary:
     loop.times.checkpoint += time.perf_counter() - t_c
     tps = loop.clock.tokens_per_s()
     state.tokens_per_s = tps
-    state.mfu = loop.mfu(tps) if tps and state.peak == state.peak else None
+    state.mfu, state.mfu_raw = loop.checked_mfu(tps) if tps else (None, None)
     summary = _summary_base(state).replace(
         status=status,
         wall_time_s=state.wall_prev + time.time() - loop.t_start,

@@ -170,6 +170,8 @@ class RunSummary:
     mfu_convention: str | None = None  # how mfu counts attention (models.flops.MFU_CAUSAL)
     peak_flops_per_device: float | None = None  # the peak mfu divides by
     peak_flops_source: str | None = None  # where that peak came from (table or measurement)
+    peak_flops_measured_at: str | None = None  # when a measured (CPU) peak was measured; None: catalogued
+    mfu_raw: float | None = None  # an impossible MFU (> 1: the peak is stale); mfu is then null
     corpus: dict[str, Any] | None = None  # the training corpus: name, sizes, split, sha256
     unique_tokens: int | None = None  # tokens the run sampled from: the split, or data.max_unique_tokens
     epochs: float | None = None  # tokens / unique_tokens (nominal passes over the unique tokens)
