@@ -2,6 +2,14 @@
 
 Public API (import from `analysis`; loaded lazily so `python -m analysis --help` stays fast):
 
+The notebook API (analysis/api.py; every method from one registry, analysis/core/methods.py):
+    load(path_or_df) -> runs table (CSV, Parquet, a sweep directory or a DataFrame)
+    fit(table, law="auto", family="point", **options) -> Fit (.predict(**inputs) -> Prediction
+        with .mean .lo .hi, .summary(), .to_dict(), .plot(ax=None), .result: the family's record)
+    backtest(table, protocol=...) -> Backtest (.to_dict(): the `backtest --json` schema)
+    plan(budget, law=fit, hardware=..., gpus=...) -> Plan
+    methods(family=None, protocol=None) -> [Method: name, family, protocols, role]
+
 Point laws (one row per run):
     fit_law(df, law="chinchilla", columns=None, bootstrap=1000, seed=0, holdout_above=None,
             weights=None, fixed=None, grid=None) -> FitResult
@@ -32,8 +40,6 @@ Recipe comparison (which recipe wins, and by how much compute):
 Report and planning:
     build_report(sweep_dir, out_dir=None, budgets=None, bootstrap=1000, seed=0, hardware=None, gpus=1024)
         -> report dict (also written as report.{html,md,json} + figures/)
-    plan(budget_flops, n_devices, hardware, law=None, max_days=None, ...) -> Plan (.best .candidates
-        .table() .to_markdown() .as_dict())
     Figures for notebooks: analysis.report.figures.* and analysis.rl.report.*_figure return
     matplotlib Figures; importing analysis never selects or switches the matplotlib backend.
 
@@ -47,6 +53,13 @@ import importlib
 from models.base.errors import AnalysisError
 
 _EXPORTS = {
+    "load": "analysis.api",
+    "fit": "analysis.api",
+    "backtest": "analysis.api",
+    "plan": "analysis.api",
+    "methods": "analysis.api",
+    "Fit": "analysis.core.methods",
+    "Prediction": "analysis.core.methods",
     "fit_law": "analysis.laws.fitting",
     "FitResult": "analysis.laws.fitting",
     "HUBER_DELTA": "analysis.laws.fitting",
@@ -69,7 +82,6 @@ _EXPORTS = {
     "fit_hparams": "analysis.hparams.fitting",
     "load_hparams": "analysis.hparams.fitting",
     "build_report": "analysis.report.build",
-    "plan": "analysis.planning.planner",
     "compare_recipes": "analysis.compare.comparison",
     "load_ladders": "analysis.compare.ladders",
 }
@@ -79,7 +91,9 @@ __all__ = ["AnalysisError", "runs", *_EXPORTS]
 
 def __getattr__(name: str):
     if name == "runs":
-        return importlib.import_module("analysis.runs")
+        return importlib.import_module("analysis.core.runs")
+    if name == "validation":
+        return importlib.import_module("analysis.core.validation")
     if name in _EXPORTS:
         return getattr(importlib.import_module(_EXPORTS[name]), name)
     raise AttributeError(f"module 'analysis' has no attribute {name!r}")

@@ -55,7 +55,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import frontier_eval  # noqa: E402
 
-from analysis import backtest  # noqa: E402
+from analysis import backtests as backtest  # noqa: E402
 from analysis.laws import moe_forms  # noqa: E402
 from models.base.errors import AnalysisError  # noqa: E402
 from models.base.jsonio import write_json  # noqa: E402

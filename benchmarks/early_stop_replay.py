@@ -32,7 +32,7 @@ import pandas as pd
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from analysis import runs as runs_mod  # noqa: E402
+from analysis.core import runs as runs_mod  # noqa: E402
 from analysis.forecast import forecast_runs, read_curves  # noqa: E402
 from analysis.forecast.choose import rung_key  # noqa: E402
 from analysis.hparams.fitting import HparamOptions, fit_hparams  # noqa: E402

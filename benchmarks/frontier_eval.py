@@ -129,7 +129,7 @@ def synthetic(n: int) -> dict:
 
 
 def own(path: str, fit_below: float) -> dict:
-    from analysis.laws.best_runs import has_config, select_best_runs
+    from analysis.core.best_runs import has_config, select_best_runs
 
     d = pd.read_csv(path)
     if has_config(d):

@@ -21,8 +21,8 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
 import backtest_zoo as zoo  # noqa: E402
 
-from analysis import backtest  # noqa: E402
-from analysis.backtest import baselines, losses  # noqa: E402
+from analysis import backtests as backtest  # noqa: E402
+from analysis.backtests import baselines, losses  # noqa: E402
 from analysis.laws.fitting import fit_law  # noqa: E402
 from models.base.errors import AnalysisError  # noqa: E402
 

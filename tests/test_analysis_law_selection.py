@@ -10,8 +10,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis import fit_law, validation
+from analysis import fit_law
 from analysis.cli import main as cli_main
+from analysis.core import validation
 from analysis.laws.allocation import ScalingLaw, closed_form_optimum
 from analysis.laws.selection import CANDIDATES, fit_auto
 

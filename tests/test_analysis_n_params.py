@@ -158,7 +158,7 @@ def test_report_uses_one_n_everywhere():
 
 
 def test_collected_runs_table_carries_non_embedding_n(tmp_path):
-    from analysis import runs
+    from analysis.core import runs
 
     for i, (n, ne) in enumerate(((1e6, 4e5), (4e6, 2.5e6), (1.6e7, 1.2e7), (6.4e7, 5.5e7), (2.6e8, 2.4e8))):
         d = tmp_path / f"r{i}"

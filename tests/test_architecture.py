@@ -40,6 +40,23 @@ PACKAGES = ("models", "sharding", "experiments", "analysis", "hydra_plugins")
 # even though it sits above it. docs/architecture.md has the same table in words.
 BASE = "models.base"
 TRAINING_CORE = (BASE, "models", "sharding", "experiments", "experiments.rundir")
+MAY_COMMANDS = (
+    BASE,
+    "models",
+    "sharding",
+    "analysis.core",
+    "analysis.laws",
+    "analysis.curves",
+    "analysis.rl",
+    "analysis.planning",
+    "analysis.downstream",
+    "analysis.hparams",
+    "analysis.report",
+    "analysis.backtests",
+    "analysis.layouts",
+    "analysis.compare",
+    "analysis.forecast",
+)
 MAY_IMPORT: dict[str, frozenset[str]] = {
     k: frozenset(v)
     for k, v in {
@@ -59,33 +76,29 @@ MAY_IMPORT: dict[str, frozenset[str]] = {
             BASE,
             "analysis.core",
         ),  # point laws and the one fitting engine: no training code
-        "analysis.runs": (BASE, "analysis.core", "analysis.laws"),  # run directories -> tables
         "analysis.rl": (
             BASE,
             "analysis.core",
             "analysis.laws",
-            "analysis.runs",
         ),  # RL laws, curves, report section
-        "analysis.curves": (BASE, "analysis.core", "analysis.laws", "analysis.runs"),  # loss-curve laws
+        "analysis.curves": (BASE, "analysis.core", "analysis.laws"),  # loss-curve laws
         "analysis.downstream": (BASE, "analysis.core", "analysis.laws"),  # downstream-task prediction
         "analysis.hparams": (BASE, "analysis.core", "analysis.laws"),  # learning-rate / batch-size laws
         # recipe comparison: the compute multiplier between two ladders (`python -m analysis compare`)
-        "analysis.compare": (BASE, "analysis.core", "analysis.laws", "analysis.runs"),
+        "analysis.compare": (BASE, "analysis.core", "analysis.laws"),
         # a run's final loss from the first part of its curve (`python -m analysis forecast`)
         "analysis.forecast": (
             BASE,
             "models",
             "analysis.core",
             "analysis.laws",
-            "analysis.runs",
             "analysis.curves",
         ),
         # `python -m analysis backtest`: every family's candidate methods on a hidden top of the ladder
-        "analysis.backtest": (
+        "analysis.backtests": (
             BASE,
             "analysis.core",
             "analysis.laws",
-            "analysis.runs",
             "analysis.curves",
             "analysis.downstream",
             "analysis.hparams",
@@ -107,7 +120,6 @@ MAY_IMPORT: dict[str, frozenset[str]] = {
             BASE,
             "sharding",
             "analysis.core",
-            "analysis.runs",
             "analysis.planning",
         ),
         "analysis.report": (
@@ -115,7 +127,6 @@ MAY_IMPORT: dict[str, frozenset[str]] = {
             "models",
             "analysis.core",
             "analysis.laws",
-            "analysis.runs",
             "analysis.curves",
             "analysis.rl",
             "analysis.planning",
@@ -123,24 +134,8 @@ MAY_IMPORT: dict[str, frozenset[str]] = {
             "analysis.hparams",
             "analysis.compare",
         ),
-        "analysis.commands": (
-            BASE,
-            "models",
-            "sharding",
-            "analysis.core",
-            "analysis.laws",
-            "analysis.runs",
-            "analysis.curves",
-            "analysis.rl",
-            "analysis.planning",
-            "analysis.downstream",
-            "analysis.hparams",
-            "analysis.report",
-            "analysis.backtest",
-            "analysis.layouts",
-            "analysis.compare",
-            "analysis.forecast",
-        ),
+        "analysis.commands": (*MAY_COMMANDS, "analysis.api"),
+        "analysis.api": MAY_COMMANDS,  # the notebook API: load, fit, backtest, plan, methods
         "analysis.cli": (BASE, "analysis.commands"),
         "analysis.__main__": ("analysis.cli",),
         "analysis": (BASE,),  # the lazy public API (importlib by name, no import statements)

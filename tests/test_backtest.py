@@ -191,7 +191,7 @@ def test_command_choices_are_the_protocols():
     """The CLI's --protocol choices (a literal, so `--help` imports no pandas) list every protocol."""
     import argparse
 
-    from analysis.backtest import RUNNERS, Protocol
+    from analysis.backtests import RUNNERS, Protocol
     from analysis.commands import backtest as cmd
 
     sub = argparse.ArgumentParser().add_subparsers()

@@ -12,8 +12,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis.backtest.cooldown import BASELINE, PEAK_LR, cooldown_protocol
-from analysis.backtest.losses import Options
+from analysis.backtests.cooldown import BASELINE, PEAK_LR, cooldown_protocol
+from analysis.backtests.losses import Options
 from analysis.cli import main as cli_main
 from analysis.curves.data import Curve
 from analysis.curves.features import features

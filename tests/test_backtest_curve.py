@@ -10,7 +10,7 @@ import json
 import numpy as np
 import pytest
 
-from analysis.backtest.curves import AUTHORS_FIT, MAX_POINTS, load_curves, split_curves
+from analysis.backtests.curves import AUTHORS_FIT, MAX_POINTS, load_curves, split_curves
 from analysis.cli import main as cli_main
 
 ROW_KEYS = ("method", "baseline", "default", "n", "mean_abs_rel_error", "coverage_90", "mean_width", "points")

@@ -1,4 +1,4 @@
-"""`python -m analysis backtest LADDER --protocol downstream` (analysis/backtest/downstream.py).
+"""`python -m analysis backtest LADDER --protocol downstream` (analysis/backtests/downstream.py).
 
 On Gadre et al. 2024's runs (the interface check's 5 tasks, the C4 loss as every task's loss, fit
 on N <= 412M, predict the nine 1.4B / 6.9B runs): one baseline row, one default row (fit-task's
@@ -17,7 +17,7 @@ import sys
 import pandas as pd
 import pytest
 
-from analysis.backtest.downstream import BASELINE, DEFAULT
+from analysis.backtests.downstream import BASELINE, DEFAULT
 from analysis.cli import main
 from analysis.downstream.methods import CANDIDATES
 

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from hydra import compose, initialize_config_dir
 
-from analysis import runs as analysis_runs
+from analysis.core import runs as analysis_runs
 from experiments.train.config import resolve_config
 from experiments.train.corpus import BatchSampler, DataConfig, ShardedTokens, load_corpus
 from experiments.train.loop import run

@@ -22,7 +22,7 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 import experiments.train.config  # noqa: F401 - registers the config schema (base_distributed, ...) _cfg composes
-from analysis import runs as runs_mod
+from analysis.core import runs as runs_mod
 from experiments.early_stop import EarlyStop, Stopper, judge, run_name, spent
 from experiments.sweeps.runs import decide, read_status
 from models.base.configs import to_plain
@@ -226,8 +226,8 @@ def _lr_sweep(seed: int = 0) -> pd.DataFrame:
 def test_fits_never_take_a_stopped_run_as_a_finished_loss():
     """A stopped run in a table (its loss the one it had when it stopped, here absurdly low) changes
     neither fit-hparams' laws nor the best run `fit` takes per rung: both read completed runs only."""
+    from analysis.core.best_runs import select_best_runs
     from analysis.hparams.fitting import fit_hparams  # deferred: the fitting stack
-    from analysis.laws.best_runs import select_best_runs
 
     runs = _lr_sweep()
     stopped = runs.groupby("N").head(1).assign(loss=0.5, status=RunStatus.STOPPED.value)

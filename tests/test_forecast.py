@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis import backtest
+from analysis import backtests as backtest
 from analysis.cli import main as cli_main
 from analysis.forecast import forecast_runs, read_curves
 from analysis.forecast.choose import p_best

@@ -1,4 +1,4 @@
-"""Hyperparameter-aware fits (analysis.laws.best_runs): an LR sweep per rung is fitted on the best
+"""Hyperparameter-aware fits (analysis.core.best_runs): an LR sweep per rung is fitted on the best
 run per (budget, shape), said in one line, plotted per rung, and never merges runs that differ in
 anything but `optim.*`.
 
@@ -19,7 +19,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from analysis.laws.best_runs import select_best_runs
+from analysis.core.best_runs import select_best_runs
 
 TRUTH = dict(E=1.8, A=400.0, B=900.0, alpha=0.34, beta=0.30)
 BUDGETS = (1e17, 1e18, 1e19)
@@ -114,7 +114,7 @@ def sweep(tmp_path_factory):
 
 
 def load(root, **kw):
-    from analysis import runs
+    from analysis.core import runs
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", runs.RunWarning)  # "did not complete": tested in test_runs.py

@@ -16,7 +16,7 @@ import sys
 import numpy as np
 import pytest
 
-from analysis import backtest
+from analysis import backtests as backtest
 from analysis.hparams import fit_hparams, load_hparams
 from analysis.hparams import laws as L
 

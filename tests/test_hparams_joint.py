@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis import backtest
+from analysis import backtests as backtest
 from analysis.cli import main
 from analysis.hparams import fitting as HF
 from analysis.hparams import rungs as R

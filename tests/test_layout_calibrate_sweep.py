@@ -22,8 +22,8 @@ import pytest
 import yaml
 
 from analysis.cli import main as analysis_main
+from analysis.core.runs import read_run
 from analysis.planning.trainer import TRAINER_PRECISION, run_layout
-from analysis.runs import read_run
 from models.base.rundir import RunSummary
 from sharding.costmodel import DEFAULT_EFFICIENCY, estimate_step, load_hardware
 

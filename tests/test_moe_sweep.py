@@ -12,8 +12,8 @@ import pandas as pd
 import pytest
 from test_sweep_plan import BASE  # the dense sweep tests' base config
 
+from analysis.core.runs import with_moe_columns
 from analysis.report import moe as report_moe
-from analysis.runs import with_moe_columns
 from experiments.sweeps.grid import PlanError, plan_sweep
 from models.config import ModelConfig
 from models.flops import active_param_count, flops_per_token, param_count

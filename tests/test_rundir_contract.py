@@ -6,7 +6,7 @@ train.batch_size=8 train.eval_tokens=512 train.progress_every_s=0 train.tokens=2
 summary.json and .hydra/ as written, metrics.jsonl trimmed to steps 1, 2, 3, 50, 79 with the
 mfu of step 2 stored as null (a NaN metric, as the writer stores it) and a torn last line (a kill
 in mid-write). Old directories must keep reading through the typed summary, the one metrics
-reader and analysis.runs.load.
+reader and analysis.core.runs.load.
 """
 
 import json
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from analysis import runs
+from analysis.core import runs
 from experiments.sweeps.runs import read_status
 from experiments.train.metrics import MetricsLog
 from models.base import rundir

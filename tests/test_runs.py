@@ -1,4 +1,4 @@
-"""analysis.runs.load on synthetic run directories shaped like the training core's output."""
+"""analysis.core.runs.load on synthetic run directories shaped like the training core's output."""
 
 import json
 import warnings

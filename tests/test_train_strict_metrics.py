@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis import runs
+from analysis.core import runs
 from analysis.rl.curves import load_curve as load_rl_curve
 from experiments.train.metrics import MetricsLog
 from models.base.rundir import read_metrics

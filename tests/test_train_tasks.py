@@ -18,8 +18,8 @@ from flax import nnx
 from hydra import compose, initialize_config_dir
 from jax.sharding import NamedSharding, PartitionSpec
 
-from analysis import runs
 from analysis.cli import main as analysis_main
+from analysis.core import runs
 from experiments.train.config import resolve_config
 from experiments.train.corpus import DataConfig, load_corpus
 from experiments.train.loop import run

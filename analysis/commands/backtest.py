@@ -102,8 +102,8 @@ class BacktestOptions(CommandOptions):
 def run(args: argparse.Namespace) -> int:
     opts = BacktestOptions.from_args(args)
     # pandas, JAX and the fits load here, not at import, so `python -m analysis --help` stays fast.
-    from analysis import backtest
-    from analysis.backtest import render
+    from analysis import backtests as backtest
+    from analysis.backtests import render
 
     if opts.bootstrap < 0:
         raise AnalysisError(f"--bootstrap must be >= 0, got {opts.bootstrap}")

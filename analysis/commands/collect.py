@@ -1,7 +1,7 @@
 """`python -m analysis collect SWEEP_DIR [SWEEP_DIR ...] --out runs.csv`: the runs table.
 
 One row per completed run found under the directories (summary.json + the flattened Hydra
-config, see analysis.runs), with N, D, C and loss as its first columns, so that
+config, see analysis.core.runs), with N, D, C and loss as its first columns, so that
 `python -m analysis fit runs.csv` needs no column flags. `--out` ending in .parquet writes
 Parquet; `--curves` also writes the long per-step table (metrics.jsonl of every run); `--tasks`
 writes the long downstream-task table (one row per run, eval and task: N, D, C, task, task_loss,
@@ -70,7 +70,7 @@ class CollectOptions(CommandOptions):
 def run(args: argparse.Namespace) -> int:
     opts = CollectOptions.from_args(args)
     # pandas loads here, not at import, so `python -m analysis --help` stays fast.
-    from analysis import runs
+    from analysis.core import runs
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", runs.RunWarning)

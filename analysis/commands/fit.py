@@ -4,7 +4,7 @@ Prints the parameters with CIs and the convergence report; `--json` writes the f
 (params, ci, objective, n_points, converged, starts_at_optimum, allocation, holdout,
 param_names, bootstrap_samples, ...), the schema documented in docs/analysis.md.
 A runs table from `collect` whose runs differ only in `optim.*` (an LR sweep per rung) is fitted
-on the best run per (budget, shape) (analysis.laws.best_runs), said in one line and recorded as
+on the best run per (budget, shape) (analysis.core.best_runs), said in one line and recorded as
 `hparam_selection` in the JSON; `--all-runs` fits every row instead.
 `--predict TARGETS.csv` adds `predictions`: per target row, in order, its inputs, the predicted
 loss and its 90% prediction interval (`{N, D, U?, experts?, loss, interval: [lo, hi]}`).
@@ -201,8 +201,8 @@ def _fit_rows(opts: FitOptions):
     is reduced to the best run per (budget, shape) of an LR / optim.* sweep, recomputed from its
     config columns; a table without them but with a `selected` column keeps its marked rows."""
     # deferred: pandas and the law modules, as in run()
+    from analysis.core.best_runs import rows_to_fit
     from analysis.core.table import ALIASES, read_table
-    from analysis.laws.best_runs import rows_to_fit
 
     df = read_table(opts.data)
     if opts.all_runs and opts.at_optimum:

@@ -3,7 +3,7 @@
 Each input of `python -m analysis compare` is a runs table (CSV/parquet) or a sweep directory
 (collected as `python -m analysis collect` does); a table with a recipe column (`--by recipe`,
 also found as `sweep.recipe`, the column a `sweep.recipes` sweep writes) holds several ladders.
-Each ladder keeps the rows a point-law fit uses (`analysis.laws.best_runs.rows_to_fit`: the best
+Each ladder keeps the rows a point-law fit uses (`analysis.core.best_runs.rows_to_fit`: the best
 run per rung of an LR sweep, chosen within the recipe, never across recipes) as N, D, C, loss.
 
 Bad input is one line: a ladder with one budget (no trend can be seen on it), recipes whose
@@ -23,9 +23,9 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from analysis import runs as runs_mod
+from analysis.core import runs as runs_mod
 from analysis.core import table as data_mod
-from analysis.laws.best_runs import rows_to_fit
+from analysis.core.best_runs import rows_to_fit
 from analysis.laws.frontier import budget_labels, frontier_points
 from models.base.errors import AnalysisError
 from models.base.rundir import RunStatus

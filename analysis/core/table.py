@@ -9,7 +9,7 @@ Columns have *roles*: `N` (parameters), `D` (tokens), `C` (training FLOPs), `los
 laws), `experts` (routed experts per MoE layer, for the MoE laws: dense runs have 1; a value
 below 1 is an error). Each role is found by an explicit column name or, by
 default, the first present of a few common spellings (including the run table that
-`analysis.runs.load` writes). Missing D is derived as C / (6N) and missing C as 6ND, as the
+`analysis.core.runs.load` writes). Missing D is derived as C / (6N) and missing C as 6ND, as the
 Chinchilla papers do.
 """
 
@@ -78,7 +78,9 @@ def read_table(path: str | os.PathLike) -> pd.DataFrame:
     if not os.path.exists(path):
         raise AnalysisError(f"file not found: {path}")
     if os.path.isdir(path):
-        raise AnalysisError(f"{path} is a directory; pass a CSV file (or load runs with analysis.runs.load)")
+        raise AnalysisError(
+            f"{path} is a directory; pass a CSV file (or load runs with analysis.core.runs.load)"
+        )
     if os.path.getsize(path) == 0:
         raise AnalysisError(f"{path} is empty; it needs a header row and one row per run")
     try:

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from analysis.runs import metrics_frame
+from analysis.core.runs import metrics_frame
 from models.base.errors import AnalysisError
 
 

@@ -10,7 +10,7 @@ run; the per-step columns (`PER_STEP`) never do. Rows without a finite positive 
 A table may also give a finished run's `final_loss` (per run): the loss it ended with, when that
 is another loss than the curve's (the forecasts are then of it).
 
-A **sweep directory** (or a run directory) is read through `analysis.runs` (metrics.jsonl, the
+A **sweep directory** (or a run directory) is read through `analysis.core.runs` (metrics.jsonl, the
 summary, the Hydra config flattened into `optim.lr` & co.): the curve is the run's training loss
 (logged every `train.log_every` steps: dense, where the held-out loss is logged only every
 `train.eval_every`), and a completed run's final loss is its summary's `final_eval_loss`, the loss
@@ -35,7 +35,7 @@ from typing import Any, Mapping
 import numpy as np
 import pandas as pd
 
-from analysis import runs as runs_mod
+from analysis.core import runs as runs_mod
 from analysis.core.table import read_table
 from models.base.errors import AnalysisError, ConfigError
 from models.base.rundir import RunRole, RunStatus

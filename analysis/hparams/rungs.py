@@ -39,7 +39,7 @@ import pandas as pd
 
 from analysis.core import validation
 from analysis.core.validation import PREDICTION_LEVEL
-from analysis.laws.vertex import FLAT_CURVATURE, MIN_VALUES, around, quadratic, vertex, window_of
+from analysis.core.vertex import FLAT_CURVATURE, MIN_VALUES, around, quadratic, vertex, window_of
 
 # The values of a rung around its best that its quadratic goes through: 1 = the best and its two
 # neighbours ("the best point and its neighbours"), exact on three points.

@@ -18,6 +18,7 @@ import pathlib
 import statistics
 
 from analysis.core import validation
+from analysis.core.runs import find_run_dirs, read_run
 from analysis.layouts.rows import (
     MEASURED_COLUMNS,
     PRECISIONS,
@@ -31,7 +32,6 @@ from analysis.layouts.rows import (
     row_framework,
 )
 from analysis.planning.trainer import TRAINER_PRECISION, run_layout
-from analysis.runs import find_run_dirs, read_run
 from models.base.errors import AnalysisError
 from models.base.rundir import SUMMARY_FILE, RunStatus
 from sharding.costmodel import Efficiency, LayoutError, estimate_step, load_hardware

@@ -6,7 +6,7 @@ fits), so the report shows exactly what a notebook user would get:
 
 1. every run under the sweep dir (completed or not) and the shapes the sweep skipped; runs that
    differ only in `optim.*` (an LR sweep per rung) are reduced to the best run per (budget,
-   shape) for every fit below (analysis.laws.best_runs), with the loss-vs-LR figure per rung;
+   shape) for every fit below (analysis.core.best_runs), with the loss-vs-LR figure per rung;
 2. Approach 3: the Chinchilla law fitted to all completed runs, bootstrap CIs, N*/D* at the
    requested budgets and the compute-optimal frontier;
 3. Approach 2: IsoFLOP parabolas per budget -> N_opt(C) power law, compared with Approach 3;
@@ -46,8 +46,10 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from analysis.compare import section as recipes
+from analysis.core.best_runs import SELECTED, Selection, has_config, marked, select_best_runs
+from analysis.core.runs import RunNote, RunWarning
+from analysis.core.runs import load as load_runs
 from analysis.core.table import choose_n_column, read_table, resolve, resolve_inputs
-from analysis.laws.best_runs import SELECTED, Selection, has_config, marked, select_best_runs
 from analysis.laws.fitting import FitResult, fit_law
 from analysis.laws.isoflop import approach2, compare_approaches, group_budgets
 from analysis.laws.registry import bound_notes, get_law
@@ -58,8 +60,6 @@ from analysis.report.downstream import downstream_section
 from analysis.report.hparams import law_section, load_laws
 from analysis.report.render import write_report
 from analysis.rl.report import find_rl_runs, rl_section
-from analysis.runs import RunNote, RunWarning
-from analysis.runs import load as load_runs
 from models.base.errors import AnalysisError
 from models.base.jsonio import write_json_atomic
 from models.base.rundir import ROLE_FIELDS, SWEEP_PLAN_FILE, RunStatus

@@ -22,9 +22,9 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
+from analysis.core.runs import task_names, task_table
 from analysis.downstream import fit_downstream
 from analysis.laws.allocation import ScalingLaw
-from analysis.runs import task_names, task_table
 from models.base.errors import AnalysisError
 
 TARGET_FACTOR = 10.0  # the budget every report predicts at: this many times the largest swept budget

@@ -23,9 +23,9 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
+from analysis.core.runs import ACTIVE_COLUMN, EXPERTS_COLUMN, with_moe_columns
 from analysis.core.table import resolve
 from analysis.laws.moe import fit_moe
-from analysis.runs import ACTIVE_COLUMN, EXPERTS_COLUMN, with_moe_columns
 from models.base.errors import AnalysisError
 from models.base.jsonio import write_figure_atomic
 

@@ -21,8 +21,8 @@ import warnings
 import numpy as np
 import pandas as pd
 
+from analysis.core.runs import RunWarning
 from analysis.rl.laws import RLPoints
-from analysis.runs import RunWarning
 from models.base.errors import AnalysisError
 from models.base.rundir import METRICS_FILE, RunDir
 

@@ -279,7 +279,7 @@ def _lr_probe(sweep: Mapping[str, Any], budgets: list[float]) -> tuple[list[floa
     """(budgets, learning rates) of `sweep.lr_probe`: every shape at each of those budgets is
     also trained at each of those learning rates (`optim.lr`), so each rung's run at the base
     learning rate has neighbours to be compared with; `collect` / `fit` / the report take the
-    best run of each rung (analysis.laws.best_runs) and show the LR sensitivity. `budgets`
+    best run of each rung (analysis.core.best_runs) and show the LR sensitivity. `budgets`
     null = the smallest budget of the sweep (the cheapest runs)."""
     probe = sweep.get("lr_probe")
     if not probe:

@@ -54,9 +54,9 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from analysis.backtest.curves import candidates
-from analysis.backtest.losses import Options
-from analysis.backtest.result import Backtest, MethodScore, Metric, Point
+from analysis.backtests.curves import candidates
+from analysis.backtests.losses import Options
+from analysis.backtests.result import Backtest, MethodScore, Metric, Point
 from analysis.core import validation
 from analysis.curves.data import Curve, load_curve
 from analysis.curves.fitting import fit_curve

@@ -32,9 +32,9 @@ import warnings
 import numpy as np
 import pandas as pd
 
-from analysis.backtest.baselines import Z90
-from analysis.backtest.losses import Options
-from analysis.backtest.result import Backtest, MethodScore, Metric, Point
+from analysis.backtests.baselines import Z90
+from analysis.backtests.losses import Options
+from analysis.backtests.result import Backtest, MethodScore, Metric, Point
 from analysis.core import validation
 from analysis.downstream.data import LADDER_COLUMNS, TaskRows, read_ladder
 from analysis.downstream.fitting import DownstreamFit, TaskFit, fit_downstream, fit_task

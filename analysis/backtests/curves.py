@@ -32,15 +32,15 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from analysis.backtest import baselines
-from analysis.backtest.losses import Options
-from analysis.backtest.result import Backtest, MethodScore, Metric, Point
+from analysis.backtests import baselines
+from analysis.backtests.losses import Options
+from analysis.backtests.result import Backtest, MethodScore, Metric, Point
 from analysis.core import validation
+from analysis.core.runs import find_run_dirs
 from analysis.core.table import read_table
 from analysis.curves.data import Curve, load_curve
 from analysis.curves.fitting import AUTHORS_PROTOCOLS, FitProtocol, default_protocol, fit_curve
 from analysis.curves.laws import known_curve_laws
-from analysis.runs import find_run_dirs
 from models.base.errors import AnalysisError
 
 BASELINE = "baseline_power_law_in_s1"

@@ -20,8 +20,8 @@ import warnings
 import numpy as np
 import pandas as pd
 
-from analysis.backtest.losses import Options
-from analysis.backtest.result import Backtest, MethodScore, Metric, Point
+from analysis.backtests.losses import Options
+from analysis.backtests.result import Backtest, MethodScore, Metric, Point
 from analysis.compare.comparison import compare_pair, winner_sign
 from analysis.compare.ladders import Ladder, check_pair, choose_ref, split_by
 from analysis.compare.measure import measured

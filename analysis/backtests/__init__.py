@@ -9,8 +9,8 @@ import importlib
 
 import pandas as pd
 
-from analysis.backtest.losses import Options
-from analysis.backtest.result import Backtest
+from analysis.backtests.losses import Options
+from analysis.backtests.result import Backtest
 from analysis.core.table import read_table
 
 
@@ -32,18 +32,18 @@ class Protocol(enum.StrEnum):
 # protocol -> (module, function(table, Options) -> Backtest); imported on use (each pulls in its
 # own fitting stack). `curve` and `cooldown` take a path as well as a table.
 RUNNERS: dict[Protocol, tuple[str, str]] = {
-    Protocol.BUDGET: ("analysis.backtest.losses", "budget_protocol"),
-    Protocol.SIZE: ("analysis.backtest.losses", "size_protocol"),
-    Protocol.EPOCHS: ("analysis.backtest.losses", "epochs_protocol"),
-    Protocol.FRONTIER: ("analysis.backtest.losses", "frontier_protocol"),
-    Protocol.LR: ("analysis.backtest.hparams", "lr_protocol"),
-    Protocol.BATCH: ("analysis.backtest.hparams", "batch_protocol"),
-    Protocol.DOWNSTREAM: ("analysis.backtest.downstream", "downstream_protocol"),
-    Protocol.CURVE: ("analysis.backtest.curves", "curve_protocol"),
-    Protocol.COOLDOWN: ("analysis.backtest.cooldown", "cooldown_protocol"),
-    Protocol.COMPARE: ("analysis.backtest.compare", "compare_protocol"),
-    Protocol.CURVE_PREFIX: ("analysis.backtest.prefix", "curve_prefix_protocol"),
-    Protocol.MOE: ("analysis.backtest.moe", "moe_protocol"),
+    Protocol.BUDGET: ("analysis.backtests.losses", "budget_protocol"),
+    Protocol.SIZE: ("analysis.backtests.losses", "size_protocol"),
+    Protocol.EPOCHS: ("analysis.backtests.losses", "epochs_protocol"),
+    Protocol.FRONTIER: ("analysis.backtests.losses", "frontier_protocol"),
+    Protocol.LR: ("analysis.backtests.hparams", "lr_protocol"),
+    Protocol.BATCH: ("analysis.backtests.hparams", "batch_protocol"),
+    Protocol.DOWNSTREAM: ("analysis.backtests.downstream", "downstream_protocol"),
+    Protocol.CURVE: ("analysis.backtests.curves", "curve_protocol"),
+    Protocol.COOLDOWN: ("analysis.backtests.cooldown", "cooldown_protocol"),
+    Protocol.COMPARE: ("analysis.backtests.compare", "compare_protocol"),
+    Protocol.CURVE_PREFIX: ("analysis.backtests.prefix", "curve_prefix_protocol"),
+    Protocol.MOE: ("analysis.backtests.moe", "moe_protocol"),
 }
 PATH_PROTOCOLS = (Protocol.CURVE, Protocol.COOLDOWN, Protocol.CURVE_PREFIX)
 

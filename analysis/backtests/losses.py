@@ -15,13 +15,14 @@ from typing import Mapping
 import numpy as np
 import pandas as pd
 
-from analysis.backtest import baselines
-from analysis.backtest.result import Backtest, MethodScore, Metric, Point
+from analysis.backtests import baselines
+from analysis.backtests.result import Backtest, MethodScore, Metric, Point
 from analysis.core import table as data_mod
 from analysis.core import validation
+from analysis.core.best_runs import rows_to_fit
 from analysis.core.enums import DEFAULT_LAW, LawName
+from analysis.core.methods import Family
 from analysis.laws.allocation import ScalingLaw
-from analysis.laws.best_runs import rows_to_fit
 from analysis.laws.fitting import fit_law
 from analysis.laws.frontier import FrontierMethod, budget_labels, frontier_points
 from analysis.laws.holdout import top_budget_threshold
@@ -240,3 +241,37 @@ def _frontier_methods(fit_df: pd.DataFrame, target: pd.DataFrame, tL, opt: Optio
             MethodScore(name, _points(target, tL, pred, lo, hi), default=name == FRONTIER_CHOSEN, note=note)
         )
     return out
+
+
+def _fit_scipy_chinchilla(
+    table: pd.DataFrame, columns: Mapping[str, str] | None = None, **_
+) -> baselines.BaselineResult:
+    runs = runs_table(table, columns)
+    b = baselines.fit_chinchilla(runs.N.to_numpy(float), runs.D.to_numpy(float), runs.loss.to_numpy(float))
+    return baselines.BaselineResult(b, lambda x: baselines.predict_chinchilla(b, x["N"], x["D"]), len(runs))
+
+
+def _fit_minima_power_law(
+    table: pd.DataFrame, columns: Mapping[str, str] | None = None, **_
+) -> baselines.BaselineResult:
+    runs = runs_table(table, columns)
+    C = runs.C.to_numpy(float)
+    C, L, _ = frontier_points(C, runs.loss.to_numpy(float), budget_labels(C))
+    b = baselines.fit_minima_power_law(C, L)
+    return baselines.BaselineResult(b, lambda x: baselines.predict_minima_power_law(b, x["C"]), len(C))
+
+
+baselines.register_baseline(
+    BASELINE,
+    Family.POINT,
+    ("budget", "size", "epochs"),
+    _fit_scipy_chinchilla,
+    "Chinchilla by scipy least squares",
+)
+baselines.register_baseline(
+    FRONTIER_BASELINE,
+    Family.POINT,
+    ("frontier",),
+    _fit_minima_power_law,
+    "a power law through each budget's best run",
+)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pathlib
 
-from analysis.backtest.result import Backtest, Metric
+from analysis.backtests.result import Backtest, Metric
 
 _UNIT = {
     Metric.REL: ("mean |rel err|", "%"),

@@ -34,8 +34,8 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from analysis.backtest.losses import Options
-from analysis.backtest.result import Backtest, MethodScore, Metric, Point
+from analysis.backtests.losses import Options
+from analysis.backtests.result import Backtest, MethodScore, Metric, Point
 from analysis.core import validation
 from analysis.forecast import Method, RunCurve, forecast_runs, read_curves
 from analysis.forecast.choose import rung_key

@@ -24,7 +24,7 @@ table; `task_table(runs_df, curves_df)` is the long table `python -m analysis fi
 Parquet): runs_df with the column roles `fit` looks for first — N, D, C, loss — in front, then
 `selected` and `hparam_group` (`with_selection`): runs that differ only in `optim.*` (an LR sweep
 per rung) form one group, and only the best run of each is `selected` for fits
-(analysis.laws.best_runs); every run stays in the table.
+(analysis.core.best_runs); every run stays in the table.
 
 Repeated data: every table has `unique_tokens` (the tokens a run sampled from: its training split,
 or `data.max_unique_tokens`) and `epochs` (tokens / unique_tokens) from summary.json
@@ -46,7 +46,7 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from analysis.laws.best_runs import GROUP, SELECTED, Selection, has_config, select_best_runs
+from analysis.core.best_runs import GROUP, SELECTED, Selection, has_config, select_best_runs
 from models.base.errors import AnalysisError
 from models.base.jsonio import write_bytes_atomic, write_text_atomic
 from models.base.rundir import (

@@ -23,9 +23,9 @@ import warnings
 import numpy as np
 import pandas as pd
 
-from analysis.backtest import baselines
-from analysis.backtest.losses import Options
-from analysis.backtest.result import Backtest, MethodScore, Metric, Point
+from analysis.backtests import baselines
+from analysis.backtests.losses import Options
+from analysis.backtests.result import Backtest, MethodScore, Metric, Point
 from analysis.core import validation
 from analysis.hparams import fitting as HF
 from analysis.hparams import laws as HL

@@ -13,11 +13,13 @@ from __future__ import annotations
 import itertools
 import warnings
 from dataclasses import dataclass
+from typing import Callable, Mapping
 
 import numpy as np
 from scipy.optimize import least_squares
 
 from analysis.core import validation
+from analysis.core.methods import Family, Method, Prediction, Role, register
 
 Z90 = validation.norm_ppf(0.5 + validation.PREDICTION_LEVEL / 2)
 
@@ -93,3 +95,32 @@ def fit_log_linear(X: np.ndarray, target: np.ndarray) -> BaselineFit:
 
 def predict_log_linear(fit: BaselineFit, X: np.ndarray) -> np.ndarray:
     return np.exp(X @ fit.params)
+
+
+@dataclass(frozen=True)
+class BaselineResult:
+    """A baseline fitted on a whole table (what the registry's baseline methods return)."""
+
+    fit: BaselineFit
+    predict_fn: Callable[[Mapping[str, np.ndarray]], np.ndarray]
+    n_points: int
+
+    def summary(self) -> str:
+        p = ", ".join(f"{v:.4g}" for v in self.fit.params)
+        return (
+            f"baseline {self.fit.name} on {self.n_points} points: params [{p}], log sd {self.fit.log_sd:.3g}"
+        )
+
+    def to_dict(self) -> dict:
+        return {"baseline": self.fit.name, "params": self.fit.params.tolist(), "log_sd": self.fit.log_sd}
+
+
+def predict_baseline(result: BaselineResult, inputs: Mapping[str, np.ndarray]) -> Prediction:
+    pred = np.asarray(result.predict_fn({k: np.asarray(v, float) for k, v in inputs.items()}), float)
+    return Prediction(pred, *result.fit.band(pred))
+
+
+def register_baseline(
+    name: str, family: Family, protocols: tuple[str, ...], fit: Callable[..., BaselineResult], doc: str
+) -> Method:
+    return register(Method(name, family, protocols, Role.BASELINE, fit, predict_baseline, doc=doc))

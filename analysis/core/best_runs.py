@@ -28,7 +28,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.core.table import LOSS_COLUMNS, TABLE_COLUMNS
-from analysis.laws.vertex import MIN_VALUES, vertex
+from analysis.core.vertex import MIN_VALUES, vertex
 from models.base.rundir import RunStatus
 
 OPTIM_PREFIX = "optim."
@@ -53,7 +53,7 @@ NOT_SCIENCE_KEYS = frozenset(
 # ... except a run's recipe (`sweep.recipes`, experiments/sweeps/recipes.py): two recipes are two
 # experiments, even when they differ only in `optim.*`; never merged into one rung
 SCIENCE_KEYS = frozenset({"sweep.recipe"})
-# Columns of the runs table (analysis.runs) that say which shape and budget a run is (N and loss:
+# Columns of the runs table (analysis.core.runs) that say which shape and budget a run is (N and loss:
 # analysis.core.table's, the same numbers under either name).
 N_COLUMNS = TABLE_COLUMNS["N"]
 D_COLUMNS = ("total_tokens", "tokens", "D")  # planned length first: a diverged run's `tokens` is partial
@@ -156,7 +156,7 @@ class Selection:
     def at_optimum(self, loss_cols: list[str], window: int = 1) -> tuple[pd.DataFrame, list[dict]]:
         """The selected rows with each swept rung's loss replaced by the loss at its fitted
         optimum: the vertex of a quadratic in ln(x_param) through the best run and its
-        neighbours (analysis.laws.vertex), so a rung is not charged for the grid's spacing. Rungs
+        neighbours (analysis.core.vertex), so a rung is not charged for the grid's spacing. Rungs
         whose best is at the grid's edge, whose loss is not convex there, that swept more than
         one key or fewer than 3 values keep their best run's loss. Every column of `loss_cols` is
         set (a table's `loss` and `final_eval_loss` are the same number). Also returns one record per

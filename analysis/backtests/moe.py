@@ -5,7 +5,7 @@ scored on the hidden runs at every expert count, against the log-bilinear baseli
 The cut: runs with N above `holdout_above_n` (default: the largest model size). The baseline is
 what a researcher writes first: ordinary least squares of log L on [1, x, ln E, x ln E] (x =
 ln(N / 1e9)), plus ln D on an (N, D, E) ladder, with the naive interval of every baseline
-(`analysis.backtest.baselines`).
+(`analysis.backtests.baselines`).
 """
 
 from __future__ import annotations
@@ -15,10 +15,11 @@ import warnings
 import numpy as np
 import pandas as pd
 
-from analysis.backtest import baselines
-from analysis.backtest.losses import Options, _points
-from analysis.backtest.result import Backtest, MethodScore, Metric
+from analysis.backtests import baselines
+from analysis.backtests.losses import Options, _points
+from analysis.backtests.result import Backtest, MethodScore, Metric
 from analysis.core import validation
+from analysis.core.methods import Family
 from analysis.core.table import resolve
 from analysis.laws.fitting import fit_law
 from analysis.laws.moe import MOE, candidates, check_experts, fit_moe, varies_tokens
@@ -93,3 +94,19 @@ def moe_protocol(df: pd.DataFrame, opt: Options) -> Backtest:
     names = [n for n in (*candidates(fit_df), MOE) if opt.scores(n == MOE)]
     methods = [_baseline(fit_df, test)] + [_law(n, fit_df, test, opt) for n in names]
     return Backtest("moe", cut, Metric.REL, tuple(methods))
+
+
+def _fit_log_bilinear(table: pd.DataFrame, columns=None, **_) -> baselines.BaselineResult:
+    runs = moe_runs(table, Options(columns=columns))
+    b = baselines.fit_log_linear(_design(runs), runs.loss.to_numpy(float))
+    keys = [k for k in ROLES if k in runs]
+    return baselines.BaselineResult(
+        b,
+        lambda x: baselines.predict_log_linear(b, _design(pd.DataFrame({k: x[k] for k in keys}))),
+        len(runs),
+    )
+
+
+baselines.register_baseline(
+    BASELINE, Family.POINT, ("moe",), _fit_log_bilinear, "log-bilinear least squares in (ln N, ln E)"
+)
