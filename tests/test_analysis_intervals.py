@@ -1,4 +1,4 @@
-"""Prediction intervals of point laws (analysis.laws.intervals): the error model and its coverage."""
+"""Prediction intervals of point laws (analysis.core.intervals): the error model and its coverage."""
 
 import dataclasses
 import math

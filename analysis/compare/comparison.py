@@ -3,7 +3,7 @@
 The interval of log m at budget C is the bootstrap's spread (`methods.PairFit.log_m_samples`,
 deviations from its median) plus a Gaussian term whose sd grows with the distance beyond the
 ladders, measured on the ladders themselves by forward chaining (the project's error model,
-`analysis.laws.intervals.PredictionError`, via `validation.forward_cuts` and
+`analysis.core.intervals.PredictionError`, via `validation.forward_cuts` and
 `validation.drift_from_folds`): refitted below each cut, the method predicts the multipliers
 measured above it (`analysis.compare.measure`), and the errors give a budget offset and a drift
 per decade. A bootstrap alone is far too narrow 100x beyond a ladder: it knows the noise of the
@@ -26,7 +26,7 @@ from analysis.compare.measure import measured
 from analysis.compare.methods import AUTO_CANDIDATES, DEFAULT, JOINT_LAWS, Method, PairFit, fit_pair
 from analysis.compare.result import BudgetMultiplier, Comparison, Crossover, PairComparison, Trend
 from analysis.core import validation
-from analysis.laws.intervals import PredictionError
+from analysis.core.intervals import PredictionError
 from models.base.errors import AnalysisError
 
 FOLDS = 3  # forward-chaining cuts of the error model (each refits the method once)

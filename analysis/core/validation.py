@@ -366,3 +366,7 @@ def _choose_shared(
     common = [f for f in base if all(f in folds[k] for k in qualified)]
     means = {k: float(np.mean([folds[k][f] for f in common])) for k in qualified}
     return choose(means, order, margin)
+
+
+# the two-sided 90% normal quantile: a Gaussian error in log units -> the 90% interval's half-width
+Z90 = norm_ppf(0.5 + PREDICTION_LEVEL / 2)

@@ -13,7 +13,7 @@ The predicted accuracy of a new run at (N, D) is treated as
    sample noise, seeds, data mixtures: the Gadre et al. ladders mix three corpora at each size).
    Measured as the in-sample residuals of the chosen candidate on the finished runs, taken from
    the largest third of them (scatter grows with accuracy's distance from chance) with the
-   project's tail-calibrated scale (`analysis.laws.intervals.scatter_sd`: the 90% quantile of |r|).
+   project's tail-calibrated scale (`analysis.core.intervals.scatter_sd`: the 90% quantile of |r|).
    The chain's residuals use step 1's *predicted* loss, so step 1's scatter is inside.
    A flexible curve can fit part of the scatter away, so `noise` is floored by a model-free
    measure of it (`run_scatter`): the pooled sd of repeated runs at one (N, D), else of each
@@ -197,7 +197,7 @@ def interval(
     floor: float = 0.0,
 ) -> tuple[np.ndarray, np.ndarray]:
     """[lo, hi] of pred + u_b + z, z ~ N(0, sd^2), u_b the bootstrap deviations (median-centred;
-    `analysis.laws.intervals.offsets`), clipped to [floor, 1]."""
+    `analysis.core.intervals.offsets`), clipped to [floor, 1]."""
     pred = np.atleast_1d(np.asarray(pred, float))
     lo, hi = offsets(samples_BxN, np.broadcast_to(np.asarray(sd_N, float), pred.shape), level, seed, draws)
     return np.clip(pred + lo, floor, 1.0), np.clip(pred + hi, floor, 1.0)

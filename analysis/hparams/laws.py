@@ -13,7 +13,7 @@ on the rungs below the largest model size (the largest D when one N was swept) a
 rungs of it; the form with the lowest mean |log10 error| there wins and is refitted on every rung.
 
 A prediction's 90% interval is that of  ln h = x.beta_b + s t_b + e_b, the three terms of the loss
-laws' error model (analysis.laws.intervals), each measured on the rungs:
+laws' error model (analysis.core.intervals), each measured on the rungs:
 
 1. parameter noise beta_b: a bootstrap over rungs (>= MIN_BOOTSTRAP_RUNGS rungs per coefficient),
    else refits to the law plus redrawn errors: every rung's optimum redrawn from its own 90%

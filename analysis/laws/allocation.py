@@ -23,8 +23,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from analysis.core import validation
-from analysis.laws import intervals
+from analysis.core import intervals, validation
 from analysis.laws.frontier import Frontier, FrontierMethod
 from models.base.errors import AnalysisError
 
@@ -136,7 +135,7 @@ class ScalingLaw:
     # (S, 5) bootstrap parameter samples in E, A, B, alpha, beta order, or None (no CIs)
     samples: np.ndarray | None = dataclasses.field(default=None, compare=False, repr=False)
     ci_level: float = 0.95  # central coverage of every parameter/optimum CI this law reports
-    # measured error model of the fit (analysis.laws.intervals): gives the 90% prediction
+    # measured error model of the fit (analysis.core.intervals): gives the 90% prediction
     # interval of a new run's loss; None (published constants) gives none
     prediction_error: intervals.PredictionError | None = dataclasses.field(default=None, compare=False)
     # how the best loss per budget is predicted (analysis.laws.frontier); None: the IsoFLOP minimum
@@ -247,7 +246,7 @@ class ScalingLaw:
     ) -> tuple[np.ndarray, np.ndarray] | None:
         """90% prediction interval (lo, hi) of a new run's loss at N = n, D = d (arrays or floats):
         parameter noise (bootstrap samples) + run scatter + extrapolation drift beyond the fitted
-        data (see analysis.laws.intervals); None when the law carries no error model."""
+        data (see analysis.core.intervals); None when the law carries no error model."""
         pe = self.prediction_error
         if pe is None:
             return None

@@ -41,9 +41,10 @@ import jax.numpy as jnp
 import numpy as np
 import pandas as pd
 
+from analysis.core import intervals, validation
 from analysis.core import table as data_mod
-from analysis.core import validation
 from analysis.core.enums import FitStatus, LawName, NParams, Precision
+from analysis.core.intervals import NO_INTERVAL, Interval
 from analysis.core.lbfgs import (
     CONVERGED_CODES,
     STATUS_NAMES,
@@ -53,11 +54,10 @@ from analysis.core.lbfgs import (
     prepare_batch,
 )
 from analysis.laws import frontier as frontier_mod
-from analysis.laws import holdout, intervals, repeated
+from analysis.laws import holdout, repeated
 from analysis.laws.allocation import allocation, chinchilla_index, closed_form_optimum, supports_allocation
 from analysis.laws.choice import LawChoice
 from analysis.laws.holdout import HoldoutReport
-from analysis.laws.intervals import NO_INTERVAL, Interval
 from analysis.laws.registry import Law, bound_notes, get_law
 from models.base import jsonio
 from models.base.errors import AnalysisError
@@ -511,7 +511,7 @@ class FitResult:
         self, inputs: Mapping[str, np.ndarray], level: float = validation.PREDICTION_LEVEL
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(prediction, lo, hi) at `inputs` (role -> array): the `level` prediction interval of a
-        new run's loss, parameter noise + run scatter + extrapolation drift (analysis.laws.intervals)."""
+        new run's loss, parameter noise + run scatter + extrapolation drift (analysis.core.intervals)."""
         if self.prediction_error is None:
             raise AnalysisError(
                 "this fit has no prediction-error model; refit with prediction_intervals=True"
@@ -711,7 +711,7 @@ FOLD_GRID_STARTS = 8  # grid starts every forward-chaining fold refits from, bes
 
 @dataclass(frozen=True)
 class FoldJobs:
-    """The forward-chaining refits behind a fit's prediction intervals (analysis.laws.intervals)
+    """The forward-chaining refits behind a fit's prediction intervals (analysis.core.intervals)
     as float64 jobs: every fold that can be fitted refits from the same starts (the full fit's
     optimum, its other local optima and `FOLD_GRID_STARTS` grid starts) with the points outside
     its fit side weighted 0, so the folds run in the batch (and program) of the bootstrap."""
@@ -776,7 +776,7 @@ def prediction_error(
     fixed: Mapping[str, float] | None,
     grid_starts: np.ndarray,
 ) -> intervals.PredictionError:
-    """Forward-chaining error model of the fit `ms` of `prob` (see analysis.laws.intervals), its
+    """Forward-chaining error model of the fit `ms` of `prob` (see analysis.core.intervals), its
     folds run on their own (`fit_points` runs them with the bootstrap)."""
     folds = fold_jobs(prob, pts, ms, fixed, grid_starts)
     ((x, f),) = run_jobs(prob, [(folds.x0, folds.w, len(folds.fit_masks))])

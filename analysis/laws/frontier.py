@@ -21,7 +21,7 @@ can be wrong, and on the zoo it was (see `BASE_METHOD`). Too few budgets: the la
 `reason`; `Frontier.with_method` predicts with another method on request.
 
 The chosen method's 90% prediction interval follows the project's error model
-(`analysis.laws.intervals`): the bootstrap over runs (the law's resamples, and the frontier
+(`analysis.core.intervals`): the bootstrap over runs (the law's resamples, and the frontier
 refitted on the same resamples' best runs), the frontier points' scatter around the chosen
 prediction, and a budget offset plus a drift per decade measured from the same fold errors.
 
@@ -39,9 +39,8 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from analysis.core import validation
+from analysis.core import intervals, validation
 from analysis.core.budgets import group_budgets
-from analysis.laws import intervals
 
 # A budget has >= this many runs on average in an IsoFLOP sweep; below it the C values scatter
 # (one run per C) and frontier points come from bins of BIN_DECADES instead.

@@ -17,8 +17,8 @@ import pandas as pd
 from analysis.core import table as data_mod
 from analysis.core import validation
 from analysis.core.budgets import group_budgets
+from analysis.core.intervals import Interval
 from analysis.core.validation import PREDICTION_LEVEL, coverage
-from analysis.laws.intervals import Interval
 from analysis.laws.registry import Law
 from models.base.errors import AnalysisError
 

@@ -36,9 +36,9 @@ import pandas as pd
 
 from analysis.core import validation
 from analysis.core.enums import LawName
+from analysis.core.intervals import PredictionError
 from analysis.core.table import resolve_inputs
 from analysis.laws.fitting import FitResult
-from analysis.laws.intervals import PredictionError
 from analysis.laws.registry import get_law
 from analysis.laws.selection import fit_chosen
 from models.base.errors import AnalysisError

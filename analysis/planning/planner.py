@@ -237,7 +237,7 @@ class Candidate:
     loss: float
     loss_ci: tuple[float, float] | None  # parameter-noise CI (the law's ci_level) of the mean loss
     # 90% prediction interval of this run's loss: parameter noise + run scatter + extrapolation
-    # drift beyond the fitted data (analysis.laws.intervals); None when the law has no error model
+    # drift beyond the fitted data (analysis.core.intervals); None when the law has no error model
     loss_interval: tuple[float, float] | None = None
     # 90% intervals from the efficiency constants' error model (measured / predicted MFU on runs
     # they were not fitted to, `Efficiency.mfu_ratio_interval`); None without one
