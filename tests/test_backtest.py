@@ -5,18 +5,14 @@ on the shared data (fails under CI=true when the data is missing)."""
 from __future__ import annotations
 
 import json
-import pathlib
-import sys
 
 import numpy as np
 import pandas as pd
 import pytest
 
+from analysis.backtests import zoo
 from analysis.cli import main as cli_main
 from analysis.core import validation
-
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "benchmarks"))
-import backtest_zoo  # noqa: E402
 
 ROW_KEYS = ("method", "baseline", "default", "n", "coverage_90", "mean_width", "points")
 
@@ -73,7 +69,7 @@ def test_epochs_protocol_scores_the_data_constrained_laws(tmp_path):
     baseline and the default only, which is the law `fit` picks on runs that repeat their data."""
     rc, j = run_bt(
         tmp_path,
-        backtest_zoo.repeated(),
+        zoo.repeated(),
         "--protocol",
         "epochs",
         "--holdout-epochs-above",
@@ -92,7 +88,7 @@ def test_epochs_protocol_scores_the_data_constrained_laws(tmp_path):
 
 
 def test_lr_protocol_scores_dlog10_and_loss_penalty(tmp_path):
-    rc, j = run_bt(tmp_path, backtest_zoo.lr_ladder(), "--protocol", "lr", "--holdout-above-n", "4e8")
+    rc, j = run_bt(tmp_path, zoo.lr_ladder(), "--protocol", "lr", "--holdout-above-n", "4e8")
     assert rc == 0
     check_contract(j, "lr", "mean_abs_dlog10")
     default = next(r for r in j["methods"] if r["default"])
@@ -100,7 +96,7 @@ def test_lr_protocol_scores_dlog10_and_loss_penalty(tmp_path):
     assert all("loss_penalty" in p for p in default["points"])
     # the ladder carries its true optimum (lr_true): scored against it, never fitted on
     assert j["cut"]["target"] == "the known optimum"
-    truth = {round(N): 3e-3 * (N / 1e8) ** -0.3 for N in backtest_zoo.lr_ladder().N}
+    truth = {round(N): 3e-3 * (N / 1e8) ** -0.3 for N in zoo.lr_ladder().N}
     for p in default["points"]:
         assert p["actual"] == pytest.approx(truth[round(p["N"])], rel=1e-9)
 
@@ -123,7 +119,7 @@ def test_markdown_and_figure(tmp_path):
         (chinchilla_ladder(), ["--protocol", "budget", "--holdout-above", "1e30"], "lower the threshold"),
         (chinchilla_ladder(), ["--protocol", "epochs"], "U"),
         (chinchilla_ladder(), ["--protocol", "lr"], "learning-rate column"),
-        (backtest_zoo.gemstones_lr, ["--protocol", "lr"], "3 learning rates"),
+        (zoo.gemstones_lr, ["--protocol", "lr"], "3 learning rates"),
     ],
 )
 def test_bad_input_is_one_error_line(tmp_path, capsys, table, args, fix, request):
@@ -156,7 +152,7 @@ def test_zoo_quick_subset(shared_data, tmp_path):
     """The zoo's quick subset (one dataset per protocol) runs and writes its table."""
     md = tmp_path / "zoo.md"
     assert (
-        backtest_zoo.main(
+        zoo.main(
             [
                 "--quick",
                 "--bootstrap",
@@ -178,13 +174,13 @@ def test_zoo_quick_subset(shared_data, tmp_path):
 def test_frontier_default_never_loses_to_the_baseline_on_the_zoo(shared_data):
     """The default rule at the zoo's figures (docs/backtests.md): on every frontier ladder of the zoo
     the default best-loss method is no worse than the simple baseline by more than 10%."""
-    cases = [c for c in backtest_zoo.cases() if c.protocol == "frontier"]
+    cases = [c for c in zoo.cases() if c.protocol == "frontier"]
     assert len(cases) >= 8
     for case in cases:
-        o = backtest_zoo.run_case(case, bootstrap=0)
+        o = zoo.run_case(case, bootstrap=0)
         assert o.error is None, (case.dataset, o.error)
         d, b = o.role("default")[o.error_key], o.role("baseline")[o.error_key]
-        assert d <= (1 + backtest_zoo.MARGIN) * b + 1e-4, (case.dataset, d, b)
+        assert d <= (1 + zoo.MARGIN) * b + 1e-4, (case.dataset, d, b)
 
 
 def test_command_choices_are_the_protocols():

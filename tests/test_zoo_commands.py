@@ -1,19 +1,16 @@
 """Every analysis command a user would try on a zoo table either works or prints one `error:` line
 that names the fix, never a traceback (issue "One validation engine", item 4). The tables are the
-zoo's (benchmarks/backtest_zoo.py): real, irregular public ladders and our synthetic ones."""
+zoo's (`analysis.backtests.zoo`): real, irregular public ladders and our synthetic ones."""
 
 from __future__ import annotations
 
 import pathlib
-import sys
 
 import pandas as pd
 import pytest
 
+from analysis.backtests import zoo
 from analysis.cli import main as cli_main
-
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "benchmarks"))
-import backtest_zoo as zoo  # noqa: E402
 
 TABLES = {
     "epoch": zoo.epoch,

@@ -7,8 +7,8 @@ except on the datasets listed in MISCALIBRATED, where they are known not to (the
 part of the issue; its coverage is not asserted either way, since a borderline case moves by one
 point between machines: R_D=5 seed 1 measured 36/36 here, 35/36 in CI).
 
-Each test runs the zoo's own cases (`benchmarks/backtest_zoo.py`), the larger protocols on a fixed
-subset (one ladder per source) to keep the suite short; `python benchmarks/backtest_zoo.py` runs
+Each test runs the zoo's own cases (`analysis.backtests.zoo`), the larger protocols on a fixed
+subset (one ladder per source) to keep the suite short; `python -m analysis.backtests.zoo` runs
 them all. Every assertion can fail: before this issue, the Huber-1e-3 default lost to the baseline
 on 10 of 39 budget/size backtests and the full data-constrained law on data_limited's largest
 models (8.1% vs 5.9%).
@@ -16,14 +16,9 @@ models (8.1% vs 5.9%).
 
 from __future__ import annotations
 
-import pathlib
-import sys
-
 import pytest
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "benchmarks"))
-
-import backtest_zoo as zoo  # noqa: E402
+from analysis.backtests import zoo
 
 pytestmark = pytest.mark.slow
 BOOTSTRAP = 20  # per candidate fit: enough for the intervals' percentiles at these sizes
