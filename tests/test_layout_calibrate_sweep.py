@@ -22,10 +22,9 @@ import pytest
 import yaml
 
 from analysis.cli import main as analysis_main
-from analysis.core.runs import read_run
-from analysis.planning.trainer import TRAINER_PRECISION, run_layout
 from models.base.rundir import RunSummary
 from sharding.costmodel import DEFAULT_EFFICIENCY, estimate_step, load_hardware
+from sharding.costmodel.runs import TRAINER_PRECISION, read_run, run_layout
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 ENV = dict(

@@ -35,7 +35,7 @@ Calibration on your own measurements (calibrate, then predict, in one command):
 - a trainer sweep: `python -m analysis layout-eval --calibrate SWEEP_DIR [--hardware HW]` reads
   every run under SWEEP_DIR (summary.json: model, mesh, tokens/s; .hydra/config.yaml: batch
   sizes), rebuilds each run's layout as the cost model sees the trainer's program
-  (analysis.planning.trainer.run_layout), fits the constants to the measured step times (runs that
+  (sharding.costmodel.runs.run_layout), fits the constants to the measured step times (runs that
   failed out of memory count as OOM labels) and writes SWEEP_DIR/efficiency.json (or `--out`).
   `--hardware` names the devices when their `device_kind` is not in the catalogue (a CPU host:
   pass a YAML describing it). A LAYOUTS.csv given with it is then predicted with the fit.
@@ -51,7 +51,11 @@ from typing import TYPE_CHECKING
 
 from analysis.commands._flags import add_costmodel_arguments, add_json_argument
 from analysis.commands._options import CommandOptions, emit_json
-from analysis.layouts.rows import (
+from models.base.errors import AnalysisError
+from models.base.jsonio import write_json
+from sharding.costmodel import MFU_CONVENTION, Efficiency
+from sharding.costmodel.frameworks import Framework, parse_framework
+from sharding.costmodel.rows import (
     PRECISIONS,
     load_efficiency,
     parse_rows,
@@ -59,13 +63,9 @@ from analysis.layouts.rows import (
     profile_effs,
     read_rows,
 )
-from models.base.errors import AnalysisError
-from models.base.jsonio import write_json
-from sharding.costmodel import MFU_CONVENTION, Efficiency
-from sharding.costmodel.frameworks import Framework, parse_framework
 
 if TYPE_CHECKING:
-    from analysis.layouts.calibration import Calibration
+    from sharding.costmodel.measured import Calibration
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -155,7 +155,7 @@ def _fit_rows(rows: list[dict], parsed: list, opts: LayoutEvalOptions, out_path:
     """`LAYOUTS.csv --calibrate EFF.json`: all constants fitted to the rows' own measured columns,
     written to EFF.json."""
     # SciPy-based calibration loads only when asked for, keeping `python -m analysis --help` fast.
-    from analysis.layouts.calibration import fit_rows
+    from sharding.costmodel.measured import fit_rows
 
     base = load_efficiency(opts.efficiency)
     f = fit_rows(rows, parsed, PRECISIONS[opts.precision], base, out_path.name)
@@ -176,7 +176,7 @@ def _fit_rows(rows: list[dict], parsed: list, opts: LayoutEvalOptions, out_path:
 def _run_measured(opts: LayoutEvalOptions) -> int:
     """`layout-eval [LAYOUTS.csv] --calibrate MEASURED.csv`: refit, then predict."""
     # SciPy-based calibration loads only when asked for, keeping `python -m analysis --help` fast.
-    from analysis.layouts.calibration import measured_calibration
+    from sharding.costmodel.measured import measured_calibration
 
     prec = PRECISIONS[opts.precision]
     cal = measured_calibration(opts.calibrate, opts.framework, opts.hardware, prec, opts.efficiency)
@@ -214,10 +214,12 @@ def _run_sweep(opts: LayoutEvalOptions) -> int:
     """`layout-eval [LAYOUTS.csv] --calibrate SWEEP_DIR`: fit the constants to a trainer
     sweep's runs (then predict LAYOUTS.csv with them)."""
     # SciPy-based calibration loads only when asked for, keeping `python -m analysis --help` fast.
-    from analysis.layouts.calibration import add_predictions, sweep_calibration
+    from sharding.costmodel.measured import add_predictions, sweep_calibration
 
     sweep = opts.calibrate
     fit = sweep_calibration(sweep, opts.hardware, opts.efficiency)
+    if fit.calibration.skipped:
+        print(fit.calibration.skipped_text())
     eff, before, after = fit.efficiency, fit.scores_before, fit.scores
     loo_err, how, n_runs = fit.loo_err, fit.calibration.error_model, len(fit.measurements)
     out = opts.out or sweep / "efficiency.json"

@@ -69,7 +69,6 @@ from analysis.commands._plan_modes import (
     run_moe,
 )
 from analysis.laws.allocation import ScalingLaw
-from analysis.layouts.rows import load_efficiency
 from analysis.planning.data_limit import check_unique_tokens, from_json
 from analysis.planning.moe import DEFAULT_EXPERTS
 from analysis.planning.planner import DEFAULT_BATCH_TOKENS, plan
@@ -78,6 +77,7 @@ from analysis.planning.text import plan_lines, trainer_lines
 from models.base.errors import AnalysisError
 from sharding.costmodel.frameworks import Framework, parse_framework
 from sharding.costmodel.hetero import is_mixed
+from sharding.costmodel.rows import load_efficiency
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -192,10 +192,12 @@ def run(args: argparse.Namespace) -> int:
     calibration = None
     if opts.calibrate is not None:
         # SciPy-based calibration loads only when asked for, keeping `python -m analysis --help` fast.
-        from analysis.layouts.calibration import plan_calibration
+        from sharding.costmodel.measured import plan_calibration
 
         cal = plan_calibration(opts.calibrate, opts.framework, opts.hardware, opts.efficiency)
         eff, calibration = cal.efficiency, cal.as_dict()
+        if cal.skipped:
+            print(cal.skipped_text())
         print(cal.text())
     if is_mixed(opts.hardware):
         if opts.moe:

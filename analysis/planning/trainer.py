@@ -15,7 +15,8 @@ cost model sees it:
 * float32 parameters, gradients and Adam moments, no master copy (`TRAINER_PRECISION`); q/k/v and
   gate/up are separate matmuls, XLA keeps FSDP-gathered weights and SP-gathered inputs for
   backward, and the pipeline is the GSPMD one of sharding/pipeline.py (`TRAINER_FLAGS`, which
-  tests/test_costmodel_xla.py checks against the compiled program);
+  tests/test_costmodel_xla.py checks against the compiled program; both in sharding/costmodel/runs.py,
+  whose `run_layout` reads a finished run back into its layout);
 * only divisibility the trainer accepts (`sharding.validate.validate_mesh`, the trainer's check);
 * a mixture of experts (`model.moe`, read from the schema like the mesh keys) with its experts split
   over `sharding.expert` (the cost model's `Layout.ep`, which the trainer's batch is split over too:
@@ -37,10 +38,8 @@ import math
 from typing import Any
 
 from models.base.errors import ConfigError
-from models.base.rundir import RunSummary
 from models.config import ModelConfig
 from sharding.costmodel import (
-    FP32_PARAMS,
     Efficiency,
     Hardware,
     Layout,
@@ -49,18 +48,12 @@ from sharding.costmodel import (
     StepEstimate,
     estimate_step,
 )
-from sharding.costmodel.frameworks import FRAMEWORK_FLAGS, Framework
-from sharding.costmodel.spec import Schedule, moe_from_config, moe_override
+from sharding.costmodel.runs import TRAINER_FLAGS, TRAINER_PRECISION
+from sharding.costmodel.spec import Schedule, moe_override
 from sharding.layouts import ShardingConfig
 from sharding.validate import validate_mesh
 
 TRAINER_COMMAND = "python -m experiments.train"
-# f32 params, grads and Adam moments (16 bytes/param, as bf16 mixed precision); bf16 activations
-# on GPU/TPU (model.dtype=auto)
-TRAINER_PRECISION = FP32_PARAMS
-# How the trainer's program differs from the Megatron defaults of `Layout` (each checked against
-# the compiled program by tests/test_costmodel_xla.py): the jax framework profile's flags.
-TRAINER_FLAGS = FRAMEWORK_FLAGS[Framework.JAX]
 TRAINER_ZERO_STAGES = (0, 3)  # sharding.data, sharding.fsdp
 
 
@@ -365,80 +358,3 @@ def trainer_plan(
     if max_days is not None:
         tokens = min(tokens, chosen.tokens_per_s * max_days * 86400)
     return TrainerPlan(shape, tokens, chosen, missing, rank=rank)
-
-
-# the trainer's model.attention -> the cost model's attention kernel
-_KERNELS = {"cudnn": "flash2", "xla": "naive", "blocked": "naive", "auto": "naive"}
-
-
-def run_layout(summary: RunSummary, config: dict[str, Any]) -> tuple[ModelShape, Layout, int]:
-    """(model shape, layout, activation bytes) of a finished trainer run: the inverse of
-    `overrides`, from its summary.json (`model`: the resolved model config, `mesh`: the axes it
-    ran on) and its flattened `.hydra/config.yaml` (`train.batch_size`, `train.micro_batch_size`,
-    `train.micro_batches`). Raises LayoutError naming what is missing."""
-    model, mesh = summary.model, summary.mesh
-    if not isinstance(model, dict) or not isinstance(mesh, dict):
-        raise LayoutError("summary.json lacks `model` or `mesh` (written by older trainers); re-run it")
-    try:
-        shape = ModelShape(
-            n_layers=int(model["n_layers"]),
-            d_model=int(model["d_model"]),
-            n_heads=int(model["n_heads"]),
-            seq_len=int(model["seq_len"]),
-            vocab_size=int(model["vocab_size"]),
-            d_ff=None if model.get("d_ff") is None else int(model["d_ff"]),
-            n_kv_heads=None if model.get("n_kv_heads") is None else int(model["n_kv_heads"]),
-            tied_embeddings=bool(model.get("tie_embeddings", False)),
-            moe=moe_from_config(model.get("moe")),
-        )
-        if model.get("d_ff") is None:  # the trainer's default width, not the Llama rule
-            shape = dataclasses.replace(
-                shape,
-                d_ff=ModelConfig(
-                    **{k: model[k] for k in ("vocab_size", "d_model", "n_layers", "n_heads", "seq_len")}
-                ).ff,
-            )
-        data, fsdp, tensor = int(mesh["data"]), int(mesh["fsdp"]), int(mesh["tensor"])
-        expert = int(mesh.get("expert", 1))
-        stages, context = int(mesh.get("stage", 1)), int(mesh.get("context", 1))
-    except (KeyError, TypeError, ValueError) as e:
-        raise LayoutError(f"summary.json's model/mesh is incomplete ({e})") from None
-    batch = int(config.get("train.batch_size") or 0)
-    if batch <= 0:
-        raise LayoutError("the run's config lacks train.batch_size")
-    micro_bs = int(config.get("train.micro_batch_size") or batch)
-    pipe_micro = int(config.get("train.micro_batches") or 1) if stages > 1 else 1
-    dp = data * fsdp * expert
-    per_rank = micro_bs // (dp * pipe_micro)
-    if per_rank < 1 or micro_bs % (dp * pipe_micro):
-        raise LayoutError(
-            f"train.micro_batch_size={micro_bs} is not divisible by data x fsdp x "
-            f"micro_batches = {dp * pipe_micro}"
-        )
-    virtual = int(config.get("sharding.virtual_stages") or 1) if stages > 1 else 1
-    # "auto" resolves by platform (models.config): bf16 and cuDNN flash attention on GPU
-    accel = str(mesh.get("platform", "cpu")) in ("gpu", "cuda", "rocm", "tpu")
-    attention, dtype = str(model.get("attention", "auto")), str(model.get("dtype", "auto"))
-    if attention == "auto":
-        attention = "cudnn" if str(mesh.get("platform")) in ("gpu", "cuda") else "xla"
-    if dtype == "auto":
-        dtype = "bfloat16" if accel else "float32"
-    layout = Layout(
-        dp=dp,
-        tp=tensor,
-        pp=stages,
-        cp=context,
-        micro_batch=per_rank,
-        global_batch=batch,
-        sp=bool(mesh.get("sequence_parallel", False)),
-        zero_stage=3 if fsdp > 1 else 0,
-        zero_group=fsdp if (fsdp > 1 and data * expert > 1) else None,
-        ep=expert,
-        act_ckpt=str(model.get("remat", "none")),
-        attention=_KERNELS.get(attention, "naive"),
-        fused_norm=False,
-        interleave=virtual,
-        **TRAINER_FLAGS,
-    )
-    act_bytes = 2 if dtype in ("bfloat16", "bf16", "float16") else 4
-    return shape, layout, act_bytes

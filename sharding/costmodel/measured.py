@@ -5,8 +5,8 @@
   (layout columns plus measured_step_time_s or measured_tokens_per_s, optionally oom 0/1), its
   MFU interval from the leave-one-out error over those rows (Student-t: wider with fewer rows);
 - `sweep_calibration`: all constants fitted to a trainer sweep's runs (each run's layout as the
-  cost model sees the trainer's program, `analysis.planning.trainer.run_layout`; runs that failed
-  out of memory are OOM labels), its MFU interval leave-one-run-out;
+  cost model sees the trainer's program, runs.py; runs that failed out of memory are OOM
+  labels), its MFU interval leave-one-run-out;
 - `fit_rows`: the older form, all constants fitted to a layout CSV's own measured columns;
 - `plan_calibration`: what `plan --calibrate` refits, checked against its `--framework`.
 """
@@ -17,9 +17,23 @@ import dataclasses
 import pathlib
 import statistics
 
-from analysis.core import validation
-from analysis.core.runs import find_run_dirs, read_run
-from analysis.layouts.rows import (
+import numpy as np
+
+from models.base.errors import AnalysisError
+from sharding.costmodel.calibrate import (
+    FEW_SHOT_MIN_ROWS,
+    Measurement,
+    Scores,
+    calibrate,
+    few_shot_error_model,
+    mfu_pairs,
+    refit_profile,
+    score,
+)
+from sharding.costmodel.efficiency import Efficiency
+from sharding.costmodel.frameworks import Framework, framework_efficiency
+from sharding.costmodel.hetero import is_mixed
+from sharding.costmodel.rows import (
     MEASURED_COLUMNS,
     PRECISIONS,
     REQUIRED,
@@ -31,23 +45,13 @@ from analysis.layouts.rows import (
     read_rows,
     row_framework,
 )
-from analysis.planning.trainer import TRAINER_PRECISION, run_layout
-from models.base.errors import AnalysisError
-from models.base.rundir import SUMMARY_FILE, RunStatus
-from sharding.costmodel import Efficiency, LayoutError, estimate_step, load_hardware
-from sharding.costmodel.calibrate import (
-    FEW_SHOT_MIN_ROWS,
-    Measurement,
-    Scores,
-    calibrate,
-    few_shot_error_model,
-    mfu_pairs,
-    refit_profile,
-    score,
-)
-from sharding.costmodel.frameworks import Framework, framework_efficiency
-from sharding.costmodel.hardware import hardware_for_device_kind
-from sharding.costmodel.hetero import is_mixed
+from sharding.costmodel.runs import read_sweep
+from sharding.costmodel.step import estimate_step
+
+
+def _skipped_text(skipped) -> str | None:
+    more = " ..." if len(skipped) > 5 else ""
+    return f"skipped {len(skipped)} run(s): {', '.join(skipped[:5])}{more}" if skipped else None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,6 +66,11 @@ class Calibration:
     source: str
     error_model: str  # how the MFU interval was measured
     loo_median_abs_mfu_error: float | None  # leave-one-out over the rows, MFU fraction
+    skipped: tuple[str, ...] = ()  # a sweep's runs left out, each with why
+
+    def skipped_text(self) -> str | None:
+        """One line naming the sweep's runs left out (None: none)."""
+        return _skipped_text(self.skipped)
 
     def text(self) -> str:
         loo = (
@@ -192,62 +201,6 @@ def fit_rows(rows: list[dict], parsed: list, prec, base: Efficiency, source: str
     return RowsFit(eff, score(ms, eff), len(ms), how)
 
 
-def _sweep_measurements(sweep: pathlib.Path, hardware: str | None):
-    """(Measurement list, one record per run) of the trainer runs under `sweep`."""
-    hw_fixed = load_hardware(hardware) if hardware else None
-    ms, recs, skipped = [], [], []
-    for run_dir in find_run_dirs([sweep]):
-        summary, config = read_run(run_dir)
-        if summary is None:
-            skipped.append(f"{run_dir.name} (no {SUMMARY_FILE})")
-            continue
-        status, error = summary.status, str(summary.error or "").lower()
-        oom = status == RunStatus.FAILED and ("resource_exhausted" in error or "out of memory" in error)
-        tps, per_step = summary.tokens_per_s, summary.tokens_per_step
-        if not oom and (status != RunStatus.COMPLETED or not tps or not per_step):
-            skipped.append(f"{run_dir.name} ({status}, no throughput)")
-            continue
-        try:
-            shape, layout, act_bytes = run_layout(summary, config)
-        except LayoutError as e:
-            raise AnalysisError(f"{run_dir}: {e}") from None
-        kind = str((summary.mesh or {}).get("device_kind", "?"))
-        hw = hw_fixed or hardware_for_device_kind(kind)
-        if hw is None:
-            raise AnalysisError(
-                f"{run_dir.name} ran on {kind!r}, which is not in the hardware "
-                f"catalogue; pass --hardware NAME or a YAML describing it"
-            )
-        prec = dataclasses.replace(TRAINER_PRECISION, act_bytes=act_bytes)
-        if act_bytes == 4 and hw.peak_flops_float32:  # float32 matmuls run at their own peak
-            hw = dataclasses.replace(hw, peak_flops=hw.peak_flops_float32)
-        step = None if oom else float(per_step) / float(tps)
-        ms.append(Measurement(shape, layout, hw, step, oom, prec, label=run_dir.name))
-        recs.append(
-            {
-                "run": str(run_dir),
-                "status": status,
-                "oom": oom,
-                "measured_step_time_s": step,
-                "measured_tokens_per_s": None if oom else float(tps),
-                "hardware": hw.name,
-                "dp": layout.dp,
-                "tp": layout.tp,
-                "pp": layout.pp,
-                "cp": layout.cp,
-                "sp": layout.sp,
-                "zero_stage": layout.zero_stage,
-                "micro_batch": layout.micro_batch,
-                "global_batch": layout.global_batch,
-                "act_ckpt": layout.act_ckpt,
-                "n_layers": shape.n_layers,
-                "d_model": shape.d_model,
-                "seq_len": shape.seq_len,
-            }
-        )
-    return ms, recs, skipped
-
-
 def _leave_one_out(ms: list, base: Efficiency, max_runs: int = 40) -> list[float] | None:
     """measured / predicted MFU (= predicted / measured step time) of each timed run, predicted
     by constants fitted to the other runs (None above `max_runs` timed runs, where it would cost
@@ -270,7 +223,7 @@ def _with_error_model(eff: Efficiency, ms: list, loo: list[float] | None) -> tup
     ratios `loo` when there are some, else in-sample (narrower than the truth), and words saying
     which."""
     if loo is not None:
-        lo, hi = validation.percentile_bounds(loo, 0.90)
+        lo, hi = np.percentile(loo, [5, 95])
         how = f"leave-one-run-out over {len(loo)} runs"
     else:
         s = score(ms, eff)
@@ -322,16 +275,14 @@ class SweepCalibration:
 def sweep_calibration(
     sweep: pathlib.Path, hardware: str | None, efficiency: pathlib.Path | None
 ) -> SweepCalibration:
-    """The jax profile's constants fitted to a trainer sweep's runs (a line names the runs skipped)."""
-    ms, recs, skipped = _sweep_measurements(sweep, hardware)
-    if skipped:
-        print(
-            f"skipped {len(skipped)} run(s): {', '.join(skipped[:5])}" + (" ..." if len(skipped) > 5 else "")
-        )
-    if sum(m.step_time_s is not None for m in ms) < 3:
+    """The jax profile's constants fitted to a trainer sweep's runs (`.calibration.skipped`: the runs
+    left out)."""
+    ms, recs, skipped = read_sweep(sweep, hardware)
+    n_timed = sum(m.step_time_s is not None for m in ms)
+    if n_timed < 3:
+        why = "" if not skipped else f" ({_skipped_text(skipped)})"
         raise AnalysisError(
-            f"{sweep} has {sum(m.step_time_s is not None for m in ms)} completed "
-            "run(s) with a measured throughput; --calibrate needs >= 3"
+            f"{sweep} has {n_timed} completed run(s) with a measured throughput; --calibrate needs >= 3{why}"
         )
     base = load_efficiency(efficiency)
     before = score(ms, base)
@@ -340,12 +291,13 @@ def sweep_calibration(
     loo = _leave_one_out(ms, base)
     loo_err = None if loo is None else float(statistics.median(abs(1 / r - 1) for r in loo))
     eff, how = _with_error_model(eff, ms, loo)
-    n_timed = sum(m.step_time_s is not None for m in ms)
     loo_mfu = None
     if loo is not None:  # |ΔMFU| of each left-out run = its MFU · |1 − predicted / measured time|
         a, _, _ = mfu_pairs(ms, eff)
         loo_mfu = float(statistics.median(abs(p * (1 / r - 1)) for p, r in zip(a, loo)))
-    cal = Calibration(Framework.JAX, eff, n_timed, len(ms) - n_timed, str(sweep), how, loo_mfu)
+    cal = Calibration(
+        Framework.JAX, eff, n_timed, len(ms) - n_timed, str(sweep), how, loo_mfu, tuple(skipped)
+    )
     return SweepCalibration(cal, ms, recs, before, after, loo_err)
 
 

@@ -3,7 +3,8 @@
 One layout per row; the columns and their defaults are layout-eval's (`python -m analysis
 layout-eval --help`, analysis/commands/layout_eval.py). `parse_row` gives a row's
 (ModelShape, Layout, Hardware or MixedCluster), `predict_rows` the `pred_*` columns under each
-row's framework profile (or fitted constants). Every error is one line naming the row.
+row's framework profile (or fitted constants); a row's measured columns (`measured_step_time`,
+`oom_label`) feed the refits of measured.py. Every error is one line naming the row.
 """
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ from sharding.validate import PIPELINE_SCHEDULES, head_splits, sequence_split
 
 class LayoutAttention(enum.StrEnum):
     """`Layout.attention`: the attention kernel of the published layouts the cost model is fitted
-    to (not the trainer's `model.attention`: analysis/planning/trainer.py maps those onto these)."""
+    to (not the trainer's `model.attention`: sharding/costmodel/runs.py maps those onto these)."""
 
     NAIVE = "naive"  # unfused softmax: fp32 scores kept for backward
     FUSED_SOFTMAX = "fused_softmax"  # Megatron's fused scale-mask-softmax: bf16 scores kept
