@@ -1,7 +1,4 @@
-"""Loss-curve laws: schedule reconstruction, the multi-power-law benchmark, forecasting."""
-
-import functools
-import pathlib
+"""The multi-power law: schedule reconstruction, its features, forecasting the rest of a curve."""
 
 import numpy as np
 import pandas as pd
@@ -9,11 +6,7 @@ import pytest
 
 from analysis import AnalysisError, fit_curve, load_curve
 from analysis.curves.fitting import Curve, features
-from analysis.curves.laws import get_curve_law
-from analysis.curves.optimize import evaluate
-
-FIT = ("cosine_24000", "constant_24000", "wsdcon_9")
-PREDICT = ("cosine_72000", "constant_72000", "wsd_20000_24000", "wsdld_20000_24000", "wsdcon_3", "wsdcon_18")
+from analysis.curves.laws import evaluate, get_curve_law
 
 
 def test_schedule_reconstruction():
@@ -69,14 +62,14 @@ def test_annealing_starts_at_the_peak_not_at_the_first_logged_step():
     assert np.array_equal(a.law_steps(), b.law_steps())
     t = a.law_steps()
     Fa, Fb = features([(a, t)]), features([(b, t)])
-    for key in ("S2", "pair_j", "pair_deta", "pair_logeta", "pair_logS"):  # equal up to round-off in the sums
+    for key in ("pair_j", "pair_deta", "pair_logeta", "pair_logS"):  # equal up to round-off in the sums
         np.testing.assert_allclose(getattr(Fa, key), getattr(Fb, key), rtol=1e-9, atol=1e-12, err_msg=key)
     # S1 still holds the warm-up; the two logs rebuild it from different points (a rate logged at s
     # drives the updates after s), which moves S1 by < 0.2% (the old annealing sum: by ~10% of the loss).
     np.testing.assert_allclose(Fa.logS1, Fb.logS1, rtol=0, atol=2e-3)
-    for law, p in (("mpl", [2.5, 0.6, 0.45, 400.0, 2.0, 0.6, 0.6]), ("tissue", [2.5, 0.6, 0.45, 0.3])):
-        pa, pb = (evaluate(get_curve_law(law), np.array(p), F) for F in (Fa, Fb))
-        np.testing.assert_allclose(pa, pb, rtol=5e-4)
+    p = np.array([2.5, 0.6, 0.45, 400.0, 2.0, 0.6, 0.6])
+    pa, pb = (evaluate(get_curve_law("mpl"), p, F) for F in (Fa, Fb))
+    np.testing.assert_allclose(pa, pb, rtol=5e-4)
 
 
 def test_step_change_is_placed_exactly_at_its_step():
@@ -91,77 +84,12 @@ def test_step_change_is_placed_exactly_at_its_step():
     np.testing.assert_allclose(evaluate(law, p, coarse), evaluate(law, p, exact), rtol=1e-12)
 
 
-FIT_TOLERANCE = {  # measured (benchmarks/curve_forecast.py) + a small margin; see the docstring below
-    "25": dict(mean=0.0015, worst=0.0076, mean_of_worst=0.0031),
-    "100": dict(mean=0.0018, worst=0.0085, mean_of_worst=0.0058),
-}
-
-
-@functools.lru_cache(maxsize=None)
-def _mpl_protocol(data_dir: str, size: str):
-    """The MPL authors' fit / predict split (fit 3 curves, predict 6) at the objective's optimum
-    (`protocol="optimum"`; the default, multistart, is tests/test_mpl_protocol.py's), fitted once
-    per size for the tests below."""
-    d = pathlib.Path(data_dir) / "mpl_loss_curves" / f"csv_{size}"
-    fit, pred = [d / f"{n}.csv" for n in FIT], [d / f"{n}.csv" for n in PREDICT]
-    return fit_curve(fit, "mpl", predict=pred, protocol="optimum")
-
-
 @pytest.mark.slow
-@pytest.mark.parametrize("size", ["25", "100"])
-def test_multi_power_law_benchmark(shared_data, size):
-    """The MPL authors' protocol. Their README: mean 0.110% / 0.142%, "WorstE" (the mean over
-    curves of each curve's worst point) 0.41% / 0.58% for 25M / 100M; measured here 0.139% /
-    0.177% mean, 0.29% / 0.54% mean-of-worst, 0.73% / 0.82% worst single point. The issue's bar
-    (mean <= 0.17%, worst <= 1.0%) holds for 25M; 100M's mean is 0.177% (see docs)."""
-    r = _mpl_protocol(str(shared_data), size)
-    assert set(r.predictions) == set(PREDICT)
-    mean = np.mean([v["mean_rel_error"] for v in r.predictions.values()])
-    worst = max(v["max_rel_error"] for v in r.predictions.values())
-    mean_of_worst = np.mean([v["max_rel_error"] for v in r.predictions.values()])
-    tol = FIT_TOLERANCE[size]
-    assert mean <= tol["mean"] and worst <= min(tol["worst"], 0.010), (mean, worst)
-    assert mean_of_worst <= tol["mean_of_worst"], mean_of_worst
-    assert r.converged and r.starts_at_optimum >= 2
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("size", ["25", "100"])
-def test_mpl_intervals_cover_held_out_curves(shared_data, size):
-    """The 90% forecast intervals of the same fits (the optimum, not the default: the default's
-    calibration is tests/test_backtest_curve.py's): a scatter + drift band sized by the
-    leave-one-curve-out refits. Measured on every logged point of the six curves: 99.8% inside at
-    1.81% mean width (25M: the optimum's constant leave-out refit misses by 0.47%, so its area
-    drift widens the 3x longer runs, which hold most of the points), 72.0% at 0.52% (100M:
-    cosine_72000 32% and wsdcon_3 43%, the optimum's worst curves). The old jackknife+ band held
-    100% at 2.15% / 1.94%."""
-    r = _mpl_protocol(str(shared_data), size)
-    p = r.predictions
-    n = np.array([p[k]["n_points"] for k in PREDICT])
-    coverage = np.array([p[k]["interval_coverage"] for k in PREDICT]) @ n / n.sum()
-    width = np.array([p[k]["interval_mean_rel_width"] for k in PREDICT]) @ n / n.sum()
-    if size == "25":
-        assert coverage >= 0.95 and 0.012 <= width <= 0.025, (coverage, width)
-    else:
-        assert 0.65 <= coverage <= 0.85 and width <= 0.008, (coverage, width)
-    m = r.to_dict()["interval_model"]
-    assert (
-        m["n_units"] == 9
-        and not m["rank_capped"]
-        and set(m["refits"])
-        == {
-            "leave-out cosine_24000",
-            "leave-out constant_24000",
-            "leave-out wsdcon_9",
-            "first 0.5",
-            "first 0.33",
-        }
-    )
-
-
-def test_tissue_forecasts_the_rest_of_a_curve(shared_data):
+def test_mpl_forecasts_the_rest_of_a_curve(shared_data):
+    """fit-curve's default on the first half of one cosine curve (100M): measured 0.36% mean error on
+    its later steps, the final loss 0.69% off (2.9997 against 2.9791), 100% of them inside."""
     d = shared_data / "mpl_loss_curves" / "csv_100"
-    r = fit_curve([d / "cosine_24000.csv"], "tissue", fit_until=12000, predict=[d / "wsdld_20000_24000.csv"])
+    r = fit_curve([d / "cosine_24000.csv"], fit_until=12000, predict=[d / "wsdld_20000_24000.csv"])
     rest = r.predictions["cosine_24000"]
     assert rest["from_step"] > 12000
     assert rest["mean_rel_error"] < 0.005

@@ -17,8 +17,7 @@ from analysis.backtests.losses import Options
 from analysis.cli import main as cli_main
 from analysis.curves.data import Curve
 from analysis.curves.features import features
-from analysis.curves.laws import get_curve_law
-from analysis.curves.optimize import evaluate
+from analysis.curves.laws import evaluate, get_curve_law
 from models.base.errors import AnalysisError
 
 HOT_STEPS = np.arange(100, 3001, 100)
@@ -63,7 +62,7 @@ def test_default_beats_the_ratio_baseline_on_a_synthetic_mpl_suite(tmp_path):
     assert bt.cut["n_held_out"] == 2 and bt.cut["n_fit"] == 4 and bt.cut["n_points_held_out"] == 6
     rows = _rows(bt)
     base, default = rows[BASELINE], next(r for r in rows.values() if r["default"])
-    assert default["method"] == "mpl_multistart" and default["n"] == base["n"] == 6
+    assert default["method"] == "mpl" and default["n"] == base["n"] == 6
     # the ratio baseline misses the drop's trend in N; the transferred B follows it
     assert default["mean_abs_rel_error"] < 0.5 * base["mean_abs_rel_error"]
     assert default["mean_abs_rel_error"] < 2e-3
@@ -84,9 +83,9 @@ def test_gemstones_cooldowns_measured(shared_data, tmp_path):
     j = json.loads(out.read_text())
     assert j["cut"]["held_out"] == ["1536x50", "2048x27", "3072x12"] and j["cut"]["n_fit"] == 17
     rows = {r["method"]: r for r in j["methods"]}
-    base, default = rows[BASELINE], rows["mpl_multistart"]
+    base, default = rows[BASELINE], rows["mpl"]
     assert default["default"] and base["baseline"] and base["n"] == default["n"] == 29
-    # measured: the ratio baseline 0.28% (cov 93%), mpl_multistart 0.47% (cov 62%): MPL's
+    # measured: the ratio baseline 0.28% (cov 93%), mpl 0.47% (cov 62%): MPL's
     # cross-shape transfer does NOT beat the baseline on Gemstones (the drop's scale B extrapolated
     # in N is ~15% low at 2B; the baseline's drop-proportional-to-loss holds better)
     assert base["mean_abs_rel_error"] == pytest.approx(0.0028, abs=3e-4)

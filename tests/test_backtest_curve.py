@@ -10,8 +10,9 @@ import json
 import numpy as np
 import pytest
 
-from analysis.backtests.curves import AUTHORS_FIT, MAX_POINTS, load_curves, split_curves
+from analysis.backtests.curves import AUTHORS_FIT, MAX_POINTS, split_curves
 from analysis.cli import main as cli_main
+from analysis.curves.data import load_curves
 
 ROW_KEYS = ("method", "baseline", "default", "n", "mean_abs_rel_error", "coverage_90", "mean_width", "points")
 
@@ -34,7 +35,7 @@ def test_curve_backtest_on_mpl_25m(shared_data, tmp_path):
         assert {j["cut"]["schedules"][i] for i in held} == set(j["cut"]["held_out"])
     base = next(r for r in rows if r["baseline"])
     default = next(r for r in rows if r["default"])
-    assert default["method"] == "mpl_multistart"
+    assert default["method"] == "mpl"
     # docs/analysis.md: multistart's mean error on this split is ~0.10% (without --warmup-steps)
     assert default["mean_abs_rel_error"] < 0.002 < base["mean_abs_rel_error"]
     assert 0 <= base["coverage_90"] <= 1 and base["mean_width"] > 0
@@ -70,6 +71,6 @@ def test_default_intervals_are_calibrated_on_mpl_25m(shared_data, tmp_path):
     argv = ["backtest", str(path), "--protocol", "curve", "--only-default", "--json", str(out)]
     assert cli_main(argv) == 0
     default = next(r for r in json.loads(out.read_text())["methods"] if r["default"])
-    assert default["method"] == "mpl_multistart" and default["n"] == 6 * MAX_POINTS
+    assert default["method"] == "mpl" and default["n"] == 6 * MAX_POINTS
     assert 0.80 <= default["coverage_90"] <= 0.95, default["coverage_90"]
     assert default["mean_width"] < 0.008 and default["mean_abs_rel_error"] < 0.0015

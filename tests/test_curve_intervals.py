@@ -1,6 +1,6 @@
-"""Forecast intervals of loss-curve fits: calibration splits, the forecast distance, scatter + drift bounds,
-their coverage of held-out curves on the public multi-power-law data (the MPL law's coverage is
-tested next to its accuracy in test_analysis_curves.py, on the same fits), and the JSON contract."""
+"""Forecast intervals of loss-curve fits: calibration splits, the forecast distance, scatter + drift
+bounds and the JSON contract (their coverage of held-out curves on the public multi-power-law data is
+tested next to the fit's accuracy in test_mpl_protocol.py and test_backtest_curve.py)."""
 
 import json
 
@@ -123,21 +123,6 @@ def _pooled(result):
     return float(cov @ n / n.sum()), float(width @ n / n.sum())
 
 
-def test_tissue_intervals_cover_held_out_curves(shared_data):
-    """The MPL protocol with the cheap Tissue et al. law (25M): measured 81% of the backtest's
-    held-out points inside at a mean width of 0.57% of the loss (the old jackknife+ band: 98% at
-    1.1%); cosine_72000 and wsdcon_3, Tissue's worst curves, hold 40% and 64%."""
-    d = shared_data / "mpl_loss_curves" / "csv_25"
-    r = fit_curve([d / f"{n}.csv" for n in FIT], "tissue", predict=[d / f"{n}.csv" for n in PREDICT])
-    coverage, width = _pooled(r)
-    assert 0.7 <= coverage <= 0.95 and 0.004 <= width <= 0.008, (coverage, width)
-    assert len(r.intervals.units) == 9 and r.intervals.to_dict()["rank"] == 3
-    for k in PREDICT:
-        p = r.predictions[k]
-        lo, hi, pred = map(np.asarray, (p["interval_lo"], p["interval_hi"], p["predicted"]))
-        assert len(p["step"]) == p["n_points"] and np.all((lo < pred) & (pred < hi))
-
-
 def test_cli_json_carries_intervals(shared_data, tmp_path):
     """`fit-curve --json`: predictions[name].interval_coverage and the per-point bounds; the
     interval model says how it was calibrated (here on one curve: early-part refits only)."""
@@ -147,8 +132,6 @@ def test_cli_json_carries_intervals(shared_data, tmp_path):
         main(
             [
                 "fit-curve",
-                "--law",
-                "tissue",
                 "--fit",
                 str(d / "cosine_24000.csv"),
                 "--fit-until",
@@ -174,6 +157,6 @@ def test_cli_json_carries_intervals(shared_data, tmp_path):
 
 def test_without_intervals_the_fit_has_none(shared_data):
     d = shared_data / "mpl_loss_curves" / "csv_25"
-    r = fit_curve([d / "cosine_24000.csv"], "tissue", fit_until=12000, intervals=False)
+    r = fit_curve([d / "cosine_24000.csv"], fit_until=12000, intervals=False)
     assert r.intervals is None and r.to_dict()["interval_model"] is None
     assert "interval_coverage" not in r.predictions["cosine_24000"]

@@ -15,7 +15,7 @@ not hold their training code): the hot run is at a constant rate from its first 
 linear warm-up from 0 before it, fit-curve's default), and a cooldown decays that rate linearly to
 0 over (step_end - branch_step) steps. Rates are normalised to a nominal peak `PEAK_LR` = 3e-4
 (the multi-power law is invariant to the rate's unit up to its A, B and C; the start grids of
-fit-curve's protocols are scaled for rates near 3e-4, Luo et al.'s).
+fit-curve are scaled for rates near 3e-4, Luo et al.'s).
 
 What is held out: the shapes with N above `--holdout-above-n` (default: the largest third of the
 shapes that have branches, `validation.share_cut`). Shapes with branches below the cut are
@@ -24,21 +24,21 @@ fitted; every branch of a held-out shape is predicted from the hot curve *up to 
 starts; never a cooldown end of that shape). Branches with fewer than `MIN_PREFIX` hot steps up to
 them are left out (a warning says how many).
 
-Methods, scored on loss_end (`Metric.REL`):
-- `baseline_branch_ratio`: loss_end = loss_at_branch x r, r the median ratio loss_end /
-  loss_at_branch over the fitted branches; its 90% band is the central 90% of those ratios.
-- every curve law and fitting protocol of fit-curve (`curves.candidates()`; the default row is
-  `mpl_multistart`, the fit `fit-curve` makes without flags), in two stages:
+Methods, scored on loss_end (`Metric.REL`), those of the registry's protocol `cooldown`:
+- `baseline_branch_ratio` (registered here): loss_end = loss_at_branch x r, r the median ratio
+  loss_end / loss_at_branch over the fitted branches; its 90% band is the central 90% of those
+  ratios.
+- `mpl` (fit-curve's default, so the protocol's default row, though the baseline beats it on
+  Gemstones: docs/analysis.md, "Backtesting"), in two stages:
   1. per fitted shape, `fit_curve` on its hot curve plus one two-point curve per branch
-     (branch_step and step_end, the decay between them) with that protocol: each shape gets its
-     own law, all of whose annealing parameters (MPL: B, C, beta, gamma; Tissue: C) are fitted;
-  2. the annealing part is what transfers to a new shape, the rest is the shape's own: the first
-     annealing parameter (the drop's scale: MPL's B, Tissue's C) as a power law in N fitted over
-     the fitted shapes (least squares of its log on log N; it falls with N on Gemstones), the
-     others (the drop's shape: MPL's C, beta, gamma) as their median over the fitted shapes.
-     L0, A and alpha come from `fit_curve` on the held-out shape's hot prefix with those fixed
-     (a constant rate: the annealing parameters do not move that fit; fit-curve's protocol for
-     fixed parameters, the L-BFGS optimum), and the law predicts the branch's end.
+     (branch_step and step_end, the decay between them): each shape gets its own law, all of whose
+     annealing parameters (B, C, beta, gamma) are fitted;
+  2. the annealing part is what transfers to a new shape, the rest is the shape's own: B (the
+     drop's scale) as a power law in N fitted over the fitted shapes (least squares of its log on
+     log N; it falls with N on Gemstones), C, beta and gamma (the drop's shape) as their median
+     over the fitted shapes. L0, A and alpha come from `fit_curve` on the held-out shape's hot
+     prefix with those fixed (a constant rate: the annealing parameters do not move that fit;
+     L-BFGS to the optimum), and the law predicts the branch's end.
   The 90% interval: the central 90% of the log errors of the same two stages, leave-one-shape-out
   over the fitted shapes (each fitted shape's branches predicted with the transfer fitted on the
   others), around the prediction; `--bootstrap 0` skips that calibration (no intervals).
@@ -54,13 +54,15 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from analysis.backtests.curves import candidates
+import analysis.curves.methods  # noqa: F401  (registers mpl, the protocol's default)
 from analysis.backtests.losses import Options
 from analysis.backtests.result import Backtest, MethodScore, Metric, Point
 from analysis.core import validation
+from analysis.core.methods import Family, Method, Prediction, Role, methods, register
+from analysis.core.table import read_table
 from analysis.curves.data import Curve, load_curve
 from analysis.curves.fitting import fit_curve
-from analysis.curves.laws import get_curve_law
+from analysis.curves.laws import MPL
 from models.base.errors import AnalysisError
 
 BASELINE = "baseline_branch_ratio"
@@ -129,7 +131,7 @@ def _read(folder: str, name: str, columns: Sequence[str]) -> pd.DataFrame:
     path = os.path.join(folder, name)
     if not os.path.isfile(path):
         raise AnalysisError(f"{folder}: no {name}; {LAYOUT}")
-    df = pd.read_csv(path)
+    df = read_table(path)
     missing = [c for c in columns if c not in df.columns]
     if missing:
         raise AnalysisError(f"{path}: missing column(s) {', '.join(missing)}; {LAYOUT}")
@@ -163,8 +165,6 @@ def load_shapes(data: pd.DataFrame | str) -> list[Shape]:
         raise AnalysisError(f"{LAYOUT}; {folder} is a file")
     hot = _read(folder, HOT_FILE, HOT_COLUMNS)
     cool = _read(folder, COOLDOWN_FILE, COOLDOWN_COLUMNS)
-    if cool.empty:
-        raise AnalysisError(f"{os.path.join(folder, COOLDOWN_FILE)} has no rows: {LAYOUT}")
     shapes = []
     for model, rows in cool.groupby("model", sort=True):
         h = hot[hot.model == model]
@@ -229,27 +229,61 @@ def _points(shapes: Sequence[Shape], predict) -> tuple[Point, ...]:
     return tuple(out)
 
 
-def _baseline(split: CooldownSplit) -> MethodScore:
-    """loss_end = loss_at_branch x the fitted branches' median ratio; band: their central 90%."""
-    r = np.array([b.loss_end / b.loss for s in split.fit for b in s.branches])
-    mid = float(np.median(r))
+@dataclass(frozen=True)
+class BranchRatio:
+    """The baseline: the fitted branches' median loss_end / loss_at_branch and its central 90%."""
+
+    ratio: float
+    lo: float
+    hi: float
+    n_points: int
+
+    def summary(self) -> str:
+        return f"baseline {BASELINE} on {self.n_points} branches: {self.note}"
+
+    @property
+    def note(self) -> str:
+        return f"r={self.ratio:.5g} (90%: {self.lo:.5g}-{self.hi:.5g})"
+
+    def to_dict(self) -> dict:
+        return {"baseline": BASELINE, "ratio": self.ratio, "interval": [self.lo, self.hi]}
+
+
+def fit_branch_ratio(table, **_) -> BranchRatio:
+    """The ratio of a cooldown folder's (or shapes') branches."""
+    shapes = table if isinstance(table, (list, tuple)) else load_shapes(table)
+    r = np.array([b.loss_end / b.loss for s in shapes for b in s.branches])
     lo, hi = validation.percentile_interval(r)
-    points = _points(split.held, lambda s, b: (b.loss * mid, b.loss * lo, b.loss * hi))
-    return MethodScore(BASELINE, points, baseline=True, note=f"r={mid:.5g} (90%: {lo:.5g}-{hi:.5g})")
+    return BranchRatio(float(np.median(r)), float(lo), float(hi), r.size)
 
 
-def _shape_fit(shape: Shape, law: str, protocol: str | None) -> dict[str, float]:
+def predict_branch_ratio(fit: BranchRatio, inputs) -> Prediction:
+    x = np.asarray(inputs["loss_at_branch"], float)
+    return Prediction(x * fit.ratio, x * fit.lo, x * fit.hi)
+
+
+def _baseline(m: Method, split: CooldownSplit) -> MethodScore:
+    f = m.fit(list(split.fit))
+
+    def predict(s: Shape, b: Branch):
+        p = m.predict(f, {"loss_at_branch": np.array([b.loss])})
+        return p.mean[0], p.lo[0], p.hi[0]
+
+    return MethodScore(m.name, _points(split.held, predict), baseline=True, note=f.note)
+
+
+def _shape_fit(shape: Shape) -> dict[str, float]:
     """Stage 1: the law on one shape's hot curve and its branches, every parameter free."""
     curves = [shape.hot] + [shape.branch_curve(b) for b in shape.branches]
-    return fit_curve(curves, law, intervals=False, protocol=protocol).params
+    return fit_curve(curves, intervals=False).params
 
 
-def transfer(law: str, fits: Sequence[tuple[float, dict[str, float]]], N: float) -> dict[str, float]:
+def transfer(fits: Sequence[tuple[float, dict[str, float]]], N: float) -> dict[str, float]:
     """Stage 2's annealing parameters for a shape of size N from (N, params) of fitted shapes:
-    the first (the drop's scale) a power law in N, the others their median (module docstring)."""
+    the first (the drop's scale B) a power law in N, the others their median (module docstring)."""
     logN = np.log([n for n, _ in fits])
     out = {}
-    for i, k in enumerate(get_curve_law(law).anneal_params):
+    for i, k in enumerate(MPL.anneal_params):
         y = np.log([p[k] for _, p in fits])
         if i == 0 and np.ptp(logN) > 0:
             slope, icpt = np.polyfit(logN, y, 1)
@@ -259,43 +293,44 @@ def transfer(law: str, fits: Sequence[tuple[float, dict[str, float]]], N: float)
     return out
 
 
-def _predict_end(shape: Shape, b: Branch, law: str, fixed: dict[str, float]) -> float:
+def _predict_end(shape: Shape, b: Branch, fixed: dict[str, float]) -> float:
     """Stage 2: L0, A, alpha on the hot prefix with the annealing part fixed; the branch's end."""
-    r = fit_curve([shape.prefix(b)], law, fixed=fixed, intervals=False)
+    r = fit_curve([shape.prefix(b)], fixed=fixed, intervals=False)
     return float(r.predict(shape.branch_curve(b), np.array([b.end]))[0])
 
 
-def _calibration(law: str, fits: list[tuple[Shape, dict[str, float]]]) -> tuple[float, float]:
+def _calibration(fits: list[tuple[Shape, dict[str, float]]]) -> tuple[float, float]:
     """Central 90% of the log errors of leave-one-shape-out forecasts over the fitted shapes."""
     if len(fits) < 3:
         return np.nan, np.nan
     errs = []
     for j, (s, _) in enumerate(fits):
-        fixed = transfer(law, [(o.N, p) for i, (o, p) in enumerate(fits) if i != j], s.N)
-        errs += [np.log(b.loss_end / _predict_end(s, b, law, fixed)) for b in s.branches]
+        fixed = transfer([(o.N, p) for i, (o, p) in enumerate(fits) if i != j], s.N)
+        errs += [np.log(b.loss_end / _predict_end(s, b, fixed)) for b in s.branches]
     lo, hi = validation.percentile_interval(np.array(errs))
     return float(lo), float(hi)
 
 
-def _law_score(name: str, law: str, protocol: str, default: bool, split: CooldownSplit, opt: Options):
-    """One (law, protocol): stage 1 on the fitted shapes, stage 2 on every held-out branch."""
+def _law_score(m: Method, split: CooldownSplit, opt: Options) -> MethodScore:
+    """Stage 1 on the fitted shapes, stage 2 on every held-out branch."""
+    default = m.role == Role.DEFAULT
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            fits = [(s, _shape_fit(s, law, None if default else protocol)) for s in split.fit]
-            lo, hi = _calibration(law, fits) if opt.bootstrap > 0 else (np.nan, np.nan)
+            fits = [(s, _shape_fit(s)) for s in split.fit]
+            lo, hi = _calibration(fits) if opt.bootstrap > 0 else (np.nan, np.nan)
             by_n = [(s.N, p) for s, p in fits]
 
             def predict(s: Shape, b: Branch):
-                pred = _predict_end(s, b, law, transfer(law, by_n, s.N))
+                pred = _predict_end(s, b, transfer(by_n, s.N))
                 return pred, pred * np.exp(lo), pred * np.exp(hi)
 
             points = _points(split.held, predict)
     except AnalysisError as e:
-        return MethodScore(name, (), default=default, note=f"not fitted: {e}")
-    shared = transfer(law, by_n, split.held[-1].N)
+        return MethodScore(m.name, (), default=default, note=f"not fitted: {e}")
+    shared = transfer(by_n, split.held[-1].N)
     note = f"annealing at N={split.held[-1].N:.3g}: " + ", ".join(f"{k}={v:.4g}" for k, v in shared.items())
-    return MethodScore(name, points, default=default, note=note)
+    return MethodScore(m.name, points, default=default, note=note)
 
 
 def cooldown_protocol(data: pd.DataFrame | str, opt: Options = Options()) -> Backtest:
@@ -304,12 +339,26 @@ def cooldown_protocol(data: pd.DataFrame | str, opt: Options = Options()) -> Bac
     if not shapes:
         raise AnalysisError(f"no branch has {MIN_PREFIX} hot steps up to it; log the hot curve more often")
     split = split_shapes(shapes, opt)
-    methods = [_baseline(split)]
-    for name, law, protocol, default in candidates():
-        if not opt.scores(default):
-            continue
-        methods.append(_law_score(name, law, protocol, default, split, opt))
+    ms = sorted(methods(Family.CURVE, "cooldown"), key=lambda m: m.role != Role.BASELINE)
+    rows = [
+        _baseline(m, split) if m.role == Role.BASELINE else _law_score(m, split, opt)
+        for m in ms
+        if opt.scores(m.role != Role.CANDIDATE)
+    ]
     notes = (
         (f"{dropped} branches with fewer than {MIN_PREFIX} hot steps up to them left out",) if dropped else ()
     )
-    return Backtest("cooldown", split.cut, Metric.REL, tuple(methods), notes)
+    return Backtest("cooldown", split.cut, Metric.REL, tuple(rows), notes)
+
+
+register(
+    Method(
+        BASELINE,
+        Family.CURVE,
+        ("cooldown",),
+        Role.BASELINE,
+        fit_branch_ratio,
+        predict_branch_ratio,
+        doc="a cooldown's end loss: its loss at the branch x the fitted branches' median end/branch ratio",
+    )
+)

@@ -1,6 +1,6 @@
 """Loss-curve protocol `curve`: schedules held out as fit-curve's accuracy protocol holds them out,
-every curve law of `fit-curve` (and each of its fitting protocols) fitted on the rest, each scored
-on the held-out curves' points.
+every registered method of the protocol (`methods(Family.CURVE, "curve")`: fit-curve's `mpl` and
+the baseline) fitted on the rest, each scored on the held-out curves' points.
 
 What is held out (`split_curves`), in this order:
 - Luo et al.'s split, the one fit-curve's accuracy and coverage figures use (docs/analysis.md,
@@ -13,38 +13,33 @@ What is held out (`split_curves`), in this order:
 Only steps from each curve's learning-rate peak on count (`Curve.law_steps`, as in fit-curve), and
 each held-out curve is scored on at most `MAX_POINTS` of them, evenly spread in steps.
 
-Methods: `mpl_multistart` (the default: `fit_curve(curves, "mpl")` without a protocol, the call
-`fit-curve` makes without flags), the other protocols of the MPL and the Tissue law (all
-`fitting.PROTOCOLS` a law accepts), and the baseline `baseline_power_law_in_s1`: per point
-L = E + A (S1 / S1_max)^-alpha in the area under the schedule S1, fitted by SciPy on the fitted
-curves' points (the schedule's warm-up and decay count only through S1; no annealing term), with
-the naive 90% band of its in-sample log residuals (`baselines.fit_minima_power_law`, the same form).
-The laws' intervals are fit-curve's (scatter + drift measured on its calibration refits); `--bootstrap 0`
-skips those refits (as `fit-curve --no-intervals`) and leaves the laws without intervals.
+Methods: `mpl` (the default: `fit_curve(curves)`, the call `fit-curve` makes without flags), and
+the baseline `baseline_power_law_in_s1` (registered here): per point L = E + A (S1 / S1_max)^-alpha
+in the area under the schedule S1, fitted by SciPy on the fitted curves' points (the schedule's
+warm-up and decay count only through S1; no annealing term), with the naive 90% band of its
+in-sample log residuals (`baselines.fit_minima_power_law`, the same form). mpl's intervals are
+fit-curve's; `--bootstrap 0` skips its calibration refits (as `fit-curve --no-intervals`).
 """
 
 from __future__ import annotations
 
-import os
 import warnings
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
+import analysis.curves.methods  # noqa: F401  (registers mpl, the protocol's default)
 from analysis.backtests import baselines
 from analysis.backtests.losses import Options
 from analysis.backtests.result import Backtest, MethodScore, Metric, Point
 from analysis.core import validation
-from analysis.core.runs import find_run_dirs
-from analysis.core.table import read_table
-from analysis.curves.data import Curve, load_curve
-from analysis.curves.fitting import AUTHORS_PROTOCOLS, FitProtocol, default_protocol, fit_curve
-from analysis.curves.laws import known_curve_laws
+from analysis.core.methods import Family, Method, Role, methods
+from analysis.curves.data import NO_CURVES, Curve, load_curves
+from analysis.curves.fitting import CurveFitResult
 from models.base.errors import AnalysisError
 
 BASELINE = "baseline_power_law_in_s1"
-DEFAULT_LAW = "mpl"  # fit-curve's --law default (`fit_curve(law="mpl")`)
 # Luo et al.'s fitted curves (mpl_loss_curves/SOURCE.md; benchmarks/curve_forecast.py's FIT)
 AUTHORS_FIT = ("cosine_24000", "constant_24000", "wsdcon_9")
 MAX_POINTS = 50  # scored points per held-out curve (keeps the JSON small)
@@ -52,11 +47,6 @@ MAX_POINTS = 50  # scored points per held-out curve (keeps the JSON small)
 # the public 72k-step curves end at 71920 and 71936)
 LENGTH_RTOL = 0.05
 PREFIX_SHARE = 0.5  # one length only: fit every curve up to the median logged step
-NAME_COLUMNS = ("run", "curve", "schedule", "name")  # a curves table's curve column
-NO_CURVES = (
-    "give a folder of curve CSVs (columns step, lr, loss), a run or sweep directory (metrics.jsonl), "
-    "or a curves table with a run column and step, lr, loss"
-)
 
 
 @dataclass(frozen=True)
@@ -67,43 +57,6 @@ class CurveSplit:
     held: tuple[tuple[int, Curve, np.ndarray], ...]  # (schedule index, curve, scored steps)
     fit_until: int | None
     cut: dict
-
-
-def load_curves(data: pd.DataFrame | str) -> list[Curve]:
-    """Curves as fit-curve loads them (`load_curve`, its defaults): from a folder of curve CSVs, a
-    run or sweep directory (one curve per run), a curves table (CSV / Parquet / DataFrame; one
-    curve per value of its run column, or one curve without one) or a single curve CSV."""
-    if isinstance(data, pd.DataFrame):
-        return _table_curves(data, "curve")
-    path = os.fspath(data)
-    if not os.path.exists(path):
-        raise AnalysisError(f"file not found: {path}")
-    if os.path.isdir(path):
-        csvs = sorted(f for f in os.listdir(path) if f.endswith(".csv"))
-        if csvs:
-            return [load_curve(os.path.join(path, f)) for f in csvs]
-        runs = find_run_dirs([path])
-        if not runs:
-            raise AnalysisError(f"no loss curves in {path}: {NO_CURVES}")
-        root = os.path.dirname(os.path.abspath(path.rstrip("/")))
-        return [load_curve(r, name=os.path.relpath(r, root)) for r in runs]
-    df = read_table(path)
-    return _table_curves(df, os.path.splitext(os.path.basename(path))[0])
-
-
-def _table_curves(df: pd.DataFrame, name: str) -> list[Curve]:
-    """One curve per value of the table's run column (eval_loss when a run logged it at least
-    twice, as `load_curve` reads a run directory), or the whole table as one curve."""
-    col = next((c for c in NAME_COLUMNS if c in df.columns), None)
-    if col is None:
-        return [load_curve(df, name=name)]
-    out = []
-    for run, g in df.groupby(col, sort=True):
-        ev = "eval_loss" in g.columns and g["eval_loss"].notna().sum() >= 2
-        out.append(load_curve(g.drop(columns=[col]), name=str(run), loss_col="eval_loss" if ev else None))
-    if not out:
-        raise AnalysisError(f"no loss curves in the table: {NO_CURVES}")
-    return out
 
 
 def scored_steps(t: np.ndarray, k: int = MAX_POINTS) -> np.ndarray:
@@ -159,84 +112,72 @@ def split_curves(curves: list[Curve]) -> CurveSplit:
     return CurveSplit(fit, tuple(rows), fit_until, cut)
 
 
-def candidates() -> list[tuple[str, str, str, bool]]:
-    """(method, law, protocol, default) for every curve law and fitting protocol fit-curve offers;
-    the default (what `fit-curve` fits without flags) first. The authors' protocols fit the MPL
-    only (`fitting._check_protocol`)."""
-    out = []
-    for law in known_curve_laws():
-        for p in FitProtocol:
-            if p not in AUTHORS_PROTOCOLS or law == "mpl":
-                default = law == DEFAULT_LAW and p == default_protocol(DEFAULT_LAW)
-                out.append((f"{law}_{p.value}", law, p.value, default))
-    return sorted(out, key=lambda m: not m[3])
+def _s1(c: Curve, t: np.ndarray) -> np.ndarray:
+    return np.cumsum(c.schedule())[t]
 
 
-def _points(split: CurveSplit, predict) -> tuple[Point, ...]:
-    """Every held-out point with `predict(curve, steps) -> (pred, lo, hi)`."""
-    out = []
-    for i, c, t in split.held:
-        pred, lo, hi = predict(c, t)
-        actual = c.loss_at(t)
-        out += [
-            Point(
-                {"step": int(t[j]), "schedule": i},
-                float(actual[j]),
-                float(pred[j]),
-                float(lo[j]),
-                float(hi[j]),
-            )
-            for j in range(t.size)
-        ]
-    return tuple(out)
+def _predict(m: Method, r, c: Curve, t: np.ndarray):
+    """(pred, lo, hi) of a held-out curve: the law on its logged schedule, the baseline on its S1."""
+    if isinstance(r, CurveFitResult):
+        return r.predict_interval(c, t)
+    p = m.predict(r, {"S1": _s1(c, t)})
+    return p.mean, p.lo, p.hi
 
 
-def _law_score(
-    name: str, law: str, protocol: str, split: CurveSplit, opt: Options, default: bool
-) -> MethodScore:
-    """Fit one (law, protocol) on the fitted curves as fit-curve does and predict the held-out
-    points with its 90% intervals; the default runs fit-curve's flagless call (no protocol)."""
+def _score(m: Method, split: CurveSplit, opt: Options) -> MethodScore:
+    """Fit one method on the fitted curves as fit-curve does and predict the held-out points with
+    its 90% intervals."""
+    role = {"baseline": m.role == Role.BASELINE, "default": m.role == Role.DEFAULT}
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            r = fit_curve(
-                list(split.fit),
-                law,
-                fit_until=split.fit_until,
-                intervals=opt.bootstrap > 0,
-                protocol=None if default else protocol,
-            )
-            points = _points(split, r.predict_interval)
+            r = m.fit(list(split.fit), fit_until=split.fit_until, intervals=opt.bootstrap > 0)
+            points = []
+            for i, c, t in split.held:
+                pred, lo, hi = _predict(m, r, c, t)
+                points += [
+                    Point({"step": int(s), "schedule": i}, float(a), float(f), float(low), float(high))
+                    for s, a, f, low, high in zip(t, c.loss_at(t), pred, lo, hi)
+                ]
     except AnalysisError as e:
-        return MethodScore(name, (), default=default, note=f"not fitted: {e}")
-    return MethodScore(name, points, default=default)
-
-
-def _baseline(split: CurveSplit) -> MethodScore:
-    """E + A (S1 / S1_max)^-alpha on the fitted points (law steps up to fit_until), by SciPy."""
-    S1, loss = [], []
-    for c in split.fit:
-        t = c.law_steps()
-        t = t[t <= split.fit_until] if split.fit_until is not None else t
-        S1.append(np.cumsum(c.schedule())[t])
-        loss.append(c.loss_at(t))
-    b = baselines.fit_minima_power_law(np.concatenate(S1), np.concatenate(loss))
-
-    def predict(c: Curve, t: np.ndarray):
-        pred = baselines.predict_minima_power_law(b, np.cumsum(c.schedule())[t])
-        return (pred, *b.band(pred))
-
-    E, A, alpha, _ = b.params
-    note = f"E={E:.4g}, A={A:.4g}, alpha={alpha:.4g}"
-    return MethodScore(BASELINE, _points(split, predict), baseline=True, note=note)
+        return MethodScore(m.name, (), **role, note=f"not fitted: {e}")
+    return MethodScore(m.name, tuple(points), **role, note=getattr(r, "note", ""))
 
 
 def curve_protocol(data: pd.DataFrame | str, opt: Options = Options()) -> Backtest:
-    """Backtest every curve law of fit-curve on schedules it did not see (module docstring)."""
+    """Backtest every curve method on schedules it did not see (module docstring)."""
     split = split_curves(load_curves(data))
-    methods = [_baseline(split)]
-    for name, law, protocol, default in candidates():
-        if not opt.scores(default):
-            continue
-        methods.append(_law_score(name, law, protocol, split, opt, default))
-    return Backtest("curve", split.cut, Metric.REL, tuple(methods))
+    ms = sorted(methods(Family.CURVE, "curve"), key=lambda m: m.role != Role.BASELINE)
+    rows = [_score(m, split, opt) for m in ms if opt.scores(m.role != Role.CANDIDATE)]
+    return Backtest("curve", split.cut, Metric.REL, tuple(rows))
+
+
+@dataclass(frozen=True)
+class PowerLawInS1(baselines.BaselineResult):
+    """The baseline fitted on curves: predicts from {"S1": area under the schedule}."""
+
+    @property
+    def note(self) -> str:
+        E, A, alpha, _ = self.fit.params
+        return f"E={E:.4g}, A={A:.4g}, alpha={alpha:.4g}"
+
+
+def fit_power_law_in_s1(table, fit_until: int | None = None, **_) -> PowerLawInS1:
+    """E + A (S1 / S1_max)^-alpha on the curves' law steps (up to fit_until), by SciPy."""
+    S1, loss = [], []
+    for c in load_curves(table):
+        t = c.law_steps()
+        t = t[t <= fit_until] if fit_until is not None else t
+        S1.append(_s1(c, t))
+        loss.append(c.loss_at(t))
+    b = baselines.fit_minima_power_law(np.concatenate(S1), np.concatenate(loss))
+    return PowerLawInS1(b, lambda x: baselines.predict_minima_power_law(b, x["S1"]), int(sum(map(len, S1))))
+
+
+baselines.register_baseline(
+    BASELINE,
+    Family.CURVE,
+    ("curve",),
+    fit_power_law_in_s1,
+    "E + A (S1/S1_max)^-alpha in the area under the schedule, by SciPy (no annealing term)",
+)

@@ -14,9 +14,10 @@ each rung in turn (runs of one total_steps) is cut and the other rungs are COMPL
 of a rung (`SWEPT`): optim.lr, else schedule. A held-out run's schedule, when its curve logs one,
 is known to its end (the `mpl` method's planned schedule).
 
-Methods, scored on the final loss (`Metric.REL`); each one's `mean_loss_penalty` is its regret: per
-held-out rung of two or more runs, the final loss of the run it picks (highest p_best) against the
-rung's best final loss, averaged over the rungs:
+Methods, those of the registry's protocol (`methods(Family.FORECAST, "curve-prefix")`), scored on
+the final loss (`Metric.REL`); each one's `mean_loss_penalty` is its regret: per held-out rung of two
+or more runs, the final loss of the run it picks (highest p_best) against the rung's best final
+loss, averaged over the rungs:
 - `baseline_lowest_at_cut`: `forecast --method ratio` (its pick: the lowest loss at the cut);
 - `auto` (the default: `forecast` without --method: the baseline unless a law beats it on the
   finished curves, `analysis/forecast/select.py`), `transfer` and `mpl` (`forecast --method ...`;
@@ -34,42 +35,36 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
+import analysis.forecast.methods  # noqa: F401  (registers the protocol's methods)
 from analysis.backtests.losses import Options
 from analysis.backtests.result import Backtest, MethodScore, Metric, Point
 from analysis.core import validation
-from analysis.forecast import Method, RunCurve, forecast_runs, read_curves
+from analysis.core.methods import Family, Method, Role, methods
+from analysis.core.table import read_table
+from analysis.forecast import RunCurve, read_curves
 from analysis.forecast.choose import rung_key
 from analysis.forecast.inputs import MIN_POINTS, curves_from_table
-from analysis.forecast.select import LENGTH_RTOL, cut_at
+from analysis.forecast.select import by_length, cut_at
 from models.base.errors import AnalysisError
 
 CUT = 0.25
-BASELINE = "baseline_lowest_at_cut"
-DEFAULT = Method.AUTO
-METHODS = ((BASELINE, Method.RATIO), *((m.value, m) for m in (Method.AUTO, Method.TRANSFER, Method.MPL)))
 SWEPT = ("optim.lr", "schedule")
 HELD_SHARE = 2 / 3  # the smallest two thirds of the sizes are COMPLETE
 
 
-def _folder_table(path: str) -> pd.DataFrame:
-    parts = []
-    for f in sorted(os.listdir(path)):
-        if f.endswith(".csv"):
-            d = pd.read_csv(os.path.join(path, f))
-            stem = f[: -len(".csv")]
-            parts.append(d.assign(run=stem, schedule=stem, total_steps=int(d["step"].max())))
-    if not parts:
-        raise AnalysisError(f"{path}: no curve CSVs")
-    return pd.concat(parts, ignore_index=True)
-
-
 def load(data: pd.DataFrame | str) -> list[RunCurve]:
+    """The runs of a curves table, a sweep directory or a folder of curve CSVs (module docstring)."""
     if isinstance(data, pd.DataFrame):
         return curves_from_table(data, "the curves table")
     path = os.fspath(data)
-    if pathlib.Path(path).is_dir() and any(f.endswith(".csv") for f in os.listdir(path)):
-        return curves_from_table(_folder_table(path), path)
-    return read_curves(path, "the curves")
+    csvs = sorted(f for f in os.listdir(path) if f.endswith(".csv")) if pathlib.Path(path).is_dir() else []
+    if not csvs:
+        return read_curves(path, "the curves")
+    parts = []
+    for f in csvs:
+        d, stem = read_table(os.path.join(path, f)), f[: -len(".csv")]
+        parts.append(d.assign(run=stem, schedule=stem, total_steps=int(d["step"].max())))
+    return curves_from_table(pd.concat(parts, ignore_index=True), path)
 
 
 def _swept(curves: Sequence[RunCurve]) -> str | None:
@@ -101,14 +96,9 @@ def folds(curves: list[RunCurve], opt: Options) -> tuple[list[tuple[list[RunCurv
             "n_fit": int((~held).sum()),
             "n_held_out": int(held.sum()),
         }
-    T = np.array([c.total_steps for c in curves], float)
-    lv, group = validation.level_index(T, LENGTH_RTOL)
-    if lv.size < 2:
+    out = [(held, rest) for _, held, rest in by_length(curves)]
+    if not out:
         raise AnalysisError("one model size and one run length: nothing finished to learn from")
-    out = [
-        ([c for c, g in zip(curves, group) if g == k], [c for c, g in zip(curves, group) if g != k])
-        for k in range(lv.size)
-    ]
     what = f"each run length in turn (the other lengths finished), cut at {CUT:.0%} of its steps"
     return out, {"what": what, "threshold": CUT, "n_fit": len(curves), "n_held_out": len(curves)}
 
@@ -133,7 +123,8 @@ def _scores(held: list[RunCurve], result, key: str | None) -> list[Point]:
     return out
 
 
-def _method(name: str, method: Method, fold_list, key: str | None) -> MethodScore:
+def _method(m: Method, fold_list, key: str | None) -> MethodScore:
+    role = {"baseline": m.role == Role.BASELINE, "default": m.role == Role.DEFAULT}
     points, notes = [], []
     for held, complete in fold_list:
         cut = [k for k in (cut_at(c, CUT) for c in held) if k.step.size >= MIN_POINTS]
@@ -141,17 +132,13 @@ def _method(name: str, method: Method, fold_list, key: str | None) -> MethodScor
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                r = forecast_runs(cut, complete, key, method)
+                r = m.fit(cut, train=complete, choose=key)
         except AnalysisError as e:
-            return MethodScore(
-                name, (), baseline=method == Method.RATIO, default=method == DEFAULT, note=f"not fitted: {e}"
-            )
+            return MethodScore(m.name, (), **role, note=f"not fitted: {e}")
         points += _scores(held, r, key)
         notes += [*r.notes, *(f.detail for f in r.fits)]
     note = "; ".join(dict.fromkeys(notes)) if len(set(notes)) <= 2 else f"{len(notes)} fits"
-    return MethodScore(
-        name, tuple(points), baseline=method == Method.RATIO, default=method == DEFAULT, note=note
-    )
+    return MethodScore(m.name, tuple(points), **role, note=note)
 
 
 def curve_prefix_protocol(data: pd.DataFrame | str, opt: Options = Options()) -> Backtest:
@@ -162,14 +149,8 @@ def curve_prefix_protocol(data: pd.DataFrame | str, opt: Options = Options()) ->
     short = [c.run for held, _ in fold_list for c in held if cut_at(c, CUT).step.size < MIN_POINTS]
     rungs = {rung_key(c.settings, key or "") for held, _ in fold_list for c in held}
     cut.update(swept=key, n_rungs=len(rungs), fraction=CUT, n_too_short=len(short))
-    chosen = [(n, m) for n, m in METHODS if opt.scores(m in (Method.RATIO, DEFAULT))]
-    methods = [_method(name, m, fold_list, key) for name, m in chosen]
-    warn = (
-        (
-            f"{len(short)} held-out run(s) have fewer than {MIN_POINTS} logged points in their first "
-            f"{CUT:.0%}: not scored",
-        )
-        if short
-        else ()
-    )
-    return Backtest("curve-prefix", cut, Metric.REL, tuple(methods), warnings=warn)
+    ms = sorted(methods(Family.FORECAST, "curve-prefix"), key=lambda m: m.role != Role.BASELINE)
+    rows = [_method(m, fold_list, key) for m in ms if opt.scores(m.role != Role.CANDIDATE)]
+    few = f"{len(short)} held-out run(s) have fewer than {MIN_POINTS} logged points in their first {CUT:.0%}"
+    warn = (f"{few}: not scored",) if short else ()
+    return Backtest("curve-prefix", cut, Metric.REL, tuple(rows), warnings=warn)

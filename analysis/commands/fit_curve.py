@@ -1,16 +1,15 @@
-"""`python -m analysis fit-curve --law {tissue,mpl} --fit A.csv [...] [--predict X.csv ...]`.
+"""`python -m analysis fit-curve --law mpl --fit A.csv [...] [--predict X.csv ...]`.
 
-Fits a loss-curve law on whole curves (CSV columns step, lr, loss; or run directories) and/or on
-their first steps (`--fit-until STEP`), then predicts the rest of those curves and every
-`--predict` curve, each point with a 90% forecast interval (a Gaussian log error whose scatter,
-budget and drift terms are measured on the fit's own leave-one-curve-out and early-part refits:
-`analysis/curves/intervals.py`). `--json` writes params, the convergence report,
-`interval_model`, and `predictions`: curve name -> {mean_rel_error, max_rel_error,
+Fits the multi-power law (Luo et al. 2025) on whole curves (CSV columns step, lr, loss; or run
+directories) and/or on their first steps (`--fit-until STEP`), then predicts the rest of those
+curves and every `--predict` curve, each point with a 90% forecast interval (a Gaussian log error
+whose scatter, budget and drift terms are measured on the fit's own leave-one-curve-out and
+early-part refits: `analysis/curves/intervals.py`). `--json` writes params, the convergence
+report, `interval_model`, and `predictions`: curve name -> {mean_rel_error, max_rel_error,
 final_loss_pred, final_loss_actual, n_points, interval_coverage, interval_mean_rel_width,
-interval_final, step, predicted, interval_lo, interval_hi}. `--protocol authors` (MPL only) fits
-as Luo et al.'s code does (warm-up rises in the drop sum, their start, 200 early-stopped AdamW
-steps; `analysis/curves/protocol.py`); `--protocol multistart` runs that protocol from several
-starts and keeps the lowest objective.
+interval_final, step, predicted, interval_lo, interval_hi}. The fit is the multistart protocol (Luo
+et al.'s: warm-up rises in the drop sum, their start, early-stopped AdamW, from 27 annealing starts,
+the lowest objective kept; `analysis/curves/protocol.py`); with `--fix`, L-BFGS to the optimum.
 """
 
 from __future__ import annotations
@@ -26,12 +25,10 @@ from models.base.jaxcache import enable_compile_cache
 def register(subparsers) -> None:
     p = subparsers.add_parser(
         "fit-curve",
-        help="fit a loss-curve law (tissue, mpl) and forecast curves",
+        help="fit the multi-power loss-curve law and forecast curves",
         description=__doc__.splitlines()[0],
     )
-    p.add_argument(
-        "--law", default="mpl", help="curve law: mpl (Luo et al. 2025) or tissue (Tissue et al. 2024)"
-    )
+    p.add_argument("--law", default="mpl", help="curve law: mpl (Luo et al. 2025), the only one")
     p.add_argument("--fit", nargs="+", required=True, metavar="CURVE", help="curves to fit (CSV or run dir)")
     p.add_argument("--predict", nargs="*", default=[], metavar="CURVE", help="curves to predict in full")
     p.add_argument("--fit-until", type=int, help="fit only steps <= this; predict the later steps")
@@ -56,9 +53,8 @@ def register(subparsers) -> None:
     p.add_argument(
         "--protocol",
         default=None,
-        help="how the parameters are found: optimum (L-BFGS to the objective's minimum), authors "
-        "(Luo et al.'s MPL fit) or multistart (theirs from several starts, the lowest objective); "
-        "default: multistart for mpl (without --fix), optimum otherwise",
+        help="how the parameters are found: multistart (Luo et al.'s fit from 27 starts, the lowest "
+        "objective; the default without --fix)",
     )
     p.add_argument(
         "--no-intervals",
@@ -70,14 +66,7 @@ def register(subparsers) -> None:
 
 
 def _print_result(r) -> None:
-    from analysis.curves.fitting import FitProtocol  # JAX-heavy, as in run(): loaded when used
-
-    print(f"law {r.law} (protocol {r.protocol}): " + ", ".join(f"{k}={v:.6g}" for k, v in r.params.items()))
-    if r.protocol == FitProtocol.OPTIMUM:
-        runs = f"{r.starts_at_optimum}/{r.n_starts} starts at the optimum"
-    else:  # early-stopped by design: no optimum to report
-        runs = f"lowest of {r.n_starts} AdamW run(s)"
-    print(f"  objective {r.objective:.6g}, {runs}; {r.status}")
+    print(r.summary())
     if r.intervals is not None:
         m = r.intervals
         print(f"  90% intervals: {m.describe()}; from {len(m.refits)} refits, {len(m.units)} forecast curves")
@@ -110,10 +99,8 @@ def run(args: argparse.Namespace) -> int:
     opts = FitCurveOptions.from_args(args, fix=parse_fixed(args.fix))
     # JAX and the fitting code load here, not at import, so `python -m analysis --help` stays fast.
     from analysis.curves.fitting import fit_curve, load_curve
-    from analysis.curves.laws import get_curve_law
 
     enable_compile_cache()
-    get_curve_law(opts.law)
     fit = [load_curve(c, warmup=opts.warmup, warmup_steps=opts.warmup_steps) for c in opts.fit]
     pred = [load_curve(c, warmup=opts.warmup, warmup_steps=opts.warmup_steps) for c in opts.predict]
     r = fit_curve(

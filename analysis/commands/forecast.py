@@ -58,22 +58,6 @@ class ForecastOptions(CommandOptions):
     method: str
 
 
-def _print(result) -> None:
-    for n in result.notes:
-        print(f"note: {n}")
-    for f in result.fits:
-        print(f"fit at {f.frac:.1%} of the run: {f.method}, {f.n_complete} finished curves, {f.detail}")
-    for r in result.runs:
-        lo, hi = r.interval
-        print(
-            f"  {r.run}: final loss {r.final_loss:.4f} (90% {lo:.4f}-{hi:.4f}), "
-            f"seen {r.frac_seen:.0%}, {r.method}"
-        )
-    for c in result.choices:
-        others = ", ".join(f"{m.value}: {m.p_best:.2f}" for m in c.members)
-        print(f"choice {c.run} ({result.choose}={c.value}, p_best {c.p_best:.2f}; {others})")
-
-
 def run(args: argparse.Namespace) -> int:
     opts = ForecastOptions.from_args(args)
     # pandas and the readers load here, not at import, so `python -m analysis --help` stays fast.
@@ -87,6 +71,7 @@ def run(args: argparse.Namespace) -> int:
     for w in caught:
         word = "note" if issubclass(w.category, ForecastNote) else "warning"
         print(f"{word}: {str(w.message).splitlines()[0]}")
-    _print(result)
+    if result.notes or result.fits or result.runs:
+        print(result.summary())
     emit_json(opts.json, result.to_dict())
     return 0

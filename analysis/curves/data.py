@@ -29,8 +29,15 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from analysis.core.runs import metrics_frame
+from analysis.core.runs import find_run_dirs, metrics_frame
+from analysis.core.table import ALIASES, read_table
 from models.base.errors import AnalysisError
+
+NAME_COLUMNS = ("run", "curve", "schedule", "name")  # a curves table's curve column
+NO_CURVES = (
+    "give a folder of curve CSVs (columns step, lr, loss), a run or sweep directory (metrics.jsonl), "
+    "or a curves table with a run column and step, lr, loss"
+)
 
 
 @dataclass(frozen=True)
@@ -113,10 +120,8 @@ def _curve_from_frame(
     df: pd.DataFrame, name: str, loss_col: str | None, warmup: str, warmup_steps: int | None = None
 ) -> Curve:
     cols = list(df.columns)
-    lc = loss_col or next((c for c in ("loss", "eval_loss", "val_loss") if c in cols), None)
-    missing = [c for c in ("step", "lr") if c not in cols] + (
-        [] if lc and lc in cols else [loss_col or "loss"]
-    )
+    lc = loss_col or next((c for c in ALIASES["loss"] if c in cols), None)
+    missing = [c for c in ("step", "lr") if c not in cols] + ([] if lc in cols else [loss_col or "loss"])
     if missing:
         raise AnalysisError(
             f"curve {name}: missing column(s) {', '.join(missing)}; it has {', '.join(map(str, cols))} "
@@ -145,30 +150,58 @@ def load_curve(
     warmup: str = "linear",
     warmup_steps: int | None = None,
 ) -> Curve:
-    """A curve from a CSV (columns step, lr, loss), a run directory (metrics.jsonl; eval_loss
-    rows when the run has evaluations, else train loss), or a DataFrame. warmup_steps: where the
-    linear warm-up ends (default: at the first logged step)."""
+    """A curve from a CSV or Parquet file (columns step, lr, loss: `read_table`), a run directory
+    (metrics.jsonl; eval_loss rows when the run has evaluations, else train loss), or a DataFrame.
+    warmup_steps: where the linear warm-up ends (default: at the first logged step)."""
     if isinstance(source, Curve):
         return source
     if isinstance(source, pd.DataFrame):
         return _curve_from_frame(source, name or "curve", loss_col, warmup, warmup_steps)
     path = os.fspath(source)
     base = name or os.path.splitext(os.path.basename(path.rstrip("/")))[0]
-    if not os.path.exists(path):
-        raise AnalysisError(f"file not found: {path}")
-    if os.path.isdir(path):
-        m = metrics_frame(path)
-        if m.empty:
-            raise AnalysisError(f"{path}: no metrics.jsonl rows to build a curve from")
-        if loss_col is None and "eval_loss" in m.columns and m["eval_loss"].notna().sum() >= 2:
-            loss_col = "eval_loss"
-        return _curve_from_frame(m, base, loss_col or "loss", warmup, warmup_steps)
-    if os.path.getsize(path) == 0:
-        raise AnalysisError(f"{path} is empty; a curve CSV needs columns step, lr, loss")
-    try:
-        df = pd.read_csv(path)
-    except (pd.errors.EmptyDataError, pd.errors.ParserError, UnicodeDecodeError) as e:
-        raise AnalysisError(
-            f"cannot parse {path}: {str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__}"
-        ) from None
-    return _curve_from_frame(df, base, loss_col, warmup, warmup_steps)
+    if not os.path.isdir(path):
+        return _curve_from_frame(read_table(path), base, loss_col, warmup, warmup_steps)
+    m = metrics_frame(path)
+    if m.empty:
+        raise AnalysisError(f"{path}: no metrics.jsonl rows to build a curve from")
+    if loss_col is None and "eval_loss" in m.columns and m["eval_loss"].notna().sum() >= 2:
+        loss_col = "eval_loss"
+    return _curve_from_frame(m, base, loss_col or "loss", warmup, warmup_steps)
+
+
+def load_curves(data, **options) -> list[Curve]:
+    """Curves as fit-curve loads them (`load_curve` with `options`): from a Curve, a list of curve
+    sources, a folder of curve CSVs, a run or sweep directory (one curve per run), a curves table
+    (CSV / Parquet / DataFrame; one curve per value of its run column, or one curve without one)."""
+    if isinstance(data, Curve):
+        return [data]
+    if isinstance(data, (list, tuple)):
+        return [c for d in data for c in load_curves(d, **options)]
+    if isinstance(data, pd.DataFrame):
+        return _table_curves(data, "curve", options)
+    path = os.fspath(data)
+    if not os.path.isdir(path):
+        return _table_curves(read_table(path), os.path.splitext(os.path.basename(path))[0], options)
+    csvs = sorted(f for f in os.listdir(path) if f.endswith(".csv"))
+    if csvs:
+        return [load_curve(os.path.join(path, f), **options) for f in csvs]
+    runs = find_run_dirs([path])
+    if not runs:
+        raise AnalysisError(f"no loss curves in {path}: {NO_CURVES}")
+    root = os.path.dirname(os.path.abspath(path.rstrip("/")))
+    return [load_curve(r, name=os.path.relpath(r, root), **options) for r in runs]
+
+
+def _table_curves(df: pd.DataFrame, name: str, options) -> list[Curve]:
+    """One curve per value of the table's run column (eval_loss when a run logged it at least
+    twice, as `load_curve` reads a run directory), or the whole table as one curve."""
+    col = next((c for c in NAME_COLUMNS if c in df.columns), None)
+    if col is None:
+        return [load_curve(df, name=name, **options)]
+    out = []
+    for run, g in df.groupby(col, sort=True):
+        ev = "eval_loss" in g.columns and g["eval_loss"].notna().sum() >= 2
+        out.append(load_curve(g.drop(columns=[col]), str(run), "eval_loss" if ev else None, **options))
+    if not out:
+        raise AnalysisError(f"no loss curves in the table: {NO_CURVES}")
+    return out

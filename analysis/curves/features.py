@@ -1,10 +1,10 @@
-"""What the curve laws need at a set of evaluation steps: areas under the schedule and annealing nodes.
+"""What the multi-power law needs at a set of evaluation steps: areas under the schedule and
+annealing nodes.
 
-Both laws are sums over the per-step schedule; evaluating them at every fit iteration from the
-raw schedule would cost O(points x steps). Instead the schedule is reduced once per curve to
+The law is a sum over the per-step schedule; evaluating it at every fit iteration from the raw
+schedule would cost O(points x steps). Instead the schedule is reduced once per curve to
 
 - S1(t), the area under the whole schedule up to t (warm-up included: Luo et al.'s S1 + S_W);
-- S2(t), Tissue et al.'s annealing area with momentum (lambda = 0.999);
 - annealing *nodes*: runs of at most `resolution` consecutive steps after the peak whose
   learning-rate drops are summed (midpoint rule for the MPL sum), and for every (evaluation
   point, node) pair the area S_k(t) from the node to the point.
@@ -20,16 +20,15 @@ from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
-from scipy.signal import lfilter
 
 from analysis.curves.data import Curve, peak_index
 
-FEATURE_KEYS = ("logS1", "S2", "pair_j", "pair_deta", "pair_logeta", "pair_logS")
+FEATURE_KEYS = ("logS1", "pair_j", "pair_deta", "pair_logeta", "pair_logS")
 
 
 @dataclass(frozen=True)
 class Features:
-    """What a curve law needs at a set of evaluation steps, flattened over all curves.
+    """What the law needs at a set of evaluation steps, flattened over all curves.
 
     `pair_*` list (evaluation point j, annealing node k) pairs with k <= t_j: node k stands for a
     run of consecutive steps (at most `resolution` long, never straddling a logged step) whose
@@ -39,7 +38,6 @@ class Features:
 
     n: int
     logS1: np.ndarray  # (n,) log of the area under the schedule up to t_j (warm-up included)
-    S2: np.ndarray  # (n,) Tissue et al.'s annealing area (momentum form), from the peak on
     pair_j: np.ndarray
     pair_deta: np.ndarray
     pair_logeta: np.ndarray
@@ -99,28 +97,22 @@ def _pairs(t: np.ndarray, k: np.ndarray, eta: np.ndarray, cum: np.ndarray):
 def features(
     curves_eval: Sequence[tuple[Curve, np.ndarray]],
     resolution: int = 32,
-    tissue_lambda: float = 0.999,
     warmup_rises: bool = False,
 ) -> Features:
     """Features at evaluation steps `t` of each curve (t must lie within its logged schedule).
 
     warmup_rises: the MPL annealing nodes sum the schedule's changes from step 1 on, warm-up
-    rises included (Luo et al.'s code; `protocol.py`), instead of from the peak on. S1 and
-    Tissue's S2 are the same either way."""
-    logS1, S2, pj, pdeta, plogeta, plogS = [], [], [], [], [], []
+    rises included (Luo et al.'s code; `protocol.py`), instead of from the peak on. S1 is the
+    same either way."""
+    logS1, pj, pdeta, plogeta, plogS = [], [], [], [], []
     offset, any_decay = 0, False
     for curve, t in curves_eval:
         eta = curve.schedule()
         cum = np.cumsum(eta)
         t = np.asarray(t, dtype=np.int64)
         logS1.append(np.log(cum[t]))
-        d = annealing_drops(eta)
-        # Tissue et al.: m_i = lambda m_{i-1} + d_i ; S2(s) = sum_{i<=s} m_i.
-        S2.append(np.cumsum(lfilter([1.0], [1.0, -tissue_lambda], d))[t])
-        if warmup_rises:
-            k, w = _nodes(curve.steps, 0, annealing_drops(eta, warmup_rises=True), resolution)
-        else:
-            k, w = _nodes(curve.steps, peak_index(eta), d, resolution)
+        peak = 0 if warmup_rises else peak_index(eta)
+        k, w = _nodes(curve.steps, peak, annealing_drops(eta, warmup_rises), resolution)
         if k.size and t.size:
             any_decay |= bool(np.any(w[k <= t.max()] > 0))
             J, K, log_eta, log_S = _pairs(t, k, eta, cum)
@@ -133,7 +125,6 @@ def features(
     return Features(
         n=offset,
         logS1=cat(logS1),
-        S2=cat(S2),
         pair_j=cat(pj, np.int64),
         pair_deta=cat(pdeta),
         pair_logeta=cat(plogeta),
@@ -149,7 +140,6 @@ def subset(F: Features, keep: np.ndarray) -> Features:
     return Features(
         n=int(keep.sum()),
         logS1=F.logS1[keep],
-        S2=F.S2[keep],
         pair_j=new_j[F.pair_j[pk]],
         pair_deta=F.pair_deta[pk],
         pair_logeta=F.pair_logeta[pk],

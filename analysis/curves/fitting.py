@@ -1,8 +1,9 @@
-"""Fit a loss-curve law on whole curves or their first steps, forecast the rest with 90% intervals.
+"""Fit the multi-power law on whole curves or their first steps, forecast the rest with 90% intervals.
 
-`fit_curve` fits a curve law (`laws.py`) on the fitted curves' points from their learning-rate
+`fit_curve` fits the law (`laws.py`) by the multistart protocol (`protocol.py`; L-BFGS to the
+optimum when parameters are held fixed) on the fitted curves' points from their learning-rate
 peak on (`Curve.law_steps`; up to `fit_until` when given) with Luo et al.'s objective (Huber on
-log loss, `optimize.py`), predicts the rest of those curves and every other curve given, and
+log loss), predicts the rest of those curves and every other curve given, and
 attaches to every prediction a 90% interval calibrated on the fit's own leave-one-curve-out and
 early-part forecasts (`intervals.py`). Errors are relative, |pred - actual| / actual, per logged
 step.
@@ -19,12 +20,11 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from analysis.core.lbfgs import CONVERGED_CODES, STATUS_NAMES
-from analysis.curves import protocol as authors
+from analysis.curves import protocol as multistart
 from analysis.curves.data import Curve, load_curve
 from analysis.curves.features import Features, features
 from analysis.curves.intervals import IntervalModel, RefitPlan, calibrate, plan_refits
-from analysis.curves.laws import CurveLaw, get_curve_law, start_grid
-from analysis.curves.optimize import Problem, evaluate, minimize
+from analysis.curves.laws import MPL, Problem, evaluate, get_curve_law, minimize, start_grid
 from analysis.laws.fitting import HUBER_DELTA
 from models.base import jsonio
 from models.base.errors import AnalysisError
@@ -33,27 +33,15 @@ __all__ = ["Curve", "CurveFitResult", "Features", "FitProtocol", "features", "fi
 
 
 class FitProtocol(enum.StrEnum):
-    """How the parameters are found (`fit-curve --protocol`, JSON `protocol`)."""
+    """How the parameters were found (JSON `protocol`)."""
 
-    OPTIMUM = "optimum"  # L-BFGS to the objective's minimum from a data-scaled grid
-    # Luo et al.'s code (`protocol.py`): warm-up rises in the drop sum, their start, 200
-    # early-stopped AdamW steps
-    AUTHORS = "authors"
-    MULTISTART = "multistart"  # theirs from every (C, beta, gamma) of MULTISTART_GRID, lowest objective
-
-
-PROTOCOLS = tuple(p.value for p in FitProtocol)
-AUTHORS_PROTOCOLS = (FitProtocol.AUTHORS, FitProtocol.MULTISTART)
+    # the default: Luo et al.'s AdamW fit from 27 annealing starts, the lowest objective (`protocol.py`)
+    MULTISTART = "multistart"
+    # with held parameters (`--fix`, which AdamW does not take): L-BFGS to the objective's optimum
+    LBFGS = "lbfgs"
 
 
-def default_protocol(law: str, fixed: Mapping[str, float] | None = None, grid=None) -> str:
-    """The protocol when none is given: multistart for mpl (on Luo et al.'s 25M / 100M sets its
-    forecasts' mean error is 0.104% / 0.114% against 0.139% / 0.177% at the objective's optimum:
-    the early-stopped fit extrapolates better, docs/analysis.md), optimum for tissue and for fits
-    that hold parameters fixed or pass a start grid (which the AdamW protocols do not take)."""
-    if law == "mpl" and not fixed and grid is None:
-        return FitProtocol.MULTISTART
-    return FitProtocol.OPTIMUM
+PROTOCOLS = (FitProtocol.MULTISTART.value,)  # what `fit-curve --protocol` accepts
 
 
 def _errors(pred: np.ndarray, actual: np.ndarray) -> dict:
@@ -84,7 +72,7 @@ def _interval_summary(
 
 @dataclass(frozen=True)
 class CurveFitResult:
-    """A fitted loss-curve law, its convergence report, its predictions and their intervals."""
+    """A fitted multi-power law, its convergence report, its predictions and their intervals."""
 
     law: str
     param_names: tuple[str, ...]
@@ -101,7 +89,8 @@ class CurveFitResult:
     fixed: dict[str, float] = field(default_factory=dict)
     resolution: int = 32
     intervals: IntervalModel | None = None
-    protocol: str = FitProtocol.OPTIMUM.value
+    protocol: str = FitProtocol.MULTISTART.value
+    curves: tuple[Curve, ...] = field(default=(), repr=False)  # the fitted curves, then the predicted
 
     def _target(self, curve, steps) -> tuple[Curve, np.ndarray, Features]:
         curve = load_curve(curve)
@@ -111,24 +100,31 @@ class CurveFitResult:
                 f"curve {curve.name}: steps must lie within its logged schedule "
                 f"[0, {curve.steps[-1]}]; give the planned schedule to forecast further"
             )
-        F = features([(curve, t)], self.resolution, warmup_rises=self.protocol in AUTHORS_PROTOCOLS)
-        return curve, t, F
+        warmup_rises = self.protocol == FitProtocol.MULTISTART
+        return curve, t, features([(curve, t)], self.resolution, warmup_rises=warmup_rises)
 
     def predict(self, curve, steps=None) -> np.ndarray:
         """Predicted loss of `curve` (a Curve, CSV path or run dir) at `steps` (default: its
         logged steps from the learning-rate peak on)."""
-        _, _, F = self._target(curve, steps)
-        return evaluate(get_curve_law(self.law), np.array([self.params[k] for k in self.param_names]), F)
+        return self.predict_interval(curve, steps)[0]
 
     def predict_interval(self, curve, steps=None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(prediction, 90% lower bound, upper bound); the bounds are NaN without a calibration."""
         curve, t, F = self._target(curve, steps)
-        law = get_curve_law(self.law)
-        pred = evaluate(law, np.array([self.params[k] for k in self.param_names]), F)
+        pred = evaluate(MPL, np.array([self.params[k] for k in self.param_names]), F)
         if self.intervals is None:
             return pred, np.full_like(pred, np.nan), np.full_like(pred, np.nan)
-        lo, hi = self.intervals.bounds(pred, curve, t)
-        return pred, lo, hi
+        return (pred, *self.intervals.bounds(pred, curve, t))
+
+    def summary(self) -> str:
+        p = ", ".join(f"{k}={v:.6g}" for k, v in self.params.items())
+        runs = (
+            f"lowest of {self.n_starts} AdamW run(s)"
+            if self.protocol == FitProtocol.MULTISTART  # early-stopped by design: no optimum
+            else f"{self.starts_at_optimum}/{self.n_starts} starts at the optimum"
+        )
+        head = f"law {self.law} (protocol {self.protocol}): {p}"
+        return f"{head}\n  objective {self.objective:.6g}, {runs}; {self.status}"
 
     def to_dict(self) -> dict:
         return {
@@ -165,8 +161,7 @@ def _fit_parts(curves: list[Curve], fit_until: int | None) -> list[tuple[Curve, 
     parts = []
     for c in curves:
         t = c.law_steps()
-        if fit_until is not None:
-            t = t[t <= fit_until]
+        t = t if fit_until is None else t[t <= fit_until]
         if t.size < 2:
             where = "" if fit_until is None else f" at or before --fit-until {fit_until}"
             raise AnalysisError(
@@ -176,59 +171,38 @@ def _fit_parts(curves: list[Curve], fit_until: int | None) -> list[tuple[Curve, 
     return parts
 
 
-def _check_fixed(claw: CurveLaw, law: str, fixed: dict[str, float], F: Features) -> dict[str, float]:
-    """Validate the fixed parameters, and that the annealing terms are identifiable: they are
-    only determined when the learning rate decreases somewhere in the fitted steps."""
-    unknown = set(fixed) - set(claw.param_names)
-    if unknown:
+def problem(
+    parts, fixed: Mapping[str, float] | None = None, resolution: int = 32, warmup_rises: bool = False
+) -> Problem:
+    """The fit's features, log losses and fixed/free parameters, validated: the annealing terms
+    are only identified when the learning rate decreases somewhere in the fitted steps."""
+    F = features(parts, resolution, warmup_rises=warmup_rises)
+    logy = np.log(np.concatenate([c.loss_at(t) for c, t in parts]))
+    fixed = dict(fixed or {})
+    if set(fixed) - set(MPL.param_names):
         raise AnalysisError(
-            f"cannot fix {sorted(unknown)}: law {law} has parameters {', '.join(claw.param_names)}"
+            f"cannot fix {sorted(set(fixed) - set(MPL.param_names))}: law mpl has parameters "
+            f"{', '.join(MPL.param_names)}"
         )
     if any(not v > 0 for v in fixed.values()):
         raise AnalysisError("fixed curve-law parameters must be > 0")
-    if not F.any_decay and any(p not in fixed for p in claw.anneal_params):
+    if not F.any_decay and any(p not in fixed for p in MPL.anneal_params):
         raise AnalysisError(
-            f"law {law} cannot be identified: the learning rate never decreases in the fitted steps, so "
-            f"{', '.join(claw.anneal_params)} are undetermined; "
-            f"fit on a curve with LR decay or fix them (--fix)"
+            "law mpl cannot be identified: the learning rate never decreases in the fitted steps, so "
+            f"{', '.join(MPL.anneal_params)} are undetermined; "
+            "fit on a curve with LR decay or fix them (--fix)"
         )
-    return fixed
-
-
-def _log_starts(claw: CurveLaw, grid: np.ndarray | None, logy: np.ndarray, F: Features) -> np.ndarray:
-    """(S, P) log start points: the law's data-scaled grid, or the user's positive `grid`."""
-    starts = (
-        start_grid(claw, np.exp(logy), F.logS1) if grid is None else np.atleast_2d(np.asarray(grid, float))
-    )
-    if starts.shape[1] != len(claw.param_names) or np.any(starts <= 0):
-        raise AnalysisError(f"curve-law starts must be positive rows of {', '.join(claw.param_names)}")
-    return np.log(starts)
-
-
-def _problem(
-    claw: CurveLaw,
-    parts,
-    fixed: Mapping[str, float] | None,
-    resolution: int,
-    delta: float,
-    warmup_rises: bool = False,
-) -> Problem:
-    """The fit's features, log losses and fixed/free parameters, validated."""
-    F = features(parts, resolution, warmup_rises=warmup_rises)
-    logy = np.log(np.concatenate([c.loss_at(t) for c, t in parts]))
-    fixed = _check_fixed(claw, claw.name, dict(fixed or {}), F)
-    free_idx = tuple(i for i, k in enumerate(claw.param_names) if k not in fixed)
+    free_idx = tuple(i for i, k in enumerate(MPL.param_names) if k not in fixed)
     if F.n < len(free_idx):
-        raise AnalysisError(f"{F.n} fitted points for {len(free_idx)} free parameters of law {claw.name}")
-    theta_full = np.zeros(len(claw.param_names))
+        raise AnalysisError(f"{F.n} fitted points for {len(free_idx)} free parameters of law mpl")
+    theta_full = np.zeros(len(MPL.param_names))
     for k, v in fixed.items():
-        theta_full[claw.param_names.index(k)] = np.log(v)
-    return Problem(claw, F, logy, theta_full, free_idx, delta)
+        theta_full[MPL.param_names.index(k)] = np.log(v)
+    return Problem(MPL, F, logy, theta_full, free_idx, HUBER_DELTA)
 
 
 def _load_all(fit: Sequence, predict: Sequence, resolution: int) -> tuple[list[Curve], list[Curve]]:
-    curves = [load_curve(c) for c in fit]
-    others = [load_curve(c) for c in predict]
+    curves, others = [load_curve(c) for c in fit], [load_curve(c) for c in predict]
     if not curves:
         raise AnalysisError("fit_curve needs at least one curve to fit")
     if resolution < 1:
@@ -245,128 +219,115 @@ def fit_curve(
     predict: Sequence = (),
     fit_until: int | None = None,
     fixed: Mapping[str, float] | None = None,
-    grid: np.ndarray | None = None,
     resolution: int = 32,
-    delta: float = HUBER_DELTA,
     intervals: bool = True,
     protocol: str | None = None,
 ) -> CurveFitResult:
-    """Fit a loss-curve law on `fit` curves (paths, run dirs, DataFrames or Curves) and predict.
+    """Fit the multi-power law on `fit` curves (paths, run dirs, DataFrames or Curves) and predict.
 
     fit_until: only steps <= fit_until of the fitted curves enter the fit; their later steps are
     predicted (forecasting). predict: further curves predicted in full. The result's
     `predictions` maps curve name -> mean/max relative error, final loss (predicted, actual) and,
-    with `intervals` (default), the 90% interval per point and its coverage. protocol:
-    `PROTOCOLS`; "authors" (law mpl only) follows Luo et al.'s code, calibration refits included;
-    None: `default_protocol`.
+    with `intervals` (default), the 90% interval per point and its coverage. protocol: None or
+    "multistart" (the default); a fit with `fixed` parameters is L-BFGS's (`FitProtocol.LBFGS`).
     """
-    claw = get_curve_law(law)
-    chosen = default_protocol(law, fixed, grid) if protocol is None else protocol
-    protocol = _check_protocol(chosen, law, fixed, grid)
+    get_curve_law(law)
+    if protocol is not None and protocol not in PROTOCOLS:
+        raise AnalysisError(f"unknown fit protocol {protocol!r}; known: {', '.join(PROTOCOLS)}")
+    if protocol is not None and fixed:
+        raise AnalysisError(f"protocol {protocol} fits every parameter from the authors' start; drop --fix")
     curves, others = _load_all(fit, predict, resolution)
     parts = _fit_parts(curves, fit_until)
-    problem = _problem(claw, parts, fixed, resolution, delta, warmup_rises=protocol in AUTHORS_PROTOCOLS)
-    if protocol in AUTHORS_PROTOCOLS:
-        base = _fit_authors(problem, parts, intervals, resolution, protocol)
-        fitted, predictions = _score(base, parts, others, fit_until)
-        return replace(base, fitted=fitted, predictions=predictions)
-    starts = _log_starts(claw, grid, problem.logy, problem.F)[:, list(problem.free_idx)]
-    plan = plan_refits(problem, parts, starts) if intervals else None
-    r = minimize(problem, *_with_refits(problem, starts, plan))
-    S = starts.shape[0]
-    f = np.where(np.isfinite(r.f[:S]), r.f[:S], np.inf)
-    i = int(np.argmin(f))
-    if not np.isfinite(f[i]):
-        raise AnalysisError(f"law {law}: the objective is not finite at any start; check the curves")
-    params = problem.params(r.x[i])
-    model = calibrate(problem, parts, plan, r.x[S:], r.f[S:], params) if plan is not None else None
-    base = CurveFitResult(
-        law=law,
-        param_names=claw.param_names,
-        params={k: float(v) for k, v in zip(claw.param_names, params)},
-        objective=float(f[i]),
-        grad_norm=float(r.grad_norm[i]),
-        converged=bool(int(r.status[i]) in CONVERGED_CODES),
-        status=STATUS_NAMES[int(r.status[i])],
-        n_starts=starts.shape[0],
-        starts_at_optimum=int(np.sum(f <= f[i] + 1e-6 * abs(f[i]))),
-        n_points=problem.F.n,
-        fitted={},
-        fixed={k: float(v) for k, v in (fixed or {}).items()},
-        resolution=resolution,
-        intervals=model,
+    p = problem(parts, fixed, resolution, warmup_rises=not fixed)
+    base = (
+        _fit_lbfgs(p, parts, intervals, resolution)
+        if fixed
+        else _fit_multistart(p, parts, intervals, resolution)
     )
+    base = replace(base, curves=tuple(curves + others))
     fitted, predictions = _score(base, parts, others, fit_until)
     return replace(base, fitted=fitted, predictions=predictions)
 
 
-def _check_protocol(protocol: str, law: str, fixed, grid) -> FitProtocol:
-    """`protocol` as a FitProtocol that can fit `law` (one-line errors otherwise)."""
-    if protocol not in PROTOCOLS:
-        raise AnalysisError(f"unknown fit protocol {protocol!r}; known: {', '.join(PROTOCOLS)}")
-    protocol = FitProtocol(protocol)
-    if protocol in AUTHORS_PROTOCOLS and law != "mpl":
-        raise AnalysisError(
-            f"protocol {protocol} is Luo et al.'s multi-power-law fit; it needs law mpl, not {law}"
-        )
-    if protocol in AUTHORS_PROTOCOLS and (fixed or grid is not None):
-        raise AnalysisError(
-            f"protocol {protocol} fits every parameter from the authors' start; drop --fix / grid"
-        )
-    return protocol
+def lbfgs_optimum(p: Problem, parts, intervals: bool):
+    """L-BFGS to the objective's optimum from the law's data-scaled start grid, the calibration
+    refits (`intervals`) in the same batched minimisation: (result, index of the best start,
+    number of starts, interval model or None)."""
+    starts = np.log(start_grid(np.exp(p.logy), p.F.logS1))[:, list(p.free_idx)]
+    plan = plan_refits(p, parts, starts) if intervals else None
+    S = starts.shape[0]
+    weights = np.ones((S, p.F.n))
+    if plan is not None and plan.splits:
+        starts, weights = np.vstack([starts, plan.starts]), np.vstack([weights, plan.weights])
+    r = minimize(p, starts, weights)
+    f = np.where(np.isfinite(r.f[:S]), r.f[:S], np.inf)
+    i = int(np.argmin(f))
+    if not np.isfinite(f[i]):
+        raise AnalysisError("law mpl: the objective is not finite at any start; check the curves")
+    model = calibrate(p, parts, plan, r.x[S:], r.f[S:], p.params(r.x[i])) if plan is not None else None
+    return r, i, S, model
 
 
-def _fit_authors(problem: Problem, parts, intervals: bool, resolution: int, protocol: str) -> CurveFitResult:
-    """Luo et al.'s protocol (`protocol.py`), or ours on top of it (multistart): the main fit and
-    every calibration refit run their start and their AdamW loop (K runs each with multistart,
-    the lowest objective kept), one row of point weights per run, all runs in one vmapped loop."""
-    plan = plan_refits(problem, parts, np.zeros((1, len(problem.free_idx)))) if intervals else None
+def _fit_lbfgs(p: Problem, parts, intervals: bool, resolution: int) -> CurveFitResult:
+    r, i, S, model = lbfgs_optimum(p, parts, intervals)
+    f = np.where(np.isfinite(r.f[:S]), r.f[:S], np.inf)
+    return CurveFitResult(
+        law=MPL.name,
+        param_names=MPL.param_names,
+        params={k: float(v) for k, v in zip(MPL.param_names, p.params(r.x[i]))},
+        objective=float(f[i]),
+        grad_norm=float(r.grad_norm[i]),
+        converged=bool(int(r.status[i]) in CONVERGED_CODES),
+        status=STATUS_NAMES[int(r.status[i])],
+        n_starts=S,
+        starts_at_optimum=int(np.sum(f <= f[i] + 1e-6 * abs(f[i]))),
+        n_points=p.F.n,
+        fitted={},
+        fixed={
+            k: float(np.exp(p.theta_full[j])) for j, k in enumerate(MPL.param_names) if j not in p.free_idx
+        },
+        resolution=resolution,
+        intervals=model,
+        protocol=FitProtocol.LBFGS.value,
+    )
+
+
+def _fit_multistart(p: Problem, parts, intervals: bool, resolution: int) -> CurveFitResult:
+    """The multistart protocol (`protocol.py`): the main fit and every calibration refit run their
+    start and K AdamW runs (the lowest objective kept), one row of point weights per run, all runs
+    in one vmapped loop."""
+    plan = plan_refits(p, parts, np.zeros((1, len(p.free_idx)))) if intervals else None
     splits = plan.splits if plan is not None else ()
-    W = np.vstack([np.ones(problem.F.n)] + [s.train.astype(float) for s in splits])
-    anneal = authors.MULTISTART_GRID if protocol == FitProtocol.MULTISTART else (authors.ANNEAL_START,)
-    K = len(anneal)
-    p0 = authors.starts(problem, parts, W, anneal)
-    r = authors.adamw(problem, p0, np.repeat(W, K, axis=0))
+    W = np.vstack([np.ones(p.F.n)] + [s.train.astype(float) for s in splits])
+    K = len(multistart.MULTISTART_GRID)
+    p0 = multistart.starts(p, parts, W)
+    r = multistart.adamw(p, p0, np.repeat(W, K, axis=0))
     f = r.f.reshape(len(W), K)
     pick = np.arange(len(W)) * K + np.argmin(f, axis=1)  # the lowest objective of each row's K runs
     i = int(pick[0])
     if not np.isfinite(r.f[i]):
-        raise AnalysisError(
-            f"law mpl, protocol {protocol}: the fit ends at a non-finite objective; check the curves"
-        )
+        raise AnalysisError("law mpl: the fit ends at a non-finite objective; check the curves")
     model = None
     if splits:
-        logp = lambda p: np.log(np.where(p > 0, p, 1.0))  # noqa: E731  (rows with f = inf are skipped)
+        logp = lambda x: np.log(np.where(x > 0, x, 1.0))  # noqa: E731  (rows with f = inf are skipped)
         refit_plan = RefitPlan(splits, logp(p0[pick[1:]]), W[1:], 1)
-        model = calibrate(problem, parts, refit_plan, logp(r.params[pick[1:]]), r.f[pick[1:]], r.params[i])
+        model = calibrate(p, parts, refit_plan, logp(r.params[pick[1:]]), r.f[pick[1:]], r.params[i])
     stop = int(r.stop[i])
     return CurveFitResult(
-        law=problem.law.name,
-        param_names=problem.law.param_names,
-        params={k: float(v) for k, v in zip(problem.law.param_names, r.params[i])},
+        law=MPL.name,
+        param_names=MPL.param_names,
+        params={k: float(v) for k, v in zip(MPL.param_names, r.params[i])},
         objective=float(r.f[i]),
         grad_norm=float(r.grad_norm[i]),
         converged=stop in (1, 2),
-        status=f"AdamW stopped after {int(r.steps[i])} steps: {authors.STOP_NAMES[stop]}",
+        status=f"AdamW stopped after {int(r.steps[i])} steps: {multistart.STOP_NAMES[stop]}",
         n_starts=K,
         starts_at_optimum=int(np.sum(f[0] <= r.f[i] * (1 + 1e-6))),
-        n_points=problem.F.n,
+        n_points=p.F.n,
         fitted={},
         resolution=resolution,
         intervals=model,
-        protocol=protocol.value,
     )
-
-
-def _with_refits(
-    problem: Problem, starts: np.ndarray, plan: RefitPlan | None
-) -> tuple[np.ndarray, np.ndarray]:
-    """Starts and point weights of one batched minimisation: the main fit's starts (all points
-    weighted 1), then the calibration refits'."""
-    w = np.ones((starts.shape[0], problem.F.n))
-    if plan is None or not plan.splits:
-        return starts, w
-    return np.vstack([starts, plan.starts]), np.vstack([w, plan.weights])
 
 
 def _score(result: CurveFitResult, parts, others: list[Curve], fit_until: int | None) -> tuple[dict, dict]:
@@ -377,10 +338,8 @@ def _score(result: CurveFitResult, parts, others: list[Curve], fit_until: int | 
         steps = c.law_steps()
         pred, lo, hi = result.predict_interval(c, steps)
         inside = np.isin(steps, t)
-        fitted[c.name] = {
-            "until": None if fit_until is None else int(fit_until),
-            **_errors(pred[inside], c.loss_at(steps[inside])),
-        }
+        until = None if fit_until is None else int(fit_until)
+        fitted[c.name] = {"until": until, **_errors(pred[inside], c.loss_at(steps[inside]))}
         if (~inside).any():
             rest = ~inside
             predictions[c.name] = {

@@ -54,7 +54,7 @@ from scipy.optimize import nnls
 from analysis.core import validation
 from analysis.curves.data import Curve, peak_index
 from analysis.curves.features import subset
-from analysis.curves.optimize import Problem, evaluate
+from analysis.curves.laws import Problem, evaluate
 
 LEVEL = validation.PREDICTION_LEVEL
 TAIL_FRACTIONS = (1 / 2, 1 / 3)

@@ -1,31 +1,38 @@
-"""Loss-curve laws: the loss of one run as a function of step under a learning-rate schedule.
+"""The multi-power law (Luo et al. 2025, "A Multi-Power Law for Loss Curve Prediction Across
+Learning Rate Schedules"): the loss of one run against step under its learning-rate schedule,
 
-- `tissue` (Tissue et al. 2024, "Scaling Law with Learning Rate Annealing"):
-  L(s) = L0 + A * S1^-alpha - C * S2, with S1 the area under the schedule (forward area) and
-  S2 = sum_i m_i, m_i = lambda * m_{i-1} + (eta_{i-1} - eta_i) the annealing area with momentum
-  (lambda = 0.999, the paper's default decay factor).
-- `mpl` (Luo et al. 2025, "A Multi-Power Law for Loss Curve Prediction Across Learning Rate
-  Schedules"): L(t) = L0 + A (S1(t) + S_W)^-alpha - LD(t),
-  LD(t) = B sum_k (eta_{k-1} - eta_k) G(eta_k^-gamma S_k(t)), G(x) = 1 - (C x + 1)^-beta,
-  S_k(t) = sum_{tau=k..t} eta_tau.
+    L(t) = L0 + A (S1(t) + S_W)^-alpha - LD(t),
+    LD(t) = B sum_k (eta_{k-1} - eta_k) G(eta_k^-gamma S_k(t)),  G(x) = 1 - (C x + 1)^-beta,
 
-Both annealing sums (S2, LD) run from the schedule's learning-rate peak on (the end of warm-up,
-Luo et al.'s eta_0); the warm-up counts only in S1. Every parameter is positive and optimised as
-its log. Predictions are computed from the
-precomputed `curves.Features` (areas and annealing nodes), so a law evaluation is a handful of
-vectorised array operations and a segment sum.
+S_k(t) = sum_{tau=k..t} eta_tau; and its robust objective with the batched L-BFGS minimisation that
+fits with held parameters (`--fix`) and the forecasts' law use (`fitting.py`).
+
+The annealing sum runs from the schedule's learning-rate peak on (the end of warm-up, Luo et al.'s
+eta_0), or with the warm-up's rises as negative drops (their code: `features(warmup_rises=True)`,
+what the multistart protocol fits); the warm-up counts in S1. Every parameter is positive and
+optimised as its log. Predictions are computed from the precomputed `features.Features`, so a law
+evaluation is a handful of vectorised array operations and a segment sum. The objective is Luo et
+al.'s: Huber loss (delta 1e-3) of the log-loss residuals summed over the fitted points; a row of
+point weights per start lets one batched L-BFGS run fit several subsets of the same points at once
+(the main fit and the calibration refits of `intervals.py`) without recomputing the features.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Callable
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from analysis.core.lbfgs import LBFGSConfig, MinimizeResult, minimize_batch
+from analysis.curves.features import FEATURE_KEYS, Features
+from analysis.laws.fitting import huber
 from models.base.errors import AnalysisError
+
+CFG = LBFGSConfig(max_evals=4000, ftol=1e-13)
 
 
 @dataclass(frozen=True, eq=False)
@@ -38,11 +45,6 @@ class CurveLaw:
     description: str
 
 
-def _tissue(p, F, n):
-    L0, A, alpha, C = p[0], p[1], p[2], p[3]
-    return L0 + A * jnp.exp(-alpha * F["logS1"]) - C * F["S2"]
-
-
 def _mpl(p, F, n):
     L0, A, alpha, B, C, beta, gamma = (p[i] for i in range(7))
     z = jnp.log(C) - gamma * F["pair_logeta"] + F["pair_logS"]
@@ -51,51 +53,97 @@ def _mpl(p, F, n):
     return L0 + A * jnp.exp(-alpha * F["logS1"]) - B * LD
 
 
-_CURVE_LAWS = {
-    "tissue": CurveLaw(
-        "tissue",
-        ("L0", "A", "alpha", "C"),
-        _tissue,
-        ("C",),
-        "L(s) = L0 + A * S1^-alpha - C * S2",
-        "Tissue et al. 2024 LR-annealing law (S2 with momentum decay lambda = 0.999).",
-    ),
-    "mpl": CurveLaw(
-        "mpl",
-        ("L0", "A", "alpha", "B", "C", "beta", "gamma"),
-        _mpl,
-        ("B", "C", "beta", "gamma"),
-        "L(t) = L0 + A (S1 + S_W)^-alpha "
-        "- B sum_k (eta_{k-1} - eta_k) (1 - (C eta_k^-gamma S_k(t) + 1)^-beta)",
-        "Luo et al. 2025 multi-power law.",
-    ),
-}
+MPL = CurveLaw(
+    "mpl",
+    ("L0", "A", "alpha", "B", "C", "beta", "gamma"),
+    _mpl,
+    ("B", "C", "beta", "gamma"),
+    "L(t) = L0 + A (S1 + S_W)^-alpha - B sum_k (eta_{k-1} - eta_k) (1 - (C eta_k^-gamma S_k(t) + 1)^-beta)",
+    "Luo et al. 2025 multi-power law.",
+)
 
 
 def get_curve_law(name: str) -> CurveLaw:
-    try:
-        return _CURVE_LAWS[name]
-    except KeyError:
-        raise AnalysisError(
-            f"unknown curve law {name!r}; known curve laws: {', '.join(known_curve_laws())}"
-        ) from None
+    if name != MPL.name:
+        raise AnalysisError(f"unknown curve law {name!r}; known curve laws: {', '.join(known_curve_laws())}")
+    return MPL
 
 
 def known_curve_laws() -> list[str]:
-    return sorted(_CURVE_LAWS)
+    return [MPL.name]
 
 
-def start_grid(law: CurveLaw, loss: np.ndarray, logS1: np.ndarray) -> np.ndarray:
+def start_grid(loss: np.ndarray, logS1: np.ndarray) -> np.ndarray:
     """Public-parameter starts scaled to the data: L0 below the lowest loss, A and alpha from a
     power law through the curve's range, then a few values of the annealing parameters."""
-    lmin = float(np.min(loss))
+    lmin, al = float(np.min(loss)), 0.5
     rows = []
     for L0 in lmin * np.array([0.8, 0.93]):
-        al = 0.5
         # A such that L0 + A S1^-alpha matches the median loss at the median S1.
         A = max(float(np.median(loss)) - L0, 1e-3 * lmin) * float(np.exp(al * np.median(logS1)))
-        if law.name == "tissue":
-            rows += [(L0, A, al, C) for C in (1.0, 100.0)]
-        else:
-            rows += [(L0, A, al, B, 2.0, 0.5, gamma) for B in (100.0, 500.0) for gamma in (0.4, 0.7)]
+        rows += [(L0, A, al, B, 2.0, 0.5, gamma) for B in (100.0, 500.0) for gamma in (0.4, 0.7)]
     return np.array(rows)
+
+
+@dataclass(frozen=True, eq=False)
+class Problem:
+    """One fit: the law, the fitted points' features and log losses, the fixed parameters.
+
+    theta_full holds log values of every parameter (the fixed ones set, the free ones 0);
+    free_idx lists the free parameters, in the law's order."""
+
+    law: CurveLaw
+    F: Features
+    logy: np.ndarray
+    theta_full: np.ndarray
+    free_idx: tuple[int, ...]
+    delta: float
+
+    def params(self, theta_free: np.ndarray) -> np.ndarray:
+        """Public parameter values (the law's order) from a row of free log-parameters."""
+        theta = self.theta_full.copy()
+        theta[list(self.free_idx)] = theta_free
+        return np.exp(theta)
+
+
+def feature_dict(F: Features) -> dict:
+    return {k: jnp.asarray(getattr(F, k)) for k in FEATURE_KEYS}
+
+
+@lru_cache(maxsize=None)
+def _objective(law: CurveLaw, free_idx: tuple[int, ...], delta: float, n: int):
+    """f(theta_free, theta_full, features, logy, w) = sum_j w_j huber(log y_j - log pred_j)."""
+    idx = jnp.asarray(free_idx)
+
+    def f(theta_free, theta_full, F, logy, w):
+        theta = theta_full.astype(theta_free.dtype).at[idx].set(theta_free)
+        pred = law.predict(jnp.exp(theta), F, n)
+        r = logy - jnp.log(jnp.where(pred > 0, pred, jnp.nan))
+        return jnp.sum(w * huber(r, delta))
+
+    return f
+
+
+def minimize(problem: Problem, starts: np.ndarray, weights: np.ndarray | None = None) -> MinimizeResult:
+    """Minimise from every row of `starts` (free log-parameters); row i of `weights` (points)
+    weights the objective of start i (default: every point 1)."""
+    w = np.ones((starts.shape[0], problem.F.n)) if weights is None else np.asarray(weights, float)
+    fun = _objective(problem.law, problem.free_idx, problem.delta, problem.F.n)
+    with jax.enable_x64(True):
+        args = (jnp.asarray(problem.theta_full), feature_dict(problem.F), jnp.asarray(problem.logy))
+        return minimize_batch(
+            fun,
+            starts,
+            (*args, jnp.asarray(w)),
+            batched_args=(False, False, False, True),
+            cfg=CFG,
+            slots=64,
+            round_evals=32,
+            tail_slots=8,
+        )
+
+
+def evaluate(law: CurveLaw, params: np.ndarray, F: Features) -> np.ndarray:
+    """The law's prediction at F's points for public parameters `params`."""
+    with jax.enable_x64(True):
+        return np.asarray(law.predict(jnp.asarray(params, dtype=jnp.float64), feature_dict(F), F.n))

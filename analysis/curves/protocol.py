@@ -1,35 +1,31 @@
-"""Luo et al.'s fitting protocol for the multi-power law (`fit-curve --law mpl --protocol authors`).
+"""The multistart protocol of the multi-power law (`fit-curve`'s default): Luo et al.'s fit, run
+from 27 annealing starts per row, the lowest objective kept.
 
 What their public code does, read (not copied) at github.com/thu-yao-01-luo/MultiPowerLaw through
 its fork Morphorxz/dlt25-final, commit 4d20cd9037dd22d135e7f775739e3ae7d561cdee, whose
 `src/config.py` holds the README's parameters; the curves are the same release
 (`../shared/data/mpl_loss_curves/SOURCE.md`, commit 8da9f19):
 
-- the law (`src/models.py`, `MPL.forward`; `src/evaluation.py`, `evaluate_mpl`): the drop sum
-  runs over every step from 1 on, so the warm-up's rises enter LD as negative drops (their
-  schedules, `src/lr_schedules.py`, warm up linearly from 0); `features(warmup_rises=True)`;
+- the law (`src/models.py`, `MPL.forward`): the drop sum runs over every step from 1 on, so the
+  warm-up's rises enter LD as negative drops; `features(warmup_rises=True)`;
 - the objective: Huber (delta 1e-3) of log loss minus log prediction (clamped at 1e-10), summed
   over every logged step of the fitted curves, all weighted 1; parameters *not* as logs;
-- the start (`src/fitting.py`, `initialize_params`, `generate_init_params`): a slope and
-  intercept from regressing log(loss - min loss + 0.01) on log S1; L-BFGS-B (parameters >= 0)
-  from a 5 x 3 x 3 x 3 grid around them of a four-parameter stand-in,
-  L0 + A S1^-alpha - B (eta_peak - eta(t)); the best of those, with C = 1, beta = gamma = 0.5;
-- the optimiser (`src/fitting.py`, `mpl_adam_fit`; `src/utils.py`, `compute_loss`): AdamW
-  (torch defaults: betas 0.9 / 0.999, eps 1e-8, decoupled weight decay 0.01) with step size 5e-2
-  for L0, A, B, C and 5e-3 for alpha, beta, gamma, from that one start, at most 200 steps, stopped
-  when 20 steps in a row fail to lower the objective (after step 20) or the gradient's norm falls
-  below 1e-5; kept: the iterate after the best objective's step (their bookkeeping records the
-  parameters after `optimizer.step()`). That stops ~100 steps in, well before the optimum:
-  the early stop is the fit's regulariser (docs/analysis.md, "Accuracy on the MPL protocol");
-- the score (`src/evaluation.py`): per predicted curve the mean ("prede") and the largest
-  ("worste") |pred - loss| / loss over its logged steps, each then averaged over the curves: their
-  README's WorstE is a mean of per-curve worst points.
+- the start (`src/fitting.py`, `initialize_params`): a slope and intercept from regressing
+  log(loss - min loss + 0.01) on log S1; L-BFGS-B from a 5 x 3 x 3 x 3 grid around them of a
+  four-parameter stand-in, L0 + A S1^-alpha - B (eta_peak - eta(t)); the best of those;
+- the optimiser (`src/fitting.py`, `mpl_adam_fit`): AdamW (torch defaults: betas 0.9 / 0.999, eps
+  1e-8, decoupled weight decay 0.01) with step size 5e-2 for L0, A, B, C and 5e-3 for alpha, beta,
+  gamma, at most 200 steps, stopped when 20 steps in a row fail to lower the objective (after
+  step 20) or the gradient's norm falls below 1e-5; kept: the iterate after the best objective's
+  step. That stops ~100 steps in, well before the optimum: the early stop is the fit's
+  regulariser (docs/analysis.md, "Accuracy on the MPL protocol").
 
-Here every row of point weights (the main fit, and the calibration refits of `intervals.py`) gets
-its own start and its own AdamW run, all rows in one vmapped loop; the start's grid runs through
-the batched L-BFGS of `analysis/core/lbfgs.py` on log parameters (positivity, their bounds).
-Beyond theirs, `MULTISTART_GRID` (`--protocol multistart`) runs AdamW from 27 annealing starts per
-row and keeps the lowest objective (docs/analysis.md, "Accuracy on the MPL protocol").
+Ours on top: their single run (C = 1, beta = gamma = 0.5) is fragile (a 0.3% change of its start
+stops it after 40 steps at 4x their PredE on 25M), so every (C, beta, gamma) of `MULTISTART_GRID`
+starts one AdamW run and the lowest objective is kept. Every row of point weights (the main fit,
+and the calibration refits of `intervals.py`) gets its own starts and runs, all rows in one
+vmapped loop; the start's grid runs through the batched L-BFGS of `analysis/core/lbfgs.py` on log
+parameters (positivity, their bounds).
 """
 
 from __future__ import annotations
@@ -44,7 +40,7 @@ import numpy as np
 
 from analysis.core.lbfgs import LBFGSConfig, minimize_batch
 from analysis.curves.data import Curve
-from analysis.curves.optimize import Problem, feature_dict
+from analysis.curves.laws import Problem, feature_dict
 from analysis.laws.fitting import huber
 from models.base.errors import AnalysisError
 
@@ -55,12 +51,8 @@ INIT_L0_SPAN, INIT_L0_N = 0.2, 5
 INIT_A_SPAN, INIT_ALPHA_SPAN, INIT_AA_N = 0.1, 0.1, 3
 INIT_B_RANGE, INIT_B_N = (100.0, 1000.0), 3
 INIT_LOSS_OFFSET = 0.01
-ANNEAL_START = (1.0, 0.5, 0.5)  # C, beta, gamma at the AdamW start
-
-# `--protocol multistart` (ours, not theirs): their AdamW run from every (C, beta, gamma) of a
-# grid around their start (C halved and doubled, beta and gamma +-0.2), keeping the run with the
-# lowest objective. Their single run is fragile: a 0.3% change of its start (alpha 0.4971 instead
-# of 0.4987, from a warm-up 16 steps longer) stops it after 40 steps at 4x their PredE on 25M.
+# the AdamW starts: every (C, beta, gamma) of a grid around theirs (C = 1, beta = gamma = 0.5; C
+# halved and doubled, beta and gamma +-0.2)
 MULTISTART_C, MULTISTART_EXPONENTS = (0.5, 1.0, 2.0), (0.3, 0.5, 0.7)
 MULTISTART_GRID = tuple(itertools.product(MULTISTART_C, MULTISTART_EXPONENTS, MULTISTART_EXPONENTS))
 INIT_CFG = LBFGSConfig(max_evals=2000, ftol=1e-12)  # the stand-in's fit (theirs: ftol 1e-9, gtol 1e-6)
@@ -118,7 +110,7 @@ def _grid(logy: np.ndarray, logS1: np.ndarray, w: np.ndarray) -> np.ndarray:
     return np.maximum(np.array(list(rows)), GRID_FLOOR)
 
 
-def starts(problem: Problem, parts, weights: np.ndarray, anneal=(ANNEAL_START,)) -> np.ndarray:
+def starts(problem: Problem, parts, weights: np.ndarray, anneal=MULTISTART_GRID) -> np.ndarray:
     """Their start for every row of point `weights`, once per row of `anneal` (C, beta, gamma):
     (R * K, 7) public MPL parameters, the K rows of one weight row together."""
     logS1, gap = _stand_in_inputs(parts)
@@ -133,9 +125,7 @@ def starts(problem: Problem, parts, weights: np.ndarray, anneal=(ANNEAL_START,))
     f = np.where(np.isfinite(r.f), r.f, np.inf).reshape(len(weights), G)
     best = np.argmin(f, axis=1)
     if not np.all(np.isfinite(f[np.arange(len(weights)), best])):
-        raise AnalysisError(
-            "mpl --protocol authors: the start's power-law fit is not finite; check the curves"
-        )
+        raise AnalysisError("mpl: the start's power-law fit is not finite; check the curves")
     four = np.exp(r.x.reshape(len(weights), G, 4)[np.arange(len(weights)), best])
     anneal = np.asarray(anneal, float)
     return np.hstack([np.repeat(four, len(anneal), axis=0), np.tile(anneal, (len(weights), 1))])
@@ -159,7 +149,7 @@ class AdamWResult:
 
 
 @lru_cache(maxsize=None)
-def _adamw_program(law, delta: float, n: int, keep_evaluated: bool = False):
+def _adamw_program(law, delta: float, n: int):
     step_size = jnp.asarray([STEP_EXPONENT if k in EXPONENTS else STEP_SCALE for k in law.param_names])
 
     def objective(p, F, logy, w):
@@ -198,7 +188,7 @@ def _adamw_program(law, delta: float, n: int, keep_evaluated: bool = False):
                 f_min,
                 stale,
                 jnp.where(keep, f, f_best),
-                jnp.where(keep, p if keep_evaluated else p_new, p_best),
+                jnp.where(keep, p_new, p_best),
                 stop,
             )
 
@@ -242,13 +232,10 @@ def _run_compacted(run, p0: np.ndarray, F, logy, weights: np.ndarray) -> list[np
     return state
 
 
-def adamw(problem: Problem, p0: np.ndarray, weights: np.ndarray, keep_evaluated: bool = False) -> AdamWResult:
+def adamw(problem: Problem, p0: np.ndarray, weights: np.ndarray) -> AdamWResult:
     """Their AdamW run from every row of public starts `p0`, row i weighting the points by
-    `weights[i]`; the objective is recomputed at the kept parameters. keep_evaluated: keep the
-    iterate whose objective was the lowest (theirs keeps the one after it)."""
-    if problem.free_idx != tuple(range(len(problem.law.param_names))):
-        raise AnalysisError("mpl --protocol authors fits every parameter; drop --fix")
-    run, objective = _adamw_program(problem.law, problem.delta, problem.F.n, keep_evaluated)
+    `weights[i]`; the objective is recomputed at the kept parameters."""
+    run, objective = _adamw_program(problem.law, problem.delta, problem.F.n)
     with jax.enable_x64(True):
         F, logy = feature_dict(problem.F), jnp.asarray(problem.logy)
         weights = np.asarray(weights, np.float64)

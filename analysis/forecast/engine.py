@@ -53,6 +53,22 @@ class ForecastResult:
         c = self.choice_of(run)
         return None if c is None else next(m.p_best for m in c.members if m.run == run)
 
+    def summary(self) -> str:
+        """What `forecast` prints: notes, fits, each run's forecast, each rung's choice."""
+        lines = [f"note: {n}" for n in self.notes]
+        for f in self.fits:
+            lines.append(
+                f"fit at {f.frac:.1%} of the run: {f.method}, {f.n_complete} finished curves, {f.detail}"
+            )
+        for r in self.runs:
+            lo, hi = r.interval
+            seen = f"seen {r.frac_seen:.0%}, {r.method}"
+            lines.append(f"  {r.run}: final loss {r.final_loss:.4f} (90% {lo:.4f}-{hi:.4f}), {seen}")
+        for c in self.choices:
+            others = ", ".join(f"{m.value}: {m.p_best:.2f}" for m in c.members)
+            lines.append(f"choice {c.run} ({self.choose}={c.value}, p_best {c.p_best:.2f}; {others})")
+        return "\n".join(lines)
+
     def to_dict(self) -> dict:
         return {
             "kind": "forecast",
@@ -98,7 +114,7 @@ def _transfer_group(
         if got is None:
             raise AnalysisError(f"run {c.run}: cannot be forecast (no {', '.join(fit.features)} for it)")
         mu, sd = got
-        lo, hi = math.exp(mu - tr.Z90 * sd), math.exp(mu + tr.Z90 * sd)
+        lo, hi = math.exp(mu - validation.Z90 * sd), math.exp(mu + validation.Z90 * sd)
         out.append(RunForecast(c.run, math.exp(mu), (lo, hi), c.frac_seen, Method.TRANSFER, sd))
     detail = f"features {', '.join(fit.features) or 'constant'} (leave-one-out rms {fit.s:.3%})"
     return out, FitInfo(frac, Method.TRANSFER, fit.n, detail, fit.s)
@@ -113,7 +129,7 @@ def _ratio_group(
         cut = tr.cut_of(c, c.step[-1])
         loss = float(c.loss[-1]) if cut is None else cut.loss
         pred, lo, hi = loss * fit.ratio, loss * fit.lo, loss * fit.hi
-        sd = (math.log(fit.hi) - math.log(fit.lo)) / (2 * tr.Z90)
+        sd = (math.log(fit.hi) - math.log(fit.lo)) / (2 * validation.Z90)
         out.append(RunForecast(c.run, pred, (lo, hi), c.frac_seen, Method.RATIO, max(sd, tr.MIN_SD)))
     detail = f"median final/cut ratio {fit.ratio:.4f} (central 90% {fit.lo:.4f}-{fit.hi:.4f})"
     return out, FitInfo(frac, Method.RATIO, fit.n, detail, math.nan)

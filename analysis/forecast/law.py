@@ -2,9 +2,9 @@
 
 A run's schedule to its end: `schedule.planned`.
 
-The law (`analysis.curves`, Luo et al. 2025) is fitted once on the finished curves (`fit_law`: the
-optimum of fit-curve's objective on at most FIT_POINTS points of each, with fit-curve's calibration
-refits; at most FIT_CURVES of them, spread over sizes and lengths): its exponent and annealing
+The law (`analysis.curves`, Luo et al. 2025) is fitted once on the finished curves (`fit_mpl`: the
+L-BFGS optimum of fit-curve's objective on at most FIT_POINTS points of each, with fit-curve's
+calibration refits; at most FIT_CURVES of them, spread over sizes and lengths): its exponent and annealing
 parameters (alpha, B, C, beta, gamma) are what transfers. Each run keeps its own level: L0 and A by
 least squares on its last octave of points (the prefix's steps in [cut / 2, cut], at least 3), with
 the others fixed (the law is linear in L0 and A). The 90% interval: Gaussian in ln loss, its
@@ -24,19 +24,18 @@ from typing import Sequence
 
 import numpy as np
 
+from analysis.core.validation import Z90
 from analysis.curves.data import Curve
 from analysis.curves.features import features
-from analysis.curves.intervals import IntervalModel, Kind, calibrate, plan_refits
-from analysis.curves.laws import get_curve_law, start_grid
-from analysis.curves.optimize import Problem, evaluate, minimize
+from analysis.curves.fitting import lbfgs_optimum, problem
+from analysis.curves.intervals import IntervalModel, Kind
+from analysis.curves.laws import MPL, evaluate
 from analysis.forecast.inputs import RunCurve
 from analysis.forecast.results import FitInfo, Method, RunForecast
 from analysis.forecast.schedule import planned
-from analysis.forecast.transfer import MIN_COMPLETE, MIN_SD, Z90
-from analysis.laws.fitting import HUBER_DELTA
+from analysis.forecast.transfer import MIN_COMPLETE, MIN_SD
 from models.base.errors import AnalysisError
 
-LAW = "mpl"
 PEAK_LR = 3e-4  # the rates' unit in the fit (module docstring)
 LEVEL_POINTS = 3  # points the run's own L0 and A are fitted on, at least
 FIT_POINTS = 64  # points of each finished curve the law is fitted on
@@ -71,29 +70,15 @@ def _spread_runs(runs: Sequence[RunCurve], k: int) -> list[int]:
     return [order[j] for j in np.unique(np.linspace(0, len(order) - 1, k).round().astype(int))]
 
 
-def fit_law(curves: Sequence[Curve]) -> tuple[np.ndarray, IntervalModel | None]:
-    """The law's public parameters fitted on the finished curves: L-BFGS to the optimum of
-    fit-curve's objective from its start grid, on at most FIT_POINTS points of each curve (evenly
-    spread from its peak on; the schedule is the whole logged one); and fit-curve's interval model
-    for a curve the fit did not see (`analysis.curves.intervals`: its leave-one-curve-out and
-    early-part refits, in the same batched minimisation), None when it has no refit."""
-    law = get_curve_law(LAW)
+def fit_mpl(curves: Sequence[Curve]) -> tuple[np.ndarray, IntervalModel | None]:
+    """The law's public parameters fitted on the finished curves (`fitting.lbfgs_optimum` on at
+    most FIT_POINTS points of each, evenly spread from its peak on; the schedule is the whole
+    logged one) and fit-curve's interval model for a curve the fit did not see (None without a
+    refit)."""
     parts = [(c, _spread(c.law_steps(), FIT_POINTS)) for c in curves]
-    F = features(parts, _resolution(curves))
-    logy = np.log(np.concatenate([c.loss_at(t) for c, t in parts]))
-    n = len(law.param_names)
-    problem = Problem(law, F, logy, np.zeros(n), tuple(range(n)), HUBER_DELTA)
-    starts = np.log(start_grid(law, np.exp(logy), F.logS1))
-    plan = plan_refits(problem, parts, starts)
-    S = starts.shape[0]
-    weights = np.vstack([np.ones((S, F.n)), plan.weights])
-    r = minimize(problem, np.vstack([starts, plan.starts]), weights)
-    f = np.where(np.isfinite(r.f[:S]), r.f[:S], np.inf)
-    i = int(np.argmin(f))
-    if not np.isfinite(f[i]):
-        raise AnalysisError("--method mpl: the law's fit is not finite at any start; check the curves")
-    params = problem.params(r.x[i])
-    return params, calibrate(problem, parts, plan, r.x[S:], r.f[S:], params)
+    p = problem(parts, resolution=_resolution(curves))
+    r, i, _, model = lbfgs_optimum(p, parts, intervals=True)
+    return p.params(r.x[i]), model
 
 
 def _sd(s: float, model: IntervalModel | None, plan: Curve, total: int) -> float:
@@ -109,10 +94,9 @@ def _sd(s: float, model: IntervalModel | None, plan: Curve, total: int) -> float
 
 def _basis(params: np.ndarray, curve: Curve, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(S1^-alpha, -LD) of the law at steps t: the loss is L0 + A u + B v with these."""
-    law = get_curve_law(LAW)
     F = features([(curve, t)], _resolution([curve]))
-    u = evaluate(law, np.concatenate([[0.0, 1.0], params[2:3], [0.0], params[4:]]), F)
-    v = evaluate(law, np.concatenate([[0.0, 0.0], params[2:3], [1.0], params[4:]]), F)
+    u = evaluate(MPL, np.concatenate([[0.0, 1.0], params[2:3], [0.0], params[4:]]), F)
+    v = evaluate(MPL, np.concatenate([[0.0, 0.0], params[2:3], [1.0], params[4:]]), F)
     return u, v
 
 
@@ -154,7 +138,7 @@ def forecast_group(
     # invariant to the unit up to A, B and C, which are fitted
     scale = PEAK_LR / float(np.median([np.max(d.lr) for d in done]))
     curves = [_curve(d, scale) for d in done]
-    params, model = fit_law([curves[i] for i in _spread_runs(done, FIT_CURVES)])
+    params, model = fit_mpl([curves[i] for i in _spread_runs(done, FIT_CURVES)])
     errs = []
     for d, cd in zip(done, curves):
         got = _forecast_one(params, cd, int(frac * d.total_steps), int(d.step[-1]))
@@ -174,8 +158,6 @@ def forecast_group(
         sd = _sd(s, model, plan, int(c.total_steps))
         lo, hi = math.exp(mu - Z90 * sd), math.exp(mu + Z90 * sd)
         out.append(RunForecast(c.run, math.exp(mu), (lo, hi), c.frac_seen, Method.MPL, sd))
-    names = get_curve_law(LAW).param_names
-    detail = (
-        ", ".join(f"{k}={v:.4g}" for k, v in zip(names[2:], params[2:])) + f" (leave-one-out rms {s:.3%})"
-    )
+    detail = ", ".join(f"{k}={v:.4g}" for k, v in zip(MPL.param_names[2:], params[2:]))
+    detail += f" (leave-one-out rms {s:.3%})"
     return out, FitInfo(frac, Method.MPL, len(done), detail, s)

@@ -44,36 +44,39 @@ def cut_at(c: RunCurve, frac: float) -> RunCurve:
     return dataclasses.replace(c.until(frac * c.total_steps), plan=plan)
 
 
+def by_length(curves: Sequence[RunCurve]) -> list[tuple[float, list[RunCurve], list[RunCurve]]]:
+    """[(run length, the runs of that length, the others)], the longest first; none with one length
+    (lengths within LENGTH_RTOL are one: `validation.level_index`)."""
+    lv, g = validation.level_index(np.array([c.total_steps for c in curves], float), LENGTH_RTOL)
+    return [
+        (float(lv[k]), [c for c, gi in zip(curves, g) if gi == k], [c for c, gi in zip(curves, g) if gi != k])
+        for k in (range(lv.size - 1, -1, -1) if lv.size >= 2 else ())
+    ]
+
+
 def folds(learn: Sequence[RunCurve]) -> list[tuple[str, list[RunCurve], list[RunCurve]]]:
     """[(fold name, finished runs to forecast, finished runs to learn from)] (module docstring)."""
     if len(learn) <= MIN_COMPLETE:
         return []
     N = np.array([c.number("N") for c in learn])
-    out = []
     if np.isfinite(N).all() and (N > 0).all() and validation.levels(N).size >= 2:
         lv, g = validation.level_index(N)
-        for k in range(lv.size - 1, 0, -1):
-            held = [c for c, gi in zip(learn, g) if gi == k]
-            train = [c for c, gi in zip(learn, g) if gi < k]
-            if len(train) >= MIN_COMPLETE:
-                out.append((f"N={lv[k]:.3g} from smaller", held, train))
-            if len(out) == MAX_FOLDS:
-                break
-        return out
-    T = np.array([c.total_steps for c in learn], float)
-    lv, g = validation.level_index(T, LENGTH_RTOL)
-    for k in range(lv.size - 1, -1, -1) if lv.size >= 2 else ():
-        held = [c for c, gi in zip(learn, g) if gi == k]
-        train = [c for c, gi in zip(learn, g) if gi != k]
-        if len(train) >= MIN_COMPLETE:
-            out.append((f"{lv[k]:.0f} steps from the other lengths", held, train))
-        if len(out) == MAX_FOLDS:
-            break
-    return out
+        out = [
+            (f"N={lv[k]:.3g} from smaller", [c for c, gi in zip(learn, g) if gi == k], train)
+            for k in range(lv.size - 1, 0, -1)
+            if len(train := [c for c, gi in zip(learn, g) if gi < k]) >= MIN_COMPLETE
+        ]
+    else:
+        out = [
+            (f"{T:.0f} steps from the other lengths", h, t)
+            for T, h, t in by_length(learn)
+            if len(t) >= MIN_COMPLETE
+        ]
+    return out[:MAX_FOLDS]
 
 
 @dataclass(frozen=True)
-class Selection:
+class AutoChoice:
     """What `auto` chose and the fold errors it chose on."""
 
     method: Method
@@ -111,7 +114,7 @@ def _error(got: Sequence[RunForecast], held: Sequence[RunCurve]) -> float:
 
 def select(
     going: Sequence[RunCurve], learn: Sequence[RunCurve], keys: Sequence[str], forecaster: Forecaster
-) -> Selection:
+) -> AutoChoice:
     """`auto`'s method for forecasting `going` from the finished curves `learn` (module docstring)."""
     frac = float(np.median([c.frac_seen for c in going])) if going else 1.0
     methods = [Method.RATIO, *candidates(going, learn)]
@@ -131,4 +134,4 @@ def select(
     errors = {m: e for m, e in errors.items() if e}
     order = [str(m) for m in methods[1:]]
     chosen = validation.choose_against(str(Method.RATIO), errors, order) if errors else Method.RATIO
-    return Selection(Method(chosen), errors, frac)
+    return AutoChoice(Method(chosen), errors, frac)

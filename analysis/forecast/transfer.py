@@ -35,7 +35,6 @@ from models.base.errors import AnalysisError
 
 SLOPE, LOG_N = "slope", "log N"
 MIN_COMPLETE = 3  # finished curves a forecast learns from
-Z90 = validation.norm_ppf(0.5 + validation.PREDICTION_LEVEL / 2)
 MIN_SD = 1e-4  # log-loss sd floor (two finished curves can agree to the last digit)
 
 
