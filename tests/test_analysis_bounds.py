@@ -8,6 +8,7 @@ from types import SimpleNamespace
 import numpy as np
 import pandas as pd
 import pytest
+from power_law import register as _register_power_law
 
 from analysis import AnalysisError, fit_law, register_law
 from analysis.laws.allocation import ScalingLaw, closed_form_optimum
@@ -35,6 +36,8 @@ SMALL_GRID = np.array(
         for be in (0.0, 0.5)
     ]
 )
+
+KAPLAN = _register_power_law()
 
 
 @pytest.mark.parametrize(
@@ -71,7 +74,7 @@ def test_interval_is_the_identity_on_its_interior_with_exponential_tails():
     assert np.isnan(tr.internal(np.array([-0.1, 3.1]))).all()
 
 
-@pytest.mark.parametrize("name", ["chinchilla", "kaplan_n", "kaplan_c_e", "power"])
+@pytest.mark.parametrize("name", ["chinchilla", "data_constrained", "moe_joint", KAPLAN])
 def test_every_internal_point_maps_inside_the_declared_bounds(name):
     law = get_law(name)
     theta = np.random.default_rng(1).normal(0, 20, (5000, law.n_params))
@@ -156,7 +159,7 @@ def test_positive_means_a_lower_bound_of_zero_for_user_laws():
 
 
 def test_bound_notes_flag_at_near_and_ci_but_not_fixed_or_kaplans_exponents():
-    law = get_law("kaplan_n_e")  # E, A in (0, inf); alpha in (0, 3)
+    law = get_law(KAPLAN)  # E, A in (0, inf); alpha in (0, 3)
     width = 3.0
     near = 0.5 * NEAR_BOUND_FRACTION * width
     notes = bound_notes(law, {"E": 1.7, "A": 400.0, "alpha": near})

@@ -17,6 +17,7 @@ pytest.importorskip("jax")
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
+from power_law import register as register_power_law  # noqa: E402
 
 from analysis import approach2  # noqa: E402
 from analysis.core.lbfgs import LBFGSConfig, minimize_batch  # noqa: E402
@@ -25,7 +26,7 @@ from analysis.laws.registry import get_law  # noqa: E402
 
 
 def test_percentile_bootstrap_coverage_near_95_percent():
-    law = get_law("kaplan_n_e")
+    law = get_law(register_power_law())
     truth = np.array([1.9, 400.0, 0.33])  # E, A, alpha
     R, B, n, sigma = 200, 200, 60, 0.01
     rng = np.random.default_rng(123)

@@ -11,12 +11,15 @@ import warnings
 import numpy as np
 import pandas as pd
 import pytest
+from power_law import register as _register_power_law
 
 from analysis import AnalysisError, fit_law
 from analysis.cli import main
 from analysis.core.table import NParamsWarning, choose_n_column
 from analysis.laws.registry import get_law
 from analysis.report.build import _use_n_params
+
+KAPLAN = _register_power_law()  # a law of N fitted on non-embedding N by default
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 VOCAB = 50_000
@@ -35,19 +38,18 @@ def shapes_table():
 
 def test_kaplan_defaults_to_non_embedding_and_chinchilla_to_total():
     df = shapes_table()
-    cols, kind = choose_n_column(df, get_law("kaplan_n_e"))
+    cols, kind = choose_n_column(df, get_law(KAPLAN))
     assert kind == "non_embedding" and cols["N"] == "n_params_non_embedding"
     cols, kind = choose_n_column(df.assign(D=1e9), get_law("chinchilla"))
     assert kind == "total" and "N" not in cols  # found by the usual N spellings
-    assert choose_n_column(df, get_law("kaplan_c")) == ({}, None)  # no N input: nothing to choose
 
 
 def test_the_choice_changes_the_fit_and_is_recorded():
     df = shapes_table()
-    ne = fit_law(df, "kaplan_n_e", bootstrap=0, prediction_intervals=False)
+    ne = fit_law(df, KAPLAN, bootstrap=0, prediction_intervals=False)
     assert ne.params["alpha"] == pytest.approx(0.3, rel=1e-3)
     assert ne.to_dict()["n_params"] == "non_embedding" and ne.columns["N"] == "n_params_non_embedding"
-    total = fit_law(df, "kaplan_n_e", bootstrap=0, n_params="total", prediction_intervals=False)
+    total = fit_law(df, KAPLAN, bootstrap=0, n_params="total", prediction_intervals=False)
     assert total.to_dict()["n_params"] == "total" and total.columns["N"] == "N"
     assert abs(total.params["alpha"] - 0.3) > 0.02  # embeddings in N bend the power law
 
@@ -55,16 +57,16 @@ def test_the_choice_changes_the_fit_and_is_recorded():
 def test_requested_non_embedding_without_the_column_is_one_clear_error():
     df = shapes_table().drop(columns="n_params_non_embedding")
     with pytest.raises(AnalysisError, match="add a column n_params_non_embedding"):
-        fit_law(df, "kaplan_n_e", bootstrap=0, n_params="non_embedding", prediction_intervals=False)
+        fit_law(df, KAPLAN, bootstrap=0, n_params="non_embedding", prediction_intervals=False)
     with pytest.raises(AnalysisError, match="--n-params must be one of"):
-        choose_n_column(df, get_law("kaplan_n_e"), n_params="embedding")
+        choose_n_column(df, get_law(KAPLAN), n_params="embedding")
 
 
 def test_the_default_falls_back_to_total_loudly():
     df = shapes_table().drop(columns="n_params_non_embedding")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        fit = fit_law(df, "kaplan_n_e", bootstrap=0, prediction_intervals=False)
+        fit = fit_law(df, KAPLAN, bootstrap=0, prediction_intervals=False)
     assert any(
         issubclass(w.category, NParamsWarning) and "n_params_non_embedding" in str(w.message) for w in caught
     )
@@ -73,9 +75,9 @@ def test_the_default_falls_back_to_total_loudly():
 
 def test_an_explicit_column_is_used_as_given():
     df = shapes_table().rename(columns={"n_params_non_embedding": "N_ne"})
-    cols, kind = choose_n_column(df, get_law("kaplan_n_e"), {"N": "N_ne"}, "non_embedding")
+    cols, kind = choose_n_column(df, get_law(KAPLAN), {"N": "N_ne"}, "non_embedding")
     assert cols["N"] == "N_ne" and kind == "non_embedding"
-    cols, kind = choose_n_column(shapes_table(), get_law("kaplan_n"), {"N": "n_params_non_embedding"})
+    cols, kind = choose_n_column(shapes_table(), get_law(KAPLAN), {"N": "n_params_non_embedding"})
     assert kind == "non_embedding"  # told by the column's name
 
 
@@ -85,7 +87,7 @@ def test_gadre_shared_data_carries_non_embedding_n(shared_data):
     df = c4[["n_params", "n_params_non_embedding", "tokens", "loss_c4_val"]].rename(
         columns={"loss_c4_val": "loss"}
     )
-    cols, kind = choose_n_column(df, get_law("kaplan_n_e"))
+    cols, kind = choose_n_column(df, get_law(KAPLAN))
     assert kind == "non_embedding" and cols["N"] == "n_params_non_embedding"
     assert (df["n_params_non_embedding"] < df["n_params"]).all()
 
@@ -94,8 +96,7 @@ def test_fit_cli_flag_and_json(tmp_path, capsys):
     shapes_table().to_csv(tmp_path / "d.csv", index=False)
     out = tmp_path / "o.json"
     assert (
-        main(["fit", str(tmp_path / "d.csv"), "--law", "kaplan_n_e", "--bootstrap", "0", "--json", str(out)])
-        == 0
+        main(["fit", str(tmp_path / "d.csv"), "--law", KAPLAN, "--bootstrap", "0", "--json", str(out)]) == 0
     )
     assert json.loads(out.read_text())["n_params"] == "non_embedding"
     assert "N = non-embedding parameters (column n_params_non_embedding)" in capsys.readouterr().out
@@ -105,7 +106,7 @@ def test_fit_cli_flag_and_json(tmp_path, capsys):
                 "fit",
                 str(tmp_path / "d.csv"),
                 "--law",
-                "kaplan_n_e",
+                KAPLAN,
                 "--bootstrap",
                 "0",
                 "--n-params",
@@ -130,7 +131,7 @@ def test_fit_cli_missing_column_is_one_line(tmp_path):
             "fit",
             str(tmp_path / "d.csv"),
             "--law",
-            "kaplan_n_e",
+            "chinchilla",
             "--n-params",
             "non_embedding",
             "--bootstrap",
@@ -177,6 +178,6 @@ def test_collected_runs_table_carries_non_embedding_n(tmp_path):
         )
     table = runs.table(tmp_path, cache_dir=False)
     assert sorted(table["n_params_non_embedding"]) == [4e5, 2.5e6, 1.2e7, 5.5e7, 2.4e8]
-    fit = fit_law(table, "kaplan_n_e", bootstrap=0, prediction_intervals=False)
+    fit = fit_law(table, KAPLAN, bootstrap=0, prediction_intervals=False)
     assert fit.columns["N"] == "n_params_non_embedding"
     assert fit.params["alpha"] == pytest.approx(0.3, rel=1e-3)

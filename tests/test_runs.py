@@ -113,6 +113,8 @@ def test_cache_is_used_and_invalidated(sweep, tmp_path):
 
 
 def test_runs_table_feeds_the_fit(tmp_path):
+    from power_law import register
+
     from analysis import fit_law
 
     root = tmp_path / "s"
@@ -120,8 +122,9 @@ def test_runs_table_feeds_the_fit(tmp_path):
         make_run(root, f"r{i}", n_params=float(N))
     runs_df, _ = runs.load(root, cache_dir=False)
     runs_df["final_eval_loss"] = 1.5 + 40 * runs_df["n_params"] ** -0.3
-    fit = fit_law(runs_df, "kaplan_n_e", bootstrap=0)
-    # Kaplan-form laws read non-embedding N (`--n-params` default), which run summaries carry
+    fit = fit_law(runs_df, register(), bootstrap=0)
+    # a law registered with default_n_params="non_embedding" reads the non-embedding N that run
+    # summaries carry
     assert fit.columns["N"] == "n_params_non_embedding" and fit.columns["loss"] == "final_eval_loss"
     assert fit.params["alpha"] == pytest.approx(0.3, rel=1e-3)
 

@@ -56,8 +56,8 @@ def register(subparsers) -> None:
     add_n_params_argument(
         p,
         None,
-        "non_embedding for the Kaplan laws of N (kaplan_n, kaplan_n_e), total for every other law "
-        "(chinchilla). Recorded as n_params in the JSON",
+        "total for every shipped law, the registered default for a user law "
+        "(register_law default_n_params). Recorded as n_params in the JSON",
     )
     p.add_argument("--weight-col", help="column of per-run weights")
     add_bootstrap_argument(p, 1000, "for CIs")
@@ -107,7 +107,7 @@ def register(subparsers) -> None:
         metavar="TARGETS.csv",
         help="also predict the loss of the runs in this CSV (one row per run: the law's inputs, N and D; "
         "U / unique_tokens for the data-constrained laws; experts (and D where the law has it) for "
-        "--law moe; x for power; C optional), each with its 90%% "
+        "--law moe; C optional), each with its 90%% "
         "prediction interval: a table, and `predictions` in the JSON (one per row, in order)",
     )
     add_json_argument(p, "the fit (schema in docs/analysis.md)")

@@ -39,13 +39,6 @@ class LawName(enum.StrEnum):
 
     CHINCHILLA = "chinchilla"
     CHINCHILLA_TIED = "chinchilla_tied"
-    KAPLAN_N = "kaplan_n"
-    KAPLAN_N_E = "kaplan_n_e"
-    KAPLAN_D = "kaplan_d"
-    KAPLAN_D_E = "kaplan_d_e"
-    KAPLAN_C = "kaplan_c"
-    KAPLAN_C_E = "kaplan_c_e"
-    POWER = "power"
     DATA_CONSTRAINED = "data_constrained"
     DATA_CONSTRAINED_D = "data_constrained_d"
     # mixture of experts (analysis/laws/moe_forms.py): fixed-token ladders, then (N, D, E) ladders
@@ -53,7 +46,6 @@ class LawName(enum.StrEnum):
     MOE_CLARK = "moe_clark"
     MOE_JOINT_N = "moe_joint_n"
     MOE_BILINEAR_D = "moe_bilinear_d"
-    MOE_CLARK_D = "moe_clark_d"
     MOE_JOINT = "moe_joint"
 
 

@@ -13,10 +13,12 @@ from typing import Any, Mapping
 import numpy as np
 import pandas as pd
 
+from analysis.core.enums import LawName
 from analysis.core.methods import Family, Method, Prediction, Role, register
 from analysis.core.table import resolve_inputs
 from analysis.laws.fitting import FitResult, fit_law
 from analysis.laws.moe import fit_moe
+from analysis.laws.registry import ON_REGISTER, known_laws
 from analysis.laws.selection import AUTO, default_law, fit_auto
 
 LOSS_PROTOCOLS = ("budget", "size")
@@ -140,3 +142,12 @@ register(
 def default_point_law(table: pd.DataFrame, columns: Mapping[str, str] | None = None) -> str:
     """What `fit` uses without `--law`: chinchilla, or data_constrained_d when the runs repeat data."""
     return default_law(table, columns)
+
+
+def _user_law(name: str) -> None:
+    register_point_law(name, doc=f"user law {name}")
+
+
+ON_REGISTER.append(_user_law)
+for _name in set(known_laws()) - set(LawName):  # user laws registered before this module loaded
+    _user_law(_name)

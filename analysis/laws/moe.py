@@ -8,8 +8,8 @@ The candidates, simplest first:
   in ln N and ln E, the baseline), `moe_clark` (the same in Clark et al.'s saturating Ê),
   `moe_joint_n` (an irreducible loss plus a power law in N whose coefficient and exponent move with
   ln E, Ludziejewski et al. 2025 at one token count);
-- an (N, D, E) ladder (two or more token counts): `moe_bilinear_d` (the baseline: + e ln D),
-  `moe_clark_d`, `moe_joint` (Ludziejewski et al.'s joint law).
+- an (N, D, E) ladder (two or more token counts): `moe_bilinear_d` (the baseline: + e ln D) and
+  `moe_joint` (Ludziejewski et al.'s joint law).
 
 Each candidate's fit already measures its forward-chaining error in N (fit the runs up to a model
 size, predict every larger one, at every cut `validation.forward_cuts` picks; the MoE laws'
@@ -45,7 +45,7 @@ from models.base.errors import AnalysisError
 
 MOE = "moe"  # the family word of `fit --law`
 FIXED_TOKEN_CANDIDATES = (LawName.MOE_BILINEAR, LawName.MOE_CLARK, LawName.MOE_JOINT_N)
-TOKEN_CANDIDATES = (LawName.MOE_BILINEAR_D, LawName.MOE_CLARK_D, LawName.MOE_JOINT)
+TOKEN_CANDIDATES = (LawName.MOE_BILINEAR_D, LawName.MOE_JOINT)
 BASELINE = LawName.MOE_BILINEAR  # the log-bilinear baseline (fixed tokens)
 TOKEN_BASELINE = LawName.MOE_BILINEAR_D  # ... and with a token term
 MOE_LAWS = frozenset(map(str, FIXED_TOKEN_CANDIDATES + TOKEN_CANDIDATES))

@@ -25,8 +25,8 @@ and the coefficients of the products stay well conditioned for the optimiser:
   term is a constant of each E; `joint_n` keeps the irreducible loss and the N term. With c -> 0
   its log is `clark` exactly (and `bilinear` with E_start = 1, E_max -> inf): the forms nest, and
   the irreducible loss is what lets the loss bend as N grows;
-- with D: `bilinear_d` and `clark_d` add e log(D / D_REF) to the log-bilinear forms (the
-  baseline of an (N, D, E) ladder is `bilinear_d`).
+- with D: `bilinear_d` adds e log(D / D_REF) to the log-bilinear form (the baseline of an
+  (N, D, E) ladder).
 """
 
 from __future__ import annotations
@@ -84,11 +84,6 @@ def clark(view, logX):
     return d + a * x + b * leh + c * x * leh
 
 
-def clark_d(view, logX):
-    d, a, b, c, e, e_start, e_max = view
-    return clark((d, a, b, c, e_start, e_max), logX[:2]) + e * _y(logX[2])
-
-
 def _logsumexp(*terms):
     xp = _xp(*terms)
     terms = xp.broadcast_arrays(*terms)
@@ -139,11 +134,6 @@ CLARK_E_MAXES = (40.0, 300.0, 1e4)
 def clark_grid(logX, logy):
     d0 = float(np.median(logy))
     return _product((d0,), (-0.08,), (-0.05,), (0.0, 0.01), CLARK_E_STARTS, CLARK_E_MAXES)
-
-
-def clark_d_grid(logX, logy):
-    d0 = float(np.median(logy))
-    return _product((d0,), (-0.08,), (-0.05,), (0.0, 0.01), (-0.1,), CLARK_E_STARTS, CLARK_E_MAXES)
 
 
 JOINT_ALPHAS = (0.1, 0.3, 0.6)

@@ -442,7 +442,14 @@ def register_law(
         grid=lambda logX, logy: public_grid,
         default_n_params=default_n_params,
     )
-    return register(law, replace=replace)
+    register(law, replace=replace)
+    for listener in ON_REGISTER:  # the method registry (analysis.laws.methods) lists it too
+        listener(name)
+    return law
+
+
+# called with the name of each law `register_law` adds (analysis.laws.methods makes it a method)
+ON_REGISTER: list[Callable[[str], object]] = []
 
 
 def _public_grid(name: str, grid, param_names: tuple[str, ...]) -> np.ndarray:
@@ -540,91 +547,6 @@ register(
         "2024 fit for over-training laws: one fewer parameter, and tokens per parameter at "
         "the optimum independent of the budget.",
         min_distinct={"N": 2, "D": 2},
-        numpy_form=True,
-    )
-)
-
-
-def _pure_power(view, logX):
-    a, alpha = view
-    return a - alpha * logX[0]
-
-
-def _power_with_floor(view, logX):
-    e, a, alpha = view
-    return logsumexp(a - alpha * logX[0], e)
-
-
-def _data_scaled_grid(with_floor: bool) -> Callable:
-    """Public starts that follow the data's scale: a power law through the data's range of x and y."""
-
-    def grid(logX, logy):
-        lx = logX[0]
-        alphas = np.array([0.05, 0.15, 0.3, 0.6, 1.0, 1.5])
-        # a chosen so that A x^-alpha equals the median y at the median x.
-        a = np.median(logy) + alphas * np.median(lx)
-        shifts = np.array([-2.0, 0.0, 2.0])
-        if not with_floor:
-            return np.array([(np.exp(ai + s), al) for ai, al in zip(a, alphas) for s in shifts])
-        floors = np.min(logy) + np.log([0.25, 0.5, 0.8, 0.95])
-        return np.array(
-            [(np.exp(e), np.exp(ai + s), al) for e in floors for ai, al in zip(a, alphas) for s in shifts]
-        )
-
-    return grid
-
-
-for _var, _what, _pure_name, _floor_name in (
-    ("N", "parameters", LawName.KAPLAN_N, LawName.KAPLAN_N_E),
-    ("D", "tokens", LawName.KAPLAN_D, LawName.KAPLAN_D_E),
-    ("C", "training FLOPs", LawName.KAPLAN_C, LawName.KAPLAN_C_E),
-):
-    register(
-        Law(
-            name=_pure_name,
-            param_names=("A", "alpha"),
-            inputs=(_var,),
-            log_form=_pure_power,
-            log_params=(True, False),
-            grid=_data_scaled_grid(False),
-            bounds=((0.0, np.inf), (0.0, 3.0)),
-            formula=f"L({_var}) = A / {_var}^alpha",
-            description=f"Kaplan et al. 2020 power law in {_what} (no irreducible term).",
-            min_distinct={_var: 2},
-            # Kaplan's N excludes embeddings
-            default_n_params=NParams.NON_EMBEDDING if _var == "N" else NParams.TOTAL,
-            numpy_form=True,
-        )
-    )
-    register(
-        Law(
-            name=_floor_name,
-            param_names=("E", "A", "alpha"),
-            inputs=(_var,),
-            log_form=_power_with_floor,
-            log_params=(True, True, False),
-            grid=_data_scaled_grid(True),
-            bounds=((0.0, np.inf), (0.0, np.inf), (0.0, 3.0)),
-            formula=f"L({_var}) = E + A / {_var}^alpha",
-            description=f"Power law in {_what} with an irreducible loss E.",
-            min_distinct={_var: 3},
-            default_n_params=NParams.NON_EMBEDDING if _var == "N" else NParams.TOTAL,
-            numpy_form=True,
-        )
-    )
-
-register(
-    Law(
-        name=LawName.POWER,
-        param_names=("E", "A", "alpha"),
-        inputs=("x",),
-        log_form=_power_with_floor,
-        log_params=(True, True, False),
-        grid=_data_scaled_grid(True),
-        bounds=((0.0, np.inf), (0.0, np.inf), (-3.0, 3.0)),
-        formula="y = E + A * x^-alpha",
-        description="Plain power law with offset for any positive metric y of any positive x.",
-        min_distinct={"x": 3},
         numpy_form=True,
     )
 )
@@ -769,19 +691,6 @@ for _law in (
         description="Log-bilinear in (ln N, ln E) plus a log-linear token term: the MoE baseline of "
         "(N, D, E) ladders.",
         min_distinct={"N": 2, "experts": 2, "D": 2},
-        **_MOE_COMMON,
-    ),
-    Law(
-        name=LawName.MOE_CLARK_D,
-        param_names=("d", "a", "b", "c", "e", "E_start", "E_max"),
-        inputs=_MOE_D_INPUTS,
-        log_form=moe_forms.clark_d,
-        log_params=(False,) * 7,
-        grid=moe_forms.clark_d_grid,
-        bounds=(_FREE,) * 5 + _CLARK_E,
-        formula=_CLARK + " + e ln(D / 1e10)",
-        description="Clark et al. 2022's form plus a log-linear token term ((N, D, E) ladders).",
-        min_distinct={"N": 2, "experts": 4, "D": 2},
         **_MOE_COMMON,
     ),
     Law(
