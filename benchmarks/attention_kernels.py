@@ -6,11 +6,14 @@ machine's drift then hits every kernel alike, so their ratio is trustworthy even
 times wander. Prints the median ms/step per kernel and the ratio to `blocked`.
 
     python benchmarks/attention_kernels.py [--d-model 256] [--layers 4] [--seq 256] [--batch 8] [--rounds 8]
+        [--json OUT.json]
+    python benchmarks/attention_kernels.py --quick --json /tmp/k.json   # d 64, 1 layer, seq 128, 1 round
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import sys
 import time
@@ -36,7 +39,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dtype", default="auto")
     ap.add_argument("--rounds", type=int, default=8)
     ap.add_argument("--steps-per-round", type=int, default=3)
+    ap.add_argument("--quick", action="store_true", help="smoke run: a small model, one round of one step")
+    ap.add_argument("--json", type=Path, help="write the times here")
     args = ap.parse_args(argv)
+    if args.quick:
+        args.d_model, args.layers, args.heads, args.seq, args.batch = 64, 1, 4, 128, 2
+        args.rounds, args.steps_per_round = 1, 1
     platform = current_platform()
     kernels = ["blocked", "xla"] + (["cudnn"] if platform == "gpu" else [])
     base = ModelConfig(
@@ -70,11 +78,34 @@ def main(argv: list[str] | None = None) -> int:
         f"{args.rounds} alternating rounds of {args.steps_per_round} steps (loss + grads)"
     )
     ref = statistics.median(times["blocked"])
+    rows = []
     for k in kernels:
         med = statistics.median(times[k])
         print(
             f"  {k:8s} {1e3 * med:8.1f} ms/step  (min {1e3 * min(times[k]):.1f})  x{med / ref:.2f} vs blocked"
         )
+        rows.append(
+            {"kernel": k, "median_step_s": med, "min_step_s": min(times[k]), "ratio_to_blocked": med / ref}
+        )
+    if args.json:
+        out = {
+            "benchmark": "attention_kernels",
+            "quick": args.quick,
+            "platform": platform,
+            "device_kind": jax.devices()[0].device_kind,
+            "dtype": str(r.dtype),
+            "shape": {
+                "d_model": args.d_model,
+                "layers": args.layers,
+                "heads": args.heads,
+                "seq": args.seq,
+                "batch": args.batch,
+            },
+            "rounds": args.rounds,
+            "steps_per_round": args.steps_per_round,
+            "kernels": rows,
+        }
+        args.json.write_text(json.dumps(out, indent=1))
     return 0
 
 

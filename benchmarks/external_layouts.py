@@ -1,7 +1,8 @@
 """The cost model's calibration sources beyond Hagemann et al.: published training runs of
 other systems, and the joint fit that makes the shipped constants.
 
-    python benchmarks/external_layouts.py [--loso] [--calibrate] [--families]
+    python benchmarks/external_layouts.py [--loso] [--calibrate] [--families] [--json OUT.json]
+        (--quick: the published runs and MPT only, the test suite's run)
         --loso: leave-one-source-out table; --calibrate: also print the constants fitted to every
         source (the shipped DEFAULT_EFFICIENCY) with their error model; --families: the framework
         profiles (sharding/costmodel/frameworks.py) and their per-family leave-one-source-out table
@@ -17,8 +18,10 @@ LuWu's tables) are deliberately absent.
 
 from __future__ import annotations
 
+import argparse
 import csv
 import dataclasses
+import json
 import pathlib
 import sys
 from typing import TYPE_CHECKING
@@ -698,7 +701,19 @@ def _print_families(res: dict) -> None:
         print(f"    {fam}: " + ", ".join(f"{k}={float(f'{v:.5g}')!r}" for k, v in diff.items()))
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--loso", action="store_true", help="the leave-one-source-out table")
+    ap.add_argument("--calibrate", action="store_true", help="also the constants fitted to every source")
+    ap.add_argument("--families", action="store_true", help="the framework profiles' LOSO table")
+    ap.add_argument(
+        "--quick", action="store_true", help="the test suite's run: the published runs and MPT only"
+    )
+    ap.add_argument("--json", type=pathlib.Path, help="write the figures here")
+    args = ap.parse_args(argv)
+    if args.quick and (args.loso or args.calibrate or args.families):
+        ap.error("--quick runs neither --loso, --calibrate nor --families")
+    out: dict = {"benchmark": "external_layouts", "runs": []}
     for run in RUNS:
         est = run.estimate()
         pred = run.predicted_tflops_per_gpu()
@@ -712,16 +727,30 @@ def main() -> int:
             f"{pub_mem}; MFU {est.mfu:.3f} ({est.mfu_convention})"
         )
         print(f"  sources: {run.sources}")
+        out["runs"].append(
+            {
+                "name": run.name,
+                "unit": unit,
+                "predicted_per_gpu": float(pred),
+                "published_per_gpu": float(run.measured_tflops_per_gpu),
+                "relative_error": float(err),
+                "predicted_memory_gb": float(mem),
+                "published_memory_gb": run.measured_mem_gb,
+                "mfu": float(est.mfu),
+                "mfu_convention": est.mfu_convention,
+            }
+        )
     sc = mpt_scores()
+    out["mpt"] = {k: (float(v) if isinstance(v, (float, np.floating)) else v) for k, v in sc.items()}
     print(
         f"MPT on A100-80GB ({sc['n']} published layouts, FSDP): Spearman rho(MFU) "
         f"{sc['spearman_mfu']:.3f}, median |MFU err| {100 * sc['median_abs_mfu_error']:.1f} pts, "
         f"mean signed {100 * sc['mean_signed_mfu_error']:+.1f} pts"
     )
     print(f"  source: {MPT_SOURCE}")
-    if "--families" in sys.argv:
+    if args.families:
         _print_families(family_leave_one_source_out())
-    if "--loso" in sys.argv or "--calibrate" in sys.argv:
+    if args.loso or args.calibrate:
         res = leave_one_source_out()
         print(
             "leave-one-source-out: each source predicted by constants fitted to the others; "
@@ -743,10 +772,15 @@ def main() -> int:
             f"  error model (pooled LOSO measured/predicted MFU, 5-95%): "
             f"[{eff.mfu_ratio_lo}, {eff.mfu_ratio_hi}]"
         )
-        if "--calibrate" in sys.argv:
+        if args.calibrate:
             print("  constants fitted to all sources:")
             for k, v in eff.as_dict().items():
                 print(f"    {k}={float(f'{v:.5g}') if isinstance(v, float) else v!r},")
+        out["loso"] = res["loso"]
+        out["all"] = res["all"]
+        out["constants"] = eff.as_dict()
+    if args.json:
+        args.json.write_text(json.dumps(out, indent=1, default=float))
     return 0
 
 

@@ -18,13 +18,15 @@ against the loop with tolerances matched to ours, next to the default loop.
 Targets: grid < 5 s, bootstrap < 60 s on 2 CPU cores, >= 20x faster than SciPy.
 
     python benchmarks/fit_speed.py [--subset 300] [--full] [--processes 2] [--optax-starts 256]
-        [--optax-resamples 100] [--only-optax]
+        [--optax-resamples 100] [--only-optax] [--bootstrap 1000] [--json OUT.json]
+    python benchmarks/fit_speed.py --quick --json /tmp/fit_speed.json   # smoke run (the test's)
 """
 
 from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import json
 import multiprocessing
 import os
 import pathlib
@@ -56,7 +58,7 @@ DATA = (
     / "chinchilla_epoch"
     / "svg_extracted_data.csv"
 )
-DELTA = 1e-3
+DELTA = 1e-3  # Hoffmann et al.'s Huber delta: every fit timed here uses it (fit_law's default is 1)
 
 
 def load() -> pd.DataFrame:
@@ -145,30 +147,31 @@ def scipy_grid_fit(pool, data, starts, processes: int):
     return min(pool.map(_scipy_job, jobs), key=lambda r: r[0])
 
 
-def time_jax(df: pd.DataFrame, boot_seed: int):
-    """The JAX grid fit and 1,000-resample bootstrap, each timed warm (after a compiling run)."""
+def time_jax(df: pd.DataFrame, boot_seed: int, n_boot: int = 1000):
+    """The JAX grid fit and `n_boot`-resample bootstrap, each timed warm (after a compiling run)."""
     t = time.perf_counter()
-    fit_law(df, bootstrap=0)
+    fit_law(df, bootstrap=0, delta=DELTA)
     cold = time.perf_counter() - t
     t = time.perf_counter()
-    fit = fit_law(df, bootstrap=0)
+    fit = fit_law(df, bootstrap=0, delta=DELTA)
     grid_s = time.perf_counter() - t
     print(
         f"JAX grid fit, 4,500 starts: {grid_s:.2f} s warm ({cold:.2f} s cold, incl. compilation); "
         f"objective {fit.objective:.10g}, {fit.starts_at_optimum} polished starts at the optimum"
     )
     t = time.perf_counter()
-    fit_law(df, bootstrap=1000, seed=boot_seed + 1)  # compiles the bootstrap's shapes (its tail batch)
+    # compiles the bootstrap's shapes (its tail batch)
+    fit_law(df, bootstrap=n_boot, seed=boot_seed + 1, delta=DELTA)
     boot_cold = time.perf_counter() - t - grid_s
     t = time.perf_counter()
-    fitb = fit_law(df, bootstrap=1000, seed=boot_seed)
+    fitb = fit_law(df, bootstrap=n_boot, seed=boot_seed, delta=DELTA)
     boot_s = time.perf_counter() - t - grid_s
     print(
-        f"JAX bootstrap, 1,000 resamples: {boot_s:.2f} s warm ({boot_cold:.2f} s cold); "
+        f"JAX bootstrap, {n_boot:,} resamples: {boot_s:.2f} s warm ({boot_cold:.2f} s cold); "
         f"fit + bootstrap {boot_s + grid_s:.2f} s; "
         f"SE E {fitb.se['E']:.4f} alpha {fitb.se['alpha']:.4f} beta {fitb.se['beta']:.4f}"
     )
-    return fit, grid_s, fitb, boot_s
+    return fit, grid_s, fitb, boot_s, cold
 
 
 def time_scipy_grid(pool, P: int, data, fit, idx: np.ndarray, full: bool) -> tuple[float, float]:
@@ -198,14 +201,16 @@ def time_scipy_grid(pool, P: int, data, fit, idx: np.ndarray, full: bool) -> tup
     return per_start * CHINCHILLA_GRID.shape[0], gap
 
 
-def time_scipy_bootstrap(pool, P: int, data, fit, fitb, boot_seed: int, pick: np.ndarray, full: bool) -> dict:
-    """SciPy on the very resamples (and starts) the JAX bootstrap used: seconds for 1,000
+def time_scipy_bootstrap(
+    pool, P: int, data, fit, fitb, boot_seed: int, pick: np.ndarray, full: bool, n_boot: int = 1000
+) -> dict:
+    """SciPy on the very resamples (and starts) the JAX bootstrap used: seconds for `n_boot`
     (scaled), per tolerance setting, and each resample's optimum compared with ours.
 
     SciPy's default tolerances stop early here: its ftol is relative to max(|f|, 1) and this
     objective is ~1e-3 (the Chinchilla paper's own early-stopping trap), so it is also timed with
     tolerances matched to the JAX fit (relative decrease 1e-14 * |f|, gradient 1e-10)."""
-    counts = bootstrap_counts(data[0].size, 1000, boot_seed)
+    counts = bootstrap_counts(data[0].size, n_boot, boot_seed)
     x0s = fitb.law_obj.to_public(fitb.bootstrap_x0)  # the same starts the JAX bootstrap used for every
     x0s = np.column_stack(
         [np.log(x0s[:, :3]), x0s[:, 3:]]
@@ -216,7 +221,7 @@ def time_scipy_bootstrap(pool, P: int, data, fit, fitb, boot_seed: int, pick: np
         t = time.perf_counter()
         jobs = [(*data, counts[i].astype(float), x0s, opts) for i in pick]
         res = list(pool.map(_scipy_job, jobs, chunksize=max(1, pick.size // (16 * P))))
-        seconds[name] = (time.perf_counter() - t) / pick.size * 1000
+        seconds[name] = (time.perf_counter() - t) / pick.size * n_boot
         ours = fitb.bootstrap_samples[pick]
         errs = np.max([np.abs(np.r_[np.exp(x[:3]), x[3:]] / o - 1) for (_, x), o in zip(res, ours)], axis=1)
         gaps = np.array(
@@ -228,7 +233,8 @@ def time_scipy_bootstrap(pool, P: int, data, fit, fitb, boot_seed: int, pick: np
         print(
             f"SciPy bootstrap, {P} processes, {name} (same {len(x0s)} starts per resample): "
             f"{seconds[name]:.1f} s "
-            f"for 1,000 resamples{'' if full else f' ({pick.size} run, scaled)'}; resample optima vs JAX: "
+            f"for {n_boot:,} resamples{'' if full else f' ({pick.size} run, scaled)'}; "
+            "resample optima vs JAX: "
             f"median {np.median(errs):.1e}, max {errs.max():.1e} relative (worst parameter); objective gap "
             f"ours - SciPy: min {gaps.min():+.2e}, max {gaps.max():+.2e}; SciPy lower by > 1e-9 relative in "
             f"{np.sum(gaps > 1e-9 * np.array([f for f, _ in res]))} of {pick.size}"
@@ -355,7 +361,7 @@ def time_optax(df: pd.DataFrame, fitb, n_starts: int, n_resamples: int) -> dict:
         )
     }
     boot_x0 = fitb.bootstrap_x0[:, list(prob.free_idx)]  # the internal starts of every resample
-    xb, wb = F.bootstrap_jobs(prob, boot_x0, 1000, fitb.seed)
+    xb, wb = F.bootstrap_jobs(prob, boot_x0, fitb.bootstrap_samples.shape[0], fitb.seed)
     rows = slice(0, n_resamples * boot_x0.shape[0])
     out["bootstrap"] = _optax_vs_ours(
         prob,
@@ -368,7 +374,7 @@ def time_optax(df: pd.DataFrame, fitb, n_starts: int, n_resamples: int) -> dict:
     return out
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument(
         "--subset", type=int, default=300, help="SciPy starts/resamples actually run (then scaled)"
@@ -383,7 +389,15 @@ def main() -> int:
     ap.add_argument("--optax-starts", type=int, default=256, help="grid starts optax.lbfgs is timed on")
     ap.add_argument("--optax-resamples", type=int, default=100, help="bootstrap resamples optax is timed on")
     ap.add_argument("--only-optax", action="store_true", help="skip the SciPy comparison")
-    args = ap.parse_args()
+    ap.add_argument("--bootstrap", type=int, default=1000, help="resamples of the timed bootstrap")
+    ap.add_argument(
+        "--quick", action="store_true", help="smoke run: 50 resamples, SciPy on 8 starts, no optax"
+    )
+    ap.add_argument("--json", type=pathlib.Path, help="write the timings here")
+    ap.add_argument("--no-optax", action="store_true", help="skip the optax comparison (~40 s of compiling)")
+    args = ap.parse_args(argv)
+    if args.quick:  # every timed part but optax's (its compiles alone take ~40 s)
+        args.bootstrap, args.subset, args.full, args.no_optax = 50, 8, False, True
     if not DATA.is_file():
         print(f"data not found: {DATA}", file=sys.stderr)
         return 2
@@ -394,10 +408,27 @@ def main() -> int:
         f"{len(df)} points; JAX {jax.__version__} on {len(jax.devices())} CPU device(s), "
         f"{os.cpu_count()} cores"
     )
-    boot_seed = 0
-    fit, grid_s, fitb, boot_s = time_jax(df, boot_seed)
-    opt = time_optax(df, fitb, args.optax_starts, args.optax_resamples)
+    boot_seed, n_boot = 0, args.bootstrap
+    fit, grid_s, fitb, boot_s, grid_cold = time_jax(df, boot_seed, n_boot)
+    opt = (
+        None if args.no_optax else time_optax(df, fitb, args.optax_starts, min(args.optax_resamples, n_boot))
+    )
+    out = {
+        "benchmark": "fit_speed",
+        "quick": args.quick,
+        "n_points": len(df),
+        "devices": len(jax.devices()),
+        "cores": os.cpu_count(),
+        "grid_starts": int(CHINCHILLA_GRID.shape[0]),
+        "grid_s": grid_s,
+        "grid_cold_s": grid_cold,
+        "objective": float(fit.objective),
+        "bootstrap_resamples": n_boot,
+        "bootstrap_s": boot_s,  # fit + bootstrap less the warm grid fit: noisy when small (--quick)
+        "optax": opt,
+    }
     if args.only_optax:
+        _write_json(args.json, out)
         return 0
     logN, logD, logL = (np.log(df[c].to_numpy(float)) for c in ("Model Size", "Training FLOP", "loss"))
     data = (logN, logD - np.log(6.0) - logN, logL)
@@ -405,12 +436,12 @@ def main() -> int:
     rng = np.random.default_rng(0)
     k = CHINCHILLA_GRID.shape[0] if args.full else min(args.subset, CHINCHILLA_GRID.shape[0])
     idx = rng.choice(CHINCHILLA_GRID.shape[0], size=k, replace=False)
-    kb = 1000 if args.full else min(args.subset, 1000)
-    pick = np.sort(rng.choice(1000, size=kb, replace=False))
+    kb = n_boot if args.full else min(args.subset, n_boot)
+    pick = np.sort(rng.choice(n_boot, size=kb, replace=False))
     pool = scipy_pool(P)
     try:
         scipy_grid, gap = time_scipy_grid(pool, P, data, fit, idx, args.full)
-        scipy_boot = time_scipy_bootstrap(pool, P, data, fit, fitb, boot_seed, pick, args.full)
+        scipy_boot = time_scipy_bootstrap(pool, P, data, fit, fitb, boot_seed, pick, args.full, n_boot)
     finally:
         pool.shutdown()
     print(
@@ -420,11 +451,31 @@ def main() -> int:
         f"(vs SciPy with tolerances that reach the same optima; "
         f"{scipy_boot['default tolerances'] / boot_s:.1f}x vs its "
         f"default tolerances, which stop early), SciPy on {P} processes; grid objective gap ours - SciPy "
-        f"{gap:+.3e} ({gap / fit.objective:+.2e} relative; negative = ours lower); optax.lbfgs "
-        f"{opt['grid']['optax'] / opt['grid']['ours']:.0f}x slower on the grid, "
-        f"{opt['bootstrap']['optax'] / opt['bootstrap']['ours']:.0f}x on the bootstrap"
+        f"{gap:+.3e} ({gap / fit.objective:+.2e} relative; negative = ours lower)"
+        + (
+            ""
+            if opt is None
+            else f"; optax.lbfgs {opt['grid']['optax'] / opt['grid']['ours']:.0f}x slower on the grid, "
+            f"{opt['bootstrap']['optax'] / opt['bootstrap']['ours']:.0f}x on the bootstrap"
+        )
     )
+    out["scipy"] = {
+        "processes": P,
+        "grid_s_scaled": scipy_grid,
+        "grid_starts_run": int(idx.size),
+        "objective_gap": float(gap),
+        "bootstrap_s_scaled": scipy_boot,
+        "bootstrap_resamples_run": int(pick.size),
+    }
+    out["grid_speedup"] = scipy_grid / grid_s
+    out["bootstrap_speedup_matched"] = scipy_boot["matched tolerances"] / boot_s
+    _write_json(args.json, out)
     return 0
+
+
+def _write_json(path: pathlib.Path | None, out: dict) -> None:
+    if path is not None:
+        path.write_text(json.dumps(out, indent=1, default=float))
 
 
 if __name__ == "__main__":

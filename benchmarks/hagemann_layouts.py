@@ -14,6 +14,7 @@ only; the scores reported are on the held-out half:
     python benchmarks/hagemann_layouts.py              # score the shipped DEFAULT_EFFICIENCY
     python benchmarks/hagemann_layouts.py --calibrate  # re-fit on the calibration half, print
                                                        # the constants, and score them
+    [--json OUT.json] writes the scores; --quick is the plain run (the test suite's)
 Assumptions not stated in the sheets: 80 GB A100s, ZeRO-1 (optimizer state sharded over DP),
 bf16 weights and gradients with fp32 master weights and Adam moments, vocabulary 128,000
 (it reproduces the sheets' parameter counts 14.00B/33.77B/66.86B exactly).
@@ -155,13 +156,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--calibrate", action="store_true", help="re-fit constants on the calibration half")
     ap.add_argument("--data", type=pathlib.Path, default=DATA)
     ap.add_argument("--json", type=pathlib.Path, help="write the scores (and constants) here")
+    ap.add_argument(
+        "--quick", action="store_true", help="the test suite's run: the shipped constants (no --calibrate)"
+    )
     args = ap.parse_args(argv)
+    if args.quick and args.calibrate:
+        ap.error("--quick scores the shipped constants: drop --calibrate")
     if not args.data.is_dir():
         print(f"error: Hagemann data not found at {args.data}", file=sys.stderr)
         return 2
     t0 = time.perf_counter()
     eff = fit(args.data) if args.calibrate else DEFAULT_EFFICIENCY
-    res = evaluate(eff, args.data)
+    res = {"benchmark": "hagemann_layouts", **evaluate(eff, args.data)}
     res["efficiency"] = eff.as_dict()
     res["seconds"] = round(time.perf_counter() - t0, 1)
     ho = res["held_out"]
