@@ -12,6 +12,12 @@ Public API:
     memory_breakdown, activation_bytes_per_layer                                 (memory.py)
     LayoutError (an models.base.errors.AnalysisError)
 
+Not imported here (SciPy / pandas load only when asked for): `calibrate` (fit `Efficiency` to
+`Measurement`s), `rows` (a layout CSV's rows -> inputs and `pred_*` columns, `layout-eval`),
+`measured` (a profile refitted to MEASURED.csv rows or a trainer sweep, with its leave-one-out
+MFU interval: `layout-eval --calibrate`, `plan --calibrate`), `runs` (a trainer run's layout,
+`run_layout`, and a sweep's runs as measurements).
+
 See docs/costmodel.md for the equations and their sources.
 """
 
