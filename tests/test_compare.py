@@ -3,7 +3,7 @@ of a synthetic pair with a known constant multiplier and of one whose multiplier
 each recovered inside its 90% interval; the crossover of the drifting pair found; the JSON keys
 the interface check reads; bad input as one line; the `compare` backtest protocol.
 
-The synthetic pairs are the zoo's (benchmarks/backtest_zoo.py `recipe_pair`): IsoFLOP ladders of
+The synthetic pairs are the zoo's (analysis/backtests/zoo.py `recipe_pair`): IsoFLOP ladders of
 7 budgets (1e17-1e20) x 7 shapes, 0.5% noise; the exact multiplier is `true_log_m`.
 """
 
@@ -11,22 +11,20 @@ from __future__ import annotations
 
 import json
 import math
-import pathlib
-import sys
 
 import numpy as np
 import pandas as pd
 import pytest
 
+import analysis.compare.methods  # noqa: F401  (registers the compare methods)
+from analysis.backtests import zoo
 from analysis.cli import main
 from analysis.compare import frontiers as fr
 from analysis.compare.comparison import compare_recipes
+from analysis.compare.fits import DEFAULT
 from analysis.compare.ladders import ladder_of
-from analysis.compare.methods import DEFAULT, Method
-
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "benchmarks"))
-
-import backtest_zoo as zoo  # noqa: E402
+from analysis.core import methods as registry
+from models.base.errors import AnalysisError
 
 BUDGETS = [1e18, 1e20, 1e21, 1e22]
 
@@ -183,10 +181,28 @@ def test_bad_input_is_one_line(tables, tmp_path, capsys):
     assert "missing.csv" in msg
 
 
-def test_the_command_offers_every_method():
+def test_the_command_offers_every_registered_method():
     from analysis.commands.compare import METHODS
 
-    assert set(METHODS) == {str(m) for m in Method}
+    assert set(METHODS) == set(registry.names("compare", "compare"))
+    roles = {m.name: m.role for m in registry.methods("compare")}
+    assert roles["auto_shrunk"] == "default" and roles["no_difference"] == "baseline"
+    assert "auto" not in roles  # auto_shrunk's unshrunk choice is internal, not a method
+
+
+def test_a_registered_method_fits_a_table_of_two_recipes_and_predicts_the_multiplier(tables):
+    """`registry.get(name, "compare")(table)`: the table's recipe column splits it into REF and OTHER;
+    predict(C=...) is the multiplier with its 90% interval, the numbers compare prints."""
+    both = pd.read_csv(tables / "both.csv")
+    fit = registry.get("frontier_power_laws", "compare")(both, budgets=[1e20, 1e21], bootstrap=30)
+    (row,) = fit.to_dict()["others"]
+    p = fit.predict(C=[1e20, 1e21])
+    assert np.allclose(p.mean, [b["multiplier"] for b in row["budgets"]])
+    assert np.allclose(np.stack([p.lo, p.hi], 1), [b["interval"] for b in row["budgets"]])
+    assert 1 < float(fit.predict(C=1e21)) < 4 and "frontier_power_laws" in fit.summary()
+    assert fit.plot().axes and registry.get("no_difference", "compare")(both).predict(C=1e22).mean == 1.0
+    with pytest.raises(AnalysisError, match="nope"):
+        registry.get("no_difference", "compare")(both, ref="nope")
 
 
 def test_backtest_protocol_compare_and_the_default_rule_on_our_cpu_pair(capsys, tmp_path):
@@ -194,7 +210,7 @@ def test_backtest_protocol_compare_and_the_default_rule_on_our_cpu_pair(capsys, 
     recipes_lr.csv, the zoo's dataset where the rule bites): the top budgets of both ladders hidden,
     scored in log2; the default is no worse than the "no difference" baseline by more than 10% (the
     unshrunk `auto` is 1.5x worse here: docs/analysis.md, "Comparing recipes"), inside its interval.
-    --only-default: the zoo scores every candidate (`python benchmarks/backtest_zoo.py --only compare`)."""
+    --only-default: the zoo scores every candidate (`python -m analysis.backtests.zoo --only compare`)."""
     out = tmp_path / "bt.json"
     argv = ["backtest", str(zoo.OWN / "recipes_lr.csv"), "--protocol", "compare", "--only-default"]
     assert main(argv + ["--bootstrap", "20", "--json", str(out)]) == 0, capsys.readouterr()

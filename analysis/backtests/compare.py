@@ -20,12 +20,13 @@ import warnings
 import numpy as np
 import pandas as pd
 
+import analysis.compare.methods  # noqa: F401  (registers the compare methods this protocol scores)
 from analysis.backtests.losses import Options
 from analysis.backtests.result import Backtest, MethodScore, Metric, Point
 from analysis.compare.comparison import compare_pair, winner_sign
 from analysis.compare.ladders import Ladder, check_pair, choose_ref, split_by
 from analysis.compare.measure import measured
-from analysis.compare.methods import BASELINE, DEFAULT, Method
+from analysis.core.methods import Family, Role, methods
 from models.base.errors import AnalysisError
 
 WINNER_BAND = 0.07  # a measured multiplier within +-7% of 1 names no winner
@@ -56,6 +57,41 @@ def _winner_note(actual: np.ndarray, pred: np.ndarray, p_other: np.ndarray) -> s
     return f"winner right {int(right.sum())}/{int(clear.sum())} (measured beyond ±{WINNER_BAND:.0%})"
 
 
+def _score(name: str, role: Role, ref: Ladder, others, fitted, truths, opt: Options) -> MethodScore:
+    """One method fitted below the cut, scored on every OTHER's measured multipliers above it."""
+    pts, notes = [], []
+    for o in others:
+        t = truths[o.name]
+        if not t.C.size:
+            continue
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                pc, _ = compare_pair(fitted[ref.name], fitted[o.name], name, t.C, opt.bootstrap, opt.seed)
+        except AnalysisError as e:
+            notes.append(f"{o.name}: not fitted: {e}")
+            continue
+        by_c = {b.C: b for b in pc.budgets}
+        for c, lm in zip(t.C, t.log_m):
+            b = by_c[float(c)]
+            pts.append(
+                Point(
+                    {"C": float(c), "p_other_better": b.p_other_better},
+                    math.exp(lm),
+                    b.multiplier,
+                    b.lo,
+                    b.hi,
+                )
+            )
+    if pts:
+        a, f = np.array([p.actual for p in pts]), np.array([p.predicted for p in pts])
+        po = np.array([p.x["p_other_better"] for p in pts])
+        notes.append("names no winner" if role == Role.BASELINE else _winner_note(a, f, po))
+    return MethodScore(
+        name, tuple(pts), baseline=role == Role.BASELINE, default=role == Role.DEFAULT, note="; ".join(notes)
+    )
+
+
 def compare_protocol(df: pd.DataFrame, opt: Options) -> Backtest:
     """Every compare method fitted below the cut, scored on the measured multipliers above it."""
     ref, others = choose_ref(split_by(df, "recipe", "the table", opt.columns), None, "recipe")
@@ -76,35 +112,11 @@ def compare_protocol(df: pd.DataFrame, opt: Options) -> Backtest:
                 f"{name}: {x.n} run(s) in {x.n_budgets} budget(s) at or below C = {cut:.4g}; nothing to fit "
                 "on: raise --holdout-above"
             )
-    methods = []
-    for m in (x for x in Method if opt.scores(x in (BASELINE, DEFAULT))):
-        pts, notes = [], []
-        for o in others:
-            t = truths[o.name]
-            if not t.C.size:
-                continue
-            try:
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore")
-                    pc, _ = compare_pair(fitted[ref.name], fitted[o.name], m, t.C, opt.bootstrap, opt.seed)
-            except AnalysisError as e:
-                notes.append(f"{o.name}: not fitted: {e}")
-                continue
-            by_c = {b.C: b for b in pc.budgets}
-            for c, lm in zip(t.C, t.log_m):
-                b = by_c[float(c)]
-                x = {"C": float(c), "p_other_better": b.p_other_better}
-                pts.append(Point(x, math.exp(lm), b.multiplier, b.lo, b.hi))
-        if pts:
-            a = np.array([p.actual for p in pts])
-            f = np.array([p.predicted for p in pts])
-            po = np.array([p.x["p_other_better"] for p in pts])
-            notes.append("names no winner" if m == BASELINE else _winner_note(a, f, po))
-        methods.append(
-            MethodScore(
-                str(m), tuple(pts), baseline=m == BASELINE, default=m == DEFAULT, note="; ".join(notes)
-            )
-        )
+    scored = [
+        _score(m.name, m.role, ref, others, fitted, truths, opt)
+        for m in methods(Family.COMPARE, "compare")
+        if opt.scores(m.role != Role.CANDIDATE)
+    ]
     unmeasured = sum(t.n_unmeasured for t in truths.values())
     what = f"budgets with C > {cut:.4g}"
     cut_d = {
@@ -123,4 +135,4 @@ def compare_protocol(df: pd.DataFrame, opt: Options) -> Backtest:
             f"{unmeasured} hidden budget(s) have no measured multiplier: REF's frontier does not reach their "
             "loss within half a decade of its budgets",
         )
-    return Backtest("compare", cut_d, Metric.LOG2, tuple(methods), warnings=warn)
+    return Backtest("compare", cut_d, Metric.LOG2, tuple(scored), warnings=warn)

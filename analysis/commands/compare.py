@@ -26,13 +26,14 @@ from analysis.commands._flags import (
 from analysis.commands._options import ColumnOptions, emit_json
 from models.base.errors import AnalysisError
 
+# the compare family's registered methods (analysis.compare.methods; spelled here so that --help
+# loads no fitting code; tests/test_compare.py checks the two agree)
 METHODS = (
+    "no_difference",
     "joint_shared_exponents",
     "joint_shared_E",
     "free_per_recipe",
     "frontier_power_laws",
-    "no_difference",
-    "auto",
     "auto_shrunk",
 )
 

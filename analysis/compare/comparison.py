@@ -1,6 +1,6 @@
 """REF against OTHER: a method's multipliers at the requested budgets, with honest intervals.
 
-The interval of log m at budget C is the bootstrap's spread (`methods.PairFit.log_m_samples`,
+The interval of log m at budget C is the bootstrap's spread (`fits.PairFit.log_m_samples`,
 deviations from its median) plus a Gaussian term whose sd grows with the distance beyond the
 ladders, measured on the ladders themselves by forward chaining (the project's error model,
 `analysis.core.intervals.PredictionError`, via `validation.forward_cuts` and
@@ -12,18 +12,17 @@ runs, not how a recipe's advantage moves with scale.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import warnings
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Sequence
 
 import numpy as np
 
 from analysis.compare import frontiers as fr
+from analysis.compare.fits import CHOICE_CANDIDATES, DEFAULT, JOINT_LAWS, CompareMethod, PairFit, fit_pair
 from analysis.compare.ladders import Ladder
 from analysis.compare.measure import measured
-from analysis.compare.methods import AUTO_CANDIDATES, DEFAULT, JOINT_LAWS, Method, PairFit, fit_pair
 from analysis.compare.result import BudgetMultiplier, Comparison, Crossover, PairComparison, Trend
 from analysis.core import validation
 from analysis.core.intervals import PredictionError
@@ -46,35 +45,21 @@ def default_budgets(ref: Ladder, others: Sequence[Ladder]) -> list[float]:
     return [top, 10 * top, 100 * top]
 
 
-@dataclass(frozen=True)
-class ErrorModel:
-    """A method's forward-chaining error on the ladders: of log m at a budget (`pe`: a budget
-    offset and a drift per decade beyond the ladders) and of the trend (`trend_sd`: the RMS error of
-    the fitted slope of log m against log C over each fold's hidden budgets). No fold scored: the
-    bootstrap alone."""
-
-    pe: PredictionError
-    trend_sd: float = 0.0
-
-    @property
-    def n_folds(self) -> int:
-        return self.pe.n_folds
-
-    def sd(self, C: np.ndarray) -> np.ndarray:
-        C = np.atleast_1d(np.asarray(C, float))
-        return self.pe.sd(self.pe.decades(C)) if self.n_folds else np.zeros(C.size)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {**self.pe.to_dict(), "trend_sd": self.trend_sd}
-
-
 def _slope(logC: np.ndarray, y: np.ndarray) -> float:
     return float(np.polyfit(logC, y, 1)[0]) if logC.size >= 2 and np.ptp(logC) > 0 else math.nan
 
 
-def error_model(ref: Ladder, other: Ladder, method: Method, seed: int = 0) -> ErrorModel:
-    """The method's forward-chaining error on these ladders (`FOLDS` cuts): each fold refits the
-    method below its cut and predicts the multipliers measured above it."""
+def _usable(x: Ladder) -> bool:
+    return min(x.n_budgets, np.unique(x.N).size, np.unique(x.D).size) >= 2
+
+
+def error_model(
+    ref: Ladder, other: Ladder, method: CompareMethod, seed: int = 0
+) -> tuple[PredictionError, float]:
+    """The method's forward-chaining error on these ladders (`FOLDS` cuts; each fold refits the
+    method below its cut and predicts the multipliers measured above it): the error of log m at a
+    budget (a budget offset and a drift per decade beyond the ladders), and the RMS error of the
+    fitted slope of log m against log C over each fold's hidden budgets (the trend's)."""
     cuts = validation.forward_cuts(np.concatenate([ref.C, other.C]), max_folds=FOLDS)
     errors, decades, folds, slopes = [], [], [], []
     start = None
@@ -86,9 +71,7 @@ def error_model(ref: Ladder, other: Ladder, method: Method, seed: int = 0) -> Er
     for cut in cuts:
         r, o = ref.below(cut), other.below(cut)
         meas = measured(ref, other, above=cut)
-        if not meas.C.size or min(r.n_budgets, np.unique(r.N).size, np.unique(r.D).size) < 2:
-            continue
-        if min(o.n_budgets, np.unique(o.N).size, np.unique(o.D).size) < 2:
+        if not meas.C.size or not (_usable(r) and _usable(o)):
             continue
         try:
             pf = fit_pair(ref, other, method, bootstrap=0, seed=seed, cut=cut, start=start)
@@ -98,9 +81,8 @@ def error_model(ref: Ladder, other: Ladder, method: Method, seed: int = 0) -> Er
         ok = np.isfinite(e)
         if not ok.any():
             continue
-        top = max(r.C.max(), o.C.max())
         errors.append(e[ok])
-        decades.append(np.log10(meas.C[ok] / top))
+        decades.append(np.log10(meas.C[ok] / max(r.C.max(), o.C.max())))
         folds.append((float(cut), float(np.mean(np.abs(e[ok])))))
         lc = np.log(meas.C[ok])
         slopes.append(_slope(lc, pf.log_m(meas.C[ok])) - _slope(lc, meas.log_m[ok]))
@@ -118,7 +100,7 @@ def error_model(ref: Ladder, other: Ladder, method: Method, seed: int = 0) -> Er
         method="bootstrap + forward-chaining budget offset and drift of log m",
         fold_errors=tuple(folds),
     )
-    return ErrorModel(pe, float(np.sqrt(np.mean(s**2))) if s.size else 0.0)
+    return pe, float(np.sqrt(np.mean(s**2))) if s.size else 0.0
 
 
 def _draws(samples: np.ndarray | None, sd: np.ndarray, seed: int) -> np.ndarray:
@@ -149,42 +131,61 @@ def winner_sign(log_m: float, p_other: float) -> int:
     return 0 if p_other == 0.5 or not math.isfinite(p_other) else (1 if p_other > 0.5 else -1)
 
 
-Z90 = validation.norm_ppf(0.5 + validation.PREDICTION_LEVEL / 2)
-
-
 def shrunk(log_m: np.ndarray, draws: np.ndarray) -> np.ndarray:
     """log m pulled towards 0 (no difference) by its own uncertainty: the positive-part James-Stein
     (empirical Bayes) factor max(0, 1 - sigma^2 / log m^2), sigma the sd of the predictive draws (from
     their 90% range). A multiplier within its noise of 1 becomes 1; a clear one is kept."""
     lo, hi = validation.percentile_interval(draws)
-    sigma = (hi - lo) / (2 * Z90)
+    sigma = (hi - lo) / (2 * validation.Z90)
     with np.errstate(all="ignore"):
         w = np.where(log_m != 0, np.clip(1 - sigma**2 / log_m**2, 0.0, 1.0), 0.0)
     return np.where(np.isfinite(w), w, 0.0) * log_m
 
 
-def _predictive(
-    pf: PairFit, em: ErrorModel, C: np.ndarray, seed: int, shrink: bool
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(the point log m, the predictive draws of the fit) at budgets C: the bootstrap deviation plus
-    the error model's Gaussian term around the fit; with `shrink`, the point is `shrunk` and the
-    draws stay the fit's (the interval, widened to hold the point, then covers both the fit and no
-    difference; P(OTHER better) is the fit's)."""
-    lm = pf.log_m(C)
-    x = np.clip(lm + _draws(pf.log_m_samples(C), em.sd(C), seed), -fr.LOG_CAP, fr.LOG_CAP)
-    return (shrunk(lm, x) if shrink else lm), x
+@dataclass(frozen=True)
+class PairModel:
+    """A method fitted to REF and OTHER with the forward-chaining error of its log m (`error`; no
+    fold scored: the bootstrap alone) and of its trend (`trend_sd`); with `shrink`, the point is
+    `shrunk` and the draws stay the fit's (the interval, widened to hold the point, then covers both
+    the fit and no difference; P(OTHER better) is the fit's)."""
+
+    fit: PairFit
+    error: PredictionError
+    trend_sd: float = 0.0
+    shrink: bool = False
+    seed: int = 0
+
+    def sd(self, C: np.ndarray) -> np.ndarray:
+        C = np.atleast_1d(np.asarray(C, float))
+        return self.error.sd(self.error.decades(C)) if self.error.n_folds else np.zeros(C.size)
+
+    def draws(self, C: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(the point log m, the predictive draws (DRAWS, len C) of the fit) at budgets C."""
+        lm = self.fit.log_m(C)
+        x = np.clip(lm + _draws(self.fit.log_m_samples(C), self.sd(C), self.seed), -fr.LOG_CAP, fr.LOG_CAP)
+        return (shrunk(lm, x) if self.shrink else lm), x
+
+    def log_interval(self, C: np.ndarray) -> tuple[np.ndarray, ...]:
+        """(log m, lo, hi, P(OTHER better)) at budgets C: the 90% interval of log m, widened to hold
+        the point."""
+        lm, x = self.draws(C)
+        lo, hi = validation.percentile_interval(x)
+        return lm, np.minimum(lo, lm), np.maximum(hi, lm), _p_positive(x)
+
+    def error_dict(self) -> dict:
+        return {**self.error.to_dict(), "trend_sd": self.trend_sd}
 
 
-def _budgets(pf: PairFit, em: ErrorModel, C: np.ndarray, ref: str, other: str, seed: int, shrink: bool):
-    lm, x = _predictive(pf, em, C, seed, shrink)
-    lo, hi = validation.percentile_interval(x)
-    p = _p_positive(x)
+def _budgets(model: PairModel, C: np.ndarray, ref: str, other: str) -> list[BudgetMultiplier]:
+    lm, lo, hi, p = model.log_interval(C)
+    if model.fit.method == CompareMethod.NO_DIFFERENCE:  # no difference by assumption: even odds
+        p = np.full(C.size, 0.5)
     return [
         BudgetMultiplier(
             float(c),
             math.exp(lm[i]),
-            float(math.exp(min(lo[i], lm[i]))),
-            float(math.exp(max(hi[i], lm[i]))),
+            math.exp(lo[i]),
+            math.exp(hi[i]),
             float(p[i]),
             {1: other, -1: ref, 0: None}[winner_sign(float(lm[i]), float(p[i]))],
             capped=bool(lm[i] >= fr.LOG_CAP - 1e-9),
@@ -193,27 +194,26 @@ def _budgets(pf: PairFit, em: ErrorModel, C: np.ndarray, ref: str, other: str, s
     ]
 
 
-def _trend(pf: PairFit, em: ErrorModel, C: np.ndarray, seed: int, shrink: bool) -> Trend:
+def _trend(model: PairModel, C: np.ndarray) -> Trend:
     c1, c2 = float(np.min(C)), float(np.max(C))
     if c2 < 1.01 * c1:
         c1, c2 = c1 / math.sqrt(10), c1 * math.sqrt(10)
     ends = np.array([c1, c2])
     span = math.log(c2 / c1)
-    lm = pf.log_m(ends)
+    lm = model.fit.log_m(ends)
     slope = float((lm[1] - lm[0]) / span)
-    centre = _predictive(pf, em, ends, seed, shrink)[0]
+    centre = model.draws(ends)[0]
     shrunk_slope = float((centre[1] - centre[0]) / span)  # the fit's own unless the ends were shrunk
-    s = pf.log_m_samples(ends)
+    s = model.fit.log_m_samples(ends)
     samples = None if s is None else ((s[:, 1] - s[:, 0]) / span)[:, None]
     # the drift of log m per decade, as a slope; or the folds' own slope errors, whichever is larger
-    sd = np.array([max(em.pe.drift_per_decade / math.log(10), em.trend_sd) if em.n_folds else 0.0])
-    lo, hi = validation.percentile_interval(slope + _draws(samples, sd, seed + 1))
+    pe = model.error
+    sd = np.array([max(pe.drift_per_decade / math.log(10), model.trend_sd) if pe.n_folds else 0.0])
+    lo, hi = validation.percentile_interval(slope + _draws(samples, sd, model.seed + 1))
     return Trend(shrunk_slope, float(min(lo[0], shrunk_slope)), float(max(hi[0], shrunk_slope)), (c1, c2))
 
 
-def _crossover(
-    pf: PairFit, start: float, end: float, ref: str, other: str
-) -> tuple[Crossover, np.ndarray, np.ndarray]:
+def _crossover(pf: PairFit, start: float, end: float, ref: str, other: str) -> Crossover:
     C = np.geomspace(start, end, GRID)
     lm = pf.log_m(C)
     point = fr.first_crossing(np.log(C), lm)[0]
@@ -224,16 +224,15 @@ def _crossover(
         cross = fr.first_crossing(np.log(C), s)
         share = float(np.mean(np.isfinite(cross)))
         if np.isfinite(cross).sum() >= 10:
-            lo, hi = validation.percentile_bounds(np.log(cross[np.isfinite(cross)]))
-            lo, hi = math.exp(lo), math.exp(hi)
+            lo, hi = (math.exp(v) for v in validation.percentile_bounds(np.log(cross[np.isfinite(cross)])))
     if not math.isfinite(point):
-        return Crossover(None, lo, hi, share, start, end), C, lm
+        return Crossover(None, lo, hi, share, start, end)
     j = int(np.searchsorted(C, point))
     below, above = (
         _winner(float(lm[max(j - 1, 0)]), ref, other),
         _winner(float(lm[min(j, GRID - 1)]), ref, other),
     )
-    return Crossover(float(point), lo, hi, share, start, end, below, above), C, lm
+    return Crossover(float(point), lo, hi, share, start, end, below, above)
 
 
 def _frontier_record(f: fr.Frontier | None) -> dict | None:
@@ -252,107 +251,98 @@ def _frontier_record(f: fr.Frontier | None) -> dict | None:
 def compare_pair(
     ref: Ladder,
     other: Ladder,
-    method: Method | str,
+    method: CompareMethod | str,
     budgets: Sequence[float],
     bootstrap: int = 200,
     seed: int = 0,
-    folds: bool = True,
-) -> tuple[PairComparison, PairFit]:
-    """REF against OTHER under `method` at `budgets` (and the fit behind it)."""
-    method = Method(method)
-    shrink = method == Method.SHRUNK
+) -> tuple[PairComparison, PairModel]:
+    """REF against OTHER under `method` at `budgets` (and the fitted model behind it)."""
+    method = CompareMethod(method)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
-        chosen, em, why = (
-            choose_method(ref, other, seed) if method in (Method.AUTO, Method.SHRUNK) else (method, None, "")
+        if method == CompareMethod.SHRUNK:
+            chosen, (pe, trend_sd), why = choose_method(ref, other, seed)
+        else:
+            chosen, why = method, ""
+            pe, trend_sd = error_model(ref, other, chosen, seed)
+        model = PairModel(
+            fit_pair(ref, other, chosen, bootstrap, seed), pe, trend_sd, method == CompareMethod.SHRUNK, seed
         )
-        pf = fit_pair(ref, other, chosen, bootstrap, seed)
-        if em is None:
-            em = error_model(ref, other, chosen, seed) if folds else error_model_none(ref, other)
         C = np.asarray(sorted(budgets), float)
-        rows = _budgets(pf, em, C, ref.name, other.name, seed, shrink)
-        if chosen == Method.NO_DIFFERENCE:  # no difference by assumption: even odds, no winner
-            rows = [dataclasses.replace(b, p_other_better=0.5, winner=None) for b in rows]
-        trend = _trend(pf, em, C, seed, shrink)
+        rows = _budgets(model, C, ref.name, other.name)
         top = top_budget(ref, other)
-        start = float(min(ref.C.min(), other.C.min()))
-        cross, grid, lm = _crossover(
-            pf, start, REACH * max(top, float(C.max()) / REACH), ref.name, other.name
-        )
-        lm, x = _predictive(pf, em, grid, seed, shrink)  # the crossover: the fit's own sign change
-        lo, hi = validation.percentile_interval(x)
-    note = "; ".join(x for x in (why, pf.note) if x)
-    if not em.n_folds and chosen != Method.NO_DIFFERENCE:
+        start, end = float(min(ref.C.min(), other.C.min())), REACH * max(top, float(C.max()) / REACH)
+        cross = _crossover(model.fit, start, end, ref.name, other.name)  # the fit's own sign change
+        grid = np.geomspace(start, end, GRID)
+        lm, lo, hi, _ = model.log_interval(grid)
+    note = "; ".join(x for x in (why, model.fit.note) if x)
+    if not pe.n_folds and chosen != CompareMethod.NO_DIFFERENCE:
         note = (
             note + "; " if note else ""
         ) + "no forward-chaining fold could be scored: bootstrap intervals only"
-    return (
-        PairComparison(
-            ref.name,
-            other.name,
-            str(method),
-            tuple(rows),
-            trend,
-            cross,
-            em.to_dict(),
-            {ref.name: _frontier_record(pf.ref), other.name: _frontier_record(pf.other)},
-            top,
-            note,
-            (grid, np.exp(lm), np.exp(np.minimum(lo, lm)), np.exp(np.maximum(hi, lm))),
-        ),
-        pf,
+    frontiers = {ref.name: _frontier_record(model.fit.ref), other.name: _frontier_record(model.fit.other)}
+    curve = (grid, np.exp(lm), np.exp(lo), np.exp(hi))
+    pc = PairComparison(
+        ref.name,
+        other.name,
+        str(method),
+        tuple(rows),
+        _trend(model, C),
+        cross,
+        model.error_dict(),
+        frontiers,
+        top,
+        note,
+        curve,
     )
+    return pc, model
 
 
-def choose_method(ref: Ladder, other: Ladder, seed: int = 0) -> tuple[Method, ErrorModel, str]:
-    """`auto`: (the method, its error model, why): the first of `AUTO_CANDIDATES` unless another
-    predicts the multipliers above every forward-chaining cut better by the parsimony margin
-    (`validation.choose_against`, the rule `fit --law auto` uses)."""
+def choose_method(
+    ref: Ladder, other: Ladder, seed: int = 0
+) -> tuple[CompareMethod, tuple[PredictionError, float], str]:
+    """auto_shrunk's choice: (the method, its error model, why): the first of `CHOICE_CANDIDATES`
+    unless another predicts the multipliers above every forward-chaining cut better by the parsimony
+    margin (`validation.choose_against`, the rule `fit --law auto` uses)."""
     models, folds = {}, {}
-    for m in AUTO_CANDIDATES:
+    for m in CHOICE_CANDIDATES:
         try:
             models[m] = error_model(ref, other, m, seed)
         except AnalysisError:
             continue
-        folds[str(m)] = {cut: mae for cut, mae in models[m].pe.fold_errors}
+        folds[str(m)] = {cut: mae for cut, mae in models[m][0].fold_errors}
     if not models:
-        raise AnalysisError("method auto: no candidate could be fitted to these ladders")
-    order = [str(m) for m in AUTO_CANDIDATES if m in models]
-    pick = Method(validation.choose_against(order[0], folds, order))
-    scores = ", ".join(f"{k} {v.pe.fold_mae:.3f}" for k, v in models.items() if math.isfinite(v.pe.fold_mae))
-    return pick, models[pick], f"auto chose {pick} (fold mean |log m| error: {scores or 'none scored'})"
-
-
-def error_model_none(ref: Ladder, other: Ladder) -> ErrorModel:
-    """No error model (the bootstrap alone)."""
-    return ErrorModel(PredictionError(0.0, 0.0, 0.0, top_budget(ref, other), "C", 0, 0))
+        raise AnalysisError("method auto_shrunk: no candidate could be fitted to these ladders")
+    order = [str(m) for m in CHOICE_CANDIDATES if m in models]
+    pick = CompareMethod(validation.choose_against(order[0], folds, order))
+    scores = ", ".join(f"{k} {v[0].fold_mae:.3f}" for k, v in models.items() if math.isfinite(v[0].fold_mae))
+    return pick, models[pick], f"chose {pick} (fold mean |log m| error: {scores or 'none scored'})"
 
 
 def compare_recipes(
     ref: Ladder,
     others: Sequence[Ladder],
-    method: Method | str | None = None,
+    method: CompareMethod | str | None = None,
     budgets: Sequence[float] | None = None,
     bootstrap: int = 200,
     seed: int = 0,
-) -> tuple[Comparison, list[PairFit]]:
+) -> tuple[Comparison, list[PairModel]]:
     """REF against every OTHER at `budgets` (default: the top budget, 10x and 100x it) under
-    `method` (default: the one the backtest zoo chose, `methods.DEFAULT`)."""
-    method = Method(method) if method is not None else DEFAULT
+    `method` (default: the one the backtest zoo chose, `fits.DEFAULT`)."""
+    method = CompareMethod(method) if method is not None else DEFAULT
     if bootstrap < 0:
         raise AnalysisError(f"--bootstrap must be >= 0 (got {bootstrap})")
     requested = sorted(budgets) if budgets else default_budgets(ref, others)
-    pairs, fits = [], []
+    pairs, models = [], []
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         for o in others:
-            pc, pf = compare_pair(ref, o, method, requested, bootstrap, seed)
+            pc, model = compare_pair(ref, o, method, requested, bootstrap, seed)
             pairs.append(pc)
-            fits.append(pf)
+            models.append(model)
     seen = dict.fromkeys(
         str(w.message).splitlines()[0] for w in caught if issubclass(w.category, UserWarning)
     )
     sources = {x.name: x.source for x in (ref, *others)}
-    return Comparison(
-        ref.name, str(method), tuple(pairs), tuple(requested), bootstrap, sources, tuple(seen)
-    ), fits
+    comp = Comparison(ref.name, str(method), tuple(pairs), tuple(requested), bootstrap, sources, tuple(seen))
+    return comp, models

@@ -1,4 +1,4 @@
-"""The candidate methods of a recipe comparison, each fitted to two ladders (REF and OTHER).
+"""The methods of a recipe comparison, each fitted to two ladders (REF and OTHER).
 
 Every method gives each recipe a frontier L*(C) = E + G C^-gamma (`analysis.compare.frontiers`)
 with bootstrap rows, from which the multiplier follows in closed form:
@@ -10,12 +10,12 @@ with bootstrap rows, from which the multiplier follows in closed form:
 - `frontier_power_laws`: L*(C) = E + A C^-alpha fitted to each ladder's best run per budget
   (Porian et al. 2024, arXiv:2406.19146);
 - `no_difference`: the baseline, m = 1 at every budget (it names no winner);
-- `auto`: per pair, one of the two joint fits, chosen by forward chaining on the ladders
-  (`comparison.choose_method`: the shared exponents unless the shared floor predicts the multiplier
-  above every cut better by the parsimony margin, `validation.choose_against`);
-- `auto_shrunk`: `auto`'s multiplier pulled towards 1 by its own uncertainty (positive-part
-  James-Stein: log m x max(0, 1 - sigma^2 / log m^2), sigma from its 90% predictive range), so a
-  difference within the noise is reported as none; its interval is `auto`'s, widened to hold it.
+- `auto_shrunk` (the default): per pair, one of the two joint fits, chosen by forward chaining on
+  the ladders (`comparison.choose_method`: the shared exponents unless the shared floor predicts
+  the multiplier above every cut better by the parsimony margin, `validation.choose_against`),
+  its multiplier pulled towards 1 by its own uncertainty (positive-part James-Stein:
+  log m x max(0, 1 - sigma^2 / log m^2), sigma from its 90% predictive range), so a difference
+  within the noise is reported as none; its interval is the chosen fit's, widened to hold it.
 
 The law fits are the project's one engine (`analysis.laws.fitting.fit_points`, multi-start
 L-BFGS; the joint laws are `Law`s on the inputs N, D and a recipe indicator G: log G = 0 for REF,
@@ -43,31 +43,28 @@ from analysis.laws.registry import Law, get_law, logsumexp
 from models.base.errors import AnalysisError
 
 
-class Method(enum.StrEnum):
+class CompareMethod(enum.StrEnum):
+    """The compare family's methods (registered in `analysis.compare.methods`)."""
+
     NO_DIFFERENCE = "no_difference"
     SHARED_EXPONENTS = "joint_shared_exponents"
     SHARED_E = "joint_shared_E"
     FREE = "free_per_recipe"
     FRONTIER = "frontier_power_laws"
-    AUTO = "auto"  # per pair, the joint fit the forward-chaining folds choose (comparison.py)
-    SHRUNK = "auto_shrunk"  # auto's multiplier pulled towards 1 by its own uncertainty (comparison.py)
+    SHRUNK = "auto_shrunk"  # the joint fit the folds choose, pulled towards 1 (comparison.py)
 
 
-BASELINE = Method.NO_DIFFERENCE
-# `auto`'s candidates, in its order of preference; the first is kept unless the other beats it by
-# the parsimony margin on every fold (`validation.choose_against`). The joint fits only: with two
+# What `python -m analysis compare` uses without --method: the method the backtest zoo's default
+# rule picks (benchmarks/backtest_zoo.py, protocol `compare`; docs/backtests.md): no worse than
+# the baseline by more than 10% on every dataset, and of those the lowest mean |log2 error|.
+DEFAULT = CompareMethod.SHRUNK
+BASELINE = CompareMethod.NO_DIFFERENCE
+# auto_shrunk's candidates, in its order of preference; the first is kept unless the other beats it
+# by the parsimony margin on every fold (`validation.choose_against`). The joint fits only: with two
 # or three folds a per-recipe fit's fold scores are noise (on the zoo's Gadre RedPajama vs C4 /
-# c4_val, auto with every method chose free_per_recipe on its folds and missed by 1.07 log2, where
-# the joint fit missed by 0.67; docs/backtests.md)
-AUTO_CANDIDATES = (Method.SHARED_EXPONENTS, Method.SHARED_E)
-# simplest first: `validation.choose`'s order of preference
-ORDER = (
-    Method.NO_DIFFERENCE,
-    Method.SHARED_EXPONENTS,
-    Method.SHARED_E,
-    Method.FRONTIER,
-    Method.FREE,
-)
+# c4_val, choosing among every method picked free_per_recipe on its folds and missed by 1.07 log2,
+# where the joint fit missed by 0.67; docs/backtests.md)
+CHOICE_CANDIDATES = (CompareMethod.SHARED_EXPONENTS, CompareMethod.SHARED_E)
 
 
 def _shared_exponents(view, logX):
@@ -98,7 +95,7 @@ _BASE_GRID = np.array(
 )
 FOLD_STRIDE = 61  # a fold searches from the full fit's optimum and every 61st grid start (16 of 972)
 JOINT_LAWS = {
-    Method.SHARED_EXPONENTS: Law(
+    CompareMethod.SHARED_EXPONENTS: Law(
         name="joint_shared_exponents",
         param_names=("E", "A", "B", "alpha", "beta", "dE", "dA", "dB"),
         inputs=("N", "D", "G"),
@@ -110,7 +107,7 @@ JOINT_LAWS = {
         min_distinct={"N": 2, "D": 2, "G": 2},
         numpy_form=True,
     ),
-    Method.SHARED_E: Law(
+    CompareMethod.SHARED_E: Law(
         name="joint_shared_E",
         param_names=("E", "A", "B", "alpha", "beta", "dA", "dB", "dalpha", "dbeta"),
         inputs=("N", "D", "G"),
@@ -125,12 +122,12 @@ JOINT_LAWS = {
 }
 
 
-def _recipe_params(method: Method, p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _recipe_params(method: CompareMethod, p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(REF's, OTHER's) Chinchilla rows (E, A, B, alpha, beta) of joint-law parameter rows."""
     p = np.atleast_2d(p)
     ref = p[:, :5]
     with np.errstate(all="ignore"):
-        if method == Method.SHARED_EXPONENTS:
+        if method == CompareMethod.SHARED_EXPONENTS:
             other = np.column_stack([p[:, :3] * np.exp(p[:, 5:8]), p[:, 3:5]])
         else:
             other = np.column_stack([p[:, 0], p[:, 1:3] * np.exp(p[:, 5:7]), p[:, 3:5] + p[:, 7:9]])
@@ -141,7 +138,7 @@ def _recipe_params(method: Method, p: np.ndarray) -> tuple[np.ndarray, np.ndarra
 class PairFit:
     """One method fitted to REF and OTHER: each recipe's frontier (None for the baseline)."""
 
-    method: Method
+    method: CompareMethod
     ref: fr.Frontier | None
     other: fr.Frontier | None
     note: str = ""
@@ -195,7 +192,7 @@ def _quiet_fit(law: Law, pts: data_mod.Points, opts: FitOptions):
 def fit_pair(
     ref: Ladder,
     other: Ladder,
-    method: Method | str,
+    method: CompareMethod | str,
     bootstrap: int = 200,
     seed: int = 0,
     cut: float | None = None,
@@ -203,65 +200,60 @@ def fit_pair(
 ) -> PairFit:
     """Fit `method` to the two ladders (with `cut`: to their runs with C <= cut only); AnalysisError
     when it cannot be fitted to them. `start`: a joint law's public parameters to search from, with
-    `FOLD_STARTS` rows of its grid, instead of the whole grid (a fold starts at the full fit)."""
-    method = Method(method)
-    if cut is not None and method in (Method.FRONTIER, Method.NO_DIFFERENCE):
-        ref, other = ref.below(cut), other.below(cut)
-    if method in (Method.AUTO, Method.SHRUNK):
+    every `FOLD_STRIDE`-th row of its grid, instead of the whole grid (a fold starts at the full fit)."""
+    method = CompareMethod(method)
+    if method == CompareMethod.SHRUNK:
         raise AnalysisError(
             f"method {method} is chosen per pair by comparison.compare_pair, not fitted itself"
         )
-    if method == Method.NO_DIFFERENCE:
+    if method == CompareMethod.NO_DIFFERENCE:
         return PairFit(method, None, None, "m = 1 at every budget")
     if method in JOINT_LAWS:
-        law = JOINT_LAWS[method]
-        grid = None if start is None else np.vstack([start, law.grid((), np.zeros(0))[::FOLD_STRIDE]])
-        opts = FitOptions(bootstrap=bootstrap, seed=seed, grid=grid, prediction_intervals=False)
-        fit = _quiet_fit(law, _points([ref, other], True, cut), opts)
-        p = np.array([fit.params[k] for k in law.param_names])
-        (rp,), (op,) = _recipe_params(method, p)
-        k = ref.k
-        rs = os_ = None
-        if fit.bootstrap_samples is not None:
-            rb, ob = _recipe_params(method, fit.bootstrap_samples)
-            rs, os_ = fr.chinchilla_frontier(rb, k), fr.chinchilla_frontier(ob, other.k)
-        fits = (
-            _frontier(ref, fr.chinchilla_frontier(rp, k), rs),
-            _frontier(other, fr.chinchilla_frontier(op, other.k), os_),
-        )
-        return PairFit(method, *fits, params=p)
-    if method == Method.FREE:
+        return _fit_joint(ref, other, method, bootstrap, seed, cut, start)
+    if method == CompareMethod.FREE:
         law = get_law("chinchilla")
         out = []
         for i, x in enumerate((ref, other)):
-            fit = _quiet_fit(
-                law,
-                _points([x], False, cut),
-                FitOptions(bootstrap=bootstrap, seed=seed + i, prediction_intervals=False),
-            )
+            opts = FitOptions(bootstrap=bootstrap, seed=seed + i, prediction_intervals=False)
+            fit = _quiet_fit(law, _points([x], False, cut), opts)
             s = None if fit.bootstrap_samples is None else fr.chinchilla_frontier(fit.bootstrap_samples, x.k)
             out.append(_frontier(x, fr.chinchilla_frontier(fit.vector, x.k), s))
         return PairFit(method, *out)
-    out = []
-    for i, x in enumerate((ref, other)):
-        labels = x.labels
-        C, L, present = frontier_points(x.C, x.loss, labels)
-        if present.sum() < MIN_FRONTIER_POINTS:
-            raise AnalysisError(
-                f"{x.name}: {int(present.sum())} budgets; the frontier power law needs {MIN_FRONTIER_POINTS}"
-            )
-        C_ref = float(C.max())
-        p = fr.power_law_frontier(fit_power_law(C[None], L[None], present[None], C_ref)[0], C_ref)
-        s = None
-        if bootstrap:
-            counts = validation.bootstrap_counts(x.n, bootstrap, seed + i)
-            bC, bL, bp = frontier_points(x.C, x.loss, labels, counts)
-            s = fr.power_law_frontier(fit_power_law(bC, bL, bp, C_ref), C_ref)
-        out.append(_frontier(x, p, s))
-    return PairFit(method, *out)
+    if cut is not None:
+        ref, other = ref.below(cut), other.below(cut)
+    return PairFit(method, *(_power_law_frontier(x, bootstrap, seed + i) for i, x in enumerate((ref, other))))
 
 
-# What `python -m analysis compare` uses without --method: the method the backtest zoo's default
-# rule picks (benchmarks/backtest_zoo.py, protocol `compare`; docs/backtests.md): no worse than
-# the baseline by more than 10% on every dataset, and of those the lowest mean |log2 error|.
-DEFAULT = Method.SHRUNK
+def _fit_joint(ref, other, method, bootstrap, seed, cut, start) -> PairFit:
+    law = JOINT_LAWS[method]
+    grid = None if start is None else np.vstack([start, law.grid((), np.zeros(0))[::FOLD_STRIDE]])
+    opts = FitOptions(bootstrap=bootstrap, seed=seed, grid=grid, prediction_intervals=False)
+    fit = _quiet_fit(law, _points([ref, other], True, cut), opts)
+    p = np.array([fit.params[k] for k in law.param_names])
+    (rp,), (op,) = _recipe_params(method, p)
+    rs = os_ = None
+    if fit.bootstrap_samples is not None:
+        rb, ob = _recipe_params(method, fit.bootstrap_samples)
+        rs, os_ = fr.chinchilla_frontier(rb, ref.k), fr.chinchilla_frontier(ob, other.k)
+    fits = (
+        _frontier(ref, fr.chinchilla_frontier(rp, ref.k), rs),
+        _frontier(other, fr.chinchilla_frontier(op, other.k), os_),
+    )
+    return PairFit(method, *fits, params=p)
+
+
+def _power_law_frontier(x: Ladder, bootstrap: int, seed: int) -> fr.Frontier:
+    """L*(C) = E + A C^-alpha through the ladder's best run per budget (Porian et al. 2024)."""
+    labels = x.labels
+    C, L, present = frontier_points(x.C, x.loss, labels)
+    if present.sum() < MIN_FRONTIER_POINTS:
+        raise AnalysisError(
+            f"{x.name}: {int(present.sum())} budgets; the frontier power law needs {MIN_FRONTIER_POINTS}"
+        )
+    C_ref = float(C.max())
+    p = fr.power_law_frontier(fit_power_law(C[None], L[None], present[None], C_ref)[0], C_ref)
+    s = None
+    if bootstrap:
+        bC, bL, bp = frontier_points(x.C, x.loss, labels, validation.bootstrap_counts(x.n, bootstrap, seed))
+        s = fr.power_law_frontier(fit_power_law(bC, bL, bp, C_ref), C_ref)
+    return _frontier(x, p, s)

@@ -6,7 +6,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from matplotlib.figure import Figure
 
 from analysis.compare import frontiers as fr
 from analysis.compare.result import BudgetMultiplier, Comparison, PairComparison
@@ -98,54 +97,61 @@ def markdown(comp: Comparison, level: int = 2, figure: str | None = None) -> str
     return "\n".join(out).rstrip() + "\n"
 
 
-def figure(comp: Comparison) -> Figure:
-    """Left: every recipe's measured frontier (best run per budget) and fitted L*(C) out to 100x
-    the top budget; right: m(C) of each OTHER with its 90% band, the requested budgets marked."""
-    fig = Figure(figsize=(11, 4.4))
-    ax1, ax2 = fig.subplots(1, 2)
-    drawn = set()
-    colors = {}
+def _frontiers(ax, comp: Comparison) -> dict[str, str]:
+    """Every recipe's measured frontier (best run per budget) and fitted L*(C) out to 100x the top
+    budget; returns each recipe's colour."""
+    colors: dict[str, str] = {}
     for p in comp.others:
         C = p.curve[0] if p.curve else np.geomspace(p.top_budget / 1e3, p.top_budget * 100, 50)
         for name, rec in p.frontiers.items():
-            if name in drawn:
+            if name in colors:
                 continue
-            drawn.add(name)
-            (pts,) = ax1.plot([], [])
-            colors[name] = pts.get_color()
+            colors[name] = ax.plot([], [])[0].get_color()
             if rec is not None and rec.get("points"):
-                ax1.plot(
-                    rec["points"]["C"],
-                    rec["points"]["loss"],
-                    "o",
-                    ms=4,
-                    color=colors[name],
-                    label=f"{name}: best run per budget",
+                pts = rec["points"]
+                ax.plot(
+                    pts["C"], pts["loss"], "o", ms=4, color=colors[name], label=f"{name}: best run per budget"
                 )
             if rec is not None and rec.get("G") is not None:
                 L = fr.frontier_loss(np.array([rec["E"], math.log(rec["G"]), rec["gamma"]]), C)
-                ax1.plot(C, L, "-", lw=1.2, color=colors[name], label=f"{name}: fitted L*(C)")
+                ax.plot(C, L, "-", lw=1.2, color=colors[name], label=f"{name}: fitted L*(C)")
+    ax.set_yscale("log")
+    ax.set_ylabel("best loss at C")
+    ax.set_title("frontiers")
+    return colors
+
+
+def multiplier_panel(ax, comp: Comparison, colors: dict[str, str] | None = None) -> None:
+    """m(C) of each OTHER with its 90% band, the requested budgets marked, the top budget dashed."""
+    for p in comp.others:
         if p.curve:
             Cg, m, lo, hi = p.curve
-            line = ax2.plot(Cg, m, lw=1.5, label=f"{p.other} vs {p.ref}", color=colors.get(p.other))[0]
-            ax2.fill_between(Cg, lo, hi, alpha=0.2, color=line.get_color(), label="90% band")
-            ax2.plot(
+            line = ax.plot(Cg, m, lw=1.5, label=f"{p.other} vs {p.ref}", color=(colors or {}).get(p.other))[0]
+            ax.fill_between(Cg, lo, hi, alpha=0.2, color=line.get_color(), label="90% band")
+            ax.plot(
                 [b.C for b in p.budgets], [b.multiplier for b in p.budgets], "s", color=line.get_color(), ms=5
             )
             if p.crossover.C is not None:
-                ax2.axvline(p.crossover.C, ls=":", color=line.get_color(), lw=1)
-        ax2.axvline(p.top_budget, color="0.6", lw=0.8, ls="--")
-    ax2.axhline(1.0, color="k", lw=0.8)
-    for ax in (ax1, ax2):
-        ax.set_xscale("log")
-        ax.set_xlabel("training compute C (FLOPs)")
-    ax1.set_yscale("log")
-    ax2.set_yscale("log")
-    ax1.set_ylabel("best loss at C")
-    ax2.set_ylabel(f"multiplier m(C) (> 1: better than {comp.ref})")
-    ax1.set_title("frontiers")
-    ax2.set_title(f"compute multiplier ({comp.method}); dashed: top budget")
+                ax.axvline(p.crossover.C, ls=":", color=line.get_color(), lw=1)
+        ax.axvline(p.top_budget, color="0.6", lw=0.8, ls="--")
+    ax.axhline(1.0, color="k", lw=0.8)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("training compute C (FLOPs)")
+    ax.set_ylabel(f"multiplier m(C) (> 1: better than {comp.ref})")
+    ax.set_title(f"compute multiplier ({comp.method}); dashed: top budget")
+    ax.legend(fontsize=7)
+
+
+def figure(comp: Comparison):
+    """Left: every recipe's frontier and fitted L*(C); right: m(C) of each OTHER with its 90% band."""
+    from matplotlib.figure import Figure  # matplotlib only when a figure is drawn (start-up time)
+
+    fig = Figure(figsize=(11, 4.4))
+    ax1, ax2 = fig.subplots(1, 2)
+    multiplier_panel(ax2, comp, _frontiers(ax1, comp))
+    ax1.set_xscale("log")
+    ax1.set_xlabel("training compute C (FLOPs)")
     ax1.legend(fontsize=7)
-    ax2.legend(fontsize=7)
     fig.tight_layout()
     return fig
