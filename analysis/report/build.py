@@ -39,7 +39,7 @@ import json
 import math
 import pathlib
 import warnings
-from typing import Any, NamedTuple, Sequence
+from typing import Any, Callable, NamedTuple, Sequence
 
 import numpy as np
 import pandas as pd
@@ -53,6 +53,7 @@ from analysis.core.table import choose_n_column, read_table, resolve, resolve_in
 from analysis.laws.fitting import FitResult, fit_law
 from analysis.laws.isoflop import approach2, compare_approaches, group_budgets
 from analysis.laws.registry import bound_notes, get_law
+from analysis.laws.selection import default_law
 from analysis.planning import data_limit, planner
 from analysis.report import figures as figs
 from analysis.report import moe
@@ -631,70 +632,108 @@ def _build(
     )
     figures.update(hparam_figures(law_sec))
     rep["figures"] = _save_figures(figures, fig_dir, out)
-    rep["sections"] = _sections(
-        source, out, fit, requested, budgets, hardware, gpus, hp_laws, unique_tokens, warn
+    ctx = SectionContext(
+        source, out, fit, requested, budgets, hardware, gpus, hp_laws, unique_tokens, bootstrap, seed
     )
-    rep["sections"] += _recipes_section(
-        every_recipe, source, out, budgets, bootstrap, seed, recipes_from, warn
-    )
-    if ref is not None:
-        rep["notes"].append(f"recipes: every section but 'Recipes' is fitted to the first recipe, {ref}")
-    _add_moe_section(rep, every_moe, out, bootstrap, seed, warn)
+    ctx = dataclasses.replace(ctx, recipes_from=tuple(recipes_from), every_recipe=every_recipe, ref=ref)
+    ctx = dataclasses.replace(ctx, every_moe=every_moe, warn=warn)
+    rep["sections"] = []
+    for build in SECTIONS:  # every closing section, in order, the one way they are added
+        secs, notes = build(ctx)
+        rep["sections"] += secs
+        rep["notes"] += notes
     rep["paths"] = _paths(out)
     _write_outputs(rep, out)
     return rep
 
 
-def _add_moe_section(rep: dict, every_moe: pd.DataFrame, out: pathlib.Path, bootstrap, seed, warn) -> None:
-    """A routed sweep's "Mixture of experts" section (analysis/report/moe.py) and the note that the
-    other sections fit its dense runs; nothing for a sweep of one expert count."""
-    sec = moe.moe_section(every_moe, out, bootstrap, seed, warn)
-    if sec is None:
-        return
-    rep["sections"].append(sec)
-    rep["notes"].append(
-        f"mixture of experts: every section but '{moe.TITLE}' is fitted to the dense runs (experts = 1)"
-    )
+@dataclasses.dataclass(frozen=True)
+class SectionContext:
+    """What a closing section of the report reads (`SECTIONS`)."""
+
+    source: Source
+    out: pathlib.Path
+    fit: FitResult | None
+    requested: list[float]
+    budgets: Sequence[float] | None
+    hardware: str | None
+    gpus: int
+    hp_laws: Any
+    unique_tokens: float | None
+    bootstrap: int
+    seed: int
+    recipes_from: tuple[str, ...] = ()
+    every_recipe: pd.DataFrame | None = None
+    ref: str | None = None
+    every_moe: pd.DataFrame | None = None
+    warn: list[str] = dataclasses.field(default_factory=list)
 
 
-def _sections(
-    source: Source, out: pathlib.Path, fit, requested, budgets, hardware, gpus, hp_laws, unique_tokens, warn
-) -> list[dict]:
-    """The report's closing sections: a planning section per budget (with --hardware and --budget)
-    and, for a sweep directory holding RL runs, the RL section."""
-    sections = []
-    if hardware and budgets and fit is not None:
-        sections += _plan_sections(fit, requested, hardware, gpus, warn, hp_laws, unique_tokens)
-    elif unique_tokens is not None:
-        warn.append("--unique-tokens plans the planning sections: give --hardware and --budget too")
-    rl = None if source.table else _rl_section(source.path, out, warn)
-    if rl is not None:
-        sections.append(rl)
-    return sections
+# A closing section: context -> (its sections, notes for the report). `SECTIONS` is their order.
+SECTIONS: list[Callable[[SectionContext], tuple[list[dict], list[str]]]] = []
+
+
+def section(build: Callable[[SectionContext], tuple[list[dict], list[str]]]):
+    """Register a closing section of the report (appended to `SECTIONS`)."""
+    SECTIONS.append(build)
+    return build
+
+
+@section
+def _plans(c: SectionContext) -> tuple[list[dict], list[str]]:
+    """A planning section per budget (with --hardware and --budget)."""
+    if c.hardware and c.budgets and c.fit is not None:
+        return _plan_sections(c.fit, c.requested, c.hardware, c.gpus, c.warn, c.hp_laws, c.unique_tokens), []
+    if c.unique_tokens is not None:
+        c.warn.append("--unique-tokens plans the planning sections: give --hardware and --budget too")
+    return [], []
+
+
+@section
+def _rl(c: SectionContext) -> tuple[list[dict], list[str]]:
+    """The RL section, for a sweep directory holding RL runs."""
+    rl = None if c.source.table else _rl_section(c.source.path, c.out, c.warn)
+    return ([] if rl is None else [rl]), []
 
 
 RECIPES_BOOTSTRAP = 200  # the Recipes section's joint bootstrap (at most; `compare`'s default)
 
 
-def _recipes_section(
-    table: pd.DataFrame, source: Source, out: pathlib.Path, budgets, bootstrap: int, seed: int, more, warn
-) -> list[dict]:
+@section
+def _recipes(c: SectionContext) -> tuple[list[dict], list[str]]:
     """The "Recipes" section (analysis.compare.section) when there are recipes to compare."""
+    notes = (
+        []
+        if c.ref is None
+        else [f"recipes: every section but 'Recipes' is fitted to the first recipe, {c.ref}"]
+    )
     try:
         sec = recipes.recipes_section(
-            table,
-            str(source.path),
-            out,
-            budgets,
-            min(bootstrap, RECIPES_BOOTSTRAP),
-            seed,
-            more,
-            None if source.table else source.path,
+            c.every_recipe,
+            str(c.source.path),
+            c.out,
+            c.budgets,
+            min(c.bootstrap, RECIPES_BOOTSTRAP),
+            c.seed,
+            c.recipes_from,
+            None if c.source.table else c.source.path,
         )
     except AnalysisError as e:
-        warn.append(f"no Recipes section: {e}")
-        return []
-    return [] if sec is None else [sec]
+        c.warn.append(f"no Recipes section: {e}")
+        return [], notes
+    return ([] if sec is None else [sec]), notes
+
+
+@section
+def _moe(c: SectionContext) -> tuple[list[dict], list[str]]:
+    """A routed sweep's "Mixture of experts" section (analysis/report/moe.py); nothing for a sweep
+    of one expert count."""
+    sec = moe.moe_section(c.every_moe, c.out, c.bootstrap, c.seed, c.warn)
+    if sec is None:
+        return [], []
+    return [sec], [
+        f"mixture of experts: every section but '{moe.TITLE}' is fitted to the dense runs (experts = 1)"
+    ]
 
 
 def select_best(all_runs: pd.DataFrame, done: pd.DataFrame) -> tuple[pd.DataFrame, Selection | None]:
@@ -804,13 +843,15 @@ def _law_section(
     warn: list[str],
     strict: bool = False,
 ) -> FitResult | None:
-    """Approach 3: the Chinchilla law fitted to every completed run -> rep["law"] (None if it fails).
+    """Approach 3: the law `fit` uses without --law (Chinchilla's, or the data-constrained one when
+    the runs repeat their data) fitted to every completed run -> rep["law"] (None if it fails).
     `strict` (a runs table, whose report is its law): a failed fit is an error, not a warning."""
+    law = default_law(done, COLS)
     try:
-        fit = fit_law(done, "chinchilla", COLS, bootstrap=bootstrap, seed=seed)
+        fit = fit_law(done, law, COLS, bootstrap=bootstrap, seed=seed)
     except AnalysisError as e:
         if strict:
-            raise AnalysisError(f"the Chinchilla law cannot be fitted to this table: {e}") from None
+            raise AnalysisError(f"the {law} law cannot be fitted to this table: {e}") from None
         rep["law"] = None
         warn.append(f"no law fit (Approach 3): {e}")
         return None
@@ -883,7 +924,7 @@ def _holdout_check(
     try:
         hold_fit = fit_law(
             pd.concat([fit_part, held]),
-            "chinchilla",
+            default_law(done, COLS),
             COLS,
             bootstrap=0,
             seed=seed,
