@@ -425,6 +425,7 @@ def main(argv: list[str] | None = None) -> int:
         "objective": float(fit.objective),
         "bootstrap_resamples": n_boot,
         "bootstrap_s": boot_s,  # fit + bootstrap less the warm grid fit: noisy when small (--quick)
+        "fit_plus_bootstrap_s": boot_s + grid_s,
         "optax": opt,
     }
     if args.only_optax:

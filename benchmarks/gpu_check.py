@@ -14,7 +14,12 @@ H100 80GB, else 4 with rematerialisation), no gradient accumulation; the global 
 the GPU count, so FSDP's all-gathers and reduce-scatters are measured too.
 
     python benchmarks/gpu_check.py [--steps 30] [--layers 20] [--per-gpu-batch B] [--keep] [key=value ...]
-    python benchmarks/gpu_check.py --dry-run [--gpus 8]   # CPU only: resolve the config, no training
+    python benchmarks/gpu_check.py --dry-run [--gpus 8] [--json OUT.json]   # CPU only, no training
+
+The dry run (also `--quick`, the test suite's run) resolves the exact configs the GPU run would
+use (1 and `--gpus` GPUs, H100 and H200 memory), checks the catalogue's bf16 peaks, and runs the
+report on a synthetic summary, so the figures file (`gpu_check.json`) is written as on a GPU;
+`--json` writes all of it to one file.
 """
 
 from __future__ import annotations
@@ -95,13 +100,16 @@ def describe(spec: Any, n_gpus: int) -> str:
 
 
 def dry_run(args: argparse.Namespace) -> int:
-    """Resolve the exact config the GPU run would use, on CPU, for `--gpus` devices; train nothing."""
+    """Resolve the exact config the GPU run would use, on CPU, for `--gpus` devices, and write
+    the report of a synthetic summary; train nothing."""
     os.environ["JAX_PLATFORMS"] = "cpu"
+    import tempfile
+
     from experiments.train.config import resolve_config
     from experiments.train.peak_flops import table_peak
     from models.base.errors import ConfigError
 
-    failures = 0
+    failures, out = 0, {"benchmark": "gpu_check", "dry_run": True, "configs": [], "peaks": {}}
     for n_gpus in sorted({1, args.gpus}):
         for gpu, hbm in (("H100 80GB", 80e9 * float(MEM_FRACTION)), ("H200", 141e9 * float(MEM_FRACTION))):
             per_gpu, remat = per_gpu_batch(hbm) if args.per_gpu_batch is None else (args.per_gpu_batch, False)
@@ -121,6 +129,19 @@ def dry_run(args: argparse.Namespace) -> int:
                 f"{gpu} x{n_gpus}: {describe(spec, n_gpus)}; on GPU: dtype {gpu_model.dtype}, "
                 f"attention {gpu_model.attention}, remat {gpu_model.remat}"
             )
+            out["configs"].append(
+                {
+                    "gpu": gpu,
+                    "n_gpus": n_gpus,
+                    "n_params": spec.n_params,
+                    "flops_per_token": spec.flops_per_token,
+                    "tokens_per_step": spec.tokens_per_step,
+                    "mesh_shape": list(spec.mesh_shape),
+                    "dtype": str(gpu_model.dtype),
+                    "attention": gpu_model.attention,
+                    "remat": bool(gpu_model.remat),
+                }
+            )
     for kind in ("NVIDIA H100 80GB HBM3", "NVIDIA H200"):
         peak = table_peak(kind, "bfloat16")
         print(
@@ -129,8 +150,43 @@ def dry_run(args: argparse.Namespace) -> int:
             else f"error: no bf16 peak for {kind!r} in conf/hardware/*.yaml"
         )
         failures += peak is None
+        out["peaks"][kind] = peak
+    with tempfile.TemporaryDirectory() as td:  # the report's file, from a synthetic summary
+        run_dir = Path(td)
+        peak = out["peaks"]["NVIDIA H100 80GB HBM3"] or math.nan
+        synthetic = _synthetic_summary(out["configs"][0] if out["configs"] else None, peak, run_dir)
+        rc = report(synthetic, 1, run_dir)
+        out["report"] = json.loads((run_dir / "gpu_check.json").read_text())
+        failures += rc != 0
     print("dry run: config resolves" if not failures else f"dry run: {failures} problem(s)")
+    out["ok"] = not failures
+    if args.json:
+        args.json.write_text(json.dumps(out, indent=1) + "\n")
     return 1 if failures else 0
+
+
+def _synthetic_summary(cfg: dict[str, Any] | None, peak: float, run_dir: Path) -> Any:
+    """A completed run's summary at 40% MFU (and its metrics.jsonl) for the dry run's report."""
+    from models.base.rundir import RunSummary
+
+    fpt = cfg["flops_per_token"] if cfg else 6e9
+    tps_step = cfg["tokens_per_step"] if cfg else 16384
+    tps = 0.4 * peak / fpt
+    lines = [{"step": i, "step_time_s": tps_step / tps} for i in range(1, 7)]
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+    return RunSummary.of(
+        status="completed",
+        tokens_per_s=tps,
+        mfu=0.4,
+        peak_flops_per_device=peak,
+        peak_flops_source="dry run: synthetic",
+        n_params=cfg["n_params"] if cfg else None,
+        flops_per_token=fpt,
+        tokens_per_step=tps_step,
+        steps_done=6,
+        wall_time_s=6 * tps_step / tps,
+        final_train_loss=2.0,
+    )
 
 
 def gpu_devices() -> list[Any]:
@@ -167,9 +223,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--per-gpu-batch", type=int, default=None, help="sequences per GPU (default: by memory)")
     ap.add_argument("--out", type=Path, default=REPO / "outputs" / "gpu_check")
     ap.add_argument("--keep", action="store_true", help="keep the run's checkpoint (12 GB)")
+    ap.add_argument("--quick", action="store_true", help="the dry run (the test suite's name for it)")
+    ap.add_argument("--json", type=Path, help="also write the figures (or the dry run's) here")
     ap.add_argument("overrides", nargs="*", help="extra Hydra overrides, e.g. model.remat=true")
     args = ap.parse_args(argv)
-    if args.dry_run:
+    if args.dry_run or args.quick:
         return dry_run(args)
 
     devices = gpu_devices()
@@ -208,7 +266,10 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if not args.keep:
             shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)
-    return report(summary, n, run_dir)
+    rc = report(summary, n, run_dir)
+    if args.json:
+        shutil.copyfile(run_dir / "gpu_check.json", args.json)
+    return rc
 
 
 def steady_step_time(run_dir: Path, skip: int = 3) -> float | None:
@@ -227,8 +288,10 @@ def _pct(x: Any) -> str:
     return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{100 * x:.1f}%"
 
 
-def report(s: dict[str, Any], n: int, run_dir: Path) -> int:
-    """Print the trainer's tokens/s and MFU (whole run after step 1) and the median-step figures."""
+def report(summary: Any, n: int, run_dir: Path) -> int:
+    """Print the trainer's tokens/s and MFU (whole run after step 1) and the median-step figures;
+    write them to run_dir/gpu_check.json. `summary`: the run's RunSummary (or its dict)."""
+    s = summary.as_dict() if hasattr(summary, "as_dict") else dict(summary)
     tps, mfu, peak = s.get("tokens_per_s"), s.get("mfu"), s.get("peak_flops_per_device") or math.nan
     ok = s.get("status") == "completed" and tps
     print(f"gpu_check: status {s.get('status')}, final train loss {s.get('final_train_loss')}")
@@ -240,6 +303,7 @@ def report(s: dict[str, Any], n: int, run_dir: Path) -> int:
             "mfu",
             "peak_flops_per_device",
             "peak_flops_source",
+            "peak_flops_measured_at",
             "mesh",
             "n_params",
             "flops_per_token",

@@ -25,10 +25,12 @@ Both parts run with a private persistent XLA cache (SCALELAB_JAX_CACHE under the
 warmed by one short untimed sweep of the same shapes, so no timed side pays a cold compile the
 other does not.
 
-    python benchmarks/pack_speed.py [--repeats N] [--part a|b|both] [--out pack_speed.json] [--keep]
-    python benchmarks/pack_speed.py --quick --out /tmp/pack_speed_quick.json   # smoke run
+    python benchmarks/pack_speed.py [--repeats N] [--part a|b|both] [--json pack_speed.json] [--keep]
+    python benchmarks/pack_speed.py --quick --json /tmp/pack_speed_quick.json   # smoke run (the test's)
 
---quick took 16 min beside a running demo sweep (load 6-10 on 2 cores); --part a or b runs one part.
+--quick is a smoke run of every step, not a measurement: (a) the 12k shape at 1e10 FLOPs, K = 1
+and 2, no warm-up sweep; (b) two shapes at 1e10, 2e10, 4e10 FLOPs, 20 bootstrap resamples (the
+fits may refuse so few runs: recorded as their one-line error). --part a or b runs one part.
 """
 
 from __future__ import annotations
@@ -61,18 +63,18 @@ BRANCH_SHAPES = (
     "{n_layers:3,d_model:48,n_heads:6}",
 )
 # --quick: the 26k and 49k shapes (fewest steps for their FLOPs: a tiny run's steps are
-# overhead-bound, so the 12k shape's 7,064 steps at 4e11 would take most of the smoke run)
+# overhead-bound, so the 12k shape's steps would take most of the smoke run)
 QUICK_BRANCH_SHAPES = slice(1, 3)
-PACK_BUDGET = 1e11
-BRANCH_BUDGETS = (1e11, 2e11, 4e11)
+PACK_BUDGET, QUICK_PACK_BUDGET = 1e11, 1e10
+BRANCH_BUDGETS, QUICK_BRANCH_BUDGETS = (1e11, 2e11, 4e11), (1e10, 2e10, 4e10)
 # The held-out fit predicts the largest budget's runs: the threshold lies between the budgets,
 # since a run's FLOPs round to whole steps (a "2e11" run spends up to 2.0002e11).
-HOLDOUT_ABOVE = 3e11
+HOLDOUT_ABOVE, QUICK_HOLDOUT_ABOVE = 3e11, 3e10
 BASE_LR = 1e-2  # the demo's optim.lr
 # The K - 1 LR-probe variants beside BASE_LR: moderate values (none diverges at these shapes), so
 # every member trains its full length on both sides.
 PROBE_LRS = (3e-3, 3e-2, 5e-3, 2e-2, 7e-3, 1.5e-2, 4e-3)
-KS, QUICK_KS = (1, 2, 4, 8), (1, 4)
+KS, QUICK_KS = (1, 2, 4, 8), (1, 2)
 EVAL_EVERY = 200  # the demo's train.eval_every
 # Untimed warm-up: the same shapes at a budget short enough to cost seconds; min_steps 1 keeps
 # every shape in the plan (the 108k shape gets ~14 steps).
@@ -179,11 +181,17 @@ def loss_rel_diff(solo_dir: Path, packed_dir: Path) -> float:
 
 
 def measure_packs(
-    shapes: Sequence[str], ks: Sequence[int], repeats: int, work: Path, env: dict[str, str]
+    shapes: Sequence[str],
+    ks: Sequence[int],
+    repeats: int,
+    work: Path,
+    env: dict[str, str],
+    budget: float = PACK_BUDGET,
+    warm_up: bool = True,
 ) -> list[PackMeasurement]:
     """Part (a): every (shape, K) pair `repeats` times, solo and packed back to back, the side
     that goes first alternating from pair to pair (and flipped each repeat)."""
-    for name in shapes:  # untimed: fills the private XLA cache with each shape's programs
+    for name in shapes if warm_up else ():  # untimed: fills the private XLA cache with each shape's programs
         warm = [
             *pack_overrides(PACK_SHAPES[name], 2, 2, WARMUP_BUDGET),
             f"sweep.min_steps={WARMUP_MIN_STEPS}",
@@ -192,19 +200,25 @@ def measure_packs(
     out = []
     for rep in range(repeats):
         for pair, (name, k) in enumerate((n, k) for n in shapes for k in ks):
-            out.append(measure_pair(name, k, rep, (pair + rep) % 2 == 1, work, env))
+            out.append(measure_pair(name, k, rep, (pair + rep) % 2 == 1, work, env, budget))
     return out
 
 
 def measure_pair(
-    name: str, k: int, rep: int, packed_first: bool, work: Path, env: dict[str, str]
+    name: str,
+    k: int,
+    rep: int,
+    packed_first: bool,
+    work: Path,
+    env: dict[str, str],
+    budget: float = PACK_BUDGET,
 ) -> PackMeasurement:
     """Solo (sweep.pack=1) and packed (sweep.pack=K) sweeps of K LR variants, back to back."""
     tag = f"{name}_K{k}_r{rep}"
     walls = {}
     for side in ("packed", "solo") if packed_first else ("solo", "packed"):
         pack = k if side == "packed" else 1
-        walls[side] = sweep(pack_overrides(PACK_SHAPES[name], k, pack), work / f"{tag}_{side}", env)
+        walls[side] = sweep(pack_overrides(PACK_SHAPES[name], k, pack, budget), work / f"{tag}_{side}", env)
     diff = loss_rel_diff(work / f"{tag}_solo", work / f"{tag}_packed")
     m = PackMeasurement(name, k, rep, packed_first, walls["solo"], walls["packed"], diff)
     print(
@@ -259,21 +273,28 @@ def _pack_verdict(k: int, ratio: float) -> str:
 
 
 def measure_branches(
-    shapes: Sequence[str], work: Path, env: dict[str, str], bootstrap: int
+    shapes: Sequence[str],
+    work: Path,
+    env: dict[str, str],
+    bootstrap: int,
+    budgets: Sequence[float] = BRANCH_BUDGETS,
+    holdout_above: float = HOLDOUT_ABOVE,
+    warm_up: bool = True,
 ) -> dict[str, Any]:
     """Part (b): the branched WSD sweep and the separate cosine sweep (alternate order: the
     branched one first), their FLOPs and wall ratios, and both laws."""
-    warm = [*branch_overrides(shapes, False, (WARMUP_BUDGET,)), f"sweep.min_steps={WARMUP_MIN_STEPS}"]
-    sweep(warm, work / "warmup_branches", env)
+    if warm_up:
+        warm = [*branch_overrides(shapes, False, (WARMUP_BUDGET,)), f"sweep.min_steps={WARMUP_MIN_STEPS}"]
+        sweep(warm, work / "warmup_branches", env)
     walls = {}
     for side, branched in (("branches", True), ("separate", False)):
-        walls[side] = sweep(branch_overrides(shapes, branched), work / f"iso_{side}", env)
+        walls[side] = sweep(branch_overrides(shapes, branched, budgets), work / f"iso_{side}", env)
         print(f"  (b) {side}: {walls[side]:.1f} s", flush=True)
     plan = json.loads((work / "iso_branches" / "sweep_plan.json").read_text())
-    laws = {side: fit_laws(work / f"iso_{side}", work, env, bootstrap) for side in walls}
+    laws = {side: fit_laws(work / f"iso_{side}", work, env, bootstrap, holdout_above) for side in walls}
     return {
         "shapes": list(shapes),
-        "budgets": list(BRANCH_BUDGETS),
+        "budgets": list(budgets),
         "flops_to_train": plan["flops_to_train"],
         "flops_if_separate": plan["flops_if_separate"],
         "flops_ratio": plan["flops_to_train"] / plan["flops_if_separate"],
@@ -287,8 +308,10 @@ def measure_branches(
     }
 
 
-def fit_laws(sweep_dir: Path, work: Path, env: dict[str, str], bootstrap: int) -> dict[str, Any]:
-    """Collect a sweep and fit the Chinchilla law on all runs and on C <= HOLDOUT_ABOVE:
+def fit_laws(
+    sweep_dir: Path, work: Path, env: dict[str, str], bootstrap: int, holdout_above: float = HOLDOUT_ABOVE
+) -> dict[str, Any]:
+    """Collect a sweep and fit the Chinchilla law on all runs and on C <= `holdout_above`:
     {a, a_ci, params, ci, n_points, error, holdout: {threshold, n_points, mean_rel_error,
     max_rel_error, error}}. A fit the runs cannot support (too few points, as with --quick's 2
     shapes) is recorded with its one-line `error`, not a failed benchmark."""
@@ -300,7 +323,7 @@ def fit_laws(sweep_dir: Path, work: Path, env: dict[str, str], bootstrap: int) -
         env,
     )
     f = _fit(csv, work / f"{name}_fit", env, bootstrap, [])
-    h = _fit(csv, work / f"{name}_holdout", env, bootstrap, ["--holdout-above", f"{HOLDOUT_ABOVE:g}"])
+    h = _fit(csv, work / f"{name}_holdout", env, bootstrap, ["--holdout-above", f"{holdout_above:g}"])
     al, ho = f.get("allocation") or {}, h.get("holdout") or {}
     held = {k: ho.get(k) for k in ("threshold", "n_points", "mean_rel_error", "max_rel_error")}
     return {
@@ -310,7 +333,7 @@ def fit_laws(sweep_dir: Path, work: Path, env: dict[str, str], bootstrap: int) -
         "ci": f.get("ci"),
         "n_points": f.get("n_points"),
         "error": f.get("error"),
-        "holdout": held | {"threshold": held["threshold"] or HOLDOUT_ABOVE, "error": h.get("error")},
+        "holdout": held | {"threshold": held["threshold"] or holdout_above, "error": h.get("error")},
     }
 
 
@@ -367,7 +390,9 @@ def print_branches(b: dict[str, Any]) -> None:
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument(
-        "--quick", action="store_true", help="smoke run: K = 1, 4; the 12k shape; 1 repeat; (b) with 2 shapes"
+        "--quick",
+        action="store_true",
+        help="smoke run: (a) the 12k shape at 1e10 FLOPs, K = 1, 2; (b) 2 shapes at 1e10-4e10; no warm-ups",
     )
     ap.add_argument(
         "--repeats",
@@ -380,14 +405,16 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--bootstrap",
         type=int,
         default=None,
-        help="bootstrap resamples of each fit (default 200; --quick 100)",
+        help="bootstrap resamples of each fit (default 200; --quick 20)",
     )
-    ap.add_argument("--out", type=Path, default=None, help="write the results as JSON here")
+    ap.add_argument(
+        "--json", "--out", dest="out", type=Path, default=None, help="write the results as JSON here"
+    )
     ap.add_argument("--work", type=Path, default=None, help="work directory (default: a new temporary one)")
     ap.add_argument("--keep", action="store_true", help="keep the work directory (sweeps, logs, fits)")
     args = ap.parse_args(argv)
     args.repeats = args.repeats or 1
-    args.bootstrap = args.bootstrap if args.bootstrap is not None else (100 if args.quick else 200)
+    args.bootstrap = args.bootstrap if args.bootstrap is not None else (20 if args.quick else 200)
     if args.repeats < 1:
         ap.error(f"--repeats must be >= 1 (got {args.repeats})")
     return args
@@ -402,18 +429,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     ks = QUICK_KS if args.quick else KS
     branch_shapes = BRANCH_SHAPES[QUICK_BRANCH_SHAPES] if args.quick else BRANCH_SHAPES
     result: dict[str, Any] = {
-        "settings": {"quick": args.quick, "repeats": args.repeats, "cpus": os.cpu_count(), "work": str(work)}
+        "benchmark": "pack_speed",
+        "settings": {"quick": args.quick, "repeats": args.repeats, "cpus": os.cpu_count(), "work": str(work)},
     }
     t0 = time.perf_counter()
     try:
         if args.part in ("a", "both"):
-            ms = measure_packs(shapes, ks, args.repeats, work, env)
+            budget = QUICK_PACK_BUDGET if args.quick else PACK_BUDGET
+            ms = measure_packs(shapes, ks, args.repeats, work, env, budget, warm_up=not args.quick)
             result["packs"] = {
                 "measurements": [dataclasses.asdict(m) | {"ratio": m.ratio} for m in ms],
                 "table": pack_table(ms),
             }
         if args.part in ("b", "both"):
-            result["branches"] = measure_branches(branch_shapes, work, env, args.bootstrap)
+            budgets, above = (
+                (QUICK_BRANCH_BUDGETS, QUICK_HOLDOUT_ABOVE) if args.quick else (BRANCH_BUDGETS, HOLDOUT_ABOVE)
+            )
+            result["branches"] = measure_branches(
+                branch_shapes, work, env, args.bootstrap, budgets, above, warm_up=not args.quick
+            )
     except BenchError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

@@ -33,7 +33,7 @@ def test_branch_overrides() -> None:
 def test_pairs_alternate_and_flip_each_repeat(monkeypatch, tmp_path) -> None:
     calls = []
 
-    def fake_pair(name, k, rep, packed_first, work, env):
+    def fake_pair(name, k, rep, packed_first, work, env, budget=ps.PACK_BUDGET):
         calls.append((name, k, rep, packed_first))
         return ps.PackMeasurement(name, k, rep, packed_first, 2.0 + rep, 1.0, 0.0)
 
