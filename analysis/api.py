@@ -14,15 +14,14 @@ their family's methods when imported.
 
 from __future__ import annotations
 
+import importlib
 import os
 import pathlib
 from typing import Any, Mapping
 
 import pandas as pd
 
-import analysis.backtests.losses  # noqa: F401  (registers the point baselines)
-import analysis.backtests.moe  # noqa: F401  (registers the MoE baseline)
-import analysis.laws.methods  # noqa: F401  (registers the point laws)
+import analysis.laws.methods  # noqa: F401  (the point laws register when imported)
 from analysis import backtests as backtest_mod
 from analysis.backtests.result import Backtest
 from analysis.core import methods as registry
@@ -36,6 +35,11 @@ from analysis.planning.planner import plan as plan_run
 from models.base.errors import AnalysisError
 
 __all__ = ["Fit", "Prediction", "backtest", "fit", "load", "methods", "plan"]
+
+# Every protocol's module imports its family's methods and registers its baseline: importing them
+# all fills the registry (the RL family, scored by no protocol, registers above).
+for _module, _ in backtest_mod.RUNNERS.values():
+    importlib.import_module(_module)
 
 
 def methods(family: Family | str | None = None, protocol: str | None = None) -> list[Method]:
