@@ -1,7 +1,7 @@
 """The 90% intervals of the hyperparameter laws (analysis.hparams.laws): what varies is in them.
 
 Before, a law's interval held its parameter noise and the scatter of the rung optima around it
-only: on the zoo's irregular LR ladder (`backtest_zoo.lr_ladder()`, cut at 4e8) the four fitted
+only: on the zoo's irregular LR ladder (`zoo.lr_ladder()`, cut at 4e8) the four fitted
 rungs happened to lie on a line (residual sd 0.004 dex) and the default's intervals (+-0.02 dex)
 held 0 of the 2 held-out true optima (off by 0.03 dex). Now each rung optimum is redrawn from its
 own interval in the parametric refits, and a forward-chaining drift per decade beyond the fitted
@@ -10,19 +10,14 @@ model sizes is added. Each test here fails on the old intervals or on a broken t
 
 import dataclasses
 import json
-import pathlib
-import sys
 
 import numpy as np
 import pytest
 
 from analysis import backtests as backtest
+from analysis.backtests import zoo
 from analysis.hparams import fit_hparams, load_hparams
 from analysis.hparams import laws as L
-
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "benchmarks"))
-
-import backtest_zoo as zoo  # noqa: E402
 
 LR, BATCH = "optim.lr", "train.batch_size"
 ZOO_CASES = [  # (ladder, protocol, cut): the zoo's synthetic LR / batch cases
@@ -96,7 +91,7 @@ def test_each_rung_optimums_own_interval_reaches_the_laws_interval():
     widths = []
     for sd in (0.0, 0.03, 0.1):
         _, _, interval = line_of_rungs(sd)
-        law = L.fit_law(LR, L.FORMS["N"], inputs, opt, interval=interval if sd else None)
+        law = L.fit_power_law(LR, L.FORMS["N"], inputs, opt, interval=interval if sd else None)
         v, lo, hi = law.predict(np.array([4e8]), np.array([8e9]), np.array([1.9e19]))
         assert lo[0] <= v[0] <= hi[0]
         widths.append(float(np.log10(hi[0] / lo[0])))
@@ -109,10 +104,11 @@ def test_drift_widens_predictions_beyond_the_fitted_sizes_only():
     N = np.geomspace(1e7, 1e9, 7)
     opt = 3e-3 * (N / 1e8) ** -0.3 * np.exp(0.15 * np.log10(N / 1e7) ** 2)
     inputs = {"N": N, "D": 20 * N, "C": 120 * N * N}
-    law = L.fit_law(LR, L.FORMS["N"], inputs, opt)
-    assert law.drift_per_decade > 0 and law.scale_role == "N" and law.scale_max == pytest.approx(1e9)
+    law = L.fit_power_law(LR, L.FORMS["N"], inputs, opt)
+    e = law.error
+    assert e.drift_per_decade > 0 and e.scale_role == "N" and e.scale_max == pytest.approx(1e9)
     at = np.array([1e9, 1e10, 1e11])
-    still = dataclasses.replace(law, budget_sd=0.0, drift_per_decade=0.0)
+    still = dataclasses.replace(law, error=dataclasses.replace(e, budget_sd=0.0, drift_per_decade=0.0))
     w = [np.log10(hi / lo) for _, lo, hi in [m.predict(at, 20 * at, 120 * at * at) for m in (law, still)]]
     assert w[0][1] > w[1][1] and w[0][2] - w[1][2] > w[0][1] - w[1][1] > 0  # grows with distance
     assert law.decades(at, 20 * at) == pytest.approx([0, 1, 2])
@@ -124,7 +120,7 @@ def test_hp_json_keeps_the_drift_and_reads_old_files_without_it(tmp_path):
     path = tmp_path / "hp.json"
     path.write_text(json.dumps(fit.to_json()))
     law, back = fit.laws(), load_hparams(path)
-    assert back.laws[LR].drift_per_decade == law.laws[LR].drift_per_decade > 0
+    assert back.laws[LR].error.drift_per_decade == law.laws[LR].error.drift_per_decade > 0
     assert back.predict(LR, 1e9, 2e10) == pytest.approx(law.predict(LR, 1e9, 2e10))
     old = fit.to_json()
     for key in ("budget_sd", "drift_per_decade", "scale_role", "scale_max"):

@@ -9,10 +9,9 @@ On a synthetic ladder whose true optimum is known, a column `<name>_true` (e.g. 
 `optim.lr_true`; constant within a rung) replaces the located optimum as the target: a located
 vertex carries the grid's and the noise's error (0.06 dex on the zoo's irregular LR ladder), which
 then decides a comparison on 2 rungs. The column is never fitted on.
-Candidates: the law `fit-hparams` chooses without flags (the default), the same with each joint
-method for an LR x batch grid (`joint_profile`, `joint_quadratic`), each law form alone, and the
-baseline, a log-linear power law of the best tried value in N (ordinary least squares, no vertex,
-no choice).
+Methods: every one the registry scores on the protocol (analysis/hparams/methods.py): the law
+`fit-hparams` chooses without flags (the default), the N_D form alone, and the baseline, a
+log-linear power law of the best tried value in N (ordinary least squares, no vertex, no choice).
 """
 
 from __future__ import annotations
@@ -23,18 +22,14 @@ import warnings
 import numpy as np
 import pandas as pd
 
-from analysis.backtests import baselines
 from analysis.backtests.losses import Options
 from analysis.backtests.result import Backtest, MethodScore, Metric, Point
 from analysis.core import validation
+from analysis.core.methods import Family, Method, Role, methods
 from analysis.hparams import fitting as HF
-from analysis.hparams import laws as HL
 from analysis.hparams import rungs as HR
+from analysis.hparams.methods import BASELINE, DEFAULT  # noqa: F401  (registers the methods)
 from models.base.errors import AnalysisError
-
-BASELINE = "baseline_log_linear"
-DEFAULT = "fit_hparams"
-JOINT = "joint_"  # + each of HR.JOINT_METHODS: the default's law forms, rungs located that way
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,7 +58,6 @@ BATCH = Target(
     "batch-size",
     "batch sizes",
 )
-ALIASES = (*LR.aliases, *BATCH.aliases)
 
 
 def _alias(df: pd.DataFrame, target: Target) -> str | None:
@@ -86,7 +80,8 @@ TRUE_SUFFIX = "_true"  # a synthetic ladder's known optimum: `<alias>_true`
 
 
 def _truth_columns(df: pd.DataFrame) -> list[str]:
-    return [c for c in df.columns if str(c).endswith(TRUE_SUFFIX) and str(c)[: -len(TRUE_SUFFIX)] in ALIASES]
+    names = {a + TRUE_SUFFIX for t in (LR, BATCH) for a in t.aliases}
+    return [c for c in df.columns if str(c) in names]
 
 
 def _true_optima(runs: pd.DataFrame, target: Target, rungs: pd.DataFrame) -> np.ndarray | None:
@@ -148,36 +143,17 @@ def _points(held: pd.DataFrame, pred, lo, hi) -> tuple[Point, ...]:
     )
 
 
-def _law_method(
-    name: str, fit_runs: pd.DataFrame, held: pd.DataFrame, param: str, opts: HF.HparamOptions
-) -> MethodScore:
+def _score(method: Method, fit_runs: pd.DataFrame, held: pd.DataFrame, param: str) -> MethodScore:
+    """A registered method fitted on the runs below the cut, scored on the held-out rungs."""
+    roles = {"default": method.role == Role.DEFAULT, "baseline": method.role == Role.BASELINE}
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            fit = HF.fit_hparams(fit_runs, [param], opts)
+            record = method.fit(fit_runs, param=param)
     except AnalysisError as e:
-        return MethodScore(name, (), default=name == DEFAULT, note=f"not fitted: {e}")
-    law = fit.fits[param].law
-    pred, lo, hi = law.predict(held.N.to_numpy(), held.D.to_numpy(), held.C.to_numpy())
-    note = f"chose {law.form}" + (f" ({opts.joint})" if name == DEFAULT else "")
-    return MethodScore(name, _points(held, pred, lo, hi), default=name == DEFAULT, note=note)
-
-
-def _baseline(fitted: pd.DataFrame, held: pd.DataFrame) -> MethodScore:
-    if len(fitted) < 2 or fitted.N.nunique() < 2:
-        return MethodScore(BASELINE, (), baseline=True, note="fewer than 2 model sizes fitted")
-    X = np.column_stack([np.ones(len(fitted)), np.log(fitted.N.to_numpy())])
-    b = baselines.fit_log_linear(X, fitted.best.to_numpy())
-    pred = baselines.predict_log_linear(b, np.column_stack([np.ones(len(held)), np.log(held.N.to_numpy())]))
-    return MethodScore(BASELINE, _points(held, pred, *b.band(pred)), baseline=True)
-
-
-def _candidates() -> list[tuple[str, HF.HparamOptions]]:
-    """(name, options) of every law method: the default, each joint method, each form alone."""
-    default = HF.HparamOptions()
-    out = [(DEFAULT, default)]
-    out += [(JOINT + j, dataclasses.replace(default, joint=j)) for j in HR.JOINT_METHODS]
-    return out + [(f"form_{f}", dataclasses.replace(default, forms=(f,))) for f in HL.FORMS]
+        return MethodScore(method.name, (), **roles, note=f"not fitted: {e}")
+    p = method.predict(record, {k: held[k].to_numpy(float) for k in ("N", "D", "C")})
+    return MethodScore(method.name, _points(held, p.mean, p.lo, p.hi), **roles, note=record.note)
 
 
 def _protocol(df: pd.DataFrame, opt: Options, target: Target) -> Backtest:
@@ -208,12 +184,9 @@ def _protocol(df: pd.DataFrame, opt: Options, target: Target) -> Backtest:
             f"no held-out rung (N > {thr:.4g}) has its {target.key} optimum inside its grid: nothing to score"
         )
     fit_runs = table[~validation.holdout_mask(table.N.to_numpy(), thr)].drop(columns=["rung"])
-    methods = [_baseline(rungs[~held_mask], held)]
-    methods += [
-        _law_method(name, fit_runs, held, target.key, o)
-        for name, o in _candidates()
-        if opt.scores(name == DEFAULT)
-    ]
+    # the baseline first, then the default and the candidates (the registry's order within a role)
+    scored = sorted(methods(Family.HPARAM, target.protocol), key=lambda m: m.role != Role.BASELINE)
+    rows = [_score(m, fit_runs, held, target.key) for m in scored if opt.scores(m.role != Role.CANDIDATE)]
     cut = {
         "what": f"rungs with N > {thr:.4g}",
         "threshold": float(thr),
@@ -222,7 +195,7 @@ def _protocol(df: pd.DataFrame, opt: Options, target: Target) -> Backtest:
         "n_held_out_edge": int(held_mask.sum() - len(held)),
         "target": "the known optimum" if truth is not None else "the located optimum",
     }
-    return Backtest(target.protocol, cut, Metric.DLOG10, tuple(methods), warnings=tuple(notes))
+    return Backtest(target.protocol, cut, Metric.DLOG10, tuple(rows), warnings=tuple(notes))
 
 
 def lr_protocol(df: pd.DataFrame, opt: Options) -> Backtest:

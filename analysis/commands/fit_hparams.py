@@ -60,10 +60,10 @@ def register(subparsers) -> None:
     )
     p.add_argument(
         "--joint",
-        choices=("profile", "quadratic"),
+        choices=("profile",),
         default=None,
-        help="a rung sweeping both optim.lr and train.batch_size: each optimum on its profile (best "
-        "over the other; the default) or at the vertex of a 2-D quadratic in (ln lr, ln batch)",
+        help="a rung sweeping both optim.lr and train.batch_size: each optimum on its profile (the "
+        "best over the other; the only method since the 2-D quadratic was dropped, docs/analysis.md)",
     )
     add_seed_argument(p)
     add_json_argument(p, "the laws, rung optima, holdout, penalty curves and predictions")
@@ -188,11 +188,7 @@ def run(args: argparse.Namespace) -> int:
     forms = tuple(opts.form) if opts.form else tuple(FORMS)
     targets = _targets(opts.predict) if opts.predict else None  # bad targets fail before the fit
     hp = HparamOptions(window=opts.window, forms=forms, include_edges=opts.include_edges, seed=opts.seed)
-    fit = fit_hparams(
-        read_table(opts.data),
-        opts.param,
-        dataclasses.replace(hp, joint=opts.joint) if opts.joint else hp,
-    )
+    fit = fit_hparams(read_table(opts.data), opts.param, hp)
     for line in warning_lines(fit):
         print(line, file=sys.stderr)
     out = fit.to_json()

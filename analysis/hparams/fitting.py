@@ -24,16 +24,14 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from analysis.core.table import LOSS_COLUMNS, TABLE_COLUMNS
+from analysis.core.best_runs import BUDGET_COLUMNS, D_COLUMNS, N_COLUMNS
+from analysis.core.table import FLOPS_PER_PARAM_TOKEN, LOSS_COLUMNS, TABLE_COLUMNS
 from analysis.hparams import laws as L
 from analysis.hparams import rungs as R
 from models.base.errors import AnalysisError
 from models.base.rundir import HPARAMS_KIND, RunStatus
 
-N_COLUMNS = TABLE_COLUMNS["N"]
-D_COLUMNS = (*TABLE_COLUMNS["D"], "total_tokens")
 C_COLUMNS = TABLE_COLUMNS["C"]
-BUDGET_COLUMNS = ("sweep.budget", "budget")
 BATCH_KEY = "train.batch_size"
 D_TOLERANCE = 0.05  # token counts within 5% are one rung's D
 C_RATIO_SPAN = 10.0  # a run's C / 6ND this far from the runs' median is not a compute count
@@ -57,9 +55,6 @@ class HparamOptions:
     forms: tuple[str, ...] = tuple(L.FORMS)  # candidate law forms
     include_edges: bool = False  # fit the law also to optima at the grid's edge
     seed: int = 0
-    # a rung that sweeps learning rate and batch size: each one's optimum on its profile (the best
-    # over the other), or the vertex of a 2-D quadratic in (ln lr, ln B) ("quadratic")
-    joint: str = R.PROFILE
 
 
 def _column(df: pd.DataFrame, names: Sequence[str], role: str, required: bool = True) -> str | None:
@@ -120,7 +115,7 @@ def _tokens_and_compute(
     fill = ok & ~_positive(D) & _positive(C) & _positive(N)
     if fill.any():
         D = D.copy()
-        D[fill] = C[fill] / (L.FLOPS_PER_PARAM_TOKEN * N[fill])
+        D[fill] = C[fill] / (FLOPS_PER_PARAM_TOKEN * N[fill])
         notes.append(
             f"no token-count column: D = {ccol} / 6N"
             if dcol is None
@@ -134,7 +129,7 @@ def _tokens_and_compute(
             "missing or <= 0"
         )
     six_nd = np.full(len(N), np.nan)
-    six_nd[ok] = L.FLOPS_PER_PARAM_TOKEN * N[ok] * D[ok]
+    six_nd[ok] = FLOPS_PER_PARAM_TOKEN * N[ok] * D[ok]
     good = ok & _positive(C)
     ratio = float(np.median(C[good] / six_nd[good])) if good.any() else 1.0
     # a C off 6ND x the others' ratio by more than C_RATIO_SPAN is no compute count (a wrapped overflow)
@@ -276,47 +271,29 @@ def locate_rungs(
     """(located rung optima, rungs left out with their reason, loss noise, its source). Rungs with
     fewer than MIN_VALUES values, or whose optimum is not finite, are left out; raises when no
     rung has MIN_VALUES values."""
-    swept, short = R.split_rung_sizes(R.profiles(df, param))
+    profiles = R.profiles(df, param)
+    swept = [(k, b) for k, b in profiles if len(b) >= R.MIN_VALUES]
     at = _rung_inputs(df)
-    skipped = [_skipped(param, at[k], b, R.too_few_reason(param, b["_v"].to_numpy(float))) for k, b in short]
+    skipped = [
+        _skipped(param, at[k], b, R.too_few_reason(param, b["_v"].to_numpy(float)))
+        for k, b in profiles
+        if len(b) < R.MIN_VALUES
+    ]
     if not swept:
         raise _too_few_everywhere(param, skipped)
-    noise, source = R.pooled_noise(swept, param, opts.window)
-    windows = _grid_windows(df, param, opts, [k for k, _ in swept])
-    noise, source = R.pooled_grid_noise(list(windows.values())) or (noise, source)
+    noise, source = R.pooled_noise(swept, opts.window)
     found = []
     for j, (key, best) in enumerate(swept):
-        where = at[key]
-        r = R.locate_joint(param, where, best, windows[key], noise, opts.seed + j) if key in windows else None
-        if r is None:
-            r = R.locate(
-                param,
-                **where,
-                values=best["_v"].to_numpy(float),
-                losses=best["loss"].to_numpy(float),
-                noise=noise,
-                window=opts.window,
-                seed=opts.seed + j,
-            )
+        v, loss = best["_v"].to_numpy(float), best["loss"].to_numpy(float)
+        r = R.locate(
+            param, **at[key], values=v, losses=loss, noise=noise, window=opts.window, seed=opts.seed + j
+        )
         why = R.unlocated_reason(r)
         if why is None:
             found.append(r)
         else:
-            skipped.append(_skipped(param, where, best, why))
+            skipped.append(_skipped(param, at[key], best, why))
     return found, skipped, noise, source
-
-
-def _grid_windows(
-    df: pd.DataFrame, param: str, opts: HparamOptions, keys: list[tuple]
-) -> dict[tuple, R.GridWindow]:
-    """Per rung of `keys` located jointly (`opts.joint == "quadratic"`, the table sweeps both of
-    R.JOINT_PAIR there), the cells its 2-D quadratic goes through; empty otherwise."""
-    partner = R.joint_partner(param, df.columns)
-    if opts.joint != R.QUADRATIC or partner is None:
-        return {}
-    cells = R.grids(df, param, partner)
-    found = {k: R.grid_window(cells[k], opts.window) for k in keys if k in cells}
-    return {k: w for k, w in found.items() if w is not None}
 
 
 def fit_param(df: pd.DataFrame, param: str, opts: HparamOptions) -> ParamFit:
@@ -334,9 +311,9 @@ def fit_param(df: pd.DataFrame, param: str, opts: HparamOptions) -> ParamFit:
     inputs = {k: np.array([getattr(r, k) for r in used]) for k in ("N", "D", "C")}
     opt = np.array([r.optimum for r in used])
     kappa = np.array([r.kappa for r in used])
-    form, hold = L.choose_form(param, inputs, opt, kappa, opts.forms, opts.seed)
+    form, hold = L.choose_form(param, inputs, opt, kappa, opts.forms)
     interval = np.array([r.interval for r in used])  # each optimum's own error: redrawn in the bootstrap
-    law = L.fit_law(param, L.FORMS[form], inputs, opt, opts.seed, interval)
+    law = L.fit_power_law(param, L.FORMS[form], inputs, opt, opts.seed, interval)
     return ParamFit(param, tuple(found), law, hold, noise, source, len(found) - len(used), tuple(skipped))
 
 
@@ -352,6 +329,21 @@ class HparamFit:
 
     def laws(self) -> "HparamLaws":
         return HparamLaws({p: f.law for p, f in self.fits.items()}, self.c_over_6nd, self.context)
+
+    @property
+    def note(self) -> str:
+        """Which form each law chose (the backtest's note)."""
+        return "; ".join(f"chose {f.law.form}" for f in self.fits.values())
+
+    def summary(self) -> str:
+        return "\n".join(
+            f"{f.law.spec.expression(p, f.law.coef)} ({f.law.form}, {f.law.n_rungs} rungs, scatter "
+            f"x{math.exp(f.law.scatter_sd):.2f})"
+            for p, f in self.fits.items()
+        )
+
+    def to_dict(self) -> dict:
+        return self.to_json()
 
     def to_json(self) -> dict:
         return {
@@ -386,8 +378,6 @@ def fit_hparams(
     unknown = [f for f in opts.forms if f not in L.FORMS]
     if unknown:
         raise AnalysisError(f"unknown law form(s) {unknown}; choose from {', '.join(L.FORMS)}")
-    if opts.joint not in R.JOINT_METHODS:
-        raise AnalysisError(f"unknown joint method {opts.joint!r}; choose from {', '.join(R.JOINT_METHODS)}")
     table, notes = tidy(df)
     if params:
         for p in params:
@@ -397,7 +387,7 @@ def fit_hparams(
         if not params:
             raise _no_swept_param(table)
     fits = {p: fit_param(table, p, opts) for p in params}
-    ratio = float(np.median(table["C"] / (L.FLOPS_PER_PARAM_TOKEN * table["N"] * table["D"])))
+    ratio = float(np.median(table["C"] / (FLOPS_PER_PARAM_TOKEN * table["N"] * table["D"])))
     return HparamFit(fits, ratio, tuple(notes), len(table), run_context(table, params))
 
 
@@ -435,7 +425,7 @@ class HparamLaws:
                 f"the hyperparameter laws have no law for {param} (they have: {', '.join(self.laws)})"
             )
         if C is None:
-            C = self.c_over_6nd * L.FLOPS_PER_PARAM_TOKEN * N * D
+            C = self.c_over_6nd * FLOPS_PER_PARAM_TOKEN * N * D
         v, lo, hi = self.laws[param].predict(np.array([N]), np.array([D]), np.array([C]))
         return float(v[0]), float(lo[0]), float(hi[0])
 

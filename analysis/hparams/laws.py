@@ -11,9 +11,11 @@ Each located rung optimum h* (analysis.hparams.rungs) is one point; a law is lin
 fitted by least squares on ln h*. The form is chosen by leave-largest-out: every form is fitted
 on the rungs below the largest model size (the largest D when one N was swept) and predicts the
 rungs of it; the form with the lowest mean |log10 error| there wins and is refitted on every rung.
+The four forms are `fit_hparams`' internal candidates; only the choice (`fit_hparams`) and N_D
+alone (`form_N_D`) are registered methods (analysis/hparams/methods.py).
 
 A prediction's 90% interval is that of  ln h = x.beta_b + s t_b + e_b, the three terms of the loss
-laws' error model (analysis.core.intervals), each measured on the rungs:
+laws' error model (`analysis.core.intervals.PredictionError`), each measured on the rungs:
 
 1. parameter noise beta_b: a bootstrap over rungs (>= MIN_BOOTSTRAP_RUNGS rungs per coefficient),
    else refits to the law plus redrawn errors: every rung's optimum redrawn from its own 90%
@@ -45,15 +47,14 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from analysis.core import validation
-from analysis.core.validation import PREDICTION_LEVEL
+from analysis.core.intervals import PredictionError
+from analysis.core.validation import PREDICTION_LEVEL, Z90
+from analysis.hparams.rungs import safe_exp
 from models.base.errors import AnalysisError
 
 BOOTSTRAP = 1000
 MIN_BOOTSTRAP_RUNGS = 3  # rungs per coefficient for a bootstrap over rungs (else parametric draws)
 SAMPLES_KEPT = 400  # bootstrap coefficient samples written to the JSON (enough for a 90% interval)
-FLOPS_PER_PARAM_TOKEN = 6.0  # C = 6 N D when a table gives no compute
-MAX_LOG = 700.0  # math.exp overflows just above 709
-Z_LEVEL = validation.norm_ppf(0.5 + PREDICTION_LEVEL / 2)  # a rung interval's end, in sds of its draws
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,11 +89,6 @@ FORMS: dict[str, Form] = {
 }
 
 
-def _exp(v: float) -> float:
-    """exp that gives inf (null in JSON) instead of raising for a degenerate bootstrap's huge log."""
-    return math.inf if v > MAX_LOG else math.exp(v)
-
-
 def short_name(param: str) -> str:
     """The name a law's text uses for a config key: lr, batch, else the key."""
     return {"optim.lr": "lr", "train.batch_size": "batch"}.get(param, param)
@@ -106,19 +102,20 @@ class HparamLaw:
     form: str  # key of FORMS
     coef: tuple[float, ...]  # (ln c, exponents...) of the fit on every rung
     samples: tuple[tuple[float, ...], ...]  # bootstrap refits of coef
-    scatter_sd: float  # residual sd of ln h* around the law
     dof: int  # n_rungs - len(coef)
     n_rungs: int  # rungs fitted
-    # extrapolation drift (forward-chaining over model size): sd of ln h* at a model size the law
-    # never saw, right next to its data, and its growth per decade of `scale_role` beyond scale_max
-    budget_sd: float = 0.0
-    drift_per_decade: float = 0.0
-    scale_role: str = "N"  # "N", or "D" when one model size was swept
-    scale_max: float = math.inf  # the largest N (or D) fitted: predictions beyond it drift
+    # noise_sd: the residual sd s of ln h* around the law (drawn with a Student-t); budget_sd and
+    # drift_per_decade: the forward-chained extrapolation term along scale_role ("N", or "D" when
+    # one model size was swept) beyond scale_max (inf: an older HP.json without a drift term)
+    error: PredictionError
 
     @property
     def spec(self) -> Form:
         return FORMS[self.form]
+
+    @property
+    def scatter_sd(self) -> float:
+        return self.error.noise_sd
 
     def params(self) -> dict[str, float]:
         """{c, exponents} with c as a value, not a log."""
@@ -131,34 +128,29 @@ class HparamLaw:
         out = {}
         for j, name in enumerate(self.spec.coef_names):
             lo, hi = validation.percentile_interval(s[:, j], PREDICTION_LEVEL)
-            out[name] = [_exp(lo), _exp(hi)] if name == "c" else [float(lo), float(hi)]
+            out[name] = [safe_exp(lo), safe_exp(hi)] if name == "c" else [float(lo), float(hi)]
         return out
 
     def decades(self, N, D) -> np.ndarray:
         """Distance beyond the fitted rungs in decades of the scale input (0 inside them)."""
-        scale = np.asarray(N if self.scale_role == "N" else D, float)
-        if not math.isfinite(self.scale_max):  # a law without a drift term (an older HP.json)
-            return np.zeros_like(scale)
-        return np.maximum(np.log10(scale / self.scale_max), 0.0)
-
-    def drift_sd(self, N, D) -> np.ndarray:
-        """Sd of the extrapolation term of ln h* at (N, D)."""
-        return np.hypot(self.budget_sd, self.drift_per_decade * self.decades(N, D))
+        scale = np.asarray(N if self.error.scale_role == "N" else D, float)
+        return self.error.decades(scale) if math.isfinite(self.error.scale_max) else np.zeros_like(scale)
 
     def predict(self, N, D, C) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(value, 90% lo, 90% hi) at arrays N, D, C."""
         X = self.spec.design({"N": N, "D": D, "C": C})
-        value = np.exp(X @ np.asarray(self.coef))
         s = np.asarray(self.samples, float)
         rng = np.random.default_rng(0)
         t = rng.standard_t(max(self.dof, 1), size=len(s)) if self.dof > 0 else np.zeros(len(s))
         z = rng.standard_normal(len(s))
-        drift = np.atleast_1d(self.drift_sd(N, D))
-        draws = X @ s.T + self.scatter_sd * t[None, :] + drift[:, None] * z[None, :]
+        e = self.error
+        drift = np.atleast_1d(np.hypot(e.budget_sd, e.drift_per_decade * self.decades(N, D)))
+        draws = X @ s.T + e.noise_sd * t[None, :] + drift[:, None] * z[None, :]
         lo, hi = validation.percentile_interval(draws, PREDICTION_LEVEL, axis=1)
-        return value, np.exp(lo), np.exp(hi)
+        return np.exp(X @ np.asarray(self.coef)), np.exp(lo), np.exp(hi)
 
     def to_json(self) -> dict:
+        e = self.error
         return {
             "param": self.param,
             "form": self.form,
@@ -166,30 +158,35 @@ class HparamLaw:
             "expression": self.spec.expression(self.param, self.coef),
             "coef_log": list(self.coef),
             "samples": [list(r) for r in self.samples[:SAMPLES_KEPT]],
-            "scatter_sd": self.scatter_sd,
+            "scatter_sd": e.noise_sd,
             "dof": self.dof,
             "n_rungs": self.n_rungs,
-            "budget_sd": self.budget_sd,
-            "drift_per_decade": self.drift_per_decade,
-            "scale_role": self.scale_role,
-            "scale_max": self.scale_max if math.isfinite(self.scale_max) else None,
+            "budget_sd": e.budget_sd,
+            "drift_per_decade": e.drift_per_decade,
+            "scale_role": e.scale_role,
+            "scale_max": e.scale_max if math.isfinite(e.scale_max) else None,
+            "n_folds": e.n_folds,
         }
 
     @classmethod
     def from_json(cls, d: Mapping) -> "HparamLaw":
+        error = PredictionError(  # an HP.json written before the drift term: none
+            noise_sd=float(d["scatter_sd"]),
+            budget_sd=float(d.get("budget_sd") or 0.0),
+            drift_per_decade=float(d.get("drift_per_decade") or 0.0),
+            scale_max=math.inf if d.get("scale_max") is None else float(d["scale_max"]),
+            scale_role=str(d.get("scale_role") or "N"),
+            n_folds=int(d.get("n_folds") or 0),
+            n_fold_points=0,
+        )
         return cls(
             param=str(d["param"]),
             form=str(d["form"]),
             coef=tuple(float(v) for v in d["coef_log"]),
             samples=tuple(tuple(float(v) for v in r) for r in d["samples"]),
-            scatter_sd=float(d["scatter_sd"]),
             dof=int(d["dof"]),
             n_rungs=int(d["n_rungs"]),
-            # an HP.json written before the drift term: none
-            budget_sd=float(d.get("budget_sd") or 0.0),
-            drift_per_decade=float(d.get("drift_per_decade") or 0.0),
-            scale_role=str(d.get("scale_role") or "N"),
-            scale_max=math.inf if d.get("scale_max") is None else float(d["scale_max"]),
+            error=error,
         )
 
 
@@ -218,7 +215,7 @@ def _lstsq(X: np.ndarray, y: np.ndarray) -> np.ndarray:
     return np.linalg.lstsq(X, y, rcond=None)[0]
 
 
-def fit_law(
+def fit_power_law(
     param: str,
     form: Form,
     inputs: Mapping[str, np.ndarray],
@@ -257,21 +254,8 @@ def fit_law(
         samples = [tuple(float(v) for v in coef)]
     # keep only what the JSON keeps, so an HP.json read back predicts the intervals fit-hparams printed
     kept = tuple(samples[:SAMPLES_KEPT])
-    role, scale_in = scale_axis(inputs)
-    budget_sd, per_decade = drift(form, inputs, y, scale_in, sd)
-    return HparamLaw(
-        param,
-        form.name,
-        tuple(float(v) for v in coef),
-        kept,
-        sd,
-        dof,
-        n,
-        budget_sd=budget_sd,
-        drift_per_decade=per_decade,
-        scale_role=role,
-        scale_max=float(np.max(scale_in)),
-    )
+    error = drift(form, inputs, y, sd)
+    return HparamLaw(param, form.name, tuple(float(v) for v in coef), kept, dof, n, error)
 
 
 def redraw(y: np.ndarray, interval: np.ndarray | None, draws: int, rng: np.random.Generator) -> np.ndarray:
@@ -281,7 +265,7 @@ def redraw(y: np.ndarray, interval: np.ndarray | None, draws: int, rng: np.rando
         return np.broadcast_to(y, (draws, len(y)))
     lo, hi = np.log(np.asarray(interval, float)).T
     z = rng.standard_normal((draws, len(y)))
-    sd = np.where(z < 0, np.maximum(y - lo, 0.0), np.maximum(hi - y, 0.0)) / Z_LEVEL
+    sd = np.where(z < 0, np.maximum(y - lo, 0.0), np.maximum(hi - y, 0.0)) / Z90
     return y + sd * z
 
 
@@ -303,25 +287,19 @@ def excess_scatter(X: np.ndarray, resid: np.ndarray, interval: np.ndarray | None
     if interval is None:
         return math.sqrt(ssr / dof)
     lo, hi = np.log(np.asarray(interval, float)).T
-    sigma2 = ((hi - lo) / (2 * Z_LEVEL)) ** 2
+    sigma2 = ((hi - lo) / (2 * Z90)) ** 2
     leverage = np.einsum("ij,ji->i", X, np.linalg.pinv(X))
     return math.sqrt(max(ssr - float(np.sum((1 - leverage) * sigma2)), 0.0) / dof)
 
 
-def scale_axis(inputs: Mapping[str, np.ndarray]) -> tuple[str, np.ndarray]:
-    """(role, values) of the axis a law extrapolates along: N, or D when one N was swept (the
-    leave-largest-out axis of `holdout_split`)."""
+def drift(form: Form, inputs: Mapping[str, np.ndarray], y: np.ndarray, scatter: float) -> PredictionError:
+    """The law's error model: the residual sd `scatter` of ln h*, and its forward-chained drift
+    along N (D when one N was swept: the leave-largest-out axis of `holdout_split`). Each fold
+    (validation's cuts; those whose rungs identify the form, with a spare rung) predicts the rungs
+    above its cut; their errors beyond `scatter` against their decades beyond the fold give
+    budget_sd and drift_per_decade (`validation.drift_from_folds`; 0 without two errors)."""
     N = np.asarray(inputs["N"], float)
-    return ("N", N) if validation.levels(N).size > 1 else ("D", np.asarray(inputs["D"], float))
-
-
-def drift(
-    form: Form, inputs: Mapping[str, np.ndarray], y: np.ndarray, scale: np.ndarray, scatter: float
-) -> tuple[float, float]:
-    """(budget_sd, drift_per_decade) of ln h*: forward-chaining over `scale` (validation's cuts;
-    every fold whose rungs identify the form, with a spare rung), each fold's errors on the rungs
-    above its cut against their decades beyond it, beyond the scatter `scatter`
-    (`validation.drift_from_folds`); (0, 0) without two held-out errors."""
+    role, scale = ("N", N) if validation.levels(N).size > 1 else ("D", np.asarray(inputs["D"], float))
     X = form.design(inputs)
     errors, decades = [], []
     for cut in validation.forward_cuts(scale):
@@ -331,7 +309,18 @@ def drift(
         coef = _lstsq(X[fit], y[fit])
         errors.append(y[~fit] - X[~fit] @ coef)
         decades.append(np.log10(scale[~fit] / scale[fit].max()))
-    return validation.drift_from_folds(errors, decades, scatter)
+    budget_sd, per_decade = validation.drift_from_folds(errors, decades, scatter)
+    return PredictionError(
+        noise_sd=scatter,
+        budget_sd=budget_sd,
+        drift_per_decade=per_decade,
+        scale_max=float(np.max(scale)),
+        scale_role=role,
+        n_folds=len(errors),
+        n_fold_points=int(sum(e.size for e in errors)),
+        fold_mae=validation.fold_mae(errors),
+        method="bootstrap over rungs + residual scatter (Student-t) + forward-chained drift",
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -373,7 +362,6 @@ def choose_form(
     opt: np.ndarray,
     kappa: np.ndarray,
     forms: Sequence[str] = tuple(FORMS),
-    seed: int = 0,
 ) -> tuple[str, Holdout | None]:
     """The form with the lowest leave-largest-out error (ties: fewer coefficients). When holding
     the largest model size out leaves too few rungs for any form, the error is leave-one-out;

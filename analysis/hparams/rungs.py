@@ -24,22 +24,20 @@ and the noise make it. The penalty curve of a rung is the quadratic's relative l
 k times the optimum, kappa (ln k)^2 with kappa = a / L*: how much tuning matters at that rung.
 
 With another hyperparameter swept as well (an LR x batch grid), each value's loss is the best over
-the other parameter's values (a profile), so the optimum is that of the best setting of the rest;
-`joint="quadratic"` locates both at the vertex of a 2-D quadratic instead (below).
+the other parameter's values (a profile), so the optimum is that of the best setting of the rest.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Callable
 
 import numpy as np
 import pandas as pd
 
 from analysis.core import validation
 from analysis.core.validation import PREDICTION_LEVEL
-from analysis.core.vertex import FLAT_CURVATURE, MIN_VALUES, around, quadratic, vertex, window_of
+from analysis.core.vertex import MIN_VALUES, quadratic, vertex, window_of
 
 # The values of a rung around its best that its quadratic goes through: 1 = the best and its two
 # neighbours ("the best point and its neighbours"), exact on three points.
@@ -52,8 +50,7 @@ ASSUMED_LOSS_NOISE = 2e-3
 NOISE_DRAWS = 200  # Monte Carlo refits for a vertex's interval
 VALUE_DIGITS = 6  # values equal to 6 significant digits are one value (float noise in a CSV)
 MAX_LOG = 700.0  # math.exp overflows just above 709
-PROFILE, QUADRATIC = "profile", "quadratic"  # how a rung swept in two parameters is located
-JOINT_METHODS = (PROFILE, QUADRATIC)
+PROFILE = "profile"  # how a rung is located: on its profile (JSON `rungs[].method`)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,7 +72,7 @@ class RungOptimum:
     edge: bool  # best value is the lowest or highest tried: the optimum may lie outside the grid
     flat: bool  # the quadratic is not convex: no optimum located
     n_window: int  # points the quadratic was fitted through
-    method: str = PROFILE  # "profile" (1-D quadratic) or "quadratic" (joint 2-D quadratic)
+    method: str = PROFILE  # the 1-D quadratic on the rung's profile
 
     @property
     def usable(self) -> bool:
@@ -122,75 +119,48 @@ def locate(
     window: int = DEFAULT_WINDOW,
     seed: int = 0,
 ) -> RungOptimum:
-    """The optimum of one rung's profile (`values` ascending, distinct, positive)."""
+    """The optimum of one rung's profile (`values` ascending, distinct, positive); a rung whose
+    quadratic is not convex is `flat`, its optimum the best value tried."""
     x, y = np.log(values), np.asarray(losses, float)
     vx = vertex(values, y, window)
-    w = vx.window
+    w, i = vx.window, int(np.argmin(y))
     interval = (x[0], x[-1])
     if not vx.flat:
-        xw = x[w]
-        draws = _vertex_draws(y[w], noise, seed, lambda ys: (quadratic(xw, ys)[1], xw[int(np.argmin(ys))]))
-        interval = _central(draws, fallback=interval)
-    where = {"N": N, "D": D, "C": C}
-    return _optimum(param, where, values, y, vx.x, vx.loss, vx.a, interval, vx.edge, w.stop - w.start)
-
-
-def _optimum(
-    param: str,
-    where: dict[str, float],
-    values: np.ndarray,
-    losses: np.ndarray,
-    x_star: float,
-    loss_star: float,
-    a: float,
-    interval: tuple[float, float],
-    edge: bool,
-    n_window: int,
-    method: str = PROFILE,
-) -> RungOptimum:
-    """The record of a located vertex (x_star = ln of the optimum, nan when not convex: the rung is
-    flat and its optimum is the best value tried); `a` the curvature of the profile in ln(value)."""
-    i = int(np.argmin(losses))
-    flat = not math.isfinite(x_star)
-    if flat:
-        x_star, loss_star = math.log(values[i]), losses[i]
+        interval = _central(_vertex_draws(x[w], y[w], noise, seed), fallback=interval)
+    x_star, loss_star = (x[i], y[i]) if vx.flat else (vx.x, vx.loss)
     return RungOptimum(
         param=param,
-        N=float(where["N"]),
-        D=float(where["D"]),
-        C=float(where["C"]),
+        N=float(N),
+        D=float(D),
+        C=float(C),
         values=tuple(float(v) for v in values),
-        losses=tuple(float(v) for v in losses),
+        losses=tuple(float(v) for v in y),
         best_tried=float(values[i]),
-        best_loss=float(losses[i]),
-        optimum=_exp(x_star),
-        interval=(_exp(interval[0]), _exp(interval[1])),
+        best_loss=float(y[i]),
+        optimum=safe_exp(x_star),
+        interval=(safe_exp(interval[0]), safe_exp(interval[1])),
         loss_at_optimum=float(loss_star),
-        kappa=math.nan if flat else float(a / loss_star),
-        edge=bool(edge),
-        flat=flat,
-        n_window=int(n_window),
-        method=method,
+        kappa=math.nan if vx.flat else float(vx.a / loss_star),
+        edge=bool(vx.edge),
+        flat=vx.flat,
+        n_window=int(w.stop - w.start),
     )
 
 
-def _exp(v: float) -> float:
-    """exp, inf past float range (an edge rung's vertex can be extrapolated that far), nan for nan."""
+def safe_exp(v: float) -> float:
+    """exp, inf past float range (an edge rung's vertex, a degenerate bootstrap's log), nan for nan."""
     return math.inf if v > MAX_LOG else float(math.exp(v))
 
 
-def _vertex_draws(
-    y: np.ndarray, noise: float, seed: int, solve: Callable[[np.ndarray], tuple[float, float]]
-) -> np.ndarray:
-    """ln of the optimum over NOISE_DRAWS refits with the losses `y` perturbed by relative noise
-    `noise`: `solve(losses)` gives (the refit's vertex or nan when not convex, the point with the
-    lowest loss), and a draw that is not convex takes the second."""
+def _vertex_draws(x: np.ndarray, y: np.ndarray, noise: float, seed: int) -> np.ndarray:
+    """ln of the optimum over NOISE_DRAWS refits of the quadratic with the losses `y` perturbed by
+    relative noise `noise`; a draw that is not convex takes its lowest point."""
     rng = np.random.default_rng(seed)
     ys = y[None, :] * (1 + noise * rng.standard_normal((NOISE_DRAWS, len(y))))
     out = np.empty(NOISE_DRAWS)
     for j in range(NOISE_DRAWS):
-        xs, best = solve(ys[j])
-        out[j] = xs if math.isfinite(xs) else best
+        xs = quadratic(x, ys[j])[1]
+        out[j] = xs if math.isfinite(xs) else x[int(np.argmin(ys[j]))]
     return out
 
 
@@ -206,170 +176,20 @@ def _rounded(values: pd.Series) -> pd.Series:
     return values.map(lambda v: float(f"{v:.{VALUE_DIGITS}g}"))
 
 
-def _best_per(df: pd.DataFrame, keys: list[str]) -> list[tuple[tuple, pd.DataFrame]]:
-    """Per rung, the first run of the lowest loss at each combination of `keys` (one pass, not a
-    groupby per rung), sorted by `keys`."""
-    best = df.sort_values("loss", kind="stable").drop_duplicates(["rung", *keys])
-    return [(key, g.sort_values(keys)) for key, g in best.groupby("rung", sort=True)]
-
-
 def profiles(df: pd.DataFrame, param: str) -> list[tuple[tuple, pd.DataFrame]]:
-    """Per rung, the best loss at each value of `param` (over every other column's values) in
-    column `_v` order; `df` has columns N, D, C, loss, rung and `param`."""
-    return _best_per(df.assign(_v=_rounded(df[param])), ["_v"])
+    """Per rung (sorted), the best loss at each value of `param` (over every other column's values)
+    in column `_v` order: the first run of the lowest loss at each value, in one pass (not a
+    groupby per rung); `df` has columns N, D, C, loss, rung and `param`."""
+    d = df.assign(_v=_rounded(df[param])).sort_values("loss", kind="stable")
+    best = d.drop_duplicates(["rung", "_v"])
+    return [(key, g.sort_values(["_v"])) for key, g in best.groupby("rung", sort=True)]
 
 
-# ---- the joint optimum of a learning-rate x batch-size grid ---------------------------------------
-# With `joint="quadratic"` a rung that sweeps both parameters of JOINT_PAIR (>= 3 values of each) is
-# located on its grid: a quadratic in (x, y) = (ln lr, ln B) with a cross term,
-#
-#     loss ~= c0 + cx x + cy y + cxx x^2 + cyy y^2 + cxy x y,
-#
-# least squares through the cells around the best one (`window` values of each parameter on each
-# side: 9 cells for 6 coefficients on a full grid). Its vertex is the joint optimum; each
-# parameter's curvature is that of the profile (the other re-tuned): cxx - cxy^2 / (4 cyy); its
-# interval is the central 90% of the vertex over noise refits, as for one parameter, and the best
-# cell's value at the lowest or highest tried is `edge`. A rung with too few cells around its best
-# for six coefficients, whose quadratic is not convex (its Hessian not positive definite: `flat` in
-# two dimensions) or whose vertex lies outside those cells is located on its profile (method
-# "profile", flagged `flat` there when that is not convex either): on our CPU ladder (~1.4% noise)
-# trusting those vertices put one rung's optimum x5 below its best value and took the lr backtest's
-# error from 0.11 to 0.42 dex.
-# The loss noise is the pooled residual of the grid quadratics (3 spare cells each on a full grid).
-JOINT_PAIR = ("optim.lr", "train.batch_size")
-GRID_COEFFICIENTS = 6
-
-
-def joint_partner(param: str, columns) -> str | None:
-    """The other parameter of JOINT_PAIR when `param` is one of them and the table has the other."""
-    if param not in JOINT_PAIR:
-        return None
-    other = JOINT_PAIR[1 - JOINT_PAIR.index(param)]
-    return other if other in columns else None
-
-
-def grids(df: pd.DataFrame, param: str, partner: str) -> dict[tuple, pd.DataFrame]:
-    """Per rung, the best loss at each (param, partner) cell (columns `_v`, `_w`, loss)."""
-    d = df.assign(_v=_rounded(df[param]), _w=_rounded(pd.to_numeric(df[partner], errors="coerce")))
-    return dict(_best_per(d[d["_w"] > 0], ["_v", "_w"]))
-
-
-@dataclasses.dataclass(frozen=True)
-class GridWindow:
-    """The cells of one rung's grid its 2-D quadratic goes through, centred on the best cell."""
-
-    x: np.ndarray  # ln(param value) - x0
-    y: np.ndarray  # ln(partner value) - y0
-    loss: np.ndarray
-    x0: float  # ln of the best cell's param value
-    y0: float
-    edge: bool  # the best cell's param value is the lowest or highest tried in the rung
-
-    def fit(self, loss: np.ndarray | None = None) -> tuple[np.ndarray, float, int]:
-        """(coefficients c0, cx, cy, cxx, cyy, cxy; sum of squared relative residuals; dof)."""
-        y = self.loss if loss is None else loss
-        coef = np.linalg.lstsq(_grid_design(self.x, self.y), y, rcond=None)[0]
-        r = (y - _grid_design(self.x, self.y) @ coef) / np.min(y)
-        return coef, float(np.sum(r * r)), len(y) - GRID_COEFFICIENTS
-
-    def inside(self, x: float, y: float) -> bool:
-        """Whether (x, y) (centred like the cells) lies within the span of the cells fitted."""
-        return bool(self.x.min() <= x <= self.x.max() and self.y.min() <= y <= self.y.max())
-
-    def solve(self, loss: np.ndarray) -> tuple[float, float]:
-        """(ln of the param's optimum from a refit to `loss`, nan when not convex; ln of the
-        param value of its lowest cell): a noise draw of `_vertex_draws`."""
-        v = grid_vertex(self.fit(loss)[0])
-        return v[0] + self.x0, self.x[int(np.argmin(loss))] + self.x0
-
-
-def _grid_design(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    return np.column_stack([np.ones_like(x), x, y, x * x, y * y, x * y])
-
-
-def grid_vertex(coef: np.ndarray) -> tuple[float, float, float, float]:
-    """(x*, y*, loss at the vertex, the profile curvature in x) of a 2-D quadratic; nans when its
-    Hessian is not positive definite (the curvature threshold is vertex.FLAT_CURVATURE's)."""
-    c0, cx, cy, cxx, cyy, cxy = coef
-    tol = FLAT_CURVATURE * abs(c0)
-    if not (cxx > tol and cyy > tol and 4 * cxx * cyy - cxy * cxy > tol * tol):
-        return (math.nan,) * 4
-    hess = np.array([[2 * cxx, cxy], [cxy, 2 * cyy]])
-    xs, ys = np.linalg.solve(hess, [-cx, -cy])
-    return float(xs), float(ys), float(c0 + 0.5 * (cx * xs + cy * ys)), float(cxx - cxy * cxy / (4 * cyy))
-
-
-def grid_window(cells: pd.DataFrame, window: int) -> GridWindow | None:
-    """The cells around a rung's best (`cells`: one row per (_v, _w) with its loss); None when the
-    rung does not sweep both parameters (>= MIN_VALUES each) or its window cannot fix six
-    coefficients."""
-    vx, vy = np.sort(cells["_v"].unique()), np.sort(cells["_w"].unique())
-    if len(vx) < MIN_VALUES or len(vy) < MIN_VALUES:
-        return None
-    best = cells.loc[cells["loss"].idxmin()]
-    i, j = int(np.searchsorted(vx, best["_v"])), int(np.searchsorted(vy, best["_w"]))
-    near_x, near_y = vx[around(len(vx), i, window)], vy[around(len(vy), j, window)]
-    w = cells[cells["_v"].isin(near_x) & cells["_w"].isin(near_y)]
-    x0, y0 = math.log(best["_v"]), math.log(best["_w"])
-    x, y = np.log(w["_v"].to_numpy(float)) - x0, np.log(w["_w"].to_numpy(float)) - y0
-    if len(w) < GRID_COEFFICIENTS or np.linalg.matrix_rank(_grid_design(x, y)) < GRID_COEFFICIENTS:
-        return None
-    loss = w["loss"].to_numpy(float)
-    return GridWindow(x, y, loss, x0, y0, i in (0, len(vx) - 1))
-
-
-def locate_joint(
-    param: str,
-    where: dict[str, float],
-    profile: pd.DataFrame,
-    grid: GridWindow,
-    noise: float,
-    seed: int = 0,
-) -> RungOptimum | None:
-    """The optimum of `param` in one rung at the vertex of its grid's 2-D quadratic; `profile` is
-    the rung's best loss per value (`profiles`), reported as the 1-D locate reports it. None (the
-    rung is then located on its profile) when the quadratic is not convex or its vertex lies
-    outside the cells it went through: an extrapolation of the noise."""
-    x_star, y_star, loss_star, a = grid_vertex(grid.fit()[0])
-    if not (math.isfinite(x_star) and grid.inside(x_star, y_star)):
-        return None
-    values, losses = profile["_v"].to_numpy(float), profile["loss"].to_numpy(float)
-    span = (math.log(values[0]), math.log(values[-1]))
-    interval = _central(_vertex_draws(grid.loss, noise, seed, grid.solve), fallback=span)
-    return _optimum(
-        param,
-        where,
-        values,
-        losses,
-        x_star + grid.x0,
-        loss_star,
-        a,
-        interval,
-        grid.edge,
-        len(grid.loss),
-        QUADRATIC,
-    )
-
-
-def pooled_grid_noise(windows: list[GridWindow]) -> tuple[float, str] | None:
-    """(relative loss noise, its source) from the pooled residual of the rungs' 2-D quadratics;
-    None when no grid has more cells than coefficients."""
-    fits = [w.fit()[1:] for w in windows]
-    ss, dof = sum(f[0] for f in fits), sum(f[1] for f in fits)
-    if dof == 0:
-        return None
-    return max(math.sqrt(ss / dof), 1e-6), f"pooled residual of the rung 2-D quadratics ({dof} dof)"
-
-
-def pooled_noise(
-    profile_list: list[tuple[tuple, pd.DataFrame]], param: str, window: int
-) -> tuple[float, str]:
-    """(relative loss noise, where it came from): the pooled residual of the rungs' window
-    quadratics where any has spare points, else ASSUMED_LOSS_NOISE."""
+def pooled_noise(profile_list: list[tuple[tuple, pd.DataFrame]], window: int) -> tuple[float, str]:
+    """(relative loss noise, where it came from): the pooled residual of the window quadratics of
+    the rungs (each with >= MIN_VALUES values) where any has spare points, else ASSUMED_LOSS_NOISE."""
     ss, dof = 0.0, 0
     for _, best in profile_list:
-        if len(best) < MIN_VALUES:
-            continue
         y = best["loss"].to_numpy(float)
         w = window_of(y, window)
         s, d = residual_noise(np.log(best["_v"].to_numpy(float))[w], y[w])
@@ -377,16 +197,6 @@ def pooled_noise(
     if dof == 0:
         return ASSUMED_LOSS_NOISE, "assumed (no rung has more points than its quadratic)"
     return max(math.sqrt(ss / dof), 1e-6), f"pooled residual of the rung quadratics ({dof} dof)"
-
-
-def split_rung_sizes(
-    profile_list: list[tuple[tuple, pd.DataFrame]],
-) -> tuple[list[tuple[tuple, pd.DataFrame]], list[tuple[tuple, pd.DataFrame]]]:
-    """(rungs with >= MIN_VALUES distinct values of the parameter, rungs with fewer): no optimum
-    can be located from one or two points, so the second are left out (`SkippedRung`)."""
-    swept = [(k, b) for k, b in profile_list if len(b) >= MIN_VALUES]
-    short = [(k, b) for k, b in profile_list if len(b) < MIN_VALUES]
-    return swept, short
 
 
 def too_few_reason(param: str, values: np.ndarray) -> str:

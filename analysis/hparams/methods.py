@@ -1,0 +1,135 @@
+"""The hyperparameter-law family's methods in the one registry (`analysis.core.methods`).
+
+Each is fitted to a runs table on one hyperparameter (`param`, a config key: `optim.lr` by
+default, `train.batch_size` for the batch law) and predicts its optimum at (N, D[, C]) with the
+law's 90% interval:
+
+- `fit_hparams` (default of the `lr` and `batch` protocols): what `fit-hparams` fits without
+  flags, the power-law form chosen by leave-largest-out among N_D, C, D and N (`laws.FORMS`);
+- `form_N_D`: the same with the N_D form only (Step Law's c N^p D^q): best on the zoo's batch
+  backtests (docs/backtests.md);
+- `baseline_log_linear` (baseline): ln h* = a + b ln N by ordinary least squares through each
+  rung's best tried value (no vertex, no form choice), +- Z90 x the residual scatter.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Mapping
+
+import numpy as np
+import pandas as pd
+
+from analysis.core.methods import Family, Method, Prediction, Role, register
+from analysis.core.table import FLOPS_PER_PARAM_TOKEN
+from analysis.core.validation import Z90, scatter_sd
+from analysis.hparams.fitting import HparamFit, HparamOptions, fit_hparams, locate_rungs, tidy
+from models.base.errors import AnalysisError
+
+PROTOCOLS = ("lr", "batch")
+DEFAULT, BASELINE = "fit_hparams", "baseline_log_linear"
+LR_KEY = "optim.lr"
+
+
+def _fit(forms: tuple[str, ...] | None):
+    def fit(table: pd.DataFrame, param: str = LR_KEY, **options: Any) -> HparamFit:
+        """`fit_hparams` on one parameter; options are `HparamOptions`' (window, include_edges, seed)."""
+        opts = HparamOptions(**options)
+        return fit_hparams(table, [param], dataclasses.replace(opts, forms=forms) if forms else opts)
+
+    return fit
+
+
+def predict(fit: HparamFit, inputs: Mapping[str, np.ndarray]) -> Prediction:
+    """The optimum of the fitted parameter at N, D (C: given, else 6ND x the runs' C / 6ND)."""
+    N, D = (np.asarray(inputs[k], float) for k in ("N", "D"))
+    C = inputs.get("C")
+    C = fit.c_over_6nd * FLOPS_PER_PARAM_TOKEN * N * D if C is None else np.asarray(C, float)
+    return Prediction(*next(iter(fit.fits.values())).law.predict(N, D, C))
+
+
+def plot(fit: HparamFit, table: pd.DataFrame | None, ax: Any = None):
+    """Each located rung optimum (with its interval) against N, and the law with its 90% band along
+    the rungs' tokens per parameter."""
+    # matplotlib only when a figure is asked for (importing analysis stays light)
+    from matplotlib.figure import Figure
+
+    fig = ax.figure if ax is not None else Figure(figsize=(7, 4.6), layout="constrained")
+    ax = ax if ax is not None else fig.subplots()
+    param, pf = next(iter(fit.fits.items()))
+    rungs = pf.rungs
+    N = np.array([r.N for r in rungs])
+    opt = np.array([r.optimum for r in rungs])
+    err = np.abs(np.array([r.interval for r in rungs]).T - opt)
+    ax.errorbar(N, opt, yerr=err, fmt="o", ms=4, capsize=2, label="rung optima (90%)")
+    grid = np.geomspace(N.min(), N.max() * 4, 40)
+    ratio = float(np.median([r.D / r.N for r in rungs]))
+    p = predict(fit, {"N": grid, "D": ratio * grid})
+    ax.plot(grid, p.mean, lw=1.2, label=pf.law.spec.expression(param, pf.law.coef))
+    ax.fill_between(grid, p.lo, p.hi, alpha=0.15, lw=0)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel(f"N (parameters; D = {ratio:.3g} N)")
+    ax.set_ylabel(f"optimal {param}")
+    ax.legend(fontsize=8)
+    ax.grid(True, which="both", alpha=0.3)
+    return fig
+
+
+@dataclasses.dataclass(frozen=True)
+class LogLinearLaw:
+    """The baseline: ln h* = coef . [1, ln N] through each rung's best tried value."""
+
+    param: str
+    coef: tuple[float, float]
+    log_sd: float  # scatter_sd of the in-sample log residuals
+    n_rungs: int
+
+    note = ""
+
+    def summary(self) -> str:
+        a, b = self.coef
+        law = f"{self.param}* = {np.exp(a):.4g} N^{b:+.3f}"
+        return f"baseline {law} on {self.n_rungs} rungs (log sd {self.log_sd:.3g})"
+
+    def to_dict(self) -> dict:
+        return {
+            "param": self.param,
+            "coef_log": list(self.coef),
+            "log_sd": self.log_sd,
+            "n_rungs": self.n_rungs,
+        }
+
+
+def _fit_log_linear(table: pd.DataFrame, param: str = LR_KEY, **_: Any) -> LogLinearLaw:
+    rungs = locate_rungs(tidy(table)[0], param, HparamOptions())[0]
+    N = np.array([r.N for r in rungs])
+    if len(rungs) < 2 or np.unique(N).size < 2:
+        raise AnalysisError("fewer than 2 model sizes fitted")
+    X = np.column_stack([np.ones(len(N)), np.log(N)])
+    y = np.log([r.best_tried for r in rungs])
+    coef = np.linalg.lstsq(X, y, rcond=None)[0]
+    return LogLinearLaw(param, (float(coef[0]), float(coef[1])), scatter_sd(X @ coef - y), len(N))
+
+
+def _predict_log_linear(law: LogLinearLaw, inputs: Mapping[str, np.ndarray]) -> Prediction:
+    pred = np.exp(law.coef[0] + law.coef[1] * np.log(np.asarray(inputs["N"], float)))
+    return Prediction(pred, pred * np.exp(-Z90 * law.log_sd), pred * np.exp(Z90 * law.log_sd))
+
+
+_CHOSEN = "the power-law form chosen by leave-largest-out (N_D, C, D or N)"
+register(Method(DEFAULT, Family.HPARAM, PROTOCOLS, Role.DEFAULT, _fit(None), predict, plot, _CHOSEN))
+register(
+    Method("form_N_D", Family.HPARAM, PROTOCOLS, Role.CANDIDATE, _fit(("N_D",)), predict, plot, "c N^p D^q")
+)
+register(
+    Method(
+        BASELINE,
+        Family.HPARAM,
+        PROTOCOLS,
+        Role.BASELINE,
+        _fit_log_linear,
+        _predict_log_linear,
+        doc="ln h* linear in ln N through each rung's best tried value",
+    )
+)
