@@ -19,6 +19,8 @@ Per protocol and method it prints the mean |relative error| of the predicted bes
 interval coverage and mean width, and which method `fit` chose.
 
     python benchmarks/frontier_eval.py [--runs RUNS.csv --fit-below 5e11] [--synthetic 10] [--json OUT]
+    python benchmarks/frontier_eval.py --quick --json /tmp/frontier.json   # smoke run (the test's):
+        Epoch at the check's cut (C <= 1e20) and one synthetic ladder, 20 bootstrap resamples
 """
 
 from __future__ import annotations
@@ -49,11 +51,11 @@ def half_decade_best(df: pd.DataFrame) -> pd.DataFrame:
     return df.loc[df.groupby(b).loss.idxmin()]
 
 
-def evaluate(fit_df: pd.DataFrame, targets: pd.DataFrame) -> dict:
+def evaluate(fit_df: pd.DataFrame, targets: pd.DataFrame, bootstrap: int = BOOTSTRAP) -> dict:
     """Per method: errors, coverage and width at the targets' (C, best loss); and the choice."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        fit = fit_law(fit_df, "chinchilla", bootstrap=BOOTSTRAP)
+        fit = fit_law(fit_df, "chinchilla", bootstrap=bootstrap)
     law = ScalingLaw.from_fit(fit)
     C, best = targets.C.to_numpy(float), targets.loss.to_numpy(float)
     out = {"chosen": str(fit.frontier.method), "reason": fit.frontier.reason, "methods": {}}
@@ -74,14 +76,14 @@ def evaluate(fit_df: pd.DataFrame, targets: pd.DataFrame) -> dict:
     return out
 
 
-def epoch() -> dict:
+def epoch(cuts=(3e19, 1e20, 3e20), bootstrap: int = BOOTSTRAP) -> dict:
     d = pd.read_csv(SHARED / "chinchilla_epoch" / "svg_extracted_data.csv")
     d = d[d.loss < d.loss.nlargest(5).min()]
     d = pd.DataFrame({"N": d["Model Size"], "C": d["Training FLOP"], "loss": d.loss})
     d["D"] = d.C / (6 * d.N)
     return {
-        f"epoch C<={cut:g}": evaluate(d[d.C <= cut], half_decade_best(d[d.C > cut]))
-        for cut in (3e19, 1e20, 3e20)
+        f"epoch C<={cut:g}": evaluate(d[d.C <= cut], half_decade_best(d[d.C > cut]), bootstrap)
+        for cut in cuts
     }
 
 
@@ -117,15 +119,15 @@ def kaplan_ladder(seed: int) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def synthetic_one(seed: int) -> dict:
+def synthetic_one(seed: int, bootstrap: int = BOOTSTRAP) -> dict:
     """One synthetic ladder (seeded): `evaluate` on its 6 budgets <= 5e17, the 6 larger as targets."""
     x = kaplan_ladder(seed)
     big = x[x.C > 5.1e17]
-    return evaluate(x[x.C <= 5.1e17], big.loc[big.groupby("C").loss.idxmin()])
+    return evaluate(x[x.C <= 5.1e17], big.loc[big.groupby("C").loss.idxmin()], bootstrap)
 
 
-def synthetic(n: int) -> dict:
-    return {f"synthetic seed {seed}": synthetic_one(seed) for seed in range(n)}
+def synthetic(n: int, bootstrap: int = BOOTSTRAP) -> dict:
+    return {f"synthetic seed {seed}": synthetic_one(seed, bootstrap) for seed in range(n)}
 
 
 def own(path: str, fit_below: float) -> dict:
@@ -159,21 +161,28 @@ def print_table(results: dict) -> None:
     print(f"chosen method over all {n} targets: mean |err| {100 * err:.2f}%, 90% coverage {cov:.0%}")
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", help="a runs table of our own IsoFLOP sweep")
     ap.add_argument("--fit-below", type=float, default=5e11, help="fit the --runs budgets up to this C")
     ap.add_argument("--synthetic", type=int, default=10, help="synthetic ladders (seeds)")
     ap.add_argument("--skip", nargs="*", default=[], choices=("epoch", "gadre"))
     ap.add_argument("--json", help="write every figure here")
-    args = ap.parse_args()
+    ap.add_argument("--bootstrap", type=int, default=BOOTSTRAP, help="bootstrap resamples of each fit")
+    ap.add_argument(
+        "--quick", action="store_true", help="smoke run: Epoch at C <= 1e20, one synthetic ladder"
+    )
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.synthetic, args.bootstrap, args.skip = 1, 20, ["gadre"]
     enable_compile_cache()
     results = {}
-    for name, fn in (("epoch", epoch), ("gadre", gadre)):
-        if name not in args.skip:
-            results.update(fn())
+    if "epoch" not in args.skip:
+        results.update(epoch((1e20,) if args.quick else (3e19, 1e20, 3e20), args.bootstrap))
+    if "gadre" not in args.skip:
+        results.update(gadre())
     if args.synthetic:
-        results.update(synthetic(args.synthetic))
+        results.update(synthetic(args.synthetic, args.bootstrap))
     if args.runs:
         results.update(own(args.runs, args.fit_below))
     print_table(results)
