@@ -10,9 +10,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
+import analysis.rl.methods  # noqa: F401  (registers the RL law)
+from analysis.core import methods as registry
 from analysis.rl.curves import RLCurve, burn_in_cutoff, load_curve
-from analysis.rl.fitting import FitOptions, fit_recipe
-from analysis.rl.laws import RLPoints, fit_gao, fit_rl_law, gao_log, power_law, sigmoid
+from analysis.rl.fitting import RLFitOptions, fit_recipe
+from analysis.rl.laws import RLPoints, fit_gao, fit_rl_law, gao_log, sigmoid
 from models.base.errors import AnalysisError
 
 
@@ -82,7 +84,7 @@ def test_secret_law_protocol_coverage_and_flags(monkeypatch):
     3 is flagged pre_midpoint or A_unbounded (target 95%), no full window is, and A is within
     0.02 everywhere (../shared/checks/rl.sh).
 
-    Measured (benchmarks/rl_coverage.py, 200 draws): A coverage 96.5% / 98.0% / 95.5% for seeds
+    Measured (the same protocol, 200 draws; docs/rl.md): A coverage 96.5% / 98.0% / 95.5% for seeds
     0 / 1 / 2, early windows flagged 100% / 99.5% / 100%, full windows flagged 0%; on these 100
     draws 95 / 100 / 0. Power: with real coverage 85% the A bound passes with probability
     P(Bin(100, 0.85) >= 90) = 7%, and the flag bound at a real 90% flag rate with
@@ -128,21 +130,10 @@ def test_scalerl_main_recipe_recovers_A(r0):
     for _ in range(3):
         p, s = _binomial_curve(rng, 0.610, 1.92, 2542.0, 0.3, C)
         curve = RLCurve("scalerl", C, p, s, is_run=False)
-        res = fit_recipe([curve], FitOptions(r0=r0))
+        res = fit_recipe([curve], RLFitOptions(r0=r0))
         assert abs(res["params"]["A"] - 0.610) <= 0.02
         assert res["flags"] == []
         assert res["ci"]["A"][0] <= 0.610 + 0.02 and res["ci"]["A"][1] >= 0.610 - 0.02
-
-
-def test_power_law_recovery():
-    rng = np.random.default_rng(3)
-    C = np.geomspace(1e2, 1e5, 40)
-    y = power_law(C, 0.7, 0.5, 5.0)
-    s = np.full_like(y, 0.005)
-    fit = fit_rl_law(RLPoints.make(C, y + rng.normal(0, 0.005, C.size), s), "powerlaw")
-    assert fit.params["A"] == pytest.approx(0.7, abs=0.03)
-    assert fit.params["B"] == pytest.approx(0.5, rel=0.2)
-    assert fit.ci["A"][0] <= 0.7 <= fit.ci["A"][1]
 
 
 def test_gao_forms_recovered():
@@ -172,8 +163,8 @@ def test_bad_input_is_a_clear_error():
         fit_rl_law(RLPoints.make([1.0, 2.0, 3.0], [0.1, 0.2, 0.3]))
     with pytest.raises(AnalysisError, match=r"\[0, 1\]"):
         fit_rl_law(RLPoints.make(np.arange(1, 9.0), np.full(8, 1.5)))
-    with pytest.raises(AnalysisError, match="unknown law"):
-        fit_rl_law(RLPoints.make(np.arange(1, 9.0), np.full(8, 0.5)), "exp")
+    with pytest.raises(AnalysisError, match="unknown CI method"):
+        fit_rl_law(RLPoints.make(np.arange(1, 9.0), np.full(8, 0.5)), ci_method="jackknife")
 
 
 def _run_dir(tmp_path, C, y, per_pass=None, prompts=None):
@@ -243,6 +234,27 @@ def test_cli_bad_input_one_line(tmp_path):
     assert r.returncode == 2
     assert r.stderr.strip().count("\n") == 0 and "pass_rate" in r.stderr
     assert "Traceback" not in r.stderr
+    argv = [sys.executable, "-m", "analysis", "fit-rl", str(bad), "--law", "powerlaw"]
+    r = subprocess.run(argv, capture_output=True, text=True)
+    assert r.returncode == 2 and r.stderr.strip() == "error: unknown --law 'powerlaw'; choose one of sigmoid"
+
+
+def test_the_registered_sigmoid_fits_a_curve_table_and_predicts_with_an_interval():
+    """`registry.get("sigmoid", "rl")(table)`: fit-rl's fit of a compute/pass_rate table; predict(C=)
+    is the pass rate with the 90% band of the bootstrap refits, holding the secret law's curve."""
+    rng = np.random.default_rng(5)
+    C = np.geomspace(2000 / 20, 2000 * 30, 40)
+    p, s = _binomial_curve(rng, 0.7, 1.6, 2000.0, 0.2, C)
+    (m,) = registry.methods("rl")
+    assert (m.name, m.role, m.protocols) == ("sigmoid", "default", ())
+    fit = m(pd.DataFrame({"compute": C, "pass_rate": p, "stderr": s}), n_boot=100)
+    assert fit.to_dict()["params"] == fit_recipe([RLCurve("table", C, p, s, False)])["params"]
+    grid = np.array([1e3, 2e3, 2e4])
+    pred = fit.predict(C=grid)
+    assert np.all(pred.lo <= pred.mean) and np.all(pred.mean <= pred.hi)
+    assert np.all(np.abs(pred.mean - sigmoid(grid, 0.7, 1.6, 2000.0, 0.2)) < 0.02)
+    assert 0 < float(pred.hi[-1] - pred.lo[-1]) < 0.05 and "ceiling A" in fit.summary()
+    assert fit.plot().axes
 
 
 def test_variance_collapse_flags_unstable_only_inside_the_fit_window(tmp_path):
@@ -258,7 +270,7 @@ def test_variance_collapse_flags_unstable_only_inside_the_fit_window(tmp_path):
     assert variance_collapsed(curve)
     assert not variance_collapsed(curve, until=500.0)
     assert "unstable" in fit_recipe([curve])["flags"]
-    assert "unstable" not in fit_recipe([curve], FitOptions(fit_until_frac=0.5))["flags"]
+    assert "unstable" not in fit_recipe([curve], RLFitOptions(fit_until_frac=0.5))["flags"]
 
 
 def test_box_wls_matches_a_bounded_least_squares_solver():
@@ -311,7 +323,7 @@ def test_objective_gradient_is_the_projected_chi2_gradient():
     )
     u = np.array([7.5, 0.3])
     with jax.enable_x64(True):
-        g = np.asarray(jax.jit(jax.grad(_chi2))(u, *args, np.asarray(True)))
+        g = np.asarray(jax.jit(jax.grad(_chi2))(u, *args))
 
     def projected(u):
         return fitter.level(to_shape(np, u[None, :], cfg.nl_lo, cfg.nl_hi), [cfg])[1][0]

@@ -20,13 +20,11 @@ from models.base.jaxcache import enable_compile_cache
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "fit-rl",
-        help="fit pass rate vs RL compute (ScaleRL sigmoid / power law)",
+        help="fit pass rate vs RL compute (ScaleRL sigmoid)",
         description=__doc__.splitlines()[0],
     )
     p.add_argument("inputs", nargs="+", metavar="INPUT", help="RL run directory or CSV (seeds)")
-    p.add_argument(
-        "--law", default="sigmoid", help="sigmoid (ScaleRL, default) or powerlaw (analysis.rl.laws.LAWS)"
-    )
+    p.add_argument("--law", default="sigmoid", help="sigmoid (ScaleRL; the RL family's one registered law)")
     p.add_argument(
         "--burn-in",
         type=float,
@@ -70,15 +68,15 @@ class FitRLOptions(CommandOptions):
 def run(args: argparse.Namespace) -> int:
     opts = FitRLOptions.from_args(args)
     # JAX-based fitting loads here, not at import, so `python -m analysis --help` stays fast.
+    import analysis.rl.methods  # noqa: F401  (registers the RL law)
+    from analysis.core.methods import Family, names
     from analysis.rl.curves import load_curve
-    from analysis.rl.fitting import FitOptions, fit_recipe
-    from analysis.rl.laws import LAWS
+    from analysis.rl.fitting import RLFitOptions, fit_recipe
 
-    if opts.law not in LAWS:
-        raise AnalysisError(f"unknown --law {opts.law!r}; choose one of {', '.join(LAWS)}")
+    if opts.law not in names(Family.RL):
+        raise AnalysisError(f"unknown --law {opts.law!r}; choose one of {', '.join(names(Family.RL))}")
     curves = [load_curve(i) for i in opts.inputs]
-    fit_opts = FitOptions(
-        law=opts.law,
+    fit_opts = RLFitOptions(
         burn_in=opts.burn_in,
         burn_in_frac=opts.burn_in_frac,
         r0=opts.r0,

@@ -1,10 +1,11 @@
-"""Reading RL learning curves (pass rate vs RL compute) from CSV files or RL run directories.
+"""Reading RL learning curves (pass rate vs RL compute) from tables or RL run directories.
 
-Why a separate module: the fitter (`rl_laws`) only sees numbers; this module owns the file
-formats, the input validation (one-line errors), and the burn-in policy, so the CLI, the RL
-report and notebooks all read curves the same way.
+Why a separate module: the fitter (`analysis.rl.laws`) only sees numbers; this module owns the
+file formats, the input validation (one-line errors), and the burn-in policy, so the CLI, the RL
+report, the registry and notebooks all read curves the same way.
 
-CSV: columns `compute`, `pass_rate`, optional `stderr`.
+Table (CSV or Parquet, read by `analysis.core.table.read_table`): columns `compute`, `pass_rate`,
+optional `stderr`.
 RL run directory (written by `python -m experiments.rl`): `metrics.jsonl`, one JSON object per
 evaluation with `flops_rl` (cumulative RL compute C, evaluation excluded), `pass_rate`,
 `pass_rate_stderr`, `prompts_seen`, `train_reward`, `zero_var_frac`, `kl`, ...; and
@@ -22,6 +23,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.core.runs import RunWarning
+from analysis.core.table import read_table
 from analysis.rl.laws import RLPoints
 from models.base.errors import AnalysisError
 from models.base.rundir import METRICS_FILE, RunDir
@@ -54,42 +56,31 @@ class RLCurve:
 
 
 def load_curve(path: str | pathlib.Path) -> RLCurve:
-    """A curve from a CSV file or an RL run directory (clear error for anything else)."""
+    """A curve from a table (CSV or Parquet: compute, pass_rate[, stderr]) or an RL run directory."""
     p = pathlib.Path(path)
-    if p.is_dir():
-        return _load_run(p)
-    if not p.exists():
-        raise AnalysisError(f"input not found: {p}")
-    if p.suffix.lower() not in (".csv", ".txt"):
-        raise AnalysisError(
-            f"{p}: expected a CSV file (compute,pass_rate[,stderr]) or an RL run "
-            "directory containing metrics.jsonl"
-        )
-    return _load_csv(p)
+    return _load_run(p) if p.is_dir() else table_curve(read_table(p), p.name, str(p))
 
 
-def _load_csv(p: pathlib.Path) -> RLCurve:
-    try:
-        df = pd.read_csv(p)
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as e:
-        raise AnalysisError(f"{p}: not a readable CSV ({str(e).splitlines()[0]})") from None
+def table_curve(df: pd.DataFrame, name: str = "table", source: str | None = None) -> RLCurve:
+    """A curve from a table of evaluations: columns compute, pass_rate and optionally stderr (no
+    burn-in: a table is taken as curated points). Errors name `source` (default `name`)."""
+    src = source or name
     missing = [c for c in ("compute", "pass_rate") if c not in df.columns]
     if missing:
         raise AnalysisError(
-            f"{p}: missing column(s) {missing}; need compute, pass_rate and "
+            f"{src}: missing column(s) {missing}; need compute, pass_rate and "
             f"optionally stderr (found {list(df.columns)})"
         )
-    cols = ["compute", "pass_rate"] + (["stderr"] if "stderr" in df.columns else [])
     num = {}
-    for c in cols:
-        v = pd.to_numeric(df[c], errors="coerce").to_numpy(np.float64)
-        if not np.all(np.isfinite(v)):
+    for c in ("compute", "pass_rate", "stderr"):
+        v = pd.to_numeric(df[c], errors="coerce").to_numpy(np.float64) if c in df.columns else None
+        if v is not None and not np.all(np.isfinite(v)):
             raise AnalysisError(
-                f"{p}: column {c} has non-numeric or missing values "
+                f"{src}: column {c} has non-numeric or missing values "
                 f"(first bad row {int(np.argmax(~np.isfinite(v))) + 2})"
             )
         num[c] = v
-    return _validated(p.name, num["compute"], num["pass_rate"], num.get("stderr"), False)
+    return _validated(name, num["compute"], num["pass_rate"], num["stderr"], False)
 
 
 def _load_run(d: pathlib.Path) -> RLCurve:
@@ -108,12 +99,10 @@ def _load_run(d: pathlib.Path) -> RLCurve:
             f"{mfile}: no evaluation rows with flops_rl and pass_rate "
             "(not an RL run, or it has not evaluated yet)"
         )
-    get = lambda k: np.array(
-        [
-            float(r.get(k, math.nan) if r.get(k) is not None else math.nan)  # noqa: E731
-            for r in rows
-        ]
-    )
+
+    def get(k: str) -> np.ndarray:
+        return np.array([math.nan if r.get(k) is None else float(r[k]) for r in rows])
+
     C = np.array([float(r.get("flops_rl", r.get("compute"))) for r in rows])
     extra = {k: get(k) for k in ("step", "prompts_seen", "train_reward", "zero_var_frac", "kl", "entropy")}
     summary = rd.read_summary()

@@ -21,11 +21,10 @@ from models.base.errors import AnalysisError
 
 
 @dataclasses.dataclass(frozen=True)
-class FitOptions:
-    """How to fit: law, burn-in (compute, or fraction of final compute), R0 handling
-    ("fit" | "start" | a number), CI method, and the optional fit-until fraction."""
+class RLFitOptions:
+    """How to fit: burn-in (compute, or fraction of final compute), R0 handling ("fit" | "start" |
+    a number), CI method (and its resamples), and the optional fit-until fraction."""
 
-    law: str = "sigmoid"
     burn_in: float | None = None
     burn_in_frac: float | None = None
     r0: str | float = "fit"
@@ -39,8 +38,8 @@ def _concat(pts: Sequence[RLPoints]) -> RLPoints:
     return RLPoints.make(np.concatenate([p.C for p in pts]), np.concatenate([p.y for p in pts]), s)
 
 
-def _r0_value(opts: FitOptions, curves: Sequence[RLCurve]) -> float | None:
-    if opts.law != "sigmoid" or opts.r0 == "fit":
+def _r0_value(opts: RLFitOptions, curves: Sequence[RLCurve]) -> float | None:
+    if opts.r0 == "fit":
         return None
     if opts.r0 == "start":
         return float(np.mean([start_pass_rate(c) for c in curves]))
@@ -53,22 +52,29 @@ def _r0_value(opts: FitOptions, curves: Sequence[RLCurve]) -> float | None:
     return v
 
 
-def _fit(
-    curves: Sequence[RLCurve], opts: FitOptions, until_frac: float | None
-) -> tuple[Fit, RLPoints, list[RLPoints]]:
-    """Fit the pooled points of `curves`; returns (fit, fit points, held-out points per curve)."""
+def recipe_points(
+    curves: Sequence[RLCurve], opts: RLFitOptions = RLFitOptions(), until_frac: float | None = None
+) -> tuple[RLPoints, list[RLPoints], float | None]:
+    """(the pooled points the fit uses: past each curve's burn-in, up to `until_frac` of its final
+    compute, with the start evaluation when R0 is fitted; the held-out points per curve; R0 when
+    fixed)."""
     r0 = _r0_value(opts, curves)
     fit_pts, held = [], []
     for c in curves:
         cut = burn_in_cutoff(c, opts.burn_in, opts.burn_in_frac)
         until = None if until_frac is None else until_frac * c.final_compute
-        keep_start = opts.law == "sigmoid" and r0 is None
-        fp = fit_points(c, cut, until, keep_start=keep_start)
-        fit_pts.append(fp)
+        fit_pts.append(fit_points(c, cut, until, keep_start=r0 is None))
         if until is not None:
             m = c.compute > until
             held.append(RLPoints.make(c.compute[m], c.pass_rate[m], c.stderr[m]))
-    pooled = _concat(fit_pts)
+    return _concat(fit_pts), held, r0
+
+
+def _fit(
+    curves: Sequence[RLCurve], opts: RLFitOptions, until_frac: float | None
+) -> tuple[Fit, RLPoints, list[RLPoints]]:
+    """Fit the pooled points of `curves`; returns (fit, fit points, held-out points per curve)."""
+    pooled, held, r0 = recipe_points(curves, opts, until_frac)
     n_pos = int((pooled.C > 0).sum())
     if n_pos < 4:
         what = f" before {until_frac:g} of the final compute" if until_frac else ""
@@ -76,7 +82,7 @@ def _fit(
             f"only {n_pos} evaluation point(s) after the burn-in{what}; need "
             "at least 4 (evaluate more often, or lower --burn-in)"
         )
-    fit = fit_rl_law(pooled, opts.law, r0=r0, ci_method=opts.ci_method, n_boot=opts.n_boot)
+    fit = fit_rl_law(pooled, r0=r0, ci_method=opts.ci_method, n_boot=opts.n_boot)
     flags = list(fit.flags)
     if "unstable" not in flags and any(
         variance_collapsed(c, None if until_frac is None else until_frac * c.final_compute) for c in curves
@@ -134,7 +140,7 @@ def _summary(fit: Fit, pts: RLPoints) -> dict[str, Any]:
     }
 
 
-def fit_recipe(curves: Sequence[RLCurve], opts: FitOptions = FitOptions()) -> dict[str, Any]:
+def fit_recipe(curves: Sequence[RLCurve], opts: RLFitOptions = RLFitOptions()) -> dict[str, Any]:
     """Pooled fit of all seeds (+ per-seed fits and their spread when there are several)."""
     if not curves:
         raise AnalysisError("no input curves")

@@ -3,14 +3,13 @@
 Laws (C = cumulative RL compute, R = held-out pass rate):
 - ScaleRL sigmoid (Khatri et al. 2025): R(C) = R0 + (A - R0) / (1 + (C_mid / C)^B)
   (A = ceiling, B = efficiency, C_mid = compute at half the gain; R0 fixed to the measured
-  start, or fitted);
-- power-law baseline: R(C) = A - D / C^B;
+  start, or fitted), the law `fit-rl` fits;
 - Gao et al. (2023, "Scaling laws for reward model overoptimization") reward-vs-KL forms,
   d = sqrt(KL): R - R0 = d (alpha - beta log d) ("log", their RL form, the one the RL report
   fits) and R - R0 = d (alpha - beta d) ("linear", their best-of-n form).
 
-Why variable projection: both C-laws are *linear* in their level parameters (A, and R0 or D)
-once the shape parameters (C_mid, B) are fixed. So chi^2 is minimised over the shape parameters
+Why variable projection: the sigmoid is *linear* in its level parameters (A and R0) once the
+shape parameters (C_mid, B) are fixed. So chi^2 is minimised over the shape parameters
 alone, the level parameters solved in closed form by bounded weighted least squares inside the
 objective: a grid of the shape parameters (as ScaleRL grids A and C_mid), then the best grid
 cells polished by the shared multi-start L-BFGS (`analysis.rl.varpro`, on
@@ -33,18 +32,11 @@ import numpy as np
 
 from analysis.core import validation
 from analysis.core.validation import bootstrap_counts
-from analysis.rl.varpro import (
-    Fitter,
-    LawSpec,
-    RLLaw,
-    Solution,
-    powerlaw_spec,
-    profile_intervals,
-    sigmoid_spec,
-)
+from analysis.rl.varpro import Fitter, LawSpec, Solution, profile_intervals, sigmoid_spec
 from models.base.errors import AnalysisError
 
-LAWS = tuple(RLLaw)  # the strings "sigmoid", "powerlaw"
+LAW = "sigmoid"  # the one compute-performance law (`fit-rl --law`)
+PARAMS = ("A", "B", "C_mid", "R0")
 CHI2_95 = 3.841458820694124  # chi^2_1 quantile at 0.95
 MIN_POINTS = 4
 MAIN_STARTS = 4  # distinct grid cells the main fit polishes (profile points and resamples: 1)
@@ -59,12 +51,6 @@ def sigmoid(C: np.ndarray, A: float, B: float, C_mid: float, R0: float) -> np.nd
     with np.errstate(divide="ignore", over="ignore"):
         ratio = np.where(C > 0, (C_mid / np.where(C > 0, C, 1.0)) ** B, np.inf)
     return R0 + (A - R0) / (1.0 + ratio)
-
-
-def power_law(C: np.ndarray, A: float, B: float, D: float) -> np.ndarray:
-    """Baseline: R(C) = A - D / C^B (unbounded below as C -> 0)."""
-    C = np.asarray(C, np.float64)
-    return A - D * np.power(C, -B)
 
 
 def gao_log(d: np.ndarray, alpha: float, beta: float) -> np.ndarray:
@@ -144,51 +130,35 @@ class Fit:
     bounds: dict[str, list[float]]
 
     def predict(self, C) -> np.ndarray:
-        p = self.params
-        if self.law == "sigmoid":
-            return sigmoid(C, p["A"], p["B"], p["C_mid"], p["R0"])
-        return power_law(C, p["A"], p["B"], p["D"])
+        return predict(self.params, C)
 
     @property
     def identified(self) -> bool:
         return not self.flags
 
 
-def _to_params(law: str, spec: LawSpec, sol: Solution, r0: float | None) -> dict[str, float | None]:
+def _to_params(spec: LawSpec, sol: Solution, r0: float | None) -> dict[str, float]:
     named = dict(zip(spec.lin_names, map(float, sol.lin)))
     nl = dict(zip(spec.nl_names, map(float, sol.nl)))
-    if law == RLLaw.SIGMOID:
-        return {
-            "A": named["A"],
-            "B": math.exp(nl["log_B"]),
-            "C_mid": math.exp(nl["log_C_mid"]),
-            "R0": named["R0"] if r0 is None else r0,
-        }
-    return {"A": named["A"], "B": math.exp(nl["log_B"]), "C_mid": None, "D": named["D"], "R0": r0}
+    R0 = named["R0"] if r0 is None else r0
+    return {"A": named["A"], "B": math.exp(nl["log_B"]), "C_mid": math.exp(nl["log_C_mid"]), "R0": R0}
 
 
-def _spec(law: str, pts: RLPoints, r0: float | None) -> LawSpec:
-    return sigmoid_spec(pts.C, r0) if law == RLLaw.SIGMOID else powerlaw_spec()
-
-
-def _check(pts: RLPoints, law: str, r0: float | None, ci_method: str) -> int:
+def _check(pts: RLPoints, r0: float | None, ci_method: str) -> int:
     """One-line errors for inputs the fit cannot take; returns the number of fitted parameters."""
-    if law not in LAWS:
-        raise AnalysisError(f"unknown law {law!r}; choose one of {', '.join(LAWS)}")
     if ci_method not in ("profile", "bootstrap"):
         raise AnalysisError(f"unknown CI method {ci_method!r}; choose profile or bootstrap")
     if not (np.all(np.isfinite(pts.C)) and np.all(np.isfinite(pts.y))):
         raise AnalysisError("compute and pass_rate must be finite numbers (found NaN/inf)")
-    if np.any(pts.C < 0) or (law == RLLaw.POWERLAW and np.any(pts.C <= 0)):
-        raise AnalysisError("compute must be >= 0 (and > 0 for the power law, which diverges at C = 0)")
+    if np.any(pts.C < 0):
+        raise AnalysisError("compute must be >= 0")
     if np.any((pts.y < 0) | (pts.y > 1)):
         raise AnalysisError("pass_rate must lie in [0, 1]")
-    n_lin = 1 if (law == RLLaw.SIGMOID and r0 is not None) else 2
-    n_par = n_lin + (2 if law == RLLaw.SIGMOID else 1)
+    n_par = 3 if r0 is not None else 4
     if len(pts) < max(MIN_POINTS, n_par + 1):
         raise AnalysisError(
             f"need at least {max(MIN_POINTS, n_par + 1)} evaluation points after "
-            f"the burn-in to fit the {law} law (got {len(pts)}); lower --burn-in"
+            f"the burn-in to fit the {LAW} law (got {len(pts)}); lower --burn-in"
         )
     if len(np.unique(pts.C)) < n_par:
         raise AnalysisError("need evaluation points at several distinct compute values")
@@ -196,40 +166,34 @@ def _check(pts: RLPoints, law: str, r0: float | None, ci_method: str) -> int:
 
 
 def fit_rl_law(
-    pts: RLPoints,
-    law: str = "sigmoid",
-    r0: float | None = None,
-    ci_method: str = "profile",
-    n_boot: int = 200,
-    seed: int = 0,
+    pts: RLPoints, r0: float | None = None, ci_method: str = "profile", n_boot: int = 200, seed: int = 0
 ) -> Fit:
-    """Fit `law` to `pts` and attach 95% intervals + flags.
+    """Fit the sigmoid to `pts` and attach 95% intervals + flags.
 
-    `pts` are the points past the burn-in, plus (sigmoid only) optionally the start evaluation at
-    C = 0, which then anchors a fitted R0 with its own standard error. r0: a value to fix R0 to
-    (ScaleRL's choice; its noise is then not propagated); None fits R0.
+    `pts` are the points past the burn-in, plus optionally the start evaluation at C = 0, which
+    then anchors a fitted R0 with its own standard error. r0: a value to fix R0 to (ScaleRL's
+    choice; its noise is then not propagated); None fits R0.
     """
-    n_par = _check(pts, law, r0, ci_method)
-    spec = _spec(law, pts, r0)
+    n_par = _check(pts, r0, ci_method)
+    spec = sigmoid_spec(pts.C, r0)
     fitter = Fitter(spec, pts.C, pts.y, pts.s)
     best = fitter.solve([fitter.base(n_starts=MAIN_STARTS)])[0]
     dof = max(1, len(pts) - n_par)
     scale = max(1.0, best.chi2 / dof) if pts.s_known else best.chi2 / dof
-    params = _to_params(law, spec, best, r0)
+    params = _to_params(spec, best, r0)
     bounds = _param_bounds(spec)
-    names = [n for n in ("A", "B", "C_mid") if n != "C_mid" or law == RLLaw.SIGMOID]
+    names = ("A", "B", "C_mid")
     if ci_method == "profile":
         ends = profile_intervals(fitter, best, [_locate(spec, n) for n in names], CHI2_95 * scale)
         ci = {n: _from_fit_space(n, lo, hi) for n, (lo, hi, _, _) in zip(names, ends)}
         hits = {n: (lo_hit, hi_hit) for n, (_, _, lo_hit, hi_hit) in zip(names, ends)}
     else:
-        ci, hits = _bootstrap_ci(law, spec, pts, r0, n_boot, seed, bounds)
-    flags = _flags(law, params, ci, hits, pts, bounds)
+        ci, hits = _bootstrap_ci(bootstrap_params(pts, r0, n_boot, seed), bounds)
     return Fit(
-        law=law,
+        law=LAW,
         params=params,
         ci=ci,
-        flags=tuple(flags),
+        flags=tuple(_flags(params, ci, hits, pts, bounds)),
         chi2=best.chi2,
         dof=dof,
         n_points=len(pts),
@@ -259,39 +223,40 @@ def _param_bounds(spec: LawSpec) -> dict[str, list[float]]:
     return out
 
 
-def _bootstrap_ci(law, spec, pts, r0, n_boot, seed, bounds):
-    """Percentile intervals from refits on evaluation points resampled with replacement (the
-    resampling counts of the point-law bootstrap, as point weights), all in one batched run."""
+def bootstrap_params(pts: RLPoints, r0: float | None = None, n_boot: int = 200, seed: int = 0) -> np.ndarray:
+    """(S, 4) parameter rows (`PARAMS`: A, B, C_mid, R0) refitted on evaluation points resampled
+    with replacement (the point-law bootstrap's resampling counts, as point weights; a resample
+    with fewer than 3 distinct positive computes is dropped), all in one batched run."""
     counts = bootstrap_counts(len(pts), n_boot, seed)
     counts = counts[[len(np.unique(pts.C[c > 0])) >= 3 for c in counts]]
-    draws: dict[str, list[float]] = {"A": [], "B": [], "C_mid": []}
-    if len(counts):
-        fitter = Fitter(spec, pts.C, pts.y, pts.s, counts)
-        for sol in fitter.solve([fitter.base(row=r) for r in range(len(counts))]):
-            p = _to_params(law, spec, sol, r0)
-            for k in draws:
-                if p.get(k) is not None:
-                    draws[k].append(p[k])
+    if not len(counts):
+        return np.zeros((0, len(PARAMS)))
+    spec = sigmoid_spec(pts.C, r0)
+    fitter = Fitter(spec, pts.C, pts.y, pts.s, counts)
+    sols = fitter.solve([fitter.base(row=r) for r in range(len(counts))])
+    return np.array([[_to_params(spec, sol, r0)[k] for k in PARAMS] for sol in sols])
+
+
+def _bootstrap_ci(rows: np.ndarray, bounds: dict[str, list[float]]):
+    """Percentile 95% intervals of A, B, C_mid from bootstrap rows, and whether each end sits on its
+    parameter's bound."""
     ci, hits = {}, {}
-    for k, v in draws.items():
-        if not v:
+    near = lambda x, b: abs(x - b) <= 1e-3 * max(1.0, abs(b))  # noqa: E731
+    for j, k in enumerate(PARAMS[:3]):
+        if not len(rows):
             continue
-        lo, hi = validation.percentile_bounds(v, 0.95)
+        lo, hi = validation.percentile_bounds(rows[:, j], 0.95)
         ci[k] = [float(lo), float(hi)]
-        blo, bhi = bounds[k]
-        near = lambda x, b: abs(x - b) <= 1e-3 * max(1.0, abs(b))  # noqa: E731
-        hits[k] = (near(lo, blo), near(hi, bhi))
+        hits[k] = (near(lo, bounds[k][0]), near(hi, bounds[k][1]))
     return ci, hits
 
 
-def _flags(law, params, ci, hits, pts, bounds) -> list[str]:
+def _flags(params, ci, hits, pts, bounds) -> list[str]:
     flags = []
-    if law == "sigmoid":
-        end = float(pts.C.max())
-        # Pre-midpoint unless the data reach 1.5x every C_mid the 95% interval allows.
-        c_mid_hi = ci.get("C_mid", [None, params["C_mid"]])[1]
-        if end < 1.5 * max(params["C_mid"], c_mid_hi) or hits.get("C_mid", (False, False))[1]:
-            flags.append("pre_midpoint")
+    # Pre-midpoint unless the data reach 1.5x every C_mid the 95% interval allows.
+    c_mid_hi = ci.get("C_mid", [None, params["C_mid"]])[1]
+    if float(pts.C.max()) < 1.5 * max(params["C_mid"], c_mid_hi) or hits.get("C_mid", (False, False))[1]:
+        flags.append("pre_midpoint")
     a_hi = ci.get("A", [None, None])[1]
     if hits.get("A", (False, False))[1] or (a_hi is not None and a_hi >= bounds["A"][1] - 1e-3):
         flags.append("A_unbounded")
@@ -393,19 +358,16 @@ def fit_gao(
     return GaoFit(form, a, b, float(se[0]), float(se[1]), peak)
 
 
-def fit_params(
-    pts: RLPoints, law: str = "sigmoid", r0: float | None = None, n_starts: int = 2
-) -> dict[str, float | None]:
-    """Best-fit parameters only (no intervals, no flags): for bootstrap bands and refits."""
-    if law != RLLaw.SIGMOID:
-        pts = pts.take(pts.C > 0)
-    spec = _spec(law, pts, r0)
-    fitter = Fitter(spec, pts.C, pts.y, pts.s)
-    return _to_params(law, spec, fitter.solve([fitter.base(n_starts=n_starts)])[0], r0)
+def predict(params: dict[str, float], C) -> np.ndarray:
+    """A fitted sigmoid's pass rate at compute C."""
+    return sigmoid(C, *(params[k] for k in PARAMS))
 
 
-def predict(law: str, params: dict[str, float | None], C) -> np.ndarray:
-    """Evaluate a fitted law's parameters at compute C."""
-    if law == "sigmoid":
-        return sigmoid(C, params["A"], params["B"], params["C_mid"], params["R0"])
-    return power_law(C, params["A"], params["B"], params["D"])
+def band(rows: np.ndarray, C, level: float = validation.PREDICTION_LEVEL) -> tuple[np.ndarray, np.ndarray]:
+    """Pointwise central `level` band at compute C of the sigmoids of parameter rows (`PARAMS`
+    columns, e.g. `bootstrap_params`); NaN without rows."""
+    C = np.atleast_1d(np.asarray(C, np.float64))
+    if not len(rows):
+        return np.full(C.shape, np.nan), np.full(C.shape, np.nan)
+    lo, hi = validation.percentile_interval(sigmoid(C[None, :], *(rows[:, [j]] for j in range(4))), level)
+    return lo, hi

@@ -27,10 +27,9 @@ import matplotlib
 import numpy as np
 from matplotlib.figure import Figure
 
-from analysis.core import validation
-from analysis.rl.curves import RLCurve, burn_in_cutoff, fit_points, load_curve
-from analysis.rl.fitting import FitOptions, fit_recipe
-from analysis.rl.laws import GaoFit, RLPoints, fit_gao, fit_params, predict
+from analysis.rl.curves import RLCurve, load_curve
+from analysis.rl.fitting import RLFitOptions, fit_recipe, recipe_points
+from analysis.rl.laws import GaoFit, band, bootstrap_params, fit_gao, predict
 from models.base.errors import AnalysisError
 from models.base.fingerprint import fingerprint
 from models.base.jsonio import write_figure_atomic, write_text_atomic
@@ -113,30 +112,6 @@ def rank(results: dict[str, dict]) -> list[str]:
     return ok + flagged
 
 
-def _band(
-    curves: Sequence[RLCurve], opts: FitOptions, C_grid: np.ndarray, n_boot: int = 40, seed: int = 0
-) -> tuple[np.ndarray, np.ndarray]:
-    """Pointwise 95% band of the fitted curve: refits on evaluation points resampled with
-    replacement (pooled over seeds)."""
-    pts = [fit_points(c, burn_in_cutoff(c, opts.burn_in, opts.burn_in_frac), keep_start=True) for c in curves]
-    P = RLPoints.make(
-        np.concatenate([p.C for p in pts]),
-        np.concatenate([p.y for p in pts]),
-        np.concatenate([p.s for p in pts]),
-    )
-    draws = []
-    for idx in np.sort(validation.bootstrap_indices(len(P), n_boot, seed), axis=1):
-        sub = RLPoints(P.C[idx], P.y[idx], P.s[idx], P.s_known)
-        if len(np.unique(sub.C)) < 4:
-            continue
-        draws.append(predict("sigmoid", fit_params(sub, "sigmoid", n_starts=1), C_grid))
-    if not draws:
-        return np.full_like(C_grid, np.nan), np.full_like(C_grid, np.nan)
-    d = np.asarray(draws)
-    lo, hi = validation.percentile_interval(d, 0.95)
-    return lo, hi
-
-
 @dataclasses.dataclass(frozen=True)
 class RLFits:
     """Every recipe under a runs directory with its two fits: on all compute (`results`) and on
@@ -184,7 +159,7 @@ def fit_recipes(runs_dir: str | pathlib.Path, fit_until_frac: float = 0.5) -> RL
     recipes = group_recipes(find_rl_runs(runs_dir))
     if not recipes:
         raise AnalysisError(f"{runs_dir}: no RL runs with evaluations found")
-    opts = FitOptions()
+    opts = RLFitOptions()
     results, preds, errors = {}, {}, {}
     for rc in recipes:
         try:
@@ -204,7 +179,6 @@ def curves_figure(fits: RLFits) -> Figure:
     fig = Figure(figsize=(7.5, 4.8))
     ax = fig.subplots()
     colors = _colors()
-    opts = FitOptions()
     for i, (label, res) in enumerate(fits.results.items()):
         col = colors[i % len(colors)]
         rc = fits.recipe(label)
@@ -223,7 +197,7 @@ def curves_figure(fits: RLFits) -> Figure:
         c_min = min(c.compute[c.compute > 0].min() for c in rc.curves)
         flagged = bool(res["flags"])
         grid = np.geomspace(c_min, c_max * (1.0 if flagged else 3.0), 200)
-        lo, hi = _band(rc.curves, opts, grid)
+        lo, hi = band(bootstrap_params(recipe_points(rc.curves)[0], n_boot=40), grid)
         ax.fill_between(grid, lo, hi, color=col, alpha=0.15, lw=0)
         tag = (
             f"no ceiling ({', '.join(res['flags'])})"
@@ -232,7 +206,7 @@ def curves_figure(fits: RLFits) -> Figure:
         )
         ax.plot(
             grid,
-            predict("sigmoid", res["params"], grid),
+            predict(res["params"], grid),
             "--" if flagged else "-",
             color=col,
             lw=1.6,
@@ -262,7 +236,7 @@ def prediction_card_figure(fits: RLFits) -> Figure:
             ax.plot(c.compute[~early], c.pass_rate[~early], "o", ms=3, color="C3", alpha=0.6)
         c_end = max(c.final_compute for c in rc.curves)
         grid = np.linspace(0, c_end, 200)
-        ax.plot(grid, predict("sigmoid", pr["params"], grid), "k--", lw=1.2)
+        ax.plot(grid, predict(pr["params"], grid), "k--", lw=1.2)
         ax.axvline(frac * c_end, color="gray", lw=0.8)
         p = pr["prediction"]
         verdict = ("FLAGGED: " + ", ".join(pr["flags"])) if pr["flags"] else "identified"
@@ -372,7 +346,7 @@ def multiplier(ref: dict, other: dict, C: np.ndarray) -> np.ndarray:
     compute `ref` needs to reach `other`'s reward at C, divided by C (> 1: `other` is better), as
     `python -m analysis compare` defines it for pretraining ladders; capped to [1e-6, 1e6]."""
     C = np.asarray(C, float)
-    log_m = _sigmoid_log_compute(ref, predict("sigmoid", other, C)) - np.log(C)
+    log_m = _sigmoid_log_compute(ref, predict(other, C)) - np.log(C)
     return np.exp(np.clip(log_m, -math.log(1e6), math.log(1e6)))
 
 

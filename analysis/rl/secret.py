@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from analysis.rl.curves import RLCurve
-from analysis.rl.fitting import FitOptions, fit_recipe
+from analysis.rl.fitting import RLFitOptions, fit_recipe
 
 A_RANGE = (0.5, 0.8)
 B_RANGE = (1.2, 2.4)
@@ -79,7 +79,7 @@ def score(d: Draw, res: dict[str, Any]) -> dict[str, Any]:
     return row
 
 
-def evaluate(seed: int, index: int, opts: FitOptions = FitOptions()) -> dict[str, Any]:
+def evaluate(seed: int, index: int, opts: RLFitOptions = RLFitOptions()) -> dict[str, Any]:
     """Fit draw (seed, index) on its full and its early window with `fit_recipe`, as
     `python -m analysis fit-rl FILE.csv` does, and score both. Module-level and picklable: a
     process pool can run it."""

@@ -1,8 +1,8 @@
-"""Separable (variable-projection) least squares for the RL laws, on the shared L-BFGS engine.
+"""Separable (variable-projection) least squares for the RL sigmoid, on the shared L-BFGS engine.
 
-Both C-laws of `analysis.rl.laws` are *linear* in two level parameters once their shape
-parameters are fixed: the ScaleRL sigmoid R = R0 (1 - s) + A s with s = 1 / (1 + (C_mid / C)^B),
-and the power law R = A - D C^-B. So chi^2 is a function of the shape parameters alone,
+ScaleRL's sigmoid is *linear* in its two level parameters once its shape parameters are fixed:
+R = R0 (1 - s) + A s with s = 1 / (1 + (C_mid / C)^B). So chi^2 is a function of the shape
+parameters alone,
 
     chi2(nl) = min over lin in a box of sum_n w_n (y_n - X(nl)_n . lin)^2,
 
@@ -20,13 +20,12 @@ minimum over the shape parameters (log C_mid, log B) is
 
 A parameter is held fixed by giving it equal lower and upper bounds (`Config`), so the main fit,
 every point of a profile likelihood and every bootstrap resample (a row of point weights) are
-problems of one shape that run in one batched call; both laws share one compiled program per
-padded point count (`MIN_ROWS`).
+problems of one shape that run in one batched call: one compiled program per padded point count
+(`MIN_ROWS`).
 """
 
 from __future__ import annotations
 
-import enum
 import math
 from dataclasses import dataclass, replace
 from functools import cached_property
@@ -41,17 +40,8 @@ from analysis.core.enums import TransformKind
 from analysis.core.lbfgs import LBFGSConfig, minimize_batch
 from analysis.laws.registry import START_MARGIN, Transform
 
-
-class RLLaw(enum.StrEnum):
-    """The compute-performance laws (`fit-rl --law`)."""
-
-    SIGMOID = "sigmoid"  # ScaleRL's saturating curve
-    POWERLAW = "powerlaw"  # the baseline A - D / C^B
-
-
 A_MAX = 1.0  # a pass rate cannot exceed 1: the upper bound of the ceiling A
 B_BOUNDS = (0.1, 12.0)
-POWER_B_MIN = 0.02  # the power law's exponent may be flatter than the sigmoid's
 MID_SPAN = (1e-2, 1e3)  # C_mid searched in [C_lo * 1e-2, C_hi * 1e3]
 GRID = 48  # grid points per free shape parameter
 GRID_CANDIDATES = 50  # best grid cells considered as starts
@@ -62,7 +52,6 @@ COLLINEAR = 1e-13  # det(M) / (M00 M11) below this: the two level columns are co
 EXP_CLIP = 700.0  # exp() arguments are clipped here (float64 overflows at ~709)
 MIN_ROWS = 128  # points are padded (weight 0) to a power of two, at least this: few compiled shapes
 WIDTH = 64  # batch width of every call: one compiled program per padded point count
-N_SHAPE = 2  # shape parameters of the program (the power law's one is padded with a held one)
 CFG = LBFGSConfig(max_evals=1000)
 
 
@@ -71,7 +60,6 @@ class LawSpec:
     """A law as y = X(nl) @ lin: shape parameters `nl` (logs) and level parameters `lin`, each
     with box bounds (an `nl_bounds`/`lin_bounds` row [lo, hi]; lo == hi holds it at lo)."""
 
-    kind: RLLaw
     nl_names: tuple[str, ...]
     nl_bounds: np.ndarray  # (P, 2)
     lin_names: tuple[str, str]
@@ -84,29 +72,18 @@ def sigmoid_spec(C: np.ndarray, r0: float | None) -> LawSpec:
     pos = C[C > 0]
     nl = [[math.log(pos.min() * MID_SPAN[0]), math.log(pos.max() * MID_SPAN[1])], [*map(math.log, B_BOUNDS)]]
     lin = [[0.0, 1.0], [0.0, A_MAX]] if r0 is None else [[r0, r0], [r0, A_MAX]]
-    return LawSpec(RLLaw.SIGMOID, ("log_C_mid", "log_B"), np.array(nl), ("R0", "A"), np.array(lin))
-
-
-def powerlaw_spec() -> LawSpec:
-    """The power law: nl = (log B,), lin = (A, D), D >= 0."""
-    nl = [[math.log(POWER_B_MIN), math.log(B_BOUNDS[1])]]
-    return LawSpec(
-        RLLaw.POWERLAW, ("log_B",), np.array(nl), ("A", "D"), np.array([[-1.0, A_MAX], [0.0, np.inf]])
-    )
+    return LawSpec(("log_C_mid", "log_B"), np.array(nl), ("R0", "A"), np.array(lin))
 
 
 # ---- the closed form, on numpy (xp=np) or jax (xp=jnp) arrays --------------------------------
 
 
-def design(kind: RLLaw, xp, nl_GxP, logC_N, start_N):
-    """X (G, N, 2): the level parameters' columns at every row of shape parameters."""
-    if kind == RLLaw.SIGMOID:
-        z = xp.exp(nl_GxP[:, 1:2]) * (nl_GxP[:, 0:1] - logC_N[None, :])  # B (log C_mid - log C)
-        s = 1.0 / (1.0 + xp.exp(xp.clip(z, -EXP_CLIP, EXP_CLIP)))
-        s = xp.where(start_N[None, :], 0.0, s)  # C = 0: the start evaluation, R = R0
-        return xp.stack([1.0 - s, s], axis=-1)
-    x = -xp.exp(xp.clip(-xp.exp(nl_GxP[:, 0:1]) * logC_N[None, :], -EXP_CLIP, EXP_CLIP))  # -C^-B
-    return xp.stack([xp.ones_like(x), x], axis=-1)
+def design(xp, nl_GxP, logC_N, start_N):
+    """X (G, N, 2): the level parameters' (R0, A) columns at every row of shape parameters."""
+    z = xp.exp(nl_GxP[:, 1:2]) * (nl_GxP[:, 0:1] - logC_N[None, :])  # B (log C_mid - log C)
+    s = 1.0 / (1.0 + xp.exp(xp.clip(z, -EXP_CLIP, EXP_CLIP)))
+    s = xp.where(start_N[None, :], 0.0, s)  # C = 0: the start evaluation, R = R0
+    return xp.stack([1.0 - s, s], axis=-1)
 
 
 def moments(xp, X_GxNx2, y_N, w_xN):
@@ -123,7 +100,7 @@ def box_wls(xp, M, v, yy, lo_x2, hi_x2):
     the box, else it lies on a face (one parameter on a bound, the other solved and clipped),
     corners included. Infinite bounds have no face; lo == hi holds a parameter there.
 
-    Solved on columns scaled to unit norm (a power law's C^-B column can be 1e-100), which keeps
+    Solved on columns scaled to unit norm (a sigmoid's s column can be 1e-100), which keeps
     every intermediate finite; a column of norm^2 below `TINY` is empty and its level sits at
     its lower bound. Written on (G,) arrays one parameter at a time: it is part of the compiled
     objective, and fewer, simpler operations compile faster."""
@@ -181,7 +158,7 @@ def to_internal(nl_xP: np.ndarray, lo_xP: np.ndarray, hi_xP: np.ndarray) -> np.n
     return np.where(held, 0.0, t.internal(t.inside(nl_xP, START_MARGIN)))
 
 
-def _chi2(u_P, logC_N, start_N, y_N, w_N, nl_lo, nl_hi, lin_lo, lin_hi, is_sigmoid):
+def _chi2(u_P, logC_N, start_N, y_N, w_N, nl_lo, nl_hi, lin_lo, lin_hi):
     """The engine's objective: chi^2 at the shape parameters of internal coordinates `u_P`, the
     level parameters solved inside (variable projection); residuals summed directly (not from
     the moments), so the value is accurate to round-off.
@@ -189,15 +166,8 @@ def _chi2(u_P, logC_N, start_N, y_N, w_N, nl_lo, nl_hi, lin_lo, lin_hi, is_sigmo
     The level parameters are held constant under differentiation: at the inner optimum the
     derivative of the minimum is the partial derivative at fixed levels (Danskin's theorem; the
     box does not move with the shape parameters), so the gradient is exact, and autodiff need not
-    run backwards through the inner solve (which would triple the program to compile). Both laws
-    are one program (`is_sigmoid` picks the design; the power law's second shape parameter is
-    held), so a process compiles it once per padded point count."""
-    nl = to_shape(jnp, u_P, nl_lo, nl_hi)[None, :]
-    X = jnp.where(
-        is_sigmoid,
-        design(RLLaw.SIGMOID, jnp, nl, logC_N, start_N),
-        design(RLLaw.POWERLAW, jnp, nl, logC_N, start_N),
-    )
+    run backwards through the inner solve (which would triple the program to compile)."""
+    X = design(jnp, to_shape(jnp, u_P, nl_lo, nl_hi)[None, :], logC_N, start_N)
     M, v, yy = moments(jnp, jax.lax.stop_gradient(X), y_N, w_N)
     lin = jax.lax.stop_gradient(box_wls(jnp, M, v, yy, lin_lo[None, :], lin_hi[None, :])[0])
     r = y_N - X[0] @ lin[0]
@@ -259,7 +229,7 @@ class Fitter:
     def level(self, nl_GxP: np.ndarray, rows: Sequence[Config]) -> tuple[np.ndarray, np.ndarray]:
         """(lin (G, 2), chi2 (G,)) in NumPy: row g's level parameters at shape parameters
         `nl_GxP[g]` under problem `rows[g]` (its weights and level bounds)."""
-        X = design(self.spec.kind, np, nl_GxP, self.logC, self.start)
+        X = design(np, nl_GxP, self.logC, self.start)
         w = self.w_RxN[[r.row for r in rows]]
         lo, hi = np.stack([r.lin_lo for r in rows]), np.stack([r.lin_hi for r in rows])
         return box_wls(np, *moments(np, X, self.y, w), lo, hi)
@@ -269,7 +239,7 @@ class Fitter:
         """(grid (G, P), X (G, N, 2)): every shape parameter on `GRID` points across its bounds."""
         axes = [np.linspace(lo, hi, GRID) for lo, hi in self.spec.nl_bounds]
         grid = np.stack([m.ravel() for m in np.meshgrid(*axes, indexing="ij")], axis=-1)
-        return grid, design(self.spec.kind, np, grid, self.logC, self.start)
+        return grid, design(np, grid, self.logC, self.start)
 
     def _grid_chi2(self, configs: Sequence[Config]) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
         """(nl grid (G, P), lin (G, 2), chi2 (G,)) per problem: free shape parameters on `GRID`
@@ -348,9 +318,7 @@ class Fitter:
 
     def _minimize(self, u0_SxP, rows: Sequence[Config], nl_lo, nl_hi) -> tuple[np.ndarray, np.ndarray]:
         """(internal optima (S, P), chi^2 (S,)) by `minimize_batch`, every problem's bounds and
-        weight row per start, on one program shape: points padded with weight 0 (`MIN_ROWS`),
-        shape parameters padded to `N_SHAPE` with held ones."""
-        S, P = u0_SxP.shape
+        weight row per start, on one program shape: points padded with weight 0 (`MIN_ROWS`)."""
         n = validation.padded_rows(self.y.size, MIN_ROWS)
         pad = validation.pad_rows
         args = (
@@ -358,23 +326,22 @@ class Fitter:
             pad(self.start, n, False),
             pad(self.y, n),
             pad(np.stack([self.w_RxN[r.row] for r in rows]), n),
-            pad(nl_lo, N_SHAPE),
-            pad(nl_hi, N_SHAPE),
+            nl_lo,
+            nl_hi,
             np.stack([r.lin_lo for r in rows]),
             np.stack([r.lin_hi for r in rows]),
-            np.asarray(self.spec.kind == RLLaw.SIGMOID),
         )
         with jax.enable_x64(True):
             res = minimize_batch(
                 _chi2,
-                pad(u0_SxP, N_SHAPE),
+                u0_SxP,
                 args,
-                batched_args=(False, False, False, True, True, True, True, True, False),
+                batched_args=(False, False, False, True, True, True, True, True),
                 cfg=CFG,
                 width=WIDTH,
                 slots=WIDTH,
             )
-        return res.x[:, :P], res.f
+        return np.asarray(res.x), res.f
 
 
 # ---- profile likelihood ----------------------------------------------------------------------
