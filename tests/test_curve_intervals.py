@@ -9,20 +9,10 @@ import pytest
 
 from analysis import fit_curve
 from analysis.cli import main
+from analysis.core.intervals import PredictionError
 from analysis.curves.fitting import Curve
-from analysis.curves.intervals import (
-    CalibrationUnit,
-    ErrorTerms,
-    FitDomain,
-    IntervalModel,
-    Kind,
-    UnitErrors,
-    splits,
-)
+from analysis.curves.intervals import CalibrationUnit, FitDomain, IntervalModel, Kind, UnitErrors, splits
 from analysis.curves.intervals import _terms as _fit_terms
-
-FIT = ("cosine_24000", "constant_24000", "wsdcon_9")
-PREDICT = ("cosine_72000", "constant_72000", "wsd_20000_24000", "wsdld_20000_24000", "wsdcon_3", "wsdcon_18")
 
 
 def _constant(name, last, lr=1e-3, first=1000, every=100):
@@ -48,49 +38,43 @@ def test_splits_leave_each_curve_out_and_forecast_each_curve_from_its_beginning(
     assert [s.name for s in splits(parts[:1])] == ["first 0.5", "first 0.33"]
 
 
-def test_scale_counts_efolds_of_area_beyond_the_fit_and_of_rate_below_it():
+def test_distance_counts_decades_of_area_beyond_the_fit_and_of_rate_below_it():
     fitted = _constant("fit", 24000)
     domain = FitDomain.of([(fitted, fitted.steps)])
-    inside = domain.scale(fitted, fitted.steps)
-    assert np.allclose(inside, 1.0)
+    assert np.allclose(domain.decades(fitted, fitted.steps), 0.0)
     longer = _constant("longer", 72000)
-    end = domain.scale(longer, longer.steps[-1:])[0]
+    end = domain.decades(longer, longer.steps[-1:])[0]
     eta = longer.schedule()
-    assert end == pytest.approx(1 + np.log(eta[:72001].sum() / eta[:24001].sum()), rel=1e-12)
-    assert 2.0 < end < 2.2  # ~1 + ln 3
+    assert end == pytest.approx(np.log10(eta[:72001].sum() / eta[:24001].sum()), rel=1e-12)
+    assert 0.45 < end < 0.5  # ~log10 3
     lower = _constant("lower", 24000, lr=1e-4)
-    assert domain.scale(lower, lower.steps[-1:])[0] == pytest.approx(1 + np.log(10), rel=1e-9)
+    assert domain.decades(lower, lower.steps[-1:])[0] == pytest.approx(1.0, rel=1e-9)
+    # both: the area and the rate distances add in quadrature
+    both = _constant("both", 240000, lr=2e-4, every=1000)
+    (h,), (r,) = domain.distance(both, both.steps[-1:])
+    assert 0.7 < h < 0.72 and r == pytest.approx(np.log(5))  # ~ln 2 of area, ln 5 of rate
+    assert domain.decades(both, both.steps[-1:])[0] == pytest.approx(np.hypot(h, r) / np.log(10))
 
 
-def _terms(budget, drift_h=0.0, drift_r=0.0, fallback=False):
-    return ErrorTerms(budget, drift_h, drift_r, 3, fallback)
-
-
-def _model(noise, new, later):
-    units = (CalibrationUnit("leave-out fit", "fit", 10, 0.001, 1.0),)
-    return IntervalModel(
-        0.9, noise, {Kind.NEW_CURVE: new, Kind.LATER_STEPS: later}, units, FitDomain(1.0, 1.0), (), ("fit",)
-    )
+def _terms(budget, drift=0.0, noise=0.0003):
+    return PredictionError(noise, budget, drift, 1.0, "S1", 3, 30)
 
 
 def test_bounds_add_scatter_and_drift_in_quadrature_per_kind_of_forecast():
     fitted = _constant("fit", 24000)
     domain = FitDomain.of([(fitted, fitted.steps)])
-    m = _model(0.0003, _terms(0.0004, drift_h=0.002, drift_r=0.001), _terms(0.004))
-    m = IntervalModel(m.level, m.noise, m.terms, m.units, domain, m.refits, m.fitted)
+    units = (CalibrationUnit("leave-out fit", "fit", 10, 0.001, 0.0),)
+    terms = {Kind.NEW_CURVE: _terms(0.0004, drift=0.002), Kind.LATER_STEPS: _terms(0.004)}
+    m = IntervalModel(0.9, terms, units, domain, (), ("fit",))
     z = 1.6448536269514722
     # a new curve 3x longer at a third of the rate: h = ln 3 at the end, r = ln 3 throughout
     new = _constant("new", 72000, lr=1e-3 / 3)
     t = new.steps[[0, -1]]
     pred = np.array([3.0, 2.5])
     lo, hi = m.bounds(pred, new, t)
-    h = np.array([0.0, np.log(3)])
-    sd = np.sqrt(
-        0.0003**2
-        + 0.0004**2
-        + (0.002 * np.maximum(np.log(new.schedule().cumsum()[t] / domain.S1_max), 0)) ** 2
-        + (0.001 * np.log(3)) ** 2
-    )
+    h = np.maximum(np.log(new.schedule().cumsum()[t] / domain.S1_max), 0)
+    d = np.hypot(h, np.log(3)) / np.log(10)
+    sd = np.sqrt(0.0003**2 + 0.0004**2 + (0.002 * d) ** 2)
     np.testing.assert_allclose(hi, pred * np.exp(z * sd), rtol=1e-6)
     np.testing.assert_allclose(lo, pred * np.exp(-z * sd), rtol=1e-6)
     assert sd[1] > sd[0] and h[1] > 0
@@ -98,31 +82,27 @@ def test_bounds_add_scatter_and_drift_in_quadrature_per_kind_of_forecast():
     lo2, hi2 = m.bounds(pred, fitted, fitted.steps[[-2, -1]])
     np.testing.assert_allclose(hi2, pred * np.exp(z * np.hypot(0.0003, 0.004)), rtol=1e-6)
     assert m.residual == pytest.approx(np.expm1(z * np.hypot(0.0003, 0.0004)), rel=1e-9)
-    assert m.to_dict()["rank_capped"] is False and "noise 0.030%" in m.to_dict()["method"]
+    j = m.to_dict()
+    assert j["rank_capped"] is False and "noise 0.030%" in j["method"]
+    assert j["terms"]["new curve"]["drift_per_decade"] == 0.002
 
 
-def test_error_terms_are_nonnegative_least_squares_of_the_squared_errors():
-    def unit(split, e, h=0.0, r=0.0):
+def test_error_terms_are_the_fold_drift_of_the_squared_errors():
+    def unit(split, e, d=0.0):
         n = np.size(e)
-        u = CalibrationUnit(split, "c", n, 0.0, 1.0)
-        return UnitErrors(u, np.asarray(e, float), np.full(n, h), np.full(n, r))
+        return UnitErrors(CalibrationUnit(split, "c", n, 0.0, d), np.asarray(e, float), np.full(n, d))
 
-    # errors of 0.2% next to the data and 0.5% two e-folds of rate below it, noise 0.1%
-    leave = [unit("leave-out a", [0.002, -0.002]), unit("leave-out b", [0.005, -0.005], r=2.0)]
-    t = _fit_terms(leave, 0.001, fallback=False)
-    assert t.budget == pytest.approx(np.sqrt(0.002**2 - 0.001**2), rel=1e-6)
-    assert t.drift_r == pytest.approx(np.sqrt(0.005**2 - 0.002**2) / 2, rel=1e-6) and t.drift_h == 0
+    # errors of 0.2% next to the data and 0.5% two decades away, noise 0.1%
+    leave = [unit("leave-out a", [0.002, -0.002]), unit("leave-out b", [0.005, -0.005], d=2.0)]
+    t = _fit_terms(leave, 0.001, FitDomain(1.0, 1.0))
+    assert t.budget_sd == pytest.approx(np.sqrt(0.002**2 - 0.001**2), rel=1e-6)
+    assert t.drift_per_decade == pytest.approx(np.sqrt(0.005**2 - 0.002**2) / 2, rel=1e-6)
+    assert t.noise_sd == 0.001 and t.n_folds == 2 and t.n_fold_points == 4
     assert leave[0].unit.kind == Kind.NEW_CURVE
     assert unit("first 0.5", [0.0]).unit.kind == Kind.LATER_STEPS
 
 
-def _pooled(result):
-    n = np.array([result.predictions[k]["n_points"] for k in PREDICT])
-    cov = np.array([result.predictions[k]["interval_coverage"] for k in PREDICT])
-    width = np.array([result.predictions[k]["interval_mean_rel_width"] for k in PREDICT])
-    return float(cov @ n / n.sum()), float(width @ n / n.sum())
-
-
+@pytest.mark.slow
 def test_cli_json_carries_intervals(shared_data, tmp_path):
     """`fit-curve --json`: predictions[name].interval_coverage and the per-point bounds; the
     interval model says how it was calibrated (here on one curve: early-part refits only)."""

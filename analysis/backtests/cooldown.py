@@ -1,47 +1,28 @@
 """Cooldown protocol `cooldown`: forecast the end loss of a warm-stable-decay branch ("cooldown") of
-a model shape never cooled before, from that shape's own constant-LR ("hot") curve up to the
-branch and what the smaller shapes' cooldowns taught.
+a model shape never cooled before, from that shape's constant-LR ("hot") curve up to the branch and
+what the smaller shapes' cooldowns taught.
 
-Input: a folder in the Gemstones layout (McLeish et al. 2025, arXiv 2502.06857;
-`../shared/data/gemstones/SOURCE.md`) holding
-- `hot_checkpoints.csv`: model, N, step, loss (one constant-LR run per model; other columns are
-  ignored);
-- `cooldowns.csv`: model, N, branch_step, loss_at_branch, step_end, loss_end (one row per branch:
-  from the hot checkpoint at branch_step the learning rate decays until step_end).
-A table or a single file is refused in one line (the hot curves and the branches are two tables).
+Input: a folder in the Gemstones layout (McLeish et al. 2025; `../shared/data/gemstones/SOURCE.md`):
+`hot_checkpoints.csv` (model, N, step, loss: one constant-LR run per model) and `cooldowns.csv`
+(model, N, branch_step, loss_at_branch, step_end, loss_end: one row per branch). The schedule is
+assumed (their public code does not hold it): the hot rate constant from the first logged step
+(linear warm-up before), a cooldown decaying it linearly to 0 by step_end; rates normalised to
+`PEAK_LR` = 3e-4 (the law is invariant to the rate's unit up to A, B and C).
 
-The schedule (assumed: the authors' public analysis code, mcleish7/gemstone-scaling-laws, does
-not hold their training code): the hot run is at a constant rate from its first logged step (a
-linear warm-up from 0 before it, fit-curve's default), and a cooldown decays that rate linearly to
-0 over (step_end - branch_step) steps. Rates are normalised to a nominal peak `PEAK_LR` = 3e-4
-(the multi-power law is invariant to the rate's unit up to its A, B and C; the start grids of
-fit-curve are scaled for rates near 3e-4, Luo et al.'s).
+Held out: the shapes with N above `--holdout-above-n` (default: the largest third,
+`validation.share_cut`); each of their branches is predicted from the hot curve up to its branch
+step (its loss_at_branch included). Branches with fewer than `MIN_PREFIX` hot steps before them are
+left out (a warning says how many).
 
-What is held out: the shapes with N above `--holdout-above-n` (default: the largest third of the
-shapes that have branches, `validation.share_cut`). Shapes with branches below the cut are
-fitted; every branch of a held-out shape is predicted from the hot curve *up to its branch step*
-(steps <= branch_step, the branch's own loss_at_branch included: what is known when the cooldown
-starts; never a cooldown end of that shape). Branches with fewer than `MIN_PREFIX` hot steps up to
-them are left out (a warning says how many).
-
-Methods, scored on loss_end (`Metric.REL`), those of the registry's protocol `cooldown`:
-- `baseline_branch_ratio` (registered here): loss_end = loss_at_branch x r, r the median ratio
-  loss_end / loss_at_branch over the fitted branches; its 90% band is the central 90% of those
-  ratios.
+Methods (the registry's protocol `cooldown`), scored on loss_end:
+- `baseline_branch_ratio` (registered here): loss_at_branch x the fitted branches' median
+  loss_end / loss_at_branch; 90% band: the central 90% of those ratios (`transfer.RatioFit`).
 - `mpl` (fit-curve's default, so the protocol's default row, though the baseline beats it on
-  Gemstones: docs/analysis.md, "Backtesting"), in two stages:
-  1. per fitted shape, `fit_curve` on its hot curve plus one two-point curve per branch
-     (branch_step and step_end, the decay between them): each shape gets its own law, all of whose
-     annealing parameters (B, C, beta, gamma) are fitted;
-  2. the annealing part is what transfers to a new shape, the rest is the shape's own: B (the
-     drop's scale) as a power law in N fitted over the fitted shapes (least squares of its log on
-     log N; it falls with N on Gemstones), C, beta and gamma (the drop's shape) as their median
-     over the fitted shapes. L0, A and alpha come from `fit_curve` on the held-out shape's hot
-     prefix with those fixed (a constant rate: the annealing parameters do not move that fit;
-     L-BFGS to the optimum), and the law predicts the branch's end.
-  The 90% interval: the central 90% of the log errors of the same two stages, leave-one-shape-out
-  over the fitted shapes (each fitted shape's branches predicted with the transfer fitted on the
-  others), around the prediction; `--bootstrap 0` skips that calibration (no intervals).
+  Gemstones: docs/analysis.md, "Backtesting"): (1) per fitted shape, `fit_curve` on its hot curve
+  plus one two-point curve per branch; (2) for a new shape, B as a power law in N over the fitted
+  shapes and C, beta, gamma their median; L0, A, alpha fitted on its hot prefix with those fixed
+  (L-BFGS); the law predicts the branch's end. 90% interval: the central 90% of the log errors of
+  the same two stages leave-one-shape-out over the fitted shapes (`--bootstrap 0`: none).
 """
 
 from __future__ import annotations
@@ -63,6 +44,7 @@ from analysis.core.table import read_table
 from analysis.curves.data import Curve, load_curve
 from analysis.curves.fitting import fit_curve
 from analysis.curves.laws import MPL
+from analysis.forecast.transfer import RatioFit
 from models.base.errors import AnalysisError
 
 BASELINE = "baseline_branch_ratio"
@@ -229,35 +211,13 @@ def _points(shapes: Sequence[Shape], predict) -> tuple[Point, ...]:
     return tuple(out)
 
 
-@dataclass(frozen=True)
-class BranchRatio:
-    """The baseline: the fitted branches' median loss_end / loss_at_branch and its central 90%."""
-
-    ratio: float
-    lo: float
-    hi: float
-    n_points: int
-
-    def summary(self) -> str:
-        return f"baseline {BASELINE} on {self.n_points} branches: {self.note}"
-
-    @property
-    def note(self) -> str:
-        return f"r={self.ratio:.5g} (90%: {self.lo:.5g}-{self.hi:.5g})"
-
-    def to_dict(self) -> dict:
-        return {"baseline": BASELINE, "ratio": self.ratio, "interval": [self.lo, self.hi]}
-
-
-def fit_branch_ratio(table, **_) -> BranchRatio:
-    """The ratio of a cooldown folder's (or shapes') branches."""
+def fit_branch_ratio(table, **_) -> RatioFit:
+    """The median loss_end / loss_at_branch of a cooldown folder's (or shapes') branches."""
     shapes = table if isinstance(table, (list, tuple)) else load_shapes(table)
-    r = np.array([b.loss_end / b.loss for s in shapes for b in s.branches])
-    lo, hi = validation.percentile_interval(r)
-    return BranchRatio(float(np.median(r)), float(lo), float(hi), r.size)
+    return RatioFit.of(np.array([b.loss_end / b.loss for s in shapes for b in s.branches]))
 
 
-def predict_branch_ratio(fit: BranchRatio, inputs) -> Prediction:
+def predict_branch_ratio(fit: RatioFit, inputs) -> Prediction:
     x = np.asarray(inputs["loss_at_branch"], float)
     return Prediction(x * fit.ratio, x * fit.lo, x * fit.hi)
 

@@ -26,7 +26,6 @@ from analysis.curves.features import Features, features
 from analysis.curves.intervals import IntervalModel, RefitPlan, calibrate, plan_refits
 from analysis.curves.laws import MPL, Problem, evaluate, get_curve_law, minimize, start_grid
 from analysis.laws.fitting import HUBER_DELTA
-from models.base import jsonio
 from models.base.errors import AnalysisError
 
 __all__ = ["Curve", "CurveFitResult", "Features", "FitProtocol", "features", "fit_curve", "load_curve"]
@@ -74,8 +73,6 @@ def _interval_summary(
 class CurveFitResult:
     """A fitted multi-power law, its convergence report, its predictions and their intervals."""
 
-    law: str
-    param_names: tuple[str, ...]
     params: dict[str, float]
     objective: float
     grad_norm: float
@@ -84,7 +81,9 @@ class CurveFitResult:
     n_starts: int
     starts_at_optimum: int
     n_points: int
-    fitted: dict[str, dict]  # curve name -> {"until": step or None, errors on the fitted points}
+    law: str = MPL.name
+    param_names: tuple[str, ...] = MPL.param_names
+    fitted: dict[str, dict] = field(default_factory=dict)  # curve -> {"until": step or None, errors}
     predictions: dict[str, dict] = field(default_factory=dict)
     fixed: dict[str, float] = field(default_factory=dict)
     resolution: int = 32
@@ -146,14 +145,6 @@ class CurveFitResult:
             "resolution": self.resolution,
             "interval_model": None if self.intervals is None else self.intervals.to_dict(),
         }
-
-    def to_json(self, path: str | None = None) -> str:
-        """Strict JSON (NaN and inf written as null); written to `path` (atomically; `-` =
-        stdout) when given."""
-        obj = self.to_dict()
-        if path is not None:
-            jsonio.write_json(path, obj)
-        return jsonio.dumps(obj, indent=2)
 
 
 def _fit_parts(curves: list[Curve], fit_until: int | None) -> list[tuple[Curve, np.ndarray]]:
@@ -272,9 +263,7 @@ def _fit_lbfgs(p: Problem, parts, intervals: bool, resolution: int) -> CurveFitR
     r, i, S, model = lbfgs_optimum(p, parts, intervals)
     f = np.where(np.isfinite(r.f[:S]), r.f[:S], np.inf)
     return CurveFitResult(
-        law=MPL.name,
-        param_names=MPL.param_names,
-        params={k: float(v) for k, v in zip(MPL.param_names, p.params(r.x[i]))},
+        params=dict(zip(MPL.param_names, map(float, p.params(r.x[i])))),
         objective=float(f[i]),
         grad_norm=float(r.grad_norm[i]),
         converged=bool(int(r.status[i]) in CONVERGED_CODES),
@@ -282,7 +271,6 @@ def _fit_lbfgs(p: Problem, parts, intervals: bool, resolution: int) -> CurveFitR
         n_starts=S,
         starts_at_optimum=int(np.sum(f <= f[i] + 1e-6 * abs(f[i]))),
         n_points=p.F.n,
-        fitted={},
         fixed={
             k: float(np.exp(p.theta_full[j])) for j, k in enumerate(MPL.param_names) if j not in p.free_idx
         },
@@ -314,9 +302,7 @@ def _fit_multistart(p: Problem, parts, intervals: bool, resolution: int) -> Curv
         model = calibrate(p, parts, refit_plan, logp(r.params[pick[1:]]), r.f[pick[1:]], r.params[i])
     stop = int(r.stop[i])
     return CurveFitResult(
-        law=MPL.name,
-        param_names=MPL.param_names,
-        params={k: float(v) for k, v in zip(MPL.param_names, r.params[i])},
+        params=dict(zip(MPL.param_names, map(float, r.params[i]))),
         objective=float(r.f[i]),
         grad_norm=float(r.grad_norm[i]),
         converged=stop in (1, 2),
@@ -324,7 +310,6 @@ def _fit_multistart(p: Problem, parts, intervals: bool, resolution: int) -> Curv
         n_starts=K,
         starts_at_optimum=int(np.sum(f[0] <= r.f[i] * (1 + 1e-6))),
         n_points=p.F.n,
-        fitted={},
         resolution=resolution,
         intervals=model,
     )

@@ -17,26 +17,26 @@ from the data its fit saw, in two coordinates:
     h = max(0, ln(S1(t) / S1_max)),   r = max(0, ln(eta_min / eta(t))),
 
 the e-folds of area under the schedule beyond the largest fitted one (a 3x longer constant run
-ends at h = ln 3) and of learning rate below the lowest fitted one. The log error of a forecast is
-treated as Gaussian with
+ends at h = ln 3) and of learning rate below the lowest fitted one; their distance, in decades, is
+d = sqrt(h^2 + r^2) / ln 10. The log error of a forecast is the one error model of every family
+(`analysis.core.intervals.PredictionError`): Gaussian with
 
-    sd^2 = noise^2 + budget^2 + drift_h^2 h^2 + drift_r^2 r^2
+    sd^2 = noise^2 + budget^2 + (drift d)^2
 
 - `noise`, the point scatter of a logged loss around its curve (evaluation noise): the scatter
   (`validation.scatter_sd`) of the successive differences of the full fit's log residuals within
   each fitted curve, / sqrt 2 (differences cancel the fit's smooth misfit, which is not noise);
-- `budget`, the misfit of a schedule the fit has not seen right next to its data, and `drift_h`,
-  `drift_r`, its growth per e-fold of horizon and of rate: non-negative least squares of
-  e^2 - noise^2 on (1, h^2, r^2) over the units' points (e the refit's log error). Each refit
+- `budget`, the misfit of a schedule the fit has not seen right next to its data, and `drift`, its
+  growth per decade of distance: `validation.drift_from_folds` of the units' errors. Each refit
   re-estimates the parameters, so the parameter uncertainty (what a bootstrap would measure) is
   inside these errors: a bootstrap term on top would count it twice.
 
-The error fit is made per *kind* of forecast, on the units of that kind: a curve the fit did not
-see (`--predict`) gets the leave-one-curve-out units' terms, the later steps of a fitted curve
-(after `--fit-until`) the early-part units'. (Pooling both kinds over-covered: the early-part
-refits see a half or a third of each curve, and their errors, 2-4x the leave-out refits' on the MPL
-protocol even next to the data, sized the new-curve intervals at 99-100% coverage.) A kind
-without a usable unit (one fitted curve: no leave-one-curve-out) falls back to all units.
+The error model is fitted per *kind* of forecast, on the units of that kind: a curve the fit did
+not see (`--predict`) gets the leave-one-curve-out units', the later steps of a fitted curve (after
+`--fit-until`) the early-part units'. (Pooling both kinds over-covered: the early-part refits see
+a half or a third of each curve, and their errors, 2-4x the leave-out refits' on the MPL protocol
+even next to the data, sized the new-curve intervals at 99-100% coverage.) A kind without a usable
+unit (one fitted curve: no leave-one-curve-out) falls back to all units.
 
 The interval is pred * exp(+-z sd), z the normal 95% quantile (`validation.interval`).
 """
@@ -49,9 +49,9 @@ from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
-from scipy.optimize import nnls
 
 from analysis.core import validation
+from analysis.core.intervals import PredictionError
 from analysis.curves.data import Curve, peak_index
 from analysis.curves.features import subset
 from analysis.curves.laws import Problem, evaluate
@@ -60,6 +60,8 @@ LEVEL = validation.PREDICTION_LEVEL
 TAIL_FRACTIONS = (1 / 2, 1 / 3)
 SPLIT_STARTS = 4  # starts per calibration refit (spread over the law's start grid)
 LEAVE_OUT = "leave-out"  # split-name prefix of the leave-one-curve-out refits
+SCALE = "sd^2 = noise^2 + budget^2 + (drift d)^2, d = sqrt(h^2 + r^2) / ln 10 decades, "
+SCALE += "h = max(0, ln(S1/S1_max)), r = max(0, ln(eta_min/eta))"
 
 
 class Kind(enum.StrEnum):
@@ -94,10 +96,9 @@ class FitDomain:
         r = np.maximum(0.0, np.log(self.eta_min / np.maximum(eta[t], 1e-300)))
         return h, r
 
-    def scale(self, curve: Curve, t: np.ndarray) -> np.ndarray:
-        """1 + h + r per point (the total distance, reported per unit as `max_scale`)."""
-        h, r = self.distance(curve, t)
-        return 1.0 + h + r
+    def decades(self, curve: Curve, t: np.ndarray) -> np.ndarray:
+        """The distance d per point, in decades: sqrt(h^2 + r^2) / ln 10."""
+        return np.hypot(*self.distance(curve, t)) / math.log(10)
 
 
 @dataclass(frozen=True)
@@ -108,7 +109,7 @@ class CalibrationUnit:
     curve: str
     n_points: int
     score: float
-    max_scale: float
+    max_decades: float  # the largest distance d of its points
 
     @property
     def kind(self) -> Kind:
@@ -120,19 +121,8 @@ class CalibrationUnit:
             "curve": self.curve,
             "n_points": self.n_points,
             "score": self.score,
-            "max_scale": self.max_scale,
+            "max_decades": self.max_decades,
         }
-
-
-@dataclass(frozen=True)
-class ErrorTerms:
-    """budget, drift_h, drift_r of one kind of forecast (log units) and the units they came from."""
-
-    budget: float
-    drift_h: float
-    drift_r: float
-    n_units: int
-    fallback: bool  # no unit of this kind: fitted on all units
 
 
 @dataclass(frozen=True)
@@ -140,47 +130,47 @@ class IntervalModel:
     """Scatter + drift forecast intervals from the calibration refits (see the module docstring)."""
 
     level: float
-    noise: float  # point scatter (log units)
-    terms: dict[Kind, ErrorTerms]
+    terms: dict[Kind, PredictionError]  # the error model of each kind of forecast
     units: tuple[CalibrationUnit, ...]
     domain: FitDomain  # what the full fit saw (the distance of a new point)
     refits: tuple[tuple[str, tuple[float, ...]], ...]  # (split name, public parameters)
     fitted: tuple[str, ...] = ()  # names of the fitted curves (their later steps: Kind.LATER_STEPS)
+    fallback: tuple[Kind, ...] = ()  # kinds without a unit of their own: fitted on all units
+
+    @property
+    def noise(self) -> float:
+        return self.terms[Kind.NEW_CURVE].noise_sd
 
     def kind(self, curve: Curve) -> Kind:
         return Kind.LATER_STEPS if curve.name in self.fitted else Kind.NEW_CURVE
 
-    def sd(self, kind: Kind, h: np.ndarray, r: np.ndarray) -> np.ndarray:
-        """Sd of the log forecast error at distance (h, r)."""
-        e = self.terms[kind]
-        return np.sqrt(self.noise**2 + e.budget**2 + (e.drift_h * h) ** 2 + (e.drift_r * r) ** 2)
+    def sd(self, curve: Curve, t: np.ndarray) -> np.ndarray:
+        """Sd of the log forecast error of `curve` at steps `t`."""
+        return self.terms[self.kind(curve)].sd(self.domain.decades(curve, t))
 
     @property
     def residual(self) -> float:
-        """Relative half-width of a new curve's interval next to the fitted data (h = r = 0)."""
-        z = validation.norm_ppf(0.5 + self.level / 2)
-        return math.expm1(z * float(self.sd(Kind.NEW_CURVE, 0.0, 0.0)))
+        """Relative half-width of a new curve's interval next to the fitted data (d = 0)."""
+        return math.expm1(validation.Z90 * float(self.terms[Kind.NEW_CURVE].sd(0.0)))
 
     def bounds(self, pred: np.ndarray, curve: Curve, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(lower, upper) per point of `curve` at steps `t` around the full fit's `pred`."""
-        h, r = self.domain.distance(curve, t)
-        return validation.interval(np.log(pred), None, self.sd(self.kind(curve), h, r), self.level)
+        return validation.interval(np.log(pred), None, self.sd(curve, t), self.level)
 
     def to_dict(self) -> dict:
-        new = self.terms[Kind.NEW_CURVE]
         return {
             "level": self.level,
             "method": self.describe(),
             # units behind a new curve's terms (leave-one-curve-out; all units on fallback)
-            "rank": new.n_units,
+            "rank": self.terms[Kind.NEW_CURVE].n_folds,
             "n_units": len(self.units),
             # True when no leave-one-curve-out refit was possible (one fitted curve)
-            "rank_capped": new.fallback,
+            "rank_capped": Kind.NEW_CURVE in self.fallback,
             "residual_at_rank": self.residual,
-            "scale": "sd^2 = noise^2 + budget^2 + (drift_h h)^2 + (drift_r r)^2, "
-            "h = max(0, ln(S1/S1_max)), r = max(0, ln(eta_min/eta))",
+            "scale": SCALE,
             "S1_max": self.domain.S1_max,
             "eta_min": self.domain.eta_min,
+            "terms": {str(k): e.to_dict() for k, e in self.terms.items()},
             "units": [u.to_dict() for u in self.units],
             "refits": {name: list(p) for name, p in self.refits},
         }
@@ -188,9 +178,9 @@ class IntervalModel:
     def describe(self) -> str:
         """The measured terms in one line (the JSON `method`)."""
         terms = "; ".join(
-            f"{k.value}: budget {t.budget:.3%}, drift {t.drift_h:.3%}/e-fold of area, "
-            f"{t.drift_r:.3%}/e-fold of rate ({t.n_units} units{', all kinds' if t.fallback else ''})"
-            for k, t in self.terms.items()
+            f"{k.value}: budget {e.budget_sd:.3%}, drift {e.drift_per_decade:.3%}/decade "
+            f"({e.n_folds} units{', all kinds' if k in self.fallback else ''})"
+            for k, e in self.terms.items()
         )
         return f"Gaussian log error, noise {self.noise:.3%}; {terms}"
 
@@ -236,12 +226,11 @@ def _usable(problem: Problem, split: Split) -> bool:
 
 @dataclass(frozen=True)
 class UnitErrors:
-    """One unit's log forecast errors and their distances (h, r) from its refit's data."""
+    """One unit's log forecast errors and their distances d (decades) from its refit's data."""
 
     unit: CalibrationUnit
     e: np.ndarray
-    h: np.ndarray
-    r: np.ndarray
+    d: np.ndarray
 
 
 def _units(problem: Problem, parts, split: Split, params: np.ndarray) -> list[UnitErrors]:
@@ -255,12 +244,13 @@ def _units(problem: Problem, parts, split: Split, params: np.ndarray) -> list[Un
         if not sel.any():
             continue
         e = problem.logy[sel] - log_pred[sel]
-        h, r = domain.distance(curve, steps[sel])
+        d = domain.decades(curve, steps[sel])
         if not np.all(np.isfinite(e)):
             continue
         score = float(np.sqrt(np.mean(e**2)))
-        unit = CalibrationUnit(split.name, curve.name, int(sel.sum()), score, float(np.max(1 + h + r)))
-        units.append(UnitErrors(unit, e, h, r))
+        units.append(
+            UnitErrors(CalibrationUnit(split.name, curve.name, int(sel.sum()), score, float(d.max())), e, d)
+        )
     return units
 
 
@@ -273,13 +263,21 @@ def _noise(problem: Problem, parts, params: np.ndarray) -> float:
     return validation.scatter_sd(np.concatenate(diffs)) / math.sqrt(2)
 
 
-def _terms(units: list[UnitErrors], noise: float, fallback: bool) -> ErrorTerms:
-    """budget, drift_h, drift_r: non-negative least squares of e^2 - noise^2 on (1, h^2, r^2)."""
-    e, h, r = (np.concatenate([getattr(u, k) for u in units]) for k in "ehr")
-    X = np.stack([np.ones_like(e), h**2, r**2], axis=1)
-    coef = nnls(X, e**2 - noise**2)[0]
-    b, dh, dr = np.sqrt(coef)
-    return ErrorTerms(float(b), float(dh), float(dr), len(units), fallback)
+def _terms(units: list[UnitErrors], noise: float, domain: FitDomain) -> PredictionError:
+    """budget and drift of one kind: `validation.drift_from_folds` of the units' errors."""
+    e, d = [u.e for u in units], [u.d for u in units]
+    budget, drift = validation.drift_from_folds(e, d, noise)
+    return PredictionError(
+        noise_sd=noise,
+        budget_sd=budget,
+        drift_per_decade=drift,
+        scale_max=domain.S1_max,
+        scale_role="S1",
+        n_folds=len(units),
+        n_fold_points=int(sum(x.size for x in e)),
+        fold_mae=validation.fold_mae(e),
+        method="in-curve scatter + calibration refits' budget and drift",
+    )
 
 
 @dataclass(frozen=True)
@@ -327,17 +325,14 @@ def calibrate(
             refits.append((split.name, tuple(float(v) for v in p)))
     if not units:
         return None
-    noise = _noise(problem, parts, params)
-    terms = {}
-    for kind in Kind:
-        own = [u for u in units if u.unit.kind == kind]
-        terms[kind] = _terms(own or units, noise, fallback=not own)
+    noise, domain = _noise(problem, parts, params), FitDomain.of(parts)
+    by_kind = {k: [u for u in units if u.unit.kind == k] for k in Kind}
     return IntervalModel(
         LEVEL,
-        noise,
-        terms,
+        {k: _terms(own or units, noise, domain) for k, own in by_kind.items()},
         tuple(u.unit for u in units),
-        FitDomain.of(parts),
+        domain,
         tuple(refits),
         tuple(c.name for c, _ in parts),
+        tuple(k for k, own in by_kind.items() if not own),
     )

@@ -11,10 +11,10 @@ the others fixed (the law is linear in L0 and A). The 90% interval: Gaussian in 
 variance the sum of the leave-one-curve-out mean square error of the same procedure on the finished
 curves cut at the same fraction (with the law fitted on all of them: the run's own level) and fit-
 curve's calibrated error of the law on a curve it did not see, at the run's distance from the fitted
-data (`analysis.curves.intervals`: its area and rate drift terms; a run 3x longer than any finished
-one gets a wider interval), around the forecast shifted by that procedure's mean error (a bias the
-runs share: a final loss of another kind than the curve's, such as a sweep's held-out loss under its
-training-loss curve).
+data (`analysis.curves.intervals`: its drift with the distance in area and rate; a run 3x longer
+than any finished one gets a wider interval), around the forecast shifted by that procedure's mean
+error (a bias the runs share: a final loss of another kind than the curve's, such as a sweep's
+held-out loss under its training-loss curve).
 """
 
 from __future__ import annotations
@@ -86,8 +86,7 @@ def _sd(s: float, model: IntervalModel | None, plan: Curve, total: int) -> float
     curve it did not see at the run's distance from the fitted data (the interval model's terms)."""
     law_sd = 0.0
     if model is not None:
-        h, r = model.domain.distance(plan, np.array([total]))
-        law_sd = float(model.sd(Kind.NEW_CURVE, h, r)[0])
+        law_sd = float(model.terms[Kind.NEW_CURVE].sd(model.domain.decades(plan, np.array([total])))[0])
     sd = math.sqrt((s if math.isfinite(s) else 0.0) ** 2 + law_sd**2)
     return max(sd, MIN_SD) if math.isfinite(s) or law_sd > 0 else math.nan
 

@@ -133,6 +133,13 @@ def _loo(X: np.ndarray, y: np.ndarray) -> float:
     return float(np.sqrt(np.mean(r**2)))
 
 
+def _number(v) -> float:
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return math.nan
+
+
 def _varies(values: list[float]) -> bool:
     v = np.array([x for x in values if math.isfinite(x) and x > 0])
     return v.size >= 2 and float(np.ptp(np.log(v))) > 1e-6
@@ -149,11 +156,9 @@ def fit_transfer(
             f"{len(ex)} finished curve(s) reach {frac:.0%} of their length with {MIN_POINTS} logged points; "
             f"a forecast learns from at least {MIN_COMPLETE} (give more finished runs with --train)"
         )
-    offered = [SLOPE]
-    for key in keys:
-        vals = [_float(e.settings.get(key)) for e in ex]
-        if _varies(vals) and key in needed:
-            offered.append(f"log {key}")
+    offered = [SLOPE] + [
+        f"log {k}" for k in keys if k in needed and _varies([_number(e.settings.get(k)) for e in ex])
+    ]
     y = np.array([e.y for e in ex])
     scores, fits = {}, {}
     for k in range(len(offered) + 1):
@@ -161,26 +166,18 @@ def fit_transfer(
             rows = [_row(e.cut, e.settings, names) for e in ex]
             if any(r is None for r in rows) or len(ex) < len(names) + 3:
                 continue
-            X = np.stack(rows)
             label = ", ".join(names) or "constant"
-            scores[label] = _loo(X, y)
-            fits[label] = (names, X)
+            scores[label], fits[label] = _loo(np.stack(rows), y), (names, np.stack(rows))
     label = validation.choose(scores, list(scores))
     names, X = fits[label]
     coef, *_ = np.linalg.lstsq(X, y, rcond=None)
     return TransferFit(frac, tuple(names), coef, np.linalg.pinv(X.T @ X), scores[label], len(ex), scores)
 
 
-def _float(v) -> float:
-    try:
-        return float(v)
-    except (TypeError, ValueError):
-        return math.nan
-
-
 @dataclass(frozen=True)
 class RatioFit:
-    """The baseline: the median final / cut ratio of the finished curves and its central 90%."""
+    """A ratio baseline (the forecast's `ratio`, the cooldown's branch ratio): a loss times the
+    median ratio of the finished examples' final loss to it; 90% interval: their central 90%."""
 
     frac: float
     ratio: float
@@ -188,8 +185,20 @@ class RatioFit:
     hi: float
     n: int
 
-    def predict(self, cut: Cut) -> tuple[float, float, float]:
-        return cut.loss * self.ratio, cut.loss * self.lo, cut.loss * self.hi
+    @classmethod
+    def of(cls, ratios: np.ndarray, frac: float = math.nan) -> "RatioFit":
+        lo, hi = validation.percentile_bounds(ratios)
+        return cls(frac, float(np.median(ratios)), lo, hi, int(np.size(ratios)))
+
+    @property
+    def note(self) -> str:
+        return f"median ratio {self.ratio:.5g} (central 90% {self.lo:.5g}-{self.hi:.5g})"
+
+    def summary(self) -> str:
+        return f"ratio baseline over {self.n} examples: {self.note}"
+
+    def to_dict(self) -> dict:
+        return {"ratio": self.ratio, "interval": [self.lo, self.hi], "n": self.n}
 
 
 def fit_ratio(ex: list[Example], frac: float) -> RatioFit:
@@ -198,6 +207,4 @@ def fit_ratio(ex: list[Example], frac: float) -> RatioFit:
             f"{len(ex)} finished curve(s) reach {frac:.0%} of their length; the ratio baseline needs "
             f"at least {MIN_COMPLETE}"
         )
-    r = np.array([e.ratio for e in ex])
-    lo, hi = validation.percentile_bounds(r)
-    return RatioFit(frac, float(np.median(r)), lo, hi, len(ex))
+    return RatioFit.of(np.array([e.ratio for e in ex]), frac)
