@@ -10,7 +10,7 @@ For data, fsdp, tensor, sequence-, context- and pipeline-parallel layouts of a s
 - predicted collective bytes per step match the collectives of the compiled HLO (while loops
   multiplied by their trip counts, tests/hlo_collectives.py) within 10% (`REDUCE_GAPS`: a
   measured exception); for the pipeline the stage-to-stage sends are compared with the tick
-  loop's collective-permutes (`PP_GAPS`). `python benchmarks/costmodel_xla.py` prints the table.
+  loop's collective-permutes (`PP_GAPS`). docs/costmodel.md ("XLA") has these ratios as a table.
 
 What the code really does, and the model is told (`Layout` flags): q/k/v and gate/up are
 separate matmuls (`fused_projections=False`), XLA keeps FSDP-gathered weights and SP-gathered
