@@ -1,21 +1,12 @@
 """The methods of a recipe comparison, each fitted to two ladders (REF and OTHER).
 
 Every method gives each recipe a frontier L*(C) = E + G C^-gamma (`analysis.compare.frontiers`)
-with bootstrap rows, from which the multiplier follows in closed form:
-
-- `joint_shared_exponents`: one Chinchilla law for both ladders, L = E_r + A_r/N^alpha + B_r/D^beta:
-  the exponents shared, E, A and B per recipe (OTHER's as REF's times exp(dE), exp(dA), exp(dB));
-- `joint_shared_E`: one irreducible loss E for both, A, B, alpha and beta per recipe;
-- `free_per_recipe`: a Chinchilla law fitted to each ladder on its own;
-- `frontier_power_laws`: L*(C) = E + A C^-alpha fitted to each ladder's best run per budget
-  (Porian et al. 2024, arXiv:2406.19146);
-- `no_difference`: the baseline, m = 1 at every budget (it names no winner);
-- `auto_shrunk` (the default): per pair, one of the two joint fits, chosen by forward chaining on
-  the ladders (`comparison.choose_method`: the shared exponents unless the shared floor predicts
-  the multiplier above every cut better by the parsimony margin, `validation.choose_against`),
-  its multiplier pulled towards 1 by its own uncertainty (positive-part James-Stein:
-  log m x max(0, 1 - sigma^2 / log m^2), sigma from its 90% predictive range), so a difference
-  within the noise is reported as none; its interval is the chosen fit's, widened to hold it.
+with bootstrap rows, from which the multiplier follows in closed form; `DOCS` says what each
+fits. `auto_shrunk`, the default, picks one of the two joint fits per pair by forward chaining on
+the ladders (`comparison.choose_method`: the shared exponents unless the shared floor predicts the
+multiplier above every cut better by the parsimony margin, `validation.choose_against`) and pulls
+its multiplier towards 1 by its own uncertainty (`comparison.shrunk`), so a difference within the
+noise is reported as none; its interval is the chosen fit's, widened to hold the point.
 
 The law fits are the project's one engine (`analysis.laws.fitting.fit_points`, multi-start
 L-BFGS; the joint laws are `Law`s on the inputs N, D and a recipe indicator G: log G = 0 for REF,
@@ -54,6 +45,17 @@ class CompareMethod(enum.StrEnum):
     SHRUNK = "auto_shrunk"  # the joint fit the folds choose, pulled towards 1 (comparison.py)
 
 
+DOCS = {
+    CompareMethod.NO_DIFFERENCE: "the baseline: m = 1 at every budget (names no winner)",
+    CompareMethod.SHARED_EXPONENTS: "one Chinchilla law for both, L = E_r + A_r/N^alpha + B_r/D^beta, "
+    "exponents shared, E, A, B per recipe (OTHER's as REF's times e^dE, e^dA, e^dB)",
+    CompareMethod.SHARED_E: "one Chinchilla law with one irreducible loss E; A, B, alpha, beta per recipe",
+    CompareMethod.FREE: "a Chinchilla law fitted to each ladder on its own",
+    CompareMethod.FRONTIER: "L*(C) = E + A C^-alpha fitted to each ladder's best run per budget "
+    "(Porian et al. 2024, arXiv:2406.19146)",
+    CompareMethod.SHRUNK: "the joint fit the ladders' forward-chaining folds choose, its multiplier pulled "
+    "towards 1 by its own uncertainty (positive-part James-Stein)",
+}
 # What `python -m analysis compare` uses without --method: the method the backtest zoo's default
 # rule picks (benchmarks/backtest_zoo.py, protocol `compare`; docs/backtests.md): no worse than
 # the baseline by more than 10% on every dataset, and of those the lowest mean |log2 error|.

@@ -13,6 +13,7 @@ different data: `data.*` keys that differ), a recipe name that is not in the tab
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import pathlib
 import warnings
@@ -76,22 +77,10 @@ class Ladder:
         order = np.argsort(C)
         return C[order], np.minimum.accumulate(L[order])
 
-    def subset(self, mask: np.ndarray) -> "Ladder":
-        m = np.asarray(mask, bool)
-        return Ladder(
-            self.name,
-            self.N[m],
-            self.D[m],
-            self.C[m],
-            self.loss[m],
-            self.loss_column,
-            self.source,
-            self.eval_keys,
-        )
-
     def below(self, cut: float) -> "Ladder":
         """The runs with C at or below `cut`."""
-        return self.subset(self.C <= cut)
+        m = self.C <= cut
+        return dataclasses.replace(self, N=self.N[m], D=self.D[m], C=self.C[m], loss=self.loss[m])
 
 
 def read_input(path: str | pathlib.Path) -> pd.DataFrame:

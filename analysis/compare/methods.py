@@ -1,14 +1,11 @@
-"""The compare family's methods in the one registry (`analysis.core.methods`).
+"""The compare family's methods (`fits.CompareMethod`) in the one registry, scored by the
+`compare` backtest protocol (`auto_shrunk` its default, `no_difference` its baseline).
 
-Each method of `fits.CompareMethod` is registered with the `compare` backtest protocol that scores
-it (`auto_shrunk` its default, `no_difference` its baseline; docs/backtests.md). A method's
 `fit(table, ref=None, other=None, by=None, columns=None, budgets=None, bootstrap=200, seed=0)`
-reads a runs table holding two recipes, as `python -m analysis compare` does: its recipe column
-(`recipe` or `sweep.recipe`, or the one `by` names) splits it into REF (`ref`, default the first
-recipe) and OTHER (`other` when the table holds more). The record (`RecipeFit`) prints as
-compare's table and serialises as compare's JSON; `predict(record, {"C": ...})` is the compute
-multiplier m(C) with its 90% interval; `plot` draws m(C) with its band (on `ax`), or both
-frontiers and m(C).
+splits a runs table holding two recipes by its recipe column (`recipe`, `sweep.recipe` or `by`)
+into REF (`ref`, default the first) and OTHER, as `compare` does; the record prints and
+serialises as compare's table and JSON; `predict(record, {"C": ...})` is the multiplier m(C)
+with its 90% interval; `plot` draws m(C) with its band (on `ax`), or both frontiers and m(C).
 """
 
 from __future__ import annotations
@@ -21,22 +18,13 @@ import pandas as pd
 
 from analysis.compare import render
 from analysis.compare.comparison import PairModel, compare_recipes
-from analysis.compare.fits import BASELINE, DEFAULT, CompareMethod
+from analysis.compare.fits import BASELINE, DEFAULT, DOCS, CompareMethod
 from analysis.compare.ladders import RECIPE_COLUMNS, check_pair, choose_ref, split_by
 from analysis.compare.result import Comparison
 from analysis.core.methods import Family, Method, Prediction, Role, register
 from models.base.errors import AnalysisError
 
 PROTOCOLS = ("compare",)
-DOCS = {
-    CompareMethod.SHRUNK: "the joint fit chosen on the ladders' forward-chaining folds, its multiplier "
-    "pulled towards 1 by its own uncertainty (positive-part James-Stein)",
-    CompareMethod.FRONTIER: "L*(C) = E + A C^-alpha per recipe on its best run per budget (Porian et al.)",
-    CompareMethod.SHARED_EXPONENTS: "one Chinchilla law for both: exponents shared, E, A, B per recipe",
-    CompareMethod.SHARED_E: "one Chinchilla law with a shared floor E; A, B, alpha, beta per recipe",
-    CompareMethod.FREE: "a Chinchilla law fitted to each recipe's runs on its own",
-    CompareMethod.NO_DIFFERENCE: "m = 1 at every budget (names no winner)",
-}
 
 
 @dataclass(frozen=True)

@@ -51,9 +51,6 @@ class RLCurve:
     def final_compute(self) -> float:
         return float(self.compute.max())
 
-    def points(self) -> RLPoints:
-        return RLPoints.make(self.compute, self.pass_rate, self.stderr)
-
 
 def load_curve(path: str | pathlib.Path) -> RLCurve:
     """A curve from a table (CSV or Parquet: compute, pass_rate[, stderr]) or an RL run directory."""
@@ -163,11 +160,6 @@ def fit_points(
     if keep_start:
         keep |= C == 0
     return RLPoints.make(C[keep], curve.pass_rate[keep], curve.stderr[keep])
-
-
-def start_pass_rate(curve: RLCurve) -> float:
-    """The measured starting pass rate (evaluation at the smallest compute)."""
-    return float(curve.pass_rate[0])
 
 
 def variance_collapsed(curve: RLCurve, until: float | None = None, min_zero_var: float = 0.8) -> bool:

@@ -15,8 +15,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from analysis.rl.curves import RLCurve, burn_in_cutoff, fit_points, start_pass_rate, variance_collapsed
-from analysis.rl.laws import Fit, RLPoints, fit_rl_law, gain_per_decade
+from analysis.rl.curves import RLCurve, burn_in_cutoff, fit_points, variance_collapsed
+from analysis.rl.laws import RLPoints, SigmoidFit, fit_rl_law, gain_per_decade
 from models.base.errors import AnalysisError
 
 
@@ -42,7 +42,7 @@ def _r0_value(opts: RLFitOptions, curves: Sequence[RLCurve]) -> float | None:
     if opts.r0 == "fit":
         return None
     if opts.r0 == "start":
-        return float(np.mean([start_pass_rate(c) for c in curves]))
+        return float(np.mean([c.pass_rate[0] for c in curves]))  # the measured start
     try:
         v = float(opts.r0)
     except (TypeError, ValueError):
@@ -72,7 +72,7 @@ def recipe_points(
 
 def _fit(
     curves: Sequence[RLCurve], opts: RLFitOptions, until_frac: float | None
-) -> tuple[Fit, RLPoints, list[RLPoints]]:
+) -> tuple[SigmoidFit, RLPoints, list[RLPoints]]:
     """Fit the pooled points of `curves`; returns (fit, fit points, held-out points per curve)."""
     pooled, held, r0 = recipe_points(curves, opts, until_frac)
     n_pos = int((pooled.C > 0).sum())
@@ -92,7 +92,7 @@ def _fit(
     return fit, pooled, held
 
 
-def _prediction(fit: Fit, curves: Sequence[RLCurve], held: Sequence[RLPoints]) -> dict[str, Any]:
+def _prediction(fit: SigmoidFit, curves: Sequence[RLCurve], held: Sequence[RLPoints]) -> dict[str, Any]:
     errs, preds, actual = [], [], []
     for c, h in zip(curves, held):
         if len(h) == 0:
@@ -111,7 +111,7 @@ def _prediction(fit: Fit, curves: Sequence[RLCurve], held: Sequence[RLPoints]) -
     }
 
 
-def _summary(fit: Fit, pts: RLPoints) -> dict[str, Any]:
+def _summary(fit: SigmoidFit, pts: RLPoints) -> dict[str, Any]:
     flagged = bool(fit.flags)
     gpd = gain_per_decade(pts.take(pts.C > 0)) if (pts.C > 0).sum() >= 3 else None
     if flagged:

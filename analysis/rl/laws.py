@@ -115,8 +115,8 @@ def floor_stderr(s: np.ndarray) -> np.ndarray:
 
 
 @dataclasses.dataclass(frozen=True)
-class Fit:
-    """One fitted law: parameters, 95% intervals, goodness of fit and identifiability flags."""
+class SigmoidFit:
+    """One fitted sigmoid: parameters, 95% intervals, goodness of fit and identifiability flags."""
 
     law: str
     params: dict[str, float | None]
@@ -131,10 +131,6 @@ class Fit:
 
     def predict(self, C) -> np.ndarray:
         return predict(self.params, C)
-
-    @property
-    def identified(self) -> bool:
-        return not self.flags
 
 
 def _to_params(spec: LawSpec, sol: Solution, r0: float | None) -> dict[str, float]:
@@ -167,7 +163,7 @@ def _check(pts: RLPoints, r0: float | None, ci_method: str) -> int:
 
 def fit_rl_law(
     pts: RLPoints, r0: float | None = None, ci_method: str = "profile", n_boot: int = 200, seed: int = 0
-) -> Fit:
+) -> SigmoidFit:
     """Fit the sigmoid to `pts` and attach 95% intervals + flags.
 
     `pts` are the points past the burn-in, plus optionally the start evaluation at C = 0, which
@@ -189,7 +185,7 @@ def fit_rl_law(
         hits = {n: (lo_hit, hi_hit) for n, (_, _, lo_hit, hi_hit) in zip(names, ends)}
     else:
         ci, hits = _bootstrap_ci(bootstrap_params(pts, r0, n_boot, seed), bounds)
-    return Fit(
+    return SigmoidFit(
         law=LAW,
         params=params,
         ci=ci,

@@ -60,8 +60,10 @@ def find_rl_runs(root: str | pathlib.Path) -> list[pathlib.Path]:
 
 
 def group_recipes(runs: Sequence[pathlib.Path]) -> list[Recipe]:
+    """The runs grouped by their configuration minus the seed and the run length, labelled
+    task/algo (with a key suffix where two recipes share it)."""
     groups: dict[str, list[pathlib.Path]] = {}
-    configs: dict[str, dict] = {}
+    configs, names = {}, {}
     for r in runs:
         s = RunDir(r).read_summary()
         fields = copy.deepcopy((s.config_fields if s is not None else None) or {})
@@ -71,16 +73,10 @@ def group_recipes(runs: Sequence[pathlib.Path]) -> list[Recipe]:
         key = fingerprint(fields, 8)
         groups.setdefault(key, []).append(r)
         configs[key] = fields
-    names = {}
-    for key, fields in configs.items():
-        rl = fields.get("rl") or {}
-        algo = (rl.get("algo") or {}).get("name", "run")
-        task = (rl.get("task") or {}).get("name", "?")
-        names[key] = f"{task}/{algo}"
+        names[key] = f"{(rl.get('task') or {}).get('name', '?')}/{(rl.get('algo') or {}).get('name', 'run')}"
     dup = {n for n in names.values() if list(names.values()).count(n) > 1}
     recipes = []
     for key, rs in groups.items():
-        label = names[key] + (f"#{key[:4]}" if names[key] in dup else "")
         curves = []
         for r in rs:
             try:
@@ -88,6 +84,7 @@ def group_recipes(runs: Sequence[pathlib.Path]) -> list[Recipe]:
             except AnalysisError:
                 continue  # a run that has not evaluated 3 times yet
         if curves:
+            label = names[key] + (f"#{key[:4]}" if names[key] in dup else "")
             recipes.append(Recipe(label, tuple(rs), tuple(curves), configs[key]))
     return sorted(recipes, key=lambda x: x.label)
 
@@ -182,36 +179,18 @@ def curves_figure(fits: RLFits) -> Figure:
     for i, (label, res) in enumerate(fits.results.items()):
         col = colors[i % len(colors)]
         rc = fits.recipe(label)
+        dots = {"fmt": "o", "ms": 2.5, "color": col, "alpha": 0.45, "lw": 0.6}
         for c in rc.curves:
-            ax.errorbar(
-                c.compute,
-                c.pass_rate,
-                yerr=np.nan_to_num(c.stderr),
-                fmt="o",
-                ms=2.5,
-                color=col,
-                alpha=0.45,
-                lw=0.6,
-            )
+            ax.errorbar(c.compute, c.pass_rate, np.nan_to_num(c.stderr), **dots)
         c_max = max(c.final_compute for c in rc.curves)
         c_min = min(c.compute[c.compute > 0].min() for c in rc.curves)
         flagged = bool(res["flags"])
         grid = np.geomspace(c_min, c_max * (1.0 if flagged else 3.0), 200)
         lo, hi = band(bootstrap_params(recipe_points(rc.curves)[0], n_boot=40), grid)
         ax.fill_between(grid, lo, hi, color=col, alpha=0.15, lw=0)
-        tag = (
-            f"no ceiling ({', '.join(res['flags'])})"
-            if flagged
-            else f"A={res['params']['A']:.3f}, B={res['params']['B']:.2f}"
-        )
-        ax.plot(
-            grid,
-            predict(res["params"], grid),
-            "--" if flagged else "-",
-            color=col,
-            lw=1.6,
-            label=f"{label}: {tag}",
-        )
+        p = res["params"]
+        tag = f"no ceiling ({', '.join(res['flags'])})" if flagged else f"A={p['A']:.3f}, B={p['B']:.2f}"
+        ax.plot(grid, predict(p, grid), "--" if flagged else "-", color=col, lw=1.6, label=f"{label}: {tag}")
     ax.set_xscale("log")
     ax.set_xlabel("RL compute C (FLOPs, evaluation excluded)")
     ax.set_ylabel("held-out pass@1")
@@ -311,22 +290,15 @@ def _ranking_row(fits: RLFits, rank_no: int, label: str) -> str:
     final = np.mean([c.pass_rate[-1] for c in fits.recipe(label).curves])
     if r["flags"]:
         g = r.get("gain_per_decade") or {}
-        a_txt, b_txt, c_txt = "—", "—", "—"
-        f_txt = (
-            f"{', '.join(r['flags'])}; "
-            f"{g.get('value', float('nan')):+.3f} ± {g.get('stderr', float('nan')):.3f}"
-        )
+        a_txt = b_txt = c_txt = "—"
+        f_txt = f"{', '.join(r['flags'])}; {g.get('value', math.nan):+.3f} ± {g.get('stderr', math.nan):.3f}"
     else:
         a_txt = f"{r['params']['A']:.3f} [{r['ci']['A'][0]:.3f}, {r['ci']['A'][1]:.3f}]"
         b_txt, c_txt, f_txt = f"{r['params']['B']:.2f}", f"{r['params']['C_mid']:.3g}", "none"
-    p_txt = (
-        (
-            f"{p['final_pred']:.3f} vs {p['final_actual']:.3f} ({p['final_abs_error']:.3f})"
-            + (" — flagged" if pr["flags"] else "")
-        )
-        if p
-        else "—"
-    )
+    p_txt = "—"
+    if p:
+        p_txt = f"{p['final_pred']:.3f} vs {p['final_actual']:.3f} ({p['final_abs_error']:.3f})"
+        p_txt += " — flagged" if pr["flags"] else ""
     return (
         f"| {rank_no} | {label} | {len(fits.recipe(label).runs)} | {a_txt} | {b_txt} | {c_txt} "
         f"| {f_txt} | {final:.3f} | {p_txt} |"
@@ -387,18 +359,13 @@ def _seed_spread_lines(fits: RLFits) -> list[str]:
         sp = res.get("seed_spread")
         if not sp:
             continue
-        if sp["n_flagged"] == 0:
-            a = sp["A"]
-            lines.append(
-                f"\n{label}: seed-to-seed A (per-seed fits) {a['mean']:.3f} ± {a['std']:.3f} (n={a['n']})."
-            )
-        else:
-            g = sp["gain_per_decade"]
-            lines.append(
-                f"\n{label}: {sp['n_flagged']} of {g['n']} per-seed fits flagged, so no "
-                f"per-seed ceilings; seed-to-seed gain per decade {g['mean']:+.3f} ± "
-                f"{g['std']:.3f}."
-            )
+        a, g = sp["A"], sp["gain_per_decade"]
+        lines.append(
+            f"\n{label}: seed-to-seed A (per-seed fits) {a['mean']:.3f} ± {a['std']:.3f} (n={a['n']})."
+            if sp["n_flagged"] == 0
+            else f"\n{label}: {sp['n_flagged']} of {g['n']} per-seed fits flagged, so no per-seed ceilings; "
+            f"seed-to-seed gain per decade {g['mean']:+.3f} ± {g['std']:.3f}."
+        )
     return lines
 
 
@@ -426,16 +393,13 @@ def section_markdown(fits: RLFits, gao: list[str]) -> str:
     lines += [f"\n{label}: not fitted ({msg})." for label, msg in fits.errors.items()]
     if gao:
         lines += ["", "Reward vs KL (Gao et al. 2023, RL form, d = sqrt(KL)): " + "; ".join(gao) + "."]
-    lines += [
-        "",
-        f"![RL curves]({FIGURE_FILES['curves']})",
-        "",
-        f"![prediction card]({FIGURE_FILES['prediction_card']})",
-        "",
-        f"![reward vs KL]({FIGURE_FILES['reward_vs_kl']})",
-        "",
-    ]
-    return "\n".join(lines)
+    for name, alt in (
+        ("curves", "RL curves"),
+        ("prediction_card", "prediction card"),
+        ("reward_vs_kl", "reward vs KL"),
+    ):
+        lines += ["", f"![{alt}]({FIGURE_FILES[name]})"]
+    return "\n".join(lines + [""])
 
 
 def rl_report(
