@@ -53,7 +53,6 @@ MAY_COMMANDS = (
     "analysis.hparams",
     "analysis.report",
     "analysis.backtests",
-    "analysis.layouts",
     "analysis.compare",
     "analysis.forecast",
 )
@@ -114,13 +113,6 @@ MAY_IMPORT: dict[str, frozenset[str]] = {
             "analysis.laws",
             "analysis.hparams",
             "experiments.train",
-        ),
-        # layout rows -> cost-model predictions; the cost model refitted to measured rows or a sweep
-        "analysis.layouts": (
-            BASE,
-            "sharding",
-            "analysis.core",
-            "analysis.planning",
         ),
         "analysis.report": (
             BASE,

@@ -142,15 +142,13 @@ def run(args: argparse.Namespace) -> int:
     )
     # JAX and the fitting code load here, not at import, so `python -m analysis --help` stays fast.
     from analysis.core.table import FitNotice
-    from analysis.laws.fitting import fit_law
-    from analysis.laws.moe import MOE, fit_moe
-    from analysis.laws.registry import get_law
-    from analysis.laws.selection import AUTO, default_law, fit_auto
+    from analysis.laws.methods import fit_point, law_choices
+    from analysis.laws.selection import default_law
     from analysis.laws.targets import predict_targets, prediction_lines
 
     enable_compile_cache()
-    if opts.law not in (AUTO, MOE, None):
-        get_law(opts.law)  # unknown law: fail before reading data
+    if opts.law is not None and opts.law not in law_choices():  # fail before reading data
+        raise AnalysisError(f"unknown law {opts.law!r}; choose from {', '.join(law_choices())}")
     columns = opts.columns()
     targets = _read_targets(opts, columns)  # a bad TARGETS file fails before the fit
     data, selection = _fit_rows(opts)
@@ -171,12 +169,7 @@ def run(args: argparse.Namespace) -> int:
     )
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", FitNotice)
-        if law == AUTO:
-            fit = fit_auto(data, columns, **kwargs)
-        elif law == MOE:
-            fit = fit_moe(data, columns, **kwargs)
-        else:
-            fit = fit_law(data, law, columns, **kwargs)
+        fit = fit_point(law, data, columns, **kwargs)
     _reemit(caught, FitNotice)
     if fit.law_selection is not None:
         print(fit.law_selection.message)

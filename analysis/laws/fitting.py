@@ -1008,15 +1008,6 @@ def fit_law(
     """
     if isinstance(df, (str, bytes)) or hasattr(df, "__fspath__"):
         df = data_mod.read_table(df)
-    if law in ("auto", "moe"):  # the choice among forms, by the runs' own folds
-        # selection.py and moe.py import this module: imported here to break the cycle
-        from analysis.laws.moe import fit_moe
-        from analysis.laws.selection import fit_auto
-
-        kw = dict(bootstrap=bootstrap, seed=seed, holdout_above=holdout_above, weights=weights, fixed=fixed)
-        kw.update(grid=grid, delta=delta, precision=precision, ci_level=ci_level, n_params=n_params)
-        kw.update(prediction_intervals=prediction_intervals)
-        return (fit_auto if law == "auto" else fit_moe)(df, columns, **kw)
     law_obj = law if isinstance(law, Law) else get_law(law)
     opts = FitOptions(
         bootstrap=bootstrap,

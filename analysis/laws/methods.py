@@ -14,12 +14,13 @@ import numpy as np
 import pandas as pd
 
 from analysis.core.enums import LawName
-from analysis.core.methods import Family, Method, Prediction, Role, register
+from analysis.core.methods import Family, Method, Prediction, Role, get, methods, register
 from analysis.core.table import resolve_inputs
 from analysis.laws.fitting import FitResult, fit_law
 from analysis.laws.moe import fit_moe
 from analysis.laws.registry import ON_REGISTER, known_laws
 from analysis.laws.selection import AUTO, default_law, fit_auto
+from models.base.errors import AnalysisError
 
 LOSS_PROTOCOLS = ("budget", "size")
 # name -> (protocols, role, one line)
@@ -137,6 +138,23 @@ register(
         "the best loss per budget: the law's IsoFLOP minimum or a power law of the best runs, by folds",
     )
 )
+
+
+def law_choices() -> tuple[str, ...]:
+    """What `fit --law` accepts: the registered point methods that fit a law (not the baselines, not
+    the frontier, which every Chinchilla-form fit carries)."""
+    return tuple(
+        m.name for m in methods(Family.POINT) if m.role != Role.BASELINE and m.name != "frontier_chosen"
+    )
+
+
+def fit_point(
+    name: str, table: pd.DataFrame, columns: Mapping[str, str] | None = None, **options: Any
+) -> FitResult:
+    """Fit the point method `name` (one of `law_choices()`); one line naming the choices otherwise."""
+    if name not in law_choices():
+        raise AnalysisError(f"unknown law {name!r}; choose from {', '.join(law_choices())}")
+    return get(name, Family.POINT).fit(table, columns, **options)
 
 
 def default_point_law(table: pd.DataFrame, columns: Mapping[str, str] | None = None) -> str:
