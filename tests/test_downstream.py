@@ -286,11 +286,11 @@ def test_fit_task_json_contract(tmp_path, capsys, small_ladder):
 
 
 def test_the_registry_methods_predict_a_task_with_its_interval(small_ladder):
-    """`average` (the default), `auto` and the baseline through the registry: one fit of the whole
+    """`auto` (the default), `average` and the baseline through the registry: one fit of the whole
     ladder; `task=` at fit time, or a task index per row at predict time, picks the task; the
     prediction is fit-task's (`TaskFit.predict`) with its 90% interval."""
-    assert names("downstream", "downstream") == ("average", "auto", "baseline_linear_log_c")
-    assert [m.name for m in methods("downstream") if m.role == "default"] == ["average"]
+    assert names("downstream", "downstream") == ("auto", "average", "baseline_linear_log_c")
+    assert [m.name for m in methods("downstream") if m.role == "default"] == ["auto"]
     fit = get("average", "downstream")(small_ladder, task="a", bootstrap=20)
     p = fit.predict(N=1e9, D=2e10)
     row = fit.result.tasks["a"].predict(np.array([1e9]), np.array([2e10]))[0]
@@ -328,10 +328,11 @@ def _gadre_check_protocol(shared_data):
 
 def test_gadre_protocol_accuracy_and_coverage(shared_data):
     """The interface check's protocol (../shared/checks/downstream.sh): fit on N <= 412M, predict
-    5 tasks at 1.4B and 6.9B, chance inferred, fit-task's default method (the average of the four
-    candidates). Measured (docs/downstream.md): mean |error| 2.51 points, 44/45 inside the 90%
-    intervals, mean width 16.6 points (the held-out choice, `--method auto`, the default before:
-    2.82 points, 38/45, 14.5 points); asserted with a small margin."""
+    5 tasks at 1.4B and 6.9B, chance inferred. Measured (docs/downstream.md): mean |error| 2.82
+    points, 38/45 inside the 90% intervals, mean width 14.5 points, since step 1 fits least squares
+    (the zoo's default) and the noise is floored at the run-to-run scatter (binds on piqa and copa);
+    before: 2.84, 40/45, 14.0 (before the sharper intervals: 2.95 points, 44/45, 19.0); asserted
+    with a small margin. (`--method average` here: 2.51 points, 44/45, 16.6 points.)"""
     df, tasks = _gadre_check_protocol(shared_data)
     small = df.N <= 5e8
     fit = fit_downstream(df[small], bootstrap=200, seed=0)
@@ -340,10 +341,9 @@ def test_gadre_protocol_accuracy_and_coverage(shared_data):
     err = 100 * np.abs([p.accuracy for p in preds] - actual)
     inside = [p.accuracy_interval[0] <= a <= p.accuracy_interval[1] for p, a in zip(preds, actual)]
     width = 100 * np.mean([hi - lo for lo, hi in (p.accuracy_interval for p in preds)])
-    assert err.mean() <= 2.6, f"mean |error| {err.mean():.2f} points"
-    assert np.mean(inside) >= 0.95, f"coverage {np.mean(inside):.0%}"
-    assert width <= 17.0, f"mean 90% interval width {width:.1f} points"
-    assert {p.method for p in preds} == {"average"}
+    assert err.mean() <= 2.95, f"mean |error| {err.mean():.2f} points"
+    assert np.mean(inside) >= 0.84, f"coverage {np.mean(inside):.0%}"
+    assert width <= 15.0, f"mean 90% interval width {width:.1f} points"
     assert {t: fit.tasks[t].rows.chance for t in tasks} == {
         "hellaswag": 0.25,
         "arc_easy": 0.25,

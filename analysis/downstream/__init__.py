@@ -4,10 +4,11 @@
 chance, C) and returns a `DownstreamFit`; its `predict(targets_df)` gives, per target row, the
 predicted task loss, accuracy, interval, method and warnings. Modules, one job each:
 `data` (tables, runs, chance), `taskloss` (step 1), `sigmoid` (step 2 and the direct form, batched
-least squares), `methods` (the candidates), `holdout` (held-out check and selection),
-`intervals` (error model), `flags` (warnings), `fitting` (the pipeline).
+least squares), `candidates` (the predictors), `holdout` (held-out errors and the choice),
+`intervals` (error model), `flags` (warnings), `fitting` (the pipeline), `methods` (the family's
+registered methods: average, auto, baseline_linear_log_c).
 """
 
-from analysis.downstream.fitting import DownstreamFit, Prediction, TaskFit, fit_downstream
+from analysis.downstream.fitting import DownstreamFit, TaskFit, TaskPrediction, fit_downstream
 
-__all__ = ["DownstreamFit", "Prediction", "TaskFit", "fit_downstream"]
+__all__ = ["DownstreamFit", "TaskFit", "TaskPrediction", "fit_downstream"]

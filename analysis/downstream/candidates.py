@@ -1,4 +1,5 @@
-"""The candidate predictors of a task's accuracy, fitted on one set of runs.
+"""The candidate predictors of a task's accuracy, fitted on one set of runs (the internal
+candidates of `fit-task`; the registered methods are `average` and `auto`, analysis/downstream/methods.py).
 
 - `chain`: step 1 (task loss L(N, D), `analysis.downstream.taskloss`) then step 2 (accuracy as
   a sigmoid of the task loss, fitted on every row: checkpoints included), chained: the accuracy
@@ -29,8 +30,11 @@ so four single candidates, plus
   models, the direct fit over-predicts some tasks). On the Gadre et al. protocol the average's
   held-out error is the most stable (docs/downstream.md).
 
-`CANDIDATES` lists them in the order that breaks ties in the held-out selection: the average
-first, then the single ones simplest first (fewest free parameters).
+`CANDIDATES` lists them in the order that breaks ties in the held-out choice (`auto`): the average
+first, then the single ones simplest first (fewest free parameters). The four single candidates
+are not registered or scored on their own (never best in the zoo, docs/backtests.md), but they stay:
+the average is their mean, and `auto` picks single ones for some tasks on each of the zoo's Gadre
+ladders (its errors differ from the average's on all three).
 """
 
 from __future__ import annotations

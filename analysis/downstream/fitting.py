@@ -1,11 +1,12 @@
 """Fit a ladder and predict downstream accuracy: the entry points of `analysis.downstream`.
 
 `fit_downstream(ladder)` runs, per task: step 1 (task loss L(N, D), fitted once when every task
-shares one loss column), the four candidates (`methods`), the held-out check that picks one
-(`holdout`), the bootstrap over runs of the chosen candidate, and its error model
-(`intervals`). `DownstreamFit.predict(targets)` gives each target's task loss, accuracy, 90%
-interval, method and warnings; `DownstreamFit.to_dict` is the `fit-task --json` object. When
-every task shares one loss, the chain's step 2 regresses on step 1's fitted loss (`methods`).
+shares one loss column), the candidates (`candidates`), their held-out errors (`holdout`), the
+method (by default `auto`: per task the candidate with the lowest held-out error), the bootstrap
+over runs of it and its error model (`intervals`). `DownstreamFit.predict(targets)` gives each
+target's task loss, accuracy, 90% interval, method and warnings; `DownstreamFit.to_dict` is the
+`fit-task --json` object. When every task shares one loss, the chain's step 2 regresses on step
+1's fitted loss (`candidates`).
 """
 
 from __future__ import annotations
@@ -17,19 +18,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.downstream import flags
-from analysis.downstream.data import TaskRows, read_ladder, read_targets
-from analysis.downstream.holdout import FoldErrors, Selection, distance, fold_errors, select
-from analysis.downstream.intervals import (
-    ErrorModel,
-    HeldoutCheck,
-    drift_per_decade,
-    floor_of,
-    heldout_check,
-    interval,
-    noise_sd,
-    run_scatter,
-)
-from analysis.downstream.methods import (
+from analysis.downstream.candidates import (
     AVERAGE,
     CANDIDATES,
     CHAIN,
@@ -41,17 +30,34 @@ from analysis.downstream.methods import (
     allowed,
     fit_all,
 )
+from analysis.downstream.data import TaskRows, read_ladder, read_targets
+from analysis.downstream.holdout import FoldErrors, MethodChoice, distance, fold_errors, select
+from analysis.downstream.intervals import (
+    AccuracyError,
+    HeldoutCheck,
+    drift_per_decade,
+    floor_of,
+    heldout_check,
+    interval,
+    noise_sd,
+    run_scatter,
+)
 from analysis.downstream.sigmoid import CEILING_ONE
 from analysis.downstream.taskloss import DEFAULT_LAW, TaskLossFit, fit_task_loss, shared_loss
 from models.base.errors import AnalysisError
 
 METHODS = ("auto", AVERAGE, CHAIN, DIRECT)
+# The held-out choice, an exception to docs/backtests.md's rule (which picks the average on the zoo's
+# three 5-task Gadre ladders: 2.03 points against 2.92): over the paper's 13 tasks above chance the
+# average misses by 4.01 points (auto 3.52) with over-wide intervals (95.7% coverage, 20.1 points;
+# auto 88.0%, 16.9); docs/downstream.md, "Which method"
+DEFAULT_METHOD = "auto"
 # scale trends whose tasks a benchmark leaves out of its means (their warning says why)
 EXCLUDED_TRENDS = (flags.FALLING, flags.EMERGING)
 
 
 @dataclass(frozen=True)
-class Prediction:
+class TaskPrediction:
     """One target's prediction (a row of `predictions` in `fit-task --json`)."""
 
     N: float
@@ -88,16 +94,16 @@ class TaskFit:
     chain: CandidateFit  # the chain reported as step 2 (the chosen one, else the better chain)
     chain_ceilings: tuple  # (chain with ceiling 1, with ceiling fitted): their gap is interval term 4
     direct: CandidateFit  # the direct fit reported (the chosen one, else the better direct)
-    selection: Selection
+    selection: MethodChoice
     boot: object  # the chosen candidate's bootstrap refits (None: no bootstrap)
     n_boot: int  # resamples whose refits of both steps succeeded
-    error_model: ErrorModel
+    error_model: AccuracyError
     heldout: HeldoutCheck  # the error model on the held-out sizes (fit-side coverage and width)
     trend: tuple[str, str | None]  # flags.scale_trend: (verdict, reason)
     warnings: tuple[str, ...]  # task-level warnings, repeated on each prediction
     seed: int
 
-    def predict(self, N: np.ndarray, D: np.ndarray) -> list[Prediction]:
+    def predict(self, N: np.ndarray, D: np.ndarray) -> list[TaskPrediction]:
         N, D = np.asarray(N, float), np.asarray(D, float)
         loss = self.step1.predict(N, D)
         loss_lo, loss_hi = self.step1.interval(N, D)
@@ -107,7 +113,7 @@ class TaskFit:
         sd = em.sd(distance(N, D, em.N_max, em.D_max, em.C_max), self._ceiling_gap(N, D, loss))
         lo, hi = interval(acc, samples, sd, em.level, seed=self.seed, floor=em.floor)
         return [
-            Prediction(
+            TaskPrediction(
                 N=float(N[i]),
                 D=float(D[i]),
                 task=self.rows.task,
@@ -167,7 +173,7 @@ def _json_float(v: float) -> float | None:
     return float(v) if math.isfinite(v) else None
 
 
-def _best_of(method: str, fits: dict, sel: Selection) -> CandidateFit:
+def _best_of(method: str, fits: dict, sel: MethodChoice) -> CandidateFit:
     """The `method` candidate the held-out check scored best (the chosen one when it is of `method`)."""
     if sel.method == method:
         return fits[sel.chosen]
@@ -176,14 +182,14 @@ def _best_of(method: str, fits: dict, sel: Selection) -> CandidateFit:
     return fits[min(scored, key=lambda n: sel.fold_mae[n]) if scored else names[-1]]
 
 
-def _error_model(chosen, fe: FoldErrors) -> tuple[ErrorModel, HeldoutCheck]:
+def _error_model(chosen, fe: FoldErrors) -> tuple[AccuracyError, HeldoutCheck]:
     rows = chosen.rows
     N, D, acc = rows.final("N"), rows.final("D"), rows.final("accuracy")
     fitted_noise, scatter = noise_sd(chosen.predict(N, D) - acc, N, D), run_scatter(acc, N, D)
     noise = max(fitted_noise, scatter)
     name = chosen.candidate.name
     e, d = fe.errors.get(name, np.zeros(0)), fe.distances.get(name, np.zeros(0))
-    em = ErrorModel(
+    em = AccuracyError(
         run_scatter_sd=scatter,
         scatter_binds=scatter > fitted_noise,
         noise_sd=noise,
@@ -202,7 +208,7 @@ def fit_task(
     step1: TaskLossFit,
     fe: FoldErrors,
     *,
-    method: str = "auto",
+    method: str = DEFAULT_METHOD,
     seed: int = 0,
     regressor: str = OBSERVED_LOSS,
 ) -> TaskFit:
@@ -239,24 +245,47 @@ def fit_task(
 
 @dataclass(frozen=True)
 class DownstreamFit:
-    """A fitted ladder: one `TaskFit` per task."""
+    """A fitted ladder: one `TaskFit` per task (`task`: the one the registry's predict reads)."""
 
     tasks: dict  # task -> TaskFit, in ladder order
     law: str
     bootstrap: int
     seed: int
     method: str
+    task: str | None = None
 
-    def predict(self, targets: pd.DataFrame) -> list[Prediction]:
+    def predict(self, targets: pd.DataFrame) -> list[TaskPrediction]:
         """Predictions for the rows of a TARGETS table (columns N, D, task), in its row order."""
         t = read_targets(targets, list(self.tasks))
-        out: list[Prediction | None] = [None] * len(t)
+        out: list[TaskPrediction | None] = [None] * len(t)
         for task, idx in t.groupby("task", sort=False).indices.items():
             for i, p in zip(idx, self.tasks[task].predict(t.N.to_numpy()[idx], t.D.to_numpy()[idx])):
                 out[i] = p
         return out
 
-    def to_dict(self, predictions: list[Prediction] | None = None) -> dict:
+    def predict_task(self, task: str, N: np.ndarray, D: np.ndarray) -> tuple[np.ndarray, ...]:
+        """(accuracy, 90% lo, 90% hi) of one task at arrays N, D."""
+        preds = self.tasks[task].predict(N, D)
+        return tuple(np.array([f(p) for p in preds]) for f in _FIELDS)
+
+    @property
+    def note(self) -> str:
+        """Which candidate each task uses, e.g. "average (piqa, copa); chain/ceiling-one (arc_easy)"."""
+        chosen: dict[str, list[str]] = {}
+        for t, tf in self.tasks.items():
+            chosen.setdefault(tf.chosen.candidate.name, []).append(t)
+        return "chose " + "; ".join(f"{k} ({', '.join(v)})" for k, v in chosen.items())
+
+    def summary(self) -> str:
+        lines = [f"{len(self.tasks)} task(s), step 1 {self.law}, method {self.method}: {self.note}"]
+        for t, tf in self.tasks.items():
+            mae = tf.selection.fold_mae.get(tf.selection.chosen, math.nan)
+            lines.append(
+                f"  {t}: {tf.chosen.candidate.name}, held-out MAE {100 * mae:.2f} pts, {tf.trend[0]}"
+            )
+        return "\n".join(lines)
+
+    def to_dict(self, predictions: list[TaskPrediction] | None = None) -> dict:
         return {
             "predictions": [p.to_dict() for p in predictions or []],
             "tasks": {k: v.to_dict() for k, v in self.tasks.items()},
@@ -270,8 +299,16 @@ class DownstreamFit:
         }
 
 
+_FIELDS = (lambda p: p.accuracy, lambda p: p.accuracy_interval[0], lambda p: p.accuracy_interval[1])
+
+
 def fit_downstream(
-    ladder: pd.DataFrame, *, law: str = DEFAULT_LAW, bootstrap: int = 200, seed: int = 0, method: str = "auto"
+    ladder: pd.DataFrame,
+    *,
+    law: str = DEFAULT_LAW,
+    bootstrap: int = 200,
+    seed: int = 0,
+    method: str = DEFAULT_METHOD,
 ) -> DownstreamFit:
     """Fit every task of a LADDER table (see `analysis.downstream.data`)."""
     if method not in METHODS:
@@ -295,7 +332,7 @@ def fit_downstream(
             )
         except AnalysisError as e:
             raise AnalysisError(f"step 1 (task loss as law {law}) for {', '.join(group)}: {e}") from None
-        # a loss shared by every task is a proxy: step 2 regresses on the law's loss (`methods`)
+        # a loss shared by every task is a proxy: step 2 regresses on the law's loss (`candidates`)
         regressor = LAW_LOSS if len(group) > 1 else OBSERVED_LOSS
         errors = fold_errors(sub, law, cands, regressor)
         for t in group:

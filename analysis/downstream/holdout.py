@@ -6,9 +6,9 @@ largest), refit every candidate (both steps of the chain) on the rest, and predi
 runs of the dropped sizes. Each fold keeps at least `data.MIN_SIZES` sizes on its fit side.
 
 The pooled held-out errors do two jobs:
-1. selection: per task, the candidate (the average, or chain or direct with the ceiling fitted
-   or at 1) with the lowest mean absolute held-out error is used; ties go to the first in
-   `methods.CANDIDATES` order (the average, then the simpler single ones);
+1. the choice (`fit-task --method auto`): per task, the candidate (the average, or chain or direct
+   with the ceiling fitted or at 1) with the lowest mean absolute held-out error is used; ties go
+   to the first in `candidates.CANDIDATES` order (the average, then the simpler single ones);
 2. calibration: the chosen candidate's errors and their distances beyond the fold's fitted runs
    set the extrapolation term of the prediction intervals (`analysis.downstream.intervals`).
 Using one fold for both makes the calibration slightly optimistic (the minimum of four held-out
@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from analysis.core import validation
+from analysis.downstream.candidates import CANDIDATES, OBSERVED_LOSS, Candidate, fit_all, subset
 from analysis.downstream.data import MIN_SIZES, TaskRows
-from analysis.downstream.methods import CANDIDATES, OBSERVED_LOSS, Candidate, fit_all, subset
 from analysis.downstream.taskloss import fit_task_loss
 from models.base.errors import AnalysisError
 
@@ -106,7 +106,7 @@ def fold_errors(
 
 
 @dataclass(frozen=True)
-class Selection:
+class MethodChoice:
     """Which candidate a task uses, and the held-out evidence (`selection` in `fit-task --json`)."""
 
     chosen: str  # candidate name, e.g. "average" or "chain/ceiling-one"
@@ -129,7 +129,7 @@ class Selection:
 
 def select(
     fe: FoldErrors, cands: tuple[Candidate, ...] = CANDIDATES, default: Candidate | None = None
-) -> Selection:
+) -> MethodChoice:
     """The candidate with the lowest held-out MAE (the first of `cands` on ties); `default`
     (else the first of `cands`) when nothing could be held out."""
     mae = {
@@ -141,7 +141,7 @@ def select(
     finite = [c for c in cands if math.isfinite(mae[c.name])]
     if not finite:
         pick = default if default in cands else cands[0]
-        return Selection(pick.name, pick.method, mae, 0, 0, rule="no held-out size: the default candidate")
+        return MethodChoice(pick.name, pick.method, mae, 0, 0, rule="no held-out size: the default candidate")
     name = validation.choose(mae, [c.name for c in cands], margin=0.0)
     pick = next(c for c in finite if c.name == name)
-    return Selection(pick.name, pick.method, mae, fe.n_folds, int(fe.errors[pick.name].size))
+    return MethodChoice(pick.name, pick.method, mae, fe.n_folds, int(fe.errors[pick.name].size))

@@ -4,66 +4,41 @@ The predicted accuracy of a new run at (N, D) is treated as
 
     acc = f_hat(N, D) + u_b + z,   z ~ Normal(0, noise^2 + max(drift * d, ceiling_gap)^2)
 
-1. `u_b`, parameter uncertainty of both steps: the spread of the prediction over a bootstrap
-   over runs. Resample b draws runs with replacement and refits step 1 on their last rows and
-   step 2 with the same run counts (`taskloss`, `methods.CandidateFit.bootstrap`), so a run that
-   pulls step 1 also pulls step 2 in the same resample (the law-loss chain regresses on resample
-   b's law), and the chain's prediction uses resample b's task loss in resample b's sigmoid.
-2. `noise`, run-to-run scatter: the accuracy of one run scatters around the curve (evaluation
-   sample noise, seeds, data mixtures: the Gadre et al. ladders mix three corpora at each size).
-   Measured as the in-sample residuals of the chosen candidate on the finished runs, taken from
-   the largest third of them (scatter grows with accuracy's distance from chance) with the
-   project's tail-calibrated scale (`analysis.core.intervals.scatter_sd`: the 90% quantile of |r|).
-   The chain's residuals use step 1's *predicted* loss, so step 1's scatter is inside.
-   A flexible curve can fit part of the scatter away, so `noise` is floored by a model-free
-   measure of it (`run_scatter`): the pooled sd of repeated runs at one (N, D), else of each
-   size's runs around a straight line in log D (the larger half of the sizes). No interval is
-   narrower than that allows; `ErrorModel.scatter_binds` says where the floor decided the noise.
-3. `drift * d`, misspecification: the chosen curve's error grows with the distance d (decades
-   beyond the ladder, in N plus in D; `holdout.distance`). `drift` is measured by
-   forward-chaining inside the ladder (`holdout`: fit below a model size, predict the next): the
-   chosen candidate's held-out errors e_i at distances d_i satisfy e^2 ~ noise^2 + drift^2 d^2
-   (least squares through the origin, drift >= 0). Linear growth of the sd with distance is an
-   assumption (it is what a wrong slope does).
+1. `u_b`, parameter uncertainty of both steps: the spread of the prediction over a bootstrap over
+   runs; resample b refits step 1 and step 2 with the same run counts, so a run that pulls step 1
+   pulls step 2 too, and the chain reads resample b's task loss in resample b's sigmoid.
+2. `noise`, run-to-run scatter: the chosen candidate's in-sample residuals on the finished runs,
+   the largest third by N*D, at the project's tail-calibrated scale (`validation.scatter_sd`),
+   floored by a model-free measure (`run_scatter`: repeated runs at one (N, D), else each larger
+   size's runs around a line in log D); `AccuracyError.scatter_binds` says where the floor decided.
+3. `drift * d`, misspecification: d the decades beyond the ladder (`holdout.distance`), drift from
+   the chosen candidate's forward-chained held-out errors: e^2 ~ noise^2 + drift^2 d^2 (least
+   squares through the origin, drift >= 0; linear growth of the sd is an assumption).
+4. `ceiling_gap`, only where step 2 is extrapolated (`flags.step2_extrapolation`):
+   |chain(ceiling 1) - chain(ceiling fitted)| at the target, where the folds cannot measure the
+   ceiling's error; the larger of terms 3 and 4 is used (both stand for the same error).
 
-4. `ceiling_gap`, only where step 2 is extrapolated (the chain or the average reads its sigmoid
-   more than one logistic unit below the ladder's lowest task loss, `flags.step2_extrapolation`):
-   |chain(ceiling 1) - chain(ceiling fitted)| at the target. There the upper part of the sigmoid,
-   and so its ceiling, is not observed, and the held-out folds, which extrapolate less far in loss,
-   cannot measure the error (on the report's synthetic ladder a ceiling-1 chain with drift 0 missed
-   truths of ceiling 0.8-0.9 by 2-4 points at 10x the largest budget). The larger of terms 3 and
-   4 is used: both stand for the same error.
-
-No term stands for the disagreement between candidate methods: one method is chosen per task by
-its held-out error (`holdout.select`), and its own held-out error is what sizes term 3. (The
-previous version widened every interval to the standard deviation of the four candidates'
-predictions; on the Gadre et al. protocol that term was most of a 26-point mean width, while the
-chosen method's measured error was far smaller: docs/downstream.md.)
-
-The interval is the 5%-95% range of 4,000 draws of u_b + z (seeded), around the full fit's
-prediction, clipped to [floor, 1], where `floor` is what the ladder supports: the lower of the
-task's chance level and the lowest accuracy any of its runs reached (a run can score below
-chance, copa's 11M runs do: chance alone is not a floor).
-
-`HeldoutCheck` states, per task, what the error model claims on the held-out sizes themselves
-(coverage and width of its band at their distances): a fit-side check, measurable without any
-target; it is optimistic by construction (the drift is fitted to the same errors), so it flags an
-error model that cannot even cover its own folds rather than proving calibration.
+The interval is the 5%-95% range of 4,000 seeded draws of u_b + z around the full fit's prediction,
+clipped to [floor, 1], floor = min(chance, the ladder's lowest accuracy) (copa's 11M runs score
+below chance). It is the loss laws' noise-plus-drift model (`analysis.core.intervals`) in additive
+accuracy units, with a two-input distance, the ceiling term and the clip: hence its own record,
+`AccuracyError`. `HeldoutCheck` states its coverage and width on the held-out sizes themselves, a
+fit-side check (optimistic: the drift is fitted to the same errors). docs/downstream.md has the
+measurements.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from statistics import NormalDist
 
 import numpy as np
 
-from analysis.core.validation import PREDICTION_LEVEL, offsets, scatter_sd, top_share
+from analysis.core.validation import PREDICTION_LEVEL, Z90, offsets, scatter_sd, top_share
 
 
 @dataclass(frozen=True)
-class ErrorModel:
+class AccuracyError:
     """The measured error model behind one task's intervals (`error_model` in the JSON)."""
 
     noise_sd: float  # run scatter around the curve (accuracy units)
@@ -123,12 +98,12 @@ class HeldoutCheck:
         }
 
 
-def heldout_check(em: ErrorModel, errors: np.ndarray, distances: np.ndarray) -> HeldoutCheck:
+def heldout_check(em: AccuracyError, errors: np.ndarray, distances: np.ndarray) -> HeldoutCheck:
     e, d = np.asarray(errors, float), np.asarray(distances, float)
     ok = np.isfinite(e) & np.isfinite(d)
     if not ok.any():
         return HeldoutCheck(0, math.nan, math.nan, math.nan)
-    half = NormalDist().inv_cdf(0.5 + em.level / 2) * em.sd(d[ok])
+    half = Z90 * em.sd(d[ok])  # em.level is PREDICTION_LEVEL
     return HeldoutCheck(
         n_points=int(ok.sum()),
         mae=float(np.mean(np.abs(e[ok]))),
