@@ -1,17 +1,13 @@
 """The `lr` and `batch` protocols: hide the rungs of the largest models, fit the learning-rate (or
 batch-size) law on the others, predict the hidden rungs' optimum.
 
-Each rung's measured optimum is what `fit-hparams` locates on it without flags (on every rung of
-the table). Scores: the |log10| ratio of predicted to measured optimum, and the loss a researcher
-would lose by training at the tried value nearest the prediction instead of the rung's best
-(relative, on the rung's profile: the best loss at each value over the other swept parameters).
-On a synthetic ladder whose true optimum is known, a column `<name>_true` (e.g. `lr_true`,
-`optim.lr_true`; constant within a rung) replaces the located optimum as the target: a located
-vertex carries the grid's and the noise's error (0.06 dex on the zoo's irregular LR ladder), which
-then decides a comparison on 2 rungs. The column is never fitted on.
-Methods: every one the registry scores on the protocol (analysis/hparams/methods.py): the law
-`fit-hparams` chooses without flags (the default), the N_D form alone, and the baseline, a
-log-linear power law of the best tried value in N (ordinary least squares, no vertex, no choice).
+Each rung's measured optimum is what `fit-hparams` locates on it without flags (on every rung).
+Scores: the |log10| ratio of predicted to measured optimum, and the relative loss of training at
+the tried value nearest the prediction instead of the rung's best (on the rung's profile). On a
+synthetic ladder a column `<alias>_true` (e.g. `lr_true`; constant within a rung, never fitted on)
+is the target instead: a located vertex carries the grid's and the noise's error (0.06 dex on the
+zoo's irregular LR ladder). Methods: those the registry scores on the protocol
+(analysis/hparams/methods.py): `fit_hparams` (default), `form_N_D`, `baseline_log_linear`.
 """
 
 from __future__ import annotations
@@ -100,27 +96,20 @@ def _true_optima(runs: pd.DataFrame, target: Target, rungs: pd.DataFrame) -> np.
 
 def _rung_table(table: pd.DataFrame, target: Target) -> pd.DataFrame:
     """One row per rung whose optimum fit-hparams locates (`locate_rungs`, on every rung): N, D, C,
-    best tried value, the located optimum, and the rung's (value, best loss) profile."""
+    the located optimum, whether it is usable, and the rung's (value, best loss) profile `v`, `y`."""
     try:
         found = HF.locate_rungs(table, target.key, HF.HparamOptions())[0]
     except AnalysisError as e:
         raise AnalysisError(
             f"no rung has >= {HR.MIN_VALUES} {target.plural}: nothing to back-test ({e})"
         ) from None
-    rows = [
-        dict(
-            N=r.N,
-            D=r.D,
-            C=r.C,
-            best=r.best_tried,
-            optimum=r.optimum,
-            usable=r.usable,
-            v=np.asarray(r.values),
-            y=np.asarray(r.losses),
-        )
-        for r in found
-    ]
-    return pd.DataFrame(rows)
+    keys = ("N", "D", "C", "optimum", "usable")
+    return pd.DataFrame(
+        [
+            {**{k: getattr(r, k) for k in keys}, "v": np.array(r.values), "y": np.array(r.losses)}
+            for r in found
+        ]
+    )
 
 
 def _penalty(row, pred: float) -> float:

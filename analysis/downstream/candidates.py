@@ -1,40 +1,23 @@
-"""The candidate predictors of a task's accuracy, fitted on one set of runs (the internal
-candidates of `fit-task`; the registered methods are `average` and `auto`, analysis/downstream/methods.py).
+"""The candidate predictors of a task's accuracy, fitted on one set of runs (`fit-task`'s internal
+candidates; the registered methods are `auto`, `average` and the baseline, analysis/downstream/methods.py).
 
-- `chain`: step 1 (task loss L(N, D), `analysis.downstream.taskloss`) then step 2 (accuracy as
-  a sigmoid of the task loss, fitted on every row: checkpoints included), chained: the accuracy
-  at (N, D) is step 2 at step 1's predicted loss (Bhagia et al. 2024's two-step method);
-- `direct`: accuracy as a sigmoid of ln N and ln D, fitted on each run's last row (the direct
-  compute -> accuracy route, in the spirit of Krajewski et al. 2025, with N and D kept apart
-  because an over-trained small model and a large short-trained one of equal compute differ).
+- `chain`: step 1 (task loss L(N, D), `taskloss`) then step 2 (accuracy as a sigmoid of the task
+  loss), chained: step 2 at step 1's predicted loss (Bhagia et al. 2024's two-step method);
+- `direct`: accuracy as a sigmoid of ln N and ln D on each run's last row (in the spirit of
+  Krajewski et al. 2025, N and D apart: an over-trained small model is not a large short one);
+- each with its ceiling fitted in [chance, 1] or at 1 (`sigmoid`): four single candidates;
+- `average`: the mean of the four (uniform model averaging: which single curve wins a held-out
+  check of one or two sizes is a noisy draw, and the curves err on different sides).
 
-The chain's step 2 regresses accuracy on one of two task losses (`CandidateFit.regressor`):
-- `observed` (a task's own loss, e.g. bits per byte of the correct answer): the measured loss of
-  every row, checkpoints included (Bhagia et al.'s design);
-- `law` (a loss shared by every task, e.g. one validation loss): step 1's fitted loss
-  L_hat(N, D) at each finished run. A shared validation loss is a proxy: part of its run-to-run
-  scatter has nothing to do with the task (Gadre et al.'s C4-trained runs have a lower C4 loss at
-  the same accuracy), and regressing on a noisy regressor flattens the fitted slope (regression
-  dilution), so the chain under-predicts beyond the ladder. The prediction reads step 2 at
-  L_hat(N, D) anyway, so fitting it on L_hat is the consistent choice: it estimates the mean
-  accuracy at (N, D). Measured inside the ladder (fit <= 154M, predict 412M, 15 Gadre et al. tasks
-  above chance) the held-out error falls from 5.0 to 4.4 points (ceiling 1) and 4.3 to 3.9
-  (ceiling fitted). Checkpoints do not enter (their (N, D) is not a finished run's).
+The chain's step 2 regresses accuracy on the `observed` loss of every row (a task's own loss,
+checkpoints included) or, for a loss shared by every task (one validation loss, a noisy proxy whose
+scatter would flatten the slope), on step 1's fitted `law` loss at each finished run (held-out
+error 5.0 -> 4.4 points, ceiling 1; 4.3 -> 3.9 fitted; docs/downstream.md).
 
-Each comes with its ceiling fitted in [chance, 1] or fixed at 1 (`analysis.downstream.sigmoid`),
-so four single candidates, plus
-
-- `average`: the mean of the four single candidates' predictions (uniform model averaging).
-  Why: a ladder holds out one or two sizes, so which single curve wins the held-out check is a
-  noisy draw, and the curves err on different sides (the chain tends to under-predict large
-  models, the direct fit over-predicts some tasks). On the Gadre et al. protocol the average's
-  held-out error is the most stable (docs/downstream.md).
-
-`CANDIDATES` lists them in the order that breaks ties in the held-out choice (`auto`): the average
-first, then the single ones simplest first (fewest free parameters). The four single candidates
-are not registered or scored on their own (never best in the zoo, docs/backtests.md), but they stay:
-the average is their mean, and `auto` picks single ones for some tasks on each of the zoo's Gadre
-ladders (its errors differ from the average's on all three).
+`CANDIDATES` is the tie-break order of the held-out choice (`auto`): the average first, then the
+single ones simplest first. The single candidates are not registered or scored on their own (never
+best in the zoo, docs/backtests.md) but stay: the average is their mean, and `auto` picks single
+ones for some tasks on each of the zoo's Gadre ladders (its errors differ from the average's on all three).
 """
 
 from __future__ import annotations

@@ -1,30 +1,15 @@
-"""Per-task and per-prediction warnings: when a downstream prediction should not be trusted.
+"""Per-task and per-prediction warnings: when a downstream prediction should not be trusted
+(docs/downstream.md, "Warnings", has the evidence behind each threshold).
 
-- near chance (emergence): the ladder's largest runs (the top third by N*D, at least 10) have a
-  median accuracy within `NEAR_CHANCE` of the task's chance level. The sigmoid's rise is then not
-  observed: its midpoint and slope, and so any prediction above chance, are guesses; tasks that
-  "emerge" later look exactly like this on a small ladder. The median of the largest runs, not
-  the best run, because a small evaluation set (Gadre et al.'s winogender: 60 items) puts single
-  runs 7-15 points above chance by luck.
-- step 2 extrapolated: the chain's predicted task loss lies below the lowest loss of the ladder
-  by more than `LOGISTIC_UNITS` of the fitted sigmoid's scale, k (L_min - L_pred) > 1: the
-  sigmoid's argument moves by more than one unit beyond anything observed (the odds of a correct
-  answer above chance change by a factor e there), so the accuracy is the curve's assumption.
-- falls with scale: among the finished runs of the ladder's two largest model sizes, accuracy
-  regressed on ln N and ln D has a negative ln N slope with t <= `FALLING_T` (-2: about a 2.5%
-  one-sided chance for a flat task). Every candidate is a sigmoid that rises with size, so its
-  extrapolation is then contradicted by the ladder itself (Gadre et al.'s pubmed_qa_labeled: -5.9
-  points from 154M to 412M at t = -2.2; the next most negative task above chance, 32-item
-  novel_concepts, has t = -1.3). Controlling for ln D keeps a size step that also changes the
-  tokens from reading as a size effect.
-- emerging: the ladder's second-largest size sits within `NEAR_CHANCE` of chance (median over its
-  finished runs) and the largest has risen from there faster than N^`EMERGING_EXPONENT` in headroom
-  above chance: the ladder sees only the foot of the rise, so the sigmoid's midpoint and ceiling
-  are not observed (Gadre et al.'s squad: headroom 1.0 -> 6.6 points from 154M to 412M, growth
-  exponent 2.0; the steepest other task above chance, hellaswag, 0.9).
-- no held-out check: the ladder has too few model sizes to fit below its largest and predict it,
-  so the method was not chosen by evidence and the interval has no measured drift term (only
-  the spread of the candidates' predictions stands for the extrapolation error).
+- near chance: the median accuracy of the ladder's largest third of runs is within `NEAR_CHANCE` of
+  chance (the median, not the best run: small eval sets put single runs 7-15 points up by luck);
+- step 2 extrapolated: the predicted task loss is more than `LOGISTIC_UNITS` of the fitted sigmoid's
+  scale below the ladder's lowest, k (L_min - L_pred) > 1;
+- falls with scale: over the two largest sizes' finished runs, accuracy ~ 1 + ln N + ln D has an ln
+  N slope with t <= `FALLING_T` (every candidate rises with size: the ladder contradicts them);
+- emerging: the second-largest size sits near chance and the largest has risen from there faster
+  than N^`EMERGING_EXPONENT` in headroom (only the foot of the rise is seen);
+- no held-out check: too few model sizes to fit below the largest and predict it.
 """
 
 from __future__ import annotations

@@ -1,19 +1,12 @@
 """The held-out check inside the ladder: fit below a model size, predict the sizes above it.
 
-A downstream prediction is an extrapolation in model size, so the ladder is asked the same
-question in miniature: drop its largest size (and, with at least 5 sizes, in a second fold its two
-largest), refit every candidate (both steps of the chain) on the rest, and predict the finished
-runs of the dropped sizes. Each fold keeps at least `data.MIN_SIZES` sizes on its fit side.
-
-The pooled held-out errors do two jobs:
-1. the choice (`fit-task --method auto`): per task, the candidate (the average, or chain or direct
-   with the ceiling fitted or at 1) with the lowest mean absolute held-out error is used; ties go
-   to the first in `candidates.CANDIDATES` order (the average, then the simpler single ones);
-2. calibration: the chosen candidate's errors and their distances beyond the fold's fitted runs
-   set the extrapolation term of the prediction intervals (`analysis.downstream.intervals`).
-Using one fold for both makes the calibration slightly optimistic (the minimum of four held-out
-errors is chosen); the coverage measured on the Gadre et al. protocol (docs/downstream.md)
-includes that effect.
+The ladder is asked its own question in miniature: drop its largest size (with >= 5 sizes, in a
+second fold its two largest; each fold keeps `data.MIN_SIZES` sizes), refit every candidate (both
+steps of the chain) on the rest, predict the dropped sizes' finished runs. The pooled errors pick
+the candidate of `--method auto` (the lowest mean absolute error; ties to the first of
+`candidates.CANDIDATES`) and, with their distances beyond each fold, set the intervals' drift
+(`intervals`); using one fold for both makes the calibration slightly optimistic, which the
+coverage measured on Gadre et al.'s runs includes (docs/downstream.md).
 """
 
 from __future__ import annotations

@@ -1,27 +1,16 @@
 """Accuracy as a sigmoid between the task's chance level and a ceiling, and its batched fitter.
 
-Two forms share the shape `acc = chance + (ceiling - chance) * sigmoid(z)`:
+Two forms share `acc = chance + (ceiling - chance) * sigmoid(z)`: `LOSS` (step 2 of the chain,
+Bhagia et al. 2024), z = k (loss0 - task_loss), k > 0; `SIZE` (the direct method), z = b0 +
+a_N ln(N / N_ref) + a_D ln(D / D_ref), a_N, a_D > 0 (refs: the ladder's geometric means). The
+ceiling is fitted in [chance, 1] (chance + (1 - chance) sigmoid(g)) or fixed at 1: a ladder that
+sees only the curve's foot barely constrains it, so the held-out check decides which predicted
+better (docs/downstream.md).
 
-- `LOSS` (step 2 of the chain, Bhagia et al. 2024): z = k (loss0 - task_loss), k > 0, so
-  accuracy rises as the task loss falls, from chance towards the ceiling;
-- `SIZE` (the direct method): z = b0 + a_N ln(N / N_ref) + a_D ln(D / D_ref), a_N, a_D > 0,
-  accuracy straight from model size and tokens (N_ref, D_ref: the ladder's geometric means).
-
-The ceiling is either fitted, bounded to [chance, 1] by construction (ceiling = chance +
-(1 - chance) sigmoid(g)), or fixed at 1. Why both: a ladder that sees only the lower part of
-the curve barely constrains the ceiling, and a least-squares ceiling fitted to it is arbitrary
-(on the Gadre et al. runs it lands anywhere from 0.46 to 1 for one task, depending on which
-sizes are fitted); the held-out check (`analysis.downstream.holdout`) decides per task which
-one predicted larger models better.
-
-Fit: weighted least squares on accuracy by the shared multi-start L-BFGS
-(`analysis.core.lbfgs.minimize_batch`), batched over start points or bootstrap resamples (weight
-rows). The bounds hold by construction (the ceiling through a sigmoid, the slopes as logs), so
-the optimiser is unconstrained. Every form and ceiling mode is one objective on a 4-slot
-parameter vector (unused slots have zero gradient and stay put), so a process compiles one
-program per padded row count for all of a ladder's fits. Plain least squares because the
-scatter of accuracy around the curve is roughly Gaussian (binomial evaluation noise, run-to-run
-variation) and the same size for every row of one task.
+Fit: least squares on accuracy by the shared multi-start L-BFGS (`core.lbfgs.minimize_batch`),
+batched over starts or bootstrap resamples (weight rows); the bounds hold by construction, so the
+optimiser is unconstrained. Every form and ceiling mode is one objective on a 4-slot parameter
+vector, so a process compiles one program per padded row count for all of a ladder's fits.
 """
 
 from __future__ import annotations

@@ -1,41 +1,22 @@
 """Power laws of the optimal hyperparameters, chosen by leave-largest-out error, with intervals.
 
-Each located rung optimum h* (analysis.hparams.rungs) is one point; a law is linear in logs:
+Each located rung optimum h* (analysis.hparams.rungs) is one point; a law is linear in logs, least
+squares on ln h*: N_D (c N^p D^q, Step Law), C (c C^a, DeepSeek LLM), D (c D^q) or N (c N^p). The
+form is chosen by leave-largest-out: each is fitted below the largest model size (the largest D
+when one N was swept), predicts its rungs, and the lowest mean |log10 error| wins. The four forms
+are `fit_hparams`' internal candidates; the registered methods are the choice (`fit_hparams`) and
+N_D alone (`form_N_D`, analysis/hparams/methods.py).
 
-    form  expression        source it follows (their fitted laws, cited as references only)
-    N_D   h* = c N^p D^q    Step Law (Li et al. 2025, "Predictable Scale I"): lr* = 1.79 N^-0.713 D^0.307
-    C     h* = c C^a        DeepSeek LLM (2024): lr* = 0.3118 C^-0.125, B* = 0.2920 C^0.3271 (tokens)
-    D     h* = c D^q        Step Law's batch law B* = 0.58 D^0.571 (tokens)
-    N     h* = c N^p        muP-style transfer: the optimum moves with width only
+A prediction's 90% interval is that of ln h = x.beta_b + s t_b + e_b (docs/analysis.md,
+"Hyperparameter laws"; the error model is a `core.intervals.PredictionError`):
 
-fitted by least squares on ln h*. The form is chosen by leave-largest-out: every form is fitted
-on the rungs below the largest model size (the largest D when one N was swept) and predicts the
-rungs of it; the form with the lowest mean |log10 error| there wins and is refitted on every rung.
-The four forms are `fit_hparams`' internal candidates; only the choice (`fit_hparams`) and N_D
-alone (`form_N_D`) are registered methods (analysis/hparams/methods.py).
-
-A prediction's 90% interval is that of  ln h = x.beta_b + s t_b + e_b, the three terms of the loss
-laws' error model (`analysis.core.intervals.PredictionError`), each measured on the rungs:
-
-1. parameter noise beta_b: a bootstrap over rungs (>= MIN_BOOTSTRAP_RUNGS rungs per coefficient),
-   else refits to the law plus redrawn errors: every rung's optimum redrawn from its own 90%
-   interval (`RungOptimum.interval`: the grid's resolution and the loss noise; a split normal with
-   the vertex as median and the interval's ends as its 5% and 95% points), and the scatter beyond
-   that (`excess_scatter`) with the Student-t's common scale. A located optimum is a measurement
-   with a known error: four rungs that happen to lie on a line have a residual sd near zero, but
-   not a law known to that precision (the zoo's irregular LR ladder: 0/2 held-out optima inside
-   intervals of +-0.02 dex, its rungs' own intervals being +-0.03-0.1 dex). A bootstrap over more
-   rungs resamples each rung's location error with it, so it redraws nothing (that would count
-   the error twice);
-2. scatter s t_b: s the residual sd of the full fit (sqrt(SSR / (n - k)): a rung's optimum around
-   the law, the noise of locating it included), t_b a Student-t draw with n - k degrees of freedom
-   (s itself is estimated from few rungs);
-3. extrapolation drift e_b ~ Normal(0, budget_sd^2 + (drift_per_decade * decades)^2), decades the
-   distance beyond the largest fitted model size (the largest D when one N was swept: the
-   leave-largest-out axis), both measured by forward-chaining on the rungs themselves (fit the
-   chosen form on the rungs up to a cut in model size, predict those above it; the last fold is
-   leave-largest-out) and regressed like the loss laws' (`validation.drift_from_folds`): how far
-   the form actually missed the next model sizes on this sweep, not an assumed factor.
+1. beta_b: a bootstrap over rungs (>= MIN_BOOTSTRAP_RUNGS per coefficient), else refits to the law
+   plus redrawn errors: each rung's optimum from its own 90% interval (`redraw`) and the scatter
+   beyond that (`excess_scatter`) with the Student-t's common scale: four rungs on a line do not
+   pin a law to their residual sd when each is located only to +-0.03-0.1 dex;
+2. s t_b: s the residual sd (noise_sd), t_b a Student-t draw with n - k degrees of freedom;
+3. e_b ~ Normal(0, budget_sd^2 + (drift_per_decade * decades)^2), beyond the largest fitted N (or
+   D), both from forward-chaining on the rungs (`drift`, `validation.drift_from_folds`).
 """
 
 from __future__ import annotations

@@ -1,30 +1,14 @@
 """The optimum of a swept hyperparameter inside one rung, and how much loss a rung loses away from it.
 
-A rung is one (model size N, token count D) trained at several values of a hyperparameter h
-(`optim.lr`, `train.batch_size`, ...). Its optimum is not the raw argmin over the values tried --
-on a x3 grid that is off by up to x1.7 -- but the vertex of a quadratic in x = ln h through the best
-value and its neighbours (the best value and the `window` values on each side of it, least squares
-when that is more than three points):
-
-    loss(x) ~= L* + a (x - x*)^2,   a > 0.
-
-Two flags say when the vertex cannot be trusted:
-
-- `edge`: the best value is the lowest or highest one tried; the vertex is then an extrapolation
-  beyond the grid (kept for the report, left out of the law by default);
-- `flat`: the quadratic is not convex (a <= 0: noise larger than the penalty over the grid).
-
-A rung with fewer than three distinct values, or whose vertex is not a finite positive value with a
-positive loss (an edge rung's quadratic extrapolated far off the grid), has no optimum: it is left
-out with its reason (`SkippedRung`) and the other rungs are fitted.
-
-The interval of x* is the central 90% of the vertex over refits with the losses perturbed by the
-measured loss noise (relative sd; see `loss_noise`), so it is as wide as the grid's resolution
-and the noise make it. The penalty curve of a rung is the quadratic's relative loss increase at
-k times the optimum, kappa (ln k)^2 with kappa = a / L*: how much tuning matters at that rung.
-
-With another hyperparameter swept as well (an LR x batch grid), each value's loss is the best over
-the other parameter's values (a profile), so the optimum is that of the best setting of the rest.
+A rung is one (N, D) trained at several values of a hyperparameter h. Its optimum is not the raw
+argmin (off by up to x1.7 on a x3 grid) but the vertex of loss(x) ~= L* + a (x - x*)^2, x = ln h,
+through the best value and `window` values on each side (`core.vertex`). Flags: `edge` (the best
+value is the lowest or highest tried: the vertex extrapolates; left out of the law by default) and
+`flat` (not convex). A rung with fewer than three values, or whose vertex is not finite with a
+positive loss, is left out with its reason (`SkippedRung`). The interval of x* is the central 90%
+of the vertex over refits with the losses perturbed by the measured loss noise; the penalty at k
+times the optimum is kappa (ln k)^2, kappa = a / L*. With a second parameter swept (an LR x batch
+grid) each value's loss is the best over the other's values (a profile).
 """
 
 from __future__ import annotations
