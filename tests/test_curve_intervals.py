@@ -9,9 +9,16 @@ import pytest
 
 from analysis import fit_curve
 from analysis.cli import main
-from analysis.core.intervals import PredictionError
 from analysis.curves.fitting import Curve
-from analysis.curves.intervals import CalibrationUnit, FitDomain, IntervalModel, Kind, UnitErrors, splits
+from analysis.curves.intervals import (
+    CalibrationUnit,
+    FitDomain,
+    IntervalModel,
+    Kind,
+    KindError,
+    UnitErrors,
+    splits,
+)
 from analysis.curves.intervals import _terms as _fit_terms
 
 
@@ -38,33 +45,29 @@ def test_splits_leave_each_curve_out_and_forecast_each_curve_from_its_beginning(
     assert [s.name for s in splits(parts[:1])] == ["first 0.5", "first 0.33"]
 
 
-def test_distance_counts_decades_of_area_beyond_the_fit_and_of_rate_below_it():
+def test_scale_counts_efolds_of_area_beyond_the_fit_and_of_rate_below_it():
     fitted = _constant("fit", 24000)
     domain = FitDomain.of([(fitted, fitted.steps)])
-    assert np.allclose(domain.decades(fitted, fitted.steps), 0.0)
+    inside = domain.scale(fitted, fitted.steps)
+    assert np.allclose(inside, 1.0)
     longer = _constant("longer", 72000)
-    end = domain.decades(longer, longer.steps[-1:])[0]
+    end = domain.scale(longer, longer.steps[-1:])[0]
     eta = longer.schedule()
-    assert end == pytest.approx(np.log10(eta[:72001].sum() / eta[:24001].sum()), rel=1e-12)
-    assert 0.45 < end < 0.5  # ~log10 3
+    assert end == pytest.approx(1 + np.log(eta[:72001].sum() / eta[:24001].sum()), rel=1e-12)
+    assert 2.0 < end < 2.2  # ~1 + ln 3
     lower = _constant("lower", 24000, lr=1e-4)
-    assert domain.decades(lower, lower.steps[-1:])[0] == pytest.approx(1.0, rel=1e-9)
-    # both: the area and the rate distances add in quadrature
-    both = _constant("both", 240000, lr=2e-4, every=1000)
-    (h,), (r,) = domain.distance(both, both.steps[-1:])
-    assert 0.7 < h < 0.72 and r == pytest.approx(np.log(5))  # ~ln 2 of area, ln 5 of rate
-    assert domain.decades(both, both.steps[-1:])[0] == pytest.approx(np.hypot(h, r) / np.log(10))
+    assert domain.scale(lower, lower.steps[-1:])[0] == pytest.approx(1 + np.log(10), rel=1e-9)
 
 
-def _terms(budget, drift=0.0, noise=0.0003):
-    return PredictionError(noise, budget, drift, 1.0, "S1", 3, 30)
+def _terms(budget, drift_h=0.0, drift_r=0.0, noise=0.0003):
+    return KindError.of(noise, budget, drift_h, drift_r, 3)
 
 
 def test_bounds_add_scatter_and_drift_in_quadrature_per_kind_of_forecast():
     fitted = _constant("fit", 24000)
     domain = FitDomain.of([(fitted, fitted.steps)])
-    units = (CalibrationUnit("leave-out fit", "fit", 10, 0.001, 0.0),)
-    terms = {Kind.NEW_CURVE: _terms(0.0004, drift=0.002), Kind.LATER_STEPS: _terms(0.004)}
+    units = (CalibrationUnit("leave-out fit", "fit", 10, 0.001, 1.0),)
+    terms = {Kind.NEW_CURVE: _terms(0.0004, drift_h=0.002, drift_r=0.001), Kind.LATER_STEPS: _terms(0.004)}
     m = IntervalModel(0.9, terms, units, domain, (), ("fit",))
     z = 1.6448536269514722
     # a new curve 3x longer at a third of the rate: h = ln 3 at the end, r = ln 3 throughout
@@ -72,9 +75,13 @@ def test_bounds_add_scatter_and_drift_in_quadrature_per_kind_of_forecast():
     t = new.steps[[0, -1]]
     pred = np.array([3.0, 2.5])
     lo, hi = m.bounds(pred, new, t)
-    h = np.maximum(np.log(new.schedule().cumsum()[t] / domain.S1_max), 0)
-    d = np.hypot(h, np.log(3)) / np.log(10)
-    sd = np.sqrt(0.0003**2 + 0.0004**2 + (0.002 * d) ** 2)
+    h = np.array([0.0, np.log(3)])
+    sd = np.sqrt(
+        0.0003**2
+        + 0.0004**2
+        + (0.002 * np.maximum(np.log(new.schedule().cumsum()[t] / domain.S1_max), 0)) ** 2
+        + (0.001 * np.log(3)) ** 2
+    )
     np.testing.assert_allclose(hi, pred * np.exp(z * sd), rtol=1e-6)
     np.testing.assert_allclose(lo, pred * np.exp(-z * sd), rtol=1e-6)
     assert sd[1] > sd[0] and h[1] > 0
@@ -84,20 +91,24 @@ def test_bounds_add_scatter_and_drift_in_quadrature_per_kind_of_forecast():
     assert m.residual == pytest.approx(np.expm1(z * np.hypot(0.0003, 0.0004)), rel=1e-9)
     j = m.to_dict()
     assert j["rank_capped"] is False and "noise 0.030%" in j["method"]
-    assert j["terms"]["new curve"]["drift_per_decade"] == 0.002
+    # held in the one error model: its drift per decade of the weighted distance
+    assert j["terms"]["new curve"]["drift_per_decade"] == pytest.approx(0.002 * np.log(10))
+    assert j["terms"]["new curve"]["distance_weights"] == [1.0, 0.5]
 
 
-def test_error_terms_are_the_fold_drift_of_the_squared_errors():
-    def unit(split, e, d=0.0):
+def test_error_terms_are_nonnegative_least_squares_of_the_squared_errors():
+    def unit(split, e, h=0.0, r=0.0):
         n = np.size(e)
-        return UnitErrors(CalibrationUnit(split, "c", n, 0.0, d), np.asarray(e, float), np.full(n, d))
+        u = CalibrationUnit(split, "c", n, 0.0, 1.0)
+        return UnitErrors(u, np.asarray(e, float), np.full(n, h), np.full(n, r))
 
-    # errors of 0.2% next to the data and 0.5% two decades away, noise 0.1%
-    leave = [unit("leave-out a", [0.002, -0.002]), unit("leave-out b", [0.005, -0.005], d=2.0)]
-    t = _fit_terms(leave, 0.001, FitDomain(1.0, 1.0))
-    assert t.budget_sd == pytest.approx(np.sqrt(0.002**2 - 0.001**2), rel=1e-6)
-    assert t.drift_per_decade == pytest.approx(np.sqrt(0.005**2 - 0.002**2) / 2, rel=1e-6)
-    assert t.noise_sd == 0.001 and t.n_folds == 2 and t.n_fold_points == 4
+    # errors of 0.2% next to the data and 0.5% two e-folds of rate below it, noise 0.1%
+    leave = [unit("leave-out a", [0.002, -0.002]), unit("leave-out b", [0.005, -0.005], r=2.0)]
+    t = _fit_terms(leave, 0.001)
+    assert t.error.budget_sd == pytest.approx(np.sqrt(0.002**2 - 0.001**2), rel=1e-6)
+    drift_h, drift_r = t.drifts
+    assert drift_r == pytest.approx(np.sqrt(0.005**2 - 0.002**2) / 2, rel=1e-6) and drift_h == 0
+    assert t.error.noise_sd == 0.001 and t.error.n_folds == 2 and t.error.n_fold_points == 4
     assert leave[0].unit.kind == Kind.NEW_CURVE
     assert unit("first 0.5", [0.0]).unit.kind == Kind.LATER_STEPS
 
@@ -135,6 +146,7 @@ def test_cli_json_carries_intervals(shared_data, tmp_path):
     assert set(m["refits"]) == {"first 0.5", "first 0.33"} and m["rank_capped"]
 
 
+@pytest.mark.slow
 def test_without_intervals_the_fit_has_none(shared_data):
     d = shared_data / "mpl_loss_curves" / "csv_25"
     r = fit_curve([d / "cosine_24000.csv"], fit_until=12000, intervals=False)

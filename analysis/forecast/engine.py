@@ -1,16 +1,8 @@
-"""`forecast_runs(prefix, complete, choose)`: each run's final loss with a 90% interval, from the part
-of its curve seen so far, and for each rung the probability that each run ends best.
-
-Methods (`Method`):
-- `auto` (the default): the baseline `ratio`, unless `mpl` (when every run's learning-rate schedule is
-  known to its end, `schedule.py`) or `transfer` beats it on every fold of the finished curves
-  themselves, cut where the running ones are (`select.py`: the zoo's rule applied to the data at hand);
-- `transfer`: the shape of the rest of the curve learned from the finished curves (`transfer.py`);
-- `ratio`: the baseline, the loss at the cut times the finished curves' median final / cut ratio (its
-  pick is the run with the lowest loss at the cut);
-- `mpl`: the multi-power law with its exponent and annealing learned from the finished curves
-  (`law.py`).
-A run that has finished is its own forecast (its final loss, a zero-width interval, frac_seen 1).
+"""`forecast_runs(prefix, complete, choose, method)`: each run's final loss with a 90% interval, from
+the part of its curve seen so far, and for each rung the probability that each run ends best.
+Methods (`Method`, registered in `methods.py`): `auto` (the default, `select.py`), `transfer`
+(`transfer.py`), `ratio` (the baseline, `transfer.RatioFit`) and `mpl` (`law.py`). A run that has
+finished is its own forecast (its final loss, a zero-width interval, frac_seen 1).
 """
 
 from __future__ import annotations

@@ -86,7 +86,7 @@ def _sd(s: float, model: IntervalModel | None, plan: Curve, total: int) -> float
     curve it did not see at the run's distance from the fitted data (the interval model's terms)."""
     law_sd = 0.0
     if model is not None:
-        law_sd = float(model.terms[Kind.NEW_CURVE].sd(model.domain.decades(plan, np.array([total])))[0])
+        law_sd = float(model.sd(plan, np.array([total]), Kind.NEW_CURVE)[0])
     sd = math.sqrt((s if math.isfinite(s) else 0.0) ** 2 + law_sd**2)
     return max(sd, MIN_SD) if math.isfinite(s) or law_sd > 0 else math.nan
 
