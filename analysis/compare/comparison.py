@@ -104,9 +104,11 @@ def error_model(
 
 
 def _draws(samples: np.ndarray | None, sd: np.ndarray, seed: int) -> np.ndarray:
-    """(DRAWS, G) deviations of log m: a bootstrap row's deviation from the median plus N(0, sd^2)."""
+    """(DRAWS, G) deviations of log m: a bootstrap row's deviation from the median plus N(0, sd^2).
+    Each draw takes one standard normal for every budget, so a budget's draws do not depend on
+    which other budgets are asked for (`predict(C=c)` equals c's row of the table)."""
     rng = np.random.default_rng(seed)
-    z = rng.standard_normal((DRAWS, sd.size)) * sd
+    z = rng.standard_normal((DRAWS, 1)) * sd
     if samples is None or len(samples) < 10:
         return z
     s = np.where(np.isfinite(samples), samples, np.nan)
@@ -228,10 +230,7 @@ def _crossover(pf: PairFit, start: float, end: float, ref: str, other: str) -> C
     if not math.isfinite(point):
         return Crossover(None, lo, hi, share, start, end)
     j = int(np.searchsorted(C, point))
-    below, above = (
-        _winner(float(lm[max(j - 1, 0)]), ref, other),
-        _winner(float(lm[min(j, GRID - 1)]), ref, other),
-    )
+    below, above = (_winner(float(lm[i]), ref, other) for i in (max(j - 1, 0), min(j, GRID - 1)))
     return Crossover(float(point), lo, hi, share, start, end, below, above)
 
 
@@ -275,25 +274,14 @@ def compare_pair(
         cross = _crossover(model.fit, start, end, ref.name, other.name)  # the fit's own sign change
         grid = np.geomspace(start, end, GRID)
         lm, lo, hi, _ = model.log_interval(grid)
-    note = "; ".join(x for x in (why, model.fit.note) if x)
+    notes = [why, model.fit.note]
     if not pe.n_folds and chosen != CompareMethod.NO_DIFFERENCE:
-        note = (
-            note + "; " if note else ""
-        ) + "no forward-chaining fold could be scored: bootstrap intervals only"
+        notes.append("no forward-chaining fold could be scored: bootstrap intervals only")
+    note, trend, err = "; ".join(x for x in notes if x), _trend(model, C), model.error_dict()
     frontiers = {ref.name: _frontier_record(model.fit.ref), other.name: _frontier_record(model.fit.other)}
     curve = (grid, np.exp(lm), np.exp(lo), np.exp(hi))
     pc = PairComparison(
-        ref.name,
-        other.name,
-        str(method),
-        tuple(rows),
-        _trend(model, C),
-        cross,
-        model.error_dict(),
-        frontiers,
-        top,
-        note,
-        curve,
+        ref.name, other.name, str(method), tuple(rows), trend, cross, err, frontiers, top, note, curve
     )
     return pc, model
 

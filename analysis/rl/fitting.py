@@ -114,16 +114,14 @@ def _prediction(fit: SigmoidFit, curves: Sequence[RLCurve], held: Sequence[RLPoi
 def _summary(fit: SigmoidFit, pts: RLPoints) -> dict[str, Any]:
     flagged = bool(fit.flags)
     gpd = gain_per_decade(pts.take(pts.C > 0)) if (pts.C > 0).sum() >= 3 else None
+    verdict = f"ceiling A = {fit.params['A']:.3f} [{fit.ci['A'][0]:.3f}, {fit.ci['A'][1]:.3f}]"
     if flagged:
-        verdict = (
-            f"no ceiling: {', '.join(fit.flags)}; observed gain "
-            f"{gpd['value']:+.3f} ± {gpd['stderr']:.3f} pass rate per 10x compute"
+        verdict = f"no ceiling: {', '.join(fit.flags)}"
+        verdict += (
+            f"; observed gain {gpd['value']:+.3f} ± {gpd['stderr']:.3f} pass rate per 10x compute"
             if gpd
-            else f"no ceiling: {', '.join(fit.flags)}"
+            else ""
         )
-    else:
-        lo, hi = fit.ci["A"]
-        verdict = f"ceiling A = {fit.params['A']:.3f} [{lo:.3f}, {hi:.3f}]"
     return {
         "law": fit.law,
         "params": fit.params,
@@ -165,15 +163,9 @@ def fit_recipe(curves: Sequence[RLCurve], opts: RLFitOptions = RLFitOptions()) -
                 row["prediction"] = _prediction(f, [c], h)
             per_seed.append(row)
         out["per_seed"] = per_seed
-        out["seed_spread"] = {
-            k: _spread([r["params"].get(k) for r in per_seed])
-            for k in ("A", "B", "C_mid")
-            if per_seed[0]["params"].get(k) is not None
-        }
-        out["seed_spread"]["gain_per_decade"] = _spread(
-            [(r.get("gain_per_decade") or {}).get("value") for r in per_seed]
-        )
-        out["seed_spread"]["n_flagged"] = sum(bool(r["flags"]) for r in per_seed)
+        spread = {k: _spread([r["params"][k] for r in per_seed]) for k in ("A", "B", "C_mid")}
+        spread["gain_per_decade"] = _spread([(r.get("gain_per_decade") or {}).get("value") for r in per_seed])
+        out["seed_spread"] = {**spread, "n_flagged": sum(bool(r["flags"]) for r in per_seed)}
     return out
 
 
