@@ -1,4 +1,4 @@
-"""The curve-prefix protocol on the zoo's Gemstones cases (benchmarks/backtest_zoo.py; McLeish et al.
+"""The curve-prefix protocol on the zoo's Gemstones cases (analysis/backtests/zoo.py; McLeish et al.
 2025, ../shared/data/gemstones): each larger shape's loss at 350B tokens from its first 25%, learning
 from the shapes under 6e8 parameters, and full against half learning rate at ~100B tokens. The
 default (`forecast` without --method) must beat the baseline (the loss at the cut x the finished
@@ -7,14 +7,9 @@ each rung's better learning rate. Needs ../shared/data (fails under CI=true when
 
 from __future__ import annotations
 
-import pathlib
-import sys
-
 import pytest
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "benchmarks"))
-
-import backtest_zoo as zoo  # noqa: E402
+from analysis.backtests import zoo
 
 
 def _case(name: str) -> zoo.Outcome:
