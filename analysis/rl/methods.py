@@ -1,7 +1,7 @@
 """The RL family's method in the one registry (`analysis.core.methods`): `sigmoid`, ScaleRL's
 saturating law of pass rate against RL compute (Khatri et al. 2025), the default and the one
 choice of `fit-rl --law`. No backtest protocol scores it: its intervals and flags are judged on
-secret laws (`analysis.rl.secret`, docs/rl.md).
+secret laws (docs/rl.md; `tests/test_rl_laws.py`).
 
 `fit(table, burn_in=None, burn_in_frac=None, r0="fit", ci_method="profile", fit_until_frac=None,
 n_boot=200, seed=0)` fits a reward-vs-compute curve table (columns compute, pass_rate, optional
