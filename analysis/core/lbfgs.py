@@ -535,34 +535,16 @@ def minimize_batch(
 ) -> MinimizeResult:
     """Minimise `fun(x, *args)` from every row of `x0_SxP`; returns per-start results.
 
-    `batched_args[i]` says whether `args[i]` has a leading start axis (e.g. bootstrap weights,
-    one row per start) or is shared by all starts.
-
-    Work-queue scheduling: a fixed batch of `slots` starts runs `round_evals` evaluations at a
-    time; between rounds, finished starts leave their slot and waiting starts take it. The batch
-    therefore stays full of unfinished work and pays for the evaluations each start needs, not
-    for those of the slowest start, with a single compiled shape. With `tail_slots`, once no
-    start is waiting and at most that many are unfinished, they move to a batch of that size
-    running 4x the evaluations per round (one more compiled shape): worth it for long queues
-    with a slow tail, such as a bootstrap's thousands of fits.
-
-    The batch holds `batch_width(len(x0_SxP), slots)` starts unless `width` fixes it: calls
-    with the same function, width and argument shapes run one compiled program, so a caller
-    with several batches (a fit's polish, bootstrap and refits) loads one program, not one per
-    batch size. Starting needs no program of its own (`fresh_state`).
-
-    `workers` host threads (default: one per core, see `_n_workers`) each run their own batch of
-    that width on the same program, taking starts from one queue: XLA computes a batch without
-    the GIL, so on a single CPU device they use the other cores. A start's steps do not depend
-    on its batch, slot or thread: the results are the same for any number of workers.
-
-    `program_key` says what `fun` is (its code and the constants it closes over) across processes:
-    with it, and the persistent compile cache on, the round program is kept compiled
-    (`models.base.programs`), and a later process neither traces nor lowers it.
+    `batched_args[i]`: whether `args[i]` has a leading start axis or is shared by all starts.
+    A work queue: `slots` starts run `round_evals` evaluations at a time and finished starts hand
+    their slot to waiting ones, so the batch pays for the evaluations each start needs with one
+    compiled shape; with `tail_slots`, the last few unfinished starts move to a small batch running
+    4x the evaluations per round. `width` fixes the batch width (one program for a caller's several
+    batches); `workers` host threads run batches of that width on one program from one queue (the
+    results do not depend on the number of workers); `program_key` names `fun` across processes so
+    the persistent compile cache keeps its round program (`models.base.programs`).
     """
-    # Host-side bookkeeping is numpy: every eager jnp op (a gather, a cast) is one more program
-    # to compile or dispatch in every process, which is what the command line pays for.
-    x0 = np.asarray(x0_SxP)
+    x0 = np.asarray(x0_SxP)  # host bookkeeping in numpy: an eager jnp op is one more program
     S = x0.shape[0]
     if batched_args is None:
         batched_args = (False,) * len(args)
@@ -575,7 +557,6 @@ def minimize_batch(
     W_tail = -(-tail_slots // n_dev) * n_dev if tail_slots else W
 
     def drain() -> None:
-        """Run batches until the queue is empty and this thread's slots are finished."""
         width, n_evals = W, round_evals
         slot_idx = np.full(width, -1)
         while True:
@@ -587,9 +568,7 @@ def minimize_batch(
             live = slot_idx >= 0
             if not live.any():
                 return
-            if not pending and width > W_tail and live.sum() <= W_tail:
-                # The tail: a few slow starts would each pay for a full batch of finished ones. Move
-                # them to a small batch (one more compiled shape) running more evaluations per round.
+            if not pending and width > W_tail and live.sum() <= W_tail:  # the slow tail: a small batch
                 slot_idx = np.concatenate([slot_idx[live], np.full(W_tail - live.sum(), -1)])
                 live = slot_idx >= 0
                 width, n_evals = W_tail, 4 * round_evals

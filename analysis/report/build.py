@@ -632,11 +632,9 @@ def _build(
     )
     figures.update(hparam_figures(law_sec))
     rep["figures"] = _save_figures(figures, fig_dir, out)
-    ctx = SectionContext(
-        source, out, fit, requested, budgets, hardware, gpus, hp_laws, unique_tokens, bootstrap, seed
-    )
-    ctx = dataclasses.replace(ctx, recipes_from=tuple(recipes_from), every_recipe=every_recipe, ref=ref)
-    ctx = dataclasses.replace(ctx, every_moe=every_moe, warn=warn)
+    ctx = SectionContext(source, out, fit, requested, budgets, hardware, gpus, hp_laws, unique_tokens)
+    ctx = dataclasses.replace(ctx, bootstrap=bootstrap, seed=seed, recipes_from=tuple(recipes_from))
+    ctx = dataclasses.replace(ctx, every_recipe=every_recipe, ref=ref, every_moe=every_moe, warn=warn)
     rep["sections"] = []
     for build in SECTIONS:  # every closing section, in order, the one way they are added
         secs, notes = build(ctx)
@@ -660,8 +658,8 @@ class SectionContext:
     gpus: int
     hp_laws: Any
     unique_tokens: float | None
-    bootstrap: int
-    seed: int
+    bootstrap: int = 0
+    seed: int = 0
     recipes_from: tuple[str, ...] = ()
     every_recipe: pd.DataFrame | None = None
     ref: str | None = None
