@@ -297,7 +297,7 @@ def stale_peak_warning(mfu: float, peak: Peak) -> str:
 def main(argv: list[str] | None = None) -> int:
     """`python -m experiments.train.peak_flops [--refresh] [--dtype float32]`: show the cached CPU
     peak (measuring it if RULE says so), or re-measure it now."""
-    import argparse
+    import argparse  # deferred: start-up time (the trainer imports this module; only the CLI parses)
 
     ap = argparse.ArgumentParser(description="This machine's CPU peak FLOP/s, the denominator of MFU.")
     ap.add_argument("--refresh", action="store_true", help="measure now (the highest figure seen is kept)")
