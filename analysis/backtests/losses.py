@@ -22,6 +22,7 @@ from analysis.core import validation
 from analysis.core.best_runs import rows_to_fit
 from analysis.core.enums import DEFAULT_LAW, LawName
 from analysis.core.methods import Family
+from analysis.core.methods import names as registered
 from analysis.laws.allocation import ScalingLaw
 from analysis.laws.fitting import fit_law
 from analysis.laws.frontier import FrontierMethod, budget_labels, frontier_points
@@ -32,8 +33,6 @@ from models.base.errors import AnalysisError
 
 BASELINE = "baseline_scipy_chinchilla"
 FRONTIER_BASELINE = "baseline_minima_power_law"
-POINT_LAWS = (LawName.CHINCHILLA, "chinchilla_tied", AUTO)
-REPEATED_LAWS = ("data_constrained_d", "data_constrained")
 EPOCHS_DEFAULT = 4.0
 MIN_HELD = 3  # the default budget cut holds out at least this many runs (one run scores nothing)
 
@@ -168,7 +167,8 @@ def point_protocol(df: pd.DataFrame, protocol: str, opt: Options) -> Backtest:
     runs = runs_table(df, opt.columns)
     held, cut = _split(runs, protocol, opt)
     fit_df, test = runs[~held], runs[held]
-    laws = POINT_LAWS + (REPEATED_LAWS if "U" in runs else ())
+    laws = registered(Family.POINT, protocol)  # the registry's methods of this protocol, baseline first
+    laws = tuple(n for n in laws if n != BASELINE and ("U" in runs or not n.startswith("data_constrained")))
     default = default_law(fit_df)  # what `fit` fits here without --law
     laws = tuple(n for n in laws if opt.scores(n == default))
     methods = [_baseline(fit_df, test)] + [_law_score(n, fit_df, test, opt, default) for n in laws]
@@ -217,7 +217,7 @@ FRONTIER_CHOSEN = "frontier_chosen"
 
 def _frontier_methods(fit_df: pd.DataFrame, target: pd.DataFrame, tL, opt: Options) -> list[MethodScore]:
     """Each frontier method and the one `fit --budget` chooses (the default)."""
-    names = [FRONTIER_CHOSEN] + [str(m) for m in FrontierMethod]
+    names = [FRONTIER_CHOSEN]  # the one registered frontier method (it chooses among FrontierMethod)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")

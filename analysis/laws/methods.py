@@ -22,13 +22,21 @@ from analysis.laws.registry import ON_REGISTER, known_laws
 from analysis.laws.selection import AUTO, default_law, fit_auto
 from models.base.errors import AnalysisError
 
-LOSS_PROTOCOLS = ("budget", "size")
+LOSS_PROTOCOLS = ("budget", "size", "epochs")
 # name -> (protocols, role, one line)
 POINT_METHODS: dict[str, tuple[tuple[str, ...], Role, str]] = {
-    "chinchilla": (LOSS_PROTOCOLS, Role.DEFAULT, "Hoffmann et al. 2022: E + A/N^alpha + B/D^beta"),
-    "chinchilla_tied": (LOSS_PROTOCOLS, Role.CANDIDATE, "Chinchilla with beta = alpha (Gadre et al. 2024)"),
+    "chinchilla": (
+        LOSS_PROTOCOLS,
+        Role.DEFAULT,
+        "Hoffmann et al. 2022: E + A/N^alpha + B/D^beta",
+    ),
+    "chinchilla_tied": (
+        LOSS_PROTOCOLS,
+        Role.CANDIDATE,
+        "Chinchilla with beta = alpha (Gadre et al. 2024)",
+    ),
     AUTO: (
-        (*LOSS_PROTOCOLS, "epochs"),
+        LOSS_PROTOCOLS,
         Role.CANDIDATE,
         "the form that extrapolated best on the runs' own forward-chaining folds",
     ),
