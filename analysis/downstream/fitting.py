@@ -12,7 +12,7 @@ target's task loss, accuracy, 90% interval, method and warnings; `DownstreamFit.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 import numpy as np
 import pandas as pd
@@ -71,17 +71,9 @@ class TaskPrediction:
     warnings: tuple[str, ...]
 
     def to_dict(self) -> dict:
-        return {
-            "N": self.N,
-            "D": self.D,
-            "task": self.task,
-            "task_loss": self.task_loss,
-            "task_loss_interval": [_json_float(v) for v in self.task_loss_interval],
-            "accuracy": self.accuracy,
-            "accuracy_interval": list(self.accuracy_interval),
-            "method": self.method,
-            "warnings": list(self.warnings),
-        }
+        lo_hi = [_json_float(v) for v in self.task_loss_interval]
+        out = {**asdict(self), "task_loss_interval": lo_hi, "accuracy_interval": list(self.accuracy_interval)}
+        return {**out, "warnings": list(self.warnings)}
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ coverage measured on Gadre et al.'s runs includes (docs/downstream.md).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
@@ -110,14 +110,7 @@ class MethodChoice:
     rule: str = "lowest mean absolute error on the ladder's largest size(s), fitted on the smaller ones"
 
     def to_dict(self) -> dict:
-        return {
-            "chosen": self.chosen,
-            "method": self.method,
-            "fold_mae": dict(self.fold_mae),
-            "n_folds": self.n_folds,
-            "n_points": self.n_points,
-            "rule": self.rule,
-        }
+        return asdict(self)
 
 
 def select(

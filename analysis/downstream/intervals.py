@@ -30,7 +30,7 @@ measurements.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 import numpy as np
 
@@ -61,21 +61,8 @@ class AccuracyError:
         return np.sqrt(self.noise_sd**2 + model**2)
 
     def to_dict(self) -> dict:
-        return {
-            "noise_sd": self.noise_sd,
-            "drift_per_decade": self.drift_per_decade,
-            "N_max": self.N_max,
-            "D_max": self.D_max,
-            "C_max": self.C_max,
-            "n_fold_points": self.n_fold_points,
-            "floor": self.floor,
-            "level": self.level,
-            "run_scatter_sd": self.run_scatter_sd,
-            "scatter_binds": self.scatter_binds,
-            "method": "bootstrap over runs (both steps) + run scatter + max(forward-chained drift x "
-            "distance, "
-            "ceiling gap where step 2 is extrapolated)",
-        }
+        method = "bootstrap over runs (both steps) + run scatter + max(forward-chained drift x distance, "
+        return {**asdict(self), "method": method + "ceiling gap where step 2 is extrapolated)"}
 
 
 @dataclass(frozen=True)
@@ -88,14 +75,9 @@ class HeldoutCheck:
     mean_width: float  # mean width of that band (accuracy units; NaN: none)
 
     def to_dict(self) -> dict:
-        return {
-            "n_points": self.n_points,
-            "mae": _finite(self.mae),
-            "coverage": _finite(self.coverage),
-            "mean_width": _finite(self.mean_width),
-            "rule": "forward-chained: fit below the largest size(s), predict them; band = the error "
-            "model's noise + drift at each point's distance (no bootstrap)",
-        }
+        rule = "forward-chained: fit below the largest size(s), predict them; band = the error model's"
+        out = {k: _finite(v) if isinstance(v, float) else v for k, v in asdict(self).items()}
+        return {**out, "rule": rule + " noise + drift at each point's distance (no bootstrap)"}
 
 
 def heldout_check(em: AccuracyError, errors: np.ndarray, distances: np.ndarray) -> HeldoutCheck:

@@ -137,21 +137,9 @@ def _fit_linear_log_c(table: pd.DataFrame, task: str | None = None, **_: Any) ->
     return LinearLogC(fits, _one_task(task, fits))
 
 
-_AUTO = "per task, the candidate (average, chain or direct) with the lowest held-out error"
-register(Method(DEFAULT, Family.DOWNSTREAM, PROTOCOLS, Role.DEFAULT, _fit(DEFAULT), predict, plot, _AUTO))
-_AVERAGE = "the mean of the chain and direct sigmoids, ceiling fitted or at 1"
-register(
-    Method(AVERAGE, Family.DOWNSTREAM, PROTOCOLS, Role.CANDIDATE, _fit(AVERAGE), predict, plot, _AVERAGE)
-)
-register(
-    Method(
-        BASELINE,
-        Family.DOWNSTREAM,
-        PROTOCOLS,
-        Role.BASELINE,
-        _fit_linear_log_c,
-        predict,
-        plot,
-        "per task, accuracy linear in ln C (ordinary least squares)",
-    )
-)
+for _name, _role, _fit_fn, _doc in (
+    (DEFAULT, Role.DEFAULT, _fit(DEFAULT), "per task, the candidate with the lowest held-out error"),
+    (AVERAGE, Role.CANDIDATE, _fit(AVERAGE), "the mean of the chain and direct sigmoids (ceiling fitted, 1)"),
+    (BASELINE, Role.BASELINE, _fit_linear_log_c, "per task, accuracy linear in ln C (least squares)"),
+):
+    register(Method(_name, Family.DOWNSTREAM, PROTOCOLS, _role, _fit_fn, predict, plot, _doc))

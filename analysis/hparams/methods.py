@@ -48,32 +48,34 @@ def predict(fit: HparamFit, inputs: Mapping[str, np.ndarray]) -> Prediction:
     return Prediction(*next(iter(fit.fits.values())).law.predict(N, D, C))
 
 
-def plot(fit: HparamFit, table: pd.DataFrame | None, ax: Any = None):
-    """Each located rung optimum (with its interval) against N, and the law with its 90% band along
-    the rungs' tokens per parameter."""
+def plot(fit: Any, table: pd.DataFrame | None, ax: Any = None):
+    """Each located rung optimum (with its interval) against N, and the method's prediction with
+    its 90% band at the rungs' median tokens per parameter (any method of the family)."""
     # matplotlib only when a figure is asked for (importing analysis stays light)
     from matplotlib.figure import Figure
 
     fig = ax.figure if ax is not None else Figure(figsize=(7, 4.6), layout="constrained")
     ax = ax if ax is not None else fig.subplots()
-    param, pf = next(iter(fit.fits.items()))
-    rungs = pf.rungs
-    N = np.array([r.N for r in rungs])
-    opt = np.array([r.optimum for r in rungs])
+    param, rungs = (fit.param, fit.rungs) if isinstance(fit, LogLinearLaw) else _first(fit)
+    N, opt = np.array([r.N for r in rungs]), np.array([r.optimum for r in rungs])
     err = np.abs(np.array([r.interval for r in rungs]).T - opt)
     ax.errorbar(N, opt, yerr=err, fmt="o", ms=4, capsize=2, label="rung optima (90%)")
     grid = np.geomspace(N.min(), N.max() * 4, 40)
     ratio = float(np.median([r.D / r.N for r in rungs]))
-    p = predict(fit, {"N": grid, "D": ratio * grid})
-    ax.plot(grid, p.mean, lw=1.2, label=pf.law.spec.expression(param, pf.law.coef))
+    p = (_predict_log_linear if isinstance(fit, LogLinearLaw) else predict)(
+        fit, {"N": grid, "D": ratio * grid}
+    )
+    ax.plot(grid, p.mean, lw=1.2, label=fit.summary().splitlines()[0])
     ax.fill_between(grid, p.lo, p.hi, alpha=0.15, lw=0)
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlabel(f"N (parameters; D = {ratio:.3g} N)")
-    ax.set_ylabel(f"optimal {param}")
+    ax.set(xscale="log", yscale="log", xlabel=f"N (parameters; D = {ratio:.3g} N)", ylabel=f"optimal {param}")
     ax.legend(fontsize=8)
     ax.grid(True, which="both", alpha=0.3)
     return fig
+
+
+def _first(fit: HparamFit) -> tuple[str, tuple]:
+    param, pf = next(iter(fit.fits.items()))
+    return param, pf.rungs
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,6 +86,7 @@ class LogLinearLaw:
     coef: tuple[float, float]
     log_sd: float  # scatter_sd of the in-sample log residuals
     n_rungs: int
+    rungs: tuple = dataclasses.field(default=(), repr=False)  # the located rungs (for the plot)
 
     note = ""
 
@@ -109,7 +112,9 @@ def _fit_log_linear(table: pd.DataFrame, param: str = LR_KEY, **_: Any) -> LogLi
     X = np.column_stack([np.ones(len(N)), np.log(N)])
     y = np.log([r.best_tried for r in rungs])
     coef = np.linalg.lstsq(X, y, rcond=None)[0]
-    return LogLinearLaw(param, (float(coef[0]), float(coef[1])), scatter_sd(X @ coef - y), len(N))
+    return LogLinearLaw(
+        param, (float(coef[0]), float(coef[1])), scatter_sd(X @ coef - y), len(N), tuple(rungs)
+    )
 
 
 def _predict_log_linear(law: LogLinearLaw, inputs: Mapping[str, np.ndarray]) -> Prediction:
@@ -117,19 +122,15 @@ def _predict_log_linear(law: LogLinearLaw, inputs: Mapping[str, np.ndarray]) -> 
     return Prediction(pred, pred * np.exp(-Z90 * law.log_sd), pred * np.exp(Z90 * law.log_sd))
 
 
-_CHOSEN = "the power-law form chosen by leave-largest-out (N_D, C, D or N)"
-register(Method(DEFAULT, Family.HPARAM, PROTOCOLS, Role.DEFAULT, _fit(None), predict, plot, _CHOSEN))
-register(
-    Method("form_N_D", Family.HPARAM, PROTOCOLS, Role.CANDIDATE, _fit(("N_D",)), predict, plot, "c N^p D^q")
-)
-register(
-    Method(
+for _name, _role, _fit_fn, _predict, _doc in (
+    (DEFAULT, Role.DEFAULT, _fit(None), predict, "the power-law form chosen by leave-largest-out"),
+    ("form_N_D", Role.CANDIDATE, _fit(("N_D",)), predict, "Step Law's form c N^p D^q alone"),
+    (
         BASELINE,
-        Family.HPARAM,
-        PROTOCOLS,
         Role.BASELINE,
         _fit_log_linear,
         _predict_log_linear,
-        doc="ln h* linear in ln N through each rung's best tried value",
-    )
-)
+        "ln h* linear in ln N, best tried values",
+    ),
+):
+    register(Method(_name, Family.HPARAM, PROTOCOLS, _role, _fit_fn, _predict, plot, _doc))
