@@ -13,12 +13,11 @@ What is held out (`split_curves`), in this order:
 Only steps from each curve's learning-rate peak on count (`Curve.law_steps`, as in fit-curve), and
 each held-out curve is scored on at most `MAX_POINTS` of them, evenly spread in steps.
 
-Methods: `mpl` (the default: `fit_curve(curves)`, the call `fit-curve` makes without flags), and
-the baseline `baseline_power_law_in_s1` (registered here): per point L = E + A (S1 / S1_max)^-alpha
-in the area under the schedule S1, fitted by SciPy on the fitted curves' points (the schedule's
-warm-up and decay count only through S1; no annealing term), with the naive 90% band of its
-in-sample log residuals (`baselines.fit_minima_power_law`, the same form). mpl's intervals are
-fit-curve's; `--bootstrap 0` skips its calibration refits (as `fit-curve --no-intervals`).
+Methods: `mpl` (the default: `fit_curve(curves)`, `fit-curve` without flags; `--bootstrap 0` skips
+its calibration refits, as `--no-intervals`) and the baseline `baseline_power_law_in_s1`
+(registered here): L = E + A (S1 / S1_max)^-alpha in the area under the schedule, by SciPy on the
+fitted points (no annealing term), with the naive 90% band of its in-sample log residuals
+(`baselines.fit_minima_power_law`).
 """
 
 from __future__ import annotations

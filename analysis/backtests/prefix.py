@@ -14,14 +14,10 @@ each rung in turn (runs of one total_steps) is cut and the other rungs are COMPL
 of a rung (`SWEPT`): optim.lr, else schedule. A held-out run's schedule, when its curve logs one,
 is known to its end (the `mpl` method's planned schedule).
 
-Methods, those of the registry's protocol (`methods(Family.FORECAST, "curve-prefix")`), scored on
-the final loss (`Metric.REL`); each one's `mean_loss_penalty` is its regret: per held-out rung of two
-or more runs, the final loss of the run it picks (highest p_best) against the rung's best final
-loss, averaged over the rungs:
-- `baseline_lowest_at_cut`: `forecast --method ratio` (its pick: the lowest loss at the cut);
-- `auto` (the default: `forecast` without --method: the baseline unless a law beats it on the
-  finished curves, `analysis/forecast/select.py`), `transfer` and `mpl` (`forecast --method ...`;
-  mpl when the schedules are known).
+Methods: the registry's for the protocol (`analysis/forecast/methods.py`: `auto`, `transfer`,
+`mpl`, `baseline_lowest_at_cut` = `forecast --method ratio`), scored on the final loss; each one's
+`mean_loss_penalty` is its regret: per held-out rung of two or more runs, the final loss of the run
+it picks (highest p_best) against the rung's best final loss, averaged over the rungs.
 """
 
 from __future__ import annotations

@@ -1,24 +1,11 @@
-"""Loss curves: loading one run's logged curve and rebuilding its per-step learning-rate schedule.
-
-A curve is one run's loss at logged steps together with the learning rate at those steps. Both
-loss-curve laws need the *per-step* schedule (sums of learning rates over steps), while logs hold
-it only at logged steps, so the schedule is rebuilt:
-
-- the rate logged at step s is the one used by the updates after s; between logged steps it is
-  interpolated linearly (exact for linear decay, accurate to ~1e-3 relative per 128-step gap for
-  cosine/exponential decay);
-- a change between two logged steps with flat stretches on both sides is a step change (two-stage
-  and step-decay schedules), applied right after the logged step that first shows the new rate;
-- before the first logged step we assume a linear warm-up from 0 (the usual set-up, and what the
-  public multi-power-law curves used); `warmup="constant"` assumes the first logged rate instead.
-  `warmup_steps=W` ends the linear warm-up at step W (the first logged rate held from W to the
-  first logged step), for logs whose first point comes after the warm-up ended (the public MPL
-  curves: warm-up 2160 steps, some logged first at 2176).
-
-The laws describe the loss *after* warm-up: the schedule's peak (its first maximum) is where the
-annealing sums start (Luo et al.'s eta_0; drops before it are warm-up rises, not annealing), and
-only logged steps from the peak's logged step on are fitted and scored (`law_steps`). The warm-up
-still counts in S1, the area under the schedule (Luo et al.'s S1 + S_W).
+"""Loss curves: loading one run's logged curve (`load_curve`; several: `load_curves`) and rebuilding
+its per-step learning-rate schedule from the rates logged at its steps (docs/analysis.md, "Loss
+curves"): the rate logged at step s drives the updates after s and is interpolated linearly between
+logged steps; a change between two flat stretches is a step change; before the first logged step a
+linear warm-up from 0 (ending at `warmup_steps` when given) or, with `warmup="constant"`, the first
+logged rate. The law describes the loss after warm-up: only logged steps from the schedule's peak
+(its first maximum, Luo et al.'s eta_0) on are fitted and scored (`law_steps`); the warm-up still
+counts in S1, the area under the schedule.
 """
 
 from __future__ import annotations

@@ -1,16 +1,8 @@
-"""What the multi-power law needs at a set of evaluation steps: areas under the schedule and
-annealing nodes.
-
-The law is a sum over the per-step schedule; evaluating it at every fit iteration from the raw
-schedule would cost O(points x steps). Instead the schedule is reduced once per curve to
-
-- S1(t), the area under the whole schedule up to t (warm-up included: Luo et al.'s S1 + S_W);
-- annealing *nodes*: runs of at most `resolution` consecutive steps after the peak whose
-  learning-rate drops are summed (midpoint rule for the MPL sum), and for every (evaluation
-  point, node) pair the area S_k(t) from the node to the point.
-
-Annealing starts at the schedule's peak (`data.peak_index`): a log that starts inside the
-warm-up gives the same annealing features as one that starts at the peak.
+"""What the multi-power law needs at a set of evaluation steps, computed once per curve: S1(t), the
+area under the whole schedule up to t (warm-up included), and annealing *nodes*: runs of at most
+`resolution` steps after the peak (`data.peak_index`) whose learning-rate drops are summed, with
+for every (evaluation point, node) pair the area S_k(t) from the node to the point. A law
+evaluation is then a few array operations and a segment sum instead of O(points x steps).
 """
 
 from __future__ import annotations

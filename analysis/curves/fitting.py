@@ -1,14 +1,8 @@
-"""Fit the multi-power law on whole curves or their first steps, forecast the rest with 90% intervals.
-
-`fit_curve` fits the law (`laws.py`) by the multistart protocol (`protocol.py`; L-BFGS to the
-optimum when parameters are held fixed) on the fitted curves' points from their learning-rate
-peak on (`Curve.law_steps`; up to `fit_until` when given) with Luo et al.'s objective (Huber on
-log loss), predicts the rest of those curves and every other curve given, and
-attaches to every prediction a 90% interval calibrated on the fit's own leave-one-curve-out and
-early-part forecasts (`intervals.py`). Errors are relative, |pred - actual| / actual, per logged
-step.
-
-Loading curves and rebuilding their schedules is `data.py`; the law inputs are `features.py`.
+"""`fit_curve`: the multi-power law on whole curves or their first steps (`fit_until`), by the
+multistart protocol (`protocol.py`; L-BFGS to the optimum when parameters are held fixed), with
+Luo et al.'s objective on the points from each curve's learning-rate peak on; it predicts the rest
+of those curves and every other curve given, each point with a 90% interval calibrated on the fit's
+own refits (`intervals.py`). Errors are relative, |pred - actual| / actual, per logged step.
 """
 
 from __future__ import annotations

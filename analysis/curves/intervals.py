@@ -1,48 +1,25 @@
-"""Calibrated 90% forecast intervals for loss-curve predictions (scatter + drift, from refits).
+"""Calibrated 90% forecast intervals of loss-curve predictions (docs/analysis.md, "Forecast
+intervals"): the law is misspecified at the 0.1-1% level, more than its parameter noise, so the
+error is measured on forecasts the law makes from part of the fitted data, of the two kinds users
+ask for: leave-one-curve-out refits forecast the left-out curve (a new schedule), early-part refits
+(the first 1/2 and 1/3 of every fitted curve) forecast the rest (a longer horizon). Each (refit,
+forecast curve) pair is a calibration *unit*.
 
-Why not parameter CIs: the curve laws are misspecified at the 0.1-1% level (the multi-power law
-misses how the loss drop saturates for large learning-rate drops, and its power law drifts over 3x
-longer horizons), which is more than the parameter noise of a fit on hundreds of points implies.
-So the error model is measured on *forecasts the law makes from part of the fitted data*, of the
-same two kinds the user asks for:
+A point lies at h = max(0, ln(S1(t) / S1_max)) e-folds of area beyond the fitted data and
+r = max(0, ln(eta_min / eta(t))) e-folds of rate below it. Its log error is the one error model
+(`analysis.core.intervals.PredictionError`), Gaussian with
 
-- leave-one-curve-out: refit on the other fitted curves, forecast the left-out curve (a schedule
-  the fit has not seen);
-- early-part fits: refit on the first 1/2 and the first 1/3 of every fitted curve, forecast the
-  rest (a horizon beyond the fitted one).
+    sd^2 = noise^2 + budget^2 + (drift_h h)^2 + (drift_r r)^2 = noise^2 + budget^2 + (drift d)^2,
 
-Each (refit, forecast curve) pair is one calibration *unit*. A forecast point lies at a distance
-from the data its fit saw, in two coordinates:
-
-    h = max(0, ln(S1(t) / S1_max)),   r = max(0, ln(eta_min / eta(t))),
-
-the e-folds of area under the schedule beyond the largest fitted one (a 3x longer constant run
-ends at h = ln 3) and of learning rate below the lowest fitted one. The log error of a forecast is
-the one error model of every family (`analysis.core.intervals.PredictionError`), Gaussian with
-
-    sd^2 = noise^2 + budget^2 + (drift d)^2 = noise^2 + budget^2 + (drift_h h)^2 + (drift_r r)^2,
-
-its distance d (in decades) weighing each coordinate by its own drift, d = sqrt((w_h h)^2 +
-(w_r r)^2) / ln 10 with w = (drift_h, drift_r) / max(drift_h, drift_r):
-
-- `noise`, the point scatter of a logged loss around its curve (evaluation noise): the scatter
-  (`validation.scatter_sd`) of the successive differences of the full fit's log residuals within
-  each fitted curve, / sqrt 2 (differences cancel the fit's smooth misfit, which is not noise);
-- `budget`, the misfit of a schedule the fit has not seen right next to its data, and `drift_h`,
-  `drift_r`, its growth per e-fold of area and of rate: non-negative least squares of
-  e^2 - noise^2 on (1, h^2, r^2) over the units' points (e the refit's log error). (One drift on a
-  single distance over-covers: 97% of the 25M held-out points at 0.76% width against 92-94% at
-  0.57-0.67% with the two.) Each refit re-estimates the parameters, so the parameter uncertainty
-  is inside these errors: a bootstrap term on top would count it twice.
-
-The error model is fitted per *kind* of forecast, on the units of that kind: a curve the fit did
-not see (`--predict`) gets the leave-one-curve-out units', the later steps of a fitted curve (after
-`--fit-until`) the early-part units'. (Pooling both kinds over-covered: the early-part refits see
-a half or a third of each curve, and their errors, 2-4x the leave-out refits' on the MPL protocol
-even next to the data, sized the new-curve intervals at 99-100% coverage.) A kind without a usable
-unit (one fitted curve: no leave-one-curve-out) falls back to all units.
-
-The interval is pred * exp(+-z sd), z the normal 95% quantile (`validation.interval`).
+d = sqrt((w_h h)^2 + (w_r r)^2) / ln 10 decades, w = (drift_h, drift_r) / max(drift_h, drift_r)
+(`KindError`; one drift on sqrt(h^2 + r^2) over-covered: 97% of the 25M held-out points at 0.76%
+width). `noise`: the scatter (`validation.scatter_sd`) of the successive differences of the full
+fit's log residuals within each curve, / sqrt 2; `budget`, `drift_h`, `drift_r`: non-negative least
+squares of e^2 - noise^2 on (1, h^2, r^2) over the units' points (the refits re-estimate the
+parameters, so no bootstrap term on top). They are fitted per *kind* of forecast (`Kind`): a new
+curve takes the leave-one-curve-out units', the later steps of a fitted curve the early-part
+units' (pooled, the early-part errors sized new curves' intervals at 99-100%); a kind without a
+unit falls back to all units. The interval is pred * exp(+-z sd) (`validation.interval`).
 """
 
 from __future__ import annotations

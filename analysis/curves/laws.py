@@ -1,20 +1,12 @@
-"""The multi-power law (Luo et al. 2025, "A Multi-Power Law for Loss Curve Prediction Across
-Learning Rate Schedules"): the loss of one run against step under its learning-rate schedule,
+"""The multi-power law (Luo et al. 2025), the loss of one run against step under its schedule,
 
-    L(t) = L0 + A (S1(t) + S_W)^-alpha - LD(t),
-    LD(t) = B sum_k (eta_{k-1} - eta_k) G(eta_k^-gamma S_k(t)),  G(x) = 1 - (C x + 1)^-beta,
+    L(t) = L0 + A (S1(t) + S_W)^-alpha - B sum_k (eta_{k-1} - eta_k) (1 - (C eta_k^-gamma S_k(t) + 1)^-beta),
 
-S_k(t) = sum_{tau=k..t} eta_tau; and its robust objective with the batched L-BFGS minimisation that
-fits with held parameters (`--fix`) and the forecasts' law use (`fitting.py`).
-
-The annealing sum runs from the schedule's learning-rate peak on (the end of warm-up, Luo et al.'s
-eta_0), or with the warm-up's rises as negative drops (their code: `features(warmup_rises=True)`,
-what the multistart protocol fits); the warm-up counts in S1. Every parameter is positive and
-optimised as its log. Predictions are computed from the precomputed `features.Features`, so a law
-evaluation is a handful of vectorised array operations and a segment sum. The objective is Luo et
-al.'s: Huber loss (delta 1e-3) of the log-loss residuals summed over the fitted points; a row of
-point weights per start lets one batched L-BFGS run fit several subsets of the same points at once
-(the main fit and the calibration refits of `intervals.py`) without recomputing the features.
+S_k(t) = sum_{tau=k..t} eta_tau, the drop sum from the schedule's peak on (or from step 1, warm-up
+rises included, as Luo et al.'s code: `features(warmup_rises=True)`); its robust objective (Huber,
+delta 1e-3, of the log-loss residuals, every parameter as its log) and the batched L-BFGS
+minimisation that fits with held parameters and the forecasts' law; a row of point weights per
+start fits several subsets of the points (the calibration refits) in one run.
 """
 
 from __future__ import annotations

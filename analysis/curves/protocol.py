@@ -1,31 +1,22 @@
-"""The multistart protocol of the multi-power law (`fit-curve`'s default): Luo et al.'s fit, run
-from 27 annealing starts per row, the lowest objective kept.
+"""The multistart protocol (`fit-curve`'s fit): Luo et al.'s own fit of the multi-power law, read
+(not copied) in their public code (github.com/thu-yao-01-luo/MultiPowerLaw, through the fork
+Morphorxz/dlt25-final, commit 4d20cd9; docs/analysis.md, "Accuracy on the MPL protocol"), run from
+27 annealing starts with the lowest objective kept:
 
-What their public code does, read (not copied) at github.com/thu-yao-01-luo/MultiPowerLaw through
-its fork Morphorxz/dlt25-final, commit 4d20cd9037dd22d135e7f775739e3ae7d561cdee, whose
-`src/config.py` holds the README's parameters; the curves are the same release
-(`../shared/data/mpl_loss_curves/SOURCE.md`, commit 8da9f19):
+- law: the drop sum from step 1, warm-up rises included (`features(warmup_rises=True)`);
+- objective: Huber (delta 1e-3) of log loss minus log prediction (clamped at 1e-10), every logged
+  step weighted 1; raw parameters, not logs;
+- start: regress log(loss - min loss + 0.01) on log S1, then L-BFGS from a 5 x 3 x 3 x 3 grid
+  around that of the stand-in L0 + A S1^-alpha - B (eta_peak - eta(t)) (the batched L-BFGS of
+  `analysis/core/lbfgs.py`, on log parameters); their C = 1, beta = gamma = 0.5, ours every
+  (C, beta, gamma) of `MULTISTART_GRID` (their single run is fragile);
+- AdamW (torch defaults, weight decay 0.01) with step 5e-2 for L0, A, B, C and 5e-3 for alpha,
+  beta, gamma, at most 200 steps, stopped after 20 without improvement (after step 20) or at a
+  gradient norm below 1e-5; kept: the iterate after the best objective's step. It stops ~100 steps
+  in, well before the optimum: the early stop is the fit's regulariser.
 
-- the law (`src/models.py`, `MPL.forward`): the drop sum runs over every step from 1 on, so the
-  warm-up's rises enter LD as negative drops; `features(warmup_rises=True)`;
-- the objective: Huber (delta 1e-3) of log loss minus log prediction (clamped at 1e-10), summed
-  over every logged step of the fitted curves, all weighted 1; parameters *not* as logs;
-- the start (`src/fitting.py`, `initialize_params`): a slope and intercept from regressing
-  log(loss - min loss + 0.01) on log S1; L-BFGS-B from a 5 x 3 x 3 x 3 grid around them of a
-  four-parameter stand-in, L0 + A S1^-alpha - B (eta_peak - eta(t)); the best of those;
-- the optimiser (`src/fitting.py`, `mpl_adam_fit`): AdamW (torch defaults: betas 0.9 / 0.999, eps
-  1e-8, decoupled weight decay 0.01) with step size 5e-2 for L0, A, B, C and 5e-3 for alpha, beta,
-  gamma, at most 200 steps, stopped when 20 steps in a row fail to lower the objective (after
-  step 20) or the gradient's norm falls below 1e-5; kept: the iterate after the best objective's
-  step. That stops ~100 steps in, well before the optimum: the early stop is the fit's
-  regulariser (docs/analysis.md, "Accuracy on the MPL protocol").
-
-Ours on top: their single run (C = 1, beta = gamma = 0.5) is fragile (a 0.3% change of its start
-stops it after 40 steps at 4x their PredE on 25M), so every (C, beta, gamma) of `MULTISTART_GRID`
-starts one AdamW run and the lowest objective is kept. Every row of point weights (the main fit,
-and the calibration refits of `intervals.py`) gets its own starts and runs, all rows in one
-vmapped loop; the start's grid runs through the batched L-BFGS of `analysis/core/lbfgs.py` on log
-parameters (positivity, their bounds).
+Every row of point weights (the main fit and the calibration refits of `intervals.py`) gets its
+own starts and runs, all rows in one vmapped loop.
 """
 
 from __future__ import annotations

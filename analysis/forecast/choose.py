@@ -10,7 +10,7 @@ lowest final loss. A rung's choice is its run with the highest p_best.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -54,7 +54,7 @@ class Member:
     p_best: float
 
     def to_dict(self) -> dict:
-        return {"run": self.run, "value": self.value, "final_loss": self.final_loss, "p_best": self.p_best}
+        return asdict(self)
 
 
 @dataclass(frozen=True)
@@ -68,10 +68,4 @@ class Choice:
     members: tuple[Member, ...]
 
     def to_dict(self) -> dict:
-        return {
-            "run": self.run,
-            "value": self.value,
-            "p_best": self.p_best,
-            "rung": dict(self.rung),
-            "members": [m.to_dict() for m in self.members],
-        }
+        return {**asdict(self), "members": [m.to_dict() for m in self.members]}

@@ -7,9 +7,10 @@ finished is its own forecast (its final loss, a zero-width interval, frac_seen 1
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Sequence
 
 import numpy as np
 
@@ -171,19 +172,13 @@ def forecast_runs(
         forecasts.update({f.run: f for f in got})
         fits.append(info)
     value = {c.run: c.settings.get(choose) if choose else None for c in prefix}
-    ordered = tuple(_with_value(forecasts[c.run], value[c.run]) for c in sorted(prefix, key=lambda c: c.run))
+    plain = lambda v: v.item() if isinstance(v, np.generic) else v  # noqa: E731
+    ordered = tuple(
+        dataclasses.replace(forecasts[c.run], value=plain(value[c.run]))
+        for c in sorted(prefix, key=lambda c: c.run)
+    )
     choices = _choices(prefix, ordered, choose) if choose else ()
     return ForecastResult(str(method), choose, ordered, choices, tuple(fits), notes=notes)
-
-
-def _with_value(f: RunForecast, value: Any) -> RunForecast:
-    return RunForecast(f.run, f.final_loss, f.interval, f.frac_seen, f.method, f.log_sd, _plain(value))
-
-
-def _plain(v: Any) -> Any:
-    if isinstance(v, np.generic):
-        return v.item()
-    return v
 
 
 def _choices(prefix: Sequence[RunCurve], forecasts: Sequence[RunForecast], key: str) -> tuple[ch.Choice, ...]:

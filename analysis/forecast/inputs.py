@@ -89,17 +89,12 @@ class RunCurve:
     def final_loss(self) -> float:
         return float(self.loss[-1]) if self.target is None else float(self.target)
 
-    def value(self, key: str) -> Any:
-        """The run's setting `key` (`N` included), None when it has none."""
-        return self.settings.get(key)
-
     def number(self, key: str) -> float:
         """The setting `key` as a float (NaN when missing or not a number)."""
         try:
-            v = float(self.settings.get(key))
+            return float(self.settings.get(key))
         except (TypeError, ValueError):
             return math.nan
-        return v
 
     def until(self, step: float) -> "RunCurve":
         """The curve up to `step` (its logged points at or before it)."""

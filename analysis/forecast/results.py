@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 
@@ -32,15 +32,7 @@ class RunForecast:
     value: Any = None  # the run's value of the chosen key
 
     def to_dict(self) -> dict:
-        return {
-            "run": self.run,
-            "final_loss": self.final_loss,
-            "interval": list(self.interval),
-            "frac_seen": self.frac_seen,
-            "method": self.method,
-            "log_sd": self.log_sd,
-            "value": self.value,
-        }
+        return {**asdict(self), "interval": list(self.interval)}
 
 
 @dataclass(frozen=True)
@@ -54,10 +46,4 @@ class FitInfo:
     log_sd: float
 
     def to_dict(self) -> dict:
-        return {
-            "frac": self.frac,
-            "method": self.method,
-            "n_complete": self.n_complete,
-            "detail": self.detail,
-            "log_sd": self.log_sd,
-        }
+        return asdict(self)
