@@ -705,6 +705,58 @@ def _backtest_row(o: Outcome) -> list[str]:
     ]
 
 
+# Why a protocol's default is not the rule's pick (the evidence is in the tables of docs/backtests.md)
+EXCEPTIONS: dict[str, str] = {}
+TIE_RTOL = 0.02  # a method within 2% of the best error on a dataset ties with it (it does not win there)
+
+
+def best_methods(o: Outcome, rtol: float = 0.0) -> list[str]:
+    """The methods with the lowest error on one backtest (ties within `rtol` of it included)."""
+    scored = [r for r in o.rows if o.error_key and r[o.error_key] is not None]
+    if not scored:
+        return []
+    low = min(r[o.error_key] for r in scored)
+    return [r["method"] for r in scored if r[o.error_key] <= low * (1 + rtol) + 1e-15]
+
+
+def methods_section(outcomes: list[Outcome]) -> list[str]:
+    """Every registered method besides the baselines: its role and where it is best, the rule that
+    keeps it (a default, or best on a dataset by more than TIE_RTOL over every other method)."""
+    for p in backtest.Protocol:  # every protocol's module registers its family's methods
+        registered(p)
+    rows = []
+    for m in methods():
+        if m.role == "baseline":
+            continue
+        mine = [o for o in outcomes if o.protocol in m.protocols]
+        alone = sum(best_methods(o, TIE_RTOL) == [m.name] for o in mine)
+        tied = sum(m.name in best_methods(o) for o in mine)
+        keep = "default" if m.role == "default" else (f"best alone on {alone}" if alone else "")
+        keep = keep or (f"ties the best on {tied}" if tied else "**never best**")
+        rows.append([str(m.family), m.name, str(m.role), ", ".join(m.protocols) or "—", tied, alone, keep])
+    picks = {r["protocol"]: r for r in decisions(outcomes)}
+    notes = [
+        f"- {p}: the default is {r['default'].split(':')[0]}, the rule picks {r['pick']}. "
+        + EXCEPTIONS.get(p, "No exception stated: the default should become the rule's pick.")
+        for p, r in picks.items()
+        if r["pick"] not in r["default"].split(":")[0].split("/")
+    ]
+    return [
+        "",
+        "## The registered methods (scored by a protocol) and why each stays",
+        "",
+        f"`analysis.methods()`: {sum(1 for m in methods() if m.role != 'baseline')} methods besides the "
+        f"baselines. Best on: the backtests where its error is the lowest (ties counted); alone: lower "
+        f"than every other method's by more than {TIE_RTOL:.0%}.",
+        "",
+        *_table(["family", "method", "role", "protocols", "best on", "alone", "why it stays"], rows),
+        "",
+        "## Where the default is not the rule's pick",
+        "",
+        *(notes or ["Nowhere: every protocol's default is the rule's pick."]),
+    ]
+
+
 def markdown(outcomes: list[Outcome], seconds: float, bootstrap: int) -> str:
     rel = lambda p: p not in ("lr", "batch", "downstream", "compare")  # relative errors
     cov = lambda v: "—" if v is None else f"{v:.0%}"
@@ -741,6 +793,7 @@ def markdown(outcomes: list[Outcome], seconds: float, bootstrap: int) -> str:
             + ["worst dataset vs baseline", "the default without flags, against the rule"],
             rule_rows,
         ),
+        *methods_section(outcomes),
         *coverage_section(outcomes),
         "",
         "## Every backtest",
