@@ -22,6 +22,7 @@ from typing import Any, Mapping
 import pandas as pd
 
 import analysis.laws.methods  # noqa: F401  (the point laws register when imported)
+import analysis.rl.methods  # noqa: F401  (the RL law, scored by no protocol)
 from analysis import backtests as backtest_mod
 from analysis.backtests.result import Backtest
 from analysis.core import methods as registry
