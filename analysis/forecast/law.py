@@ -1,20 +1,12 @@
-"""The multi-power law's forecast, for runs whose learning-rate schedule is known to their end.
-
-A run's schedule to its end: `schedule.planned`.
-
-The law (`analysis.curves`, Luo et al. 2025) is fitted once on the finished curves (`fit_mpl`: the
-L-BFGS optimum of fit-curve's objective on at most FIT_POINTS points of each, with fit-curve's
-calibration refits; at most FIT_CURVES of them, spread over sizes and lengths): its exponent and annealing
-parameters (alpha, B, C, beta, gamma) are what transfers. Each run keeps its own level: L0 and A by
-least squares on its last octave of points (the prefix's steps in [cut / 2, cut], at least 3), with
-the others fixed (the law is linear in L0 and A). The 90% interval: Gaussian in ln loss, its
-variance the sum of the leave-one-curve-out mean square error of the same procedure on the finished
-curves cut at the same fraction (with the law fitted on all of them: the run's own level) and fit-
-curve's calibrated error of the law on a curve it did not see, at the run's distance from the fitted
-data (`analysis.curves.intervals`: its drift with the distance in area and rate; a run 3x longer
-than any finished one gets a wider interval), around the forecast shifted by that procedure's mean
-error (a bias the runs share: a final loss of another kind than the curve's, such as a sweep's
-held-out loss under its training-loss curve).
+"""The multi-power law's forecast, for runs whose learning-rate schedule is known to their end
+(`schedule.planned`). The law is fitted once on the finished curves (`fit_mpl`: fit-curve's
+objective at its L-BFGS optimum on at most FIT_POINTS points of at most FIT_CURVES curves, with its
+calibration refits): alpha and the annealing parameters transfer; each run keeps its own L0 and A,
+by least squares on its last octave (the law is linear in them). The 90% interval: Gaussian in ln
+loss, its variance the leave-one-curve-out error of the same procedure on the finished curves plus
+fit-curve's calibrated error on a new curve at the run's distance from the fitted data
+(`analysis.curves.intervals`), around the forecast shifted by that procedure's mean error (a bias
+the runs share, such as a sweep's held-out final loss under its training-loss curve).
 """
 
 from __future__ import annotations

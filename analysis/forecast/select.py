@@ -1,18 +1,12 @@
-"""`auto`'s choice: the baseline (`ratio`), unless a law beats it on the finished curves themselves.
-
-The zoo's rule for a default (never worse than the simple baseline) applied to the data at hand: the
-finished curves (COMPLETE) are cut at the fraction the running ones have reached and forecast from
-the other finished curves, as the running ones will be, on up to `MAX_FOLDS` folds:
-- several model sizes: the largest size from the smaller ones, then the next (forward chaining in N:
-  a sweep forecasts its larger models from its smaller ones);
-- one size, several run lengths: the longest length from the others, then the next.
-Each candidate's error on a fold is its mean |ln(forecast / final loss)| there; the choice is
-`validation.choose_against`: the baseline unless a candidate beats it by the parsimony margin on
-every fold (`mpl` before `transfer` when both do, within the margin). With no fold (one size and one
-length, or too few finished curves below the largest), the baseline stands.
-
-Candidates: `mpl` when every running run's schedule is known to its end and at least `MIN_COMPLETE`
-finished curves log theirs; `transfer` always.
+"""`auto`'s choice: the baseline (`ratio`), unless a law beats it on the finished curves themselves
+(the zoo's rule applied to the data at hand). The finished curves are cut at the fraction the
+running ones have reached and forecast from the other finished curves, on up to `MAX_FOLDS` folds:
+with several sizes the largest from the smaller ones, then the next; with one size, the longest run
+length from the others (`by_length`), then the next. The choice is `validation.choose_against` on
+each candidate's mean |ln error| per fold: the baseline unless a candidate beats it by the parsimony
+margin on every fold (`mpl` before `transfer`). Without a fold, the baseline. Candidates: `mpl` when
+every running run's schedule is known to its end and `MIN_COMPLETE` finished curves log theirs;
+`transfer` always.
 """
 
 from __future__ import annotations

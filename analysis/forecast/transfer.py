@@ -1,23 +1,15 @@
 """Shape transfer: a run's final loss from the first part of its curve, learned from finished curves.
 
-Each curve is summarised at its cut (the last step seen, `cut`) by a straight line in (ln step, ln loss)
-through its points of the last octave before the cut (steps in [cut / 2, cut]; the last `MIN_POINTS`
-points when fewer lie there): its `level` (the line's ln loss at the cut: the loss there, smoothed) and
-its `slope` (d ln loss / d ln step: how fast it still falls). What the rest of the run adds is
-y = ln(final loss) - level.
+Each curve is summarised at its cut by a line in (ln step, ln loss) through its last octave (steps in
+[cut / 2, cut]; at least `MIN_POINTS`): its `level` (the smoothed ln loss at the cut) and `slope`.
+A finished curve cut at the same fraction of its length gives one example of y = ln(final) - level;
+y is regressed on `slope`, `log N` and `log <key>` (each when it varies), the subset chosen by
+leave-one-curve-out error (`validation.choose`, simplest first). The 90% interval is Gaussian in ln
+loss with the least-squares predictive variance s^2 (1 + x0' (X'X)^-1 x0), s the leave-one-out RMS
+error (wider for a run whose features lie beyond the finished curves').
 
-A finished curve (COMPLETE) cut at the same fraction of its own length gives one example of y. The
-forecast is a least-squares regression of y on the cut's features over the finished curves: `slope`,
-`log N` (when N varies among them) and `log <key>` (the swept setting, e.g. the peak learning rate, when
-it varies), each subset in turn, the simplest first; the subset kept is `validation.choose`'s pick by the
-leave-one-curve-out error (a subset later in that order must be more than 10% better). Its 90%
-interval is Gaussian in ln loss with the ordinary least-squares predictive variance
-s^2 (1 + x0' (X'X)^-1 x0), s the leave-one-out RMS error: it widens with the distance of the run's
-features from the finished curves' (a model larger than any finished one).
-
-The baseline (`ratio`): final = the loss at the cut x the median final / cut ratio of the finished
-curves, whose 90% interval is the central 90% of those ratios. Its order of the runs is the order of
-their losses at the cut: it picks the run with the lowest loss at the cut.
+The baseline (`ratio`, `RatioFit`): the loss at the cut x the finished curves' median final / cut
+ratio, its 90% interval their central 90%; it picks the run with the lowest loss at the cut.
 """
 
 from __future__ import annotations
