@@ -22,7 +22,7 @@ Point laws (one row per run):
     laws: get_law(name), known_laws(), register_law(name, predict, param_names, inputs, grid, ...)
 
 Loss curves (one run's loss against step under an LR schedule):
-    load_curve(path_or_df), fit_curve(fit_curves, law="mpl"|"tissue", predict=..., fit_until=...)
+    load_curve(path_or_df), fit_curve(fit_curves, law="mpl", predict=..., fit_until=...)
         -> CurveFitResult (.params .predict(curve) .predictions .to_dict())
 
 Hyperparameter laws (the optimal learning rate / batch size per rung and their power laws):

@@ -70,8 +70,10 @@ def fit(
 ) -> Fit:
     """Fit one registered method (`law`, a name of `methods(family)`) to a runs table; options go to
     the family's fit (point laws: columns, bootstrap, seed, holdout_above, fixed, delta, ...)."""
-    t = load(table)
-    return registry.get(law, family)(t, **options)
+    family = Family(family)
+    # curves and forecasts read their own inputs (curve files, a folder of them, a sweep's curves)
+    paths_ok = family in (Family.CURVE, Family.FORECAST) and not isinstance(table, pd.DataFrame)
+    return registry.get(law, family)(table if paths_ok else load(table), **options)
 
 
 def backtest(table: pd.DataFrame | str | os.PathLike, protocol: str, **options: Any) -> Backtest:

@@ -21,8 +21,6 @@ from scipy.optimize import least_squares
 from analysis.core import validation
 from analysis.core.methods import Family, Method, Prediction, Role, register
 
-Z90 = validation.norm_ppf(0.5 + validation.PREDICTION_LEVEL / 2)
-
 
 @dataclass(frozen=True)
 class BaselineFit:
@@ -34,7 +32,7 @@ class BaselineFit:
 
     def band(self, pred: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The naive 90% interval around predictions (Gaussian in log units)."""
-        return pred * np.exp(-Z90 * self.log_sd), pred * np.exp(Z90 * self.log_sd)
+        return pred * np.exp(-validation.Z90 * self.log_sd), pred * np.exp(validation.Z90 * self.log_sd)
 
 
 def _chinchilla_loss(p: np.ndarray, N: np.ndarray, D: np.ndarray) -> np.ndarray:

@@ -129,7 +129,7 @@ class Fit:
         p = self.method.predict(
             self.result, {k: np.atleast_1d(np.asarray(v, float)) for k, v in inputs.items()}
         )
-        if all(np.ndim(v) == 0 for v in inputs.values()):  # scalar inputs: scalar outputs
+        if inputs and all(np.ndim(v) == 0 for v in inputs.values()):  # scalar inputs: scalar outputs
             p = Prediction(*(np.asarray(v).reshape(()) for v in (p.mean, p.lo, p.hi)), level=p.level)
         return p
 
@@ -139,12 +139,8 @@ class Fit:
         return f"{body}\n  ({self.method.family} method {self.method.name}, {self.method.role})"
 
     def to_dict(self) -> dict[str, Any]:
-        d = self.result.to_dict()
-        return (
-            {"method": self.method.to_dict(), **d}
-            if isinstance(d, dict)
-            else {"method": self.method.to_dict()}
-        )
+        d = self.result.to_dict()  # the family's JSON, and the registry's entry beside it
+        return {**(d if isinstance(d, dict) else {}), "registry": self.method.to_dict()}
 
     def plot(self, ax: Any = None) -> Any:
         """A matplotlib Figure of the fit against its data (on `ax` when given)."""
