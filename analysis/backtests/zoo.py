@@ -34,6 +34,7 @@ import pandas as pd
 import analysis.laws.methods  # noqa: F401  (registers the point laws)
 from analysis import backtests as backtest
 from analysis.core.methods import methods
+from analysis.core.table import read_table
 from analysis.laws import moe_forms
 from models.base.errors import AnalysisError
 from models.base.jsonio import write_json
@@ -67,12 +68,12 @@ class Case:
 
 # ---- public tables (../shared/data) ------------------------------------------------------------
 def _gadre(corpus: str | None = None) -> pd.DataFrame:
-    r = pd.read_csv(SHARED / "gadre2024_overtraining" / "runs.csv")
+    r = read_table(SHARED / "gadre2024_overtraining" / "runs.csv")
     return r if corpus is None else r[r.dataset == corpus]
 
 
 def _gem(name: str, **columns: object) -> pd.DataFrame:
-    return pd.read_csv(SHARED / "gemstones" / f"{name}.csv").assign(**columns)
+    return read_table(SHARED / "gemstones" / f"{name}.csv").assign(**columns)
 
 
 def _mpl(size: str) -> Callable[[], str]:
@@ -82,7 +83,7 @@ def _mpl(size: str) -> Callable[[], str]:
 
 def epoch() -> pd.DataFrame:
     """Epoch's reconstruction of the Chinchilla runs, the 5 highest losses dropped."""
-    d = pd.read_csv(SHARED / "chinchilla_epoch" / "svg_extracted_data.csv")
+    d = read_table(SHARED / "chinchilla_epoch" / "svg_extracted_data.csv")
     d = d[d.loss < d.loss.nlargest(5).min()]
     out = pd.DataFrame({"N": d["Model Size"], "C": d["Training FLOP"], "loss": d.loss})
     return out.assign(D=out.C / (6 * out.N)).reset_index(drop=True)
@@ -177,7 +178,7 @@ def gemstones_prefix_lr() -> pd.DataFrame:
 
 
 def own(name: str) -> Callable[[], pd.DataFrame]:
-    return lambda: pd.read_csv(OWN / f"{name}.csv")
+    return lambda: read_table(OWN / f"{name}.csv")
 
 
 # ---- synthetic ladders (seeded) -----------------------------------------------------------------

@@ -115,7 +115,7 @@ def register(subparsers) -> None:
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class FitOptions(ColumnOptions):
+class FitCommandOptions(ColumnOptions):
     data: str  # the runs table
     law: str | None  # None: chinchilla, or the data-constrained law when the runs repeat their data
     n_params: NParams | None
@@ -134,7 +134,7 @@ class FitOptions(ColumnOptions):
 
 
 def run(args: argparse.Namespace) -> int:
-    opts = FitOptions.from_args(
+    opts = FitCommandOptions.from_args(
         args,
         fix=parse_fixed(args.fix),
         n_params=None if args.n_params is None else NParams(args.n_params),
@@ -189,7 +189,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _fit_rows(opts: FitOptions):
+def _fit_rows(opts: FitCommandOptions):
     """(rows to fit, the selection's record or None). A table with run configs (from `collect`)
     is reduced to the best run per (budget, shape) of an LR / optim.* sweep, recomputed from its
     config columns; a table without them but with a `selected` column keeps its marked rows."""
@@ -231,7 +231,7 @@ def _reemit(caught: list, notice: type) -> None:
             warnings.warn(w.message, w.category, stacklevel=2)
 
 
-def _approach2(fit, opts: FitOptions, columns: dict[str, str], data) -> dict:
+def _approach2(fit, opts: FitCommandOptions, columns: dict[str, str], data) -> dict:
     """IsoFLOP profiles (Approach 2) and their agreement with the law's exponent (`approach2` and
     `approach_comparison` in the JSON)."""
     from analysis.laws.isoflop import approach2, compare_approaches  # deferred: pandas, as in run()
@@ -244,7 +244,7 @@ def _approach2(fit, opts: FitOptions, columns: dict[str, str], data) -> dict:
     return {"approach2": a2, "approach_comparison": cmp_}
 
 
-def _read_targets(opts: FitOptions, columns: dict[str, str]):
+def _read_targets(opts: FitCommandOptions, columns: dict[str, str]):
     """TARGETS (`--predict`) read and checked against the law's inputs before any fitting, or
     None without the flag. With --law auto the inputs every candidate law needs are checked here,
     the chosen law's own after the fit."""

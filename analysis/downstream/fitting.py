@@ -43,7 +43,7 @@ from analysis.downstream.intervals import (
     run_scatter,
 )
 from analysis.downstream.sigmoid import CEILING_ONE
-from analysis.downstream.taskloss import DEFAULT_LAW, TaskLossFit, fit_task_loss, shared_loss
+from analysis.downstream.taskloss import TASK_LOSS_LAW, TaskLossFit, fit_task_loss, shared_loss
 from models.base.errors import AnalysisError
 
 METHODS = ("auto", AVERAGE, CHAIN, DIRECT)
@@ -297,7 +297,7 @@ _FIELDS = (lambda p: p.accuracy, lambda p: p.accuracy_interval[0], lambda p: p.a
 def fit_downstream(
     ladder: pd.DataFrame,
     *,
-    law: str = DEFAULT_LAW,
+    law: str = TASK_LOSS_LAW,
     bootstrap: int = 200,
     seed: int = 0,
     method: str = DEFAULT_METHOD,

@@ -31,7 +31,7 @@ from analysis.core.validation import Z90, scatter_sd
 from analysis.downstream.candidates import AVERAGE
 from analysis.downstream.data import read_ladder
 from analysis.downstream.fitting import DownstreamFit, fit_downstream
-from analysis.downstream.taskloss import DEFAULT_LAW
+from analysis.downstream.taskloss import TASK_LOSS_LAW
 from models.base.errors import AnalysisError
 
 PROTOCOLS = ("downstream",)
@@ -48,7 +48,7 @@ def _fit(method: str):
     def fit(
         table: pd.DataFrame,
         task: str | None = None,
-        law: str = DEFAULT_LAW,
+        law: str = TASK_LOSS_LAW,
         bootstrap: int = 200,
         seed: int = 0,
     ) -> DownstreamFit:

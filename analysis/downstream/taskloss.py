@@ -28,7 +28,7 @@ from analysis.core.validation import bootstrap_counts
 from analysis.laws.fitting import FitResult, fit_law
 from analysis.laws.selection import AUTO, fit_auto
 
-DEFAULT_LAW = "chinchilla_tied"
+TASK_LOSS_LAW = "chinchilla_tied"
 
 
 @dataclass(frozen=True)
@@ -88,7 +88,7 @@ def fit_task_loss(
     loss: np.ndarray,
     runs: np.ndarray,
     *,
-    law: str = DEFAULT_LAW,
+    law: str = TASK_LOSS_LAW,
     bootstrap: int = 0,
     seed: int = 0,
     shared: bool = False,
