@@ -47,13 +47,13 @@ from matplotlib.figure import Figure
 
 from analysis.compare import section as recipes
 from analysis.core.best_runs import SELECTED, Selection, has_config, marked, select_best_runs
+from analysis.core.enums import DEFAULT_LAW
 from analysis.core.runs import RunNote, RunWarning
 from analysis.core.runs import load as load_runs
 from analysis.core.table import choose_n_column, read_table, resolve, resolve_inputs
 from analysis.laws.fitting import FitResult, fit_law
 from analysis.laws.isoflop import approach2, compare_approaches, group_budgets
 from analysis.laws.registry import bound_notes, get_law
-from analysis.laws.selection import default_law
 from analysis.planning import data_limit, planner
 from analysis.report import figures as figs
 from analysis.report import moe
@@ -841,10 +841,11 @@ def _law_section(
     warn: list[str],
     strict: bool = False,
 ) -> FitResult | None:
-    """Approach 3: the law `fit` uses without --law (Chinchilla's, or the data-constrained one when
-    the runs repeat their data) fitted to every completed run -> rep["law"] (None if it fails).
-    `strict` (a runs table, whose report is its law): a failed fit is an error, not a warning."""
-    law = default_law(done, COLS)
+    """Approach 3: the Chinchilla law fitted to every completed run -> rep["law"] (None if it fails;
+    runs that repeat their data get a warning naming --law data_constrained: the report's allocation
+    and plans need a Chinchilla-form law). `strict` (a runs table, whose report is its law): a
+    failed fit is an error, not a warning."""
+    law = DEFAULT_LAW
     try:
         fit = fit_law(done, law, COLS, bootstrap=bootstrap, seed=seed)
     except AnalysisError as e:
@@ -922,7 +923,7 @@ def _holdout_check(
     try:
         hold_fit = fit_law(
             pd.concat([fit_part, held]),
-            default_law(done, COLS),
+            DEFAULT_LAW,
             COLS,
             bootstrap=0,
             seed=seed,
