@@ -106,6 +106,7 @@ TRAIN_THROUGHPUT = {
             "bare_mfu": mfu,
             "ratio_framework_over_bare": POSITIVE,
             "ratio_per_round": [POSITIVE],
+            "ratio_best_chunks": POSITIVE,
         }
     ],
 }
