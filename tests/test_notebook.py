@@ -1,62 +1,91 @@
-"""notebooks/explore.ipynb runs top to bottom on a small fixture sweep (so it never rots)."""
+"""notebooks/explore.ipynb runs top to bottom on the public data and the zoo tables (so it never
+rots), and what it shows is right: every section's fit, prediction, backtest and forecast."""
 
+import json
 import os
 import pathlib
 import subprocess
 import sys
+import time
 
 import pytest
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
-
-
-@pytest.fixture(scope="module")
-def fixture_sweep(tmp_path_factory):
-    """3 budgets x 4 shapes from the fake trainer (losses drawn from a known Chinchilla law)."""
-    sw = tmp_path_factory.mktemp("nb") / "sweep"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("HYDRA_")}
-    env.update(JAX_PLATFORMS="cpu", PYTHONPATH=str(REPO))
-    p = subprocess.run(
-        [
-            sys.executable,
-            str(REPO / "tests" / "sweep_fake_app.py"),
-            "-m",
-            "+sweep=isoflop",
-            "sweep.budgets=[2e10,6e10,1.8e11]",
-            "sweep.min_steps=5",
-            "train.eval_every=1000",
-            "train.ckpt_every=100000",
-            f"hydra.sweep.dir={sw}",
-            f"hydra.searchpath=[file://{REPO}/conf]",
-        ],
-        env=env,
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert p.returncode == 0, p.stderr[-2000:]
-    return sw
+NOTEBOOK = REPO / "notebooks" / "explore.ipynb"
+# Appended by the test (not part of the notebook): the live objects of every section, as JSON.
+PROBE = """
+import json
+def _pred(p):
+    return {"mean": float(p.mean), "lo": float(p.lo), "hi": float(p.hi), "level": p.level}
+def _rows(b):
+    return [{"method": str(r["method"]), "default": r["default"], "baseline": r["baseline"],
+             "error": r[b.error_key()]} for r in b.rows()]
+print("PROBE " + json.dumps({
+    "families": sorted({str(m.family) for m in analysis.methods()}),
+    "point": {"law": str(law.law), **_pred(chinchilla_70b)},
+    "budget": _rows(budget),
+    "plan_loss": plan.best_loss()["loss"],
+    "curve": [{"schedule": r["schedule"], "error_pct": r["mean |error| %"]} for r in held_out],
+    "lr": _pred(lr_opt),
+    "lr_backtest": _rows(lr_backtest),
+    "multiplier": _pred(multiplier),
+    "forecast": {m: {k: float(v) for k, v in f.items()} for m, f in forecasts.items()},
+}, default=float))
+"""
 
 
 @pytest.mark.slow
-def test_explore_notebook_executes(fixture_sweep, monkeypatch):
+def test_explore_notebook_executes(shared_data, monkeypatch):
     nbformat = pytest.importorskip("nbformat")
     nbclient = pytest.importorskip("nbclient")
-    monkeypatch.setenv("SCALELAB_SWEEP", str(fixture_sweep))
-    monkeypatch.setenv("SCALELAB_BOOTSTRAP", "100")
-    monkeypatch.setenv("SCALELAB_CACHE_DIR", str(fixture_sweep.parent / "cache"))
-    nb = nbformat.read(REPO / "notebooks" / "explore.ipynb", as_version=4)
+    monkeypatch.setenv("SCALELAB_SHARED_DATA", str(shared_data))
+    monkeypatch.setenv("SCALELAB_BOOTSTRAP", "50")
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    nb.cells.append(nbformat.v4.new_code_cell(PROBE))
+    start = time.perf_counter()
     nbclient.NotebookClient(
-        nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(REPO / "notebooks")}}
+        nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(NOTEBOOK.parent)}}
     ).execute()
-    text = "\n".join(
-        o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
-    )
-    assert "law chinchilla" in text and "predicted loss at N=" in text
-    held = next(l for l in text.splitlines() if "mean |error|" in l)
-    # the fake trainer's losses follow a Chinchilla law exactly (x1.01), so the held-out error is tiny
-    assert float(held.split("mean |error| ")[1].split("%")[0]) < 1.0
+    print(f"explore.ipynb: {len(nb.cells) - 1} cells in {time.perf_counter() - start:.0f} s")
+    outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])]
+    text = "\n".join(o.get("text", "") or o.get("data", {}).get("text/plain", "") for o in outputs)
+    facts = json.loads(next(l for l in text.splitlines() if l.startswith("PROBE "))[6:])
+
+    # what each section shows: the registry, the summaries, the predictions and one figure per fit
+    assert set(facts["families"]) >= {"point", "curve", "hparam", "compare", "forecast"}
+    assert "law chinchilla" in text and "law mpl" in text and "lr* =" in text
+    assert "compare: REF" in text and "expected best loss at 1e+24 FLOPs" in text
+    assert text.count("Prediction(") >= 3 and "; 90%)" in text
+    assert sum("image/png" in o.get("data", {}) for o in outputs) >= 4  # point, curve, LR, compare
+
+    # point law: auto keeps Chinchilla's form; the 70B prediction sits inside its finite interval
+    p = facts["point"]
+    assert p["law"] == "chinchilla" and p["level"] == 0.9
+    assert p["lo"] < p["mean"] < p["hi"] and 1.8 < p["mean"] < 2.4 and p["hi"] - p["lo"] < 1
+    assert 1.5 < facts["plan_loss"] < 2.5
+
+    # the backtests show the protocol's default against its baseline, both scored
+    for name in ("budget", "lr_backtest"):
+        rows = facts[name]
+        assert [r["default"] for r in rows].count(True) == 1, rows
+        assert [r["baseline"] for r in rows].count(True) == 1, rows
+        assert all(r["error"] is not None and 0 <= r["error"] < 1 for r in rows), rows
+    assert next(r for r in facts["budget"] if r["default"])["method"] == "chinchilla"
+
+    # the multi-power law predicts Luo et al.'s six held-out schedules within 0.5% (they report 0.11%)
+    assert len(facts["curve"]) == 6
+    assert all(r["error_pct"] < 0.5 for r in facts["curve"]), facts["curve"]
+
+    # LR optimum and the compute multiplier: each inside its interval
+    for key in ("lr", "multiplier"):
+        q = facts[key]
+        assert 0 < q["lo"] <= q["mean"] <= q["hi"], (key, q)
+
+    # the forecast section scores both methods on the 36 held-out runs' true final losses
+    fc = facts["forecast"]
+    assert set(fc) == {"transfer", "baseline_lowest_at_cut"}
+    for f in fc.values():
+        assert f["runs"] == 36 and 0 < f["mean |error| %"] < 20 and 0 <= f["coverage_90"] <= 1
 
 
 def test_importing_analysis_leaves_the_matplotlib_backend_alone():
@@ -65,7 +94,7 @@ def test_importing_analysis_leaves_the_matplotlib_backend_alone():
         "import matplotlib, pkgutil, importlib; matplotlib.use('svg'); import analysis\n"
         "for m in pkgutil.walk_packages(analysis.__path__, 'analysis.'):\n"
         "    if not m.name.endswith('__main__'): importlib.import_module(m.name)\n"
-        "from analysis import build_report, plan\n"
+        "from analysis import build_report, fit, load, plan\n"
         "print(matplotlib.get_backend())"
     )
     env = {k: v for k, v in os.environ.items() if k != "MPLBACKEND"}
@@ -77,16 +106,12 @@ def test_importing_analysis_leaves_the_matplotlib_backend_alone():
     assert p.stdout.strip() == "svg"
 
 
-def test_figure_functions_return_figures():
-    import matplotlib.pyplot as plt
+def _runs():
     import numpy as np
     import pandas as pd
-    from matplotlib.figure import Figure
-
-    from analysis.report import figures
 
     N = np.repeat([1e5, 2e5, 4e5], 2)
-    done = pd.DataFrame(
+    return pd.DataFrame(
         {
             "n_params": N,
             "tokens": 1e7 / N * 1e3,
@@ -98,9 +123,39 @@ def test_figure_functions_return_figures():
             "mfu": 0.3,
         }
     )
+
+
+def test_figure_functions_return_figures():
+    import matplotlib.pyplot as plt
+    import pandas as pd
+    from matplotlib.figure import Figure
+
+    from analysis.report import figures
+
+    done = _runs()
     before = plt.get_fignums()
     fig = figures.loss_vs_compute(done, None)
     assert isinstance(fig, Figure) and fig.axes[0].get_xlabel().startswith("training compute")
     assert isinstance(figures.throughput(done), Figure)
     assert figures.loss_curves(done, pd.DataFrame()) is None  # no curves: no figure
     assert plt.get_fignums() == before  # made without pyplot: nothing to close in a notebook
+
+
+def test_fit_plot_returns_a_figure_without_pyplot():
+    """`Fit.plot()` (the notebook's figures) makes a Figure without pyplot, or draws on `ax`."""
+    import matplotlib.pyplot as plt
+    import numpy as np
+    from matplotlib.figure import Figure
+
+    import analysis
+
+    runs = _runs()
+    N, D = runs["n_params"].to_numpy(), runs["tokens"].to_numpy()
+    runs["final_eval_loss"] = 1.8 + 4e2 / N**0.34 + 4e3 / D**0.28
+    law = analysis.fit(runs, law="chinchilla", bootstrap=0)
+    before = plt.get_fignums()
+    fig = law.plot()
+    assert isinstance(fig, Figure) and fig.axes[0].get_ylabel() == "loss"
+    assert plt.get_fignums() == before
+    ax = Figure().subplots()
+    assert law.plot(ax=ax) is ax.figure and len(ax.lines) == np.unique(N).size
