@@ -4,7 +4,7 @@ the baseline) fitted on the rest, each scored on the held-out curves' points.
 
 What is held out (`split_curves`), in this order:
 - Luo et al.'s split, the one fit-curve's accuracy and coverage figures use (docs/analysis.md,
-  "Accuracy on the MPL protocol"; `benchmarks/curve_forecast.py`): when the curves include
+  "Accuracy on the MPL protocol"): when the curves include
   cosine_24000, constant_24000 and wsdcon_9, those are fitted and every other curve is predicted;
 - else, with curves of different lengths, the longest ones (those ending within `LENGTH_RTOL` of
   the largest step, `validation.holdout_mask`) are predicted from the shorter ones;
@@ -39,7 +39,7 @@ from analysis.curves.fitting import CurveFitResult
 from models.base.errors import AnalysisError
 
 BASELINE = "baseline_power_law_in_s1"
-# Luo et al.'s fitted curves (mpl_loss_curves/SOURCE.md; benchmarks/curve_forecast.py's FIT)
+# Luo et al.'s fitted curves (mpl_loss_curves/SOURCE.md)
 AUTHORS_FIT = ("cosine_24000", "constant_24000", "wsdcon_9")
 MAX_POINTS = 50  # scored points per held-out curve (keeps the JSON small)
 # curves ending within 5% of the longest count as the longest (logs end a step or a few apart:

@@ -57,7 +57,7 @@ DOCS = {
     "towards 1 by its own uncertainty (positive-part James-Stein)",
 }
 # What `python -m analysis compare` uses without --method: the method the backtest zoo's default
-# rule picks (benchmarks/backtest_zoo.py, protocol `compare`; docs/backtests.md): no worse than
+# rule picks (python -m analysis.backtests.zoo, protocol `compare`; docs/backtests.md): no worse than
 # the baseline by more than 10% on every dataset, and of those the lowest mean |log2 error|.
 DEFAULT = CompareMethod.SHRUNK
 BASELINE = CompareMethod.NO_DIFFERENCE

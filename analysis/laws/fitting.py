@@ -64,7 +64,7 @@ from models.base.errors import AnalysisError
 
 HUBER_DELTA = 1e-3  # Hoffmann et al. (2022)'s delta; loss curves (analysis.curves) keep it
 # The point laws' default: least squares in log loss (a log residual never reaches 1). Chosen by
-# the backtest zoo's default rule (benchmarks/huber_delta_zoo.py; docs/analysis.md, "Backtesting").
+# the backtest zoo's default rule (docs/analysis.md, "Backtesting").
 DEFAULT_DELTA = 1.0
 OPTIMUM_RTOL = 1e-6  # a start "reached the optimum" when its objective is this close to the best
 _CFG32 = LBFGSConfig(ftol=1e-9, gtol=0.0, max_evals=1500)
@@ -75,7 +75,7 @@ MIXED_MIN_WORK = 200_000  # starts x points (`Problem.search_work`) above which 
 # agree on the optimum and they agree on its parameters to FIRST_PASS_SPREAD (internal units: logs
 # of amplitudes, exponents; 1e-4 on Epoch's table, 20-10,000 on a ridge of equal objective, where
 # which starts run decides the point). Checked on every backtest of the zoo
-# (benchmarks/first_pass_check.py).
+# (docs/analysis.md, the first-pass paragraph).
 FIRST_PASS_MIN_STARTS, FIRST_PASS_SHARE, FIRST_PASS_AGREE, FIRST_PASS_SEED = 2000, 4, 16, 0
 FIRST_PASS_SPREAD = 1e-2
 MIN_POINTS, POINT_QUANTUM = 32, 16  # points are padded to a multiple of POINT_QUANTUM, at least MIN_POINTS
