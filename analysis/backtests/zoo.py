@@ -709,9 +709,8 @@ def _backtest_row(o: Outcome) -> list[str]:
 # Why a protocol's default is not the rule's pick (the evidence is in the tables of docs/backtests.md)
 EXCEPTIONS: dict[str, str] = {
     "size": "`fit` without --law keeps Chinchilla's form (data_constrained_d when the runs repeat data), "
-    "the simpler method: `auto` is ahead by 1.5% of the error on average (3.20% vs 3.25% for the "
-    "baseline) and equal to the default on most ladders (it chooses chinchilla there); `--law auto` asks "
-    "for it.",
+    "the simpler method: `auto` is level with it (3.26% leave-one-dataset-out against the default's "
+    "3.26% and the baseline's 3.33%) and chooses chinchilla on most ladders; `--law auto` asks for it.",
     "epochs": "data_constrained (with the excess-parameter term) ties data_constrained_d on the synthetic "
     "ladders and is ahead only on ours data_limited epochs, but lost on that ladder's largest models "
     "(size: 8.1% vs the baseline's 5.9%), where data_constrained_d passes: one default serves both.",
