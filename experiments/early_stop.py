@@ -123,7 +123,7 @@ class Decision:
 
 
 def run_name(run_dir: pathlib.Path) -> str:
-    """How `analysis forecast <sweep dir>` names the run (analysis.core.runs: relative to the sweep's parent)."""
+    """How `analysis forecast <sweep dir>` names the run (analysis.core.runs: relative to its parent)."""
     return f"{run_dir.parent.name}/{run_dir.name}"
 
 
