@@ -25,8 +25,9 @@ from analysis.core.methods import Family
 from analysis.core.methods import names as registered
 from analysis.laws.allocation import ScalingLaw
 from analysis.laws.fitting import fit_law
-from analysis.laws.frontier import FrontierMethod, budget_labels, frontier_points
+from analysis.laws.frontier import budget_labels, frontier_points
 from analysis.laws.holdout import top_budget_threshold
+from analysis.laws.methods import frontier_loss
 from analysis.laws.registry import get_law
 from analysis.laws.selection import AUTO, REPEAT_TOLERANCE, default_law, fit_auto
 from models.base.errors import AnalysisError
@@ -217,7 +218,7 @@ FRONTIER_CHOSEN = "frontier_chosen"
 
 def _frontier_methods(fit_df: pd.DataFrame, target: pd.DataFrame, tL, opt: Options) -> list[MethodScore]:
     """Each frontier method and the one `fit --budget` chooses (the default)."""
-    names = [FRONTIER_CHOSEN]  # the one registered frontier method (it chooses among FrontierMethod)
+    names = [FRONTIER_CHOSEN]  # the one registered frontier method (it chooses among the frontier forms)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -227,20 +228,9 @@ def _frontier_methods(fit_df: pd.DataFrame, target: pd.DataFrame, tL, opt: Optio
         return [MethodScore(n, (), default=n == FRONTIER_CHOSEN, note=f"not fitted: {e}") for n in names]
     if fit.frontier is None:
         return [MethodScore(n, (), default=n == FRONTIER_CHOSEN, note="no frontier model") for n in names]
-    out = []
-    C = target.C.to_numpy()
-    for name in names:
-        m = fit.frontier.method if name == FRONTIER_CHOSEN else FrontierMethod(name)
-        rows = ScalingLaw(**{**law.__dict__, "frontier": fit.frontier.with_method(m)}).allocation(C)[
-            "budgets"
-        ]
-        pred = np.array([r["loss"] for r in rows])
-        lo, hi = (np.array([r["loss_interval"][i] for r in rows]) for i in (0, 1))
-        note = f"chose {m}" if name == FRONTIER_CHOSEN else ""
-        out.append(
-            MethodScore(name, _points(target, tL, pred, lo, hi), default=name == FRONTIER_CHOSEN, note=note)
-        )
-    return out
+    pred, lo, hi = frontier_loss(law, target.C.to_numpy())
+    note = f"chose {fit.frontier.method}"
+    return [MethodScore(FRONTIER_CHOSEN, _points(target, tL, pred, lo, hi), default=True, note=note)]
 
 
 def _fit_scipy_chinchilla(

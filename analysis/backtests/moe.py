@@ -19,8 +19,7 @@ from analysis.backtests import baselines
 from analysis.backtests.losses import Options, _points
 from analysis.backtests.result import Backtest, MethodScore, Metric
 from analysis.core import validation
-from analysis.core.methods import Family
-from analysis.core.methods import names as _names
+from analysis.core.methods import Family, names
 from analysis.core.table import resolve
 from analysis.laws.fitting import fit_law
 from analysis.laws.moe import MOE, candidates, check_experts, fit_moe, varies_tokens
@@ -74,10 +73,6 @@ def _law(name: str, fit_df: pd.DataFrame, held: pd.DataFrame, opt: Options) -> M
     )
 
 
-def registered(protocol: str) -> tuple[str, ...]:
-    return _names(Family.POINT, protocol)
-
-
 def moe_protocol(df: pd.DataFrame, opt: Options) -> Backtest:
     """Hide the largest models (N above `holdout_above_n`), fit the baseline, every MoE law of the
     ladder's kind and `--law moe` below, score each on the hidden runs."""
@@ -97,10 +92,9 @@ def moe_protocol(df: pd.DataFrame, opt: Options) -> Backtest:
         "n_held_out": int(held.sum()),
     }
     forms = set(candidates(fit_df))  # the registered MoE methods that fit this kind of ladder
-    names = [
-        n for n in registered("moe") if n != BASELINE and (n == MOE or n in forms) and opt.scores(n == MOE)
-    ]
-    methods = [_baseline(fit_df, test)] + [_law(n, fit_df, test, opt) for n in names]
+    scored = [n for n in names(Family.POINT, "moe") if n != BASELINE and (n == MOE or n in forms)]
+    scored = [n for n in scored if opt.scores(n == MOE)]
+    methods = [_baseline(fit_df, test)] + [_law(n, fit_df, test, opt) for n in scored]
     return Backtest("moe", cut, Metric.REL, tuple(methods))
 
 

@@ -161,10 +161,6 @@ def register(method: Method) -> Method:
     return method
 
 
-def unregister(family: Family | str, name: str) -> None:
-    _REGISTRY.pop((Family(family), name), None)
-
-
 def methods(family: Family | str | None = None, protocol: str | None = None) -> list[Method]:
     """The registered methods (of one family, or scored by one protocol), in registration order."""
     out = list(_REGISTRY.values())

@@ -13,13 +13,12 @@ from typing import Any, Mapping
 import numpy as np
 import pandas as pd
 
-from analysis.core.enums import LawName
 from analysis.core.methods import Family, Method, Prediction, Role, get, methods, register
 from analysis.core.table import resolve_inputs
+from analysis.laws.allocation import ScalingLaw
 from analysis.laws.fitting import FitResult, fit_law
 from analysis.laws.moe import fit_moe
-from analysis.laws.registry import ON_REGISTER, known_laws
-from analysis.laws.selection import AUTO, default_law, fit_auto
+from analysis.laws.selection import AUTO, fit_auto
 from models.base.errors import AnalysisError
 
 LOSS_PROTOCOLS = ("budget", "size", "epochs")
@@ -134,6 +133,23 @@ def register_point_law(
 
 for _name, (_protocols, _role, _doc) in POINT_METHODS.items():
     register_point_law(_name, _protocols, _role, _doc)
+
+
+def frontier_loss(law: ScalingLaw, C: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The best loss expected at each budget C (the frontier `fit` chose) and its 90% interval."""
+    rows = law.allocation(np.asarray(C, float))["budgets"]
+    pred = np.array([r["loss"] for r in rows])
+    lo, hi = (np.array([r["loss_interval"][i] for r in rows]) for i in (0, 1))
+    return pred, lo, hi
+
+
+def predict_frontier(result: FitResult, inputs: Mapping[str, np.ndarray]) -> Prediction:
+    """`frontier_chosen`: the best loss at budgets `C` (not a run's loss at N, D)."""
+    if "C" not in inputs:
+        raise AnalysisError("frontier_chosen predicts the best loss at a budget: give C=...")
+    return Prediction(*frontier_loss(ScalingLaw.from_fit(result), inputs["C"]))
+
+
 register(
     Method(
         "frontier_chosen",
@@ -141,7 +157,7 @@ register(
         ("frontier",),
         Role.DEFAULT,
         _fit("chinchilla"),
-        predict,
+        predict_frontier,
         plot,
         "the best loss per budget: the law's IsoFLOP minimum or a power law of the best runs, by folds",
     )
@@ -163,17 +179,3 @@ def fit_point(
     if name not in law_choices():
         raise AnalysisError(f"unknown law {name!r}; choose from {', '.join(law_choices())}")
     return get(name, Family.POINT).fit(table, columns, **options)
-
-
-def default_point_law(table: pd.DataFrame, columns: Mapping[str, str] | None = None) -> str:
-    """What `fit` uses without `--law`: chinchilla, or data_constrained_d when the runs repeat data."""
-    return default_law(table, columns)
-
-
-def _user_law(name: str) -> None:
-    register_point_law(name, doc=f"user law {name}")
-
-
-ON_REGISTER.append(_user_law)
-for _name in set(known_laws()) - set(LawName):  # user laws registered before this module loaded
-    _user_law(_name)
