@@ -443,13 +443,10 @@ def register_law(
         default_n_params=default_n_params,
     )
     register(law, replace=replace)
-    for listener in ON_REGISTER:  # the method registry (analysis.laws.methods) lists it too
-        listener(name)
+    from analysis.laws.methods import register_point_law  # the method registry lists it too
+
+    register_point_law(name, doc=law.formula)
     return law
-
-
-# called with the name of each law `register_law` adds (analysis.laws.methods makes it a method)
-ON_REGISTER: list[Callable[[str], object]] = []
 
 
 def _public_grid(name: str, grid, param_names: tuple[str, ...]) -> np.ndarray:
