@@ -14,7 +14,9 @@ from analysis import fit_law
 from analysis.cli import main as cli_main
 from analysis.core import validation
 from analysis.laws.allocation import ScalingLaw, closed_form_optimum
-from analysis.laws.selection import CANDIDATES, fit_auto
+from analysis.laws.selection import candidates, fit_auto
+
+CANDIDATES = candidates()
 
 
 def ladder(alpha: float, beta: float, noise: float = 0.002, seed: int = 0) -> pd.DataFrame:
@@ -189,3 +191,31 @@ def test_disagreement_warns_only_beyond_the_intervals():
     assert msg is not None and "chinchilla and chinchilla_tied disagree" in msg
     assert "10x the top budget" in msg
     assert disagreement({"chinchilla": low, "chinchilla_tied": low}) is None
+
+
+def test_a_user_law_scored_by_the_budget_protocol_joins_auto():
+    import jax.numpy as jnp
+
+    from analysis import register_law
+
+    assert "tied_user_form" not in candidates()
+    register_law(
+        "tied_user_form",
+        lambda p, c: p["E"] + p["A"] / c["N"] ** 0.3 + p["B"] / c["D"] ** 0.3,
+        ["E", "A", "B"],
+        ["N", "D"],
+        {"E": [1.0, 2.0], "A": [10.0, 400.0], "B": [10.0, 1500.0]},
+        positive=["E", "A", "B"],
+        protocols=("budget",),
+        replace=True,
+    )
+    try:
+        assert candidates()[0] == "tied_user_form"  # the fewest parameters: tried first
+        assert "tied_user_form" not in candidates(repeated=True)
+    finally:  # other tests on this worker must see the shipped candidates
+        from analysis.core import methods as core_methods
+        from analysis.laws import registry
+
+        registry._REGISTRY.pop("tied_user_form")
+        core_methods._REGISTRY.pop((core_methods.Family.POINT, "tied_user_form"))
+    assert candidates() == ("chinchilla_tied", "chinchilla")

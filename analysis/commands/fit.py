@@ -253,7 +253,7 @@ def _read_targets(opts: FitCommandOptions, columns: dict[str, str]):
     # deferred: the law modules load pandas and JAX, as in run()
     from analysis.core.table import read_table
     from analysis.laws.moe import FIXED_TOKEN_CANDIDATES, MOE
-    from analysis.laws.selection import AUTO, CANDIDATES
+    from analysis.laws.selection import AUTO, candidates
     from analysis.laws.targets import check_targets
 
     try:
@@ -262,6 +262,6 @@ def _read_targets(opts: FitCommandOptions, columns: dict[str, str]):
         raise AnalysisError(f"--predict: {e}") from None
     # without --law the law is known after the data is read: check the inputs every law needs
     # --law moe: N and experts (D, when the fit's table varies it, is checked after the fit)
-    laws = {AUTO: CANDIDATES, MOE: FIXED_TOKEN_CANDIDATES}.get(opts.law, (opts.law or DEFAULT_LAW,))
+    laws = {AUTO: candidates(), MOE: FIXED_TOKEN_CANDIDATES}.get(opts.law, (opts.law or DEFAULT_LAW,))
     check_targets(targets, laws, columns, f"--predict {opts.predict}")
     return targets

@@ -400,6 +400,7 @@ def register_law(
     description: str = "",
     replace: bool = False,
     default_n_params: NParams | str = NParams.TOTAL,
+    protocols: Sequence[str] = (),
 ) -> Law:
     """Register a user law: `predict(p, cols) -> prediction` with `p` a dict of parameter name ->
     scalar and `cols` a dict of input column -> array (linear scale, jax arrays; use `jnp`).
@@ -408,7 +409,9 @@ def register_law(
     used) or an array (S, P) of public starts. Parameters listed in `positive` stay > 0 (lower
     bound 0; optimised as logs). `bounds` name -> (lo, hi) are enforced by construction too
     (see `Transform`): a fit never leaves them. `default_n_params` (`NParams`: total or non_embedding)
-    is the parameter count N the law is fitted on unless `--n-params` says otherwise. Example::
+    is the parameter count N the law is fitted on unless `--n-params` says otherwise. The law
+    becomes a point method of `analysis.methods()`; with `protocols=("budget",)` (a law of N and D)
+    it is one of `fit --law auto`'s candidates too. Example::
 
         register_law("inverse_sqrt", lambda p, c: p["E"] + p["A"] / jnp.sqrt(c["N"]),
                      ["E", "A"], ["N"], {"E": [1, 2], "A": [10, 1000]}, positive=["E", "A"])
@@ -445,7 +448,7 @@ def register_law(
     register(law, replace=replace)
     from analysis.laws.methods import register_point_law  # the method registry lists it too
 
-    register_point_law(name, doc=law.formula)
+    register_point_law(name, tuple(protocols), doc=law.formula)
     return law
 
 

@@ -39,10 +39,6 @@ from analysis.laws.registry import get_law
 from models.base.errors import AnalysisError
 
 AUTO = "auto"
-CANDIDATES = ("chinchilla_tied", "chinchilla")  # simplest first
-# ...and when the runs repeat their data (a U column with D > U somewhere): the data-constrained
-# forms too, effective data alone before the excess-parameter term (analysis/laws/repeated.py)
-REPEATED_CANDIDATES = (*CANDIDATES, "data_constrained_d", "data_constrained")
 REPEAT_TOLERANCE = 1.01  # D > 1.01 U: a run that repeats (not one rounded to whole steps)
 
 
@@ -53,6 +49,19 @@ def repeats(df: pd.DataFrame, columns: Mapping[str, str] | None = None) -> bool:
     except AnalysisError:
         return False
     return bool((vals["D"] > REPEAT_TOLERANCE * vals["U"]).any())
+
+
+def candidates(repeated: bool = False) -> tuple[str, ...]:
+    """`auto`'s candidates, simplest (fewest parameters) first, read from the method registry: the
+    point laws scored by the `budget` protocol (`chinchilla_tied`, `chinchilla`) or, when the runs
+    repeat their data, by the `epochs` protocol (the data-constrained forms too). A law a user
+    registers with `protocols=("budget",)` joins them."""
+    import analysis.laws.methods  # noqa: F401  (fills the registry; it imports this module)
+    from analysis.core.methods import Family, Role, methods
+
+    scored = methods(Family.POINT, "epochs" if repeated else "budget")
+    names = [m.name for m in scored if m.role != Role.BASELINE and m.name not in (AUTO, "frontier_chosen")]
+    return tuple(sorted(names, key=lambda n: len(get_law(n).param_names)))
 
 
 REPEATED_FOLDS = ("epochs", "N")  # the most-repeated runs; the largest models
@@ -85,11 +94,10 @@ def epoch_holdout_error(
 
 
 def fit_auto(df: pd.DataFrame, columns: Mapping[str, str] | None = None, **fit_kwargs) -> FitResult:
-    """`fit_law` with the law chosen among `CANDIDATES` (see the module docstring); the result's
+    """`fit_law` with the law chosen among `candidates()` (see the module docstring); the result's
     `law_selection` says which and why."""
     repeated = repeats(df, columns)
-    order = REPEATED_CANDIDATES if repeated else CANDIDATES
-    return fit_chosen(df, columns, order, BASELINE, fit_kwargs, repeated=repeated)
+    return fit_chosen(df, columns, candidates(repeated), BASELINE, fit_kwargs, repeated=repeated)
 
 
 def fit_chosen(
