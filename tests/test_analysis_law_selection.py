@@ -194,7 +194,6 @@ def test_disagreement_warns_only_beyond_the_intervals():
 
 
 def test_a_user_law_scored_by_the_budget_protocol_joins_auto():
-    import jax.numpy as jnp
 
     from analysis import register_law
 
