@@ -146,44 +146,103 @@ def test_unknown_choose_key_and_too_few_finished_runs(tables, capsys):
 
 
 def test_auto_is_the_baseline_unless_a_law_beats_it_on_every_fold_of_the_finished_curves(tables):
-    """`auto` forecasts the finished curves, cut where the running runs are, from the other finished
-    ones (the largest sizes from the smaller: select.folds) and keeps the baseline unless a law beats
-    it by the parsimony margin on every fold. On the synthetic sweep (smooth curves) the shape
-    transfer wins both folds; with forecasters that are exact or off by a set amount per fold, the
-    choice follows the rule; without a fold (one size, one length), the baseline. (Our hparam_ladder,
-    whose batch noise every run shares, is the zoo's case where the laws lose on the fold: ratio
-    10.7%, mpl 16.7%, transfer 11.6%.)"""
-    from analysis.forecast import Method, RunForecast, select
+    """`auto` forecasts the finished curves, cut where the running ones are, from the other finished
+    ones (as far beyond them as the running runs are beyond the finished: select.folds) and keeps the
+    baseline unless a law beats it by the parsimony margin on every fold. On the synthetic sweep
+    (smooth curves) the shape transfer wins both folds; with forecasters that are exact or off by a
+    set amount per fold, the choice follows the rule; without a fold (one size, one length), the
+    baseline."""
+    from analysis.forecast import Method, select
 
     w, _ = tables
     j = _forecast(w, "--choose", "optim.lr")
-    assert (
-        j["method"] == "transfer"
-        and j["notes"][0].startswith("auto: transfer")
-        and "2 fold(s)" in j["notes"][0]
-    )
-    curves = read_curves(w / "complete.csv", "COMPLETE")
-    going, learn = read_curves(w / "prefix.csv", "PREFIX"), curves
-    names = [n for n, _, _ in select.folds(learn)]
-    assert names == ["N=8e+07 from smaller", "N=4e+07 from smaller"]
-
-    def fake(off: dict):
-        def forecaster(method, frac, runs, complete, keys):
-            held = {c.run: c for c in learn}
-            e = off[method][runs[0].number("N")]
-            return [
-                RunForecast(c.run, held[c.run].final_loss * (1 + e), (0, 9), frac, method, 0.01) for c in runs
-            ]
-
-        return forecaster
-
+    assert j["method"] == "transfer" and j["notes"][0].startswith("auto: transfer")
+    assert "2 fold(s)" in j["notes"][0]
+    learn, going = read_curves(w / "complete.csv", "COMPLETE"), read_curves(w / "prefix.csv", "PREFIX")
+    names = [n for n, _, _ in select.folds(learn, going)]
+    assert names == ["N 4e+07-8e+07 from smaller (x2)", "N 2e+07-4e+07 from smaller (x2)"]
+    assert [n for n, _, _ in select.folds(learn)] == ["N=8e+07 from smaller", "N=4e+07 from smaller"]
     exact, far = {8e7: 0.0, 4e7: 0.0}, {8e7: 0.05, 4e7: 0.05}
     one_fold = {8e7: 0.0, 4e7: 0.05}
-    pick = lambda off: select.select(going, learn, ["N"], fake(off)).method  # noqa: E731
+    pick = lambda off: select.select(going, learn, ["N"], _fake(learn, off)).method  # noqa: E731
     assert pick({Method.RATIO: far, Method.TRANSFER: exact}) == Method.TRANSFER
     assert pick({Method.RATIO: exact, Method.TRANSFER: far}) == Method.RATIO
     assert pick({Method.RATIO: {8e7: 0.02, 4e7: 0.02}, Method.TRANSFER: one_fold}) == Method.RATIO
     one = [c for c in learn if c.number("N") == min(SIZES)]
-    assert select.folds(one) == []
-    sel = select.select(going, one, ["N"], fake({}))
-    assert sel.method == Method.RATIO and "no fold" in sel.note()
+    assert select.folds(one, going) == []
+    sel = select.select(going, one, ["N"], _fake(learn, {}), choose="optim.lr")
+    assert sel.method == Method.RATIO and sel.pick == Method.RATIO and "no fold" in sel.note()
+
+
+def _fake(learn, off: dict, flip: dict | None = None):
+    """A forecaster off by `off[method][N]` (relative) on every run of a fold of size N, and, where
+    `flip[method][N]` is set, ranking each rung's runs upside down (its picks the worst runs)."""
+    from analysis.forecast import RunForecast
+
+    held = {c.run: c for c in learn}
+
+    def forecaster(method, frac, runs, complete, keys):
+        N = runs[0].number("N")
+        e = off.get(method, {}).get(N, 0.0)
+        out = []
+        for c in runs:
+            y = held[c.run].final_loss
+            if (flip or {}).get(method, {}).get(N):
+                y = 20.0 - y  # the order reversed
+            out.append(RunForecast(c.run, y * (1 + e), (0, 9), frac, method, 0.01))
+        return out
+
+    return forecaster
+
+
+def test_picks_use_a_forecaster_only_when_its_picks_beat_the_lowest_loss_at_the_cut_on_every_fold(tables):
+    """The early-stop decision: the folds score each forecaster's picks (regret against each rung's
+    best finished run) beside the lowest loss at the cut's (the baseline), and a forecaster's picks are
+    used only when they beat it by the parsimony margin on every fold; too few rungs, or a baseline that
+    already picked every best run, keep the lowest loss at the cut."""
+    from analysis.forecast import Method, select
+
+    w, _ = tables
+    learn, going = read_curves(w / "complete.csv", "COMPLETE"), read_curves(w / "prefix.csv", "PREFIX")
+    T, R = Method.TRANSFER, Method.RATIO
+    both, one = {8e7: True, 4e7: True}, {8e7: True}
+    sel = lambda flip: select.select(going, learn, ["N", "optim.lr"], _fake(learn, {}, flip), "optim.lr")  # noqa: E731
+    won = sel({R: both})  # the lowest loss at the cut picks wrong on both folds, transfer right
+    assert won.pick == T and won.rungs == 2 and won.regrets[R] and set(won.regrets[T].values()) == {0.0}
+    assert sel({R: one}).pick == R  # beaten on one fold only
+    assert sel({T: both}).pick == R and sel({}).pick == R  # transfer worse; nobody errs
+    assert "picked every fold's best run" in sel({}).why_pick
+    few = select.select(going, learn, ["N"], _fake(learn, {}, {R: both}), "N")  # a rung per run
+    assert few.pick == R and few.rungs == 0 and "too few" in few.why_pick
+    rec = won.to_dict()
+    assert {"chosen", "baseline", "candidates", "fold_errors", "note"} <= set(rec)
+    assert rec["chosen"] == "transfer" and rec["baseline"] == "ratio" and rec["candidates"] == ["transfer"]
+    assert set(rec["fold_regrets"]) == {"ratio", "transfer"} and len(rec["fold_errors"]["ratio"]) == 2
+
+
+def test_without_folds_the_picks_are_the_lowest_loss_at_the_cut_and_one_note_says_so(
+    tables, tmp_path, capsys
+):
+    """The two smallest sizes finished (no fold with 3 runs to learn from): the lowest loss at the cut
+    picks, whatever the method, and exactly one `note:` line says why; method_choice carries it."""
+    w, truth = tables
+    d = pd.read_csv(w / "complete.csv")
+    d[d.N < 4e7].to_csv(tmp_path / "one.csv", index=False)  # two sizes: no fold with 3 runs to learn from
+    at_cut = pd.read_csv(w / "prefix.csv").sort_values("step").groupby("run").loss.last()
+    for method in ("auto", "transfer"):
+        out = tmp_path / f"{method}.json"
+        args = [
+            "forecast",
+            str(w / "prefix.csv"),
+            "--train",
+            str(tmp_path / "one.csv"),
+            "--choose",
+            "optim.lr",
+        ]
+        assert cli_main([*args, "--method", method, "--json", str(out)]) == 0
+        notes = [x for x in capsys.readouterr().out.splitlines() if x.startswith("note:")]
+        j = json.loads(out.read_text())
+        assert len(notes) == 1 and "picks by the lowest loss at the cut" in notes[0], notes
+        assert j["choices"][0]["run"] == at_cut.idxmin() != truth.idxmin()
+        mc = j["method_choice"]
+        assert mc["chosen"] == "ratio" and mc["fold_errors"] == {} and mc["note"] == notes[0][len("note: ") :]

@@ -38,7 +38,7 @@ from analysis.core import validation
 from analysis.core.methods import Family, Method, Role, methods
 from analysis.core.table import read_table
 from analysis.forecast import RunCurve, read_curves
-from analysis.forecast.choose import rung_key
+from analysis.forecast.choose import rungs as rungs_of
 from analysis.forecast.inputs import MIN_POINTS, curves_from_table
 from analysis.forecast.select import by_length, cut_at
 from models.base.errors import AnalysisError
@@ -143,8 +143,8 @@ def curve_prefix_protocol(data: pd.DataFrame | str, opt: Options = Options()) ->
     key = _swept(curves)
     fold_list, cut = folds(curves, opt)
     short = [c.run for held, _ in fold_list for c in held if cut_at(c, CUT).step.size < MIN_POINTS]
-    rungs = {rung_key(c.settings, key or "") for held, _ in fold_list for c in held}
-    cut.update(swept=key, n_rungs=len(rungs), fraction=CUT, n_too_short=len(short))
+    n_rungs = sum(len(rungs_of({c.run: c.settings for c in held}, key or "")) for held, _ in fold_list)
+    cut.update(swept=key, n_rungs=n_rungs, fraction=CUT, n_too_short=len(short))
     ms = sorted(methods(Family.FORECAST, "curve-prefix"), key=lambda m: m.role != Role.BASELINE)
     rows = [_method(m, fold_list, key) for m in ms if opt.scores(m.role != Role.CANDIDATE)]
     few = f"{len(short)} held-out run(s) have fewer than {MIN_POINTS} logged points in their first {CUT:.0%}"

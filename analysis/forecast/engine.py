@@ -16,7 +16,7 @@ import numpy as np
 
 from analysis.core import validation
 from analysis.forecast import choose as ch
-from analysis.forecast import select
+from analysis.forecast import schedule, select
 from analysis.forecast import transfer as tr
 from analysis.forecast.inputs import MIN_POINTS, RunCurve
 from analysis.forecast.results import SEEN, FitInfo, Method, RunForecast
@@ -34,6 +34,7 @@ class ForecastResult:
     fits: tuple[FitInfo, ...]
     level: float = validation.PREDICTION_LEVEL
     notes: tuple[str, ...] = field(default=())
+    method_choice: dict = field(default_factory=dict)  # the forecasters chosen and their fold evidence
 
     def forecast(self, run: str) -> RunForecast | None:
         return next((r for r in self.runs if r.run == run), None)
@@ -72,6 +73,7 @@ class ForecastResult:
             "choices": [c.to_dict() for c in self.choices],
             "fits": [f.to_dict() for f in self.fits],
             "notes": list(self.notes),
+            "method_choice": self.method_choice,
         }
 
 
@@ -94,15 +96,26 @@ def _by_frac(prefix: Sequence[RunCurve]) -> dict[float, list[RunCurve]]:
     return out
 
 
+def _plan(c: RunCurve, complete: Sequence[RunCurve]) -> tuple[np.ndarray, np.ndarray] | None:
+    """The run's schedule (steps, lr) to its end: logged past the cut, or a finished curve's shape."""
+    if c.plan is not None:
+        return c.plan
+    p = schedule.planned(c, complete) if c.lr is not None else None
+    return None if p is None else (p.steps.astype(float), p.lr)
+
+
 def _transfer_group(
     frac: float, runs: list[RunCurve], complete: list[RunCurve], keys: Sequence[str]
 ) -> tuple[list[RunForecast], FitInfo]:
     ex = tr.examples(complete, frac)
     needed = [k for k in keys if all(math.isfinite(r.number(k)) for r in runs)]
-    fit = tr.fit_transfer(ex, frac, keys, needed)
+    cuts = {c.run: tr.cut_of(c, c.step[-1], _plan(c, complete)) for c in runs}
+    known = all(k is not None and math.isfinite(k.log_area) for k in cuts.values())
+    levels = tr.categories(ex, [c.settings for c in runs], keys[1] if len(keys) > 1 else None)
+    fit = tr.fit_transfer(ex, frac, keys, needed, schedule=known, levels=levels)
     out = []
     for c in runs:
-        cut = tr.cut_of(c, c.step[-1])
+        cut = cuts[c.run]
         got = None if cut is None else fit.predict(cut, c.settings)
         if got is None:
             raise AnalysisError(f"run {c.run}: cannot be forecast (no {', '.join(fit.features)} for it)")
@@ -142,13 +155,35 @@ def _forecasts(method: Method, frac: float, runs, complete, keys) -> list[RunFor
     return _group(method, frac, runs, complete, keys)[0]
 
 
+def _scaled(f: RunForecast, k: float) -> RunForecast:
+    """The forecast with its log-loss sd and its interval (in log space, around it) scaled by k."""
+    if k == 1.0 or not f.log_sd > 0:
+        return f
+    lo, hi = (f.final_loss * (b / f.final_loss) ** k for b in f.interval)
+    return dataclasses.replace(f, interval=(lo, hi), log_sd=f.log_sd * k)
+
+
+def _forecast_all(method, going, learn, keys, scale=1.0) -> tuple[dict[str, RunForecast], list[FitInfo]]:
+    forecasts, fits = {}, []
+    for frac, runs in sorted(_by_frac(going).items()):
+        names = {c.run for c in runs}
+        got, info = _group(method, frac, runs, [c for c in learn if c.run not in names], keys)
+        forecasts.update({f.run: _scaled(f, scale) for f in got})
+        fits.append(info)
+    return forecasts, fits
+
+
 def forecast_runs(
     prefix: Sequence[RunCurve],
     complete: Sequence[RunCurve],
     choose: str | None = None,
     method: str = Method.AUTO,
+    validate: bool = True,
 ) -> ForecastResult:
-    """Forecast every run of `prefix` from the finished curves `complete` (module docstring)."""
+    """Forecast every run of `prefix` from the finished curves `complete` (module docstring).
+    `validate` (with `choose` and a method other than `ratio`): the picks use the method's forecasts
+    only when its picks beat the lowest loss at the cut on the finished curves' folds
+    (`select.select`); False: the method's own picks (the backtest's candidate rows)."""
     if method not in tuple(Method):
         raise AnalysisError(f"unknown forecast method {method!r}; known: {', '.join(Method)}")
     if choose is not None and not any(choose in c.settings for c in prefix):
@@ -160,37 +195,52 @@ def forecast_runs(
         _check_prefix(c)
     learn = [c for c in complete if c.finished]
     keys = ["N"] + ([choose] if choose and choose != "N" else [])
-    notes: tuple[str, ...] = ()
-    if method == Method.AUTO:
-        chosen = select.select(going, learn, keys, _forecasts)
-        method, notes = chosen.method, (chosen.note(),)
-    forecasts = {c.run: _finished(c) for c in done}
-    fits = []
-    for frac, runs in sorted(_by_frac(going).items()):
-        names = {c.run for c in runs}
-        got, info = _group(method, frac, runs, [c for c in learn if c.run not in names], keys)
-        forecasts.update({f.run: f for f in got})
-        fits.append(info)
+    choice = None
+    if going and (method == Method.AUTO or (validate and choose is not None and method != Method.RATIO)):
+        fixed = None if method == Method.AUTO else Method(method)
+        choice = select.select(going, learn, keys, _forecasts, choose, None if fixed is None else [fixed])
+        if fixed is not None:  # the final losses are the method asked for; the picks validated
+            choice = dataclasses.replace(choice, method=fixed, scale=1.0, label=f"--method {fixed}")
+    final = choice.method if choice is not None else Method(method)
+    forecasts, fits = _forecast_all(final, going, learn, keys, choice.scale if choice else 1.0)
+    forecasts.update({c.run: _finished(c) for c in done})
     value = {c.run: c.settings.get(choose) if choose else None for c in prefix}
     plain = lambda v: v.item() if isinstance(v, np.generic) else v  # noqa: E731
-    ordered = tuple(
-        dataclasses.replace(forecasts[c.run], value=plain(value[c.run]))
-        for c in sorted(prefix, key=lambda c: c.run)
+    tagged = lambda fs: tuple(  # noqa: E731
+        dataclasses.replace(fs[c.run], value=plain(value[c.run])) for c in sorted(prefix, key=lambda c: c.run)
     )
-    choices = _choices(prefix, ordered, choose) if choose else ()
-    return ForecastResult(str(method), choose, ordered, choices, tuple(fits), notes=notes)
+    ordered = tagged(forecasts)
+    choices: tuple[ch.Choice, ...] = ()
+    if choose:
+        ranked = ordered
+        if choice is not None and choice.pick != final:
+            picks, _ = _forecast_all(choice.pick, going, learn, keys)
+            ranked = tagged({**picks, **{c.run: _finished(c) for c in done}})
+        choices = ch.choices({c.run: c.settings for c in prefix}, ranked, choose)
+    notes = (choice.note(),) if choice is not None else ()
+    record = choice.to_dict() if choice is not None else _unvalidated(final, choose, bool(going))
+    return ForecastResult(
+        str(final), choose, ordered, choices, tuple(fits), notes=notes, method_choice=record
+    )
 
 
-def _choices(prefix: Sequence[RunCurve], forecasts: Sequence[RunForecast], key: str) -> tuple[ch.Choice, ...]:
-    by_run = {f.run: f for f in forecasts}
-    rungs: dict[tuple, list[RunCurve]] = {}
-    for c in prefix:
-        rungs.setdefault(ch.rung_key(c.settings, key), []).append(c)
-    out = []
-    for rk, members in sorted(rungs.items(), key=lambda kv: min(c.run for c in kv[1])):
-        fs = [by_run[c.run] for c in sorted(members, key=lambda c: c.run)]
-        p = ch.p_best([math.log(f.final_loss) for f in fs], [f.log_sd for f in fs])
-        ms = tuple(ch.Member(f.run, f.value, f.final_loss, float(pi)) for f, pi in zip(fs, p))
-        best = max(ms, key=lambda m: (m.p_best, -m.final_loss))
-        out.append(ch.Choice(best.run, best.value, best.p_best, dict(rk), ms))
-    return tuple(out)
+def _unvalidated(method: Method, choose: str | None, going: bool) -> dict:
+    why = (
+        "every run has finished: its forecast is its final loss"
+        if not going
+        else f"--method {method}"
+        + (" --choose: its own picks, not validated" if choose else ": not validated")
+    )
+    return {
+        "chosen": str(method),
+        "baseline": str(Method.RATIO),
+        "candidates": [],
+        "fold_errors": {},
+        "fold_regrets": {},
+        "forecast_method": str(method),
+        "pick_method": str(method) if choose else None,
+        "n_rungs": 0,
+        "interval_scale": 1.0,
+        "frac": None,
+        "note": why,
+    }

@@ -45,10 +45,12 @@ def _curves(source: Any, what: str) -> list[RunCurve]:
     return list(source) if isinstance(source, (list, tuple)) else read_curves(source, what)
 
 
-def _fit(how: How):
+def _fit(how: How, role: Role):
     def fit(table: Any, train: Any = None, choose: str | None = None, **_: Any) -> ForecastResult:
         prefix = _curves(table, "PREFIX")
-        return forecast_runs(prefix, prefix if train is None else _curves(train, "COMPLETE"), choose, how)
+        complete = prefix if train is None else _curves(train, "COMPLETE")
+        # a candidate is scored on its own picks; the default validates its picks on the folds
+        return forecast_runs(prefix, complete, choose, how, validate=role != Role.CANDIDATE)
 
     return fit
 
@@ -85,4 +87,4 @@ def plot(record: ForecastResult, table: Any, ax: Any = None):
 
 
 for _name, (_how, _role, _doc) in FORECAST_METHODS.items():
-    register(Method(_name, Family.FORECAST, (PROTOCOL,), _role, _fit(_how), predict, plot, _doc))
+    register(Method(_name, Family.FORECAST, (PROTOCOL,), _role, _fit(_how, _role), predict, plot, _doc))
