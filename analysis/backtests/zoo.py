@@ -177,6 +177,40 @@ def gemstones_prefix_lr() -> pd.DataFrame:
     return b.assign(run=b.model + "_lr" + b["optim.lr"].astype(str), total_steps=GEMSTONES_LR_STEPS)
 
 
+def mpl_sizes() -> pd.DataFrame:
+    """Luo et al.'s 9 schedules at both sizes as one sweep (curve-prefix, schedule the swept key):
+    the 100M runs from the 25M ones (each file a run, its last logged step its total_steps)."""
+    parts = [
+        read_table(f).assign(run=f"{size}M {f.stem}", schedule=f.stem, N=size * 1e6)
+        for size in (25, 100)
+        for f in sorted((SHARED / "mpl_loss_curves" / f"csv_{size}").glob("*.csv"))
+    ]
+    d = pd.concat(parts, ignore_index=True)
+    return d.assign(total_steps=d.groupby("run").step.transform("max"))
+
+
+def gemstones_schedules(branches: tuple[int, ...] = (GEM_STEPS * 20, GEM_STEPS * 30, 21465)) -> pd.DataFrame:
+    """A schedule sweep from Gemstones (curve-prefix, schedule the swept key): per shape that has
+    cooldowns and half-LR runs and per cooldown branch at `branches` (steps), a rung of three runs of
+    the branch's length: `wsd` (the hot curve to the branch, then its cooldown's end loss), `constant`
+    (the hot run) and `constant half LR` (the half-LR run), the constant runs' loss at that length
+    interpolated between their checkpoints (log loss, linear in step)."""
+    hot, half, cool = _gem("hot_checkpoints"), _gem("half_lr_checkpoints"), _gem("cooldowns")
+    rows = []
+    for b in cool[cool.branch_step.isin(branches) & cool.model.isin(half.model)].itertuples():
+        T, base = int(b.step_end), {"N": b.N, "total_steps": int(b.step_end), "model": b.model}
+        for name, src in (("constant", hot), ("constant half LR", half)):
+            g = src[src.model == b.model].sort_values("step")
+            end = float(np.exp(np.interp(T, g.step, np.log(g.loss))))
+            g = pd.concat([g[g.step < T][["step", "loss"]], pd.DataFrame({"step": [T], "loss": [end]})])
+            rows.append(g.assign(schedule=name, run=f"{b.model} {T} {name}", **base))
+        g = hot[(hot.model == b.model) & (hot.step <= b.branch_step)][["step", "loss"]]
+        g = pd.concat([g, pd.DataFrame({"step": [T], "loss": [b.loss_end]})])
+        rows.append(g.assign(schedule="wsd", run=f"{b.model} {T} wsd", **base))
+    d = pd.concat(rows, ignore_index=True)
+    return d.assign(D=d.step * 4_194_304)
+
+
 def own(name: str) -> Callable[[], pd.DataFrame]:
     return lambda: read_table(OWN / f"{name}.csv")
 
@@ -433,6 +467,8 @@ def _compare_prefix_moe_cases() -> list[Case]:
         Case("gemstones hot 350B", "curve-prefix", gemstones_prefix_350b, _n(6e8), quick=True),
         Case("gemstones full vs half LR", "curve-prefix", gemstones_prefix_lr, _n(6e8)),
         *(Case(f"mpl {s}M", "curve-prefix", _mpl(s)) for s in ("25", "100")),
+        Case("mpl 25M -> 100M, 9 schedules", "curve-prefix", mpl_sizes),
+        Case("gemstones wsd vs constant vs half LR", "curve-prefix", gemstones_schedules, _n(6e8)),
         Case("ours hparam_ladder", "curve-prefix", lambda: str(OWN / "hparam_ladder_curves.csv.gz")),
         # MoE: the largest model size hidden
         Case("synthetic MoE Clark form, fixed tokens", "moe", moe_fixed_tokens(0, "clark"), quick=True),
