@@ -86,7 +86,7 @@ def runs_table(df: pd.DataFrame, columns: Mapping[str, str] | None = None) -> pd
     return out
 
 
-def _split(runs: pd.DataFrame, protocol: str, opt: Options) -> tuple[np.ndarray, dict]:
+def split(runs: pd.DataFrame, protocol: str, opt: Options) -> tuple[np.ndarray, dict]:
     """(held-out mask, cut description) of a loss protocol."""
     if protocol in ("budget", "frontier"):
         thr = opt.holdout_above
@@ -166,7 +166,7 @@ def _baseline(fit_df: pd.DataFrame, held: pd.DataFrame) -> MethodScore:
 def point_protocol(df: pd.DataFrame, protocol: str, opt: Options) -> Backtest:
     """budget, size or epochs: every candidate law fitted below the cut, scored above it."""
     runs = runs_table(df, opt.columns)
-    held, cut = _split(runs, protocol, opt)
+    held, cut = split(runs, protocol, opt)
     fit_df, test = runs[~held], runs[held]
     laws = registered(Family.POINT, protocol)  # the registry's methods of this protocol, baseline first
     laws = tuple(n for n in laws if n != BASELINE and ("U" in runs or not n.startswith("data_constrained")))
@@ -192,7 +192,7 @@ def frontier_protocol(df: pd.DataFrame, opt: Options) -> Backtest:
     """The best loss of each hidden budget, by each frontier method of `fit --budget` and by the
     baseline power law of the fitted budgets' best runs."""
     runs = runs_table(df, opt.columns)
-    held, cut = _split(runs, "frontier", opt)
+    held, cut = split(runs, "frontier", opt)
     labels = budget_labels(runs.C.to_numpy())
     fit_df = runs[~held]
     C_all, L_all = runs.C.to_numpy(), runs.loss.to_numpy()

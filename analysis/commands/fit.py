@@ -84,9 +84,9 @@ def register(subparsers) -> None:
     p.add_argument(
         "--delta",
         type=float,
-        default=1.0,
-        help="Huber delta on log residuals (default 1: least squares, the zoo's choice; "
-        "Hoffmann et al.'s is 1e-3)",
+        default=1e-3,
+        help="Huber delta on log residuals (default 1e-3: Hoffmann et al.'s protocol, which "
+        "reproduces Epoch's fit; 1 is least squares)",
     )
     p.add_argument(
         "--precision",
@@ -156,7 +156,7 @@ def run(args: argparse.Namespace) -> int:
     if law is None:
         law = default_law(data, columns)
         if law != DEFAULT_LAW:
-            print(f"law: {law} (the runs repeat their data, D > U; --law chinchilla counts repeats as fresh)")
+            print("law: auto (the runs repeat their data, D > U: their own epochs and size backtests choose)")
     kwargs = dict(
         bootstrap=opts.bootstrap,
         seed=opts.seed,
@@ -173,6 +173,8 @@ def run(args: argparse.Namespace) -> int:
     _reemit(caught, FitNotice)
     if fit.law_selection is not None:
         print(fit.law_selection.message)
+        if fit.law_selection.note:
+            print(f"note: {fit.law_selection.note}")
     print(fit.summary())
     result = fit.to_dict(opts.budget)
     if selection is not None:

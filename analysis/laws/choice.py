@@ -13,11 +13,10 @@ from analysis.core import validation
 
 BASELINE = "chinchilla"  # kept unless a candidate beats it on every fold
 PARSIMONY = validation.PARSIMONY  # a more complex form must predict forward >10% better to be chosen
-EPOCH_SHARE = 0.6  # repeated data: fit on the runs of the fewest epochs (at least this share)
 EPOCH_CRITERION = (
-    "repeated data: |log error| on the runs of the most epochs and on the largest models, each "
-    f"fitted on the others (at least {EPOCH_SHARE:.0%} of the runs); {BASELINE} unless a form beats "
-    "it by the parsimony margin on both"
+    "repeated data: |log error| on the folds of `backtest --protocol epochs` (runs of more than 4 "
+    "epochs, fitted on the others) and `--protocol size` (the largest models); "
+    f"{BASELINE} unless a form beats it by the parsimony margin on both"
 )
 
 
@@ -32,6 +31,7 @@ class LawChoice:
     baseline: str = BASELINE
     disagreement: str | None = None  # the candidates' predictions beyond their intervals (a warning)
     family: str = "auto"  # the --law word that asked for the choice (auto, moe)
+    note: str | None = None  # too few folds to tell: the baseline kept (one `note:` line)
     parsimony: float = PARSIMONY
     criterion: str = (
         f"forward-chaining folds: {BASELINE} unless a form beats it by the parsimony margin on every "
@@ -47,6 +47,7 @@ class LawChoice:
             "fold_mae": dict(self.fold_mae),
             "fold_errors": {k: dict(v) for k, v in self.fold_errors.items()},
             "skipped": dict(self.skipped),
+            "note": self.note,
             "parsimony": self.parsimony,
             "criterion": self.criterion,
         }
@@ -55,7 +56,7 @@ class LawChoice:
     def message(self) -> str:
         scores = ", ".join(f"{k} {v:.3%}" for k, v in self.fold_mae.items())
         what = (
-            "error on the most-repeated runs and the largest models"
+            "error on the epochs and size backtests' held-out runs"
             if self.criterion == EPOCH_CRITERION
             else "forward-chaining error"
         )
