@@ -232,6 +232,25 @@ def repeated(seed: int = 0, r_d: float = 15.0) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def repeated_large(seed: int = 0, noise: float = 0.005) -> pd.DataFrame:
+    """A repeated-data ladder shaped like a real one: many epoch counts at small sizes, one to four
+    at the large ones (10 sizes, 10M-9B), and a repetition effect the data-constrained forms cannot
+    fit exactly: Muennighoff et al.'s effective data (R_D = 15) but, beyond ~16 epochs, a loss that
+    rises again (overfitting, stronger for larger models on fewer unique tokens)."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for N in np.geomspace(1e7, 9e9, 10):
+        epochs = (1, 2, 4, 8, 16, 32, 64) if N < 3e8 else (1, 2, 4, 8) if N < 3e9 else (1, 2)
+        for U in (20 * N / 4, 20 * N):  # a quarter of and the compute-optimal token count
+            for ep in epochs:
+                D = ep * U
+                Dp = U + U * 15.0 * (1 - np.exp(-(ep - 1) / 15.0))
+                loss = 1.8 + 480 / N**0.34 + 2100 / Dp**0.37
+                loss *= 1 + 0.01 * max(np.log2(ep / 16), 0) * (N / 1e8) ** 0.5
+                rows.append(dict(N=N, D=D, U=U, loss=loss * np.exp(rng.normal(0, noise))))
+    return pd.DataFrame(rows)
+
+
 def kaplan_ladder(seed: int) -> pd.DataFrame:
     """A misspecified ladder: Kaplan et al. 2020's eq. 1.5 (not additive; N_c 8.8e13, D_c 5.4e13,
     alpha_N 0.076, alpha_D 0.095) scaled by 0.9 over a floor of 1.8, 12 budgets x 7 shapes, 0.5% noise."""
@@ -433,6 +452,8 @@ def _synthetic_cases() -> list[Case]:
             (" R_D=40 seed 2", lambda: repeated(2, 40.0)),
         )
     ]
+    big = "synthetic repeated, larger models at fewer epochs, overfitting"
+    out += [Case(big, "epochs", repeated_large), Case(big, "size", repeated_large, _n(3e9))]
     out += [
         Case("synthetic LR ladder", "lr", lr_ladder, _n(4e8), quick=True),
         Case("synthetic LR x batch grid", "lr", lr_batch_ladder, _n(4.3e8)),
