@@ -20,6 +20,7 @@ from analysis.cli import main
 from analysis.hparams import fit_hparams, load_hparams
 from analysis.hparams import rungs as R
 from analysis.hparams.fitting import HparamOptions
+from analysis.hparams.methods import options
 from models.base.errors import AnalysisError
 
 LR = "optim.lr"
@@ -92,8 +93,9 @@ def run_cli(tmp_path, d, *extra, targets=None):
 
 def test_cli_recovers_the_law_predicts_held_out_and_writes_strict_json(tmp_path, capsys):
     fit_df, targets = split(lr_sweep(seed=0))
-    rc, j = run_cli(tmp_path, fit_df, "--param", LR, targets=targets[["N", "D"]])
+    rc, j = run_cli(tmp_path, fit_df, "--param", LR, "--method", "fit_hparams", targets=targets[["N", "D"]])
     assert rc == 0
+    assert j["method_choice"]["chosen"] == "fit_hparams" and j["method_choice"]["fold_errors"] == {}
     for key in ("params", "ci", "law_form", "rungs", "holdout", "penalty", "predictions"):
         assert key in j, key
     # q = 0.05 over D = 20..80 N is within the noise: N alone (p + q = -0.30) is an equal-error form
@@ -220,7 +222,7 @@ def test_flat_rung_is_reported_with_null_kappa_and_left_out(tmp_path):
     d = lr_sweep(seed=3).drop(columns="lr_true")
     rung = (d.N == d.N.max()) & (d.D == d[d.N == d.N.max()].D.min())
     d.loc[rung, "loss"] = 3.0  # no LR dependence at all
-    rc, j = run_cli(tmp_path, d, "--param", LR)
+    rc, j = run_cli(tmp_path, d, "--param", LR, "--method", "fit_hparams")
     assert rc == 0  # strict JSON although kappa is nan
     flat = [r for r in j["rungs"] if r["flat"]]
     assert len(flat) == 1 and flat[0]["kappa"] is None and "flat" in flat[0]["flag"]
@@ -374,7 +376,8 @@ def test_hp_json_round_trips_through_load_hparams(tmp_path):
     rc, j = run_cli(tmp_path, fit_df, "--param", LR)
     assert rc == 0
     laws = load_hparams(tmp_path / "hp.json")
-    direct = fit_hparams(fit_df, [LR]).laws().predict(LR, 1e9, 4e10)
+    chosen = options(j["method_choice"]["chosen"])  # the method the folds chose, fitted directly
+    direct = fit_hparams(fit_df, [LR], chosen).laws().predict(LR, 1e9, 4e10)
     assert laws.predict(LR, 1e9, 4e10) == pytest.approx(direct, rel=1e-9)
 
 

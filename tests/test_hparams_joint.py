@@ -43,7 +43,7 @@ def test_fit_hparams_predicts_one_row_per_param_and_target(tmp_path, capsys):
     d[d.N < HELD_OUT_N].to_csv(tmp_path / "runs.csv", index=False)
     targets = pd.DataFrame({"N": [5.35e8, 5.35e8, 1.07e9, 1.07e9], "D": [1.07e10, 4.28e10, 2.14e10, 8.56e10]})
     targets.to_csv(tmp_path / "targets.csv", index=False)
-    argv = ["fit-hparams", str(tmp_path / "runs.csv"), "--joint", "profile"]
+    argv = ["fit-hparams", str(tmp_path / "runs.csv"), "--joint", "profile", "--method", "fit_hparams"]
     argv += ["--predict", str(tmp_path / "targets.csv"), "--json", str(tmp_path / "hp.json")]
     assert main(argv) == 0, capsys.readouterr().err
     j = json.loads((tmp_path / "hp.json").read_text())

@@ -94,12 +94,15 @@ def _true_optima(runs: pd.DataFrame, target: Target, rungs: pd.DataFrame) -> np.
     return np.asarray(out)
 
 
-def _rung_table(table: pd.DataFrame, target: Target) -> pd.DataFrame:
+def _rung_table(table: pd.DataFrame, target: Target, wrap: bool = True) -> pd.DataFrame:
     """One row per rung whose optimum fit-hparams locates (`locate_rungs`, on every rung): N, D, C,
-    the located optimum, whether it is usable, and the rung's (value, best loss) profile `v`, `y`."""
+    the located optimum, whether it is usable, and the rung's (value, best loss) profile `v`, `y`.
+    `wrap`: locate_rungs' error as the backtest's (else as it is: fit-hparams says it itself)."""
     try:
         found = HF.locate_rungs(table, target.key, HF.HparamOptions())[0]
     except AnalysisError as e:
+        if not wrap:
+            raise
         raise AnalysisError(
             f"no rung has >= {HR.MIN_VALUES} {target.plural}: nothing to back-test ({e})"
         ) from None
@@ -132,13 +135,13 @@ def _points(held: pd.DataFrame, pred, lo, hi) -> tuple[Point, ...]:
     )
 
 
-def _score(method: Method, fit_runs: pd.DataFrame, held: pd.DataFrame, param: str) -> MethodScore:
+def _score(method: Method, fit_runs: pd.DataFrame, held: pd.DataFrame, param: str, **options) -> MethodScore:
     """A registered method fitted on the runs below the cut, scored on the held-out rungs."""
     roles = {"default": method.role == Role.DEFAULT, "baseline": method.role == Role.BASELINE}
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            record = method.fit(fit_runs, param=param)
+            record = method.fit(fit_runs, param=param, **options)
     except AnalysisError as e:
         return MethodScore(method.name, (), **roles, note=f"not fitted: {e}")
     p = method.predict(record, {k: held[k].to_numpy(float) for k in ("N", "D", "C")})
@@ -195,3 +198,122 @@ def lr_protocol(df: pd.DataFrame, opt: Options) -> Backtest:
 def batch_protocol(df: pd.DataFrame, opt: Options) -> Backtest:
     """The `batch` protocol: the optimum batch size (`train.batch_size`) of the largest models' rungs."""
     return _protocol(df, opt, BATCH)
+
+
+# ---- the choice `fit-hparams` makes on the user's own table -------------------------------------
+MIN_FOLDS = 2  # folds the baseline and a candidate must both be scored on to tell them apart
+MIN_FIT_SIZES = 3  # model sizes a fold keeps below its cut (a law needs three rungs)
+
+
+@dataclasses.dataclass(frozen=True)
+class MethodChoice:
+    """Which method `fit-hparams` fitted for one parameter, and the fold errors it chose by
+    (the JSON's `method_choice`)."""
+
+    param: str
+    protocol: str
+    chosen: str
+    baseline: str
+    candidates: tuple[str, ...]  # in the order of preference (the baseline first)
+    fold_errors: dict[str, dict[str, float]]  # method -> fold ("hide N >= cut") -> mean |dlog10|
+    note: str | None = None  # why the baseline was kept without a comparison, or the choice forced
+    skipped: dict[str, str] = dataclasses.field(default_factory=dict)  # method -> why never scored
+    forced = False  # chosen by the folds (fit-hparams' record of a method flag says True)
+
+    def to_json(self) -> dict:
+        return {
+            "param": self.param,
+            "protocol": self.protocol,
+            "chosen": self.chosen,
+            "baseline": self.baseline,
+            "candidates": list(self.candidates),
+            "fold_errors": {k: dict(v) for k, v in self.fold_errors.items()},
+            "note": self.note,
+            "skipped": dict(self.skipped),
+            "parsimony": validation.PARSIMONY,
+            "criterion": (
+                f"forward-chaining folds of the {self.protocol} protocol (hide the largest model size, "
+                f"then the two largest, ...): {self.baseline} unless a candidate's |log10 error| is "
+                f"{validation.PARSIMONY:.0%} lower on every fold"
+            ),
+        }
+
+    def summary(self) -> str:
+        mean = {k: float(np.mean(list(v.values()))) for k, v in self.fold_errors.items() if v}
+        scores = ", ".join(f"{k} {v:.3f}" for k, v in mean.items())
+        n = max((len(v) for v in self.fold_errors.values()), default=0)
+        return f"{self.param}: {self.chosen} ({n} fold(s), mean |dlog10|: {scores or 'none scored'})"
+
+
+def _target_of(param: str) -> Target:
+    known = {t.key: t for t in (LR, BATCH)}
+    return known.get(param) or Target(param, param, (param,), param, f"values of {param}")
+
+
+def choose_method(df: pd.DataFrame, param: str, **options) -> MethodChoice:
+    """The method `fit-hparams` fits for `param` without a method flag: the protocol's baseline
+    (`baseline_log_linear`) unless a candidate (the default `fit_hparams` law, `form_N_D`) beats it
+    by PARSIMONY on every forward-chaining fold of this table (`validation.choose_against`, shared
+    folds: a law needs three rungs below the cut, the baseline two sizes). Fold k hides the k
+    largest model sizes (as many as leave MIN_FIT_SIZES below the cut, at most MAX_FOLDS) and scores
+    each method's prediction of the hidden rungs' located optimum (`<param>_true` where the table
+    has it), as the lr / batch protocols do. With fewer than MIN_FOLDS folds scored for the
+    baseline and a candidate, the baseline is kept and `note` says why. `options` go to every
+    method's fit (window, include_edges, seed)."""
+    target = _target_of(param)
+    protocol = target.protocol if target in (LR, BATCH) else "lr"
+    by_role = lambda m: (m.role != Role.BASELINE, m.role != Role.DEFAULT)  # noqa: E731
+    ranked = sorted(methods(Family.HPARAM, protocol), key=by_role)
+    order = tuple(m.name for m in ranked)
+    baseline = order[0]
+    truth_cols = _truth_columns(df)
+    table = HF.tidy(df.drop(columns=truth_cols))[0]
+    rungs = _rung_table(table, target, wrap=False)
+    truth = _true_optima(df, target, rungs)
+    if truth is not None:
+        rungs = rungs.assign(optimum=np.where(np.isfinite(truth), truth, rungs.optimum))
+    sizes = validation.levels(rungs.N.to_numpy(float)).size
+    if sizes < 2:
+        default = next(m.name for m in ranked if m.role == Role.DEFAULT)
+        note = (
+            f"{param}: one model size: the baseline {baseline} (a line in ln N) cannot be fitted; "
+            f"fitted the default {default} (its form chosen among D and C) without a comparison"
+        )
+        return MethodChoice(param, protocol, default, baseline, order, {}, note, {})
+    cuts = validation.top_levels(rungs.N.to_numpy(float), validation.MAX_FOLDS, MIN_FIT_SIZES)
+    folds: dict[str, dict[str, float]] = {m: {} for m in order}
+    skipped: dict[str, str] = {}
+    for cut in reversed(cuts):  # the most hidden first: the last fold hides the largest size alone
+        above = rungs.N.to_numpy(float) >= cut * (1 - validation.LEVEL_RTOL)
+        held = rungs[above & rungs.usable.to_numpy(bool)]
+        if held.empty:
+            continue
+        fit_runs = table[table.N.to_numpy(float) < cut * (1 - validation.LEVEL_RTOL)].drop(columns=["rung"])
+        label = f"N >= {cut:.4g}"
+        for m in ranked:
+            score = _score(m, fit_runs, held, target.key, **options)
+            e = score.errors(Metric.DLOG10)
+            if score.points and np.isfinite(e).all():
+                folds[m.name][label] = float(np.mean(np.abs(e)))
+            elif score.note:
+                skipped[m.name] = score.note
+    folds = {k: v for k, v in folds.items() if v}
+    skipped = {k: v for k, v in skipped.items() if k not in folds}
+    base = folds.get(baseline, {})
+    shared = max((sum(f in base for f in v) for k, v in folds.items() if k != baseline), default=0)
+    if shared < MIN_FOLDS:
+        note = (
+            f"{param}: {shared} fold(s) scored both the baseline and a candidate ({len(rungs)} rungs at "
+            f"{sizes} model sizes; {MIN_FOLDS} are needed to "
+            f"tell them apart): kept the baseline {baseline} (ln {_short(param)}* linear in ln N through "
+            "each rung's best value)"
+        )
+        return MethodChoice(param, protocol, baseline, baseline, order, folds, note, skipped)
+    chosen = validation.choose_against(baseline, folds, order, validation.PARSIMONY, shared=True)
+    return MethodChoice(param, protocol, chosen, baseline, order, folds, None, skipped)
+
+
+def _short(param: str) -> str:
+    from analysis.hparams.laws import short_name
+
+    return short_name(param)

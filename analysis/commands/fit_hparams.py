@@ -3,9 +3,12 @@
 Per rung (N x budget), the optimum of each swept hyperparameter from a quadratic in its log
 through the best value and its neighbours (with an interval, flagged at the grid's edge); a power
 law of the optima (c N^p D^q, c C^a, c D^q or c N^p, chosen by leave-largest-out error) with 90%
-prediction intervals; the loss penalty at k x the optimum. `--predict TARGETS.csv` (N, D[, C])
-adds `predictions`. The JSON (params, ci, law_form, laws, rungs, holdout, penalty, predictions)
-is what `sweep.hparams` and `plan --hparams` read. See docs/analysis.md, "Hyperparameter laws".
+prediction intervals; the loss penalty at k x the optimum. Without `--method` (or `--form`) each
+parameter's method is chosen on the table's own forward-chaining folds (the `lr` / `batch`
+backtest protocol): the baseline `baseline_log_linear` unless the law beats it by the parsimony
+margin on every fold (JSON `method_choice`). `--predict TARGETS.csv` (N, D[, C]) adds
+`predictions`. The JSON (params, ci, law_form, laws, rungs, holdout, penalty, predictions) is what
+`sweep.hparams` and `plan --hparams` read. See docs/analysis.md, "Hyperparameter laws".
 """
 
 from __future__ import annotations
@@ -23,6 +26,8 @@ from models.base.errors import AnalysisError
 from models.base.jsonio import write_json
 
 MAX_WARNED = 10  # rungs left out that get a warning line each (per parameter); the rest are counted
+# the family's registered methods (analysis/hparams/methods.py), named here so --help stays light
+METHODS = ("fit_hparams", "form_N_D", "baseline_log_linear")
 
 
 def register(subparsers) -> None:
@@ -44,10 +49,18 @@ def register(subparsers) -> None:
         "--predict", metavar="TARGETS.csv", help="predict the optima at these rows (columns N, D; C optional)"
     )
     p.add_argument(
+        "--method",
+        choices=METHODS,
+        default=None,
+        help="fit this method for every parameter (default: each parameter's method chosen on the "
+        "table's own forward-chaining folds: baseline_log_linear unless a law beats it on every fold)",
+    )
+    p.add_argument(
         "--form",
         action="append",
         default=None,
-        help="candidate law forms (N_D, C, D, N; repeatable; default all, chosen by leave-largest-out)",
+        help="candidate law forms (N_D, C, D, N; repeatable; default all, chosen by leave-largest-out); "
+        "forces the fit_hparams law",
     )
     p.add_argument(
         "--window",
@@ -125,10 +138,12 @@ def warning_lines(fit) -> list[str]:
     return lines
 
 
-def report_lines(fit, targets: list[dict] | None) -> list[str]:
-    """The text output: the laws first, then a recipe line, then the rungs and penalty."""
+def report_lines(fit, targets: list[dict] | None, choices: dict | None = None) -> list[str]:
+    """The text output: the method per parameter, the laws, then a recipe line, then the rungs and
+    penalty."""
     laws = fit.laws()
-    lines = ["hyperparameter laws (chosen by leave-largest-out error; 90% intervals):"]
+    lines = ["hyperparameter laws (forms chosen by leave-largest-out error; 90% intervals):"]
+    lines += [f"method: {c.summary()}" for c in (choices or {}).values()]
     for p, f in fit.fits.items():
         h = f.holdout
         held = (
@@ -169,6 +184,7 @@ class FitHparamsOptions(CommandOptions):
     data: str  # the runs table
     param: list[str] | None  # hyperparameter columns (None: every swept one)
     predict: str | None  # TARGETS.csv
+    method: str | None
     form: list[str] | None
     window: int
     include_edges: bool
@@ -180,28 +196,95 @@ def run(args: argparse.Namespace) -> int:
     opts = FitHparamsOptions.from_args(args)
     # the fits (pandas, JAX) load here, not at import, so `python -m analysis --help` stays fast
     from analysis.core.table import read_table
-    from analysis.hparams.fitting import HparamOptions, fit_hparams
+    from analysis.hparams.fitting import fit_hparams
     from analysis.hparams.laws import FORMS
 
     if opts.window < 1:
         raise AnalysisError(f"--window must be >= 1 (got {opts.window})")
-    forms = tuple(opts.form) if opts.form else tuple(FORMS)
+    if opts.form and opts.method not in (None, "fit_hparams"):
+        raise AnalysisError(
+            f"--form chooses among the fit_hparams law's forms; --method {opts.method} has none"
+        )
     targets = _targets(opts.predict) if opts.predict else None  # bad targets fail before the fit
-    hp = HparamOptions(window=opts.window, forms=forms, include_edges=opts.include_edges, seed=opts.seed)
-    fit = fit_hparams(read_table(opts.data), opts.param, hp)
+    common = dict(window=opts.window, include_edges=opts.include_edges, seed=opts.seed)
+    table = read_table(opts.data)
+    choices = _choices(table, opts, common)
+    per_param = {p: _options(c.chosen, opts, common, FORMS) for p, c in choices.items()}
+    fit = fit_hparams(table, list(choices), per_param=per_param)
     for line in warning_lines(fit):
         print(line, file=sys.stderr)
     out = fit.to_json()
+    out["method_choice"] = _choice_json(choices)
     out["inputs"] = {"runs": str(opts.data), "predict": opts.predict}
     if targets is not None:
         out["predictions"] = predictions(fit.laws(), targets)
     to_file = opts.json and not json_to_stdout(opts.json)
     if to_file:  # written before the text, so a closed pipe (`| head`) cannot lose it
         write_json(opts.json, out)
-    for line in report_lines(fit, targets):
+    for line in report_lines(fit, targets, choices):
         print(line)
+    notes = [c.note for c in choices.values() if c.note and not c.forced]
+    if notes:  # one line, for every parameter the folds could not decide for
+        print(f"note: {'; '.join(notes)}")
     if to_file:
         print(f"wrote {opts.json}")
     elif opts.json:
         emit_json(opts.json, out)
     return 0
+
+
+@dataclasses.dataclass(frozen=True)
+class _Forced:
+    """The method a flag forced (no folds run): what `method_choice` records then."""
+
+    param: str
+    chosen: str
+    flag: str
+    forced: bool = True
+
+    @property
+    def note(self) -> str:
+        return f"{self.param}: {self.chosen} forced by {self.flag}; no choice made"
+
+    def summary(self) -> str:
+        return f"{self.param}: {self.chosen} (forced by {self.flag})"
+
+    def to_json(self) -> dict:
+        from analysis.hparams.methods import BASELINE
+
+        return {
+            "param": self.param,
+            "chosen": self.chosen,
+            "baseline": BASELINE,
+            "candidates": list(METHODS),
+            "fold_errors": {},
+            "note": self.note,
+        }
+
+
+def _choices(table, opts: FitHparamsOptions, common: dict) -> dict:
+    """Per parameter, the method to fit: the flag's, else the one its folds choose
+    (`analysis.backtests.hparams.choose_method`)."""
+    from analysis.backtests.hparams import choose_method
+    from analysis.hparams.fitting import resolve_params, tidy
+
+    params = resolve_params(tidy(table)[0], opts.param)
+    if opts.method or opts.form:
+        flag = f"--method {opts.method}" if opts.method else "--form"
+        return {p: _Forced(p, opts.method or "fit_hparams", flag) for p in params}
+    return {p: choose_method(table, p, **common) for p in params}
+
+
+def _options(method: str, opts: FitHparamsOptions, common: dict, forms_all):
+    from analysis.hparams.methods import options
+
+    if method == "fit_hparams":
+        return options(method, **common, forms=tuple(opts.form) if opts.form else tuple(forms_all))
+    return options(method, **common)
+
+
+def _choice_json(choices: dict) -> dict:
+    """`method_choice`: the first parameter's record at the top (chosen, baseline, candidates,
+    fold_errors, note, ...) and every parameter's under `by_param`."""
+    by = {p: c.to_json() for p, c in choices.items()}
+    return {**next(iter(by.values())), "by_param": by}

@@ -45,6 +45,7 @@ CONTEXT_KEYS = (
 )
 SWEPT_SPAN = 1.2  # a default parameter's values span more than x1.2 in some rung (a sweep, not rounding)
 PENALTY_K = (0.125, 0.25, 0.5, 2**-0.5, 2**0.5, 2.0, 4.0, 8.0)  # multiples of the optimum
+VERTEX, BEST_TRIED = "vertex", "best_tried"  # what a rung's optimum is to the law (`HparamOptions.optimum`)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,6 +56,9 @@ class HparamOptions:
     forms: tuple[str, ...] = tuple(L.FORMS)  # candidate law forms
     include_edges: bool = False  # fit the law also to optima at the grid's edge
     seed: int = 0
+    # the rung optimum the law goes through: the vertex, or (the baseline) the best value tried in
+    # every located rung, edge and flat ones included, through the N form alone
+    optimum: str = VERTEX
 
 
 def _column(df: pd.DataFrame, names: Sequence[str], role: str, required: bool = True) -> str | None:
@@ -224,6 +228,7 @@ class ParamFit:
     loss_noise_source: str
     n_excluded: int  # rungs left out of the law (edge / flat)
     skipped: tuple[R.SkippedRung, ...] = ()  # rungs with no optimum: too few values, or not finite
+    optimum: str = VERTEX  # the rung optimum the law went through (`HparamOptions.optimum`)
 
     def penalty(self) -> dict:
         kap = np.array([r.kappa for r in self.rungs if r.usable and math.isfinite(r.kappa)])
@@ -296,8 +301,40 @@ def locate_rungs(
     return found, skipped, noise, source
 
 
+def best_tried_interval(r: R.RungOptimum) -> tuple[float, float]:
+    """The range the best value tried stands for: the half-steps (geometric midpoints) to its
+    neighbours, the step to the one neighbour mirrored at an end of the grid."""
+    v = np.log(r.values)
+    i = int(np.argmin(np.abs(v - math.log(r.best_tried))))
+    lo = v[i] - (v[i] - v[i - 1] if i > 0 else v[i + 1] - v[i]) / 2
+    hi = v[i] + (v[i + 1] - v[i] if i + 1 < len(v) else v[i] - v[i - 1]) / 2
+    return math.exp(lo), math.exp(hi)
+
+
+def _fit_best_tried(
+    param: str, found: list[R.RungOptimum], skipped: list[R.SkippedRung], noise: float, source: str, seed: int
+) -> ParamFit:
+    """The baseline's law: ln h* linear in ln N through the best value tried in every located rung
+    (no vertex, no edge exclusion, no form choice)."""
+    N = np.array([r.N for r in found])
+    if np.unique(N).size < 2:
+        raise AnalysisError(
+            f"{param}: the baseline (ln {L.short_name(param)}* linear in ln N through each rung's best "
+            f"value) needs rungs at >= 2 model sizes; these have {np.unique(N).size}"
+        )
+    inputs = {k: np.array([getattr(r, k) for r in found]) for k in ("N", "D", "C")}
+    best = np.array([r.best_tried for r in found])
+    kappa = np.array([r.kappa for r in found])
+    hold = L.choose_form(param, inputs, best, kappa, ("N",))[1] if L.feasible(L.FORMS["N"], inputs) else None
+    interval = np.array([best_tried_interval(r) for r in found])
+    law = L.fit_power_law(param, L.FORMS["N"], inputs, best, seed, interval)
+    return ParamFit(param, tuple(found), law, hold, noise, source, 0, tuple(skipped), BEST_TRIED)
+
+
 def fit_param(df: pd.DataFrame, param: str, opts: HparamOptions) -> ParamFit:
     found, skipped, noise, source = locate_rungs(df, param, opts)
+    if opts.optimum == BEST_TRIED:
+        return _fit_best_tried(param, found, skipped, noise, source, opts.seed)
     used = [r for r in found if r.usable or (opts.include_edges and not r.flat)]
     if len(used) < 3:
         flags = [f"N={r.N:.3g}, D={r.D:.3g}: {r.flag}" for r in found if r.flag]
@@ -332,8 +369,8 @@ class HparamFit:
 
     @property
     def note(self) -> str:
-        """Which form each law chose (the backtest's note)."""
-        return "; ".join(f"chose {f.law.form}" for f in self.fits.values())
+        """Which form each law chose (the backtest's note); the baseline's: none."""
+        return "; ".join(f"chose {f.law.form}" for f in self.fits.values() if f.optimum == VERTEX)
 
     def summary(self) -> str:
         return "\n".join(
@@ -354,7 +391,12 @@ class HparamFit:
             "law_form": {p: f.law.form for p, f in self.fits.items()},
             "expression": {p: f.law.spec.expression(p, f.law.coef) for p, f in self.fits.items()},
             "laws": {
-                p: {**f.law.to_json(), "n_excluded": f.n_excluded, "n_skipped": len(f.skipped)}
+                p: {
+                    **f.law.to_json(),
+                    "n_excluded": f.n_excluded,
+                    "n_skipped": len(f.skipped),
+                    "optimum": f.optimum,
+                }
                 for p, f in self.fits.items()
             },
             "rungs": [r.to_json() for f in self.fits.values() for r in f.rungs],
@@ -372,23 +414,35 @@ class HparamFit:
 
 
 def fit_hparams(
-    df: pd.DataFrame, params: Sequence[str] | None = None, opts: HparamOptions | None = None
+    df: pd.DataFrame,
+    params: Sequence[str] | None = None,
+    opts: HparamOptions | None = None,
+    per_param: Mapping[str, HparamOptions] | None = None,
 ) -> HparamFit:
+    """The laws of `params` (default: every swept one); `per_param` overrides `opts` for some of
+    them (`fit-hparams` fits each parameter with the method its folds chose)."""
     opts = opts or HparamOptions()
-    unknown = [f for f in opts.forms if f not in L.FORMS]
+    per_param = per_param or {}
+    unknown = [f for o in (opts, *per_param.values()) for f in o.forms if f not in L.FORMS]
     if unknown:
         raise AnalysisError(f"unknown law form(s) {unknown}; choose from {', '.join(L.FORMS)}")
     table, notes = tidy(df)
+    params = resolve_params(table, params)
+    fits = {p: fit_param(table, p, per_param.get(p, opts)) for p in params}
+    ratio = float(np.median(table["C"] / (FLOPS_PER_PARAM_TOKEN * table["N"] * table["D"])))
+    return HparamFit(fits, ratio, tuple(notes), len(table), run_context(table, params))
+
+
+def resolve_params(table: pd.DataFrame, params: Sequence[str] | None) -> list[str]:
+    """The parameters to fit on a tidied table: `params` checked, else every swept one."""
     if params:
         for p in params:
             check_param(table, p)
-    else:
-        params = swept_params(table)
-        if not params:
-            raise _no_swept_param(table)
-    fits = {p: fit_param(table, p, opts) for p in params}
-    ratio = float(np.median(table["C"] / (FLOPS_PER_PARAM_TOKEN * table["N"] * table["D"])))
-    return HparamFit(fits, ratio, tuple(notes), len(table), run_context(table, params))
+        return list(params)
+    found = swept_params(table)
+    if not found:
+        raise _no_swept_param(table)
+    return found
 
 
 def run_context(df: pd.DataFrame, params: Sequence[str]) -> dict[str, Any]:

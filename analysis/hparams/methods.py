@@ -9,7 +9,9 @@ law's 90% interval:
 - `form_N_D`: the same with the N_D form only (Step Law's c N^p D^q): best on the zoo's batch
   backtests (docs/backtests.md);
 - `baseline_log_linear` (baseline): ln h* = a + b ln N by ordinary least squares through each
-  rung's best tried value (no vertex, no form choice), +- Z90 x the residual scatter.
+  rung's best tried value (no vertex, no edge exclusion, no form choice), with the laws' interval
+  (`fitting.HparamOptions(optimum=BEST_TRIED)`). `fit-hparams` keeps it unless a candidate beats it
+  on the table's own forward-chaining folds (analysis/backtests/hparams.py, `choose_method`).
 """
 
 from __future__ import annotations
@@ -22,22 +24,29 @@ import pandas as pd
 
 from analysis.core.methods import Family, Method, Prediction, Role, register
 from analysis.core.table import FLOPS_PER_PARAM_TOKEN
-from analysis.core.validation import Z90, scatter_sd
-from analysis.hparams.fitting import HparamFit, HparamOptions, fit_hparams, locate_rungs, tidy
-from models.base.errors import AnalysisError
+from analysis.hparams.fitting import BEST_TRIED, VERTEX, HparamFit, HparamOptions, fit_hparams
 
 PROTOCOLS = ("lr", "batch")
 DEFAULT, BASELINE = "fit_hparams", "baseline_log_linear"
 LR_KEY = "optim.lr"
 
 
-def _fit(forms: tuple[str, ...] | None):
+def _fit(forms: tuple[str, ...] | None, optimum: str = VERTEX):
     def fit(table: pd.DataFrame, param: str = LR_KEY, **options: Any) -> HparamFit:
         """`fit_hparams` on one parameter; options are `HparamOptions`' (window, include_edges, seed)."""
-        opts = HparamOptions(**options)
+        opts = dataclasses.replace(HparamOptions(**options), optimum=optimum)
         return fit_hparams(table, [param], dataclasses.replace(opts, forms=forms) if forms else opts)
 
     return fit
+
+
+def options(method: str, **options: Any) -> HparamOptions:
+    """The `HparamOptions` a registered method of this family fits with (`fit-hparams --method`)."""
+    if method == BASELINE:
+        return HparamOptions(**{**options, "forms": ("N",), "optimum": BEST_TRIED})
+    if method == "form_N_D":
+        return HparamOptions(**{**options, "forms": ("N_D",)})
+    return HparamOptions(**options)
 
 
 def predict(fit: HparamFit, inputs: Mapping[str, np.ndarray]) -> Prediction:
@@ -56,15 +65,13 @@ def plot(fit: Any, table: pd.DataFrame | None, ax: Any = None):
 
     fig = ax.figure if ax is not None else Figure(figsize=(7, 4.6), layout="constrained")
     ax = ax if ax is not None else fig.subplots()
-    param, rungs = (fit.param, fit.rungs) if isinstance(fit, LogLinearLaw) else _first(fit)
+    param, rungs = _first(fit)
     N, opt = np.array([r.N for r in rungs]), np.array([r.optimum for r in rungs])
     err = np.abs(np.array([r.interval for r in rungs]).T - opt)
     ax.errorbar(N, opt, yerr=err, fmt="o", ms=4, capsize=2, label="rung optima (90%)")
     grid = np.geomspace(N.min(), N.max() * 4, 40)
     ratio = float(np.median([r.D / r.N for r in rungs]))
-    p = (_predict_log_linear if isinstance(fit, LogLinearLaw) else predict)(
-        fit, {"N": grid, "D": ratio * grid}
-    )
+    p = predict(fit, {"N": grid, "D": ratio * grid})
     ax.plot(grid, p.mean, lw=1.2, label=fit.summary().splitlines()[0])
     ax.fill_between(grid, p.lo, p.hi, alpha=0.15, lw=0)
     ax.set(xscale="log", yscale="log", xlabel=f"N (parameters; D = {ratio:.3g} N)", ylabel=f"optimal {param}")
@@ -78,59 +85,9 @@ def _first(fit: HparamFit) -> tuple[str, tuple]:
     return param, pf.rungs
 
 
-@dataclasses.dataclass(frozen=True)
-class LogLinearLaw:
-    """The baseline: ln h* = coef . [1, ln N] through each rung's best tried value."""
-
-    param: str
-    coef: tuple[float, float]
-    log_sd: float  # scatter_sd of the in-sample log residuals
-    n_rungs: int
-    rungs: tuple = dataclasses.field(default=(), repr=False)  # the located rungs (for the plot)
-
-    note = ""
-
-    def summary(self) -> str:
-        a, b = self.coef
-        law = f"{self.param}* = {np.exp(a):.4g} N^{b:+.3f}"
-        return f"baseline {law} on {self.n_rungs} rungs (log sd {self.log_sd:.3g})"
-
-    def to_dict(self) -> dict:
-        return {
-            "param": self.param,
-            "coef_log": list(self.coef),
-            "log_sd": self.log_sd,
-            "n_rungs": self.n_rungs,
-        }
-
-
-def _fit_log_linear(table: pd.DataFrame, param: str = LR_KEY, **_: Any) -> LogLinearLaw:
-    rungs = locate_rungs(tidy(table)[0], param, HparamOptions())[0]
-    N = np.array([r.N for r in rungs])
-    if len(rungs) < 2 or np.unique(N).size < 2:
-        raise AnalysisError("fewer than 2 model sizes fitted")
-    X = np.column_stack([np.ones(len(N)), np.log(N)])
-    y = np.log([r.best_tried for r in rungs])
-    coef = np.linalg.lstsq(X, y, rcond=None)[0]
-    return LogLinearLaw(
-        param, (float(coef[0]), float(coef[1])), scatter_sd(X @ coef - y), len(N), tuple(rungs)
-    )
-
-
-def _predict_log_linear(law: LogLinearLaw, inputs: Mapping[str, np.ndarray]) -> Prediction:
-    pred = np.exp(law.coef[0] + law.coef[1] * np.log(np.asarray(inputs["N"], float)))
-    return Prediction(pred, pred * np.exp(-Z90 * law.log_sd), pred * np.exp(Z90 * law.log_sd))
-
-
 for _name, _role, _fit_fn, _predict, _doc in (
     (DEFAULT, Role.DEFAULT, _fit(None), predict, "the power-law form chosen by leave-largest-out"),
     ("form_N_D", Role.CANDIDATE, _fit(("N_D",)), predict, "Step Law's form c N^p D^q alone"),
-    (
-        BASELINE,
-        Role.BASELINE,
-        _fit_log_linear,
-        _predict_log_linear,
-        "ln h* linear in ln N, best tried values",
-    ),
+    (BASELINE, Role.BASELINE, _fit(("N",), BEST_TRIED), predict, "ln h* linear in ln N, best tried values"),
 ):
     register(Method(_name, Family.HPARAM, PROTOCOLS, _role, _fit_fn, _predict, plot, _doc))
