@@ -5,9 +5,11 @@ PREFIX and COMPLETE are curves tables (CSV / Parquet: run, step, D, loss and opt
 step; total_steps, N and any optim.* setting per run) or sweep directories. The forecast learns the
 rest of a curve from COMPLETE's finished runs (without --train: PREFIX's own finished runs). With
 `--choose optim.lr`, the runs that differ only in that key form a rung, and `choices` holds, per
-rung, the run most likely to end best (`p_best`) and every member's chance. JSON: `runs`
-[{run, final_loss, interval, frac_seen, method, log_sd, value}], `choices` [{run, value, p_best, rung,
-members}], `fits`, `notes`.
+rung, the run most likely to end best (`p_best`) and every member's chance: by a forecaster's
+forecasts only when its picks beat the lowest loss at the cut on the finished runs' folds, else by
+the loss at the cut (a `note:` line says which). JSON: `runs` [{run, final_loss, interval, frac_seen,
+method, log_sd, value}], `choices` [{run, value, p_best, rung, members}], `fits`, `notes`,
+`method_choice` {chosen, baseline, candidates, fold_errors, fold_regrets, note, ...}.
 """
 
 from __future__ import annotations
@@ -42,7 +44,8 @@ def register(subparsers) -> None:
         "--method",
         default="auto",
         choices=("auto", "transfer", "ratio", "mpl"),
-        help="auto (default: mpl when every run's schedule is known, else transfer), transfer (the "
+        help="auto (default: the baseline unless mpl or transfer beats it on the finished runs' folds), "
+        "transfer (the "
         "curve's shape learned from COMPLETE), ratio (the baseline: the loss at the cut x the median "
         "final/cut ratio) or mpl (the multi-power law; needs lr)",
     )
