@@ -63,8 +63,8 @@ def test_the_law_is_chosen_where_it_wins_every_fold(tmp_path):
 
 
 def test_too_few_folds_keep_the_baseline_with_one_note_line(tmp_path, capsys):
-    """Four model sizes leave one fold that keeps three sizes below its cut: too few to tell."""
-    j = _cli(tmp_path, lr_sweep(seed=1, n_sizes=4).drop(columns="lr_true"))
+    """Three model sizes leave one fold (the largest hidden, two below): too few to tell."""
+    j = _cli(tmp_path, lr_sweep(seed=1, n_sizes=3).drop(columns="lr_true"))
     c = j["method_choice"]
     assert c["chosen"] == BASELINE and "2 are needed" in c["note"]
     notes = [line for line in capsys.readouterr().out.splitlines() if line.startswith("note:")]

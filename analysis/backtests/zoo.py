@@ -279,6 +279,27 @@ def lr_ladder(seed: int = 1) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def lr_sweep_like(seed: int = 0) -> pd.DataFrame:
+    """An LR ladder shaped like a real sweep: 8 sizes (20M-1.2B), per size 3-5 learning rates x2 or
+    x4 apart around a guess that lags the optimum (+0.2 dex per decade, +-0.15 dex: the best at the
+    grid's edge for some sizes), a loss that rises steeply above the optimum (relative penalty
+    0.02 u^2 below it, + 0.05 (e^1.5u - 1 - 1.5u) above, u = ln lr/lr*: +1% at 0.5x, +5% at 2x;
+    Gemstones' half-LR runs lose 0-1.7% at 60B tokens), runs more than x8 above it diverged (no
+    loss), 0.3% noise. lr* = 3e-3 (N / 1e8)^-0.45 (`lr_true`)."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for N in np.geomspace(2e7, 1.2e9, 8):
+        star = 3e-3 * (N / 1e8) ** -0.45
+        guess = star * 10 ** (0.2 * np.log10(N / 1e8) + rng.normal(0, 0.15))
+        k, step = int(rng.integers(3, 6)), rng.choice((2.0, 4.0))
+        for lr in guess * step ** (np.arange(k) - (k - 1) / 2 + rng.integers(-1, 2) * 0.5):
+            u = np.log(lr / star)
+            pen = 0.02 * u * u + (0.05 * (np.exp(1.5 * u) - 1 - 1.5 * u) if u > 0 else 0.0)
+            loss = (1.8 + 480 / N**0.34 + 2100 / (20 * N) ** 0.37) * (1 + pen) * np.exp(rng.normal(0, 0.003))
+            rows.append(dict(N=N, D=20 * N, lr=lr, loss=np.nan if u > np.log(8) else loss, lr_true=star))
+    return pd.DataFrame(rows)
+
+
 def lr_batch_ladder(
     seed: int = 0, skew: float = 0.0, drop: float = 0.0, noise: float = 0.002
 ) -> pd.DataFrame:
@@ -441,6 +462,9 @@ def _public_cases() -> list[Case]:
     ]
 
 
+SWEEP_LIKE = "synthetic LR sweep, coarse, steep above"  # lr_sweep_like
+
+
 def _synthetic_cases() -> list[Case]:
     skewed = "synthetic LR x batch grid, skewed, 15% cells missing, seed 1"
     out = [
@@ -456,6 +480,7 @@ def _synthetic_cases() -> list[Case]:
     out += [Case(big, "epochs", repeated_large), Case(big, "size", repeated_large, _n(3e9))]
     out += [
         Case("synthetic LR ladder", "lr", lr_ladder, _n(4e8), quick=True),
+        *(Case(f"{SWEEP_LIKE}, seed {s}", "lr", lambda s=s: lr_sweep_like(s), _n(3e8)) for s in (0, 7)),
         Case("synthetic LR x batch grid", "lr", lr_batch_ladder, _n(4.3e8)),
         Case("synthetic LR x batch grid", "batch", lr_batch_ladder, _n(4.3e8)),
         Case(skewed, "lr", lambda: lr_batch_ladder(1, skew=0.004, drop=0.15), _n(4.3e8)),
