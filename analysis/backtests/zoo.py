@@ -796,6 +796,9 @@ EXCEPTIONS: dict[str, str] = {
     "epochs": "data_constrained (with the excess-parameter term) ties data_constrained_d on the synthetic "
     "ladders and is ahead only on ours data_limited epochs, but lost on that ladder's largest models "
     "(size: 8.1% vs the baseline's 5.9%), where data_constrained_d passes: one default serves both.",
+    "lr": "the lr row's default is the law fit-hparams fitted before it chose per table; fit-hparams now "
+    "runs these folds on the user's own runs and keeps baseline_log_linear unless the law beats it by "
+    '10% on every fold (docs/analysis.md, "Which method fit-hparams fits").',
     "batch": "fit_hparams is the one command for both hyperparameters; on the batch ladders its own form "
     "choice lands within 0.01 dex of form_N_D's, which it may choose itself.",
     "downstream": "fit-task keeps `auto`: `average` wins these three 5-task ladders, but on the 13 Gadre "
