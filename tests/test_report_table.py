@@ -113,6 +113,7 @@ def test_report_of_a_runs_table(tables, name, tmp_path):
     assert bool(repeated) == (name == "repeated")
     if name == "repeated":  # 5 epochs of 7 repeat data, for 6 sizes x 2 corpora
         assert repeated[0].startswith("60 of 84 runs") and "--law data_constrained" in repeated[0]
+        assert rep["law"]["law_selection"]["chosen"] == rep["law"]["law"]  # its own backtests chose
 
 
 @pytest.mark.slow

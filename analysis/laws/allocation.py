@@ -43,9 +43,11 @@ TIED_NAMES = ("E", "A", "B", "alpha")  # the chinchilla_tied law: beta = alpha
 
 def chinchilla_index(param_names: Sequence[str]) -> list[int] | None:
     """Columns of a parameter vector in `param_names` order that give E, A, B, alpha, beta: the
-    Chinchilla law itself, or its tied form (beta = alpha); None for any other law."""
+    Chinchilla law itself, its tied form (beta = alpha), or a data-constrained law, which on fresh
+    data (D <= U, N <= N_opt(U)) is Chinchilla's exactly (its decay constants follow E..beta);
+    None for any other law."""
     names = tuple(param_names)
-    if names == CHINCHILLA_NAMES:
+    if names[:5] == CHINCHILLA_NAMES and set(names[5:]) <= {"R_D", "R_N"}:
         return [0, 1, 2, 3, 4]
     if names == TIED_NAMES:
         return [0, 1, 2, 3, 3]
@@ -181,7 +183,9 @@ class ScalingLaw:
         return cls(
             **{n: float(v) for n, v in zip(CHINCHILLA_NAMES, vector)},
             flops_per_param_token=_positive_k(k, f"law {fit.law}"),
-            source=source or f"{fit.law} law fitted on {fit.n_points} points",
+            source=source
+            or f"{fit.law} law fitted on {fit.n_points} points"
+            + (" (at fresh data, D <= U)" if len(fit.param_names) > 5 else ""),
             samples=samples,
             ci_level=float(fit.ci_level),
             prediction_error=getattr(fit, "prediction_error", None),

@@ -70,23 +70,43 @@ REPEATED_FOLDS = ("epochs", "size")  # the backtest protocols a repeated-data la
 MIN_FOLDS = 2  # fewer folds than this cannot tell a form from the baseline: the baseline is kept
 
 
-def protocol_fold_error(
-    df: pd.DataFrame, name: str, columns, probe: Mapping[str, Any], protocol: str = "epochs"
-) -> float:
+EPOCH_SHARE = 0.6  # without runs beyond 4 epochs: fit on the least-repeated runs, at least this share
+
+
+def repeated_folds(
+    df: pd.DataFrame, columns, holdout_above: float | None = None
+) -> dict[str, tuple[pd.DataFrame, pd.DataFrame]]:
     """When runs repeat their data the law is used to predict more epochs and larger models, so a
-    form is scored exactly as `backtest --protocol epochs` and `--protocol size` score it on the
-    same table (their default cuts: fitted on the runs of at most 4 epochs / below the largest
-    model size, predicting the others): the mean |log error| on the held-out runs."""
+    form is scored as `backtest --protocol epochs` and `--protocol size` score it on the same table:
+    {fold: (runs to fit, runs to predict)} with the protocols' default cuts (the runs of more than
+    4 epochs; the largest model size). A table with no run beyond 4 epochs (the fitted part of an
+    epochs backtest) holds out its most-repeated runs instead, keeping EPOCH_SHARE of them to fit.
+    A fold that cannot be built (one model size, one epoch count) is left out."""
     from analysis.backtests.losses import Options, runs_table, split  # the protocols' own folds
 
-    if probe.get("holdout_above") is not None:  # select on the fitted runs only, as the folds do
+    if holdout_above is not None:  # select on the fitted runs only, as the folds do
         c = resolve_inputs(df, ("N", "D", "C"), columns)[0]["C"]
-        df = df[c <= float(probe["holdout_above"])]
+        df = df[c <= float(holdout_above)]
     runs = runs_table(df, columns)
-    held, _ = split(runs, protocol, Options())
+    out = {}
+    for protocol in REPEATED_FOLDS:
+        try:
+            held, _ = split(runs, protocol, Options())
+        except AnalysisError:
+            if protocol != "epochs":
+                continue
+            epochs = (runs.D / runs.U).to_numpy()
+            held = epochs > validation.share_cut(epochs, EPOCH_SHARE) * REPEAT_TOLERANCE
+            if not held.any() or held.all():
+                continue
+        out[protocol] = (runs[~held], runs[held])
+    return out
+
+
+def fold_error(fit_rows: pd.DataFrame, test: pd.DataFrame, name: str, probe: Mapping[str, Any]) -> float:
+    """Law `name` fitted on `fit_rows` (a `runs_table`), its mean |log error| on `test`."""
     kw = {k: v for k, v in probe.items() if k != "holdout_above"}
-    fit = fit_law(runs[~held], name, None, bootstrap=0, prediction_intervals=False, **kw)
-    test = runs[held]
+    fit = fit_law(fit_rows, name, None, bootstrap=0, prediction_intervals=False, **kw)
     pred = fit.predict({k: test[k].to_numpy(float) for k in get_law(name).inputs})
     return float(np.mean(np.abs(np.log(pred / test["loss"].to_numpy(float)))))
 
@@ -117,17 +137,15 @@ def fit_chosen(
     result's `law_selection` says which and why (`criterion` in words; `family`: the --law word)."""
     probe = {k: v for k, v in fit_kwargs.items() if k not in ("bootstrap", "prediction_intervals")}
     folds, skipped, probes = {}, {}, {}
+    split_runs = repeated_folds(df, columns, probe.get("holdout_above")) if repeated else {}
     for name in order:
         try:
             if repeated:  # scored on held-out runs alone: no fit on every run needed
                 folds[name] = {}
-                for by in REPEATED_FOLDS:
+                for by, (fit_rows, test) in split_runs.items():
                     try:
-                        folds[name][by] = protocol_fold_error(df, name, columns, probe, by)
-                    except AnalysisError as e:
-                        if by == "epochs" and name == baseline:
-                            raise
-                        folds[name].pop(by, None)  # e.g. one size only: the other fold decides
+                        folds[name][by] = fold_error(fit_rows, test, name, probe)
+                    except AnalysisError as e:  # e.g. too few runs below the cut for this form
                         skipped.setdefault(name, f"{by} fold: {e}")
             else:
                 probes[name] = fit_law(df, name, columns, bootstrap=0, prediction_intervals=True, **probe)

@@ -54,6 +54,7 @@ from analysis.core.table import choose_n_column, read_table, resolve, resolve_in
 from analysis.laws.fitting import FitResult, fit_law
 from analysis.laws.isoflop import approach2, compare_approaches, group_budgets
 from analysis.laws.registry import bound_notes, get_law
+from analysis.laws.selection import AUTO, default_law, fit_auto
 from analysis.planning import data_limit, planner
 from analysis.report import figures as figs
 from analysis.report import moe
@@ -301,8 +302,9 @@ def _repeated_data_notes(
         return []
     return [
         f"{int(rep.sum())} of {len(rows)} runs repeated their data (D > U, up to {epochs.max():.3g} "
-        "epochs): the Chinchilla law here counts repeated tokens as fresh; "
-        f"`python -m analysis fit {path} --law data_constrained` fits the repeated-data law"
+        "epochs): the law was chosen by their own epochs and size backtests (Chinchilla, which counts "
+        "repeats as fresh, unless a data-constrained form wins both; law.law_selection); "
+        f"`python -m analysis fit {path} --law data_constrained` forces the repeated-data law"
     ]
 
 
@@ -610,7 +612,8 @@ def _build(
         rep["hparams"] = {**(rep["hparams"] or {"active": False}), "law": law_sec}
     a2 = _approach2_section(rep, done, requested, bootstrap, seed, warn)
     rep["comparison"] = _comparison(fit, a2, warn)
-    rep["holdout"], hold_fit = _holdout_check(done, budgets_swept, seed, warn)
+    law = fit.law if fit is not None else DEFAULT_LAW
+    rep["holdout"], hold_fit = _holdout_check(done, budgets_swept, seed, warn, law)
     rep["downstream"] = (
         None
         if source.table
@@ -841,13 +844,16 @@ def _law_section(
     warn: list[str],
     strict: bool = False,
 ) -> FitResult | None:
-    """Approach 3: the Chinchilla law fitted to every completed run -> rep["law"] (None if it fails;
-    runs that repeat their data get a warning naming --law data_constrained: the report's allocation
-    and plans need a Chinchilla-form law). `strict` (a runs table, whose report is its law): a
-    failed fit is an error, not a warning."""
-    law = DEFAULT_LAW
+    """Approach 3: the law `fit` fits without --law, fitted to every completed run -> rep["law"]
+    (None if it fails): Chinchilla, or on runs that repeat their data the form their own epochs and
+    size backtests choose (`selection.default_law`). `strict` (a runs table, whose report is its
+    law): a failed fit is an error, not a warning."""
+    law = default_law(done, COLS)
     try:
-        fit = fit_law(done, law, COLS, bootstrap=bootstrap, seed=seed)
+        if law == AUTO:
+            fit = fit_auto(done, COLS, bootstrap=bootstrap, seed=seed)
+        else:
+            fit = fit_law(done, law, COLS, bootstrap=bootstrap, seed=seed)
     except AnalysisError as e:
         if strict:
             raise AnalysisError(f"the {law} law cannot be fitted to this table: {e}") from None
@@ -908,9 +914,9 @@ def _comparison(fit: FitResult | None, a2: dict | None, warn: list[str]) -> dict
 
 
 def _holdout_check(
-    done: pd.DataFrame, budgets_swept: list[float], seed: int, warn: list[str]
+    done: pd.DataFrame, budgets_swept: list[float], seed: int, warn: list[str], law: str = DEFAULT_LAW
 ) -> tuple[dict | None, FitResult | None]:
-    """Fit the law on every budget but the largest and predict the largest: (summary, that fit)."""
+    """Fit the report's `law` on every budget but the largest and predict the largest: (summary, that fit)."""
     if len(budgets_swept) < 3:
         warn.append(
             "no held-out check: it needs at least three compute budgets (two to fit the law on -- at one "
@@ -923,7 +929,7 @@ def _holdout_check(
     try:
         hold_fit = fit_law(
             pd.concat([fit_part, held]),
-            DEFAULT_LAW,
+            law,
             COLS,
             bootstrap=0,
             seed=seed,

@@ -120,7 +120,10 @@ def isoflop_curves(done: pd.DataFrame, fit: Any, k_flops: float, a2: dict | None
             Cb = float(np.exp(np.mean(np.log(g[C_COL]))))
             ax.plot(
                 Ng,
-                fit.predict(pd.DataFrame({"N": Ng, "D": Cb / (k_flops * Ng)}), {"N": "N", "D": "D"}),
+                fit.predict(  # a data-constrained law: its fresh-data curve (U = D)
+                    pd.DataFrame({"N": Ng, "D": Cb / (k_flops * Ng), "U": Cb / (k_flops * Ng)}),
+                    {"N": "N", "D": "D", "U": "U"},
+                ),
                 color=col,
                 lw=1.6,
             )
