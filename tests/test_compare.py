@@ -1,7 +1,9 @@
 """`python -m analysis compare` (issue "Which recipe wins, and by how much compute"): the multiplier
 of a synthetic pair with a known constant multiplier and of one whose multiplier drifts with scale,
 each recovered inside its 90% interval; the crossover of the drifting pair found; the JSON keys
-the interface check reads; bad input as one line; the `compare` backtest protocol.
+the interface check reads; the verdict (a winner only where the 90% interval excludes 1); the
+method choice on the ladders' own folds (its record, and the note when there are too few folds);
+bad input as one line; the `compare` backtest protocol.
 
 The synthetic pairs are the zoo's (analysis/backtests/zoo.py `recipe_pair`): IsoFLOP ladders of
 7 budgets (1e17-1e20) x 7 shapes, 0.5% noise; the exact multiplier is `true_log_m`.
@@ -11,6 +13,7 @@ from __future__ import annotations
 
 import json
 import math
+from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
@@ -19,10 +22,12 @@ import pytest
 import analysis.compare.methods  # noqa: F401  (registers the compare methods)
 from analysis.backtests import zoo
 from analysis.cli import main
+from analysis.compare import choice
 from analysis.compare import frontiers as fr
-from analysis.compare.comparison import compare_recipes
-from analysis.compare.fits import DEFAULT
+from analysis.compare.comparison import compare_recipes, named_winner, verdict
+from analysis.compare.fits import DEFAULT, CompareMethod
 from analysis.compare.ladders import ladder_of
+from analysis.compare.result import BudgetMultiplier
 from analysis.core import methods as registry
 from models.base.errors import AnalysisError
 
@@ -33,21 +38,27 @@ def _ladders(df: pd.DataFrame):
     return tuple(ladder_of(df[df.recipe == r].drop(columns="recipe"), r, r) for r in ("ref", "other"))
 
 
+# the fits the default's folds choose between (`auto`'s candidate): `auto` itself refits it on each
+# fold, which the choice tests below exercise on cheaper ladders
+SHRUNK = str(CompareMethod.SHRUNK)
+
+
 @pytest.fixture(scope="module")
 def constant():
     ref, other = _ladders(zoo.recipe_pair(0, 2.0))
-    return compare_recipes(ref, [other], None, BUDGETS, bootstrap=40, seed=0)[0]
+    return compare_recipes(ref, [other], SHRUNK, BUDGETS, bootstrap=40, seed=0)[0]
 
 
 @pytest.fixture(scope="module")
 def drifting():
     ref, other = _ladders(zoo.recipe_pair(1, drift=0.1))
-    return compare_recipes(ref, [other], None, BUDGETS, bootstrap=40, seed=0)[0]
+    return compare_recipes(ref, [other], SHRUNK, BUDGETS, bootstrap=40, seed=0)[0]
 
 
 def test_a_constant_multiplier_is_recovered_inside_its_interval(constant):
     (p,) = constant.others
-    assert constant.method == str(DEFAULT)
+    assert constant.method == SHRUNK and DEFAULT == CompareMethod.AUTO
+    assert "chose joint_constant_multiplier" in p.note  # no drift term unless the folds ask for one
     for b in p.budgets[1:]:  # at and beyond the top budget (1e20): true m = 2
         assert b.lo <= 2.0 <= b.hi, (b.C, b.multiplier, b.lo, b.hi)
         assert b.winner == "other" and b.p_other_better > 0.95
@@ -146,7 +157,78 @@ def test_by_recipe_with_ref_and_default_budgets(tables, capsys):
     assert j["ref"] == "other" and j["other"] == "ref"
     top = j["top_budget"]
     assert [b["C"] for b in j["budgets"]] == pytest.approx([top, 10 * top, 100 * top])
-    assert all(b["multiplier"] == 1.0 and b["winner"] is None for b in j["budgets"])
+    for b in j["budgets"]:  # m = 1 with an interval around it (the recipes' measured differences)
+        lo, hi = b["interval"]
+        assert b["multiplier"] == 1.0 and lo < 1 < hi and b["winner"] is None and not b["decided"]
+        assert b["verdict"].startswith(f"no clear winner at C={b['C']:.3g}")
+    mc = j["method_choice"]
+    assert mc["chosen"] == "no_difference" and mc["candidates"] == [] and "asked for" in mc["note"]
+
+
+def test_a_winner_is_named_only_where_the_interval_excludes_1():
+    """The verdict rule: OTHER above 1, REF below, none when the 90% interval holds 1 (however far
+    the point is from 1); the JSON keys of a budget."""
+    assert named_winner(1.2, 3.0, "a", "b") == "b" and named_winner(0.2, 0.9, "a", "b") == "a"
+    assert named_winner(0.9, 3.0, "a", "b") is None and named_winner(1.0, 1.0, "a", "b") is None
+    assert verdict(1e21, 2.0, 0.9, 4.0, "a", "b") == (
+        "no clear winner at C=1e+21: the 90% interval of the multiplier, 2 [0.9, 4], holds 1"
+    )
+    assert verdict(1e21, 2.0, 1.5, 3.0, "a", "b").startswith("b wins at C=1e+21: a needs 2 [1.5, 3]x")
+    assert verdict(1e21, 0.5, 0.25, 0.8, "a", "b").startswith("a wins at C=1e+21: b needs 2 [1.25, 4]x")
+    d = BudgetMultiplier(1e21, 2.0, 0.9, 4.0, 0.9, None, verdict="v").to_dict()
+    assert set(d) >= {"C", "multiplier", "interval", "p_other_better", "winner", "decided", "verdict"}
+    assert d["winner"] is None and not d["decided"]
+
+
+def test_too_few_folds_keep_no_difference_with_one_note_line(tables, tmp_path, capsys):
+    """Ladders of 3 budgets leave one fold (2 budgets of each recipe below its cut): `compare` keeps
+    "no difference" (m = 1, an interval holding it, no winner) and says why in one `note:` line,
+    even though the recipes differ by 2x."""
+    both = pd.read_csv(tables / "both.csv")
+    both[both.C <= 1.1e18].to_csv(tmp_path / "short.csv", index=False)  # budgets 1e17, 3.2e17, 1e18
+    out = tmp_path / "c.json"
+    assert main(["compare", str(tmp_path / "short.csv"), "--bootstrap", "20", "--json", str(out)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    notes = [x for x in lines if x.startswith("note:")]
+    assert len(notes) == 1 and "too few folds" in notes[0] and "no_difference" in notes[0], lines
+    assert sum("no clear winner at C=" in x for x in lines) == 3
+    j = json.loads(out.read_text())
+    assert j["method"] == "auto"
+    mc = j["method_choice"]
+    assert set(mc) >= {"chosen", "baseline", "candidates", "fold_errors", "note"}
+    assert mc["chosen"] == mc["baseline"] == "no_difference" and mc["candidates"] == ["auto_shrunk"]
+    assert len(mc["cuts"]) == 1 and "too few folds to tell (1 of the 2 needed" in mc["note"]
+    assert len(mc["fold_errors"]["no_difference"]) == 1 and mc["fold_errors"]["auto_shrunk"] == []
+    for b in j["budgets"]:
+        lo, hi = b["interval"]
+        assert b["multiplier"] == 1.0 and 0 < lo <= 1 <= hi and b["winner"] is None
+
+
+def test_the_choice_keeps_the_baseline_unless_the_candidate_wins_every_fold():
+    """`choice.choose` on the m = 2 pair, its candidate's fold predictions given: exact ones beat
+    "no difference" (|log2| 1 on every fold) and are chosen; m = 1 cannot beat it; a candidate
+    right on all folds but one keeps the baseline. The record holds one error per fold and method."""
+    ref, other = _ladders(zoo.recipe_pair(0, 2.0))
+    cuts = choice.fold_cuts(ref, other)
+    assert len(cuts) == choice.MAX_FOLDS and cuts == sorted(cuts) and cuts[-1] > 5e19
+
+    def pair_with(predict):
+        def pair(r, o, method, C, bootstrap, seed):
+            assert method == CompareMethod.SHRUNK and r.C.max() < min(C)  # fitted below the cut only
+            m = [predict(r.C.max(), c) for c in C]
+            rows = [BudgetMultiplier(c, x, x, x, 1, None) for c, x in zip(C, m)]
+            return SimpleNamespace(budgets=rows), None
+
+        return pair
+
+    exact = choice.choose(ref, other, 10, 0, pair_with(lambda top, c: 2.0))
+    assert exact.chosen == "auto_shrunk" and exact.cuts == tuple(cuts)
+    assert [len(v) for v in exact.fold_errors.values()] == [len(cuts)] * 2
+    assert all(0.7 < e < 1.3 for e in exact.fold_errors["no_difference"])  # measured m ~ 2: |log2| ~ 1
+    assert "chose auto_shrunk" in exact.note and exact.to_dict()["fold_errors"] == exact.fold_errors
+    assert choice.choose(ref, other, 10, 0, pair_with(lambda top, c: 1.0)).chosen == "no_difference"
+    one_bad = choice.choose(ref, other, 10, 0, pair_with(lambda top, c: 2.0 if top > cuts[0] else 8.0))
+    assert one_bad.chosen == "no_difference" and "kept no_difference" in one_bad.note
 
 
 def _error(argv, capsys) -> str:
@@ -186,8 +268,8 @@ def test_the_command_offers_every_registered_method():
 
     assert set(METHODS) == set(registry.names("compare", "compare"))
     roles = {m.name: m.role for m in registry.methods("compare")}
-    assert roles["auto_shrunk"] == "default" and roles["no_difference"] == "baseline"
-    assert "auto" not in roles  # auto_shrunk's unshrunk choice is internal, not a method
+    assert roles["auto"] == "default" and roles["no_difference"] == "baseline"
+    assert roles["auto_shrunk"] == "candidate" and roles["joint_constant_multiplier"] == "candidate"
 
 
 def test_a_registered_method_fits_a_table_of_two_recipes_and_predicts_the_multiplier(tables):

@@ -7,15 +7,18 @@ The table holds both ladders with a recipe column (`recipe`, or `sweep.recipe` f
 The truth at each of OTHER's hidden budgets is the multiplier measured on all the runs
 (`analysis.compare.measure`: REF's measured frontier read at OTHER's best loss, no law), so it
 favours no method. Score: |log2| of predicted over measured multiplier (1 = a factor of 2), the
-share of measured multipliers inside the method's 90% interval, and in each method's note how
-often it names the right winner where the measured multiplier is beyond +-7% (`WINNER_BAND`).
+share of measured multipliers inside the method's 90% interval, the named winners' precision
+(`winners_named`, `winners_right`: the budgets whose 90% interval excludes 1, and of those the ones
+on the measured multiplier's side of 1) and in each method's note how often the side of 1 it leans
+to is the measured one where the measured multiplier is beyond +-7% (`WINNER_BAND`).
 The cut (default): the top third of the ladders' span of log C, `--holdout-above C` to move it.
+`compare`'s own method choice runs this protocol's pieces on the user's ladders at several cuts
+(`analysis.compare.choice`); the default method here, `auto`, is that choice.
 """
 
 from __future__ import annotations
 
 import math
-import warnings
 
 import numpy as np
 import pandas as pd
@@ -23,6 +26,7 @@ import pandas as pd
 import analysis.compare.methods  # noqa: F401  (registers the compare methods this protocol scores)
 from analysis.backtests.losses import Options
 from analysis.backtests.result import Backtest, MethodScore, Metric, Point
+from analysis.compare.choice import hidden
 from analysis.compare.comparison import compare_pair, winner_sign
 from analysis.compare.ladders import Ladder, check_pair, choose_ref, split_by
 from analysis.compare.measure import measured
@@ -57,7 +61,7 @@ def _winner_note(actual: np.ndarray, pred: np.ndarray, p_other: np.ndarray) -> s
     return f"winner right {int(right.sum())}/{int(clear.sum())} (measured beyond ±{WINNER_BAND:.0%})"
 
 
-def _score(name: str, role: Role, ref: Ladder, others, fitted, truths, opt: Options) -> MethodScore:
+def _score(name: str, role: Role, ref: Ladder, others, cut: float, truths, opt: Options) -> MethodScore:
     """One method fitted below the cut, scored on every OTHER's measured multipliers above it."""
     pts, notes = [], []
     for o in others:
@@ -65,12 +69,12 @@ def _score(name: str, role: Role, ref: Ladder, others, fitted, truths, opt: Opti
         if not t.C.size:
             continue
         try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                pc, _ = compare_pair(fitted[ref.name], fitted[o.name], name, t.C, opt.bootstrap, opt.seed)
+            t, pc = hidden(ref, o, cut, name, opt.bootstrap, opt.seed, compare_pair)
         except AnalysisError as e:
             notes.append(f"{o.name}: not fitted: {e}")
             continue
+        if pc.method_choice and pc.method_choice.get("candidates"):
+            notes.append(f"{o.name}: chose {pc.method_choice['chosen']}")
         by_c = {b.C: b for b in pc.budgets}
         for c, lm in zip(t.C, t.log_m):
             b = by_c[float(c)]
@@ -113,7 +117,7 @@ def compare_protocol(df: pd.DataFrame, opt: Options) -> Backtest:
                 "on: raise --holdout-above"
             )
     scored = [
-        _score(m.name, m.role, ref, others, fitted, truths, opt)
+        _score(m.name, m.role, ref, others, cut, truths, opt)
         for m in methods(Family.COMPARE, "compare")
         if opt.scores(m.role != Role.CANDIDATE)
     ]

@@ -30,6 +30,7 @@ def table_rows(bt: Backtest) -> list[list[str]]:
         ["method", "role", "n", _UNIT[bt.metric][0]]
         + (["loss penalty" if bt.metric == Metric.DLOG10 else "regret"] if extra else [])
         + ["90% cov", "width"]
+        + (["named winners right"] if bt.metric == Metric.LOG2 else [])
     )
     rows = [head]
     for r in bt.rows():
@@ -38,7 +39,10 @@ def table_rows(bt: Backtest) -> list[list[str]]:
         row = [r["method"], role, str(r["n"]), _fmt(r[key], bt.metric)]
         if extra:
             row.append("—" if r.get("mean_loss_penalty") is None else f"{100 * r['mean_loss_penalty']:.3f}%")
-        rows.append(row + [cov, _fmt(r["mean_width"], bt.metric)])
+        row += [cov, _fmt(r["mean_width"], bt.metric)]
+        if bt.metric == Metric.LOG2:  # compare: where the interval excludes 1, is the named side right?
+            row.append(f"{r['winners_right']}/{r['winners_named']}")
+        rows.append(row)
     return rows
 
 

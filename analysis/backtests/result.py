@@ -99,12 +99,20 @@ class MethodScore:
             )
         elif metric == Metric.LOG2:
             out["mean_abs_log2_error"] = mean
+            out["winners_named"], out["winners_right"] = self.named_winners()
         else:
             out["mean_abs_error"] = mean
         out["coverage_90"], out["mean_width"] = self.coverage(metric)
         out["points"] = [p.to_dict() for p in self.points]
         out["note"] = self.note
         return out
+
+    def named_winners(self) -> tuple[int, int]:
+        """A multiplier's verdicts (compare): (the points whose 90% interval excludes 1, where the
+        method names a winner; those whose named side of 1 is the measured multiplier's)."""
+        rows = [p for p in self.points if np.isfinite(p.lo) and np.isfinite(p.hi) and (p.lo > 1 or p.hi < 1)]
+        right = sum((p.lo > 1) == (p.actual > 1) and p.actual != 1 for p in rows)
+        return len(rows), int(right)
 
     def coverage(self, metric: Metric) -> tuple[float | None, float | None]:
         """(coverage of the 90% intervals, their mean width), None without intervals."""

@@ -121,11 +121,13 @@ def gadre_ladder(corpus: str | None) -> Callable[[], pd.DataFrame]:
     return load
 
 
-def gadre_pair(ref: str, other: str, loss: str) -> Callable[[], pd.DataFrame]:
-    """Two of Gadre et al.'s corpora as recipes (REF's rows first) on one validation loss."""
+def gadre_pair(ref: str, other: str, loss: str, top: float | None = None) -> Callable[[], pd.DataFrame]:
+    """Two of Gadre et al.'s corpora as recipes (REF's rows first) on one validation loss (`top`:
+    the runs with 6 N D <= top only)."""
 
     def load() -> pd.DataFrame:
         x = pd.concat([_gadre(c).assign(recipe=CORPORA[c]) for c in (ref, other)])
+        x = x if top is None else x[6.0 * x.n_params * x.tokens <= top]
         return pd.DataFrame({"recipe": x.recipe, "N": x.n_params, "D": x.tokens, "loss": x[loss]}).dropna()
 
     return load
@@ -159,6 +161,29 @@ def gemstones_lr_pair() -> pd.DataFrame:
     b = pd.concat([h[h.model.isin(set(c.model)) & (h.tokens <= c.tokens.max())], c])
     b = b[b.step % (GEM_STEPS * 5) == 0]
     return pd.DataFrame({"recipe": b.recipe, "N": b.N, "D": b.tokens, "loss": b.loss}).reset_index(drop=True)
+
+
+def gemstones_cooled_pair() -> pd.DataFrame:
+    """Cooled against hot (REF): the cooldown branches' end losses (McLeish et al. 2025's WSD
+    cooldowns, 20 models) against the constant-LR checkpoints every ~10B tokens of the same models,
+    up to the longest cooldown's tokens."""
+    c, h = _gem("cooldowns"), _gem("hot_checkpoints")
+    h = h[(h.step % (GEM_STEPS * 5) == 0) & h.model.isin(set(c.model)) & (h.tokens <= c.tokens_end.max())]
+    hot = pd.DataFrame({"recipe": "hot", "N": h.N, "D": h.tokens, "loss": h.loss})
+    cooled = pd.DataFrame({"recipe": "cooled", "N": c.N, "D": c.tokens_end, "loss": c.loss_end})
+    return pd.concat([hot, cooled]).astype({"N": float, "D": float}).reset_index(drop=True)
+
+
+def gemstones_shape_split() -> pd.DataFrame:
+    """One recipe split in two: the 22 hot runs' shapes, sorted by N, alternately into "even" (REF)
+    and "odd" (checkpoints every ~10B tokens): the same data, optimizer and schedule, so the
+    multiplier is about 1 (the shapes differ, width x depth)."""
+    h = _gem("hot_checkpoints")
+    order = h.groupby("model").N.first().sort_values().index
+    side = {m: ("odd" if i % 2 else "even") for i, m in enumerate(order)}
+    h = h[h.step % (GEM_STEPS * 5) == 0]
+    out = pd.DataFrame({"recipe": h.model.map(side), "N": h.N, "D": h.tokens, "loss": h.loss})
+    return out.astype({"N": float, "D": float}).reset_index(drop=True)
 
 
 def gemstones_prefix_350b() -> pd.DataFrame:
@@ -379,6 +404,29 @@ def recipe_pair(
     return pd.DataFrame(ref_rows + [dict(r, recipe="other") for r in _isoflop(other, budgets, rng, 0.005)])
 
 
+def small_pair(seed: int, multiplier: float, kaplan: bool = False) -> pd.DataFrame:
+    """A pair shaped like a real small-budget comparison: 10 budgets 1e16-2.6e19 x 7 shapes, 0.4%
+    noise per run and a 0.2% offset per (recipe, budget) (one learning rate per IsoFLOP curve);
+    OTHER is REF with N and D worth sqrt(multiplier) times more, a constant multiplier. REF follows
+    REF_LAW, or with `kaplan` Kaplan et al.'s eq. 1.5 as in `kaplan_ladder` (no Chinchilla law
+    fits it: a joint law's recipe terms absorb the misfit)."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for name, s in (("ref", 1.0), ("other", multiplier**0.5)):
+        for C in np.geomspace(1e16, 2.6e19, 10):
+            off = rng.normal(0, 0.002)
+            for f in np.geomspace(0.25, 4, 7):
+                N = (np.sqrt(C / 6 / 20) if kaplan else _optimum(REF_LAW, C)) * f
+                D = C / (6 * N)
+                if kaplan:
+                    loss = 1.8 + 0.9 * ((8.8e13 / (s * N)) ** (0.076 / 0.095) + 5.4e13 / (s * D)) ** 0.095
+                else:
+                    E, A, B, al, be = REF_LAW
+                    loss = E + A / (s * N) ** al + B / (s * D) ** be
+                rows.append(dict(recipe=name, N=N, D=D, C=C, loss=loss * np.exp(off + rng.normal(0, 0.004))))
+    return pd.DataFrame(rows)
+
+
 def true_log_m(multiplier: float, drift: float, C: np.ndarray, cross: float = 1e18) -> np.ndarray:
     """The exact log multiplier of `recipe_pair` at budgets C."""
     C = np.asarray(C, float)
@@ -492,6 +540,18 @@ def _synthetic_cases() -> list[Case]:
     return out
 
 
+def _c(cut: float) -> dict:
+    return {"holdout_above": cut}
+
+
+FIT_5E17 = _c(5e17)  # the held-back comparisons' fitted budgets
+
+
+def _small(seed: int, multiplier: float, kaplan: int) -> Case:
+    name = f"synthetic small pair m={multiplier}{' Kaplan' * kaplan}, fit <= 5e17"
+    return Case(name, "compare", lambda: small_pair(seed, multiplier, bool(kaplan)), FIT_5E17)
+
+
 def _compare_prefix_moe_cases() -> list[Case]:
     out = [
         Case(
@@ -508,6 +568,26 @@ def _compare_prefix_moe_cases() -> list[Case]:
         Case("synthetic pair m=2", "compare", lambda: recipe_pair(0, 2.0)),
         Case("synthetic pair drift 0.1", "compare", lambda: recipe_pair(1, drift=0.1)),
         Case("ours recipes lr 3e-3 vs 1e-2", "compare", own("recipes_lr")),  # a `sweep.recipes` demo
+    ]
+    # shaped like the held-back comparisons: fitted on the small budgets, predicted 5-50x beyond them
+    # (fit <= 5e17, hidden up to 2.6e19; Gadre's and Gemstones' ladders start higher: their own cut)
+    out += [
+        Case(
+            f"gadre {CORPORA[other]} vs {CORPORA[ref]}/{loss[5:]}, fit <= 3e18",
+            "compare",
+            gadre_pair(ref, other, loss, top=1.5e20),
+            _c(3e18),
+        )
+        for ref, other in CORPUS_PAIRS
+        for loss in ("loss_paloma_refinedweb", "loss_de_en")
+    ]
+    out += [
+        Case("gemstones half vs full LR, fit <= 2e19", "compare", gemstones_lr_pair, _c(2e19)),
+        Case("gemstones cooled vs hot, fit <= 2e19", "compare", gemstones_cooled_pair, _c(2e19)),
+        Case("gemstones shapes odd vs even, fit <= 2e19", "compare", gemstones_shape_split, _c(2e19)),
+        *(_small(i, m, k) for i, (m, k) in enumerate(((1.0, 0), (1.05, 0), (1.3, 0), (1.0, 1), (1.3, 1)))),
+    ]
+    out += [
         # forecasts from the first 25% of a run: the larger shapes from the smaller ones' finished
         # curves; MPL: each run length from the others, schedules known
         Case("gemstones hot 350B", "curve-prefix", gemstones_prefix_350b, _n(6e8), quick=True),
@@ -856,6 +936,46 @@ def methods_section(outcomes: list[Outcome]) -> list[str]:
     ]
 
 
+def winners_section(outcomes: list[Outcome]) -> list[str]:
+    """compare: per method, over every compare backtest, the budgets where its 90% interval excludes
+    1 (it names a winner) and the share of those on the measured multiplier's side of 1 (the named
+    winners' precision), beside its mean |log2| error and the datasets where it loses to the
+    baseline by more than MARGIN."""
+    by: dict[str, list] = {}
+    for o in outcomes:
+        b = o.role("baseline")
+        if o.protocol != "compare" or o.error_key is None or b is None:
+            continue
+        for r in o.rows:
+            if r[o.error_key] is not None and "winners_named" in r:
+                by.setdefault(r["method"], []).append((r, b, o.error_key))
+    if not by:
+        return []
+    rows = []
+    for m, xs in by.items():
+        named = sum(r["winners_named"] for r, _, _ in xs)
+        right = sum(r["winners_right"] for r, _, _ in xs)
+        worse = sum(_worse(r[k], b[k]) for r, b, k in xs)
+        role = "default" if xs[0][0]["default"] else "baseline" if xs[0][0]["baseline"] else ""
+        prec = f"{right / named:.0%}" if named else "—"
+        err = float(np.mean([r[k] for r, _, k in xs]))
+        rows.append([m, role, len(xs), f"{err:.3f}", worse, f"{right} / {named}", prec])
+    return [
+        "",
+        "## compare: the named winners' precision",
+        "",
+        "Over every compare backtest: a method names a winner at a hidden budget when its 90% interval",
+        "of the multiplier excludes 1; precision is the share of those named on the measured",
+        "multiplier's side of 1. `compare` prints a winner only there (elsewhere: no clear winner).",
+        "",
+        *_table(
+            ["method", "role", "datasets", r"mean \|log2 error\|"]
+            + [f"worse than the baseline by > {MARGIN:.0%}", "named winners right / named", "precision"],
+            rows,
+        ),
+    ]
+
+
 def markdown(outcomes: list[Outcome], seconds: float, bootstrap: int) -> str:
     rel = lambda p: p not in ("lr", "batch", "downstream", "compare")  # relative errors
     cov = lambda v: "—" if v is None else f"{v:.0%}"
@@ -893,6 +1013,7 @@ def markdown(outcomes: list[Outcome], seconds: float, bootstrap: int) -> str:
             rule_rows,
         ),
         *methods_section(outcomes),
+        *winners_section(outcomes),
         *coverage_section(outcomes),
         "",
         "## Every backtest",

@@ -5,8 +5,10 @@ one table (or several) with a recipe column: `--by recipe --ref NAME` (a `sweep.
 `sweep.recipe` column is found as `recipe`, and one such input needs no `--by`). At each budget
 (`--budget`; default: the ladders' top budget, 10x and 100x it) it prints the multiplier m(C), the
 compute REF needs to reach OTHER's expected best loss at C divided by C (> 1: OTHER is better),
-its 90% interval, P(OTHER better) and the winner; then the trend d log m / d log C and the
-crossover (where the winner changes, up to 100x the top budget). --json, --markdown and --figure
+its 90% interval, P(OTHER better), the winner (named only where the interval excludes 1) and the
+verdict; then the trend d log m / d log C and the crossover (where the winner changes, up to 100x
+the top budget). Without --method, the ladders' own backtest picks the method first: "no
+difference" (m = 1) unless `auto_shrunk` beats it on every fold. --json, --markdown and --figure
 write the same; docs/analysis.md, "Comparing recipes".
 """
 
@@ -30,11 +32,13 @@ from models.base.errors import AnalysisError
 # loads no fitting code; tests/test_compare.py checks the two agree)
 METHODS = (
     "no_difference",
+    "joint_constant_multiplier",
     "joint_shared_exponents",
     "joint_shared_E",
     "free_per_recipe",
     "frontier_power_laws",
     "auto_shrunk",
+    "auto",
 )
 
 
@@ -60,8 +64,8 @@ def register(subparsers) -> None:
         "--method",
         choices=METHODS,
         default=None,
-        help="how the multiplier is predicted (default: the method the backtest zoo chose; "
-        "docs/backtests.md, protocol compare)",
+        help="how the multiplier is predicted (default auto: no_difference unless auto_shrunk beats it "
+        "on the ladders' own backtest folds; docs/analysis.md, 'Comparing recipes')",
     )
     add_bootstrap_argument(p, 200, "per ladder (the joint bootstrap behind the intervals)")
     add_seed_argument(p)

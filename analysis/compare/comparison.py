@@ -12,6 +12,7 @@ runs, not how a recipe's advantage moves with scale.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import warnings
 from dataclasses import dataclass
@@ -19,6 +20,7 @@ from typing import Sequence
 
 import numpy as np
 
+from analysis.compare import choice as choice_mod
 from analysis.compare import frontiers as fr
 from analysis.compare.fits import CHOICE_CANDIDATES, DEFAULT, JOINT_LAWS, CompareMethod, PairFit, fit_pair
 from analysis.compare.ladders import Ladder
@@ -51,6 +53,17 @@ def _slope(logC: np.ndarray, y: np.ndarray) -> float:
 
 def _usable(x: Ladder) -> bool:
     return min(x.n_budgets, np.unique(x.N).size, np.unique(x.D).size) >= 2
+
+
+def _baseline_noise(ref: Ladder, other: Ladder) -> float:
+    """ "No difference"'s in-sample error: the scatter (`validation.scatter_sd`, about 0) of the
+    multipliers measured on the ladders, so that m = 1 carries an interval as wide as the recipes'
+    measured differences even where no fold can be scored."""
+    lm = measured(ref, other).log_m
+    lm = lm[np.isfinite(lm)]
+    if not lm.size:
+        return 0.0
+    return float(np.quantile(np.abs(lm), validation.PREDICTION_LEVEL) / validation.Z90)
 
 
 def error_model(
@@ -86,10 +99,11 @@ def error_model(
         folds.append((float(cut), float(np.mean(np.abs(e[ok])))))
         lc = np.log(meas.C[ok])
         slopes.append(_slope(lc, pf.log_m(meas.C[ok])) - _slope(lc, meas.log_m[ok]))
-    budget_sd, drift = validation.drift_from_folds(errors, decades, 0.0)
+    noise = _baseline_noise(ref, other) if method == CompareMethod.NO_DIFFERENCE else 0.0
+    budget_sd, drift = validation.drift_from_folds(errors, decades, noise)
     s = np.array([x for x in slopes if math.isfinite(x)])
     pe = PredictionError(
-        noise_sd=0.0,
+        noise_sd=noise,
         budget_sd=budget_sd,
         drift_per_decade=drift,
         scale_max=top_budget(ref, other),
@@ -159,7 +173,9 @@ class PairModel:
 
     def sd(self, C: np.ndarray) -> np.ndarray:
         C = np.atleast_1d(np.asarray(C, float))
-        return self.error.sd(self.error.decades(C)) if self.error.n_folds else np.zeros(C.size)
+        if not (self.error.n_folds or self.error.noise_sd):
+            return np.zeros(C.size)
+        return self.error.sd(self.error.decades(C))
 
     def draws(self, C: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(the point log m, the predictive draws (DRAWS, len C) of the fit) at budgets C."""
@@ -178,22 +194,35 @@ class PairModel:
         return {**self.error.to_dict(), "trend_sd": self.trend_sd}
 
 
+def named_winner(lo: float, hi: float, ref: str, other: str) -> str | None:
+    """The winner a comparison names: OTHER when the 90% interval of the multiplier lies above 1,
+    REF when below; None (no clear winner) when it holds 1."""
+    return other if lo > 1 else ref if hi < 1 else None
+
+
+def verdict(C: float, m: float, lo: float, hi: float, ref: str, other: str) -> str:
+    """The sentence of one budget: who wins, by how much compute, or no clear winner."""
+    iv = f"{m:.3g} [{lo:.3g}, {hi:.3g}]"
+    w = named_winner(lo, hi, ref, other)
+    if w is None:
+        return f"no clear winner at C={C:.3g}: the 90% interval of the multiplier, {iv}, holds 1"
+    if w == other:
+        return f"{other} wins at C={C:.3g}: {ref} needs {iv}x the compute to match it"
+    inv = f"{1 / m:.3g} [{1 / hi:.3g}, {1 / lo:.3g}]"
+    return f"{ref} wins at C={C:.3g}: {other} needs {inv}x the compute to match it"
+
+
 def _budgets(model: PairModel, C: np.ndarray, ref: str, other: str) -> list[BudgetMultiplier]:
     lm, lo, hi, p = model.log_interval(C)
     if model.fit.method == CompareMethod.NO_DIFFERENCE:  # no difference by assumption: even odds
         p = np.full(C.size, 0.5)
-    return [
-        BudgetMultiplier(
-            float(c),
-            math.exp(lm[i]),
-            math.exp(lo[i]),
-            math.exp(hi[i]),
-            float(p[i]),
-            {1: other, -1: ref, 0: None}[winner_sign(float(lm[i]), float(p[i]))],
-            capped=bool(lm[i] >= fr.LOG_CAP - 1e-9),
-        )
-        for i, c in enumerate(C)
-    ]
+    out = []
+    for i, c in enumerate(C):
+        m, a, b = math.exp(lm[i]), math.exp(lo[i]), math.exp(hi[i])
+        capped = bool(lm[i] >= fr.LOG_CAP - 1e-9)
+        w, v = named_winner(a, b, ref, other), verdict(float(c), m, a, b, ref, other)
+        out.append(BudgetMultiplier(float(c), m, a, b, float(p[i]), w, capped, v))
+    return out
 
 
 def _trend(model: PairModel, C: np.ndarray) -> Trend:
@@ -255,8 +284,14 @@ def compare_pair(
     bootstrap: int = 200,
     seed: int = 0,
 ) -> tuple[PairComparison, PairModel]:
-    """REF against OTHER under `method` at `budgets` (and the fitted model behind it)."""
+    """REF against OTHER under `method` at `budgets` (and the fitted model behind it). `auto`: the
+    method the ladders' own folds choose (`choice.choose`), its record in `method_choice`."""
     method = CompareMethod(method)
+    if method == CompareMethod.AUTO:
+        mc = choice_mod.choose(ref, other, bootstrap, seed, compare_pair)
+        pc, model = compare_pair(ref, other, mc.chosen, budgets, bootstrap, seed)
+        note = "; ".join(x for x in (mc.note, pc.note if mc.chosen != mc.baseline else "") if x)
+        return dataclasses.replace(pc, method=str(method), note=note, method_choice=mc.to_dict()), model
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         if method == CompareMethod.SHRUNK:
@@ -280,8 +315,22 @@ def compare_pair(
     note, trend, err = "; ".join(x for x in notes if x), _trend(model, C), model.error_dict()
     frontiers = {ref.name: _frontier_record(model.fit.ref), other.name: _frontier_record(model.fit.other)}
     curve = (grid, np.exp(lm), np.exp(lo), np.exp(hi))
+    forced = choice_mod.MethodChoice(
+        str(method), str(choice_mod.BASELINE), (), (), {}, f"method {method} asked for: no choice made"
+    )
     pc = PairComparison(
-        ref.name, other.name, str(method), tuple(rows), trend, cross, err, frontiers, top, note, curve
+        ref.name,
+        other.name,
+        str(method),
+        tuple(rows),
+        trend,
+        cross,
+        err,
+        frontiers,
+        top,
+        note,
+        curve,
+        forced.to_dict(),
     )
     return pc, model
 

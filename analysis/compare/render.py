@@ -19,9 +19,7 @@ def _m(v: float, capped: bool = False) -> str:
 
 
 def _row(b: BudgetMultiplier) -> list[str]:
-    winner = (b.winner or "— (no difference)") + (
-        "" if b.decided or b.winner is None else " (interval holds 1)"
-    )
+    winner = b.winner or "none (interval holds 1)"
     return [
         f"{b.C:.3g}",
         _m(b.multiplier, b.capped),
@@ -65,9 +63,10 @@ def text(comp: Comparison) -> str:
         w = [max(len(r[i]) for r in rows) for i in range(len(HEAD))]
         lines.append(f"{p.other} vs {p.ref}:")
         lines += ["  " + "  ".join(c.ljust(w[i]) for i, c in enumerate(r)).rstrip() for r in rows]
+        lines += ["  " + b.verdict for b in p.budgets if b.verdict]
         lines += ["  " + _trend_line(p), "  " + _crossover_line(p)]
         if p.note:
-            lines.append(f"  note: {p.note}")
+            lines.append(f"note: {p.other} vs {p.ref}: {p.note}")
     return "\n".join(lines + [f"warning: {w}" for w in comp.warnings])
 
 
@@ -79,7 +78,8 @@ def markdown(comp: Comparison, level: int = 2, figure: str | None = None) -> str
         f"Effective compute multiplier m(C): the compute {comp.ref} (REF) needs to reach the other recipe's "
         "expected best loss at budget C, divided by C (> 1: the other recipe is better). Method "
         f"`{comp.method}`; 90% intervals from a joint bootstrap over both ladders' runs plus the "
-        "forward-chaining error of the multiplier on the ladders (`python -m analysis compare`).",
+        "forward-chaining error of the multiplier on the ladders (`python -m analysis compare`). "
+        "A winner is named only where the 90% interval excludes 1.",
         "",
     ]
     for p in comp.others:
@@ -87,7 +87,8 @@ def markdown(comp: Comparison, level: int = 2, figure: str | None = None) -> str
         out.append("| " + " | ".join(HEAD) + " |")
         out.append("|" + "---|" * len(HEAD))
         out += ["| " + " | ".join(_row(b)) + " |" for b in p.budgets]
-        out += ["", "- " + _trend_line(p), "- " + _crossover_line(p)]
+        out += [""] + ["- " + b.verdict for b in p.budgets if b.verdict]
+        out += ["- " + _trend_line(p), "- " + _crossover_line(p)]
         if p.note:
             out.append(f"- note: {p.note}")
         out.append("")

@@ -2,9 +2,10 @@
 probability that OTHER is better, the trend of the multiplier with scale and the crossover.
 
 `Comparison.to_dict()` is `compare --json`: `{ref, method, level, budgets_requested, others:
-[{other, budgets: [{C, multiplier, interval, p_other_better, winner, capped}], trend:
-{dlog_m_dlog_C, interval, between}, crossover, crossover_detail, error_model, frontiers}]}`; with
-a single OTHER its keys also stand at the top level.
+[{other, budgets: [{C, multiplier, interval, p_other_better, winner, decided, capped, verdict}],
+trend: {dlog_m_dlog_C, interval, between}, crossover, crossover_detail, error_model, frontiers,
+top_budget, note, method, method_choice}]}`; with a single OTHER its keys also stand at the top
+level (`method` then stays the method asked for; `method_choice.chosen` is the one used).
 """
 
 from __future__ import annotations
@@ -25,8 +26,9 @@ class BudgetMultiplier:
     lo: float  # the 90% interval
     hi: float
     p_other_better: float  # P(m > 1) under the same error model as the interval
-    winner: str | None  # m's side of 1; at m = 1 exactly, the recipe more likely better (None: even)
+    winner: str | None  # named only when the 90% interval excludes 1 (None: no clear winner)
     capped: bool = False  # REF cannot reach OTHER's loss: m is the ceiling (frontiers.MAX_MULTIPLIER)
+    verdict: str = ""  # the sentence: "<winner> wins at C=..." or "no clear winner at C=..."
 
     @property
     def decided(self) -> bool:
@@ -42,6 +44,7 @@ class BudgetMultiplier:
             "winner": self.winner,
             "decided": self.decided,
             "capped": self.capped,
+            "verdict": self.verdict,
         }
 
 
@@ -98,6 +101,8 @@ class PairComparison:
     note: str = ""
     # m(C) on a grid from the smallest budget to 100x the top: (C, m, lo, hi) arrays (the figure)
     curve: tuple = field(default=(), repr=False, compare=False)
+    # the ladders' own backtest behind the method (`choice.MethodChoice.to_dict`)
+    method_choice: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -110,6 +115,8 @@ class PairComparison:
             "frontiers": dict(self.frontiers),
             "top_budget": self.top_budget,
             "note": self.note,
+            "method": self.method,
+            "method_choice": self.method_choice,
         }
 
 
