@@ -36,11 +36,12 @@ POINT_METHODS: dict[str, tuple[tuple[str, ...], Role, str]] = {
     ),
     AUTO: (
         LOSS_PROTOCOLS,
-        Role.CANDIDATE,
-        "the form that extrapolated best on the runs' own forward-chaining folds",
+        Role.DEFAULT,
+        "Chinchilla unless a form beats it on every fold of the runs' own backtests (fit's default "
+        "on repeated data)",
     ),
     "data_constrained": (("epochs", "size"), Role.CANDIDATE, "Muennighoff et al. 2023, eq. 5"),
-    "data_constrained_d": (("epochs", "size"), Role.DEFAULT, "Muennighoff et al.'s effective data alone"),
+    "data_constrained_d": (("epochs", "size"), Role.CANDIDATE, "Muennighoff et al.'s effective data alone"),
     "moe": (("moe",), Role.DEFAULT, "the MoE form that extrapolated best in N on the runs' own folds"),
     "moe_clark": (("moe",), Role.CANDIDATE, "Clark et al. 2022, eq. 7-8"),
     "moe_joint_n": (("moe",), Role.CANDIDATE, "Ludziejewski et al. 2025 at one token count"),
