@@ -14,7 +14,7 @@ from analysis import fit_law
 from analysis.cli import main as cli_main
 from analysis.core import validation
 from analysis.laws.allocation import ScalingLaw, closed_form_optimum
-from analysis.laws.selection import candidates, fit_auto
+from analysis.laws.methods import candidates, fit_auto
 
 CANDIDATES = candidates()
 
@@ -216,5 +216,6 @@ def test_a_user_law_scored_by_the_budget_protocol_joins_auto():
         from analysis.laws import registry
 
         registry._REGISTRY.pop("tied_user_form")
+        registry.USER_LAWS.pop("tied_user_form")
         core_methods._REGISTRY.pop((core_methods.Family.POINT, "tied_user_form"))
     assert candidates() == ("chinchilla_tied", "chinchilla")

@@ -14,8 +14,8 @@ import pytest
 from analysis.cli import main
 from analysis.laws import repeated
 from analysis.laws.fitting import fit_law
+from analysis.laws.methods import fit_auto
 from analysis.laws.registry import get_law
-from analysis.laws.selection import fit_auto
 
 TRUTH = dict(E=1.9, A=400.0, B=1800.0, alpha=0.34, beta=0.28, R_D=15.0)
 

@@ -12,30 +12,23 @@ import dataclasses
 import warnings
 from typing import Mapping
 
-import numpy as np
 import pandas as pd
 
 from analysis.backtests import baselines
 from analysis.backtests.result import Backtest, MethodScore, Metric, Point
-from analysis.core import table as data_mod
-from analysis.core import validation
-from analysis.core.best_runs import rows_to_fit
-from analysis.core.enums import DEFAULT_LAW, LawName
+from analysis.core.enums import DEFAULT_LAW
 from analysis.core.methods import Family
 from analysis.core.methods import names as registered
 from analysis.laws.allocation import ScalingLaw
 from analysis.laws.fitting import fit_law
 from analysis.laws.frontier import budget_labels, frontier_points
-from analysis.laws.holdout import top_budget_threshold
-from analysis.laws.methods import frontier_loss
-from analysis.laws.registry import get_law
-from analysis.laws.selection import AUTO, REPEAT_TOLERANCE, default_law, fit_auto
+from analysis.laws.holdout import EPOCHS_DEFAULT, protocol_split, runs_table
+from analysis.laws.methods import fit_auto, frontier_loss
+from analysis.laws.selection import AUTO, default_law
 from models.base.errors import AnalysisError
 
 BASELINE = "baseline_scipy_chinchilla"
 FRONTIER_BASELINE = "baseline_minima_power_law"
-EPOCHS_DEFAULT = 4.0
-MIN_HELD = 3  # the default budget cut holds out at least this many runs (one run scores nothing)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,66 +50,6 @@ class Options:
         return role or not self.only_default
 
     columns: Mapping[str, str] | None = None
-
-
-def runs_table(df: pd.DataFrame, columns: Mapping[str, str] | None = None) -> pd.DataFrame:
-    """The runs as N, D, C, loss (and U when the table has unique tokens): the rows `fit` would fit
-    (the best run per rung of an LR sweep), those with a missing or non-positive value dropped (a
-    warning says how many)."""
-    df = rows_to_fit(df, (columns or {}).get("loss"))[0].reset_index(drop=True)
-    roles = ("N", "D", "U") if data_mod._find(df, "U", (columns or {}).get("U")) else ("N", "D")
-    loss_col = data_mod._find(df, "loss", (columns or {}).get("loss"))
-    if loss_col is None:
-        raise data_mod._missing(df, "loss", "loss")
-    keep = np.ones(len(df), bool)
-    for role in (*roles, "C"):
-        name = data_mod._find(df, role, (columns or {}).get(role))
-        if name is not None:
-            v = pd.to_numeric(df[name], errors="coerce").to_numpy(float)
-            keep &= np.isfinite(v) & (v > 0)
-    y = pd.to_numeric(df[loss_col], errors="coerce").to_numpy(float)
-    keep &= np.isfinite(y) & (y > 0)
-    if (~keep).any():
-        warnings.warn(
-            f"{int((~keep).sum())} of {len(df)} rows have a missing or non-positive value; left out"
-        )
-    pts = data_mod.resolve(df[keep], roles, {k: v for k, v in (columns or {}).items()})
-    out = pd.DataFrame({k: pts.inputs[k] for k in (*roles, "C") if k in pts.inputs})
-    out["loss"] = pts.y
-    return out
-
-
-def split(runs: pd.DataFrame, protocol: str, opt: Options) -> tuple[np.ndarray, dict]:
-    """(held-out mask, cut description) of a loss protocol."""
-    if protocol in ("budget", "frontier"):
-        thr = opt.holdout_above
-        if thr is None:  # the top budget; on a ladder whose C scatter (Epoch's), at least MIN_HELD runs
-            thr = top_budget_threshold(runs, get_law(LawName.CHINCHILLA))
-            if (runs.C.to_numpy() > thr).sum() < MIN_HELD:
-                thr = validation.top_k_cut(runs.C.to_numpy(), MIN_HELD)
-        held, what = validation.holdout_mask(runs.C, thr), f"C > {thr:.4g}"
-    elif protocol == "size":
-        thr = opt.holdout_above_n
-        held = validation.holdout_mask(runs.N, thr)
-        thr = float(runs.N[~held].max()) if thr is None and (~held).any() else thr
-        what = f"N > {thr:.4g}"
-    else:
-        if "U" not in runs:
-            raise AnalysisError(
-                "--protocol epochs needs unique tokens per run: give a U (or unique_tokens) column"
-            )
-        thr = opt.holdout_epochs_above
-        held, what = (runs.D / runs.U).to_numpy() > thr * REPEAT_TOLERANCE, f"epochs (D/U) > {thr:g}"
-    if not held.any():
-        raise AnalysisError(f"no run has {what}; lower the threshold")
-    if held.all():
-        raise AnalysisError(f"every run has {what}; nothing is left to fit on: raise the threshold")
-    return held, {
-        "what": what,
-        "threshold": float(thr),
-        "n_fit": int((~held).sum()),
-        "n_held_out": int(held.sum()),
-    }
 
 
 def _law_score(
@@ -166,7 +99,8 @@ def _baseline(fit_df: pd.DataFrame, held: pd.DataFrame) -> MethodScore:
 def point_protocol(df: pd.DataFrame, protocol: str, opt: Options) -> Backtest:
     """budget, size or epochs: every candidate law fitted below the cut, scored above it."""
     runs = runs_table(df, opt.columns)
-    held, cut = split(runs, protocol, opt)
+    thresholds = (opt.holdout_above, opt.holdout_above_n, opt.holdout_epochs_above)
+    held, cut = protocol_split(runs, protocol, *thresholds)
     fit_df, test = runs[~held], runs[held]
     laws = registered(Family.POINT, protocol)  # the registry's methods of this protocol, baseline first
     laws = tuple(n for n in laws if n != BASELINE and ("U" in runs or not n.startswith("data_constrained")))
@@ -192,7 +126,7 @@ def frontier_protocol(df: pd.DataFrame, opt: Options) -> Backtest:
     """The best loss of each hidden budget, by each frontier method of `fit --budget` and by the
     baseline power law of the fitted budgets' best runs."""
     runs = runs_table(df, opt.columns)
-    held, cut = split(runs, "frontier", opt)
+    held, cut = protocol_split(runs, "frontier", opt.holdout_above)
     labels = budget_labels(runs.C.to_numpy())
     fit_df = runs[~held]
     C_all, L_all = runs.C.to_numpy(), runs.loss.to_numpy()

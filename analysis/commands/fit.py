@@ -254,8 +254,9 @@ def _read_targets(opts: FitCommandOptions, columns: dict[str, str]):
         return None
     # deferred: the law modules load pandas and JAX, as in run()
     from analysis.core.table import read_table
+    from analysis.laws.methods import candidates
     from analysis.laws.moe import FIXED_TOKEN_CANDIDATES, MOE
-    from analysis.laws.selection import AUTO, candidates
+    from analysis.laws.selection import AUTO
     from analysis.laws.targets import check_targets
 
     try:

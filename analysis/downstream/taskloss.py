@@ -26,7 +26,8 @@ import pandas as pd
 from analysis.core.table import NParamsWarning
 from analysis.core.validation import bootstrap_counts
 from analysis.laws.fitting import FitResult, fit_law
-from analysis.laws.selection import AUTO, fit_auto
+from analysis.laws.methods import fit_auto
+from analysis.laws.selection import AUTO
 
 TASK_LOSS_LAW = "chinchilla_tied"
 

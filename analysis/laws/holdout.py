@@ -8,6 +8,7 @@ report the signed relative error (predicted - actual) / actual; `mean_rel_error`
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, replace
 from typing import Any, Mapping
 
@@ -16,10 +17,12 @@ import pandas as pd
 
 from analysis.core import table as data_mod
 from analysis.core import validation
+from analysis.core.best_runs import rows_to_fit
 from analysis.core.budgets import group_budgets
+from analysis.core.enums import LawName
 from analysis.core.intervals import Interval
 from analysis.core.validation import PREDICTION_LEVEL, coverage
-from analysis.laws.registry import Law
+from analysis.laws.registry import Law, get_law
 from models.base.errors import AnalysisError
 
 
@@ -160,3 +163,77 @@ def top_budget_threshold(df: pd.DataFrame, law: Law, columns: Mapping[str, str] 
             f"(all {C.size} runs are within 10% of C={np.exp(np.mean(np.log(C))):.3g})"
         )
     return float(np.sqrt(C[top].min() * C[~top].max()))
+
+
+# ---- the loss backtests' runs table and cuts (analysis.backtests.losses, laws.selection) ----------
+REPEAT_TOLERANCE = 1.01  # D > 1.01 U: a run that repeats (not one rounded to whole steps)
+EPOCHS_DEFAULT = 4.0  # the epochs protocol holds out the runs of more than this many epochs
+MIN_HELD = 3  # the default budget cut holds out at least this many runs (one run scores nothing)
+
+
+def runs_table(df: pd.DataFrame, columns: Mapping[str, str] | None = None) -> pd.DataFrame:
+    """The runs as N, D, C, loss (and U when the table has unique tokens): the rows `fit` would fit
+    (the best run per rung of an LR sweep), those with a missing or non-positive value dropped (a
+    warning says how many)."""
+    df = rows_to_fit(df, (columns or {}).get("loss"))[0].reset_index(drop=True)
+    roles = ("N", "D", "U") if data_mod._find(df, "U", (columns or {}).get("U")) else ("N", "D")
+    loss_col = data_mod._find(df, "loss", (columns or {}).get("loss"))
+    if loss_col is None:
+        raise data_mod._missing(df, "loss", "loss")
+    keep = np.ones(len(df), bool)
+    for role in (*roles, "C"):
+        name = data_mod._find(df, role, (columns or {}).get(role))
+        if name is not None:
+            v = pd.to_numeric(df[name], errors="coerce").to_numpy(float)
+            keep &= np.isfinite(v) & (v > 0)
+    y = pd.to_numeric(df[loss_col], errors="coerce").to_numpy(float)
+    keep &= np.isfinite(y) & (y > 0)
+    if (~keep).any():
+        warnings.warn(
+            f"{int((~keep).sum())} of {len(df)} rows have a missing or non-positive value; left out"
+        )
+    pts = data_mod.resolve(df[keep], roles, {k: v for k, v in (columns or {}).items()})
+    out = pd.DataFrame({k: pts.inputs[k] for k in (*roles, "C") if k in pts.inputs})
+    out["loss"] = pts.y
+    return out
+
+
+def protocol_split(
+    runs: pd.DataFrame,
+    protocol: str,
+    holdout_above: float | None = None,
+    holdout_above_n: float | None = None,
+    epochs_above: float = EPOCHS_DEFAULT,
+) -> tuple[np.ndarray, dict]:
+    """(held-out mask, cut description) of a loss backtest protocol (budget, frontier, size, epochs)
+    on a `runs_table`: what `backtest --protocol P` hides, and what `fit`'s choice on repeated data
+    holds out (`selection.repeated_folds`)."""
+    if protocol in ("budget", "frontier"):
+        thr = holdout_above
+        if thr is None:  # the top budget; on a ladder whose C scatter (Epoch's), at least MIN_HELD runs
+            thr = top_budget_threshold(runs, get_law(LawName.CHINCHILLA))
+            if (runs.C.to_numpy() > thr).sum() < MIN_HELD:
+                thr = validation.top_k_cut(runs.C.to_numpy(), MIN_HELD)
+        held, what = validation.holdout_mask(runs.C, thr), f"C > {thr:.4g}"
+    elif protocol == "size":
+        thr = holdout_above_n
+        held = validation.holdout_mask(runs.N, thr)
+        thr = float(runs.N[~held].max()) if thr is None and (~held).any() else thr
+        what = f"N > {thr:.4g}"
+    else:
+        if "U" not in runs:
+            raise AnalysisError(
+                "--protocol epochs needs unique tokens per run: give a U (or unique_tokens) column"
+            )
+        thr = epochs_above
+        held, what = (runs.D / runs.U).to_numpy() > thr * REPEAT_TOLERANCE, f"epochs (D/U) > {thr:g}"
+    if not held.any():
+        raise AnalysisError(f"no run has {what}; lower the threshold")
+    if held.all():
+        raise AnalysisError(f"every run has {what}; nothing is left to fit on: raise the threshold")
+    return held, {
+        "what": what,
+        "threshold": float(thr),
+        "n_fit": int((~held).sum()),
+        "n_held_out": int(held.sum()),
+    }

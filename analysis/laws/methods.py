@@ -16,9 +16,11 @@ import pandas as pd
 from analysis.core.methods import Family, Method, Prediction, Role, get, methods, register
 from analysis.core.table import resolve_inputs
 from analysis.laws.allocation import ScalingLaw
+from analysis.laws.choice import BASELINE
 from analysis.laws.fitting import FitResult, fit_law
 from analysis.laws.moe import fit_moe
-from analysis.laws.selection import AUTO, fit_auto
+from analysis.laws.registry import ON_REGISTER, USER_LAWS, get_law
+from analysis.laws.selection import AUTO, fit_chosen, repeats
 from models.base.errors import AnalysisError
 
 LOSS_PROTOCOLS = ("budget", "size", "epochs")
@@ -47,6 +49,23 @@ POINT_METHODS: dict[str, tuple[tuple[str, ...], Role, str]] = {
     "moe_joint_n": (("moe",), Role.CANDIDATE, "Ludziejewski et al. 2025 at one token count"),
     "moe_joint": (("moe",), Role.CANDIDATE, "Ludziejewski et al. 2025's joint (N, D, E) law"),
 }
+
+
+def candidates(repeated: bool = False) -> tuple[str, ...]:
+    """`auto`'s candidates, simplest (fewest parameters) first, read from the method registry: the
+    point laws scored by the `budget` protocol (`chinchilla_tied`, `chinchilla`) or, when the runs
+    repeat their data, by the `epochs` protocol (the data-constrained forms too). A law a user
+    registers with `protocols=("budget",)` joins them."""
+    scored = methods(Family.POINT, "epochs" if repeated else "budget")
+    names = [m.name for m in scored if m.role != Role.BASELINE and m.name not in (AUTO, "frontier_chosen")]
+    return tuple(sorted(names, key=lambda n: len(get_law(n).param_names)))
+
+
+def fit_auto(df: pd.DataFrame, columns: Mapping[str, str] | None = None, **fit_kwargs) -> FitResult:
+    """`fit_law` with the law chosen among `candidates()` by the runs' own folds
+    (`selection.fit_chosen`); the result's `law_selection` says which and why."""
+    repeated = repeats(df, columns)
+    return fit_chosen(df, columns, candidates(repeated), BASELINE, fit_kwargs, repeated=repeated)
 
 
 def _fit(name: str):
@@ -134,6 +153,15 @@ def register_point_law(
 
 for _name, (_protocols, _role, _doc) in POINT_METHODS.items():
     register_point_law(_name, _protocols, _role, _doc)
+
+
+def _user_law(name: str, protocols: tuple[str, ...] = ()) -> None:
+    register_point_law(name, protocols, doc=get_law(name).formula)
+
+
+for _name, _protocols in list(USER_LAWS.items()):  # laws registered before this module loaded
+    _user_law(_name, _protocols)
+ON_REGISTER.append(_user_law)  # and every later one
 
 
 def frontier_loss(law: ScalingLaw, C: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -446,10 +446,16 @@ def register_law(
         default_n_params=default_n_params,
     )
     register(law, replace=replace)
-    from analysis.laws.methods import register_point_law  # the method registry lists it too
-
-    register_point_law(name, tuple(protocols), doc=law.formula)
+    USER_LAWS[name] = tuple(protocols)
+    for listener in ON_REGISTER:  # analysis.laws.methods: the method registry lists it too
+        listener(name, tuple(protocols))
     return law
+
+
+# the laws `register_law` added (name -> protocols), and who to tell of each new one:
+# analysis.laws.methods makes each a point method, those registered before it loaded included
+USER_LAWS: dict[str, tuple[str, ...]] = {}
+ON_REGISTER: list[Callable[[str, tuple[str, ...]], object]] = []
 
 
 def _public_grid(name: str, grid, param_names: tuple[str, ...]) -> np.ndarray:

@@ -35,13 +35,13 @@ import pandas as pd
 from analysis.core import validation
 from analysis.core.enums import DEFAULT_LAW
 from analysis.core.table import FitNotice, resolve_inputs
-from analysis.laws.choice import BASELINE, EPOCH_CRITERION, PARSIMONY, LawChoice
+from analysis.laws.choice import EPOCH_CRITERION, PARSIMONY, LawChoice
 from analysis.laws.fitting import FitResult, fit_law
+from analysis.laws.holdout import REPEAT_TOLERANCE, protocol_split, runs_table
 from analysis.laws.registry import get_law
 from models.base.errors import AnalysisError
 
 AUTO = "auto"
-REPEAT_TOLERANCE = 1.01  # D > 1.01 U: a run that repeats (not one rounded to whole steps)
 
 
 def repeats(df: pd.DataFrame, columns: Mapping[str, str] | None = None) -> bool:
@@ -51,19 +51,6 @@ def repeats(df: pd.DataFrame, columns: Mapping[str, str] | None = None) -> bool:
     except AnalysisError:
         return False
     return bool((vals["D"] > REPEAT_TOLERANCE * vals["U"]).any())
-
-
-def candidates(repeated: bool = False) -> tuple[str, ...]:
-    """`auto`'s candidates, simplest (fewest parameters) first, read from the method registry: the
-    point laws scored by the `budget` protocol (`chinchilla_tied`, `chinchilla`) or, when the runs
-    repeat their data, by the `epochs` protocol (the data-constrained forms too). A law a user
-    registers with `protocols=("budget",)` joins them."""
-    import analysis.laws.methods  # noqa: F401  (fills the registry; it imports this module)
-    from analysis.core.methods import Family, Role, methods
-
-    scored = methods(Family.POINT, "epochs" if repeated else "budget")
-    names = [m.name for m in scored if m.role != Role.BASELINE and m.name not in (AUTO, "frontier_chosen")]
-    return tuple(sorted(names, key=lambda n: len(get_law(n).param_names)))
 
 
 REPEATED_FOLDS = ("epochs", "size")  # the backtest protocols a repeated-data law is used for
@@ -82,8 +69,6 @@ def repeated_folds(
     4 epochs; the largest model size). A table with no run beyond 4 epochs (the fitted part of an
     epochs backtest) holds out its most-repeated runs instead, keeping EPOCH_SHARE of them to fit.
     A fold that cannot be built (one model size, one epoch count) is left out."""
-    from analysis.backtests.losses import Options, runs_table, split  # the protocols' own folds
-
     if holdout_above is not None:  # select on the fitted runs only, as the folds do
         c = resolve_inputs(df, ("N", "D", "C"), columns)[0]["C"]
         df = df[c <= float(holdout_above)]
@@ -91,7 +76,7 @@ def repeated_folds(
     out = {}
     for protocol in REPEATED_FOLDS:
         try:
-            held, _ = split(runs, protocol, Options())
+            held, _ = protocol_split(runs, protocol)  # the backtest protocols' own default cuts
         except AnalysisError:
             if protocol != "epochs":
                 continue
@@ -111,11 +96,16 @@ def fold_error(fit_rows: pd.DataFrame, test: pd.DataFrame, name: str, probe: Map
     return float(np.mean(np.abs(np.log(pred / test["loss"].to_numpy(float)))))
 
 
-def fit_auto(df: pd.DataFrame, columns: Mapping[str, str] | None = None, **fit_kwargs) -> FitResult:
-    """`fit_law` with the law chosen among `candidates()` (see the module docstring); the result's
-    `law_selection` says which and why."""
-    repeated = repeats(df, columns)
-    return fit_chosen(df, columns, candidates(repeated), BASELINE, fit_kwargs, repeated=repeated)
+def too_few_folds(family: str, baseline: str, folds: Mapping[str, Mapping[str, float]]) -> str | None:
+    """The `note:` when the baseline was scored on fewer than MIN_FOLDS folds: too few to tell a
+    form from it, so it is kept (None when there are enough, or no scored baseline at all)."""
+    n = len(folds.get(baseline, {}))
+    if n >= MIN_FOLDS or baseline not in folds:
+        return None
+    return (
+        f"--law {family}: {n} fold{'s' * (n != 1)} on these runs (need {MIN_FOLDS}) cannot tell a "
+        f"form from the baseline: kept {baseline}; more budgets, sizes or epochs would"
+    )
 
 
 def fit_chosen(
@@ -168,14 +158,9 @@ def fit_chosen(
             + ")"
         )
     chosen = validation.choose_against(baseline, folds, order, PARSIMONY, shared=shared_folds)
-    note = None
-    n_base = len(folds.get(baseline, {}))
-    if n_base < MIN_FOLDS and baseline in folds:
+    note = too_few_folds(family, baseline, folds)
+    if note is not None:
         chosen = baseline
-        note = (
-            f"--law {family}: {n_base} fold{'s' * (n_base != 1)} on these runs (need {MIN_FOLDS}) "
-            f"cannot tell a form from the baseline: kept {baseline}; more budgets, sizes or epochs would"
-        )
     choice = LawChoice(
         note=note,
         chosen=chosen,

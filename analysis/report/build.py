@@ -53,8 +53,9 @@ from analysis.core.runs import load as load_runs
 from analysis.core.table import choose_n_column, read_table, resolve, resolve_inputs
 from analysis.laws.fitting import FitResult, fit_law
 from analysis.laws.isoflop import approach2, compare_approaches, group_budgets
+from analysis.laws.methods import fit_auto
 from analysis.laws.registry import bound_notes, get_law
-from analysis.laws.selection import AUTO, default_law, fit_auto
+from analysis.laws.selection import AUTO, default_law
 from analysis.planning import data_limit, planner
 from analysis.report import figures as figs
 from analysis.report import moe
