@@ -198,7 +198,7 @@ def test_too_few_folds_keep_no_difference_with_one_note_line(tables, tmp_path, c
     assert set(mc) >= {"chosen", "baseline", "candidates", "fold_errors", "note"}
     assert mc["chosen"] == mc["baseline"] == "no_difference" and mc["candidates"] == ["auto_shrunk"]
     assert len(mc["cuts"]) == 1 and "too few folds to tell (1 of the 2 needed" in mc["note"]
-    assert len(mc["fold_errors"]["no_difference"]) == 1 and mc["fold_errors"]["auto_shrunk"] == []
+    assert len(mc["fold_errors"]["no_difference"]) == 1 and mc["fold_errors"]["auto_shrunk"] == [None]
     for b in j["budgets"]:
         lo, hi = b["interval"]
         assert b["multiplier"] == 1.0 and 0 < lo <= 1 <= hi and b["winner"] is None
@@ -207,7 +207,8 @@ def test_too_few_folds_keep_no_difference_with_one_note_line(tables, tmp_path, c
 def test_the_choice_keeps_the_baseline_unless_the_candidate_wins_every_fold():
     """`choice.choose` on the m = 2 pair, its candidate's fold predictions given: exact ones beat
     "no difference" (|log2| 1 on every fold) and are chosen; m = 1 cannot beat it; a candidate
-    right on all folds but one keeps the baseline. The record holds one error per fold and method."""
+    right on all folds but one keeps the baseline. The record holds one error per fold and method
+    (null where the candidate was not fitted: after the fold it lost)."""
     ref, other = _ladders(zoo.recipe_pair(0, 2.0))
     cuts = choice.fold_cuts(ref, other)
     assert len(cuts) == choice.MAX_FOLDS and cuts == sorted(cuts) and cuts[-1] > 5e19
@@ -229,6 +230,10 @@ def test_the_choice_keeps_the_baseline_unless_the_candidate_wins_every_fold():
     assert choice.choose(ref, other, 10, 0, pair_with(lambda top, c: 1.0)).chosen == "no_difference"
     one_bad = choice.choose(ref, other, 10, 0, pair_with(lambda top, c: 2.0 if top > cuts[0] else 8.0))
     assert one_bad.chosen == "no_difference" and "kept no_difference" in one_bad.note
+    # scored from the largest cut down: a candidate that loses there is not fitted on the others
+    top_bad = choice.choose(ref, other, 10, 0, pair_with(lambda top, c: 8.0 if top > cuts[-2] else 2.0))
+    assert top_bad.chosen == "no_difference"
+    assert top_bad.to_dict()["fold_errors"]["auto_shrunk"][:-1] == [None, None]
 
 
 def _error(argv, capsys) -> str:

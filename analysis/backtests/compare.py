@@ -52,13 +52,15 @@ def default_cut(ref: Ladder, others: list[Ladder]) -> float:
 
 
 def _winner_note(actual: np.ndarray, pred: np.ndarray, p_other: np.ndarray) -> str:
-    """How often the method's winner (`comparison.winner_sign`) is the measured one."""
+    """How often the side of 1 the method leans to (`comparison.winner_sign`: its multiplier's, or
+    P(OTHER better)'s) is the measured one; the winners it names are counted in `winners_named`."""
     clear = np.abs(np.log(actual)) > math.log1p(WINNER_BAND)
     if not clear.any():
         return f"no measured multiplier beyond ±{WINNER_BAND:.0%}"
     said = np.array([winner_sign(float(np.log(f)), float(p)) for f, p in zip(pred, p_other)])
     right = said[clear] == np.sign(np.log(actual[clear]))
-    return f"winner right {int(right.sum())}/{int(clear.sum())} (measured beyond ±{WINNER_BAND:.0%})"
+    band = f"measured beyond ±{WINNER_BAND:.0%}"
+    return f"leans to the right side {int(right.sum())}/{int(clear.sum())} ({band})"
 
 
 def _score(name: str, role: Role, ref: Ladder, others, cut: float, truths, opt: Options) -> MethodScore:

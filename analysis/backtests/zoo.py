@@ -404,9 +404,11 @@ def recipe_pair(
     return pd.DataFrame(ref_rows + [dict(r, recipe="other") for r in _isoflop(other, budgets, rng, 0.005)])
 
 
-def small_pair(seed: int, multiplier: float, kaplan: bool = False) -> pd.DataFrame:
-    """A pair shaped like a real small-budget comparison: 10 budgets 1e16-2.6e19 x 7 shapes, 0.4%
-    noise per run and a 0.2% offset per (recipe, budget) (one learning rate per IsoFLOP curve);
+def small_pair(
+    seed: int, multiplier: float, kaplan: bool = False, noise: float = 0.004, offset: float = 0.002
+) -> pd.DataFrame:
+    """A pair shaped like a real small-budget comparison: 10 budgets 1e16-2.6e19 x 7 shapes, `noise`
+    per run (0.4%) and an `offset` per (recipe, budget) (0.2%: one learning rate per IsoFLOP curve);
     OTHER is REF with N and D worth sqrt(multiplier) times more, a constant multiplier. REF follows
     REF_LAW, or with `kaplan` Kaplan et al.'s eq. 1.5 as in `kaplan_ladder` (no Chinchilla law
     fits it: a joint law's recipe terms absorb the misfit)."""
@@ -414,7 +416,7 @@ def small_pair(seed: int, multiplier: float, kaplan: bool = False) -> pd.DataFra
     rows = []
     for name, s in (("ref", 1.0), ("other", multiplier**0.5)):
         for C in np.geomspace(1e16, 2.6e19, 10):
-            off = rng.normal(0, 0.002)
+            off = rng.normal(0, offset)
             for f in np.geomspace(0.25, 4, 7):
                 N = (np.sqrt(C / 6 / 20) if kaplan else _optimum(REF_LAW, C)) * f
                 D = C / (6 * N)
@@ -423,7 +425,7 @@ def small_pair(seed: int, multiplier: float, kaplan: bool = False) -> pd.DataFra
                 else:
                     E, A, B, al, be = REF_LAW
                     loss = E + A / (s * N) ** al + B / (s * D) ** be
-                rows.append(dict(recipe=name, N=N, D=D, C=C, loss=loss * np.exp(off + rng.normal(0, 0.004))))
+                rows.append(dict(recipe=name, N=N, D=D, C=C, loss=loss * np.exp(off + rng.normal(0, noise))))
     return pd.DataFrame(rows)
 
 
@@ -547,6 +549,10 @@ def _c(cut: float) -> dict:
 FIT_5E17 = _c(5e17)  # the held-back comparisons' fitted budgets
 
 
+def _quiet(seed: int) -> Callable[[], pd.DataFrame]:
+    return lambda: small_pair(seed, 1.3, True, noise=0.003, offset=0.0)
+
+
 def _small(seed: int, multiplier: float, kaplan: int) -> Case:
     name = f"synthetic small pair m={multiplier}{' Kaplan' * kaplan}, fit <= 5e17"
     return Case(name, "compare", lambda: small_pair(seed, multiplier, bool(kaplan)), FIT_5E17)
@@ -586,6 +592,10 @@ def _compare_prefix_moe_cases() -> list[Case]:
         Case("gemstones cooled vs hot, fit <= 2e19", "compare", gemstones_cooled_pair, _c(2e19)),
         Case("gemstones shapes odd vs even, fit <= 2e19", "compare", gemstones_shape_split, _c(2e19)),
         *(_small(i, m, k) for i, (m, k) in enumerate(((1.0, 0), (1.05, 0), (1.3, 0), (1.0, 1), (1.3, 1)))),
+        *(
+            Case(f"synthetic small pair m=1.3 Kaplan, 0.3% noise, seed {s}", "compare", _quiet(s), FIT_5E17)
+            for s in (5, 6)
+        ),
     ]
     out += [
         # forecasts from the first 25% of a run: the larger shapes from the smaller ones' finished

@@ -8,9 +8,11 @@ over measured multiplier; the baseline `no_difference` (m = 1) scores the measur
 own |log2|. The baseline is kept unless the candidate (`auto_shrunk`) beats it by the parsimony
 margin on every fold (`validation.choose_against`, the project's one choice rule): a multiplier
 extrapolated from small budgets must have shown, on these ladders, that it predicts larger ones
-better than "no difference" does. With fewer than `MIN_FOLDS` folds (each recipe keeps
-`MIN_FIT_BUDGETS` budgets below a cut, and some budget above it has a measured multiplier) there is
-no evidence either way: the baseline is kept and the note says so.
+better than "no difference" does. The folds are scored from the largest cut down, and a candidate
+that loses one is not fitted on the rest (it cannot be chosen; its record says null there). With
+fewer than `MIN_FOLDS` folds (each recipe keeps `MIN_FIT_BUDGETS` budgets below a cut, and some
+budget above it has a measured multiplier) there is no evidence either way: the baseline is kept
+and the note says so.
 
 `analysis.backtests.compare` scores every method on the same pieces (`hidden`), at one cut.
 """
@@ -56,7 +58,7 @@ class MethodChoice:
             "baseline": self.baseline,
             "candidates": list(self.candidates),
             "cuts": list(self.cuts),
-            "fold_errors": {k: clean(v) for k, v in self.fold_errors.items()},
+            "fold_errors": {k: clean(v) for k, v in self.fold_errors.items()},  # null: not fitted
             "metric": "mean |log2(predicted / measured multiplier)| over the budgets above each cut",
             "note": self.note,
         }
@@ -125,19 +127,22 @@ def choose(ref: Ladder, other: Ladder, bootstrap: int, seed: int, pair: Callable
     """The folds on REF and OTHER and the method they choose (`BASELINE` unless a candidate beats it
     on every fold by the parsimony margin, or with fewer than `MIN_FOLDS` folds)."""
     cuts = fold_cuts(ref, other)
-    errors: dict[str, list[float]] = {str(BASELINE): []}
-    errors.update({str(m): [] for m in CANDIDATES})
-    for cut in cuts:
-        truth = measured(ref, other, above=cut)
-        errors[str(BASELINE)].append(float(np.mean(np.abs(truth.log_m))) / math.log(2))
-        for m in CANDIDATES if len(cuts) >= MIN_FOLDS else ():  # too few: the baseline stays, unfitted
+    base = [float(np.mean(np.abs(measured(ref, other, above=c).log_m))) / math.log(2) for c in cuts]
+    errors: dict[str, list[float]] = {str(BASELINE): base}
+    errors.update({str(m): [math.nan] * len(cuts) for m in CANDIDATES})
+    alive = list(CANDIDATES) if len(cuts) >= MIN_FOLDS else []  # too few: the baseline stays, unfitted
+    for i in reversed(range(len(cuts))):  # the largest cut first: the fold most like the real use
+        for m in list(alive):
             try:
-                t, pc = hidden(ref, other, cut, m, min(bootstrap, FOLD_BOOTSTRAP), seed, pair)
-                errors[str(m)].append(fold_error(t, pc) if pc is not None else math.nan)
+                t, pc = hidden(ref, other, cuts[i], m, min(bootstrap, FOLD_BOOTSTRAP), seed, pair)
+                errors[str(m)][i] = fold_error(t, pc) if pc is not None else math.nan
             except AnalysisError:
-                errors[str(m)].append(math.nan)
+                pass
+            if not errors[str(m)][i] <= (1 - validation.PARSIMONY) * base[i] + 1e-15:
+                alive.remove(m)  # it lost a fold: the rule cannot choose it, its other folds are not fitted
     names = [str(BASELINE), *map(str, CANDIDATES)]
-    shown = ", ".join(f"{k} " + "/".join(f"{e:.2f}" for e in v) for k, v in errors.items())
+    fmt = lambda e: f"{e:.2f}" if math.isfinite(e) else "-"
+    shown = ", ".join(f"{k} " + "/".join(map(fmt, v)) for k, v in errors.items())
     if len(cuts) < MIN_FOLDS:
         note = (
             f"kept {BASELINE}: too few folds to tell ({len(cuts)} of the {MIN_FOLDS} needed: a fold keeps "
@@ -149,7 +154,7 @@ def choose(ref: Ladder, other: Ladder, bootstrap: int, seed: int, pair: Callable
     pick = validation.choose_against(str(BASELINE), folds, names)
     margin = f"{validation.PARSIMONY:.0%} on each of {len(cuts)} folds (mean |log2| error per fold: {shown})"
     if pick == str(BASELINE):
-        note = f"kept {BASELINE}: no candidate beat it by {margin}"
+        note = f"kept {BASELINE}: no candidate beat it by {margin} (-: not fitted after a lost fold)"
     else:
         note = f"chose {pick}: it beat {BASELINE} by {margin}"
     return MethodChoice(pick, str(BASELINE), tuple(names[1:]), tuple(cuts), errors, note)
