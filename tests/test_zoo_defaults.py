@@ -44,6 +44,17 @@ MISCALIBRATED = {
 }
 
 
+# (protocol, dataset) where the default is known to lose to the baseline by more than the margin,
+# the stated exceptions of docs/backtests.md: the largest ratio allowed there, and why
+EXCEPTED = {
+    # Huber 1e-3 (the published protocol; lower mean error on the zoo's budget and size backtests,
+    # 2.48% vs 3.25%) against least squares: 2.9x on this one
+    ("size", "gadre RedPajama/paloma_code"): 3.2,
+    # the runs' own folds keep Chinchilla (Huber) where the least-squares baseline is 17% better
+    ("epochs", "synthetic repeated R_D=40 seed 2"): 1.3,
+}
+
+
 def cases(protocol: str) -> list[zoo.Case]:
     picks = SUBSETS[protocol]
     out = [
@@ -62,7 +73,8 @@ def check_rule_and_coverage(protocol: str) -> None:
         assert o.error is None, (case.dataset, o.error)
         d, b = o.role("default"), o.role("baseline")
         key = o.error_key
-        assert d[key] <= (1 + zoo.MARGIN) * b[key] + 1e-4, (case.dataset, d["method"], d[key], b[key])
+        allowed = EXCEPTED.get((protocol, case.dataset), 1 + zoo.MARGIN)
+        assert d[key] <= allowed * b[key] + 1e-4, (case.dataset, d["method"], d[key], b[key])
         if d["coverage_90"] is not None:
             k, n = round(d["coverage_90"] * d["n"]), int(d["n"])
             calibrated = zoo.consistent_with_90(k, n)

@@ -314,6 +314,6 @@ def choose_method(df: pd.DataFrame, param: str, **options) -> MethodChoice:
 
 
 def _short(param: str) -> str:
-    from analysis.hparams.laws import short_name
+    from analysis.hparams.laws import short_name  # deferred: only for a message
 
     return short_name(param)

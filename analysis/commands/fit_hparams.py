@@ -250,7 +250,7 @@ class _Forced:
         return f"{self.param}: {self.chosen} (forced by {self.flag})"
 
     def to_json(self) -> dict:
-        from analysis.hparams.methods import BASELINE
+        from analysis.hparams.methods import BASELINE  # deferred: the fitting code loads JAX (fast --help)
 
         return {
             "param": self.param,
@@ -265,6 +265,7 @@ class _Forced:
 def _choices(table, opts: FitHparamsOptions, common: dict) -> dict:
     """Per parameter, the method to fit: the flag's, else the one its folds choose
     (`analysis.backtests.hparams.choose_method`)."""
+    # deferred: the fitting code loads JAX (fast --help)
     from analysis.backtests.hparams import choose_method
     from analysis.hparams.fitting import resolve_params, tidy
 
@@ -276,7 +277,7 @@ def _choices(table, opts: FitHparamsOptions, common: dict) -> dict:
 
 
 def _options(method: str, opts: FitHparamsOptions, common: dict, forms_all):
-    from analysis.hparams.methods import options
+    from analysis.hparams.methods import options  # deferred: the fitting code loads JAX (fast --help)
 
     if method == "fit_hparams":
         return options(method, **common, forms=tuple(opts.form) if opts.form else tuple(forms_all))
