@@ -547,11 +547,14 @@ def _record_result(job: dict, ret: JobReturn, sweep_dir: pathlib.Path) -> None:
 def _fit_hparams(sweep_dir: pathlib.Path) -> pathlib.Path:
     """`sweep.fit_hparams`: collect the sweep and fit its hyperparameter laws, through the analysis
     command line (the sweeper sits below the analysis package): <sweep dir>/runs.csv and
-    <sweep dir>/hparams.json. A fit that fails is the sweep's one-line error; the runs stay."""
+    <sweep dir>/hparams.json. A fit that fails is the sweep's one-line error; the runs stay. The
+    probe fits the law (`--method fit_hparams`): a probe spans two or three budgets, too few folds
+    for fit-hparams' own choice, whose fallback (the best value tried per rung) would plan every
+    later budget at one grid learning rate."""
     table, laws = sweep_dir / SWEEP_RUNS_TABLE, sweep_dir / HPARAMS_FILE
     for cmd in (
         ["collect", str(sweep_dir), "--out", str(table)],
-        ["fit-hparams", str(table), "--json", str(laws)],
+        ["fit-hparams", str(table), "--method", "fit_hparams", "--json", str(laws)],
     ):
         p = subprocess.run([sys.executable, "-m", "analysis", *cmd], capture_output=True, text=True)
         for line in (p.stdout + p.stderr).splitlines():
