@@ -45,7 +45,6 @@ POINT_METHODS: dict[str, tuple[tuple[str, ...], Role, str]] = {
     "data_constrained": (("epochs", "size"), Role.CANDIDATE, "Muennighoff et al. 2023, eq. 5"),
     "data_constrained_d": (("epochs", "size"), Role.CANDIDATE, "Muennighoff et al.'s effective data alone"),
     "moe": (("moe",), Role.DEFAULT, "the MoE form that extrapolated best in N on the runs' own folds"),
-    "moe_clark": (("moe",), Role.CANDIDATE, "Clark et al. 2022, eq. 7-8"),
     "moe_joint_n": (("moe",), Role.CANDIDATE, "Ludziejewski et al. 2025 at one token count"),
     "moe_joint": (("moe",), Role.CANDIDATE, "Ludziejewski et al. 2025's joint (N, D, E) law"),
 }
