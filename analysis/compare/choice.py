@@ -154,7 +154,10 @@ def choose(ref: Ladder, other: Ladder, bootstrap: int, seed: int, pair: Callable
     pick = validation.choose_against(str(BASELINE), folds, names)
     margin = f"{validation.PARSIMONY:.0%} on each of {len(cuts)} folds (mean |log2| error per fold: {shown})"
     if pick == str(BASELINE):
-        note = f"kept {BASELINE}: no candidate beat it by {margin} (-: not fitted after a lost fold)"
+        skipped = any(math.isnan(e) for m in CANDIDATES for e in errors[str(m)])
+        note = f"kept {BASELINE}: no candidate beat it by {margin}" + (
+            " (-: not fitted after a lost fold)" if skipped else ""
+        )
     else:
         note = f"chose {pick}: it beat {BASELINE} by {margin}"
     return MethodChoice(pick, str(BASELINE), tuple(names[1:]), tuple(cuts), errors, note)
