@@ -219,7 +219,7 @@ def protocol_split(
         thr = holdout_above_n
         held = validation.holdout_mask(runs.N, thr)
         thr = float(runs.N[~held].max()) if thr is None and (~held).any() else thr
-        what = f"N > {thr:.4g}"
+        what = f"N > {thr:.4g}" if thr is not None else "N at the largest size (one size only)"
     else:
         if "U" not in runs:
             raise AnalysisError(

@@ -8,7 +8,7 @@ form Gadre et al. 2024 fit, whose tokens-per-parameter optimum does not drift wi
 and, when the runs repeat their data (D > U), the data-constrained laws (effective data alone,
 then with excess parameters; Muennighoff et al. 2023), all then scored where such a law is used,
 on the folds of the user's own `backtest --protocol epochs` and `--protocol size`
-(`protocol_fold_error`). `fit` without --law makes this choice whenever the runs repeat.
+(`repeated_folds`, `fold_error`). `fit` without --law makes this choice whenever the runs repeat.
 The rule keeps the baseline form, Chinchilla's (`BASELINE`: the form of the simple least-squares
 baseline every prediction is compared with), unless another candidate beats it by `PARSIMONY`
 (10%) on *every* fold (`validation.choose_against`); among those that do, the simplest within
@@ -93,7 +93,7 @@ def fold_error(fit_rows: pd.DataFrame, test: pd.DataFrame, name: str, probe: Map
     kw = {k: v for k, v in probe.items() if k != "holdout_above"}
     fit = fit_law(fit_rows, name, None, bootstrap=0, prediction_intervals=False, **kw)
     pred = fit.predict({k: test[k].to_numpy(float) for k in get_law(name).inputs})
-    return float(np.mean(np.abs(np.log(pred / test["loss"].to_numpy(float)))))
+    return validation.fold_mae([np.log(pred / test["loss"].to_numpy(float))])
 
 
 def too_few_folds(family: str, baseline: str, folds: Mapping[str, Mapping[str, float]]) -> str | None:
