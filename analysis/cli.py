@@ -10,9 +10,11 @@ from __future__ import annotations
 import argparse
 import importlib
 import importlib.metadata
+import os
 import pathlib
 import pkgutil
 import re
+import subprocess
 import sys
 
 from analysis import commands
@@ -21,6 +23,7 @@ from models.base.diskspace import disk_full_of
 from models.base.errors import AnalysisError
 
 DESCRIPTION = "scalelab analysis: fit scaling laws to training runs, forecast loss curves, plan runs."
+PROG = "python -m analysis"  # `scalelab` sets it to its own name
 
 EXAMPLES = """\
 examples:
@@ -68,7 +71,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The parser of every subcommand, or only of `command` when it names one: a command line
     then imports just the module it runs (the others pull in the planner, the cost model...)."""
     parser = argparse.ArgumentParser(
-        prog="python -m analysis",
+        prog=PROG,
         description=DESCRIPTION,
         epilog=EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -78,7 +81,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         dest="command",
         required=True,
         metavar="COMMAND",
-        title="commands (python -m analysis COMMAND --help for its flags)",
+        title=f"commands ({PROG} COMMAND --help for its flags)",
     )
     names = command_modules()
     module = (command or "").replace("-", "_")  # `fit-curve` is module fit_curve
@@ -135,3 +138,40 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"error: {full.command_line()}", file=sys.stderr)
         return 1
+
+
+# `scalelab` runs the trainer's entry points too: the word, then the module it starts (the rest
+# of the command line is handed on unchanged, Hydra overrides included)
+TRAINING = {
+    "train": ("experiments.train", [], "train one model (Hydra overrides: model.d_model=256 ...)"),
+    "sweep": ("experiments.train", ["-m"], "a Hydra multirun sweep (+sweep=isoflop ...)"),
+    "rl": ("experiments.rl", [], "an RL run"),
+    "demo": ("experiments.demo", [], "the demo: sweep -> fit -> report on the embedded corpus"),
+    "prepare-data": ("experiments.prepare_data", [], "tokenize a corpus for training"),
+}
+
+
+def _training_help() -> str:
+    rows = "\n".join(f"  {word:<13} {what}" for word, (_, _, what) in TRAINING.items())
+    return f"training (scalelab WORD --help for its options):\n{rows}\n"
+
+
+def scalelab(argv: list[str] | None = None) -> int:
+    """The `scalelab` console command: the analysis commands, plus `train`, `sweep`, `rl`, `demo`
+    and `prepare-data`, which start the `python -m experiments.*` entry points."""
+    global PROG
+    argv = sys.argv[1:] if argv is None else list(argv)
+    word = _command_word(argv)
+    if word in TRAINING and argv and argv[0] == word:
+        module, extra, _ = TRAINING[word]
+        cmd = [sys.executable, "-m", module, *extra, *argv[1:]]
+        if os.name == "posix":
+            sys.stdout.flush()
+            os.execv(sys.executable, cmd)  # the trainer owns the process: signals, exit code
+        return subprocess.call(cmd)
+    PROG = "scalelab"
+    if not argv or argv[0] in ("-h", "--help"):
+        build_parser(None).print_help()
+        print("\n" + _training_help())
+        return 0
+    return main(argv)
