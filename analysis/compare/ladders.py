@@ -85,12 +85,7 @@ class Ladder:
 
 def read_input(path: str | pathlib.Path) -> pd.DataFrame:
     """A runs table (CSV/parquet) or a sweep directory (its completed runs, collected)."""
-    p = pathlib.Path(path)
-    if p.is_dir():
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", runs_mod.RunWarning)
-            return runs_mod.table(p, cache_dir=False)
-    return data_mod.read_table(p)
+    return runs_mod.read_runs(path)
 
 
 def ladder_of(df: pd.DataFrame, name: str, source: str, columns: Mapping[str, str] | None = None) -> Ladder:

@@ -40,7 +40,7 @@ import json
 import os
 import pathlib
 import warnings
-from typing import Iterable
+from typing import Iterable, Mapping
 
 import numpy as np
 import pandas as pd
@@ -433,6 +433,43 @@ def table(
     the hyperparameter selection columns (`with_selection`)."""
     runs_df = with_roles(load(*paths, cache_dir=cache_dir, include_unfinished=include_unfinished)[0])
     return with_selection(runs_df)[0]
+
+
+def read_runs(
+    path: str | os.PathLike, columns: Mapping[str, str] | None = None, include_unfinished: bool = False
+) -> pd.DataFrame:
+    """The runs a command reads, from any of the three inputs every command takes: a CSV, a
+    Parquet file or a sweep directory (its completed runs, as `collect` writes them). `columns`
+    ({role: column}, the --n-col & co. flags) copies each named column to its role's own name
+    (N, D, C, loss, U, x, experts), which every reader looks for first."""
+    from analysis.core.table import read_table  # table imports nothing of this module
+
+    p = pathlib.Path(path)
+    if p.is_dir():
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RunWarning)
+            df = table(p, cache_dir=False, include_unfinished=include_unfinished)
+    else:
+        df = read_table(p)
+    return with_named_columns(df, columns, str(path))
+
+
+def with_named_columns(
+    df: pd.DataFrame, columns: Mapping[str, str] | None, source: str = "the table"
+) -> pd.DataFrame:
+    """`df` with each user-named column ({role: column}) copied to the role's name; a name that
+    is not a column is one error naming the columns there are."""
+    if not columns:
+        return df
+    missing = [f"{c!r} ({role})" for role, c in columns.items() if c not in df.columns]
+    if missing:
+        shown = ", ".join(map(str, list(df.columns)[:20])) + (" ..." if len(df.columns) > 20 else "")
+        raise AnalysisError(f"{source} has no column {', '.join(missing)}; its columns: {shown}")
+    df = df.copy()
+    for role, c in columns.items():
+        if c != role:
+            df[role] = df[c]
+    return df
 
 
 def with_selection(runs_df: pd.DataFrame) -> tuple[pd.DataFrame, Selection | None]:
