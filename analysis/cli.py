@@ -8,6 +8,7 @@ thing on stdout: its human-readable lines are sent to stderr while it runs.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import importlib.metadata
 import os
@@ -16,6 +17,7 @@ import pkgutil
 import re
 import subprocess
 import sys
+import warnings
 
 from analysis import commands
 from analysis.commands._options import json_stdout_only, json_to_stdout
@@ -87,6 +89,10 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     module = (command or "").replace("-", "_")  # `fit-curve` is module fit_curve
     for name in [module] if module in names else names:
         importlib.import_module(f"{commands.__name__}.{name}").register(sub)
+    for p in sub.choices.values():  # flags every command has
+        p.add_argument("-q", "--quiet", action="store_true", help="print nothing but errors")
+        if p.description:
+            p.description = p.description.replace("python -m analysis", PROG)
     return parser
 
 
@@ -109,10 +115,27 @@ def _run(args: argparse.Namespace) -> int:
     """Run the parsed command line's command (its `func` builds the command's typed options)."""
     json_path = getattr(args, "json", None)
     _check_json_destination(json_path)
+    if getattr(args, "quiet", False):
+        return _run_quiet(args, json_path)
     if not json_to_stdout(json_path):
         return int(args.func(args) or 0)
     with json_stdout_only():
         return int(args.func(args) or 0)
+
+
+def _run_quiet(args: argparse.Namespace, json_path: str | None) -> int:
+    """`--quiet`: no progress bars, no text lines, no warnings; errors still reach stderr (the
+    `error:` line is printed by `main`) and `--json -` still writes its JSON to stdout."""
+    from analysis.core import progress
+
+    progress.set_quiet(True)
+    with open(os.devnull, "w") as null, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if json_to_stdout(json_path):
+            with json_stdout_only(), contextlib.redirect_stderr(null), contextlib.redirect_stdout(null):
+                return int(args.func(args) or 0)
+        with contextlib.redirect_stdout(null), contextlib.redirect_stderr(null):
+            return int(args.func(args) or 0)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -164,7 +187,10 @@ def scalelab(argv: list[str] | None = None) -> int:
     word = _command_word(argv)
     if word in TRAINING and argv and argv[0] == word:
         module, extra, _ = TRAINING[word]
-        cmd = [sys.executable, "-m", module, *extra, *argv[1:]]
+        rest = [a for a in argv[1:] if a not in ("-q", "--quiet")]
+        if len(rest) < len(argv) - 1:  # the trainer's progress and step lines go quiet; errors stay
+            os.environ["SCALELAB_QUIET"] = "1"
+        cmd = [sys.executable, "-m", module, *extra, *rest]
         if os.name == "posix":
             sys.stdout.flush()
             os.execv(sys.executable, cmd)  # the trainer owns the process: signals, exit code

@@ -126,7 +126,7 @@ def test_fit_curve_json(shared_data, tmp_path):
             str(d / "cosine_24000.csv"),
             "--fit-until",
             "16000",
-            "--predict",
+            "--predict-curves",
             str(d / "wsd_20000_24000.csv"),
             "--json",
             str(out),

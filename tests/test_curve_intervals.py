@@ -127,7 +127,7 @@ def test_cli_json_carries_intervals(shared_data, tmp_path):
                 str(d / "cosine_24000.csv"),
                 "--fit-until",
                 "16000",
-                "--predict",
+                "--predict-curves",
                 str(d / "wsd_20000_24000.csv"),
                 "--json",
                 str(out),

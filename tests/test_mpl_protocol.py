@@ -138,7 +138,7 @@ def test_protocol_errors_are_one_line(shared_data, tmp_path):
         fit_curve(fit, "mpl", protocol="multistart", fixed={"gamma": 0.5})
     with pytest.raises(AnalysisError, match="warmup_steps must be in"):
         load_curve(d / "constant_24000.csv", warmup_steps=3000).schedule()
-    assert main(["fit-curve", "--fit", str(fit[0]), "--protocol", "nope"]) != 0
+    assert main(["fit-curve", "--fit", str(fit[0]), "--search", "nope"]) != 0
 
 
 def test_warmup_steps_end_the_linear_warmup_there():

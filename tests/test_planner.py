@@ -290,7 +290,7 @@ def test_layout_eval_calibrates_on_user_sweep(tmp_path):
         lines.append(f"{L},{d},{d // 128},2048,32000,512,{mb},{64 // tp},{tp},1,h100,{t}")
     csv = tmp_path / "sweep.csv"
     csv.write_text("\n".join(lines) + "\n")
-    r = _cli("layout-eval", csv, "--calibrate", tmp_path / "eff.json", "--json", tmp_path / "o.json")
+    r = _cli("layout-eval", csv, "--fit-all", "--out", tmp_path, "--json", tmp_path / "o.json")
     assert r.returncode == 0, r.stderr
-    fitted = json.loads((tmp_path / "eff.json").read_text())
+    fitted = json.loads((tmp_path / "efficiency.json").read_text())
     assert fitted["scores"]["median_abs_mfu_error"] < 0.01

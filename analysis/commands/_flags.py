@@ -20,6 +20,39 @@ import argparse
 import math
 import pathlib
 
+from models.base.errors import AnalysisError
+
+# Every flag name that more than one command has, with its one meaning (tests/test_cli_flags.py
+# fails on a shared name missing here: a new one must mean the same thing wherever it appears).
+FLAG_MEANINGS: dict[str, str] = {
+    "--bootstrap": "bootstrap resamples behind the intervals (default BOOTSTRAP everywhere)",
+    "--budget": "training-compute budget(s) in FLOPs",
+    "--calibrate": "measured rows or a sweep to refit the cost model to (an input)",
+    "--efficiency": "a fitted cost-model constants file to use (an input)",
+    "--figure": "a figure file to write",
+    "--fit-until-frac": "fit on the first fraction of the compute, score the rest",
+    "--fix": "hold a parameter fixed: NAME=VALUE",
+    "--framework": "the training stack whose layouts and efficiency profile are used",
+    "--gpus": "the number of devices",
+    "--hardware": "the device type: a catalogue name or a YAML file",
+    "--holdout-above": "leave runs with C above this out and predict them",
+    "--hparams": "hyperparameter laws written by `fit-hparams --json` (an input)",
+    "--json": "write the result as one JSON file ('-': stdout)",
+    "--law": "the law: a name, or a fit's JSON",
+    "--markdown": "a Markdown file to write",
+    "--method": "force this method instead of the one the backtest folds choose",
+    "--n-params": "which parameter count N is",
+    "--out": "the output directory",
+    "--predict": "a CSV of points to predict at",
+    "--quiet": "print nothing but errors",
+    "--seed": "the seed of the bootstrap and the intervals",
+    "--unique-tokens": "unique tokens in the corpus: the data limit",
+    **{f"--{r}-col": f"the {r} column of the runs" for r in ("n", "d", "c", "loss", "u", "x", "experts")},
+}
+# The commands that read runs: the same inputs (CSV, Parquet or a sweep directory, `add_runs_argument`
+# or their own positional) and the same column flags (`add_column_arguments`).
+RUNS_COMMANDS = ("fit", "backtest", "compare", "report", "forecast", "fit-hparams", "fit-task")
+
 
 def parse_budget(text: str) -> float:
     """One FLOP count; argparse turns the ValueError-free error below into a usage line."""
@@ -55,8 +88,7 @@ def add_budget_argument(parser: argparse.ArgumentParser, what: str) -> None:
         nargs="+",
         default=None,
         metavar="C",
-        help=f"compute budget in FLOPs {what}; repeatable, or several values "
-        "in one flag (--budget 1e21 1e23 or --budget 1e21,1e23)",
+        help=f"compute budget(s) in FLOPs {what} (--budget 1e21,1e23 or repeated)",
     )
 
 
@@ -66,8 +98,7 @@ def add_json_argument(parser: argparse.ArgumentParser, what: str) -> None:
         "--json",
         default=None,
         metavar="PATH",
-        help=f"write {what} as strict JSON to PATH ('-': to stdout; the "
-        "human-readable lines then go to stderr)",
+        help=f"write {what} as JSON to PATH ('-': stdout, the text then goes to stderr)",
     )
 
 
@@ -78,44 +109,74 @@ def add_column_arguments(
     `experts`): a runs table's columns when they have other names than the ones found by default;
     in a group `title`."""
     g = parser.add_argument_group(title) if title else parser
-    g.add_argument(
-        "--n-col",
-        metavar="NAME",
-        help="model-size column (default: N, n_params or 'Model Size'; with --n-params "
-        "non_embedding: n_params_non_embedding or N_non_embedding)",
-    )
-    g.add_argument(
-        "--d-col", metavar="NAME", help="tokens column (default: D or tokens; else derived as C/(6N))"
-    )
-    g.add_argument(
-        "--c-col", metavar="NAME", help="compute column (default: C, flops or 'Training FLOP'; else 6ND)"
-    )
-    g.add_argument("--loss-col", metavar="NAME", help="target column (default: loss or final_eval_loss)")
+    g.add_argument("--n-col", metavar="NAME", help="model-size column (default: N, n_params, 'Model Size')")
+    g.add_argument("--d-col", metavar="NAME", help="tokens column (default: D, tokens; else C/(6N))")
+    g.add_argument("--c-col", metavar="NAME", help="compute column (default: C, flops; else 6ND)")
+    g.add_argument("--loss-col", metavar="NAME", help="target column (default: loss, final_eval_loss)")
     if x:
         g.add_argument("--x-col", metavar="NAME", help="input column of the generic 'power' law")
     g.add_argument(
-        "--u-col",
-        metavar="NAME",
-        help="unique-tokens column (default: U or unique_tokens): the data-constrained laws' input, "
-        "and how runs that repeated their data (D > U) are found",
+        "--u-col", metavar="NAME", help="unique-tokens column (default: U, unique_tokens): repeated data"
     )
     if experts:
         g.add_argument(
             "--experts-col",
             metavar="NAME",
-            help="routed-experts column of the MoE laws (default: experts, or model.moe.experts from "
-            "`collect`); dense runs have experts = 1",
+            help="routed-experts column (default: experts)",
         )
 
 
-def add_bootstrap_argument(parser: argparse.ArgumentParser, default: int, what: str) -> None:
-    """`--bootstrap N`: resamples `what` (each command keeps its own default)."""
+BOOTSTRAP = 200  # the one --bootstrap default of every command
+
+
+def add_bootstrap_argument(parser: argparse.ArgumentParser, what: str) -> None:
+    """`--bootstrap N`: resamples `what`; the same default (BOOTSTRAP) in every command."""
     parser.add_argument(
         "--bootstrap",
         type=int,
-        default=default,
-        help=f"bootstrap resamples {what} (default {default}; 0 = none)",
+        default=BOOTSTRAP,
+        metavar="N",
+        help=f"bootstrap resamples {what} (default {BOOTSTRAP}; 0 = none)",
     )
+
+
+def add_runs_argument(parser: argparse.ArgumentParser, dest: str = "data", what: str = "") -> None:
+    """The runs a command reads (`core.runs.read_runs`): a CSV, a Parquet file or a sweep
+    directory, the same three inputs in every command."""
+    parser.add_argument(
+        dest,
+        metavar="RUNS",
+        help="runs: a CSV, a Parquet file or a sweep directory" + (f" ({what})" if what else ""),
+    )
+
+
+def add_law_argument(parser: argparse.ArgumentParser, default_text: str, names: str = "") -> None:
+    """`--law NAME|FIT.json`: the law, everywhere: a law's name, or the JSON a `fit --json` wrote
+    (its fitted law)."""
+    parser.add_argument(
+        "--law",
+        default=None,
+        metavar="NAME|FIT.json",
+        help=f"the law: a name{f' ({names})' if names else ''} or a fit's JSON; default {default_text}",
+    )
+
+
+def law_name(value: str | None) -> str | None:
+    """The law's name from `--law`: the value itself, or the `law` of a fit's JSON."""
+    if value is None or not value.lower().endswith(".json"):
+        return value
+    import json
+
+    try:
+        with open(value) as f:
+            law = json.load(f).get("law")
+    except FileNotFoundError:
+        raise AnalysisError(f"--law {value}: file not found") from None
+    except (OSError, ValueError, AttributeError) as e:
+        raise AnalysisError(f"--law {value}: not a fit's JSON ({type(e).__name__})") from None
+    if not isinstance(law, str):
+        raise AnalysisError(f"--law {value}: no 'law' in it; pass a JSON written by `scalelab fit --json`")
+    return law
 
 
 def add_seed_argument(parser: argparse.ArgumentParser) -> None:
@@ -162,24 +223,19 @@ def add_costmodel_arguments(parser: argparse.ArgumentParser) -> None:
         "--efficiency",
         type=pathlib.Path,
         metavar="EFF.json",
-        help="efficiency constants fitted to your own runs (`python -m analysis layout-eval "
-        "--calibrate SWEEP_DIR`); they replace the framework profiles' constants",
+        help="efficiency constants fitted to your runs (`layout-eval --calibrate ... --out DIR`)",
     )
     parser.add_argument(
         "--framework",
         default=DEFAULT_FRAMEWORK.value,
-        help=f"the training stack: {' | '.join(FRAMEWORKS)} (default {DEFAULT_FRAMEWORK.value}: this "
-        "repository's trainer): its layouts, program and efficiency profile; also the framework of "
-        "layout rows without a `framework` column",
+        help=f"the training stack: {' | '.join(FRAMEWORKS)} (default {DEFAULT_FRAMEWORK.value}: ours)",
     )
     parser.add_argument(
         "--calibrate",
         type=pathlib.Path,
         metavar="MEASURED.csv|SWEEP_DIR",
-        help="refit the framework's profile to measured rows (layout-eval's columns + "
-        "measured_step_time_s or measured_tokens_per_s) or to a trainer sweep's runs, then predict "
-        "or plan with it; layout-eval's older form EFF.json fits LAYOUTS.csv's own measured columns "
-        "and writes the constants there",
+        help="refit the framework's profile to measured rows (measured_step_time_s or "
+        "measured_tokens_per_s) or a trainer sweep, then use it",
     )
 
 
@@ -201,10 +257,7 @@ def add_unique_tokens_argument(parser: argparse.ArgumentParser, what: str) -> No
         type=float,
         default=None,
         metavar="U",
-        help=f"unique tokens in the corpus (e.g. 2e12): plan {what} under this data limit (repeated "
-        "epochs decay in value, Muennighoff et al. 2023): optimum N, D, epochs, penalty against "
-        "unlimited data, the < 1%%-epoch point, a bigger model at fewer epochs; with a "
-        "data_constrained(_d) law fit, else the paper's R_D*=15.4, R_N*=5.3 on the Chinchilla law",
+        help=f"unique tokens in the corpus (e.g. 2e12): plan {what} under this data limit",
     )
 
 
@@ -214,11 +267,7 @@ def add_n_params_argument(parser: argparse.ArgumentParser, default: str | None, 
         "--n-params",
         choices=("total", "non_embedding", "active"),
         default=default,
-        help="which parameter count N is: total (every parameter), non_embedding (without the input "
-        "embedding and untied output head, Kaplan et al.'s N; from a column n_params_non_embedding, "
-        "which `collect` writes from each run's summary.json) or active (a mixture of experts' "
-        "dense-equivalent size: n_params_active, else N as given). "
-        f"Default: {default_text}",
+        help=f"which parameter count N is (default: {default_text}; docs/fit.md)",
     )
 
 
@@ -232,3 +281,24 @@ def add_fit_until_frac_argument(parser: argparse.ArgumentParser, default: float 
         help="fit on compute <= F x final, score the prediction on the rest"
         + ("" if default is None else f" (default {default:g})"),
     )
+
+
+class _Deprecated(argparse.Action):
+    """A renamed flag's old name: does what the new one does, after one `note:` line on stderr."""
+
+    def __init__(self, option_strings, dest, new: str = "", append: bool = False, **kw):
+        self.new, self.append = new, append
+        super().__init__(option_strings, dest, **kw)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        import sys
+
+        print(f"note: {option_string} is deprecated: use {self.new}", file=sys.stderr)
+        if self.append:
+            values = [*(getattr(namespace, self.dest, None) or []), values]
+        setattr(namespace, self.dest, values)
+
+
+def add_deprecated_alias(parser: argparse.ArgumentParser, old: str, new: str, dest: str, **kw) -> None:
+    """Keep `old` working for `new` (same destination), hidden from --help."""
+    parser.add_argument(old, dest=dest, action=_Deprecated, new=new, help=argparse.SUPPRESS, **kw)

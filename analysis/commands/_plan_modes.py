@@ -26,15 +26,13 @@ def add_moe_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--moe",
         action="store_true",
-        help="plan a routed model: the loss each expert count buys at the budget (with a MoE law), "
-        "the layouts with expert parallelism, the routed recipe and its trainer overrides",
+        help="plan a routed model: the loss, layout and recipe of each expert count",
     )
     g.add_argument(
         "--moe-law",
         type=pathlib.Path,
         metavar="FIT.json",
-        help="a MoE law from `python -m analysis fit RUNS.csv --law moe --json FIT.json` (or give it as "
-        "--law)",
+        help="the MoE law: `scalelab fit RUNS --law moe --json FIT.json` (or as --law)",
     )
     g.add_argument(
         "--experts",
@@ -48,6 +46,7 @@ def add_moe_arguments(p: argparse.ArgumentParser) -> None:
         "--capacity-factor",
         type=float,
         default=1.25,
+        metavar="F",
         help="expert capacity / even share (default 1.25; 0: dropless)",
     )
 

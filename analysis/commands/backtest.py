@@ -19,11 +19,24 @@ import dataclasses
 import pathlib
 import warnings
 
-from analysis.commands._flags import add_bootstrap_argument, add_json_argument, add_seed_argument
-from analysis.commands._options import CommandOptions, emit_json
+from analysis.commands._flags import (
+    add_bootstrap_argument,
+    add_column_arguments,
+    add_json_argument,
+    add_runs_argument,
+    add_seed_argument,
+)
+from analysis.commands._options import ColumnOptions, emit_json
 from models.base.errors import AnalysisError
 from models.base.jaxcache import enable_compile_cache
 from models.base.jsonio import write_text_atomic
+
+EXAMPLES = """\
+examples:
+  scalelab backtest runs.csv                                   # hide the top budgets
+  scalelab backtest runs.csv --protocol size --holdout-above-n 5e8
+  scalelab backtest outputs/isoflop --protocol epochs --json bt.json
+The default of every fitting command is chosen on these folds; docs/backtest.md."""
 
 
 def register(subparsers) -> None:
@@ -31,15 +44,13 @@ def register(subparsers) -> None:
         "backtest",
         help="hide the top of a ladder, fit every candidate method, score it on what it did not see",
         description=__doc__.splitlines()[0],
+        epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument(
-        "data",
-        help="runs table (CSV or parquet); downstream: fit-task's ladder table (N, D, task, task_loss, "
-        "accuracy); curve: what fit-curve reads",
-    )
+    add_runs_argument(p, what="downstream: fit-task's ladder; curve, cooldown, curve-prefix: curves")
     p.add_argument(
         "--protocol",
-        required=True,
+        default="budget",
         choices=(
             "budget",
             "frontier",
@@ -54,7 +65,7 @@ def register(subparsers) -> None:
             "curve-prefix",
             "moe",
         ),
-        help="what is hidden (docs/analysis.md, 'Backtesting')",
+        help="what is hidden (default budget: the largest budgets; docs/backtest.md)",
     )
     p.add_argument(
         "--holdout-above", type=float, metavar="C", help="budget/frontier: hide runs with C above this"
@@ -72,7 +83,8 @@ def register(subparsers) -> None:
         metavar="E",
         help="epochs: hide runs of more epochs (default 4)",
     )
-    add_bootstrap_argument(p, 100, "per candidate fit")
+    add_bootstrap_argument(p, "per candidate fit")
+    add_column_arguments(p)
     add_seed_argument(p)
     p.add_argument(
         "--only-default",
@@ -86,7 +98,7 @@ def register(subparsers) -> None:
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class BacktestOptions(CommandOptions):
+class BacktestOptions(ColumnOptions):
     data: str
     protocol: str
     holdout_above: float | None
@@ -97,6 +109,17 @@ class BacktestOptions(CommandOptions):
     markdown: str | None
     figure: str | None
     only_default: bool
+
+
+def _data(opts: BacktestOptions, backtest):
+    """The runs (read with the shared reader and column flags), or for the curve protocols their path."""
+    if backtest.Protocol(opts.protocol) in backtest.PATH_PROTOCOLS:
+        if opts.columns():
+            raise AnalysisError(f"--protocol {opts.protocol} reads curves: drop the column flags")
+        return opts.data
+    from analysis.core.runs import read_runs
+
+    return read_runs(opts.data, opts.columns())
 
 
 def run(args: argparse.Namespace) -> int:
@@ -121,7 +144,7 @@ def run(args: argparse.Namespace) -> int:
     )
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        bt = backtest.run(opts.data, opts.protocol, opt)
+        bt = backtest.run(_data(opts, backtest), opts.protocol, opt)
     seen = dict.fromkeys(
         str(w.message).splitlines()[0] for w in caught if issubclass(w.category, UserWarning)
     )

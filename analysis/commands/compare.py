@@ -42,18 +42,27 @@ METHODS = (
 )
 
 
+EXAMPLES = """\
+examples:
+  scalelab compare ref.csv other.csv --budget 1e21,1e22    # m(C): compute multiplier of other over ref
+  scalelab compare outputs/recipes --by recipe --json cmp.json
+A winner is named only where the 90% interval of m excludes 1; docs/compare.md."""
+
+
 def register(subparsers) -> None:
     p = subparsers.add_parser(
         "compare",
         help="which recipe wins, by how much compute: the multiplier m(C) of each OTHER over REF",
         description=__doc__.splitlines()[0],
+        epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument(
         "inputs",
         nargs="+",
         metavar="INPUT",
-        help="REF, then each OTHER: runs tables (CSV/parquet) or sweep directories, one recipe each; "
-        "or table(s) with a recipe column (--by)",
+        help="REF, then each OTHER: runs (a CSV, a Parquet file or a sweep directory), one recipe "
+        "each; or tables with a recipe column (--by)",
     )
     p.add_argument(
         "--by", metavar="COLUMN", help="the recipe column of the table(s) (recipe: also sweep.recipe)"
@@ -67,7 +76,7 @@ def register(subparsers) -> None:
         help="how the multiplier is predicted (default auto: no_difference unless auto_shrunk beats it "
         "on the ladders' own backtest folds; docs/analysis.md, 'Comparing recipes')",
     )
-    add_bootstrap_argument(p, 200, "per ladder (the joint bootstrap behind the intervals)")
+    add_bootstrap_argument(p, "per ladder (the joint bootstrap behind the intervals)")
     add_seed_argument(p)
     p.add_argument("--markdown", metavar="PATH", help="write the table as Markdown")
     p.add_argument(

@@ -26,8 +26,11 @@ from analysis.commands._flags import (
     add_column_arguments,
     add_fix_argument,
     add_json_argument,
+    add_law_argument,
     add_n_params_argument,
+    add_runs_argument,
     add_seed_argument,
+    law_name,
 )
 from analysis.commands._options import ColumnOptions, emit_json, parse_fixed
 from analysis.core.enums import DEFAULT_LAW, NParams, Precision
@@ -35,82 +38,71 @@ from analysis.laws.text import fit_lines
 from models.base.errors import AnalysisError
 from models.base.jaxcache import enable_compile_cache
 
+EXAMPLES = """\
+examples:
+  scalelab fit runs.csv --json fit.json                 # the default law, 95% CIs, the optimum
+  scalelab fit outputs/isoflop --budget 1e21,1e22       # a sweep directory; N*, D* at two budgets
+  scalelab fit runs.csv --law auto --holdout-above 1e20 # fit below 1e20 FLOPs, predict above
+  scalelab fit runs.csv --predict targets.csv           # the loss of planned runs, 90% intervals
+docs/fit.md: the laws, the default's choice on repeated data, the JSON schema."""
+
 
 def register(subparsers) -> None:
     p = subparsers.add_parser(
-        "fit", help="fit a scaling law to a table of runs (CSV)", description=__doc__.splitlines()[0]
+        "fit",
+        help="fit a scaling law to runs (CSV, Parquet or a sweep directory)",
+        description=__doc__.splitlines()[0],
+        epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument(
-        "data", help="CSV (or .parquet) with one row per run, e.g. from `python -m analysis collect`"
-    )
-    p.add_argument(
-        "--law",
-        default=None,
-        help="law name (default: chinchilla, or data_constrained when the runs repeat their data, D > U; "
-        "see docs/analysis.md), or auto: chinchilla or chinchilla_tied "
-        "(beta = alpha), whichever predicted its own larger runs better (forward-chaining), or moe: a "
-        "mixture-of-experts law in N, experts (column experts or --experts-col) and D where it varies: "
-        "log-bilinear, Clark et al. 2022's or the joint form, chosen by forward-chaining in N",
+    add_runs_argument(p)
+    add_law_argument(
+        p,
+        "chinchilla (auto when the runs repeat their data: their own backtests choose)",
+        "chinchilla, auto, data_constrained, moe, ...: `scalelab fit --law x` lists them",
     )
     add_column_arguments(p, x=True, experts=True)
-    add_n_params_argument(
-        p,
-        None,
-        "total for every shipped law, the registered default for a user law "
-        "(register_law default_n_params). Recorded as n_params in the JSON",
-    )
-    p.add_argument("--weight-col", help="column of per-run weights")
-    add_bootstrap_argument(p, 1000, "for CIs")
+    add_n_params_argument(p, None, "total (a user law: its registered default)")
+    p.add_argument("--weight-col", metavar="NAME", help="column of per-run weights")
+    add_bootstrap_argument(p, "for the CIs")
     add_seed_argument(p)
     p.add_argument(
-        "--holdout-above", type=float, help="leave runs with C above this out of the fit and predict them"
+        "--holdout-above", type=float, metavar="C", help="leave runs with C above this out; predict them"
     )
     p.add_argument(
         "--at-optimum",
         action="store_true",
-        help="with an LR sweep per rung: fit each rung's loss at its fitted optimum (the vertex of a "
-        "quadratic in ln lr through the best run and its neighbours) instead of the best run's loss",
+        help="LR sweep per rung: fit each rung's loss at its fitted LR optimum, not its best run's",
     )
     p.add_argument(
-        "--all-runs",
-        action="store_true",
-        help=(
-            "fit every row, also the non-best runs of an LR / optim.* sweep "
-            "(default: best per (budget, shape))"
-        ),
+        "--all-runs", action="store_true", help="fit every row, not only the best run per (budget, shape)"
     )
-    add_budget_argument(p, "to state the compute-optimal allocation N*, D* for")
+    add_budget_argument(p, "to state the compute-optimal N*, D* for")
     add_fix_argument(p)
     p.add_argument(
         "--delta",
         type=float,
         default=1e-3,
-        help="Huber delta on log residuals (default 1e-3: Hoffmann et al.'s protocol, which "
-        "reproduces Epoch's fit; 1 is least squares)",
+        help="Huber delta on log residuals (default 1e-3, Hoffmann et al.'s; 1 = least squares)",
     )
     p.add_argument(
-        "--precision",
+        "--solver-precision",
+        dest="precision",
         choices=tuple(Precision),
         default=Precision.AUTO,
-        help="auto (default): float32 search + float64 polish for big grids; mixed: always; float64: never",
+        help="auto (default): float32 search + float64 polish for big grids; mixed: always; float64",
     )
     p.add_argument(
         "--approach2",
         choices=("parabola", "cubic", "law"),
-        help=(
-            "also fit IsoFLOP profiles (Approach 2) and report whether its exponent disagrees "
-            "with the law fit"
-        ),
+        help="also fit IsoFLOP profiles (Approach 2) and compare their exponent",
     )
     p.add_argument(
         "--predict",
-        metavar="TARGETS.csv",
-        help="also predict the loss of the runs in this CSV (one row per run: the law's inputs, N and D; "
-        "U / unique_tokens for the data-constrained laws; experts (and D where the law has it) for "
-        "--law moe; C optional), each with its 90%% "
-        "prediction interval: a table, and `predictions` in the JSON (one per row, in order)",
+        metavar="CSV",
+        help="points to predict at (the law's inputs: N, D; U, experts where the law has them)",
     )
-    add_json_argument(p, "the fit (schema in docs/analysis.md)")
+    add_json_argument(p, "the fit (schema in docs/fit.md)")
     p.set_defaults(func=run)
 
 
@@ -139,6 +131,7 @@ def run(args: argparse.Namespace) -> int:
         fix=parse_fixed(args.fix),
         n_params=None if args.n_params is None else NParams(args.n_params),
         precision=Precision(args.precision),
+        law=law_name(args.law),
     )
     # JAX and the fitting code load here, not at import, so `python -m analysis --help` stays fast.
     from analysis.core.table import FitNotice
@@ -197,9 +190,10 @@ def _fit_rows(opts: FitCommandOptions):
     config columns; a table without them but with a `selected` column keeps its marked rows."""
     # deferred: pandas and the law modules, as in run()
     from analysis.core.best_runs import rows_to_fit
-    from analysis.core.table import ALIASES, read_table
+    from analysis.core.runs import read_runs
+    from analysis.core.table import ALIASES
 
-    df = read_table(opts.data)
+    df = read_runs(opts.data)
     if opts.all_runs and opts.at_optimum:
         raise AnalysisError("--at-optimum corrects the best run of each rung; drop --all-runs")
     if opts.all_runs:

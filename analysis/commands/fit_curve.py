@@ -30,7 +30,14 @@ def register(subparsers) -> None:
     )
     p.add_argument("--law", default="mpl", help="curve law: mpl (Luo et al. 2025), the only one")
     p.add_argument("--fit", nargs="+", required=True, metavar="CURVE", help="curves to fit (CSV or run dir)")
-    p.add_argument("--predict", nargs="*", default=[], metavar="CURVE", help="curves to predict in full")
+    p.add_argument(
+        "--predict-curves",
+        dest="predict",
+        nargs="*",
+        default=[],
+        metavar="CURVE",
+        help="curves (schedules) to predict in full",
+    )
     p.add_argument("--fit-until", type=int, help="fit only steps <= this; predict the later steps")
     add_fix_argument(p)
     p.add_argument(
@@ -51,7 +58,8 @@ def register(subparsers) -> None:
         help="step where the linear warm-up ends (default: the first logged step)",
     )
     p.add_argument(
-        "--protocol",
+        "--search",
+        dest="protocol",
         default=None,
         help="how the parameters are found: multistart (Luo et al.'s fit from 27 starts, the lowest "
         "objective; the default without --fix)",

@@ -20,8 +20,14 @@ import sys
 
 import numpy as np
 
-from analysis.commands._flags import add_json_argument, add_seed_argument
-from analysis.commands._options import CommandOptions, emit_json, json_to_stdout
+from analysis.commands._flags import (
+    add_column_arguments,
+    add_deprecated_alias,
+    add_json_argument,
+    add_runs_argument,
+    add_seed_argument,
+)
+from analysis.commands._options import ColumnOptions, emit_json, json_to_stdout
 from models.base.errors import AnalysisError
 from models.base.jsonio import write_json
 
@@ -30,23 +36,34 @@ MAX_WARNED = 10  # rungs left out that get a warning line each (per parameter); 
 METHODS = ("fit_hparams", "form_N_D", "baseline_log_linear")
 
 
+EXAMPLES = """\
+examples:
+  scalelab fit-hparams runs.csv --hparam optim.lr --predict targets.csv
+  scalelab fit-hparams outputs/lr_sweep --json hp.json
+The method is chosen on the sweep's own folds (docs/fit.md, "Learning rate and batch size")."""
+
+
 def register(subparsers) -> None:
     p = subparsers.add_parser(
         "fit-hparams",
-        help="fit learning-rate / batch-size laws to a sweep of runs (CSV)",
+        help="fit learning-rate / batch-size laws to a sweep of runs",
         description=__doc__.splitlines()[0],
+        epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("data", help="runs table (CSV or .parquet), e.g. from `python -m analysis collect`")
+    add_runs_argument(p)
     p.add_argument(
-        "--param",
+        "--hparam",
+        dest="param",
         action="append",
         default=None,
         metavar="KEY",
-        help="hyperparameter column (its config key, e.g. optim.lr); repeatable. Default: every "
-        "optim.* / train.batch_size column with >= 3 values in some rung",
+        help="hyperparameter column (e.g. optim.lr); repeatable. Default: every optim.* / "
+        "train.batch_size column with >= 3 values in some rung",
     )
+    add_deprecated_alias(p, "--param", "--hparam", "param", append=True, metavar="KEY")
     p.add_argument(
-        "--predict", metavar="TARGETS.csv", help="predict the optima at these rows (columns N, D; C optional)"
+        "--predict", metavar="CSV", help="points to predict the optima at (columns N, D; C optional)"
     )
     p.add_argument(
         "--method",
@@ -79,6 +96,7 @@ def register(subparsers) -> None:
         "best over the other; the only method since the 2-D quadratic was dropped, docs/analysis.md)",
     )
     add_seed_argument(p)
+    add_column_arguments(p)
     add_json_argument(p, "the laws, rung optima, holdout, penalty curves and predictions")
     p.set_defaults(func=run)
 
@@ -180,7 +198,7 @@ def report_lines(fit, targets: list[dict] | None, choices: dict | None = None) -
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class FitHparamsOptions(CommandOptions):
+class FitHparamsOptions(ColumnOptions):
     data: str  # the runs table
     param: list[str] | None  # hyperparameter columns (None: every swept one)
     predict: str | None  # TARGETS.csv
@@ -195,7 +213,7 @@ class FitHparamsOptions(CommandOptions):
 def run(args: argparse.Namespace) -> int:
     opts = FitHparamsOptions.from_args(args)
     # the fits (pandas, JAX) load here, not at import, so `python -m analysis --help` stays fast
-    from analysis.core.table import read_table
+    from analysis.core.runs import read_runs
     from analysis.hparams.fitting import fit_hparams
     from analysis.hparams.laws import FORMS
 
@@ -207,7 +225,7 @@ def run(args: argparse.Namespace) -> int:
         )
     targets = _targets(opts.predict) if opts.predict else None  # bad targets fail before the fit
     common = dict(window=opts.window, include_edges=opts.include_edges, seed=opts.seed)
-    table = read_table(opts.data)
+    table = read_runs(opts.data, opts.columns())
     choices = _choices(table, opts, common)
     per_param = {p: _options(c.chosen, opts, common, FORMS) for p, c in choices.items()}
     fit = fit_hparams(table, list(choices), per_param=per_param)

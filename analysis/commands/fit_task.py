@@ -13,8 +13,15 @@ from __future__ import annotations
 import argparse
 import dataclasses
 
-from analysis.commands._flags import add_bootstrap_argument, add_json_argument, add_seed_argument
-from analysis.commands._options import CommandOptions, emit_json
+from analysis.commands._flags import (
+    add_bootstrap_argument,
+    add_column_arguments,
+    add_json_argument,
+    add_runs_argument,
+    add_seed_argument,
+    law_name,
+)
+from analysis.commands._options import ColumnOptions, emit_json
 from models.base.jaxcache import enable_compile_cache
 
 
@@ -24,18 +31,19 @@ def register(subparsers) -> None:
         help="predict downstream-task accuracy (compute -> task loss -> accuracy)",
         description=__doc__.splitlines()[0],
     )
-    p.add_argument("ladder", help="CSV (or .parquet): N, D, task, task_loss, accuracy [, run, chance, C]")
+    add_runs_argument(p, "ladder", "a table: N, D, task, task_loss, accuracy [, run, chance, C]")
     p.add_argument(
         "--predict",
         required=True,
-        metavar="TARGETS",
-        help="CSV (or .parquet) of targets: N, D, task (tasks must be in the ladder)",
+        metavar="CSV",
+        help="points to predict at: N, D, task",
     )
     p.add_argument(
         "--law",
         default="chinchilla_tied",
-        help="step-1 law for the task loss (default chinchilla_tied; chinchilla, or auto: the "
-        "better of the two by forward-chaining error)",
+        metavar="NAME|FIT.json",
+        help="the step-1 law of the task loss: chinchilla_tied (default), chinchilla, or auto "
+        "(the better by forward-chaining); a name or a fit's JSON",
     )
     p.add_argument(
         "--method",
@@ -45,14 +53,15 @@ def register(subparsers) -> None:
         "from the smaller ones (the chain, the direct fit, or their average); average, chain or "
         "direct: restrict the choice to that method",
     )
-    add_bootstrap_argument(p, 200, "of the runs for the intervals")
+    add_bootstrap_argument(p, "of the runs for the intervals")
     add_seed_argument(p)
+    add_column_arguments(p)
     add_json_argument(p, "the predictions and per-task fits")
     p.set_defaults(func=run)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class FitTaskOptions(CommandOptions):
+class FitTaskOptions(ColumnOptions):
     ladder: str  # the ladder table
     predict: str  # the targets table
     law: str
@@ -61,8 +70,19 @@ class FitTaskOptions(CommandOptions):
     seed: int
 
 
+def _ladder(opts: FitTaskOptions):
+    """The ladder: a table, or a sweep directory's runs as their task table (`collect --tasks`)."""
+    import pathlib
+
+    from analysis.core import runs
+
+    if pathlib.Path(opts.ladder).is_dir():
+        return runs.with_named_columns(runs.task_table(runs.read_runs(opts.ladder)), opts.columns())
+    return runs.read_runs(opts.ladder, opts.columns())
+
+
 def run(args: argparse.Namespace) -> int:
-    opts = FitTaskOptions.from_args(args)
+    opts = FitTaskOptions.from_args(args, law=law_name(args.law))
     # JAX and the fitting code load here, not at import, so `python -m analysis --help` stays fast.
     from analysis.core.table import read_table
     from analysis.downstream import fit_downstream
@@ -72,7 +92,7 @@ def run(args: argparse.Namespace) -> int:
 
     if opts.law != AUTO:
         get_law(opts.law)  # unknown law: fail before reading data
-    ladder, targets = read_table(opts.ladder), read_table(opts.predict)
+    ladder, targets = _ladder(opts), read_table(opts.predict)
     read_targets(targets, list(read_ladder(ladder)))  # bad input fails before the (seconds-long) fits
     enable_compile_cache()
     fit = fit_downstream(ladder, law=opts.law, bootstrap=opts.bootstrap, seed=opts.seed, method=opts.method)

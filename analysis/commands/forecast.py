@@ -18,8 +18,14 @@ import argparse
 import dataclasses
 import warnings
 
-from analysis.commands._flags import add_json_argument
-from analysis.commands._options import CommandOptions, emit_json
+from analysis.commands._flags import add_column_arguments, add_json_argument
+from analysis.commands._options import ColumnOptions, emit_json
+
+EXAMPLES = """\
+examples:
+  scalelab forecast outputs/sweep_partial --train outputs/sweep_done
+  scalelab forecast curves.csv --choose optim.lr --json fc.json   # which LR will end best
+docs/fit.md, "Forecasts and early stopping"."""
 
 
 def register(subparsers) -> None:
@@ -27,13 +33,18 @@ def register(subparsers) -> None:
         "forecast",
         help="forecast each run's final loss (90%% interval) from the first part of its curve",
         description=__doc__.splitlines()[0],
+        epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("prefix", metavar="PREFIX", help="curves table or sweep directory: the runs to forecast")
+    p.add_argument(
+        "prefix",
+        metavar="RUNS",
+        help="the runs to forecast: a curves CSV, a Parquet file or a sweep dir",
+    )
     p.add_argument(
         "--train",
-        metavar="COMPLETE",
-        help="curves table or sweep directory whose finished runs the forecast learns from "
-        "(default: PREFIX's finished runs)",
+        metavar="RUNS",
+        help="finished runs the forecast learns from, as RUNS (default: RUNS' finished runs)",
     )
     p.add_argument(
         "--choose",
@@ -49,16 +60,27 @@ def register(subparsers) -> None:
         "curve's shape learned from COMPLETE), ratio (the baseline: the loss at the cut x the median "
         "final/cut ratio) or mpl (the multi-power law; needs lr)",
     )
+    add_column_arguments(p)
     add_json_argument(p, "runs [{run, final_loss, interval, frac_seen}] and choices [{run, value, p_best}]")
     p.set_defaults(func=run)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class ForecastOptions(CommandOptions):
+class ForecastOptions(ColumnOptions):
     prefix: str
     train: str | None
     choose: str | None
     method: str
+
+
+def _runs(path: str, opts: ForecastOptions):
+    """A sweep directory as its path (its curves are read from the run directories), a table read
+    with the shared reader and the column flags."""
+    import pathlib
+
+    from analysis.core.runs import read_runs
+
+    return path if pathlib.Path(path).is_dir() else read_runs(path, opts.columns())
 
 
 def run(args: argparse.Namespace) -> int:
@@ -68,8 +90,8 @@ def run(args: argparse.Namespace) -> int:
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        prefix = read_curves(opts.prefix, "PREFIX")
-        complete = read_curves(opts.train, "COMPLETE") if opts.train else prefix
+        prefix = read_curves(_runs(opts.prefix, opts), opts.prefix)
+        complete = read_curves(_runs(opts.train, opts), opts.train) if opts.train else prefix
         result = forecast_runs(prefix, complete, opts.choose, opts.method)
     for w in caught:
         word = "note" if issubclass(w.category, ForecastNote) else "warning"

@@ -23,23 +23,17 @@ pred_step_time_s, pred_tokens_per_s, pred_mfu, mfu_convention (the FLOPs pred_mf
 PaLM's 6N + 12LHQT, "palm_6N+12LHQT"; the trainer's summary.json MFU counts causal attention,
 see models/flops.py), pred_hfu, pred_mem_gb_per_device and pred_fits.
 
-Calibration on your own measurements (calibrate, then predict, in one command):
+Calibration on your own measurements (`--calibrate` is always an input; `--out DIR` writes the
+refitted constants to DIR/efficiency.json):
 - `--calibrate MEASURED.csv`: rows of the layout columns above with a measured
   `measured_step_time_s` or `measured_tokens_per_s` (and optionally `oom` 0/1) of one
-  framework; its profile is refitted to them (few-shot: pulled towards the profile, so 3-5 rows
-  suffice), the leave-one-out error over those rows gives the MFU interval (wider with fewer
-  rows), and LAYOUTS.csv's rows of that framework are predicted with the refit (`--out EFF.json`
-  keeps it). Without LAYOUTS.csv the measured rows themselves are predicted;
-- older form, kept: `LAYOUTS.csv --calibrate EFF.json` fits the constants to LAYOUTS.csv's own
-  measured columns (all constants, from the shared fit) and writes them to EFF.json;
-- a trainer sweep: `python -m analysis layout-eval --calibrate SWEEP_DIR [--hardware HW]` reads
-  every run under SWEEP_DIR (summary.json: model, mesh, tokens/s; .hydra/config.yaml: batch
-  sizes), rebuilds each run's layout as the cost model sees the trainer's program
-  (sharding.costmodel.runs.run_layout), fits the constants to the measured step times (runs that
-  failed out of memory count as OOM labels) and writes SWEEP_DIR/efficiency.json (or `--out`).
-  `--hardware` names the devices when their `device_kind` is not in the catalogue (a CPU host:
-  pass a YAML describing it). A LAYOUTS.csv given with it is then predicted with the fit.
-`--efficiency EFF.json` uses such a file for the predictions (and `plan --efficiency` for plans).
+  framework; its profile is refitted to them (few-shot, 3-5 rows suffice), the leave-one-out
+  error gives the MFU interval, and LAYOUTS.csv's rows (else the measured rows) are predicted;
+- `--calibrate SWEEP_DIR [--hardware HW]`: a trainer sweep's runs, each rebuilt as the cost
+  model sees the trainer's program; writes SWEEP_DIR/efficiency.json unless --out DIR;
+- `LAYOUTS.csv --fit-all --out DIR`: every constant fitted to LAYOUTS.csv's own measured columns
+  (in-sample).
+`--efficiency DIR/efficiency.json` uses such a file (and `plan --efficiency` for plans).
 """
 
 from __future__ import annotations
@@ -47,6 +41,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import pathlib
+import sys
 from typing import TYPE_CHECKING
 
 from analysis.commands._flags import add_costmodel_arguments, add_json_argument
@@ -68,11 +63,20 @@ if TYPE_CHECKING:
     from sharding.costmodel.measured import Calibration
 
 
+EXAMPLES = """\
+examples:
+  scalelab layout-eval layouts.csv --json pred.json
+  scalelab layout-eval layouts.csv --calibrate measured.csv --out calib   # calib/efficiency.json
+  scalelab layout-eval --calibrate outputs/sweep --hardware cpu.yaml"""
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "layout-eval",
         help="predict step time, MFU and memory per layout row",
-        description=__doc__,
+        description=__doc__.split("Mixed clusters:")[0].strip() + "\n\ndocs/costmodel.md: mixed clusters, "
+        "the output columns, calibration.",
+        epilog=EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument(
@@ -91,11 +95,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     add_costmodel_arguments(p)
     p.add_argument(
+        "--fit-all",
+        action="store_true",
+        help="fit every constant to LAYOUTS.csv's own measured columns (in-sample); needs --out",
+    )
+    p.add_argument(
         "--out",
         type=pathlib.Path,
-        metavar="EFF.json",
-        help="with --calibrate MEASURED.csv|SWEEP_DIR: where to write the refitted constants "
-        "(default for a sweep: SWEEP_DIR/efficiency.json)",
+        metavar="DIR",
+        help="write the refitted constants to DIR/efficiency.json (a sweep's default: SWEEP_DIR)",
     )
     p.set_defaults(func=run)
 
@@ -107,32 +115,40 @@ class LayoutEvalOptions(CommandOptions):
     precision: str  # a key of PRECISIONS
     efficiency: pathlib.Path | None  # EFF.json replacing the profiles' constants
     framework: Framework  # of rows without a `framework` column
-    calibrate: pathlib.Path | None  # MEASURED.csv, SWEEP_DIR, or (older form) EFF.json to write
-    out: pathlib.Path | None  # where a refit is written
+    calibrate: pathlib.Path | None  # MEASURED.csv or SWEEP_DIR (an input)
+    fit_all: bool = False  # every constant fitted to LAYOUTS.csv's measured columns
+    out: pathlib.Path | None  # where a refit is written: the file (out_file turns DIR into it)
 
 
 def run(args: argparse.Namespace) -> int:
     # a bad --framework is a LayoutError: one line, exit 2
-    opts = LayoutEvalOptions.from_args(args, framework=parse_framework(args.framework, "--framework"))
+    opts = LayoutEvalOptions.from_args(
+        args, framework=parse_framework(args.framework, "--framework"), out=_out_file(args.out)
+    )
+    if opts.calibrate is not None and opts.calibrate.suffix.lower() == ".json":
+        # the older form `LAYOUTS.csv --calibrate EFF.json`: the file was the output
+        print("note: --calibrate EFF.json is deprecated: use --fit-all --out DIR", file=sys.stderr)
+        opts = dataclasses.replace(opts, calibrate=None, fit_all=True, out=opts.calibrate)
+    if opts.fit_all and opts.out is None:
+        raise AnalysisError("--fit-all writes the fitted constants: add --out DIR")
     cal = opts.calibrate
     if cal is not None and cal.is_dir():
         return _run_sweep(opts)
-    if cal is not None and cal.suffix.lower() != ".json":
+    if cal is not None:
+        if opts.fit_all:
+            raise AnalysisError("--fit-all fits LAYOUTS.csv's own measured columns: drop --calibrate")
         return _run_measured(opts)
     if opts.csv is None:
         raise AnalysisError(
             "give a layouts CSV, or --calibrate MEASURED.csv|SWEEP_DIR to refit the profile to measurements"
         )
-    if opts.out is not None and cal is not None:
-        raise AnalysisError(
-            "--out goes with --calibrate MEASURED.csv|SWEEP_DIR; "
-            "with --calibrate EFF.json that file is the output"
-        )
+    if opts.out is not None and not opts.fit_all:
+        raise AnalysisError("--out writes a refit: add --calibrate MEASURED.csv|SWEEP_DIR or --fit-all")
     rows = read_rows(opts.csv)
     prec = PRECISIONS[opts.precision]
     parsed = parse_rows(rows, opts.hardware, opts.framework)
-    if cal is not None:
-        eff = _fit_rows(rows, parsed, opts, cal)
+    if opts.fit_all:
+        eff = _fit_rows(rows, parsed, opts, opts.out)
         effs = {fw: eff for fw in Framework}
     else:
         effs = profile_effs(opts.efficiency)
@@ -151,9 +167,20 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _out_file(out: pathlib.Path | None) -> pathlib.Path | None:
+    """`--out DIR` -> DIR/efficiency.json (DIR made); an older `--out EFF.json` is that file, with a note."""
+    if out is None:
+        return None
+    if out.suffix.lower() == ".json":
+        print("note: --out EFF.json is deprecated: --out DIR writes DIR/efficiency.json", file=sys.stderr)
+        return out
+    out.mkdir(parents=True, exist_ok=True)
+    return out / "efficiency.json"
+
+
 def _fit_rows(rows: list[dict], parsed: list, opts: LayoutEvalOptions, out_path: pathlib.Path) -> Efficiency:
-    """`LAYOUTS.csv --calibrate EFF.json`: all constants fitted to the rows' own measured columns,
-    written to EFF.json."""
+    """`LAYOUTS.csv --fit-all --out DIR`: all constants fitted to the rows' own measured columns,
+    written to DIR/efficiency.json."""
     # SciPy-based calibration loads only when asked for, keeping `python -m analysis --help` fast.
     from sharding.costmodel.measured import fit_rows
 

@@ -79,65 +79,67 @@ from sharding.costmodel.frameworks import Framework, parse_framework
 from sharding.costmodel.hetero import is_mixed
 from sharding.costmodel.rows import load_efficiency
 
+EXAMPLES = """\
+examples:
+  scalelab plan --budget 1e22 --hardware h100 --gpus 256               # Hoffmann et al.'s law
+  scalelab plan --budget 1e22 --law fit.json --hardware h100 --gpus 256 --max-days 30
+  scalelab plan --budget 1e21 --hardware h100 --gpus 64 --emit overrides  # the trainer's command
+  scalelab plan --budget 1e22 --unique-tokens 2e11                     # a fixed corpus
+docs/plan.md: the search, the recipe (--hparams), MoE, frameworks, calibration, the JSON."""
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
-        "plan", help="scaling law + cost model -> model size, tokens, layout", description=__doc__
+        "plan",
+        help="scaling law + cost model -> model size, tokens, layout",
+        description=__doc__.splitlines()[0],
+        epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    add_budget_argument(
-        p, "to plan for (C = k·N·D with the law's k, 6 unless the fit says otherwise; one plan per budget)"
-    )
+    add_budget_argument(p, "to plan for (one plan each)")
     p.add_argument(
         "--law",
-        type=pathlib.Path,
-        help="fit JSON from `python -m analysis fit` (default: Hoffmann et al. 2022 constants)",
+        type=_plan_law,
+        metavar="NAME|FIT.json",
+        help="the law: a fit's JSON, or chinchilla (default: Hoffmann et al. 2022's constants)",
     )
     p.add_argument(
         "--hardware",
-        help="catalogue name (h100, a100-80gb, ...) or YAML; a mixed cluster as "
-        "NAME:COUNT,NAME:COUNT (e.g. a100-80gb:256,h100-sxm:128); required unless the plan is "
-        "only --budget with --unique-tokens",
+        help="catalogue name (h100, a100-80gb, ...) or YAML; a mixed cluster: NAME:COUNT,NAME:COUNT",
     )
-    p.add_argument(
-        "--gpus",
-        type=positive_int,
-        help="number of devices (required for one device type; a mixed --hardware gives the counts)",
-    )
-    p.add_argument("--max-days", type=positive_float, help="wall-clock limit in days")
-    p.add_argument("--gpu-hours", type=positive_float, help="device-hour limit")
-    p.add_argument("--seq-len", type=positive_int, default=2048, help="sequence length (default 2048)")
-    p.add_argument("--vocab", type=positive_int, default=32000, help="vocabulary size (default 32000)")
+    p.add_argument("--gpus", type=positive_int, help="number of devices (one device type)")
+    p.add_argument("--max-days", type=positive_float, metavar="DAYS", help="wall-clock limit in days")
+    p.add_argument("--gpu-hours", type=positive_float, metavar="H", help="device-hour limit")
+    p.add_argument("--seq-len", type=positive_int, default=2048, metavar="T", help="sequence length (2048)")
+    p.add_argument("--vocab", type=positive_int, default=32000, metavar="V", help="vocabulary size (32000)")
     p.add_argument(
         "--batch-tokens",
         type=positive_int,
         default=None,
-        help=f"target tokens per optimizer step (default {DEFAULT_BATCH_TOKENS // 2**20}M, or the "
-        "--hparams batch law's optimum; given explicitly it wins over the law)",
+        metavar="B",
+        help=f"tokens per optimizer step (default {DEFAULT_BATCH_TOKENS // 2**20}M or the --hparams law's)",
     )
     p.add_argument(
         "--hparams",
         type=pathlib.Path,
         metavar="HP.json",
-        help="hyperparameter laws from `python -m analysis fit-hparams --json`: state the run's "
-        "learning rate and batch with 90%% intervals and emit optim.lr / train.batch_size",
+        help="`fit-hparams --json` laws: the run's learning rate and batch, 90%% intervals",
     )
     add_unique_tokens_argument(p, "the run (without --hardware: only its data-limited allocation)")
-    p.add_argument("--top", type=positive_int, default=8, help="candidates to list")
-    add_json_argument(p, "the plan ({'best': ..., 'candidates': [...], 'N_opt', 'D_opt', ...})")
-    p.add_argument("--markdown", type=pathlib.Path, help="write a planning section for a report")
+    p.add_argument("--top", type=positive_int, default=8, metavar="K", help="candidates to list (8)")
+    add_json_argument(p, "the plan")
+    p.add_argument("--markdown", type=pathlib.Path, metavar="PATH", help="write the plan as Markdown")
     add_costmodel_arguments(p)
     p.add_argument(
         "--offload",
         action="store_true",
-        help="also consider ZeRO-Offload layouts: optimizer state and its step on the "
-        "host (PCIe transfers, CPU Adam), for models that do not fit otherwise",
+        help="also consider ZeRO-Offload layouts (optimizer state on the host)",
     )
     add_moe_arguments(p)
     p.add_argument(
         "--emit",
         choices=("overrides",),
-        help="overrides: print the `python -m "
-        "experiments.train ...` command line of the best layout the trainer can run",
+        help="overrides: print the trainer's command line of the best runnable layout",
     )
     p.set_defaults(func=run)
 
@@ -238,6 +240,17 @@ def run(args: argparse.Namespace) -> int:
     if unrunnable:
         raise AnalysisError(f"--emit overrides: {unrunnable[0]}")
     return 0
+
+
+def _plan_law(value: str) -> pathlib.Path | None:
+    """`--law`: a fit's JSON, or `chinchilla` (Hoffmann et al.'s published constants: None)."""
+    if value.lower() in ("chinchilla", "hoffmann"):
+        return None
+    if value.lower().endswith(".json") or pathlib.Path(value).exists():
+        return pathlib.Path(value)
+    raise argparse.ArgumentTypeError(
+        f"{value!r}: plan takes a fit's JSON (`scalelab fit RUNS --json FIT.json`) or chinchilla"
+    )
 
 
 def _data_law(opts: PlanOptions, law: ScalingLaw):

@@ -79,21 +79,27 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
+EXAMPLES = """\
+examples:
+  scalelab report outputs/isoflop                       # outputs/isoflop/report/report.html
+  scalelab report runs.csv --out rep --budget 1e22      # a runs table; the verdict at 1e22 FLOPs
+  scalelab report outputs/ref outputs/other --out rep   # two recipes: adds the Recipes section
+docs/report.md: how to read it."""
+
+
 def register(sub) -> None:
     p = sub.add_parser(
         "report",
         help="fitted-law report of a sweep or a runs table (HTML + Markdown + PNG figures)",
-        description="Collect the runs under SWEEP_DIR (or read a runs table), fit the Chinchilla law "
-        "(Approach 3) and IsoFLOP profiles (Approach 2) with bootstrap CIs, check the law on the "
-        "held-out largest budget, and write report.html, report.md, report.json and figures/. "
-        "A runs table gives every section but those that need run directories (loss curves, "
-        "hyperparameter probes, downstream tasks, RL).",
+        description="Fit the law to the runs, check it on the held-out largest budget, and write "
+        "report.html, report.md, report.json and figures: a verdict first, then the details.",
+        epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument(
         "sweep_dir",
-        metavar="SWEEP_DIR",
-        help="sweep directory (hydra.sweep.dir) or any folder of runs; or a runs table (.csv, .parquet, "
-        ".pq) as `python -m analysis collect` writes, or one's own with N, D and/or C, loss (optionally U)",
+        metavar="RUNS",
+        help="runs: a sweep directory, a CSV or a Parquet file",
     )
     p.add_argument(
         "more_sweeps",
@@ -105,10 +111,11 @@ def register(sub) -> None:
     p.add_argument(
         "--out",
         default=None,
+        metavar="DIR",
         help="output directory (default: SWEEP_DIR/report; for a table T.csv: T-report beside it)",
     )
     add_budget_argument(p, "to state N*/D* for (default: 10x the largest swept budget)")
-    add_bootstrap_argument(p, 1000, "for CIs")
+    add_bootstrap_argument(p, "for CIs")
     add_seed_argument(p)
     p.add_argument(
         "--hardware",

@@ -8,7 +8,7 @@ the flags the command line takes are unchanged, while the code names every value
   one per L-BFGS stop code (`analysis.core.lbfgs.STATUS_NAMES`).
 - `LawName`: the built-in point laws of `analysis.laws.registry` (users may register more under
   any other name, so a law's `name` stays a string; these are the ones the package defines).
-- `Precision`: the `precision` of a multi-start search (`fit --precision`).
+- `Precision`: the `precision` of a multi-start search (`fit --solver-precision`).
 - `NParams`: which parameter count N a fit uses (`--n-params`, `n_params` in the JSON).
 - `TransformKind`: how an internal optimiser coordinate maps to a bounded public parameter.
 - `BoundPosition`: where a fitted parameter sits relative to its bound (`BoundNote.where`).

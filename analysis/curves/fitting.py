@@ -34,7 +34,7 @@ class FitProtocol(enum.StrEnum):
     LBFGS = "lbfgs"
 
 
-PROTOCOLS = (FitProtocol.MULTISTART.value,)  # what `fit-curve --protocol` accepts
+PROTOCOLS = (FitProtocol.MULTISTART.value,)  # what `fit-curve --search` accepts
 
 
 def _errors(pred: np.ndarray, actual: np.ndarray) -> dict:

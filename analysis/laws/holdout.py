@@ -176,7 +176,10 @@ def runs_table(df: pd.DataFrame, columns: Mapping[str, str] | None = None) -> pd
     (the best run per rung of an LR sweep), those with a missing or non-positive value dropped (a
     warning says how many)."""
     df = rows_to_fit(df, (columns or {}).get("loss"))[0].reset_index(drop=True)
-    roles = ("N", "D", "U") if data_mod._find(df, "U", (columns or {}).get("U")) else ("N", "D")
+    u_col = data_mod._find(df, "U", (columns or {}).get("U"))
+    # a U column with no value (a sweep whose runs never repeated data) is no U
+    has_u = u_col is not None and (pd.to_numeric(df[u_col], errors="coerce") > 0).any()
+    roles = ("N", "D", "U") if has_u else ("N", "D")
     loss_col = data_mod._find(df, "loss", (columns or {}).get("loss"))
     if loss_col is None:
         raise data_mod._missing(df, "loss", "loss")
@@ -188,6 +191,10 @@ def runs_table(df: pd.DataFrame, columns: Mapping[str, str] | None = None) -> pd
             keep &= np.isfinite(v) & (v > 0)
     y = pd.to_numeric(df[loss_col], errors="coerce").to_numpy(float)
     keep &= np.isfinite(y) & (y > 0)
+    if not keep.any():
+        raise AnalysisError(
+            f"no run has a positive, finite {', '.join((*roles, 'C'))} and loss: nothing to backtest"
+        )
     if (~keep).any():
         warnings.warn(
             f"{int((~keep).sum())} of {len(df)} rows have a missing or non-positive value; left out"
