@@ -20,7 +20,7 @@ CHOICE_KEYS = {"chosen", "baseline", "candidates", "fold_errors", "note"}
 
 def _cli(tmp_path, d, *extra):
     d.to_csv(tmp_path / "runs.csv", index=False)
-    argv = ["fit-hparams", str(tmp_path / "runs.csv"), "--param", LR, *extra]
+    argv = ["fit-hparams", str(tmp_path / "runs.csv"), "--hparam", LR, *extra]
     assert main([*argv, "--json", str(tmp_path / "hp.json")]) == 0
     return json.loads((tmp_path / "hp.json").read_text())
 

@@ -93,7 +93,7 @@ def run_cli(tmp_path, d, *extra, targets=None):
 
 def test_cli_recovers_the_law_predicts_held_out_and_writes_strict_json(tmp_path, capsys):
     fit_df, targets = split(lr_sweep(seed=0))
-    rc, j = run_cli(tmp_path, fit_df, "--param", LR, "--method", "fit_hparams", targets=targets[["N", "D"]])
+    rc, j = run_cli(tmp_path, fit_df, "--hparam", LR, "--method", "fit_hparams", targets=targets[["N", "D"]])
     assert rc == 0
     assert j["method_choice"]["chosen"] == "fit_hparams" and j["method_choice"]["fold_errors"] == {}
     for key in ("params", "ci", "law_form", "rungs", "holdout", "penalty", "predictions"):
@@ -144,7 +144,7 @@ def test_prediction_intervals_cover_about_90_percent_over_seeds():
 def test_predictions_one_per_row_and_param_in_targets_order(tmp_path):
     fit_df = batch_grid(seed=1)
     targets = pd.DataFrame({"N": [1e9, 2e7, 5e8], "D": [4e10, 1e9, 1e10]})
-    rc, j = run_cli(tmp_path, fit_df, "--param", LR, "--param", BATCH, targets=targets)
+    rc, j = run_cli(tmp_path, fit_df, "--hparam", LR, "--hparam", BATCH, targets=targets)
     assert rc == 0
     pred = j["predictions"]
     assert len(pred) == 2 * len(targets)
@@ -213,7 +213,7 @@ def test_edge_rungs_are_left_out_of_the_law_unless_include_edges(tmp_path):
     assert all("lowest" in r.flag for r in edges)
     kept = fit_hparams(d, [LR], HparamOptions(include_edges=True)).fits[LR]
     assert kept.n_excluded == 0 and kept.law.n_rungs == len(f.rungs)
-    rc, j = run_cli(tmp_path, d, "--param", LR, "--include-edges")
+    rc, j = run_cli(tmp_path, d, "--hparam", LR, "--include-edges")
     assert rc == 0 and j["laws"][LR]["n_rungs"] == len(f.rungs)
     assert sum(r["edge"] for r in j["rungs"]) == 3
 
@@ -222,7 +222,7 @@ def test_flat_rung_is_reported_with_null_kappa_and_left_out(tmp_path):
     d = lr_sweep(seed=3).drop(columns="lr_true")
     rung = (d.N == d.N.max()) & (d.D == d[d.N == d.N.max()].D.min())
     d.loc[rung, "loss"] = 3.0  # no LR dependence at all
-    rc, j = run_cli(tmp_path, d, "--param", LR, "--method", "fit_hparams")
+    rc, j = run_cli(tmp_path, d, "--hparam", LR, "--method", "fit_hparams")
     assert rc == 0  # strict JSON although kappa is nan
     flat = [r for r in j["rungs"] if r["flat"]]
     assert len(flat) == 1 and flat[0]["kappa"] is None and "flat" in flat[0]["flag"]
@@ -332,7 +332,7 @@ def test_a_rung_with_two_values_is_left_out_with_a_warning(tmp_path, capsys):
     d = lr_sweep(seed=7, n_values=5).drop(columns="lr_true")
     first = d[(d.N == d.N.min()) & (d.D == d.D.min())].index
     d = d.drop(first[2:])  # that rung keeps two learning rates
-    for extra in (("--param", LR), ()):  # default --param too
+    for extra in (("--hparam", LR), ()):  # default --param too
         rc, j = run_cli(tmp_path, d, *extra)
         err = capsys.readouterr().err
         assert rc == 0, err
@@ -343,24 +343,26 @@ def test_a_rung_with_two_values_is_left_out_with_a_warning(tmp_path, capsys):
 
 def test_a_parameter_never_swept_is_one_line(tmp_path, capsys):
     d = lr_sweep(seed=8).drop(columns="lr_true").assign(**{"optim.weight_decay": 0.1})
-    _one_line_error(tmp_path, capsys, d, "--param", "optim.weight_decay", needle="never swept")
+    _one_line_error(tmp_path, capsys, d, "--hparam", "optim.weight_decay", needle="never swept")
 
 
 def test_a_missing_column_is_one_line(tmp_path, capsys):
     d = lr_sweep(seed=8).drop(columns="lr_true")
-    _one_line_error(tmp_path, capsys, d, "--param", "optim.nosuch", needle="optim.lr")
-    _one_line_error(tmp_path, capsys, d.drop(columns="N"), "--param", LR, needle="N")
+    _one_line_error(tmp_path, capsys, d, "--hparam", "optim.nosuch", needle="optim.lr")
+    _one_line_error(tmp_path, capsys, d.drop(columns="N"), "--hparam", LR, needle="N")
 
 
 def test_non_positive_values_are_one_line(tmp_path, capsys):
     d = lr_sweep(seed=8).drop(columns="lr_true")
     d.loc[3, LR] = 0.0
-    _one_line_error(tmp_path, capsys, d, "--param", LR, needle="non-positive")
+    _one_line_error(tmp_path, capsys, d, "--hparam", LR, needle="non-positive")
 
 
 def test_targets_without_n_are_one_line(tmp_path, capsys):
     d = lr_sweep(seed=8).drop(columns="lr_true")
-    _one_line_error(tmp_path, capsys, d, "--param", LR, targets=pd.DataFrame({"D": [1e10]}), needle="N and D")
+    _one_line_error(
+        tmp_path, capsys, d, "--hparam", LR, targets=pd.DataFrame({"D": [1e10]}), needle="N and D"
+    )
 
 
 def test_load_hparams_rejects_other_json(tmp_path):
@@ -373,7 +375,7 @@ def test_load_hparams_rejects_other_json(tmp_path):
 
 def test_hp_json_round_trips_through_load_hparams(tmp_path):
     fit_df, _ = split(lr_sweep(seed=0))
-    rc, j = run_cli(tmp_path, fit_df, "--param", LR)
+    rc, j = run_cli(tmp_path, fit_df, "--hparam", LR)
     assert rc == 0
     laws = load_hparams(tmp_path / "hp.json")
     chosen = options(j["method_choice"]["chosen"])  # the method the folds chose, fitted directly

@@ -63,7 +63,7 @@ def held_out_dlog10(j):
 
 
 @pytest.mark.parametrize("with_d", [True, False], ids=["with-D", "C-only"])
-@pytest.mark.parametrize("param", [[], ["--param", LR]], ids=["default-param", "param-lr"])
+@pytest.mark.parametrize("param", [[], ["--hparam", LR]], ids=["default-param", "param-lr"])
 def test_irregular_sweep_fits_and_lists_the_two_lr_rungs(tmp_path, capsys, with_d, param):
     d = irregular_sweep(seed=0, with_d=with_d)
     targets = pd.DataFrame([{"N": N, "D": 20 * N} for N in HELD_OUT])
@@ -98,7 +98,7 @@ def test_bad_c_cells_do_not_reach_the_law(tmp_path, capsys):
     d.iloc[3, d.columns.get_loc("C")] = np.nan  # and one blank C cell
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)  # the "invalid value encountered in log"
-        rc, j, out, err = fit_cli(tmp_path, d, capsys, "--param", LR)
+        rc, j, out, err = fit_cli(tmp_path, d, capsys, "--hparam", LR)
     assert rc == 0, err
     assert "Traceback" not in out + err and j["skipped_rungs"] == []
     assert any("int64 overflow" in n for n in j["notes"])
@@ -113,7 +113,7 @@ def test_bad_c_cells_do_not_reach_the_law(tmp_path, capsys):
 def test_every_rung_with_fewer_than_three_values_is_one_error_line(tmp_path, capsys):
     d = irregular_sweep(seed=2)
     d = d.sort_values(LR).groupby(["N", "D"]).head(2)  # every rung keeps its two lowest LRs
-    for extra in ([], ["--param", LR]):
+    for extra in ([], ["--hparam", LR]):
         rc, _, out, err = fit_cli(tmp_path, d, capsys, *extra)
         lines = err.strip().splitlines()
         assert rc == 2, err
@@ -131,7 +131,7 @@ def test_gemstones_two_lr_table_is_one_error_line(tmp_path, capsys):
     except FileNotFoundError:
         pytest.skip("shared Gemstones data not available")
     d = pd.concat([hot, half], ignore_index=True).rename(columns={"tokens": "D"})
-    for extra in ([], ["--param", LR]):
+    for extra in ([], ["--hparam", LR]):
         rc, _, out, err = fit_cli(tmp_path, d, capsys, *extra)
         lines = err.strip().splitlines()
         assert rc == 2 and len(lines) == 1 and lines[0].startswith("error: "), err

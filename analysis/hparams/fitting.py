@@ -24,6 +24,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from analysis.core import progress
 from analysis.core.best_runs import BUDGET_COLUMNS, D_COLUMNS, N_COLUMNS
 from analysis.core.table import FLOPS_PER_PARAM_TOKEN, LOSS_COLUMNS, TABLE_COLUMNS
 from analysis.hparams import laws as L
@@ -193,7 +194,7 @@ def _no_swept_param(df: pd.DataFrame) -> AnalysisError:
         )
     return AnalysisError(
         "no optim.* or train.batch_size column has >= 3 values in any rung; "
-        "name the swept column with --param"
+        "name the swept column with --hparam"
     )
 
 
@@ -201,7 +202,7 @@ def check_param(df: pd.DataFrame, param: str) -> None:
     if param not in df.columns:
         cands = [c for c in df.columns if str(c).startswith("optim.") or c == BATCH_KEY]
         raise AnalysisError(
-            f"--param {param}: the runs table has no such column (hyperparameter columns: "
+            f"--hparam {param}: the runs table has no such column (hyperparameter columns: "
             f"{', '.join(map(str, cands)) or 'none'})"
         )
     v = pd.to_numeric(df[param], errors="coerce")
@@ -212,7 +213,7 @@ def check_param(df: pd.DataFrame, param: str) -> None:
         raise AnalysisError(f"{param} has non-positive values (e.g. {bad:g}); a law in log(value) needs > 0")
     if df.assign(_v=v).groupby("rung")["_v"].nunique().max() < 2:
         raise AnalysisError(
-            f"{param} was never swept: every rung has one value; sweep it, or drop --param {param}"
+            f"{param} was never swept: every rung has one value; sweep it, or drop --hparam {param}"
         )
 
 
@@ -428,7 +429,10 @@ def fit_hparams(
         raise AnalysisError(f"unknown law form(s) {unknown}; choose from {', '.join(L.FORMS)}")
     table, notes = tidy(df)
     params = resolve_params(table, params)
-    fits = {p: fit_param(table, p, per_param.get(p, opts)) for p in params}
+    fits = {
+        p: fit_param(table, p, per_param.get(p, opts))
+        for p in progress.track(params, desc="fit-hparams", unit="param")
+    }
     ratio = float(np.median(table["C"] / (FLOPS_PER_PARAM_TOKEN * table["N"] * table["D"])))
     return HparamFit(fits, ratio, tuple(notes), len(table), run_context(table, params))
 
