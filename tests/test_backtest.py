@@ -65,7 +65,7 @@ def test_loss_protocols_report_baseline_and_default(tmp_path, protocol, flags):
 
 
 def test_epochs_protocol_scores_the_data_constrained_laws(tmp_path):
-    """Scored with --only-default (every candidate's row is the zoo's, docs/backtests.md): the
+    """Scored with --only-default (every candidate's row is the zoo's, docs/zoo.md): the
     baseline and the default only, which is the law `fit` picks on runs that repeat their data."""
     rc, j = run_bt(
         tmp_path,
@@ -173,7 +173,7 @@ def test_zoo_quick_subset(shared_data, tmp_path):
 
 @pytest.mark.slow
 def test_frontier_default_never_loses_to_the_baseline_on_the_zoo(shared_data):
-    """The default rule at the zoo's figures (docs/backtests.md): on every frontier ladder of the zoo
+    """The default rule at the zoo's figures (docs/zoo.md): on every frontier ladder of the zoo
     the default best-loss method is no worse than the simple baseline by more than 10%."""
     cases = [c for c in zoo.cases() if c.protocol == "frontier"]
     assert len(cases) >= 8

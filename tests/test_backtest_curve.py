@@ -36,7 +36,7 @@ def test_curve_backtest_on_mpl_25m(shared_data, tmp_path):
     base = next(r for r in rows if r["baseline"])
     default = next(r for r in rows if r["default"])
     assert default["method"] == "mpl"
-    # docs/analysis.md: multistart's mean error on this split is ~0.10% (without --warmup-steps)
+    # docs/measurements.md: multistart's mean error on this split is ~0.10% (without --warmup-steps)
     assert default["mean_abs_rel_error"] < 0.002 < base["mean_abs_rel_error"]
     assert 0 <= base["coverage_90"] <= 1 and base["mean_width"] > 0
     assert all(p["interval"] is not None for p in base["points"])

@@ -298,7 +298,7 @@ def test_backtest_protocol_compare_and_the_default_rule_on_our_cpu_pair(capsys, 
     """`backtest --protocol compare` on our two learning-rate recipes (benchmarks/data/zoo/
     recipes_lr.csv, the zoo's dataset where the rule bites): the top budgets of both ladders hidden,
     scored in log2; the default is no worse than the "no difference" baseline by more than 10% (the
-    unshrunk `auto` is 1.5x worse here: docs/analysis.md, "Comparing recipes"), inside its interval.
+    unshrunk `auto` is 1.5x worse here: docs/compare.md), inside its interval.
     --only-default: the zoo scores every candidate (`python -m analysis.backtests.zoo --only compare`)."""
     out = tmp_path / "bt.json"
     argv = ["backtest", str(zoo.OWN / "recipes_lr.csv"), "--protocol", "compare", "--only-default"]

@@ -93,7 +93,7 @@ def test_multistart_beats_the_authors_on_both_sets(shared_data, size):
     on both sets (measured: 0.104% / 0.373% on 25M, 0.114% / 0.476% on 100M). Interval coverage, measured:
     87.7% on 25M (worst curve 68%) and 75.6% on 100M (worst 48%: cosine_72000, three times the
     fitted horizon, misses by 0.22% on average against a 0.43%-wide interval; no fitted curve's
-    refit shows that drift, so the calibration cannot see it: docs/analysis.md)."""
+    refit shows that drift, so the calibration cannot see it: docs/measurements.md)."""
     r = _fit(str(shared_data), size)
     mean, worst, coverage, worst_curve = _scores(r)
     assert mean < README[size][0] and worst < README[size][1], (mean, worst)

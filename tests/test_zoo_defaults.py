@@ -1,4 +1,4 @@
-"""The default rule at the zoo's figures, one test per protocol (docs/backtests.md; issue "Defaults
+"""The default rule at the zoo's figures, one test per protocol (docs/zoo.md; issue "Defaults
 that generalize"): on each zoo dataset of the protocol, the default (what the command does without
 flags) is no worse than the protocol's simple baseline by more than 10% of the baseline's error,
 and its 90% intervals cover the held-out values as a 90% interval may (k of n consistent with 90%
@@ -35,7 +35,7 @@ SUBSETS = {
     "lr": ("synthetic LR ladder", "ours hparam_ladder", "synthetic LR x batch grid"),
     "batch": ("synthetic LR x batch grid",),
 }
-# (protocol, dataset) whose default intervals are NOT calibrated yet (docs/backtests.md, "Coverage
+# (protocol, dataset) whose default intervals are NOT calibrated yet (docs/zoo.md, "Coverage
 # of the default's 90% intervals, per dataset"): left out of the coverage assertions
 MISCALIBRATED = {
     ("size", "ours data_limited"),  # 9/15: the largest models' offset is larger than the folds saw
@@ -45,7 +45,7 @@ MISCALIBRATED = {
 
 
 # (protocol, dataset) where the default is known to lose to the baseline by more than the margin,
-# the stated exceptions of docs/backtests.md: the largest ratio allowed there, and why
+# the stated exceptions of docs/zoo.md: the largest ratio allowed there, and why
 EXCEPTED = {
     # Huber 1e-3 (the published protocol; lower mean error on the zoo's budget and size backtests,
     # 2.48% vs 3.25%) against least squares: 2.9x on this one

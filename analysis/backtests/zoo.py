@@ -1,5 +1,5 @@
 """The backtest zoo: every backtest protocol on every development ladder, the default and the
-baseline side by side (docs/backtests.md is its table; docs/analysis.md, "Backtesting", how to read
+baseline side by side (docs/zoo.md is its table; docs/backtest.md, how to read
 it). A method becomes a protocol's default only when the zoo shows it no worse than the baseline by
 more than MARGIN on every dataset (`rule`). The ladders: ../shared/data (Epoch's Chinchilla runs,
 Gadre et al. 2024, Luo et al. 2025's MPL curves, Gemstones: McLeish et al. 2025), our presets' runs
@@ -7,7 +7,7 @@ tables under benchmarks/data/zoo (`python -m analysis collect` of a sweep) and s
 generated here. Held-back public ladders are not in it.
 
     python -m analysis.backtests.zoo [--quick] [--only TEXT] [--only-default] [--bootstrap 50]
-        [--cache [PATH]] [--markdown docs/backtests.md]
+        [--cache [PATH]] [--markdown docs/zoo.md]
 
 `--quick` runs the tests' subset (one dataset per protocol). `--cache` keeps each finished backtest
 in PATH (default $SCALELAB_CACHE/zoo/, else ~/.cache/scalelab/zoo/, one file per --bootstrap and
@@ -483,7 +483,7 @@ def moe_tokens(seed: int = 0, noise: float = 0.004) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-# ---- the zoo: every (dataset, protocol), in the order of docs/backtests.md ----------------------
+# ---- the zoo: every (dataset, protocol), in the order of docs/zoo.md ----------------------
 def _n(n: float) -> dict:
     return {"holdout_above_n": n}
 
@@ -839,14 +839,14 @@ def coverage_section(outcomes: list[Outcome]) -> list[str]:
 
 HEADER = """# Backtests: the development zoo
 
-Written by `python -m analysis.backtests.zoo --markdown docs/backtests.md` (do not edit by hand).
+Written by `python -m analysis.backtests.zoo --markdown docs/zoo.md` (do not edit by hand).
 Each row hides the top of one ladder (`python -m analysis backtest DATA --protocol P`), fits every
 candidate method below the cut and scores it on what it did not see. Errors: mean |relative error|
 of the loss (budget, frontier, size, epochs, curve), mean |log10| of the learning-rate optimum (lr),
 mean absolute error in accuracy points (downstream), mean |log2| of the compute multiplier between
 two recipes (compare); in brackets the share of held-out values inside the method's 90% interval.
 The default rule picks among the methods the registry lists for the protocol
-(`analysis.methods(protocol=P)`). How to read it: docs/analysis.md, "Backtesting". The zoo is
+(`analysis.methods(protocol=P)`). How to read it: docs/backtest.md. The zoo is
 development data only (../shared/data and our own ladders); held-back public ladders are not in it.
 """
 
@@ -878,21 +878,21 @@ def _backtest_row(o: Outcome) -> list[str]:
     ]
 
 
-# Why a protocol's default is not the rule's pick (the evidence is in the tables of docs/backtests.md)
+# Why a protocol's default is not the rule's pick (the evidence is in the tables of docs/zoo.md)
 EXCEPTIONS: dict[str, str] = {
     "budget": "the point fit is Huber 1e-3, Hoffmann et al.'s protocol, which reproduces Epoch's published "
     "fit and has the lower mean error here; least squares is better by > 10% on two synthetic Kaplan "
-    "ladders (docs/analysis.md, 'How fits work').",
+    "ladders (docs/fit.md, 'How fits work').",
     "size": "as budget: Huber 1e-3 (2.48% vs least squares' 3.25% mean), worse by > 10% on 7 of 34 "
     "(Gadre's Paloma losses and two synthetic Kaplan ladders); `fit` without --law keeps Chinchilla's "
     "form, `auto` on repeated data.",
     "epochs": "fit's default on repeated data is `auto`: Chinchilla unless a data-constrained form beats "
     "it by 10% on both the epochs and the size folds of the runs' own table. A fixed data-constrained "
     "default wins our synthetic ladders (they follow its form) but lost to Chinchilla on a held-back "
-    "public ladder (docs/analysis.md, 'Repeated data').",
+    "public ladder (docs/fit.md, 'Repeated data').",
     "lr": "the lr row's default is the law fit-hparams fitted before it chose per table; fit-hparams now "
     "runs these folds on the user's own runs and keeps baseline_log_linear unless the law beats it by "
-    '10% on every fold (docs/analysis.md, "Which method fit-hparams fits").',
+    '10% on every fold (docs/fit.md, "Which method fit-hparams fits").',
     "batch": "fit_hparams is the one command for both hyperparameters; on the batch ladders its own form "
     "choice lands within 0.01 dex of form_N_D's, which it may choose itself.",
     "downstream": "fit-task keeps `auto`: `average` wins these three 5-task ladders, but on the 13 Gadre "
@@ -1059,7 +1059,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", default="", help="run the cases whose dataset or protocol contains this")
     ap.add_argument("--only-default", action="store_true", help="score the baseline and the default only")
     ap.add_argument("--cache", nargs="?", const="", help="reuse and extend this JSON of finished backtests")
-    ap.add_argument("--markdown", help="write the zoo table here (docs/backtests.md)")
+    ap.add_argument("--markdown", help="write the zoo table here (docs/zoo.md)")
     args = ap.parse_args(argv)
     if not SHARED.is_dir():
         print(f"error: the zoo needs {SHARED}", file=sys.stderr)
