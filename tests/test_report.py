@@ -87,8 +87,11 @@ def test_report_on_a_known_law(fake_sweep, tmp_path):
     assert any("did not complete" in w and "diverged" in w for w in rep["warnings"])
     assert rep["skipped_shapes"] and all("sweep.min_steps" in s["reason"] for s in rep["skipped_shapes"])
     html = (out / "report.html").read_text()
-    assert html.count("<img") == len(rep["figures"]) >= 7
+    # every figure once: the run-level ones interactive (Plotly), the others embedded PNGs
+    assert html.count("<img") + html.count('class="ifig"') == len(rep["figures"]) >= 7
+    assert html.count('class="ifig"') >= 5 and html.count("Plotly.newPlot(") == 1
     assert not re.search(r"<img[^>]+src=['\"](?!data:image/png;base64,)", html), "HTML must be self-contained"
+    assert "<script src" not in html
     md = (out / "report.md").read_text()
     for name, rel in rep["figures"].items():
         assert f"]({rel})" in md and (out / rel).stat().st_size > 10_000
@@ -167,17 +170,22 @@ def test_report_adds_planning_and_rl_sections(fake_sweep, tmp_path):
     md = (tmp_path / "rep" / "report.md").read_text()
     assert "## Planning" in md and "on 64 × a100-80gb" in md and "## RL scaling" in md
     html = (tmp_path / "rep" / "report.html").read_text()
-    assert html.count("<img") == len(rep["figures"]) + 3  # + RL curves, card, reward-vs-KL
+    figures = html.count("<img") + html.count('class="ifig"')
+    assert figures == len(rep["figures"]) + 3  # + RL curves, card, reward-vs-KL
     assert not re.search(r"<img[^>]+src=['\"](?!data:image/png;base64,)", html)
     assert "<h2>Planning</h2>" in html and "<h2>RL scaling</h2>" in html
 
     rl_rep = build_report(sw / "rl", tmp_path / "rl_rep")
-    assert rl_rep["rl_only"] and (tmp_path / "rl_rep" / "report.html").read_text().count("<img") == 3
+    rl_html = (tmp_path / "rl_rep" / "report.html").read_text()
+    assert rl_rep["rl_only"] and rl_html.count("<img") == 3
+    assert rl_html.index('id="verdict"') < rl_html.index("<img") and rl_rep["verdict"].startswith(
+        "RL runs only"
+    )
 
 
-# the first screen of report.html (issue 31): a summary table that reads at 1280 px without scrolling
+# the first screen of report.html: the verdict, then tables that read at 1280 px without scrolling sideways
 VIEW_WIDTH = 1280
-VIEW_HEIGHT = 900  # a laptop's first screen: the summary table must end above it
+VIEW_HEIGHT = 800  # a laptop's first screen: the verdict must end above it
 MAX_PRE_LINE = 100  # characters; a longer preformatted line runs off a 1280 px page
 MAX_COLUMNS = 8
 
@@ -200,91 +208,144 @@ def first_screen(fake_sweep, tmp_path_factory):
     return rep, page[: page.index("<figure")], out / "report.html"
 
 
-def test_report_first_screen_is_a_summary_table(first_screen):
-    """Before the first figure: a table with the law's CIs, the target budget's N*, D* and loss
-    with its 90% interval, the held-out verdict and the sweep's compute; no wide <pre>, no wide table."""
-    from analysis.report.render import _count, _iv, headline, summary_sections
+def test_report_opens_with_the_verdict(first_screen):
+    """The verdict sentence comes first: report.json `verdict`, the first paragraph of report.md,
+    the element id="verdict" of report.html before any figure (no "plotly" before it either); it
+    states the budget's N*, D*, tokens per parameter, the loss with its 90% interval and the
+    held-out check in words, with the report's own numbers."""
+    from analysis.report.render import _count, count3
 
     rep, head, page = first_screen
-    assert '<table class="summary">' in head
-    law = rep["law"]
-    for k in ("E", "A", "alpha", "B", "beta"):
-        assert f"<td>{k}</td>" in head and f"<td>{_iv(law['ci'][k])}</td>" in head
-    (r,) = law["allocation"]["budgets"]
-    assert r["C"] == 1e12 and "At C = 1e12 FLOPs" in head
-    assert f"<td>{_iv(r['loss_interval'])}</td>" in head and f"<td>{_iv(r['N_opt_ci'], _count)}</td>" in head
+    v = rep["verdict"]
+    (r,) = rep["law"]["allocation"]["budgets"]
     h = rep["holdout"]
-    assert h["target"] == 0.03 and f"{100 * h['mean_rel_error']:.2f}%" in head
-    assert (
-        "PASS: target ≤ 3%" in head
-        and f"{round(h['coverage'] * h['n_points'])} of {h['n_points']} inside" in head
+    assert v.startswith(
+        f"At 1e12 FLOPs train {count3(r['N_opt'])} parameters on {count3(r['D_opt'])} tokens ("
     )
+    assert f"{r['D_opt'] / r['N_opt']:.0f} tokens/param): loss " in v and "(90%)" in v
+    assert f"predicted within {100 * h['mean_rel_error']:.3g}%" in v
+    assert f"{h['n_inside']} of {h['n_intervals']} inside" in v and v.endswith(".")
+    assert json.loads((page.parent / "report.json").read_text())["verdict"] == v
+    md = (page.parent / "report.md").read_text()
+    assert md.split("\n\n")[1] == f"**{v}**"  # the title, then the verdict
+    html = page.read_text()
+    at = html.index('<p id="verdict" class="verdict">')
+    assert at < min(i for i in (html.find(m) for m in ("<img", "<svg", "plotly", "vega")) if i >= 0)
+    assert '<p id="verdict" class="verdict">' in head
+    # no absolute path before the details at the end
+    assert str(page.parent.parent) not in html[: html.index("<details>")]
+    assert rep["sweep_dir"] in html[html.index("<details>") :]
+    assert _count(r["N_opt"]) in head  # the allocation table, with the same numbers
+
+
+def test_report_first_screen_separates_ci_from_prediction_intervals(first_screen):
+    """Before the first figure: predictions with 90% prediction intervals in one table; the
+    allocation against the published laws and the law's parameters with 95% CIs in others; one
+    best-loss number; the held-out coverage in words with no fixed error target; the compute;
+    no wide <pre> or table."""
+    from analysis.report.render import _count, _iv, _tpp, headline
+
+    rep, head, page = first_screen
+    tables = re.findall(r"<table.*?</table>", head, flags=re.S)
+    assert len(tables) == 3
+    preds, alloc, law_t = tables
+    (r,) = rep["law"]["allocation"]["budgets"]
+    assert "90% prediction interval" in preds and "95%" not in preds
+    assert f"<td>{_iv(r['loss_interval'])}</td>" in preds and f"<td>{r['loss']:.4g}</td>" in preds
+    assert "best loss" not in head.replace("expected best loss", "") and "law minimum" not in head
+    for k in ("E", "A", "alpha", "B", "beta"):
+        assert f"<td>{k}</td>" in law_t and f"<td>{_iv(rep['law']['ci'][k])}</td>" in law_t
+    assert "90%" not in law_t and "95% bootstrap CIs" in head
+    assert f"{_count(r['N_opt'])} {_iv(r['N_opt_ci'], _count)}" in alloc
+    assert f"<td>{_tpp(r['tokens_per_param'])} {_iv(r['tokens_per_param_ci'], _tpp)}</td>" in alloc
+    for name in ("Hoffmann et al. 2022", "Besiroglu et al. 2024", "Kaplan et al. 2020"):
+        assert name in alloc
+    for cite in (
+        "arXiv:2203.15556",
+        "arXiv:2404.10102",
+        "arXiv:2001.08361",
+        "E = 1.69",
+        "A = 482.01",
+        "0.73",
+    ):
+        assert cite in head
+    h = rep["holdout"]
+    assert "target" not in h and "PASS" not in head and "target ≤" not in head
+    assert f"{h['n_inside']} of {h['n_intervals']} inside" in head and "binomial p = " in head
     c = rep["compute"]
     assert c == {"flops_to_train": 4.6e12, "flops_if_separate": 7e12, "ratio": pytest.approx(4.6 / 7)}
     assert "compute: 4.6e12 FLOPs trained, 0.66x the 7e12 of separate runs" in head
     for pre in re.findall(r"<pre[^>]*>(.*?)</pre>", head, flags=re.S):
         assert max(map(len, pre.splitlines()), default=0) <= MAX_PRE_LINE
-    for table in re.findall(r"<table.*?</table>", head, flags=re.S):
+    for table in tables:
         for row in re.findall(r"<tr.*?</tr>", table, flags=re.S):
             spans = [int(n or 1) for n in re.findall(r"<t[dh](?: colspan=['\"](\d+)['\"])?[^>]*>", row)]
             assert sum(spans) <= MAX_COLUMNS
-    # the console headline is unchanged: plain text, the law and the held-out check
+    # the console headline: plain text, the law and the held-out check, now without a target
     lines = headline(rep)
-    assert lines[0].startswith("law: L(N,D) = ") and any(
-        ln.startswith("held-out check: fitted on C <=") for ln in lines
-    )
-    # ... and follows the lead figure, in the Markdown and so in the HTML
+    assert lines[0].startswith("law: L(N,D) = ")
+    (held,) = [ln for ln in lines if ln.startswith("held-out check: fitted on C <=")]
+    assert "target" not in held and f"{h['n_inside']} of {h['n_intervals']} inside" in held
+    # ... collapsed after the lead figure, in the Markdown and so in the HTML
     assert "law: L(N,D) = " not in head and "law: L(N,D) = " in page.read_text()
-    section = '<tr class="sec">\n<th colspan="5">Law L(N,D) = E + A/N^alpha + B/D^beta'
-    assert head.count('<tr class="sec">') == len(summary_sections(rep)) == 4 and section in head
+
+
+def test_report_details_are_collapsed_at_the_end(first_screen):
+    """Every run, the skipped shapes and the console numbers are <details> (closed); the run list
+    names its MFU convention, the planner's."""
+    rep, _, page = first_screen
+    html = page.read_text()
+    details = re.findall(r"<details><summary>(.*?)</summary>(.*?)</details>", html, flags=re.S)
+    titles = [t for t, _ in details]
+    assert titles[0] == "The same numbers as the command line prints them"
+    runs = next(body for t, body in details if t.startswith("All ") and "runs" in t)
+    assert runs.count("<td>completed</td>") == rep["n_completed"]
+    assert "MFU % (palm_6N+12LHQT)" in runs and "the planner" in runs
+    assert any("shapes the sweep skipped" in t for t in titles) and "<details open" not in html
+    assert html.index("<h2>Warnings</h2>") < html.index(f"<summary>{titles[1]}</summary>")
 
 
 def test_report_html_is_its_markdown_rendered(first_screen):
-    """One renderer: report.html's body is report.md rendered by markdown-it-py, and no table,
-    figure or warning of the page is written by hand."""
+    """One renderer: report.html's body is report.md rendered by markdown-it-py (the interactive
+    figures in place of their PNGs), then plotly.js and the figures' script; no table, figure,
+    warning or details section of the page is written by hand."""
     from analysis.report.render import markdown_to_html
 
-    _, _, page = first_screen
+    rep, _, page = first_screen
     md = (page.parent / "report.md").read_text()
     body = page.read_text().split("<body>\n", 1)[1].rsplit("</body>", 1)[0]
-    assert body == markdown_to_html(md, page.parent)
+    text, scripts = body.split("<script>", 1)
+    interactive = re.findall(r'id="ifig-(\w+)"', text)
+    assert set(interactive) == {
+        "loss_vs_compute",
+        "isoflop",
+        "allocation",
+        "residuals",
+        "holdout",
+        "throughput",
+    }
+    assert text == markdown_to_html(md, page.parent, {rep["figures"][n]: {} for n in interactive})
+    assert scripts.count("Plotly.newPlot(") == 1 and all(f'"ifig-{n}":' in scripts for n in interactive)
     assert body.count("<table") == md.count("\n|---|") >= 4
     assert body.count("<figure>") == body.count("<figcaption>") == md.count("![")
     assert body.count('<div class="warn">') == md.count("\n- warning: ") > 0
-
-
-def _browser() -> str | None:
-    import shutil
-
-    names = ("chromium-headless-shell", "chromium", "chromium-browser", "google-chrome")
-    return next((b for b in map(shutil.which, names) if b), None)
-
-
-# appended to the page: records every element before the first figure that overflows its box
-PROBE = """<script>(function(){var bad=[],bottom=0,els=document.body.querySelectorAll('*');
-for(var i=0;i<els.length;i++){var e=els[i];if(e.tagName==='FIGURE')break;
-if(e.clientWidth>0&&e.scrollWidth>e.clientWidth+1)bad.push(e.tagName+' '+e.scrollWidth+'>'+e.clientWidth);
-if(e.tagName==='TABLE')bottom=Math.max(bottom,e.getBoundingClientRect().bottom);}
-var o=document.createElement('output');o.id='probe';o.textContent=JSON.stringify(
-{page:document.documentElement.scrollWidth,view:window.innerWidth,overflowing:bad,table_bottom:bottom});
-document.body.appendChild(o);})();</script></body>"""
+    assert body.count("<details>") == body.count("</details>") == md.count("\n## Details: ") >= 3
 
 
 def test_report_first_screen_in_a_headless_browser(first_screen, tmp_path):
-    """Opened at 1280 px in headless Chromium (where one is installed: apt's chromium-headless-shell),
-    the page does not scroll sideways, no element before the first figure overflows its box and
-    the summary table ends within the first screen; the screenshot is kept beside the report."""
-    browser = _browser()
-    if browser is None:
-        pytest.skip("no headless Chromium installed (apt-get install chromium-headless-shell)")
+    """Opened at 1280 px in Debian's headless Chromium (.ci/run installs it; tests/test_report_browser.py
+    says when it is missing), the page does not scroll sideways, no element before the first figure
+    overflows its box and the verdict ends within the first screen; the screenshot is kept beside
+    the report."""
+    from test_report_browser import CHROMIUM_ARGS, chromium
+
+    browser = chromium()
     _, _, page = first_screen
     probe = tmp_path / "probe.html"
     probe.write_text(page.read_text().replace("</body>", PROBE))
     flags = [
         browser,
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
+        *CHROMIUM_ARGS,
         "--hide-scrollbars",
         f"--user-data-dir={tmp_path / 'profile'}",
         f"--window-size={VIEW_WIDTH},{VIEW_HEIGHT}",
@@ -297,11 +358,22 @@ def test_report_first_screen_in_a_headless_browser(first_screen, tmp_path):
     got = json.loads(unescape(m.group(1)))
     assert got["view"] == VIEW_WIDTH and got["page"] <= VIEW_WIDTH, got
     assert not got["overflowing"], got
-    assert 0 < got["table_bottom"] <= VIEW_HEIGHT, got
+    assert 0 < got["verdict_bottom"] <= VIEW_HEIGHT, got
     shot = page.parent / "first_screen.png"
     subprocess.run([*flags, f"--screenshot={shot}", page.as_uri()], capture_output=True, timeout=120)
     png = shot.read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and int.from_bytes(png[16:20], "big") == VIEW_WIDTH
+
+
+# appended to the page: records every element before the first figure that overflows its box
+PROBE = """<script>(function(){var bad=[],els=document.body.querySelectorAll('*');
+for(var i=0;i<els.length;i++){var e=els[i];if(e.tagName==='FIGURE')break;
+if(e.clientWidth>0&&e.scrollWidth>e.clientWidth+1)bad.push(e.tagName+' '+e.scrollWidth+'>'+e.clientWidth);}
+var v=document.getElementById('verdict');
+var o=document.createElement('output');o.id='probe';o.textContent=JSON.stringify(
+{page:document.documentElement.scrollWidth,view:window.innerWidth,overflowing:bad,
+verdict_bottom:v?v.getBoundingClientRect().bottom:-1});
+document.body.appendChild(o);})();</script></body>"""
 
 
 def test_read_compute_from_the_sweep_plan(tmp_path):
@@ -360,3 +432,118 @@ def test_markdown_conventions_render_as_the_report_looks(tmp_path):
     assert "<figure>(missing figure missing.png)</figure>" in html
     assert '<div class="warn">one <code>code</code></div>\n<div class="warn">two</div>' in html
     assert "<li>plain item</li>\n<li>warning: mixed</li>" in html and html.count("<ul>") == 1
+
+
+def test_coverage_is_flagged_only_when_implausibly_low():
+    """The held-out check has no fixed error target: its 90% intervals are flagged when fewer runs
+    fall inside than such intervals plausibly give (one-sided binomial, p < 0.05)."""
+    from scipy.stats import binom
+
+    from analysis.report.build import COVERAGE_ALPHA, coverage_check
+
+    def pts(inside: int, n: int) -> list[dict]:
+        return [{"actual": 1.0, "interval": [0.9, 1.1] if i < inside else [1.2, 1.3]} for i in range(n)]
+
+    one = coverage_check(pts(0, 1))
+    assert one["n_inside"] == 0 and one["coverage_p"] == pytest.approx(0.1) and not one["too_few_inside"]
+    two_of_four = coverage_check(pts(2, 4))  # P(X <= 2 | 4, 0.9) = 0.0523: not flagged
+    assert two_of_four["coverage_p"] == pytest.approx(0.0523) and not two_of_four["too_few_inside"]
+    low = coverage_check(pts(6, 10))
+    assert low["too_few_inside"] and low["coverage_p"] == pytest.approx(binom.cdf(6, 10, 0.9))
+    assert low["coverage_p"] < COVERAGE_ALPHA
+    assert not coverage_check(pts(10, 10))["too_few_inside"]
+    none = coverage_check([{"actual": 1.0}])
+    assert none["n_intervals"] == 0 and not none["too_few_inside"]
+
+
+def test_verdict_words_without_a_law_or_a_holdout():
+    """The verdict is a sentence in every case: no allocation (law not fitted) and no held-out
+    check say so; a flagged coverage says it in the verdict."""
+    from analysis.report.render import verdict
+
+    assert verdict({"law": None, "holdout": None}) == (
+        "No compute-optimal answer: the law was not fitted (see the warnings); no held-out check "
+        "(it needs three or more compute budgets)."
+    )
+    law = {
+        "allocation": {
+            "budgets": [
+                {"C": 1e13, "N_opt": 161e3, "D_opt": 11.3e6, "loss": 1.353, "loss_interval": [1.131, 1.652]}
+            ]
+        }
+    }
+    hold = {"held_out_budget": 1e12, "mean_rel_error": 0.0188, "n_intervals": 10, "n_inside": 6}
+    v = verdict({"law": law, "holdout": dict(hold, too_few_inside=True, coverage_p=0.013)})
+    assert v == (
+        "At 1e13 FLOPs train 161k parameters on 11.3M tokens (70 tokens/param): loss 1.35 [1.13, 1.65] "
+        "(90%); held-out budget (1e12 FLOPs) predicted within 1.88%, 6 of 10 inside their 90% prediction "
+        "intervals — fewer than 90% intervals plausibly give (one-sided binomial p = 0.013)."
+    )
+
+
+def test_published_laws_give_their_papers_allocations():
+    """The published constants give the allocations their papers state: Hoffmann et al.'s
+    Approach 3 a = 0.46 (their Table 2: 0.46), Epoch's refit a = 0.51 (Besiroglu et al.: 0.513),
+    Kaplan et al.'s 1.3e9 parameters at one PF-day; D = C / 6N throughout."""
+    from analysis.report.published import LAWS, PF_DAY, published
+
+    laws = {law.key: law for law in LAWS}
+    assert laws["hoffmann2022"].exponent == pytest.approx(0.4516, abs=1e-4)
+    assert laws["besiroglu2024"].exponent == pytest.approx(0.5126, abs=1e-4)
+    (k,) = laws["kaplan2020"].at([PF_DAY])
+    assert k["N_opt"] == pytest.approx(1.3e9) and k["D_opt"] == pytest.approx(PF_DAY / (6 * 1.3e9))
+    # Hoffmann's eq. (4) by hand at 1e24 FLOPs
+    G = (0.34 * 406.4 / (0.28 * 410.7)) ** (1 / 0.62)
+    (h,) = laws["hoffmann2022"].at([1e24])
+    assert h["N_opt"] == pytest.approx(G * (1e24 / 6) ** (0.28 / 0.62), rel=1e-9)
+    assert h["tokens_per_param"] == pytest.approx(h["D_opt"] / h["N_opt"])
+    rec = published([1e21, 1e23])
+    assert [r["key"] for r in rec] == ["hoffmann2022", "besiroglu2024", "kaplan2020"]
+    assert all("arXiv:" in r["citation"] and len(r["at"]) == 2 for r in rec)
+
+
+def test_mfu_is_converted_to_the_planners_convention():
+    """The run list's MFU is the planner's (PaLM's 6N + 12·L·H·Q·T): summary.json's causal MFU times
+    the ratio of the two FLOP counts; NaN where the model config is missing or the convention is
+    another (a mixture of experts' active FLOPs)."""
+    import pandas as pd
+
+    from analysis.report.build import MFU_CONVENTION, planner_mfu
+    from models.config import ModelConfig
+    from models.flops import MFU_ACTIVE, MFU_CAUSAL, flops_per_token, palm_flops_per_token, param_count
+    from sharding.costmodel import MFU_CONVENTION as COST_MODEL
+
+    assert MFU_CONVENTION == COST_MODEL
+    cfg = ModelConfig(d_model=128, n_layers=4, n_heads=4, seq_len=256)
+    n, fpt = param_count(cfg), flops_per_token(cfg)
+    runs = pd.DataFrame(
+        {
+            "mfu": [0.2, 0.2, 0.2, 0.2, None],
+            "mfu_convention": [MFU_CAUSAL, None, MFU_ACTIVE, MFU_CAUSAL, MFU_CAUSAL],
+            "model": [json.dumps(cfg.to_dict())] * 3 + [None, json.dumps(cfg.to_dict())],
+            "n_params": [n] * 5,
+            "flops_per_token": [fpt] * 5,
+        }
+    )
+    got = planner_mfu(runs)
+    want = 0.2 * palm_flops_per_token(n, 4, 128, 256) / fpt
+    assert got[0] == pytest.approx(want) and got[1] == pytest.approx(want) and want > 0.2
+    assert got[2:].isna().all()
+
+
+def test_long_notes_and_warnings_are_summarised():
+    """A note ending in many names shows its count (the names are under Details); warnings show
+    a short tag each on the first screen."""
+    from analysis.report.render import short_note, warning_tags
+
+    names = ", ".join(f"trunk{i}" for i in range(25))
+    note = f"left out 25 WSD trunk run(s) (constant LR; their cooldown branches are the runs): {names}"
+    assert short_note(note) == (
+        "left out 25 WSD trunk run(s) (constant LR; their cooldown branches are the runs) "
+        "(25 names, listed under Details)"
+    )
+    assert short_note("left out: a, b") == "left out: a, b"
+    tags = warning_tags(
+        ["budget C=1e20: the lowest loss ...", "14 compute budgets have fewer (C=1, 2)", "x" * 99]
+    )
+    assert tags == "budget C=1e20, 14 compute budgets have fewer, " + "x" * 59 + "…"

@@ -44,6 +44,7 @@ from typing import Any, Callable, NamedTuple, Sequence
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
+from scipy.stats import binom
 
 from analysis.compare import section as recipes
 from analysis.core.best_runs import SELECTED, Selection, has_config, marked, select_best_runs
@@ -58,19 +59,26 @@ from analysis.laws.registry import bound_notes, get_law
 from analysis.laws.selection import AUTO, default_law
 from analysis.planning import data_limit, planner
 from analysis.report import figures as figs
-from analysis.report import moe
+from analysis.report import interactive, moe
+from analysis.report import published as pub
 from analysis.report.downstream import downstream_section
 from analysis.report.hparams import law_section, load_laws
-from analysis.report.render import write_report
+from analysis.report.render import verdict, write_report
 from analysis.rl.report import find_rl_runs, rl_section
 from models.base.errors import AnalysisError
 from models.base.jsonio import write_json_atomic
 from models.base.rundir import ROLE_FIELDS, SWEEP_PLAN_FILE, RunStatus
+from models.flops import MFU_CAUSAL, MFU_CONVENTIONS, palm_flops_per_token
 
 COLS = dict(ROLE_FIELDS)  # the fit's column of each role: the summary field (n_params, ...)
 LOSS = COLS["loss"]  # the runs' final eval loss
-HOLDOUT_TARGET = 0.03
 MIN_SIZES = 3
+# The held-out check flags its intervals when fewer held-out runs fall inside their 90% prediction
+# intervals than a 90% interval plausibly gives: P(at most that many inside | n, 0.9) below this
+# (a one-sided binomial test). No error target: what a good error is depends on the extrapolation.
+COVERAGE_ALPHA = 0.05
+MFU_CONVENTION = planner.MFU_CONVENTION  # the planner's (the cost model's): PaLM's 6N + 12LHQT
+MAX_NAMES = 5  # a warning names at most this many runs; the run table under Details has them all
 
 
 def _budget_labels(df: pd.DataFrame) -> pd.Series:
@@ -379,6 +387,58 @@ def _bound_warnings(fit) -> list[str]:
     return out
 
 
+MFU_COL = "mfu_planner"  # each run's MFU in MFU_CONVENTION (`planner_mfu`)
+
+
+def planner_mfu(runs: pd.DataFrame) -> pd.Series:
+    """Each run's MFU in the planner's convention (MFU_CONVENTION, PaLM's 6N + 12·L·H·Q·T per token,
+    N every parameter), so the report's MFU and `python -m analysis plan`'s are one number: the
+    trainer's MFU (summary.json `mfu`, causal 6N_matmul + 6·L·T·H·d_head) times the ratio of the
+    two FLOP counts per token (models.flops), from the run's `model` config and `flops_per_token`.
+    NaN where that cannot be done: no MFU, no model config or FLOPs per token (a runs table, older
+    summaries), or another convention (a mixture of experts' active FLOPs)."""
+    out = pd.Series(np.nan, index=runs.index, dtype=float)
+    if "mfu" not in runs.columns:
+        return out
+    for i, r in runs.iterrows():
+        out[i] = _planner_mfu(r)
+    return out
+
+
+def _planner_mfu(r: pd.Series) -> float:
+    mfu = pd.to_numeric(r.get("mfu"), errors="coerce")
+    conv = r.get("mfu_convention")
+    conv = None if not isinstance(conv, str) else conv
+    if not np.isfinite(mfu) or conv not in (None, MFU_CAUSAL, MFU_CONVENTION):
+        return math.nan
+    if conv == MFU_CONVENTION:
+        return float(mfu)
+    model = r.get("model")
+    try:
+        model = json.loads(model) if isinstance(model, str) else model
+        if not isinstance(model, dict):  # the flattened Hydra config instead
+            model = {k: r.get(f"model.{k}") for k in ("n_layers", "n_heads", "d_model", "seq_len")}
+        L, H, d, T = (int(model[k]) for k in ("n_layers", "n_heads", "d_model", "seq_len"))
+        n, causal = float(r.get("n_params")), float(r.get("flops_per_token"))
+    except (TypeError, ValueError, KeyError):
+        return math.nan
+    if not (H > 0 and causal > 0 and np.isfinite(n)):
+        return math.nan
+    return float(mfu) * palm_flops_per_token(n, L, H * (d // H), T) / causal
+
+
+def _mfu_record(all_runs: pd.DataFrame) -> dict:
+    """report.json's `mfu_convention`: the planner's, what it counts, and how many runs have it."""
+    have = int(np.isfinite(all_runs[MFU_COL]).sum()) if MFU_COL in all_runs.columns else 0
+    trainer = int(pd.to_numeric(all_runs.get("mfu", pd.Series(dtype=float)), errors="coerce").notna().sum())
+    return {
+        "name": MFU_CONVENTION,
+        "counts": MFU_CONVENTIONS[MFU_CONVENTION],
+        "runs_with_mfu": have,
+        "runs_without": trainer - have,  # an MFU in summary.json that could not be converted
+    }
+
+
 def _run_table(all_runs: pd.DataFrame) -> list[dict]:
     rows = []
     for _, r in all_runs.sort_values(["budget", "n_params"], na_position="last").iterrows():
@@ -401,7 +461,8 @@ def _run_table(all_runs: pd.DataFrame) -> list[dict]:
                 "C": num("flops"),
                 "loss": num(LOSS),
                 "tokens_per_s": num("tokens_per_s"),
-                "mfu": num("mfu"),
+                "mfu": num(MFU_COL),  # the planner's convention (report.json `mfu_convention`)
+                "mfu_trainer": num("mfu"),  # summary.json's (the trainer's causal convention)
                 "wall_time_s": num("wall_time_s"),
                 "selected": bool(r[SELECTED]) if SELECTED in r.index and pd.notna(r[SELECTED]) else None,
             }
@@ -540,6 +601,8 @@ def _rl_only(sweep_dir: pathlib.Path, out: pathlib.Path, title: str | None) -> d
             "nothing to report" + (f" ({warn[0]})" if warn else "")
         )
     rep = {
+        "verdict": f"RL runs only under {sweep_dir.name}: no pretraining law to answer with; the RL "
+        "scaling section below has each run's reward against compute.",
         "title": title or f"RL scaling report: {sweep_dir.name}",
         "sweep_dir": str(sweep_dir.resolve()),
         "generated": _now(),
@@ -560,10 +623,10 @@ def _paths(out: pathlib.Path) -> dict[str, str]:
     return {"html": str(out / "report.html"), "md": str(out / "report.md"), "json": str(out / "report.json")}
 
 
-def _write_outputs(rep: dict, out: pathlib.Path) -> None:
-    """report.md, report.html (rendered from report.md's Markdown) and report.json (strict JSON:
-    NaN and inf written as null)."""
-    write_report(rep, out)
+def _write_outputs(rep: dict, out: pathlib.Path, interactive_specs: dict[str, dict] | None = None) -> None:
+    """report.md, report.html (rendered from report.md's Markdown; `interactive_specs`, Plotly figures
+    by the PNG path they replace in the HTML) and report.json (strict JSON: NaN and inf written as null)."""
+    write_report(rep, out, interactive_specs)
     write_json_atomic(out / "report.json", rep, indent=1, sort_keys=False)
 
 
@@ -595,6 +658,7 @@ def _build(
     all_runs, done_all = recipes.ref_only(all_runs, ref), recipes.ref_only(done_all, ref)
     every_moe = done_all  # the MoE section fits every expert count; the other sections the dense runs
     all_runs, done_all = moe.dense_only(all_runs), moe.dense_only(done_all)
+    all_runs = all_runs.assign(**{MFU_COL: planner_mfu(all_runs)})
     done, hp = select_best(all_runs, done_all)
     done = _use_n_params(done, n_params)
     budgets_swept = sorted(done["budget"].unique())
@@ -620,8 +684,11 @@ def _build(
         if source.table
         else downstream_section(done, curves, fit, requested, budgets_swept, bootstrap, seed, warn)
     )
+    rep["published"] = pub.published(requested)
+    rep["mfu_convention"] = _mfu_record(all_runs)
     rep["warnings"] = warn
     rep["notes"] = list(loaded.notes)
+    frontier = frontier_grid(done, fit, requested)
     figures = report_figures(
         all_runs,
         done,
@@ -633,9 +700,11 @@ def _build(
         requested,
         hparams=rep["hparams"],
         downstream=rep["downstream"],
+        frontier=frontier,
     )
     figures.update(hparam_figures(law_sec))
     rep["figures"] = _save_figures(figures, fig_dir, out)
+    specs = interactive_figures(all_runs, done, fit, a2, rep["holdout"], hold_fit, requested, frontier)
     ctx = SectionContext(source, out, fit, requested, budgets, hardware, gpus, hp_laws, unique_tokens)
     ctx = dataclasses.replace(ctx, bootstrap=bootstrap, seed=seed, recipes_from=tuple(recipes_from))
     ctx = dataclasses.replace(ctx, every_recipe=every_recipe, ref=ref, every_moe=every_moe, warn=warn)
@@ -645,7 +714,8 @@ def _build(
         rep["sections"] += secs
         rep["notes"] += notes
     rep["paths"] = _paths(out)
-    _write_outputs(rep, out)
+    rep = {"verdict": verdict(rep), **rep}
+    _write_outputs(rep, out, {rep["figures"][k]: v for k, v in specs.items() if k in rep["figures"]})
     return rep
 
 
@@ -786,9 +856,12 @@ def _incomplete_warnings(all_runs: pd.DataFrame) -> list[str]:
     not_done = all_runs[all_runs["status"] != RunStatus.COMPLETED]
     if not len(not_done):
         return []
+    named = [f"{r} ({s})" for r, s in zip(not_done["run"], not_done["status"])]
+    more = len(named) - MAX_NAMES
     return [
         f"{len(not_done)} run(s) did not complete and are left out of every fit: "
-        + ", ".join(f"{r} ({s})" for r, s in zip(not_done["run"], not_done["status"]))
+        + ", ".join(named[:MAX_NAMES])
+        + (f" and {more} more (all in the run list under Details)" if more > 0 else "")
     ]
 
 
@@ -808,6 +881,7 @@ def _header(
     return {
         "title": title or f"Scaling-law report: {path.name}",
         "sweep_dir": str(path.resolve()),
+        "source_name": path.name,
         "source": _source_record(source, all_runs),
         "generated": _now(),
         "n_runs": int(len(all_runs)),
@@ -946,32 +1020,63 @@ def _holdout_check(
         held_out_budget=float(budgets_swept[-1]),
         n_fit=int(len(fit_part)),
         fit_params=hold_fit.params,
-        target=HOLDOUT_TARGET,
     )
     if not math.isfinite(hold["mean_rel_error"]):
         warn.append("held-out check failed: the law fitted on the smaller budgets gives no finite prediction")
         return None, hold_fit
-    if hold["mean_rel_error"] > HOLDOUT_TARGET:
+    hold.update(coverage_check(hold.get("points", []), hold.get("interval_level", 0.9)))
+    if hold["too_few_inside"]:
+        outside = [p for p in hold["points"] if p.get("interval") and not _inside(p)]
         warn.append(
-            f"held-out error {100 * hold['mean_rel_error']:.2f}% on the largest budget exceeds the "
-            f"{100 * HOLDOUT_TARGET:.0f}% target: the law extrapolates poorly from these runs"
-        )
-    outside = [
-        p
-        for p in hold.get("points", [])
-        if p.get("interval") and not p["interval"][0] <= p["actual"] <= p["interval"][1]
-    ]
-    if outside:
-        level = 100 * hold.get("interval_level", 0.9)
-        warn.append(
-            f"held-out runs outside their {level:.0f}% prediction interval: "
+            f"only {hold['n_inside']} of {hold['n_intervals']} held-out runs inside their "
+            f"{100 * hold['interval_level']:.0f}% prediction intervals, fewer than such intervals "
+            f"plausibly give (one-sided binomial p = {hold['coverage_p']:.2g}): the intervals are too "
+            "narrow for this extrapolation; outside: "
             + "; ".join(
                 f"N={p['N']:,.0f} (actual {p['actual']:.4f}, interval [{p['interval'][0]:.4f}, "
                 f"{p['interval'][1]:.4f}])"
-                for p in outside
+                for p in outside[:MAX_NAMES]
             )
+            + (f" and {len(outside) - MAX_NAMES} more" if len(outside) > MAX_NAMES else "")
         )
     return hold, hold_fit
+
+
+def _inside(p: dict) -> bool:
+    return p["interval"][0] <= p["actual"] <= p["interval"][1]
+
+
+def coverage_check(points: Sequence[dict], level: float = 0.9) -> dict:
+    """How many held-out `points` lie inside their prediction intervals, and whether that is
+    fewer than intervals of coverage `level` plausibly give: {n_intervals, n_inside, coverage_p
+    (P(at most n_inside inside | n_intervals, level), one-sided binomial), too_few_inside
+    (coverage_p < COVERAGE_ALPHA)}. One run outside of one is no evidence (p = 0.1 at 90%)."""
+    with_iv = [p for p in points if p.get("interval")]
+    n, k = len(with_iv), sum(_inside(p) for p in with_iv)
+    p_value = float(binom.cdf(k, n, level)) if n else math.nan
+    return {
+        "interval_level": level,
+        "n_intervals": n,
+        "n_inside": int(k),
+        "coverage_p": p_value,
+        "too_few_inside": bool(n and p_value < COVERAGE_ALPHA),
+    }
+
+
+def frontier_grid(done: pd.DataFrame, fit: FitResult | None, requested: list[float]) -> dict | None:
+    """The fitted frontier (N*, D*, expected best loss with its bands) on 40 budgets spanning the runs
+    and the requested budgets: what the loss and allocation figures draw, computed once for both the
+    PNGs and the interactive figures."""
+    if fit is None:
+        return None
+    hi_c = max(done["flops"].max(), *requested) * 1.5
+    return _frontier(fit, np.geomspace(done["flops"].min() / 1.5, hi_c, 40))
+
+
+def _k_flops(done: pd.DataFrame, fit: FitResult | None) -> float:
+    if fit is not None:
+        return fit.flops_per_param_token
+    return float(np.median(done["flops"] / (done["n_params"] * done["tokens"])))
 
 
 def report_figures(
@@ -985,23 +1090,17 @@ def report_figures(
     requested: list[float],
     hparams: dict | None = None,
     downstream: dict | None = None,
+    frontier: dict | None = None,
 ) -> dict[str, Figure | None]:
     """The report's figures by name (None where the data cannot support one), in report order.
     `done` holds the runs the laws were fitted to; `hparams` and `downstream` are report.json's
-    selection record and downstream-task section."""
-    frontier = None
-    if fit is not None:
-        hi_c = max(done["flops"].max(), *requested) * 1.5
-        frontier = _frontier(fit, np.geomspace(done["flops"].min() / 1.5, hi_c, 40))
-    k = (
-        fit.flops_per_param_token
-        if fit is not None
-        else float(np.median(done["flops"] / (done["n_params"] * done["tokens"])))
-    )
+    selection record and downstream-task section; `frontier` is `frontier_grid`'s (computed when
+    not given). The IsoFLOP and allocation figures show the published laws (analysis.report.published)."""
+    frontier = frontier if frontier is not None else frontier_grid(done, fit, requested)
     out = {
         "loss_vs_compute": figs.loss_vs_compute(done, frontier),
-        "isoflop": figs.isoflop_curves(done, fit, k, a2),
-        "allocation": figs.optimal_allocation(a2, frontier, requested),
+        "isoflop": figs.isoflop_curves(done, fit, _k_flops(done, fit), a2, pub.LAWS),
+        "allocation": figs.optimal_allocation(a2, frontier, requested, pub.LAWS),
         "lr_sensitivity": figs.lr_sensitivity(hparams),
     }
     if fit is not None:
@@ -1011,8 +1110,37 @@ def report_figures(
         out["holdout"] = figs.holdout(part, hold_fit.predict(part, COLS), hold)
     out["downstream"] = figs.downstream(done, downstream)
     out["loss_curves"] = figs.loss_curves(done, curves)
-    out["throughput"] = figs.throughput(all_runs)
+    out["throughput"] = figs.throughput(all_runs, MFU_COL, MFU_CONVENTION)
     return out
+
+
+def interactive_figures(
+    all_runs: pd.DataFrame,
+    done: pd.DataFrame,
+    fit: FitResult | None,
+    a2: dict | None,
+    hold: dict | None,
+    hold_fit: FitResult | None,
+    requested: list[float],
+    frontier: dict | None,
+) -> dict[str, dict]:
+    """report.html's Plotly figures (analysis/report/interactive.py) by the name of the PNG they
+    replace there: the figures whose points are runs."""
+    out: dict[str, dict | None] = {
+        "loss_vs_compute": interactive.loss_vs_compute(done, frontier),
+        "isoflop": interactive.isoflop(
+            figs.isoflop_profiles(done, fit, _k_flops(done, fit), a2, pub.LAWS), pub.LAWS if fit else ()
+        ),
+        "allocation": interactive.allocation(a2, frontier, requested, pub.LAWS),
+    }
+    if fit is not None:
+        out["residuals"] = interactive.residuals(done, fit.predict(done, COLS))
+    if hold is not None:
+        part = done[done["budget"] < hold["threshold"]]
+        held = done[done["budget"] >= hold["threshold"]]
+        out["holdout"] = interactive.holdout(part, hold_fit.predict(part, COLS), hold, held)
+    out["throughput"] = interactive.throughput(all_runs, MFU_COL, MFU_CONVENTION)
+    return {k: v for k, v in out.items() if v is not None}
 
 
 def hparam_figures(law_sec: dict | None) -> dict[str, Figure | None]:

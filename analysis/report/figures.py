@@ -21,6 +21,8 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.ticker import FormatStrFormatter
 
+from analysis.laws.allocation import chinchilla_index, closed_form_optimum
+from models.base.errors import AnalysisError
 from models.base.jsonio import write_figure_atomic
 from models.base.rundir import ROLE_FIELDS, RunStatus
 
@@ -104,58 +106,166 @@ def loss_vs_compute(done: pd.DataFrame, frontier: dict | None) -> Figure:
     return _laid_out(fig)
 
 
-def isoflop_curves(done: pd.DataFrame, fit: Any, k_flops: float, a2: dict | None) -> Figure:
-    """Loss against N for each budget: points, the law's IsoFLOP profile, parabola, minima."""
-    fig = Figure(figsize=(7, 4.6))
-    ax = fig.subplots()
+# How each law's compute-optimal N is marked on the IsoFLOP profiles: (matplotlib marker, Plotly
+# symbol). "fit" is the fitted law's own optimum; the rest are analysis.report.published.LAWS.
+OPTIMUM_MARKERS = {
+    "fit": ("o", "circle-open"),
+    "hoffmann2022": ("^", "triangle-up"),
+    "besiroglu2024": ("D", "diamond"),
+    "kaplan2020": ("X", "x"),
+}
+
+
+def isoflop_profiles(
+    done: pd.DataFrame, fit: Any, k_flops: float, a2: dict | None, published=()
+) -> list[dict]:
+    """What the IsoFLOP figure draws, per budget (the PNG and the interactive figure draw the same):
+    {budget, color (hex), runs (the budget's rows by N), profile (N grid, the law's loss along C =
+    k N D) or None, parabola (N grid, loss) or None, a2 (Approach 2's minimum: N, N_ci, loss) or
+    None, optima: [{key, name, N, D, loss}] the fitted law's compute-optimal N at this budget and each
+    `published` law's (analysis.report.published.LAWS), placed on the law's profile}."""
     colors = _budget_colors(done["budget"])
     a2_rows = {round(np.log10(r["C"]), 2): r for r in (a2 or {}).get("budgets", [])}
+    out = []
     for b, g in done.groupby("budget"):
-        col = colors[float(b)]
         g = g.sort_values(N_COL)
         N, L = g[N_COL].to_numpy(float), g[LOSS_COL].to_numpy(float)
-        ax.scatter(N, L, color=col, s=36, edgecolor="k", linewidth=0.4, zorder=3, label=f"C = {_fmt_c(b)}")
-        Ng = np.geomspace(N.min() / 1.5, N.max() * 1.5, 100)
+        Cb = float(np.exp(np.mean(np.log(g[C_COL]))))
+        optima = []
         if fit is not None:
-            Cb = float(np.exp(np.mean(np.log(g[C_COL]))))
-            ax.plot(
-                Ng,
-                fit.predict(  # a data-constrained law: its fresh-data curve (U = D)
-                    pd.DataFrame({"N": Ng, "D": Cb / (k_flops * Ng), "U": Cb / (k_flops * Ng)}),
-                    {"N": "N", "D": "D", "U": "U"},
-                ),
-                color=col,
-                lw=1.6,
-            )
+            own = _fit_optimum(fit, Cb)
+            if own is not None:
+                optima.append({"key": "fit", "name": "this fit (Approach 3)", "N": own})
+            for law in published:
+                optima.append({"key": law.key, "name": law.name, "N": float(law.n_opt(np.array([Cb]))[0])})
+        marks = [o["N"] for o in optima]
+        lo = min([N.min() / 1.5, *marks]) if marks else N.min() / 1.5
+        hi = max([N.max() * 1.5, *marks]) if marks else N.max() * 1.5
+        Ng = np.geomspace(lo, hi, 120)
+        profile = None
+        if fit is not None:
+            profile = (Ng, _law_loss(fit, Ng, Cb / (k_flops * Ng)))
+            if optima:
+                on = _law_loss(fit, np.array(marks), Cb / (k_flops * np.array(marks)))
+                for o, loss in zip(optima, on):
+                    o.update(D=Cb / (k_flops * o["N"]), loss=float(loss))
+        parabola = None
         if len(np.unique(N)) >= 3:
-            c2 = np.polyfit(np.log(N), L, 2)
-            ax.plot(Ng, np.polyval(c2, np.log(Ng)), color=col, lw=1, ls="--")
+            Np = np.geomspace(N.min() / 1.5, N.max() * 1.5, 100)
+            parabola = (Np, np.polyval(np.polyfit(np.log(N), L, 2), np.log(Np)))
         row = min(a2_rows.items(), key=lambda kv: abs(kv[0] - np.log10(float(b))), default=(None, None))[1]
+        a2_min = None
         if row is not None and np.isfinite(row["N_opt"]):
-            lo, hi = row["N_opt_ci"]
-            y = row["min_loss_observed"]
+            a2_min = {"N": row["N_opt"], "N_ci": row["N_opt_ci"], "loss": row["min_loss_observed"]}
+        out.append(
+            {
+                "budget": float(b),
+                "C": Cb,
+                "color": matplotlib.colors.to_hex(colors[float(b)]),
+                "runs": g,
+                "profile": profile,
+                "parabola": parabola,
+                "a2": a2_min,
+                "optima": optima,
+            }
+        )
+    return out
+
+
+def _law_loss(fit: Any, N: np.ndarray, D: np.ndarray) -> np.ndarray:
+    """The fitted law at (N, D); a data-constrained law on fresh data (U = D)."""
+    return np.asarray(fit.predict(pd.DataFrame({"N": N, "D": D, "U": D}), {"N": "N", "D": "D", "U": "U"}))
+
+
+def _fit_optimum(fit: Any, C: float) -> float | None:
+    """The fitted law's compute-optimal N at C (the closed form of a Chinchilla-form law), None for
+    a law without one."""
+    idx = chinchilla_index(fit.param_names)
+    if idx is None:
+        return None
+    row = np.array([fit.params[fit.param_names[i]] for i in idx], dtype=float)
+    try:
+        return float(closed_form_optimum(row, [C], fit.flops_per_param_token)["N_opt"][0])
+    except AnalysisError:
+        return None
+
+
+def isoflop_curves(done: pd.DataFrame, fit: Any, k_flops: float, a2: dict | None, published=()) -> Figure:
+    """Loss against N for each budget: points, the law's IsoFLOP profile, parabola, Approach 2's
+    minima, and where the fitted law and each `published` law put the compute-optimal N."""
+    fig = Figure(figsize=(7.4, 5))
+    ax = fig.subplots()
+    for p in isoflop_profiles(done, fit, k_flops, a2, published):
+        col, g = p["color"], p["runs"]
+        ax.scatter(
+            g[N_COL],
+            g[LOSS_COL],
+            color=col,
+            s=36,
+            edgecolor="k",
+            linewidth=0.4,
+            zorder=3,
+            label=f"C = {_fmt_c(p['budget'])}",
+        )
+        if p["profile"] is not None:
+            ax.plot(*p["profile"], color=col, lw=1.6)
+        if p["parabola"] is not None:
+            ax.plot(*p["parabola"], color=col, lw=1, ls="--")
+        m = p["a2"]
+        if m is not None:
+            lo, hi = m["N_ci"]
             xerr = None
             if np.isfinite(lo) and np.isfinite(hi):
-                xerr = [[max(row["N_opt"] - lo, 0)], [max(hi - row["N_opt"], 0)]]
+                xerr = [[max(m["N"] - lo, 0)], [max(hi - m["N"], 0)]]
             ax.errorbar(
-                [row["N_opt"]], [y], xerr=xerr, fmt="*", ms=13, color=col, mec="k", capsize=3, zorder=4
+                [m["N"]], [m["loss"]], xerr=xerr, fmt="*", ms=13, color=col, mec="k", capsize=3, zorder=4
             )
+        for o in p["optima"]:
+            marker = OPTIMUM_MARKERS.get(o["key"], ("s", "square"))[0]
+            face = "none" if o["key"] == "fit" else col
+            ax.plot([o["N"]], [o["loss"]], marker, ms=8, mfc=face, mec="k", mew=0.8, zorder=5)
     ax.plot([], [], color="gray", lw=1.6, label="law profile (Approach 3)")
     ax.plot([], [], color="gray", lw=1, ls="--", label="parabola in log N (Approach 2)")
     ax.plot([], [], "*", color="gray", mec="k", ms=11, ls="none", label="Approach 2 minimum (95% CI)")
+    names = {"fit": "N* of this fit"} | {law.key: f"N* of {law.name}" for law in published}
+    for key, name in names.items():
+        if fit is None:
+            break
+        marker = OPTIMUM_MARKERS.get(key, ("s", "square"))[0]
+        ax.plot([], [], marker, ms=7, mfc="none" if key == "fit" else "0.6", mec="k", ls="none", label=name)
     ax.set_xscale("log")
     ax.set_xlabel("parameters N")
     ax.set_ylabel("final eval loss (nats/token)")
     ax.set_title("IsoFLOP profiles: loss vs model size at fixed compute")
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=7, ncol=2)
+    ax.legend(fontsize=6, ncol=2)
     return _laid_out(fig)
 
 
-def optimal_allocation(a2: dict | None, alloc_grid: dict | None, requested: list[float]) -> Figure | None:
-    """N_opt(C) and D_opt(C): Approach 2 per-budget minima (with CIs) and Approach 3's law."""
+# Line styles of the published laws on the allocation figure (analysis.report.published.LAWS).
+PUBLISHED_STYLES = {
+    "hoffmann2022": ("C2", "-."),
+    "besiroglu2024": ("C4", ":"),
+    "kaplan2020": ("C5", (0, (5, 1))),
+}
+
+
+def allocation_grid(a2: dict | None, alloc_grid: dict | None, requested: list[float]) -> np.ndarray:
+    """The budgets the allocation figure spans: the law's grid, else Approach 2's and the requested."""
+    if alloc_grid is not None:
+        return np.asarray(alloc_grid["C"], float)
+    cs = [r["C"] for r in (a2 or {}).get("budgets", [])] + list(requested)
+    return np.geomspace(min(cs), max(cs), 50)
+
+
+def optimal_allocation(
+    a2: dict | None, alloc_grid: dict | None, requested: list[float], published=()
+) -> Figure | None:
+    """N_opt(C) and D_opt(C): Approach 2 per-budget minima (with CIs), Approach 3's law and each
+    `published` law (analysis.report.published.LAWS)."""
     if a2 is None and alloc_grid is None:
         return None
+    grid = allocation_grid(a2, alloc_grid, requested)
     fig = Figure(figsize=(10, 4.2))
     axes = fig.subplots(1, 2)
     for ax, key, label in (
@@ -199,6 +309,10 @@ def optimal_allocation(a2: dict | None, alloc_grid: dict | None, requested: list
                         ls="--",
                         label=f"Approach 2 power law (a={a2['a']:.2f})",
                     )
+        for law in published:
+            col, ls = PUBLISHED_STYLES.get(law.key, ("0.4", "-."))
+            rows = law.at(grid)
+            ax.plot(grid, [r[key] for r in rows], color=col, ls=ls, lw=1.2, label=law.name)
         for c in requested:
             ax.axvline(c, color="gray", ls=":", lw=1)
         ax.set_xscale("log")
@@ -207,7 +321,7 @@ def optimal_allocation(a2: dict | None, alloc_grid: dict | None, requested: list
         ax.set_ylabel(label)
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=7)
-    fig.suptitle("Compute-optimal allocation (dotted: requested budgets)")
+    fig.suptitle("Compute-optimal allocation against published laws (dotted: requested budgets)")
     return _laid_out(fig)
 
 
@@ -309,8 +423,9 @@ def loss_curves(done: pd.DataFrame, curves: pd.DataFrame) -> Figure | None:
     return _laid_out(fig)
 
 
-def throughput(runs: pd.DataFrame) -> Figure | None:
-    """Tokens/s and MFU of every run with a summary, against model size."""
+def throughput(runs: pd.DataFrame, mfu_col: str = "mfu", mfu_convention: str | None = None) -> Figure | None:
+    """Tokens/s and MFU (column `mfu_col`, counted as `mfu_convention` says) of every run with a
+    summary, against model size."""
     r = runs.dropna(subset=["tokens_per_s"]) if "tokens_per_s" in runs.columns else runs.iloc[0:0]
     if r.empty:
         return None
@@ -322,16 +437,27 @@ def throughput(runs: pd.DataFrame) -> Figure | None:
         if sel.empty:
             continue
         axes[0].scatter(sel[N_COL], sel["tokens_per_s"], marker=m, s=36, label=status)
-        if "mfu" in sel.columns:
-            axes[1].scatter(sel[N_COL], 100 * sel["mfu"].astype(float), marker=m, s=36, label=status)
+        if mfu_col in sel.columns:
+            axes[1].scatter(sel[N_COL], 100 * sel[mfu_col].astype(float), marker=m, s=36, label=status)
     axes[0].set_ylabel("training throughput (tokens/s)")
     axes[0].set_yscale("log")
-    axes[1].set_ylabel("MFU (% of peak FLOP/s)")
+    axes[1].set_ylabel("MFU (% of peak FLOP/s)" + (f"\n{mfu_convention}" if mfu_convention else ""))
+    if mfu_col not in r.columns or not np.isfinite(pd.to_numeric(r[mfu_col], errors="coerce")).any():
+        axes[1].text(
+            0.5,
+            0.5,
+            "no run has an MFU\nin this convention",
+            ha="center",
+            va="center",
+            transform=axes[1].transAxes,
+            color="0.4",
+        )
     for ax in axes:
         ax.set_xscale("log")
         ax.set_xlabel("parameters N")
         ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=7)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7)
     fig.suptitle("Throughput and model FLOPs utilisation per run")
     return _laid_out(fig)
 

@@ -28,8 +28,9 @@ from markdown_it.rules_core import StateCore
 from markdown_it.token import Token
 
 from analysis.report import hparams as hparam_law
+from analysis.report import interactive
+from analysis.report.interactive import count as count3
 from models.base.jsonio import write_text_atomic
-from models.flops import MFU_CAUSAL
 
 FIGURE_CAPTIONS = {
     "loss_vs_compute": (
@@ -131,12 +132,8 @@ def headline(rep: dict) -> list[str]:
         out.append(
             f"held-out check: fitted on C <= {max(h['fit_budgets']):.3g} ({h['n_fit']} runs), predicted the "
             f"{h['n_points']} runs at C = {h['held_out_budget']:.3g}: mean |error| "
-            f"{100 * h['mean_rel_error']:.2f}%, max {100 * h['max_rel_error']:.2f}% (target <= 3%)"
-            + (
-                f"; {100 * h['coverage']:.0f}% inside their 90% prediction intervals"
-                if "coverage" in h
-                else ""
-            )
+            f"{100 * h['mean_rel_error']:.2f}%, max {100 * h['max_rel_error']:.2f}%"
+            + (f"; {coverage_words(h)}" if h.get("n_intervals") else "")
         )
     else:
         out.append("held-out check: not available (see warnings)")
@@ -147,18 +144,18 @@ def headline(rep: dict) -> list[str]:
     return out + downstream_headline(rep)
 
 
-# shown right under the headline (the answer's picture); the other figures follow the warnings
+# shown right under the first-screen tables (the answer's picture); the other figures follow the warnings
 LEAD_FIGURE = "isoflop"
 
-# The HTML report's first screen: one summary table instead of the headline's preformatted lines,
-# which ran off a 1280 px page. Five columns, every cell short (3-4 significant digits).
-SUMMARY_HEADER = ["", "estimate", "95% CI", "90% prediction interval", "note"]
 # the order a reader knows the Chinchilla law in: L = E + A/N^alpha + B/D^beta
 LAW_ORDER = ("E", "A", "alpha", "B", "beta")
-# the held-out target the verdict is judged against (analysis.report.build.HOLDOUT_TARGET, also
-# written as holdout.target; this default serves report dicts written before that key)
-HOLDOUT_TARGET_DEFAULT = 0.03
 SI_SUFFIXES = ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "k"))
+# How each `loss_method` (analysis.laws.frontier.FrontierMethod) predicts the one best-loss number
+LOSS_METHODS = {
+    "law_minimum": "the fitted law's IsoFLOP minimum L(N*, D*)",
+    "frontier_power_law": "a power law E + A·C^-alpha through each budget's best run (Porian et al. 2024)",
+    "combined": "the geometric mean of the law's IsoFLOP minimum and the frontier power law",
+}
 
 
 def _sci(v: Any) -> str:
@@ -185,161 +182,232 @@ def _iv(ci: Any, fmt=None) -> str:
     return f"[{fmt(ci[0])}, {fmt(ci[1])}]" if ci and len(ci) == 2 else "–"
 
 
-def _law_rows(law: dict) -> list[list[str]]:
-    """One row per law parameter: value and 95% CI."""
+def _tpp(v: Any) -> str:
+    """Tokens per parameter: whole numbers from 10 on (70, 1400), two digits below (8.3)."""
+    try:
+        v = float(v)
+    except (TypeError, ValueError):
+        return "–"
+    return "–" if not math.isfinite(v) else (f"{v:,.0f}" if v >= 10 else f"{v:.2g}")
+
+
+def _loss_and_interval(loss: float, iv: Sequence[float] | None) -> tuple[str, str]:
+    """(loss, "[lo, hi]") in the fewest significant digits (3 to 5) that tell the three apart."""
+    for digits in (3, 4, 5):
+        cells = [format(float(v), f".{digits}g") for v in (loss, *(iv or ()))]
+        if len(set(cells)) == len(cells):
+            break
+    return cells[0], (f"[{cells[1]}, {cells[2]}]" if iv else "")
+
+
+def coverage_words(h: dict) -> str:
+    """ "2 of 4 inside their 90% prediction intervals", and when that is fewer than such intervals
+    plausibly give (analysis.report.build.coverage_check) the flag saying so."""
+    n, k = h["n_intervals"], h["n_inside"]
+    level = f"{100 * h.get('interval_level', 0.9):.0f}%"
+    text = f"{k} of {n} inside {'its' if n == 1 else 'their'} {level} prediction interval{'s' * (n != 1)}"
+    if h.get("too_few_inside"):
+        text += (
+            f" — fewer than {level} intervals plausibly give (one-sided binomial p = {h['coverage_p']:.2g})"
+        )
+    return text
+
+
+def holdout_words(h: dict | None) -> str:
+    """The held-out check in words, for the verdict: the mean error on the held-out budget and how
+    many of its runs fall inside their 90% prediction intervals."""
+    if not h:
+        return "no held-out check (it needs three or more compute budgets)"
+    budget, err = _sci(h["held_out_budget"]), 100 * h["mean_rel_error"]
+    text = f"held-out budget ({budget} FLOPs) predicted within {err:.3g}%"
+    return text + (f", {coverage_words(h)}" if h.get("n_intervals") else "")
+
+
+def verdict(rep: dict) -> str:
+    """The report's answer in one sentence: at the headline budget (the first --budget, else 10x
+    the largest swept) the compute-optimal N*, D* and tokens per parameter, the expected best loss
+    with its 90% prediction interval, and the held-out check in words (report.json `verdict`, the
+    first line of report.md, the element id="verdict" at the top of report.html)."""
+    if rep.get("rl_only"):
+        return rep["verdict"]
+    law = rep.get("law") or {}
+    rows = (law.get("allocation") or {}).get("budgets") or []
+    if not rows:
+        why = (
+            "the law was not fitted"
+            if not law
+            else f"the {law.get('law', 'fitted')} law has no closed-form optimum"
+        )
+        return f"No compute-optimal answer: {why} (see the warnings); {holdout_words(rep.get('holdout'))}."
+    r = rows[0]
+    loss, iv = _loss_and_interval(r["loss"], r.get("loss_interval"))
+    loss_text = f"loss {loss} {iv} (90%)" if iv else f"loss {loss} (no interval: the fit has no bootstrap)"
+    tpp = r.get("tokens_per_param", r["D_opt"] / r["N_opt"])
+    return (
+        f"At {_sci(r['C'])} FLOPs train {count3(r['N_opt'])} parameters on {count3(r['D_opt'])} tokens "
+        f"({_tpp(tpp)} tokens/param): {loss_text}; {holdout_words(rep.get('holdout'))}."
+    )
+
+
+PREDICTION_HEADER = ["prediction", "C (FLOPs)", "estimate", "90% prediction interval", "how"]
+
+
+def prediction_rows(rep: dict) -> list[list[str]]:
+    """What the report predicts, each with its 90% prediction interval: the expected best loss at
+    each requested budget (the report's one best-loss number) and each downstream task's accuracy
+    at 10x the largest budget."""
+    rows = []
+    for r in ((rep.get("law") or {}).get("allocation") or {}).get("budgets", []):
+        method = r.get("loss_method", "law_minimum")
+        rows.append(
+            [
+                "expected best loss",
+                _sci(r["C"]),
+                _g(r["loss"]),
+                _iv(r.get("loss_interval")),
+                LOSS_METHODS.get(method, method),
+            ]
+        )
+    ds = rep.get("downstream")
+    for p in (ds or {}).get("predictions", []):
+        if not math.isclose(p["C"], ds["ten_x_budget"], rel_tol=1e-6):
+            continue
+        chance = ds["tasks"][p["task"]].get("chance")
+        how = f"at (N*, D*); chance {_g(chance, '.3g')}; {p['method']}" + (
+            f"; warnings: {_tags(p['warnings'])}" if p["warnings"] else ""
+        )
+        rows.append(
+            [
+                f"{p['task']} accuracy",
+                _sci(p["C"]),
+                _g(p["accuracy"], ".3f"),
+                _iv(p["accuracy_interval"], _acc),
+                how,
+            ]
+        )
+    return rows
+
+
+ALLOCATION_HEADER = ["law", "N* (params)", "D* (tokens)", "tokens/param", "N* ∝ C^a"]
+
+
+def allocation_rows(rep: dict) -> list[list[str]]:
+    """Per requested budget (a section row each): this fit's N*, D*, tokens per parameter with 95%
+    CIs and its exponent a, Approach 2's, and each published law's (report.json `published`)."""
+    al = (rep.get("law") or {}).get("allocation") or {}
+    a2 = rep.get("approach2") or {}
+    a2_at = {round(math.log10(r["C"]), 6): r for r in rep.get("approach2_at_requested", [])}
+    pub = rep.get("published") or []
+    budgets = [r["C"] for r in al.get("budgets", [])] or list(rep.get("requested_budgets", []))
+    rows = []
+    for j, C in enumerate(budgets):
+        rows.append([f"**At C = {_sci(C)} FLOPs**", "", "", "", ""])
+        if al.get("budgets"):
+            r = al["budgets"][j]
+            rows.append(
+                [
+                    "this fit (Approach 3, 95% CI)",
+                    f"{_count(r['N_opt'])} {_iv(r.get('N_opt_ci'), _count)}",
+                    f"{_count(r['D_opt'])} {_iv(r.get('D_opt_ci'), _count)}",
+                    f"{_tpp(r.get('tokens_per_param'))} {_iv(r.get('tokens_per_param_ci'), _tpp)}",
+                    f"{_g(al['a'], '.3g')} {_iv(al.get('a_ci'), _ci3)}",
+                ]
+            )
+        o = a2_at.get(round(math.log10(C), 6))
+        if o:
+            rows.append(
+                [
+                    "this fit, Approach 2 (IsoFLOP parabolas)",
+                    _count(o["N_opt"]),
+                    _count(o["D_opt"]),
+                    _tpp(o["D_opt"] / o["N_opt"]),
+                    f"{_g(a2.get('a'), '.3g')} {_iv(a2.get('a_ci'), _ci3)}",
+                ]
+            )
+        for law in pub:
+            at = next((x for x in law["at"] if math.isclose(x["C"], C, rel_tol=1e-9)), None)
+            if at is not None:
+                rows.append(
+                    [
+                        law["name"],
+                        _count(at["N_opt"]),
+                        _count(at["D_opt"]),
+                        _tpp(at["tokens_per_param"]),
+                        _g(law["a"], ".3g"),
+                    ]
+                )
+    return rows
+
+
+def published_citations(rep: dict) -> str:
+    """The published laws' constants and where they are printed (one paragraph)."""
+    return (
+        "Published laws, all at C = 6ND: "
+        + "; ".join(f"{p['citation']}: {p['constants']}" for p in rep.get("published") or [])
+        + "."
+    )
+
+
+LAW_HEADER = ["parameter", "estimate", "95% CI", "note"]
+
+
+def law_rows(rep: dict) -> list[list[str]]:
+    """The fitted law's parameters and allocation exponents with their 95% bootstrap CIs."""
+    law = rep.get("law")
+    if not law:
+        return []
     names = [k for k in LAW_ORDER if k in law["params"]] + [
         k for k in law["param_names"] if k not in LAW_ORDER
     ]
-    return [[k, _g(law["params"][k]), _iv(law["ci"].get(k)), "", ""] for k in names]
-
-
-def _budget_rows(rep: dict) -> list[tuple[str, list[list[str]]]]:
-    """Per requested budget: N*, D* and the loss with its 90% prediction interval (Approach 3),
-    with Approach 2's N_opt and D_opt at the same budget as the note."""
-    al = (rep.get("law") or {}).get("allocation") or {}
-    a2 = {round(math.log10(r["C"]), 6): r for r in rep.get("approach2_at_requested", [])}
-    out = []
-    for r in al.get("budgets", []):
-        o = a2.get(round(math.log10(r["C"]), 6))
-        out.append(
-            (
-                f"At C = {_sci(r['C'])} FLOPs (law fit, Approach 3)",
-                [
-                    [
-                        "N* (params)",
-                        _count(r["N_opt"]),
-                        _iv(r.get("N_opt_ci"), _count),
-                        "",
-                        f"Approach 2: {_count(o['N_opt'])}" if o else "",
-                    ],
-                    [
-                        "D* (tokens)",
-                        _count(r["D_opt"]),
-                        _iv(r.get("D_opt_ci"), _count),
-                        "",
-                        f"Approach 2: {_count(o['D_opt'])}" if o else "",
-                    ],
-                    [
-                        f"best loss ({r.get('loss_method', 'law_minimum')})",
-                        _g(r["loss"]),
-                        _iv(r.get("loss_ci")),
-                        _iv(r.get("loss_interval")),
-                        f"law minimum {_g(r['loss_law_minimum'])}" if "loss_law_minimum" in r else "",
-                    ],
-                ],
-            )
-        )
-    return out
-
-
-def _exponent_rows(rep: dict) -> list[list[str]]:
-    """The allocation exponents a (N* ∝ C^a) and b (D* ∝ C^b) of the law, and Approach 2's a."""
-    al = (rep.get("law") or {}).get("allocation") or {}
-    rows = []
+    rows = [[k, _g(law["params"][k]), _iv(law["ci"].get(k)), ""] for k in names]
+    al = law.get("allocation") or {}
+    pub = {p["key"]: p for p in rep.get("published") or []}
     if al:
-        rows.append(["a (N* ∝ C^a), law", _g(al["a"], ".3g"), _iv(al.get("a_ci"), _ci3), "", ""])
-        rows.append(["b (D* ∝ C^b), law", _g(al["b"], ".3g"), _iv(al.get("b_ci"), _ci3), "", ""])
+        quoted = ", ".join(f"{p['name'].split(' (')[0]} {_g(p['a'], '.3g')}" for p in pub.values())
+        rows.append(
+            [
+                "a (N* ∝ C^a)",
+                _g(al["a"], ".3g"),
+                _iv(al.get("a_ci"), _ci3),
+                f"published: {quoted}" if quoted else "",
+            ]
+        )
+        rows.append(["b (D* ∝ C^b)", _g(al["b"], ".3g"), _iv(al.get("b_ci"), _ci3), ""])
     a2 = rep.get("approach2")
     if a2 and math.isfinite(a2.get("a", math.nan)):
         cmp_ = rep.get("comparison")
-        verdict = (
-            "" if not cmp_ else ("DISAGREES with the law" if cmp_["disagree"] else "agrees with the law")
-        )
-        rows.append(["a, Approach 2 (IsoFLOP)", _g(a2["a"], ".3g"), _iv(a2.get("a_ci"), _ci3), "", verdict])
+        note = "" if not cmp_ else ("DISAGREES with the law" if cmp_["disagree"] else "agrees with the law")
+        rows.append(["a, Approach 2 (IsoFLOP)", _g(a2["a"], ".3g"), _iv(a2.get("a_ci"), _ci3), note])
     return rows
+
+
+def holdout_paragraph(h: dict | None) -> str:
+    """The held-out check in one paragraph: what was fitted, what was predicted, the errors, and
+    the coverage of the 90% prediction intervals (flagged only when it is implausibly low)."""
+    if not h:
+        return "Not available: see the warnings."
+    fb = h["fit_budgets"]
+    span = _sci(fb[0]) if len(fb) == 1 else f"{_sci(fb[0])} to {_sci(fb[-1])}"
+    text = (
+        f"The law fitted on {len(fb)} budget{'s' * (len(fb) != 1)} ({span} FLOPs, {h['n_fit']} runs) "
+        f"predicted the {h['n_points']} run{'s' * (h['n_points'] != 1)} at {_sci(h['held_out_budget'])} "
+        "FLOPs with mean "
+        f"|error| {100 * h['mean_rel_error']:.2f}% (max {100 * h['max_rel_error']:.2f}%)"
+    )
+    if h.get("n_intervals"):
+        text += f"; {coverage_words(h)}"
+        if not h.get("too_few_inside"):
+            level = f"{100 * h.get('interval_level', 0.9):.0f}%"
+            text += f", consistent with {level} intervals (one-sided binomial p = {h['coverage_p']:.2g})"
+    return text + ". No fixed error target: a held-out error means more against the width of its interval."
 
 
 def _ci3(x: Any) -> str:
     return _g(x, ".3g")
 
 
-def _holdout_summary_rows(h: dict | None) -> list[list[str]]:
-    """The held-out check: what was fitted, what was predicted, the errors and the verdict."""
-    if not h:
-        return [["held-out check", "not available", "", "", "see the warnings"]]
-    target = h.get("target", HOLDOUT_TARGET_DEFAULT)
-    ok = h["mean_rel_error"] <= target
-    rows = [
-        ["fitted on budgets", ", ".join(_sci(b) for b in h["fit_budgets"]), "", "", f"{h['n_fit']} runs"],
-        ["held-out budget", _sci(h["held_out_budget"]), "", "", f"{h['n_points']} runs predicted"],
-        [
-            "mean |error|",
-            f"{100 * h['mean_rel_error']:.2f}%",
-            "",
-            "",
-            f"{'PASS' if ok else 'FAIL'}: target ≤ {100 * target:.0f}%",
-        ],
-        ["max |error|", f"{100 * h['max_rel_error']:.2f}%", "", "", ""],
-    ]
-    if "coverage" in h:
-        inside = round(h["coverage"] * h["n_points"])
-        level = 100 * h.get("interval_level", 0.9)
-        rows.append(
-            [
-                "coverage",
-                f"{100 * h['coverage']:.0f}%",
-                "",
-                f"{inside} of {h['n_points']} inside",
-                f"runs inside their {level:.0f}% prediction interval",
-            ]
-        )
-    return rows
-
-
-def _downstream_summary_rows(rep: dict) -> list[list[str]]:
-    """Each task's predicted accuracy at 10x the largest budget (the rows of `downstream_headline`)."""
-    ds = rep.get("downstream")
-    if not ds:
-        return []
-    rows = []
-    for p in ds["predictions"]:
-        if not math.isclose(p["C"], ds["ten_x_budget"], rel_tol=1e-6):
-            continue
-        chance = ds["tasks"][p["task"]].get("chance")
-        note = f"chance {_g(chance, '.3g')}; {p['method']}" + (
-            f"; warnings: {_tags(p['warnings'])}" if p["warnings"] else ""
-        )
-        rows.append(
-            [f"{p['task']} accuracy", _g(p["accuracy"], ".3f"), "", _iv(p["accuracy_interval"], _acc), note]
-        )
-    return rows or [["downstream tasks", "no prediction", "", "", "see the warnings"]]
-
-
 def _acc(x: Any) -> str:
     return _g(x, ".3f")
-
-
-def summary_sections(rep: dict) -> list[tuple[str, list[list[str]]]]:
-    """The first screen's summary as (section title, rows of SUMMARY_HEADER cells): the law with
-    its CIs, N*/D*/loss at each requested budget, the allocation exponents, the held-out check,
-    the downstream predictions. The same numbers as `headline`, in cells that wrap."""
-    law = rep.get("law")
-    out: list[tuple[str, list[list[str]]]] = []
-    if law:
-        ne = "; N without embeddings" if law.get("n_params") == "non_embedding" else ""
-        out.append((f"Law L(N,D) = E + A/N^alpha + B/D^beta ({law['n_points']} runs{ne})", _law_rows(law)))
-    else:
-        out.append(("Law", [["law", "not fitted", "", "", "see the warnings"]]))
-    out += _budget_rows(rep)
-    exps = _exponent_rows(rep)
-    if exps:
-        out.append(("Allocation exponents", exps))
-    out.append(
-        (
-            "Held-out check: the law fitted without the largest budget predicts it",
-            _holdout_summary_rows(rep.get("holdout")),
-        )
-    )
-    ds = _downstream_summary_rows(rep)
-    if ds:
-        out.append(
-            (
-                f"Downstream tasks at C = {_sci(rep['downstream']['ten_x_budget'])} FLOPs "
-                "(10x the largest budget)",
-                ds,
-            )
-        )
-    return out
 
 
 def compute_line(rep: dict) -> str:
@@ -364,14 +432,35 @@ def compute_line(rep: dict) -> str:
 
 
 def summary_markdown(rep: dict) -> list[str]:
-    """The summary table (a section row per `summary_sections` title) plus the compute,
-    hyperparameter and warnings lines: the HTML report's first screen, readable at 1280 px
-    without horizontal scrolling."""
-    rows: list[list[str]] = []
-    for title, section in summary_sections(rep):
-        rows.append([f"**{md_escape(title)}**"] + [""] * (len(SUMMARY_HEADER) - 1))
-        rows += section
-    L = md_table(SUMMARY_HEADER, rows)
+    """The report's first screen after the verdict, in separate tables by what their intervals
+    mean: predictions with 90% prediction intervals; the compute-optimal allocation against the
+    published laws and the law's parameters, with 95% bootstrap CIs; the held-out check in words;
+    then the compute, hyperparameter, warnings and notes lines."""
+    L: list[str] = []
+    preds = prediction_rows(rep)
+    if preds:
+        L += ["## Predictions (90% prediction intervals)", ""] + md_table(PREDICTION_HEADER, preds)
+        L += [
+            "The expected best loss is the report's one best-loss number (the loss figure's frontier); "
+            "a 90% prediction interval covers a new run's loss, scatter and extrapolation drift included.",
+            "",
+        ]
+    alloc = allocation_rows(rep)
+    if alloc and (rep.get("law") or {}).get("allocation"):
+        L += ["## Compute-optimal allocation against published laws", ""]
+        L += md_table(ALLOCATION_HEADER, alloc) + [f"*{md_escape(published_citations(rep))}*", ""]
+    law = rep.get("law")
+    if law:
+        ne = "; N without embeddings" if law.get("n_params") == "non_embedding" else ""
+        L += [f"## Fitted law ({law['n_points']} runs{ne}): estimates with 95% bootstrap CIs", ""]
+        L += md_table(LAW_HEADER, law_rows(rep))
+    else:
+        L += ["## Fitted law", "", "Not fitted: see the warnings.", ""]
+    h = rep.get("holdout")
+    L += ["## Held-out check: the law fitted without the largest budget predicts it", ""]
+    L += [md_escape(holdout_paragraph(h)), ""]
+    if h and h.get("too_few_inside"):
+        L += warning_list([f"held-out coverage: {coverage_words(h)}"])
     line = compute_line(rep)
     if line:
         L += [line, ""]
@@ -379,9 +468,23 @@ def summary_markdown(rep: dict) -> list[str]:
     if hp and hp.get("active"):
         L += [hp["message"] + ".", ""]
     if rep.get("warnings"):
-        L += [f"{len(rep['warnings'])} warning(s), listed below the figure: {_tags(rep['warnings'])}", ""]
-    L += [f"Note: {md_escape(n)}" for n in rep.get("notes", [])] + ([""] if rep.get("notes") else [])
+        L += [
+            f"{len(rep['warnings'])} warning(s), listed below the figure: "
+            + md_escape(warning_tags(rep["warnings"])),
+            "",
+        ]
+    notes = [short_note(n) for n in rep.get("notes", [])]
+    L += [f"Note: {md_escape(n)}" for n in notes] + ([""] if notes else [])
     return L
+
+
+def short_note(note: str, names: int = 5) -> str:
+    """A note that ends in a long list of names ("...: a, b, c, ...") cut to its count: the list
+    is under Details ("Notes in full")."""
+    head, sep, tail = note.rpartition(": ")
+    if sep and tail.count(", ") >= names:
+        return f"{head} ({tail.count(', ') + 1} names, listed under Details)"
+    return note
 
 
 # shown in the "Hyperparameter law" section, not among the figures
@@ -412,6 +515,18 @@ def hparam_law_markdown(rep: dict) -> list[str]:
         ]
         L += md_table(rows[0], rows[1:])
     return L
+
+
+TAG_CHARS = 60  # a warning's tag on the first screen: at most this many characters
+
+
+def warning_tags(warnings: list[str]) -> str:
+    """Warnings by a short tag each: the text before its first ":", ";" or " (", cut to TAG_CHARS."""
+    tags = []
+    for w in warnings:
+        tag = re.split(r":|;| \(", w, maxsplit=1)[0].strip()
+        tags.append(tag if len(tag) <= TAG_CHARS else tag[: TAG_CHARS - 1].rstrip() + "…")
+    return ", ".join(dict.fromkeys(tags))
 
 
 def _tags(warnings: list[str]) -> str:
@@ -488,17 +603,12 @@ def _holdout_rows(h: dict) -> list[list[str]]:
     return rows
 
 
-RUN_HEADER = [
-    "run",
-    "status",
-    "budget C",
-    "N (params)",
-    "D (tokens)",
-    "C (FLOPs)",
-    "eval loss",
-    "tokens/s",
-    f"MFU % ({MFU_CAUSAL})",
-]
+RUN_HEADER = ["run", "status", "budget C", "N (params)", "D (tokens)", "C (FLOPs)", "eval loss", "tokens/s"]
+
+
+def run_header(rep: dict) -> list[str]:
+    """The run list's columns; MFU named by its convention (the planner's, report.json `mfu_convention`)."""
+    return [*RUN_HEADER, f"MFU % ({(rep.get('mfu_convention') or {}).get('name', 'as in summary.json')})"]
 
 
 def hparam_rows(rep: dict) -> list[list[str]]:
@@ -685,29 +795,96 @@ def figure_markdown(name: str, rel: str) -> list[str]:
     return [f"![{name}]({rel})", "", f"*{md_escape(FIGURE_CAPTIONS.get(name, name))}*", ""]
 
 
+DETAILS = "Details: "  # an h2 starting so is a collapsed <details> section of report.html
+
+
+def _source_line(rep: dict) -> str:
+    """What was read, by name (the full path is under Details), how many runs, which budgets."""
+    b = rep["budgets_swept"]
+    budgets = (
+        f"{len(b)} budget{'s' * (len(b) != 1)}"
+        + (f" from {_sci(b[0])} to {_sci(b[-1])}" if len(b) > 1 else f" {_sci(b[0])}")
+        if b
+        else "no budgets"
+    )
+    return (
+        f"{_source_kind(rep)} `{rep.get('source_name') or pathlib.Path(rep['sweep_dir']).name}`: "
+        f"{rep['n_completed']} "
+        f"of {rep['n_runs']} runs completed, {budgets} FLOPs; {rep['bootstrap']} bootstrap resamples "
+        f"(seed {rep['seed']}); generated {rep['generated']}."
+    )
+
+
+def details_markdown(rep: dict) -> list[str]:
+    """The collapsed sections at the end: every run, the shapes the sweep skipped, notes in full,
+    and where the report came from."""
+    runs = rep["runs"]
+    done = sum(r["status"] == "completed" for r in runs)
+    L = [f"## {DETAILS}all {len(runs)} runs ({done} completed)", ""]
+    L += [md_escape(mfu_note(rep)), ""] + md_table(run_header(rep), _runs_rows(rep))
+    sk = _skipped_rows(rep)
+    if sk:
+        reasons = ", ".join(
+            dict.fromkeys(s.get("reason", "").split(" (")[0] for s in rep.get("skipped_shapes", []))
+        )
+        L += [f"## {DETAILS}{len(sk)} shapes the sweep skipped ({md_escape(reasons)})", ""]
+        L += md_table(["shape", "budget C", "N", "steps", "reason"], sk)
+    notes = rep.get("notes", [])
+    if any(short_note(n) != n for n in notes):
+        L += [f"## {DETAILS}notes in full", ""] + [f"- {md_escape(n)}" for n in notes] + [""]
+    L += [f"## {DETAILS}source", "", f"Read from `{rep['sweep_dir']}`.", ""]
+    return L
+
+
+def mfu_note(rep: dict) -> str:
+    """Which MFU the run list shows: the planner's convention, and how many runs could not be converted."""
+    m = rep.get("mfu_convention") or {}
+    if not m:
+        return ""
+    text = (
+        f"MFU is in the planner's convention ({m['name']}: {m['counts']}), the one `python -m analysis plan` "
+        "and the cost model report; summary.json's MFU (the trainer's causal count) is converted by the "
+        "ratio of the two FLOP counts per token."
+    )
+    if m.get("runs_without"):
+        text += (
+            f" {m['runs_without']} run(s) with an MFU lack the model config or FLOPs per token to convert it "
+            "and show – (report.json keeps their mfu_trainer)."
+        )
+    return text
+
+
 def report_markdown(rep: dict) -> str:
-    """The whole report as one Markdown document (report.md; report.html renders it)."""
+    """The whole report as one Markdown document (report.md; report.html renders it). It opens with
+    the verdict (`verdict`), then the first-screen tables, the lead figure, the warnings, the other
+    figures and sections, and ends with the collapsed details (every run, skipped shapes, notes)."""
     if rep.get("rl_only"):
-        L = [f"# {rep['title']}", "", f"Runs `{rep['sweep_dir']}`; generated {rep['generated']}.", ""]
+        L = [f"# {rep['title']}", "", f"**{md_escape(rep['verdict'])}**", ""]
+        L += [f"Runs `{pathlib.Path(rep['sweep_dir']).name}`; generated {rep['generated']}.", ""]
         L += warning_list(rep["warnings"])
         return "\n".join(L + [sec["markdown"] for sec in rep["sections"]]) + "\n"
     note = source_note(rep)
     L = [
         f"# {rep['title']}",
         "",
-        f"{_source_kind(rep)} `{rep['sweep_dir']}` — {rep['n_completed']} of {rep['n_runs']} runs "
-        f"completed; budgets {', '.join(_g(b, '.3g') for b in rep['budgets_swept'])} FLOPs; "
-        f"{rep['bootstrap']} bootstrap resamples (seed {rep['seed']}); generated {rep['generated']}.",
+        f"**{md_escape(rep.get('verdict') or verdict(rep))}**",
+        "",
+        _source_line(rep),
         "",
         *([f"*{md_escape(note)}*", ""] if note else []),
-        "## Headline",
-        "",
         *summary_markdown(rep),
     ]
     lead, rest = _lead_and_rest(rep["figures"])
     for name, rel in lead:
         L += figure_markdown(name, rel)
-    L += ["The same numbers as the command line prints them:", "", "```text", *headline(rep), "```", ""]
+    L += [
+        f"## {DETAILS}the same numbers as the command line prints them",
+        "",
+        "```text",
+        *headline(rep),
+        "```",
+        "",
+    ]
     L += ["## Warnings", ""] + (warning_list(rep["warnings"]) or ["none", ""])
     L += ["## Figures", ""]
     for name, rel in rest:
@@ -716,10 +893,6 @@ def report_markdown(rep: dict) -> str:
     if hp:
         L += ["## Hyperparameter sweep", "", rep["hparams"]["message"] + ".", ""] + md_table(hp[0], hp[1:])
     L += hparam_law_markdown(rep)
-    L += ["## Runs", ""] + md_table(RUN_HEADER, _runs_rows(rep))
-    sk = _skipped_rows(rep)
-    if sk:
-        L += ["## Shapes the sweep skipped", ""] + md_table(["shape", "budget C", "N", "steps", "reason"], sk)
     h = rep.get("holdout")
     if h:
         L += ["## Held-out runs", ""] + md_table(HOLDOUT_HEADER, _holdout_rows(h))
@@ -727,18 +900,24 @@ def report_markdown(rep: dict) -> str:
         L += _downstream_markdown(rep["downstream"])
     for sec in rep.get("sections", []):
         L += [sec["markdown"], ""]
+    L += details_markdown(rep)
     return "\n".join(L)
 
 
-CSS = """body{font-family:system-ui,sans-serif;max-width:1150px;margin:2em auto;padding:0 1em;color:#222}
+CSS = """body{font-family:system-ui,sans-serif;max-width:1150px;margin:1.2em auto;padding:0 1em;color:#222}
+h1{font-size:1.45em;margin:.2em 0 .4em}h2{font-size:1.2em;margin:1.1em 0 .4em}
+p.verdict{font-size:1.3em;line-height:1.45;background:#eef6ef;border-left:5px solid #2a8a4a;
+padding:.6em 1em;margin:.4em 0 .8em}
 pre{background:#f5f5f5;padding:.8em;overflow-x:auto;white-space:pre-wrap;overflow-wrap:anywhere}
 table{border-collapse:collapse;font-size:13px;max-width:100%}
 table.summary{table-layout:fixed;width:100%}table.summary td,table.summary th{overflow-wrap:anywhere}
-table.summary th:first-child{width:24%}table.summary td:last-child{text-align:left}
-table.summary tr.sec th{background:#eef2f7;text-align:left}
+table.summary th:first-child{width:28%}table.summary tr.sec th{background:#eef2f7;text-align:left}
 td,th{border:1px solid #ccc;padding:3px 7px;text-align:right}td:first-child,th:first-child{text-align:left}
+td:last-child{text-align:left}
 .warn{background:#fff4e0;border-left:4px solid #e69500;padding:.4em .8em;margin:.3em 0}
-figure{margin:1.2em 0}figcaption{font-style:italic;color:#555}img{max-width:100%}"""
+details{margin:.8em 0}summary{cursor:pointer;font-weight:600;font-size:1.05em}
+figure{margin:1.2em 0}figcaption{font-style:italic;color:#555}img{max-width:100%}
+div.ifig{width:100%;min-height:470px}"""
 
 
 def _img(out: pathlib.Path, rel: str, alt: str) -> str:
@@ -841,36 +1020,94 @@ def _as_warnings(state: StateCore) -> None:
                     x.content = x.content.removeprefix(WARNING_PREFIX)
 
 
-def markdown_to_html(md: str, out: pathlib.Path) -> str:
+def _as_verdict(state: StateCore) -> None:
+    """The paragraph right after the title, wholly bold, is the verdict: <p id="verdict"
+    class="verdict"> (the report's one-sentence answer; its CSS sets it apart, so the bold goes)."""
+    toks = state.tokens
+    for i, t in enumerate(toks):
+        if t.type == "heading_close" and t.tag == "h1":
+            if _inline_only(toks, i + 1, "strong_open", "strong_close"):
+                toks[i + 1].attrSet("id", "verdict")
+                toks[i + 1].attrSet("class", "verdict")
+                toks[i + 2].children = _kids(toks[i + 2])[1:-1]
+            return
+
+
+def _html(content: str) -> Token:
+    tok = Token("html_block", "", 0)
+    tok.content = content
+    return tok
+
+
+def _as_details(state: StateCore) -> None:
+    """An h2 whose text starts with DETAILS ("Details: ") opens a collapsed <details> whose
+    <summary> is the rest of its text; it closes before the next h1 or h2, or at the end."""
+    out, open_ = [], False
+    toks, i = state.tokens, 0
+    while i < len(toks):
+        t = toks[i]
+        if t.type == "heading_open" and t.tag in ("h1", "h2"):
+            if open_:
+                out.append(_html("</details>\n"))
+                open_ = False
+            text = toks[i + 1].content
+            if t.tag == "h2" and text.startswith(DETAILS):
+                summary = text.removeprefix(DETAILS)
+                out.append(
+                    _html(f"<details><summary>{html.escape(summary[:1].upper() + summary[1:])}</summary>\n")
+                )
+                open_ = True
+                i += 3
+                continue
+        out.append(t)
+        i += 1
+    if open_:
+        out.append(_html("</details>\n"))
+    state.tokens = out
+
+
+def markdown_to_html(md: str, out: pathlib.Path, interactive_specs: dict[str, dict] | None = None) -> str:
     """Markdown as HTML, by markdown-it-py (CommonMark plus pipe tables; raw HTML in the Markdown is
-    escaped, not passed through) with the module's figure, summary-table and warning conventions.
-    Images are embedded as base64 so the page stays self-contained; an image whose file is missing
-    becomes a line saying so."""
+    escaped, not passed through) with the module's verdict, figure, summary-table, warning and
+    details conventions. Images are embedded as base64 so the page stays self-contained; an image
+    whose path is a key of `interactive_specs` becomes that interactive figure's element instead
+    (analysis/report/interactive.py; `html_page` adds the script that draws it); an image whose file
+    is missing becomes a line saying so."""
     renderer = MarkdownIt("commonmark", {"html": False}).enable("table")
+    specs = interactive_specs or {}
 
     def image(_renderer, tokens, idx, _options, _env):
         tok = tokens[idx]
         rel, alt = urllib.parse.unquote(tok.attrGet("src") or ""), tok.content
+        if rel in specs:
+            return interactive.element(pathlib.PurePath(rel).stem)
         if (out / rel).is_file():
             return _img(out, rel, alt)
         return f"(missing figure {html.escape(rel)})"
 
     renderer.add_render_rule("image", image)
-    for rule in (_as_figures, _as_summary, _as_warnings):
+    for rule in (_as_verdict, _as_figures, _as_summary, _as_warnings, _as_details):
         renderer.core.ruler.push(rule.__name__.strip("_"), rule)
     return renderer.render(md)
 
 
-def html_page(title: str, md: str, out: pathlib.Path) -> str:
-    """report.html: the Markdown rendered into a page with the report's CSS."""
+def html_page(
+    title: str, md: str, out: pathlib.Path, interactive_specs: dict[str, dict] | None = None
+) -> str:
+    """report.html: the Markdown rendered into a page with the report's CSS; with
+    `interactive_specs` (Plotly figures by the PNG path they replace), plotly.js and the figures'
+    script at the end of the body, after all the text, so the page's first screen is the verdict."""
+    specs = {pathlib.PurePath(rel).stem: spec for rel, spec in (interactive_specs or {}).items()}
     return (
         f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
-        f"<style>{CSS}</style></head><body>\n{markdown_to_html(md, out)}</body></html>\n"
+        f"<style>{CSS}</style></head><body>\n{markdown_to_html(md, out, interactive_specs)}"
+        f"{interactive.scripts(specs)}</body></html>\n"
     )
 
 
-def write_report(rep: dict, out: pathlib.Path) -> None:
-    """report.md and report.html in `out`: the Markdown written once, the HTML rendered from it."""
+def write_report(rep: dict, out: pathlib.Path, interactive_specs: dict[str, dict] | None = None) -> None:
+    """report.md and report.html in `out`: the Markdown written once, the HTML rendered from it
+    (with `interactive_specs`' figures in place of their PNGs)."""
     md = report_markdown(rep)
     write_text_atomic(out / "report.md", md)  # whole or not at all (a full disk keeps the previous one)
-    write_text_atomic(out / "report.html", html_page(rep["title"], md, out))
+    write_text_atomic(out / "report.html", html_page(rep["title"], md, out, interactive_specs))
