@@ -30,6 +30,7 @@ from analysis.compare.choice import hidden
 from analysis.compare.comparison import compare_pair, winner_sign
 from analysis.compare.ladders import Ladder, check_pair, choose_ref, split_by
 from analysis.compare.measure import measured
+from analysis.core import progress
 from analysis.core.methods import Family, Role, methods
 from models.base.errors import AnalysisError
 
@@ -118,10 +119,10 @@ def compare_protocol(df: pd.DataFrame, opt: Options) -> Backtest:
                 f"{name}: {x.n} run(s) in {x.n_budgets} budget(s) at or below C = {cut:.4g}; nothing to fit "
                 "on: raise --holdout-above"
             )
+    ms = [m for m in methods(Family.COMPARE, "compare") if opt.scores(m.role != Role.CANDIDATE)]
     scored = [
         _score(m.name, m.role, ref, others, cut, truths, opt)
-        for m in methods(Family.COMPARE, "compare")
-        if opt.scores(m.role != Role.CANDIDATE)
+        for m in progress.track(ms, desc="backtest compare", unit="method")
     ]
     unmeasured = sum(t.n_unmeasured for t in truths.values())
     what = f"budgets with C > {cut:.4g}"

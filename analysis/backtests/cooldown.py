@@ -38,7 +38,7 @@ import pandas as pd
 import analysis.curves.methods  # noqa: F401  (registers mpl, the protocol's default)
 from analysis.backtests.losses import Options
 from analysis.backtests.result import Backtest, MethodScore, Metric, Point
-from analysis.core import validation
+from analysis.core import progress, validation
 from analysis.core.methods import Family, Method, Prediction, Role, methods, register
 from analysis.core.table import read_table
 from analysis.curves.data import Curve, load_curve
@@ -300,10 +300,10 @@ def cooldown_protocol(data: pd.DataFrame | str, opt: Options = Options()) -> Bac
         raise AnalysisError(f"no branch has {MIN_PREFIX} hot steps up to it; log the hot curve more often")
     split = split_shapes(shapes, opt)
     ms = sorted(methods(Family.CURVE, "cooldown"), key=lambda m: m.role != Role.BASELINE)
+    ms = [m for m in ms if opt.scores(m.role != Role.CANDIDATE)]
     rows = [
         _baseline(m, split) if m.role == Role.BASELINE else _law_score(m, split, opt)
-        for m in ms
-        if opt.scores(m.role != Role.CANDIDATE)
+        for m in progress.track(ms, desc="backtest cooldown", unit="method")
     ]
     notes = (
         (f"{dropped} branches with fewer than {MIN_PREFIX} hot steps up to them left out",) if dropped else ()

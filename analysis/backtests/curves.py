@@ -32,7 +32,7 @@ import analysis.curves.methods  # noqa: F401  (registers mpl, the protocol's def
 from analysis.backtests import baselines
 from analysis.backtests.losses import Options
 from analysis.backtests.result import Backtest, MethodScore, Metric, Point
-from analysis.core import validation
+from analysis.core import progress, validation
 from analysis.core.methods import Family, Method, Role, methods
 from analysis.curves.data import NO_CURVES, Curve, load_curves
 from analysis.curves.fitting import CurveFitResult
@@ -147,7 +147,8 @@ def curve_protocol(data: pd.DataFrame | str, opt: Options = Options()) -> Backte
     """Backtest every curve method on schedules it did not see (module docstring)."""
     split = split_curves(load_curves(data))
     ms = sorted(methods(Family.CURVE, "curve"), key=lambda m: m.role != Role.BASELINE)
-    rows = [_score(m, split, opt) for m in ms if opt.scores(m.role != Role.CANDIDATE)]
+    ms = [m for m in ms if opt.scores(m.role != Role.CANDIDATE)]
+    rows = [_score(m, split, opt) for m in progress.track(ms, desc="backtest curve", unit="method")]
     return Backtest("curve", split.cut, Metric.REL, tuple(rows))
 
 

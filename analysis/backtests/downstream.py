@@ -26,7 +26,7 @@ import pandas as pd
 
 from analysis.backtests.losses import Options
 from analysis.backtests.result import Backtest, MethodScore, Metric, Point
-from analysis.core import validation
+from analysis.core import progress, validation
 from analysis.core.methods import Family, Method, Role, methods
 from analysis.downstream.data import LADDER_COLUMNS, TaskRows, read_ladder
 from analysis.downstream.methods import BASELINE, DEFAULT  # noqa: F401  (registers the methods)
@@ -53,7 +53,11 @@ def downstream_protocol(df: pd.DataFrame, opt: Options) -> Backtest:
     )
     # the baseline first, then the default and the candidates (the registry's order within a role)
     scored = sorted(methods(Family.DOWNSTREAM, "downstream"), key=lambda m: m.role != Role.BASELINE)
-    rows = [_score(m, df[~held], targets, opt) for m in scored if opt.scores(m.role != Role.CANDIDATE)]
+    scored = [m for m in scored if opt.scores(m.role != Role.CANDIDATE)]
+    rows = [
+        _score(m, df[~held], targets, opt)
+        for m in progress.track(scored, desc="backtest downstream", unit="method")
+    ]
     return Backtest("downstream", cut, Metric.POINTS, tuple(rows))
 
 

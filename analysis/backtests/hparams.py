@@ -20,7 +20,7 @@ import pandas as pd
 
 from analysis.backtests.losses import Options
 from analysis.backtests.result import Backtest, MethodScore, Metric, Point
-from analysis.core import validation
+from analysis.core import progress, validation
 from analysis.core.methods import Family, Method, Role, methods
 from analysis.hparams import fitting as HF
 from analysis.hparams import rungs as HR
@@ -178,7 +178,11 @@ def _protocol(df: pd.DataFrame, opt: Options, target: Target) -> Backtest:
     fit_runs = table[~validation.holdout_mask(table.N.to_numpy(), thr)].drop(columns=["rung"])
     # the baseline first, then the default and the candidates (the registry's order within a role)
     scored = sorted(methods(Family.HPARAM, target.protocol), key=lambda m: m.role != Role.BASELINE)
-    rows = [_score(m, fit_runs, held, target.key) for m in scored if opt.scores(m.role != Role.CANDIDATE)]
+    scored = [m for m in scored if opt.scores(m.role != Role.CANDIDATE)]
+    rows = [
+        _score(m, fit_runs, held, target.key)
+        for m in progress.track(scored, desc=f"backtest {target.protocol}", unit="method")
+    ]
     cut = {
         "what": f"rungs with N > {thr:.4g}",
         "threshold": float(thr),
@@ -283,7 +287,8 @@ def choose_method(df: pd.DataFrame, param: str, **options) -> MethodChoice:
     cuts = validation.top_levels(rungs.N.to_numpy(float), validation.MAX_FOLDS, MIN_FIT_SIZES)
     folds: dict[str, dict[str, float]] = {m: {} for m in order}
     skipped: dict[str, str] = {}
-    for cut in reversed(cuts):  # the most hidden first: the last fold hides the largest size alone
+    folds_bar = progress.track(list(reversed(cuts)), desc=f"{param}: choosing the law", unit="fold")
+    for cut in folds_bar:  # the most hidden first: the last fold hides the largest size alone
         above = rungs.N.to_numpy(float) >= cut * (1 - validation.LEVEL_RTOL)
         held = rungs[above & rungs.usable.to_numpy(bool)]
         if held.empty:

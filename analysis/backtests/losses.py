@@ -16,6 +16,7 @@ import pandas as pd
 
 from analysis.backtests import baselines
 from analysis.backtests.result import Backtest, MethodScore, Metric, Point
+from analysis.core import progress
 from analysis.core.enums import DEFAULT_LAW
 from analysis.core.methods import Family
 from analysis.core.methods import names as registered
@@ -106,7 +107,11 @@ def point_protocol(df: pd.DataFrame, protocol: str, opt: Options) -> Backtest:
     laws = tuple(n for n in laws if n != BASELINE and ("U" in runs or not n.startswith("data_constrained")))
     default = default_law(fit_df)  # what `fit` fits here without --law
     laws = tuple(n for n in laws if opt.scores(n == default))
-    methods = [_baseline(fit_df, test)] + [_law_score(n, fit_df, test, opt, default) for n in laws]
+    methods = [_baseline(fit_df, test)]
+    methods += [
+        _law_score(n, fit_df, test, opt, default)
+        for n in progress.track(laws, desc=f"backtest {protocol}", unit="law")
+    ]
     return Backtest(protocol, cut, Metric.REL, tuple(methods))
 
 

@@ -18,7 +18,7 @@ import pandas as pd
 from analysis.backtests import baselines
 from analysis.backtests.losses import Options, _points
 from analysis.backtests.result import Backtest, MethodScore, Metric
-from analysis.core import validation
+from analysis.core import progress, validation
 from analysis.core.methods import Family, names
 from analysis.core.table import resolve
 from analysis.laws.fitting import fit_law
@@ -94,7 +94,8 @@ def moe_protocol(df: pd.DataFrame, opt: Options) -> Backtest:
     forms = set(candidates(fit_df))  # the registered MoE methods that fit this kind of ladder
     scored = [n for n in names(Family.POINT, "moe") if n != BASELINE and (n == MOE or n in forms)]
     scored = [n for n in scored if opt.scores(n == MOE)]
-    methods = [_baseline(fit_df, test)] + [_law(n, fit_df, test, opt) for n in scored]
+    methods = [_baseline(fit_df, test)]
+    methods += [_law(n, fit_df, test, opt) for n in progress.track(scored, desc="backtest moe", unit="law")]
     return Backtest("moe", cut, Metric.REL, tuple(methods))
 
 

@@ -34,7 +34,7 @@ import pandas as pd
 import analysis.forecast.methods  # noqa: F401  (registers the protocol's methods)
 from analysis.backtests.losses import Options
 from analysis.backtests.result import Backtest, MethodScore, Metric, Point
-from analysis.core import validation
+from analysis.core import progress, validation
 from analysis.core.methods import Family, Method, Role, methods
 from analysis.core.table import read_table
 from analysis.forecast import RunCurve, read_curves
@@ -146,7 +146,10 @@ def curve_prefix_protocol(data: pd.DataFrame | str, opt: Options = Options()) ->
     n_rungs = sum(len(rungs_of({c.run: c.settings for c in held}, key or "")) for held, _ in fold_list)
     cut.update(swept=key, n_rungs=n_rungs, fraction=CUT, n_too_short=len(short))
     ms = sorted(methods(Family.FORECAST, "curve-prefix"), key=lambda m: m.role != Role.BASELINE)
-    rows = [_method(m, fold_list, key) for m in ms if opt.scores(m.role != Role.CANDIDATE)]
+    ms = [m for m in ms if opt.scores(m.role != Role.CANDIDATE)]
+    rows = [
+        _method(m, fold_list, key) for m in progress.track(ms, desc="backtest curve-prefix", unit="method")
+    ]
     few = f"{len(short)} held-out run(s) have fewer than {MIN_POINTS} logged points in their first {CUT:.0%}"
     warn = (f"{few}: not scored",) if short else ()
     return Backtest("curve-prefix", cut, Metric.REL, tuple(rows), warnings=warn)

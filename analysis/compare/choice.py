@@ -29,7 +29,7 @@ import numpy as np
 from analysis.compare.fits import CompareMethod
 from analysis.compare.ladders import Ladder
 from analysis.compare.measure import Measured, measured
-from analysis.core import validation
+from analysis.core import progress, validation
 from models.base.errors import AnalysisError
 
 BASELINE = CompareMethod.NO_DIFFERENCE
@@ -131,7 +131,9 @@ def choose(ref: Ladder, other: Ladder, bootstrap: int, seed: int, pair: Callable
     errors: dict[str, list[float]] = {str(BASELINE): base}
     errors.update({str(m): [math.nan] * len(cuts) for m in CANDIDATES})
     alive = list(CANDIDATES) if len(cuts) >= MIN_FOLDS else []  # too few: the baseline stays, unfitted
-    for i in reversed(range(len(cuts))):  # the largest cut first: the fold most like the real use
+    order = list(reversed(range(len(cuts)))) if alive else []  # the largest cut first: most like real use
+    what = f"{other.name} vs {ref.name}: choosing the method"
+    for i in progress.track(order, desc=what, unit="fold"):
         for m in list(alive):
             try:
                 t, pc = hidden(ref, other, cuts[i], m, min(bootstrap, FOLD_BOOTSTRAP), seed, pair)

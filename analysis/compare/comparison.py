@@ -26,7 +26,7 @@ from analysis.compare.fits import CHOICE_CANDIDATES, DEFAULT, JOINT_LAWS, Compar
 from analysis.compare.ladders import Ladder
 from analysis.compare.measure import measured
 from analysis.compare.result import BudgetMultiplier, Comparison, Crossover, PairComparison, Trend
-from analysis.core import validation
+from analysis.core import progress, validation
 from analysis.core.intervals import PredictionError
 from models.base.errors import AnalysisError
 
@@ -349,7 +349,8 @@ def choose_method(
     unless another predicts the multipliers above every forward-chaining cut better by the parsimony
     margin (`validation.choose_against`, the rule `fit --law auto` uses)."""
     models, folds = {}, {}
-    for m in CHOICE_CANDIDATES:
+    what = f"{other.name} vs {ref.name}: auto_shrunk's candidates"
+    for m in progress.track(CHOICE_CANDIDATES, desc=what, unit="method"):
         try:
             models[m] = error_model(ref, other, m, seed)
         except AnalysisError:
@@ -380,7 +381,7 @@ def compare_recipes(
     pairs, models = [], []
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        for o in others:
+        for o in progress.track(others, desc=f"compare against {ref.name}", unit="pair"):
             pc, model = compare_pair(ref, o, method, requested, bootstrap, seed)
             pairs.append(pc)
             models.append(model)

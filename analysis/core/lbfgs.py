@@ -532,6 +532,7 @@ def minimize_batch(
     width: int | None = None,
     workers: int | None = None,
     program_key: str | None = None,
+    on_done: Callable[[int], None] | None = None,
 ) -> MinimizeResult:
     """Minimise `fun(x, *args)` from every row of `x0_SxP`; returns per-start results.
 
@@ -542,7 +543,8 @@ def minimize_batch(
     4x the evaluations per round. `width` fixes the batch width (one program for a caller's several
     batches); `workers` host threads run batches of that width on one program from one queue (the
     results do not depend on the number of workers); `program_key` names `fun` across processes so
-    the persistent compile cache keeps its round program (`models.base.programs`).
+    the persistent compile cache keeps its round program (`models.base.programs`). `on_done(k)`
+    is told, from the worker threads, each time k more starts have finished (a progress bar).
     """
     x0 = np.asarray(x0_SxP)  # host bookkeeping in numpy: an eager jnp op is one more program
     S = x0.shape[0]
@@ -582,6 +584,8 @@ def minimize_batch(
                 getattr(host, field)[rows] = value[live]
             done = live & (out.status != RUNNING)
             slot_idx[done] = -1
+            if on_done is not None and done.any():
+                on_done(int(done.sum()))
 
     n_workers = _n_workers(S, W, workers)
     if n_workers > 1:  # the program(s) compiled once here, not by every thread at once

@@ -27,7 +27,7 @@ from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
-from analysis.core import validation
+from analysis.core import progress, validation
 from analysis.forecast import choose as ch
 from analysis.forecast import schedule
 from analysis.forecast.inputs import MIN_POINTS, RunCurve
@@ -215,7 +215,8 @@ def select(
     regrets: dict[str, dict[str, float]] = {str(m): {} for m in order}
     zs: dict[str, list[float]] = {str(m): [] for m in order}
     rungs = 0
-    for name, held, train in folds(learn, going) if going else ():
+    fold_list = folds(learn, going) if going else []
+    for name, held, train in progress.track(fold_list, desc="forecast: choosing the forecaster", unit="fold"):
         cut = [k for k in (cut_at(c, frac) for c in held) if k.step.size >= MIN_POINTS]
         if not cut:
             continue

@@ -41,7 +41,7 @@ import jax.numpy as jnp
 import numpy as np
 import pandas as pd
 
-from analysis.core import intervals, validation
+from analysis.core import intervals, progress, validation
 from analysis.core import table as data_mod
 from analysis.core.enums import FitStatus, LawName, NParams, Precision
 from analysis.core.intervals import NO_INTERVAL, Interval
@@ -210,12 +210,18 @@ class MultiStart:
     optimum_spread: float
 
 
-def run_starts(prob: Problem, x0_SxF: np.ndarray, w_SxN: np.ndarray, dtype=np.float64) -> MinimizeResult:
+def run_starts(
+    prob: Problem,
+    x0_SxF: np.ndarray,
+    w_SxN: np.ndarray,
+    dtype=np.float64,
+    bar: progress.Bar | None = None,
+) -> MinimizeResult:
     """L-BFGS from every row of `x0_SxF` with its own row of point weights, in `dtype` (float32:
     the exploration tolerances `_CFG32`; float64: `_CFG64`). Every run of a fit has this one
     signature (shared points, per-start weights) and width `FIT_SLOTS`, so a fit loads one
     compiled program per precision: the grid search, polish, bootstrap and forward-chaining
-    refits all run on it."""
+    refits all run on it. `bar` (analysis.core.progress) counts the starts as they finish."""
     x64 = np.dtype(dtype) == np.float64
     with jax.enable_x64(x64):
         theta_full, logX, logy, _ = prob.args(dtype)
@@ -227,12 +233,15 @@ def run_starts(prob: Problem, x0_SxF: np.ndarray, w_SxN: np.ndarray, dtype=np.fl
             cfg=_CFG64 if x64 else _CFG32,
             width=FIT_SLOTS,
             program_key=prob.program_key,
+            on_done=None if bar is None else bar.update,
         )
 
 
-def _run64(prob: Problem, x0_SxF: np.ndarray, w_SxN: np.ndarray) -> MinimizeResult:
+def _run64(
+    prob: Problem, x0_SxF: np.ndarray, w_SxN: np.ndarray, bar: progress.Bar | None = None
+) -> MinimizeResult:
     """Float64 L-BFGS with per-start weights (the point fit's are the same row for every start)."""
-    return run_starts(prob, x0_SxF, w_SxN, np.float64)
+    return run_starts(prob, x0_SxF, w_SxN, np.float64, bar)
 
 
 def _load_program(prob: Problem, dtype) -> None:
@@ -782,16 +791,17 @@ def prediction_error(
 
 
 def run_jobs(
-    prob: Problem, blocks: Sequence[tuple[np.ndarray, np.ndarray, int]]
+    prob: Problem, blocks: Sequence[tuple[np.ndarray, np.ndarray, int]], bar: progress.Bar | None = None
 ) -> list[tuple[np.ndarray, np.ndarray]]:
     """Blocks of float64 jobs (x0 (S, F), point weights (S, n), number of equal consecutive
     groups) in one batch, in the given order; per block the best (x, f) of each group. One batch
     runs them all on one compiled program: put the slowest jobs (fold refits from grid starts)
-    first, so that they run while the short ones (resamples from the optimum) fill other slots."""
+    first, so that they run while the short ones (resamples from the optimum) fill other slots;
+    `bar` counts the finished jobs."""
     n_free = len(prob.free_idx)
     x0 = np.vstack([np.reshape(b[0], (-1, n_free)) for b in blocks])
     r = (
-        _run64(prob, x0, np.vstack([np.reshape(b[1], (-1, prob.w.size)) for b in blocks]))
+        _run64(prob, x0, np.vstack([np.reshape(b[1], (-1, prob.w.size)) for b in blocks]), bar)
         if len(x0)
         else None
     )
@@ -807,7 +817,12 @@ SCREEN_RTOL = 1e-2  # a screened bootstrap start is polished when this close to 
 
 
 def refit(
-    prob: Problem, folds: FoldJobs | None, boot_x0_KxF: np.ndarray | None, n_resamples: int, seed: int
+    prob: Problem,
+    folds: FoldJobs | None,
+    boot_x0_KxF: np.ndarray | None,
+    n_resamples: int,
+    seed: int,
+    bar: progress.Bar | None = None,
 ) -> tuple[tuple[np.ndarray, np.ndarray] | None, tuple[np.ndarray, np.ndarray] | None]:
     """The fits behind a fit's error model and CIs: ((x, f) best per fold, (x, f) best per
     resample), None for what was not asked.
@@ -817,34 +832,42 @@ def refit(
     are screened in float32 first, like the grid search, and polished in float64 only when
     their float32 optimum comes within `SCREEN_RTOL` of the resample's best: on Epoch's runs
     the random grid starts end 8-20x above it, and screening them saves 60% of the bootstrap's
-    float64 evaluations without changing a sample."""
+    float64 evaluations without changing a sample. `bar` counts the fits as they finish (every
+    fold's and resample's start; the polished ones are added once the screening has picked them)."""
     fold_block = [(folds.x0, folds.w, len(folds.fit_masks))] if folds is not None else []
     if boot_x0_KxF is None or not n_resamples:
-        return (run_jobs(prob, fold_block)[0] if fold_block else None), None
+        return (run_jobs(prob, fold_block, bar)[0] if fold_block else None), None
     K = boot_x0_KxF.shape[0]
     x0, w = bootstrap_jobs(prob, boot_x0_KxF, n_resamples, seed)
     first = np.arange(x0.shape[0]) % K == 0
     blocks = [*fold_block, (x0[first], w[first], n_resamples)]
-    results = run_jobs(prob, blocks)
+    results = run_jobs(prob, blocks, bar)
     bx, bf = results[-1]
     if K > 1:
-        bx, bf = _screened_best(prob, x0[~first], w[~first], bx, bf)
+        bx, bf = _screened_best(prob, x0[~first], w[~first], bx, bf, bar)
     return (results[0] if folds is not None else None), (bx, bf)
 
 
 def _screened_best(
-    prob: Problem, x0_SxF: np.ndarray, w_SxN: np.ndarray, bx: np.ndarray, bf: np.ndarray
+    prob: Problem,
+    x0_SxF: np.ndarray,
+    w_SxN: np.ndarray,
+    bx: np.ndarray,
+    bf: np.ndarray,
+    bar: progress.Bar | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """The best (x, f) per resample after screening its other starts (`x0_SxF`, resample-major,
     the same number per resample) in float32 and polishing the promising ones in float64."""
     B = bf.shape[0]
-    r32 = run_starts(prob, x0_SxF, w_SxN, np.float32)
+    r32 = run_starts(prob, x0_SxF, w_SxN, np.float32, bar)
     f32 = np.where(np.isfinite(r32.f), r32.f, np.inf).reshape(B, -1)
     bound = np.where(np.isfinite(bf), bf * (1 + SCREEN_RTOL), np.inf)[:, None]
     promising = (np.isfinite(f32) & (f32 <= bound)).ravel()
     if not promising.any():
         return bx, bf
-    r = _run64(prob, r32.x[promising], w_SxN[promising])
+    if bar is not None:
+        bar.add_total(int(promising.sum()))
+    r = _run64(prob, r32.x[promising], w_SxN[promising], bar)
     owner = np.repeat(np.arange(B), f32.shape[1])[promising]
     f = np.where(np.isfinite(r.f), r.f, np.inf)
     bx, bf = bx.copy(), bf.copy()
@@ -886,6 +909,19 @@ def _bootstrap_summary(
     return samples, int(np.sum(~np.isfinite(f))), ci, se
 
 
+def _refit_bar(law: Law, folds: FoldJobs | None, boot_x0: np.ndarray | None, n_resamples: int):
+    """The progress bar of `refit` (analysis.core.progress: stderr, after 2 s, on a terminal): its
+    total the fold refits and every resample's starts; the polished starts join it as they are
+    picked."""
+    n_folds = 0 if folds is None else len(folds.fit_masks)
+    n_boot = 0 if boot_x0 is None else n_resamples
+    n_fold_fits = 0 if folds is None else folds.x0.shape[0]
+    total = n_fold_fits + n_boot * (0 if boot_x0 is None else boot_x0.shape[0])
+    what = [f"{n_boot} bootstrap resamples"] if n_boot else []
+    what += [f"{n_folds} forward-chaining folds"] if n_folds else []
+    return progress.bar(total, f"fit {law.name}: {' + '.join(what) or 'refits'}", unit="fit")
+
+
 def fit_points(law: Law, pts: data_mod.Points, opts: FitOptions | None = None) -> FitResult:
     """Fit `law` to validated points (see `fit_law` for the DataFrame entry point)."""
     opts = opts or FitOptions()
@@ -901,7 +937,8 @@ def fit_points(law: Law, pts: data_mod.Points, opts: FitOptions | None = None) -
         )
     folds = fold_jobs(prob, pts, ms, fixed, grid_all) if opts.prediction_intervals else None
     boot_x0 = _bootstrap_starts(prob, ms, grid_all, opts.bootstrap_starts, seed) if bootstrap else None
-    fold_best, boot_best = refit(prob, folds, boot_x0, bootstrap, seed)
+    with _refit_bar(law, folds, boot_x0, bootstrap) as bar:
+        fold_best, boot_best = refit(prob, folds, boot_x0, bootstrap, seed, bar)
     perr = fold_error(prob, pts, ms, folds, *fold_best) if folds is not None else None
     samples, failed, ci, se = _bootstrap_summary(law, prob, boot_best, opts.ci_level)
     k_flops = data_mod.FLOPS_PER_PARAM_TOKEN
