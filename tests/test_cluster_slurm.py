@@ -257,6 +257,20 @@ def test_preemption_signal_checkpoints_and_submitit_requeues(slurm, tmp_path, un
         )
         subprocess.run(["scontrol", "update", f"JobId={jid}", "StartTime=now"], env=slurm, check=True)
     out, _ = proc.communicate(timeout=240)
+
+    def job_state() -> str:
+        info = subprocess.run(
+            ["scontrol", "show", "job", jid], env=slurm, capture_output=True, text=True
+        ).stdout
+        return next((f.split("=", 1)[1] for f in info.split() if f.startswith("JobState=")), "GONE")
+
+    # submitit's watcher polls sacct; once in CI it read the job between its two attempts as FAILED
+    # and ended the launcher early ("has not produced any output (state: FAILED)") while SLURM ran
+    # the requeued attempt anyway. What is tested is SLURM + submitit's requeue resuming the run:
+    # wait for that attempt to end, then check it.
+    _wait(
+        lambda: job_state() not in ("PENDING", "RUNNING", "REQUEUED", "COMPLETING"), 240, "the requeued job"
+    )
     (s,) = _summaries(sw).values()
     assert s["status"] == "completed" and s.get("resumed_from_step", 0) >= 100, out[-2000:]
     restarts = subprocess.run(
