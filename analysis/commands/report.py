@@ -37,6 +37,23 @@ class ReportOptions(ColumnOptions):
     unique_tokens: float | None
 
 
+def _build(opts: ReportOptions, build_report) -> dict:
+    return build_report(
+        opts.sweep_dir,
+        opts.out,
+        budgets=opts.budget,
+        bootstrap=opts.bootstrap,
+        seed=opts.seed,
+        hardware=opts.hardware,
+        gpus=opts.gpus,
+        n_params=opts.n_params,
+        hparams=opts.hparams,
+        unique_tokens=opts.unique_tokens,
+        columns=opts.columns(),
+        recipes_from=opts.more_sweeps,
+    )
+
+
 def _run(args: argparse.Namespace) -> int:
     opts = ReportOptions.from_args(args)
     # The report pulls in JAX, pandas and matplotlib; loaded here so `--help` stays fast.
@@ -54,20 +71,10 @@ def _run(args: argparse.Namespace) -> int:
         from analysis.planning.planner import DEFAULT_BATCH_TOKENS
 
         check_unique_tokens(opts.unique_tokens, DEFAULT_BATCH_TOKENS)
-    rep = build_report(
-        opts.sweep_dir,
-        opts.out,
-        budgets=opts.budget,
-        bootstrap=opts.bootstrap,
-        seed=opts.seed,
-        hardware=opts.hardware,
-        gpus=opts.gpus,
-        n_params=opts.n_params,
-        hparams=opts.hparams,
-        unique_tokens=opts.unique_tokens,
-        columns=opts.columns(),
-        recipes_from=opts.more_sweeps,
-    )
+    from analysis.core import progress
+
+    with progress.bar(total=None, desc="report", unit="s"):  # the fits' own bars stack below it
+        rep = _build(opts, build_report)
     for line in [] if rep.get("rl_only") else headline(rep):
         print(line)
     for n in rep.get("notes", []):
