@@ -359,6 +359,24 @@ def test_the_trainers_mlflow_run_reads_back(mlflow_server, tmp_path, capsys):
     assert row["model.d_model"] == 32 and row["train.batch_size"] == 4
 
 
+def test_mlflow_file_store(tmp_path, capsys, monkeypatch):
+    """A local `mlruns` store (the trainer's default without a tracking URI), by its path."""
+    need("mlflow")
+    from mlflow.entities import Metric, Param
+    from mlflow.tracking import MlflowClient
+
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    client = MlflowClient(tracking_uri=(tmp_path / "mlruns").as_uri())
+    run_id = client.create_run(client.create_experiment("fs"), run_name="local").info.run_id
+    metrics = [Metric("val_loss", 3.0 - s / 8, 0, s) for s in range(4)]
+    client.log_batch(run_id, metrics=metrics, params=[Param("optim.lr", "0.1"), Param("act", "relu")])
+    client.set_terminated(run_id, "FINISHED")
+    rc, _, err = collect(capsys, "--from", "mlflow", str(tmp_path / "mlruns"), "--out", str(tmp_path))
+    assert rc == 0 and err == [], err
+    row = pd.read_csv(tmp_path / "runs.csv").iloc[0]
+    assert row["run"] == "local" and row["loss"] == 2.625 and row["optim.lr"] == 0.1 and row["act"] == "relu"
+
+
 def test_an_unreachable_mlflow_server_is_one_error_line(tmp_path, capsys):
     need("mlflow")
     t0 = time.monotonic()
@@ -374,10 +392,12 @@ def test_an_unreachable_mlflow_server_is_one_error_line(tmp_path, capsys):
 UI_ROWS = [  # the runs table's Export CSV: Name, State, the table's columns, config, summary
     {"Name": "w-small", "State": "finished", "Notes": "-", "User": "me", "Tags": "ladder", "Runtime": 61,
      "Sweep": "", "optim.lr": 0.001, "model.d_model": 64, "eval/loss": 3.5, "train/loss": 3.75,
-     "n_params": 1.0e6, "tokens": 2.0e7, "flops": 1.2e14, "_step": 400, "_runtime": 61.2},
+     "n_params": 1.0e6, "tokens": 2.0e7, "flops": 1.2e14, "_step": 400, "_runtime": 61.2,
+     "task/py/loss": 2.5, "task/py/accuracy": 0.25},
     {"Name": "w-big", "State": "finished", "Notes": "-", "User": "me", "Tags": "ladder", "Runtime": 120,
      "Sweep": "", "optim.lr": 0.0005, "model.d_model": 128, "eval/loss": 3.0, "train/loss": 3.25,
-     "n_params": 4.0e6, "tokens": 8.0e7, "flops": 1.92e15, "_step": 800, "_runtime": 119.0},
+     "n_params": 4.0e6, "tokens": 8.0e7, "flops": 1.92e15, "_step": 800, "_runtime": 119.0,
+     "task/py/loss": 2.0, "task/py/accuracy": 0.5},
     {"Name": "w-crash", "State": "crashed", "Notes": "-", "User": "me", "Tags": "", "Runtime": 5,
      "Sweep": "", "optim.lr": 0.01, "model.d_model": 64, "eval/loss": None, "train/loss": 7.0,
      "n_params": 1.0e6, "tokens": 1.0e6, "flops": 6e12, "_step": 20, "_runtime": 5.0},
@@ -387,7 +407,9 @@ UI_ROWS = [  # the runs table's Export CSV: Name, State, the table's columns, co
 def test_wandb_ui_csv_export(tmp_path, capsys):
     pd.DataFrame(UI_ROWS).to_csv(tmp_path / "export.csv", index=False)
     rc, _, err = collect(
-        capsys, "--from", "wandb", str(tmp_path / "export.csv"), "--out", str(tmp_path / "o")
+        capsys,
+        *("--from", "wandb", str(tmp_path / "export.csv"), "--out", str(tmp_path / "o")),
+        *("--tasks", str(tmp_path / "ladder.csv")),
     )
     assert rc == 0 and err == ["warning: skipped 1 run(s) that did not complete: w-crash (failed)"], err
     t = pd.read_csv(tmp_path / "o" / "runs.csv").set_index("run")
@@ -397,6 +419,11 @@ def test_wandb_ui_csv_export(tmp_path, capsys):
     assert list(t["optim.lr"]) == [1e-3, 5e-4] and list(t["model.d_model"]) == [64, 128]
     assert list(t["user"]) == ["me", "me"] and list(t["status"]) == ["completed", "completed"]
     assert not any(c.startswith("_") for c in t.columns)
+    # the summary's task metrics: fit-task's ladder, one row per run and task
+    ladder = pd.read_csv(tmp_path / "ladder.csv")
+    assert list(ladder["run"]) == ["w-small", "w-big"] and list(ladder["task"]) == ["py", "py"]
+    assert list(ladder["task_loss"]) == [2.5, 2.0] and list(ladder["accuracy"]) == [0.25, 0.5]
+    assert list(ladder["N"]) == [1e6, 4e6] and list(ladder["D"]) == [2e7, 8e7]
 
 
 def test_wandb_api_json_export_with_history(tmp_path, capsys):

@@ -25,9 +25,10 @@ No run with an eval loss at all is an error naming the metrics seen (pass `loss_
 Statuses: the trainer's own word where the tracker kept it (summary.json, TensorBoard's `status`
 text, MLflow's `scalelab.status` tag, the W&B summary's `status`), else the tracker's state mapped
 onto the trainer's words (MLflow FINISHED / W&B finished -> completed, FAILED / crashed ->
-failed, RUNNING -> running), else `unknown` (a foreign TensorBoard run: event files do not say).
-Runs that are `completed` or `unknown` are kept; the others are left out with one warning naming
-them, unless `include_unfinished`.
+failed, RUNNING -> running), else `unknown` (a foreign TensorBoard run: event files do not say;
+the trainer's run directory without summary.json or a logged status: `unfinished`, as `collect`
+of the directory says). Runs that are `completed` or `unknown` are kept; the others are left out
+with one warning naming them, unless `include_unfinished`.
 
 TensorBoard (SOURCE: a directory, searched recursively, or one event file): one run per directory
 holding event files (`events.out.tfevents.*`), read with TensorBoard's own reader
@@ -90,7 +91,7 @@ import pandas as pd
 
 from analysis.core import runs
 from models.base.errors import AnalysisError
-from models.base.rundir import FINAL_NUMBERS, MARKERS, TENSORBOARD_DIR, ReadStatus, RunStatus
+from models.base.rundir import FINAL_NUMBERS, MARKERS, TENSORBOARD_DIR, ReadStatus, RunDir, RunStatus
 
 SOURCES = ("tensorboard", "mlflow", "wandb")
 INSTALL_HINT = "pip install -e '.[tracking]'"
@@ -498,6 +499,8 @@ def _read_event_target(
         if s is not None:
             summary = s.as_dict()
             status = str(summary.get("status", status or ReadStatus.UNKNOWN))
+        elif status is None:  # no summary.json and no final status logged: as `collect` of the directory
+            status = str(RunDir(run_dir).status)
     if not config:
         config = hparams or (runs.flatten(text_config) if isinstance(text_config, dict) else {})
     if not points and not hparams and summary is None:
