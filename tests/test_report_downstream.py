@@ -138,7 +138,12 @@ def test_report_predicts_tasks_at_the_optimal_allocation(task_sweep, tmp_path):
     assert "- warning: downstream task few:" in md
     html = (out / "report.html").read_text()
     assert "<h2>Downstream tasks</h2>" in html and "<td>pick4</td>" in html
-    assert "downstream" in rep["figures"] and html.count("<img") == len(rep["figures"])
+    assert "downstream" in rep["figures"] and html.count("<img") + html.count('class="ifig"') == len(
+        rep["figures"]
+    )
+    # the first screen's predictions table has each task's accuracy at 10x the largest budget
+    head = html[: html.index("<figure")]
+    assert f"<td>pick4 accuracy</td>\n<td>{ds['ten_x_budget']:.3g}".replace("e+", "e") in head
 
 
 def test_no_task_metrics_no_section_and_no_law_is_a_warning(task_sweep):
