@@ -20,7 +20,7 @@ import sys
 import warnings
 
 from analysis import commands
-from analysis.commands._options import json_stdout_only, json_to_stdout
+from analysis.commands._options import json_stdout_only, json_to_stdout, silence_progress
 from models.base.diskspace import disk_full_of
 from models.base.errors import AnalysisError
 
@@ -126,9 +126,7 @@ def _run(args: argparse.Namespace) -> int:
 def _run_quiet(args: argparse.Namespace, json_path: str | None) -> int:
     """`--quiet`: no progress bars, no text lines, no warnings; errors still reach stderr (the
     `error:` line is printed by `main`) and `--json -` still writes its JSON to stdout."""
-    from analysis.core import progress
-
-    progress.set_quiet(True)
+    silence_progress()
     with open(os.devnull, "w") as null, warnings.catch_warnings():
         warnings.simplefilter("ignore")
         if json_to_stdout(json_path):

@@ -17,8 +17,10 @@ Not a subcommand: `analysis.cli` skips modules whose name starts with `_`.
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import pathlib
+import sys
 
 from models.base.errors import AnalysisError
 
@@ -165,8 +167,6 @@ def law_name(value: str | None) -> str | None:
     """The law's name from `--law`: the value itself, or the `law` of a fit's JSON."""
     if value is None or not value.lower().endswith(".json"):
         return value
-    import json
-
     try:
         with open(value) as f:
             law = json.load(f).get("law")
@@ -291,8 +291,6 @@ class _Deprecated(argparse.Action):
         super().__init__(option_strings, dest, **kw)
 
     def __call__(self, parser, namespace, values, option_string=None):
-        import sys
-
         print(f"note: {option_string} is deprecated: use {self.new}", file=sys.stderr)
         if self.append:
             values = [*(getattr(namespace, self.dest, None) or []), values]

@@ -69,6 +69,14 @@ class ColumnOptions(CommandOptions):
         return {role: name for role, name in named if name}
 
 
+def silence_progress() -> None:
+    """`--quiet`: no progress bar anywhere in this process."""
+    # deferred: only a --quiet command line needs the progress module
+    from analysis.core import progress
+
+    progress.set_quiet(True)
+
+
 def json_to_stdout(path: str | None) -> bool:
     """Whether `--json` names stdout (`-`)."""
     return path is not None and str(path) == STDOUT

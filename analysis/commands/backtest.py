@@ -117,7 +117,7 @@ def _data(opts: BacktestOptions, backtest):
         if opts.columns():
             raise AnalysisError(f"--protocol {opts.protocol} reads curves: drop the column flags")
         return opts.data
-    from analysis.core.runs import read_runs
+    from analysis.core.runs import read_runs  # deferred: pandas, as in run()
 
     return read_runs(opts.data, opts.columns())
 

@@ -72,9 +72,9 @@ class FitTaskOptions(ColumnOptions):
 
 def _ladder(opts: FitTaskOptions):
     """The ladder: a table, or a sweep directory's runs as their task table (`collect --tasks`)."""
-    import pathlib
+    import pathlib  # deferred: with the runs module, as in run()
 
-    from analysis.core import runs
+    from analysis.core import runs  # deferred: pandas and the run readers, loaded when run
 
     if pathlib.Path(opts.ladder).is_dir():
         return runs.with_named_columns(runs.task_table(runs.read_runs(opts.ladder)), opts.columns())

@@ -76,9 +76,9 @@ class ForecastOptions(ColumnOptions):
 def _runs(path: str, opts: ForecastOptions):
     """A sweep directory as its path (its curves are read from the run directories), a table read
     with the shared reader and the column flags."""
-    import pathlib
+    import pathlib  # deferred: with the runs module, as in run()
 
-    from analysis.core.runs import read_runs
+    from analysis.core.runs import read_runs  # deferred: pandas, loaded when run
 
     return path if pathlib.Path(path).is_dir() else read_runs(path, opts.columns())
 

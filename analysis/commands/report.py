@@ -71,7 +71,7 @@ def _run(args: argparse.Namespace) -> int:
         from analysis.planning.planner import DEFAULT_BATCH_TOKENS
 
         check_unique_tokens(opts.unique_tokens, DEFAULT_BATCH_TOKENS)
-    from analysis.core import progress
+    from analysis.core import progress  # deferred: as the report's modules above
 
     with progress.bar(total=None, desc="report", unit="s"):  # the fits' own bars stack below it
         rep = _build(opts, build_report)
