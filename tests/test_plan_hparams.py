@@ -247,7 +247,8 @@ def test_report_shows_the_hyperparameter_law_and_the_plans_recipe(small_sweep, l
     assert "Recipe (tuned" in md.split("## Planning", 1)[1]
     assert rep["sections"][0]["recipe"]["tuned"] and rep["sections"][0]["recipe"]["lr"]["value"] > 0
     html = (out / "report.html").read_text()
-    assert "<h2>Hyperparameter law</h2>" in html and html.count("<img") == len(rep["figures"])
+    figures = html.count("<img") + html.count('class="ifig"')  # PNGs and interactive figures
+    assert "<h2>Hyperparameter law</h2>" in html and figures == len(rep["figures"])
     assert any(re.match(r"hyperparameter law lr\* = .*held-out", ln) for ln in headline(rep))
     on_disk = json.loads((out / "report.json").read_text())
     assert on_disk["hparams"]["law"]["params"]["optim.lr"]["form"] == lr["form"]
