@@ -28,16 +28,17 @@ DESCRIPTION = "scalelab analysis: fit scaling laws to training runs, forecast lo
 PROG = "python -m analysis"  # `scalelab` sets it to its own name
 
 EXAMPLES = """\
-examples:
-  python -m analysis collect outputs/isoflop --out runs.csv      # run directories -> runs table
-  python -m analysis fit runs.csv --law chinchilla --budget 1e21 --json fit.json
-  python -m analysis report outputs/isoflop --budget 1e21         # HTML + Markdown + report.json
-  python -m analysis plan --budget 1e23 --law fit.json --hardware h100 --gpus 1024 --json -
-  python -m analysis compare ref.csv other.csv --budget 1e21,1e22  # which recipe wins, by how much
+my runs -> a law -> a plan:
+  scalelab fit runs.csv --json fit.json               # runs: a CSV, a Parquet file or a sweep directory
+  scalelab backtest runs.csv                          # how the default predicted your largest budgets
+  scalelab plan --law fit.json --budget 1e22 --hardware h100 --gpus 256
+more:
+  scalelab collect outputs/isoflop --out tables       # run directories (or --from tensorboard|mlflow|wandb)
+  scalelab report outputs/isoflop                     # the verdict, figures, HTML + Markdown + report.json
+  scalelab compare ref.csv other.csv --budget 1e21,1e22
 
-Every subcommand takes --help. `--budget C` is repeatable (or C1,C2) wherever it appears, and
-`--json PATH` writes strict JSON (NaN -> null); `--json -` writes it to stdout.
-See docs/analysis.md."""
+`scalelab COMMAND --help` shows each command's flags and examples; --json PATH writes strict JSON
+('-': stdout), --out DIR is always a directory, --quiet prints only errors. Docs: README.md, docs/."""
 
 
 def version() -> str:
