@@ -21,19 +21,18 @@ from __future__ import annotations
 
 import argparse
 import ctypes
-import json
 import os
 import pathlib
 import signal
 import subprocess
 import sys
-import threading
 import time
 
 from models.base.errors import AnalysisError
-from models.base.rundir import FINISHED_BAD, SWEEP_PLAN_FILE, RunDir, RunStatus
 
-SHOW = ("[launch]", "[reuse", "[skip", "sweep done", "error", "launching ")
+# the sweep's lines the demo echoes: its plan, its count lines (the same five words at the start and at
+# the end) and one `sweep progress:` line per finished run (experiments/sweeps/monitor.py)
+SHOW = ("[launch]", "[reuse", "[skip", "sweep plan:", "sweep progress:", "sweep done", "error", "launching ")
 
 
 def _die_with_parent() -> None:
@@ -46,19 +45,6 @@ def _die_with_parent() -> None:
 
 def _fmt_t(s: float) -> str:
     return f"{int(s) // 60}:{int(s) % 60:02d}"
-
-
-def _status_counts(sweep_dir: pathlib.Path) -> tuple[int, int]:
-    planned = done = 0
-    try:
-        runs = json.loads((sweep_dir / SWEEP_PLAN_FILE).read_text())["runs"]
-    except (OSError, ValueError, KeyError):
-        return 0, 0
-    for r in runs:
-        if r.get("action") in ("launch", "reuse"):
-            planned += 1
-            done += RunDir(sweep_dir / r["run_dir"]).status in (RunStatus.COMPLETED, *FINISHED_BAD)
-    return planned, done
 
 
 def run_sweep(sweep_dir: pathlib.Path, log_path: pathlib.Path, extra: list[str], t0: float) -> int:
@@ -79,15 +65,6 @@ def run_sweep(sweep_dir: pathlib.Path, log_path: pathlib.Path, extra: list[str],
         PYTHONUNBUFFERED="1",
         PYTHONPATH=os.pathsep.join([str(repo), *filter(None, [os.environ.get("PYTHONPATH")])]),
     )
-    stop = threading.Event()
-
-    def ticker() -> None:
-        while not stop.wait(20):
-            planned, done = _status_counts(sweep_dir)
-            if planned:
-                print(f"[demo {_fmt_t(time.time() - t0)}] {done}/{planned} runs finished", flush=True)
-
-    threading.Thread(target=ticker, daemon=True).start()
     with open(log_path, "a") as log:
         p = subprocess.Popen(
             cmd,
@@ -108,7 +85,6 @@ def run_sweep(sweep_dir: pathlib.Path, log_path: pathlib.Path, extra: list[str],
             elif any(k in s for k in SHOW) and "#" not in s[:40]:
                 print(f"[demo {_fmt_t(time.time() - t0)}] {s.split('] ', 1)[-1]}", flush=True)
         rc = p.wait()
-    stop.set()
     return rc
 
 

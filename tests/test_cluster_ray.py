@@ -47,7 +47,7 @@ def test_sweep_through_ray_equals_local_and_relaunch_trains_nothing(ray_head, tm
     for k in ref:
         assert got[k]["final_eval_loss"] == pytest.approx(ref[k]["final_eval_loss"], rel=1e-5), k
     again = _train(ray_head, *SWEEP, *RAY, f"hydra.sweep.dir={sw}")
-    assert "0 trained, 4 reused" in again.stdout + again.stderr
+    assert "4 reused, 0 trained" in again.stdout + again.stderr
 
 
 def _task_pids() -> list[int]:

@@ -174,7 +174,7 @@ def test_sweep_through_slurm_equals_local_and_relaunch_trains_nothing(slurm, tmp
         assert got[k]["final_eval_loss"] == pytest.approx(ref[k]["final_eval_loss"], rel=1e-5), k
     n_jobs = len(_sacct(slurm, "JobID"))
     again = _train(slurm, *SWEEP, *SLURM, f"hydra.sweep.dir={sw}")
-    assert "0 trained, 4 reused" in again.stdout + again.stderr
+    assert "4 reused, 0 trained" in again.stdout + again.stderr
     assert len(_sacct(slurm, "JobID")) == n_jobs, "the relaunch submitted jobs"
 
 

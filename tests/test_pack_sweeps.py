@@ -107,7 +107,7 @@ def test_packed_sweep_relaunch_trains_nothing(packed_ref):
     out = _cli(*PACKED, f"hydra.sweep.dir={packed_ref}")
     plan = json.loads((packed_ref / "sweep_plan.json").read_text())
     assert [r["action"] for r in plan["runs"]] == ["reuse"] * N_PACKED
-    assert "0 trained, 3 reused" in out.stderr + out.stdout
+    assert "3 reused, 0 trained" in out.stderr + out.stdout
     assert {p: p.read_bytes() for p in files} == files
     assert {p: p.stat().st_mtime_ns for p in metrics} == metrics
 

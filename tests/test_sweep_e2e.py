@@ -75,7 +75,7 @@ def test_tiny_isoflop_sweep_then_relaunch_trains_nothing(tmp_path):
     out2 = sweep(sw)
     assert metrics_state(sw) == before, "relaunch touched a finished run"
     assert (
-        "0 trained, 6 reused" in out2 and "step " not in out2.split("sweep plan")[-1].split("sweep done")[0]
+        "6 reused, 0 trained" in out2 and "step " not in out2.split("sweep plan")[-1].split("sweep done")[0]
     )
 
 

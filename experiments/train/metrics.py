@@ -1,5 +1,10 @@
 """Run records: `metrics.jsonl` (one JSON object per logged step) and the console progress line.
 
+The progress line (`Progress`) starts with the run's short name (`[C1e10_L2-d64_15e3] step ...`,
+experiments/sweeps/console.py short_label) when several runs share the terminal: a job of a
+multirun (a sweep), or a member of a pack (experiments/train/pack.py sets `RUN_LABEL`). With
+`SCALELAB_QUIET=1` there is no progress line.
+
 metrics.jsonl keys: step, tokens, flops, loss, lr, grad_norm, step_time_s, tokens_per_s, mfu, and
 eval_loss on eval steps (with `eval.tasks`, also `task/<name>/loss` and `task/<name>/accuracy`).
 On resume the file is cut back to the checkpointed step so it never holds a step twice. Lines
@@ -14,18 +19,23 @@ first and stays the source of truth whatever the tracker does.
 
 from __future__ import annotations
 
+import contextvars
 import math
 import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
+from experiments.sweeps.console import quiet, short_label
 from models.base.rundir import MetricsWriter, RunSummary, read_metrics
 from models.flops import MFU_CAUSAL
 
 # `read_metrics` is models.base.rundir's, the one metrics.jsonl reader (imported here by callers
 # that predate it).
-__all__ = ["MetricsLog", "Progress", "read_metrics"]
+__all__ = ["RUN_LABEL", "MetricsLog", "Progress", "read_metrics", "run_label"]
+
+# the short name of the run this thread trains, where it shares a process with others (a pack member)
+RUN_LABEL: contextvars.ContextVar[str | None] = contextvars.ContextVar("scalelab_run_label", default=None)
 
 if TYPE_CHECKING:
     from experiments.train.tracking import Tracker
@@ -95,8 +105,26 @@ def _dur(s: float) -> str:
     )
 
 
+def run_label() -> str | None:
+    """The prefix of this run's console lines: a pack member's `RUN_LABEL`, else, in a Hydra
+    multirun job, its directory's short name; None for a run alone on its terminal."""
+    label = RUN_LABEL.get()
+    if label:
+        return label
+    try:
+        from hydra.core.hydra_config import HydraConfig
+        from hydra.types import RunMode
+
+        if HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN:
+            return short_label(Path(str(HydraConfig.get().runtime.output_dir)).name)
+    except Exception:  # noqa: BLE001 - no Hydra, or a config without its runtime node: no prefix
+        pass
+    return None
+
+
 class Progress:
-    """Prints `step a/b | tokens x/y (p%) | loss | tok/s | mfu | ETA` at most every `every_s`."""
+    """Prints `step a/b | tokens x/y (p%) | loss | tok/s | mfu | ETA` at most every `every_s`,
+    after `[<run>] ` when `label` is given (default: `run_label()`); nothing with SCALELAB_QUIET=1."""
 
     def __init__(
         self,
@@ -106,10 +134,13 @@ class Progress:
         enabled: bool = True,
         stream: TextIO | None = None,
         mfu_label: str = MFU_CAUSAL,
+        label: str | None = None,
     ):
         self.total, self.tps, self.every = total_steps, tokens_per_step, every_s
         self.mfu_label = mfu_label  # the MFU's convention as printed (models.flops.mfu_label)
-        self.enabled, self.stream = enabled, stream or sys.stdout
+        self.enabled, self.stream = enabled and not quiet(), stream or sys.stdout
+        label = run_label() if label is None else label
+        self.prefix = f"[{label}] " if label else ""
         self._last = -math.inf
 
     def update(
@@ -129,7 +160,8 @@ class Progress:
         eta = (total - done) / tokens_per_s if tokens_per_s > 0 else float("inf")
         ev = f" eval {eval_loss:.4f}" if eval_loss is not None else ""
         print(
-            f"step {step}/{self.total} | tokens {_si(done)}/{_si(total)} ({100 * done / total:.0f}%) | "
+            f"{self.prefix}step {step}/{self.total} | "
+            f"tokens {_si(done)}/{_si(total)} ({100 * done / total:.0f}%) | "
             f"loss {loss:.4f}{ev} | {_si(tokens_per_s)} tok/s | mfu {mfu:.3f} ({self.mfu_label}) | "
             f"ETA {_dur(eta)}",
             file=self.stream,

@@ -39,7 +39,9 @@ from omegaconf import OmegaConf
 
 from experiments import preemption
 from experiments.rundir import RunDirBusy, exclusive_run_dir, log_path
+from experiments.sweeps.console import quiet, short_label
 from experiments.train.config import resolve_config
+from experiments.train.metrics import RUN_LABEL
 from models.base.diskspace import DISK_FULL_ERROR_PREFIX, DiskFull, disk_full_of, last_complete_step
 from models.base.errors import ConfigError
 from models.base.packs import Member, read_manifest
@@ -225,6 +227,16 @@ def _train_member(m: Member, ids: list[str], routing: _Routing, halt: _DiskFullH
         return RunSummary.of(status=RunStatus.FAILED, error=f"{type(e).__name__}: {e}")
 
 
+def _named_member(m: Member, ids: list[str], routing: _Routing, halt: _DiskFullHalt) -> RunSummary:
+    """`_train_member` with its console lines named after it (experiments/train/metrics.py RUN_LABEL):
+    a pack's members share one terminal."""
+    token = RUN_LABEL.set(short_label(m.run_id))
+    try:
+        return _train_member(m, ids, routing, halt)
+    finally:
+        RUN_LABEL.reset(token)
+
+
 def _cpu_cap() -> int:
     """On XLA:CPU, at most one member per CPU this process may use: in the demo's launcher (one
     pinned core per job) 4 members at once made each member's eval take 16 s against 0.25 s
@@ -270,12 +282,13 @@ def run_pack(members: Sequence[Member], concurrency: int | None = None) -> list[
     wanted = min(len(members) if concurrency is None else max(1, int(concurrency)), _cpu_cap())
     results: list[RunSummary | None] = [None] * len(members)
     halt = _DiskFullHalt()
-    print(f"pack of {len(members)} runs, up to {wanted} at a time: {', '.join(ids)}", flush=True)
+    if not quiet():
+        print(f"pack of {len(members)} runs, up to {wanted} at a time: {', '.join(ids)}", flush=True)
     with preemption.PreemptionGuard() as guard, _Routing() as routing:
         preemption.share(guard)  # members' guards (their own threads) read this one's signals
         try:
             with cf.ThreadPoolExecutor(wanted, thread_name_prefix="member") as pool:
-                first = pool.submit(_train_member, members[0], ids, routing, halt)
+                first = pool.submit(_named_member, members[0], ids, routing, halt)
                 k = concurrency_for(_wait_for_program(first, members[0]), wanted, available_memory_bytes())
                 if k < wanted:
                     print(f"pack: {k} members at a time fit in memory (asked for {wanted})", flush=True)
@@ -284,7 +297,7 @@ def run_pack(members: Sequence[Member], concurrency: int | None = None) -> list[
 
                 def gated(m: Member) -> RunSummary:
                     with gate:
-                        return _train_member(m, ids, routing, halt)
+                        return _named_member(m, ids, routing, halt)
 
                 futs = {first: 0} | {pool.submit(gated, m): i for i, m in enumerate(members[1:], 1)}
                 for f in cf.as_completed(futs):

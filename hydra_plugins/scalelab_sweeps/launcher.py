@@ -20,6 +20,7 @@ from hydra.plugins.launcher import Launcher
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from experiments.sweeps.console import install_if_bar
 from experiments.sweeps.limits import apply_limits, cpu_sets, hold_slot
 from hydra_plugins.scalelab_sweeps.sweeper import _run_config
 from models.base.packs import Member, write_pack
@@ -43,6 +44,7 @@ def run_in_slot(
     # deferred: joblib, in the worker only; Hydra imports every plugin module at start-up (see __init__)
     from hydra_plugins.hydra_joblib_launcher._core import execute_job
 
+    install_if_bar()  # the sweep's bar is on this terminal: each line clears its line first
     with hold_slot(pathlib.Path(lock_dir), len(slots)) as k:
         apply_limits(slots[k], threads, slot=k)
         return execute_job(idx, overrides, hydra_context, config, task_function, singleton_state)

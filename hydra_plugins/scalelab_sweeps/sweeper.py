@@ -34,13 +34,16 @@ from omegaconf import DictConfig, OmegaConf
 
 from experiments.early_stop import EarlyStop
 from experiments.early_stop import spent as early_stop_spent
+from experiments.sweeps.console import quiet
 from experiments.sweeps.disk import full_disk_error, sweep_footprint
 from experiments.sweeps.grid import plan_sweep
 from experiments.sweeps.hparams import PROBE
 from experiments.sweeps.ladder import LadderError
 from experiments.sweeps.limits import record_launch
+from experiments.sweeps.monitor import SweepMonitor
 from experiments.sweeps.recipes import recipe_label, recipe_overrides
 from experiments.sweeps.runs import decide, read_status, run_dirname, run_id
+from experiments.sweeps.summary import Counts
 from models.base.diskspace import DiskFull, disk_full_of
 from models.base.errors import ConfigError
 from models.base.jsonio import write_text_atomic
@@ -49,6 +52,14 @@ from models.base.portable import lock_file, unlock_file
 from models.base.rundir import HPARAMS_FILE, SWEEP_PLAN_FILE, SWEEP_RUNS_TABLE, RunRole, RunStatus
 
 log = logging.getLogger("scalelab.sweep")
+# the launchers' per-job lines, silenced with SCALELAB_QUIET=1 (the sweep's count lines stay)
+LAUNCH_LOGGERS = ("scalelab.launcher", "hydra._internal.core_plugins.basic_launcher", "hydra_plugins")
+
+
+def chatter(msg: str) -> None:
+    """An informational line of the sweep's own, not printed with SCALELAB_QUIET=1."""
+    if not quiet():
+        log.info(msg)
 
 
 class SweepError(CompactHydraException):
@@ -338,7 +349,7 @@ class ScalelabSweeper(Sweeper):
             k = min(self.pack, -(-len(group) // slots))
             for idx in [group[i : i + k] for i in range(0, len(group), k)]:
                 if len(idx) == 1:
-                    log.info(f"  not packed (no other run of its program): {jobs[idx[0]]['rec']['run_dir']}")
+                    chatter(f"  not packed (no other run of its program): {jobs[idx[0]]['rec']['run_dir']}")
                     out.append(jobs[idx[0]])
                 else:
                     out.append(self._pack_job([jobs[i] for i in idx], sweep_dir))
@@ -358,7 +369,7 @@ class ScalelabSweeper(Sweeper):
         )
         for j in members:
             j["rec"]["packed_with"] = ids
-        log.info(f"  pack {pid}: {len(ids)} runs of one program: {', '.join(ids)}")
+        chatter(f"  pack {pid}: {len(ids)} runs of one program: {', '.join(ids)}")
         return {
             "overrides": own_overrides(members[0]["overrides"]) + pack_ov,
             "members": members,
@@ -390,6 +401,9 @@ class ScalelabSweeper(Sweeper):
 
     def _sweep_locked(self, arguments: List[str], sweep_dir: pathlib.Path) -> Any:
         self.pack = _pack_size(OmegaConf.select(self.config, "sweep.pack"))
+        if quiet():
+            for name in LAUNCH_LOGGERS:
+                logging.getLogger(name).setLevel(logging.WARNING)
         OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
         if OmegaConf.select(self.config, "sweep.hparams") != PROBE:
             records, returns = self._stage(arguments, sweep_dir, [])
@@ -426,7 +440,7 @@ class ScalelabSweeper(Sweeper):
         dry run (only planned and logged)."""
         launch, records = self._plan_jobs(arguments)
         records = earlier + records
-        _log_plan(records[len(earlier) :])
+        _log_plan(records, len(earlier))
         footprint = sweep_footprint(launch, self.launcher, self.pack, sweep_dir)  # sweeps/disk.py
         if footprint.warning():
             log.warning(footprint.warning())
@@ -437,17 +451,21 @@ class ScalelabSweeper(Sweeper):
         assert self.launcher is not None
         returns: List[Sequence[JobReturn]] = []
         batch_size = self.max_batch_size or max(1, len(launch))
-        for phase in (0, 1):  # WSD branches last: they start from their trunks' checkpoints
-            phase_jobs = [j for j in launch if j.get("phase", 1) == phase]
-            phase_jobs.sort(key=lambda j: j["rec"].get("role") != RunRole.TRUNK)  # branches wait on trunks
-            jobs = self._packed(phase_jobs, sweep_dir)
-            for start in range(0, len(jobs), batch_size):
-                batch = jobs[start : start + batch_size]
-                results = self._launch([j["overrides"] for j in batch])
-                self._job_idx += len(batch)
-                returns.append(results)
-                for job, ret in zip(batch, results):
-                    _record_result(job, ret, sweep_dir)
+        with SweepMonitor(sweep_dir, [j["rec"] for j in launch]) as monitor:  # sweeps/monitor.py
+            for phase in (0, 1):  # WSD branches last: they start from their trunks' checkpoints
+                phase_jobs = [j for j in launch if j.get("phase", 1) == phase]
+                # branches wait on their trunks
+                phase_jobs.sort(key=lambda j: j["rec"].get("role") != RunRole.TRUNK)
+                jobs = self._packed(phase_jobs, sweep_dir)
+                for start in range(0, len(jobs), batch_size):
+                    batch = jobs[start : start + batch_size]
+                    results = self._launch([j["overrides"] for j in batch])
+                    self._job_idx += len(batch)
+                    returns.append(results)
+                    for job, ret in zip(batch, results):
+                        _record_result(job, ret, sweep_dir)
+                        for member in job.get("members") or [job]:
+                            monitor.ended(member["rec"])
         try:
             _write_plan(sweep_dir, records, footprint, self.early_stop)
         except DiskFull as e:  # the runs' outcome is still told (sweep done ...)
@@ -466,31 +484,27 @@ class ScalelabSweeper(Sweeper):
             raise SweepError(msg) from e
 
     def _finish(self, records: list[dict], returns: list, sweep_dir: pathlib.Path) -> Any:
-        """The sweep's summary line; the one-line error when a launched run failed."""
+        """The sweep's count line (experiments/sweeps/summary.py: planned = reused + trained +
+        skipped + failed); the one-line error when a run failed with an error."""
         if self.dry_run:
             return []
         ran = [r for r in records if r["action"] == "launch"]
+        for r in ran:  # a job that returned no result: the run is as its directory says
+            r.setdefault("status_after", read_status(sweep_dir / r["run_dir"]))
         ended = (RunStatus.COMPLETED, RunStatus.DIVERGED, RunStatus.STOPPED)
         failed = [r for r in ran if r.get("status_after") not in ended]
         diverged = [r for r in ran if r.get("status_after") == RunStatus.DIVERGED]
-        early = [r for r in ran if r.get("status_after") == RunStatus.STOPPED]  # sweep.early_stop
-        n_reused = sum(r["action"] == "reuse" for r in records)
-        n_skip = sum(r["action"] == "skip" for r in records)
         stopped = [r for r in failed if full_disk_error(sweep_dir / r["run_dir"], r.get("error"))]
         for r in stopped:  # a run a full disk stopped: said so, and resumed by a relaunch
             r["error"] = full_disk_error(sweep_dir / r["run_dir"], r.get("error"))
-        full = f" ({len(stopped)} stopped by a full disk: free space, relaunch to resume)" if stopped else ""
-        early_txt = f"{len(early)} stopped early (sweep.early_stop), " if early else ""
-        trained = len(ran) - len(failed) - len(diverged) - len(early)
-        log.info(
-            f"sweep done: {trained} trained, {n_reused} reused, {early_txt}{len(diverged)} diverged, "
-            f"{len(failed)} failed{full}, {n_skip} skipped -> {sweep_dir}"
-        )
+        full = {id(r) for r in stopped}
+        counts = Counts.of(records, disk_full=lambda r: id(r) in full)
+        log.info(f"{counts.line('sweep done')} -> {sweep_dir}")
         for r in diverged:
             log.warning(f"diverged: {r['run_dir']}")
         if failed:
             names = ", ".join(f"{r['run_dir']} ({r.get('error') or r.get('status_after')})" for r in failed)
-            raise SweepError(f"{len(failed)} of {len(ran)} launched runs failed: {names}")
+            raise SweepError(f"{len(failed)} of the {len(ran)} runs to train failed: {names}")
         return returns
 
 
@@ -558,7 +572,7 @@ def _fit_hparams(sweep_dir: pathlib.Path) -> pathlib.Path:
     ):
         p = subprocess.run([sys.executable, "-m", "analysis", *cmd], capture_output=True, text=True)
         for line in (p.stdout + p.stderr).splitlines():
-            log.info(f"  {cmd[0]}: {line}")
+            chatter(f"  {cmd[0]}: {line}")
         if p.returncode != 0:
             last = (p.stderr.strip().splitlines() or ["(no output)"])[-1]
             raise SweepError(f"sweep.fit_hparams: `python -m analysis {' '.join(cmd)}` failed: {last}")
@@ -576,15 +590,16 @@ def _corpus_tokens(run_cfg: dict, sweep: dict) -> Optional[int]:
     return train_tokens(run_cfg)
 
 
-def _log_plan(records: list[dict]) -> None:
-    n_launch = sum(r["action"] == "launch" for r in records)
-    log.info(f"sweep plan: {len(records)} runs, {n_launch} to launch")
-    for r in records:
+def _log_plan(records: list[dict], start: int = 0) -> None:
+    """Each newly planned run (`records[start:]`; not with SCALELAB_QUIET=1), then the count line
+    of every run planned so far (experiments/sweeps/summary.py)."""
+    for r in records[start:]:
         budget = f"C={r['budget']:.2e} " if r["budget"] else ""
-        log.info(
+        chatter(
             f"  [{r['action']:6s}] {r['label']:24s} {budget}N={r['n_params']:,} "
             f"D={r['tokens']:,} steps={r['steps']} -- {r['reason']}"
         )
+    log.info(Counts.of(records).line("sweep plan", to_train=True))
 
 
 def _write_plan(
