@@ -92,10 +92,13 @@ def _assert_equal_losses(got: dict[str, dict], ref: dict[str, dict]) -> float:
 def packed_ref(tmp_path_factory) -> Path:
     """The uninterrupted packed sweep every other packed run is compared with."""
     sw = tmp_path_factory.mktemp("packed") / "ref"
-    _cli(*PACKED, f"hydra.sweep.dir={sw}")
+    out = _cli(*PACKED, f"hydra.sweep.dir={sw}")
     runs = _summaries(sw)
     assert len(runs) == N_PACKED and all(s["status"] == "completed" for s in runs.values())
     assert all(sorted(s["packed_with"]) == sorted(runs) for s in runs.values())
+    # the members share one terminal: each one's step lines are named after it (its last one always prints)
+    for rid in runs:
+        assert f"[{rid[:-6]}] step 150/150 |" in out.stdout, (rid, out.stdout[-3000:])
     assert len(list((sw / ".scalelab_packs").glob("*.json"))) == 1  # one pack job
     return sw
 
