@@ -112,7 +112,9 @@ def test_demo_killed_midway_relaunched_reuses_runs_and_teaches_a_law(tmp_path):
     )
     assert all(plan[d.name]["action"] == "reuse" for d in done_before)
     html = pathlib.Path(r.stdout.split("report: ")[1].split()[0])
-    assert html.is_file() and html.read_text().count("<img") >= 6
+    page = html.read_text() if html.is_file() else ""
+    assert page.count("<img") + page.count('class="ifig"') >= 6  # PNGs and interactive figures
+    assert page.index('id="verdict"') < page.index("<figure")  # the report answers first
     rep = json.loads((out / "report" / "report.json").read_text())
     by_budget: dict[float, list[tuple[float, float]]] = {}
     for run in rep["runs"]:
