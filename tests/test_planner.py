@@ -139,8 +139,10 @@ def test_chinchilla_budget_acceptance(tmp_path):
     assert 1.2e12 <= b.tokens <= 1.6e12
     assert 0.30 <= b.mfu <= 0.60
     assert b.mem_gb_per_device <= 85.9
-    assert b.days == pytest.approx(b.tokens / b.tokens_per_s / 86400)
-    assert b.gpu_hours == pytest.approx(b.days * 24 * 1024)
+    goodput = p.assumptions.goodput.value  # the share of the wall-clock that trains (conf/plan_costs.yaml)
+    assert 0.5 < goodput < 1
+    assert b.days == pytest.approx(b.tokens / b.tokens_per_s / 86400 / goodput)
+    assert b.gpu_hours == pytest.approx(b.days * 24 * 1024) == pytest.approx(b.costs.device_hours)
     assert b.loss_ci is None  # no bootstrap samples in this law file
     steps = [c.step_time_s for c in p.candidates if c.shape == b.shape]
     assert steps == [b.step_time_s]

@@ -52,10 +52,12 @@ class MixedPlan:
     budget_flops: float
     subsets: tuple[Plan | None, ...]  # the same budget on each group alone (None: does not fit)
     eff: Efficiency
+    # share of the wall-clock that trains (conf/plan_costs.yaml), as in the single-group plans
+    goodput: float = 1.0
 
     @property
     def days(self) -> float:
-        return self.tokens / self.estimate.tokens_per_s / 86400
+        return self.tokens / self.estimate.tokens_per_s / 86400 / self.goodput
 
     @property
     def gpu_hours(self) -> float:
@@ -356,4 +358,5 @@ def plan_mixed(
         budget_flops=req.budget_flops,
         subsets=tuple(subsets),
         eff=eff,
+        goodput=req.goodput,
     )

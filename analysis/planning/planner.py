@@ -27,7 +27,12 @@ budget really means. `plan()` joins them:
 8. with a corpus of `unique_tokens` (`analysis.planning.data_limit`), the size target is the
    optimum under that data limit (repeated epochs decay in value, Muennighoff et al. 2023), every
    candidate's loss is the data-constrained law's, and `Plan.data_limit` holds the penalty against
-   unlimited data, the < 1%-epoch point and the bigger-model-at-fewer-epochs alternative.
+   unlimited data, the < 1%-epoch point and the bigger-model-at-fewer-epochs alternative;
+9. a fixed model instead of a budget (`params`, `tokens`): shapes near N, trained on D tokens;
+10. what each candidate costs (`analysis.planning.costs`, `Candidate.costs`): device-hours, days,
+   energy, carbon and dollars with 90% intervals, the cost model's time divided by a goodput
+   (time lost to failures and restarts), priced with the hardware file's power and price, a PUE
+   and a grid intensity, each with its source; a time limit caps tokens at the goodput's pace.
 Loss confidence intervals come from the fit's bootstrap samples when it has them. MFU follows
 the cost model's convention, PaLM's 6N + 12LHQT (`MFU_CONVENTION`; models/flops.py).
 """
@@ -42,6 +47,7 @@ from typing import Any, Sequence
 from analysis.core.validation import PREDICTION_LEVEL
 from analysis.laws.allocation import ScalingLaw
 from analysis.laws.moe import MoeLaw
+from analysis.planning.costs import Assumptions, CostOptions, Costs, assumptions_for, price_run
 from analysis.planning.data_limit import DataLimitPlan, RepeatedDataLaw, paper_prior, plan_data_limit
 from analysis.planning.recipe import BatchSource, HparamSet, Recipe, tuned, untuned
 from analysis.planning.trainer import TRAINER_ZERO_STAGES, TrainerPlan, trainer_plan
@@ -244,6 +250,9 @@ class Candidate:
     mfu_interval: tuple[float, float] | None = None
     days_interval: tuple[float, float] | None = None
     gpu_hours_interval: tuple[float, float] | None = None
+    # device-hours, days, energy, carbon and dollars with their intervals and assumptions
+    # (analysis.planning.costs); `days`, `gpu_hours` and their intervals above are its figures
+    costs: Costs | None = None
 
     def as_dict(self) -> dict[str, Any]:
         lo = self.layout
@@ -296,6 +305,7 @@ class Candidate:
             "mfu_interval": list(self.mfu_interval) if self.mfu_interval else None,
             "days_interval": list(self.days_interval) if self.days_interval else None,
             "gpu_hours_interval": list(self.gpu_hours_interval) if self.gpu_hours_interval else None,
+            **(self.costs.as_dict() if self.costs is not None else {}),
         }
 
 
@@ -338,6 +348,34 @@ class Plan:
     framework: str = DEFAULT_FRAMEWORK.value  # the stack the layouts were searched and timed for
     calibration: dict[str, Any] | None = None  # `--calibrate`: the rows the profile was refitted on
     moe_law: MoeLaw | None = None  # plan --moe: the fitted MoE law the candidates' losses are from
+    # a fixed model (`params`, `tokens`) rather than a budget: N* and D* are then the requested ones
+    fixed_model: bool = False
+
+    @property
+    def unit(self) -> str:
+        """How a device-hour of this hardware is named (GPU-hours, chip-hours on a TPU)."""
+        return self.hardware.hour_unit
+
+    @property
+    def assumptions(self) -> Assumptions | None:
+        """What the cost figures assume (every candidate shares them)."""
+        return None if self.best.costs is None else self.best.costs.assumptions
+
+    def target_text(self) -> str | None:
+        """The size target as one line: the budget's compute-optimal N*, D*, or the fixed model."""
+        if self.n_opt is None:
+            return None
+        if self.fixed_model:
+            k = self.law.flops_per_param_token
+            return (
+                f"fixed model: N = {self.n_opt / 1e9:.2f}B params on D = {self.d_opt / 1e12:.3g}T tokens "
+                f"({k:g}ND = {k * self.n_opt * self.d_opt:.3g} FLOPs); shapes rounded to real ones"
+            )
+        limit = "" if self.data_limit is None else f" on {self.data_limit.unique_tokens:.3g} unique tokens"
+        return (
+            f"compute-optimal for {self.budget_flops:.3g} FLOPs{limit}: N* = {self.n_opt / 1e9:.1f}B "
+            f"params, D* = {self.d_opt / 1e12:.2f}T tokens"
+        )
 
     @property
     def ci_percent(self) -> str:
@@ -398,16 +436,11 @@ class Plan:
             "candidates": [c.as_dict() for c in self.candidates],
             "best_loss": self.best_loss(),
             "mfu_convention": MFU_CONVENTION,
-            "law": {
-                "E": self.law.E,
-                "A": self.law.A,
-                "B": self.law.B,
-                "alpha": self.law.alpha,
-                "beta": self.law.beta,
-                "source": self.law.source,
-                "flops_per_param_token": self.law.flops_per_param_token,
-            },
+            "law": law_dict(self.law),
             "hardware": self.hardware.name,
+            "unit": self.unit,
+            "fixed_model": self.fixed_model,
+            "assumptions": None if self.assumptions is None else self.assumptions.as_dict(),
             "framework": self.framework,
             "calibration": self.calibration,
             "n_devices": self.n_devices,
@@ -423,14 +456,14 @@ class Plan:
                 "mfu_ratio_interval": (
                     list(self.efficiency.mfu_ratio_interval) if self.efficiency.mfu_ratio_interval else None
                 ),
-                "note": efficiency_note(self.efficiency),
+                "note": efficiency_note(self.efficiency, self.unit),
             },
         }
 
     def table(self) -> str:
         head = (
             f"{'#':>2} {'params':>8} {'tokens':>8} {'L':>4} {'d':>6} {'layout':34s} "
-            f"{'mem GB':>7} {'step s':>7} {'MFU*':>5} {'days':>7} {'GPU-h':>10} "
+            f"{'mem GB':>7} {'step s':>7} {'MFU*':>5} {'days':>7} {self.unit.replace('hours', 'h'):>10} "
             f"loss ({self.interval_label})"
         )
         lines = [head]
@@ -453,7 +486,15 @@ class Plan:
         lo = b.layout
         band = self.loss_band(b)
         ci = f"{band[0]:.3f}–{band[1]:.3f}" if band else "unavailable (the law has no bootstrap samples)"
-        budget = f"{self.budget_flops:.3g} FLOPs" if self.budget_flops else "no FLOP budget"
+        budget = (
+            f"{self.budget_flops:.3g} FLOPs"
+            if self.budget_flops
+            else (
+                f"a fixed {self.n_opt / 1e9:.3g}B-parameter model on {self.d_opt / 1e12:.3g}T tokens"
+                if self.fixed_model
+                else "no FLOP budget"
+            )
+        )
         lines = [
             "## Planning",
             "",
@@ -468,9 +509,10 @@ class Plan:
             f"checkpointing={lo.act_ckpt}: {b.mem_gb_per_device:.1f} GB/device, "
             f"{b.step_time_s:.2f} s/step, MFU {100 * b.mfu:.1f}%{band_text(b.mfu_interval, 100, '.1f')} "
             f"({MFU_CONVENTION}), **{b.days:.1f} days**{band_text(b.days_interval, 1, '.1f')} "
-            f"({b.gpu_hours:.3g}{band_text(b.gpu_hours_interval, 1, '.3g')} GPU-hours); predicted loss "
+            f"({b.gpu_hours:.3g}{band_text(b.gpu_hours_interval, 1, '.3g')} {self.unit}); predicted loss "
             f"{b.loss:.3f} ({self.interval_label} {ci}).",
             "",
+            *([costs_markdown(b.costs), ""] if b.costs is not None else []),
             *(
                 [self.best_loss_text()[0].upper() + self.best_loss_text()[1:] + ".", ""]
                 if self.best_loss()
@@ -483,7 +525,7 @@ class Plan:
             "```",
         ]
         lines += [f"- {n}" for n in self.notes]
-        lines.append(f"- {efficiency_note(self.efficiency)}")
+        lines.append(f"- {efficiency_note(self.efficiency, self.unit)}")
         t = self.trainer
         if t is not None and t.estimate is not None:
             lacks = (
@@ -499,19 +541,43 @@ class Plan:
         return "\n".join(lines)
 
 
-def efficiency_note(eff: Efficiency) -> str:
-    """Where the MFU / days / GPU-hours intervals come from, and what they do not cover."""
+def efficiency_note(eff: Efficiency, unit: str = "GPU-hours") -> str:
+    """Where the MFU / days / device-hours intervals come from, and what they do not cover
+    (`unit`: the hardware's name for a device-hour)."""
     iv = eff.mfu_ratio_interval
     if iv is None:
         return (
-            f"no interval on MFU, days and GPU-hours: the efficiency constants ({eff.provenance}) "
-            "carry no error model"
+            f"no MFU interval: the efficiency constants ({eff.provenance}) carry no error model; "
+            f"days and {unit} intervals are the goodput's alone"
         )
     return (
-        f"MFU, days and GPU-hours intervals: 5%-95% of measured / predicted MFU "
-        f"[{iv[0]:.2f}, {iv[1]:.2f}] on runs the constants were not fitted to ({eff.provenance}); "
-        "a system unlike those runs can be off by more"
+        f"MFU, days and {unit} intervals: 5%-95% of measured / predicted MFU "
+        f"[{iv[0]:.2f}, {iv[1]:.2f}] on runs the constants were not fitted to ({eff.provenance}), "
+        f"days and {unit} combined with the goodput's interval; a system unlike those runs can "
+        "be off by more"
     )
+
+
+def law_dict(law: ScalingLaw) -> dict[str, Any]:
+    """The law a plan used, for its JSON: `params` {E, A, B, alpha, beta} (also at the top level,
+    the older keys), its source and FLOPs per parameter-token."""
+    params = {k: float(getattr(law, k)) for k in ("E", "A", "B", "alpha", "beta")}
+    return {
+        **params,
+        "params": params,
+        "source": law.source,
+        "flops_per_param_token": law.flops_per_param_token,
+    }
+
+
+def costs_markdown(c: Costs) -> str:
+    """The cost figures of a plan as a Markdown paragraph, with the assumptions and their sources."""
+    a = c.assumptions
+    src = "; ".join(
+        f"{k}: {getattr(a, k).source}" + (f" ({getattr(a, k).as_of})" if getattr(a, k).as_of else "")
+        for k in ("goodput", "watts", "pue", "grid_intensity", "price_per_hour")
+    )
+    return f"{c.text()[0].upper()}{c.text()[1:]}. Sources: {src}."
 
 
 def fastest_layout(
@@ -585,6 +651,15 @@ class _Request:
     moe: MoEConfig | None = None
     size_target: float | None = None
     moe_law: MoeLaw | None = None
+    # a fixed model: shapes near `params`, each trained on `tokens` (no FLOP budget)
+    params: float | None = None
+    tokens: float | None = None
+    # what a device-hour costs on `hw` (analysis.planning.costs): goodput, power, PUE, grid, price
+    costs: Assumptions | None = None
+
+    @property
+    def goodput(self) -> float:
+        return 1.0 if self.costs is None else self.costs.goodput.value
 
 
 def with_recipe(first: Plan, req: _Request, hp: HparamSet | None, explicit_batch: bool) -> Plan:
@@ -648,6 +723,9 @@ def plan(
     moe: MoEConfig | None = None,
     moe_law: MoeLaw | None = None,
     size_target: float | None = None,
+    params: float | None = None,
+    tokens: float | None = None,
+    costs: CostOptions | None = None,
 ) -> Plan:
     """Plan a training run; see the module docstring. Raises AnalysisError for bad input.
     `offload` lets layouts keep the optimizer state (fp32 master weights, Adam moments) and its
@@ -662,7 +740,10 @@ def plan(
     (sharding/costmodel/frameworks.py). `calibration`: what `eff` was refitted on (for the JSON).
     `moe` (a mixture of experts' routed MLP): every shape is routed, sized by its active parameters
     (`size_target`, else the law's N*), its layouts searched with expert parallelism, its loss the
-    fitted `moe_law`'s when given (`plan --moe`, analysis/planning/moe.py)."""
+    fitted `moe_law`'s when given (`plan --moe`, analysis/planning/moe.py).
+    `params`, `tokens` (together, instead of `budget_flops`): a fixed model, shapes near `params`
+    parameters each trained on `tokens` tokens, the one closest to `params` first. `costs`: the
+    user's overrides of the cost assumptions (analysis/planning/costs.py; None: the defaults)."""
     fw = parse_framework(framework, "--framework")
     eff = framework_efficiency(fw) if eff is None else eff
     req = check_request(
@@ -677,6 +758,9 @@ def plan(
         DEFAULT_BATCH_TOKENS if batch_tokens is None else batch_tokens,
         precision,
         eff,
+        params=params,
+        tokens=tokens,
+        costs=costs,
     )
     req = dataclasses.replace(
         req, offload=bool(offload), top=top, framework=fw, moe=moe, moe_law=moe_law, size_target=size_target
@@ -738,6 +822,7 @@ def search(req: _Request) -> Plan:
         data_limit=req.data_limit,
         framework=req.framework.value,
         moe_law=req.moe_law,
+        fixed_model=req.params is not None,
     )
 
 
@@ -753,10 +838,25 @@ def check_request(
     batch_tokens,
     precision,
     eff,
+    params: float | None = None,
+    tokens: float | None = None,
+    costs: CostOptions | None = None,
 ) -> _Request:
     """Validate `plan`'s arguments (one-line AnalysisError each) and fold the GPU-hour limit
     into a day limit, so the search only knows one kind of time limit."""
     hw = hardware if isinstance(hardware, Hardware) else load_hardware(hardware)
+    if (params is None) != (tokens is None):
+        raise AnalysisError("a fixed model needs both --params N and --tokens D")
+    for name, v in (("--params", params), ("--tokens", tokens)):
+        if v is not None and not (math.isfinite(v) and v > 0):
+            raise AnalysisError(f"{name} must be a positive number (got {v!r})")
+    if params is not None and budget_flops is not None:
+        raise AnalysisError("give --budget FLOPS or a fixed model (--params N --tokens D), not both")
+    if params is not None and (max_days is not None or max_gpu_hours is not None):
+        raise AnalysisError(
+            "a fixed model's days are a result, not a limit: drop --max-days / --gpu-hours "
+            "(plan checks --max-days and --max-cost against the result)"
+        )
     if isinstance(n_devices, bool) or not isinstance(n_devices, int) or n_devices <= 0:
         raise AnalysisError(f"--gpus must be a positive integer (got {n_devices!r})")
     if budget_flops is not None and not (math.isfinite(budget_flops) and budget_flops > 0):
@@ -767,8 +867,11 @@ def check_request(
     if max_gpu_hours is not None:
         d = max_gpu_hours / (24 * n_devices)
         max_days = d if max_days is None else min(max_days, d)
-    if budget_flops is None and max_days is None:
-        raise AnalysisError("give --budget FLOPS, or a time limit (--max-days / --gpu-hours)")
+    if budget_flops is None and max_days is None and params is None:
+        raise AnalysisError(
+            "give --budget FLOPS, a fixed model (--params N --tokens D) or a time limit "
+            "(--max-days / --gpu-hours)"
+        )
     return _Request(
         law=law or ScalingLaw.chinchilla_2022(),
         hw=hw,
@@ -780,6 +883,9 @@ def check_request(
         batch_tokens=batch_tokens,
         precision=precision,
         eff=eff,
+        params=params,
+        tokens=tokens,
+        costs=assumptions_for(hw, costs),
     )
 
 
@@ -792,7 +898,10 @@ def size_targets(req: _Request) -> tuple[float | None, float | None, list[float]
     smaller sizes under a time limit (from N*, or from what the cluster delivers in the time)."""
     n_opt = d_opt = None
     targets: list[float] = []
-    if req.data_limit is not None:  # the optimum under the corpus limit, not Chinchilla's
+    if req.params is not None:  # a fixed model: its N and D
+        n_opt, d_opt = req.params, req.tokens
+        targets = [n_opt]
+    elif req.data_limit is not None:  # the optimum under the corpus limit, not Chinchilla's
         n_opt, d_opt = req.data_limit.optimum.n_params, req.data_limit.optimum.tokens
         targets = [n_opt]
     elif req.size_target is not None and req.budget_flops is not None:  # plan --moe's active size
@@ -803,7 +912,11 @@ def size_targets(req: _Request) -> tuple[float | None, float | None, list[float]
         n_opt, d_opt = req.law.optimal(req.budget_flops)
         targets = [n_opt]
     if req.max_days is not None:
-        ref = n_opt if n_opt is not None else _size_for_time(req.law, req.n_devices, req.hw, req.max_days)
+        ref = (
+            n_opt
+            if n_opt is not None
+            else _size_for_time(req.law, req.n_devices, req.hw, req.max_days * req.goodput)
+        )
         targets = [ref * f for f in TIME_LIMITED_FRACTIONS]
     return n_opt, d_opt, targets
 
@@ -824,11 +937,15 @@ def _candidate(s: ModelShape, est, req: _Request) -> Candidate:
     the law's k, N the active parameters of a mixture of experts), capped by the time limit, and
     what that costs and predicts."""
     k = req.law.flops_per_param_token
-    tokens = req.budget_flops / (k * s.n_params_active) if req.budget_flops is not None else math.inf
-    if req.max_days is not None:
-        tokens = min(tokens, est.tokens_per_s * req.max_days * 86400)
+    if req.tokens is not None:
+        tokens = req.tokens
+    else:
+        tokens = req.budget_flops / (k * s.n_params_active) if req.budget_flops is not None else math.inf
+    if req.max_days is not None:  # the run trains for the goodput's share of the wall-clock
+        tokens = min(tokens, est.tokens_per_s * req.max_days * 86400 * req.goodput)
     seconds = tokens / est.tokens_per_s
-    days, gpu_hours = seconds / 86400, seconds / 3600 * req.n_devices
+    mfu_ratio = req.eff.rate_interval(1.0, est.mfu)
+    costs = price_run(seconds, req.n_devices, req.costs, mfu_ratio)
     return Candidate(
         shape=s,
         tokens=tokens,
@@ -837,13 +954,14 @@ def _candidate(s: ModelShape, est, req: _Request) -> Candidate:
         step_time_s=est.step_time_s,
         mfu=est.mfu,
         tokens_per_s=est.tokens_per_s,
-        days=days,
-        gpu_hours=gpu_hours,
+        days=costs.days,
+        gpu_hours=costs.device_hours,
         flops=k * s.n_params_active * tokens,
         **_losses(req, s.n_params_active, tokens),
         mfu_interval=req.eff.rate_interval(est.mfu, est.mfu),
-        days_interval=req.eff.time_interval(days, est.mfu),
-        gpu_hours_interval=req.eff.time_interval(gpu_hours, est.mfu),
+        days_interval=costs.days_interval,
+        gpu_hours_interval=costs.device_hours_interval,
+        costs=costs,
     )
 
 
@@ -910,7 +1028,9 @@ def _interval(law: ScalingLaw, n: float, d: float) -> tuple[float, float] | None
 def _rank(cands: list[Candidate], req: _Request, n_opt: float | None) -> None:
     """Sort in place: lowest loss first under a time limit; else shapes within 10% of N* first,
     fastest first among them."""
-    if req.max_days is not None:
+    if req.params is not None:  # a fixed model: the shape closest to N (within 1%: the faster)
+        cands.sort(key=lambda c: (round(abs(math.log(c.shape.n_params_active / req.params)), 2), c.days))
+    elif req.max_days is not None:
         cands.sort(key=lambda c: c.loss)
     else:
         cands.sort(key=lambda c: (abs(math.log(c.shape.n_params / n_opt)) > 0.1, c.days))
@@ -936,7 +1056,19 @@ def _notes(req: _Request) -> tuple[str, ...]:
             f"plus parameter noise"
         )
     if req.max_days is not None:
-        notes.append(f"tokens capped by what each layout processes in {req.max_days:g} days")
+        notes.append(
+            f"tokens capped by what each layout processes in {req.max_days:g} days at goodput {req.goodput:g}"
+        )
+    a = req.costs
+    if a is not None:
+        g = a.goodput
+        band = "given" if g.interval is None else f"90% {g.interval[0]:g}-{g.interval[1]:g}"
+        notes.append(
+            f"days and {req.hw.hour_unit}: the cost model's step time / goodput {g.value:g} "
+            f"({band}: time lost to failures, restarts and checkpoints)"
+        )
+        if a.estimated_power:
+            notes.append(f"power of {req.hw.name}: {a.watts.source}")
     dl = req.data_limit
     if dl is not None:
         kind = "fitted" if dl.law.fitted else "the paper's prior, not a fit"

@@ -14,13 +14,7 @@ def plan_lines(result: Plan) -> list[str]:
     b = result.best
     if result.n_opt is not None:
         out.append(f"law: {result.law.source}")
-        limit = (
-            "" if result.data_limit is None else f" on {result.data_limit.unique_tokens:.3g} unique tokens"
-        )
-        out.append(
-            f"compute-optimal for {result.budget_flops:.3g} FLOPs{limit}: N* = {result.n_opt / 1e9:.1f}B "
-            f"params, D* = {result.d_opt / 1e12:.2f}T tokens"
-        )
+        out.append(result.target_text())
         if result.best_loss_text():
             out.append(result.best_loss_text())
     out.append(result.table())
@@ -39,14 +33,16 @@ def plan_lines(result: Plan) -> list[str]:
         f"({MFU_CONVENTION}), {b.days:.1f}{band_text(b.days_interval, 1, '.1f')} days on "
         f"{result.n_devices} x {result.hardware.name} "
         f"({b.gpu_hours:.3g}{band_text(b.gpu_hours_interval, 1, '.3g')} "
-        f"GPU-hours), loss {b.loss:.3f} ({ci})"
+        f"{result.unit}), loss {b.loss:.3f} ({ci})"
     )
+    if b.costs is not None:
+        out.append(b.costs.text())
     if result.recipe is not None:
         out += result.recipe.text_lines()
     if result.data_limit is not None:
         out += result.data_limit.text_lines()
     out += [f"note: {n}" for n in result.notes]
-    out.append(f"note: {efficiency_note(result.efficiency)}")
+    out.append(f"note: {efficiency_note(result.efficiency, result.unit)}")
     return out
 
 

@@ -8,6 +8,12 @@ This catalogue is the one table of device peaks: the cost model reads `peak_flop
 trainer's MFU (experiments/train/peak_flops.py) finds its device through `device_kinds` (what JAX
 reports as `device.device_kind`) with `hardware_for_device_kind` and reads the peak of its
 compute dtype (`peak_flops_for`).
+
+What a device-hour costs (`plan`'s energy, carbon and dollars, analysis/planning/costs.py):
+`power_w` (the device's datasheet maximum power, W), `power_w_range` (only where the power is an
+estimate: its plausible [lo, hi]), `price_per_hour` (USD per device-hour from a public price list;
+null where none is listed), `hour_unit` (how a device-hour is named: GPU-hours, chip-hours on a
+TPU), each number with its `sources:` entry and the date it was taken in `as_of:`.
 """
 
 from __future__ import annotations
@@ -65,6 +71,13 @@ class Hardware:
     # match over the catalogue wins, so "tpu v5 lite" beats "tpu v5")
     device_kinds: tuple[str, ...] = ()
     sources: Mapping[str, str] = dataclasses.field(default_factory=dict, compare=False)
+    # what a device-hour costs (module docstring): power in W, its range where it is an estimate,
+    # USD per device-hour (None: no list price), the name of a device-hour, and when each was taken
+    power_w: float | None = None
+    power_w_range: tuple[float, float] | None = None
+    price_per_hour: float | None = None
+    hour_unit: str = "GPU-hours"
+    as_of: Mapping[str, str] = dataclasses.field(default_factory=dict, compare=False)
 
     @classmethod
     def from_mapping(cls, m: Mapping[str, Any], origin: str = "<mapping>") -> "Hardware":
@@ -78,7 +91,15 @@ class Hardware:
         kw = dict(m)
         kw.setdefault("name", pathlib.Path(origin).stem)
         kw["device_kinds"] = _device_kinds(kw.get("device_kinds"), origin)
-        for k in fields - {"name", "sources", "devices_per_node", "device_kinds", "nics_per_node"}:
+        _cost_fields(kw, origin)
+        for k in fields - {
+            "name",
+            "sources",
+            "devices_per_node",
+            "device_kinds",
+            "nics_per_node",
+            *_COST_KEYS,
+        }:
             if k in kw:
                 try:
                     kw[k] = float(kw[k])
@@ -95,10 +116,50 @@ class Hardware:
         kw["sources"] = dict(kw.get("sources") or {})
         return cls(**kw)
 
+    def cost_source(self, key: str) -> dict[str, str | None]:
+        """{source, as_of} of one cost field (`power_w`, `price_per_hour`) as the file states it."""
+        return {"source": self.sources.get(key), "as_of": self.as_of.get(key)}
+
     def peak_flops_for(self, dtype: str) -> float | None:
         """Dense peak FLOP/s of matmuls in compute dtype `dtype` ("bfloat16" or "float32");
         None when the catalogue has no figure for it."""
         return {Dtype.BFLOAT16: self.peak_flops, Dtype.FLOAT32: self.peak_flops_float32}.get(dtype)
+
+
+_COST_KEYS = ("power_w", "power_w_range", "price_per_hour", "hour_unit", "as_of")
+
+
+def _cost_fields(kw: dict[str, Any], origin: str) -> None:
+    """Check and convert the cost fields of a hardware mapping in place (absent or null: None)."""
+    for k in ("power_w", "price_per_hour"):
+        v = kw.get(k)
+        if v is None:
+            continue
+        try:
+            kw[k] = float(v)
+        except (TypeError, ValueError):
+            raise LayoutError(f"hardware {origin}: {k} must be a number or null (got {v!r})") from None
+        if not kw[k] > 0:
+            raise LayoutError(f"hardware {origin}: {k} must be > 0 (got {v!r})")
+    rng = kw.get("power_w_range")
+    if rng is not None:
+        try:
+            lo, hi = (float(x) for x in rng)
+        except (TypeError, ValueError):
+            raise LayoutError(
+                f"hardware {origin}: power_w_range must be [lo, hi] in W (got {rng!r})"
+            ) from None
+        if not 0 < lo <= (kw.get("power_w") or lo) <= hi:
+            raise LayoutError(f"hardware {origin}: power_w_range {rng!r} must bracket power_w")
+        kw["power_w_range"] = (lo, hi)
+    unit = kw.get("hour_unit", "GPU-hours")
+    if not isinstance(unit, str) or not unit.strip():
+        raise LayoutError(f"hardware {origin}: hour_unit must be a name such as GPU-hours (got {unit!r})")
+    kw["hour_unit"] = unit.strip()
+    as_of = kw.get("as_of") or {}
+    if not isinstance(as_of, Mapping):
+        raise LayoutError(f"hardware {origin}: as_of must map a field to the date it was taken")
+    kw["as_of"] = {str(k): str(v) for k, v in as_of.items()}
 
 
 def _device_kinds(value: Any, origin: str) -> tuple[str, ...]:
