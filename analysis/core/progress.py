@@ -131,7 +131,9 @@ class Bar:
             self._tq = None
 
 
-def _open(total: int | None, desc: str, unit: str, stream: IO[str] | None) -> Bar:
+def _open(
+    total: int | None, desc: str, unit: str, stream: IO[str] | None, iterable: Iterable[Any] | None = None
+) -> Bar:
     out = sys.stderr if stream is None else stream
     if not enabled(out):
         return Bar()
@@ -140,6 +142,7 @@ def _open(total: int | None, desc: str, unit: str, stream: IO[str] | None) -> Ba
     unsized = _zero_width(out)
     return Bar(
         tqdm(
+            iterable,
             total=total,
             desc=desc,
             unit=unit,
@@ -185,11 +188,5 @@ def track(
             total = len(iterable)  # type: ignore[arg-type]
         except TypeError:
             total = None
-    return _tracked(iterable, total, desc, unit, out)
-
-
-def _tracked(iterable: Iterable[T], total: int | None, desc: str, unit: str, out: IO[str]) -> Iterator[T]:
-    with bar(total, desc, unit, out) as b:
-        for item in iterable:
-            yield item
-            b.update(1)
+    # tqdm's own iterator (no generator of ours around it): it closes the bar when the loop ends
+    return _open(total, desc, unit, out, iterable)._tq
