@@ -41,6 +41,21 @@ from sharding import distributed
 # Keys whose change makes a run a different run (resuming it would mix two experiments).
 # Sharding, eval/ckpt/log cadence are excluded: a run may resume on another mesh.
 FINGERPRINT_TRAIN_KEYS = ("batch_size", "micro_batch_size", "tokens", "steps", "seed")
+# ... and, only when set, where a continued run starts from (its parent's run directory, whose
+# name carries the parent's own id; docs/train.md, "Continual pre-training")
+FINGERPRINT_INIT_KEYS = ("init_from", "init_step", "init_optimizer")
+
+# Keys added for continual pre-training, with the default at which a run's fingerprint and sweep
+# run id leave them out (`without_moe_keys`): a run that does not use them keeps the id it had.
+UNSET_DEFAULTS = (
+    ("train", "init_from", None),
+    ("train", "init_step", None),
+    ("train", "init_optimizer", False),
+    ("data", "mixture", None),
+    ("data", "eval_corpora", None),
+    ("data", "corpora", None),
+    ("optim", "warmup_init", 0.0),
+)
 
 
 # Keys that only mean something for a mixture of experts (`model.moe` set): a dense run's
@@ -51,7 +66,8 @@ MOE_ONLY_KEYS = (("model", "moe"), ("optim", "moe_aux_weight"), ("optim", "moe_z
 
 def without_moe_keys(tree: dict[str, Any]) -> dict[str, Any]:
     """`tree` (a plain config, or fingerprint fields) without MOE_ONLY_KEYS when its model is
-    dense, and without `sharding.expert` at 1 (a copy of the nodes it changes)."""
+    dense, without `sharding.expert` at 1 and without the UNSET_DEFAULTS keys at their defaults
+    (a copy of the nodes it changes)."""
     out = dict(tree)
     if not isinstance(out.get("model"), Mapping) or out["model"].get("moe") is None:
         for group, key in MOE_ONLY_KEYS:
@@ -60,6 +76,15 @@ def without_moe_keys(tree: dict[str, Any]) -> dict[str, Any]:
     sharding = out.get("sharding")
     if isinstance(sharding, Mapping) and sharding.get("expert", 1) == 1 and "expert" in sharding:
         out["sharding"] = {k: v for k, v in sharding.items() if k != "expert"}
+    for group, key, default in UNSET_DEFAULTS:
+        node = out.get(group)
+        if (
+            isinstance(node, Mapping)
+            and key in node
+            and node[key] == default
+            and type(node[key]) is type(default)
+        ):
+            out[group] = {k: v for k, v in node.items() if k != key}
     return out
 
 
@@ -73,7 +98,10 @@ def fingerprint_fields(cfg: Mapping[str, Any]) -> dict[str, Any]:
             "model": cfg.get("model"),
             "optim": cfg.get("optim"),
             "data": cfg.get("data"),
-            "train": {k: train.get(k) for k in FINGERPRINT_TRAIN_KEYS},
+            "train": {
+                **{k: train.get(k) for k in FINGERPRINT_TRAIN_KEYS},
+                **{k: train[k] for k in FINGERPRINT_INIT_KEYS if train.get(k) not in (None, False)},
+            },
         }
     )
 

@@ -2417,3 +2417,17 @@ for _config in GOLDEN.values():
         _config["optim"].update(moe_aux_weight=0.01, moe_z_weight=0.001)
     if "sharding" in _config:
         _config["sharding"]["expert"] = 1
+
+# Issue "Continual pre-training", on purpose: `train.init_from` / `init_step` (null) and
+# `train.init_optimizer` (false), `data.mixture` / `eval_corpora` / `corpora` (null) and
+# `optim.warmup_init` (0: warmup from zero; RL configs share the optim schema) in every composed
+# config. At those defaults
+# a run's fingerprint and sweep run id leave them out (experiments/rundir.py: UNSET_DEFAULTS), so
+# every run id above is unchanged.
+for _config in GOLDEN.values():
+    if "train" in _config:
+        _config["train"].update(init_from=None, init_step=None, init_optimizer=False)
+    if "data" in _config:
+        _config["data"].update(mixture=None, eval_corpora=None, corpora=None)
+    if "optim" in _config:
+        _config["optim"]["warmup_init"] = 0.0

@@ -261,6 +261,25 @@ class Checkpointer:
         )
         return out.state["params"], out.state["opt_state"], dict(out.meta)
 
+    def restore_params(self, step: int, abstract_params: Any) -> Any:
+        """The parameters alone of checkpoint `step`, onto `abstract_params`' shardings (a
+        continued run takes its parent's weights without its optimizer state)."""
+        out = self._mngr.restore(
+            step,
+            args=ocp.args.Composite(
+                state=ocp.args.PyTreeRestore(
+                    {"params": abstract_params},
+                    partial_restore=True,
+                    restore_args=ocp.checkpoint_utils.construct_restore_args({"params": abstract_params}),
+                )
+            ),
+        )
+        return out.state["params"]
+
+    def all_steps(self) -> list[int]:
+        """The steps of the checkpoints on disk, oldest first."""
+        return sorted(self._mngr.all_steps())
+
     def read_meta(self, step: int) -> dict[str, Any]:
         out = self._mngr.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))
         return dict(out.meta)

@@ -28,6 +28,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from experiments.rundir import config_fingerprint, fingerprint_fields
 from experiments.train.corpus import DataConfig, check_paths, check_unique_tokens, data_vocab_size
+from experiments.train.mixture import check_corpora
 from experiments.train.profiling import check_profile_steps
 from experiments.train.tasks import EvalConfig
 from experiments.train.tasks.base import check_tasks
@@ -61,7 +62,15 @@ SCHEDULES = tuple(s.value for s in Schedule)
 
 # The `optim.*` keys that only set the train step's scalar inputs (experiments/train/optimizer.py
 # hyperparams): runs that differ only in them (and seed, length) share one compiled program.
-PACKABLE_OPTIM_KEYS = ("lr", "weight_decay", "min_lr_ratio", "warmup_tokens", "decay_fraction", "schedule")
+PACKABLE_OPTIM_KEYS = (
+    "lr",
+    "weight_decay",
+    "min_lr_ratio",
+    "warmup_tokens",
+    "decay_fraction",
+    "schedule",
+    "warmup_init",
+)
 
 
 def wsd_decay_steps(steps: int, decay_fraction: float) -> int:
@@ -99,6 +108,12 @@ class TrainConfig:
     progress_every_s: float = 2.0  # console progress line period
     profile_steps: list[int] | None = None  # [first, last]: JAX profiler trace of those steps
     # (1-based) in <run dir>/profile (experiments/train/profiling.py)
+    # continual pre-training (experiments/train/init.py; docs/train.md): start from another run's
+    # weights, the run directory `init_from` at its final checkpoint (or at step `init_step`);
+    # its optimizer state too with `init_optimizer` (the schedule still starts at this run's step 0)
+    init_from: str | None = None
+    init_step: int | None = None
+    init_optimizer: bool = False
 
     @classmethod
     def from_mapping(cls, m: Mapping[str, Any]) -> "TrainConfig":
@@ -116,6 +131,7 @@ _OPTIM_RANGES = (
     ("eps", 0.0, None, True),
     ("clip", 0.0, None, False),
     ("warmup_tokens", 0.0, None, False),
+    ("warmup_init", 0.0, 1.0, False),
     ("moe_aux_weight", 0.0, None, False),
     ("moe_z_weight", 0.0, None, False),
 )
@@ -129,6 +145,9 @@ class OptimConfig:
     lr: float = 3e-3
     schedule: str = "cosine"  # cosine | linear | wsd | constant (after linear warmup)
     warmup_tokens: Any = None  # None = 5% of the run (Any: an int stays an int)
+    # lr of the first warmup step as a fraction of the peak: 0 = from zero; a continued run
+    # (train.init_from) re-warming from its parent's final lr sets parent min_lr * parent lr / lr
+    warmup_init: float = 0.0
     min_lr_ratio: float = 0.1  # final lr / peak lr for cosine / linear / wsd
     decay_fraction: float = 0.2  # wsd: last fraction of the run spent decaying
     weight_decay: float = 0.1
@@ -340,6 +359,20 @@ def _check_cadences(train: TrainConfig, steps: int) -> None:
     _int("train.seed", train.seed, lo=0)
     _int("train.log_every", train.log_every)
     _int("train.keep_checkpoints", train.keep_checkpoints)
+    _check_init(train)
+
+
+def _check_init(train: TrainConfig) -> None:
+    """`train.init_from` / `init_step` / `init_optimizer` (the directory is read at the run's start)."""
+    check_bool("train.init_optimizer", train.init_optimizer)
+    if train.init_from is not None and (not isinstance(train.init_from, str) or not train.init_from.strip()):
+        raise ConfigError(f"train.init_from must be a run directory (got {train.init_from!r})")
+    if train.init_from is None and (train.init_step is not None or train.init_optimizer):
+        raise ConfigError(
+            "train.init_step / train.init_optimizer need train.init_from (the run to start from)"
+        )
+    if train.init_step is not None:
+        _int("train.init_step", train.init_step)
 
 
 def _warmup_steps(optim: OptimConfig, length: _Length) -> int:
@@ -450,6 +483,7 @@ def resolve_config(cfg: Any, n_devices: int | None = None) -> RunSpec:
     optim = OptimConfig.from_mapping(raw["optim"])
     train = TrainConfig.from_mapping(raw["train"])
     model = _check_vocab(model, data)
+    check_corpora(data, model.vocab_size)
     evalc = EvalConfig.from_mapping(raw.get("eval") or {})
     check_tasks(evalc, model.seq_len, byte_level=data.resolved_source() not in ("tokens", "prepared"))
     length = _run_length(train, model)

@@ -1,10 +1,13 @@
 """Training data: corpora as flat token arrays, and deterministic index-based batches.
 
-Four sources (chosen by `data.source`, or by `data.dir` / `data.path` when `source: auto`):
+Five sources (chosen by `data.source`, or by `data.dir` / `data.path` when `source: auto`):
 
 * `stdlib` (default, no download): the `.py` files of the running Python's standard library,
   sorted by relative path, test directories and site-packages excluded, as raw bytes (vocab 256).
   Files go to train or held-out validation by a hash of their relative path.
+* `cpp` (no download): a second domain for continual pre-training, the C++ headers (`.h`,
+  `.hpp`) that every pyarrow wheel ships under `pyarrow/include` (Apache Arrow's C++ API,
+  Apache License 2.0; experiments/data/SOURCE.md), as raw bytes, split like `stdlib`.
 * `text`: local text files or globs, as bytes (vocab 256), split the same way.
 * `tokens`: pre-tokenized nanoGPT-style files, raw `.bin` (`data.dtype` uint16/uint32) or `.npy`,
   with a stated `data.vocab_size`; validation is `data.val_path` or the tail of the file.
@@ -27,6 +30,11 @@ the run's header line); null (the default) is the whole split. Summary.json reco
 as `unique_tokens` and `epochs` = tokens trained / unique tokens (a nominal count: windows are
 drawn at random offsets, so one "epoch" is not every token exactly once).
 
+Mixtures (`data.mixture: {name: weight}`, experiments/train/mixture.py): a run trains on several
+named corpora at once (the built-in `stdlib` and `cpp`, or `data.corpora.<name>`), each row of
+a batch drawn from one of them in the given proportions, and is evaluated on each one's
+validation split (`data.eval_corpora` adds corpora it is scored on without training on them).
+
 Sampling: batch i of a run is a pure function of (seed, i): the row offsets come from
 `np.random.default_rng([seed, i])`, so resuming at step i needs no replay. Callers ask for
 *rows* of a batch; a multi-host process reads only the rows its devices hold.
@@ -37,6 +45,8 @@ from __future__ import annotations
 import dataclasses
 import glob as globlib
 import hashlib
+import importlib.metadata
+import importlib.util
 import json
 import os
 import sys
@@ -60,7 +70,7 @@ class DataConfig:
     """`data.*`: which corpus and how it is split (the defaults are conf/data/stdlib.yaml; this
     class is also the Hydra schema of `data.*`, registered by experiments/train/config.py)."""
 
-    source: str = "auto"  # auto | stdlib | text | tokens | prepared
+    source: str = "auto"  # auto | stdlib | cpp | text | tokens | prepared
     dir: str | None = None  # prepared: directory made by `python -m experiments.prepare_data`
     path: Any = None  # file, glob, or list of them (text/tokens)
     val_path: str | None = None  # tokens: separate validation file
@@ -71,15 +81,22 @@ class DataConfig:
     # train on the first U tokens of the training split only (None = the whole split): a
     # deterministic prefix, so a sweep can vary the unique data on one corpus (module docstring)
     max_unique_tokens: int | None = None
+    # continual pre-training (experiments/train/mixture.py; docs/train.md): train on named corpora
+    # in these proportions, {name: weight} (weights >= 0 summing to 1; None = this corpus alone);
+    # names: this corpus's source (stdlib, cpp, text, tokens, prepared), the built-in stdlib and
+    # cpp, or a key of `corpora`. The cap above applies to this corpus only.
+    mixture: Any = None
+    eval_corpora: Any = None  # names of corpora also evaluated (eval_loss/<name>), not trained on
+    corpora: Any = None  # more named corpora, {name: {data.* keys of that corpus}}
 
     @classmethod
     def from_mapping(cls, m: dict[str, Any]) -> "DataConfig":
         return config_from_mapping(cls, m, "data")
 
     def resolved_source(self) -> str:
-        if self.source not in ("auto", "stdlib", "text", "tokens", "prepared"):
+        if self.source not in ("auto", "stdlib", "cpp", "text", "tokens", "prepared"):
             raise ConfigError(
-                f"data.source must be auto, stdlib, text, tokens or prepared (got {self.source!r})"
+                f"data.source must be auto, stdlib, cpp, text, tokens or prepared (got {self.source!r})"
             )
         if self.source != "auto":
             return self.source
@@ -146,6 +163,26 @@ def stdlib_files() -> tuple[Path, list[str]]:
             if f.endswith(".py"):
                 rels.append(Path(dirpath, f).relative_to(root).as_posix())
     return root, sorted(rels)
+
+
+CPP_SUFFIXES = (".h", ".hpp")
+
+
+def cpp_files() -> tuple[Path, list[str], str]:
+    """(pyarrow's include directory, sorted relative paths of its C++ headers, pyarrow's version):
+    the `cpp` corpus. Found without importing pyarrow (a scalelab dependency)."""
+    spec = importlib.util.find_spec("pyarrow")
+    if spec is None or not spec.submodule_search_locations:
+        raise ConfigError(
+            "data.source=cpp reads the C++ headers shipped with pyarrow, which is not installed"
+        )
+    root = Path(list(spec.submodule_search_locations)[0]) / "include"
+    rels = sorted(
+        p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file() and p.suffix in CPP_SUFFIXES
+    )
+    if not rels:
+        raise ConfigError(f"data.source=cpp: no C++ headers under {root} (a pyarrow build without them)")
+    return root, rels, importlib.metadata.version("pyarrow")
 
 
 def _expand_paths(path: Any) -> list[Path]:
@@ -493,6 +530,9 @@ def _load_split(cfg: DataConfig) -> Corpus:
         root, rels = stdlib_files()
         v = sys.version_info
         return _byte_corpus(f"python-stdlib-{v.major}.{v.minor}.{v.micro}", root, rels, cfg)
+    if src == "cpp":
+        root, rels, version = cpp_files()
+        return _byte_corpus(f"arrow-cpp-headers-{version}", root, rels, cfg)
     if src == "text":
         files = [p.resolve() for p in _expand_paths(cfg.path)]
         root = Path(os.path.commonpath([str(p.parent) for p in files]))

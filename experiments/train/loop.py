@@ -38,7 +38,16 @@ from experiments.rundir import completed_summary, console_log_error, fingerprint
 from experiments.train.checkpoint import Checkpointer
 from experiments.train.config import RunSpec, resolve_config
 from experiments.train.corpus import BatchSampler, eval_sampler, load_corpus
+from experiments.train.init import Parent, start_from_parent
 from experiments.train.metrics import MetricsLog, Progress
+from experiments.train.mixture import (
+    MixtureSampler,
+    eval_names,
+    is_multi,
+    load_named,
+    primary_name,
+    training_weights,
+)
 from experiments.train.optimizer import RuntimeOptimizer, hyperparams, schedule_value
 from experiments.train.peak_flops import Peak, checked_mfu, mark_cpu_peak_stale, peak_info, stale_peak_warning
 from experiments.train.profiling import StepProfiler
@@ -177,6 +186,12 @@ class RunState:
     time_prev: dict[str, float] | None = None  # time_s of earlier sessions (from the checkpoint)
     packed_with: list[str] | None = None  # the pack's run ids (experiments/train/pack.py), else None
     stopped: dict[str, Any] | None = None  # sweep.early_stop stopped it: stop_reason, forecast, frac_done
+    # several corpora (experiments/train/mixture.py): the training weights, the last eval's loss
+    # on each corpus (`eval_loss/<name>`) and each corpus's identity (summary.json `corpora`)
+    weights: dict[str, float] | None = None
+    eval_losses: dict[str, float] | None = None
+    corpora: dict[str, Any] | None = None
+    parent: Parent | None = None  # train.init_from: where the run started (experiments/train/init.py)
 
 
 @dataclasses.dataclass
@@ -303,6 +318,7 @@ class Program:
     ts: TrainSetup
     eval_stack: Any  # (K, B, L+1) validation batches
     tasks: TaskSuite | None
+    eval_stacks: dict[str, Any] | None = None  # several corpora: each one's (K, B, L+1) batches
     step_fn: Any = None  # compiled train step (params, opt_state, batch, hp)
     eval_fn: Any = None  # compiled eval_all (params, eval_stack)
     lock: Any = dataclasses.field(default_factory=threading.Lock)  # compiling
@@ -338,11 +354,21 @@ def program_key(spec: RunSpec) -> str:
         spec.micro_batch_size,
         spec.eval_batches,
         spec.eval_batch_size,
-        spec.raw.get("data"),
+        _data_key(spec),
         spec.raw.get("eval"),
         [d.id for d in jax.devices()],
     ]
     return json.dumps(parts, default=str, sort_keys=True)
+
+
+def _data_key(spec: RunSpec) -> Any:
+    """The data config as the program sees it: a mixture's weights change the batches, not the
+    program (its eval batches are each evaluated corpus's), so runs of one model at several
+    mixtures share one compiled program."""
+    data = spec.raw.get("data")
+    if not isinstance(data, dict) or data.get("mixture") is None:
+        return data
+    return {**data, "mixture": eval_names(spec.data)}
 
 
 def _corpus(spec: RunSpec) -> Any:
@@ -352,6 +378,54 @@ def _corpus(spec: RunSpec) -> Any:
             _CORPORA.clear()
             _CORPORA[key] = load_corpus(spec.data)
         return _CORPORA[key]
+
+
+@dataclasses.dataclass
+class RunData:
+    """A run's corpora: the batches it trains on, the validation splits it is scored on (several
+    corpora only) and the corpus its header, summary `corpus` and `eval.tasks` read."""
+
+    corpus: Any  # Corpus
+    sampler: Any  # BatchSampler | MixtureSampler
+    evals: dict[str, Any] | None = None  # name -> validation split (several corpora)
+
+
+def _run_data(spec: RunSpec, state: RunState) -> RunData:
+    """The run's corpora (experiments/train/mixture.py), recorded in the run state."""
+    L, B, seed = spec.model.seq_len, spec.train.batch_size, spec.train.seed
+    if not is_multi(spec.data):
+        corpus = _corpus(spec)
+        state.corpus, state.unique_tokens = corpus.identity, corpus.unique_tokens
+        return RunData(corpus, BatchSampler(corpus.train, L, B, seed))
+    weights = training_weights(spec.data)
+    names = eval_names(spec.data)
+    own = primary_name(spec.data)
+    key = json.dumps([spec.raw.get("data"), names], default=str, sort_keys=True)
+    with _CACHE_LOCK:
+        if key not in _CORPORA:
+            _CORPORA.clear()
+            _CORPORA[key] = load_named(
+                spec.data, names + ([own] if spec.eval.tasks and own not in names else [])
+            )
+        named = _CORPORA[key]
+    main = max(weights, key=lambda n: weights[n])
+    trained = [n for n, w in weights.items() if w > 0]
+    state.weights = weights
+    state.corpus = named[main].identity
+    state.unique_tokens = sum(named[n].unique_tokens for n in trained)
+    state.corpora = {
+        n: {
+            "name": named[n].identity.get("name"),
+            "sha256": named[n].identity.get("sha256"),
+            "train_tokens": named[n].unique_tokens,
+            "val_tokens": int(named[n].val.size),
+            "weight": weights.get(n, 0.0),
+        }
+        for n in names
+    }
+    sampler = MixtureSampler([(n, named[n].train, w) for n, w in weights.items()], L, B, seed)
+    task_corpus = named.get(own, named[main])
+    return RunData(task_corpus, sampler, {n: named[n].val for n in names})
 
 
 def run(
@@ -417,6 +491,12 @@ def _summary_base(state: RunState) -> RunSummary:
         s = s.replace(**state.moe)
     if state.stopped:
         s = s.replace(**state.stopped)
+    if state.eval_losses:  # several corpora: eval_loss/<name> (the mixture's is final_eval_loss)
+        s = s.replace(**{f"eval_loss/{n}": v for n, v in state.eval_losses.items()})
+    if state.corpora:
+        s = s.replace(corpora=state.corpora)
+    if state.parent is not None:
+        s = s.replace(**state.parent.summary_fields())
     spec = state.spec
     if spec is not None:
         s = s.replace(
@@ -457,14 +537,12 @@ def _run(
     startup = _claim_startup(t_start)
     spec = resolve_config(raw)  # all validation, before any compile
     state.spec, state.is_main = spec, jax.process_index() == 0
-    corpus = _corpus(spec)
-    state.corpus, state.unique_tokens = corpus.identity, corpus.unique_tokens
-    sampler = BatchSampler(corpus.train, spec.model.seq_len, spec.train.batch_size, spec.train.seed)
-    program = _program(spec, corpus)
+    data = _run_data(spec, state)
+    program = _program(spec, data)
     devices = _describe_devices(spec, program.ts.mesh, state)
-    loop = _build_loop(spec, state, run_dir, t_start, program, sampler)
+    loop = _build_loop(spec, state, run_dir, t_start, program, data.sampler)
     loop.times.startup = startup
-    _log_header(spec, devices, corpus, state.is_main)
+    _log_header(spec, devices, data.corpus, state.is_main, state.corpora)
     if loop.tasks is not None:
         _log("tasks: " + ", ".join(f"{t.name} ({t.detail})" for t in loop.tasks.task_sets), state.is_main)
     first = _compile(loop)
@@ -510,7 +588,7 @@ def _describe_devices(spec: RunSpec, mesh: Any, state: RunState) -> list[Any]:
     return devices
 
 
-def _program(spec: RunSpec, corpus: Any) -> Program:
+def _program(spec: RunSpec, data: RunData) -> Program:
     """This process's Program for `spec` (program_key), built on first use: mesh, train setup
     with the step scalars as inputs, eval batches, task suite. Compiled in `_compile`."""
     key = program_key(spec)
@@ -518,14 +596,14 @@ def _program(spec: RunSpec, corpus: Any) -> Program:
         if key in _PROGRAMS:
             _PROGRAMS.move_to_end(key)
             return _PROGRAMS[key]
-        program = _build_program(spec, corpus)
+        program = _build_program(spec, data)
         _PROGRAMS[key] = program
         while len(_PROGRAMS) > _PROGRAMS_KEPT:
             _PROGRAMS.popitem(last=False)
         return program
 
 
-def _build_program(spec: RunSpec, corpus: Any) -> Program:
+def _build_program(spec: RunSpec, data: RunData) -> Program:
     mesh = make_mesh(spec.mesh_shape, stage=spec.pipeline.stages, context=spec.context, expert=spec.expert)
     ts = build_train_setup(
         spec.model,
@@ -535,17 +613,24 @@ def _build_program(spec: RunSpec, corpus: Any) -> Program:
         pipeline=spec.pipeline,
         sequence_parallel=spec.sequence_parallel,
     )
-    val_sampler = eval_sampler(corpus.val, spec.model.seq_len, spec.eval_batch_size)
+
+    def stack(val: Any) -> Any:
+        return make_eval_stack(
+            eval_sampler(val, spec.model.seq_len, spec.eval_batch_size), spec.eval_batches, ts.batch_sharding
+        )
+
+    stacks = None if data.evals is None else {n: stack(v) for n, v in data.evals.items()}
     tasks = None
     if spec.eval.tasks:
         tasks = TaskSuite(
-            build_task_sets(spec.eval, corpus.val, spec.model.seq_len),
+            build_task_sets(spec.eval, data.corpus.val, spec.model.seq_len),
             ts.graphdef,
             ts.param_shardings,
             ts.eval_batch_sharding,
             spec.eval_batch_size,
         )
-    return Program(ts, make_eval_stack(val_sampler, spec.eval_batches, ts.batch_sharding), tasks)
+    first = next(iter(stacks.values())) if stacks else stack(data.corpus.val)
+    return Program(ts, first, tasks, eval_stacks=stacks)
 
 
 def _build_loop(
@@ -624,7 +709,13 @@ def _restore_or_init(
     )
     if got is None and spec.train.branch_from is not None:
         return _start_branch(spec, state, ts, metrics)
-    if got is None:
+    if got is None and spec.train.init_from is not None:  # continual pre-training: the parent's weights
+        params, opt_state, state.parent = start_from_parent(
+            spec, ts, run_dir, lambda m: _log(m, state.is_main)
+        )
+        metrics.reset()
+        start = 0
+    elif got is None:
         params, opt_state = ts.init(spec.train.seed)
         metrics.reset()
         start = 0
@@ -636,6 +727,8 @@ def _restore_or_init(
         state.train_loss, state.eval_loss = meta.get("train_loss"), meta.get("eval_loss")
         state.moe = meta.get("moe")
         state.task_metrics = meta.get("task_metrics")
+        state.eval_losses = meta.get("eval_losses")
+        state.parent = Parent.from_fields(meta.get("init"))
         metrics.truncate_after(start)
         _log(f"resuming from checkpoint at step {start}/{spec.steps}", state.is_main)
     state.step, state.tokens = start, start * spec.tokens_per_step
@@ -670,8 +763,10 @@ def _start_branch(
     return params, opt_state, step, False
 
 
-def _log_header(spec: RunSpec, devices: list[Any], corpus: Any, enabled: bool) -> None:
-    """One line: model size, run length, mesh and corpus."""
+def _log_header(
+    spec: RunSpec, devices: list[Any], corpus: Any, enabled: bool, corpora: dict[str, Any] | None = None
+) -> None:
+    """One line: model size, run length, mesh and corpus (several: the mixture and what is evaluated)."""
     moe = spec.model.moe
     routed = ""
     if moe is not None:
@@ -688,8 +783,14 @@ def _log_header(spec: RunSpec, devices: list[Any], corpus: Any, enabled: bool) -
         f"{spec.mesh_shape[1]} tensor={spec.mesh_shape[2]}{'+sp' if spec.sequence_parallel else ''}"
         f"{f' context={spec.context}' if spec.context > 1 else ''}"
         f"{f' expert={spec.expert}' if spec.expert > 1 else ''} on {len(devices)} {devices[0].platform} "
-        f"device(s) | corpus {corpus.identity['name']} ({corpus.identity['bytes']:,} bytes), "
-        f"{corpus.unique_line()}",
+        f"device(s) | "
+        + (
+            f"corpus {corpus.identity['name']} ({corpus.identity['bytes']:,} bytes), {corpus.unique_line()}"
+            if not corpora
+            else "trains on "
+            + ", ".join(f"{n} {c['weight']:g}" for n, c in corpora.items() if c["weight"] > 0)
+            + f" (evaluated on {', '.join(corpora)})"
+        ),
         enabled,
     )
 
@@ -720,8 +821,16 @@ def _compile(loop: Loop) -> Any:
 
 
 def _evaluate(loop: Loop, params: Any) -> float:
-    """Mean validation loss over the fixed eval batches (one call)."""
-    return float(loop.program.eval_fn(params, loop.program.eval_stack))
+    """Mean validation loss over the fixed eval batches (one call); with several corpora each
+    one's (kept in the run state: `eval_loss/<name>`) and their mean weighted by the training
+    mixture (the run's eval loss: the held-out loss of what it trains on)."""
+    prog = loop.program
+    if not prog.eval_stacks:
+        return float(prog.eval_fn(params, prog.eval_stack))
+    losses = {n: float(prog.eval_fn(params, s)) for n, s in prog.eval_stacks.items()}
+    loop.state.eval_losses = losses
+    weights = loop.state.weights or {}
+    return float(sum(w * losses[n] for n, w in weights.items() if w > 0))
 
 
 def _evaluate_tasks(loop: Loop, params: Any) -> dict[str, float]:
@@ -750,6 +859,8 @@ def _checkpoint(loop: Loop, step: int, branch_point: bool = False) -> None:
         "moe": state.moe,
         "eval_loss": state.eval_loss,
         "task_metrics": state.task_metrics,
+        "eval_losses": state.eval_losses,
+        "init": None if state.parent is None else state.parent.summary_fields(),
         "wall_time_s": state.wall_prev + time.time() - loop.t_start,
     }
     meta["time_s"] = loop.time_split()  # as of this save, for a resumed run
@@ -915,6 +1026,7 @@ def _finish_step(loop: Loop, step_i: int, m: Any, eval_params: Any = None) -> No
     if eval_params is not None and not diverged:
         t_e = time.perf_counter()
         loop.state.eval_loss = rec["eval_loss"] = _evaluate(loop, eval_params)
+        rec.update({f"eval_loss/{n}": v for n, v in (loop.state.eval_losses or {}).items()})
         rec.update(_evaluate_tasks(loop, eval_params))
         loop.times.eval += time.perf_counter() - t_e
         loop.clock.paused_since(t_e)

@@ -27,7 +27,16 @@ SCHEDULE_KINDS = (Schedule.COSINE, Schedule.LINEAR, Schedule.WSD, Schedule.CONST
 
 # The scalars that differ between runs of one compiled program (packed runs, WSD branches): the
 # train step takes them as an input (`Hyper`), so runs differing only in these share a compilation.
-HYPER_KEYS = ("lr", "weight_decay", "min_lr_ratio", "warmup_steps", "total_steps", "decay_steps", "kind")
+HYPER_KEYS = (
+    "lr",
+    "weight_decay",
+    "min_lr_ratio",
+    "warmup_steps",
+    "total_steps",
+    "decay_steps",
+    "kind",
+    "warmup_init",
+)
 
 
 def hyperparams(cfg: OptimConfig, total_steps: int, warmup_steps: int) -> dict[str, np.ndarray]:
@@ -43,14 +52,20 @@ def hyperparams(cfg: OptimConfig, total_steps: int, warmup_steps: int) -> dict[s
         "total_steps": f32(total_steps),
         "decay_steps": f32(decay),
         "kind": np.asarray(SCHEDULE_KINDS.index(Schedule(cfg.schedule)), np.int32),
+        "warmup_init": f32(cfg.warmup_init),
     }
 
 
 def schedule_value(hp: dict[str, Any], step: Any) -> jax.Array:
     """lr(step), step = 0 .. total_steps-1, from the run's `hyperparams` (traced or concrete):
-    linear warmup from 0 (step s of warmup uses peak*(s+1)/warmup, so the first update is not
-    zero), then the shape `kind`: cosine to min_lr_ratio*peak at the end of the run, linear to it,
-    wsd (stable at peak, then linear to it over the last decay_steps), or constant."""
+    linear warmup from warmup_init*peak (0 by default; step s of warmup uses
+    peak*(init + (1-init)*(s+1)/warmup), so the first update is not zero), then the shape `kind`:
+    cosine to min_lr_ratio*peak at the end of the run, linear to it, wsd (stable at peak, then
+    linear to it over the last decay_steps), or constant.
+
+    Steps count from the run's own start, so a run started from another's weights
+    (`train.init_from`, continual pre-training) re-warms: warmup from `warmup_init * peak` (its
+    parent's final lr, when set so) to its own peak, then re-decays over its own length."""
     s = jnp.asarray(step, jnp.float32)
     peak, warm, total = hp["lr"], hp["warmup_steps"], hp["total_steps"]
     floor = peak * hp["min_lr_ratio"]
@@ -64,7 +79,8 @@ def schedule_value(hp: dict[str, Any], step: Any) -> jax.Array:
         t < stable, peak, peak + (floor - peak) * jnp.clip((t - stable) / hp["decay_steps"], 0.0, 1.0)
     )
     after = jnp.select([hp["kind"] == k for k in range(3)], [cosine, linear, wsd], peak)
-    warming = peak * (s + 1.0) / jnp.maximum(warm, 1.0)
+    init = hp.get("warmup_init", 0.0)
+    warming = peak * (init + (1.0 - init) * (s + 1.0) / jnp.maximum(warm, 1.0))
     return jnp.where(s < warm, warming, after)
 
 

@@ -1,0 +1,192 @@
+"""Continual pre-training: starting from another run (`train.init_from`), mixtures of corpora
+(`data.mixture`), evaluation on each corpus (`eval_loss/<corpus>`), the re-warm schedule, and
+the `cpt` law, backtest and plan on synthetic tables with a known truth."""
+
+import json
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import optax
+import pytest
+from hydra import compose, initialize_config_dir
+
+from experiments.rundir import config_fingerprint
+from experiments.train import init as cpt_init
+from experiments.train.config import resolve_config
+from experiments.train.loop import run
+from experiments.train.mixture import MixtureSampler
+from experiments.train.optimizer import OptimConfig, hyperparams, schedule_value
+from models.base.errors import ConfigError
+from models.base.rundir import LOCK_FILE, read_metrics
+
+REPO = Path(__file__).resolve().parents[1]
+TINY = [
+    "model.d_model=16",
+    "model.n_layers=1",
+    "model.n_heads=2",
+    "model.seq_len=16",
+    "train.batch_size=4",
+    "train.eval_tokens=256",
+    "train.progress_every_s=0",
+    "train.eval_every=0",
+    "train.ckpt_every=0",
+]
+
+
+def cfg(*overrides):
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base=None):
+        return compose(config_name="config", overrides=list(overrides))
+
+
+@pytest.fixture(scope="module")
+def parent(tmp_path_factory) -> Path:
+    """A 6-step base run on stdlib, also scored on cpp."""
+    rd = tmp_path_factory.mktemp("cpt") / "base"
+    s = run(cfg(*TINY, "train.steps=6", "optim.lr=3e-2", "data.eval_corpora=[cpp]"), rd)
+    assert s.status == "completed"
+    return rd
+
+
+def test_base_run_reports_every_corpus(parent):
+    s = json.loads((parent / "summary.json").read_text())
+    assert {"eval_loss/stdlib", "eval_loss/cpp"} <= set(s)
+    assert s["final_eval_loss"] == s["eval_loss/stdlib"]  # trained on stdlib alone: its loss
+    assert s["eval_loss/cpp"] != s["eval_loss/stdlib"]
+    last = read_metrics(parent / "metrics.jsonl")[-1]
+    assert last["eval_loss/cpp"] == s["eval_loss/cpp"]
+
+
+def test_continued_run_starts_from_the_parent_on_the_mixture(parent, tmp_path):
+    mix = "data.mixture={cpp: 0.75, stdlib: 0.25}"
+    c = cfg(*TINY, "train.steps=3", mix, f"train.init_from={parent}", "optim.warmup_init=0.1")
+    s = run(c, tmp_path / "cpt").as_dict()
+    assert s["init_from"] == "base" and s["init_from_step"] == 6 and s["init_from_tokens"] == 6 * 4 * 16
+    weighted = 0.75 * s["eval_loss/cpp"] + 0.25 * s["eval_loss/stdlib"]
+    assert s["final_eval_loss"] == pytest.approx(weighted, rel=1e-6)  # the mixture's held-out loss
+    assert s["tokens"] == 3 * 4 * 16  # its own tokens only
+    first = read_metrics(tmp_path / "cpt" / "metrics.jsonl")[0]
+    # the parent's weights, not a fresh init (whose first loss is ln 256 = 5.55)
+    assert first["step"] == 1 and first["loss"] < 5.3
+    # the parent is part of the run's identity; the same config without it is another run
+    assert config_fingerprint(c) != config_fingerprint(cfg(*TINY, "train.steps=3", mix))
+
+
+def test_shape_mismatch_is_one_error_line(parent, tmp_path):
+    c = cfg(*TINY, "model.d_model=32", "model.n_heads=4", "train.steps=2", f"train.init_from={parent}")
+    with pytest.raises(ConfigError, match=r"its weights do not fit this model .*d_model=16.*d_model=32"):
+        run(c, tmp_path / "bad")
+
+
+def test_missing_or_unfinished_parent_is_one_error_line(tmp_path):
+    with pytest.raises(ConfigError, match="no such run directory"):
+        run(cfg(*TINY, "train.steps=2", f"train.init_from={tmp_path / 'nope' / 'x'}"), tmp_path / "child")
+    (tmp_path / "half").mkdir()
+    with pytest.raises(ConfigError, match="has not completed"):
+        run(cfg(*TINY, "train.steps=2", f"train.init_from={tmp_path / 'half'}"), tmp_path / "elsewhere" / "c")
+    with pytest.raises(ConfigError, match="train.init_step / train.init_optimizer need train.init_from"):
+        resolve_config(cfg(*TINY, "train.steps=2", "train.init_step=3"), n_devices=1)
+
+
+def test_init_optimizer_keeps_adam_moments_and_restarts_the_schedule():
+    tx = optax.chain(optax.clip_by_global_norm(1.0), optax.adamw(lambda c: 1e-3 * (c + 1)))
+    params = {"w": np.ones(3, np.float32)}
+    state = tx.init(params)
+    for _ in range(5):
+        _, state = tx.update({"w": np.full(3, 0.1, np.float32)}, state, params)
+    fresh = cpt_init.restart_schedule(state)
+    leaves = [x for x in _states(fresh) if isinstance(x, optax.ScaleByScheduleState)]
+    adam = [x for x in _states(fresh) if isinstance(x, optax.ScaleByAdamState)]
+    assert leaves and all(int(x.count) == 0 for x in leaves)
+    assert int(adam[0].count) == 5 and float(np.abs(adam[0].mu["w"]).sum()) > 0
+
+
+def _states(tree):
+    if isinstance(tree, (optax.ScaleByScheduleState, optax.ScaleByAdamState)):
+        yield tree
+    elif isinstance(tree, (tuple, list)):
+        for x in tree:
+            yield from _states(x)
+
+
+def test_child_waits_for_a_parent_in_training(tmp_path):
+    parent, child = tmp_path / "p", tmp_path / "c"
+    parent.mkdir()
+    f = open(parent / LOCK_FILE, "w")
+    from models.base.portable import lock_file, unlock_file
+
+    lock_file(f)
+    said: list[str] = []
+    t0 = time.monotonic()
+
+    def finish():
+        time.sleep(1.2)
+        (parent / "summary.json").write_text('{"status": "completed"}')
+        unlock_file(f)
+        f.close()
+
+    threading.Thread(target=finish).start()
+    cpt_init.wait_for_parent(parent, child, said.append, grace_s=0.0)
+    assert time.monotonic() - t0 >= 1.0 and said and "waiting" in said[0]
+
+
+# ---- mixtures -------------------------------------------------------------------------------
+
+
+def _sampler(weights, seed=0, batch=16):
+    corpora = [
+        (n, np.arange(1000 * (k + 1), 1000 * (k + 1) + 500, dtype=np.uint16), w)
+        for k, (n, w) in enumerate(weights.items())
+    ]
+    return MixtureSampler(corpora, seq_len=8, batch_size=batch, seed=seed)
+
+
+def test_mixture_is_deterministic_per_step_and_in_proportion():
+    a, b = _sampler({"new": 0.95, "old": 0.05}), _sampler({"new": 0.95, "old": 0.05})
+    for i in (0, 7, 123):
+        np.testing.assert_array_equal(a.rows(i), b.rows(i))
+        np.testing.assert_array_equal(a.rows(i, np.array([3, 1])), a.rows(i)[[3, 1]])
+    shares = a.shares(100)  # 1600 rows
+    assert shares["old"] == pytest.approx(0.05, abs=2 / 1600)
+    rare = _sampler({"new": 0.99, "old": 0.01})
+    assert rare.shares(100)["old"] == pytest.approx(0.01, abs=2 / 1600)
+    # the rows of each corpus come from that corpus (token ranges 1000.. and 2000..)
+    src, rows = a.sources(5), a.rows(5)
+    assert ((rows[src == 0] >= 1000) & (rows[src == 0] < 1500)).all()
+    assert ((rows[src == 1] >= 2000) & (rows[src == 1] < 2500)).all()
+    never = _sampler({"new": 1.0, "old": 0.0})
+    assert never.shares(50)["old"] == 0.0
+
+
+@pytest.mark.parametrize(
+    "override,msg",
+    [
+        ("data.mixture={cpp: 0.9, stdlib: 0.2}", "weights must sum to 1"),
+        ("data.mixture={cpp: 1.2, stdlib: -0.2}", "must be a weight >= 0"),
+        ("data.mixture={web: 1.0}", "unknown corpus 'web'"),
+        ("data.eval_corpora=[nope]", "unknown corpus 'nope'"),
+    ],
+)
+def test_bad_mixtures_are_one_line(override, msg):
+    with pytest.raises(ConfigError, match=msg):
+        resolve_config(cfg(*TINY, "train.steps=2", override), n_devices=1)
+
+
+# ---- the re-warm schedule -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["cosine", "wsd"])
+def test_rewarm_schedule_values(kind):
+    hp = hyperparams(
+        OptimConfig(lr=1e-2, schedule=kind, warmup_init=0.1, min_lr_ratio=0.1, decay_fraction=0.2), 100, 10
+    )
+    lr = [float(schedule_value(hp, s)) for s in range(100)]
+    assert lr[0] == pytest.approx(1e-2 * (0.1 + 0.9 / 10), rel=1e-5)  # from the parent's final lr
+    assert lr[9] == pytest.approx(1e-2, rel=1e-5) and max(lr) == pytest.approx(1e-2, rel=1e-5)
+    assert all(x <= y + 1e-9 for x, y in zip(lr[:10], lr[1:10]))  # rises monotonically to the peak
+    assert 1e-3 * (1 - 1e-6) <= lr[-1] < 2e-3  # re-decayed towards min_lr_ratio * peak
+    if kind == "wsd":
+        assert lr[50] == pytest.approx(1e-2) and lr[85] < 1e-2  # stable, then re-decays
+    default = hyperparams(OptimConfig(lr=1e-2, schedule=kind), 100, 10)
+    assert float(schedule_value(default, 0)) == pytest.approx(1e-3, rel=1e-6)  # from zero, as before
