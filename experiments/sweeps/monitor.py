@@ -225,12 +225,15 @@ class SweepMonitor:
 
     def _loop(self) -> None:
         while not self._stop.wait(POLL_S):
-            finished = self.poll()
-            if self.mode == "lines":
-                for _ in finished:
-                    self._say()
-            elif self.mode == "bar":
-                self._draw()
+            try:
+                finished = self.poll()
+                if self.mode == "lines":
+                    for _ in finished:
+                        self._say()
+                elif self.mode == "bar":
+                    self._draw()
+            except Exception:  # noqa: BLE001 - a display never stops a sweep; the next look tries again
+                continue
 
     def _draw(self) -> None:
         if self.clock() - self.t0 < DELAY_S:
