@@ -25,7 +25,8 @@ import pandas as pd
 import pytest
 
 from analysis.core import progress
-from experiments.sweeps import console, monitor
+from experiments import console
+from experiments.sweeps import monitor
 from experiments.sweeps.summary import Counts, outcome
 from experiments.train.metrics import RUN_LABEL, Progress
 

@@ -11,7 +11,7 @@ the job's batch returns, so the counts end right even for a job that died withou
 
       sweep: 3/8 done |████   | 01:12, running 2: C1e10_L2-d64_15e3, C3e10_L1-d32_9f3e · 3 left · ETA 2m05s
 
-  The runs' own console lines scroll above it (experiments/sweeps/console.py clears the bar's
+  The runs' own console lines scroll above it (experiments/console.py clears the bar's
   line before each of them).
 * Elsewhere (a log file, a pipe, CI): one `sweep progress:` line on stdout each time a run
   finishes.
@@ -34,7 +34,7 @@ import threading
 import time
 from typing import Any, Callable, Mapping, Sequence, TextIO
 
-from experiments.sweeps import console
+from experiments import console
 from experiments.sweeps.runs import read_status
 from models.base.rundir import HYDRA_CONFIG, METRICS_FILE, SUMMARY_FILE, RunStatus
 

@@ -1,7 +1,7 @@
 """Run records: `metrics.jsonl` (one JSON object per logged step) and the console progress line.
 
 The progress line (`Progress`) starts with the run's short name (`[C1e10_L2-d64_15e3] step ...`,
-experiments/sweeps/console.py short_label) when several runs share the terminal: a job of a
+experiments/console.py short_label) when several runs share the terminal: a job of a
 multirun (a sweep), or a member of a pack (experiments/train/pack.py sets `RUN_LABEL`). With
 `SCALELAB_QUIET=1` there is no progress line.
 
@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
-from experiments.sweeps.console import quiet, short_label
+from experiments.console import quiet, short_label
 from models.base.rundir import MetricsWriter, RunSummary, read_metrics
 from models.flops import MFU_CAUSAL
 
@@ -112,6 +112,7 @@ def run_label() -> str | None:
     if label:
         return label
     try:
+        # deferred: Hydra's runtime config, read only for a run's console prefix
         from hydra.core.hydra_config import HydraConfig
         from hydra.types import RunMode
 

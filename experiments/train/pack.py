@@ -38,8 +38,8 @@ from typing import Any, Sequence, TextIO
 from omegaconf import OmegaConf
 
 from experiments import preemption
+from experiments.console import quiet, short_label
 from experiments.rundir import RunDirBusy, exclusive_run_dir, log_path
-from experiments.sweeps.console import quiet, short_label
 from experiments.train.config import resolve_config
 from experiments.train.metrics import RUN_LABEL
 from models.base.diskspace import DISK_FULL_ERROR_PREFIX, DiskFull, disk_full_of, last_complete_step

@@ -20,7 +20,7 @@ from hydra.plugins.launcher import Launcher
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from experiments.sweeps.console import install_if_bar
+from experiments.console import install_if_bar
 from experiments.sweeps.limits import apply_limits, cpu_sets, hold_slot
 from hydra_plugins.scalelab_sweeps.sweeper import _run_config
 from models.base.packs import Member, write_pack

@@ -32,9 +32,9 @@ from hydra.plugins.sweeper import Sweeper
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf
 
+from experiments.console import quiet
 from experiments.early_stop import EarlyStop
 from experiments.early_stop import spent as early_stop_spent
-from experiments.sweeps.console import quiet
 from experiments.sweeps.disk import full_disk_error, sweep_footprint
 from experiments.sweeps.grid import plan_sweep
 from experiments.sweeps.hparams import PROBE
