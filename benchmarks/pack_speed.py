@@ -316,9 +316,9 @@ def fit_laws(
     max_rel_error, error}}. A fit the runs cannot support (too few points, as with --quick's 2
     shapes) is recorded with its one-line `error`, not a failed benchmark."""
     name = sweep_dir.name
-    csv = work / f"{name}.csv"
+    csv = work / name / "runs.csv"  # collect --out DIR writes DIR/runs.csv
     run_cmd(
-        [sys.executable, "-m", "analysis", "collect", str(sweep_dir), "--out", str(csv)],
+        [sys.executable, "-m", "analysis", "collect", str(sweep_dir), "--out", str(csv.parent)],
         work / f"{name}_collect.log",
         env,
     )

@@ -567,7 +567,7 @@ def _fit_hparams(sweep_dir: pathlib.Path) -> pathlib.Path:
     later budget at one grid learning rate."""
     table, laws = sweep_dir / SWEEP_RUNS_TABLE, sweep_dir / HPARAMS_FILE
     for cmd in (
-        ["collect", str(sweep_dir), "--out", str(table)],
+        ["collect", str(sweep_dir), "--out", str(table.parent)],  # writes DIR/runs.csv
         ["fit-hparams", str(table), "--method", "fit_hparams", "--json", str(laws)],
     ):
         p = subprocess.run([sys.executable, "-m", "analysis", *cmd], capture_output=True, text=True)
