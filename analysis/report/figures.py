@@ -195,6 +195,7 @@ def isoflop_curves(done: pd.DataFrame, fit: Any, k_flops: float, a2: dict | None
     minima, and where the fitted law and each `published` law put the compute-optimal N."""
     fig = Figure(figsize=(7.4, 5))
     ax = fig.subplots()
+    optima: dict[str, list] = {}
     for p in isoflop_profiles(done, fit, k_flops, a2, published):
         col, g = p["color"], p["runs"]
         ax.scatter(
@@ -221,9 +222,11 @@ def isoflop_curves(done: pd.DataFrame, fit: Any, k_flops: float, a2: dict | None
                 [m["N"]], [m["loss"]], xerr=xerr, fmt="*", ms=13, color=col, mec="k", capsize=3, zorder=4
             )
         for o in p["optima"]:
-            marker = OPTIMUM_MARKERS.get(o["key"], ("s", "square"))[0]
-            face = "none" if o["key"] == "fit" else col
-            ax.plot([o["N"]], [o["loss"]], marker, ms=8, mfc=face, mec="k", mew=0.8, zorder=5)
+            optima.setdefault(o["key"], []).append((o["N"], o["loss"], "none" if o["key"] == "fit" else col))
+    for key, pts in optima.items():  # one collection per law: far fewer artists than one per point
+        N, loss, face = zip(*pts)
+        marker = OPTIMUM_MARKERS.get(key, ("s", "square"))[0]
+        ax.scatter(N, loss, s=64, marker=marker, facecolors=face, edgecolors="k", linewidths=0.8, zorder=5)
     ax.plot([], [], color="gray", lw=1.6, label="law profile (Approach 3)")
     ax.plot([], [], color="gray", lw=1, ls="--", label="parabola in log N (Approach 2)")
     ax.plot([], [], "*", color="gray", mec="k", ms=11, ls="none", label="Approach 2 minimum (95% CI)")

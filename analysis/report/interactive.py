@@ -448,12 +448,11 @@ def holdout(part: pd.DataFrame, pred_part: np.ndarray, hold: dict, held: pd.Data
     (with their 90% prediction intervals); `held` names the held-out runs."""
     pts = hold["points"]
     names = []
-    for p in pts:  # the held-out runs by their N and C
-        m = held[
-            np.isclose(held[N_COL], p["N"], rtol=1e-9)
-            & np.isclose(held[C_COL], p.get("C", np.nan), rtol=1e-6)
-        ]
+    flop = []
+    for p in pts:  # the held-out runs by their N and D
+        m = held[np.isclose(held[N_COL], p["N"], rtol=1e-9) & np.isclose(held[D_COL], p["D"], rtol=1e-9)]
         names.append(str(m["run"].iloc[0]) if len(m) and "run" in m.columns else f"N={count(p['N'])}")
+        flop.append(p["C"] if "C" in p else (m[C_COL].iloc[0] if len(m) else np.nan))
     act = np.array([p["actual"] for p in pts])
     pr = np.array([p["predicted"] for p in pts])
     lo = np.array([(p.get("interval") or [np.nan, np.nan])[0] for p in pts], dtype=float)
@@ -463,13 +462,13 @@ def holdout(part: pd.DataFrame, pred_part: np.ndarray, hold: dict, held: pd.Data
             n,
             count(p["N"]),
             count(p["D"]),
-            flops(p.get("C")),
+            flops(c),
             f"{p['actual']:.4f}",
             f"{p['predicted']:.4f}",
             f"{100 * p['rel_error']:+.2f}%",
             "–" if not np.isfinite(a) else f"[{a:.4f}, {b:.4f}]",
         ]
-        for n, p, a, b in zip(names, pts, lo, hi)
+        for n, p, c, a, b in zip(names, pts, flop, lo, hi)
     ]
     act_f = part[LOSS_COL].to_numpy(float)
     low = float(min(act_f.min(), act.min(), np.nanmin(pred_part), pr.min())) * 0.98

@@ -39,12 +39,14 @@ FIGURE_CAPTIONS = {
         "(adds run scatter and extrapolation drift, see docs/analysis.md)."
     ),
     "isoflop": (
-        "IsoFLOP profiles: loss against model size at each budget, the law's profile (solid), "
-        "the parabola in log N (dashed) and Approach 2's minimum with its CI."
+        "IsoFLOP profiles: loss against model size at each budget, the law's profile (solid), the parabola "
+        "in log N (dashed), Approach 2's minimum with its CI (star), and where this fit (open circle) and "
+        "the published laws (Hoffmann et al. 2022, Besiroglu et al. 2024, Kaplan et al. 2020) put the "
+        "compute-optimal N at each budget, placed on this fit's profile."
     ),
     "allocation": (
-        "N_opt(C) and D_opt(C) from Approach 2 (per-budget minima, power law) "
-        "and Approach 3 (law fit, 95% CI band)."
+        "N_opt(C) and D_opt(C) from Approach 2 (per-budget minima, power law), Approach 3 (law fit, 95% "
+        "CI band) and the published laws (constants and citations under the allocation table)."
     ),
     "residuals": "Relative residuals of the law fit on every completed run.",
     "holdout": "Held-out check: the law fitted on the smaller budgets predicts the largest budget's runs.",
@@ -68,7 +70,10 @@ FIGURE_CAPTIONS = {
         "Loss penalty of a mistuned hyperparameter: relative loss increase at k times the rung "
         "optimum (from each rung's quadratic), median over rungs, shaded: their range."
     ),
-    "throughput": "Training throughput and MFU of every run.",
+    "throughput": (
+        "Training throughput and MFU of every run; MFU in the planner's convention (PaLM's 6N + 12·L·H·Q·T "
+        "FLOPs per token, as `python -m analysis plan` reports it)."
+    ),
 }
 
 
@@ -193,11 +198,16 @@ def _tpp(v: Any) -> str:
 
 def _loss_and_interval(loss: float, iv: Sequence[float] | None) -> tuple[str, str]:
     """(loss, "[lo, hi]") in the fewest significant digits (3 to 5) that tell the three apart."""
-    for digits in (3, 4, 5):
-        cells = [format(float(v), f".{digits}g") for v in (loss, *(iv or ()))]
+    for digits in (3, 4, 5):  # "#": trailing zeros kept (26.0, not 26)
+        cells = [format(float(v), f"#.{digits}g").rstrip(".") for v in (loss, *(iv or ()))]
         if len(set(cells)) == len(cells):
             break
     return cells[0], (f"[{cells[1]}, {cells[2]}]" if iv else "")
+
+
+def _pct(x: float) -> str:
+    """A percentage in 3 significant digits, 0.01% at least ("within 0.01%", not an exact fit's 1e-14%)."""
+    return f"{max(x, 0.01):.3g}%"
 
 
 def coverage_words(h: dict) -> str:
@@ -219,7 +229,7 @@ def holdout_words(h: dict | None) -> str:
     if not h:
         return "no held-out check (it needs three or more compute budgets)"
     budget, err = _sci(h["held_out_budget"]), 100 * h["mean_rel_error"]
-    text = f"held-out budget ({budget} FLOPs) predicted within {err:.3g}%"
+    text = f"held-out budget ({budget} FLOPs) predicted within {_pct(err)}"
     return text + (f", {coverage_words(h)}" if h.get("n_intervals") else "")
 
 
@@ -827,7 +837,10 @@ def details_markdown(rep: dict) -> list[str]:
         reasons = ", ".join(
             dict.fromkeys(s.get("reason", "").split(" (")[0] for s in rep.get("skipped_shapes", []))
         )
-        L += [f"## {DETAILS}{len(sk)} shapes the sweep skipped ({md_escape(reasons)})", ""]
+        L += [
+            f"## {DETAILS}{len(sk)} shape{'s' * (len(sk) != 1)} the sweep skipped ({md_escape(reasons)})",
+            "",
+        ]
         L += md_table(["shape", "budget C", "N", "steps", "reason"], sk)
     notes = rep.get("notes", [])
     if any(short_note(n) != n for n in notes):
@@ -913,7 +926,7 @@ table{border-collapse:collapse;font-size:13px;max-width:100%}
 table.summary{table-layout:fixed;width:100%}table.summary td,table.summary th{overflow-wrap:anywhere}
 table.summary th:first-child{width:28%}table.summary tr.sec th{background:#eef2f7;text-align:left}
 td,th{border:1px solid #ccc;padding:3px 7px;text-align:right}td:first-child,th:first-child{text-align:left}
-td:last-child{text-align:left}
+td:last-child,th:last-child{text-align:left}
 .warn{background:#fff4e0;border-left:4px solid #e69500;padding:.4em .8em;margin:.3em 0}
 details{margin:.8em 0}summary{cursor:pointer;font-weight:600;font-size:1.05em}
 figure{margin:1.2em 0}figcaption{font-style:italic;color:#555}img{max-width:100%}
