@@ -41,6 +41,25 @@ it has one) with its program's flags and efficiency profile (sharding/costmodel/
 columns plus measured_step_time_s or measured_tokens_per_s) or a trainer sweep, says how many
 rows it was refitted on, and widens the MFU / days intervals by the leave-one-out error over
 those rows (wider with fewer rows); then plans with it.
+
+Cost, energy, carbon (analysis/planning/costs.py): every candidate carries device_hours, days,
+energy_mwh, tco2eq and cost_usd, each with its 90% `<key>_interval`, and its `assumptions`
+(goodput, watts, pue, grid_intensity, price_per_hour, unit, sources): the cost model's time over a
+goodput (conf/plan_costs.yaml), the hardware file's power and price, a PUE and the grid intensity
+of --region (conf/regions.yaml) or --grid-intensity; --goodput, --pue, --watts, --price override.
+
+A fixed model: `--params N --tokens D` plans that model (shapes rounded to real ones) instead of a
+budget. Hardware shopping: `--hardware a100-80gb,h100,tpu-v5p` plans the same model or budget on
+each type (JSON `by_hardware: [{hardware, best}]`) and `--objective time|cost|energy|carbon` picks
+the one with the fewest days, dollars, MWh or t CO2e among those within --max-days and --max-cost
+(analysis/planning/choice.py); a mixed cluster is NAME:COUNT,NAME:COUNT (with counts).
+
+Sized for inference (analysis/planning/inference.py, Sardana et al. 2024): `--inference-tokens T`
+picks N and D that reach the target loss (--target-loss, else the Chinchilla-optimal loss at
+--budget, else the loss of --params/--tokens) with the least training + inference compute (2N
+FLOPs per token, plus attention over --inference-context tokens), or cost with --objective cost;
+JSON `inference` {N, D, train_flops, inference_flops, total_flops, saving, chinchilla}. Without
+--hardware it is the law's answer alone; with it, that model is planned like --params/--tokens.
 """
 
 from __future__ import annotations
@@ -59,12 +78,18 @@ from analysis.commands._flags import (
 )
 from analysis.commands._options import CommandOptions
 from analysis.commands._plan_modes import (
+    add_cost_arguments,
+    add_inference_arguments,
     add_moe_arguments,
+    cost_options,
     emit_plans,
+    hardware_names,
     moe_law_of,
     plan_kwargs,
     plan_payload,
+    run_choice,
     run_data_limit,
+    run_inference,
     run_mixed,
     run_moe,
 )
@@ -85,29 +110,38 @@ examples:
   scalelab plan --budget 1e22 --law fit.json --hardware h100 --gpus 256 --max-days 30
   scalelab plan --budget 1e21 --hardware h100 --gpus 64 --emit overrides  # the trainer's command
   scalelab plan --budget 1e22 --unique-tokens 2e11                     # a fixed corpus
-docs/plan.md: the search, the recipe (--hparams), MoE, frameworks, calibration, the JSON."""
+  scalelab plan --params 3e9 --tokens 1e12 --hardware a100-80gb,h100,tpu-v5p --gpus 256 \\
+      --objective cost --region us                                     # hardware shopping
+  scalelab plan --budget 1e22 --inference-tokens 1e13                  # sized for inference
+docs/plan.md: the search, recipe, MoE, frameworks, costs, inference, the JSON."""
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "plan",
-        help="scaling law + cost model -> model size, tokens, layout",
+        help="scaling law + cost model -> model size, tokens, layout, cost",
+        usage="%(prog)s [--budget C | --params N --tokens D] [--hardware HW[,HW...] --gpus N] [options]",
         description=__doc__.splitlines()[0],
         epilog=EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_budget_argument(p, "to plan for (one plan each)")
     p.add_argument(
+        "--params", type=positive_float, metavar="N", help="a fixed model: N parameters (with --tokens)"
+    )
+    p.add_argument("--tokens", type=positive_float, metavar="D", help="a fixed model: D training tokens")
+    p.add_argument(
         "--law",
         type=_plan_law,
         metavar="NAME|FIT.json",
-        help="the law: a fit's JSON, or chinchilla (default: Hoffmann et al. 2022's constants)",
+        help="a fit's JSON, or chinchilla (the default)",
     )
     p.add_argument(
         "--hardware",
-        help="catalogue name (h100, a100-80gb, ...) or YAML; a mixed cluster: NAME:COUNT,NAME:COUNT",
+        metavar="HW",
+        help="h100, a100-80gb.. or YAML; a,b: compare; a:N,b:M: mix",
     )
-    p.add_argument("--gpus", type=positive_int, help="number of devices (one device type)")
+    p.add_argument("--gpus", type=positive_int, metavar="N", help="number of devices (one device type)")
     p.add_argument("--max-days", type=positive_float, metavar="DAYS", help="wall-clock limit in days")
     p.add_argument("--gpu-hours", type=positive_float, metavar="H", help="device-hour limit")
     p.add_argument("--seq-len", type=positive_int, default=2048, metavar="T", help="sequence length (2048)")
@@ -117,30 +151,23 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         type=positive_int,
         default=None,
         metavar="B",
-        help=f"tokens per optimizer step (default {DEFAULT_BATCH_TOKENS // 2**20}M or the --hparams law's)",
+        help=f"tokens per step (default {DEFAULT_BATCH_TOKENS // 2**20}M or the --hparams law's)",
     )
     p.add_argument(
-        "--hparams",
-        type=pathlib.Path,
-        metavar="HP.json",
-        help="`fit-hparams --json` laws: the run's learning rate and batch, 90%% intervals",
+        "--hparams", type=pathlib.Path, metavar="HP.json", help="`fit-hparams --json` laws: lr, batch"
     )
-    add_unique_tokens_argument(p, "the run (without --hardware: only its data-limited allocation)")
+    add_unique_tokens_argument(p, "the run")
     p.add_argument("--top", type=positive_int, default=8, metavar="K", help="candidates to list (8)")
     add_json_argument(p, "the plan")
     p.add_argument("--markdown", type=pathlib.Path, metavar="PATH", help="write the plan as Markdown")
     add_costmodel_arguments(p)
+    p.add_argument("--offload", action="store_true", help="also try ZeRO-Offload (optimizer on the host)")
     p.add_argument(
-        "--offload",
-        action="store_true",
-        help="also consider ZeRO-Offload layouts (optimizer state on the host)",
+        "--emit", choices=("overrides",), help="print the trainer's command line of the best layout"
     )
+    add_cost_arguments(p)
+    add_inference_arguments(p)
     add_moe_arguments(p)
-    p.add_argument(
-        "--emit",
-        choices=("overrides",),
-        help="overrides: print the trainer's command line of the best runnable layout",
-    )
     p.set_defaults(func=run)
 
 
@@ -169,6 +196,25 @@ class PlanOptions(CommandOptions):
     experts: tuple[int, ...] = DEFAULT_EXPERTS
     top_k: int = 2
     capacity_factor: float = 1.25
+    params: float | None = None  # a fixed model: N parameters
+    tokens: float | None = None  # ... trained on D tokens
+    objective: str = "time"  # what picks the hardware: time | cost | energy | carbon
+    max_cost: float | None = None  # USD
+    goodput: float | None = None
+    pue: float | None = None
+    watts: str | None = None  # W, or NAME=W,...
+    price: str | None = None  # USD per device-hour, or NAME=USD,...
+    region: str | None = None
+    grid_intensity: float | None = None  # kg CO2e per kWh
+    inference_tokens: float | None = None
+    inference_context: float = 0.0
+    inference_mfu: float | None = None
+    target_loss: float | None = None
+
+    @property
+    def sizing(self) -> bool:
+        """Whether the model is sized for a target loss (and inference) rather than planned as asked."""
+        return self.inference_tokens is not None or self.target_loss is not None
 
     @property
     def batch_or_default(self) -> int:
@@ -178,16 +224,23 @@ class PlanOptions(CommandOptions):
 def run(args: argparse.Namespace) -> int:
     # a bad --framework is a LayoutError: one line, exit 2
     opts = PlanOptions.from_args(args, framework=parse_framework(args.framework, "--framework"))
+    costs = cost_options(opts)  # a bad --region / --price / --watts: one line before any planning
+    if (opts.params is None) != (opts.tokens is None):
+        raise AnalysisError("a fixed model needs both --params N and --tokens D")
+    if opts.params is not None and opts.budget:
+        raise AnalysisError("give --budget FLOPS or a fixed model (--params N --tokens D), not both")
     moe_law = moe_law_of(opts)
     law_is_moe = moe_law is not None and opts.moe_law is None  # --law holds the MoE law
     dense = opts.law is not None and not law_is_moe
     law = ScalingLaw.from_json(opts.law) if dense else ScalingLaw.chinchilla_2022()
     data_law = _data_law(opts, law)
     if opts.hardware is None:
+        if opts.sizing:
+            return run_inference(opts, law)
         if data_law is None:
             raise AnalysisError(
                 "--hardware is required (e.g. --hardware h100-sxm --gpus 64), unless the plan is only "
-                "--budget C with --unique-tokens U"
+                "--budget C with --unique-tokens U, or --inference-tokens T"
             )
         return run_data_limit(opts, data_law)
     eff = load_efficiency(opts.efficiency) if opts.efficiency is not None else None
@@ -207,14 +260,20 @@ def run(args: argparse.Namespace) -> int:
         if eff is None:
             eff = load_efficiency(None)
         return run_mixed(opts, law, eff)
+    names = hardware_names(opts.hardware)
     hparams = load_hparam_set(opts.hparams) if opts.hparams is not None else None
     if opts.gpus is None:
         raise AnalysisError(
             "--gpus is required: the number of devices (or give a mixed cluster as "
             "--hardware NAME:COUNT,NAME:COUNT)"
         )
-    if opts.moe:
-        return run_moe(opts, law, moe_law, eff, hparams, calibration)
+    if opts.moe and opts.params is None and not opts.sizing:
+        if len(names) > 1:
+            raise AnalysisError("--moe plans one hardware type: give one --hardware")
+        return run_moe(opts, law, moe_law, eff, hparams, calibration, costs)
+    shopping = len(names) > 1 or opts.max_cost is not None or opts.objective != "time"
+    if shopping or opts.params is not None or opts.sizing:
+        return run_choice(opts, law, names, eff, hparams, calibration, costs, data_law)
     results = [
         plan(
             budget,
@@ -225,7 +284,7 @@ def run(args: argparse.Namespace) -> int:
             max_gpu_hours=opts.gpu_hours,
             unique_tokens=opts.unique_tokens,
             data_law=data_law,
-            **plan_kwargs(opts, eff, hparams, calibration),
+            **plan_kwargs(opts, eff, hparams, calibration, costs),
         )
         for budget in (opts.budget or [None])
     ]

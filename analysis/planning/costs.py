@@ -315,7 +315,7 @@ class Costs:
         iv = self.device_hours_interval
         ci = self.cost_usd_interval
         cost = (
-            f"${_money(self.cost_usd)} [{_money(ci[0])}, {_money(ci[1])}]"
+            f"${money(self.cost_usd)} [{money(ci[0])}, {money(ci[1])}]"
             if self.cost_usd is not None
             else f"$ unknown (no price for {a.hardware}: --price {a.hardware}=USD)"
         )
@@ -329,7 +329,7 @@ class Costs:
         )
 
 
-def _money(v: float) -> str:
+def money(v: float) -> str:
     for scale, suffix in ((1e9, "B"), (1e6, "M"), (1e3, "k")):
         if abs(v) >= scale:
             return f"{v / scale:.3g}{suffix}"
