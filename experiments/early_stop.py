@@ -1,5 +1,5 @@
 """`sweep.early_stop`: a run of a sweep stops itself when its forecast says it will not end best in
-its rung (docs/sweeps.md, "Stopping the losers early").
+its rung (docs/sweep.md, "Stopping the losers early").
 
     sweep.early_stop: {at: [0.25, 0.5], p: 0.05}     # off (null) by default
     # optional: key (the swept setting that makes a rung, default optim.lr), method (forecast

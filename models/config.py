@@ -68,7 +68,7 @@ def default_d_ff(d_model: int) -> int:
 @dataclasses.dataclass(frozen=True)
 class MoEConfig:
     """`model.moe`: the routed (mixture-of-experts) MLP of every `every`-th layer
-    (models/transformer.py: `MoEMLP`; docs/training.md, "Mixture of experts").
+    (models/transformer.py: `MoEMLP`; docs/train.md, "Mixture of experts").
 
     `experts` and `top_k` are counted at granularity 1, in experts of the dense MLP's width
     `model.d_ff`. Fine-grained experts (Krajewski et al. 2024, "Scaling laws for fine-grained

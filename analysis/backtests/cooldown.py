@@ -18,7 +18,7 @@ Methods (the registry's protocol `cooldown`), scored on loss_end:
 - `baseline_branch_ratio` (registered here): loss_at_branch x the fitted branches' median
   loss_end / loss_at_branch; 90% band: the central 90% of those ratios (`transfer.RatioFit`).
 - `mpl` (fit-curve's default, so the protocol's default row, though the baseline beats it on
-  Gemstones: docs/analysis.md, "Backtesting"): (1) per fitted shape, `fit_curve` on its hot curve
+  Gemstones: docs/backtest.md, "Backtesting"): (1) per fitted shape, `fit_curve` on its hot curve
   plus one two-point curve per branch; (2) for a new shape, B as a power law in N over the fitted
   shapes and C, beta, gamma their median; L0, A, alpha fitted on its hot prefix with those fixed
   (L-BFGS); the law predicts the branch's end. 90% interval: the central 90% of the log errors of

@@ -3,7 +3,7 @@ every registered method of the protocol (`methods(Family.CURVE, "curve")`: fit-c
 the baseline) fitted on the rest, each scored on the held-out curves' points.
 
 What is held out (`split_curves`), in this order:
-- Luo et al.'s split, the one fit-curve's accuracy and coverage figures use (docs/analysis.md,
+- Luo et al.'s split, the one fit-curve's accuracy and coverage figures use (docs/fit.md,
   "Accuracy on the MPL protocol"): when the curves include
   cosine_24000, constant_24000 and wsdcon_9, those are fitted and every other curve is predicted;
 - else, with curves of different lengths, the longest ones (those ending within `LENGTH_RTOL` of

@@ -60,7 +60,7 @@ class MethodScore:
 
     method: str
     points: tuple[Point, ...]
-    baseline: bool = False  # the protocol's simple method (docs/analysis.md, "Backtesting")
+    baseline: bool = False  # the protocol's simple method (docs/backtest.md, "Backtesting")
     default: bool = False  # what the fitting command uses on this data without flags
     note: str = ""  # why it made no prediction, or what it chose
 

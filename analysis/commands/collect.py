@@ -40,7 +40,7 @@ examples:
   scalelab collect --from tensorboard outputs/ --out tables    # the trainer's tracker=tensorboard runs
   scalelab collect --from mlflow http://127.0.0.1:5000 --experiment isoflop --out tables --curves c.csv
   scalelab collect --from wandb runs_export.csv --history history.csv --out tables
-docs/analysis.md: the columns, each source's formats, the status rules."""
+docs/fit.md: the columns, each source's formats, the status rules."""
 
 
 def register(sub: argparse._SubParsersAction) -> None:

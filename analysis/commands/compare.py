@@ -9,7 +9,7 @@ its 90% interval, P(OTHER better), the winner (named only where the interval exc
 verdict; then the trend d log m / d log C and the crossover (where the winner changes, up to 100x
 the top budget). Without --method, the ladders' own backtest picks the method first: "no
 difference" (m = 1) unless `auto_shrunk` beats it on every fold. --json, --markdown and --figure
-write the same; docs/analysis.md, "Comparing recipes".
+write the same; docs/compare.md, "Comparing recipes".
 """
 
 from __future__ import annotations
@@ -74,7 +74,7 @@ def register(subparsers) -> None:
         choices=METHODS,
         default=None,
         help="how the multiplier is predicted (default auto: no_difference unless auto_shrunk beats it "
-        "on the ladders' own backtest folds; docs/analysis.md, 'Comparing recipes')",
+        "on the ladders' own backtest folds; docs/compare.md, 'Comparing recipes')",
     )
     add_bootstrap_argument(p, "per ladder (the joint bootstrap behind the intervals)")
     add_seed_argument(p)

@@ -8,7 +8,7 @@ parameter's method is chosen on the table's own forward-chaining folds (the `lr`
 backtest protocol): the baseline `baseline_log_linear` unless the law beats it by the parsimony
 margin on every fold (JSON `method_choice`). `--predict TARGETS.csv` (N, D[, C]) adds
 `predictions`. The JSON (params, ci, law_form, laws, rungs, holdout, penalty, predictions) is what
-`sweep.hparams` and `plan --hparams` read. See docs/analysis.md, "Hyperparameter laws".
+`sweep.hparams` and `plan --hparams` read. See docs/fit.md, "Hyperparameter laws".
 """
 
 from __future__ import annotations
@@ -93,7 +93,7 @@ def register(subparsers) -> None:
         choices=("profile",),
         default=None,
         help="a rung sweeping both optim.lr and train.batch_size: each optimum on its profile (the "
-        "best over the other; the only method since the 2-D quadratic was dropped, docs/analysis.md)",
+        "best over the other; the only method since the 2-D quadratic was dropped, docs/fit.md)",
     )
     add_seed_argument(p)
     add_column_arguments(p)

@@ -9,5 +9,5 @@ recipe over another, from their two scaling ladders (`python -m analysis compare
   (`compare_recipes` is the entry point); `result`, `render`, `section`: the typed result, the
   text, Markdown and figure, and the report's "Recipes" section.
 
-docs/analysis.md, "Comparing recipes".
+docs/compare.md, "Comparing recipes".
 """

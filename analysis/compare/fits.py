@@ -65,7 +65,7 @@ DOCS = {
     "multipliers above every fold's cut better by the parsimony margin (choice.py)",
 }
 # What `python -m analysis compare` uses without --method: the ladders' own backtest (choice.py),
-# which keeps the baseline unless auto_shrunk beats it on every fold (docs/backtests.md, compare)
+# which keeps the baseline unless auto_shrunk beats it on every fold (docs/zoo.md, compare)
 DEFAULT = CompareMethod.AUTO
 BASELINE = CompareMethod.NO_DIFFERENCE
 # auto_shrunk's candidates, in its order of preference; the first is kept unless another beats it
@@ -73,7 +73,7 @@ BASELINE = CompareMethod.NO_DIFFERENCE
 # the drift terms of the other two (dE; dalpha, dbeta) are not identified by small budgets, yet they
 # decide the multiplier 5-50x beyond them (a Kaplan-form pair with a constant m = 1.3, fitted <= 5e17:
 # the shared exponents' dE absorbs the form's misfit and predicts m = 2.8 -> 100 up to 2.6e19, which
-# the shrinkage cannot undo, as a larger |log m| is shrunk less; docs/backtests.md). The joint fits
+# the shrinkage cannot undo, as a larger |log m| is shrunk less; docs/zoo.md). The joint fits
 # only: with two or three folds a per-recipe fit's fold scores are noise (on the zoo's Gadre
 # RedPajama vs C4 / c4_val, choosing among every method picked free_per_recipe on its folds and
 # missed by 1.07 log2, where the joint fit missed by 0.67)

@@ -24,7 +24,7 @@ A prediction at `decades` beyond the fitted data (0 inside it) then has the pred
 distribution  log y = log f(x) + u_b + z,  z ~ Normal(0, noise^2 + budget^2 + (drift * decades)^2),
 sampled with a fixed seed; the interval is its central percentile range. Forward-chaining is
 the held-out protocol in miniature, so the drift term is what the law actually did on this
-data when asked to extrapolate, not an assumption; see docs/analysis.md for the calibration
+data when asked to extrapolate, not an assumption; see docs/fit.md for the calibration
 measured on the shared data.
 """
 

@@ -11,7 +11,7 @@ function-and-gradient evaluation per start; whether that evaluation is a line-se
 accepted step is per-start state. On top of that, `minimize_batch` runs the loop in rounds and
 drops finished starts between rounds (compaction), so the batch pays for the evaluations each
 start needs rather than for those of the slowest start. Measured (benchmarks/fit_speed.py,
-docs/analysis.md "The fitting engine"): vmapped `optax.lbfgs` with the same objective and tests
+docs/fit.md "The fitting engine"): vmapped `optax.lbfgs` with the same objective and tests
 is 56-86x slower on Epoch's grid and bootstrap and needs twice the evaluations.
 
 The command line pays for tracing: `minimize_batch` starts need no program of their own

@@ -4,7 +4,7 @@ the results every method returns.
 A method is a name in a family (point laws, loss curves, forecasts, hyperparameter laws,
 downstream, RL, recipe comparison) with the backtest protocols that score it and its role there:
 the protocol's `default` (what the commands use without flags), its `baseline` (the simple method
-every default must beat, docs/backtests.md) or a `candidate` (kept because the backtest zoo shows
+every default must beat, docs/zoo.md) or a `candidate` (kept because the backtest zoo shows
 it best on at least one dataset). `register` adds one; `methods()` lists them (what
 `analysis.methods()`, the commands' `--law` choices and the zoo read); `get` finds one.
 

@@ -1,5 +1,5 @@
 """Loss curves: loading one run's logged curve (`load_curve`; several: `load_curves`) and rebuilding
-its per-step learning-rate schedule from the rates logged at its steps (docs/analysis.md, "Loss
+its per-step learning-rate schedule from the rates logged at its steps (docs/fit.md, "Loss
 curves"): the rate logged at step s drives the updates after s and is interpolated linearly between
 logged steps; a change between two flat stretches is a step change; before the first logged step a
 linear warm-up from 0 (ending at `warmup_steps` when given) or, with `warmup="constant"`, the first

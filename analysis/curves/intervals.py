@@ -1,4 +1,4 @@
-"""Calibrated 90% forecast intervals of loss-curve predictions (docs/analysis.md, "Forecast
+"""Calibrated 90% forecast intervals of loss-curve predictions (docs/fit.md, "Forecast
 intervals"): the law is misspecified at the 0.1-1% level, more than its parameter noise, so the
 error is measured on forecasts the law makes from part of the fitted data, of the two kinds users
 ask for: leave-one-curve-out refits forecast the left-out curve (a new schedule), early-part refits

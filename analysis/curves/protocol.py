@@ -1,6 +1,6 @@
 """The multistart protocol (`fit-curve`'s fit): Luo et al.'s own fit of the multi-power law, read
 (not copied) in their public code (github.com/thu-yao-01-luo/MultiPowerLaw, through the fork
-Morphorxz/dlt25-final, commit 4d20cd9; docs/analysis.md, "Accuracy on the MPL protocol"), run from
+Morphorxz/dlt25-final, commit 4d20cd9; docs/fit.md, "Accuracy on the MPL protocol"), run from
 27 annealing starts with the lowest objective kept:
 
 - law: the drop sum from step 1, warm-up rises included (`features(warmup_rises=True)`);

@@ -16,7 +16,7 @@ error 5.0 -> 4.4 points, ceiling 1; 4.3 -> 3.9 fitted; docs/downstream.md).
 
 `CANDIDATES` is the tie-break order of the held-out choice (`auto`): the average first, then the
 single ones simplest first. The single candidates are not registered or scored on their own (never
-best in the zoo, docs/backtests.md) but stay: the average is their mean, and `auto` picks single
+best in the zoo, docs/zoo.md) but stay: the average is their mean, and `auto` picks single
 ones for some tasks on each of the zoo's Gadre ladders (its errors differ from the average's on all three).
 """
 

@@ -47,7 +47,7 @@ from analysis.downstream.taskloss import TASK_LOSS_LAW, TaskLossFit, fit_task_lo
 from models.base.errors import AnalysisError
 
 METHODS = ("auto", AVERAGE, CHAIN, DIRECT)
-# The held-out choice, an exception to docs/backtests.md's rule (which picks the average on the zoo's
+# The held-out choice, an exception to docs/zoo.md's rule (which picks the average on the zoo's
 # three 5-task Gadre ladders: 2.03 points against 2.92): over the paper's 13 tasks above chance the
 # average misses by 4.01 points (auto 3.52) with over-wide intervals (95.7% coverage, 20.1 points;
 # auto 88.0%, 16.9); docs/downstream.md, "Which method"

@@ -11,7 +11,7 @@ in the record's `tasks` (ladder order; the backtest's points carry it so).
 - `baseline_linear_log_c` (baseline): per task, accuracy = a + b ln C (C = 6ND) by ordinary least
   squares on the finished runs, +- Z90 x the scatter of its residuals, clipped to [0, 1].
 
-`auto` stays the default against docs/backtests.md's rule, which picks `average` on the zoo's three
+`auto` stays the default against docs/zoo.md's rule, which picks `average` on the zoo's three
 5-task Gadre et al. ladders (mean 2.03 points against auto's 2.92): over the paper's 13 tasks above
 chance the average misses by 4.01 points against auto's 3.52, with over-wide intervals (95.7%
 coverage, 20.1 points wide; auto 88.0%, 16.9), and on a synthetic ladder a band half as wide as

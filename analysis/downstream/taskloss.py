@@ -3,11 +3,11 @@
 The fit is `analysis.laws.fitting.fit_law` on each run's last row (default law
 `chinchilla_tied`, L = E + A/N^alpha + B/D^alpha: one parameter fewer than Chinchilla, and the
 form Gadre et al. 2024 fitted; on their C4 validation loss it predicts the 1.4B/6.9B runs to
-0.95% against 2.47% for the free form, docs/analysis.md). `law="auto"` lets
+0.95% against 2.47% for the free form, docs/fit.md). `law="auto"` lets
 `analysis.laws.selection.fit_auto` choose between the two forms by forward-chaining error.
 
 `TaskLossFit.interval` is the law's own 90% prediction interval of the task loss (the project's
-measured error model, docs/analysis.md); the accuracy interval propagates step 1 separately.
+measured error model, docs/fit.md); the accuracy interval propagates step 1 separately.
 
 Its bootstrap resamples runs: the rows are passed in run order, so resample b's count of run i
 is `analysis.core.validation.bootstrap_counts(n_runs, B, seed)[b, i]`, the same counts the caller

@@ -1,5 +1,5 @@
 """Early forecasts of a run's final loss from the first part of its curve (`python -m analysis
-forecast`; docs/analysis.md, "Forecasts from the first part of a run"): `inputs.py` reads curves,
+forecast`; docs/fit.md, "Forecasts from the first part of a run"): `inputs.py` reads curves,
 `engine.py` forecasts, `methods.py` registers the methods."""
 
 from analysis.forecast.engine import ForecastResult, forecast_runs

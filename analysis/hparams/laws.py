@@ -7,7 +7,7 @@ when one N was swept), predicts its rungs, and the lowest mean |log10 error| win
 are `fit_hparams`' internal candidates; the registered methods are the choice (`fit_hparams`) and
 N_D alone (`form_N_D`, analysis/hparams/methods.py).
 
-A prediction's 90% interval is that of ln h = x.beta_b + s t_b + e_b (docs/analysis.md,
+A prediction's 90% interval is that of ln h = x.beta_b + s t_b + e_b (docs/fit.md,
 "Hyperparameter laws"; the error model is a `core.intervals.PredictionError`):
 
 1. beta_b: a bootstrap over rungs (>= MIN_BOOTSTRAP_RUNGS per coefficient), else refits to the law

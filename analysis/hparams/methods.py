@@ -7,7 +7,7 @@ law's 90% interval:
 - `fit_hparams` (default of the `lr` and `batch` protocols): what `fit-hparams` fits without
   flags, the power-law form chosen by leave-largest-out among N_D, C, D and N (`laws.FORMS`);
 - `form_N_D`: the same with the N_D form only (Step Law's c N^p D^q): best on the zoo's batch
-  backtests (docs/backtests.md);
+  backtests (docs/zoo.md);
 - `baseline_log_linear` (baseline): ln h* = a + b ln N by ordinary least squares through each
   rung's best tried value (no vertex, no edge exclusion, no form choice), with the laws' interval
   (`fitting.HparamOptions(optimum=BEST_TRIED)`). `fit-hparams` keeps it unless a candidate beats it

@@ -28,7 +28,7 @@ from analysis.core.vertex import MIN_VALUES, quadratic, vertex, window_of
 DEFAULT_WINDOW = 1
 # The relative loss noise assumed when no rung has more points in its window than the quadratic
 # has coefficients (no residual to measure it from): 0.2% is the largest eval-loss difference
-# between seeds we would call noise on the CPU ladder's 256-sequence eval split (docs/analysis.md,
+# between seeds we would call noise on the CPU ladder's 256-sequence eval split (docs/fit.md,
 # "Hyperparameter laws"); the measured pooled residual replaces it whenever one exists.
 ASSUMED_LOSS_NOISE = 2e-3
 NOISE_DRAWS = 200  # Monte Carlo refits for a vertex's interval

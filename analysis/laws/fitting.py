@@ -6,7 +6,7 @@ optimisers stop early (the original Chinchilla fit did). The default delta is Ho
 (`DEFAULT_DELTA`), the published protocol, which reproduces Epoch's refit of Chinchilla: on the
 backtest zoo it has the lower mean error (2.51% vs 3.18% over 39 budget and size backtests) and on
 held-back repeated-data ladders least squares doubled the error; `--delta 1` is least squares
-(docs/analysis.md, "How fits work").
+(docs/fit.md, "How fits work").
 
 Search: L-BFGS from every point of the law's start grid, all starts vectorised
 (`analysis.core.lbfgs.minimize_batch`). For big searches (`precision="auto"`, e.g. the
@@ -63,7 +63,7 @@ from models.base import jsonio
 from models.base.errors import AnalysisError
 
 HUBER_DELTA = 1e-3  # Hoffmann et al. (2022)'s delta; loss curves (analysis.curves) keep it
-DEFAULT_DELTA = HUBER_DELTA  # the point laws' default too; 1 is least squares (docs/analysis.md)
+DEFAULT_DELTA = HUBER_DELTA  # the point laws' default too; 1 is least squares (docs/fit.md)
 OPTIMUM_RTOL = 1e-6  # a start "reached the optimum" when its objective is this close to the best
 _CFG32 = LBFGSConfig(ftol=1e-9, gtol=0.0, max_evals=1500)
 _CFG64 = LBFGSConfig(max_evals=2000)
@@ -73,7 +73,7 @@ MIXED_MIN_WORK = 200_000  # starts x points (`Problem.search_work`) above which 
 # agree on the optimum and they agree on its parameters to FIRST_PASS_SPREAD (internal units: logs
 # of amplitudes, exponents; 1e-4 on Epoch's table, 20-10,000 on a ridge of equal objective, where
 # which starts run decides the point). Checked on every backtest of the zoo
-# (docs/analysis.md, the first-pass paragraph).
+# (docs/fit.md, the first-pass paragraph).
 FIRST_PASS_MIN_STARTS, FIRST_PASS_SHARE, FIRST_PASS_AGREE, FIRST_PASS_SEED = 2000, 4, 16, 0
 FIRST_PASS_SPREAD = 1e-2
 MIN_POINTS, POINT_QUANTUM = 32, 16  # points are padded to a multiple of POINT_QUANTUM, at least MIN_POINTS

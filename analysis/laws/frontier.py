@@ -306,7 +306,7 @@ def _sse(x_BxKxG: np.ndarray, L: np.ndarray, m: np.ndarray) -> np.ndarray:
     return np.where(np.isfinite(sse), sse, np.inf)
 
 
-# The frontier method used whenever it can be fitted and scored. On the backtest zoo (docs/backtests.md,
+# The frontier method used whenever it can be fitted and scored. On the backtest zoo (docs/zoo.md,
 # 9 ladders) it is the one method never worse than the simple baseline by more than 10% (at most
 # 1.02x). Choosing on the ladder's own folds did worse: the first of power law, combined and law
 # minimum within 10% of the best lost to the baseline on 6 of 9 (mean 2.19% vs 1.58%), and keeping
@@ -370,7 +370,7 @@ def estimate(
         method = BASE_METHOD
         why = (
             "the direct frontier, the one method no worse than the simple baseline on every ladder of the "
-            "backtest zoo (docs/backtests.md); forward-chaining over budgets for comparison: "
+            "backtest zoo (docs/zoo.md); forward-chaining over budgets for comparison: "
             + ", ".join(f"{m} {100 * mae[str(m)]:.2f}%" for m in FrontierMethod)
             + f" ({len(scored)} folds)"
         )

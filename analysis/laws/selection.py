@@ -224,5 +224,5 @@ def default_law(df: pd.DataFrame, columns: Mapping[str, str] | None = None) -> s
     """The law `fit` fits without --law: `chinchilla` (`DEFAULT_LAW`), or, when the runs repeat
     their data (D > U), `auto`: the user's own epochs and size backtests decide whether a
     data-constrained form beats Chinchilla clearly enough to replace it (`fit_chosen`). A fixed
-    data-constrained default lost to plain Chinchilla on held-back ladders (docs/analysis.md)."""
+    data-constrained default lost to plain Chinchilla on held-back ladders (docs/fit.md)."""
     return AUTO if repeats(df, columns) else str(DEFAULT_LAW)

@@ -36,7 +36,7 @@ FIGURE_CAPTIONS = {
     "loss_vs_compute": (
         "Final eval loss of every run against compute, with the fitted compute-optimal frontier, "
         "its 95% bootstrap band (parameter noise) and the wider 90% prediction interval of a new run "
-        "(adds run scatter and extrapolation drift, see docs/analysis.md)."
+        "(adds run scatter and extrapolation drift, see docs/fit.md)."
     ),
     "isoflop": (
         "IsoFLOP profiles: loss against model size at each budget, the law's profile (solid), the parabola "

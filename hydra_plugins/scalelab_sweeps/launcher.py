@@ -76,7 +76,7 @@ class LocalParallelLauncher(Launcher):
         """CPU slots for a batch of `n_launch` jobs: `n_jobs` slots of `threads_per_job` CPUs, or,
         when the batch has fewer jobs than `n_jobs`, the CPUs shared out among them, so that no
         core idles while the batch runs: a lone pack of K runs gets every core for its member
-        threads (with one core per job it used one of two, docs/sweeps.md). The thread caps stay
+        threads (with one core per job it used one of two, docs/sweep.md). The thread caps stay
         `threads_per_job`'s (XLA's intra-op pool too): a pack's parallelism is its members."""
         conc = max(1, min(self.n_jobs, n_launch))
         return cpu_sets(conc, max(self.threads, len(available_cpus()) // conc))
