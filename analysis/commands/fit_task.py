@@ -24,12 +24,20 @@ from analysis.commands._flags import (
 from analysis.commands._options import ColumnOptions, emit_json
 from models.base.jaxcache import enable_compile_cache
 
+EXAMPLES = """\
+examples:
+  scalelab fit-task ladder.csv --predict targets.csv --json tasks.json
+  scalelab fit-task outputs/isoflop --predict targets.csv   # a sweep: its runs' task metrics
+docs/downstream.md: the two steps, the methods and their backtest."""
+
 
 def register(subparsers) -> None:
     p = subparsers.add_parser(
         "fit-task",
         help="predict downstream-task accuracy (compute -> task loss -> accuracy)",
         description=__doc__.splitlines()[0],
+        epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_runs_argument(p, "ladder", "a table: N, D, task, task_loss, accuracy [, run, chance, C]")
     p.add_argument(
