@@ -11,6 +11,9 @@ loss and its 90% prediction interval (`{N, D, U?, experts?, loss, interval: [lo,
 `--law moe` fits a mixture-of-experts law in N (active parameters), experts and, where the runs
 vary it, D, the form chosen by forward-chaining in N against the log-bilinear baseline
 (analysis/laws/moe.py); `law_selection` in the JSON says which and why.
+`--formula EXPR` fits a law you write (analysis/laws/formula.py, groups.py): `--input`, `--target`,
+`--param` bounds and starts, `--group`/`--shared` per-group parameters, several targets; `--formula
+search` searches a grammar of forms by the runs' own backtest (analysis/laws/formula_search.py).
 """
 
 from __future__ import annotations
@@ -44,7 +47,13 @@ examples:
   scalelab fit outputs/isoflop --budget 1e21,1e22       # a sweep directory; N*, D* at two budgets
   scalelab fit runs.csv --law auto --holdout-above 1e20 # fit below 1e20 FLOPs, predict above
   scalelab fit runs.csv --predict targets.csv           # the loss of planned runs, 90% intervals
-docs/fit.md: the laws, the default's choice on repeated data, the JSON schema."""
+  scalelab fit runs.csv --formula "E + A / N**a + B / V**b" --input N=params --input V=vocab
+  scalelab fit sft.csv --formula "A / (n**alpha + B) + C" --group model --shared alpha
+docs/fit.md: the laws, the default's choice on repeated data, the JSON schema, your own law."""
+USAGE = (
+    "%(prog)s RUNS [--law NAME|FIT.json] [options]\n"
+    "       %(prog)s RUNS --formula EXPR|@FILE|search [options]"
+)
 
 
 def register(subparsers) -> None:
@@ -52,6 +61,7 @@ def register(subparsers) -> None:
         "fit",
         help="fit a scaling law to runs (CSV, Parquet or a sweep directory)",
         description=__doc__.splitlines()[0],
+        usage=USAGE,
         epilog=EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -103,7 +113,20 @@ def register(subparsers) -> None:
         help="points to predict at (the law's inputs: N, D; U, experts where the law has them)",
     )
     add_json_argument(p, "the fit (schema in docs/fit.md)")
+    _add_formula_arguments(p)
     p.set_defaults(func=run)
+
+
+def _add_formula_arguments(p: argparse.ArgumentParser) -> None:
+    """Your own law (docs/fit.md "Your own law"): one argument group, terse help."""
+    g = p.add_argument_group("your own law (docs/fit.md)")
+    g.add_argument("--formula", action="append", metavar="EXPR", help="a law to fit; @FILE; search")
+    g.add_argument("--input", dest="inputs", action="append", metavar="NAME[=COL]", help="an input column")
+    g.add_argument("--target", action="append", metavar="COL", help="the column to fit (repeatable)")
+    g.add_argument("--param", dest="params", action="append", metavar="P=LO:HI|X", help="bounds or a start")
+    g.add_argument("--group", metavar="COL", help="one parameter set per value of COL")
+    g.add_argument("--shared", metavar="P,Q", help="parameters tied across groups")
+    g.add_argument("--scale", metavar="NAME", help="the input to extrapolate in (folds, intervals)")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -123,6 +146,13 @@ class FitCommandOptions(ColumnOptions):
     precision: Precision
     approach2: str | None
     predict: str | None  # TARGETS.csv
+    formula: list[str] | None = None  # --formula (repeatable); None: a registered law (--law)
+    inputs: list[str] | None = None
+    target: list[str] | None = None
+    params: list[str] | None = None
+    group: str | None = None
+    shared: str | None = None
+    scale: str | None = None
 
 
 def run(args: argparse.Namespace) -> int:
@@ -133,6 +163,10 @@ def run(args: argparse.Namespace) -> int:
         precision=Precision(args.precision),
         law=law_name(args.law),
     )
+    if opts.formula:
+        return _run_formula(opts)
+    if any(v for v in (opts.inputs, opts.target, opts.params, opts.group, opts.shared, opts.scale)):
+        raise AnalysisError("--input, --target, --param, --group, --shared and --scale go with --formula")
     # JAX and the fitting code load here, not at import, so `python -m analysis --help` stays fast.
     from analysis.core.table import FitNotice
     from analysis.laws.methods import fit_point, law_choices
@@ -262,3 +296,149 @@ def _read_targets(opts: FitCommandOptions, columns: dict[str, str]):
     laws = {AUTO: candidates(), MOE: FIXED_TOKEN_CANDIDATES}.get(opts.law, (opts.law or DEFAULT_LAW,))
     check_targets(targets, laws, columns, f"--predict {opts.predict}")
     return targets
+
+
+# ---- your own law: --formula ----------------------------------------------------------------------
+_NOT_WITH_FORMULA = {
+    "--law": "law",
+    "--approach2": "approach2",
+    "--budget": "budget",
+    "--at-optimum": "at_optimum",
+    "--n-params": "n_params",
+    "--n-col": "n_col",
+    "--d-col": "d_col",
+    "--c-col": "c_col",
+    "--u-col": "u_col",
+    "--x-col": "x_col",
+    "--experts-col": "experts_col",
+}
+
+
+def _formulas(opts: FitCommandOptions, targets: list[str]) -> list[str]:
+    """One formula per target: `--formula` repeated, or `@FILE` (a line per target), or one formula
+    for every target."""
+    import pathlib
+
+    texts: list[str] = []
+    for item in opts.formula or []:
+        if item.startswith("@"):
+            from analysis.laws.formula import split_formulas
+
+            path = pathlib.Path(item[1:])
+            try:
+                texts += split_formulas(path.read_text())
+            except OSError as e:
+                raise AnalysisError(f"--formula {item}: cannot read {path} ({e.strerror or e})") from None
+        else:
+            texts.append(item)
+    if not texts:
+        raise AnalysisError("--formula: no formula given (an @FILE has a formula per line)")
+    if len(texts) == 1:
+        return texts * len(targets)
+    if len(texts) != len(targets):
+        raise AnalysisError(
+            f"{len(texts)} formulas for {len(targets)} targets: give one formula per --target, in order"
+        )
+    return texts
+
+
+def _run_formula(opts: FitCommandOptions) -> int:
+    """`fit --formula`: fit (or search) a user's law for each --target; print, predict, write JSON."""
+    for flag, field in _NOT_WITH_FORMULA.items():
+        if getattr(opts, field):
+            raise AnalysisError(f"{flag} does not apply to --formula (name columns with --input NAME=COLUMN)")
+    from analysis.core.runs import read_runs
+    from analysis.core.table import FitNotice, read_table
+    from analysis.laws import formula as fm
+    from analysis.laws import formula_search, groups
+
+    enable_compile_cache()
+    targets = list(dict.fromkeys(opts.target or [opts.loss_col or _default_target(read_runs(opts.data))]))
+    texts = _formulas(opts, targets)
+    inputs = fm.parse_inputs(opts.inputs)
+    params = fm.parse_param_options(opts.params)
+    shared = [s.strip() for s in (opts.shared or "").split(",") if s.strip()]
+    targets_df = None
+    if opts.predict:
+        try:
+            targets_df = read_table(opts.predict)
+        except AnalysisError as e:
+            raise AnalysisError(f"--predict: {e}") from None
+    data = read_runs(opts.data)
+    fopts = groups.FormulaOptions(
+        bootstrap=opts.bootstrap,
+        seed=opts.seed,
+        fixed=opts.fix,
+        delta=opts.delta,
+        precision=opts.precision,
+    )
+    common = dict(
+        inputs=inputs,
+        params=params,
+        group=opts.group,
+        shared=shared,
+        scale=opts.scale,
+        weights=opts.weight_col,
+        options=fopts,
+        predict_df=targets_df,
+    )
+    fits, searches = {}, {}
+    for target, text in zip(targets, texts):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", FitNotice)
+            if text.strip().lower() == fm.SEARCH:
+                searches[target] = formula_search.search(data, target, **common)
+                for line in searches[target].lines():
+                    print(line)
+                text = searches[target].formula
+                common_fit = dict(
+                    common, options=dataclasses.replace(fopts, extra_starts=searches[target].starts)
+                )
+            else:
+                common_fit = common
+            fits[target] = groups.fit_formula(
+                data, text, target, holdout_above=opts.holdout_above, **common_fit
+            )
+        _reemit(caught, FitNotice)
+    result = _formula_result(fits, searches, targets_df, opts.predict)
+    emit_json(opts.json, result)
+    return 0
+
+
+def _default_target(df) -> str:
+    from analysis.core.table import ALIASES
+
+    for name in ALIASES["loss"]:
+        if name in df.columns:
+            return name
+    raise AnalysisError("--formula: name the column to fit with --target COLUMN (no loss column found)")
+
+
+def _formula_result(fits: dict, searches: dict, targets_df, predict_path: str | None) -> dict:
+    """Print each target's fit (and its predictions); the JSON: one fit's schema, or with several
+    targets `fits`, `formula` and `predictions_by_target` keyed by target."""
+    from analysis.laws import groups
+
+    out: dict = {}
+    for target, fit in fits.items():
+        print(fit.summary())
+        for line in fit.holdout_lines():
+            print(line)
+        d = fit.to_dict()
+        if target in searches:
+            d["search"] = searches[target].to_dict()
+        if targets_df is not None:
+            d["predictions"] = fit.prediction_rows(targets_df, f"--predict {predict_path}")
+            for line in groups.prediction_lines(d["predictions"], predict_path, target):
+                print(line)
+        out[target] = d
+    if len(out) == 1:
+        return next(iter(out.values()))
+    multi: dict = {
+        "targets": list(out),
+        "formula": {t: d["formula"] for t, d in out.items()},
+        "fits": out,
+    }
+    if targets_df is not None:
+        multi["predictions_by_target"] = {t: d["predictions"] for t, d in out.items()}
+    return multi
