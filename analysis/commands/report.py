@@ -75,6 +75,8 @@ def _run(args: argparse.Namespace) -> int:
 
     with progress.bar(total=None, desc="report", unit="s"):  # the fits' own bars stack below it
         rep = _build(opts, build_report)
+    if rep.get("verdict"):
+        print(rep["verdict"])  # the answer first, as on the report's first screen
     for line in [] if rep.get("rl_only") else headline(rep):
         print(line)
     for n in rep.get("notes", []):
