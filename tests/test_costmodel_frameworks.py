@@ -64,14 +64,14 @@ def test_framework_column_selects_profile_and_program(tmp_path):
 
 def test_plan_searches_the_stack_of_its_framework():
     """Chinchilla's budget on 1024 A100-80GB under each framework (measured: megatron dp256 tp2
-    pp2 interleaved ZeRO-1 MFU 0.501, 43.5 days; deepspeed ZeRO-3 dp512 tp2 mb8 full 0.523;
-    fsdp ZeRO-3 dp512 tp2 mb4 0.632; jax ZeRO-3 dp512 tp2 mb8 full 0.519)."""
+    pp2 interleaved (8 loops; the planner searches 2, 4, 8) ZeRO-1 MFU 0.527; deepspeed ZeRO-3
+    dp512 tp2 mb8 full 0.523; fsdp ZeRO-3 dp512 tp2 mb4 0.632; jax ZeRO-3 dp512 tp2 mb8 full 0.519)."""
     got = {fw: plan(5.76e23, 1024, "a100-80gb", framework=fw) for fw in FRAMEWORKS}
     for fw, p in got.items():
         assert p.framework == fw and p.as_dict()["framework"] == fw
     assert got["megatron"].best.layout.zero_stage == 1
     assert {got[fw].best.layout.zero_stage for fw in ("deepspeed", "fsdp", "jax")} == {3}
-    assert got["megatron"].best.mfu == pytest.approx(0.497, abs=0.02)
+    assert got["megatron"].best.mfu == pytest.approx(0.527, abs=0.02)
     assert got["fsdp"].best.mfu == pytest.approx(0.632, abs=0.02)
     assert got["deepspeed"].best.layout.pp == 1  # DeepSpeed's pipeline engine refuses ZeRO-3
 
@@ -165,14 +165,15 @@ def test_breadth_first_vs_interleaved_in_the_cost_model():
 def test_plan_chooses_breadth_first_where_it_wins_and_emits_it():
     p = plan(5.76e23, 4096, "a100-80gb", framework="fsdp")
     lo = p.best.layout
-    assert lo.pipeline_schedule == "breadth_first" and lo.pp > 1 and lo.interleave == 2
-    assert p.best.mfu == pytest.approx(0.401, abs=0.02)  # megatron's best there: interleaved, 0.339
+    assert lo.pipeline_schedule == "breadth_first" and lo.pp > 1 and lo.interleave >= 2
+    assert p.best.mfu == pytest.approx(0.456, abs=0.02)  # megatron's best there: interleaved, 0.377
     meg = plan(5.76e23, 4096, "a100-80gb", framework="megatron")
     assert meg.best.layout.pipeline_schedule != "breadth_first" and meg.best.mfu < p.best.mfu
     from analysis.planning.trainer import overrides
 
     ov = overrides(p.best.shape, lo.replace(zero_stage=3), p.best.tokens)
-    assert "sharding.pipeline_schedule=breadth_first" in ov and "sharding.virtual_stages=2" in ov
+    assert "sharding.pipeline_schedule=breadth_first" in ov
+    assert f"sharding.virtual_stages={lo.interleave}" in ov
 
 
 # ---- item 4: calibrate as a first step ----------------------------------------------------------------
