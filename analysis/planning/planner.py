@@ -97,20 +97,33 @@ def shape_for(
 
 
 def candidate_shapes(
-    n_target: float, seq_len: int, vocab: int, k: int = 4, moe: MoEConfig | None = None
+    n_target: float,
+    seq_len: int,
+    vocab: int,
+    k: int = 4,
+    moe: MoEConfig | None = None,
+    fine: bool = False,
 ) -> list[ModelShape]:
     """The k real shapes whose parameter count is closest to n_target (aspect ratio near 128);
-    with `moe` (a mixture of experts' routed MLP), whose active parameter count is.
+    with `moe` (a mixture of experts' routed MLP), whose active parameter count is. `fine`: every
+    even depth and every width (multiples of 128) in the aspect range, so that a fixed model's N is
+    matched to within about 2%.
 
     Score = |log(N/N*)| + 0.05·|log(aspect/128)|: parameter count first, shape second.
     """
     scored = []
-    for L in [*range(2, 16, 2), *range(16, 257, 4)]:  # real stacks: even, multiples of 4 when deep
+    depths = range(2, 257, 2) if fine else [*range(2, 16, 2), *range(16, 257, 4)]
+    for L in depths:  # real stacks: even, multiples of 4 when deep
         d_ideal = ASPECT_TARGET * L
-        for d in {
-            128 * max(1, round(d_ideal * f / 128))
-            for f in (0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.1, 1.2, 1.3, 1.4, 1.5)
-        }:
+        widths = (
+            range(128, int(ASPECT_RANGE[1] * L) + 1, 128)  # every width a head dim of 128 allows
+            if fine
+            else {
+                128 * max(1, round(d_ideal * f / 128))
+                for f in (0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.1, 1.2, 1.3, 1.4, 1.5)
+            }
+        )
+        for d in widths:
             aspect = d / L
             if not ASPECT_RANGE[0] <= aspect <= ASPECT_RANGE[1]:
                 continue
@@ -929,7 +942,12 @@ def shapes_near(targets: Sequence[float], req: _Request) -> list[ModelShape]:
     shapes: dict[tuple[int, int], ModelShape] = {}
     for n_t in targets:
         for s in candidate_shapes(
-            n_t, req.seq_len, req.vocab, k=3 if req.max_days is None else 2, moe=req.moe
+            n_t,
+            req.seq_len,
+            req.vocab,
+            k=3 if req.max_days is None else 2,
+            moe=req.moe,
+            fine=req.params is not None,
         ):
             shapes[(s.n_layers, s.d_model)] = s
     return list(shapes.values())
@@ -1031,8 +1049,14 @@ def _interval(law: ScalingLaw, n: float, d: float) -> tuple[float, float] | None
 def _rank(cands: list[Candidate], req: _Request, n_opt: float | None) -> None:
     """Sort in place: lowest loss first under a time limit; else shapes within 10% of N* first,
     fastest first among them."""
-    if req.params is not None:  # a fixed model: the shape closest to N (within 1%: the faster)
-        cands.sort(key=lambda c: (round(abs(math.log(c.shape.n_params_active / req.params)), 2), c.days))
+    if req.params is not None:  # a fixed model: shapes within 2% of N, the most usual aspect first
+        cands.sort(
+            key=lambda c: (
+                abs(math.log(c.shape.n_params_active / req.params)) > 0.02,
+                round(abs(math.log(c.shape.d_model / c.shape.n_layers / ASPECT_TARGET)), 2),
+                c.days,
+            )
+        )
     elif req.max_days is not None:
         cands.sort(key=lambda c: c.loss)
     else:
