@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import optax
+import pandas as pd
 import pytest
 from hydra import compose, initialize_config_dir
 
@@ -190,3 +191,169 @@ def test_rewarm_schedule_values(kind):
         assert lr[50] == pytest.approx(1e-2) and lr[85] < 1e-2  # stable, then re-decays
     default = hyperparams(OptimConfig(lr=1e-2, schedule=kind), 100, 10)
     assert float(schedule_value(default, 0)) == pytest.approx(1e-3, rel=1e-6)  # from zero, as before
+
+
+# ---- the law, its backtest and the plan (synthetic ladders with a known truth) ----------------
+
+TRUTH = dict(
+    E_o=0.78, N_o=2e4, D_o=1.6e4, E_n=0.3, N_n=5e5, D_n=3.8e4, alpha=0.18, beta=0.6,
+    tau_o=0.03, tau_n=0.03, K=20.0, phi=0.66, rho=6.0, eta=0.47,
+)  # fmt: skip
+SIZES = (5912.0, 12336.0, 26232.0, 49312.0)
+
+
+def synthetic_runs(noise: float = 0.002, seed: int = 0, truth=TRUTH) -> pd.DataFrame:
+    """A runs table shaped as `collect` reads a +sweep=cpt directory, its losses from `truth`."""
+    from analysis.laws.cpt import CPT_FORM
+
+    rng = np.random.default_rng(seed)
+    rows = []
+    for N in SIZES:
+        d_a = 1.2e6
+        rows.append(dict(run=f"base_{N:g}", n_params=N, tokens=d_a, **{"data.eval_corpora": '["cpp"]'}))
+        rows.append(
+            {"run": f"scratch_{N:g}", "n_params": N, "tokens": d_a + 6e5,
+             "data.mixture.cpp": 1 / 3, "data.mixture.stdlib": 2 / 3}
+        )  # fmt: skip
+        for r in (0.0, 0.01, 0.05, 0.25):
+            for d_b in (1.5e5, 3e5, 6e5):
+                rows.append(
+                    {"run": f"cpt_{N:g}_{r:g}_{d_b:g}", "n_params": N, "tokens": d_b, "init_from_tokens": d_a,
+                     "data.mixture.cpp": 1 - r, "data.mixture.stdlib": r}
+                )  # fmt: skip
+    df = pd.DataFrame(rows)
+    df["optim.lr"] = 1e-2
+    df["flops_per_token"] = 6 * df.n_params
+    parent = df["init_from_tokens"].fillna(0.0)
+    mixed = df["data.mixture.cpp"].notna()
+    x = {
+        "N": df.n_params.to_numpy(float),
+        "D_A": np.where(parent > 0, parent, np.where(mixed, 0.0, df.tokens)),
+        "D_B": np.where(mixed, df.tokens, 0.0),
+        "r": df["data.mixture.stdlib"].fillna(0.0).to_numpy(float),
+    }
+    old, new = CPT_FORM.predict(truth, x)
+    df["eval_loss/stdlib"] = old * np.exp(rng.normal(0, noise, len(df)))
+    df["eval_loss/cpp"] = new * np.exp(rng.normal(0, noise, len(df)))
+    return df
+
+
+@pytest.fixture(scope="module")
+def ladder():
+    return synthetic_runs()
+
+
+def test_cpt_table_reads_the_roles_of_each_kind(ladder):
+    from analysis.laws.cpt import cpt_table
+
+    t = cpt_table(ladder)
+    assert t.attrs == {"old": "stdlib", "new": "cpp"}
+    assert (
+        (t.kind == "base").sum() == 4 and (t.kind == "scratch").sum() == 4 and (t.kind == "cpt").sum() == 48
+    )
+    c = t[t.run == "cpt_49312_0.05_300000"].iloc[0]
+    assert (c.D_A, c.D_B, c.r) == (1.2e6, 3e5, 0.05)
+    s = t[t.kind == "scratch"].iloc[0]
+    assert s.D_A == 0.0 and s.r == pytest.approx(2 / 3)
+
+
+def test_cpt_law_recovers_a_known_truth_and_predicts_the_held_out_model(ladder):
+    from analysis.laws.cpt import CPT_FORM, cpt_table, fit_cpt_table
+
+    t = cpt_table(ladder)
+    held = (t.kind != "base") & (t.N == max(SIZES))
+    fit_rows = t[~held].reset_index(drop=True)
+    fit_rows.attrs.update(t.attrs)
+    fit = fit_cpt_table(fit_rows, bootstrap=4)
+    assert fit.residual_sd < 0.006  # the 0.2% noise, not a misfit
+    test = t[held & (t.kind == "cpt")]
+    p = fit.predict({k: test[k].to_numpy() for k in ("N", "D_A", "D_B", "r")})
+    truth_old, truth_new = CPT_FORM.predict(TRUTH, {k: test[k].to_numpy() for k in ("N", "D_A", "D_B", "r")})
+    assert np.abs(p["old"] / truth_old - 1).max() < 0.01 and np.abs(p["new"] / truth_new - 1).max() < 0.01
+    inside = (p["old_lo"] <= test.loss_old) & (test.loss_old <= p["old_hi"])
+    assert inside.mean() >= 0.9
+    # forgetting falls with replay, as in the truth
+    f = [fit.predict({"N": 4.9e4, "D_A": 1.2e6, "D_B": 6e5, "r": r})["old"][0] for r in (0.0, 0.05, 0.25)]
+    assert f[0] > f[1] > f[2]
+
+
+def test_cpt_backtest_rows(ladder):
+    from analysis.backtests import Options, run
+
+    bt = run(ladder, "cpt", Options(bootstrap=3)).to_dict()
+    rows = bt["methods"]
+    assert [m["method"] for m in rows if m["baseline"]] == ["cpt_chinchilla"]
+    assert [m["method"] for m in rows if m["default"]] == ["cpt"]
+    d = next(m for m in rows if m["default"])
+    assert d["n"] == 24 and {p["domain"] for p in d["points"]} == {0.0, 1.0}  # 12 runs x 2 domains
+    assert d["mean_abs_rel_error"] < 0.01 and d["coverage_90"] >= 0.8
+    assert bt["cut"]["threshold"] == 26232.0 and bt["cut"]["n_held_out"] == 12
+    by_db = run(ladder, "cpt", Options(bootstrap=0, holdout_above=4e5)).to_dict()
+    assert by_db["cut"]["n_held_out"] == 16 and "D_B > 4e+05" in by_db["cut"]["what"]
+
+
+def _law(**changes):
+    from analysis.laws.cpt import CptFit
+
+    params = {**TRUTH, **changes}
+    return CptFit(
+        law="cpt", params=params, samples=np.zeros((0, 14)), residual_sd=0.005, drift_sd=0.0, n_folds=0,
+        domains={"old": "stdlib", "new": "cpp"}, n_runs=56, n_max=4.9e4,
+        input_ranges={"N": [5e3, 5e4], "D_A": [0, 1.2e6], "D_B": [0, 1.8e6], "r": [0, 0.67],
+                      "D_B_continued": [1.5e5, 6e5]},
+        peak=1e-2, base_models=[{"N": 4.9e4, "D_A": 1.2e6, "model": {"n_layers": 2}, "path": "/runs/base"}],
+        flops_per_token={"49000.0": 6 * 4.9e4},
+    )  # fmt: skip
+
+
+def test_plan_verdicts_on_synthetic_laws():
+    from analysis.planning.continual import plan_continual, read_base
+
+    law = _law()
+    base = read_base(None, law)
+    out = plan_continual(law, base, None, 0.02)
+    assert out["verdict"] == "continue" and out["continue"]["feasible"]
+    c, r = out["continue"], out["retrain"]
+    assert c["forgetting"] <= 0.02 + 1e-9 and c["loss_new"] <= out["target_loss_new"] + 1e-9
+    assert c["flops"] < r["flops"] and "train.init_from=/runs/base" in c["command"]
+    assert "data.mixture={cpp:" in c["command"] and c["replay"] in (
+        0.0,
+        0.005,
+        0.01,
+        0.02,
+        0.05,
+        0.1,
+        0.15,
+        0.25,
+        0.35,
+        0.5,
+    )
+    # old knowledge that erodes at once and replay that does not help: continuing cannot keep it
+    brittle = _law(K=1e6, rho=0.0, tau_o=0.0)
+    out = plan_continual(brittle, read_base(None, brittle), None, 0.02)
+    assert out["verdict"] == "retrain" and not out["continue"]["feasible"] and out["retrain"]["feasible"]
+    json.dumps(out)  # strict-JSON-able
+
+
+def test_plan_command_line(tmp_path, capsys):
+    from analysis.cli import main
+
+    fit = tmp_path / "fit.json"
+    fit.write_text(json.dumps(_law().to_dict()))
+    assert (
+        main(
+            [
+                "plan",
+                "--continue-from",
+                str(fit),
+                "--max-forgetting",
+                "2%",
+                "--json",
+                str(tmp_path / "p.json"),
+            ]
+        )
+        == 0
+    )
+    assert json.loads((tmp_path / "p.json").read_text())["continual"]["verdict"] in ("continue", "retrain")
+    assert main(["plan", "--continue-from", str(fit), "--max-forgetting", "lots"]) == 2
+    assert "error: --max-forgetting" in capsys.readouterr().err

@@ -27,6 +27,7 @@ class Protocol(enum.StrEnum):
     COMPARE = "compare"
     CURVE_PREFIX = "curve-prefix"
     MOE = "moe"
+    CPT = "cpt"
 
 
 # protocol -> (module, function(table, Options) -> Backtest); imported on use (each pulls in its
@@ -44,6 +45,7 @@ RUNNERS: dict[Protocol, tuple[str, str]] = {
     Protocol.COMPARE: ("analysis.backtests.compare", "compare_protocol"),
     Protocol.CURVE_PREFIX: ("analysis.backtests.prefix", "curve_prefix_protocol"),
     Protocol.MOE: ("analysis.backtests.moe", "moe_protocol"),
+    Protocol.CPT: ("analysis.backtests.cpt", "cpt_protocol"),
 }
 PATH_PROTOCOLS = (Protocol.CURVE, Protocol.COOLDOWN, Protocol.CURVE_PREFIX)
 

@@ -8,7 +8,9 @@ learning rate), downstream (the largest models' task accuracy), curve (schedules
 fit-curve does), compare (a table of two recipes' ladders with a `recipe` column: the top
 budgets of both hidden, the compute multiplier scored in log2), moe (a mixture-of-experts ladder,
 N x experts (x D): the models above --holdout-above-n, default the largest, hidden; --law moe's
-choice against the log-bilinear baseline). Prints a table; --json,
+choice against the log-bilinear baseline), cpt (a continual-pre-training ladder: the largest
+model's continued runs hidden, or with --holdout-above D those with more new tokens; --law cpt
+against a per-domain Chinchilla baseline, both domains scored). Prints a table; --json,
 --markdown and --figure write the same result.
 """
 
@@ -64,6 +66,7 @@ def register(subparsers) -> None:
             "compare",
             "curve-prefix",
             "moe",
+            "cpt",
         ),
         help="what is hidden (default budget: the largest budgets; docs/backtest.md)",
     )

@@ -60,6 +60,12 @@ picks N and D that reach the target loss (--target-loss, else the Chinchilla-opt
 FLOPs per token, plus attention over --inference-context tokens), or cost with --objective cost;
 JSON `inference` {N, D, train_flops, inference_flops, total_flops, saving, chinchilla}. Without
 --hardware it is the law's answer alone; with it, that model is planned like --params/--tokens.
+
+Continual pre-training: `--continue-from FIT.json` (a `fit --law cpt` JSON) weighs continuing a
+trained model on a new corpus (replay r*, new tokens, FLOPs, new-domain loss and forgetting with
+90% intervals) against retraining it from scratch on the mixture, for --target-loss-new and
+--max-forgetting, and prints the verdict and the trainer's command (analysis/planning/continual.py;
+JSON `continual: {verdict, continue, retrain, ...}`).
 """
 
 from __future__ import annotations
@@ -76,7 +82,7 @@ from analysis.commands._flags import (
     positive_float,
     positive_int,
 )
-from analysis.commands._options import CommandOptions
+from analysis.commands._options import CommandOptions, emit_json
 from analysis.commands._plan_modes import (
     add_cost_arguments,
     add_inference_arguments,
@@ -94,6 +100,7 @@ from analysis.commands._plan_modes import (
     run_moe,
 )
 from analysis.laws.allocation import ScalingLaw
+from analysis.planning.continual import add_continual_arguments, run_continual
 from analysis.planning.data_limit import check_unique_tokens, from_json
 from analysis.planning.moe import DEFAULT_EXPERTS
 from analysis.planning.planner import DEFAULT_BATCH_TOKENS, plan
@@ -113,6 +120,7 @@ examples:
   scalelab plan --params 3e9 --tokens 1e12 --hardware a100-80gb,h100,tpu-v5p --gpus 256 \\
       --objective cost --region us                                     # hardware shopping
   scalelab plan --budget 1e22 --inference-tokens 1e13                  # sized for inference
+  scalelab plan --continue-from cpt_fit.json --max-forgetting 2%       # continue or retrain
 docs/plan.md: the search, recipe, MoE, frameworks, costs, inference, the JSON."""
 
 
@@ -168,6 +176,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_cost_arguments(p)
     add_inference_arguments(p)
     add_moe_arguments(p)
+    add_continual_arguments(p)
     p.set_defaults(func=run)
 
 
@@ -210,6 +219,10 @@ class PlanOptions(CommandOptions):
     inference_context: float = 0.0
     inference_mfu: float | None = None
     target_loss: float | None = None
+    continue_from: pathlib.Path | None = None  # a `fit --law cpt` JSON: continue or retrain
+    base_model: str | None = None
+    target_loss_new: float | None = None
+    max_forgetting: str | None = None
 
     @property
     def sizing(self) -> bool:
@@ -224,6 +237,13 @@ class PlanOptions(CommandOptions):
 def run(args: argparse.Namespace) -> int:
     # a bad --framework is a LayoutError: one line, exit 2
     opts = PlanOptions.from_args(args, framework=parse_framework(args.framework, "--framework"))
+    if opts.continue_from is not None:  # continual pre-training (analysis/planning/continual.py)
+        result, text = run_continual(
+            opts.continue_from, opts.base_model, opts.target_loss_new, opts.max_forgetting
+        )
+        print("\n".join(text))
+        emit_json(opts.json, {"continual": result})
+        return 0
     costs = cost_options(opts)  # a bad --region / --price / --watts: one line before any planning
     if (opts.params is None) != (opts.tokens is None):
         raise AnalysisError("a fixed model needs both --params N and --tokens D")

@@ -15,6 +15,7 @@ import pandas as pd
 
 from analysis.core.methods import Family, Method, Prediction, Role, get, methods, register
 from analysis.core.table import resolve_inputs
+from analysis.laws import cpt as _cpt  # noqa: F401 - registers `cpt` and its baseline (continual pre-training)
 from analysis.laws.allocation import ScalingLaw
 from analysis.laws.choice import BASELINE
 from analysis.laws.fitting import FitResult, fit_law

@@ -36,6 +36,11 @@ D of its trained runs.
                    active size is the dense shape's): D = C / F, F the active training FLOPs per
                    token (router included, models/flops.py), label `C<C>_<shape>_E<E>`. The loss
                    against E per size and `fit --law moe` are the report's MoE section.
+* `cpt`          -- continual pre-training (experiments/sweeps/continual.py): every shape
+                   trained on the old corpus (`base_<shape>`), continued on the new one
+                   (`train.init_from`) over replay ratios x new-token counts x re-warm peaks
+                   (`cpt_<shape>_r<r>_D<D>[_p<peak>]`), and trained from scratch on the union
+                   (`scratch_<shape>`): the `fit --law cpt` and `plan --continue-from` ladder.
 
 Skip rules (logged with the reason, never silently dropped): fewer than `sweep.min_steps`
 optimizer steps, or more training tokens than `sweep.max_epochs` passes over the corpus's
@@ -50,6 +55,7 @@ import math
 from typing import Any, Callable, Mapping
 
 from experiments.sweeps import hparams as hp
+from experiments.sweeps.continual import plan_cpt
 from experiments.sweeps.ladder import LadderError, shapes_from_config
 from models.base.errors import ConfigError
 from models.config import ModelConfig, MoEConfig
@@ -62,7 +68,7 @@ REPEATED_NOTE = (
     "a repeated-data run needs the data-constrained law (the data_limited preset, fit --law "
     "data_constrained; docs/analysis.md, 'Repeated data')"
 )
-KINDS = ("isoflop", "model_ladder", "data_ladder", "layouts", "data_limited", "moe")
+KINDS = ("isoflop", "model_ladder", "data_ladder", "layouts", "data_limited", "moe", "cpt")
 CAP_KEY = "data.max_unique_tokens"  # the trainer's unique-token cap (experiments/train/corpus.py)
 
 
@@ -141,6 +147,7 @@ class _Sweep:
     laws: Mapping[str, hp.PointLaw] = dataclasses.field(default_factory=dict)  # sweep.hparams
     data: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # the base config's `data` node
     data_parallel: int = 1  # the batch is a multiple of this
+    base: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # the whole base run config
 
     @property
     def tokens_per_step(self) -> int:
@@ -497,6 +504,7 @@ _PLANNERS: dict[str, Callable[[_Sweep], list[PlannedRun]]] = {
     "layouts": _plan_layouts,
     "data_limited": _plan_data_limited,
     "moe": _plan_moe,
+    "cpt": plan_cpt,
 }
 
 
@@ -532,5 +540,6 @@ def plan_sweep(
             laws=laws,
             data=dict(run_cfg.get("data") or {}),
             data_parallel=hp.data_parallel(run_cfg),
+            base=run_cfg,
         )
     )
