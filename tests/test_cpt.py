@@ -357,3 +357,20 @@ def test_plan_command_line(tmp_path, capsys):
     assert json.loads((tmp_path / "p.json").read_text())["continual"]["verdict"] in ("continue", "retrain")
     assert main(["plan", "--continue-from", str(fit), "--max-forgetting", "lots"]) == 2
     assert "error: --max-forgetting" in capsys.readouterr().err
+
+
+def test_report_section(ladder, tmp_path):
+    from analysis.report.continual import continual_section
+
+    warn: list[str] = []
+    low = ladder[ladder.run.str.endswith("_0_600000")].assign(**{"optim.lr": 3e-3})  # a lower re-warm peak
+    low = low.assign(run=low.run + "_p0.3", **{"eval_loss/stdlib": low["eval_loss/stdlib"] * 0.97})
+    runs = pd.concat([ladder, low], ignore_index=True)
+    sec = continual_section(runs, tmp_path, 2, 0, warn)
+    assert sec["title"] == "Continual pre-training" and not warn
+    for rel in sec["figures"]:
+        assert (tmp_path / rel).stat().st_size > 10_000
+    md = sec["markdown"]
+    assert "**Verdict**" in md and "**Forgetting**" in md and "0.003 vs 0.01" in md
+    assert sec["continual"]["plan"]["verdict"] in ("continue", "retrain")
+    assert continual_section(ladder.drop(columns=["init_from_tokens"]), tmp_path, 0, 0, warn) is None

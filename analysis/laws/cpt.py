@@ -9,20 +9,25 @@ scratch), D_B the mixed phase's tokens (0 for a base model), r the old corpus's 
 
 The law (`cpt`), fitted jointly on both domains' losses in log space:
 
-    L_old = E_o + A_o N^-alpha + B_o S_o^-beta + F,    S_o = D_A + r D_B + tau_o (1-r) D_B
-    L_new = E_n + A_n N^-alpha + B_n S_n^-beta,        S_n = (1-r) D_B + tau_n (D_A + r D_B)
-    F     = [D_A > 0] K ((1-r) D_B)^phi N^-nu / (1 + rho r)
+    L_old = E_o + (N_o / N)^alpha + (D_o / S_o)^beta
+    L_new = E_n + (N_n / N)^alpha + (D_n / S_n)^beta
+    S_o = D_A / (1 + K ((1-r) D_B / 1e5)^phi / (1 + rho r)) + r D_B + tau_o (1-r) D_B
+    S_n = (1-r) D_B + tau_n (D_A + r D_B);   from scratch (D_A = 0): S_o, S_n x eta
 
-Each domain is Chinchilla's form in the tokens of that domain the model has seen, the other
-domain's tokens counting at a transfer rate tau (Hernandez et al. 2021, "Scaling laws for
-transfer", count transferred data as effective data), with one alpha and beta for both domains;
-the new domain's loss after D_B tokens at replay r is the D-CPT law's situation (Que et al. 2024,
-"D-CPT Law": the domain loss as a function of N, D and the mixture ratio). Forgetting F is what
-the old domain loses beyond its own data term: it grows as a power of the new tokens, shrinks with
-model size and with replay (Bethune et al. 2025, "Scaling laws for forgetting during finetuning
-with pretraining data injection": forgetting a power law of the fine-tuning tokens, a small
-injected share of pretraining data acting like a multiple (1 + B p) of the model's capacity;
-Ibrahim et al. 2024: re-warming raises the old loss, a few % replay removes most of it).
+Each domain is Chinchilla's form (Hoffmann et al. 2022, in Kaplan et al. 2020's N_c/N, D_c/D
+spelling) in the tokens of that domain the model has seen, the other domain's tokens counting at a
+transfer rate tau (Hernandez et al. 2021, "Scaling laws for transfer", count transferred data as
+effective data), one alpha and beta for both domains; the new domain's loss after D_B tokens at
+replay r is the D-CPT law's situation (Que et al. 2024, "D-CPT Law": a domain's loss as a
+function of N, D and its share of the mixture). Forgetting erodes the old tokens' worth: D_A
+counts 1 / (1 + K (new tokens)^phi / (1 + rho r)) of itself after (1-r) D_B new tokens, so it
+grows with the new tokens and a small replay share r divides it by (1 + rho r) (Bethune et al.
+2025, "Scaling laws for forgetting during finetuning with pretraining data injection": forgetting
+a power law of the fine-tuning tokens, an injected share p of pretraining data acting like
+(1 + B p) times the capacity; Ibrahim et al. 2024, "Simple and scalable strategies to continually
+pre-train LLMs": re-warming raises the old loss, a little replay removes most of it). A model
+trained from scratch on the interleaved mixture sees each token at an efficiency eta (measured
+on the CPU ladder: from scratch on both corpora lands well above continuing on the new one last).
 
 The baseline (`cpt_chinchilla`): one Chinchilla law per domain in the run's total tokens
 D_A + D_B, blind to the order and the mixture (what one fits without a continual law).

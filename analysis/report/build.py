@@ -58,8 +58,8 @@ from analysis.laws.methods import fit_auto
 from analysis.laws.registry import bound_notes, get_law
 from analysis.laws.selection import AUTO, default_law
 from analysis.planning import data_limit, planner
+from analysis.report import continual, interactive, moe
 from analysis.report import figures as figs
-from analysis.report import interactive, moe
 from analysis.report import published as pub
 from analysis.report.downstream import downstream_section
 from analysis.report.hparams import law_section, load_laws
@@ -806,6 +806,18 @@ def _moe(c: SectionContext) -> tuple[list[dict], list[str]]:
     return [sec], [
         f"mixture of experts: every section but '{moe.TITLE}' is fitted to the dense runs (experts = 1)"
     ]
+
+
+@section
+def _continual(c: SectionContext) -> tuple[list[dict], list[str]]:
+    """A sweep with continued runs (`+sweep=cpt`): the "Continual pre-training" section
+    (analysis/report/continual.py); nothing for any other sweep."""
+    sec = (
+        None
+        if c.every_moe is None
+        else continual.continual_section(c.every_moe, c.out, c.bootstrap, c.seed, c.warn)
+    )
+    return ([] if sec is None else [sec]), []
 
 
 def select_best(all_runs: pd.DataFrame, done: pd.DataFrame) -> tuple[pd.DataFrame, Selection | None]:
