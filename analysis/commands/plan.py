@@ -238,12 +238,7 @@ def run(args: argparse.Namespace) -> int:
     # a bad --framework is a LayoutError: one line, exit 2
     opts = PlanOptions.from_args(args, framework=parse_framework(args.framework, "--framework"))
     if opts.continue_from is not None:  # continual pre-training (analysis/planning/continual.py)
-        result, text = run_continual(
-            opts.continue_from, opts.base_model, opts.target_loss_new, opts.max_forgetting
-        )
-        print("\n".join(text))
-        emit_json(opts.json, {"continual": result})
-        return 0
+        return _continual(opts)
     costs = cost_options(opts)  # a bad --region / --price / --watts: one line before any planning
     if (opts.params is None) != (opts.tokens is None):
         raise AnalysisError("a fixed model needs both --params N and --tokens D")
@@ -318,6 +313,16 @@ def run(args: argparse.Namespace) -> int:
     unrunnable = [r.trainer.reason for r in results if opts.emit and not r.trainer.overrides]
     if unrunnable:
         raise AnalysisError(f"--emit overrides: {unrunnable[0]}")
+    return 0
+
+
+def _continual(opts: PlanOptions) -> int:
+    """`--continue-from FIT.json`: continue or retrain, printed and as JSON `continual`."""
+    result, text = run_continual(
+        opts.continue_from, opts.base_model, opts.target_loss_new, opts.max_forgetting
+    )
+    print("\n".join(text))
+    emit_json(opts.json, {"continual": result})
     return 0
 
 
