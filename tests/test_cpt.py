@@ -374,3 +374,30 @@ def test_report_section(ladder, tmp_path):
     assert "**Verdict**" in md and "**Forgetting**" in md and "0.003 vs 0.01" in md
     assert sec["continual"]["plan"]["verdict"] in ("continue", "retrain")
     assert continual_section(ladder.drop(columns=["init_from_tokens"]), tmp_path, 0, 0, warn) is None
+
+
+def test_cpt_sweep_plan_names_each_parent_by_the_sweepers_run_id(tmp_path):
+    """A continued run's `train.init_from` is its base's directory as the sweeper will name it:
+    the base job composed by Hydra hashes to the id the planner computed."""
+    from omegaconf import OmegaConf
+
+    from experiments.sweeps.grid import plan_sweep
+    from experiments.sweeps.runs import run_dirname, run_id
+
+    def composed(*overrides):
+        with initialize_config_dir(config_dir=str(REPO / "conf"), version_base=None):
+            c = compose(config_name="config", overrides=["+sweep=cpt", f"sweep.dir={tmp_path}", *overrides])
+        return {k: v for k, v in OmegaConf.to_container(c, resolve=True).items() if k != "hydra"}
+
+    base_cfg = composed()
+    plan = plan_sweep(base_cfg, base_cfg["sweep"])
+    labels = [p.label for p in plan]
+    assert len(plan) == 64 and labels[0] == "base_L2-d32" and labels.index("scratch_L2-d32") == 4
+    assert "cpt_L1-d8_r0.01_D1.5e5" in labels and "cpt_L2-d32_r0.05_D6e5_p0.3" in labels
+    base = next(p for p in plan if p.label == "base_L2-d32")
+    child = next(p for p in plan if p.label == "cpt_L2-d32_r0.05_D3e5")
+    want = run_dirname(base.label, run_id(composed(*base.overrides), base_cfg["sweep"]["id_ignore"]))
+    assert f"train.init_from='{tmp_path / want}'" in child.overrides
+    job = composed(*child.overrides)
+    assert job["data"]["mixture"] == {"cpp": 0.95, "stdlib": 0.05} and job["optim"]["warmup_init"] == 0.1
+    assert job["train"]["tokens"] == child.tokens and child.tokens == 293 * 1024
