@@ -50,6 +50,7 @@ examples:
   scalelab fit runs.csv --formula "E + A / N**a + B / V**b" --input N=params --input V=vocab
   scalelab fit sft.csv --formula "A / (n**alpha + B) + C" --group model --shared alpha
 docs/fit.md: the laws, the default's choice on repeated data, the JSON schema, your own law."""
+LAW_DELTA = 1e-3  # Hoffmann et al.'s Huber delta, the registered laws' default (analysis.laws.fitting)
 USAGE = (
     "%(prog)s RUNS [--law NAME|FIT.json] [options]\n"
     "       %(prog)s RUNS --formula EXPR|@FILE|search [options]"
@@ -92,8 +93,8 @@ def register(subparsers) -> None:
     p.add_argument(
         "--delta",
         type=float,
-        default=1e-3,
-        help="Huber delta on log residuals (default 1e-3, Hoffmann et al.'s; 1 = least squares)",
+        default=None,
+        help="Huber delta on log residuals (default 1e-3, Hoffmann et al.'s; --formula: 1 = least squares)",
     )
     p.add_argument(
         "--solver-precision",
@@ -142,7 +143,7 @@ class FitCommandOptions(ColumnOptions):
     all_runs: bool
     budget: list[float] | None
     fix: dict[str, float]  # parameters held fixed
-    delta: float
+    delta: float | None  # None: 1e-3 for a registered law, least squares (1) for --formula
     precision: Precision
     approach2: str | None
     predict: str | None  # TARGETS.csv
@@ -190,7 +191,7 @@ def run(args: argparse.Namespace) -> int:
         holdout_above=opts.holdout_above,
         weights=opts.weight_col,
         fixed=opts.fix,
-        delta=opts.delta,
+        delta=LAW_DELTA if opts.delta is None else opts.delta,
         precision=opts.precision,
         n_params=opts.n_params,
     )
@@ -369,7 +370,7 @@ def _run_formula(opts: FitCommandOptions) -> int:
         bootstrap=opts.bootstrap,
         seed=opts.seed,
         fixed=opts.fix,
-        delta=opts.delta,
+        delta=groups.FORMULA_DELTA if opts.delta is None else opts.delta,
         precision=opts.precision,
     )
     common = dict(

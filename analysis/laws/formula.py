@@ -753,8 +753,9 @@ def default_grid(spec: FormulaSpec, p: str, x: Mapping[str, np.ndarray], y: np.n
     elif role.partner_op in ("add", "sub") and partner is not None:
         qs = np.quantile(partner, [0.1, 0.5, 0.9])
         g = np.concatenate([qs if role.partner_op == "sub" else -qs, [0.0]])
-    else:
-        g = np.array([-1.0, -0.2, 0.0, 0.2, 1.0]) / mag
+    else:  # a free factor of something that varies over the rows: p * partner's spread ~ 0.1 .. 1
+        spread = float(np.std(partner)) if partner is not None and np.std(partner) > 0 else mag
+        g = np.array([-1.0, -0.3, -0.1, 0.0, 0.1, 0.3, 1.0]) / spread
     lo_in = (
         lo + 1e-3 * (hi - lo if math.isfinite(hi - lo) else max(1.0, abs(lo)))
         if math.isfinite(lo)
@@ -769,16 +770,22 @@ def default_grid(spec: FormulaSpec, p: str, x: Mapping[str, np.ndarray], y: np.n
 
 
 def linear_params(
-    spec: FormulaSpec, evaluate: Callable[[Mapping[str, np.ndarray]], np.ndarray], x, params_ref: Mapping
+    spec: FormulaSpec,
+    evaluate: Callable[[Mapping[str, np.ndarray]], np.ndarray],
+    x,
+    params_ref: Mapping,
+    log: bool = False,
 ) -> list[str]:
-    """The parameters the formula is jointly affine in (tested numerically at random values of the
-    others): those are solved by least squares at every start instead of gridded."""
+    """The parameters the formula (its log with `log`: `exp(d + a * log(N))`) is jointly affine in,
+    tested numerically at random values of the others: those are solved by least squares at every
+    start instead of gridded."""
     rng = np.random.default_rng(0)
     cands = [p for p in spec.params if p not in spec.starts]
 
     def f(over):
         with np.errstate(all="ignore"):
-            return np.asarray(evaluate({**x, **params_ref, **over}), dtype=float)
+            v = np.asarray(evaluate({**x, **params_ref, **over}), dtype=float)
+            return np.log(v) if log else v
 
     def affine(names) -> bool:
         if not names:
@@ -848,6 +855,8 @@ class FormulaModel:
     mode: str = LOG
     y_scale: float = 1.0
     scale: str = ""
+    registered_name: str = ""  # the registry name (default: `formula_` and a digest of the law)
+    protocols: tuple[str, ...] = ()  # backtest protocols that score it (`groups.register_formula`)
 
     @property
     def input_names(self) -> tuple[str, ...]:
@@ -904,7 +913,7 @@ class FormulaModel:
 
     @cached_property
     def name(self) -> str:
-        return law_name(self.key)
+        return self.registered_name or law_name(self.key)
 
     @cached_property
     def np_fn(self) -> Callable:
@@ -1011,6 +1020,11 @@ class FormulaModel:
             scale=self.scale or names[0],
         )
         registry.register(law, replace=True)
+        # a method of the registry (analysis.laws.methods listens): `backtest` scores it under the
+        # protocols it names (none for a command line's formula)
+        registry.USER_LAWS[self.name] = self.protocols
+        for listener in registry.ON_REGISTER:
+            listener(self.name, self.protocols)
         return law
 
     # -- starts -------------------------------------------------------------------------------------
@@ -1029,36 +1043,45 @@ class FormulaModel:
     def _linear_cache(self) -> dict:
         return {}
 
-    def linear(self, x: Mapping[str, np.ndarray], fixed: Mapping[str, float]) -> list[str]:
+    def linear(self, x: Mapping[str, np.ndarray], fixed: Mapping[str, float]) -> tuple[list[str], bool]:
+        """(the parameters solved by least squares at each start, whether in log space): those the
+        formula is affine in, or, for a positive target, those its log is affine in when they are
+        more (a law written as exp(...) of a polynomial)."""
         key = tuple(sorted(fixed))
         if key not in self._linear_cache:
             ref = {**_reference(self.spec), **fixed}
-            found = linear_params(self.spec, self.np_fn, x, ref)
-            self._linear_cache[key] = [p for p in found if p not in fixed]
+            found = [p for p in linear_params(self.spec, self.np_fn, x, ref) if p not in fixed]
+            logs: list[str] = []
+            if self.mode == LOG:
+                logs = [p for p in linear_params(self.spec, self.np_fn, x, ref, log=True) if p not in fixed]
+            self._linear_cache[key] = (logs, True) if len(logs) > len(found) else (found, False)
         return self._linear_cache[key]
 
-    def _varpro(self, env: dict, lin: list[str], x: dict, y: np.ndarray, w: np.ndarray):
+    def _space(self, log: bool, y: np.ndarray, w: np.ndarray):
+        """(function of an environment, target, least-squares weights) in linear or log space."""
+        if not log:
+            return self.np_fn, y, self._fit_weights(y, w)
+        return (lambda env: np.log(self.np_fn(env))), np.log(y), w
+
+    def _varpro(self, env: dict, lin: list[str], x: dict, y: np.ndarray, w: np.ndarray, log: bool = False):
         """Least-squares values of the linear parameters `lin` for each of S settings of the others
-        (`env`: arrays (S, 1) or scalars), clipped to their bounds, and the objective of each."""
+        (`env`: arrays (S, 1) or scalars), clipped to their bounds, and the objective of each (in
+        log space with `log`: `lin` are then the parameters the formula's log is affine in)."""
         S = max([np.shape(v)[0] for v in env.values() if np.ndim(v) > 0] or [1])
         base = {**x, **env}
+        fn, yt, wt = self._space(log, y, w)
+
+        def at(over):
+            return np.broadcast_to(np.asarray(fn({**base, **over}), float), (S, y.size))
+
         with np.errstate(all="ignore"):
-            f0 = np.broadcast_to(
-                np.asarray(self.np_fn({**base, **{p: 0.0 for p in lin}}), float), (S, y.size)
-            )
-            cols = [
-                np.broadcast_to(
-                    np.asarray(self.np_fn({**base, **{q: float(q == p) for q in lin}}), float), (S, y.size)
-                )
-                - f0
-                for p in lin
-            ]
+            f0 = at({p: 0.0 for p in lin})
+            cols = [at({q: float(q == p) for q in lin}) - f0 for p in lin]
         coef = np.zeros((S, len(lin)))
         if lin:
-            wt = self._fit_weights(y, w)
             sw = np.sqrt(wt)
             A = np.stack(cols, axis=-1) * sw[None, :, None]
-            b = (y[None, :] - f0) * sw[None, :]
+            b = (yt[None, :] - f0) * sw[None, :]
             ok = np.all(np.isfinite(A), axis=(1, 2)) & np.all(np.isfinite(b), axis=1)
             A, b = np.where(ok[:, None, None], A, 0.0), np.where(ok[:, None], b, 0.0)
             norms = np.sqrt(np.sum(A * A, axis=1))
@@ -1077,11 +1100,12 @@ class FormulaModel:
             pred = f0 + np.einsum("sk,snk->sn", np.nan_to_num(coef), np.stack(cols, axis=-1))
         else:
             pred = f0
-        score = self._objective(pred, y, w)
+        with np.errstate(all="ignore"):
+            score = self._objective(np.exp(pred) if log else pred, y, w)
         return coef, np.where(np.all(np.isfinite(coef), axis=1), score, np.inf)
 
     def _joint(
-        self, nl: dict, lin: list[str], x: dict, y: np.ndarray, w: np.ndarray, gidx
+        self, nl: dict, lin: list[str], x: dict, y: np.ndarray, w: np.ndarray, gidx, log: bool = False
     ) -> tuple[dict, float]:
         """All linear parameters (a column per group for those not shared) by bounded least squares,
         the nonlinear ones `nl` given per row: ({param: value or per-group array}, objective)."""
@@ -1090,14 +1114,13 @@ class FormulaModel:
         n = y.size
         G = max(1, len(self.groups))
         base = {**x, **nl}
+        fn, yt, wt = self._space(log, y, w)
         with np.errstate(all="ignore"):
-            f0 = np.broadcast_to(np.asarray(self.np_fn({**base, **{p: 0.0 for p in lin}}), float), (n,))
+            f0 = np.broadcast_to(np.asarray(fn({**base, **{p: 0.0 for p in lin}}), float), (n,))
             cols, owners, lo, hi = [], [], [], []
             for p in lin:
                 b = (
-                    np.broadcast_to(
-                        np.asarray(self.np_fn({**base, **{q: float(q == p) for q in lin}}), float), (n,)
-                    )
+                    np.broadcast_to(np.asarray(fn({**base, **{q: float(q == p) for q in lin}}), float), (n,))
                     - f0
                 )
                 parts = [(b * (gidx == g), g) for g in range(G)] if self.per_group(p) else [(b, None)]
@@ -1107,10 +1130,11 @@ class FormulaModel:
                     lo.append(self.spec.bounds[p][0])
                     hi.append(self.spec.bounds[p][1])
         out: dict = {}
+        pred = f0
         if cols:
-            sw = np.sqrt(self._fit_weights(y, w))
+            sw = np.sqrt(wt)
             A = np.stack(cols, axis=1) * sw[:, None]
-            b = (y - f0) * sw
+            b = (yt - f0) * sw
             if not (np.all(np.isfinite(A)) and np.all(np.isfinite(b))):
                 return {}, math.inf
             norms = np.sqrt(np.sum(A * A, axis=0))
@@ -1118,19 +1142,17 @@ class FormulaModel:
             lo_s, hi_s = np.array(lo) * norms, np.array(hi) * norms
             c = np.linalg.lstsq(A / norms, b, rcond=None)[0]
             if np.any(c < lo_s) or np.any(c > hi_s):
-                c = lsq_linear(
-                    A / norms, b, bounds=(lo_s, hi_s), method="bvls" if A.shape[1] <= 40 else "trf"
-                ).x
+                method = "bvls" if A.shape[1] <= 40 else "trf"
+                c = lsq_linear(A / norms, b, bounds=(lo_s, hi_s), method=method).x
             c = c / norms
             for (p, g), v in zip(owners, c):
                 if g is None:
                     out[p] = float(v)
                 else:
                     out.setdefault(p, np.zeros(G))[g] = v
-            pred = f0 + (A / sw[:, None]) @ c if np.all(sw > 0) else f0 + np.stack(cols, axis=1) @ c
-        else:
-            pred = f0
-        return out, float(self._objective(pred[None, :], y, w)[0])
+            pred = f0 + np.stack(cols, axis=1) @ c
+        with np.errstate(all="ignore"):
+            return out, float(self._objective((np.exp(pred) if log else pred)[None, :], y, w)[0])
 
     def starts(
         self,
@@ -1154,7 +1176,7 @@ class FormulaModel:
         fixed = dict(fixed or {})
         G = max(1, len(self.groups))
         gidx = np.zeros(y.size, int) if gidx is None else np.asarray(gidx, int)
-        lin = self.linear(x, fixed)
+        lin, log = self.linear(x, fixed)
         nl = [p for p in spec.params if p not in lin]
         grids = {p: (np.array([fixed[p]]) if p in fixed else default_grid(spec, p, x, y)) for p in nl}
         shared_nl = [p for p in nl if not self.per_group(p)] if self.groups else []
@@ -1172,7 +1194,7 @@ class FormulaModel:
                 env = {p: Cq[:, j][:, None] for j, p in enumerate(group_nl)}
                 env.update({p: float(cs[j]) for j, p in enumerate(shared_nl)})
                 xg = {k_: v[rows] for k_, v in x.items()}
-                _, score = self._varpro(env, lin, xg, y[rows], w[rows])
+                _, score = self._varpro(env, lin, xg, y[rows], w[rows], log)
                 order = np.argsort(score, kind="stable")
                 picks[g] = np.resize(order[:r], r)
             cands += [(cs, picks[:, j]) for j in range(r)]
@@ -1183,7 +1205,7 @@ class FormulaModel:
             for j, p in enumerate(group_nl):
                 vals = Cq[rows_q, j]
                 nlv[p] = vals[gidx] if self.per_group(p) else float(vals[0])
-            linv, score = self._joint(nlv, lin, x, y, w, gidx)
+            linv, score = self._joint(nlv, lin, x, y, w, gidx, log)
             theta = np.zeros(len(self.engine_names))
             for p, idx in self.index.items():
                 if p in linv:

@@ -24,10 +24,11 @@ per group, the exponents shared (one variant) or per group too (the other).
 
 **Score.** The user's own backtest: forward-chaining folds on the scale input (`groups.choose_scale`,
 the same input as the fit's intervals), the largest cuts (`validation.forward_cuts`), each fold
-fitted on the rows at or below its cut and scored by the RMS residual (log, or linear divided by
-the mean |y|) on the rows above it. The choice is validation's parsimony rule, applied as a
-chain in order of complexity (`validation.choose_against`): a form replaces the current one only
-when it beats it by 10% on every fold. The winner is printed as a string `--formula` accepts, with
+fitted on the rows at or below its cut by least squares and scored by the RMS residual (in the
+fit's units: linear divided by the mean |y|, or log, `groups.residuals_for`) on the rows above it.
+The choice is validation's parsimony rule, applied as a chain in order of complexity
+(`validation.choose_against`): a form replaces the current one only when it beats it by 10% on
+every fold. The winner is printed as a string `--formula` accepts, with
 its fold errors and the next three forms; the command then fits it as any formula.
 """
 
@@ -232,13 +233,13 @@ def _effective(theta, mask, grouped, gidx, G: int, P: int, mod):
     return mask * mod.where(grouped > 0, th[1:][gidx], th[0])
 
 
-def _objective(layout: Layout, G: int, mode: str, delta: float):
+def _objective(layout: Layout, G: int, mode: str, delta: float, y_scale: float):
     import jax.numpy as jnp
 
     def f(theta, mask, on, sat, grouped, phi, phi2, gidx, yt, w):
         eff = _effective(theta, mask, grouped, gidx, G, layout.P, jnp)
         val = _template(eff, on, sat, phi, phi2, layout, jnp)
-        r = yt - (jnp.log(val) if mode == fm.LOG else val)
+        r = yt - (jnp.log(val) if mode == fm.LOG else val / y_scale)
         return jnp.sum(w * huber(r, delta))
 
     return f
@@ -491,7 +492,7 @@ def _run(prob: Problem, jobs: list[tuple[Candidate, np.ndarray, np.ndarray]], dt
     w = np.stack([j[2] for j in jobs])
     cols = [np.stack([slots[j[0]][i] for j in jobs]).astype(float) for i in range(3)]
     gp = np.stack([grouped[j[0]] for j in jobs]).astype(float)
-    fun = _objective(L, G, prob.mode, prob.delta)
+    fun = _objective(L, G, prob.mode, prob.delta, prob.y_scale)
     x64 = np.dtype(dtype) == np.float64
     with jax.enable_x64(x64):
         r = minimize_batch(
@@ -772,7 +773,7 @@ def _problem(
         except AnalysisError:
             pass
     y = data.y
-    mode = fm.LOG if np.all(y > 0) else fm.LINEAR
+    mode = gr.residuals_for(y)
     names, cols, logs, mu, sd = [], [], [], [], []
     for alias, col in inputs.items():
         v = data.x[alias]
