@@ -371,7 +371,8 @@ def test_report_section(ladder, tmp_path):
     for rel in sec["figures"]:
         assert (tmp_path / rel).stat().st_size > 10_000
     md = sec["markdown"]
-    assert "**Verdict**" in md and "**Forgetting**" in md and "0.003 vs 0.01" in md
+    assert md.startswith("## Continual pre-training") and "**Verdict**" in md and "**Forgetting**" in md
+    assert "0.003 vs 0.01" in md
     assert sec["continual"]["plan"]["verdict"] in ("continue", "retrain")
     assert continual_section(ladder.drop(columns=["init_from_tokens"]), tmp_path, 0, 0, warn) is None
 

@@ -82,6 +82,8 @@ def _peak_lines(t: pd.DataFrame) -> list[str]:
 def _markdown(t: pd.DataFrame, fit: Any, err: str | None, plan: dict | None, rel: list[str]) -> str:
     old, new = t.attrs["old"], t.attrs["new"]
     lines = [
+        f"## {TITLE}",
+        "",
         f"Base models trained on **{old}**, continued on **{new}** with a replay share r of {old} "
         f"({(t.kind == 'cpt').sum()} continued runs, {(t.kind == 'base').sum()} base models, "
         f"{(t.kind == 'scratch').sum()} trained from scratch on both).",
