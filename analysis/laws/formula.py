@@ -1183,7 +1183,7 @@ class FormulaModel:
         group_nl = [p for p in nl if p not in shared_nl]
         Cs = combos([grids[p] for p in shared_nl], SHARED_CAP)
         Cq = combos([grids[p] for p in group_nl], START_CAP if G == 1 else 256)
-        r = 3 * k if G == 1 else 3
+        r = 3 * k if G == 1 else max(3, k // max(1, len(Cs)))
         cands = []  # (shared values, (G, r) rows of Cq)
         for cs in Cs:
             picks = np.zeros((G, r), int)

@@ -2,7 +2,8 @@
 backtest.
 
 **Grammar.** Each input becomes a feature: log(x) for a positive input (power laws), x itself
-otherwise (exponentials of proportions). A candidate form is an optional irreducible term E plus
+for a proportion (values in [0, 1], some above 0.5) or an input that is not positive (exponentials of mixture
+weights). A candidate form is an optional irreducible term E plus
 terms of three kinds:
 
 - a power term `A * X1**a1 * X2**a2 ...` over a subset of the features (one feature per term:
@@ -20,7 +21,8 @@ them run on one compiled program of the same batched L-BFGS the law fits use
 coefficient has zero gradient and never moves. Starts come from variable projection (amplitudes,
 E and polynomial coefficients solved by least squares over grids of the exponents), computed on
 each fold's own rows. With `--group`, E, the amplitudes and the polynomial's coefficients are
-per group, the exponents shared (one variant) or per group too (the other).
+per group (and a saturating term's offset), the exponents shared (one variant) or per group too
+(the other).
 
 **Score.** The user's own backtest: forward-chaining folds on the scale input (`groups.choose_scale`,
 the same input as the fit's intervals), the largest cuts (`validation.forward_cuts`), each fold
@@ -127,6 +129,13 @@ def grammar(k: int, log_feats: Sequence[bool], grouped: bool) -> list[Candidate]
         out.append(Candidate(True, (Term(tuple(feats), tuple((i, i) for i in feats)),)))
         pairs = tuple((i, j) for i in feats for j in feats if i <= j)
         out.append(Candidate(True, (Term(tuple(feats), pairs),)))
+    for r in (1, 2):  # power laws in the other inputs + a quadratic (a bowl) in 1-2 inputs, its
+        for bowl in itertools.combinations(feats, r):  # centre moving with every other input
+            if r >= k:
+                continue
+            quad = {(b, b) for b in bowl} | {tuple(sorted((b, i))) for b in bowl for i in feats if i != b}
+            powers = tuple(Term((i,)) for i in feats if i not in bowl)
+            out.append(Candidate(True, powers, tuple(bowl), tuple(sorted(quad))))
     for i in feats:  # saturating in one feature (a fine-tuning law), the others additive
         if log_feats[i]:
             out.append(Candidate(True, tuple(Term((m,), (), i if m == i else None) for m in feats)))
@@ -195,8 +204,9 @@ class Layout:
                 sat[t] = 1
                 mask[o + 1 + self.k + self.m] = 1
                 mask[o + 2 + self.k + self.m + term.sat] = 1
-        if c.lin or c.poly:
+        if (c.lin or c.poly) and not c.E:  # the polynomial's constant, unless E is one already
             mask[self.poly0] = lin[self.poly0] = 1
+        if c.lin or c.poly:
             for i in c.lin:
                 mask[self.poly0 + 1 + i] = lin[self.poly0 + 1 + i] = 1
             for i, j in c.poly:
@@ -408,8 +418,9 @@ def _basis(prob: Problem, c: Candidate, nl_slots: np.ndarray, nl_vals: np.ndarra
         slots.append(o)
     if c.lin or c.poly:
         p = L.poly0
-        cols.append(np.ones((S, phi.shape[0])))
-        slots.append(p)
+        if not c.E:
+            cols.append(np.ones((S, phi.shape[0])))
+            slots.append(p)
         for i in c.lin:
             cols.append(np.broadcast_to(phi[:, i], (S, phi.shape[0])))
             slots.append(p + 1 + i)
@@ -531,10 +542,17 @@ def _run_best(prob: Problem, jobs: list, owner: list) -> dict:
 
 
 def _grouped(L: Layout, c: Candidate, G: int) -> np.ndarray:
+    """The coefficients that are per group: all of them (`per_group`), else the linear ones and
+    each saturation's offset (a fine-tuning law's B per group), the exponents shared."""
     if not G:
         return np.zeros(L.P, bool)
     _, _, _, lin = L.slots(c)
-    return np.ones(L.P, bool) if c.per_group else lin
+    if c.per_group:
+        return np.ones(L.P, bool)
+    out = lin.copy()
+    for t in range(L.T):
+        out[L.term(t) + 1 + L.k + L.m] = True
+    return out
 
 
 def _best(prob: Problem, c: Candidate, out: np.ndarray) -> np.ndarray:
@@ -559,7 +577,9 @@ def _choose(scored: list[Scored], rule: str = "chain") -> Scored:
 
 # ---- the chosen form as a formula string --------------------------------------------------------
 def _num(v: float) -> str:
-    return f"{float(f'{v:.4g}'):.6g}"
+    """A centre as printed: 6 significant digits (the rounding shifts a centred log by < 1e-5, and
+    the linear terms that shift would add are dropped: the printed form has the candidate's terms)."""
+    return f"{float(f'{v:.6g}'):.6g}"
 
 
 class _Names:
@@ -605,6 +625,10 @@ def _poly_in_u(feats: Features, const: float, lin: dict[int, float], quad: dict[
     return c0, c1, c2, text
 
 
+def _pair_name(feats: Features, i: int, j: int) -> str:
+    return f"{feats.names[i]}2" if i == j else f"{feats.names[i]}_{feats.names[j]}"
+
+
 def _u_text(text: dict, i: int, j: int) -> str:
     return f"{text[i]}**2" if i == j else f"{text[i]} * {text[j]}"
 
@@ -620,12 +644,13 @@ def render(
     rows = [np.where(grouped, th[1 + g], th[0]) for g in range(G)] if G else [th[0]]
     pr = _Printer(prob, rows, grouped, _Names(taken))
     parts: list[str] = []
-    if c.E:
-        parts.append(pr.param("E", [r[0] for r in rows], 0))
+    poly_text, poly_c0 = pr.poly(c) if c.lin or c.poly else ("", np.zeros(len(rows)))
+    if c.E:  # E absorbs the polynomial's constant (its centring)
+        parts.append(pr.param("E", [r[0] + c0 for r, c0 in zip(rows, poly_c0)], 0))
     for t, term in enumerate(c.terms, start=1):
         parts.append(pr.term(term, L.term(t - 1), t))
-    if c.lin or c.poly:
-        parts.append(pr.poly(c))
+    if poly_text:
+        parts.append(poly_text)
     text = " + ".join(parts).replace("+ -", "- ")
     return text, pr.starts, tuple(pr.shared)
 
@@ -666,7 +691,7 @@ class _Printer:
             ]
             for i, j in term.quad:
                 pn = self.param(
-                    f"q{t}_{feats.names[i]}{feats.names[j]}",
+                    f"q{t}_{_pair_name(feats, i, j)}",
                     [p[2][(i, j)] for p in polys],
                     o + 1 + k + L.pair(i, j),
                 )
@@ -708,7 +733,8 @@ class _Printer:
         B = self.param(f"B{t}", np.exp(h0), h0_slot)
         return f"(1 + {B} * exp({self.param(f'b{t}', eta, h_slot)} * {x}))"
 
-    def poly(self, c: Candidate) -> str:
+    def poly(self, c: Candidate) -> tuple[str, np.ndarray]:
+        """The polynomial's text, and its constant per row when E holds it instead (else zeros)."""
         L, feats = self.prob.layout, self.prob.feats
         p0 = L.poly0
         polys = []
@@ -717,19 +743,20 @@ class _Printer:
             quad = {pq: float(r[p0 + 1 + L.k + L.pair(*pq)]) for pq in c.poly}
             polys.append(_poly_in_u(feats, float(r[p0]), lin, quad))
         text = polys[0][3]
-        out = [self.param("c0", [p[0] for p in polys], p0)]
-        for i in sorted(polys[0][1]):
+        c0 = np.array([p[0] for p in polys])
+        out = [] if c.E else [self.param("c0", c0, p0)]
+        for i in sorted(c.lin):
             out.append(
                 f"{self.param(f'c_{feats.names[i]}', [p[1][i] for p in polys], p0 + 1 + i)} * {text[i]}"
             )
         for i, j in c.poly:
             pn = self.param(
-                f"c_{feats.names[i]}{feats.names[j]}",
+                f"c_{_pair_name(feats, i, j)}",
                 [p[2][(i, j)] for p in polys],
                 p0 + 1 + L.k + L.pair(i, j),
             )
             out.append(f"{pn} * {_u_text(text, i, j)}")
-        return " + ".join(out)
+        return " + ".join(out), (c0 if c.E else np.zeros(len(polys)))
 
 
 # ---- the search ---------------------------------------------------------------------------------
@@ -778,7 +805,11 @@ def _problem(
     for alias, col in inputs.items():
         v = data.x[alias]
         allv = np.concatenate([v, *(m[alias] for m in more if alias in m)])
-        lg = bool(np.all(allv > 0))
+        # a proportion (every value in [0, 1], some above 0.5: a mixture weight) enters as itself,
+        # as in the data mixing laws' exp(sum t_j r_j); any other positive input (a learning rate
+        # of 1e-3 too) as its log (power laws)
+        share = bool(np.all((allv >= 0) & (allv <= 1)) and np.max(allv) >= 0.5)
+        lg = bool(np.all(allv > 0)) and not share
         u = np.log(v) if lg else v
         if not np.std(u) > 0:
             notes.append(f"--input {alias}: {col!r} is constant on the runs; left out of the search")

@@ -584,6 +584,8 @@ def register_formula(
 
         register_formula("gadre_tied", "E + A / N**alpha + B / D**alpha", protocols=("budget",))
     """
+    from analysis.laws import methods  # noqa: F401 - the method registry listens to new laws
+
     spec = fm.make_spec(formula, [*columns, *(inputs or {}).values()], inputs, params, "loss")
     positive = set(spec.inputs)
     model = fm.FormulaModel(
