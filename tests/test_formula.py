@@ -22,7 +22,11 @@ from models.base.errors import AnalysisError
 
 @pytest.fixture(scope="module", autouse=True)
 def _registry_restored():
-    """Formula laws register themselves (laws and methods); leave the registries as found."""
+    """Formula laws register themselves (laws and methods); leave the registries as found. The
+    point methods are registered first (importing analysis.laws.methods), so that restoring the
+    snapshot never removes them from a process that goes on with other test modules."""
+    import analysis.laws.methods  # noqa: F401
+
     laws, users, meths = dict(registry._REGISTRY), dict(registry.USER_LAWS), dict(method_registry._REGISTRY)
     yield
     for d, saved in (

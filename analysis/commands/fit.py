@@ -318,11 +318,13 @@ _NOT_WITH_FORMULA = {
 def _formulas(opts: FitCommandOptions, targets: list[str]) -> list[str]:
     """One formula per target: `--formula` repeated, or `@FILE` (a line per target), or one formula
     for every target."""
+    # deferred: JAX, SciPy and the formula modules load when a command runs (a fast --help)
     import pathlib
 
     texts: list[str] = []
     for item in opts.formula or []:
         if item.startswith("@"):
+            # deferred: JAX, SciPy and the formula modules load when a command runs (a fast --help)
             from analysis.laws.formula import split_formulas
 
             path = pathlib.Path(item[1:])
@@ -348,6 +350,7 @@ def _run_formula(opts: FitCommandOptions) -> int:
     for flag, field in _NOT_WITH_FORMULA.items():
         if getattr(opts, field):
             raise AnalysisError(f"{flag} does not apply to --formula (name columns with --input NAME=COLUMN)")
+    # deferred: JAX, SciPy and the formula modules load when a command runs (a fast --help)
     from analysis.core.runs import read_runs
     from analysis.core.table import FitNotice, read_table
     from analysis.laws import formula as fm
@@ -388,12 +391,16 @@ def _run_formula(opts: FitCommandOptions) -> int:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", FitNotice)
             if text.strip().lower() == fm.SEARCH:
-                searches[target] = formula_search.search(data, target, **common)
+                searches[target] = formula_search.search(
+                    data, target, holdout_above=opts.holdout_above, **common
+                )
                 for line in searches[target].lines():
                     print(line)
                 text = searches[target].formula
                 common_fit = dict(
-                    common, options=dataclasses.replace(fopts, extra_starts=searches[target].starts)
+                    common,
+                    options=dataclasses.replace(fopts, extra_starts=searches[target].starts),
+                    shared=list(searches[target].shared),  # with --group: the searched form's ties
                 )
             else:
                 common_fit = common
@@ -407,6 +414,7 @@ def _run_formula(opts: FitCommandOptions) -> int:
 
 
 def _default_target(df) -> str:
+    # deferred: JAX, SciPy and the formula modules load when a command runs (a fast --help)
     from analysis.core.table import ALIASES
 
     for name in ALIASES["loss"]:
@@ -418,6 +426,7 @@ def _default_target(df) -> str:
 def _formula_result(fits: dict, searches: dict, targets_df, predict_path: str | None) -> dict:
     """Print each target's fit (and its predictions); the JSON: one fit's schema, or with several
     targets `fits`, `formula` and `predictions_by_target` keyed by target."""
+    # deferred: JAX, SciPy and the formula modules load when a command runs (a fast --help)
     from analysis.laws import groups
 
     out: dict = {}

@@ -972,6 +972,7 @@ class FormulaModel:
     @cached_property
     def law(self):
         """The registry `Law` (registered on first use, under `name`)."""
+        # deferred: JAX, SciPy and the formula modules load when a command runs (a fast --help)
         import jax
         import jax.numpy as jnp
 
@@ -1001,6 +1002,7 @@ class FormulaModel:
 
         del jax
         names_out = self.engine_names
+        # deferred: JAX, SciPy and the formula modules load when a command runs (a fast --help)
         from analysis.laws.allocation import chinchilla_index
 
         if chinchilla_index(names_out) is not None:  # never read as a Chinchilla law (allocation, frontier)
@@ -1109,6 +1111,7 @@ class FormulaModel:
     ) -> tuple[dict, float]:
         """All linear parameters (a column per group for those not shared) by bounded least squares,
         the nonlinear ones `nl` given per row: ({param: value or per-group array}, objective)."""
+        # deferred: JAX, SciPy and the formula modules load when a command runs (a fast --help)
         from scipy.optimize import lsq_linear
 
         n = y.size

@@ -244,6 +244,7 @@ def _effective(theta, mask, grouped, gidx, G: int, P: int, mod):
 
 
 def _objective(layout: Layout, G: int, mode: str, delta: float, y_scale: float):
+    # deferred: JAX, SciPy and the formula modules load when a command runs (a fast --help)
     import jax.numpy as jnp
 
     def f(theta, mask, on, sat, grouped, phi, phi2, gidx, yt, w):
@@ -494,6 +495,7 @@ def candidate_starts(
 def _run(prob: Problem, jobs: list[tuple[Candidate, np.ndarray, np.ndarray]], dtype=np.float32) -> np.ndarray:
     """L-BFGS for every job (candidate, start, row weights), all on one compiled program per
     precision: (J, size) fitted parameters with (J,) objectives appended as the last column."""
+    # deferred: JAX, SciPy and the formula modules load when a command runs (a fast --help)
     import jax
 
     L, G = prob.layout, prob.G
@@ -854,8 +856,11 @@ def search(
     options: gr.FormulaOptions | None = None,
     predict_df: pd.DataFrame | None = None,
     rule: str = "chain",
+    holdout_above: float | None = None,
 ) -> SearchResult:
-    """Search the grammar for the form the runs' own backtest prefers (module docstring)."""
+    """Search the grammar for the form the runs' own backtest prefers (module docstring); with
+    `holdout_above`, on the rows whose scale input is at or below it only (the fit's held-out rows
+    stay unseen)."""
     t0 = time.time()
     opts = options or gr.FormulaOptions()
     if params:
@@ -873,6 +878,10 @@ def search(
         dict(zip(prob.feats.names, prob.feats.columns)), scale, list(inputs), positive
     )
     s = data.x[scale_name]
+    if holdout_above is not None and np.any(s > holdout_above) and np.any(s <= holdout_above):
+        seen = df.loc[data.index[s <= holdout_above]]
+        prob, data, groups, notes = _problem(seen, target, inputs, group, weights, predict_df, opts)
+        s = data.x[scale_name]
     cuts = validation.forward_cuts(s)[-N_FOLDS:]
     if not cuts:
         raise AnalysisError(
