@@ -91,7 +91,15 @@ import pandas as pd
 
 from analysis.core import runs
 from models.base.errors import AnalysisError
-from models.base.rundir import FINAL_NUMBERS, MARKERS, TENSORBOARD_DIR, ReadStatus, RunDir, RunStatus
+from models.base.rundir import (
+    FINAL_NUMBERS,
+    MARKERS,
+    ROLE_FIELDS,
+    TENSORBOARD_DIR,
+    ReadStatus,
+    RunDir,
+    RunStatus,
+)
 
 SOURCES = ("tensorboard", "mlflow", "wandb")
 INSTALL_HINT = "pip install -e '.[tracking]'"
@@ -125,7 +133,7 @@ EVAL_LOSS_NAMES = (
     "loss/validation",
 )
 TRAIN_LOSS_NAMES = ("loss", "train_loss", "loss/train", "training_loss", "train/loss")
-EVAL_LOSS, TRAIN_LOSS = "final_eval_loss", "final_train_loss"
+EVAL_LOSS, TRAIN_LOSS = ROLE_FIELDS["loss"], "final_train_loss"  # the summary's field names
 KEPT_STATUSES = (RunStatus.COMPLETED, ReadStatus.UNKNOWN)  # kept without include_unfinished
 
 MLFLOW_STATUS = {"FINISHED": "completed", "FAILED": "failed", "KILLED": "killed", "RUNNING": "running"}
