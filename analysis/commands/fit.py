@@ -252,12 +252,14 @@ def _fit_rows(opts: FitCommandOptions):
     return rows, record
 
 
-def _reemit(caught: list, notice: type) -> None:
+def _reemit(caught: list, notice: type, law: str = "", target: str = "") -> None:
     """The fit's warnings: each notice for the user (the N it fell back to, an untested decay
-    constant, forms that disagree) as one `warning:` line, the others as Python warns."""
+    constant, forms that disagree; with --formula every fit warning, its law named by the target)
+    as one `warning:` line, the others as Python warns."""
     for w in caught:
         if issubclass(w.category, notice):
-            print(f"warning: {w.message}", file=sys.stderr)
+            text = str(w.message).replace(f"law {law}", f"the formula for {target}") if law else w.message
+            print(f"warning: {text}", file=sys.stderr)
         else:
             warnings.warn(w.message, w.category, stacklevel=2)
 
@@ -352,7 +354,7 @@ def _run_formula(opts: FitCommandOptions) -> int:
             raise AnalysisError(f"{flag} does not apply to --formula (name columns with --input NAME=COLUMN)")
     # deferred: JAX, SciPy and the formula modules load when a command runs (a fast --help)
     from analysis.core.runs import read_runs
-    from analysis.core.table import FitNotice, read_table
+    from analysis.core.table import read_table
     from analysis.laws import formula as fm
     from analysis.laws import formula_search, groups
 
@@ -389,7 +391,7 @@ def _run_formula(opts: FitCommandOptions) -> int:
     fits, searches = {}, {}
     for target, text in zip(targets, texts):
         with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always", FitNotice)
+            warnings.simplefilter("always", UserWarning)
             if text.strip().lower() == fm.SEARCH:
                 searches[target] = formula_search.search(
                     data, target, holdout_above=opts.holdout_above, **common
@@ -407,7 +409,7 @@ def _run_formula(opts: FitCommandOptions) -> int:
             fits[target] = groups.fit_formula(
                 data, text, target, holdout_above=opts.holdout_above, **common_fit
             )
-        _reemit(caught, FitNotice)
+        _reemit(caught, UserWarning, fits[target].model.name, target)
     result = _formula_result(fits, searches, targets_df, opts.predict)
     emit_json(opts.json, result)
     return 0
