@@ -175,6 +175,9 @@ def test_bad_formula_on_the_command_line_is_one_error_line(vocab_run, capsys):
         assert len(err) == 1 and "a log of a negative value" in err[0], err
     assert main([*base, "--formula", "E + A / N**a", "--law", "chinchilla"]) == 2
     assert "--law does not apply to --formula" in capsys.readouterr().err
+    pd.DataFrame({"params": [2e9]}).to_csv(d / "no_tokens.csv", index=False)  # fails before the fit
+    assert main([*base, "--formula", "E + A / N**a + B / D**b", "--predict", str(d / "no_tokens.csv")]) == 2
+    assert "no column 'tokens' (the input D)" in capsys.readouterr().err
 
 
 # ---- groups, several targets, linear residuals (API) ------------------------------------------------

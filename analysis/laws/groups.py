@@ -134,6 +134,10 @@ def read_rows(
     out). Group labels are matched against `groups` (a label not among them: one error line)."""
     keep = np.ones(len(df), bool)
     notes = []
+    shown = ", ".join(map(str, list(df.columns)[:20]))
+    for name, col in spec.inputs.items():
+        if col not in df.columns:
+            raise AnalysisError(f"{where} have no column {col!r} (the input {name}); their columns: {shown}")
     cols = {name: _numeric(df, col, f"input {name}") for name, col in spec.inputs.items()}
     for name, v in cols.items():
         bad = ~np.isfinite(v)
@@ -496,12 +500,10 @@ def fit_formula(
             groups = groups_kept
             data, _ = read_rows(df, spec, target, group, groups, weights)
     more = []
-    if predict_df is not None:
-        try:
-            pdata, _ = read_rows(predict_df, spec, None, None, (), where="--predict")
-            more.append(pdata.x)
-        except AnalysisError:
-            pass  # reported when the predictions are made
+    if predict_df is not None:  # a bad TARGETS table fails before the fit
+        if group is not None and group not in predict_df.columns:
+            raise AnalysisError(f"--predict: the rows to predict need their group: no column {group!r}")
+        more.append(read_rows(predict_df, spec, None, None, (), where="--predict rows")[0].x)
     model = build_model(spec, data, target, groups, shared, scale, list(inputs), more, opts.residuals)
     held = None
     if holdout_above is not None:
