@@ -381,7 +381,7 @@ def build_model(
     if mode == fm.LOG and not np.all(y > 0):
         raise AnalysisError(f"the target {target!r} has values <= 0: log residuals need a positive target")
     ys = float(np.mean(np.abs(y))) or float(np.std(y)) or 1.0
-    return fm.FormulaModel(
+    model = fm.FormulaModel(
         spec=spec,
         target=target,
         groups=tuple(groups),
@@ -391,6 +391,27 @@ def build_model(
         y_scale=float(f"{ys:.6g}") if mode == fm.LINEAR else 1.0,
         scale=choose_scale(spec.inputs, scale, input_order, positive),
     )
+    # one model (one law, one compiled program) per law in a process: the same formula fitted
+    # again (a refit, another fold, a notebook cell) reuses its programs
+    return _MODELS.setdefault(model.key, model)
+
+
+_MODELS: dict[str, fm.FormulaModel] = {}
+
+
+def _registered(model: fm.FormulaModel):
+    """The model's law, registered again if the registry lost it (a reset between notebook cells
+    or test modules): a fit's result finds its law by name."""
+    from analysis.laws import registry  # deferred: JAX loads with the laws, when a fit runs
+
+    law = model.law
+    try:
+        same = registry.get_law(law.name) is law
+    except AnalysisError:
+        same = False
+    if not same:
+        registry.register(law, replace=True)
+    return law
 
 
 def engine_fixed(
@@ -431,7 +452,7 @@ def fit_model(model: fm.FormulaModel, data: Data, opts: FormulaOptions) -> FitRe
     starts = model.starts(
         data.x, data.y, data.gidx, data.w, whole, k=opts.starts, extra=np.array(extra) if extra else None
     )
-    law = model.law
+    law = _registered(model)
     pts = data_mod.Points(
         inputs=model.encode(data.x, data.gidx),
         y=model.encode_y(data.y),
@@ -491,6 +512,9 @@ def fit_formula(
         labels = df[group].dropna().astype(str)
         groups = tuple(sorted(labels.unique(), key=_natural))
     data, notes = read_rows(df, spec, target, group, groups, weights)
+    notes += [
+        f"--input {a}={c} is not in the formula; left out" for a, c in inputs.items() if a not in spec.inputs
+    ]
     for note in notes:
         warnings.warn(note, data_mod.FitNotice, stacklevel=2)
     if groups:
