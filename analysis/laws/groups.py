@@ -38,6 +38,7 @@ from analysis.core import table as data_mod
 from analysis.core.enums import Precision
 from analysis.core.validation import PREDICTION_LEVEL, coverage
 from analysis.laws import formula as fm
+from analysis.laws import registry
 from analysis.laws.fitting import FitOptions, FitResult, fit_points
 from models.base.errors import AnalysisError
 
@@ -402,7 +403,6 @@ _MODELS: dict[str, fm.FormulaModel] = {}
 def _registered(model: fm.FormulaModel):
     """The model's law, registered again if the registry lost it (a reset between notebook cells
     or test modules): a fit's result finds its law by name."""
-    from analysis.laws import registry  # deferred: JAX loads with the laws, when a fit runs
 
     law = model.law
     try:
