@@ -50,7 +50,6 @@ examples:
   scalelab fit runs.csv --formula "E + A / N**a + B / V**b" --input N=params --input V=vocab
   scalelab fit sft.csv --formula "A / (n**alpha + B) + C" --group model --shared alpha
 docs/fit.md: the laws, the default's choice on repeated data, the JSON schema, your own law."""
-LAW_DELTA = 1e-3  # Hoffmann et al.'s Huber delta, the registered laws' default (analysis.laws.fitting)
 USAGE = (
     "%(prog)s RUNS [--law NAME|FIT.json] [options]\n"
     "       %(prog)s RUNS --formula EXPR|@FILE|search [options]"
@@ -170,6 +169,7 @@ def run(args: argparse.Namespace) -> int:
         raise AnalysisError("--input, --target, --param, --group, --shared and --scale go with --formula")
     # JAX and the fitting code load here, not at import, so `python -m analysis --help` stays fast.
     from analysis.core.table import FitNotice
+    from analysis.laws.fitting import DEFAULT_DELTA
     from analysis.laws.methods import fit_point, law_choices
     from analysis.laws.selection import default_law
     from analysis.laws.targets import predict_targets, prediction_lines
@@ -191,7 +191,7 @@ def run(args: argparse.Namespace) -> int:
         holdout_above=opts.holdout_above,
         weights=opts.weight_col,
         fixed=opts.fix,
-        delta=LAW_DELTA if opts.delta is None else opts.delta,
+        delta=DEFAULT_DELTA if opts.delta is None else opts.delta,
         precision=opts.precision,
         n_params=opts.n_params,
     )
