@@ -190,7 +190,7 @@ def test_top_level_help_lists_commands_and_an_example(capsys):
     out = capsys.readouterr().out
     for name in command_modules():
         assert name.replace("_", "-") in out
-    assert "examples:" in out and "python -m analysis fit runs.csv" in out
+    assert "scalelab fit runs.csv" in out and "scalelab plan --law fit.json" in out
 
 
 def test_version(capsys):

@@ -192,6 +192,51 @@ def test_error_lines(tmp_path):
         assert rc == 2 and len(lines) == 1 and lines[0].startswith("error:") and msg in lines[0], (argv, err)
 
 
+def test_hardware_without_power_or_price_still_plans(tmp_path):
+    """A user's own hardware file may state neither: the plan stands, energy, carbon and dollars are
+    unknown (null) and say which flag gives them; only an objective that needs one is an error."""
+    hw = tmp_path / "mine.yaml"
+    hw.write_text(
+        "name: mine\npeak_flops: 2.0e14\nhbm_bytes: 8.0e10\nhbm_bw: 2.0e12\n"
+        "intra_node_bw: 3.0e11\ninter_node_bw: 5.0e10\ndevices_per_node: 8\n"
+    )
+    rc, out, err = _cli(
+        "plan",
+        "--params",
+        "1e9",
+        "--tokens",
+        "2e10",
+        "--hardware",
+        hw,
+        "--gpus",
+        "8",
+        "--json",
+        tmp_path / "p.json",
+    )
+    assert rc == 0, err
+    best = json.loads((tmp_path / "p.json").read_text())["best"]
+    assert best["device_hours"] > 0 and best["energy_mwh"] is None and best["tco2eq"] is None
+    assert best["cost_usd"] is None and "--watts mine=W" in out
+    rc, _, err = _cli(
+        "plan", "--params", "1e9", "--tokens", "2e10", "--hardware", hw, "--gpus", "8", "--watts", "mine=400"
+    )
+    assert rc == 0, err
+    rc, _, err = _cli(
+        "plan",
+        "--params",
+        "1e9",
+        "--tokens",
+        "2e10",
+        "--hardware",
+        hw,
+        "--gpus",
+        "8",
+        "--objective",
+        "carbon",
+    )
+    assert rc == 2 and err.startswith("error: --objective carbon: no power for mine; give --watts mine=W")
+
+
 def _direct_saving(law: ScalingLaw, n_c: float, d_c: float, t: float) -> float:
     """The saving by a direct bounded minimisation of the same law (as the public check does)."""
     target = law.loss(n_c, d_c)

@@ -75,13 +75,14 @@ def nonnegative_float(text: str) -> float:
 
 def cost_options(opts) -> CostOptions:
     """The cost flags as `CostOptions` (one error line for a bad region, price or power)."""
+    own = [hw.name for hw in hardware_names(opts.hardware)] if opts.hardware else []
     return CostOptions(
         goodput=opts.goodput,
         pue=opts.pue,
         grid_intensity=opts.grid_intensity,
         region=opts.region,
-        watts={} if opts.watts is None else parse_per_hardware(opts.watts, "--watts"),
-        prices={} if opts.price is None else parse_per_hardware(opts.price, "--price"),
+        watts={} if opts.watts is None else parse_per_hardware(opts.watts, "--watts", own),
+        prices={} if opts.price is None else parse_per_hardware(opts.price, "--price", own),
     )
 
 

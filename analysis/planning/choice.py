@@ -78,10 +78,12 @@ class HardwareChoice:
                 continue
             b, c = o.plan.best, o.plan.best.costs
             usd = "n/a" if c.cost_usd is None else money(c.cost_usd)
+            mwh = "n/a" if c.energy_mwh is None else f"{c.energy_mwh:.3g}"
+            co2 = "n/a" if c.tco2eq is None else f"{c.tco2eq:.3g}"
             days = f"{c.days:.1f} [{c.days_interval[0]:.1f}-{c.days_interval[1]:.1f}]"
             out.append(
                 f"{mark} {o.hardware:10s} {b.shape.n_params / 1e9:6.2f}B {_layout_text(b.layout):34s} "
-                f"{b.mfu:5.3f} {days:>14s} {c.device_hours:12.3g} {c.energy_mwh:8.3g} {c.tco2eq:8.3g} "
+                f"{b.mfu:5.3f} {days:>14s} {c.device_hours:12.3g} {mwh:>8s} {co2:>8s} "
                 f"{usd:>8s}" + (f"  (breaks {', '.join(o.violates)})" if o.violates else "")
             )
         out.append(
@@ -130,12 +132,14 @@ def choose(
         raise AnalysisError(
             "no hardware type has a plan: " + "; ".join(f"{o.hardware}: {o.error}" for o in options)
         )
-    if objective == "cost":
-        missing = [o.hardware for o in planned if o.plan.best.costs.cost_usd is None]
+    if objective != "time":
+        missing = [o.hardware for o in planned if o.plan.best.costs.value(objective) is None]
         if missing:
+            what, flag = ("price", "--price") if objective == "cost" else ("power", "--watts")
+            unit = "USD_PER_HOUR" if objective == "cost" else "W"
             raise AnalysisError(
-                f"--objective cost: no price for {', '.join(missing)}; give --price "
-                + ",".join(f"{m}=USD_PER_HOUR" for m in missing)
+                f"--objective {objective}: no {what} for {', '.join(missing)}; give {flag} "
+                + ",".join(f"{m}={unit}" for m in missing)
             )
     feasible = [o for o in options if o.feasible]
     if not feasible:

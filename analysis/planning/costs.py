@@ -28,7 +28,7 @@ import dataclasses
 import functools
 import math
 import pathlib
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import yaml
 
@@ -160,9 +160,10 @@ def grid_intensity_of(region: str) -> Sourced:
     return row
 
 
-def parse_per_hardware(text: str, flag: str) -> dict[str, float]:
+def parse_per_hardware(text: str, flag: str, own: Sequence[str] = ()) -> dict[str, float]:
     """`--price h100=2.49,a100-80gb=1.8` (or one number for every hardware type) -> {catalogue
-    name: value}; names go through the catalogue's aliases (h100 -> h100-sxm)."""
+    name: value}; names go through the catalogue's aliases (h100 -> h100-sxm); `own`: the names of
+    the user's own hardware files in this request, accepted as they are."""
     out: dict[str, float] = {}
     for part in (p.strip() for p in str(text).split(",")):
         if not part:
@@ -176,9 +177,10 @@ def parse_per_hardware(text: str, flag: str) -> dict[str, float]:
             ) from None
         if not (math.isfinite(v) and v > 0):
             raise AnalysisError(f"{flag} {text!r}: {part!r} must be a positive number")
-        key = ALL if not sep else load_hardware(name.strip()).name
+        name = name.strip()
+        key = ALL if not sep else name if name in own else load_hardware(name).name
         if key in out:
-            raise AnalysisError(f"{flag} {text!r} gives {name.strip() or 'every hardware'} twice")
+            raise AnalysisError(f"{flag} {text!r} gives {name or 'every hardware'} twice")
         out[key] = v
     if not out:
         raise AnalysisError(f"{flag} needs NAME=NUMBER[,NAME=NUMBER...] or one number")
@@ -227,8 +229,13 @@ class Assumptions:
         )
         where = f" ({self.region})" if self.region else ""
         est = " (an estimate: no datasheet value)" if self.estimated_power else ""
+        watts = (
+            f"{self.watts.value:g} W per device{est}"
+            if self.watts.value is not None
+            else f"no power (--watts {self.hardware}=W)"
+        )
         return (
-            f"{self.hardware}: goodput {self.goodput.value:g}, {self.watts.value:g} W per device{est}, "
+            f"{self.hardware}: goodput {self.goodput.value:g}, {watts}, "
             f"PUE {self.pue.value:g}, grid {self.grid_intensity.value:g} kg CO2e/kWh{where}, {price}"
         )
 
@@ -255,8 +262,8 @@ def assumptions_for(hw: Hardware, opts: CostOptions | None = None) -> Assumption
             hw.as_of.get("power_w"),
             hw.power_w_range,
         )
-    else:
-        raise AnalysisError(f"hardware {hw.name} states no power_w: give --watts {hw.name}=W")
+    else:  # energy and carbon stay unknown, as dollars do without a price
+        watts = Sourced(None, f"no power_w in the hardware file (--watts {hw.name}=W)")
     p = opts.price_for(hw)
     if p is not None:
         price = _user(p, "--price")
@@ -283,10 +290,10 @@ class Costs:
     device_hours_interval: tuple[float, float]
     days: float
     days_interval: tuple[float, float]
-    energy_mwh: float
-    energy_mwh_interval: tuple[float, float]
-    tco2eq: float
-    tco2eq_interval: tuple[float, float]
+    energy_mwh: float | None  # None: the hardware states no power (--watts)
+    energy_mwh_interval: tuple[float, float] | None
+    tco2eq: float | None
+    tco2eq_interval: tuple[float, float] | None
     cost_usd: float | None
     cost_usd_interval: tuple[float, float] | None
     assumptions: Assumptions
@@ -320,12 +327,18 @@ class Costs:
             else f"$ unknown (no price for {a.hardware}: --price {a.hardware}=USD)"
         )
         e, c = self.energy_mwh_interval, self.tco2eq_interval
+        if self.energy_mwh is None:
+            energy = f"energy and CO2e unknown (no power for {a.hardware}: --watts {a.hardware}=W)"
+        else:
+            energy = (
+                f"{self.energy_mwh:.3g} [{e[0]:.3g}, {e[1]:.3g}] MWh "
+                f"({a.watts.value:g} W x PUE {a.pue.value:g}), "
+                f"{self.tco2eq:.3g} [{c[0]:.3g}, {c[1]:.3g}] t CO2e "
+                f"({a.grid_intensity.value:g} kg/kWh{', ' + a.region if a.region else ''})"
+            )
         return (
             f"cost: {self.device_hours:.3g} [{iv[0]:.3g}, {iv[1]:.3g}] {a.unit} "
-            f"(goodput {a.goodput.value:g}), "
-            f"{cost}, {self.energy_mwh:.3g} [{e[0]:.3g}, {e[1]:.3g}] MWh "
-            f"({a.watts.value:g} W x PUE {a.pue.value:g}), {self.tco2eq:.3g} [{c[0]:.3g}, {c[1]:.3g}] t CO2e "
-            f"({a.grid_intensity.value:g} kg/kWh{', ' + a.region if a.region else ''})"
+            f"(goodput {a.goodput.value:g}), {cost}, {energy}"
         )
 
 
@@ -352,12 +365,14 @@ def price_run(
         down.append(max(g.interval[1], g.value) / g.value)
     hi, lo = _log_side(*up) if up else 1.0, _log_side(*down) if down else 1.0
     dh = (hours / lo, hours * hi)
-    energy = hours * a.watts.value * a.pue.value / 1e6
-    e_hi, e_lo = hi, lo
-    if a.watts.interval is not None:
-        e_hi = _log_side(*up, max(a.watts.interval[1], a.watts.value) / a.watts.value)
-        e_lo = _log_side(*down, a.watts.value / min(a.watts.interval[0], a.watts.value))
-    e_iv = (energy / e_lo, energy * e_hi)
+    energy = e_iv = None
+    if a.watts.value is not None:
+        energy = hours * a.watts.value * a.pue.value / 1e6
+        e_hi, e_lo = hi, lo
+        if a.watts.interval is not None:
+            e_hi = _log_side(*up, max(a.watts.interval[1], a.watts.value) / a.watts.value)
+            e_lo = _log_side(*down, a.watts.value / min(a.watts.interval[0], a.watts.value))
+        e_iv = (energy / e_lo, energy * e_hi)
     k = a.grid_intensity.value
     price = a.price_per_hour.value
     return Costs(
@@ -367,8 +382,8 @@ def price_run(
         days_interval=(dh[0] / 24 / n_devices, dh[1] / 24 / n_devices),
         energy_mwh=energy,
         energy_mwh_interval=e_iv,
-        tco2eq=energy * k,
-        tco2eq_interval=(e_iv[0] * k, e_iv[1] * k),
+        tco2eq=None if energy is None else energy * k,
+        tco2eq_interval=None if e_iv is None else (e_iv[0] * k, e_iv[1] * k),
         cost_usd=None if price is None else hours * price,
         cost_usd_interval=None if price is None else (dh[0] * price, dh[1] * price),
         assumptions=a,

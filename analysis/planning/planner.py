@@ -1094,7 +1094,7 @@ def _notes(req: _Request) -> tuple[str, ...]:
             f"days and {req.hw.hour_unit}: the cost model's step time / goodput {g.value:g} "
             f"({band}: time lost to failures, restarts and checkpoints)"
         )
-        if a.estimated_power:
+        if a.estimated_power or a.watts.value is None:
             notes.append(f"power of {req.hw.name}: {a.watts.source}")
     dl = req.data_limit
     if dl is not None:
