@@ -28,6 +28,7 @@ class Protocol(enum.StrEnum):
     CURVE_PREFIX = "curve-prefix"
     MOE = "moe"
     CPT = "cpt"
+    CPT_CURVE = "cpt-curve"
 
 
 # protocol -> (module, function(table, Options) -> Backtest); imported on use (each pulls in its
@@ -46,8 +47,9 @@ RUNNERS: dict[Protocol, tuple[str, str]] = {
     Protocol.CURVE_PREFIX: ("analysis.backtests.prefix", "curve_prefix_protocol"),
     Protocol.MOE: ("analysis.backtests.moe", "moe_protocol"),
     Protocol.CPT: ("analysis.backtests.cpt", "cpt_protocol"),
+    Protocol.CPT_CURVE: ("analysis.backtests.cpt_curve", "cpt_curve_protocol"),
 }
-PATH_PROTOCOLS = (Protocol.CURVE, Protocol.COOLDOWN, Protocol.CURVE_PREFIX)
+PATH_PROTOCOLS = (Protocol.CURVE, Protocol.COOLDOWN, Protocol.CURVE_PREFIX, Protocol.CPT_CURVE)
 
 
 def run(data: pd.DataFrame | str, protocol: Protocol | str, opt: Options = Options()) -> Backtest:

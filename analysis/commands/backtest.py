@@ -67,6 +67,7 @@ def register(subparsers) -> None:
             "curve-prefix",
             "moe",
             "cpt",
+            "cpt-curve",
         ),
         help="what is hidden (default budget: the largest budgets; docs/backtest.md)",
     )

@@ -28,7 +28,13 @@ def register(subparsers) -> None:
         help="fit the multi-power loss-curve law and forecast curves",
         description=__doc__.splitlines()[0],
     )
-    p.add_argument("--law", default="mpl", help="curve law: mpl (Luo et al. 2025), the only one")
+    p.add_argument(
+        "--law",
+        default="mpl",
+        choices=("mpl", "cpt_curve"),
+        help="mpl (Luo et al. 2025; default) or cpt_curve (a continual-pre-training sweep's base and "
+        "continued runs: both domains' curves, docs/fit.md)",
+    )
     p.add_argument("--fit", nargs="+", required=True, metavar="CURVE", help="curves to fit (CSV or run dir)")
     p.add_argument(
         "--predict-curves",
@@ -108,6 +114,8 @@ def run(args: argparse.Namespace) -> int:
     # JAX and the fitting code load here, not at import, so `python -m analysis --help` stays fast.
     from analysis.curves.fitting import fit_curve, load_curve
 
+    if opts.law == "cpt_curve":
+        return _cpt_curve(opts)
     enable_compile_cache()
     fit = [load_curve(c, warmup=opts.warmup, warmup_steps=opts.warmup_steps) for c in opts.fit]
     pred = [load_curve(c, warmup=opts.warmup, warmup_steps=opts.warmup_steps) for c in opts.predict]
@@ -123,4 +131,17 @@ def run(args: argparse.Namespace) -> int:
     )
     _print_result(r)
     emit_json(opts.json, r.to_dict())
+    return 0
+
+
+def _cpt_curve(opts: FitCurveOptions) -> int:
+    """The continual-pre-training curve law on a sweep's base and continued runs (numpy + SciPy)."""
+    from analysis.curves.cpt import fit_cpt_curves
+    from models.base.errors import AnalysisError
+
+    if opts.predict or opts.fit_until is not None or opts.fix:
+        raise AnalysisError("--law cpt_curve takes --fit SWEEP_DIR [--json PATH] only")
+    fit = fit_cpt_curves(opts.fit if len(opts.fit) > 1 else opts.fit[0])
+    print(fit.summary())
+    emit_json(opts.json, fit.to_dict())
     return 0

@@ -112,6 +112,13 @@ class Method:
         }
 
 
+def _as_input(v: Any) -> Any:
+    """A prediction input as a float array; a name (a run, a base model, a domain) stays a str."""
+    if isinstance(v, str):
+        return v
+    return np.atleast_1d(np.asarray(v, float))
+
+
 @dataclass(frozen=True)
 class Fit:
     """A fitted method: `.predict(**inputs)`, `.summary()`, `.to_dict()`, `.plot(ax=None)`;
@@ -126,10 +133,9 @@ class Fit:
             raise AnalysisError(
                 f"{self.method.family} method {self.method.name} predicts nothing at new inputs"
             )
-        p = self.method.predict(
-            self.result, {k: np.atleast_1d(np.asarray(v, float)) for k, v in inputs.items()}
-        )
-        if inputs and all(np.ndim(v) == 0 for v in inputs.values()):  # scalar inputs: scalar outputs
+        p = self.method.predict(self.result, {k: _as_input(v) for k, v in inputs.items()})
+        numeric = [v for v in inputs.values() if not isinstance(v, str)]
+        if numeric and all(np.ndim(v) == 0 for v in numeric) and np.size(p.mean) == 1:  # scalars in, out
             p = Prediction(*(np.asarray(v).reshape(()) for v in (p.mean, p.lo, p.hi)), level=p.level)
         return p
 
