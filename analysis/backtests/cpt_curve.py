@@ -16,6 +16,7 @@ import numpy as np
 from analysis.backtests.losses import Options
 from analysis.backtests.result import Backtest, MethodScore, Metric, Point
 from analysis.core import progress
+from analysis.core.runs import read_runs
 from analysis.curves.cpt import (
     Z90,
     CptCurve,
@@ -26,6 +27,7 @@ from analysis.curves.cpt import (
     points,
     predict,
 )
+from models.base.errors import AnalysisError
 
 LAW, BASELINE = "cpt_curve", "nearest_replay"
 
@@ -69,8 +71,6 @@ def _nearest_points(train: list[CptCurve], test: list[CptCurve], n_params: float
 
 def cpt_curve_protocol(data, opt: Options) -> Backtest:
     curves = load_cpt_curves(data)
-    from analysis.core.runs import read_runs
-
     sizes = {}
     try:
         df = read_runs(data)
@@ -93,8 +93,6 @@ def cpt_curve_protocol(data, opt: Options) -> Backtest:
             n_fit += len(train)
             n_held += len(test)
     if not law:
-        from models.base.errors import AnalysisError
-
         raise AnalysisError(
             "the cpt-curve protocol needs continued runs at 2 or more replay ratios per base model"
         )

@@ -19,6 +19,7 @@ import dataclasses
 
 from analysis.commands._flags import add_fix_argument, add_json_argument
 from analysis.commands._options import CommandOptions, emit_json, parse_fixed
+from models.base.errors import AnalysisError
 from models.base.jaxcache import enable_compile_cache
 
 
@@ -136,8 +137,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _cpt_curve(opts: FitCurveOptions) -> int:
     """The continual-pre-training curve law on a sweep's base and continued runs (numpy + SciPy)."""
-    from analysis.curves.cpt import fit_cpt_curves
-    from models.base.errors import AnalysisError
+    from analysis.curves.cpt import fit_cpt_curves  # start-up time: SciPy and pandas load on use
 
     if opts.predict or opts.fit_until is not None or opts.fix:
         raise AnalysisError("--law cpt_curve takes --fit SWEEP_DIR [--json PATH] only")

@@ -36,10 +36,12 @@ import pandas as pd
 from scipy.optimize import least_squares
 from scipy.stats import norm
 
+from analysis.core.methods import Family, Method, Prediction, Role, register
 from analysis.core.runs import metrics_frame, read_runs
 from analysis.core.validation import PREDICTION_LEVEL
 from analysis.curves.data import Curve, peak_index
 from analysis.curves.features import _nodes, _pairs, annealing_drops
+from analysis.laws.cpt import cpt_table  # the runs' kinds, replay shares and domains
 from models.base.errors import AnalysisError
 
 PARAMS = ("L0", "A", "alpha", "B", "Bb", "C", "beta", "gamma", "H", "E", "h", "rho", "Er")
@@ -97,8 +99,6 @@ def _parent_dir(child: str, parent: str) -> str:
 def load_cpt_curves(source: Any) -> list[CptCurve]:
     """Both domains' evaluation curves of every base and continued run in a sweep directory (or a
     list of run directories); from-scratch runs are left out (they are not continuations)."""
-    from analysis.laws.cpt import cpt_table  # the runs' kinds, replay shares and domains
-
     df = read_runs(source) if not isinstance(source, pd.DataFrame) else source
     table = cpt_table(df)
     old, new = table.attrs["old"], table.attrs["new"]
@@ -484,8 +484,6 @@ def _fit(table: Any, **options: Any) -> CptCurveFit:
 def _predict(record: CptCurveFit, inputs: Mapping[str, Any]):
     """{"run": name}: a fitted run's curves on both domains at its evaluation steps; or {"base",
     "domain", "replay", "step", "lr"}: a new continuation of a fitted base model."""
-    from analysis.core.methods import Prediction
-
     if "run" in inputs:
         cs = [c for c in record.curves if c.run == str(inputs["run"])]
         if "domain" in inputs:
@@ -515,6 +513,7 @@ def _predict(record: CptCurveFit, inputs: Mapping[str, Any]):
 def _plot(record: CptCurveFit, table: Any, ax: Any = None):
     """Every continued run's loss on both domains against its continued-phase step: measured
     (dots) and the law (lines), one colour per replay ratio."""
+    # matplotlib only when a figure is asked for (importing analysis stays light)
     import matplotlib
     from matplotlib.figure import Figure
 
@@ -537,8 +536,6 @@ def _plot(record: CptCurveFit, table: Any, ax: Any = None):
 
 
 def _register() -> None:
-    from analysis.core.methods import Family, Method, Role, register
-
     register(
         Method(
             "cpt_curve",
