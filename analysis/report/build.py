@@ -656,8 +656,8 @@ def _build(
     every_recipe = done_all  # the Recipes section compares them; the other sections fit REF's runs
     ref = recipes.ref_recipe(done_all, None if source.table else sweep_dir)
     all_runs, done_all = recipes.ref_only(all_runs, ref), recipes.ref_only(done_all, ref)
-    every_moe = done_all  # the MoE section fits every expert count; the other sections the dense runs
-    all_runs, done_all = moe.dense_only(all_runs), moe.dense_only(done_all)
+    every_moe = done_all  # the MoE and Continual sections fit every run; the others the dense base runs
+    all_runs, done_all = _dense_base(all_runs), _dense_base(done_all)
     all_runs = all_runs.assign(**{MFU_COL: planner_mfu(all_runs)})
     done, hp = select_best(all_runs, done_all)
     done = _use_n_params(done, n_params)
@@ -817,7 +817,14 @@ def _continual(c: SectionContext) -> tuple[list[dict], list[str]]:
         if c.every_moe is None
         else continual.continual_section(c.every_moe, c.out, c.bootstrap, c.seed, c.warn)
     )
-    return ([] if sec is None else [sec]), []
+    notes = [f"continual pre-training: every section but '{continual.TITLE}' is fitted to the base runs"]
+    return ([] if sec is None else [sec]), (notes if sec is not None else [])
+
+
+def _dense_base(runs: pd.DataFrame) -> pd.DataFrame:
+    """The runs the laws, the plan and the run table show: a routed sweep's dense runs, a continual
+    sweep's base models."""
+    return continual.base_only(moe.dense_only(runs))
 
 
 def select_best(all_runs: pd.DataFrame, done: pd.DataFrame) -> tuple[pd.DataFrame, Selection | None]:

@@ -39,6 +39,21 @@ def is_continual(done: pd.DataFrame) -> bool:
     return bool(parents.notna().any()) and len(domains) == 2
 
 
+def base_only(table: pd.DataFrame) -> pd.DataFrame:
+    """The base runs of a continual-pre-training sweep (neither continued nor on a mixture): what
+    the report's other sections fit; any other table unchanged."""
+    if not is_continual(table):
+        return table
+    parents = pd.to_numeric(
+        table.get("init_from_tokens", pd.Series(np.nan, index=table.index)), errors="coerce"
+    )
+    mixed = np.zeros(len(table), bool)
+    for c in table.columns:
+        if isinstance(c, str) and c.startswith("data.mixture."):
+            mixed |= pd.to_numeric(table[c], errors="coerce").notna().to_numpy()
+    return table[(parents.isna().to_numpy()) & ~mixed].reset_index(drop=True)
+
+
 def forgetting_table(t: pd.DataFrame) -> pd.DataFrame:
     """Measured forgetting, L_old / L_old(base) - 1, of each continued run at the largest D_B:
     one row per size, one column per (replay, peak)."""
