@@ -357,6 +357,17 @@ def test_plan_command_line(tmp_path, capsys):
     assert json.loads((tmp_path / "p.json").read_text())["continual"]["verdict"] in ("continue", "retrain")
     assert main(["plan", "--continue-from", str(fit), "--max-forgetting", "lots"]) == 2
     assert "error: --max-forgetting" in capsys.readouterr().err
+    # priced on hardware: each feasible option's dollars, energy and carbon, in proportion to tokens
+    priced = ["plan", "--continue-from", str(fit), "--base-model", "1e9,2e10", "--hardware", "h100"]
+    assert main([*priced, "--gpus", "8", "--json", str(tmp_path / "h.json")]) == 0
+    c = json.loads((tmp_path / "h.json").read_text())["continual"]
+    opts = [c[k] for k in ("continue", "retrain") if c[k]["feasible"]]
+    assert opts and all(o["cost"]["cost_usd"] > 0 and o["cost"]["energy_mwh"] > 0 for o in opts)
+    if len(opts) == 2:
+        usd = [o["cost"]["cost_usd"] / o["tokens"] for o in opts]
+        assert usd[0] == pytest.approx(usd[1], rel=0.2)  # one model size: the same price per token
+    assert "cost:" in capsys.readouterr().out
+    assert main(priced) == 2 and "needs --gpus" in capsys.readouterr().err
 
 
 def test_report_section(ladder, tmp_path):

@@ -100,7 +100,7 @@ from analysis.commands._plan_modes import (
     run_moe,
 )
 from analysis.laws.allocation import ScalingLaw
-from analysis.planning.continual import add_continual_arguments, run_continual
+from analysis.planning.continual import add_continual_arguments, lines, price, run_continual
 from analysis.planning.data_limit import check_unique_tokens, from_json
 from analysis.planning.moe import DEFAULT_EXPERTS
 from analysis.planning.planner import DEFAULT_BATCH_TOKENS, plan
@@ -318,10 +318,12 @@ def run(args: argparse.Namespace) -> int:
 
 def _continual(opts: PlanOptions) -> int:
     """`--continue-from FIT.json`: continue or retrain, printed and as JSON `continual`."""
-    result, text = run_continual(
-        opts.continue_from, opts.base_model, opts.target_loss_new, opts.max_forgetting
-    )
-    print("\n".join(text))
+    result, _ = run_continual(opts.continue_from, opts.base_model, opts.target_loss_new, opts.max_forgetting)
+    if opts.hardware is not None:  # each option priced on the user's hardware
+        if opts.gpus is None:
+            raise AnalysisError("--continue-from with --hardware needs --gpus N (the devices to price on)")
+        price(result, opts.hardware, opts.gpus, cost_options(opts), seq_len=opts.seq_len, vocab=opts.vocab)
+    print("\n".join(lines(result)))
     emit_json(opts.json, {"continual": result})
     return 0
 

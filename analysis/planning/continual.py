@@ -306,11 +306,39 @@ def lines(result: dict[str, Any]) -> list[str]:
             f"L_new {o['loss_new']:.4f} [{li[0]:.4f}, {li[1]:.4f}], forgetting {o['forgetting']:+.2%} "
             f"[{fi[0]:+.2%}, {fi[1]:+.2%}]"
         )
+        if "cost" in o:
+            out.append(f"    {key} {o['cost']['text']}")
     out.append(f"verdict: {result['verdict']} -- {result['reason']}")
     cmd = result[result["verdict"]].get("command")
     if cmd:
         out.append(f"  {cmd}")
     return out
+
+
+def price(result: dict[str, Any], hardware: str, gpus: int, costs: Any, **shape: Any) -> None:
+    """Add each feasible option's `cost` (device-hours, days, energy, CO2e, dollars with 90%
+    intervals, `plan --params N --tokens D`'s figures for the base model's size on `gpus` x
+    `hardware`; `shape`: seq_len, vocab) to `result`, its intervals widened by the token
+    interval's."""
+    from analysis.planning.planner import plan  # deferred: the cost model loads on use
+
+    n = result["base"]["N"]
+    for key in ("continue", "retrain"):
+        o = result[key]
+        if not o["feasible"]:
+            continue
+        c = plan(None, gpus, hardware, params=n, tokens=o["tokens"], costs=costs, **shape).best.costs
+        d = c.as_dict()
+        lo_t, hi_t = o["tokens_interval"]
+        for k in ("device_hours", "days", "energy_mwh", "tco2eq", "cost_usd"):
+            iv = d.get(f"{k}_interval")
+            if iv is not None:
+                d[f"{k}_interval"] = [
+                    iv[0] * (lo_t / o["tokens"] if lo_t else 1.0),
+                    None if hi_t is None else iv[1] * hi_t / o["tokens"],
+                ]
+        d["text"] = c.text()
+        o["cost"] = d
 
 
 def _g(v: float | None) -> str:
