@@ -277,6 +277,22 @@ def test_cpt_law_recovers_a_known_truth_and_predicts_the_held_out_model(ladder):
     assert f[0] > f[1] > f[2]
 
 
+def test_fit_command_keeps_the_rewarm_probes_out_of_the_best_run_selection(ladder, tmp_path, capsys):
+    """Continued runs at another re-warm peak differ only in optim.lr: `fit --law cpt` must not read
+    them as an LR sweep (best run per rung, edge warnings); the law sets them aside itself."""
+    from analysis.cli import main
+
+    t = ladder.copy()
+    probe = t.run.str.endswith("_600000") & t.run.str.startswith("cpt_")
+    probes = t[probe].assign(**{"optim.lr": 3e-3, "run": t[probe].run + "_p0.3"})
+    path = tmp_path / "runs.csv"
+    pd.concat([t, probes]).to_csv(path, index=False)
+    assert main(["fit", str(path), "--law", "cpt", "--bootstrap", "0"]) == 0
+    out, err = capsys.readouterr()
+    assert "hyperparameter sweep" not in out and "swept range" not in err
+    assert "continued runs at other peaks left out" in out
+
+
 def test_cpt_backtest_rows(ladder):
     from analysis.backtests import Options, run
 

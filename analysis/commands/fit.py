@@ -231,7 +231,7 @@ def _fit_rows(opts: FitCommandOptions):
     df = read_runs(opts.data)
     if opts.all_runs and opts.at_optimum:
         raise AnalysisError("--at-optimum corrects the best run of each rung; drop --all-runs")
-    if opts.all_runs:
+    if opts.all_runs or opts.law in ("cpt", "cpt_chinchilla"):  # cpt: re-warm probes are no LR sweep
         return df, None
     rows, sel = rows_to_fit(df, opts.loss_col)
     if sel is None:
