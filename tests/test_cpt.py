@@ -429,3 +429,23 @@ def test_cpt_sweep_plan_names_each_parent_by_the_sweepers_run_id(tmp_path):
     job = composed(*child.overrides)
     assert job["data"]["mixture"] == {"cpp": 0.95, "stdlib": 0.05} and job["optim"]["warmup_init"] == 0.1
     assert job["train"]["tokens"] == child.tokens and child.tokens == 293 * 1024
+
+
+def test_sweeps_launch_base_models_before_the_trunks_that_continue_them():
+    """With WSD branches a continued run's trunk waits on its base model: bases launch first, then
+    trunks, then the rest, in planned order within each (two jobs at a time must not both wait)."""
+    from hydra_plugins.scalelab_sweeps.sweeper import RunRole, launch_order
+
+    def job(name, role=None, parent=None):
+        return {"rec": {"label": name, "role": role}, "config": {"train": {"init_from": parent}}}
+
+    jobs = [
+        job("trunk_a_r0", RunRole.TRUNK, "/s/base_a"),
+        job("trunk_b_r0", RunRole.TRUNK, "/s/base_b"),
+        job("base_a"),
+        job("probe_a", None, "/s/base_a"),
+        job("trunk_plain", RunRole.TRUNK),
+        job("base_b"),
+    ]
+    order = [j["rec"]["label"] for j in launch_order(jobs)]
+    assert order == ["trunk_plain", "base_a", "base_b", "trunk_a_r0", "trunk_b_r0", "probe_a"]

@@ -1,52 +1,27 @@
 """The modes of `python -m analysis plan` other than the plain plan, and what they share with it:
-a mixed cluster (`--hardware a:n,b:m`), the data-limited allocation alone (`--unique-tokens`
-without --hardware), a mixture of experts (`--moe`), a fixed model or several hardware types
-compared (`--params/--tokens`, `--hardware a,b,c`, `--objective`, `--max-cost`) and the
-inference-aware size (`--inference-tokens`, `--target-loss`); the cost flags; the plan's JSON
-payload and its `--json` output. The planning itself is analysis/planning's; these parse, check
-and print."""
+the data-limited allocation alone (`--unique-tokens` without --hardware), a fixed model or several
+hardware types compared (`--params/--tokens`, `--hardware a,b,c`, `--objective`, `--max-cost`) and
+the inference-aware size (`--inference-tokens`, `--target-loss`); the plan's JSON payload and its
+`--json` output. A mixed cluster and `--moe`: `_plan_moe.py`; the cost flags: `_plan_costs.py`.
+The planning itself is analysis/planning's; these parse, check and print."""
 
 from __future__ import annotations
 
 import argparse
-import math
-import pathlib
 
-from analysis.commands._flags import fraction, positive_float, positive_int
+from analysis.commands._flags import fraction, positive_float
 from analysis.commands._options import emit_json
+from analysis.commands._plan_costs import nonnegative_float
 from analysis.laws.allocation import ScalingLaw
-from analysis.laws.moe import MoeLaw
 from analysis.planning.choice import HardwareOption, check_objective, choose, limits_broken
-from analysis.planning.costs import OBJECTIVES, CostOptions, assumptions_for, parse_per_hardware
+from analysis.planning.costs import CostOptions, assumptions_for
 from analysis.planning.data_limit import plan_data_limit
 from analysis.planning.inference import InferencePlan, plan_inference
-from analysis.planning.mixed import plan_mixed
-from analysis.planning.moe import DEFAULT_EXPERTS, plan_moe
 from analysis.planning.planner import law_dict, plan
 from analysis.planning.text import plan_lines, trainer_lines
 from models.base.errors import AnalysisError
 from models.config import MoEConfig
-from sharding.costmodel import Hardware, load_hardware
-from sharding.costmodel.hetero import parse_cluster
-
-
-def add_cost_arguments(p: argparse.ArgumentParser) -> None:
-    """The `cost, energy, carbon` group: what picks the hardware, its limits and the assumptions."""
-    g = p.add_argument_group("cost, energy, carbon (docs/plan.md)")
-    g.add_argument(
-        "--objective",
-        choices=OBJECTIVES,
-        default="time",
-        metavar="OBJ",
-        help="time|cost|energy|carbon: the winner (time)",
-    )
-    g.add_argument("--max-cost", type=positive_float, metavar="USD", help="dollar limit")
-    g.add_argument("--goodput", type=float, metavar="F", help="share of wall-clock that trains (0.9)")
-    g.add_argument("--pue", type=float, metavar="X", help="power usage effectiveness (1.1)")
-    g.add_argument("--watts", metavar="[HW=]W,..", help="device power (default: the hardware file)")
-    g.add_argument("--price", metavar="[HW=]USD,..", help="USD per device-hour (default: the hardware file)")
-    g.add_argument("--region", metavar="NAME", help="grid of conf/regions.yaml (world)")
-    g.add_argument("--grid-intensity", type=nonnegative_float, metavar="KG", help="kg CO2e per kWh")
+from sharding.costmodel import Hardware
 
 
 def add_inference_arguments(p: argparse.ArgumentParser) -> None:
@@ -60,120 +35,6 @@ def add_inference_arguments(p: argparse.ArgumentParser) -> None:
         "--inference-context", type=nonnegative_float, default=0.0, metavar="C", help="attended tokens (0)"
     )
     g.add_argument("--inference-mfu", type=fraction, metavar="F", help="serving MFU (--objective cost)")
-
-
-def nonnegative_float(text: str) -> float:
-    """An argparse type: a finite number >= 0."""
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not (math.isfinite(v) and v >= 0):
-        raise argparse.ArgumentTypeError(f"{text!r} must be a finite number >= 0")
-    return v
-
-
-def cost_options(opts) -> CostOptions:
-    """The cost flags as `CostOptions` (one error line for a bad region, price or power)."""
-    own = [hw.name for hw in hardware_names(opts.hardware)] if opts.hardware else []
-    return CostOptions(
-        goodput=opts.goodput,
-        pue=opts.pue,
-        grid_intensity=opts.grid_intensity,
-        region=opts.region,
-        watts={} if opts.watts is None else parse_per_hardware(opts.watts, "--watts", own),
-        prices={} if opts.price is None else parse_per_hardware(opts.price, "--price", own),
-    )
-
-
-def hardware_names(spec: str) -> list[Hardware]:
-    """`--hardware a100-80gb,h100,...`: each type once (aliases resolved; one error line for an
-    unknown name)."""
-    out: dict[str, Hardware] = {}
-    for part in (x.strip() for x in str(spec).split(",")):
-        if part:
-            hw = load_hardware(part)
-            out.setdefault(hw.name, hw)
-    if not out:
-        raise AnalysisError("--hardware names no hardware type")
-    return list(out.values())
-
-
-def add_moe_arguments(p: argparse.ArgumentParser) -> None:
-    """The `mixture of experts` group: --moe, --moe-law, --experts, --top-k, --capacity-factor."""
-    g = p.add_argument_group("mixture of experts")
-    g.add_argument(
-        "--moe",
-        action="store_true",
-        help="a routed model: loss, layout of each expert count",
-    )
-    g.add_argument(
-        "--moe-law",
-        type=pathlib.Path,
-        metavar="FIT.json",
-        help="the MoE law (`fit --law moe --json`, or as --law)",
-    )
-    g.add_argument(
-        "--experts",
-        type=expert_list,
-        default=DEFAULT_EXPERTS,
-        metavar="E,E,...",
-        help=f"expert counts (default {DEFAULT_EXPERTS[0]},{DEFAULT_EXPERTS[1]},..,{DEFAULT_EXPERTS[-1]}; "
-        "1 = dense)",
-    )
-    g.add_argument("--top-k", type=positive_int, default=2, help="experts per token (default 2)")
-    g.add_argument(
-        "--capacity-factor",
-        type=float,
-        default=1.25,
-        metavar="F",
-        help="expert capacity / even share (1.25; 0: dropless)",
-    )
-
-
-def run_mixed(opts, law: ScalingLaw, eff) -> int:
-    """`plan --hardware a:n,b:m`: heterogeneous data parallelism over the device groups, and the
-    same budget on each group alone (analysis/planning/mixed.py)."""
-    groups = parse_cluster(opts.hardware)
-    total = sum(g.count for g in groups)
-    if opts.gpus is not None and opts.gpus != total:
-        raise AnalysisError(
-            f"--gpus {opts.gpus} does not match the mixed --hardware's {total} devices; drop --gpus"
-        )
-    for flag, v in (
-        ("--max-days", opts.max_days),
-        ("--gpu-hours", opts.gpu_hours),
-        ("--emit", opts.emit),
-        ("--markdown", opts.markdown),
-        ("--offload", opts.offload),
-        ("--hparams", opts.hparams),
-        ("--unique-tokens", opts.unique_tokens),
-        ("--params", opts.params),
-        ("--inference-tokens", opts.inference_tokens),
-        ("--target-loss", opts.target_loss),
-        ("--max-cost", opts.max_cost),
-        ("--objective", opts.objective != "time"),
-    ):
-        if v:
-            raise AnalysisError(f"{flag} is not supported for a mixed cluster yet; plan with --budget")
-    if not opts.budget:
-        raise AnalysisError("a mixed-cluster plan needs --budget FLOPS")
-    results = [
-        plan_mixed(
-            b,
-            opts.hardware,
-            law=law,
-            seq_len=opts.seq_len,
-            vocab=opts.vocab,
-            batch_tokens=opts.batch_or_default,
-            eff=eff,
-        )
-        for b in opts.budget
-    ]
-    for r in results:
-        print(r.text())
-    emit_plans(opts, [r.as_dict() for r in results])
-    return 0
 
 
 def plan_kwargs(opts, eff, hparams, calibration, costs: CostOptions | None = None) -> dict:
@@ -190,76 +51,6 @@ def plan_kwargs(opts, eff, hparams, calibration, costs: CostOptions | None = Non
         framework=opts.framework,
         calibration=calibration,
     )
-
-
-def expert_list(text: str) -> tuple[int, ...]:
-    """`--experts 1,2,4,8`: whole expert counts >= 1 (an argparse type)."""
-    try:
-        out = tuple(int(v) for v in text.replace(" ", ",").split(",") if v.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"expert counts are whole numbers, e.g. 1,2,4,8 (got {text!r})"
-        ) from None
-    if not out or min(out) < 1:
-        raise argparse.ArgumentTypeError(f"expert counts must be >= 1 (got {text!r})")
-    return out
-
-
-def moe_law_of(opts) -> MoeLaw | None:
-    """The MoE law: --moe-law, or --law when it holds one (then only with --moe); None without."""
-    if opts.moe_law is not None:
-        if not opts.moe:
-            raise AnalysisError("--moe-law is the law of a routed plan: add --moe")
-        return MoeLaw.from_json(opts.moe_law)
-    if opts.law is not None and MoeLaw.in_json(opts.law):
-        if not opts.moe:
-            raise AnalysisError(
-                f"--law {opts.law} holds a mixture-of-experts law (fit --law moe): plan with it by "
-                "adding --moe"
-            )
-        return MoeLaw.from_json(opts.law)
-    return None
-
-
-def run_moe(opts, law: ScalingLaw, moe_law: MoeLaw | None, eff, hparams, calibration, costs=None) -> int:
-    """`plan --moe`: each expert count at the budget, the chosen one's plan (analysis/planning/moe.py)."""
-    if not opts.budget:
-        raise AnalysisError("plan --moe compares expert counts at a FLOP budget: give --budget FLOPS")
-    for flag, v in (
-        ("--unique-tokens", opts.unique_tokens),
-        ("--max-days", opts.max_days),
-        ("--gpu-hours", opts.gpu_hours),
-    ):
-        if v:
-            raise AnalysisError(f"{flag} is not supported with --moe yet; plan with --budget")
-    if opts.capacity_factor < 0:
-        raise AnalysisError(f"--capacity-factor must be >= 0 (0: dropless), got {opts.capacity_factor:g}")
-    results = [
-        plan_moe(
-            budget,
-            opts.gpus,
-            opts.hardware,
-            law=law,
-            moe_law=moe_law,
-            experts=opts.experts,
-            top_k=opts.top_k,
-            capacity_factor=opts.capacity_factor or None,
-            **plan_kwargs(opts, eff, hparams, calibration, costs),
-        )
-        for budget in opts.budget
-    ]
-    for r in results:
-        for line in (
-            r.text_lines() + plan_lines(r.plan) + (trainer_lines(r.plan) if opts.emit == "overrides" else [])
-        ):
-            print(line)
-    emit_plans(opts, [{**plan_payload(r.plan), "moe": r.as_dict()} for r in results])
-    if opts.markdown:
-        opts.markdown.write_text("\n\n".join(r.plan.to_markdown() for r in results) + "\n")
-    unrunnable = [r.plan.trainer.reason for r in results if opts.emit and not r.plan.trainer.overrides]
-    if unrunnable:
-        raise AnalysisError(f"--emit overrides: {unrunnable[0]}")
-    return 0
 
 
 def run_data_limit(opts, data_law) -> int:

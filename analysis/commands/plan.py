@@ -83,22 +83,17 @@ from analysis.commands._flags import (
     positive_int,
 )
 from analysis.commands._options import CommandOptions, emit_json
+from analysis.commands._plan_costs import add_cost_arguments, cost_options, hardware_names
 from analysis.commands._plan_modes import (
-    add_cost_arguments,
     add_inference_arguments,
-    add_moe_arguments,
-    cost_options,
     emit_plans,
-    hardware_names,
-    moe_law_of,
     plan_kwargs,
     plan_payload,
     run_choice,
     run_data_limit,
     run_inference,
-    run_mixed,
-    run_moe,
 )
+from analysis.commands._plan_moe import add_moe_arguments, moe_law_of, run_mixed, run_moe
 from analysis.laws.allocation import ScalingLaw
 from analysis.planning.continual import add_continual_arguments, lines, price, run_continual
 from analysis.planning.data_limit import check_unique_tokens, from_json

@@ -750,9 +750,10 @@ def _start_branch(
                 f"train.branch_from={trunk} has no branch point at step {step} "
                 f"(has {sorted(bck._mngr.all_steps())}); train the trunk first"
             )
-        params, opt_state, _meta = bck.restore(step, *ts.abstract_state())
+        params, opt_state, meta = bck.restore(step, *ts.abstract_state())
     finally:
         bck.close()
+    state.parent = Parent.from_fields(meta.get("init"))  # a continued trunk's base model, carried on
     metrics.reset()
     for rec in read_metrics(trunk / METRICS_FILE):
         if rec.get("step", 0) <= step:

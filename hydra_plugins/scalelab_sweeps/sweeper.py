@@ -454,8 +454,7 @@ class ScalelabSweeper(Sweeper):
         with SweepMonitor(sweep_dir, [j["rec"] for j in launch]) as monitor:  # sweeps/monitor.py
             for phase in (0, 1):  # WSD branches last: they start from their trunks' checkpoints
                 phase_jobs = [j for j in launch if j.get("phase", 1) == phase]
-                # branches wait on their trunks
-                phase_jobs.sort(key=lambda j: j["rec"].get("role") != RunRole.TRUNK)
+                phase_jobs = launch_order(phase_jobs)
                 jobs = self._packed(phase_jobs, sweep_dir)
                 for start in range(0, len(jobs), batch_size):
                     batch = jobs[start : start + batch_size]
@@ -530,6 +529,17 @@ def _probe_budgets(sweep: dict) -> tuple[list[float], list[float]]:
 
 
 # overrides that set a run's length (a WSD trunk serves runs that differ only in them)
+def launch_order(jobs: list[dict]) -> list[dict]:
+    """The jobs of one phase in launch order: runs that start from nothing first (a continued run
+    waits on its base model, `train.init_from`), WSD trunks before the rest of their kind (their
+    branches wait on them); otherwise as planned."""
+
+    def continued(job: dict) -> bool:
+        return bool(((job.get("config") or {}).get("train") or {}).get("init_from"))
+
+    return sorted(jobs, key=lambda j: (continued(j), j["rec"].get("role") != RunRole.TRUNK))
+
+
 _LENGTH_KEYS = ("train.tokens=", "train.steps=", "optim.warmup_tokens=", "sweep.budget=")
 
 
