@@ -404,6 +404,16 @@ def test_report_section(ladder, tmp_path):
     assert continual_section(ladder.drop(columns=["init_from_tokens"]), tmp_path, 0, 0, warn) is None
 
 
+def test_the_other_report_sections_fit_the_base_models_only(ladder):
+    """On a CPT sweep the Chinchilla sections must not fit continued or mixed runs."""
+    from analysis.report.continual import base_only
+
+    base = base_only(ladder)
+    assert sorted(base.run) == sorted(f"base_{n:g}" for n in SIZES)
+    plain = ladder[ladder.run.str.startswith("base_")].drop(columns=["init_from_tokens"])
+    assert base_only(plain) is plain  # no continued runs: any other table unchanged
+
+
 def test_cpt_sweep_plan_names_each_parent_by_the_sweepers_run_id(tmp_path):
     """A continued run's `train.init_from` is its base's directory as the sweeper will name it:
     the base job composed by Hydra hashes to the id the planner computed."""
