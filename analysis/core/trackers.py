@@ -437,26 +437,13 @@ def _trainer_dir(event_dir: pathlib.Path) -> pathlib.Path | None:
     return None
 
 
-def _read_event_target(
-    target: pathlib.Path, root: pathlib.Path, history: bool
-) -> tuple[TrackedRun | None, bool]:
-    """One run from an event directory (or file): (the run, whether it holds HParams)."""
+def _event_contents(acc: Any) -> tuple[dict[str, list[tuple[int, float]]], dict[str, Any], Any, Any]:
+    """(scalar points per tag, HParams, the logged final status, the logged config) of a loaded
+    EventAccumulator."""
     # optional dependency, imported by read_tensorboard's check first
-    from tensorboard.backend.event_processing import plugin_event_accumulator as pea
     from tensorboard.plugins.hparams import metadata as hp_metadata
     from tensorboard.util import tensor_util
 
-    event_dir = target if target.is_dir() else target.parent
-    # every point (the default keeps a 500-point sample of each tag)
-    acc = pea.EventAccumulator(str(target), size_guidance={pea.TENSORS: 0})
-    try:
-        with _quiet_logs("tensorboard", "absl"):
-            acc.Reload()
-    except Exception as e:  # noqa: BLE001 - one unreadable run is a warning, not the end of collect
-        warnings.warn(
-            f"{target}: unreadable event files ({type(e).__name__}: {e})", runs.RunWarning, stacklevel=3
-        )
-        return None, False
     plugins = acc.ActivePlugins()
 
     def tags(plugin: str) -> dict[str, bytes]:
@@ -494,6 +481,28 @@ def _read_event_target(
             status = vals[-1].strip()
         elif head == "config" and (vals := texts(tag)):
             text_config = _fenced_json(vals[0])
+    return points, hparams, status, text_config
+
+
+def _read_event_target(
+    target: pathlib.Path, root: pathlib.Path, history: bool
+) -> tuple[TrackedRun | None, bool]:
+    """One run from an event directory (or file): (the run, whether it holds HParams)."""
+    # optional dependency, imported by read_tensorboard's check first
+    from tensorboard.backend.event_processing import plugin_event_accumulator as pea
+
+    event_dir = target if target.is_dir() else target.parent
+    # every point (the default keeps a 500-point sample of each tag)
+    acc = pea.EventAccumulator(str(target), size_guidance={pea.TENSORS: 0})
+    try:
+        with _quiet_logs("tensorboard", "absl"):
+            acc.Reload()
+    except Exception as e:  # noqa: BLE001 - one unreadable run is a warning, not the end of collect
+        warnings.warn(
+            f"{target}: unreadable event files ({type(e).__name__}: {e})", runs.RunWarning, stacklevel=3
+        )
+        return None, False
+    points, hparams, status, text_config = _event_contents(acc)
     run_dir = _trainer_dir(event_dir)
     summary = None
     config: dict[str, Any] = {}
