@@ -688,6 +688,23 @@ def _build(
     rep["mfu_convention"] = _mfu_record(all_runs)
     rep["warnings"] = warn
     rep["notes"] = list(loaded.notes)
+    specs = _figures(rep, all_runs, done, curves, fit, a2, hold_fit, requested, law_sec, fig_dir, out)
+    ctx = SectionContext(source, out, fit, requested, budgets, hardware, gpus, hp_laws, unique_tokens)
+    ctx = dataclasses.replace(ctx, bootstrap=bootstrap, seed=seed, recipes_from=tuple(recipes_from))
+    ctx = dataclasses.replace(ctx, every_recipe=every_recipe, ref=ref, every_moe=every_moe, warn=warn)
+    rep["sections"] = []
+    for build in SECTIONS:  # every closing section, in order, the one way they are added
+        secs, notes = build(ctx)
+        rep["sections"] += secs
+        rep["notes"] += notes
+    rep["paths"] = _paths(out)
+    rep = {"verdict": verdict(rep), **rep}
+    _write_outputs(rep, out, {rep["figures"][k]: v for k, v in specs.items() if k in rep["figures"]})
+    return rep
+
+
+def _figures(rep, all_runs, done, curves, fit, a2, hold_fit, requested, law_sec, fig_dir, out) -> dict:
+    """Draw and save the static figures (into `rep["figures"]`); return the interactive ones."""
     frontier = frontier_grid(done, fit, requested)
     figures = report_figures(
         all_runs,
@@ -704,19 +721,7 @@ def _build(
     )
     figures.update(hparam_figures(law_sec))
     rep["figures"] = _save_figures(figures, fig_dir, out)
-    specs = interactive_figures(all_runs, done, fit, a2, rep["holdout"], hold_fit, requested, frontier)
-    ctx = SectionContext(source, out, fit, requested, budgets, hardware, gpus, hp_laws, unique_tokens)
-    ctx = dataclasses.replace(ctx, bootstrap=bootstrap, seed=seed, recipes_from=tuple(recipes_from))
-    ctx = dataclasses.replace(ctx, every_recipe=every_recipe, ref=ref, every_moe=every_moe, warn=warn)
-    rep["sections"] = []
-    for build in SECTIONS:  # every closing section, in order, the one way they are added
-        secs, notes = build(ctx)
-        rep["sections"] += secs
-        rep["notes"] += notes
-    rep["paths"] = _paths(out)
-    rep = {"verdict": verdict(rep), **rep}
-    _write_outputs(rep, out, {rep["figures"][k]: v for k, v in specs.items() if k in rep["figures"]})
-    return rep
+    return interactive_figures(all_runs, done, fit, a2, rep["holdout"], hold_fit, requested, frontier)
 
 
 @dataclasses.dataclass(frozen=True)
