@@ -562,11 +562,7 @@ def minimize_batch(
         width, n_evals = W, round_evals
         slot_idx = np.full(width, -1)
         while True:
-            for w in np.flatnonzero(slot_idx < 0):
-                try:
-                    slot_idx[w] = pending.popleft()
-                except IndexError:
-                    break
+            _fill(slot_idx, pending)
             live = slot_idx >= 0
             if not live.any():
                 return
@@ -594,6 +590,19 @@ def minimize_batch(
             sub = jax.tree.map(lambda a: a[idx], host)
             _run_batch(fun, sub, _gather(args, batched_args, idx), cfg, batched_args, 0, program_key)
     _in_threads(drain, n_workers)  # each thread writes only the rows of the starts it took
+    return _result(host)
+
+
+def _fill(slot_idx: np.ndarray, pending: collections.deque) -> None:
+    """Give every free slot (-1) the next waiting start, while there are any."""
+    for w in np.flatnonzero(slot_idx < 0):
+        try:
+            slot_idx[w] = pending.popleft()
+        except IndexError:
+            return
+
+
+def _result(host) -> MinimizeResult:
     return MinimizeResult(
         x=host.x,
         f=host.f,
