@@ -158,6 +158,37 @@ def loss_vs_compute(done: pd.DataFrame, frontier: dict | None) -> dict:
     }
 
 
+def _a2_minimum(m: dict, col: str, label: str) -> dict:
+    """Approach 2's minimum of one budget, with its 95% CI on N."""
+    lo, hi = m["N_ci"]
+    err = None
+    if np.isfinite(lo) and np.isfinite(hi):
+        err = {
+            "type": "data",
+            "symmetric": False,
+            "array": [max(hi - m["N"], 0)],
+            "arrayminus": [max(m["N"] - lo, 0)],
+            "color": col,
+        }
+    return {
+        "x": [m["N"]],
+        "y": [m["loss"]],
+        "mode": "markers",
+        "legendgroup": label,
+        "showlegend": False,
+        "marker": {
+            "symbol": "star",
+            "size": 15,
+            "color": col,
+            "line": {"width": 0.8, "color": "black"},
+        },
+        "error_x": err,
+        "name": f"Approach 2 minimum, {label}",
+        "hovertemplate": f"Approach 2 minimum at {label}<br>N = {count(m['N'])} "
+        f"(95% CI {count(lo)}–{count(hi)})<extra></extra>",
+    }
+
+
 def isoflop(profiles: list[dict], published=()) -> dict:
     """analysis.report.figures.isoflop_profiles drawn: runs per budget, the law's profile, the
     parabola, Approach 2's minimum and each law's compute-optimal N on the profile."""
@@ -166,32 +197,16 @@ def isoflop(profiles: list[dict], published=()) -> dict:
     optima: dict[str, list] = {}
     for p in profiles:
         label, col, g = f"C = {flops(p['budget'])}", p["color"], p["runs"]
-        if p["profile"] is not None:
-            data.append(
-                {
-                    "x": p["profile"][0],
-                    "y": p["profile"][1],
-                    "mode": "lines",
-                    "line": {"color": col, "width": 1.6},
-                    "legendgroup": label,
-                    "showlegend": False,
-                    "name": f"law profile, {label}",
-                    "hoverinfo": "skip",
-                }
-            )
-        if p["parabola"] is not None:
-            data.append(
-                {
-                    "x": p["parabola"][0],
-                    "y": p["parabola"][1],
-                    "mode": "lines",
-                    "legendgroup": label,
-                    "line": {"color": col, "width": 1, "dash": "dash"},
-                    "showlegend": False,
-                    "name": f"parabola, {label}",
-                    "hoverinfo": "skip",
-                }
-            )
+        for key, name, line in (
+            ("profile", "law profile", {"color": col, "width": 1.6}),
+            ("parabola", "parabola", {"color": col, "width": 1, "dash": "dash"}),
+        ):
+            if p[key] is not None:
+                x, y = p[key][0], p[key][1]
+                data.append(
+                    {"x": x, "y": y, "mode": "lines", "line": line, "legendgroup": label}
+                    | {"showlegend": False, "name": f"{name}, {label}", "hoverinfo": "skip"}
+                )
         data.append(
             {
                 "x": g[N_COL],
@@ -204,37 +219,8 @@ def isoflop(profiles: list[dict], published=()) -> dict:
                 "hovertemplate": RUN_HOVER + "<extra>" + label + "</extra>",
             }
         )
-        m = p["a2"]
-        if m is not None:
-            lo, hi = m["N_ci"]
-            err = None
-            if np.isfinite(lo) and np.isfinite(hi):
-                err = {
-                    "type": "data",
-                    "symmetric": False,
-                    "array": [max(hi - m["N"], 0)],
-                    "arrayminus": [max(m["N"] - lo, 0)],
-                    "color": col,
-                }
-            data.append(
-                {
-                    "x": [m["N"]],
-                    "y": [m["loss"]],
-                    "mode": "markers",
-                    "legendgroup": label,
-                    "showlegend": False,
-                    "marker": {
-                        "symbol": "star",
-                        "size": 15,
-                        "color": col,
-                        "line": {"width": 0.8, "color": "black"},
-                    },
-                    "error_x": err,
-                    "name": f"Approach 2 minimum, {label}",
-                    "hovertemplate": f"Approach 2 minimum at {label}<br>N = {count(m['N'])} "
-                    f"(95% CI {count(lo)}–{count(hi)})<extra></extra>",
-                }
-            )
+        if p["a2"] is not None:
+            data.append(_a2_minimum(p["a2"], col, label))
         for o in p["optima"]:
             optima.setdefault(o["key"], []).append((o, p, label))
     names = {"fit": "N* of this fit (Approach 3)"} | {law.key: f"N* of {law.name}" for law in published}
@@ -271,6 +257,112 @@ def isoflop(profiles: list[dict], published=()) -> dict:
     }
 
 
+def _allocation_fit(frontier: dict, key: str, what: str, show: bool, ax: dict) -> list[dict]:
+    """This fit's N* or D* (Approach 3) with its 95% CI band."""
+    data: list[dict] = []
+    data += [
+        dict(t, legendgroup="band", showlegend=show and t.get("fill") is not None, **ax)
+        for t in _band(
+            frontier["C"],
+            frontier[key + "_lo"],
+            frontier[key + "_hi"],
+            "Approach 3 95% CI",
+            "rgba(31,119,180,0.2)",
+        )
+    ]
+    data.append(
+        {
+            "x": frontier["C"],
+            "y": frontier[key],
+            "mode": "lines",
+            "line": {"color": "#1f77b4", "width": 2.5},
+            "name": "this fit (Approach 3)",
+            "legendgroup": "fit",
+            "showlegend": show,
+            **ax,
+            "hovertemplate": f"this fit: C = %{{x:.3g}}, {what} = %{{y:.3s}}<extra></extra>",
+        }
+    )
+    return data
+
+
+def _allocation_a2(a2: dict, grid, key: str, what: str, show: bool, ax: dict) -> list[dict]:
+    """Approach 2's minima (95% CI) and its power law."""
+    data: list[dict] = []
+    rows = [r for r in a2["budgets"] if np.isfinite(r["N_opt"])]
+    if not rows:
+        return data
+    k = a2["flops_per_param_token"]
+    C2 = np.array([r["C"] for r in rows])
+    N = np.array([r["N_opt"] for r in rows])
+    ci = np.array([r["N_opt_ci"] for r in rows], dtype=float)
+    y, lo, hi = (
+        (N, ci[:, 0], ci[:, 1])
+        if key == "N_opt"
+        else (C2 / (k * N), C2 / (k * ci[:, 1]), C2 / (k * ci[:, 0]))
+    )
+    up, down = np.clip(hi - y, 0, None), np.clip(y - lo, 0, None)
+    data.append(
+        {
+            "x": C2,
+            "y": y,
+            "mode": "markers",
+            "marker": {"symbol": "square", "color": "#d62728", "size": 8},
+            "error_y": {
+                "type": "data",
+                "symmetric": False,
+                "array": np.where(np.isfinite(up), up, 0),
+                "arrayminus": np.where(np.isfinite(down), down, 0),
+            },
+            "name": "Approach 2 minima (95% CI)",
+            "legendgroup": "a2",
+            "showlegend": show,
+            **ax,
+            "hovertemplate": f"Approach 2 minimum: C = %{{x:.3g}}, {what} = %{{y:.3s}}<extra></extra>",
+        }
+    )
+    if np.isfinite(a2.get("a", np.nan)):
+        Ng = a2["G"] * grid ** a2["a"]
+        data.append(
+            {
+                "x": grid,
+                "y": Ng if key == "N_opt" else grid / (k * Ng),
+                "mode": "lines",
+                "line": {"color": "#d62728", "dash": "dash"},
+                "name": f"Approach 2 power law (a={a2['a']:.2f})",
+                "legendgroup": "a2law",
+                "showlegend": show,
+                **ax,
+                "hoverinfo": "skip",
+            }
+        )
+    return data
+
+
+def _allocation_published(published, grid, key: str, what: str, show: bool, ax: dict) -> list[dict]:
+    """The published laws' N* or D*."""
+    data: list[dict] = []
+    for law in published:
+        col, _ = figs.PUBLISHED_STYLES.get(law.key, ("0.4", "-."))
+        at = law.at(grid)
+        data.append(
+            {
+                "x": grid,
+                "y": [r[key] for r in at],
+                "mode": "lines",
+                "name": law.name,
+                "legendgroup": law.key,
+                "showlegend": show,
+                "line": {"color": _mpl_hex(col), "dash": "dashdot", "width": 1.5},
+                **ax,
+                "customdata": [f"{r['tokens_per_param']:.3g}" for r in at],
+                "hovertemplate": f"{law.name}: C = %{{x:.3g}}, {what} = %{{y:.3s}} "
+                "(%{customdata} tokens/param)<extra></extra>",
+            }
+        )
+    return data
+
+
 def allocation(a2: dict | None, frontier: dict | None, requested: list[float], published=()) -> dict | None:
     """N*(C) and D*(C) side by side: the law (95% CI band), Approach 2's minima and power law, and
     the published laws; dotted verticals at the requested budgets."""
@@ -283,95 +375,10 @@ def allocation(a2: dict | None, frontier: dict | None, requested: list[float], p
         show = i == 0
         what = "N*" if key == "N_opt" else "D*"
         if frontier is not None:
-            data += [
-                dict(t, legendgroup="band", showlegend=show and t.get("fill") is not None, **ax)
-                for t in _band(
-                    frontier["C"],
-                    frontier[key + "_lo"],
-                    frontier[key + "_hi"],
-                    "Approach 3 95% CI",
-                    "rgba(31,119,180,0.2)",
-                )
-            ]
-            data.append(
-                {
-                    "x": frontier["C"],
-                    "y": frontier[key],
-                    "mode": "lines",
-                    "line": {"color": "#1f77b4", "width": 2.5},
-                    "name": "this fit (Approach 3)",
-                    "legendgroup": "fit",
-                    "showlegend": show,
-                    **ax,
-                    "hovertemplate": f"this fit: C = %{{x:.3g}}, {what} = %{{y:.3s}}<extra></extra>",
-                }
-            )
+            data += _allocation_fit(frontier, key, what, show, ax)
         if a2 is not None:
-            rows = [r for r in a2["budgets"] if np.isfinite(r["N_opt"])]
-            if rows:
-                k = a2["flops_per_param_token"]
-                C2 = np.array([r["C"] for r in rows])
-                N = np.array([r["N_opt"] for r in rows])
-                ci = np.array([r["N_opt_ci"] for r in rows], dtype=float)
-                y, lo, hi = (
-                    (N, ci[:, 0], ci[:, 1])
-                    if key == "N_opt"
-                    else (C2 / (k * N), C2 / (k * ci[:, 1]), C2 / (k * ci[:, 0]))
-                )
-                up, down = np.clip(hi - y, 0, None), np.clip(y - lo, 0, None)
-                data.append(
-                    {
-                        "x": C2,
-                        "y": y,
-                        "mode": "markers",
-                        "marker": {"symbol": "square", "color": "#d62728", "size": 8},
-                        "error_y": {
-                            "type": "data",
-                            "symmetric": False,
-                            "array": np.where(np.isfinite(up), up, 0),
-                            "arrayminus": np.where(np.isfinite(down), down, 0),
-                        },
-                        "name": "Approach 2 minima (95% CI)",
-                        "legendgroup": "a2",
-                        "showlegend": show,
-                        **ax,
-                        "hovertemplate": f"Approach 2 minimum: C = %{{x:.3g}}, {what} = %{{y:.3s}}"
-                        "<extra></extra>",
-                    }
-                )
-                if np.isfinite(a2.get("a", np.nan)):
-                    Ng = a2["G"] * grid ** a2["a"]
-                    data.append(
-                        {
-                            "x": grid,
-                            "y": Ng if key == "N_opt" else grid / (k * Ng),
-                            "mode": "lines",
-                            "line": {"color": "#d62728", "dash": "dash"},
-                            "name": f"Approach 2 power law (a={a2['a']:.2f})",
-                            "legendgroup": "a2law",
-                            "showlegend": show,
-                            **ax,
-                            "hoverinfo": "skip",
-                        }
-                    )
-        for law in published:
-            col, _ = figs.PUBLISHED_STYLES.get(law.key, ("0.4", "-."))
-            at = law.at(grid)
-            data.append(
-                {
-                    "x": grid,
-                    "y": [r[key] for r in at],
-                    "mode": "lines",
-                    "name": law.name,
-                    "legendgroup": law.key,
-                    "showlegend": show,
-                    "line": {"color": _mpl_hex(col), "dash": "dashdot", "width": 1.5},
-                    **ax,
-                    "customdata": [f"{r['tokens_per_param']:.3g}" for r in at],
-                    "hovertemplate": f"{law.name}: C = %{{x:.3g}}, {what} = %{{y:.3s}} "
-                    "(%{customdata} tokens/param)<extra></extra>",
-                }
-            )
+            data += _allocation_a2(a2, grid, key, what, show, ax)
+        data += _allocation_published(published, grid, key, what, show, ax)
     shapes = [
         {
             "type": "line",
