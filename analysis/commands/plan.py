@@ -71,7 +71,6 @@ JSON `continual: {verdict, continue, retrain, ...}`).
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import pathlib
 
 from analysis.commands._flags import (
@@ -82,7 +81,7 @@ from analysis.commands._flags import (
     positive_float,
     positive_int,
 )
-from analysis.commands._options import CommandOptions, emit_json
+from analysis.commands._options import emit_json
 from analysis.commands._plan_costs import add_cost_arguments, cost_options, hardware_names
 from analysis.commands._plan_modes import (
     add_inference_arguments,
@@ -94,15 +93,15 @@ from analysis.commands._plan_modes import (
     run_inference,
 )
 from analysis.commands._plan_moe import add_moe_arguments, moe_law_of, run_mixed, run_moe
+from analysis.commands._plan_options import PlanOptions, plan_law
 from analysis.laws.allocation import ScalingLaw
 from analysis.planning.continual import add_continual_arguments, lines, price, run_continual
 from analysis.planning.data_limit import check_unique_tokens, from_json
-from analysis.planning.moe import DEFAULT_EXPERTS
 from analysis.planning.planner import DEFAULT_BATCH_TOKENS, plan
 from analysis.planning.recipe import load_hparam_set
 from analysis.planning.text import plan_lines, trainer_lines
 from models.base.errors import AnalysisError
-from sharding.costmodel.frameworks import Framework, parse_framework
+from sharding.costmodel.frameworks import parse_framework
 from sharding.costmodel.hetero import is_mixed
 from sharding.costmodel.rows import load_efficiency
 
@@ -135,7 +134,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--tokens", type=positive_float, metavar="D", help="a fixed model: D training tokens")
     p.add_argument(
         "--law",
-        type=_plan_law,
+        type=plan_law,
         metavar="NAME|FIT.json",
         help="a fit's JSON, or chinchilla (the default)",
     )
@@ -173,60 +172,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_moe_arguments(p)
     add_continual_arguments(p)
     p.set_defaults(func=run)
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class PlanOptions(CommandOptions):
-    budget: list[float] | None  # FLOPs, one plan each
-    law: pathlib.Path | None  # fit JSON (None: Chinchilla's published constants)
-    hardware: str | None  # a catalogue name or YAML, or a mixed cluster NAME:COUNT,...
-    gpus: int | None
-    max_days: float | None
-    gpu_hours: float | None
-    seq_len: int
-    vocab: int
-    batch_tokens: int | None
-    hparams: pathlib.Path | None  # HP.json
-    unique_tokens: float | None
-    top: int
-    markdown: pathlib.Path | None
-    efficiency: pathlib.Path | None
-    framework: Framework
-    calibrate: pathlib.Path | None  # MEASURED.csv or SWEEP_DIR
-    offload: bool
-    emit: str | None
-    moe: bool = False
-    moe_law: pathlib.Path | None = None
-    experts: tuple[int, ...] = DEFAULT_EXPERTS
-    top_k: int = 2
-    capacity_factor: float = 1.25
-    params: float | None = None  # a fixed model: N parameters
-    tokens: float | None = None  # ... trained on D tokens
-    objective: str = "time"  # what picks the hardware: time | cost | energy | carbon
-    max_cost: float | None = None  # USD
-    goodput: float | None = None
-    pue: float | None = None
-    watts: str | None = None  # W, or NAME=W,...
-    price: str | None = None  # USD per device-hour, or NAME=USD,...
-    region: str | None = None
-    grid_intensity: float | None = None  # kg CO2e per kWh
-    inference_tokens: float | None = None
-    inference_context: float = 0.0
-    inference_mfu: float | None = None
-    target_loss: float | None = None
-    continue_from: pathlib.Path | None = None  # a `fit --law cpt` JSON: continue or retrain
-    base_model: str | None = None
-    target_loss_new: float | None = None
-    max_forgetting: str | None = None
-
-    @property
-    def sizing(self) -> bool:
-        """Whether the model is sized for a target loss (and inference) rather than planned as asked."""
-        return self.inference_tokens is not None or self.target_loss is not None
-
-    @property
-    def batch_or_default(self) -> int:
-        return DEFAULT_BATCH_TOKENS if self.batch_tokens is None else self.batch_tokens
 
 
 def run(args: argparse.Namespace) -> int:
@@ -321,17 +266,6 @@ def _continual(opts: PlanOptions) -> int:
     print("\n".join(lines(result)))
     emit_json(opts.json, {"continual": result})
     return 0
-
-
-def _plan_law(value: str) -> pathlib.Path | None:
-    """`--law`: a fit's JSON, or `chinchilla` (Hoffmann et al.'s published constants: None)."""
-    if value.lower() in ("chinchilla", "hoffmann"):
-        return None
-    if value.lower().endswith(".json") or pathlib.Path(value).exists():
-        return pathlib.Path(value)
-    raise argparse.ArgumentTypeError(
-        f"{value!r}: plan takes a fit's JSON (`scalelab fit RUNS --json FIT.json`) or chinchilla"
-    )
 
 
 def _data_law(opts: PlanOptions, law: ScalingLaw):
