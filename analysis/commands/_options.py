@@ -121,3 +121,22 @@ def parse_fixed(items: list[str] | None) -> dict[str, float]:
         except ValueError:
             raise AnalysisError(f"--fix expects NAME=VALUE (e.g. --fix E=1.69), got {item!r}") from None
     return out
+
+
+class _Deprecated(argparse.Action):
+    """A renamed flag's old name: does what the new one does, after one `note:` line on stderr."""
+
+    def __init__(self, option_strings, dest, new: str = "", append: bool = False, **kw):
+        self.new, self.append = new, append
+        super().__init__(option_strings, dest, **kw)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(f"note: {option_string} is deprecated: use {self.new}", file=sys.stderr)
+        if self.append:
+            values = [*(getattr(namespace, self.dest, None) or []), values]
+        setattr(namespace, self.dest, values)
+
+
+def add_deprecated_alias(parser: argparse.ArgumentParser, old: str, new: str, dest: str, **kw) -> None:
+    """Keep `old` working for `new` (same destination), hidden from --help."""
+    parser.add_argument(old, dest=dest, action=_Deprecated, new=new, help=argparse.SUPPRESS, **kw)

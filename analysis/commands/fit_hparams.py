@@ -20,12 +20,11 @@ import sys
 
 from analysis.commands._flags import (
     add_column_arguments,
-    add_deprecated_alias,
     add_json_argument,
     add_runs_argument,
     add_seed_argument,
 )
-from analysis.commands._options import ColumnOptions, emit_json, json_to_stdout
+from analysis.commands._options import ColumnOptions, add_deprecated_alias, emit_json, json_to_stdout
 from analysis.hparams.text import predictions, report_lines, warning_lines
 from models.base.errors import AnalysisError
 from models.base.jsonio import write_json

@@ -46,6 +46,7 @@ from typing import TYPE_CHECKING
 
 from analysis.commands._flags import add_costmodel_arguments, add_json_argument
 from analysis.commands._options import CommandOptions, emit_json
+from analysis.planning.text import layout_table_lines, run_table_lines
 from models.base.errors import AnalysisError
 from models.base.jsonio import write_json
 from sharding.costmodel import MFU_CONVENTION, Efficiency
@@ -153,7 +154,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         effs = profile_effs(opts.efficiency)
     fws, out = predict_rows(rows, parsed, opts.framework, effs, prec)
-    _print_table(parsed, out)
+    print("\n".join(layout_table_lines(parsed, out)))
     used = sorted(set(fws))
     emit_json(
         opts.json,
@@ -225,7 +226,7 @@ def _predict_file(opts: LayoutEvalOptions, path: pathlib.Path, cal: Calibration)
     for rec, fw in zip(out, fws):
         iv = effs[fw].rate_interval(rec["pred_mfu"], rec["pred_mfu"])
         rec["pred_mfu_interval"] = list(iv) if iv else None
-    _print_table(parsed, out)
+    print("\n".join(layout_table_lines(parsed, out)))
     emit_json(
         opts.json,
         {
@@ -252,7 +253,7 @@ def _run_sweep(opts: LayoutEvalOptions) -> int:
     out = opts.out or sweep / "efficiency.json"
     write_json(out, fit.as_dict())
     add_predictions(fit.records, fit.measurements, eff)
-    _print_run_table(fit.records)
+    print("\n".join(run_table_lines(fit.records)))
     print(
         f"calibrated on {n_runs} runs: median |MFU err| {100 * before.median_abs_mfu_error:.2f} -> "
         f"{100 * after.median_abs_mfu_error:.2f} pts, Spearman rho(MFU) {before.spearman_mfu:.3f} -> "
@@ -283,29 +284,3 @@ def _run_sweep(opts: LayoutEvalOptions) -> int:
         },
     )
     return 0
-
-
-def _print_table(parsed: list, out: list[dict]) -> None:
-    print(f"{'row':>4} {'layout':28s} {'step s':>9} {'tok/s':>11} {'MFU':>6} {'mem GB':>7} fits")
-    for i, ((_, lo, _), rec) in enumerate(zip(parsed, out)):
-        lay = f"dp{lo.dp} tp{lo.tp} pp{lo.pp} mb{lo.micro_batch} z{lo.zero_stage} {lo.act_ckpt}"
-        print(
-            f"{i + 1:>4} {lay:28s} {rec['pred_step_time_s']:9.3f} {rec['pred_tokens_per_s']:11.0f} "
-            f"{rec['pred_mfu']:6.3f} {rec['pred_mem_gb_per_device']:7.1f} "
-            f"{'yes' if rec['pred_fits'] else 'OOM'}"
-        )
-    print(f"MFU convention: {MFU_CONVENTION} (model FLOPs per token 6N + 12·L·H·Q·T, N = all parameters)")
-
-
-def _print_run_table(recs: list[dict]) -> None:
-    """One line per run: its layout, measured and predicted step time."""
-    print(f"{'run':24s} {'layout':26s} {'measured s':>11} {'predicted s':>12}")
-    for rec in recs:
-        lay = (
-            f"dp{rec['dp']} tp{rec['tp']} pp{rec['pp']} cp{rec['cp']}"
-            f"{' sp' if rec['sp'] else ''} mb{rec['micro_batch']}"
-        )
-        meas = "OOM" if rec["oom"] else f"{rec['measured_step_time_s']:.4f}"
-        print(
-            f"{pathlib.Path(rec['run']).name[:24]:24s} {lay:26s} {meas:>11} {rec['pred_step_time_s']:12.4f}"
-        )

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import pathlib
+
 from analysis.planning.planner import Plan, band_text, efficiency_note
 from sharding.costmodel import MFU_CONVENTION
 
@@ -87,3 +89,32 @@ def trainer_lines(result: Plan) -> list[str]:
     )
     out.append(tp.command())
     return out
+
+
+def layout_table_lines(parsed: list, out: list[dict]) -> list[str]:
+    """`layout-eval`'s table: one line per layout row, its predicted step time, MFU and memory."""
+    lines = [f"{'row':>4} {'layout':28s} {'step s':>9} {'tok/s':>11} {'MFU':>6} {'mem GB':>7} fits"]
+    for i, ((_, lo, _), rec) in enumerate(zip(parsed, out)):
+        lay = f"dp{lo.dp} tp{lo.tp} pp{lo.pp} mb{lo.micro_batch} z{lo.zero_stage} {lo.act_ckpt}"
+        lines.append(
+            f"{i + 1:>4} {lay:28s} {rec['pred_step_time_s']:9.3f} {rec['pred_tokens_per_s']:11.0f} "
+            f"{rec['pred_mfu']:6.3f} {rec['pred_mem_gb_per_device']:7.1f} "
+            f"{'yes' if rec['pred_fits'] else 'OOM'}"
+        )
+    lines.append(
+        f"MFU convention: {MFU_CONVENTION} (model FLOPs per token 6N + 12·L·H·Q·T, N = all parameters)"
+    )
+    return lines
+
+
+def run_table_lines(recs: list[dict]) -> list[str]:
+    """`layout-eval --calibrate SWEEP`'s table: one line per run, its layout, measured and predicted
+    step time."""
+    lines = [f"{'run':24s} {'layout':26s} {'measured s':>11} {'predicted s':>12}"]
+    for rec in recs:
+        sp = " sp" if rec["sp"] else ""
+        lay = f"dp{rec['dp']} tp{rec['tp']} pp{rec['pp']} cp{rec['cp']}{sp} mb{rec['micro_batch']}"
+        meas = "OOM" if rec["oom"] else f"{rec['measured_step_time_s']:.4f}"
+        name = pathlib.PurePath(rec["run"]).name[:24]
+        lines.append(f"{name:24s} {lay:26s} {meas:>11} {rec['pred_step_time_s']:12.4f}")
+    return lines
