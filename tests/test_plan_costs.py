@@ -200,40 +200,15 @@ def test_hardware_without_power_or_price_still_plans(tmp_path):
         "name: mine\npeak_flops: 2.0e14\nhbm_bytes: 8.0e10\nhbm_bw: 2.0e12\n"
         "intra_node_bw: 3.0e11\ninter_node_bw: 5.0e10\ndevices_per_node: 8\n"
     )
-    rc, out, err = _cli(
-        "plan",
-        "--params",
-        "1e9",
-        "--tokens",
-        "2e10",
-        "--hardware",
-        hw,
-        "--gpus",
-        "8",
-        "--json",
-        tmp_path / "p.json",
-    )
+    args = ["plan", "--params", "1e9", "--tokens", "2e10", "--hardware", hw, "--gpus", "8"]
+    rc, out, err = _cli(*args, "--json", tmp_path / "p.json")
     assert rc == 0, err
     best = json.loads((tmp_path / "p.json").read_text())["best"]
     assert best["device_hours"] > 0 and best["energy_mwh"] is None and best["tco2eq"] is None
     assert best["cost_usd"] is None and "--watts mine=W" in out
-    rc, _, err = _cli(
-        "plan", "--params", "1e9", "--tokens", "2e10", "--hardware", hw, "--gpus", "8", "--watts", "mine=400"
-    )
+    rc, _, err = _cli(*args, "--watts", "mine=400")
     assert rc == 0, err
-    rc, _, err = _cli(
-        "plan",
-        "--params",
-        "1e9",
-        "--tokens",
-        "2e10",
-        "--hardware",
-        hw,
-        "--gpus",
-        "8",
-        "--objective",
-        "carbon",
-    )
+    rc, _, err = _cli(*args, "--objective", "carbon")
     assert rc == 2 and err.startswith("error: --objective carbon: no power for mine; give --watts mine=W")
 
 

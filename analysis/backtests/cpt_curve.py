@@ -16,7 +16,6 @@ import numpy as np
 from analysis.backtests.losses import Options
 from analysis.backtests.result import Backtest, MethodScore, Metric, Point
 from analysis.core import progress
-from analysis.core.runs import read_runs
 from analysis.curves.cpt import (
     Z90,
     CptCurve,
@@ -71,12 +70,6 @@ def _nearest_points(train: list[CptCurve], test: list[CptCurve], n_params: float
 
 def cpt_curve_protocol(data, opt: Options) -> Backtest:
     curves = load_cpt_curves(data)
-    sizes = {}
-    try:
-        df = read_runs(data)
-        sizes = dict(zip(df["run"].astype(str), df["n_params"].astype(float)))
-    except Exception:  # noqa: BLE001 - N only labels the points
-        pass
     law, base = [], []
     groups = list(_groups(curves).items())
     n_fit = n_held = 0
@@ -84,7 +77,7 @@ def cpt_curve_protocol(data, opt: Options) -> Backtest:
         ratios = sorted({c.replay for c in group if c.continued})
         if len(ratios) < 2:
             continue
-        n = float(sizes.get(b, np.nan))
+        n = group[0].n_params
         for r in ratios:
             train = [c for c in group if not (c.continued and c.replay == r)]
             test = [c for c in group if c.continued and c.replay == r]

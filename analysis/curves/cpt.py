@@ -34,11 +34,10 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import pandas as pd
 from scipy.optimize import least_squares
-from scipy.stats import norm
 
+from analysis.core import validation
 from analysis.core.methods import Family, Method, Prediction, Role, register
 from analysis.core.runs import metrics_frame, read_runs
-from analysis.core.validation import PREDICTION_LEVEL
 from analysis.curves.data import Curve, peak_index
 from analysis.curves.features import _nodes, _pairs, annealing_drops
 from analysis.laws.cpt import cpt_table  # the runs' kinds, replay shares and domains
@@ -53,7 +52,7 @@ FORMULA = (
 )
 SCOUT_EVALS, KEEP_STARTS, MAX_EVALS = 25, 3, 300  # multistart: every start 25 steps, the best 3 on
 RESOLUTION = 16  # annealing nodes: runs of <= 16 steps (features.py)
-Z90 = float(norm.ppf(0.5 + PREDICTION_LEVEL / 2))
+Z90 = validation.Z90  # the core's one z of a 90% interval
 
 
 # ---- the curves ---------------------------------------------------------------------------------
@@ -73,6 +72,7 @@ class CptCurve:
     start: int  # the continued phase's first step on the concatenated schedule (0: a base run)
     steps: np.ndarray  # evaluation steps on the concatenated schedule
     loss: np.ndarray
+    n_params: float = math.nan  # the model's parameters (N)
 
     @property
     def continued(self) -> bool:
@@ -154,6 +154,7 @@ def load_cpt_curves(source: Any) -> list[CptCurve]:
                         start,
                         steps,
                         loss,
+                        n_params=float(row.N),
                     )
                 )
     if not any(c.continued for c in out):
@@ -474,6 +475,7 @@ def continuation(fit: CptCurveFit, base: str, domain: str, replay: float, steps:
         t_a,
         t_a + steps,
         np.full(steps.size, math.nan),
+        n_params=ref.n_params,
     )
 
 
